@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* Compile-time limits of the dataplane. Each is #ifndef so a build can
+ * override it (-DEDGE_MAX_GROUPS=64); per-deployment sizes (flow cache,
+ * rule capacity) are map sizes set from the config at load time instead. */
+#ifndef EDGE_CONSTS_H
+#define EDGE_CONSTS_H
+
+/* Mask groups (tuple-space search subtables) per rules generation. The
+ * classify loop runs at most this many hash lookups per flow-cache miss,
+ * whatever the number of rules. */
+#ifndef EDGE_MAX_GROUPS
+#define EDGE_MAX_GROUPS 32
+#endif
+
+/* VLAN tags parsed (802.1Q / 802.1ad); a deeper stack is punted. */
+#ifndef EDGE_MAX_VLANS
+#define EDGE_MAX_VLANS 2
+#endif
+
+/* IPv6 extension headers walked before giving up (RFC 8200 section 4.1
+ * recommends at most one of each; 8 covers every legal ordering). */
+#ifndef EDGE_MAX_IP6_EXT
+#define EDGE_MAX_IP6_EXT 8
+#endif
+
+/* Rules generations live in two slots: the live one and the one the agent
+ * builds beside it. The slot of generation g is g & 1. */
+#define EDGE_SLOTS 2
+
+/* Sentinels in struct edge_flow / edge_rule. */
+#define EDGE_NO_FAR 0xffffffffu
+#define EDGE_NO_PDR 0xffffffffu
+
+/* edge_flow_key.flags */
+#define EDGE_KF_GRE_KEY 0x01 /* packet carries a GRE key (RFC 2890 K bit) */
+#define EDGE_KF_FRAG 0x02    /* non-first fragment: no L4 header, ports 0 */
+
+#endif

@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* Every map of the dataplane. Sizes marked "config" are overwritten by the
+ * agent from limits.* before load; all maps are pinned by name so a
+ * restarted agent adopts them. */
+#ifndef EDGE_MAPS_H
+#define EDGE_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "edge_consts.h"
+#include "edge_types.h"
+
+/* Global state (generation, group counts, defaults), one struct edge_state.
+ * Written by the agent; read by every packet. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_state);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_global SEC(".maps");
+
+/* Mask groups of both slots, index slot * EDGE_MAX_GROUPS + i.
+ * Written by the agent into the inactive slot; read on flow-cache miss. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_group);
+	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_GROUPS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_groups SEC(".maps");
+
+/* Classifier entries of both slots (masked key -> rule).
+ * Written by the agent; read on flow-cache miss. Size: config (2 x rules). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct edge_rule_key);
+	__type(value, struct edge_rule);
+	__uint(max_entries, 2 * 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_rules SEC(".maps");
+
+/* FARs of both slots, index slot * far_stride + far index.
+ * Written by the agent; read per packet. Size: config (2 x rules). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_far);
+	__uint(max_entries, 2 * 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_fars SEC(".maps");
+
+/* Flow cache: decisions per flow, tagged with their generation.
+ * Written and read by packets; flushed by the agent on request. Size: config. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct edge_flow_key);
+	__type(value, struct edge_flow);
+	__uint(max_entries, 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_flows SEC(".maps");
+
+/* Egress interfaces for XDP_REDIRECT (ifindex -> ifindex).
+ * Written by the agent from interfaces[]; read by redirect. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_tx SEC(".maps");
+
+/* Per-PDR packets/bytes, by the stats index of edge_rule. Written by
+ * packets; read (summed over CPUs) by the agent and `edgeplane stats`.
+ * Size: config (rules). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_ctr);
+	__uint(max_entries, 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_pdr_stats SEC(".maps");
+
+/* Per XDP verdict (XDP_ABORTED..XDP_REDIRECT) packets/bytes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_ctr);
+	__uint(max_entries, 8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_verdicts SEC(".maps");
+
+/* Per edge_reason packets/bytes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_ctr);
+	__uint(max_entries, EDGE_R_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_reasons SEC(".maps");
+
+/* Flow-cache hits [0] and misses [1] (packets only). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 2);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_cache_stats SEC(".maps");
+
+#endif

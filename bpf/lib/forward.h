@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* FAR execution: pass, drop, redirect with the next hop from the kernel's
+ * FIB. The kernel's routes and neighbours stay the source of truth; when
+ * XDP cannot finish the job (no neighbour, TTL expiry, MTU) the packet is
+ * handed to the kernel, which resolves or answers with ICMP. */
+#ifndef EDGE_FORWARD_H
+#define EDGE_FORWARD_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_helpers.h>
+#include "../edge_maps.h"
+#include "csum.h"
+#include "parse.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#define AF_INET6 10
+#endif
+
+/* count adds one packet of len bytes to a per-CPU counter array. */
+static __always_inline void count(void *map, __u32 idx, __u32 len)
+{
+	struct edge_ctr *c = bpf_map_lookup_elem(map, &idx);
+
+	if (c) {
+		c->packets++;
+		c->bytes += len;
+	}
+}
+
+/* punt ends the pipeline with verdict, counting reason. */
+static __always_inline int punt(struct edge_pkt *p, enum edge_reason reason,
+				int verdict)
+{
+	count(&edge_reasons, reason, p->len);
+	count(&edge_verdicts, verdict, p->len);
+	return verdict;
+}
+
+/* edge_redirect forwards the packet out of far->ifindex to the next hop the
+ * FIB gives. The lookup is done as output on the FAR's interface
+ * (BPF_FIB_LOOKUP_OUTPUT), so only routes through that interface are
+ * candidates; a result on another interface is punted. */
+static __always_inline int edge_redirect(struct xdp_md *ctx, struct edge_pkt *p,
+					 const struct edge_far *far)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct bpf_fib_lookup fib = {};
+	struct ethhdr *eth = data;
+	struct iphdr *iph = NULL;
+	struct ipv6hdr *ip6 = NULL;
+	long rc;
+
+	/* A tagged frame belongs to a VLAN sub-interface, which XDP cannot
+	 * transmit on: the kernel routes it. */
+	if (p->vlans)
+		return punt(p, EDGE_R_VLAN_FWD, XDP_PASS);
+	if ((void *)(eth + 1) > data_end)
+		return punt(p, EDGE_R_BAD_ETH, XDP_DROP);
+
+	fib.ifindex = far->ifindex;
+	if (p->key.family == 4) {
+		iph = data + sizeof(*eth);
+		if ((void *)(iph + 1) > data_end)
+			return punt(p, EDGE_R_BAD_IP4, XDP_DROP);
+		if (iph->ttl <= 1)
+			return punt(p, EDGE_R_TTL, XDP_PASS);
+		fib.family = AF_INET;
+		fib.tos = iph->tos;
+		fib.l4_protocol = iph->protocol;
+		fib.tot_len = bpf_ntohs(iph->tot_len);
+		fib.ipv4_src = iph->saddr;
+		fib.ipv4_dst = iph->daddr;
+	} else {
+		ip6 = data + sizeof(*eth);
+		if ((void *)(ip6 + 1) > data_end)
+			return punt(p, EDGE_R_BAD_IP6, XDP_DROP);
+		if (ip6->hop_limit <= 1)
+			return punt(p, EDGE_R_TTL, XDP_PASS);
+		fib.family = AF_INET6;
+		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
+		fib.l4_protocol = ip6->nexthdr;
+		fib.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+		__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
+		__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
+	}
+	fib.sport = p->key.sport;
+	fib.dport = p->key.dport;
+
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+		break;
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		return punt(p, EDGE_R_NO_NEIGH, XDP_PASS);
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		return punt(p, EDGE_R_FRAG_NEEDED, XDP_PASS);
+	default:
+		return punt(p, EDGE_R_FIB_FAIL, XDP_PASS);
+	}
+	if (fib.ifindex != far->ifindex)
+		return punt(p, EDGE_R_ROUTE_MISMATCH, XDP_PASS);
+
+	if (iph)
+		ip4_dec_ttl(iph);
+	else if (ip6)
+		ip6->hop_limit--;
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+
+	rc = bpf_redirect_map(&edge_tx, fib.ifindex, XDP_ABORTED);
+	if (rc != XDP_REDIRECT)
+		return punt(p, EDGE_R_NO_TX, XDP_DROP);
+	count(&edge_verdicts, XDP_REDIRECT, p->len);
+	return XDP_REDIRECT;
+}
+
+/* edge_act carries out a FAR. */
+static __always_inline int edge_act(struct xdp_md *ctx, struct edge_pkt *p,
+				    const struct edge_far *far)
+{
+	switch (far->action) {
+	case EDGE_ACT_PASS:
+		count(&edge_verdicts, XDP_PASS, p->len);
+		return XDP_PASS;
+	case EDGE_ACT_REDIRECT:
+		return edge_redirect(ctx, p, far);
+	/* Encap/decap (GRE paths) and balancing (LBR) attach here. */
+	case EDGE_ACT_DROP:
+	default:
+		count(&edge_verdicts, XDP_DROP, p->len);
+		return XDP_DROP;
+	}
+}
+
+#endif

@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf"
+)
+
+// Limits are the map sizes taken from the config at load time.
+type Limits struct {
+	Flows uint32 // flow-cache entries
+	Rules uint32 // classifier entries and FARs per generation
+}
+
+// ErrIncompatible is returned when pinned maps exist with other sizes or
+// layouts than this build and config want.
+var ErrIncompatible = errors.New("pinned maps do not match this config")
+
+// Spec returns the dataplane's collection spec with map sizes and load-time
+// constants set from l.
+func Spec(l Limits) (*ebpf.CollectionSpec, error) {
+	if l.Flows == 0 || l.Rules == 0 {
+		return nil, fmt.Errorf("limits must be positive: flows %d, rules %d", l.Flows, l.Rules)
+	}
+	spec, err := loadEdge()
+	if err != nil {
+		return nil, fmt.Errorf("load embedded object: %w", err)
+	}
+	spec.Maps[edgeMapEdgeFlows].MaxEntries = l.Flows
+	// Both slots of a generation live in one map: twice the capacity.
+	spec.Maps[edgeMapEdgeRules].MaxEntries = 2 * l.Rules
+	spec.Maps[edgeMapEdgeFars].MaxEntries = 2 * l.Rules
+	spec.Maps[edgeMapEdgePdrStats].MaxEntries = l.Rules
+	if err := spec.Variables[edgeVarFarStride].Set(l.Rules); err != nil {
+		return nil, fmt.Errorf("set far_stride: %w", err)
+	}
+	return spec, nil
+}
+
+// ProgramID identifies the program this build loads for l: a restarted
+// agent adopts a pinned program only when its ID matches.
+func ProgramID(l Limits) string {
+	h := sha256.New()
+	h.Write(_EdgeBytes)
+	_ = binary.Write(h, binary.LittleEndian, l)
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// Dataplane holds the loaded maps (and, once loaded or adopted, the
+// program) of one gateway.
+type Dataplane struct {
+	edgeMaps
+	Limits Limits
+	Prog   *ebpf.Program
+
+	spec    *ebpf.CollectionSpec
+	barrier *barrier
+	writer  *writer
+}
+
+// Open creates the dataplane's maps, or reuses those pinned under pinDir
+// (none pinned when pinDir is empty). It does not load the program.
+func Open(l Limits, pinDir string) (*Dataplane, error) {
+	spec, err := Spec(l)
+	if err != nil {
+		return nil, err
+	}
+	opts := &ebpf.CollectionOptions{}
+	if pinDir != "" {
+		if err := os.MkdirAll(pinDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create pin dir: %w", err)
+		}
+		opts.Maps.PinPath = pinDir
+	} else {
+		for _, m := range spec.Maps {
+			m.Pinning = ebpf.PinNone
+		}
+	}
+	dp := &Dataplane{Limits: l, spec: spec}
+	if err := spec.LoadAndAssign(&dp.edgeMaps, opts); err != nil {
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("%w (limits or build changed; run `edgeplane down` first): %w", ErrIncompatible, err)
+		}
+		return nil, fmt.Errorf("load maps: %w", err)
+	}
+	if dp.barrier, err = newBarrier(); err != nil {
+		dp.Close()
+		return nil, err
+	}
+	if dp.writer, err = newWriter(dp); err != nil {
+		dp.Close()
+		return nil, err
+	}
+	return dp, nil
+}
+
+// LoadProgram loads the XDP program against dp's maps.
+func (dp *Dataplane) LoadProgram() (*ebpf.Program, error) {
+	var progs edgePrograms
+	opts := &ebpf.CollectionOptions{MapReplacements: dp.mapsByName()}
+	if err := dp.spec.LoadAndAssign(&progs, opts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load xdp program: %+v", ve)
+		}
+		return nil, fmt.Errorf("load xdp program: %w", err)
+	}
+	if dp.Prog != nil {
+		dp.Prog.Close()
+	}
+	dp.Prog = progs.EdgeXdp
+	return dp.Prog, nil
+}
+
+func (dp *Dataplane) mapsByName() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		edgeMapEdgeCacheStats: dp.EdgeCacheStats,
+		edgeMapEdgeFars:       dp.EdgeFars,
+		edgeMapEdgeFlows:      dp.EdgeFlows,
+		edgeMapEdgeGlobal:     dp.EdgeGlobal,
+		edgeMapEdgeGroups:     dp.EdgeGroups,
+		edgeMapEdgePdrStats:   dp.EdgePdrStats,
+		edgeMapEdgeReasons:    dp.EdgeReasons,
+		edgeMapEdgeRules:      dp.EdgeRules,
+		edgeMapEdgeTx:         dp.EdgeTx,
+		edgeMapEdgeVerdicts:   dp.EdgeVerdicts,
+	}
+}
+
+// Unpin removes the maps' pins; the maps live on while something holds them.
+func (dp *Dataplane) Unpin() error {
+	var errs []error
+	for name, m := range dp.mapsByName() {
+		if err := m.Unpin(); err != nil {
+			errs = append(errs, fmt.Errorf("unpin %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close releases dp's file descriptors; pinned objects stay in the kernel.
+func (dp *Dataplane) Close() error {
+	var errs []error
+	if dp.Prog != nil {
+		errs = append(errs, dp.Prog.Close())
+	}
+	if dp.barrier != nil {
+		errs = append(errs, dp.barrier.Close())
+	}
+	errs = append(errs, dp.edgeMaps.Close())
+	return errors.Join(errs...)
+}
+
+// barrier waits for a grace period: updating an ARRAY_OF_MAPS slot makes
+// the kernel call synchronize_rcu() before the syscall returns
+// (maybe_wait_bpf_programs in kernel/bpf/syscall.c), and XDP programs run
+// inside an RCU read-side section, so after Sync no program still uses
+// what it looked up before.
+type barrier struct {
+	outer, inner *ebpf.Map
+}
+
+func newBarrier() (*barrier, error) {
+	inner := &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+	in, err := ebpf.NewMap(inner)
+	if err != nil {
+		return nil, fmt.Errorf("create barrier inner map: %w", err)
+	}
+	out, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: 1, InnerMap: inner})
+	if err != nil {
+		in.Close()
+		return nil, fmt.Errorf("create barrier map: %w", err)
+	}
+	return &barrier{outer: out, inner: in}, nil
+}
+
+// Sync returns after an RCU grace period.
+func (b *barrier) Sync() error {
+	if err := b.outer.Put(uint32(0), b.inner); err != nil {
+		return fmt.Errorf("rcu barrier: %w", err)
+	}
+	return nil
+}
+
+func (b *barrier) Close() error {
+	return errors.Join(b.outer.Close(), b.inner.Close())
+}

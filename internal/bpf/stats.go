@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+)
+
+// Counter is a packets/bytes pair summed over CPUs.
+type Counter struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// Snapshot is every counter of the dataplane at one moment.
+type Snapshot struct {
+	Gen       uint32
+	PDRs      map[uint32]Counter // by PDR id
+	Verdicts  []Counter          // by XDP verdict
+	Reasons   []Counter          // by reason
+	CacheHit  uint64
+	CacheMiss uint64
+}
+
+// Snapshot reads and sums every per-CPU counter.
+func (dp *Dataplane) Snapshot() (*Snapshot, error) {
+	rules, gen, err := dp.ActiveRules()
+	if err != nil {
+		return nil, err
+	}
+	return readSnapshot(&dp.edgeMaps, rules, gen)
+}
+
+func readSnapshot(m *edgeMaps, rules map[RuleKey]Rule, gen uint32) (*Snapshot, error) {
+	s := &Snapshot{Gen: gen, PDRs: map[uint32]Counter{}}
+	seen := map[uint32]bool{}
+	for _, r := range rules {
+		if seen[r.Stats] {
+			continue
+		}
+		seen[r.Stats] = true
+		c, err := sumCtr(m.EdgePdrStats, r.Stats)
+		if err != nil {
+			return nil, fmt.Errorf("pdr stats: %w", err)
+		}
+		s.PDRs[uint32(r.Prio)] = c
+	}
+	var err error
+	if s.Verdicts, err = sumAll(m.EdgeVerdicts, len(VerdictNames)); err != nil {
+		return nil, fmt.Errorf("verdict stats: %w", err)
+	}
+	if s.Reasons, err = sumAll(m.EdgeReasons, ReasonMax); err != nil {
+		return nil, fmt.Errorf("reason stats: %w", err)
+	}
+	for i, dst := range []*uint64{&s.CacheHit, &s.CacheMiss} {
+		var per []uint64
+		if err := m.EdgeCacheStats.Lookup(uint32(i), &per); err != nil {
+			return nil, fmt.Errorf("cache stats: %w", err)
+		}
+		for _, v := range per {
+			*dst += v
+		}
+	}
+	return s, nil
+}
+
+func sumCtr(m *ebpf.Map, idx uint32) (Counter, error) {
+	var per []Ctr
+	var c Counter
+	if err := m.Lookup(idx, &per); err != nil {
+		return c, err
+	}
+	for _, v := range per {
+		c.Packets += v.Packets
+		c.Bytes += v.Bytes
+	}
+	return c, nil
+}
+
+func sumAll(m *ebpf.Map, n int) ([]Counter, error) {
+	out := make([]Counter, n)
+	for i := range out {
+		c, err := sumCtr(m, uint32(i))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
+// PinnedSnapshot reads the counters straight from the maps pinned under
+// pinDir, without an agent.
+func PinnedSnapshot(pinDir string) (*Snapshot, error) {
+	var m edgeMaps
+	fields := map[string]**ebpf.Map{
+		edgeMapEdgeCacheStats: &m.EdgeCacheStats,
+		edgeMapEdgeFars:       &m.EdgeFars,
+		edgeMapEdgeFlows:      &m.EdgeFlows,
+		edgeMapEdgeGlobal:     &m.EdgeGlobal,
+		edgeMapEdgeGroups:     &m.EdgeGroups,
+		edgeMapEdgePdrStats:   &m.EdgePdrStats,
+		edgeMapEdgeReasons:    &m.EdgeReasons,
+		edgeMapEdgeRules:      &m.EdgeRules,
+		edgeMapEdgeTx:         &m.EdgeTx,
+		edgeMapEdgeVerdicts:   &m.EdgeVerdicts,
+	}
+	for name, dst := range fields {
+		mp, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("open pinned %s (is an agent running with --pin-dir %s?): %w", name, pinDir, err)
+		}
+		*dst = mp
+	}
+	defer m.Close()
+	var st State
+	if err := m.EdgeGlobal.Lookup(uint32(0), &st); err != nil {
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	rules := map[RuleKey]Rule{}
+	var k RuleKey
+	var v Rule
+	it := m.EdgeRules.Iterate()
+	for it.Next(&k, &v) {
+		if st.Gen != 0 && k.Group/MaxGroups == st.Gen&1 {
+			rules[k] = v
+		}
+	}
+	if err := it.Err(); err != nil && !errors.Is(err, ebpf.ErrIterationAborted) {
+		return nil, fmt.Errorf("read rules: %w", err)
+	}
+	return readSnapshot(&m, rules, st.Gen)
+}

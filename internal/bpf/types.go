@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+// Aliases for the structs bpf2go generates from bpf/edge_types.h, so callers
+// outside this package can use them.
+type (
+	FlowKey = edgeEdgeFlowKey
+	RuleKey = edgeEdgeRuleKey
+	Rule    = edgeEdgeRule
+	Group   = edgeEdgeGroup
+	Far     = edgeEdgeFar
+	State   = edgeEdgeState
+	Flow    = edgeEdgeFlow
+	Ctr     = edgeEdgeCtr
+)
+
+// MaxGroups mirrors EDGE_MAX_GROUPS in bpf/edge_consts.h.
+const MaxGroups = 32
+
+// Key flag bits, mirroring EDGE_KF_* in bpf/edge_consts.h.
+const (
+	KeyFlagGREKey = 0x01
+	KeyFlagFrag   = 0x02
+)
+
+// Sentinels, mirroring EDGE_NO_FAR / EDGE_NO_PDR.
+const (
+	NoFAR = 0xffffffff
+	NoPDR = 0xffffffff
+)
+
+// FAR actions, mirroring enum edge_action.
+const (
+	ActPass     = 0
+	ActDrop     = 1
+	ActRedirect = 2
+)
+
+// XDP verdicts (enum xdp_action in linux/bpf.h).
+const (
+	XDPAborted  = 0
+	XDPDrop     = 1
+	XDPPass     = 2
+	XDPTx       = 3
+	XDPRedirect = 4
+)
+
+// VerdictNames names the XDP verdicts by value.
+var VerdictNames = []string{"aborted", "drop", "pass", "tx", "redirect"}
+
+// ReasonNames names enum edge_reason by value; a test keeps it in step with
+// bpf/edge_types.h.
+var ReasonNames = []string{
+	"none",
+	"bad_eth",
+	"bad_vlan",
+	"vlan_depth",
+	"bad_ip4",
+	"bad_ihl",
+	"bad_ip4_csum",
+	"bad_ip6",
+	"bad_ip6_ext",
+	"bad_l4",
+	"bad_gre",
+	"non_ip",
+	"no_match",
+	"no_neigh",
+	"fib_fail",
+	"route_mismatch",
+	"ttl",
+	"frag_needed",
+	"vlan_fwd",
+	"no_tx",
+	"flow_full",
+	"no_state",
+}
+
+// Reason values used by callers and tests.
+const (
+	ReasonNone = iota
+	ReasonBadEth
+	ReasonBadVLAN
+	ReasonVLANDepth
+	ReasonBadIP4
+	ReasonBadIHL
+	ReasonBadIP4Csum
+	ReasonBadIP6
+	ReasonBadIP6Ext
+	ReasonBadL4
+	ReasonBadGRE
+	ReasonNonIP
+	ReasonNoMatch
+	ReasonNoNeigh
+	ReasonFIBFail
+	ReasonRouteMismatch
+	ReasonTTL
+	ReasonFragNeeded
+	ReasonVLANFwd
+	ReasonNoTx
+	ReasonFlowFull
+	ReasonNoState
+	ReasonMax
+)
