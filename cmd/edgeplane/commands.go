@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/edgeplane/edgeplane/internal/agent"
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+)
+
+const defaultPinDir = "/sys/fs/bpf/edgeplane"
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "edgeplane",
+		Short:         "eBPF/XDP dataplane for private-5G and SD-WAN edge gateways",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newAgentCmd(), newValidateCmd(), newStatsCmd(), newDownCmd(), newBenchCmd(), newDemoCmd())
+	return root
+}
+
+func newAgentCmd() *cobra.Command {
+	var o agent.Options
+	var debug bool
+	c := &cobra.Command{
+		Use:   "agent --config FILE",
+		Short: "Load the dataplane on the configured interfaces and serve it",
+		Long: `Loads (or adopts an already pinned) XDP dataplane, attaches it to the
+configured interfaces, writes the rules and serves Prometheus metrics.
+SIGHUP re-reads the config and applies the difference atomically; an
+invalid config is refused and the live rules keep serving. On exit the
+dataplane stays attached and forwarding (pinned) unless --detach-on-exit.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lvl := slog.LevelInfo
+			if debug {
+				lvl = slog.LevelDebug
+			}
+			o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			return agent.Run(cmd.Context(), o)
+		},
+	}
+	c.Flags().StringVar(&o.ConfigPath, "config", "/etc/edgeplane/config.yaml", "config file")
+	c.Flags().StringVar(&o.PinDir, "pin-dir", defaultPinDir, "bpffs directory for pinned maps, program and links (one per gateway)")
+	c.Flags().StringVar(&o.MetricsAddr, "metrics-addr", ":9090", "Prometheus listen address (empty to disable)")
+	c.Flags().BoolVar(&o.DetachOnExit, "detach-on-exit", false, "detach XDP and remove pins when the agent exits")
+	c.Flags().BoolVar(&debug, "debug", false, "debug logging")
+	return c
+}
+
+func newValidateCmd() *cobra.Command {
+	var path string
+	c := &cobra.Command{
+		Use:   "validate --config FILE",
+		Short: "Check a config file; print every problem as path: reason",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := config.Load(path); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), path+": ok")
+			return nil
+		},
+	}
+	c.Flags().StringVar(&path, "config", "/etc/edgeplane/config.yaml", "config file")
+	return c
+}
+
+func newStatsCmd() *cobra.Command {
+	var pinDir string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "stats",
+		Short: "Print counters read straight from the pinned maps (no agent needed)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := bpf.PinnedSnapshot(pinDir)
+			if err != nil {
+				return err
+			}
+			return printStats(cmd, s, asJSON)
+		},
+	}
+	c.Flags().StringVar(&pinDir, "pin-dir", defaultPinDir, "bpffs directory of the gateway")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+// statsJSON is the stable JSON shape of `edgeplane stats --json`.
+type statsJSON struct {
+	Generation uint32                 `json:"generation"`
+	PDRs       map[string]bpf.Counter `json:"pdrs"`
+	Verdicts   map[string]bpf.Counter `json:"verdicts"`
+	Reasons    map[string]bpf.Counter `json:"reasons"`
+	FlowCache  map[string]uint64      `json:"flow_cache"`
+}
+
+func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
+	out := statsJSON{
+		Generation: s.Gen,
+		PDRs:       map[string]bpf.Counter{},
+		Verdicts:   map[string]bpf.Counter{},
+		Reasons:    map[string]bpf.Counter{},
+		FlowCache:  map[string]uint64{"hit": s.CacheHit, "miss": s.CacheMiss},
+	}
+	for id, c := range s.PDRs {
+		out.PDRs[fmt.Sprint(id)] = c
+	}
+	for i, c := range s.Verdicts {
+		out.Verdicts[bpf.VerdictNames[i]] = c
+	}
+	for i, c := range s.Reasons {
+		if i != bpf.ReasonNone {
+			out.Reasons[bpf.ReasonNames[i]] = c
+		}
+	}
+	if asJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "generation %d\t\t\t\n\n", s.Gen)
+	fmt.Fprintln(w, "PDR\tPACKETS\tBYTES\t")
+	ids := make([]uint32, 0, len(s.PDRs))
+	for id := range s.PDRs {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		fmt.Fprintf(w, "%d\t%d\t%d\t\n", id, s.PDRs[id].Packets, s.PDRs[id].Bytes)
+	}
+	fmt.Fprintln(w, "\t\t\t\nVERDICT\tPACKETS\tBYTES\t")
+	for i, c := range s.Verdicts {
+		fmt.Fprintf(w, "%s\t%d\t%d\t\n", bpf.VerdictNames[i], c.Packets, c.Bytes)
+	}
+	fmt.Fprintln(w, "\t\t\t\nREASON\tPACKETS\tBYTES\t")
+	for i, c := range s.Reasons {
+		if i != bpf.ReasonNone && c.Packets > 0 {
+			fmt.Fprintf(w, "%s\t%d\t%d\t\n", bpf.ReasonNames[i], c.Packets, c.Bytes)
+		}
+	}
+	fmt.Fprintf(w, "\t\t\t\nflow cache\thit %d\tmiss %d\t\n", s.CacheHit, s.CacheMiss)
+	return w.Flush()
+}
+
+func newDownCmd() *cobra.Command {
+	var pinDir string
+	c := &cobra.Command{
+		Use:   "down",
+		Short: "Detach the dataplane from every interface and remove its pins",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := agent.Down(pinDir); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "removed", pinDir)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&pinDir, "pin-dir", defaultPinDir, "bpffs directory of the gateway")
+	return c
+}

@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package config
+
+import (
+	"fmt"
+	"unicode"
+)
+
+// Validate checks the configuration as Normalize would leave it (c itself
+// is not modified) and returns an Errors value listing every problem, or
+// nil. Problems are listed section by section: interfaces, fars, pdrs,
+// limits, defaults.
+func (c *Config) Validate() error {
+	if errs := c.validate(); len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+func (c *Config) validate() Errors {
+	n := c.normalizedCopy()
+	var v validator
+	ifaces := v.interfaces(n.Interfaces)
+	fars := v.fars(n.FARs, ifaces)
+	v.pdrs(n.PDRs, n.Limits.Rules, ifaces, fars)
+	v.limits(n.Limits)
+	v.defaults(n.Defaults)
+	return v.errs
+}
+
+// normalizedCopy returns a normalized copy of c that shares nothing
+// Normalize writes to with c.
+func (c *Config) normalizedCopy() *Config {
+	n := *c
+	n.Interfaces = append([]Interface(nil), c.Interfaces...)
+	n.PDRs = append([]PDR(nil), c.PDRs...)
+	n.Normalize()
+	return &n
+}
+
+type validator struct {
+	errs Errors
+}
+
+func (v *validator) add(path, format string, args ...any) {
+	v.errs = append(v.errs, FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
+}
+
+// interfaces checks the interfaces and returns the index of each name.
+func (v *validator) interfaces(list []Interface) map[string]int {
+	if len(list) == 0 {
+		v.add("interfaces", "at least one interface required")
+	}
+	byName := make(map[string]int, len(list))
+	for i, it := range list {
+		p := fmt.Sprintf("interfaces[%d]", i)
+		if reason := ifnameProblem(it.Name); reason != "" {
+			v.add(p+".name", "%s", reason)
+		} else if first, dup := byName[it.Name]; dup {
+			v.add(p+".name", "duplicate name %q (first at interfaces[%d])", it.Name, first)
+		} else {
+			byName[it.Name] = i
+		}
+		switch it.Role {
+		case RoleLAN, RoleWAN:
+		case "":
+			v.add(p+".role", "required (want lan or wan)")
+		default:
+			v.add(p+".role", "unknown role %q (want lan or wan)", it.Role)
+		}
+		switch it.XDP {
+		case XDPNative, XDPGeneric, XDPAuto:
+		default:
+			v.add(p+".xdp", "unknown mode %q (want native, generic or auto)", it.XDP)
+		}
+	}
+	return byName
+}
+
+// ifnameProblem returns why name is not a valid Linux interface name, or
+// "" when it is. The rules are the kernel's dev_valid_name.
+func ifnameProblem(name string) string {
+	switch {
+	case name == "":
+		return "required"
+	case len(name) > MaxIfnameLen:
+		return fmt.Sprintf("interface name %q is %d bytes, longer than %d", name, len(name), MaxIfnameLen)
+	case name == "." || name == "..":
+		return fmt.Sprintf("interface name %q not allowed", name)
+	}
+	for _, r := range name {
+		switch {
+		case r == '/' || r == ':':
+			return fmt.Sprintf("interface name %q must not contain %q", name, r)
+		case unicode.IsSpace(r):
+			return fmt.Sprintf("interface name %q must not contain whitespace", name)
+		case r == 0:
+			return fmt.Sprintf("interface name %q must not contain NUL", name)
+		}
+	}
+	return ""
+}
+
+// fars checks the FARs and returns the index of each id.
+func (v *validator) fars(list []FAR, ifaces map[string]int) map[uint32]int {
+	byID := make(map[uint32]int, len(list))
+	for i, f := range list {
+		p := fmt.Sprintf("fars[%d]", i)
+		if f.ID == 0 {
+			v.add(p+".id", "required")
+		} else if first, dup := byID[f.ID]; dup {
+			v.add(p+".id", "duplicate id %d (first at fars[%d])", f.ID, first)
+		} else {
+			byID[f.ID] = i
+		}
+		knownAction := true
+		switch f.Action {
+		case ActionPass, ActionDrop, ActionRedirect:
+		case "":
+			knownAction = false
+			v.add(p+".action", "required (want pass, drop or redirect)")
+		default:
+			knownAction = false
+			v.add(p+".action", "unknown action %q (want pass, drop or redirect)", f.Action)
+		}
+		switch {
+		case f.Action == ActionRedirect && f.Interface == "":
+			v.add(p+".interface", "required for action redirect")
+		case knownAction && f.Action != ActionRedirect && f.Interface != "":
+			v.add(p+".interface", "not allowed for action %s", f.Action)
+		case f.Interface != "":
+			if _, ok := ifaces[f.Interface]; !ok {
+				v.add(p+".interface", "unknown interface %q", f.Interface)
+			}
+		}
+	}
+	return byID
+}
+
+func (v *validator) pdrs(list []PDR, rules uint32, ifaces map[string]int, fars map[uint32]int) {
+	if uint64(len(list)) > uint64(rules) {
+		v.add("pdrs", "%d rules exceed limits.rules %d", len(list), rules)
+	}
+	byID := make(map[uint32]int, len(list))
+	for i, r := range list {
+		p := fmt.Sprintf("pdrs[%d]", i)
+		if r.ID == 0 {
+			v.add(p+".id", "required")
+		} else if first, dup := byID[r.ID]; dup {
+			v.add(p+".id", "duplicate id %d (first at pdrs[%d])", r.ID, first)
+		} else {
+			byID[r.ID] = i
+		}
+		v.match(p+".match", r.Match, ifaces)
+		if r.FAR == 0 {
+			v.add(p+".far", "required")
+		} else if _, ok := fars[r.FAR]; !ok {
+			v.add(p+".far", "no far with id %d", r.FAR)
+		}
+	}
+}
+
+func (v *validator) match(p string, m Match, ifaces map[string]int) {
+	if m.In != "" {
+		if _, ok := ifaces[m.In]; !ok {
+			v.add(p+".in", "unknown interface %q", m.In)
+		}
+	}
+	for _, x := range []struct {
+		name string
+		pfx  Prefix
+	}{{"src", m.Src}, {"dst", m.Dst}} {
+		if x.pfx.IsSet() {
+			if masked := x.pfx.P.Masked(); masked != x.pfx.P {
+				v.add(p+"."+x.name, "host bits set; did you mean %s?", masked)
+			}
+		}
+	}
+	has4 := (m.Src.IsSet() && m.Src.P.Addr().Is4()) || (m.Dst.IsSet() && m.Dst.P.Addr().Is4())
+	has6 := (m.Src.IsSet() && m.Src.P.Addr().Is6()) || (m.Dst.IsSet() && m.Dst.P.Addr().Is6())
+	if m.Src.IsSet() && m.Dst.IsSet() && has4 && has6 {
+		v.add(p, "src is %s but dst is %s", family(m.Src), family(m.Dst))
+	}
+	if m.Proto.Set {
+		switch {
+		case m.Proto.Num == IPProtoICMP && has6:
+			v.add(p+".proto", "icmp cannot match IPv6 prefixes (use icmpv6)")
+		case m.Proto.Num == IPProtoICMPv6 && has4:
+			v.add(p+".proto", "icmpv6 cannot match IPv4 prefixes (use icmp)")
+		}
+	}
+	portProto := m.Proto.Set && (m.Proto.Num == IPProtoTCP || m.Proto.Num == IPProtoUDP || m.Proto.Num == IPProtoSCTP)
+	for _, x := range []struct {
+		name string
+		r    PortRange
+	}{{"sport", m.Sport}, {"dport", m.Dport}} {
+		switch {
+		case !x.r.Set:
+		case x.r.Lo > x.r.Hi:
+			v.add(p+"."+x.name, "port range reversed (%d-%d)", x.r.Lo, x.r.Hi)
+		case !portProto:
+			v.add(p+"."+x.name, "ports need proto tcp, udp or sctp")
+		}
+	}
+	if m.DSCP != nil && *m.DSCP > MaxDSCP {
+		v.add(p+".dscp", "%d out of range 0-%d", *m.DSCP, MaxDSCP)
+	}
+	if m.GREKey != nil && m.Proto.Set && m.Proto.Num != IPProtoGRE {
+		v.add(p+".gre_key", "needs proto gre (or leave proto empty)")
+	}
+}
+
+func family(p Prefix) string {
+	if p.P.Addr().Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+func (v *validator) limits(l Limits) {
+	bound := func(path string, val, lo, hi uint32) {
+		switch {
+		case val < lo:
+			v.add(path, "%d below minimum %d", val, lo)
+		case val > hi:
+			v.add(path, "%d above maximum %d", val, hi)
+		}
+	}
+	bound("limits.flows", l.Flows, MinFlows, MaxFlows)
+	bound("limits.rules", l.Rules, MinRules, MaxRules)
+}
+
+func (v *validator) defaults(d Defaults) {
+	for _, x := range []struct{ path, val string }{
+		{"defaults.no_match", d.NoMatch},
+		{"defaults.malformed", d.Malformed},
+	} {
+		switch x.val {
+		case ActionPass, ActionDrop:
+		default:
+			v.add(x.path, "unknown action %q (want pass or drop)", x.val)
+		}
+	}
+}

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package metrics exposes the dataplane's per-CPU counters to Prometheus,
+// summed at scrape time.
+package metrics
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+)
+
+// Source returns the current counters.
+type Source func() (*bpf.Snapshot, error)
+
+// Collector is a prometheus.Collector over the dataplane's maps.
+type Collector struct {
+	src Source
+
+	pdrPackets, pdrBytes         *prometheus.Desc
+	verdictPackets, verdictBytes *prometheus.Desc
+	reasonPackets, reasonBytes   *prometheus.Desc
+	cache, generation, scrapeErr *prometheus.Desc
+}
+
+// NewCollector returns a collector reading from src.
+func NewCollector(src Source) *Collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("edgeplane_"+name, help, labels, nil)
+	}
+	return &Collector{
+		src:            src,
+		pdrPackets:     d("pdr_packets_total", "Packets matched by a PDR.", "pdr"),
+		pdrBytes:       d("pdr_bytes_total", "Bytes matched by a PDR.", "pdr"),
+		verdictPackets: d("verdict_packets_total", "Packets by final XDP verdict.", "verdict"),
+		verdictBytes:   d("verdict_bytes_total", "Bytes by final XDP verdict.", "verdict"),
+		reasonPackets:  d("reason_packets_total", "Packets punted to the kernel or dropped outside a rule, by reason.", "reason"),
+		reasonBytes:    d("reason_bytes_total", "Bytes punted or dropped outside a rule, by reason.", "reason"),
+		cache:          d("flow_cache_lookups_total", "Flow-cache lookups by result.", "result"),
+		generation:     d("rules_generation", "Generation number of the live rule tables."),
+		scrapeErr:      d("scrape_error", "1 if reading the dataplane maps failed on this scrape."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.pdrPackets, c.pdrBytes, c.verdictPackets, c.verdictBytes,
+		c.reasonPackets, c.reasonBytes, c.cache, c.generation, c.scrapeErr} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	s, err := c.src()
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(c.scrapeErr, prometheus.GaugeValue, 1)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.scrapeErr, prometheus.GaugeValue, 0)
+	ch <- prometheus.MustNewConstMetric(c.generation, prometheus.GaugeValue, float64(s.Gen))
+	for id, v := range s.PDRs {
+		l := strconv.FormatUint(uint64(id), 10)
+		ch <- prometheus.MustNewConstMetric(c.pdrPackets, prometheus.CounterValue, float64(v.Packets), l)
+		ch <- prometheus.MustNewConstMetric(c.pdrBytes, prometheus.CounterValue, float64(v.Bytes), l)
+	}
+	for i, v := range s.Verdicts {
+		ch <- prometheus.MustNewConstMetric(c.verdictPackets, prometheus.CounterValue, float64(v.Packets), bpf.VerdictNames[i])
+		ch <- prometheus.MustNewConstMetric(c.verdictBytes, prometheus.CounterValue, float64(v.Bytes), bpf.VerdictNames[i])
+	}
+	for i, v := range s.Reasons {
+		if i == bpf.ReasonNone {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.reasonPackets, prometheus.CounterValue, float64(v.Packets), bpf.ReasonNames[i])
+		ch <- prometheus.MustNewConstMetric(c.reasonBytes, prometheus.CounterValue, float64(v.Bytes), bpf.ReasonNames[i])
+	}
+	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.CounterValue, float64(s.CacheHit), "hit")
+	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.CounterValue, float64(s.CacheMiss), "miss")
+}
