@@ -57,6 +57,7 @@ struct {
 	__type(key, struct edge_flow_key);
 	__type(value, struct edge_flow);
 	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_flows SEC(".maps");
 

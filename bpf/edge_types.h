@@ -97,15 +97,22 @@ struct edge_state {
 	__u32 ngroups[2];        /* groups in use per slot */
 	__u32 nomatch_verdict;   /* XDP_PASS or XDP_DROP */
 	__u32 malformed_verdict; /* XDP_PASS or XDP_DROP */
-	__u32 pad;
+	__u32 fib_epoch;         /* bumped by the agent on route/neighbour change */
 };
 
-/* Flow-cache value: the decision for a flow under generation gen. */
+/* Flow-cache value: the decision for a flow under generation gen, and the
+ * next hop bpf_fib_lookup gave it under fib_epoch. A flow whose fib_epoch
+ * is not the live one looks its next hop up again. */
 struct edge_flow {
 	__u32 gen;
-	__u32 far;   /* FAR index in slot gen & 1, or EDGE_NO_FAR */
-	__u32 stats; /* PDR stats index or EDGE_NO_PDR */
-	__u32 pad;
+	__u32 far;       /* FAR index in slot gen & 1, or EDGE_NO_FAR */
+	__u32 stats;     /* PDR stats index or EDGE_NO_PDR */
+	__u32 fib_epoch; /* 0: no next hop cached */
+	__u32 oif;       /* egress ifindex of the cached next hop */
+	__u16 ok_len;    /* largest L3 length the kernel's MTU check passed */
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u16 pad;
 };
 
 /* A packets/bytes counter (per CPU). */

@@ -27,4 +27,15 @@ static __always_inline void ip4_dec_ttl(struct iphdr *iph)
 	iph->check = csum_fold(sum);
 }
 
+/* csum_replace2 returns checksum check updated for one 16-bit word
+ * changing from old to new (RFC 1624 eqn. 3); all in network order. */
+static __always_inline __u16 csum_replace2(__u16 check, __u16 old, __u16 new)
+{
+	__u32 sum = (__u16)~check;
+
+	sum += (__u16)~old;
+	sum += new;
+	return csum_fold(sum);
+}
+
 #endif

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* FAR execution: pass, drop, redirect with the next hop from the kernel's
- * FIB. The kernel's routes and neighbours stay the source of truth; when
+ * FIB, cached per flow until the agent bumps the FIB epoch (it watches
+ * route, neighbour, address and link changes over netlink). The kernel's
+ * routes and neighbours stay the source of truth; when
  * XDP cannot finish the job (no neighbour, TTL expiry, MTU) the packet is
  * handed to the kernel, which resolves or answers with ICMP. */
 #ifndef EDGE_FORWARD_H
@@ -40,80 +42,111 @@ static __always_inline int punt(struct edge_pkt *p, enum edge_reason reason,
 	return verdict;
 }
 
-/* edge_redirect forwards the packet out of far->ifindex to the next hop the
- * FIB gives. The lookup is done as output on the FAR's interface
- * (BPF_FIB_LOOKUP_OUTPUT), so only routes through that interface are
- * candidates; a result on another interface is punted. */
+/* fib_fill asks the kernel's FIB for the next hop of the packet out of
+ * far->ifindex and caches it in fl. The lookup is done as output on the
+ * FAR's interface (BPF_FIB_LOOKUP_OUTPUT), so only routes through that
+ * interface are candidates; a result on another interface is punted.
+ * Returns 0 on success or the edge_reason to punt with. */
+static __always_inline int fib_fill(struct xdp_md *ctx, struct edge_pkt *p,
+				    const struct edge_far *far,
+				    struct edge_flow *fl, __u32 epoch,
+				    struct iphdr *iph, struct ipv6hdr *ip6,
+				    __u32 len3)
+{
+	struct bpf_fib_lookup fib = {};
+	long rc;
+
+	fib.ifindex = far->ifindex;
+	fib.l4_protocol = p->key.proto;
+	fib.sport = p->key.sport;
+	fib.dport = p->key.dport;
+	fib.tot_len = len3;
+	if (iph) {
+		fib.family = AF_INET;
+		fib.tos = iph->tos;
+		fib.ipv4_src = iph->saddr;
+		fib.ipv4_dst = iph->daddr;
+	} else if (ip6) {
+		fib.family = AF_INET6;
+		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
+		__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
+		__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
+	}
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+		break;
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		return EDGE_R_NO_NEIGH;
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		return EDGE_R_FRAG_NEEDED;
+	default:
+		return EDGE_R_FIB_FAIL;
+	}
+	if (fib.ifindex != far->ifindex)
+		return EDGE_R_ROUTE_MISMATCH;
+	/* A flow keeps its cached next hop for lengths up to the largest the
+	 * kernel's MTU check has passed; a longer packet asks again. */
+	if (fl->fib_epoch != epoch || fl->oif != fib.ifindex)
+		fl->ok_len = 0;
+	if (fib.tot_len > fl->ok_len)
+		fl->ok_len = fib.tot_len;
+	fl->oif = fib.ifindex;
+	__builtin_memcpy(fl->dmac, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(fl->smac, fib.smac, ETH_ALEN);
+	fl->fib_epoch = epoch;
+	return 0;
+}
+
+/* edge_redirect forwards the packet out of far->ifindex to the next hop
+ * cached in fl, asking the FIB first when fl has none for this epoch. */
 static __always_inline int edge_redirect(struct xdp_md *ctx, struct edge_pkt *p,
-					 const struct edge_far *far)
+					 const struct edge_far *far,
+					 struct edge_flow *fl, __u32 epoch)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct bpf_fib_lookup fib = {};
 	struct ethhdr *eth = data;
 	struct iphdr *iph = NULL;
 	struct ipv6hdr *ip6 = NULL;
-	long rc;
+	__u32 len3; /* IP length, as the kernel's MTU check counts it */
+	int reason;
 
 	/* A tagged frame belongs to a VLAN sub-interface, which XDP cannot
 	 * transmit on: the kernel routes it. */
 	if (p->vlans)
 		return punt(p, EDGE_R_VLAN_FWD, XDP_PASS);
-	if ((void *)(eth + 1) > data_end)
-		return punt(p, EDGE_R_BAD_ETH, XDP_DROP);
-
-	fib.ifindex = far->ifindex;
 	if (p->key.family == 4) {
 		iph = data + sizeof(*eth);
 		if ((void *)(iph + 1) > data_end)
 			return punt(p, EDGE_R_BAD_IP4, XDP_DROP);
 		if (iph->ttl <= 1)
 			return punt(p, EDGE_R_TTL, XDP_PASS);
-		fib.family = AF_INET;
-		fib.tos = iph->tos;
-		fib.l4_protocol = iph->protocol;
-		fib.tot_len = bpf_ntohs(iph->tot_len);
-		fib.ipv4_src = iph->saddr;
-		fib.ipv4_dst = iph->daddr;
+		len3 = bpf_ntohs(iph->tot_len);
 	} else {
 		ip6 = data + sizeof(*eth);
 		if ((void *)(ip6 + 1) > data_end)
 			return punt(p, EDGE_R_BAD_IP6, XDP_DROP);
 		if (ip6->hop_limit <= 1)
 			return punt(p, EDGE_R_TTL, XDP_PASS);
-		fib.family = AF_INET6;
-		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
-		fib.l4_protocol = ip6->nexthdr;
-		fib.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
-		__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
-		__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
+		len3 = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
 	}
-	fib.sport = p->key.sport;
-	fib.dport = p->key.dport;
 
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
-	switch (rc) {
-	case BPF_FIB_LKUP_RET_SUCCESS:
-		break;
-	case BPF_FIB_LKUP_RET_NO_NEIGH:
-		return punt(p, EDGE_R_NO_NEIGH, XDP_PASS);
-	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
-		return punt(p, EDGE_R_FRAG_NEEDED, XDP_PASS);
-	default:
-		return punt(p, EDGE_R_FIB_FAIL, XDP_PASS);
+	if (fl->fib_epoch != epoch || fl->oif != far->ifindex ||
+	    len3 > fl->ok_len) {
+		reason = fib_fill(ctx, p, far, fl, epoch, iph, ip6, len3);
+		if (reason)
+			return punt(p, reason, XDP_PASS);
 	}
-	if (fib.ifindex != far->ifindex)
-		return punt(p, EDGE_R_ROUTE_MISMATCH, XDP_PASS);
 
 	if (iph)
 		ip4_dec_ttl(iph);
 	else if (ip6)
 		ip6->hop_limit--;
-	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, fl->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fl->smac, ETH_ALEN);
 
-	rc = bpf_redirect_map(&edge_tx, fib.ifindex, XDP_ABORTED);
-	if (rc != XDP_REDIRECT)
+	if (bpf_redirect_map(&edge_tx, fl->oif, XDP_ABORTED) != XDP_REDIRECT)
 		return punt(p, EDGE_R_NO_TX, XDP_DROP);
 	count(&edge_verdicts, XDP_REDIRECT, p->len);
 	return XDP_REDIRECT;
@@ -121,14 +154,15 @@ static __always_inline int edge_redirect(struct xdp_md *ctx, struct edge_pkt *p,
 
 /* edge_act carries out a FAR. */
 static __always_inline int edge_act(struct xdp_md *ctx, struct edge_pkt *p,
-				    const struct edge_far *far)
+				    const struct edge_far *far,
+				    struct edge_flow *fl, __u32 epoch)
 {
 	switch (far->action) {
 	case EDGE_ACT_PASS:
 		count(&edge_verdicts, XDP_PASS, p->len);
 		return XDP_PASS;
 	case EDGE_ACT_REDIRECT:
-		return edge_redirect(ctx, p, far);
+		return edge_redirect(ctx, p, far, fl, epoch);
 	/* Encap/decap (GRE paths) and balancing (LBR) attach here. */
 	case EDGE_ACT_DROP:
 	default:

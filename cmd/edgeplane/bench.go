@@ -3,9 +3,41 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
+
 	"github.com/spf13/cobra"
+
+	"github.com/edgeplane/edgeplane/internal/bench"
 )
 
 func newBenchCmd() *cobra.Command {
-	return &cobra.Command{Use: "bench", Short: "Measure the dataplane (see internal/bench)", Hidden: true}
+	var o bench.Options
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure ns/packet of the dataplane beside an XDP_PASS floor, in one run",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Log = func(format string, a ...any) { fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...) }
+			r, err := bench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(r)
+			}
+			fmt.Fprint(cmd.OutOrStdout(), r.Text())
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	c.Flags().IntVar(&o.Repeat, "repeat", 1_000_000, "BPF_PROG_TEST_RUN repeats per round")
+	c.Flags().IntVar(&o.Rounds, "rounds", 5, "rounds per figure (median reported)")
+	c.Flags().BoolVar(&o.Quick, "quick", false, "only the floor and 1-rule figures")
+	_ = c.Flags().MarkHidden("quick")
+	return c
 }

@@ -89,6 +89,9 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer a.stop()
+	if err := watchFIB(ctx, a.dp, log); err != nil {
+		return err
+	}
 
 	errc := make(chan error, 1)
 	if opts.MetricsAddr != "" {

@@ -28,11 +28,16 @@ type edgeEdgeFar struct {
 }
 
 type edgeEdgeFlow struct {
-	_     structs.HostLayout
-	Gen   uint32
-	Far   uint32
-	Stats uint32
-	Pad   uint32
+	_        structs.HostLayout
+	Gen      uint32
+	Far      uint32
+	Stats    uint32
+	FibEpoch uint32
+	Oif      uint32
+	OkLen    uint16
+	Dmac     [6]uint8
+	Smac     [6]uint8
+	Pad      uint16
 }
 
 type edgeEdgeFlowKey struct {
@@ -75,7 +80,7 @@ type edgeEdgeState struct {
 	Ngroups          [2]uint32
 	NomatchVerdict   uint32
 	MalformedVerdict uint32
-	Pad              uint32
+	FibEpoch         uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -33,15 +33,25 @@ func Spec(l Limits) (*ebpf.CollectionSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load embedded object: %w", err)
 	}
+	if err := ApplyLimits(spec, l); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// ApplyLimits sets map sizes and load-time constants from l on spec, which
+// is the dataplane's or another object built from the same headers (the
+// benchmark wrappers).
+func ApplyLimits(spec *ebpf.CollectionSpec, l Limits) error {
 	spec.Maps[edgeMapEdgeFlows].MaxEntries = l.Flows
 	// Both slots of a generation live in one map: twice the capacity.
 	spec.Maps[edgeMapEdgeRules].MaxEntries = 2 * l.Rules
 	spec.Maps[edgeMapEdgeFars].MaxEntries = 2 * l.Rules
 	spec.Maps[edgeMapEdgePdrStats].MaxEntries = l.Rules
 	if err := spec.Variables[edgeVarFarStride].Set(l.Rules); err != nil {
-		return nil, fmt.Errorf("set far_stride: %w", err)
+		return fmt.Errorf("set far_stride: %w", err)
 	}
-	return spec, nil
+	return nil
 }
 
 // ProgramID identifies the program this build loads for l: a restarted
@@ -104,7 +114,7 @@ func Open(l Limits, pinDir string) (*Dataplane, error) {
 // LoadProgram loads the XDP program against dp's maps.
 func (dp *Dataplane) LoadProgram() (*ebpf.Program, error) {
 	var progs edgePrograms
-	opts := &ebpf.CollectionOptions{MapReplacements: dp.mapsByName()}
+	opts := &ebpf.CollectionOptions{MapReplacements: dp.MapReplacements()}
 	if err := dp.spec.LoadAndAssign(&progs, opts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -119,7 +129,9 @@ func (dp *Dataplane) LoadProgram() (*ebpf.Program, error) {
 	return dp.Prog, nil
 }
 
-func (dp *Dataplane) mapsByName() map[string]*ebpf.Map {
+// MapReplacements returns dp's maps by name, for loading other programs
+// (benchmark wrappers) against them.
+func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		edgeMapEdgeCacheStats: dp.EdgeCacheStats,
 		edgeMapEdgeFars:       dp.EdgeFars,
@@ -137,7 +149,7 @@ func (dp *Dataplane) mapsByName() map[string]*ebpf.Map {
 // Unpin removes the maps' pins; the maps live on while something holds them.
 func (dp *Dataplane) Unpin() error {
 	var errs []error
-	for name, m := range dp.mapsByName() {
+	for name, m := range dp.MapReplacements() {
 		if err := m.Unpin(); err != nil {
 			errs = append(errs, fmt.Errorf("unpin %s: %w", name, err))
 		}

@@ -134,6 +134,9 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 	// generation number, so no packet sees the new generation with the
 	// old count.
 	st.Ngroups[t] = uint32(len(g.Groups))
+	if st.FibEpoch == 0 {
+		st.FibEpoch = 1 // 0 would match flows that never cached a next hop
+	}
 	st.NomatchVerdict = g.NoMatch
 	st.MalformedVerdict = g.Malformed
 	if err := dp.EdgeGlobal.Put(uint32(0), st); err != nil {
@@ -211,6 +214,26 @@ func (w *writer) writeSlot(t uint32, g *Generation) error {
 		if _, err := dp.EdgeFars.BatchUpdate(keys, g.FARs, nil); err != nil {
 			return fmt.Errorf("write fars: %w", err)
 		}
+	}
+	return nil
+}
+
+// BumpFIBEpoch makes every flow look its next hop up again: the agent
+// calls it when routes, neighbours, addresses or links change.
+func (dp *Dataplane) BumpFIBEpoch() error {
+	w := dp.writer
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st, err := dp.State()
+	if err != nil {
+		return err
+	}
+	st.FibEpoch++
+	if st.FibEpoch == 0 {
+		st.FibEpoch = 1
+	}
+	if err := dp.EdgeGlobal.Put(uint32(0), st); err != nil {
+		return fmt.Errorf("bump fib epoch: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* The per-packet pipeline: parse -> flow cache -> (miss) classify -> act. */
+#ifndef EDGE_PIPELINE_H
+#define EDGE_PIPELINE_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "../edge_consts.h"
+#include "../edge_types.h"
+#include "../edge_maps.h"
+#include "parse.h"
+#include "classify.h"
+#include "forward.h"
+
+/* FAR slot stride (limits.rules), set by the agent before load. */
+volatile const __u32 far_stride = 65536;
+
+static __always_inline void count_cache(__u32 idx)
+{
+	__u64 *c = bpf_map_lookup_elem(&edge_cache_stats, &idx);
+
+	if (c)
+		(*c)++;
+}
+
+/* edge_pipeline is the whole per-packet path; entry programs (and the
+ * benchmark wrappers) call it. */
+static __always_inline int edge_pipeline(struct xdp_md *ctx)
+{
+	struct edge_pkt p = {};
+	struct edge_flow *fl, nf;
+	const struct edge_state *st;
+	const struct edge_far *far;
+	struct edge_rule rule;
+	__u32 zero = 0, fi;
+	int rc, insert = 0;
+
+	st = bpf_map_lookup_elem(&edge_global, &zero);
+	rc = edge_parse(ctx, &p);
+	if (rc == EDGE_R_NON_IP)
+		return punt(&p, EDGE_R_NON_IP, XDP_PASS);
+	if (!st)
+		return punt(&p, EDGE_R_NO_STATE, XDP_PASS);
+	if (rc == -EDGE_R_VLAN_DEPTH)
+		return punt(&p, EDGE_R_VLAN_DEPTH, XDP_PASS);
+	if (rc < 0)
+		return punt(&p, -rc, st->malformed_verdict);
+	if (st->gen == 0)
+		return punt(&p, EDGE_R_NO_STATE, XDP_PASS);
+
+	fl = bpf_map_lookup_elem(&edge_flows, &p.key);
+	if (fl && fl->gen == st->gen) {
+		count_cache(0);
+	} else {
+		/* Miss or stale generation: classify into a fresh entry on the
+		 * stack, act (which may fill its next hop), then insert it. */
+		count_cache(1);
+		__builtin_memset(&nf, 0, sizeof(nf));
+		nf.gen = st->gen;
+		if (edge_classify(&p.key, st, nf.gen & 1, &rule)) {
+			nf.far = rule.far;
+			nf.stats = rule.stats;
+		} else {
+			nf.far = EDGE_NO_FAR;
+			nf.stats = EDGE_NO_PDR;
+		}
+		fl = &nf;
+		insert = 1;
+	}
+
+	if (fl->far == EDGE_NO_FAR) {
+		rc = punt(&p, EDGE_R_NO_MATCH, st->nomatch_verdict);
+	} else {
+		count(&edge_pdr_stats, fl->stats, p.len);
+		fi = (fl->gen & 1) * far_stride + fl->far;
+		far = bpf_map_lookup_elem(&edge_fars, &fi);
+		if (far)
+			rc = edge_act(ctx, &p, far, fl, st->fib_epoch);
+		else
+			rc = punt(&p, EDGE_R_NO_STATE, XDP_PASS);
+	}
+	if (insert && bpf_map_update_elem(&edge_flows, &p.key, &nf, BPF_ANY))
+		count(&edge_reasons, EDGE_R_FLOW_FULL, p.len);
+	return rc;
+}
+
+#endif

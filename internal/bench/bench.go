@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/lab"
+	"github.com/edgeplane/edgeplane/internal/rules"
+)
+
+// Options tune a run.
+type Options struct {
+	Repeat int // BPF_PROG_TEST_RUN repeats per round (>= 1M for the report)
+	Rounds int // rounds per figure; the median is reported
+	Quick  bool // only the floor and the 1-rule figures (for development)
+	Log    func(format string, a ...any)
+}
+
+// Figure is one measured scenario.
+type Figure struct {
+	Name string `json:"name"`
+	// NsPerPacket is comparable to the floor: for wrapped paths it is
+	// floor + (wrapped - wrapper alone).
+	NsPerPacket float64 `json:"ns_per_packet"`
+	AboveFloor  float64 `json:"ns_above_floor"`
+	RatioFloor  float64 `json:"ratio_to_floor"`
+	Rules       int     `json:"rules,omitempty"`
+	Groups      int     `json:"groups,omitempty"`
+	Method      string  `json:"method"`
+	Verdict     string  `json:"verdict"`
+	RawNs       float64 `json:"raw_ns"`
+}
+
+// Report is the output of `edgeplane bench --json`.
+type Report struct {
+	Kernel  string    `json:"kernel"`
+	CPUs    int       `json:"cpus"`
+	Repeat  int       `json:"repeat"`
+	Rounds  int       `json:"rounds"`
+	FloorNs float64   `json:"xdp_pass_floor_ns"`
+	Figures []Figure  `json:"figures"`
+	Goals   []Goal    `json:"goals"`
+	Started time.Time `json:"started"`
+	Seconds float64   `json:"seconds"`
+}
+
+// Goal states one target of the issue against the measured figures.
+type Goal struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Limit float64 `json:"limit"`
+	Met   bool    `json:"met"`
+}
+
+const (
+	methodPlain   = "repeat on one buffer (program does not modify the packet)"
+	methodWrapped = "wrapper restores TTL and checksum after each run; wrapper alone subtracted, floor added"
+)
+
+// Run measures every figure in one process, one namespace.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.Repeat <= 0 {
+		o.Repeat = 1_000_000
+	}
+	if o.Rounds <= 0 {
+		o.Rounds = 5
+	}
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
+	}
+	start := time.Now()
+	ns, err := lab.NewPacketNS(fmt.Sprintf("epbench%d", os.Getpid()))
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+
+	r := &Report{CPUs: runtime.NumCPU(), Repeat: o.Repeat, Rounds: o.Rounds, Started: start}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		r.Kernel = strings.TrimSpace(string(b))
+	}
+	b := &bencher{o: o, ns: ns}
+
+	// A shared dataplane sized for the largest rule set; each rule set is
+	// committed as a new generation.
+	limits := bpf.Limits{Flows: 65536, Rules: 65536 + 1024}
+	dp, err := bpf.Open(limits, "")
+	if err != nil {
+		return nil, err
+	}
+	defer dp.Close()
+	if _, err := dp.LoadProgram(); err != nil {
+		return nil, err
+	}
+	progs, err := loadWrappers(dp)
+	if err != nil {
+		return nil, err
+	}
+	defer progs.Close()
+	if err := ns.Do(func() error { return dp.SetTx([]uint32{ns.Ifindex["lan0"], ns.Ifindex["wan0"], ns.Ifindex["wan1"]}) }); err != nil {
+		return nil, err
+	}
+
+	probe := udpFrame(netip.MustParseAddr("10.1.0.2"), netip.MustParseAddr("10.3.0.0"), 5000)
+	floor, err := b.median(progs.BenchPass, probe, bpf.XDPPass)
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	r.FloorNs = floor
+	r.add(Figure{Name: "xdp_pass_floor", NsPerPacket: floor, RawNs: floor, Method: methodPlain, Verdict: "pass"})
+	wrapHit, err := b.median(progs.BenchWrapPass, probe, bpf.XDPPass)
+	if err != nil {
+		return nil, err
+	}
+	wrapMiss, err := b.median(progs.BenchWrapMiss, probe, bpf.XDPPass)
+	if err != nil {
+		return nil, err
+	}
+	o.Log("floor %.1f ns, wrapper %.1f ns (hit) %.1f ns (miss)", floor, wrapHit, wrapMiss)
+
+	alloc := rules.NewStatsAlloc(limits.Rules, nil)
+	measureSet := func(series string, n, shapes int) error {
+		cfg, probeDst := ruleSet(n, shapes)
+		gen, next, err := rules.Compile(cfg, ns.Resolve, alloc, limits)
+		if err != nil {
+			return fmt.Errorf("compile %d rules: %w", n, err)
+		}
+		if _, err := dp.Commit(gen); err != nil {
+			return fmt.Errorf("commit %d rules: %w", n, err)
+		}
+		alloc = next
+		frame := udpFrame(netip.MustParseAddr("10.1.0.2"), probeDst, 5000)
+		miss, err := b.median(progs.BenchMiss, frame, bpf.XDPRedirect)
+		if err != nil {
+			return fmt.Errorf("%s miss, %d rules: %w", series, n, err)
+		}
+		r.add(Figure{Name: fmt.Sprintf("%s_miss_%d", series, n), RawNs: miss, NsPerPacket: floor + miss - wrapMiss,
+			Rules: n, Groups: len(gen.Groups), Method: methodWrapped, Verdict: "redirect"})
+		if series != "classify_redirect" {
+			return nil
+		}
+		hit, err := b.median(progs.BenchHit, frame, bpf.XDPRedirect)
+		if err != nil {
+			return fmt.Errorf("hit, %d rules: %w", n, err)
+		}
+		r.add(Figure{Name: fmt.Sprintf("%s_hit_%d", series, n), RawNs: hit, NsPerPacket: floor + hit - wrapHit,
+			Rules: n, Groups: len(gen.Groups), Method: methodWrapped, Verdict: "redirect"})
+		return nil
+	}
+	sizes, sizes8 := []int{1, 1024, 65536}, []int{8, 1024, 65536}
+	if o.Quick {
+		sizes, sizes8 = sizes[:1], nil
+	}
+	for _, n := range sizes {
+		o.Log("classify+redirect, %d rules", n)
+		if err := measureSet("classify_redirect", n, 1); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range sizes8 {
+		o.Log("classify+redirect over 8 mask groups, %d rules", n)
+		if err := measureSet("classify_redirect_8groups", n, 8); err != nil {
+			return nil, err
+		}
+	}
+
+	bad := udpFrame(netip.MustParseAddr("10.1.0.2"), netip.MustParseAddr("10.3.0.1"), 5000)[:14+12] // truncated IPv4
+	drop, err := b.median(dp.Prog, bad, bpf.XDPDrop)
+	if err != nil {
+		return nil, fmt.Errorf("malformed: %w", err)
+	}
+	r.add(Figure{Name: "malformed_drop", RawNs: drop, NsPerPacket: drop, Method: methodPlain, Verdict: "drop"})
+
+	if o.Quick {
+		r.Seconds = time.Since(start).Seconds()
+		return r, nil
+	}
+	missAt := func(name string) float64 { return r.find(name).NsPerPacket }
+	r.Goals = []Goal{
+		{Name: "miss cost at 65536 rules / at 1 rule", Value: missAt("classify_redirect_miss_65536") / missAt("classify_redirect_miss_1"), Limit: 1.5},
+		{Name: "hit cost above the XDP_PASS floor (ns)", Value: r.find("classify_redirect_hit_65536").AboveFloor, Limit: 40},
+	}
+	for i := range r.Goals {
+		r.Goals[i].Met = r.Goals[i].Value <= r.Goals[i].Limit
+	}
+	r.Seconds = time.Since(start).Seconds()
+	return r, nil
+}
+
+func (r *Report) add(f Figure) {
+	f.AboveFloor = f.NsPerPacket - r.FloorNs
+	if r.FloorNs > 0 {
+		f.RatioFloor = f.NsPerPacket / r.FloorNs
+	}
+	r.Figures = append(r.Figures, f)
+}
+
+func (r *Report) find(name string) Figure {
+	for _, f := range r.Figures {
+		if f.Name == name {
+			return f
+		}
+	}
+	return Figure{}
+}
+
+type bencher struct {
+	o  Options
+	ns *lab.PacketNS
+}
+
+// median runs prog o.Rounds times with o.Repeat repeats on frame (received
+// on lan0) and returns the median ns per run; it fails if the program's
+// verdict is not want, so a figure never times the wrong path.
+func (b *bencher) median(prog *ebpf.Program, frame []byte, want uint32) (float64, error) {
+	var samples []float64
+	for i := 0; i < b.o.Rounds; i++ {
+		var ret uint32
+		var d time.Duration
+		err := b.ns.Do(func() error {
+			// Rules in the benchmark do not match on the ingress
+			// interface, so the plain Benchmark call (no xdp_md ctx,
+			// rx on loopback) takes the same path.
+			var err error
+			ret, d, err = prog.Benchmark(append([]byte(nil), frame...), b.o.Repeat, nil)
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		if ret != want {
+			return 0, fmt.Errorf("verdict %d, want %d", ret, want)
+		}
+		samples = append(samples, float64(d.Nanoseconds()))
+	}
+	sort.Float64s(samples)
+	return samples[len(samples)/2], nil
+}
+
+// loadWrappers loads the benchmark wrapper programs against dp's maps.
+func loadWrappers(dp *bpf.Dataplane) (*benchobjPrograms, error) {
+	spec, err := loadBenchobj()
+	if err != nil {
+		return nil, err
+	}
+	if err := bpf.ApplyLimits(spec, dp.Limits); err != nil {
+		return nil, err
+	}
+	var p benchobjPrograms
+	if err := spec.LoadAndAssign(&p, &ebpf.CollectionOptions{MapReplacements: dp.MapReplacements()}); err != nil {
+		return nil, fmt.Errorf("load benchmark wrappers: %w", err)
+	}
+	return &p, nil
+}
+
+// udpFrame is a 64-byte Ethernet/IPv4/UDP frame from host A on lan0.
+func udpFrame(src, dst netip.Addr, dport uint16) []byte {
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	udp := &layers.UDP{SrcPort: 40000, DstPort: layers.UDPPort(dport)}
+	_ = udp.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	eth := &layers.Ethernet{SrcMAC: lab.MACHostA, DstMAC: lab.MACLan0, EthernetType: layers.EthernetTypeIPv4}
+	payload := make([]byte, 64-14-20-8)
+	_ = gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp, gopacket.Payload(payload))
+	return buf.Bytes()
+}
+
+// ruleSet builds n redirect rules toward 10.3.0.0/16 (routed via wan0) in
+// the given number of match shapes (mask groups), and the destination of a
+// probe that matches the last rule of the last-searched shape, so a miss
+// walks every group.
+func ruleSet(n, shapes int) (*config.Config, netip.Addr) {
+	cfg := &config.Config{
+		Interfaces: []config.Interface{{Name: "lan0", Role: "lan"}, {Name: "wan0", Role: "wan"}},
+		FARs:       []config.FAR{{ID: 1, Action: "redirect", Interface: "wan0"}},
+		Limits:     config.Limits{Flows: 65536, Rules: uint32(n) + 1024},
+	}
+	cfg.Normalize()
+	udp := config.Proto{Num: 17, Set: true}
+	var probe netip.Addr
+	for i := 0; i < n; i++ {
+		dst := netip.AddrFrom4([4]byte{10, 3, byte(i >> 8), byte(i)})
+		m := config.Match{Proto: udp, Dport: config.PortRange{Lo: 5000, Hi: 5000, Set: true}}
+		shape := i % shapes
+		switch shape {
+		case 0:
+			m.Dst = config.Prefix{P: netip.PrefixFrom(dst, 32)}
+		case 1:
+			m.Dst = config.Prefix{P: netip.PrefixFrom(dst, 31).Masked()}
+		case 2:
+			m.Dst = config.Prefix{P: netip.PrefixFrom(dst, 30).Masked()}
+		case 3:
+			m.Dst = config.Prefix{P: netip.PrefixFrom(dst, 32)}
+			m.Src = config.Prefix{P: netip.MustParsePrefix("10.1.0.0/24")}
+		case 4:
+			m.Dst = config.Prefix{P: netip.PrefixFrom(dst, 32)}
+			m.Dport = config.PortRange{}
+		case 5:
+			m.Dst = config.Prefix{P: netip.PrefixFrom(dst, 29).Masked()}
+		case 6:
+			m.Dst = config.Prefix{P: netip.PrefixFrom(dst, 32)}
+			m.Dport = config.PortRange{Lo: 4096, Hi: 8191, Set: true}
+		case 7:
+			m.Dst = config.Prefix{P: netip.PrefixFrom(dst, 32)}
+			m.Proto = config.Proto{}
+			m.Dport = config.PortRange{}
+		}
+		// Later rules have higher precedence values (worse), so the probe,
+		// which matches the last rule, is found in the last group searched.
+		cfg.PDRs = append(cfg.PDRs, config.PDR{ID: uint32(i + 1), Precedence: uint32(i + 1), Match: m, FAR: 1})
+		probe = dst
+	}
+	return cfg, probe
+}
+
+// Text renders the report as a table.
+func (r *Report) Text() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "kernel %s, %d CPUs, %d repeats x %d rounds (median)\n", r.Kernel, r.CPUs, r.Repeat, r.Rounds)
+	fmt.Fprintf(&sb, "%-36s %10s %10s %8s %7s\n", "figure", "ns/pkt", "+floor ns", "x floor", "groups")
+	for _, f := range r.Figures {
+		fmt.Fprintf(&sb, "%-36s %10.1f %10.1f %8.2f %7d\n", f.Name, f.NsPerPacket, f.AboveFloor, f.RatioFloor, f.Groups)
+	}
+	for _, g := range r.Goals {
+		fmt.Fprintf(&sb, "goal: %-44s %8.2f (limit %.2f) met=%v\n", g.Name, g.Value, g.Limit, g.Met)
+	}
+	return sb.String()
+}
+
