@@ -25,8 +25,8 @@ import (
 
 // Options tune a run.
 type Options struct {
-	Repeat int // BPF_PROG_TEST_RUN repeats per round (>= 1M for the report)
-	Rounds int // rounds per figure; the median is reported
+	Repeat int  // BPF_PROG_TEST_RUN repeats per round (>= 1M for the report)
+	Rounds int  // rounds per figure; the median is reported
 	Quick  bool // only the floor and the 1-rule figures (for development)
 	Log    func(format string, a ...any)
 }
@@ -344,4 +344,3 @@ func (r *Report) Text() string {
 	}
 	return sb.String()
 }
-
