@@ -16,7 +16,6 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	benchobjMapBenchFake      = "bench_fake"
 	benchobjMapBenchSeq       = "bench_seq"
 	benchobjMapEdgeCacheStats = "edge_cache_stats"
 	benchobjMapEdgeFars       = "edge_fars"
@@ -89,7 +88,6 @@ type benchobjProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjMapSpecs struct {
-	BenchFake      *ebpf.MapSpec `ebpf:"bench_fake"`
 	BenchSeq       *ebpf.MapSpec `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
@@ -130,7 +128,6 @@ func (o *benchobjObjects) Close() error {
 //
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjMaps struct {
-	BenchFake      *ebpf.Map `ebpf:"bench_fake"`
 	BenchSeq       *ebpf.Map `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
@@ -146,7 +143,6 @@ type benchobjMaps struct {
 
 func (m *benchobjMaps) Close() error {
 	return _BenchobjClose(
-		m.BenchFake,
 		m.BenchSeq,
 		m.EdgeCacheStats,
 		m.EdgeFars,

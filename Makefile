@@ -1,0 +1,68 @@
+# SPDX-License-Identifier: Apache-2.0
+# edgeplane: `make demo` runs the one-gateway lab demo, `make test` runs
+# every test. Both install what they need first (make deps).
+
+GO        ?= go
+BIN       := bin/edgeplane
+GOFLAGS   ?= -buildvcs=false
+FUZZTIME  ?= 30s
+TESTLOG   ?= /tmp/edgeplane-test.log
+DEB_PKGS  := clang llvm libbpf-dev bpftool linux-libc-dev iproute2 ethtool \
+             iperf3 tshark iputils-ping util-linux procps python3 curl
+GEN_FILES := internal/bpf/edge_bpfel.go internal/bpf/edge_bpfel.o \
+             internal/bench/benchobj_bpfel.go internal/bench/benchobj_bpfel.o
+
+.PHONY: all deps bpffs generate check-generate build test test-go fuzz bench demo lint clean
+
+all: build
+
+## deps: install build and test dependencies from Debian, mount bpffs.
+deps:
+	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@$(MAKE) --no-print-directory bpffs
+
+bpffs:
+	@mountpoint -q /sys/fs/bpf || mount -t bpf bpffs /sys/fs/bpf
+
+## generate: compile bpf/*.c into the Go packages (bpf2go).
+generate:
+	$(GO) generate ./internal/bpf ./internal/bench
+
+## check-generate: fail if the committed BPF objects differ from the sources.
+check-generate: generate
+	@git diff --exit-code --stat -- $(GEN_FILES) || { echo "generated BPF objects are stale: run make generate and commit"; exit 1; }
+
+build: deps
+	$(GO) build $(GOFLAGS) -o $(BIN) ./cmd/edgeplane
+
+## test: every test, as root; fails if any test skipped.
+test: build
+	@rm -f $(TESTLOG)
+	set -o pipefail; $(GO) test $(GOFLAGS) -count=1 -p 1 -timeout 30m -v ./... 2>&1 | tee $(TESTLOG) | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' | grep -v '^=== RUN'
+	$(MAKE) --no-print-directory fuzz
+	@skips=$$(grep -c -- '--- SKIP' $(TESTLOG) || true); \
+	if [ "$$skips" != "0" ]; then echo "FAIL: $$skips test(s) skipped:"; grep -A2 -- '--- SKIP' $(TESTLOG); exit 1; fi
+	@echo "$$(grep -c -- '--- PASS' $(TESTLOG)) passed, $$(grep -c -- '--- FAIL' $(TESTLOG)) failed"
+
+## fuzz: arbitrary bytes through the XDP program; nothing malformed may be redirected.
+fuzz: build
+	$(GO) test $(GOFLAGS) -run '^$$' -fuzz FuzzNoMalformedRedirect -fuzztime $(FUZZTIME) ./internal/bpf/
+
+## bench: ns/packet beside the XDP_PASS floor, one JSON object.
+bench: build
+	$(BIN) bench --json
+
+## demo: the one-gateway namespace demo (ping, TCP, UDP through XDP).
+demo: build
+	$(BIN) demo
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin
