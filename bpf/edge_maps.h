@@ -50,8 +50,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_fars SEC(".maps");
 
-/* Flow cache: decisions per flow, tagged with their generation.
- * Written and read by packets; flushed by the agent on request. Size: config. */
+/* Flow caches (IPv4 and IPv6): decisions and next hops per flow, tagged
+ * with their generation. Written and read by packets; read by the agent.
+ * Size: config (each). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct edge_flow_key4);
+	__type(value, struct edge_flow);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_flows4 SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct edge_flow_key);

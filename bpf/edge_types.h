@@ -60,6 +60,21 @@ struct edge_flow_key {
 	__u8 flags;  /* EDGE_KF_* */
 } __attribute__((aligned(8)));
 
+/* IPv4 flow-cache key: the same fields as edge_flow_key in 24 bytes, so the
+ * common case hashes and compares half as much. */
+struct edge_flow_key4 {
+	__be32 src;
+	__be32 dst;
+	__u32 ifindex;
+	__be32 gre_key;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 dscp;
+	__u8 flags;
+	__u8 pad;
+};
+
 /* Key of edge_rules: a masked packet key within one mask group of one slot. */
 struct edge_rule_key {
 	struct edge_flow_key k;

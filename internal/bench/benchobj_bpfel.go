@@ -20,6 +20,7 @@ const (
 	benchobjMapEdgeCacheStats = "edge_cache_stats"
 	benchobjMapEdgeFars       = "edge_fars"
 	benchobjMapEdgeFlows      = "edge_flows"
+	benchobjMapEdgeFlows4     = "edge_flows4"
 	benchobjMapEdgeGlobal     = "edge_global"
 	benchobjMapEdgeGroups     = "edge_groups"
 	benchobjMapEdgePdrStats   = "edge_pdr_stats"
@@ -92,6 +93,7 @@ type benchobjMapSpecs struct {
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFlows      *ebpf.MapSpec `ebpf:"edge_flows"`
+	EdgeFlows4     *ebpf.MapSpec `ebpf:"edge_flows4"`
 	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgePdrStats   *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
@@ -132,6 +134,7 @@ type benchobjMaps struct {
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFlows      *ebpf.Map `ebpf:"edge_flows"`
+	EdgeFlows4     *ebpf.Map `ebpf:"edge_flows4"`
 	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
 	EdgePdrStats   *ebpf.Map `ebpf:"edge_pdr_stats"`
@@ -147,6 +150,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeCacheStats,
 		m.EdgeFars,
 		m.EdgeFlows,
+		m.EdgeFlows4,
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgePdrStats,

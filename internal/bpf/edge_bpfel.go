@@ -54,6 +54,20 @@ type edgeEdgeFlowKey struct {
 	Flags   uint8
 }
 
+type edgeEdgeFlowKey4 struct {
+	_       structs.HostLayout
+	Src     uint32
+	Dst     uint32
+	Ifindex uint32
+	GreKey  uint32
+	Sport   uint16
+	Dport   uint16
+	Proto   uint8
+	Dscp    uint8
+	Flags   uint8
+	Pad     uint8
+}
+
 type edgeEdgeGroup struct {
 	_       structs.HostLayout
 	Mask    edgeEdgeFlowKey
@@ -90,6 +104,7 @@ const (
 	edgeMapEdgeCacheStats = "edge_cache_stats"
 	edgeMapEdgeFars       = "edge_fars"
 	edgeMapEdgeFlows      = "edge_flows"
+	edgeMapEdgeFlows4     = "edge_flows4"
 	edgeMapEdgeGlobal     = "edge_global"
 	edgeMapEdgeGroups     = "edge_groups"
 	edgeMapEdgePdrStats   = "edge_pdr_stats"
@@ -153,6 +168,7 @@ type edgeMapSpecs struct {
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFlows      *ebpf.MapSpec `ebpf:"edge_flows"`
+	EdgeFlows4     *ebpf.MapSpec `ebpf:"edge_flows4"`
 	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgePdrStats   *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
@@ -192,6 +208,7 @@ type edgeMaps struct {
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFlows      *ebpf.Map `ebpf:"edge_flows"`
+	EdgeFlows4     *ebpf.Map `ebpf:"edge_flows4"`
 	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
 	EdgePdrStats   *ebpf.Map `ebpf:"edge_pdr_stats"`
@@ -206,6 +223,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeCacheStats,
 		m.EdgeFars,
 		m.EdgeFlows,
+		m.EdgeFlows4,
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgePdrStats,

@@ -44,6 +44,7 @@ func Spec(l Limits) (*ebpf.CollectionSpec, error) {
 // benchmark wrappers).
 func ApplyLimits(spec *ebpf.CollectionSpec, l Limits) error {
 	spec.Maps[edgeMapEdgeFlows].MaxEntries = l.Flows
+	spec.Maps[edgeMapEdgeFlows4].MaxEntries = l.Flows
 	// Both slots of a generation live in one map: twice the capacity.
 	spec.Maps[edgeMapEdgeRules].MaxEntries = 2 * l.Rules
 	spec.Maps[edgeMapEdgeFars].MaxEntries = 2 * l.Rules
@@ -136,6 +137,7 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgeCacheStats: dp.EdgeCacheStats,
 		edgeMapEdgeFars:       dp.EdgeFars,
 		edgeMapEdgeFlows:      dp.EdgeFlows,
+		edgeMapEdgeFlows4:     dp.EdgeFlows4,
 		edgeMapEdgeGlobal:     dp.EdgeGlobal,
 		edgeMapEdgeGroups:     dp.EdgeGroups,
 		edgeMapEdgePdrStats:   dp.EdgePdrStats,

@@ -101,6 +101,7 @@ func PinnedSnapshot(pinDir string) (*Snapshot, error) {
 		edgeMapEdgeCacheStats: &m.EdgeCacheStats,
 		edgeMapEdgeFars:       &m.EdgeFars,
 		edgeMapEdgeFlows:      &m.EdgeFlows,
+		edgeMapEdgeFlows4:     &m.EdgeFlows4,
 		edgeMapEdgeGlobal:     &m.EdgeGlobal,
 		edgeMapEdgeGroups:     &m.EdgeGroups,
 		edgeMapEdgePdrStats:   &m.EdgePdrStats,
