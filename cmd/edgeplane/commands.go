@@ -61,19 +61,30 @@ dataplane stays attached and forwarding (pinned) unless --detach-on-exit.`,
 
 func newValidateCmd() *cobra.Command {
 	var path string
+	var offline bool
 	c := &cobra.Command{
 		Use:   "validate --config FILE",
 		Short: "Check a config file; print every problem as path: reason",
-		Args:  cobra.NoArgs,
+		Long: `Checks the file and, unless --offline, that this host has what it names
+(its interfaces): the same checks the agent makes before it applies a
+config. Run it where the agent runs (in the gateway's network namespace).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := config.Load(path); err != nil {
+			cfg, err := config.Load(path)
+			if err != nil {
 				return err
+			}
+			if !offline {
+				if err := agent.CheckHost(cfg); err != nil {
+					return err
+				}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), path+": ok")
 			return nil
 		},
 	}
 	c.Flags().StringVar(&path, "config", "/etc/edgeplane/config.yaml", "config file")
+	c.Flags().BoolVar(&offline, "offline", false, "check only the file, not this host's interfaces")
 	return c
 }
 

@@ -64,6 +64,13 @@ func limitsOf(cfg *config.Config) bpf.Limits {
 	return bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules}
 }
 
+// CheckHost compiles cfg against this host's interfaces without touching the
+// dataplane: what `edgeplane validate` and the agent check before loading.
+func CheckHost(cfg *config.Config) error {
+	_, _, err := rules.Compile(cfg, ResolveIfindex, rules.NewStatsAlloc(cfg.Limits.Rules, nil), limitsOf(cfg))
+	return err
+}
+
 // Run starts the agent and serves until ctx is done.
 func Run(ctx context.Context, opts Options) error {
 	log := opts.Log
@@ -75,7 +82,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	// Check everything the host must provide before touching the kernel.
-	if _, _, err := rules.Compile(cfg, ResolveIfindex, rules.NewStatsAlloc(cfg.Limits.Rules, nil), limitsOf(cfg)); err != nil {
+	if err := CheckHost(cfg); err != nil {
 		return err
 	}
 	if err := EnsureBPFFS(opts.PinDir); err != nil {
@@ -85,6 +92,9 @@ func Run(ctx context.Context, opts Options) error {
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeplane_config_reloads_total", Help: "Config reloads by result.",
 	}, []string{"result"})
+	// Present from the start at 0, so alerts on reload errors have a series.
+	a.reloads.WithLabelValues("ok")
+	a.reloads.WithLabelValues("error")
 	if err := a.start(cfg); err != nil {
 		return err
 	}

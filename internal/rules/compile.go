@@ -31,10 +31,12 @@ func Compile(cfg *config.Config, ifindex Resolver, alloc *StatsAlloc, limits bpf
 	}
 
 	ifidx := map[string]uint32{}
+	missing := map[string]bool{} // reported once, not again at each reference
 	for i, itf := range cfg.Interfaces {
 		idx, err := ifindex(itf.Name)
 		if err != nil {
 			errs = append(errs, config.FieldError{Path: fmt.Sprintf("interfaces[%d].name", i), Reason: err.Error()})
+			missing[itf.Name] = true
 			continue
 		}
 		ifidx[itf.Name] = idx
@@ -51,7 +53,7 @@ func Compile(cfg *config.Config, ifindex Resolver, alloc *StatsAlloc, limits bpf
 		case "redirect":
 			far.Action = bpf.ActRedirect
 			idx, ok := ifidx[f.Interface]
-			if !ok {
+			if !ok && !missing[f.Interface] {
 				errs = append(errs, config.FieldError{Path: fmt.Sprintf("fars[%d].interface", i), Reason: fmt.Sprintf("interface %q is not available", f.Interface)})
 			}
 			far.Ifindex = idx
@@ -81,7 +83,9 @@ func Compile(cfg *config.Config, ifindex Resolver, alloc *StatsAlloc, limits bpf
 		var in uint32
 		if p.Match.In != "" {
 			if in, ok = ifidx[p.Match.In]; !ok {
-				errs = append(errs, config.FieldError{Path: path + ".match.in", Reason: fmt.Sprintf("interface %q is not available", p.Match.In)})
+				if !missing[p.Match.In] {
+					errs = append(errs, config.FieldError{Path: path + ".match.in", Reason: fmt.Sprintf("interface %q is not available", p.Match.In)})
+				}
 				continue
 			}
 		}

@@ -1,0 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package e2e runs real traffic through real XDP gateways: each test
+// builds host A -- gateway -- host B in network namespaces (internal/lab),
+// starts the edgeplane binary built once by TestMain on the gateway, and
+// checks forwarding, drops, counters, reloads, restarts and metrics.
+package e2e

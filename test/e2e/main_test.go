@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// nsPrefix starts every namespace (and so every pin dir) these tests
+// create; TestMain reports any that outlive the run.
+const nsPrefix = "e2"
+
+// edgeplaneBin is the edgeplane binary built by TestMain.
+var edgeplaneBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "edgeplane-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	edgeplaneBin = filepath.Join(dir, "edgeplane")
+	// No VCS stamp: the binary does not use it, and git refuses a
+	// checkout owned by another user (a non-root run that then skips).
+	build := exec.Command(goTool(), "build", "-buildvcs=false", "-o", edgeplaneBin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: build edgeplane: %v\n%s", err, out)
+		return 1
+	}
+	if os.Geteuid() == 0 {
+		// Pinned maps are charged to memlock on kernels without memcg
+		// accounting for BPF; the agent lifts its own limit, the test
+		// process does it for agent.Down in cleanups.
+		if err := rlimit.RemoveMemlock(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: remove memlock rlimit:", err)
+			return 1
+		}
+	}
+
+	nsBefore := ourNamespaces()
+	pinsBefore := ourPins()
+	fdsBefore := openFDs()
+	code := m.Run()
+
+	var leaks []string
+	for _, ns := range newItems(nsBefore, ourNamespaces()) {
+		leaks = append(leaks, "network namespace "+ns)
+	}
+	for _, p := range newItems(pinsBefore, ourPins()) {
+		leaks = append(leaks, "pin dir "+p)
+	}
+	after := openFDs()
+	for fd, target := range after {
+		if _, ok := fdsBefore[fd]; !ok && !runtimeFD(target) {
+			leaks = append(leaks, fmt.Sprintf("fd %s -> %s", fd, target))
+		}
+	}
+	if len(leaks) > 0 {
+		sort.Strings(leaks)
+		fmt.Fprintf(os.Stderr, "e2e: leaked after the run:\n  %s\n", strings.Join(leaks, "\n  "))
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// goTool finds the go command that runs this test.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+func ourNamespaces() map[string]bool {
+	out := map[string]bool{}
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), nsPrefix) {
+			out[e.Name()] = true
+		}
+	}
+	return out
+}
+
+func ourPins() map[string]bool {
+	out := map[string]bool{}
+	entries, _ := os.ReadDir("/sys/fs/bpf")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), nsPrefix) {
+			out["/sys/fs/bpf/"+e.Name()] = true
+		}
+	}
+	return out
+}
+
+func newItems(before, after map[string]bool) []string {
+	var out []string
+	for k := range after {
+		if !before[k] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// openFDs maps this process's open descriptors to what they point at.
+func openFDs() map[string]string {
+	out := map[string]string{}
+	entries, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range entries {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil {
+			continue // the directory handle ReadDir itself used
+		}
+		out[e.Name()] = target
+	}
+	return out
+}
+
+// runtimeFD reports descriptors the Go runtime opens lazily and keeps for
+// the life of the process (netpoller), which are not leaks.
+func runtimeFD(target string) bool {
+	return target == "anon_inode:[eventpoll]" || target == "anon_inode:[eventfd]"
+}
