@@ -50,7 +50,7 @@ test: build
 
 ## fuzz: arbitrary bytes through the XDP program; nothing malformed may be redirected.
 fuzz: build
-	$(GO) test $(GOFLAGS) -run '^$$' -fuzz FuzzNoMalformedRedirect -fuzztime $(FUZZTIME) ./internal/bpf/
+	$(GO) test $(GOFLAGS) -run '^$$' -fuzz FuzzNoMalformedRedirect -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/bpf/
 
 ## bench: ns/packet beside the XDP_PASS floor, one JSON object.
 bench: build

@@ -81,6 +81,15 @@ static __always_inline int fib_fill(struct xdp_md *ctx, struct edge_pkt *p,
 	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
 		return EDGE_R_FRAG_NEEDED;
 	default:
+		/* IPv4 output lookups skip next hops on other interfaces
+		 * (fib_lookup_good_nhc), so "no route via the FAR's
+		 * interface" looks like no route at all: ask again as the
+		 * kernel would route it, to tell the operator which. */
+		fib.ifindex = p->key.ifindex;
+		if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) ==
+			    BPF_FIB_LKUP_RET_SUCCESS &&
+		    fib.ifindex != far->ifindex)
+			return EDGE_R_ROUTE_MISMATCH;
 		return EDGE_R_FIB_FAIL;
 	}
 	if (fib.ifindex != far->ifindex)

@@ -44,7 +44,16 @@
 
 struct hdr_cursor {
 	void *pos;
+	/* End of the IP datagram (tot_len / payload_len), never past the
+	 * frame: Ethernet padding after it is not part of the packet. Checks
+	 * compare against data_end too, which is what the verifier follows. */
+	void *end;
 };
+
+/* past_end is true when len bytes at ptr run past the frame or past the
+ * IP datagram. */
+#define past_end(c, ptr, len, data_end)                                        \
+	((void *)(ptr) + (len) > (data_end) || (void *)(ptr) + (len) > (c)->end)
 
 /* Per-packet parse results, kept on the stack for the whole pipeline. */
 struct edge_pkt {
@@ -52,8 +61,9 @@ struct edge_pkt {
 	__u32 len;     /* frame length in bytes */
 	__u16 l3_off;  /* offset of the IP header from data */
 	__u16 l4_off;  /* offset of the L4 header (0 if none) */
-	__u8 vlans;    /* VLAN tags seen */
-	__u8 gre_hlen; /* GRE header length incl. options, 0 if not GRE */
+	__u8 vlans;      /* VLAN tags seen */
+	__u8 gre_hlen;   /* GRE header length incl. options, 0 if not GRE */
+	__u8 first_frag; /* first fragment of several: L4 header, partial payload */
 };
 
 /* parse_eth returns the EtherType after up to EDGE_MAX_VLANS tags, in
@@ -154,16 +164,20 @@ static __always_inline int parse_ip4(struct hdr_cursor *c, void *data,
 	p->key.proto = iph->protocol;
 	p->key.dscp = iph->tos >> 2;
 	c->pos = (void *)iph + ihl * 4;
+	c->end = (void *)iph + tot;
 	/* Non-first fragments carry no L4 header (RFC 791 fragment offset). */
 	if (iph->frag_off & bpf_htons(0x1fff)) {
 		p->key.flags |= EDGE_KF_FRAG;
 		return EDGE_NO_L4;
 	}
+	if (iph->frag_off & bpf_htons(0x2000)) /* MF */
+		p->first_frag = 1;
 	return iph->protocol;
 }
 
 /* parse_ip6 walks up to EDGE_MAX_IP6_EXT extension headers and returns the
- * upper-layer protocol, or -EDGE_R_*. */
+ * upper-layer protocol, or -EDGE_R_*. Extension headers must lie inside
+ * payload_len. */
 static __always_inline int parse_ip6(struct hdr_cursor *c, void *data_end,
 				     struct edge_pkt *p)
 {
@@ -191,32 +205,33 @@ static __always_inline int parse_ip6(struct hdr_cursor *c, void *data_end,
 	__builtin_memcpy(p->key.dst, &ip6->daddr, 16);
 	p->key.dscp = ((ip6->priority << 4) | (ip6->flow_lbl[0] >> 4)) >> 2;
 	c->pos = ip6 + 1;
+	c->end = (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len);
 	nh = ip6->nexthdr;
 
-#pragma unroll
-	for (i = 0; i < EDGE_MAX_IP6_EXT; i++) {
+	/* Up to EDGE_MAX_IP6_EXT extension headers, then the upper layer. */
+	for (i = 0; i <= EDGE_MAX_IP6_EXT; i++) {
 		o = c->pos;
 		switch (nh) {
 		case NEXTHDR_HOP:
 		case NEXTHDR_ROUTING:
 		case NEXTHDR_DEST:
-			if ((void *)(o + 1) > data_end)
+			if (i == EDGE_MAX_IP6_EXT || past_end(c, o, sizeof(*o), data_end))
 				return -EDGE_R_BAD_IP6_EXT;
-			if (c->pos + (o->hdrlen + 1) * 8 > data_end)
+			if (past_end(c, c->pos, (o->hdrlen + 1) * 8, data_end))
 				return -EDGE_R_BAD_IP6_EXT;
 			c->pos += (o->hdrlen + 1) * 8;
 			nh = o->nexthdr;
 			break;
 		case NEXTHDR_AUTH:
-			if ((void *)(o + 1) > data_end)
+			if (i == EDGE_MAX_IP6_EXT || past_end(c, o, sizeof(*o), data_end))
 				return -EDGE_R_BAD_IP6_EXT;
-			if (c->pos + (o->hdrlen + 2) * 4 > data_end)
+			if (past_end(c, c->pos, (o->hdrlen + 2) * 4, data_end))
 				return -EDGE_R_BAD_IP6_EXT;
 			c->pos += (o->hdrlen + 2) * 4;
 			nh = o->nexthdr;
 			break;
 		case NEXTHDR_FRAGMENT:
-			if (c->pos + 8 > data_end)
+			if (i == EDGE_MAX_IP6_EXT || past_end(c, c->pos, 8, data_end))
 				return -EDGE_R_BAD_IP6_EXT;
 			c->pos += 8;
 			nh = o->nexthdr;
@@ -225,6 +240,8 @@ static __always_inline int parse_ip6(struct hdr_cursor *c, void *data_end,
 				p->key.flags |= EDGE_KF_FRAG;
 				return EDGE_NO_L4;
 			}
+			if (o->frag_off & bpf_htons(0x0001)) /* M */
+				p->first_frag = 1;
 			break;
 		default:
 			p->key.proto = nh;
@@ -243,7 +260,7 @@ static __always_inline int parse_gre(struct hdr_cursor *c, void *data_end,
 	__be16 flags;
 	__u32 len = 4;
 
-	if ((void *)(h + 2) > data_end)
+	if (past_end(c, h, 4, data_end))
 		return -EDGE_R_BAD_GRE;
 	flags = h[0];
 	if (flags & (GRE_F_VERSION | GRE_F_ROUTING))
@@ -253,7 +270,7 @@ static __always_inline int parse_gre(struct hdr_cursor *c, void *data_end,
 	if (flags & GRE_F_KEY) {
 		__be32 *key = c->pos + len;
 
-		if ((void *)(key + 1) > data_end)
+		if (past_end(c, key, 4, data_end))
 			return -EDGE_R_BAD_GRE;
 		p->key.gre_key = *key;
 		p->key.flags |= EDGE_KF_GRE_KEY;
@@ -261,7 +278,7 @@ static __always_inline int parse_gre(struct hdr_cursor *c, void *data_end,
 	}
 	if (flags & GRE_F_SEQ)
 		len += 4;
-	if (c->pos + len > data_end)
+	if (past_end(c, c->pos, len, data_end))
 		return -EDGE_R_BAD_GRE;
 	p->gre_hlen = len;
 	c->pos += len;
@@ -277,9 +294,9 @@ static __always_inline int parse_l4(struct hdr_cursor *c, void *data_end,
 	case IPPROTO_TCP: {
 		struct tcphdr *th = c->pos;
 
-		if ((void *)(th + 1) > data_end)
+		if (past_end(c, th, sizeof(*th), data_end))
 			return -EDGE_R_BAD_L4;
-		if (th->doff < 5 || c->pos + th->doff * 4 > data_end)
+		if (th->doff < 5 || past_end(c, c->pos, th->doff * 4, data_end))
 			return -EDGE_R_BAD_L4;
 		p->key.sport = th->source;
 		p->key.dport = th->dest;
@@ -288,10 +305,13 @@ static __always_inline int parse_l4(struct hdr_cursor *c, void *data_end,
 	case IPPROTO_UDP: {
 		struct udphdr *uh = c->pos;
 
-		if ((void *)(uh + 1) > data_end)
+		if (past_end(c, uh, sizeof(*uh), data_end))
 			return -EDGE_R_BAD_L4;
+		/* The UDP length covers the whole datagram: a first fragment
+		 * holds only part of it. */
 		if (bpf_ntohs(uh->len) < sizeof(*uh) ||
-		    c->pos + bpf_ntohs(uh->len) > data_end)
+		    (!p->first_frag &&
+		     past_end(c, c->pos, bpf_ntohs(uh->len), data_end)))
 			return -EDGE_R_BAD_L4;
 		p->key.sport = uh->source;
 		p->key.dport = uh->dest;
@@ -301,7 +321,7 @@ static __always_inline int parse_l4(struct hdr_cursor *c, void *data_end,
 		__be16 *ports = c->pos;
 
 		/* Common header: ports, verification tag, checksum. */
-		if (c->pos + 12 > data_end)
+		if (past_end(c, c->pos, 12, data_end))
 			return -EDGE_R_BAD_L4;
 		p->key.sport = ports[0];
 		p->key.dport = ports[1];
@@ -310,7 +330,7 @@ static __always_inline int parse_l4(struct hdr_cursor *c, void *data_end,
 	case IPPROTO_ICMP:
 	case IPPROTO_ICMPV6:
 		/* Type, code, checksum and the 4-byte rest of header. */
-		if (c->pos + 8 > data_end)
+		if (past_end(c, c->pos, 8, data_end))
 			return -EDGE_R_BAD_L4;
 		return 0;
 	case IPPROTO_GRE:
@@ -326,7 +346,7 @@ static __always_inline int edge_parse(struct xdp_md *ctx, struct edge_pkt *p)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct hdr_cursor c = {.pos = data};
+	struct hdr_cursor c = {.pos = data, .end = data_end};
 	int proto;
 
 	p->len = data_end - data;

@@ -41,6 +41,10 @@ const maxFuzzFrame = 1514 + 8
 // TTL or hop limit one lower, IPv4 checksum valid. It never aborts.
 //
 //	go test -run XXX -fuzz FuzzNoMalformedRedirect -fuzztime 30s ./internal/bpf/
+//
+// Add -fuzzminimizetime 2s for steadier throughput: by default the engine
+// spends up to a minute minimizing each input that finds new coverage,
+// and executes nothing else meanwhile.
 func FuzzNoMalformedRedirect(f *testing.F) {
 	h := newHarness(f, fuzzConfig)
 	for _, s := range fuzzSeeds(f) {

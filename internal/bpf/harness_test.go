@@ -3,8 +3,6 @@
 package bpf_test
 
 import (
-	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,31 +15,26 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
-// Harness topology, inside a private namespace:
-//
-//	lan0 10.1.0.1/24 fd01::1/64  (peer lan0p)
-//	wan0 10.2.0.1/24 fd02::1/64  (peer wan0p); neighbours 10.2.0.2 / fd02::2
-//	routes 10.3.0.0/16 and fd03::/48 via the wan0 neighbour
-//	wan1 10.4.0.1/24             (peer wan1p); neighbour 10.4.0.2
-//	10.5.0.0/16 via 10.4.0.9, which has no neighbour entry
+// MACs of the lab.PacketNS topology the harness runs in.
 var (
-	macWanNeigh  = net.HardwareAddr{0x02, 0, 0, 0, 0x02, 0x02}
-	macWan1Neigh = net.HardwareAddr{0x02, 0, 0, 0, 0x04, 0x02}
-	macWan0      = net.HardwareAddr{0x02, 0, 0, 0, 0x02, 0x01}
-	macWan1      = net.HardwareAddr{0x02, 0, 0, 0, 0x04, 0x01}
-	macLan0      = net.HardwareAddr{0x02, 0, 0, 0, 0x01, 0x01}
-	macHostA     = net.HardwareAddr{0x02, 0, 0, 0, 0x01, 0x02}
+	macWanNeigh  = lab.MACWanNeigh
+	macWan1Neigh = lab.MACWan1Neigh
+	macWan0      = lab.MACWan0
+	macWan1      = lab.MACWan1
+	macLan0      = lab.MACLan0
+	macHostA     = lab.MACHostA
 )
 
-// harness is a loaded dataplane in a namespace with real routes and
-// neighbours, so bpf_fib_lookup answers as it would on a gateway.
+// harness is a loaded dataplane in a lab.PacketNS namespace, whose real
+// routes and neighbours make bpf_fib_lookup answer as on a gateway.
 type harness struct {
 	t     testing.TB
-	ns    *testutil.NetNS
+	ns    *lab.PacketNS
 	dp    *bpf.Dataplane
 	idx   map[string]uint32
 	alloc *rules.StatsAlloc
@@ -50,45 +43,12 @@ type harness struct {
 func newHarness(t testing.TB, cfgYAML string) *harness {
 	t.Helper()
 	testutil.RequireRoot(t)
-	ns := testutil.NewNetNS(t, "eppkt")
-	for _, c := range [][]string{
-		{"ip", "link", "add", "lan0", "address", macLan0.String(), "type", "veth", "peer", "name", "lan0p"},
-		{"ip", "link", "add", "wan0", "address", macWan0.String(), "type", "veth", "peer", "name", "wan0p"},
-		{"ip", "link", "add", "wan1", "address", macWan1.String(), "type", "veth", "peer", "name", "wan1p"},
-		{"sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"},
-		{"sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"},
-		{"ip", "link", "set", "lan0", "up"}, {"ip", "link", "set", "lan0p", "up"},
-		{"ip", "link", "set", "wan0", "up"}, {"ip", "link", "set", "wan0p", "up"},
-		{"ip", "link", "set", "wan1", "up"}, {"ip", "link", "set", "wan1p", "up"},
-		{"ip", "addr", "add", "10.1.0.1/24", "dev", "lan0"},
-		{"ip", "addr", "add", "fd01::1/64", "dev", "lan0", "nodad"},
-		{"ip", "addr", "add", "10.2.0.1/24", "dev", "wan0"},
-		{"ip", "addr", "add", "fd02::1/64", "dev", "wan0", "nodad"},
-		{"ip", "addr", "add", "10.4.0.1/24", "dev", "wan1"},
-		{"ip", "neigh", "replace", "10.2.0.2", "lladdr", macWanNeigh.String(), "dev", "wan0", "nud", "permanent"},
-		{"ip", "neigh", "replace", "fd02::2", "lladdr", macWanNeigh.String(), "dev", "wan0", "nud", "permanent"},
-		{"ip", "neigh", "replace", "10.4.0.2", "lladdr", macWan1Neigh.String(), "dev", "wan1", "nud", "permanent"},
-		{"ip", "route", "add", "10.3.0.0/16", "via", "10.2.0.2", "dev", "wan0"},
-		{"ip", "-6", "route", "add", "fd03::/48", "via", "fd02::2", "dev", "wan0"},
-		{"ip", "route", "add", "10.5.0.0/16", "via", "10.4.0.9", "dev", "wan1"},
-		{"ip", "route", "add", "10.6.0.0/16", "via", "10.4.0.2", "dev", "wan1"},
-	} {
-		ns.MustExec(t, c[0], c[1:]...)
-	}
-	h := &harness{t: t, ns: ns, idx: map[string]uint32{}}
-	err := ns.Do(func() error {
-		for _, n := range []string{"lan0", "wan0", "wan1"} {
-			itf, err := net.InterfaceByName(n)
-			if err != nil {
-				return err
-			}
-			h.idx[n] = uint32(itf.Index)
-		}
-		return nil
-	})
+	ns, err := lab.NewPacketNS(testutil.UniqueName("eppkt"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ns.Close() })
+	h := &harness{t: t, ns: ns, idx: ns.Ifindex}
 	cfg, err := config.Parse([]byte(cfgYAML))
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -107,17 +67,10 @@ func newHarness(t testing.TB, cfgYAML string) *harness {
 	return h
 }
 
-func (h *harness) resolve(name string) (uint32, error) {
-	if i, ok := h.idx[name]; ok {
-		return i, nil
-	}
-	return 0, fmt.Errorf("no interface %q", name)
-}
-
 // apply compiles and commits cfg, as the agent does.
 func (h *harness) apply(cfg *config.Config) {
 	h.t.Helper()
-	gen, alloc, err := rules.Compile(cfg, h.resolve, h.alloc, h.dp.Limits)
+	gen, alloc, err := rules.Compile(cfg, h.ns.Resolve, h.alloc, h.dp.Limits)
 	if err != nil {
 		h.t.Fatalf("compile: %v", err)
 	}

@@ -567,6 +567,14 @@ func udpLike(dport uint16) []byte {
 	return b
 }
 
+// bigICMP is an n-byte ICMP message body, to make packets of a given
+// size (checksum left zero: the fast path does not verify it).
+func bigICMP(n int) []byte {
+	b := make([]byte, n)
+	b[0] = 8 // echo request
+	return b
+}
+
 // udpFirstFragment returns the first n bytes of a UDP datagram of size
 // bytes in total, built by gopacket for the given family and destination:
 // the transport part of a first fragment, whose UDP length counts bytes
@@ -640,7 +648,7 @@ func packetCases(t *testing.T) []pktCase {
 		// Non-first fragments have no transport header: ports 0, so the
 		// dport rule 10 cannot match and the /48 rule does.
 		fwd("ip6/non-first fragment", v6(dst6, rawU(layers.IPProtocolUDP, udpLike(9050)), exts(fragExt(185, false))), "wan0", 60),
-		fwd("ip6/last fragment", v6(dst6, rawU(layers.IPProtocolUDP, udpLike(9050)), exts(fragExt(370, true))), "wan0", 60),
+		fwd("ip6/middle fragment", v6(dst6, rawU(layers.IPProtocolUDP, udpLike(9050)), exts(fragExt(370, true))), "wan0", 60),
 		// First fragments carry the transport header and are classified
 		// on its ports; rule 16 passes UDP 4500 (IPsec NAT traversal,
 		// RFC 3948, whose large datagrams are routinely fragmented).
@@ -692,6 +700,12 @@ func packetCases(t *testing.T) []pktCase {
 		act("fwd/ttl 0", v4(dst4, udpU(40000, 53), ttl(0)), bpf.XDPPass, 20, bpf.ReasonTTL),
 		fwd("fwd/ttl 2", v4(dst4, udpU(40000, 53), ttl(2)), "wan0", 20),
 		act("fwd/ip6 hop limit 1", v6(dst6, udpU(40000, 53), ttl(1)), bpf.XDPPass, 60, bpf.ReasonTTL),
+		// Larger than wan0's 1500-byte MTU: the kernel fragments or sends
+		// ICMP (RFC 1191, RFC 8201).
+		act("fwd/frag needed", v4(dst4, rawU(layers.IPProtocolICMPv4, bigICMP(1600))), bpf.XDPPass, 20, bpf.ReasonFragNeeded),
+		fwd("fwd/exactly mtu", v4(dst4, rawU(layers.IPProtocolICMPv4, bigICMP(1500-20))), "wan0", 20),
+		act("fwd/ip6 frag needed", v6(dst6, rawU(layers.IPProtocolICMPv6, bigICMP(1600))), bpf.XDPPass, 60, bpf.ReasonFragNeeded),
+		fwd("fwd/ip6 exactly mtu", v6(dst6, rawU(layers.IPProtocolICMPv6, bigICMP(1500-40))), "wan0", 60),
 		act("fwd/no neighbour", v4("10.5.1.1", udpU(40000, 53)), bpf.XDPPass, 70, bpf.ReasonNoNeigh),
 		// The route to 10.6.2.0 leaves by wan1, rule 71's FAR by wan0.
 		act("fwd/route via other interface", v4("10.6.2.1", udpU(40000, 53)), bpf.XDPPass, 71, bpf.ReasonRouteMismatch),
@@ -814,18 +828,22 @@ func malformedCases(t *testing.T) []pktCase {
 		bad("udp/len past tot_len into padding", edit(udp4, func(f []byte) { binary.BigEndian.PutUint16(f[16:], 20+8); fixIP4Csum(f, 14) }), bpf.ReasonBadL4),
 		bad("tcp/header after tot_len", edit(tcp4, func(f []byte) { binary.BigEndian.PutUint16(f[16:], 20); fixIP4Csum(f, 14) }), bpf.ReasonBadL4),
 		bad("udp/ip6 len past payload_len into padding", edit(udp6, func(f []byte) { binary.BigEndian.PutUint16(f[18:], 8) }), bpf.ReasonBadL4),
+		bad("ip6/hop-by-hop past payload_len", edit(withExt(hopByHop), func(f []byte) { binary.BigEndian.PutUint16(f[18:], 4) }), bpf.ReasonBadIP6Ext),
 	}
 }
 
 // TestPackets runs every case of packetCases once with defaults.malformed
-// drop and once with pass.
+// left at its default, drop, and once with pass.
 func TestPackets(t *testing.T) {
 	cases := packetCases(t)
 	for _, v := range []struct {
-		name string
-		pass bool
-	}{{"malformed=drop", false}, {"malformed=pass", true}} {
-		h := newHarness(t, tableConfig+fmt.Sprintf("defaults: {malformed: %s}\n", map[bool]string{false: "drop", true: "pass"}[v.pass]))
+		name, defaults string
+		pass           bool
+	}{
+		{"malformed=drop", "", false},
+		{"malformed=pass", "defaults: {malformed: pass}\n", true},
+	} {
+		h := newHarness(t, tableConfig+v.defaults)
 		t.Run(v.name, func(t *testing.T) {
 			seen := map[string]bool{}
 			for _, c := range cases {
@@ -856,8 +874,10 @@ func TestNoMatchDrop(t *testing.T) {
 }
 
 // TestFlowCacheGeneration checks that a flow's second packet is a cache
-// hit and that committing a new config makes cached decisions misses: the
-// entry carries the generation it was classified under.
+// hit redirected with the cached next hop, that a later packet of the flow
+// too large for the egress MTU is still punted, and that committing a new
+// config makes cached decisions misses: an entry carries the generation it
+// was classified under.
 func TestFlowCacheGeneration(t *testing.T) {
 	const rulesFmt = `
 interfaces:
@@ -871,13 +891,18 @@ pdrs:
 limits: {flows: 1024, rules: 64}
 `
 	h := newHarness(t, fmt.Sprintf(rulesFmt, 1))
-	s := v4(dst4, udpU(40000, 53))
-	frame := serialize(t, s())
-	redirected := forwarded(t, s, "wan0")
-	n := uint64(len(frame))
+	// Two sizes of one flow: same addresses, protocol and ports.
+	small := v4(dst4, udpU(40000, 53))
+	big := v4(dst4, func() (layers.IPProtocol, []gopacket.SerializableLayer) {
+		return layers.IPProtocolUDP, []gopacket.SerializableLayer{
+			&layers.UDP{SrcPort: 40000, DstPort: 53},
+			gopacket.Payload(make([]byte, 1600)),
+		}
+	})
 
-	step := func(name string, verdict uint32, hit, miss uint64) {
+	step := func(name string, s spec, verdict uint32, reason int, hit, miss uint64) {
 		t.Helper()
+		frame := serialize(t, s())
 		before := snap(t, h)
 		got, out, err := h.runErr(frame, "lan0", 1)
 		if err != nil {
@@ -887,8 +912,13 @@ limits: {flows: 1024, rules: 64}
 		if got != verdict {
 			t.Errorf("%s: verdict %s, want %s", name, verdictName(got), verdictName(verdict))
 		}
-		if verdict == bpf.XDPRedirect && !bytes.Equal(out, redirected) {
-			t.Errorf("%s: output\n got %x\nwant %x", name, out, redirected)
+		if want := forwarded(t, s, "wan0"); verdict == bpf.XDPRedirect && !bytes.Equal(out, want) {
+			t.Errorf("%s: output\n got %x\nwant %x", name, out, want)
+		}
+		if reason != bpf.ReasonNone {
+			if d := after.Reasons[reason].Packets - before.Reasons[reason].Packets; d != 1 {
+				t.Errorf("%s: reason %s +%d, want +1", name, reasonName(reason), d)
+			}
 		}
 		if d := after.CacheHit - before.CacheHit; d != hit {
 			t.Errorf("%s: cache hits +%d, want +%d", name, d, hit)
@@ -896,6 +926,7 @@ limits: {flows: 1024, rules: 64}
 		if d := after.CacheMiss - before.CacheMiss; d != miss {
 			t.Errorf("%s: cache misses +%d, want +%d", name, d, miss)
 		}
+		n := uint64(len(frame))
 		if d := after.PDRs[20].Packets - before.PDRs[20].Packets; d != 1 {
 			t.Errorf("%s: PDR 20 +%d packets, want +1", name, d)
 		}
@@ -907,15 +938,17 @@ limits: {flows: 1024, rules: 64}
 		}
 	}
 
-	step("first packet", bpf.XDPRedirect, 0, 1)
-	step("second packet", bpf.XDPRedirect, 1, 0)
+	step("first packet", small, bpf.XDPRedirect, bpf.ReasonNone, 0, 1)
+	step("second packet", small, bpf.XDPRedirect, bpf.ReasonNone, 1, 0)
+	step("larger than the mtu", big, bpf.XDPPass, bpf.ReasonFragNeeded, 1, 0)
+	step("small again", small, bpf.XDPRedirect, bpf.ReasonNone, 1, 0)
 	cfg, err := config.Parse([]byte(fmt.Sprintf(rulesFmt, 2)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.apply(cfg)
-	step("after commit", bpf.XDPDrop, 0, 1)
-	step("after commit again", bpf.XDPDrop, 1, 0)
+	step("after commit", small, bpf.XDPDrop, bpf.ReasonNone, 0, 1)
+	step("after commit again", small, bpf.XDPDrop, bpf.ReasonNone, 1, 0)
 }
 
 // TestManyRulesAgainstReference classifies random packets against 2,000
