@@ -23,6 +23,11 @@
 #define EDGE_MAX_IP6_EXT 8
 #endif
 
+/* Slots of the per-CPU IPv4 exact-match cache (power of two). */
+#ifndef EDGE_EMC_SLOTS
+#define EDGE_EMC_SLOTS 1024
+#endif
+
 /* Rules generations live in two slots: the live one and the one the agent
  * builds beside it. The slot of generation g is g & 1. */
 #define EDGE_SLOTS 2

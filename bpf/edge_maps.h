@@ -71,6 +71,21 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_flows SEC(".maps");
 
+/* Per-CPU exact-match cache in front of edge_flows4 (as Open vSwitch's EMC
+ * sits in front of its megaflow cache): a direct-mapped copy of recently
+ * used IPv4 flow entries, so a packet of an active flow costs an array
+ * lookup and a 24-byte compare instead of a hash-table walk. Entries are
+ * validated like flow entries (generation, FIB epoch) and hold only state
+ * derivable again from the rules and the FIB; per-flow state that must not
+ * fork between copies (fairness tokens, RTT samples) belongs in edge_flows4.
+ * Written and read by packets only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_emc4);
+	__uint(max_entries, EDGE_EMC_SLOTS);
+} edge_emc4 SEC(".maps");
+
 /* Egress interfaces for XDP_REDIRECT (ifindex -> ifindex).
  * Written by the agent from interfaces[]; read by redirect. */
 struct {

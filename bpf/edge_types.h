@@ -73,7 +73,7 @@ struct edge_flow_key4 {
 	__u8 dscp;
 	__u8 flags;
 	__u8 pad;
-};
+} __attribute__((aligned(8)));
 
 /* Key of edge_rules: a masked packet key within one mask group of one slot. */
 struct edge_rule_key {
@@ -128,6 +128,13 @@ struct edge_flow {
 	__u8 dmac[6];
 	__u8 smac[6];
 	__u16 pad;
+};
+
+/* Exact-match cache slot: a per-CPU copy of one IPv4 flow entry. */
+struct edge_emc4 {
+	struct edge_flow_key4 k;
+	struct edge_flow f;
+	__u32 pad;
 };
 
 /* A packets/bytes counter (per CPU). */

@@ -23,6 +23,31 @@ static __always_inline void count_cache(__u32 idx)
 		(*c)++;
 }
 
+/* emc_slot hashes a compact key to an exact-match cache slot
+ * (multiplicative hashing of the key's words). */
+static __always_inline __u32 emc_slot(const struct edge_flow_key4 *k)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u32 h;
+
+	h = w[0] * 0x9e3779b1u;
+	h ^= w[1] * 0x85ebca77u;
+	h ^= w[2] * 0xc2b2ae3du;
+	h ^= w[3] * 0x27d4eb2fu;
+	h ^= w[4] * 0x165667b1u;
+	h ^= w[5];
+	h ^= h >> 15;
+	return h & (EDGE_EMC_SLOTS - 1);
+}
+
+static __always_inline int emc_match(const struct edge_emc4 *e,
+				     const struct edge_flow_key4 *k)
+{
+	const __u64 *a = (const __u64 *)&e->k, *b = (const __u64 *)k;
+
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2];
+}
+
 /* flow_key4 packs an IPv4 key into the compact flow-cache key. */
 static __always_inline void flow_key4(const struct edge_flow_key *k,
 				      struct edge_flow_key4 *k4)
@@ -46,10 +71,11 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	struct edge_pkt p = {};
 	struct edge_flow *fl, nf;
 	struct edge_flow_key4 k4;
+	struct edge_emc4 *emc = NULL;
 	const struct edge_state *st;
 	const struct edge_far *far;
 	struct edge_rule rule;
-	__u32 zero = 0, fi;
+	__u32 zero = 0, fi, slot;
 	int rc, insert = 0;
 
 	st = bpf_map_lookup_elem(&edge_global, &zero);
@@ -70,7 +96,18 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	 * where the map is a constant. */
 	if (p.key.family == 4) {
 		flow_key4(&p.key, &k4);
-		fl = bpf_map_lookup_elem(&edge_flows4, &k4);
+		slot = emc_slot(&k4);
+		emc = bpf_map_lookup_elem(&edge_emc4, &slot);
+		if (emc && emc_match(emc, &k4) && emc->f.gen == st->gen) {
+			fl = &emc->f;
+		} else {
+			fl = bpf_map_lookup_elem(&edge_flows4, &k4);
+			if (emc && fl && fl->gen == st->gen) {
+				emc->k = k4;
+				emc->f = *fl;
+				fl = &emc->f;
+			}
+		}
 		asm volatile("" ::: "memory");
 	} else {
 		fl = bpf_map_lookup_elem(&edge_flows, &p.key);
@@ -111,6 +148,10 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 
 		if (p.key.family == 4) {
 			err = bpf_map_update_elem(&edge_flows4, &k4, &nf, BPF_ANY);
+			if (emc) {
+				emc->k = k4;
+				emc->f = nf;
+			}
 			asm volatile("" ::: "memory");
 		} else {
 			err = bpf_map_update_elem(&edge_flows, &p.key, &nf, BPF_ANY);

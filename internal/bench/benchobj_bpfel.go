@@ -18,6 +18,7 @@ import (
 const (
 	benchobjMapBenchSeq       = "bench_seq"
 	benchobjMapEdgeCacheStats = "edge_cache_stats"
+	benchobjMapEdgeEmc4       = "edge_emc4"
 	benchobjMapEdgeFars       = "edge_fars"
 	benchobjMapEdgeFlows      = "edge_flows"
 	benchobjMapEdgeFlows4     = "edge_flows4"
@@ -91,6 +92,7 @@ type benchobjProgramSpecs struct {
 type benchobjMapSpecs struct {
 	BenchSeq       *ebpf.MapSpec `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
+	EdgeEmc4       *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFlows      *ebpf.MapSpec `ebpf:"edge_flows"`
 	EdgeFlows4     *ebpf.MapSpec `ebpf:"edge_flows4"`
@@ -132,6 +134,7 @@ func (o *benchobjObjects) Close() error {
 type benchobjMaps struct {
 	BenchSeq       *ebpf.Map `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
+	EdgeEmc4       *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFlows      *ebpf.Map `ebpf:"edge_flows"`
 	EdgeFlows4     *ebpf.Map `ebpf:"edge_flows4"`
@@ -148,6 +151,7 @@ func (m *benchobjMaps) Close() error {
 	return _BenchobjClose(
 		m.BenchSeq,
 		m.EdgeCacheStats,
+		m.EdgeEmc4,
 		m.EdgeFars,
 		m.EdgeFlows,
 		m.EdgeFlows4,

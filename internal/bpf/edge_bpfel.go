@@ -102,6 +102,7 @@ type edgeEdgeState struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	edgeMapEdgeCacheStats = "edge_cache_stats"
+	edgeMapEdgeEmc4       = "edge_emc4"
 	edgeMapEdgeFars       = "edge_fars"
 	edgeMapEdgeFlows      = "edge_flows"
 	edgeMapEdgeFlows4     = "edge_flows4"
@@ -166,6 +167,7 @@ type edgeProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
+	EdgeEmc4       *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFlows      *ebpf.MapSpec `ebpf:"edge_flows"`
 	EdgeFlows4     *ebpf.MapSpec `ebpf:"edge_flows4"`
@@ -206,6 +208,7 @@ func (o *edgeObjects) Close() error {
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
+	EdgeEmc4       *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFlows      *ebpf.Map `ebpf:"edge_flows"`
 	EdgeFlows4     *ebpf.Map `ebpf:"edge_flows4"`
@@ -221,6 +224,7 @@ type edgeMaps struct {
 func (m *edgeMaps) Close() error {
 	return _EdgeClose(
 		m.EdgeCacheStats,
+		m.EdgeEmc4,
 		m.EdgeFars,
 		m.EdgeFlows,
 		m.EdgeFlows4,
