@@ -2,6 +2,7 @@
 # edgeplane: `make demo` runs the one-gateway lab demo, `make test` runs
 # every test. Both install what they need first (make deps).
 
+SHELL     := /bin/bash
 GO        ?= go
 BIN       := bin/edgeplane
 GOFLAGS   ?= -buildvcs=false
