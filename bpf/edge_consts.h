@@ -28,6 +28,11 @@
 #define EDGE_EMC_SLOTS 1024
 #endif
 
+/* GRE paths per generation. */
+#ifndef EDGE_MAX_PATHS
+#define EDGE_MAX_PATHS 256
+#endif
+
 /* Rules generations live in two slots: the live one and the one the agent
  * builds beside it. The slot of generation g is g & 1. */
 #define EDGE_SLOTS 2

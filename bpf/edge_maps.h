@@ -86,6 +86,56 @@ struct {
 	__uint(max_entries, EDGE_EMC_SLOTS);
 } edge_emc4 SEC(".maps");
 
+/* GRE paths of both slots, index slot * EDGE_MAX_PATHS + path index.
+ * Written by the agent into the inactive slot; read by encap. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_path);
+	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_PATHS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_paths SEC(".maps");
+
+/* Decapsulation lookup of both slots: (slot, outer dst, key) -> path.
+ * Written by the agent; read by decap. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct edge_decap_key);
+	__type(value, struct edge_decap);
+	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_PATHS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_decaps SEC(".maps");
+
+/* Per-path packets/bytes, [stats * 2] sent (encap) and [stats * 2 + 1]
+ * received (decap). Written by packets; read by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_ctr);
+	__uint(max_entries, 2 * EDGE_MAX_PATHS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_path_stats SEC(".maps");
+
+/* GRE sequence numbers per path stats index (RFC 2890), shared by all
+ * CPUs so one path's numbers increase across them. Written by encap. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, EDGE_MAX_PATHS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_path_seq SEC(".maps");
+
+/* Interface addresses by ifindex, source of the ICMP errors XDP sends.
+ * Written by the agent; read when a packet is answered from XDP. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct edge_ifaddr);
+	__uint(max_entries, 64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_ifaddrs SEC(".maps");
+
 /* Egress interfaces for XDP_REDIRECT (ifindex -> ifindex).
  * Written by the agent from interfaces[]; read by redirect. */
 struct {

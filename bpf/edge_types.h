@@ -12,6 +12,8 @@ enum edge_action {
 	EDGE_ACT_PASS = 0,
 	EDGE_ACT_DROP = 1,
 	EDGE_ACT_REDIRECT = 2,
+	EDGE_ACT_ENCAP = 3, /* GRE-encapsulate toward a path */
+	EDGE_ACT_DECAP = 4, /* GRE-decapsulate, forward the inner packet */
 	EDGE_ACT_MAX,
 };
 
@@ -40,6 +42,11 @@ enum edge_reason {
 	EDGE_R_NO_TX,         /* egress interface not in edge_tx */
 	EDGE_R_FLOW_FULL,     /* flow cache insert failed */
 	EDGE_R_NO_STATE,      /* agent has not written a generation yet */
+	EDGE_R_GRE_NO_PATH,   /* GRE to us with no path for (dst, key, src) */
+	EDGE_R_GRE_INNER,     /* decapsulated packet not IPv4/IPv6 or malformed */
+	EDGE_R_MTU_ICMP,      /* too big to encapsulate: answered ICMP too-big */
+	EDGE_R_MTU_DROP,      /* too big to encapsulate, no ICMP allowed */
+	EDGE_R_ADJUST,        /* bpf_xdp_adjust_head/tail failed */
 	EDGE_R_MAX,
 };
 
@@ -102,6 +109,49 @@ struct edge_far {
 	__u32 action;  /* enum edge_action */
 	__u32 ifindex; /* redirect: egress interface */
 	__u32 id;      /* FAR id, for debugging */
+	__u32 path;    /* encap: path index in the slot */
+};
+
+/* edge_path.flags */
+#define EDGE_PF_KEY 0x01        /* GRE key present (RFC 2890) */
+#define EDGE_PF_SEQ 0x02        /* GRE sequence numbers */
+#define EDGE_PF_DSCP_FIXED 0x04 /* outer DSCP from the path, not the inner */
+
+/* A GRE path (overlay tunnel) toward a remote gateway. Addresses and key in
+ * network order. */
+struct edge_path {
+	__be32 local;
+	__be32 remote;
+	__be32 key;
+	__u32 ifindex; /* egress of the outer packets */
+	__u32 stats;   /* stable index: edge_path_stats, edge_path_seq */
+	__u32 id;
+	__u8 flags;    /* EDGE_PF_* */
+	__u8 dscp;
+	__u8 ttl;
+	__u8 pad;
+};
+
+/* Addresses of one of the gateway's interfaces, for the ICMP errors XDP
+ * sends from it. */
+struct edge_ifaddr {
+	__be32 v4;     /* 0: none */
+	__u32 has_v6;
+	__u8 v6[16];
+};
+
+/* Key of edge_decap: which path a received GRE packet belongs to. */
+struct edge_decap_key {
+	__u32 slot;
+	__be32 local; /* outer destination */
+	__be32 key;   /* 0 when has_key is 0 */
+	__u32 has_key;
+};
+
+struct edge_decap {
+	__be32 remote; /* expected outer source */
+	__u32 stats;   /* path stats index */
+	__u32 id;      /* path id */
 	__u32 pad;
 };
 

@@ -42,69 +42,63 @@ static __always_inline int punt(struct edge_pkt *p, enum edge_reason reason,
 	return verdict;
 }
 
-/* fib_fill asks the kernel's FIB for the next hop of the packet out of
- * far->ifindex and caches it in fl. The lookup is done as output on the
- * FAR's interface (BPF_FIB_LOOKUP_OUTPUT), so only routes through that
- * interface are candidates; a result on another interface is punted.
- * Returns 0 on success or the edge_reason to punt with. */
-static __always_inline int fib_fill(struct xdp_md *ctx, struct edge_pkt *p,
-				    const struct edge_far *far,
-				    struct edge_flow *fl, __u32 epoch,
-				    struct iphdr *iph, struct ipv6hdr *ip6,
-				    __u32 len3)
+/* fib_resolve asks the kernel's FIB for the next hop described by fib
+ * (family, addresses, tot_len filled by the caller) out of interface oif
+ * and caches it in fl. The lookup is done as output on oif
+ * (BPF_FIB_LOOKUP_OUTPUT), so only routes through that interface are
+ * candidates. Returns 0 on success or the edge_reason to punt with; on
+ * EDGE_R_FRAG_NEEDED *mtu is the largest L3 length the route takes. */
+static __always_inline int fib_resolve(struct xdp_md *ctx,
+				       struct bpf_fib_lookup *fib, __u32 oif,
+				       __u32 iif, struct edge_flow *fl,
+				       __u32 epoch, __u32 *mtu)
 {
-	struct bpf_fib_lookup fib = {};
+	__u16 len3 = fib->tot_len;
 	long rc;
 
-	fib.ifindex = far->ifindex;
-	fib.l4_protocol = p->key.proto;
-	fib.sport = p->key.sport;
-	fib.dport = p->key.dport;
-	fib.tot_len = len3;
-	if (iph) {
-		fib.family = AF_INET;
-		fib.tos = iph->tos;
-		fib.ipv4_src = iph->saddr;
-		fib.ipv4_dst = iph->daddr;
-	} else if (ip6) {
-		fib.family = AF_INET6;
-		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
-		__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
-		__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
-	}
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
+	fib->ifindex = oif;
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), BPF_FIB_LOOKUP_OUTPUT);
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		break;
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
 		return EDGE_R_NO_NEIGH;
 	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		*mtu = fib->mtu_result;
 		return EDGE_R_FRAG_NEEDED;
 	default:
 		/* IPv4 output lookups skip next hops on other interfaces
-		 * (fib_lookup_good_nhc), so "no route via the FAR's
-		 * interface" looks like no route at all: ask again as the
-		 * kernel would route it, to tell the operator which. */
-		fib.ifindex = p->key.ifindex;
-		if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) ==
+		 * (fib_lookup_good_nhc), so "no route via oif" looks like no
+		 * route at all: ask again as the kernel would route it, to
+		 * tell the operator which. */
+		fib->ifindex = iif;
+		if (bpf_fib_lookup(ctx, fib, sizeof(*fib), 0) ==
 			    BPF_FIB_LKUP_RET_SUCCESS &&
-		    fib.ifindex != far->ifindex)
+		    fib->ifindex != oif)
 			return EDGE_R_ROUTE_MISMATCH;
 		return EDGE_R_FIB_FAIL;
 	}
-	if (fib.ifindex != far->ifindex)
+	if (fib->ifindex != oif)
 		return EDGE_R_ROUTE_MISMATCH;
 	/* A flow keeps its cached next hop for lengths up to the largest the
 	 * kernel's MTU check has passed; a longer packet asks again. */
-	if (fl->fib_epoch != epoch || fl->oif != fib.ifindex)
+	if (fl->fib_epoch != epoch || fl->oif != oif)
 		fl->ok_len = 0;
-	if (fib.tot_len > fl->ok_len)
-		fl->ok_len = fib.tot_len;
-	fl->oif = fib.ifindex;
-	__builtin_memcpy(fl->dmac, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(fl->smac, fib.smac, ETH_ALEN);
+	if (len3 > fl->ok_len)
+		fl->ok_len = len3;
+	fl->oif = oif;
+	__builtin_memcpy(fl->dmac, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(fl->smac, fib->smac, ETH_ALEN);
 	fl->fib_epoch = epoch;
 	return 0;
+}
+
+/* next_hop_ok tells whether fl holds a next hop out of oif, valid in this
+ * FIB epoch, for an L3 packet of len3 bytes. */
+static __always_inline int next_hop_ok(const struct edge_flow *fl, __u32 oif,
+				       __u32 epoch, __u32 len3)
+{
+	return fl->fib_epoch == epoch && fl->oif == oif && len3 <= fl->ok_len;
 }
 
 /* edge_redirect forwards the packet out of far->ifindex to the next hop
@@ -141,9 +135,27 @@ static __always_inline int edge_redirect(struct xdp_md *ctx, struct edge_pkt *p,
 		len3 = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
 	}
 
-	if (fl->fib_epoch != epoch || fl->oif != far->ifindex ||
-	    len3 > fl->ok_len) {
-		reason = fib_fill(ctx, p, far, fl, epoch, iph, ip6, len3);
+	if (!next_hop_ok(fl, far->ifindex, epoch, len3)) {
+		struct bpf_fib_lookup fib = {};
+		__u32 mtu;
+
+		fib.l4_protocol = p->key.proto;
+		fib.sport = p->key.sport;
+		fib.dport = p->key.dport;
+		fib.tot_len = len3;
+		if (iph) {
+			fib.family = AF_INET;
+			fib.tos = iph->tos;
+			fib.ipv4_src = iph->saddr;
+			fib.ipv4_dst = iph->daddr;
+		} else if (ip6) {
+			fib.family = AF_INET6;
+			fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
+			__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
+			__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
+		}
+		reason = fib_resolve(ctx, &fib, far->ifindex, p->key.ifindex,
+				     fl, epoch, &mtu);
 		if (reason)
 			return punt(p, reason, XDP_PASS);
 	}
@@ -161,6 +173,8 @@ static __always_inline int edge_redirect(struct xdp_md *ctx, struct edge_pkt *p,
 	return XDP_REDIRECT;
 }
 
+#include "gre.h"
+
 /* edge_act carries out a FAR. */
 static __always_inline int edge_act(struct xdp_md *ctx, struct edge_pkt *p,
 				    const struct edge_far *far,
@@ -172,7 +186,11 @@ static __always_inline int edge_act(struct xdp_md *ctx, struct edge_pkt *p,
 		return XDP_PASS;
 	case EDGE_ACT_REDIRECT:
 		return edge_redirect(ctx, p, far, fl, epoch);
-	/* Encap/decap (GRE paths) and balancing (LBR) attach here. */
+	case EDGE_ACT_ENCAP:
+		return edge_encap(ctx, p, far, fl, epoch);
+	case EDGE_ACT_DECAP:
+		return edge_decap(ctx, p, fl->gen & 1);
+	/* Balancing (LBR) attaches here. */
 	case EDGE_ACT_DROP:
 	default:
 		count(&edge_verdicts, XDP_DROP, p->len);

@@ -46,7 +46,7 @@ type Agent struct {
 	mu    sync.Mutex
 	cfg   *config.Config
 	dp    *bpf.Dataplane
-	alloc *rules.StatsAlloc
+	alloc rules.Allocs
 
 	reloads *prometheus.CounterVec
 }
@@ -67,7 +67,7 @@ func limitsOf(cfg *config.Config) bpf.Limits {
 // CheckHost compiles cfg against this host's interfaces without touching the
 // dataplane: what `edgeplane validate` and the agent check before loading.
 func CheckHost(cfg *config.Config) error {
-	_, _, err := rules.Compile(cfg, ResolveIfindex, rules.NewStatsAlloc(cfg.Limits.Rules, nil), limitsOf(cfg))
+	_, _, err := rules.Compile(cfg, ResolveIfindex, rules.NewAllocs(cfg.Limits.Rules, nil, nil), limitsOf(cfg))
 	return err
 }
 
@@ -102,6 +102,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := watchFIB(ctx, a.dp, log); err != nil {
 		return err
 	}
+	go a.keepPathNeighbours(ctx, log)
 
 	errc := make(chan error, 1)
 	if opts.MetricsAddr != "" {
@@ -179,8 +180,17 @@ func (a *Agent) start(cfg *config.Config) error {
 	for _, r := range live {
 		seed[uint32(r.Prio)] = r.Stats
 	}
+	paths, err := dp.ActivePaths()
+	if err != nil {
+		dp.Close()
+		return err
+	}
+	pathSeed := map[uint32]uint32{}
+	for _, p := range paths {
+		pathSeed[p.Id] = p.Stats
+	}
 	a.dp = dp
-	a.alloc = rules.NewStatsAlloc(cfg.Limits.Rules, seed)
+	a.alloc = rules.NewAllocs(cfg.Limits.Rules, seed, pathSeed)
 	return a.apply(cfg)
 }
 
@@ -201,6 +211,9 @@ func (a *Agent) apply(cfg *config.Config) error {
 		tx = append(tx, idx)
 	}
 	if err := a.dp.SetTx(tx); err != nil {
+		return err
+	}
+	if err := a.dp.SetIfAddrs(ifAddrs(cfg.Interfaces)); err != nil {
 		return err
 	}
 	start := time.Now()

@@ -136,7 +136,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	o.Log("floor %.1f ns, wrapper %.1f ns (hit) %.1f ns (miss)", floor, wrapHit, wrapMiss)
 
-	alloc := rules.NewStatsAlloc(limits.Rules, nil)
+	alloc := rules.NewAllocs(limits.Rules, nil, nil)
 	measureSet := func(series string, n, shapes int) error {
 		cfg, probeDst := ruleSet(n, shapes)
 		gen, next, err := rules.Compile(cfg, ns.Resolve, alloc, limits)

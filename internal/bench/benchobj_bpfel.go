@@ -18,12 +18,17 @@ import (
 const (
 	benchobjMapBenchSeq       = "bench_seq"
 	benchobjMapEdgeCacheStats = "edge_cache_stats"
+	benchobjMapEdgeDecaps     = "edge_decaps"
 	benchobjMapEdgeEmc4       = "edge_emc4"
 	benchobjMapEdgeFars       = "edge_fars"
 	benchobjMapEdgeFlows      = "edge_flows"
 	benchobjMapEdgeFlows4     = "edge_flows4"
 	benchobjMapEdgeGlobal     = "edge_global"
 	benchobjMapEdgeGroups     = "edge_groups"
+	benchobjMapEdgeIfaddrs    = "edge_ifaddrs"
+	benchobjMapEdgePathSeq    = "edge_path_seq"
+	benchobjMapEdgePathStats  = "edge_path_stats"
+	benchobjMapEdgePaths      = "edge_paths"
 	benchobjMapEdgePdrStats   = "edge_pdr_stats"
 	benchobjMapEdgeReasons    = "edge_reasons"
 	benchobjMapEdgeRules      = "edge_rules"
@@ -92,12 +97,17 @@ type benchobjProgramSpecs struct {
 type benchobjMapSpecs struct {
 	BenchSeq       *ebpf.MapSpec `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
+	EdgeDecaps     *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeEmc4       *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFlows      *ebpf.MapSpec `ebpf:"edge_flows"`
 	EdgeFlows4     *ebpf.MapSpec `ebpf:"edge_flows4"`
 	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
+	EdgeIfaddrs    *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
+	EdgePathSeq    *ebpf.MapSpec `ebpf:"edge_path_seq"`
+	EdgePathStats  *ebpf.MapSpec `ebpf:"edge_path_stats"`
+	EdgePaths      *ebpf.MapSpec `ebpf:"edge_paths"`
 	EdgePdrStats   *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
 	EdgeReasons    *ebpf.MapSpec `ebpf:"edge_reasons"`
 	EdgeRules      *ebpf.MapSpec `ebpf:"edge_rules"`
@@ -134,12 +144,17 @@ func (o *benchobjObjects) Close() error {
 type benchobjMaps struct {
 	BenchSeq       *ebpf.Map `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
+	EdgeDecaps     *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeEmc4       *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFlows      *ebpf.Map `ebpf:"edge_flows"`
 	EdgeFlows4     *ebpf.Map `ebpf:"edge_flows4"`
 	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
+	EdgeIfaddrs    *ebpf.Map `ebpf:"edge_ifaddrs"`
+	EdgePathSeq    *ebpf.Map `ebpf:"edge_path_seq"`
+	EdgePathStats  *ebpf.Map `ebpf:"edge_path_stats"`
+	EdgePaths      *ebpf.Map `ebpf:"edge_paths"`
 	EdgePdrStats   *ebpf.Map `ebpf:"edge_pdr_stats"`
 	EdgeReasons    *ebpf.Map `ebpf:"edge_reasons"`
 	EdgeRules      *ebpf.Map `ebpf:"edge_rules"`
@@ -151,12 +166,17 @@ func (m *benchobjMaps) Close() error {
 	return _BenchobjClose(
 		m.BenchSeq,
 		m.EdgeCacheStats,
+		m.EdgeDecaps,
 		m.EdgeEmc4,
 		m.EdgeFars,
 		m.EdgeFlows,
 		m.EdgeFlows4,
 		m.EdgeGlobal,
 		m.EdgeGroups,
+		m.EdgeIfaddrs,
+		m.EdgePathSeq,
+		m.EdgePathStats,
+		m.EdgePaths,
 		m.EdgePdrStats,
 		m.EdgeReasons,
 		m.EdgeRules,

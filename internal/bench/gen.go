@@ -4,4 +4,4 @@
 // BPF_PROG_TEST_RUN beside an XDP_PASS floor measured in the same run.
 package bench
 
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types benchobj ../../bpf/bench.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types benchobj ../../bpf/bench.bpf.c

@@ -19,12 +19,28 @@ type edgeEdgeCtr struct {
 	Bytes   uint64
 }
 
+type edgeEdgeDecap struct {
+	_      structs.HostLayout
+	Remote uint32
+	Stats  uint32
+	Id     uint32
+	Pad    uint32
+}
+
+type edgeEdgeDecapKey struct {
+	_      structs.HostLayout
+	Slot   uint32
+	Local  uint32
+	Key    uint32
+	HasKey uint32
+}
+
 type edgeEdgeFar struct {
 	_       structs.HostLayout
 	Action  uint32
 	Ifindex uint32
 	Id      uint32
-	Pad     uint32
+	Path    uint32
 }
 
 type edgeEdgeFlow struct {
@@ -74,6 +90,27 @@ type edgeEdgeGroup struct {
 	MinPrio uint64
 }
 
+type edgeEdgeIfaddr struct {
+	_     structs.HostLayout
+	V4    uint32
+	HasV6 uint32
+	V6    [16]uint8
+}
+
+type edgeEdgePath struct {
+	_       structs.HostLayout
+	Local   uint32
+	Remote  uint32
+	Key     uint32
+	Ifindex uint32
+	Stats   uint32
+	Id      uint32
+	Flags   uint8
+	Dscp    uint8
+	Ttl     uint8
+	Pad     uint8
+}
+
 type edgeEdgeRule struct {
 	_     structs.HostLayout
 	Prio  uint64
@@ -102,12 +139,17 @@ type edgeEdgeState struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	edgeMapEdgeCacheStats = "edge_cache_stats"
+	edgeMapEdgeDecaps     = "edge_decaps"
 	edgeMapEdgeEmc4       = "edge_emc4"
 	edgeMapEdgeFars       = "edge_fars"
 	edgeMapEdgeFlows      = "edge_flows"
 	edgeMapEdgeFlows4     = "edge_flows4"
 	edgeMapEdgeGlobal     = "edge_global"
 	edgeMapEdgeGroups     = "edge_groups"
+	edgeMapEdgeIfaddrs    = "edge_ifaddrs"
+	edgeMapEdgePathSeq    = "edge_path_seq"
+	edgeMapEdgePathStats  = "edge_path_stats"
+	edgeMapEdgePaths      = "edge_paths"
 	edgeMapEdgePdrStats   = "edge_pdr_stats"
 	edgeMapEdgeReasons    = "edge_reasons"
 	edgeMapEdgeRules      = "edge_rules"
@@ -167,12 +209,17 @@ type edgeProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
+	EdgeDecaps     *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeEmc4       *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFlows      *ebpf.MapSpec `ebpf:"edge_flows"`
 	EdgeFlows4     *ebpf.MapSpec `ebpf:"edge_flows4"`
 	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
+	EdgeIfaddrs    *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
+	EdgePathSeq    *ebpf.MapSpec `ebpf:"edge_path_seq"`
+	EdgePathStats  *ebpf.MapSpec `ebpf:"edge_path_stats"`
+	EdgePaths      *ebpf.MapSpec `ebpf:"edge_paths"`
 	EdgePdrStats   *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
 	EdgeReasons    *ebpf.MapSpec `ebpf:"edge_reasons"`
 	EdgeRules      *ebpf.MapSpec `ebpf:"edge_rules"`
@@ -208,12 +255,17 @@ func (o *edgeObjects) Close() error {
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
+	EdgeDecaps     *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeEmc4       *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFlows      *ebpf.Map `ebpf:"edge_flows"`
 	EdgeFlows4     *ebpf.Map `ebpf:"edge_flows4"`
 	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
+	EdgeIfaddrs    *ebpf.Map `ebpf:"edge_ifaddrs"`
+	EdgePathSeq    *ebpf.Map `ebpf:"edge_path_seq"`
+	EdgePathStats  *ebpf.Map `ebpf:"edge_path_stats"`
+	EdgePaths      *ebpf.Map `ebpf:"edge_paths"`
 	EdgePdrStats   *ebpf.Map `ebpf:"edge_pdr_stats"`
 	EdgeReasons    *ebpf.Map `ebpf:"edge_reasons"`
 	EdgeRules      *ebpf.Map `ebpf:"edge_rules"`
@@ -224,12 +276,17 @@ type edgeMaps struct {
 func (m *edgeMaps) Close() error {
 	return _EdgeClose(
 		m.EdgeCacheStats,
+		m.EdgeDecaps,
 		m.EdgeEmc4,
 		m.EdgeFars,
 		m.EdgeFlows,
 		m.EdgeFlows4,
 		m.EdgeGlobal,
 		m.EdgeGroups,
+		m.EdgeIfaddrs,
+		m.EdgePathSeq,
+		m.EdgePathStats,
+		m.EdgePaths,
 		m.EdgePdrStats,
 		m.EdgeReasons,
 		m.EdgeRules,

@@ -37,7 +37,7 @@ type harness struct {
 	ns    *lab.PacketNS
 	dp    *bpf.Dataplane
 	idx   map[string]uint32
-	alloc *rules.StatsAlloc
+	alloc rules.Allocs
 }
 
 func newHarness(t testing.TB, cfgYAML string) *harness {
@@ -62,7 +62,7 @@ func newHarness(t testing.TB, cfgYAML string) *harness {
 		t.Fatal(err)
 	}
 	h.dp = dp
-	h.alloc = rules.NewStatsAlloc(cfg.Limits.Rules, nil)
+	h.alloc = rules.NewAllocs(cfg.Limits.Rules, nil, nil)
 	h.apply(cfg)
 	return h
 }

@@ -145,6 +145,11 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgeRules:      dp.EdgeRules,
 		edgeMapEdgeTx:         dp.EdgeTx,
 		edgeMapEdgeVerdicts:   dp.EdgeVerdicts,
+		edgeMapEdgePaths:      dp.EdgePaths,
+		edgeMapEdgeDecaps:     dp.EdgeDecaps,
+		edgeMapEdgePathStats:  dp.EdgePathStats,
+		edgeMapEdgePathSeq:    dp.EdgePathSeq,
+		edgeMapEdgeIfaddrs:    dp.EdgeIfaddrs,
 	}
 }
 

@@ -24,6 +24,14 @@ type Snapshot struct {
 	Reasons   []Counter          // by reason
 	CacheHit  uint64
 	CacheMiss uint64
+	Paths     map[uint32]PathCounters // by path id
+}
+
+// PathCounters are what a path sent (encapsulated) and received
+// (decapsulated).
+type PathCounters struct {
+	Tx Counter `json:"tx"`
+	Rx Counter `json:"rx"`
 }
 
 // Snapshot reads and sums every per-CPU counter.
@@ -32,11 +40,25 @@ func (dp *Dataplane) Snapshot() (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return readSnapshot(&dp.edgeMaps, rules, gen)
+	dp.writer.mu.Lock()
+	paths := append([]Path(nil), dp.writer.paths[gen&1]...)
+	dp.writer.mu.Unlock()
+	return readSnapshot(&dp.edgeMaps, rules, paths, gen)
 }
 
-func readSnapshot(m *edgeMaps, rules map[RuleKey]Rule, gen uint32) (*Snapshot, error) {
-	s := &Snapshot{Gen: gen, PDRs: map[uint32]Counter{}}
+func readSnapshot(m *edgeMaps, rules map[RuleKey]Rule, paths []Path, gen uint32) (*Snapshot, error) {
+	s := &Snapshot{Gen: gen, PDRs: map[uint32]Counter{}, Paths: map[uint32]PathCounters{}}
+	for _, p := range paths {
+		tx, err := sumCtr(m.EdgePathStats, 2*p.Stats)
+		if err != nil {
+			return nil, fmt.Errorf("path stats: %w", err)
+		}
+		rx, err := sumCtr(m.EdgePathStats, 2*p.Stats+1)
+		if err != nil {
+			return nil, fmt.Errorf("path stats: %w", err)
+		}
+		s.Paths[p.Id] = PathCounters{Tx: tx, Rx: rx}
+	}
 	seen := map[uint32]bool{}
 	for _, r := range rules {
 		if seen[r.Stats] {
@@ -109,6 +131,11 @@ func PinnedSnapshot(pinDir string) (*Snapshot, error) {
 		edgeMapEdgeRules:      &m.EdgeRules,
 		edgeMapEdgeTx:         &m.EdgeTx,
 		edgeMapEdgeVerdicts:   &m.EdgeVerdicts,
+		edgeMapEdgePaths:      &m.EdgePaths,
+		edgeMapEdgeDecaps:     &m.EdgeDecaps,
+		edgeMapEdgePathStats:  &m.EdgePathStats,
+		edgeMapEdgePathSeq:    &m.EdgePathSeq,
+		edgeMapEdgeIfaddrs:    &m.EdgeIfaddrs,
 	}
 	for name, dst := range fields {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
@@ -135,5 +162,13 @@ func PinnedSnapshot(pinDir string) (*Snapshot, error) {
 	if err := it.Err(); err != nil && !errors.Is(err, ebpf.ErrIterationAborted) {
 		return nil, fmt.Errorf("read rules: %w", err)
 	}
-	return readSnapshot(&m, rules, st.Gen)
+	var paths []Path
+	for i := uint32(0); st.Gen != 0 && i < MaxPaths; i++ {
+		var p Path
+		if err := m.EdgePaths.Lookup((st.Gen&1)*MaxPaths+i, &p); err != nil || p.Id == 0 {
+			break
+		}
+		paths = append(paths, p)
+	}
+	return readSnapshot(&m, rules, paths, st.Gen)
 }

@@ -5,14 +5,28 @@ package bpf
 // Aliases for the structs bpf2go generates from bpf/edge_types.h, so callers
 // outside this package can use them.
 type (
-	FlowKey = edgeEdgeFlowKey
-	RuleKey = edgeEdgeRuleKey
-	Rule    = edgeEdgeRule
-	Group   = edgeEdgeGroup
-	Far     = edgeEdgeFar
-	State   = edgeEdgeState
-	Flow    = edgeEdgeFlow
-	Ctr     = edgeEdgeCtr
+	FlowKey  = edgeEdgeFlowKey
+	RuleKey  = edgeEdgeRuleKey
+	Rule     = edgeEdgeRule
+	Group    = edgeEdgeGroup
+	Far      = edgeEdgeFar
+	State    = edgeEdgeState
+	Flow     = edgeEdgeFlow
+	Ctr      = edgeEdgeCtr
+	Path     = edgeEdgePath
+	DecapKey = edgeEdgeDecapKey
+	Decap    = edgeEdgeDecap
+	IfAddr   = edgeEdgeIfaddr
+)
+
+// MaxPaths mirrors EDGE_MAX_PATHS in bpf/edge_consts.h.
+const MaxPaths = 256
+
+// Path flag bits, mirroring EDGE_PF_*.
+const (
+	PathFlagKey       = 0x01
+	PathFlagSeq       = 0x02
+	PathFlagDSCPFixed = 0x04
 )
 
 // MaxGroups mirrors EDGE_MAX_GROUPS in bpf/edge_consts.h.
@@ -35,6 +49,8 @@ const (
 	ActPass     = 0
 	ActDrop     = 1
 	ActRedirect = 2
+	ActEncap    = 3
+	ActDecap    = 4
 )
 
 // XDP verdicts (enum xdp_action in linux/bpf.h).
@@ -74,6 +90,11 @@ var ReasonNames = []string{
 	"no_tx",
 	"flow_full",
 	"no_state",
+	"gre_no_path",
+	"gre_inner",
+	"mtu_icmp",
+	"mtu_drop",
+	"adjust",
 }
 
 // Reason values used by callers and tests.
@@ -100,5 +121,10 @@ const (
 	ReasonNoTx
 	ReasonFlowFull
 	ReasonNoState
+	ReasonGRENoPath
+	ReasonGREInner
+	ReasonMTUICMP
+	ReasonMTUDrop
+	ReasonAdjust
 	ReasonMax
 )

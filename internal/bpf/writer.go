@@ -24,6 +24,14 @@ type Generation struct {
 	// ResetStats lists PDR statistics indexes to zero before the flip:
 	// indexes given to a PDR for the first time.
 	ResetStats []uint32
+	// Paths by index; Far.Path points here.
+	Paths []Path
+	// Decaps says which path a received GRE packet belongs to
+	// (DecapKey.Slot is set by Commit).
+	Decaps map[DecapKey]Decap
+	// ResetPathStats lists path statistics indexes given out for the
+	// first time: their counters and sequence numbers start at zero.
+	ResetPathStats []uint32
 }
 
 // ErrCapacity is returned when a generation does not fit the maps.
@@ -33,16 +41,40 @@ var ErrCapacity = errors.New("generation exceeds map capacity")
 // generation number once, and waits a grace period before it touches the
 // old slot again.
 type writer struct {
-	mu    sync.Mutex
-	dp    *Dataplane
-	slots [2]map[RuleKey]Rule // what each slot of edge_rules holds, group relative
-	dirty bool                // a flip happened since the last grace period
+	mu     sync.Mutex
+	dp     *Dataplane
+	slots  [2]map[RuleKey]Rule   // what each slot of edge_rules holds, group relative
+	decaps [2]map[DecapKey]Decap // what each slot of edge_decaps holds
+	paths  [2][]Path             // what each slot of edge_paths holds
+	dirty  bool                  // a flip happened since the last grace period
 }
 
 func newWriter(dp *Dataplane) (*writer, error) {
 	w := &writer{dp: dp}
-	w.slots[0] = map[RuleKey]Rule{}
-	w.slots[1] = map[RuleKey]Rule{}
+	for t := range w.slots {
+		w.slots[t] = map[RuleKey]Rule{}
+		w.decaps[t] = map[DecapKey]Decap{}
+	}
+	var dk DecapKey
+	var dv Decap
+	dit := dp.EdgeDecaps.Iterate()
+	for dit.Next(&dk, &dv) {
+		if dk.Slot <= 1 {
+			w.decaps[dk.Slot][dk] = dv
+		}
+	}
+	if err := dit.Err(); err != nil {
+		return nil, fmt.Errorf("read decaps: %w", err)
+	}
+	for t := uint32(0); t < 2; t++ {
+		for i := uint32(0); i < MaxPaths; i++ {
+			var p Path
+			if err := dp.EdgePaths.Lookup(t*MaxPaths+i, &p); err != nil || p.Id == 0 {
+				break
+			}
+			w.paths[t] = append(w.paths[t], p)
+		}
+	}
 	// Adopted maps: learn what each slot holds so commits write diffs.
 	var k RuleKey
 	var v Rule
@@ -90,6 +122,17 @@ func (dp *Dataplane) ActiveRules() (map[RuleKey]Rule, uint32, error) {
 	return out, st.Gen, nil
 }
 
+// ActivePaths returns the paths of the live generation.
+func (dp *Dataplane) ActivePaths() ([]Path, error) {
+	dp.writer.mu.Lock()
+	defer dp.writer.mu.Unlock()
+	st, err := dp.State()
+	if err != nil || st.Gen == 0 {
+		return nil, err
+	}
+	return append([]Path(nil), dp.writer.paths[st.Gen&1]...), nil
+}
+
 // Commit writes g beside the live generation and makes it live with one
 // write of the generation number. It returns the new generation number.
 func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
@@ -122,6 +165,11 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 	}
 	for _, idx := range g.ResetStats {
 		if err := dp.ResetPDRStats(idx); err != nil {
+			return 0, err
+		}
+	}
+	for _, idx := range g.ResetPathStats {
+		if err := dp.resetPath(idx); err != nil {
 			return 0, err
 		}
 	}
@@ -205,6 +253,9 @@ func (w *writer) writeSlot(t uint32, g *Generation) error {
 			return fmt.Errorf("write group %d: %w", i, err)
 		}
 	}
+	if err := w.writePaths(t, g); err != nil {
+		return err
+	}
 	fbase := t * dp.Limits.Rules
 	if n := len(g.FARs); n > 0 {
 		keys := make([]uint32, n)
@@ -216,6 +267,88 @@ func (w *writer) writeSlot(t uint32, g *Generation) error {
 		}
 	}
 	return nil
+}
+
+// writePaths makes slot t's paths and decap entries those of g.
+func (w *writer) writePaths(t uint32, g *Generation) error {
+	dp := w.dp
+	if len(g.Paths) > MaxPaths {
+		return fmt.Errorf("%w: %d paths, at most %d", ErrCapacity, len(g.Paths), MaxPaths)
+	}
+	// Paths: write the new ones, clear what the slot held beyond them
+	// (a zero id ends the list for the writer's own reload).
+	for i := 0; i < max(len(g.Paths), len(w.paths[t])); i++ {
+		var p Path
+		if i < len(g.Paths) {
+			p = g.Paths[i]
+		}
+		if err := dp.EdgePaths.Put(t*MaxPaths+uint32(i), p); err != nil {
+			return fmt.Errorf("write path %d: %w", i, err)
+		}
+	}
+	w.paths[t] = append([]Path(nil), g.Paths...)
+
+	cur := w.decaps[t]
+	want := make(map[DecapKey]Decap, len(g.Decaps))
+	for k, v := range g.Decaps {
+		k.Slot = t
+		want[k] = v
+	}
+	for k := range cur {
+		if _, ok := want[k]; !ok {
+			if err := dp.EdgeDecaps.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("delete decap entry: %w", err)
+			}
+			delete(cur, k)
+		}
+	}
+	for k, v := range want {
+		if old, ok := cur[k]; ok && old == v {
+			continue
+		}
+		if err := dp.EdgeDecaps.Put(k, v); err != nil {
+			return fmt.Errorf("write decap entry: %w", err)
+		}
+		cur[k] = v
+	}
+	return nil
+}
+
+// resetPath zeroes a path statistics index's counters and sequence number.
+func (dp *Dataplane) resetPath(idx uint32) error {
+	zero := make([]Ctr, ebpf.MustPossibleCPU())
+	for _, k := range []uint32{2 * idx, 2*idx + 1} {
+		if err := dp.EdgePathStats.Put(k, zero); err != nil {
+			return fmt.Errorf("reset path stats %d: %w", idx, err)
+		}
+	}
+	if err := dp.EdgePathSeq.Put(idx, uint32(0)); err != nil {
+		return fmt.Errorf("reset path sequence %d: %w", idx, err)
+	}
+	return nil
+}
+
+// SetIfAddrs makes addrs (by ifindex) the interface addresses XDP answers
+// ICMP errors from.
+func (dp *Dataplane) SetIfAddrs(addrs map[uint32]IfAddr) error {
+	for i, a := range addrs {
+		if err := dp.EdgeIfaddrs.Put(i, a); err != nil {
+			return fmt.Errorf("set addresses of interface %d: %w", i, err)
+		}
+	}
+	var k uint32
+	var v IfAddr
+	var stale []uint32
+	it := dp.EdgeIfaddrs.Iterate()
+	for it.Next(&k, &v) {
+		if _, ok := addrs[k]; !ok {
+			stale = append(stale, k)
+		}
+	}
+	for _, k := range stale {
+		_ = dp.EdgeIfaddrs.Delete(k)
+	}
+	return it.Err()
 }
 
 // BumpFIBEpoch makes every flow look its next hop up again: the agent

@@ -36,12 +36,23 @@ const (
 	XDPAuto    = "auto"
 )
 
-// Actions used by FARs (all three) and by Defaults (pass and drop).
+// Actions used by FARs (all) and by Defaults (pass and drop).
 const (
 	ActionPass     = "pass"
 	ActionDrop     = "drop"
 	ActionRedirect = "redirect"
+	ActionEncap    = "encap"
+	ActionDecap    = "decap"
 )
+
+// Path types.
+const (
+	PathGRE = "gre"
+)
+
+// DefaultPathTTL is the outer TTL of encapsulated packets when a path does
+// not set one.
+const DefaultPathTTL = 64
 
 // Limits bounds and defaults.
 const (
@@ -72,6 +83,7 @@ const (
 // Config is the whole edgeplane configuration file.
 type Config struct {
 	Interfaces []Interface `yaml:"interfaces"`
+	Paths      []Path      `yaml:"paths"`
 	FARs       []FAR       `yaml:"fars"`
 	PDRs       []PDR       `yaml:"pdrs"`
 	Limits     Limits      `yaml:"limits"`
@@ -90,15 +102,42 @@ type Interface struct {
 	XDP string `yaml:"xdp"`
 }
 
+// Path is a WAN overlay path: a GRE tunnel (RFC 2784, key and sequence
+// numbers of RFC 2890) from this gateway to a remote one.
+type Path struct {
+	// ID identifies the path; it is required (non-zero) and unique.
+	ID uint32 `yaml:"id"`
+	// Type is PathGRE.
+	Type string `yaml:"type"`
+	// Interface is the egress interface of the outer packets.
+	Interface string `yaml:"interface"`
+	// Local and Remote are the outer IPv4 addresses (this gateway's and
+	// the far end's).
+	Local  Addr `yaml:"local"`
+	Remote Addr `yaml:"remote"`
+	// Key is the optional GRE key; decapsulation tells paths apart by
+	// (local address, key).
+	Key *uint32 `yaml:"key"`
+	// Seq adds GRE sequence numbers to encapsulated packets.
+	Seq bool `yaml:"seq"`
+	// TTL of the outer header; 0 means DefaultPathTTL.
+	TTL uint8 `yaml:"ttl"`
+	// DSCP of the outer header; nil copies the inner packet's DSCP.
+	DSCP *uint8 `yaml:"dscp"`
+}
+
 // FAR is a forwarding action rule: what to do with a packet a PDR selected.
 type FAR struct {
 	// ID identifies the FAR; it is required (non-zero) and unique.
 	ID uint32 `yaml:"id"`
-	// Action is ActionPass, ActionDrop or ActionRedirect.
+	// Action is ActionPass, ActionDrop, ActionRedirect, ActionEncap or
+	// ActionDecap.
 	Action string `yaml:"action"`
 	// Interface is the egress interface for ActionRedirect and must be
 	// empty for the other actions.
 	Interface string `yaml:"interface"`
+	// Path is the path id for ActionEncap and must be 0 otherwise.
+	Path uint32 `yaml:"path"`
 }
 
 // PDR is a packet detection rule: a match and the FAR applied on a hit.
@@ -201,6 +240,11 @@ func (c *Config) Normalize() {
 	for i := range c.Interfaces {
 		if c.Interfaces[i].XDP == "" {
 			c.Interfaces[i].XDP = XDPAuto
+		}
+	}
+	for i := range c.Paths {
+		if c.Paths[i].TTL == 0 {
+			c.Paths[i].TTL = DefaultPathTTL
 		}
 	}
 	for i := range c.PDRs {
@@ -597,14 +641,73 @@ func (m Match) MarshalYAML() (any, error) {
 	return &n, nil
 }
 
-// MarshalYAML omits the interface when it is empty (pass and drop).
+// MarshalYAML omits the interface and path when they are not set.
 func (f FAR) MarshalYAML() (any, error) {
 	type far struct {
 		ID        uint32 `yaml:"id"`
 		Action    string `yaml:"action"`
 		Interface string `yaml:"interface,omitempty"`
+		Path      uint32 `yaml:"path,omitempty"`
 	}
-	return far{ID: f.ID, Action: f.Action, Interface: f.Interface}, nil
+	return far{ID: f.ID, Action: f.Action, Interface: f.Interface, Path: f.Path}, nil
+}
+
+// MarshalYAML omits unset optional fields.
+func (p Path) MarshalYAML() (any, error) {
+	type path struct {
+		ID        uint32  `yaml:"id"`
+		Type      string  `yaml:"type"`
+		Interface string  `yaml:"interface"`
+		Local     Addr    `yaml:"local"`
+		Remote    Addr    `yaml:"remote"`
+		Key       *uint32 `yaml:"key,omitempty"`
+		Seq       bool    `yaml:"seq,omitempty"`
+		TTL       uint8   `yaml:"ttl,omitempty"`
+		DSCP      *uint8  `yaml:"dscp,omitempty"`
+	}
+	return path{p.ID, p.Type, p.Interface, p.Local, p.Remote, p.Key, p.Seq, p.TTL, p.DSCP}, nil
+}
+
+// Addr is an optional IP address; the zero value means "not set".
+type Addr struct {
+	A netip.Addr
+}
+
+// IsSet reports whether the address was given.
+func (a Addr) IsSet() bool { return a.A.IsValid() }
+
+// String returns the address, or "" when unset.
+func (a Addr) String() string {
+	if !a.IsSet() {
+		return ""
+	}
+	return a.A.String()
+}
+
+// UnmarshalYAML decodes an address string; null leaves it unset.
+func (a *Addr) UnmarshalYAML(n *yaml.Node) error {
+	n = resolve(n)
+	if isNull(n) {
+		*a = Addr{}
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("must be an IP address, got %s", describe(n))
+	}
+	v, err := netip.ParseAddr(n.Value)
+	if err != nil || v.Zone() != "" {
+		return fmt.Errorf("invalid IP address %q", n.Value)
+	}
+	*a = Addr{A: v.Unmap()}
+	return nil
+}
+
+// MarshalYAML encodes the address, or null when unset.
+func (a Addr) MarshalYAML() (any, error) {
+	if !a.IsSet() {
+		return nil, nil
+	}
+	return a.A.String(), nil
 }
 
 // position is a line and column in the YAML document (1-based).
@@ -881,6 +984,19 @@ func (d *decoder) uint(n *yaml.Node, path string, limit uint64) (v uint64, ok bo
 	return v, true
 }
 
+// boolean decodes true or false.
+func (d *decoder) boolean(n *yaml.Node, path string, out *bool) {
+	n = resolve(n)
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
+		d.fail(path, n, "must be true or false, got %s", describe(n))
+		return
+	}
+	*out = n.Value == "true"
+}
+
 func (d *decoder) uint32(n *yaml.Node, path string, out *uint32) {
 	if v, ok := d.uint(n, path, 1<<32-1); ok {
 		*out = uint32(v)
@@ -908,6 +1024,37 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				c.Interfaces = append(c.Interfaces, x)
 			})
 		}},
+		{"paths", func(p string, v *yaml.Node) {
+			d.list(v, p, func(p string, item *yaml.Node) {
+				var x Path
+				d.mapping(item, p, []field{
+					{"id", func(p string, v *yaml.Node) { d.uint32(v, p, &x.ID) }},
+					{"type", func(p string, v *yaml.Node) { d.str(v, p, &x.Type) }},
+					{"interface", func(p string, v *yaml.Node) { d.str(v, p, &x.Interface) }},
+					{"local", func(p string, v *yaml.Node) { d.custom(v, p, &x.Local) }},
+					{"remote", func(p string, v *yaml.Node) { d.custom(v, p, &x.Remote) }},
+					{"key", func(p string, v *yaml.Node) {
+						if k, ok := d.uint(v, p, 1<<32-1); ok {
+							u := uint32(k)
+							x.Key = &u
+						}
+					}},
+					{"seq", func(p string, v *yaml.Node) { d.boolean(v, p, &x.Seq) }},
+					{"ttl", func(p string, v *yaml.Node) {
+						if t, ok := d.uint(v, p, 255); ok {
+							x.TTL = uint8(t)
+						}
+					}},
+					{"dscp", func(p string, v *yaml.Node) {
+						if t, ok := d.uint(v, p, MaxDSCP); ok {
+							u := uint8(t)
+							x.DSCP = &u
+						}
+					}},
+				})
+				c.Paths = append(c.Paths, x)
+			})
+		}},
 		{"fars", func(p string, v *yaml.Node) {
 			d.list(v, p, func(p string, item *yaml.Node) {
 				var x FAR
@@ -915,6 +1062,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 					{"id", func(p string, v *yaml.Node) { d.uint32(v, p, &x.ID) }},
 					{"action", func(p string, v *yaml.Node) { d.str(v, p, &x.Action) }},
 					{"interface", func(p string, v *yaml.Node) { d.str(v, p, &x.Interface) }},
+					{"path", func(p string, v *yaml.Node) { d.uint32(v, p, &x.Path) }},
 				})
 				c.FARs = append(c.FARs, x)
 			})

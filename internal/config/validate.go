@@ -4,6 +4,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"unicode"
 )
 
@@ -22,7 +23,8 @@ func (c *Config) validate() Errors {
 	n := c.normalizedCopy()
 	var v validator
 	ifaces := v.interfaces(n.Interfaces)
-	fars := v.fars(n.FARs, ifaces)
+	paths := v.paths(n.Paths, ifaces)
+	fars := v.fars(n.FARs, ifaces, paths)
 	v.pdrs(n.PDRs, n.Limits.Rules, ifaces, fars)
 	v.limits(n.Limits)
 	v.defaults(n.Defaults)
@@ -34,6 +36,7 @@ func (c *Config) validate() Errors {
 func (c *Config) normalizedCopy() *Config {
 	n := *c
 	n.Interfaces = append([]Interface(nil), c.Interfaces...)
+	n.Paths = append([]Path(nil), c.Paths...)
 	n.PDRs = append([]PDR(nil), c.PDRs...)
 	n.Normalize()
 	return &n
@@ -102,9 +105,75 @@ func ifnameProblem(name string) string {
 	return ""
 }
 
-// fars checks the FARs and returns the index of each id.
-func (v *validator) fars(list []FAR, ifaces map[string]int) map[uint32]int {
+// paths checks the paths and returns the index of each id.
+func (v *validator) paths(list []Path, ifaces map[string]int) map[uint32]int {
 	byID := make(map[uint32]int, len(list))
+	type decapKey struct {
+		local  string
+		key    uint32
+		hasKey bool
+	}
+	decap := map[decapKey]int{}
+	for i, pt := range list {
+		p := fmt.Sprintf("paths[%d]", i)
+		if pt.ID == 0 {
+			v.add(p+".id", "required")
+		} else if first, dup := byID[pt.ID]; dup {
+			v.add(p+".id", "duplicate id %d (first at paths[%d])", pt.ID, first)
+		} else {
+			byID[pt.ID] = i
+		}
+		switch pt.Type {
+		case PathGRE:
+		case "":
+			v.add(p+".type", "required (want gre)")
+		default:
+			v.add(p+".type", "unknown type %q (want gre)", pt.Type)
+		}
+		if pt.Interface == "" {
+			v.add(p+".interface", "required")
+		} else if _, ok := ifaces[pt.Interface]; !ok {
+			v.add(p+".interface", "unknown interface %q", pt.Interface)
+		}
+		for _, a := range []struct {
+			name string
+			addr Addr
+		}{{"local", pt.Local}, {"remote", pt.Remote}} {
+			switch {
+			case !a.addr.IsSet():
+				v.add(p+"."+a.name, "required (the outer IPv4 address)")
+			case !a.addr.A.Is4():
+				v.add(p+"."+a.name, "%s is not IPv4 (outer headers are IPv4)", a.addr)
+			case a.addr.A.IsUnspecified() || a.addr.A.IsMulticast() || a.addr.A == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+				v.add(p+"."+a.name, "%s cannot be a tunnel endpoint", a.addr)
+			}
+		}
+		if pt.Local.IsSet() && pt.Local == pt.Remote {
+			v.add(p+".remote", "same as local %s", pt.Local)
+		}
+		if pt.Local.IsSet() {
+			k := decapKey{local: pt.Local.String(), hasKey: pt.Key != nil}
+			if pt.Key != nil {
+				k.key = *pt.Key
+			}
+			if first, dup := decap[k]; dup {
+				what := "no key"
+				if pt.Key != nil {
+					what = fmt.Sprintf("key %d", *pt.Key)
+				}
+				v.add(p+".key", "%s with local %s is already used by paths[%d]; decapsulation could not tell them apart", what, pt.Local, first)
+			} else {
+				decap[k] = i
+			}
+		}
+	}
+	return byID
+}
+
+// fars checks the FARs and returns the index of each id.
+func (v *validator) fars(list []FAR, ifaces map[string]int, paths map[uint32]int) map[uint32]int {
+	byID := make(map[uint32]int, len(list))
+	const want = "want pass, drop, redirect, encap or decap"
 	for i, f := range list {
 		p := fmt.Sprintf("fars[%d]", i)
 		if f.ID == 0 {
@@ -116,13 +185,13 @@ func (v *validator) fars(list []FAR, ifaces map[string]int) map[uint32]int {
 		}
 		knownAction := true
 		switch f.Action {
-		case ActionPass, ActionDrop, ActionRedirect:
+		case ActionPass, ActionDrop, ActionRedirect, ActionEncap, ActionDecap:
 		case "":
 			knownAction = false
-			v.add(p+".action", "required (want pass, drop or redirect)")
+			v.add(p+".action", "required (%s)", want)
 		default:
 			knownAction = false
-			v.add(p+".action", "unknown action %q (want pass, drop or redirect)", f.Action)
+			v.add(p+".action", "unknown action %q (%s)", f.Action, want)
 		}
 		switch {
 		case f.Action == ActionRedirect && f.Interface == "":
@@ -132,6 +201,16 @@ func (v *validator) fars(list []FAR, ifaces map[string]int) map[uint32]int {
 		case f.Interface != "":
 			if _, ok := ifaces[f.Interface]; !ok {
 				v.add(p+".interface", "unknown interface %q", f.Interface)
+			}
+		}
+		switch {
+		case f.Action == ActionEncap && f.Path == 0:
+			v.add(p+".path", "required for action encap")
+		case knownAction && f.Action != ActionEncap && f.Path != 0:
+			v.add(p+".path", "not allowed for action %s", f.Action)
+		case f.Path != 0:
+			if _, ok := paths[f.Path]; !ok {
+				v.add(p+".path", "no path with id %d", f.Path)
 			}
 		}
 	}

@@ -5,6 +5,8 @@ package rules
 import (
 	"errors"
 	"fmt"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
 )
 
 // ErrStatsFull is returned when every statistics index is in use.
@@ -61,4 +63,20 @@ func (a *StatsAlloc) clone() *StatsAlloc {
 		c.byID[id] = idx
 	}
 	return c
+}
+
+// Allocs are the stable statistics indexes of one dataplane: per PDR and
+// per path.
+type Allocs struct {
+	PDR, Path *StatsAlloc
+}
+
+// NewAllocs returns allocators sized for l, seeded with the live
+// assignments (id -> index) of PDRs and paths.
+func NewAllocs(rules uint32, pdrSeed, pathSeed map[uint32]uint32) Allocs {
+	return Allocs{PDR: NewStatsAlloc(rules, pdrSeed), Path: NewStatsAlloc(bpf.MaxPaths, pathSeed)}
+}
+
+func (a Allocs) clone() Allocs {
+	return Allocs{PDR: a.PDR.clone(), Path: a.Path.clone()}
 }

@@ -16,14 +16,16 @@ import (
 // Resolver maps an interface name to its ifindex on this host.
 type Resolver func(name string) (uint32, error)
 
-// Compile turns cfg into a generation. alloc gives each PDR a stable
-// statistics index; it is not modified: the updated allocator is returned
-// for the caller to keep once the generation is committed, and indexes
-// handed out for the first time are listed in Generation.ResetStats.
-// Problems are reported as config.Errors with the path of the culprit.
-func Compile(cfg *config.Config, ifindex Resolver, alloc *StatsAlloc, limits bpf.Limits) (*bpf.Generation, *StatsAlloc, error) {
+// Compile turns cfg into a generation. allocs give each PDR and path a
+// stable statistics index; they are not modified: the updated allocators
+// are returned for the caller to keep once the generation is committed, and
+// indexes handed out for the first time are listed in
+// Generation.ResetStats / ResetPathStats. Problems are reported as
+// config.Errors with the path of the culprit.
+func Compile(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limits) (*bpf.Generation, Allocs, error) {
 	var errs config.Errors
-	alloc = alloc.clone()
+	allocs = allocs.clone()
+	alloc := allocs.PDR
 	g := &bpf.Generation{
 		Rules:     map[bpf.RuleKey]bpf.Rule{},
 		NoMatch:   verdict(cfg.Defaults.NoMatch),
@@ -42,6 +44,57 @@ func Compile(cfg *config.Config, ifindex Resolver, alloc *StatsAlloc, limits bpf
 		ifidx[itf.Name] = idx
 	}
 
+	pathIdx := map[uint32]uint32{}
+	livePaths := map[uint32]bool{}
+	if len(cfg.Paths) > bpf.MaxPaths {
+		errs = append(errs, config.FieldError{Path: "paths", Reason: fmt.Sprintf("%d paths, at most %d", len(cfg.Paths), bpf.MaxPaths)})
+	}
+	g.Decaps = map[bpf.DecapKey]bpf.Decap{}
+	for i, pt := range cfg.Paths {
+		if i >= bpf.MaxPaths {
+			break
+		}
+		idx, ok := ifidx[pt.Interface]
+		if !ok {
+			if !missing[pt.Interface] {
+				errs = append(errs, config.FieldError{Path: fmt.Sprintf("paths[%d].interface", i), Reason: fmt.Sprintf("interface %q is not available", pt.Interface)})
+			}
+			continue
+		}
+		stats, isNew, err := allocs.Path.Get(pt.ID)
+		if err != nil {
+			errs = append(errs, config.FieldError{Path: fmt.Sprintf("paths[%d].id", i), Reason: err.Error()})
+			continue
+		}
+		livePaths[pt.ID] = true
+		if isNew {
+			g.ResetPathStats = append(g.ResetPathStats, stats)
+		}
+		bp := bpf.Path{Ifindex: idx, Stats: stats, Id: pt.ID, Ttl: pt.TTL}
+		if bp.Ttl == 0 {
+			bp.Ttl = config.DefaultPathTTL
+		}
+		l4, r4 := pt.Local.A.As4(), pt.Remote.A.As4()
+		bp.Local, bp.Remote = be32(l4), be32(r4)
+		dk := bpf.DecapKey{Local: bp.Local}
+		if pt.Key != nil {
+			bp.Flags |= bpf.PathFlagKey
+			bp.Key = bits.ReverseBytes32(*pt.Key)
+			dk.Key, dk.HasKey = bp.Key, 1
+		}
+		if pt.Seq {
+			bp.Flags |= bpf.PathFlagSeq
+		}
+		if pt.DSCP != nil {
+			bp.Flags |= bpf.PathFlagDSCPFixed
+			bp.Dscp = *pt.DSCP
+		}
+		pathIdx[pt.ID] = uint32(len(g.Paths))
+		g.Paths = append(g.Paths, bp)
+		g.Decaps[dk] = bpf.Decap{Remote: bp.Remote, Stats: stats, Id: pt.ID}
+	}
+	allocs.Path.Retain(livePaths)
+
 	farIdx := map[uint32]uint32{}
 	for i, f := range cfg.FARs {
 		far := bpf.Far{Id: f.ID}
@@ -57,6 +110,15 @@ func Compile(cfg *config.Config, ifindex Resolver, alloc *StatsAlloc, limits bpf
 				errs = append(errs, config.FieldError{Path: fmt.Sprintf("fars[%d].interface", i), Reason: fmt.Sprintf("interface %q is not available", f.Interface)})
 			}
 			far.Ifindex = idx
+		case "encap":
+			far.Action = bpf.ActEncap
+			pi, ok := pathIdx[f.Path]
+			if !ok {
+				errs = append(errs, config.FieldError{Path: fmt.Sprintf("fars[%d].path", i), Reason: fmt.Sprintf("path %d is not available", f.Path)})
+			}
+			far.Path = pi
+		case "decap":
+			far.Action = bpf.ActDecap
 		default:
 			errs = append(errs, config.FieldError{Path: fmt.Sprintf("fars[%d].action", i), Reason: fmt.Sprintf("unknown action %q", f.Action)})
 		}
@@ -130,7 +192,7 @@ func Compile(cfg *config.Config, ifindex Resolver, alloc *StatsAlloc, limits bpf
 		errs = append(errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("rules use %d distinct match shapes (prefix lengths, fields, port-range blocks); the classifier supports %d: align port ranges to powers of two or share prefix lengths", len(groups), bpf.MaxGroups)})
 	}
 	if len(errs) > 0 {
-		return nil, nil, errs
+		return nil, Allocs{}, errs
 	}
 
 	sorted := make([]*group, 0, len(groups))
@@ -150,7 +212,8 @@ func Compile(cfg *config.Config, ifindex Resolver, alloc *StatsAlloc, limits bpf
 			g.Rules[bpf.RuleKey{K: k, Group: uint32(gi)}] = r
 		}
 	}
-	return g, alloc, nil
+	allocs.PDR = alloc
+	return g, allocs, nil
 }
 
 func verdict(s string) uint32 {
@@ -223,4 +286,10 @@ func portPrefixes(r config.PortRange) []portPrefix {
 		lo += size
 	}
 	return out
+}
+
+// be32 returns the uint32 whose in-memory bytes are a (network order on
+// this little-endian host's maps).
+func be32(a [4]byte) uint32 {
+	return uint32(a[0]) | uint32(a[1])<<8 | uint32(a[2])<<16 | uint32(a[3])<<24
 }

@@ -89,7 +89,7 @@ pdrs:
   - {id: 21, precedence: 100, match: {in: lan0, dst: 10.3.0.0/16}, far: 1}
   - {id: 30, precedence: 5, match: {dst: "fd00::/8"}, far: 2}
 `)
-	g, _, err := Compile(cfg, resolver, NewStatsAlloc(1024, nil), bpf.Limits{Flows: 1024, Rules: 1024})
+	g, _, err := Compile(cfg, resolver, NewAllocs(1024, nil, nil), bpf.Limits{Flows: 1024, Rules: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ pdrs:
   - {id: 7, precedence: 50, match: {dst: 10.2.0.0/16}, far: 2}
   - {id: 3, precedence: 50, match: {dst: 10.2.0.0/16}, far: 1}
 `)
-	g, _, err := Compile(cfg, resolver, NewStatsAlloc(1024, nil), bpf.Limits{Flows: 1024, Rules: 1024})
+	g, _, err := Compile(cfg, resolver, NewAllocs(1024, nil, nil), bpf.Limits{Flows: 1024, Rules: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ fars:
 pdrs:
   - {id: 1, precedence: 1, match: {in: lan0}, far: 1}
 `)
-	_, _, err := Compile(cfg, resolver, NewStatsAlloc(1024, nil), bpf.Limits{Flows: 1024, Rules: 1024})
+	_, _, err := Compile(cfg, resolver, NewAllocs(1024, nil, nil), bpf.Limits{Flows: 1024, Rules: 1024})
 	var fe config.Errors
 	if !errors.As(err, &fe) {
 		t.Fatalf("error %v is not config.Errors", err)
@@ -180,14 +180,14 @@ func TestCompileCapacity(t *testing.T) {
 		fmt.Fprintf(&sb, "  - {id: %d, precedence: %d, match: {proto: tcp, dst: 10.9.%d.0/24, dport: 1-65534}, far: 1}\n", i, i, i)
 	}
 	cfg := mustParse(t, sb.String())
-	_, _, err := Compile(cfg, resolver, NewStatsAlloc(1024, nil), bpf.Limits{Flows: 1024, Rules: 1024})
+	_, _, err := Compile(cfg, resolver, NewAllocs(1024, nil, nil), bpf.Limits{Flows: 1024, Rules: 1024})
 	if err == nil || !strings.Contains(err.Error(), "pdrs: 1200 classifier entries after port-range expansion exceed limits.rules 1024") {
 		t.Fatalf("err = %v", err)
 	}
 }
 
 func TestStatsAllocStableAndNotMutatedOnError(t *testing.T) {
-	a := NewStatsAlloc(4, map[uint32]uint32{10: 2})
+	a := NewAllocs(4, map[uint32]uint32{10: 2}, nil)
 	cfg := mustParse(t, base+`
 pdrs:
   - {id: 10, precedence: 1, match: {dst: 10.2.0.0/16}, far: 1}
@@ -197,7 +197,7 @@ pdrs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if idx, _, _ := next.Get(10); idx != 2 {
+	if idx, _, _ := next.PDR.Get(10); idx != 2 {
 		t.Errorf("PDR 10 moved to stats index %d, want 2 (seeded)", idx)
 	}
 	if len(g.ResetStats) != 1 || g.ResetStats[0] == 2 {
@@ -212,7 +212,7 @@ pdrs:
 	if _, _, err := Compile(bad, resolver, next, bpf.Limits{Flows: 1024, Rules: 1024}); err == nil {
 		t.Fatal("compile with a missing interface succeeded")
 	}
-	if idx, isNew, _ := next.Get(11); isNew || idx == 2 {
+	if idx, isNew, _ := next.PDR.Get(11); isNew || idx == 2 {
 		t.Errorf("PDR 11 lost its index after a failed compile (idx %d, new %v)", idx, isNew)
 	}
 }
