@@ -113,8 +113,9 @@ type statsJSON struct {
 	Generation uint32                 `json:"generation"`
 	PDRs       map[string]bpf.Counter `json:"pdrs"`
 	Verdicts   map[string]bpf.Counter `json:"verdicts"`
-	Reasons    map[string]bpf.Counter `json:"reasons"`
-	FlowCache  map[string]uint64      `json:"flow_cache"`
+	Reasons    map[string]bpf.Counter      `json:"reasons"`
+	FlowCache  map[string]uint64           `json:"flow_cache"`
+	Paths      map[string]bpf.PathCounters `json:"paths"`
 }
 
 func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
@@ -124,6 +125,10 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 		Verdicts:   map[string]bpf.Counter{},
 		Reasons:    map[string]bpf.Counter{},
 		FlowCache:  map[string]uint64{"hit": s.CacheHit, "miss": s.CacheMiss},
+		Paths:      map[string]bpf.PathCounters{},
+	}
+	for id, c := range s.Paths {
+		out.Paths[fmt.Sprint(id)] = c
 	}
 	for id, c := range s.PDRs {
 		out.PDRs[fmt.Sprint(id)] = c
@@ -160,6 +165,18 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 	for i, c := range s.Reasons {
 		if i != bpf.ReasonNone && c.Packets > 0 {
 			fmt.Fprintf(w, "%s\t%d\t%d\t\n", bpf.ReasonNames[i], c.Packets, c.Bytes)
+		}
+	}
+	if len(s.Paths) > 0 {
+		fmt.Fprintln(w, "\t\t\t\nPATH\tTX PKTS/BYTES\tRX PKTS/BYTES\t")
+		pids := make([]uint32, 0, len(s.Paths))
+		for id := range s.Paths {
+			pids = append(pids, id)
+		}
+		sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
+		for _, id := range pids {
+			c := s.Paths[id]
+			fmt.Fprintf(w, "%d\t%d / %d\t%d / %d\t\n", id, c.Tx.Packets, c.Tx.Bytes, c.Rx.Packets, c.Rx.Bytes)
 		}
 	}
 	fmt.Fprintf(w, "\t\t\t\nflow cache\thit %d\tmiss %d\t\n", s.CacheHit, s.CacheMiss)

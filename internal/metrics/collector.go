@@ -23,6 +23,7 @@ type Collector struct {
 	verdictPackets, verdictBytes *prometheus.Desc
 	reasonPackets, reasonBytes   *prometheus.Desc
 	cache, generation, scrapeErr *prometheus.Desc
+	pathPackets, pathBytes       *prometheus.Desc
 }
 
 // NewCollector returns a collector reading from src.
@@ -41,13 +42,15 @@ func NewCollector(src Source) *Collector {
 		cache:          d("flow_cache_lookups_total", "Flow-cache lookups by result.", "result"),
 		generation:     d("rules_generation", "Generation number of the live rule tables."),
 		scrapeErr:      d("scrape_error", "1 if reading the dataplane maps failed on this scrape."),
+		pathPackets:    d("path_packets_total", "Packets a GRE path sent (tx, encapsulated) or received (rx, decapsulated).", "path", "dir"),
+		pathBytes:      d("path_bytes_total", "Bytes a GRE path sent (tx, outer frame) or received (rx).", "path", "dir"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.pdrPackets, c.pdrBytes, c.verdictPackets, c.verdictBytes,
-		c.reasonPackets, c.reasonBytes, c.cache, c.generation, c.scrapeErr} {
+		c.reasonPackets, c.reasonBytes, c.cache, c.generation, c.scrapeErr, c.pathPackets, c.pathBytes} {
 		ch <- d
 	}
 }
@@ -76,6 +79,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.reasonPackets, prometheus.CounterValue, float64(v.Packets), bpf.ReasonNames[i])
 		ch <- prometheus.MustNewConstMetric(c.reasonBytes, prometheus.CounterValue, float64(v.Bytes), bpf.ReasonNames[i])
+	}
+	for id, v := range s.Paths {
+		l := strconv.FormatUint(uint64(id), 10)
+		for dir, ctr := range map[string]bpf.Counter{"tx": v.Tx, "rx": v.Rx} {
+			ch <- prometheus.MustNewConstMetric(c.pathPackets, prometheus.CounterValue, float64(ctr.Packets), l, dir)
+			ch <- prometheus.MustNewConstMetric(c.pathBytes, prometheus.CounterValue, float64(ctr.Bytes), l, dir)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.CounterValue, float64(s.CacheHit), "hit")
 	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.CounterValue, float64(s.CacheMiss), "miss")
