@@ -110,9 +110,9 @@ func newStatsCmd() *cobra.Command {
 
 // statsJSON is the stable JSON shape of `edgeplane stats --json`.
 type statsJSON struct {
-	Generation uint32                 `json:"generation"`
-	PDRs       map[string]bpf.Counter `json:"pdrs"`
-	Verdicts   map[string]bpf.Counter `json:"verdicts"`
+	Generation uint32                      `json:"generation"`
+	PDRs       map[string]bpf.Counter      `json:"pdrs"`
+	Verdicts   map[string]bpf.Counter      `json:"verdicts"`
 	Reasons    map[string]bpf.Counter      `json:"reasons"`
 	FlowCache  map[string]uint64           `json:"flow_cache"`
 	Paths      map[string]bpf.PathCounters `json:"paths"`
