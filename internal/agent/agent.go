@@ -99,7 +99,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer a.stop()
-	if err := watchFIB(ctx, a.dp, log); err != nil {
+	if err := watchFIB(ctx, a.dp, log, a.refreshIfAddrs); err != nil {
 		return err
 	}
 	go a.keepPathNeighbours(ctx, log)
@@ -225,6 +225,15 @@ func (a *Agent) apply(cfg *config.Config) error {
 	a.cfg = cfg
 	a.log.Info("rules committed", "generation", n, "pdrs", len(cfg.PDRs), "entries", len(gen.Rules), "groups", len(gen.Groups), "took", time.Since(start))
 	return nil
+}
+
+// refreshIfAddrs rewrites the interface addresses XDP sends ICMP from.
+func (a *Agent) refreshIfAddrs() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.dp.SetIfAddrs(ifAddrs(a.cfg.Interfaces)); err != nil {
+		a.log.Error("update interface addresses", "error", err)
+	}
 }
 
 // Reload re-reads the config file and applies the difference. An invalid

@@ -19,7 +19,8 @@ import (
 // next hop they cached and ask bpf_fib_lookup again. Neighbour events that
 // only refresh reachability (same link-layer address) are ignored: they
 // come every few seconds per neighbour and change nothing XDP uses.
-func watchFIB(ctx context.Context, dp *bpf.Dataplane, log *slog.Logger) error {
+// onAddr runs on address changes (XDP's ICMP errors use the addresses).
+func watchFIB(ctx context.Context, dp *bpf.Dataplane, log *slog.Logger, onAddr func()) error {
 	done := make(chan struct{})
 	routes := make(chan netlink.RouteUpdate, 256)
 	neighs := make(chan netlink.NeighUpdate, 256)
@@ -90,6 +91,7 @@ func watchFIB(ctx context.Context, dp *bpf.Dataplane, log *slog.Logger) error {
 					return
 				}
 				why = "address " + u.LinkAddress.String()
+				onAddr()
 			}
 			if err := dp.BumpFIBEpoch(); err != nil {
 				log.Error("bump fib epoch", "error", err)
