@@ -14,10 +14,7 @@
 #include "../edge_maps.h"
 #include "csum.h"
 #include "parse.h"
-#if __has_include("icmp.h")
 #include "icmp.h"
-#define EDGE_HAVE_ICMP 1
-#endif
 
 #define GRE_IP4_DF bpf_htons(0x4000)
 
@@ -30,7 +27,6 @@ static __always_inline int edge_icmp_too_big(struct xdp_md *ctx,
 					     struct edge_pkt *p, __u32 mtu,
 					     __be32 fallback4)
 {
-#ifdef EDGE_HAVE_ICMP
 	const struct edge_ifaddr *a;
 	__u32 idx = p->key.ifindex;
 
@@ -40,9 +36,6 @@ static __always_inline int edge_icmp_too_big(struct xdp_md *ctx,
 	if (!a || !a->has_v6)
 		return -1;
 	return edge_icmp_too_big6(ctx, mtu, (const struct in6_addr *)a->v6);
-#else
-	return -1;
-#endif
 }
 
 /* ip4_csum20 is the header checksum of a 20-byte IPv4 header whose check
@@ -80,6 +73,7 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 	__be32 *opt;
 	__u8 tos;
 	int reason;
+	long pad;
 
 	pi = (fl->gen & 1) * EDGE_MAX_PATHS + (far->path & (EDGE_MAX_PATHS - 1));
 	path = bpf_map_lookup_elem(&edge_paths, &pi);
@@ -145,6 +139,13 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 	else if (ip6)
 		ip6->hop_limit--;
 
+	/* Ethernet pads a short frame to 60 bytes; the padding is no part of
+	 * the inner packet and must not ride behind it in the tunnel. The
+	 * parser checked len3 fits in the frame. */
+	pad = (long)(data_end - data) - (long)sizeof(*eth) - (long)len3;
+	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -(int)(pad & 0xff)))
+		return punt(p, EDGE_R_ADJUST, XDP_DROP);
+
 	if (bpf_xdp_adjust_head(ctx, -(int)(sizeof(struct iphdr) + hlen)))
 		return punt(p, EDGE_R_ADJUST, XDP_DROP);
 	data = (void *)(long)ctx->data;
@@ -197,6 +198,21 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 		return punt(p, EDGE_R_NO_TX, XDP_DROP);
 	count(&edge_verdicts, XDP_REDIRECT, p->len);
 	return XDP_REDIRECT;
+}
+
+/* fib_reason is the edge_reason a failed bpf_fib_lookup punts with. The
+ * kernel, handed the packet, resolves the neighbour, answers ICMP
+ * fragmentation needed / packet too big, or drops it with its own count. */
+static __always_inline int fib_reason(long rc)
+{
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		return EDGE_R_NO_NEIGH;
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		return EDGE_R_FRAG_NEEDED;
+	default:
+		return EDGE_R_FIB_FAIL;
+	}
 }
 
 /* edge_decap takes a GRE packet addressed to one of our paths (outer
@@ -300,7 +316,7 @@ static __always_inline int edge_decap(struct xdp_md *ctx, struct edge_pkt *p,
 		fib.ipv4_dst = iph->daddr;
 		rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
 		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-			return punt(p, rc == BPF_FIB_LKUP_RET_NO_NEIGH ? EDGE_R_NO_NEIGH : EDGE_R_FIB_FAIL, XDP_PASS);
+			return punt(p, fib_reason(rc), XDP_PASS);
 		ip4_dec_ttl(iph);
 	} else {
 		struct ipv6hdr *ip6 = data + sizeof(*eth);
@@ -317,7 +333,7 @@ static __always_inline int edge_decap(struct xdp_md *ctx, struct edge_pkt *p,
 		__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
 		rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
 		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-			return punt(p, rc == BPF_FIB_LKUP_RET_NO_NEIGH ? EDGE_R_NO_NEIGH : EDGE_R_FIB_FAIL, XDP_PASS);
+			return punt(p, fib_reason(rc), XDP_PASS);
 		ip6->hop_limit--;
 	}
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
