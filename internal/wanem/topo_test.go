@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package wanem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/edgeplane/edgeplane/internal/testutil"
+)
+
+// Addresses of the test topology: one L2 segment through the emulator.
+const (
+	addrL = "10.99.0.1"
+	addrR = "10.99.0.2"
+	macL  = "02:99:00:00:00:01"
+	macR  = "02:99:00:00:00:02"
+)
+
+// topo is
+//
+//	L: eth0 10.99.0.1/24 ══ W: a [emulator] b ══ R: eth0 10.99.0.2/24
+//
+// with the emulator running in-process in W, serving its control socket.
+type topo struct {
+	L, W, R string
+	link    *Link
+	sock    string
+}
+
+// newTopo builds the topology and starts the emulator with imp in both
+// directions. Everything is torn down in t.Cleanup.
+func newTopo(t *testing.T, imp Impairment) *topo {
+	t.Helper()
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "ip")
+	tp := &topo{L: testutil.UniqueName("wanl"), W: testutil.UniqueName("wanw"), R: testutil.UniqueName("wanr")}
+	for _, ns := range []string{tp.L, tp.W, tp.R} {
+		run(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() {
+			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+				t.Errorf("ip netns del %s: %v: %s", ns, err, out)
+			}
+		})
+		// Only the test's own traffic crosses the link, so the emulator's
+		// counters can be compared with what the hosts saw.
+		inNS(t, ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+		inNS(t, ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
+		inNS(t, ns, "ip", "link", "set", "lo", "up")
+	}
+	run(t, "ip", "link", "add", "name", "eth0", "netns", tp.L, "address", macL, "type", "veth", "peer", "name", "a", "netns", tp.W)
+	run(t, "ip", "link", "add", "name", "b", "netns", tp.W, "type", "veth", "peer", "name", "eth0", "address", macR, "netns", tp.R)
+	for _, s := range []struct{ ns, dev string }{{tp.L, "eth0"}, {tp.W, "a"}, {tp.W, "b"}, {tp.R, "eth0"}} {
+		inNS(t, s.ns, "ip", "link", "set", "dev", s.dev, "up")
+	}
+	inNS(t, tp.L, "ip", "addr", "add", addrL+"/24", "dev", "eth0")
+	inNS(t, tp.R, "ip", "addr", "add", addrR+"/24", "dev", "eth0")
+	// Static neighbours: ARP through a lossy link would make the tests
+	// flaky, and the hosts' counters would include it.
+	inNS(t, tp.L, "ip", "neigh", "replace", addrR, "lladdr", macR, "dev", "eth0", "nud", "permanent")
+	inNS(t, tp.R, "ip", "neigh", "replace", addrL, "lladdr", macL, "dev", "eth0", "nud", "permanent")
+
+	log := slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	fds := openFDs(t)
+	err := doInNS(tp.W, func() error {
+		var err error
+		tp.link, err = New("a", "b", log)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("new link: %v", err)
+	}
+	// Native XDP ("xdp", not "xdpgeneric"): only a native program turns
+	// on the veth's NAPI, which XDP redirects into it need.
+	if out, err := nsOutput(tp.W, "ip", "link", "show", "dev", "a"); err != nil || !strings.Contains(out, " xdp ") {
+		t.Errorf("no native xdp program on a: %v %s", err, out)
+	}
+	tp.link.Set(Both, imp)
+	ctx, cancel := context.WithCancel(context.Background())
+	tp.sock = filepath.Join(t.TempDir(), "wanem.sock")
+	runErr, ctlErr := make(chan error, 1), make(chan error, 1)
+	go func() { runErr <- tp.link.Run(ctx) }()
+	go func() { ctlErr <- tp.link.ServeControl(ctx, tp.sock) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		if err := <-ctlErr; err != nil {
+			t.Errorf("serve control: %v", err)
+		}
+		// Run closed its sockets and detached its XDP programs.
+		for fd, what := range openFDs(t) {
+			if fds[fd] != what {
+				t.Errorf("fd %d (%s) left open", fd, what)
+			}
+		}
+		if out, err := nsOutput(tp.W, "ip", "link", "show", "dev", "a"); err != nil || strings.Contains(out, " xdp") {
+			t.Errorf("xdp still attached after run: %v %s", err, out)
+		}
+	})
+	// The sockets were made in W and are used from other threads now:
+	// a first ping proves they stayed bound to W's interfaces.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		_, err := nsOutput(tp.L, "ping", "-c", "1", "-W", "1", addrR)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connectivity through the emulator: %v", err)
+		}
+	}
+	return tp
+}
+
+// openFDs returns the sockets and BPF objects this process holds open,
+// by fd. (The Go runtime's own epoll and eventfd come and go with the
+// poller; they are not ours to count.)
+func openFDs(t *testing.T) map[int]string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds := map[int]string{}
+	for _, e := range ents {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil {
+			continue // the fd ReadDir itself used
+		}
+		if strings.HasPrefix(target, "socket:") || strings.Contains(target, "bpf") {
+			fd, _ := strconv.Atoi(e.Name())
+			fds[fd] = target
+		}
+	}
+	return fds
+}
+
+// tlog sends slog output to the test log.
+type tlog struct{ t *testing.T }
+
+func (w tlog) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+// doInNS runs fn on an OS thread inside namespace name. The thread is never
+// handed back to the Go scheduler (the goroutine ends while locked, so the
+// runtime ends the thread), and no other goroutine ever runs in W.
+func doInNS(name string, fn func() error) error {
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", name, err)
+	}
+	defer h.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := netns.Set(h); err != nil {
+			errc <- fmt.Errorf("enter netns %s: %w", name, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+func inNS(t *testing.T, ns string, name string, args ...string) {
+	t.Helper()
+	run(t, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+}
+
+func nsOutput(ns string, name string, args ...string) (string, error) {
+	return nsOutputCtx(context.Background(), ns, name, args...)
+}
+
+func nsOutputCtx(ctx context.Context, ns string, name string, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s in %s: %w: %s", name, strings.Join(args, " "), ns, err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// syncBuf collects a command's output while the test reads it.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// nsStart starts a command in namespace ns; the caller waits for it.
+func nsStart(t *testing.T, ns string, name string, args ...string) (*exec.Cmd, *syncBuf) {
+	t.Helper()
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	out := &syncBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd, out
+}
+
+var errNoRTT = errors.New("no rtt summary in ping output")
+
+// pingAvg pings R from L and returns the average RTT.
+func pingAvg(t *testing.T, tp *topo, count int, interval string) (time.Duration, string) {
+	t.Helper()
+	out, err := nsOutput(tp.L, "ping", "-q", "-c", fmt.Sprint(count), "-i", interval, addrR)
+	if err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	// rtt min/avg/max/mdev = 40.1/40.3/40.9/0.2 ms
+	i := strings.Index(out, "min/avg/max/mdev = ")
+	if i < 0 {
+		t.Fatalf("%v: %s", errNoRTT, out)
+	}
+	f := strings.Split(strings.Fields(out[i+len("min/avg/max/mdev = "):])[0], "/")
+	avg, err := time.ParseDuration(f[1] + "ms")
+	if err != nil {
+		t.Fatalf("parse rtt %q: %v", f[1], err)
+	}
+	return avg, strings.TrimSpace(out[i:])
+}
