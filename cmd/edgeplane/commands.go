@@ -26,7 +26,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newAgentCmd(), newValidateCmd(), newStatsCmd(), newDownCmd(), newBenchCmd(), newDemoCmd())
+	root.AddCommand(newAgentCmd(), newValidateCmd(), newStatsCmd(), newDownCmd(), newBenchCmd(), newDemoCmd(), newLabCmd(), newWanemCmd())
 	return root
 }
 

@@ -4,135 +4,242 @@ package lab
 
 import (
 	"context"
-	_ "embed"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
+
+	"github.com/edgeplane/edgeplane/internal/wanem"
 )
 
-// DemoConfig is the gateway config of the one-gateway demo.
-//
-//go:embed demo.yaml
-var DemoConfig []byte
+// DemoName is the lab name the demo uses, so it never touches a lab the
+// user runs under the default name.
+const DemoName = "epd"
 
-// Demo brings the one-gateway lab up, pushes ping, TCP and UDP through the
-// XDP gateway in both directions, prints the counters and tears it down.
-func Demo(ctx context.Context, bin string, out io.Writer) error {
-	o := NewOneGateway("epdemo")
+// Demo brings the SD-WAN lab up with the default link settings, measures
+// each path's RTT with ping, pushes iperf3 TCP (path 1) and UDP (path 2)
+// through it both ways, prints per-path counters of both gateways and
+// tears the lab down, also when a step fails.
+func Demo(ctx context.Context, bin string, out io.Writer) (err error) {
+	start := time.Now()
+	cfg := DefaultConfig()
+	cfg.Name = DemoName
+	l := NewSDWAN(cfg, bin)
+	l.Progress = out
 	step := func(format string, a ...any) { fmt.Fprintf(out, "==> "+format+"\n", a...) }
-	step("building namespaces %s, %s, %s", o.A, o.GW, o.B)
-	if err := o.Up(); err != nil {
-		return err
-	}
 	defer func() {
 		step("tearing down")
-		o.Down()
+		if derr := l.Down(); derr != nil {
+			err = errors.Join(err, fmt.Errorf("lab down: %w", derr))
+		}
+		fmt.Fprintf(out, "demo took %.1fs\n", time.Since(start).Seconds())
 	}()
-	dir, err := os.MkdirTemp("", "edgeplane-demo")
-	if err != nil {
+	for _, link := range LinkNames {
+		step("%s: %s", link, l.linkSummary(link))
+	}
+	if _, err := l.Up(ctx); err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	cfgPath := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(cfgPath, DemoConfig, 0o600); err != nil {
-		return err
+	step("lab up after %.1fs", time.Since(start).Seconds())
+
+	var rtts []pingResult
+	pings := []struct {
+		label, dst string
+		path       uint32
+		args       []string
+	}{
+		{"path 1 (wan1), IPv4", AddrB, 1, nil},
+		{"path 1 (wan1), IPv6", AddrB6, 1, nil},
+		{"path 2 (wan2), IPv4 DSCP 46 (-Q 184)", AddrB, 2, []string{"-Q", "184"}},
 	}
-	logf, err := os.Create(filepath.Join(dir, "agent.log"))
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	step("starting the agent in %s (pins under %s)", o.GW, o.PinDir)
-	if err := o.StartAgent(bin, cfgPath, logf); err != nil {
-		return err
-	}
-	if err := o.WaitReady(ctx, bin); err != nil {
-		b, _ := os.ReadFile(logf.Name())
-		return fmt.Errorf("%w; agent log:\n%s", err, b)
+	for _, p := range pings {
+		step("ping A -> B over %s", p.label)
+		args := append([]string{"ping", "-n", "-q", "-c", "20", "-i", "0.1", "-W", "2"}, p.args...)
+		s, _ := NSOutput(l.A, args[0], append(args[1:], p.dst)...)
+		r := parsePing(s)
+		r.label, r.path = p.label, p.path
+		if !r.ok {
+			return fmt.Errorf("ping %s: no summary in output:\n%s", p.dst, s)
+		}
+		fmt.Fprintf(out, "    %d/%d replies, rtt min/avg/max %.2f/%.2f/%.2f ms\n", r.received, r.sent, r.min, r.avg, r.max)
+		rtts = append(rtts, r)
 	}
 
-	run := func(ns string, args ...string) (string, error) {
-		s, err := NSOutput(ns, args[0], args[1:]...)
-		return s, err
+	step("iperf3 server in %s", l.B)
+	srv := exec.Command("ip", "netns", "exec", l.B, "iperf3", "-s", "-p", "5201")
+	if err := srv.Start(); err != nil {
+		return fmt.Errorf("start iperf3 server: %w", err)
 	}
-	step("ping A -> B (IPv4 and IPv6)")
-	for _, dst := range []string{AddrB, AddrB6} {
-		s, err := run(o.A, "ping", "-c", "5", "-i", "0.2", "-W", "2", dst)
+	defer func() {
+		_ = srv.Process.Kill()
+		_ = srv.Wait()
+	}()
+	if err := waitListen(ctx, l.B, 5201); err != nil {
+		return err
+	}
+	runs := []struct {
+		label string
+		args  []string
+	}{
+		{"TCP A -> B (path 1)", []string{"-t", "4"}},
+		{"TCP B -> A (path 1)", []string{"-t", "4", "-R"}},
+		{"UDP A -> B at 20 Mbit/s (path 2)", []string{"-t", "4", "-u", "-b", "20M", "-l", "1200"}},
+		{"UDP B -> A at 20 Mbit/s (path 2)", []string{"-t", "4", "-u", "-b", "20M", "-l", "1200", "-R"}},
+	}
+	for _, r := range runs {
+		step("iperf3 %s", r.label)
+		s, err := iperf3(ctx, l.A, AddrB, 5201, r.args...)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(out, "    "+lastLines(s, 2))
+		fmt.Fprintln(out, "    "+s)
 	}
-	step("iperf3 TCP A -> B and B -> A (3 s each)")
-	srv := exec.Command("ip", "netns", "exec", o.B, "iperf3", "-s", "-1", "-p", "5201")
-	if err := srv.Start(); err != nil {
+
+	st := l.Status()
+	step("report per path: frames incl. Ethernet (tx: encapsulated onto the path, rx: decapsulated from it), RTT A -> B -> A")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "    PATH\tLINK\tGATEWAY\tTX PKTS\tTX BYTES\tRX PKTS\tRX BYTES\tRTT MIN/AVG/MAX (MS)\t")
+	for _, id := range []uint32{1, 2} {
+		for _, gw := range []string{"gwa", "gwb"} {
+			p, _ := st.Path(gw, id)
+			fmt.Fprintf(w, "    %d\twan%d\t%s\t%d\t%d\t%d\t%d\t%s\t\n", id, id, gw, p.TxPackets, p.TxBytes, p.RxPackets, p.RxBytes, pathRTT(rtts, id))
+		}
+	}
+	if err := w.Flush(); err != nil {
 		return err
 	}
-	time.Sleep(300 * time.Millisecond)
-	s, err := run(o.A, "iperf3", "-c", AddrB, "-p", "5201", "-t", "3", "-f", "m")
-	_ = srv.Wait()
-	if err != nil {
-		return err
+	for _, r := range rtts {
+		fmt.Fprintf(out, "    ping %-42s %d/%d replies, rtt min/avg/max %.2f/%.2f/%.2f ms\n", r.label+":", r.received, r.sent, r.min, r.avg, r.max)
 	}
-	fmt.Fprintln(out, "    A->B "+summaryLine(s, "receiver"))
-	srv = exec.Command("ip", "netns", "exec", o.A, "iperf3", "-s", "-1", "-p", "5201")
-	if err := srv.Start(); err != nil {
-		return err
+	step("WAN links (the emulators' settings and counters)")
+	for _, ls := range st.Links {
+		if ls.Error != "" {
+			fmt.Fprintf(out, "    %s: %s\n", ls.Name, ls.Error)
+			continue
+		}
+		for _, d := range []struct {
+			dir string
+			s   *wanem.DirStats
+		}{{"a->b", ls.AB}, {"b->a", ls.BA}} {
+			fmt.Fprintf(out, "    %s %s: %s; %d frames in, %d out, %d dropped by the loss setting, %d by the queue, %d in flight\n",
+				ls.Name, d.dir, d.s.Impairment, d.s.FramesIn, d.s.FramesOut, d.s.DroppedLoss, d.s.DroppedQueue+d.s.DroppedLimit, d.s.Pending)
+		}
 	}
-	time.Sleep(300 * time.Millisecond)
-	s, err = run(o.B, "iperf3", "-c", AddrA, "-p", "5201", "-t", "3", "-f", "m")
-	_ = srv.Wait()
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(out, "    B->A "+summaryLine(s, "receiver"))
-	step("iperf3 UDP A -> B at 50 Mbit/s (3 s)")
-	srv = exec.Command("ip", "netns", "exec", o.B, "iperf3", "-s", "-1", "-p", "5202")
-	if err := srv.Start(); err != nil {
-		return err
-	}
-	time.Sleep(300 * time.Millisecond)
-	s, err = run(o.A, "iperf3", "-c", AddrB, "-p", "5202", "-u", "-b", "50M", "-t", "3", "-f", "m")
-	_ = srv.Wait()
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(out, "    "+summaryLine(s, "receiver"))
-	step("UDP A -> B port 9999: PDR 10 drops it")
-	if _, err := run(o.A, "python3", "-c", udpBurst(AddrB, 9999, 100)); err != nil {
-		return err
-	}
-	step("counters (edgeplane stats --pin-dir %s)", o.PinDir)
-	st, err := exec.Command(bin, "stats", "--pin-dir", o.PinDir).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("stats: %w: %s", err, st)
-	}
-	fmt.Fprint(out, string(st))
 	return nil
 }
 
-// udpBurst is a python3 one-liner sending n UDP datagrams to addr:port.
-func udpBurst(addr string, port, n int) string {
-	return fmt.Sprintf("import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\nfor i in range(%d): s.sendto(b'x'*64,(%q,%d))", n, addr, port)
+// pathRTT formats the RTT of the first ping over path id.
+func pathRTT(rtts []pingResult, id uint32) string {
+	for _, r := range rtts {
+		if r.path == id && r.received > 0 {
+			return fmt.Sprintf("%.1f / %.1f / %.1f", r.min, r.avg, r.max)
+		}
+	}
+	return "-"
 }
 
+var (
+	pingCount = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
+	pingRTT   = regexp.MustCompile(`= ([\d.]+)/([\d.]+)/([\d.]+)/`)
+)
+
+// pingResult is a ping summary.
+type pingResult struct {
+	label          string
+	path           uint32
+	sent, received int
+	min, avg, max  float64
+	ok             bool
+}
+
+func parsePing(s string) (r pingResult) {
+	m := pingCount.FindStringSubmatch(s)
+	if m == nil {
+		return r
+	}
+	r.sent, _ = strconv.Atoi(m[1])
+	r.received, _ = strconv.Atoi(m[2])
+	r.ok = true
+	if m := pingRTT.FindStringSubmatch(s); m != nil {
+		r.min, _ = strconv.ParseFloat(m[1], 64)
+		r.avg, _ = strconv.ParseFloat(m[2], 64)
+		r.max, _ = strconv.ParseFloat(m[3], 64)
+	}
+	return r
+}
+
+// waitListen waits until a TCP port listens in ns.
+func waitListen(ctx context.Context, ns string, port int) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, _ := NSOutput(ns, "ss", "-Hltn", "sport = :"+strconv.Itoa(port))
+		if strings.TrimSpace(out) != "" {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("nothing listens on port %d in %s", port, ns)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// iperf3 runs an iperf3 client in ns toward dst and returns a one-line
+// summary of its JSON report.
+func iperf3(ctx context.Context, ns, dst string, port int, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	argv := append([]string{"netns", "exec", ns, "iperf3", "-c", dst, "-p", strconv.Itoa(port), "-J"}, args...)
+	outb, err := exec.CommandContext(ctx, "ip", argv...).Output()
+	var r struct {
+		Error string `json:"error"`
+		End   struct {
+			SumSent struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+				Retransmits   int64   `json:"retransmits"`
+			} `json:"sum_sent"`
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+			Sum struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+				JitterMs      float64 `json:"jitter_ms"`
+				LostPackets   int64   `json:"lost_packets"`
+				Packets       int64   `json:"packets"`
+				LostPercent   float64 `json:"lost_percent"`
+			} `json:"sum"`
+		} `json:"end"`
+	}
+	if jerr := json.Unmarshal(outb, &r); jerr != nil {
+		return "", fmt.Errorf("iperf3 %s: %w (output %q)", strings.Join(args, " "), errors.Join(err, jerr), outb)
+	}
+	if r.Error != "" {
+		return "", fmt.Errorf("iperf3 %s: %s", strings.Join(args, " "), r.Error)
+	}
+	if err != nil {
+		return "", fmt.Errorf("iperf3 %s: %w", strings.Join(args, " "), err)
+	}
+	for _, a := range args {
+		if a == "-u" {
+			s := r.End.Sum
+			return fmt.Sprintf("%.1f Mbit/s received, %d/%d datagrams lost (%.2f%%), jitter %.2f ms",
+				s.BitsPerSecond/1e6, s.LostPackets, s.Packets, s.LostPercent, s.JitterMs), nil
+		}
+	}
+	return fmt.Sprintf("%.1f Mbit/s received, %d retransmits",
+		r.End.SumReceived.BitsPerSecond/1e6, r.End.SumSent.Retransmits), nil
+}
+
+// lastLines returns the last n lines of s, indented for a report.
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n    ")
-}
-
-func summaryLine(s, want string) string {
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, want) {
-			return strings.Join(strings.Fields(l), " ")
-		}
-	}
-	return lastLines(s, 1)
 }
