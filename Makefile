@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# edgeplane: `make demo` runs the one-gateway lab demo, `make test` runs
+# edgeplane: `make demo` runs the SD-WAN lab demo, `make test` runs
 # every test. Both install what they need first (make deps).
 
 SHELL     := /bin/bash
@@ -10,8 +10,7 @@ FUZZTIME  ?= 30s
 TESTLOG   ?= /tmp/edgeplane-test.log
 DEB_PKGS  := clang llvm libbpf-dev bpftool linux-libc-dev iproute2 ethtool \
              iperf3 tshark iputils-ping util-linux procps python3 curl
-GEN_FILES := internal/bpf/edge_bpfel.go internal/bpf/edge_bpfel.o \
-             internal/bench/benchobj_bpfel.go internal/bench/benchobj_bpfel.o
+GEN_PKGS  := ./internal/bpf ./internal/bpf/icmptest ./internal/bench
 
 .PHONY: all deps bpffs generate check-generate build test test-go fuzz bench demo lint clean
 
@@ -31,11 +30,11 @@ bpffs:
 
 ## generate: compile bpf/*.c into the Go packages (bpf2go).
 generate:
-	$(GO) generate ./internal/bpf ./internal/bench
+	$(GO) generate $(GEN_PKGS)
 
 ## check-generate: fail if the committed BPF objects differ from the sources.
 check-generate: generate
-	@git diff --exit-code --stat -- $(GEN_FILES) || { echo "generated BPF objects are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- '*_bpfel.go' '*_bpfel.o')" || { git status --short -- '*_bpfel.go' '*_bpfel.o'; echo "generated BPF objects are stale: run make generate and commit"; exit 1; }
 
 build: deps
 	$(GO) build $(GOFLAGS) -o $(BIN) ./cmd/edgeplane
@@ -57,7 +56,7 @@ fuzz: build
 bench: build
 	$(BIN) bench --json
 
-## demo: the one-gateway namespace demo (ping, TCP, UDP through XDP).
+## demo: the SD-WAN lab demo (ping, TCP, UDP over two GRE paths through XDP gateways).
 demo: build
 	$(BIN) demo
 

@@ -5,6 +5,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -27,8 +28,12 @@ import (
 type Options struct {
 	Repeat int  // BPF_PROG_TEST_RUN repeats per round (>= 1M for the report)
 	Rounds int  // rounds per figure; the median is reported
-	Quick  bool // only the floor and the 1-rule figures (for development)
-	Log    func(format string, a ...any)
+	Quick  bool // only the floor, 1-rule and GRE figures, no end to end (for development)
+	// E2ESeconds is the length of one end-to-end run, E2ERounds the
+	// runs per end-to-end figure (the median is reported).
+	E2ESeconds float64
+	E2ERounds  int
+	Log        func(format string, a ...any)
 }
 
 // Figure is one measured scenario.
@@ -44,19 +49,23 @@ type Figure struct {
 	Method      string  `json:"method"`
 	Verdict     string  `json:"verdict"`
 	RawNs       float64 `json:"raw_ns"`
+	// UndoNs is what was subtracted for a wrapper that undoes a resize.
+	UndoNs float64 `json:"undo_ns,omitempty"`
 }
 
 // Report is the output of `edgeplane bench --json`.
 type Report struct {
-	Kernel  string    `json:"kernel"`
-	CPUs    int       `json:"cpus"`
-	Repeat  int       `json:"repeat"`
-	Rounds  int       `json:"rounds"`
-	FloorNs float64   `json:"xdp_pass_floor_ns"`
-	Figures []Figure  `json:"figures"`
-	Goals   []Goal    `json:"goals"`
-	Started time.Time `json:"started"`
-	Seconds float64   `json:"seconds"`
+	Kernel  string   `json:"kernel"`
+	CPUs    int      `json:"cpus"`
+	Repeat  int      `json:"repeat"`
+	Rounds  int      `json:"rounds"`
+	FloorNs float64  `json:"xdp_pass_floor_ns"`
+	Figures []Figure `json:"figures"`
+	Goals   []Goal   `json:"goals"`
+	// EndToEnd is absent in quick runs.
+	EndToEnd *EndToEnd `json:"end_to_end,omitempty"`
+	Started  time.Time `json:"started"`
+	Seconds  float64   `json:"seconds"`
 }
 
 // Goal states one target of the issue against the measured figures.
@@ -64,7 +73,9 @@ type Goal struct {
 	Name  string  `json:"name"`
 	Value float64 `json:"value"`
 	Limit float64 `json:"limit"`
-	Met   bool    `json:"met"`
+	// AtLeast makes Limit a lower bound (otherwise an upper bound).
+	AtLeast bool `json:"at_least,omitempty"`
+	Met     bool `json:"met"`
 }
 
 const (
@@ -72,13 +83,20 @@ const (
 	methodWrapped = "wrapper restores TTL and checksum after each run; wrapper alone subtracted, floor added"
 )
 
-// Run measures every figure in one process, one namespace.
+// Run measures every figure in one process: the per-packet figures in one
+// namespace, the end-to-end ones in three more (generator, gateway, sink).
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Repeat <= 0 {
 		o.Repeat = 1_000_000
 	}
 	if o.Rounds <= 0 {
 		o.Rounds = 5
+	}
+	if o.E2ESeconds <= 0 {
+		o.E2ESeconds = 3
+	}
+	if o.E2ERounds <= 0 {
+		o.E2ERounds = 3
 	}
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
@@ -189,17 +207,33 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r.add(Figure{Name: "malformed_drop", RawNs: drop, NsPerPacket: drop, Method: methodPlain, Verdict: "drop"})
 
+	o.Log("GRE encap and decap")
+	if err := b.measureGRE(r, dp, progs, alloc); err != nil {
+		return nil, err
+	}
+
 	if o.Quick {
 		r.Seconds = time.Since(start).Seconds()
 		return r, nil
+	}
+	o.Log("end to end: %d rounds of %.1f s per figure", o.E2ERounds, o.E2ESeconds)
+	if r.EndToEnd, err = runEndToEnd(ctx, o); err != nil {
+		return nil, fmt.Errorf("end to end: %w", err)
 	}
 	missAt := func(name string) float64 { return r.find(name).NsPerPacket }
 	r.Goals = []Goal{
 		{Name: "miss cost at 65536 rules / at 1 rule", Value: missAt("classify_redirect_miss_65536") / missAt("classify_redirect_miss_1"), Limit: 1.5},
 		{Name: "hit cost above the XDP_PASS floor (ns)", Value: r.find("classify_redirect_hit_65536").AboveFloor, Limit: 40},
 	}
-	for i := range r.Goals {
-		r.Goals[i].Met = r.Goals[i].Value <= r.Goals[i].Limit
+	for _, c := range r.EndToEnd.Compare {
+		r.Goals = append(r.Goals, Goal{Name: "ours / kernel Mpps end to end, " + c.Sender, Value: c.Ratio, Limit: 3, AtLeast: true})
+	}
+	for i, g := range r.Goals {
+		if g.AtLeast {
+			r.Goals[i].Met = g.Value >= g.Limit
+		} else {
+			r.Goals[i].Met = g.Value <= g.Limit
+		}
 	}
 	r.Seconds = time.Since(start).Seconds()
 	return r, nil
@@ -273,11 +307,17 @@ func loadWrappers(dp *bpf.Dataplane) (*benchobjPrograms, error) {
 
 // udpFrame is a 64-byte Ethernet/IPv4/UDP frame from host A on lan0.
 func udpFrame(src, dst netip.Addr, dport uint16) []byte {
-	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	return frameTTL(src, dst, dport, 64, lab.MACHostA, lab.MACLan0)
+}
+
+// frameTTL is a 64-byte Ethernet/IPv4/UDP frame with the given TTL and
+// MACs.
+func frameTTL(src, dst netip.Addr, dport uint16, ttl uint8, smac, dmac net.HardwareAddr) []byte {
+	ip := &layers.IPv4{Version: 4, TTL: ttl, Protocol: layers.IPProtocolUDP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
 	udp := &layers.UDP{SrcPort: 40000, DstPort: layers.UDPPort(dport)}
 	_ = udp.SetNetworkLayerForChecksum(ip)
 	buf := gopacket.NewSerializeBuffer()
-	eth := &layers.Ethernet{SrcMAC: lab.MACHostA, DstMAC: lab.MACLan0, EthernetType: layers.EthernetTypeIPv4}
+	eth := &layers.Ethernet{SrcMAC: smac, DstMAC: dmac, EthernetType: layers.EthernetTypeIPv4}
 	payload := make([]byte, 64-14-20-8)
 	_ = gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp, gopacket.Payload(payload))
 	return buf.Bytes()
@@ -339,8 +379,23 @@ func (r *Report) Text() string {
 	for _, f := range r.Figures {
 		fmt.Fprintf(&sb, "%-36s %10.1f %10.1f %8.2f %7d\n", f.Name, f.NsPerPacket, f.AboveFloor, f.RatioFloor, f.Groups)
 	}
+	if e := r.EndToEnd; e != nil {
+		fmt.Fprintf(&sb, "end to end, %d-byte frames, %d x %.1f s (median):\n", e.FrameBytes, e.Rounds, e.RunSeconds)
+		fmt.Fprintf(&sb, "%-36s %10s %10s %8s\n", "figure", "Mpps", "offered", "loss")
+		for _, f := range e.Figures {
+			fmt.Fprintf(&sb, "%-36s %10.3f %10.3f %8.4f\n", f.Name, f.Mpps, f.OfferedMpps, f.Loss)
+		}
+		for _, c := range e.Compare {
+			fmt.Fprintf(&sb, "%s sender: ours / kernel %.2f; ns/packet above the sender: ours %.0f, kernel %.0f (kernel / ours %.2f)\n",
+				c.Sender, c.Ratio, c.NsAboveSenderOurs, c.NsAboveSenderKernel, c.CostRatio)
+		}
+	}
 	for _, g := range r.Goals {
-		fmt.Fprintf(&sb, "goal: %-44s %8.2f (limit %.2f) met=%v\n", g.Name, g.Value, g.Limit, g.Met)
+		bound := "limit"
+		if g.AtLeast {
+			bound = "at least"
+		}
+		fmt.Fprintf(&sb, "goal: %-44s %8.2f (%s %.2f) met=%v\n", g.Name, g.Value, bound, g.Limit, g.Met)
 	}
 	return sb.String()
 }

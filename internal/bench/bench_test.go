@@ -11,21 +11,28 @@ import (
 
 // TestBenchRuns keeps `edgeplane bench` working: a short run must produce
 // every figure, each timed on the path it names (Run fails on a wrong
-// verdict). It asserts no speed: timings on a shared machine are not
-// test material.
+// verdict, and an end-to-end run fails when nothing or the wrong kind of
+// frame reaches the sink). It asserts no speed: timings on a shared
+// machine are not test material.
 func TestBenchRuns(t *testing.T) {
 	testutil.RequireRoot(t)
-	r, err := Run(context.Background(), Options{Repeat: 20000, Rounds: 1})
+	r, err := Run(context.Background(), Options{Repeat: 20000, Rounds: 1, E2ESeconds: 0.2, E2ERounds: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"xdp_pass_floor", "classify_redirect_miss_1", "classify_redirect_hit_1",
 		"classify_redirect_miss_65536", "classify_redirect_hit_65536",
-		"classify_redirect_8groups_miss_65536", "malformed_drop"}
+		"classify_redirect_8groups_miss_65536", "malformed_drop",
+		"gre_encap_ip4_hit", "gre_decap_ip4_hit"}
 	for _, name := range want {
 		f := r.find(name)
-		if f.Name == "" || f.NsPerPacket <= 0 {
+		if f.Name == "" || f.NsPerPacket <= 0 || f.Method == "" {
 			t.Errorf("figure %s missing or zero: %+v", name, f)
+		}
+	}
+	for _, name := range []string{"gre_encap_ip4_hit", "gre_decap_ip4_hit"} {
+		if f := r.find(name); f.Verdict != "redirect" || f.UndoNs <= 0 {
+			t.Errorf("%s: verdict %q, undo %.1f ns", name, f.Verdict, f.UndoNs)
 		}
 	}
 	if g := r.find("classify_redirect_8groups_miss_65536").Groups; g != 8 {
@@ -34,7 +41,52 @@ func TestBenchRuns(t *testing.T) {
 	if g := r.find("classify_redirect_miss_65536").Groups; g != 1 {
 		t.Errorf("one-group series used %d groups", g)
 	}
-	if len(r.Goals) != 2 {
+
+	e := r.EndToEnd
+	if e == nil {
+		t.Fatal("no end-to-end figures")
+	}
+	wantE2E := []string{"ours_live_frames", "kernel_live_frames", "ours_af_packet", "kernel_af_packet",
+		"ceiling_live_frames", "ceiling_af_packet"}
+	if len(e.Figures) != len(wantE2E) {
+		t.Errorf("end-to-end figures: %+v", e.Figures)
+	}
+	for i, name := range wantE2E {
+		if i >= len(e.Figures) {
+			break
+		}
+		f := e.Figures[i]
+		if f.Name != name || f.Received == 0 || f.Generated == 0 || f.Mpps <= 0 || len(f.MppsSamples) != 1 || f.Method == "" {
+			t.Errorf("end-to-end figure %d, want %s: %+v", i, name, f)
+		}
+	}
+	if len(e.Compare) != 2 {
+		t.Errorf("ours vs kernel: %+v", e.Compare)
+	}
+	for _, c := range e.Compare {
+		if c.Ratio <= 0 || len(c.Samples) != 1 {
+			t.Errorf("ours vs kernel, %s sender: %+v", c.Sender, c)
+		}
+	}
+	if len(r.Goals) != 4 {
 		t.Errorf("goals: %+v", r.Goals)
+	}
+}
+
+// TestBenchQuick keeps --quick working: the per-packet figures it keeps,
+// and no end-to-end part.
+func TestBenchQuick(t *testing.T) {
+	testutil.RequireRoot(t)
+	r, err := Run(context.Background(), Options{Repeat: 20000, Rounds: 1, Quick: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"xdp_pass_floor", "classify_redirect_hit_1", "gre_encap_ip4_hit", "gre_decap_ip4_hit"} {
+		if f := r.find(name); f.Name == "" || f.NsPerPacket <= 0 {
+			t.Errorf("figure %s missing or zero: %+v", name, f)
+		}
+	}
+	if r.EndToEnd != nil {
+		t.Error("quick run measured end to end")
 	}
 }

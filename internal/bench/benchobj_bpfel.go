@@ -16,30 +16,35 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	benchobjMapBenchSeq       = "bench_seq"
-	benchobjMapEdgeCacheStats = "edge_cache_stats"
-	benchobjMapEdgeDecaps     = "edge_decaps"
-	benchobjMapEdgeEmc4       = "edge_emc4"
-	benchobjMapEdgeFars       = "edge_fars"
-	benchobjMapEdgeFlows      = "edge_flows"
-	benchobjMapEdgeFlows4     = "edge_flows4"
-	benchobjMapEdgeGlobal     = "edge_global"
-	benchobjMapEdgeGroups     = "edge_groups"
-	benchobjMapEdgeIfaddrs    = "edge_ifaddrs"
-	benchobjMapEdgePathSeq    = "edge_path_seq"
-	benchobjMapEdgePathStats  = "edge_path_stats"
-	benchobjMapEdgePaths      = "edge_paths"
-	benchobjMapEdgePdrStats   = "edge_pdr_stats"
-	benchobjMapEdgeReasons    = "edge_reasons"
-	benchobjMapEdgeRules      = "edge_rules"
-	benchobjMapEdgeTx         = "edge_tx"
-	benchobjMapEdgeVerdicts   = "edge_verdicts"
-	benchobjProgBenchHit      = "bench_hit"
-	benchobjProgBenchMiss     = "bench_miss"
-	benchobjProgBenchPass     = "bench_pass"
-	benchobjProgBenchWrapMiss = "bench_wrap_miss"
-	benchobjProgBenchWrapPass = "bench_wrap_pass"
-	benchobjVarFarStride      = "far_stride"
+	benchobjMapBenchFront       = "bench_front"
+	benchobjMapBenchSeq         = "bench_seq"
+	benchobjMapEdgeCacheStats   = "edge_cache_stats"
+	benchobjMapEdgeDecaps       = "edge_decaps"
+	benchobjMapEdgeEmc4         = "edge_emc4"
+	benchobjMapEdgeFars         = "edge_fars"
+	benchobjMapEdgeFlows        = "edge_flows"
+	benchobjMapEdgeFlows4       = "edge_flows4"
+	benchobjMapEdgeGlobal       = "edge_global"
+	benchobjMapEdgeGroups       = "edge_groups"
+	benchobjMapEdgeIfaddrs      = "edge_ifaddrs"
+	benchobjMapEdgePathSeq      = "edge_path_seq"
+	benchobjMapEdgePathStats    = "edge_path_stats"
+	benchobjMapEdgePaths        = "edge_paths"
+	benchobjMapEdgePdrStats     = "edge_pdr_stats"
+	benchobjMapEdgeReasons      = "edge_reasons"
+	benchobjMapEdgeRules        = "edge_rules"
+	benchobjMapEdgeTx           = "edge_tx"
+	benchobjMapEdgeVerdicts     = "edge_verdicts"
+	benchobjProgBenchHit        = "bench_hit"
+	benchobjProgBenchMiss       = "bench_miss"
+	benchobjProgBenchPass       = "bench_pass"
+	benchobjProgBenchResize     = "bench_resize"
+	benchobjProgBenchWrapGrow   = "bench_wrap_grow"
+	benchobjProgBenchWrapMiss   = "bench_wrap_miss"
+	benchobjProgBenchWrapPass   = "bench_wrap_pass"
+	benchobjProgBenchWrapResize = "bench_wrap_resize"
+	benchobjProgBenchWrapShrink = "bench_wrap_shrink"
+	benchobjVarFarStride        = "far_stride"
 )
 
 // loadBenchobj returns the embedded CollectionSpec for benchobj.
@@ -84,17 +89,22 @@ type benchobjSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjProgramSpecs struct {
-	BenchHit      *ebpf.ProgramSpec `ebpf:"bench_hit"`
-	BenchMiss     *ebpf.ProgramSpec `ebpf:"bench_miss"`
-	BenchPass     *ebpf.ProgramSpec `ebpf:"bench_pass"`
-	BenchWrapMiss *ebpf.ProgramSpec `ebpf:"bench_wrap_miss"`
-	BenchWrapPass *ebpf.ProgramSpec `ebpf:"bench_wrap_pass"`
+	BenchHit        *ebpf.ProgramSpec `ebpf:"bench_hit"`
+	BenchMiss       *ebpf.ProgramSpec `ebpf:"bench_miss"`
+	BenchPass       *ebpf.ProgramSpec `ebpf:"bench_pass"`
+	BenchResize     *ebpf.ProgramSpec `ebpf:"bench_resize"`
+	BenchWrapGrow   *ebpf.ProgramSpec `ebpf:"bench_wrap_grow"`
+	BenchWrapMiss   *ebpf.ProgramSpec `ebpf:"bench_wrap_miss"`
+	BenchWrapPass   *ebpf.ProgramSpec `ebpf:"bench_wrap_pass"`
+	BenchWrapResize *ebpf.ProgramSpec `ebpf:"bench_wrap_resize"`
+	BenchWrapShrink *ebpf.ProgramSpec `ebpf:"bench_wrap_shrink"`
 }
 
 // benchobjMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjMapSpecs struct {
+	BenchFront     *ebpf.MapSpec `ebpf:"bench_front"`
 	BenchSeq       *ebpf.MapSpec `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeDecaps     *ebpf.MapSpec `ebpf:"edge_decaps"`
@@ -142,6 +152,7 @@ func (o *benchobjObjects) Close() error {
 //
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjMaps struct {
+	BenchFront     *ebpf.Map `ebpf:"bench_front"`
 	BenchSeq       *ebpf.Map `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeDecaps     *ebpf.Map `ebpf:"edge_decaps"`
@@ -164,6 +175,7 @@ type benchobjMaps struct {
 
 func (m *benchobjMaps) Close() error {
 	return _BenchobjClose(
+		m.BenchFront,
 		m.BenchSeq,
 		m.EdgeCacheStats,
 		m.EdgeDecaps,
@@ -196,11 +208,15 @@ type benchobjVariables struct {
 //
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjPrograms struct {
-	BenchHit      *ebpf.Program `ebpf:"bench_hit"`
-	BenchMiss     *ebpf.Program `ebpf:"bench_miss"`
-	BenchPass     *ebpf.Program `ebpf:"bench_pass"`
-	BenchWrapMiss *ebpf.Program `ebpf:"bench_wrap_miss"`
-	BenchWrapPass *ebpf.Program `ebpf:"bench_wrap_pass"`
+	BenchHit        *ebpf.Program `ebpf:"bench_hit"`
+	BenchMiss       *ebpf.Program `ebpf:"bench_miss"`
+	BenchPass       *ebpf.Program `ebpf:"bench_pass"`
+	BenchResize     *ebpf.Program `ebpf:"bench_resize"`
+	BenchWrapGrow   *ebpf.Program `ebpf:"bench_wrap_grow"`
+	BenchWrapMiss   *ebpf.Program `ebpf:"bench_wrap_miss"`
+	BenchWrapPass   *ebpf.Program `ebpf:"bench_wrap_pass"`
+	BenchWrapResize *ebpf.Program `ebpf:"bench_wrap_resize"`
+	BenchWrapShrink *ebpf.Program `ebpf:"bench_wrap_shrink"`
 }
 
 func (p *benchobjPrograms) Close() error {
@@ -208,8 +224,12 @@ func (p *benchobjPrograms) Close() error {
 		p.BenchHit,
 		p.BenchMiss,
 		p.BenchPass,
+		p.BenchResize,
+		p.BenchWrapGrow,
 		p.BenchWrapMiss,
 		p.BenchWrapPass,
+		p.BenchWrapResize,
+		p.BenchWrapShrink,
 	)
 }
 
