@@ -22,7 +22,7 @@
  * needed / ICMPv6 packet too big advertising mtu, from the address of the
  * interface it arrived on (written by the agent into edge_ifaddrs; for
  * IPv4, fallback is the path's local address). Returns 0 when the reply is
- * ready for XDP_TX. */
+ * ready to be sent back out of the interface it came in on. */
 static __always_inline int edge_icmp_too_big(struct xdp_md *ctx,
 					     struct edge_pkt *p, __u32 mtu,
 					     __be32 fallback4)
@@ -121,9 +121,19 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 			/* The inner packet may be at most the route's MTU
 			 * less what encapsulation adds. */
 			mtu = mtu > olen - len3 ? mtu - (olen - len3) : 0;
+			/* The reply leaves by the interface the packet came
+			 * in on, through the devmap rather than XDP_TX: a
+			 * veth flushes XDP_TX frames to its peer only when
+			 * the peer runs an XDP program (veth_xdp_flush), so
+			 * toward a host whose veth has only GRO's NAPI the
+			 * reply waited for the next frame redirected there.
+			 * A redirect is flushed at the end of the poll. */
 			if (mtu >= 68 &&
 			    edge_icmp_too_big(ctx, p, mtu, path->local) == 0)
-				return punt(p, EDGE_R_MTU_ICMP, XDP_TX);
+				return punt(p, EDGE_R_MTU_ICMP,
+					    bpf_redirect_map(&edge_tx,
+							     p->key.ifindex,
+							     XDP_TX));
 			return punt(p, EDGE_R_MTU_DROP, XDP_DROP);
 		}
 		/* Handing an unencapsulated packet to the kernel would send it

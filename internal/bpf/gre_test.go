@@ -607,8 +607,9 @@ func TestGREEncapMTU(t *testing.T) {
 }
 
 // greTooBig sends frame, too big for its path whose inner MTU is mtu, and
-// accepts exactly two outcomes: XDP_TX with an ICMP error back to the
-// sender (reason mtu_icmp), or XDP_DROP (reason mtu_drop).
+// accepts exactly two outcomes: an ICMP error redirected back out of the
+// interface it came in on (reason mtu_icmp), or XDP_DROP (reason
+// mtu_drop).
 func greTooBig(t *testing.T, h *harness, frame []byte, pdr uint32, mtu int) {
 	t.Helper()
 	before := snap(t, h)
@@ -624,7 +625,7 @@ func greTooBig(t *testing.T, h *harness, frame []byte, pdr uint32, mtu int) {
 	}()
 	reason := -1
 	switch got {
-	case bpf.XDPTx:
+	case bpf.XDPRedirect:
 		reason = bpf.ReasonMTUICMP
 		t.Logf("answered with ICMP too big (%d bytes)", len(out))
 		greCheckTooBig(t, frame, out, mtu)
@@ -632,7 +633,7 @@ func greTooBig(t *testing.T, h *harness, frame []byte, pdr uint32, mtu int) {
 		reason = bpf.ReasonMTUDrop
 		t.Logf("dropped (no ICMP answer)")
 	default:
-		t.Errorf("verdict %s, want tx (ICMP too big) or drop", verdictName(got))
+		t.Errorf("verdict %s, want redirect (ICMP too big) or drop", verdictName(got))
 	}
 	n := uint64(len(frame))
 	checkOne(t, "verdict", func(i int) string { return verdictName(uint32(i)) }, before.Verdicts, after.Verdicts, int(got), n)

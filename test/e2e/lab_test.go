@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,13 +52,19 @@ func labName() string {
 // process logs dumped if the test failed.
 func newLab(t *testing.T) *sdwanLab {
 	t.Helper()
+	return newLabWith(t, "")
+}
+
+// newLabWith is newLab with extra top-level YAML appended to the config.
+func newLabWith(t *testing.T, extra string) *sdwanLab {
+	t.Helper()
 	testutil.RequireRoot(t)
 	for _, tool := range []string{"ip", "nsenter", "ethtool", "ping", "python3", "ss", "iperf3", "tshark"} {
 		testutil.RequireTool(t, tool)
 	}
 	name := labName()
 	cfgPath := filepath.Join(t.TempDir(), "lab.yaml")
-	if err := os.WriteFile(cfgPath, fmt.Appendf(nil, labConfig, name), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, append(fmt.Appendf(nil, labConfig, name), extra...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := lab.LoadConfig(cfgPath)
@@ -547,5 +554,65 @@ func TestLabDownAfterInterruptedUp(t *testing.T) {
 	t.Logf("lab down:\n%s", out2)
 	if left := l.leftovers(pids); len(left) > 0 {
 		t.Errorf("left after lab down:\n  %s", strings.Join(left, "\n  "))
+	}
+}
+
+// TestLabPathMTU runs the lab with 1500-byte WAN links, as most WANs have:
+// a LAN host's full-size packets no longer fit once encapsulated (GRE with
+// key adds 28 bytes), and gateway A must answer them with ICMP
+// fragmentation needed / ICMPv6 packet too big from XDP, so hosts learn the
+// path MTU (RFC 1191, RFC 8201) instead of losing the packets silently.
+func TestLabPathMTU(t *testing.T) {
+	l := newLabWith(t, "mtu: 1500\n")
+	l.mustCLI("up")
+	const innerMTU = 1500 - 20 - 8
+	pinA := l.PinDir(l.GWA)
+	before, err := readStats(pinA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tooBig := regexp.MustCompile(`mtu ?[=:] ?(\d+)`)
+	for _, c := range []struct {
+		dst, from string
+		hdr       int // IP + ICMP header bytes ping adds to -s
+	}{{lab.AddrB, lab.GWLan, 28}, {lab.AddrB6, lab.GWLan6, 48}} {
+		fit := strconv.Itoa(innerMTU - c.hdr)
+		if out, err := nsRun(l.A, "ping", "-n", "-c", "2", "-i", "0.2", "-W", "2", "-M", "do", "-s", fit, c.dst); err != nil {
+			t.Errorf("ping -M do -s %s %s (fits the path exactly): %v\n%s", fit, c.dst, err, out)
+		}
+		over := strconv.Itoa(innerMTU - c.hdr + 1)
+		out, _ := nsRun(l.A, "ping", "-n", "-c", "2", "-i", "0.2", "-W", "2", "-M", "do", "-s", over, c.dst)
+		m := tooBig.FindStringSubmatch(out)
+		if m == nil || m[1] != strconv.Itoa(innerMTU) {
+			t.Errorf("ping -M do -s %s %s: want an ICMP too big advertising mtu %d, got:\n%s", over, c.dst, innerMTU, out)
+		}
+		if !strings.Contains(out, "From "+c.from) {
+			t.Errorf("ping %s: the too-big error should come from gateway A's LAN address %s:\n%s", c.dst, c.from, out)
+		}
+	}
+	// Full-size TCP both ways over both families: the hosts start with
+	// 1500-byte segments and must shrink them after the gateway's ICMP.
+	for i, dst := range []string{lab.AddrB, lab.AddrB6} {
+		for j, dir := range [][]string{nil, {"-R"}} {
+			r := iperf(t, l.B, l.A, dst, 5210+2*i+j, append([]string{"-t", "2"}, dir...)...)
+			if r.End.SumReceived.BitsPerSecond < 1e6 {
+				t.Errorf("iperf3 TCP to %s %v over 1500-byte WAN links: %+v, want > 1 Mbit/s", dst, dir, r.End.SumReceived)
+			}
+		}
+	}
+	after, err := readStats(pinA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := after.Reasons["mtu_icmp"].Packets - before.Reasons["mtu_icmp"].Packets
+	dropped := after.Reasons["mtu_drop"].Packets - before.Reasons["mtu_drop"].Packets
+	t.Logf("gateway A answered %d packets with ICMP too big, dropped %d without", sent, dropped)
+	// The first too-big ping of each family is answered; the host then
+	// knows the path MTU and refuses the second itself.
+	if sent < 2 {
+		t.Errorf("gateway A counted %d mtu_icmp, want at least one per family", sent)
+	}
+	if dropped != 0 {
+		t.Errorf("gateway A dropped %d too-big packets without answering", dropped)
 	}
 }
