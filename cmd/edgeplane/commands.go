@@ -37,9 +37,12 @@ func newAgentCmd() *cobra.Command {
 		Use:   "agent --config FILE",
 		Short: "Load the dataplane on the configured interfaces and serve it",
 		Long: `Loads (or adopts an already pinned) XDP dataplane, attaches it to the
-configured interfaces, writes the rules and serves Prometheus metrics.
-SIGHUP re-reads the config and applies the difference atomically; an
-invalid config is refused and the live rules keep serving. On exit the
+configured interfaces, writes the rules and serves Prometheus metrics and
+the control API (gRPC edgeplane.v1 and REST/JSON, OpenAPI at
+/openapi.json). An API change is committed atomically and written back to
+the config file, which always holds what serves. SIGHUP re-reads the
+config and applies the difference atomically; an invalid config is
+refused and the live rules keep serving. On exit the
 dataplane stays attached and forwarding (pinned) unless --detach-on-exit.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,6 +58,12 @@ dataplane stays attached and forwarding (pinned) unless --detach-on-exit.`,
 	c.Flags().StringVar(&o.PinDir, "pin-dir", defaultPinDir, "bpffs directory for pinned maps, program and links (one per gateway)")
 	c.Flags().StringVar(&o.MetricsAddr, "metrics-addr", ":9090", "Prometheus listen address (empty to disable)")
 	c.Flags().BoolVar(&o.DetachOnExit, "detach-on-exit", false, "detach XDP and remove pins when the agent exits")
+	c.Flags().StringVar(&o.GRPCAddr, "grpc-addr", ":50051", "gRPC API listen address (empty to disable; loopback only without --api-tokens/--api-jwt-key)")
+	c.Flags().StringVar(&o.RESTAddr, "rest-addr", ":8080", "REST API listen address (empty to disable; same rule)")
+	c.Flags().StringVar(&o.APITokens, "api-tokens", "", "file of accepted bearer tokens, one per line")
+	c.Flags().StringVar(&o.APIJWTKey, "api-jwt-key", "", "file with the HMAC key of accepted JWT bearer tokens (HS256/384/512, exp required)")
+	c.Flags().StringVar(&o.TLSCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM)")
+	c.Flags().StringVar(&o.TLSKey, "tls-key", "", "private key of --tls-cert (PEM)")
 	c.Flags().BoolVar(&debug, "debug", false, "debug logging")
 	return c
 }

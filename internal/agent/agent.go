@@ -7,6 +7,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/metrics"
@@ -35,7 +37,16 @@ type Options struct {
 	PinDir       string
 	MetricsAddr  string // empty disables the metrics server
 	DetachOnExit bool
-	Log          *slog.Logger
+	// GRPCAddr and RESTAddr are the control API's listen addresses;
+	// empty disables one. Without APITokens or APIJWTKey they must be
+	// loopback addresses.
+	GRPCAddr, RESTAddr string
+	// APITokens is a file of static bearer tokens, APIJWTKey a file
+	// holding the HMAC key of accepted JWTs.
+	APITokens, APIJWTKey string
+	// TLSCert and TLSKey serve the API over TLS when both are set.
+	TLSCert, TLSKey string
+	Log             *slog.Logger
 }
 
 // Agent is one running gateway agent.
@@ -43,10 +54,14 @@ type Agent struct {
 	opts Options
 	log  *slog.Logger
 
-	mu    sync.Mutex
-	cfg   *config.Config
-	dp    *bpf.Dataplane
-	alloc rules.Allocs
+	// commitMu serialises whole changes (reloads, API applies): check,
+	// attach, commit, persist. mu guards the fields below it.
+	commitMu sync.Mutex
+	mu       sync.Mutex
+	cfg      *config.Config
+	gen      uint32
+	dp       *bpf.Dataplane
+	alloc    rules.Allocs
 
 	reloads *prometheus.CounterVec
 }
@@ -111,6 +126,14 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 		defer srv.Close()
+	}
+
+	if opts.GRPCAddr != "" || opts.RESTAddr != "" {
+		ls, err := a.serveAPI(errc)
+		if err != nil {
+			return err
+		}
+		defer ls.Close()
 	}
 
 	hup := make(chan os.Signal, 1)
@@ -223,6 +246,7 @@ func (a *Agent) apply(cfg *config.Config) error {
 	}
 	a.alloc = alloc
 	a.cfg = cfg
+	a.gen = n
 	a.log.Info("rules committed", "generation", n, "pdrs", len(cfg.PDRs), "entries", len(gen.Rules), "groups", len(gen.Groups), "took", time.Since(start))
 	return nil
 }
@@ -243,22 +267,71 @@ func (a *Agent) Reload() error {
 	if err != nil {
 		return err
 	}
+	_, err = a.commit(cfg, false, false)
+	return err
+}
+
+// Config returns the config now serving (api.Backend). It is replaced,
+// never modified, by a commit.
+func (a *Agent) Config() *config.Config {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg
+}
+
+// Commit validates cfg, commits it as the next generation and writes it
+// to the config file (api.Backend): the file always holds what serves, so
+// a restarted agent serves exactly what was last committed, and SIGHUP
+// after editing the file applies the edit on top.
+func (a *Agent) Commit(cfg *config.Config, dryRun bool) (uint32, error) {
+	return a.commit(cfg, dryRun, true)
+}
+
+// Snapshot reads the dataplane counters (api.Backend).
+func (a *Agent) Snapshot() (*bpf.Snapshot, error) { return a.dp.Snapshot() }
+
+func (a *Agent) commit(cfg *config.Config, dryRun, persist bool) (uint32, error) {
+	a.commitMu.Lock()
+	defer a.commitMu.Unlock()
+	if err := cfg.Validate(); err != nil {
+		return 0, err
+	}
 	if limitsOf(cfg) != a.dp.Limits {
-		return config.Errors{{Path: "limits", Reason: "map sizes cannot change while running; restart the agent after `edgeplane down` to resize"}}
+		return 0, config.Errors{{Path: "limits", Reason: "map sizes cannot change while running; restart the agent after `edgeplane down` to resize"}}
 	}
 	// Validate the whole change against the host before touching links.
 	if _, _, err := rules.Compile(cfg, ResolveIfindex, a.alloc, a.dp.Limits); err != nil {
-		return err
+		return 0, err
 	}
-	if !reflect.DeepEqual(cfg.Interfaces, a.cfg.Interfaces) {
+	old := a.Config()
+	if dryRun {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.gen, nil
+	}
+	if !reflect.DeepEqual(cfg.Interfaces, old.Interfaces) {
 		if err := attach(a.dp, a.opts.PinDir, cfg.Interfaces, false, a.log); err != nil {
-			return err
+			return 0, err
 		}
 		if err := enableForwarding(cfg.Interfaces, a.log); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return a.apply(cfg)
+	if err := a.apply(cfg); err != nil {
+		return 0, err
+	}
+	if persist {
+		if err := config.WriteFile(a.opts.ConfigPath, cfg); err != nil {
+			// The file and the dataplane must not disagree: go back.
+			if rerr := a.apply(old); rerr != nil {
+				a.log.Error("roll back after failing to persist", "error", rerr)
+			}
+			return 0, fmt.Errorf("persist config to %s (change rolled back): %w", a.opts.ConfigPath, err)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.gen, nil
 }
 
 func (a *Agent) serveMetrics(errc chan<- error) (*http.Server, error) {
@@ -318,4 +391,41 @@ func enableForwarding(ifaces []config.Interface, log *slog.Logger) error {
 		}
 	}
 	return nil
+}
+
+// serveAPI starts the gRPC and REST control API.
+func (a *Agent) serveAPI(errc chan<- error) (*api.Listeners, error) {
+	o := a.opts
+	auth, err := api.LoadAuth(o.APITokens, o.APIJWTKey)
+	if err != nil {
+		return nil, err
+	}
+	var tlsCfg *tls.Config
+	switch {
+	case o.TLSCert != "" && o.TLSKey != "":
+		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("load tls certificate: %w", err)
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	case o.TLSCert != "" || o.TLSKey != "":
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	if auth == nil {
+		// Without auth, an address on every interface (":50051") is
+		// narrowed to loopback; one naming another host is refused.
+		o.GRPCAddr, o.RESTAddr = loopbackIfAny(o.GRPCAddr), loopbackIfAny(o.RESTAddr)
+		a.log.Warn("no API authentication configured (--api-tokens, --api-jwt-key): serving the API on loopback only")
+	}
+	return api.Serve(api.NewServer(a), api.Options{GRPCAddr: o.GRPCAddr, RESTAddr: o.RESTAddr, Auth: auth, TLS: tlsCfg, Log: a.log}, errc)
+}
+
+// loopbackIfAny turns a listen address on every interface (empty,
+// 0.0.0.0 or :: host) into the same port on 127.0.0.1.
+func loopbackIfAny(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || (host != "" && host != "0.0.0.0" && host != "::") {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
 }

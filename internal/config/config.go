@@ -191,6 +191,9 @@ type Defaults struct {
 type FieldError struct {
 	Path   string
 	Reason string
+	// Capacity marks a problem of size, not of value: the config is
+	// valid but does not fit the maps as sized (limits).
+	Capacity bool
 }
 
 // Error returns "path: reason".

@@ -219,7 +219,7 @@ func (v *validator) fars(list []FAR, ifaces map[string]int, paths map[uint32]int
 
 func (v *validator) pdrs(list []PDR, rules uint32, ifaces map[string]int, fars map[uint32]int) {
 	if uint64(len(list)) > uint64(rules) {
-		v.add("pdrs", "%d rules exceed limits.rules %d", len(list), rules)
+		v.errs = append(v.errs, FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d rules exceed limits.rules %d", len(list), rules), Capacity: true})
 	}
 	byID := make(map[uint32]int, len(list))
 	for i, r := range list {

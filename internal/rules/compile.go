@@ -5,6 +5,7 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"sort"
@@ -153,7 +154,7 @@ func Compile(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Lim
 		}
 		stats, isNew, err := alloc.Get(p.ID)
 		if err != nil {
-			errs = append(errs, config.FieldError{Path: path + ".id", Reason: err.Error()})
+			errs = append(errs, config.FieldError{Path: path + ".id", Reason: err.Error(), Capacity: errors.Is(err, ErrStatsFull)})
 			continue
 		}
 		live[p.ID] = true
@@ -186,10 +187,10 @@ func Compile(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Lim
 	alloc.Retain(live)
 
 	if nEntries > int(limits.Rules) {
-		errs = append(errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d classifier entries after port-range expansion exceed limits.rules %d", nEntries, limits.Rules)})
+		errs = append(errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d classifier entries after port-range expansion exceed limits.rules %d", nEntries, limits.Rules), Capacity: true})
 	}
 	if len(groups) > bpf.MaxGroups {
-		errs = append(errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("rules use %d distinct match shapes (prefix lengths, fields, port-range blocks); the classifier supports %d: align port ranges to powers of two or share prefix lengths", len(groups), bpf.MaxGroups)})
+		errs = append(errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("rules use %d distinct match shapes (prefix lengths, fields, port-range blocks); the classifier supports %d: align port ranges to powers of two or share prefix lengths", len(groups), bpf.MaxGroups), Capacity: true})
 	}
 	if len(errs) > 0 {
 		return nil, Allocs{}, errs
