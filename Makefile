@@ -9,8 +9,14 @@ GOFLAGS   ?= -buildvcs=false
 FUZZTIME  ?= 30s
 TESTLOG   ?= /tmp/edgeplane-test.log
 DEB_PKGS  := clang llvm libbpf-dev bpftool linux-libc-dev iproute2 ethtool \
-             iperf3 tshark iputils-ping util-linux procps python3 curl
-GEN_PKGS  := ./internal/bpf ./internal/bpf/icmptest ./internal/bench
+             iperf3 tshark iputils-ping util-linux procps python3 curl \
+             protobuf-compiler
+GEN_PKGS  := ./internal/bpf ./internal/bpf/icmptest ./internal/bench ./api/edgeplane/v1
+GENERATED := '*_bpfel.go' '*_bpfel.o' '*.pb.go' '*.pb.gw.go' '*.swagger.json'
+PROTOC_PLUGINS := google.golang.org/protobuf/cmd/protoc-gen-go \
+             google.golang.org/grpc/cmd/protoc-gen-go-grpc \
+             github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway \
+             github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2
 
 .PHONY: all deps bpffs generate check-generate build test test-go fuzz bench demo lint clean
 
@@ -28,13 +34,15 @@ deps:
 bpffs:
 	@mountpoint -q /sys/fs/bpf || mount -t bpf bpffs /sys/fs/bpf
 
-## generate: compile bpf/*.c into the Go packages (bpf2go).
+## generate: compile bpf/*.c into the Go packages (bpf2go) and the API
+## protos (protoc with the plugins pinned in go.mod's tool block).
 generate:
+	@mkdir -p bin/tools && $(GO) build -o bin/tools/ $(PROTOC_PLUGINS)
 	$(GO) generate $(GEN_PKGS)
 
 ## check-generate: fail if the committed BPF objects differ from the sources.
 check-generate: generate
-	@test -z "$$(git status --porcelain -- '*_bpfel.go' '*_bpfel.o')" || { git status --short -- '*_bpfel.go' '*_bpfel.o'; echo "generated BPF objects are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --short -- $(GENERATED); echo "generated files are stale: run make generate and commit"; exit 1; }
 
 build: deps
 	$(GO) build $(GOFLAGS) -o $(BIN) ./cmd/edgeplane
