@@ -328,6 +328,7 @@ func (a *Agent) commit(cfg *config.Config, dryRun, persist bool) (uint32, error)
 			}
 			return 0, fmt.Errorf("persist config to %s (change rolled back): %w", a.opts.ConfigPath, err)
 		}
+		a.log.Info("api change written to the config file, which a restart or SIGHUP serves", "config", a.opts.ConfigPath)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

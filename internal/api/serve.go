@@ -5,12 +5,15 @@ package api
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -162,12 +165,34 @@ func Serve(srv *Server, o Options, errc chan<- error) (*Listeners, error) {
 // the OpenAPI document at /openapi.json (without auth: it is public
 // knowledge). Every other path needs a bearer token when auth is set.
 func RESTHandler(srv *Server, auth *Auth) (http.Handler, error) {
+	allow, err := allowedMethods(pb.OpenAPI)
+	if err != nil {
+		return nil, err
+	}
 	gw := runtime.NewServeMux(
 		// Field names as in the proto and the YAML config, and fields
 		// with zero values present, so a GET shows the whole object.
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}),
+		runtime.WithRoutingErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+			if httpStatus != http.StatusMethodNotAllowed {
+				runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
+				return
+			}
+			// grpc-gateway turns a known path with the wrong method
+			// into UNIMPLEMENTED, which maps to 501: a server error
+			// for the client's mistake. Answer 405 with the Allow
+			// header RFC 9110 section 15.5.6 requires, and keep
+			// UNIMPLEMENTED as the body's gRPC code.
+			if a := allow(r.URL.Path); a != "" {
+				w.Header().Set("Allow", a)
+			}
+			runtime.HTTPError(ctx, mux, m, w, r, &runtime.HTTPStatusError{
+				HTTPStatus: http.StatusMethodNotAllowed,
+				Err:        status.Errorf(codes.Unimplemented, "method %s not allowed on %s", r.Method, r.URL.Path),
+			})
 		}),
 	)
 	if err := pb.RegisterGatewayHandlerServer(context.Background(), gw, srv); err != nil {
@@ -190,4 +215,52 @@ func RESTHandler(srv *Server, auth *Auth) (http.Handler, error) {
 		gw.ServeHTTP(w, r)
 	}))
 	return mux, nil
+}
+
+// allowedMethods returns a function giving the methods the OpenAPI
+// document lists for a request path ("GET", "POST, PUT"), or "" for a
+// path it does not have. The document is generated from the same REST
+// mapping as the handlers, so the two cannot disagree.
+func allowedMethods(doc []byte) (func(path string) string, error) {
+	var d struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		return nil, fmt.Errorf("parse openapi document: %w", err)
+	}
+	type route struct {
+		segs    []string
+		methods string
+	}
+	var routes []route
+	for tmpl, ops := range d.Paths {
+		var ms []string
+		for m := range ops {
+			// A path item also holds "parameters" and "x-" keys.
+			switch m = strings.ToUpper(m); m {
+			case http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete,
+				http.MethodOptions, http.MethodHead, http.MethodPatch:
+				ms = append(ms, m)
+			}
+		}
+		slices.Sort(ms)
+		routes = append(routes, route{strings.Split(strings.Trim(tmpl, "/"), "/"), strings.Join(ms, ", ")})
+	}
+	return func(path string) string {
+		segs := strings.Split(strings.Trim(path, "/"), "/")
+	next:
+		for _, rt := range routes {
+			if len(rt.segs) != len(segs) {
+				continue
+			}
+			for i, s := range rt.segs {
+				// "{id}" stands for any one segment.
+				if s != segs[i] && !(strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}")) {
+					continue next
+				}
+			}
+			return rt.methods
+		}
+		return ""
+	}, nil
 }

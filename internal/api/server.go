@@ -202,6 +202,9 @@ func applyOps(cur *config.Config, ops []*pb.Operation) (*config.Config, origin, 
 	if len(fe) > 0 {
 		return nil, nil, fieldStatus(codes.FailedPrecondition, fe)
 	}
+	// Defaults filled in as when a config file is loaded: what is stored,
+	// served back and persisted is the same whichever way it came.
+	next.Normalize()
 	orig := origin{}
 	index := func(list string, n int, key func(int) string) {
 		for i := range n {

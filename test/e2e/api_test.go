@@ -1,0 +1,537 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/vishvananda/netns"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/config"
+)
+
+const (
+	apiGRPC  = "127.0.0.1:50051"
+	apiREST  = "127.0.0.1:8080"
+	apiToken = "test-token-0123456789abcdef"
+	// apiJWTKey signs the JWTs the agent accepts in these tests.
+	apiJWTKey = "jwt-key-for-tests-0123456789abcdefghij"
+)
+
+// nsDial returns a dialer whose sockets live in network namespace ns: the
+// agent's API listens on loopback inside the gateway namespace. The
+// socket keeps its namespace after the thread that made it is gone; the
+// thread, left in ns, ends with its goroutine (locked, never unlocked).
+func nsDial(ns string) func(ctx context.Context, addr string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		type result struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread()
+			h, err := netns.GetFromName(ns)
+			if err != nil {
+				ch <- result{nil, fmt.Errorf("open netns %s: %w", ns, err)}
+				return
+			}
+			defer h.Close()
+			if err := netns.Set(h); err != nil {
+				ch <- result{nil, fmt.Errorf("enter netns %s: %w", ns, err)}
+				return
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", addr)
+			ch <- result{c, err}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}
+}
+
+// apiGateway is a gateway whose agent serves the API with a static token
+// and JWTs, and clients reaching it inside the gateway namespace.
+type apiGateway struct {
+	*gateway
+	gc   pb.GatewayClient
+	http *http.Client
+}
+
+func newAPIGateway(t *testing.T, cfg string) *apiGateway {
+	t.Helper()
+	g := newGateway(t, cfg)
+	tokens := filepath.Join(g.dir, "tokens")
+	key := filepath.Join(g.dir, "jwt.key")
+	if err := os.WriteFile(tokens, []byte("# test clients\n"+apiToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, []byte(apiJWTKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g.start("--grpc-addr", apiGRPC, "--rest-addr", apiREST, "--api-tokens", tokens, "--api-jwt-key", key)
+	conn, err := grpc.NewClient("passthrough:///"+apiGRPC,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(nsDial(g.GW)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	dial := nsDial(g.GW)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) },
+	}}
+	return &apiGateway{gateway: g, gc: pb.NewGatewayClient(conn), http: hc}
+}
+
+// ctx returns a context carrying token as the bearer token.
+func withToken(token string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	return ctx, cancel
+}
+
+func (a *apiGateway) apply(t *testing.T, ops ...*pb.Operation) (*pb.ApplyResponse, error) {
+	t.Helper()
+	ctx, cancel := withToken(apiToken)
+	defer cancel()
+	return a.gc.Apply(ctx, &pb.ApplyRequest{Operations: ops})
+}
+
+func (a *apiGateway) mustApply(t *testing.T, ops ...*pb.Operation) *pb.ApplyResponse {
+	t.Helper()
+	r, err := a.apply(t, ops...)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	return r
+}
+
+func createOp(o *pb.Object) *pb.Operation { return &pb.Operation{Op: &pb.Operation_Create{Create: o}} }
+func updateOp(o *pb.Object) *pb.Operation { return &pb.Operation{Op: &pb.Operation_Update{Update: o}} }
+func deleteOp(k pb.Kind, id uint32, name string) *pb.Operation {
+	return &pb.Operation{Op: &pb.Operation_Delete{Delete: &pb.Ref{Kind: k, Id: id, Name: name}}}
+}
+func pdrObj(p *pb.Pdr) *pb.Object      { return &pb.Object{Kind: &pb.Object_Pdr{Pdr: p}} }
+func farObj(f *pb.Far) *pb.Object      { return &pb.Object{Kind: &pb.Object_Far{Far: f}} }
+func pathObj(p *pb.Path) *pb.Object    { return &pb.Object{Kind: &pb.Object_Path{Path: p}} }
+func ifObj(i *pb.Interface) *pb.Object { return &pb.Object{Kind: &pb.Object_Interface{Interface: i}} }
+func u32(v uint32) *uint32             { return &v }
+func wantCode(t *testing.T, what string, err error, code codes.Code) *status.Status {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != code {
+		t.Errorf("%s: %v, want %s", what, err, code)
+	}
+	return st
+}
+
+// violations returns the field paths of a status's BadRequest details.
+func violations(st *status.Status) []string {
+	var out []string
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				out = append(out, v.GetField())
+			}
+		}
+	}
+	return out
+}
+
+// TestAPIObjects creates, reads, lists, updates and deletes one object of
+// each kind over gRPC, checking each change is live in the dataplane
+// (generation and counters) and in the persisted config file.
+func TestAPIObjects(t *testing.T) {
+	a := newAPIGateway(t, forwardConfig)
+	ctx, cancel := withToken(apiToken)
+	defer cancel()
+	gen0 := a.stats().Generation
+
+	// An interface needs to exist on the host: a veth in the gateway.
+	if out, err := nsRun(a.GW, "ip", "link", "add", "ext0", "type", "veth", "peer", "name", "ext0p"); err != nil {
+		t.Fatalf("add veth: %v: %s", err, out)
+	}
+	itf := &pb.Interface{Name: "ext0", Role: "lan", Xdp: "generic"}
+	// TTL 64 is filled in as the default, as when a file is loaded.
+	path := &pb.Path{Id: 7, Type: "gre", Interface: "wan0", Local: "10.2.0.1", Remote: "10.2.0.2", Key: u32(70), Ttl: 64}
+	far := &pb.Far{Id: 40, Action: "encap", Path: 7}
+	pdr := &pb.Pdr{Id: 77, Precedence: 5, Far: 40, Match: &pb.Match{In: "lan0", Dst: "10.77.0.0/16", Proto: "udp", Dport: "7000-7099"}}
+	r := a.mustApply(t, createOp(ifObj(itf)), createOp(pathObj(path)), createOp(farObj(far)), createOp(pdrObj(pdr)))
+	if r.GetGeneration() != gen0+1 {
+		t.Errorf("generation after create %d, want %d", r.GetGeneration(), gen0+1)
+	}
+	if got := a.stats().Generation; got != r.GetGeneration() {
+		t.Errorf("dataplane generation %d, API said %d", got, r.GetGeneration())
+	}
+	if out, on := xdpOn(t, a.GW, "ext0"); !on {
+		t.Errorf("no XDP on ext0 after creating the interface:\n%s", out)
+	}
+
+	check := func(what string, got, want proto.Message) {
+		t.Helper()
+		if !proto.Equal(got, want) {
+			t.Errorf("%s: got %v, want %v", what, got, want)
+		}
+	}
+	gi, err := a.gc.GetInterface(ctx, &pb.GetByNameRequest{Name: "ext0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("get interface", gi, itf)
+	gp, err := a.gc.GetPath(ctx, &pb.GetByIDRequest{Id: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("get path", gp, path)
+	gf, err := a.gc.GetFar(ctx, &pb.GetByIDRequest{Id: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("get far", gf, far)
+	gd, err := a.gc.GetPdr(ctx, &pb.GetByIDRequest{Id: 77})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("get pdr", gd, pdr)
+
+	lp, err := a.gc.ListPdrs(ctx, &pb.ListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(lp.GetPdrs()); n != 9 {
+		t.Errorf("list pdrs: %d, want the config's 8 and the new one", n)
+	}
+	li, _ := a.gc.ListInterfaces(ctx, &pb.ListRequest{})
+	lpa, _ := a.gc.ListPaths(ctx, &pb.ListRequest{})
+	lf, _ := a.gc.ListFars(ctx, &pb.ListRequest{})
+	if len(li.GetInterfaces()) != 3 || len(lpa.GetPaths()) != 1 || len(lf.GetFars()) != 4 {
+		t.Errorf("lists: %d interfaces, %d paths, %d fars; want 3, 1, 4", len(li.GetInterfaces()), len(lpa.GetPaths()), len(lf.GetFars()))
+	}
+
+	// Updates replace whole objects.
+	pdr2 := proto.Clone(pdr).(*pb.Pdr)
+	pdr2.Precedence, pdr2.Match.Dport = 6, "8000"
+	path2 := proto.Clone(path).(*pb.Path)
+	path2.Seq, path2.Dscp = true, u32(46)
+	a.mustApply(t, updateOp(pdrObj(pdr2)), updateOp(pathObj(path2)))
+	gd, _ = a.gc.GetPdr(ctx, &pb.GetByIDRequest{Id: 77})
+	check("pdr after update", gd, pdr2)
+	gp, _ = a.gc.GetPath(ctx, &pb.GetByIDRequest{Id: 7})
+	check("path after update", gp, path2)
+
+	// The config file holds what serves.
+	file, err := config.Load(a.cfgPath)
+	if err != nil {
+		t.Fatalf("persisted config: %v", err)
+	}
+	if p, ok := findPDR(file, 77); !ok || p.Precedence != 6 || p.Match.Dport.String() != "8000" {
+		t.Errorf("config file pdr 77: %+v (found %v), want precedence 6, dport 8000", p, ok)
+	}
+
+	// Deletes, in an order that keeps references whole.
+	a.mustApply(t, deleteOp(pb.Kind_KIND_PDR, 77, ""), deleteOp(pb.Kind_KIND_FAR, 40, ""),
+		deleteOp(pb.Kind_KIND_PATH, 7, ""), deleteOp(pb.Kind_KIND_INTERFACE, 0, "ext0"))
+	for what, err := range map[string]error{
+		"pdr":       second(a.gc.GetPdr(ctx, &pb.GetByIDRequest{Id: 77})),
+		"far":       second(a.gc.GetFar(ctx, &pb.GetByIDRequest{Id: 40})),
+		"path":      second(a.gc.GetPath(ctx, &pb.GetByIDRequest{Id: 7})),
+		"interface": second(a.gc.GetInterface(ctx, &pb.GetByNameRequest{Name: "ext0"})),
+	} {
+		wantCode(t, "get deleted "+what, err, codes.NotFound)
+	}
+	if out, on := xdpOn(t, a.GW, "ext0"); on {
+		t.Errorf("XDP still on ext0 after deleting the interface:\n%s", out)
+	}
+
+	// Create over an existing object, update or delete of a missing one.
+	_, err = a.apply(t, createOp(farObj(&pb.Far{Id: 1, Action: "drop"})))
+	wantCode(t, "create existing far 1", err, codes.AlreadyExists)
+	_, err = a.apply(t, updateOp(farObj(&pb.Far{Id: 99, Action: "drop"})))
+	wantCode(t, "update missing far 99", err, codes.NotFound)
+	_, err = a.apply(t, deleteOp(pb.Kind_KIND_PDR, 99, ""))
+	wantCode(t, "delete missing pdr 99", err, codes.NotFound)
+	// Deleting what is still used names the user.
+	_, err = a.apply(t, deleteOp(pb.Kind_KIND_FAR, 1, ""))
+	st := wantCode(t, "delete far 1 in use", err, codes.FailedPrecondition)
+	if !strings.Contains(st.Message(), "operations[0].delete: far 1 is still used by pdr") {
+		t.Errorf("delete far 1 in use: %q, want it to name the delete and a pdr", st.Message())
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func findPDR(c *config.Config, id uint32) (config.PDR, bool) {
+	for _, p := range c.PDRs {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	return config.PDR{}, false
+}
+
+// TestAPIBatchAtomic sends batches of 100 operations with one bad one: the
+// whole batch is refused with the bad field named, and nothing of it is
+// applied (lists, generation and config file unchanged). A batch that
+// overflows the classifier is refused as RESOURCE_EXHAUSTED.
+func TestAPIBatchAtomic(t *testing.T) {
+	a := newAPIGateway(t, forwardConfig)
+	ctx, cancel := withToken(apiToken)
+	defer cancel()
+	fileBefore, _ := os.ReadFile(a.cfgPath)
+	genBefore := a.stats().Generation
+
+	batch := func(bad int, mutate func(*pb.Pdr)) []*pb.Operation {
+		var ops []*pb.Operation
+		for i := range 100 {
+			p := &pb.Pdr{Id: uint32(1000 + i), Precedence: uint32(200 + i), Far: 1, Match: &pb.Match{In: "lan0", Dst: fmt.Sprintf("10.50.%d.0/24", i)}}
+			if i == bad {
+				mutate(p)
+			}
+			ops = append(ops, createOp(pdrObj(p)))
+		}
+		return ops
+	}
+	for _, c := range []struct {
+		name   string
+		bad    int
+		mutate func(*pb.Pdr)
+		code   codes.Code
+		field  string
+	}{
+		{"bad CIDR", 57, func(p *pb.Pdr) { p.Match.Dst = "10.50.300.0/24" }, codes.InvalidArgument, "operations[57].create.pdr.match.dst"},
+		{"host bits", 3, func(p *pb.Pdr) { p.Match.Src = "10.0.0.1/8" }, codes.InvalidArgument, "operations[3].create.pdr.match.src"},
+		{"unknown far", 99, func(p *pb.Pdr) { p.Far = 12345 }, codes.InvalidArgument, "operations[99].create.pdr.far"},
+		{"unknown interface", 0, func(p *pb.Pdr) { p.Match.In = "nope0" }, codes.InvalidArgument, "operations[0].create.pdr.match.in"},
+		{"ports without proto", 42, func(p *pb.Pdr) { p.Match.Dport = "80" }, codes.InvalidArgument, "operations[42].create.pdr.match.dport"},
+		{"duplicate id", 10, func(p *pb.Pdr) { p.Id = 1011 }, codes.AlreadyExists, "operations[11].create.pdr"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := a.apply(t, batch(c.bad, c.mutate)...)
+			st := wantCode(t, "apply", err, c.code)
+			v := violations(st)
+			if len(v) != 1 || !strings.HasPrefix(v[0], c.field) {
+				t.Errorf("violations %v, want just %s (message %q)", v, c.field, st.Message())
+			}
+		})
+	}
+	// Every operation valid, but a port range of 1-65534 expands to 30
+	// classifier entries: 100 such PDRs do not fit limits.rules 1024.
+	ops := batch(-1, nil)
+	for _, op := range ops {
+		m := op.GetCreate().GetPdr().GetMatch()
+		m.Proto, m.Dport = "tcp", "1-65534"
+	}
+	_, err := a.apply(t, ops...)
+	st := wantCode(t, "apply 3,000 classifier entries into limits.rules 1024", err, codes.ResourceExhausted)
+	t.Logf("overflow: %s", st.Message())
+
+	lp, err := a.gc.ListPdrs(ctx, &pb.ListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(lp.GetPdrs()); n != 8 {
+		t.Errorf("%d pdrs after refused batches, want the config's 8", n)
+	}
+	if g := a.stats().Generation; g != genBefore {
+		t.Errorf("generation %d after refused batches, want %d", g, genBefore)
+	}
+	if fileAfter, _ := os.ReadFile(a.cfgPath); string(fileAfter) != string(fileBefore) {
+		t.Errorf("config file changed by refused batches")
+	}
+	// Forwarding carries on with the old rules.
+	a.warmUp()
+	before := a.stats()
+	mustSendUDP(t, a.A, "10.2.0.2", 7777, 5, 0, 16)
+	if d := a.stats().pdr(12).Packets - before.pdr(12).Packets; d != 5 {
+		t.Errorf("pdr 12 counted %d of 5 packets after refused batches", d)
+	}
+}
+
+// TestAPIAuth checks both protocols refuse calls without a valid bearer
+// token, accept the static token and valid JWTs, and serve /openapi.json
+// to anyone.
+func TestAPIAuth(t *testing.T) {
+	a := newAPIGateway(t, forwardConfig)
+	sign := func(key string, exp time.Time, method jwt.SigningMethod) string {
+		tok, err := jwt.NewWithClaims(method, jwt.MapClaims{"sub": "test", "exp": exp.Unix()}).SignedString([]byte(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	future, past := time.Now().Add(time.Hour), time.Now().Add(-time.Minute)
+	for _, c := range []struct {
+		name  string
+		token string
+		ok    bool
+	}{
+		{"none", "", false},
+		{"wrong static", "test-token-0123456789abcdeX", false},
+		{"static", apiToken, true},
+		{"jwt", sign(apiJWTKey, future, jwt.SigningMethodHS256), true},
+		{"jwt hs512", sign(apiJWTKey, future, jwt.SigningMethodHS512), true},
+		{"jwt expired", sign(apiJWTKey, past, jwt.SigningMethodHS256), false},
+		{"jwt other key", sign(apiJWTKey+"x", future, jwt.SigningMethodHS256), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := withToken(c.token)
+			defer cancel()
+			_, err := a.gc.ListPdrs(ctx, &pb.ListRequest{})
+			_, aerr := a.gc.Apply(ctx, &pb.ApplyRequest{Operations: []*pb.Operation{deleteOp(pb.Kind_KIND_PDR, 31, "")}, DryRun: true})
+			code := codes.OK
+			if !c.ok {
+				code = codes.Unauthenticated
+			}
+			wantCode(t, "grpc list", err, code)
+			wantCode(t, "grpc apply dry run", aerr, code)
+
+			req, _ := http.NewRequest(http.MethodGet, "http://"+apiREST+"/v1/pdrs", nil)
+			if c.token != "" {
+				req.Header.Set("Authorization", "Bearer "+c.token)
+			}
+			resp, err := a.http.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := http.StatusOK
+			if !c.ok {
+				want = http.StatusUnauthorized
+			}
+			if resp.StatusCode != want {
+				t.Errorf("rest GET /v1/pdrs: %d %s, want %d", resp.StatusCode, body, want)
+			}
+		})
+	}
+	resp, err := a.http.Get("http://" + apiREST + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"swagger"`) || !strings.Contains(string(body), "/v1/apply") {
+		t.Errorf("GET /openapi.json: %d, %.200s", resp.StatusCode, body)
+	}
+	// A dry run changed nothing.
+	if _, err := config.Load(a.cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := findPDR(mustLoad(t, a.cfgPath), 31); !ok || p.ID != 31 {
+		t.Errorf("pdr 31 gone after dry-run deletes")
+	}
+}
+
+func mustLoad(t *testing.T, path string) *config.Config {
+	t.Helper()
+	c, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestAPIRESTErrors checks REST maps validation to 400 with the field
+// path, unknown objects to 404, and JSON fields by their proto names.
+func TestAPIRESTErrors(t *testing.T) {
+	a := newAPIGateway(t, forwardConfig)
+	do := func(method, path, body string) (int, string) {
+		req, _ := http.NewRequest(method, "http://"+apiREST+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+apiToken)
+		resp, err := a.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := do(http.MethodPost, "/v1/apply", `{"operations":[{"create":{"pdr":{"id":500,"precedence":1,"far":1,"match":{"in":"lan0","dst":"10.9.0.0/33"}}}}]}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "operations[0].create.pdr.match.dst") {
+		t.Errorf("bad CIDR: %d %s, want 400 naming operations[0].create.pdr.match.dst", code, body)
+	}
+	code, body = do(http.MethodPost, "/v1/apply", `{"operations":[{"create":{"pdr":{"id":500,"precedence":1,"far":1,"match":{"in":"lan0","gre_key":5}}}}]}`)
+	if code != http.StatusOK || !strings.Contains(body, `"generation"`) {
+		t.Errorf("valid create: %d %s, want 200 with the generation", code, body)
+	}
+	code, body = do(http.MethodGet, "/v1/pdrs/500", "")
+	if code != http.StatusOK || !strings.Contains(body, `"gre_key":5`) && !strings.Contains(body, `"gre_key": 5`) {
+		t.Errorf("GET /v1/pdrs/500: %d %s, want 200 with gre_key 5", code, body)
+	}
+	code, body = do(http.MethodGet, "/v1/pdrs/501", "")
+	if code != http.StatusNotFound {
+		t.Errorf("GET /v1/pdrs/501: %d %s, want 404", code, body)
+	}
+	code, body = do(http.MethodPost, "/v1/apply", `{"operations":[{"create":{"pdr":{"id":"x"}}}]}`)
+	if code != http.StatusBadRequest {
+		t.Errorf("malformed JSON: %d %s, want 400", code, body)
+	}
+}
+
+// TestAPIRestartPersists applies changes, restarts the agent and expects
+// it to serve exactly what was last committed, with forwarding going on.
+func TestAPIRestartPersists(t *testing.T) {
+	a := newAPIGateway(t, forwardConfig)
+	// Drop UDP 7777 (was redirected by pdr 12) with a higher-precedence
+	// rule, and remove pdr 31.
+	a.mustApply(t, createOp(pdrObj(&pb.Pdr{Id: 5, Precedence: 1, Far: 3, Match: &pb.Match{In: "lan0", Proto: "udp", Dport: "7777"}})),
+		deleteOp(pb.Kind_KIND_PDR, 31, ""))
+	ctx, cancel := withToken(apiToken)
+	defer cancel()
+	before, err := a.gc.ListPdrs(ctx, &pb.ListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.StopAgent(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	a.start("--grpc-addr", apiGRPC, "--rest-addr", apiREST, "--api-tokens", filepath.Join(a.dir, "tokens"), "--api-jwt-key", filepath.Join(a.dir, "jwt.key"))
+	var after *pb.ListPdrsResponse
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		after, err = a.gc.ListPdrs(ctx, &pb.ListRequest{})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(before, after) {
+		t.Errorf("pdrs after restart:\n%v\nwant\n%v", after, before)
+	}
+	a.warmUp()
+	s0 := a.stats()
+	mustSendUDP(t, a.A, "10.2.0.2", 7777, 4, 0, 16)
+	s1 := a.stats()
+	if d := s1.pdr(5).Packets - s0.pdr(5).Packets; d != 4 {
+		t.Errorf("pdr 5 (created over the API before the restart) counted %d of 4", d)
+	}
+	if d := s1.pdr(12).Packets - s0.pdr(12).Packets; d != 0 {
+		t.Errorf("pdr 12 counted %d packets, want 0 (pdr 5 wins)", d)
+	}
+}
