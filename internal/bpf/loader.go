@@ -171,6 +171,14 @@ func (dp *Dataplane) Close() error {
 		errs = append(errs, dp.Prog.Close())
 	}
 	if dp.barrier != nil {
+		if dp.writer != nil {
+			dp.writer.mu.Lock()
+			if dp.writer.grace != nil {
+				<-dp.writer.grace
+				dp.writer.grace = nil
+			}
+			dp.writer.mu.Unlock()
+		}
 		errs = append(errs, dp.barrier.Close())
 	}
 	errs = append(errs, dp.edgeMaps.Close())

@@ -18,9 +18,11 @@ const fileHeader = `# Written by the edgeplane agent after an API change: this f
 `
 
 // WriteFile writes c to path atomically: to a temporary file in the same
-// directory, synced, then renamed over path, so a crash leaves either the
-// old file or the new one, never a torn one. The file keeps its mode.
-func WriteFile(path string, c *Config) error {
+// directory, then renamed over path, so readers and a restarted process see
+// either the old file or the new one, never a torn one. With durable, the
+// data and the rename are synced to disk before it returns (SyncFile does
+// that later otherwise). The file keeps its mode.
+func WriteFile(path string, c *Config, durable bool) error {
 	body, err := yaml.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("marshal config: %w", err)
@@ -52,9 +54,11 @@ func WriteFile(path string, c *Config) error {
 		tmp.Close()
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if durable {
+		if err := tmp.Sync(); err != nil {
+			tmp.Close()
+			return err
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return err
@@ -62,9 +66,31 @@ func WriteFile(path string, c *Config) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
+	if durable {
+		return syncDir(dir)
 	}
 	return nil
+}
+
+// SyncFile makes path's data and its directory entry durable.
+func SyncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	f.Close()
+	if err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
