@@ -26,7 +26,8 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newAgentCmd(), newValidateCmd(), newStatsCmd(), newDownCmd(), newBenchCmd(), newDemoCmd(), newLabCmd(), newWanemCmd())
+	root.AddCommand(newAgentCmd(), newValidateCmd(), newStatsCmd(), newDownCmd(), newBenchCmd(), newDemoCmd(), newLabCmd(), newWanemCmd(),
+		newGetCmd(), newApplyCmd(), newDeleteCmd())
 	return root
 }
 
@@ -100,11 +101,22 @@ config. Run it where the agent runs (in the gateway's network namespace).`,
 func newStatsCmd() *cobra.Command {
 	var pinDir string
 	var asJSON bool
+	var af apiFlags
 	c := &cobra.Command{
 		Use:   "stats",
-		Short: "Print counters read straight from the pinned maps (no agent needed)",
+		Short: "Print counters read straight from the pinned maps (no agent needed), or with --server from an agent's API",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("server") {
+				s, err := apiStats(cmd, &af)
+				if err != nil {
+					return err
+				}
+				return printStats(cmd, s, asJSON)
+			}
+			if f := apiFlagWithoutServer(cmd); f != "" {
+				return fmt.Errorf("--%s needs --server", f)
+			}
 			s, err := bpf.PinnedSnapshot(pinDir)
 			if err != nil {
 				return err
@@ -114,6 +126,8 @@ func newStatsCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&pinDir, "pin-dir", defaultPinDir, "bpffs directory of the gateway")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	af.register(c)
+	c.MarkFlagsMutuallyExclusive("server", "pin-dir")
 	return c
 }
 

@@ -1,0 +1,630 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/api"
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+)
+
+// agentYAML is what the agent of these tests serves.
+const agentYAML = `
+interfaces:
+  - {name: lan0, role: lan}
+  - {name: wan0, role: wan}
+paths:
+  - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 198.51.100.1, key: 7}
+fars:
+  - {id: 1, action: pass}
+  - {id: 2, action: encap, path: 1}
+pdrs:
+  - {id: 10, precedence: 100, match: {in: lan0, dst: 10.2.0.0/16}, far: 2}
+  - {id: 20, precedence: 10, match: {proto: udp, dport: 5000-5100, dscp: 46}, far: 1}
+`
+
+func agentConfig(t *testing.T) *config.Config {
+	t.Helper()
+	c, err := config.Parse([]byte(agentYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// agentObjects is agentConfig as the API carries it.
+func agentObjects(t *testing.T) *objects {
+	t.Helper()
+	c := agentConfig(t)
+	o := &objects{}
+	for _, v := range c.Interfaces {
+		o.Interfaces = append(o.Interfaces, api.InterfaceToPB(v))
+	}
+	for _, v := range c.Paths {
+		o.Paths = append(o.Paths, api.PathToPB(v))
+	}
+	for _, v := range c.FARs {
+		o.FARs = append(o.FARs, api.FARToPB(v))
+	}
+	for _, v := range c.PDRs {
+		o.PDRs = append(o.PDRs, api.PDRToPB(v))
+	}
+	return o
+}
+
+func TestParseKind(t *testing.T) {
+	for in, want := range map[string]kind{
+		"pdr": kindPDR, "pdrs": kindPDR, "PDRs": kindPDR, "far": kindFAR, "fars": kindFAR,
+		"path": kindPath, "paths": kindPath, "interface": kindInterface, "interfaces": kindInterface,
+	} {
+		got, err := parseKind(in)
+		if err != nil || got != want {
+			t.Errorf("parseKind(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := parseKind("rules"); err == nil || !strings.Contains(err.Error(), `unknown kind "rules"`) {
+		t.Errorf("parseKind(rules) error = %v", err)
+	}
+}
+
+func TestParseRefs(t *testing.T) {
+	refs, err := parseRefs(kindPDR, []string{"10", "11", "010"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) != 2 || refs[0].GetId() != 10 || refs[1].GetId() != 11 || refs[0].GetKind() != pb.Kind_KIND_PDR {
+		t.Errorf("refs = %v, want pdr 10 and 11 (repeats dropped)", refs)
+	}
+	refs, err = parseRefs(kindInterface, []string{"lan0", "wan0"})
+	if err != nil || len(refs) != 2 || refs[1].GetName() != "wan0" || refs[1].GetKind() != pb.Kind_KIND_INTERFACE {
+		t.Errorf("interface refs = %v, %v", refs, err)
+	}
+	for _, bad := range []string{"x", "0", "-1", "4294967296"} {
+		if _, err := parseRefs(kindFAR, []string{bad}); err == nil {
+			t.Errorf("parseRefs(far %q) accepted", bad)
+		}
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for target, want := range map[string]bool{
+		"127.0.0.1:50051": true, "[::1]:50051": true, "localhost:50051": true, "unix:///run/x.sock": true,
+		"dns:///127.0.0.1:1": true, "10.0.0.1:50051": false, "gw.example:50051": false,
+	} {
+		if got := isLoopback(target); got != want {
+			t.Errorf("isLoopback(%q) = %v, want %v", target, got, want)
+		}
+	}
+}
+
+func fieldErrors(t *testing.T, err error) []string {
+	t.Helper()
+	var fe config.Errors
+	if !errors.As(err, &fe) {
+		t.Fatalf("error %v (%T) is not config.Errors", err, err)
+	}
+	var out []string
+	for _, e := range fe {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+func TestFileObjectsWholeConfig(t *testing.T) {
+	cur := agentConfig(t)
+	file, notes, err := fileObjects([]byte(agentYAML+"limits: {rules: 16}\n"), &config.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(file.PDRs, cur.PDRs) || !reflect.DeepEqual(file.Paths, cur.Paths) || len(file.Interfaces) != 2 || len(file.FARs) != 2 {
+		t.Errorf("objects = %+v, want those of the file", file)
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0], "limits ignored") {
+		t.Errorf("notes = %q, want limits ignored", notes)
+	}
+}
+
+func TestFileObjectsPartial(t *testing.T) {
+	// Refers to an interface and a FAR only the agent has.
+	data := "pdrs:\n  - {id: 11, precedence: 5, match: {in: lan0, proto: tcp, dport: 443}, far: 2}\n"
+	file, notes, err := fileObjects([]byte(data), agentConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(notes) != 0 || len(file.Interfaces)+len(file.Paths)+len(file.FARs) != 0 || len(file.PDRs) != 1 {
+		t.Fatalf("objects = %+v, notes %q; want pdr 11 only", file, notes)
+	}
+	p := file.PDRs[0]
+	if p.ID != 11 || p.FAR != 2 || p.Match.In != "lan0" || p.Match.Dport.String() != "443" {
+		t.Errorf("pdr = %+v", p)
+	}
+
+	// Replaces the agent's pdr 10: no duplicate id.
+	file, _, err = fileObjects([]byte("pdrs:\n  - {id: 10, precedence: 1, far: 1}\n"), agentConfig(t))
+	if err != nil || len(file.PDRs) != 1 || file.PDRs[0].Precedence != 1 {
+		t.Errorf("replacing pdr 10: %+v, %v", file, err)
+	}
+
+	// Nothing at all.
+	for _, empty := range []string{"", "# nothing\n", "pdrs: []\n", "~\n"} {
+		file, _, err := fileObjects([]byte(empty), agentConfig(t))
+		if err != nil || len(file.PDRs)+len(file.FARs)+len(file.Paths)+len(file.Interfaces) != 0 {
+			t.Errorf("%q: %+v, %v; want no objects", empty, file, err)
+		}
+	}
+}
+
+func TestFileObjectsPartialErrors(t *testing.T) {
+	data := `pdrs:
+  - id: 11
+    match: {dst: 10.0.0.1/8}
+    far: 9
+  - id: 12
+    mach: {proto: udp}
+    far: 1
+`
+	got := fieldErrors(t, func() error { _, _, err := fileObjects([]byte(data), agentConfig(t)); return err }())
+	want := []string{
+		"pdrs[0].match.dst: host bits set; did you mean 10.0.0.0/8?",
+		"pdrs[0].far: no far with id 9",
+		`pdrs[1].mach: unknown field (did you mean "match"?)`,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestFileObjectsErrorAtAgentObject(t *testing.T) {
+	// A new path with the local address and key of the agent's path 1:
+	// decapsulation could not tell them apart, reported at the second.
+	data := "paths:\n  - {id: 2, type: gre, interface: wan0, local: 192.0.2.1, remote: 203.0.113.1, key: 7}\n"
+	got := fieldErrors(t, func() error { _, _, err := fileObjects([]byte(data), agentConfig(t)); return err }())
+	if len(got) != 1 || !strings.HasPrefix(got[0], "paths[1].key: ") || !strings.HasSuffix(got[0], "(paths[1] is the agent's path 1, not in the file)") {
+		t.Errorf("errors = %q", got)
+	}
+}
+
+func TestFileObjectsDocumentErrors(t *testing.T) {
+	for _, data := range []string{"pdrs: [\n", "- id: 1\n", "pdrs: []\n---\nfars: []\n"} {
+		_, _, err := fileObjects([]byte(data), agentConfig(t))
+		got := fieldErrors(t, err)
+		if len(got) != 1 || !strings.HasPrefix(got[0], "config: ") {
+			t.Errorf("%q: errors = %q, want one config: error", data, got)
+		}
+	}
+}
+
+func TestPlanApply(t *testing.T) {
+	data := `interfaces:
+  - {name: lan0, role: lan}
+fars:
+  - {id: 2, action: drop}
+pdrs:
+  - {id: 20, precedence: 10, match: {proto: udp, dport: 5000-5100, dscp: 46}, far: 1}
+  - {id: 30, precedence: 1, match: {gre_key: 5}, far: 1}
+`
+	cur := agentConfig(t)
+	file, _, err := fileObjects([]byte(data), cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := planApply(file, cur)
+	var got []string
+	for _, c := range changes {
+		got = append(got, c.kind.name+" "+c.key+" "+c.verb)
+		switch {
+		case c.verb == "unchanged" && c.op != nil,
+			c.verb == "created" && c.op.GetCreate() == nil,
+			c.verb == "configured" && c.op.GetUpdate() == nil:
+			t.Errorf("%s %s %s: op %v", c.kind.name, c.key, c.verb, c.op)
+		}
+	}
+	want := []string{"interface lan0 unchanged", "far 2 configured", "pdr 20 unchanged", "pdr 30 created"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("changes = %q, want %q", got, want)
+	}
+	// Sent normalized: gre_key implies proto gre.
+	if m := changes[3].op.GetCreate().GetPdr().GetMatch(); m.GetProto() != "gre" || m.GetGreKey() != 5 {
+		t.Errorf("pdr 30 match = %v", m)
+	}
+	if f := changes[1].op.GetUpdate().GetFar(); f.GetAction() != "drop" || f.GetPath() != 0 {
+		t.Errorf("far 2 = %v", f)
+	}
+}
+
+func TestPrintTable(t *testing.T) {
+	o := agentObjects(t)
+	for _, tc := range []struct {
+		k    kind
+		want string
+	}{
+		{kindPDR, `ID  PRECEDENCE  IN    SRC  DST          PROTO  SPORT  DPORT      DSCP  GRE_KEY  FAR
+10  100         lan0  *    10.2.0.0/16  *      *      *          *     *        2
+20  10          *     *    *            udp    *      5000-5100  46    *        1
+`},
+		{kindFAR, `ID  ACTION  INTERFACE  PATH
+1   pass    -          -
+2   encap   -          1
+`},
+		{kindPath, `ID  TYPE  INTERFACE  LOCAL      REMOTE        KEY  SEQ  TTL  DSCP
+1   gre   wan0       192.0.2.1  198.51.100.1  7    no   64   inner
+`},
+		{kindInterface, `NAME  ROLE  XDP
+lan0  lan   auto
+wan0  wan   auto
+`},
+	} {
+		var b bytes.Buffer
+		if err := printObjects(&b, tc.k, o, outTable, false); err != nil {
+			t.Fatal(err)
+		}
+		if b.String() != tc.want {
+			t.Errorf("%s table:\n%s\nwant:\n%s", tc.k.plural, b.String(), tc.want)
+		}
+	}
+}
+
+func TestPrintJSON(t *testing.T) {
+	o := agentObjects(t)
+	var b bytes.Buffer
+	if err := printObjects(&b, kindPDR, o, outJSON, false); err != nil {
+		t.Fatal(err)
+	}
+	var list pb.ListPdrsResponse
+	if err := protojson.Unmarshal(b.Bytes(), &list); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(&list, &pb.ListPdrsResponse{Pdrs: o.PDRs}) {
+		t.Errorf("round trip: %v", &list)
+	}
+	for _, want := range []string{"{\n  \"pdrs\": [\n    {\n      \"id\": 10,", `"dport": "5000-5100"`, `"in": ""`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("json lacks %q:\n%s", want, b.String())
+		}
+	}
+	// The same output every run, though protojson varies its spacing.
+	var again bytes.Buffer
+	_ = printObjects(&again, kindPDR, o, outJSON, false)
+	if again.String() != b.String() {
+		t.Error("json output differs between runs")
+	}
+
+	b.Reset()
+	one := &objects{FARs: o.FARs[1:]}
+	if err := printObjects(&b, kindFAR, one, outJSON, true); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(m, map[string]any{"id": 2.0, "action": "encap", "interface": "", "path": 1.0}) {
+		t.Errorf("single far = %v", m)
+	}
+}
+
+func TestPrintYAMLFeedsApply(t *testing.T) {
+	o := agentObjects(t)
+	cur := agentConfig(t)
+	for _, k := range allKinds {
+		var b bytes.Buffer
+		if err := printObjects(&b, k, o, outYAML, false); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(b.String(), k.plural+":\n") {
+			t.Errorf("%s yaml:\n%s", k.plural, b.String())
+		}
+		file, _, err := fileObjects(b.Bytes(), cur)
+		if err != nil {
+			t.Fatalf("%s yaml does not apply: %v\n%s", k.plural, err, b.String())
+		}
+		if n := file.Interfaces; k == kindInterface && !reflect.DeepEqual(n, cur.Interfaces) {
+			t.Errorf("interfaces back = %+v", n)
+		}
+		if n := file.Paths; k == kindPath && !reflect.DeepEqual(n, cur.Paths) {
+			t.Errorf("paths back = %+v", n)
+		}
+		if n := file.FARs; k == kindFAR && !reflect.DeepEqual(n, cur.FARs) {
+			t.Errorf("fars back = %+v", n)
+		}
+		if n := file.PDRs; k == kindPDR && !reflect.DeepEqual(n, cur.PDRs) {
+			t.Errorf("pdrs back = %+v", n)
+		}
+		for _, c := range planApply(file, cur) {
+			if c.verb != "unchanged" {
+				t.Errorf("%s %s %s, want unchanged", c.kind.name, c.key, c.verb)
+			}
+		}
+	}
+	var b bytes.Buffer
+	if err := printObjects(&b, kindPDR, &objects{}, outYAML, false); err != nil || b.String() != "pdrs: []\n" {
+		t.Errorf("no pdrs: %q, %v", b.String(), err)
+	}
+}
+
+func TestStatsFromPB(t *testing.T) {
+	s := &bpf.Snapshot{
+		Gen:       3,
+		PDRs:      map[uint32]bpf.Counter{10: {Packets: 5, Bytes: 500}, 20: {}},
+		Verdicts:  make([]bpf.Counter, len(bpf.VerdictNames)),
+		Reasons:   make([]bpf.Counter, len(bpf.ReasonNames)),
+		CacheHit:  7,
+		CacheMiss: 2,
+		Paths:     map[uint32]bpf.PathCounters{1: {Tx: bpf.Counter{Packets: 1, Bytes: 100}, Rx: bpf.Counter{Packets: 2, Bytes: 200}}},
+	}
+	s.Verdicts[bpf.XDPPass] = bpf.Counter{Packets: 9, Bytes: 900}
+	s.Reasons[bpf.ReasonBadIHL] = bpf.Counter{Packets: 1, Bytes: 60}
+	// As the agent sends it: every verdict, only the reasons that happened.
+	p := &pb.Stats{
+		Generation: 3,
+		Pdrs: []*pb.PdrCounter{
+			{Id: 10, Counter: &pb.Counter{Packets: 5, Bytes: 500}},
+			{Id: 20, Counter: &pb.Counter{}},
+		},
+		Verdicts:        map[string]*pb.Counter{},
+		Reasons:         map[string]*pb.Counter{"bad_ihl": {Packets: 1, Bytes: 60}, "from_the_future": {Packets: 1}},
+		Paths:           []*pb.PathCounter{{Id: 1, Tx: &pb.Counter{Packets: 1, Bytes: 100}, Rx: &pb.Counter{Packets: 2, Bytes: 200}}},
+		FlowCacheHits:   7,
+		FlowCacheMisses: 2,
+	}
+	for i, n := range bpf.VerdictNames {
+		p.Verdicts[n] = &pb.Counter{Packets: s.Verdicts[i].Packets, Bytes: s.Verdicts[i].Bytes}
+	}
+	got := statsFromPB(p)
+	if !reflect.DeepEqual(got, s) {
+		t.Fatalf("snapshot = %+v\nwant %+v", got, s)
+	}
+	for _, asJSON := range []bool{false, true} {
+		var a, b bytes.Buffer
+		ca, cb := &cobra.Command{}, &cobra.Command{}
+		ca.SetOut(&a)
+		cb.SetOut(&b)
+		if err := printStats(ca, s, asJSON); err != nil {
+			t.Fatal(err)
+		}
+		if err := printStats(cb, got, asJSON); err != nil {
+			t.Fatal(err)
+		}
+		if a.String() != b.String() {
+			t.Errorf("json %v: output differs:\n%s\nvs\n%s", asJSON, a.String(), b.String())
+		}
+	}
+}
+
+func TestRPCError(t *testing.T) {
+	st := status.New(codes.InvalidArgument, "operations[1].create.pdr.match.src: invalid CIDR \"x\"\noperations[3].update.far.action: required")
+	st, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "f", Description: "d"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &apiConn{flags: &apiFlags{server: defaultServer, timeout: time.Second}}
+	e := c.callErr("apply", st.Err())
+	e.(*rpcError).ops = []string{"far 1", "pdr 10", "pdr 11"}
+	want := `apply: InvalidArgument:
+  operations[1].create.pdr.match.src: invalid CIDR "x" (pdr 10)
+  operations[3].update.far.action: required`
+	if e.Error() != want {
+		t.Errorf("error:\n%s\nwant:\n%s", e, want)
+	}
+	if s, ok := status.FromError(e); !ok || s.Code() != codes.InvalidArgument {
+		t.Errorf("status of the wrapped error = %v", s)
+	}
+
+	// One line: one line, field violation list or not.
+	e = c.callErr("get pdr 9", status.Error(codes.NotFound, "no pdr 9"))
+	if e.Error() != "get pdr 9: NotFound: no pdr 9" {
+		t.Errorf("error = %q", e)
+	}
+	e = c.callErr("delete", fieldStatus(t, codes.NotFound, "operations[0].delete: no pdr 9"))
+	e.(*rpcError).ops = []string{"pdr 9"}
+	if e.Error() != "delete: NotFound:\n  operations[0].delete: no pdr 9 (pdr 9)" {
+		t.Errorf("error = %q", e)
+	}
+	e = c.callErr("get pdrs", status.Error(codes.Unauthenticated, "missing or invalid bearer token"))
+	if !strings.HasSuffix(e.Error(), "(give --token or set "+tokenEnv+")") {
+		t.Errorf("error = %q", e)
+	}
+}
+
+func fieldStatus(t *testing.T, code codes.Code, msg string) error {
+	st, err := status.New(code, msg).WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "f", Description: "d"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Err()
+}
+
+func TestStatsAPIFlagsNeedServer(t *testing.T) {
+	for _, args := range [][]string{
+		{"stats", "--token", "x"},
+		{"stats", "--tls"},
+		{"stats", "--server", "127.0.0.1:1", "--pin-dir", "/x"},
+	} {
+		err := run(context.Background(), args)
+		if err == nil || !(strings.Contains(err.Error(), "needs --server") || strings.Contains(err.Error(), "pin-dir")) {
+			t.Errorf("%q: error %v", args, err)
+		}
+	}
+}
+
+// fakeAgent is an api.Backend holding a config in memory.
+type fakeAgent struct {
+	mu  sync.Mutex
+	cfg *config.Config
+	gen uint32
+}
+
+func (f *fakeAgent) Config() *config.Config {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cfg
+}
+
+func (f *fakeAgent) Commit(cfg *config.Config, dryRun bool) (uint32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := *cfg
+	n.Normalize()
+	if err := n.Validate(); err != nil {
+		return 0, err
+	}
+	if dryRun {
+		return f.gen, nil
+	}
+	f.gen++
+	f.cfg = &n
+	return f.gen, nil
+}
+
+func (f *fakeAgent) Snapshot() (*bpf.Snapshot, error) {
+	return &bpf.Snapshot{Gen: f.gen, PDRs: map[uint32]bpf.Counter{10: {Packets: 1, Bytes: 64}},
+		Verdicts: make([]bpf.Counter, len(bpf.VerdictNames)), Reasons: make([]bpf.Counter, len(bpf.ReasonNames)),
+		Paths: map[uint32]bpf.PathCounters{}}, nil
+}
+
+// testCert writes a self-signed certificate for 127.0.0.1 and returns its
+// file and the server's TLS config.
+func testCert(t *testing.T) (string, *tls.Config) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "edgeplane test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+}
+
+// TestCommandsAgainstAPI runs get, apply, delete and stats --server
+// against the API server on loopback, with a token and TLS.
+func TestCommandsAgainstAPI(t *testing.T) {
+	const token = "ctl-test-token-0123456789"
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auth, err := api.LoadAuth(tokens, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, tlsCfg := testCert(t)
+	agent := &fakeAgent{cfg: agentConfig(t), gen: 1}
+	l, err := api.Serve(api.NewServer(agent), api.Options{GRPCAddr: "127.0.0.1:0", Auth: auth, TLS: tlsCfg}, make(chan error, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	conn := []string{"--server", l.GRPC.String(), "--tls-ca", ca, "--token", token, "--timeout", "5s"}
+
+	ctl := func(stdin string, args ...string) (string, error) {
+		t.Helper()
+		root := newRootCmd()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetIn(strings.NewReader(stdin))
+		root.SetArgs(append(args, conn...))
+		err := root.ExecuteContext(context.Background())
+		return out.String(), err
+	}
+
+	out, err := ctl("", "get", "far", "2")
+	if err != nil || out != "ID  ACTION  INTERFACE  PATH\n2   encap   -          1\n" {
+		t.Errorf("get far 2: %q, %v", out, err)
+	}
+	objs := "fars:\n  - {id: 3, action: drop}\npdrs:\n  - {id: 10, precedence: 100, match: {in: lan0, dst: 10.2.0.0/16}, far: 3}\n  - {id: 20, precedence: 10, match: {proto: udp, dport: 5000-5100, dscp: 46}, far: 1}\n"
+	out, err = ctl(objs, "apply", "-f", "-", "--dry-run")
+	if err != nil || out != "far 3 created (dry run)\npdr 10 configured (dry run)\npdr 20 unchanged\ndry run: valid, nothing changed (generation 1 serving)\n" {
+		t.Errorf("apply --dry-run: %q, %v", out, err)
+	}
+	out, err = ctl(objs, "apply", "-f", "-")
+	if err != nil || !strings.HasPrefix(out, "far 3 created\npdr 10 configured\npdr 20 unchanged\ngeneration 2 (committed in ") {
+		t.Errorf("apply: %q, %v", out, err)
+	}
+	if p := agent.Config().PDRs[0]; p.ID != 10 || p.FAR != 3 {
+		t.Errorf("agent's pdr 10 = %+v", p)
+	}
+	out, err = ctl(objs, "apply", "-f", "-")
+	if err != nil || out != "far 3 unchanged\npdr 10 unchanged\npdr 20 unchanged\n" {
+		t.Errorf("apply again: %q, %v", out, err)
+	}
+	out, err = ctl("", "get", "pdrs", "-o", "yaml")
+	if err != nil || !strings.HasPrefix(out, "pdrs:\n    - id: 10\n") {
+		t.Errorf("get pdrs -o yaml: %q, %v", out, err)
+	}
+
+	// far 3 is still used: the whole batch fails, with the agent's reason.
+	_, err = ctl("", "delete", "far", "3", "1")
+	if err == nil || err.Error() != "delete: FailedPrecondition:\n  operations[0].delete: far 3 is still used by pdr 10 (far 3)\n  operations[1].delete: far 1 is still used by pdr 20 (far 1)" {
+		t.Errorf("delete far 3 1: %v", err)
+	}
+	out, err = ctl("", "delete", "pdr", "10")
+	if err != nil || !strings.HasPrefix(out, "pdr 10 deleted\ngeneration 3 (committed in ") {
+		t.Errorf("delete pdr 10: %q, %v", out, err)
+	}
+	_, err = ctl("", "get", "pdr", "10")
+	if err == nil || err.Error() != "get pdr 10: NotFound: no pdr 10" {
+		t.Errorf("get pdr 10 after delete: %v", err)
+	}
+	out, err = ctl("", "stats", "--json")
+	if err != nil || !strings.Contains(out, `"generation": 3`) || !strings.Contains(out, `"10": {`) {
+		t.Errorf("stats --server: %q, %v", out, err)
+	}
+
+	// Without the token, or without TLS.
+	root := newRootCmd()
+	root.SetOut(&bytes.Buffer{})
+	root.SetArgs([]string{"get", "pdrs", "--server", l.GRPC.String(), "--tls-ca", ca})
+	t.Setenv(tokenEnv, "")
+	if err := root.Execute(); err == nil || !strings.HasPrefix(err.Error(), "get pdrs: Unauthenticated: missing or invalid bearer token") {
+		t.Errorf("no token: %v", err)
+	}
+	t.Setenv(tokenEnv, token)
+	root = newRootCmd()
+	root.SetOut(&bytes.Buffer{})
+	root.SetArgs([]string{"get", "pdrs", "--server", l.GRPC.String(), "--timeout", "2s"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "give --tls") {
+		t.Errorf("no tls: %v", err)
+	}
+}
