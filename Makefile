@@ -9,8 +9,20 @@ GOFLAGS   ?= -buildvcs=false
 FUZZTIME  ?= 30s
 TESTLOG   ?= /tmp/edgeplane-test.log
 DEB_PKGS  := clang llvm libbpf-dev bpftool linux-libc-dev iproute2 ethtool \
-             iperf3 tshark iputils-ping util-linux procps python3 curl \
+             iperf3 tshark iputils-ping util-linux procps python3 python3-venv curl \
              protobuf-compiler
+# schemathesis (the REST API e2e test) in a venv of Debian's python3, with
+# everything it pulls in pinned, so the test's results do not move when
+# PyPI does.
+ST_VENV   := /opt/edgeplane-venv
+ST_VER    := 4.32.5
+ST_PKGS   := schemathesis==$(ST_VER) anyio==4.16.0 certifi==2026.10.18 \
+             charset-normalizer==3.5.2 click==8.5.1 graphql-core==3.3.2 harfile==0.6.0 \
+             hypothesis==6.170.15 hypothesis-graphql==0.13.5 idna==3.20 iniconfig==2.3.1 \
+             jsonschema_rs==0.60.3 markdown-it-py==4.3.0 MarkupSafe==3.0.4 mdurl==0.1.2 \
+             packaging==26.3 pluggy==1.7.0 Pygments==2.21.0 pyrate-limiter==4.5.1 \
+             pytest==9.2.0 PyYAML==6.0.3 requests==2.34.2 rich==15.0.0 \
+             sortedcontainers==2.4.0 typing_extensions==4.16.0 urllib3==2.8.0 Werkzeug==3.1.9
 GEN_PKGS  := ./internal/bpf ./internal/bpf/icmptest ./internal/bench ./api/edgeplane/v1
 GENERATED := '*_bpfel.go' '*_bpfel.o' '*.pb.go' '*.pb.gw.go' '*.swagger.json'
 PROTOC_PLUGINS := google.golang.org/protobuf/cmd/protoc-gen-go \
@@ -22,13 +34,17 @@ PROTOC_PLUGINS := google.golang.org/protobuf/cmd/protoc-gen-go \
 
 all: build
 
-## deps: install build and test dependencies from Debian, mount bpffs.
+## deps: install build and test dependencies from Debian (and schemathesis
+## from PyPI), mount bpffs.
 deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@{ test -x $(ST_VENV)/bin/schemathesis && ls -d $(ST_VENV)/lib/python3*/site-packages/schemathesis-$(ST_VER).dist-info; } >/dev/null 2>&1 || { \
+		echo "installing schemathesis $(ST_VER) in $(ST_VENV)"; \
+		/usr/bin/python3 -m venv $(ST_VENV) && $(ST_VENV)/bin/pip install -q $(ST_PKGS); }
 	@$(MAKE) --no-print-directory bpffs
 
 bpffs:
