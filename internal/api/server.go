@@ -94,10 +94,10 @@ const (
 // of the result came from. cur is not modified.
 func applyOps(cur *config.Config, ops []*pb.Operation) (*config.Config, origin, error) {
 	next := *cur
-	next.Interfaces = slices.Clone(cur.Interfaces)
-	next.Paths = slices.Clone(cur.Paths)
-	next.FARs = slices.Clone(cur.FARs)
-	next.PDRs = slices.Clone(cur.PDRs)
+	ifs := newKeyed(cur.Interfaces, func(x config.Interface) string { return x.Name })
+	paths := newKeyed(cur.Paths, func(x config.Path) uint32 { return x.ID })
+	fars := newKeyed(cur.FARs, func(x config.FAR) uint32 { return x.ID })
+	pdrs := newKeyed(cur.PDRs, func(x config.PDR) uint32 { return x.ID })
 	// Where each object came from, by kind and key, then turned into
 	// list indexes once the lists are final.
 	from := map[string]string{}
@@ -131,22 +131,22 @@ func applyOps(cur *config.Config, ops []*pb.Operation) (*config.Config, origin, 
 				f.prefix = base + ".interface"
 				v := interfaceFromPB(k.Interface)
 				list, key = listInterfaces, v.Name
-				exists = upsert(&next.Interfaces, v, func(x config.Interface) bool { return x.Name == v.Name }, create)
+				exists = ifs.upsert(v.Name, v, create)
 			case *pb.Object_Path:
 				f.prefix = base + ".path"
 				v := pathFromPB(k.Path, f)
 				list, key = listPaths, fmt.Sprint(v.ID)
-				exists = upsert(&next.Paths, v, func(x config.Path) bool { return x.ID == v.ID }, create)
+				exists = paths.upsert(v.ID, v, create)
 			case *pb.Object_Far:
 				f.prefix = base + ".far"
 				v := farFromPB(k.Far)
 				list, key = listFARs, fmt.Sprint(v.ID)
-				exists = upsert(&next.FARs, v, func(x config.FAR) bool { return x.ID == v.ID }, create)
+				exists = fars.upsert(v.ID, v, create)
 			case *pb.Object_Pdr:
 				f.prefix = base + ".pdr"
 				v := pdrFromPB(k.Pdr, f)
 				list, key = listPDRs, fmt.Sprint(v.ID)
-				exists = upsert(&next.PDRs, v, func(x config.PDR) bool { return x.ID == v.ID }, create)
+				exists = pdrs.upsert(v.ID, v, create)
 			default:
 				fail(codes.InvalidArgument, base, "no object (want one of interface, path, far, pdr)")
 				continue
@@ -167,16 +167,16 @@ func applyOps(cur *config.Config, ops []*pb.Operation) (*config.Config, origin, 
 			switch ref.GetKind() {
 			case pb.Kind_KIND_INTERFACE:
 				list, key = listInterfaces, ref.GetName()
-				found = remove(&next.Interfaces, func(x config.Interface) bool { return x.Name == key })
+				found = ifs.remove(key)
 			case pb.Kind_KIND_PATH:
 				list, key = listPaths, fmt.Sprint(ref.GetId())
-				found = remove(&next.Paths, func(x config.Path) bool { return x.ID == ref.GetId() })
+				found = paths.remove(ref.GetId())
 			case pb.Kind_KIND_FAR:
 				list, key = listFARs, fmt.Sprint(ref.GetId())
-				found = remove(&next.FARs, func(x config.FAR) bool { return x.ID == ref.GetId() })
+				found = fars.remove(ref.GetId())
 			case pb.Kind_KIND_PDR:
 				list, key = listPDRs, fmt.Sprint(ref.GetId())
-				found = remove(&next.PDRs, func(x config.PDR) bool { return x.ID == ref.GetId() })
+				found = pdrs.remove(ref.GetId())
 			default:
 				fail(codes.InvalidArgument, path+".kind", "must be one of KIND_INTERFACE, KIND_PATH, KIND_FAR, KIND_PDR")
 				continue
@@ -192,6 +192,7 @@ func applyOps(cur *config.Config, ops []*pb.Operation) (*config.Config, origin, 
 	if len(fe) > 0 {
 		return nil, nil, fieldStatus(code, fe)
 	}
+	next.Interfaces, next.Paths, next.FARs, next.PDRs = ifs.list(), paths.list(), fars.list(), pdrs.list()
 	// Objects left referring to something a delete removed: report it at
 	// the delete.
 	for _, e := range danglingRefs(&next) {
@@ -232,24 +233,59 @@ func singular(list string) string {
 	return "pdr"
 }
 
-// upsert puts v into *list: replacing the element match finds, or
-// appended. It reports whether one existed. A create over an existing
-// element leaves the list alone (the batch fails anyway).
-func upsert[T any](list *[]T, v T, match func(T) bool, create bool) bool {
-	i := slices.IndexFunc(*list, match)
-	switch {
-	case i >= 0 && !create:
-		(*list)[i] = v
-	case i < 0:
-		*list = append(*list, v)
-	}
-	return i >= 0
+// keyed is a list of objects indexed by key, edited by a batch in O(1)
+// per operation: an update replaces in place, a create appends, a delete
+// leaves a hole that list() closes, so the order of what stays is kept.
+type keyed[K comparable, T any] struct {
+	items []T
+	live  []bool
+	idx   map[K]int
 }
 
-func remove[T any](list *[]T, match func(T) bool) bool {
-	n := len(*list)
-	*list = slices.DeleteFunc(*list, match)
-	return len(*list) != n
+func newKeyed[K comparable, T any](items []T, key func(T) K) *keyed[K, T] {
+	k := &keyed[K, T]{items: slices.Clone(items), live: make([]bool, len(items)), idx: make(map[K]int, len(items))}
+	for i, it := range items {
+		k.idx[key(it)] = i
+		k.live[i] = true
+	}
+	return k
+}
+
+// upsert puts v under key: replacing what is there (unless create, when
+// what is there stays: the batch fails anyway), or appended. It reports
+// whether key existed.
+func (k *keyed[K, T]) upsert(key K, v T, create bool) bool {
+	if i, ok := k.idx[key]; ok {
+		if !create {
+			k.items[i] = v
+		}
+		return true
+	}
+	k.idx[key] = len(k.items)
+	k.items = append(k.items, v)
+	k.live = append(k.live, true)
+	return false
+}
+
+// remove deletes key and reports whether it existed.
+func (k *keyed[K, T]) remove(key K) bool {
+	i, ok := k.idx[key]
+	if !ok {
+		return false
+	}
+	delete(k.idx, key)
+	k.live[i] = false
+	return true
+}
+
+func (k *keyed[K, T]) list() []T {
+	out := make([]T, 0, len(k.idx))
+	for i, it := range k.items {
+		if k.live[i] {
+			out = append(out, it)
+		}
+	}
+	return out
 }
 
 type dangling struct {

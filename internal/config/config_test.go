@@ -510,3 +510,38 @@ func TestFieldErrorString(t *testing.T) {
 		t.Errorf("Errors.Error() = %q", got)
 	}
 }
+
+// TestWriteFileRoundTrip writes normalized configs with WriteFile and
+// loads them back: the agent's persisted state must be what it served.
+func TestWriteFileRoundTrip(t *testing.T) {
+	for name, doc := range map[string]string{
+		"sample": sample,
+		"rich": withPDR(
+			`{id: 1, precedence: 0, match: {in: lan0, proto: tcp, sport: 80, dport: 1-1024, src: "2001:db8::/32", dst: "::1"}, far: 1}`,
+			`{id: 3, match: {gre_key: 4294967295}, far: 2}`,
+		),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := Parse([]byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), "gw.yaml")
+			for _, durable := range []bool{false, true} {
+				if err := WriteFile(path, c, durable); err != nil {
+					t.Fatal(err)
+				}
+				back, err := Load(path)
+				if err != nil {
+					t.Fatalf("load written file: %v", err)
+				}
+				if !reflect.DeepEqual(back, c) {
+					t.Errorf("written and loaded back:\n%+v\nwant\n%+v", back, c)
+				}
+			}
+			if err := SyncFile(path); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
