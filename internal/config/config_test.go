@@ -520,6 +520,23 @@ func TestWriteFileRoundTrip(t *testing.T) {
 			`{id: 1, precedence: 0, match: {in: lan0, proto: tcp, sport: 80, dport: 1-1024, src: "2001:db8::/32", dst: "::1"}, far: 1}`,
 			`{id: 3, match: {gre_key: 4294967295}, far: 2}`,
 		),
+		"gre": `interfaces:
+  - {name: lan0, role: lan}
+  - {name: wan1, role: wan, xdp: generic}
+paths:
+  - {id: 1, type: gre, interface: wan1, local: 172.16.1.1, remote: 172.16.1.2, key: 0}
+  - {id: 2, type: gre, interface: wan1, local: 172.16.2.1, remote: 172.16.2.2, seq: true, ttl: 9, dscp: 46}
+fars:
+  - {id: 1, action: encap, path: 2}
+  - {id: 2, action: decap}
+  - {id: 3, action: redirect, interface: lan0}
+pdrs:
+  - {id: 10, precedence: 4294967295, match: {in: lan0, dst: "fd02::/64", proto: 58, dscp: 0}, far: 1}
+  - {id: 11, precedence: 0, match: {in: wan1, proto: gre, dst: 172.16.1.1, gre_key: 0}, far: 2}
+  - {id: 12, precedence: 7, match: {src: 10.0.0.0/8, proto: udp, sport: 0-65535, dport: 53}, far: 3}
+limits: {flows: 1024, rules: 64}
+defaults: {no_match: drop, malformed: pass}
+`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := Parse([]byte(doc))
@@ -543,5 +560,17 @@ func TestWriteFileRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+func TestPlainToken(t *testing.T) {
+	for v, want := range map[string]bool{
+		"lan0": true, "redirect": true, "9000-9100": true, "icmpv6": true, "wan_1.2": true,
+		"": false, "80": false, "10.2.0.0/16": false, "fd02::/64": false, "1.5": false, ".5": false,
+		"-x": false, "yes": false, "Off": false, "null": false, "a b": false, "a:b": false,
+	} {
+		if got := plainToken(v); got != want {
+			t.Errorf("plainToken(%q) = %v, want %v", v, got, want)
+		}
 	}
 }

@@ -3,11 +3,10 @@
 package config
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-
-	"gopkg.in/yaml.v3"
+	"strconv"
+	"strings"
 )
 
 // fileHeader starts a config file the agent wrote.
@@ -22,13 +21,9 @@ const fileHeader = `# Written by the edgeplane agent after an API change: this f
 // data and the rename are synced to disk before it returns (SyncFile does
 // that later otherwise). The file keeps its mode.
 func WriteFile(path string, c *Config, durable bool) error {
-	body, err := yaml.Marshal(c)
-	if err != nil {
-		return fmt.Errorf("marshal config: %w", err)
-	}
-	// That this reads back as the same config is TestRoundTrip's and
-	// TestWriteFileRoundTrip's to show, not every commit's to pay for.
-	data := append([]byte(fileHeader), body...)
+	// That this reads back as the same config is TestWriteFileRoundTrip's
+	// to show, not every commit's to pay for.
+	data := AppendCompact([]byte(fileHeader), c)
 	mode := os.FileMode(0o644)
 	if st, err := os.Stat(path); err == nil {
 		mode = st.Mode().Perm()
@@ -86,4 +81,186 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// AppendCompact appends c as YAML with one flow mapping per object, the
+// shape of the examples in the README:
+//
+//	pdrs:
+//	  - {id: 10, precedence: 10, match: {in: lan0, dst: "10.2.0.0/16"}, far: 2}
+//
+// It writes in a few microseconds per object what yaml.Marshal of the same
+// config takes ~80 us per object for, and a commit rewrites the file.
+// Strings are written as YAML double-quoted scalars unless they are plain
+// tokens (interface names, actions, protocol names, port ranges).
+func AppendCompact(b []byte, c *Config) []byte {
+	w := compact{b: b}
+	if len(c.Interfaces) > 0 {
+		w.raw("interfaces:\n")
+		for _, i := range c.Interfaces {
+			w.item()
+			w.str("name", i.Name)
+			w.str("role", i.Role)
+			w.str("xdp", i.XDP)
+			w.end()
+		}
+	}
+	if len(c.Paths) > 0 {
+		w.raw("paths:\n")
+		for _, p := range c.Paths {
+			w.item()
+			w.num("id", uint64(p.ID))
+			w.str("type", p.Type)
+			w.str("interface", p.Interface)
+			w.str("local", p.Local.String())
+			w.str("remote", p.Remote.String())
+			if p.Key != nil {
+				w.num("key", uint64(*p.Key))
+			}
+			if p.Seq {
+				w.field("seq")
+				w.raw("true")
+			}
+			if p.TTL != 0 {
+				w.num("ttl", uint64(p.TTL))
+			}
+			if p.DSCP != nil {
+				w.num("dscp", uint64(*p.DSCP))
+			}
+			w.end()
+		}
+	}
+	if len(c.FARs) > 0 {
+		w.raw("fars:\n")
+		for _, f := range c.FARs {
+			w.item()
+			w.num("id", uint64(f.ID))
+			w.str("action", f.Action)
+			w.str("interface", f.Interface)
+			if f.Path != 0 {
+				w.num("path", uint64(f.Path))
+			}
+			w.end()
+		}
+	}
+	if len(c.PDRs) > 0 {
+		w.raw("pdrs:\n")
+		for _, p := range c.PDRs {
+			w.item()
+			w.num("id", uint64(p.ID))
+			w.num("precedence", uint64(p.Precedence))
+			w.field("match")
+			w.open()
+			m := p.Match
+			w.str("in", m.In)
+			w.str("src", m.Src.String())
+			w.str("dst", m.Dst.String())
+			w.str("proto", m.Proto.String())
+			w.str("sport", m.Sport.String())
+			w.str("dport", m.Dport.String())
+			if m.DSCP != nil {
+				w.num("dscp", uint64(*m.DSCP))
+			}
+			if m.GREKey != nil {
+				w.num("gre_key", uint64(*m.GREKey))
+			}
+			w.close()
+			w.num("far", uint64(p.FAR))
+			w.end()
+		}
+	}
+	w.raw("limits: ")
+	w.open()
+	w.num("flows", uint64(c.Limits.Flows))
+	w.num("rules", uint64(c.Limits.Rules))
+	w.close()
+	w.raw("\ndefaults: ")
+	w.open()
+	w.str("no_match", c.Defaults.NoMatch)
+	w.str("malformed", c.Defaults.Malformed)
+	w.close()
+	w.raw("\n")
+	return w.b
+}
+
+// compact writes flow mappings; first tracks whether the mapping being
+// written has a field yet.
+type compact struct {
+	b     []byte
+	first []bool
+}
+
+func (w *compact) raw(s string) { w.b = append(w.b, s...) }
+
+func (w *compact) open() {
+	w.raw("{")
+	w.first = append(w.first, true)
+}
+
+func (w *compact) close() {
+	w.raw("}")
+	w.first = w.first[:len(w.first)-1]
+}
+
+func (w *compact) item() {
+	w.raw("  - ")
+	w.open()
+}
+
+func (w *compact) end() {
+	w.close()
+	w.raw("\n")
+}
+
+func (w *compact) field(name string) {
+	if top := len(w.first) - 1; w.first[top] {
+		w.first[top] = false
+	} else {
+		w.raw(", ")
+	}
+	w.raw(name)
+	w.raw(": ")
+}
+
+func (w *compact) num(name string, v uint64) {
+	w.field(name)
+	w.b = strconv.AppendUint(w.b, v, 10)
+}
+
+// str writes a string field, or nothing for "".
+func (w *compact) str(name, v string) {
+	if v == "" {
+		return
+	}
+	w.field(name)
+	if plainToken(v) {
+		w.raw(v)
+		return
+	}
+	// A JSON string is a YAML double-quoted scalar.
+	w.b = strconv.AppendQuote(w.b, v)
+}
+
+// plainToken reports whether v can stand unquoted in a flow mapping and
+// read back as the same string: only letters, digits, '_', '.' and '-',
+// not starting with '-', not number-like (a leading digit or '.' is fine
+// only with a '-' in v, as in the port range 9000-9100), and not one of
+// YAML's special words.
+func plainToken(v string) bool {
+	if v == "" || v[0] == '-' {
+		return false
+	}
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
+			return false
+		}
+	}
+	if c := v[0]; (c >= '0' && c <= '9' || c == '.') && !strings.Contains(v, "-") {
+		return false
+	}
+	switch strings.ToLower(v) {
+	case "true", "false", "yes", "no", "on", "off", "null", "y", "n":
+		return false
+	}
+	return true
 }
