@@ -47,6 +47,10 @@ type Options struct {
 	APITokens, APIJWTKey string
 	// TLSCert and TLSKey serve the API over TLS when both are set.
 	TLSCert, TLSKey string
+	// NormalGracePeriods keeps commits from expediting their RCU grace
+	// period (bpf.ExpediteGracePeriods): slower commits (5-20 ms here),
+	// no inter-processor interrupts for them.
+	NormalGracePeriods bool
 	Log             *slog.Logger
 }
 
@@ -143,6 +147,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := EnsureBPFFS(opts.PinDir); err != nil {
 		return err
 	}
+	bpf.ExpediteGracePeriods = !opts.NormalGracePeriods
 	a := &Agent{opts: opts, log: log}
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeplane_config_reloads_total", Help: "Config reloads by result.",
