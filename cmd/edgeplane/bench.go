@@ -17,7 +17,7 @@ func newBenchCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure ns/packet of the dataplane beside an XDP_PASS floor, and Mpps end to end beside the kernel's forwarding, in one run",
+		Short: "Measure ns/packet of the dataplane beside an XDP_PASS floor, Mpps end to end beside the kernel's forwarding, and API latency beside a gRPC floor, in one run",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = func(format string, a ...any) { fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...) }
@@ -39,7 +39,12 @@ func newBenchCmd() *cobra.Command {
 	c.Flags().IntVar(&o.Rounds, "rounds", 5, "rounds per figure (median reported)")
 	c.Flags().Float64Var(&o.E2ESeconds, "e2e-seconds", 3, "length of one end-to-end run")
 	c.Flags().IntVar(&o.E2ERounds, "e2e-rounds", 3, "runs per end-to-end figure (median reported)")
-	c.Flags().BoolVar(&o.Quick, "quick", false, "only the floor, 1-rule and GRE figures; no end to end")
+	c.Flags().IntVar(&o.ControlOps, "control-ops", 1000, "single-PDR creates, updates and deletes (each) over gRPC, and gRPC floor calls; 0 skips the control part")
+	c.Flags().IntVar(&o.ControlPaced, "control-paced", 200, "single-PDR creates paced at one per 20 ms")
+	c.Flags().IntVar(&o.ControlBatch, "control-batch", 10_000, "PDRs created, then deleted, by one Apply each")
+	c.Flags().BoolVar(&o.Quick, "quick", false, "only the floor, 1-rule and GRE figures; no end to end, no control")
 	_ = c.Flags().MarkHidden("quick")
+	c.Flags().BoolVar(&o.OnlyControl, "only-control", false, "only the control figures (agent over gRPC)")
+	_ = c.Flags().MarkHidden("only-control")
 	return c
 }

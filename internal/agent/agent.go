@@ -51,7 +51,7 @@ type Options struct {
 	// period (bpf.ExpediteGracePeriods): slower commits (5-20 ms here),
 	// no inter-processor interrupts for them.
 	NormalGracePeriods bool
-	Log             *slog.Logger
+	Log                *slog.Logger
 }
 
 // Agent is one running gateway agent.

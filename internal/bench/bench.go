@@ -28,12 +28,24 @@ import (
 type Options struct {
 	Repeat int  // BPF_PROG_TEST_RUN repeats per round (>= 1M for the report)
 	Rounds int  // rounds per figure; the median is reported
-	Quick  bool // only the floor, 1-rule and GRE figures, no end to end (for development)
+	Quick  bool // only the floor, 1-rule and GRE figures, no end to end or control (for development)
 	// E2ESeconds is the length of one end-to-end run, E2ERounds the
 	// runs per end-to-end figure (the median is reported).
 	E2ESeconds float64
 	E2ERounds  int
-	Log        func(format string, a ...any)
+	// ControlOps is the number of single-PDR creates, updates and deletes
+	// (each) and of gRPC floor calls in the control part; 0 leaves the
+	// control part out. ControlPaced is the number of paced creates,
+	// ControlBatch the PDRs of the batch (defaults 200 and 10000).
+	ControlOps   int
+	ControlPaced int
+	ControlBatch int
+	// OnlyControl measures the control part alone.
+	OnlyControl bool
+	// EdgeplaneBin is the edgeplane binary the control part runs as its
+	// agent; empty: this process's own executable.
+	EdgeplaneBin string
+	Log          func(format string, a ...any)
 }
 
 // Figure is one measured scenario.
@@ -64,8 +76,10 @@ type Report struct {
 	Goals   []Goal   `json:"goals"`
 	// EndToEnd is absent in quick runs.
 	EndToEnd *EndToEnd `json:"end_to_end,omitempty"`
-	Started  time.Time `json:"started"`
-	Seconds  float64   `json:"seconds"`
+	// Control is absent in quick runs and with no control ops.
+	Control *Control  `json:"control,omitempty"`
+	Started time.Time `json:"started"`
+	Seconds float64   `json:"seconds"`
 }
 
 // Goal states one target of the issue against the measured figures.
@@ -84,7 +98,8 @@ const (
 )
 
 // Run measures every figure in one process: the per-packet figures in one
-// namespace, the end-to-end ones in three more (generator, gateway, sink).
+// namespace, the end-to-end ones in three more (generator, gateway, sink)
+// and the control ones against an agent in one more.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Repeat <= 0 {
 		o.Repeat = 1_000_000
@@ -98,6 +113,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.E2ERounds <= 0 {
 		o.E2ERounds = 3
 	}
+	if o.ControlPaced <= 0 {
+		o.ControlPaced = 200
+	}
+	if o.ControlBatch <= 0 {
+		o.ControlBatch = 10_000
+	}
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
 	}
@@ -105,16 +126,27 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
 	}
 	start := time.Now()
+	r := &Report{CPUs: runtime.NumCPU(), Repeat: o.Repeat, Rounds: o.Rounds, Started: start}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		r.Kernel = strings.TrimSpace(string(b))
+	}
+	if o.OnlyControl {
+		if o.ControlOps <= 0 {
+			return nil, errNoControl
+		}
+		r.Repeat, r.Rounds = 0, 0
+		var err error
+		if r.Control, err = runControl(ctx, o); err != nil {
+			return nil, fmt.Errorf("control: %w", err)
+		}
+		r.Seconds = time.Since(start).Seconds()
+		return r, nil
+	}
 	ns, err := lab.NewPacketNS(fmt.Sprintf("epbench%d", os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
 	defer ns.Close()
-
-	r := &Report{CPUs: runtime.NumCPU(), Repeat: o.Repeat, Rounds: o.Rounds, Started: start}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		r.Kernel = strings.TrimSpace(string(b))
-	}
 	b := &bencher{o: o, ns: ns}
 
 	// A shared dataplane sized for the largest rule set; each rule set is
@@ -219,6 +251,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o.Log("end to end: %d rounds of %.1f s per figure", o.E2ERounds, o.E2ESeconds)
 	if r.EndToEnd, err = runEndToEnd(ctx, o); err != nil {
 		return nil, fmt.Errorf("end to end: %w", err)
+	}
+	if o.ControlOps > 0 {
+		o.Log("control: %d operations per kind over gRPC, batch of %d", o.ControlOps, o.ControlBatch)
+		if r.Control, err = runControl(ctx, o); err != nil {
+			return nil, fmt.Errorf("control: %w", err)
+		}
 	}
 	missAt := func(name string) float64 { return r.find(name).NsPerPacket }
 	r.Goals = []Goal{
@@ -374,8 +412,13 @@ func ruleSet(n, shapes int) (*config.Config, netip.Addr) {
 // Text renders the report as a table.
 func (r *Report) Text() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "kernel %s, %d CPUs, %d repeats x %d rounds (median)\n", r.Kernel, r.CPUs, r.Repeat, r.Rounds)
-	fmt.Fprintf(&sb, "%-36s %10s %10s %8s %7s\n", "figure", "ns/pkt", "+floor ns", "x floor", "groups")
+	fmt.Fprintf(&sb, "kernel %s, %d CPUs", r.Kernel, r.CPUs)
+	if len(r.Figures) > 0 {
+		fmt.Fprintf(&sb, ", %d repeats x %d rounds (median)\n", r.Repeat, r.Rounds)
+		fmt.Fprintf(&sb, "%-36s %10s %10s %8s %7s\n", "figure", "ns/pkt", "+floor ns", "x floor", "groups")
+	} else {
+		sb.WriteString("\n")
+	}
 	for _, f := range r.Figures {
 		fmt.Fprintf(&sb, "%-36s %10.1f %10.1f %8.2f %7d\n", f.Name, f.NsPerPacket, f.AboveFloor, f.RatioFloor, f.Groups)
 	}
@@ -388,6 +431,20 @@ func (r *Report) Text() string {
 		for _, c := range e.Compare {
 			fmt.Fprintf(&sb, "%s sender: ours / kernel %.2f; ns/packet above the sender: ours %.0f, kernel %.0f (kernel / ours %.2f)\n",
 				c.Sender, c.Ratio, c.NsAboveSenderOurs, c.NsAboveSenderKernel, c.CostRatio)
+		}
+	}
+	if c := r.Control; c != nil {
+		fmt.Fprintf(&sb, "control over gRPC on loopback, client wall time:\n")
+		fmt.Fprintf(&sb, "%-36s %6s %9s %9s %9s %9s %9s %8s %8s\n", "figure", "ops", "p50 us", "p90 us", "p99 us", "max us", "mean us", "p50/fl", "p99/fl")
+		for _, l := range []Latency{c.Floor, c.Create, c.Update, c.Delete, c.CreatePaced} {
+			rp50, rp99 := 1.0, l.P99Us/c.Floor.P50Us
+			if l.Ratios != nil {
+				rp50, rp99 = l.Ratios.P50, l.Ratios.P99
+			}
+			fmt.Fprintf(&sb, "%-36s %6d %9.0f %9.0f %9.0f %9.0f %9.0f %8.1f %8.1f\n", l.Name, l.Ops, l.P50Us, l.P90Us, l.P99Us, l.MaxUs, l.MeanUs, rp50, rp99)
+		}
+		for _, b := range []Batch{c.BatchCreate, c.BatchDelete} {
+			fmt.Fprintf(&sb, "%-36s %6d ops in one Apply: %.1f ms (agent %.1f ms)\n", b.Name, b.Ops, b.Ms, b.ServerCommitMs)
 		}
 	}
 	for _, g := range r.Goals {

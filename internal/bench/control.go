@@ -1,0 +1,597 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+)
+
+// Control is the control-plane part of the report: latency of the agent's
+// gRPC API on loopback, beside an empty-ish unary call timed in the same
+// run, and the time of one large batch.
+type Control struct {
+	Setup string `json:"setup"`
+	// Floor is the gRPC floor: what any unary call costs here.
+	Floor       Latency `json:"grpc_floor"`
+	Create      Latency `json:"pdr_create"`
+	Update      Latency `json:"pdr_update"`
+	Delete      Latency `json:"pdr_delete"`
+	CreatePaced Latency `json:"pdr_create_paced"`
+	BatchCreate Batch   `json:"batch_create"`
+	BatchDelete Batch   `json:"batch_delete"`
+}
+
+// Latency is the distribution of one kind of call, client wall time in
+// microseconds.
+type Latency struct {
+	Name   string  `json:"name"`
+	Ops    int     `json:"ops"`
+	P50Us  float64 `json:"p50_us"`
+	P90Us  float64 `json:"p90_us"`
+	P99Us  float64 `json:"p99_us"`
+	MaxUs  float64 `json:"max_us"`
+	MeanUs float64 `json:"mean_us"`
+	// Ratios divide each figure by the floor's p50 (absent for the
+	// floor itself).
+	Ratios *Ratios `json:"ratio_to_floor_p50,omitempty"`
+	// P50FirstTenthUs and P50LastTenthUs are the p50 of the first and
+	// the last tenth of the calls: a commit whose cost grows with the
+	// rules already installed shows here.
+	P50FirstTenthUs float64 `json:"p50_first_tenth_us"`
+	P50LastTenthUs  float64 `json:"p50_last_tenth_us"`
+	// ServerCommit* are the agent's own validate+compile+commit time
+	// (ApplyResponse.commit_micros); absent for the floor.
+	ServerCommitP50Us float64 `json:"server_commit_p50_us,omitempty"`
+	ServerCommitP99Us float64 `json:"server_commit_p99_us,omitempty"`
+	Method            string  `json:"method"`
+}
+
+// Ratios are a Latency's figures over the floor's p50.
+type Ratios struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
+	Mean float64 `json:"mean"`
+}
+
+// Batch is one Apply of many operations.
+type Batch struct {
+	Name string `json:"name"`
+	Ops  int    `json:"ops"`
+	// Ms is the client's wall time of the call, ServerCommitMs the
+	// agent's own (ApplyResponse.commit_micros).
+	Ms             float64 `json:"ms"`
+	ServerCommitMs float64 `json:"server_commit_ms"`
+	// PdrsAfter is what ListPdrs returned after the call.
+	PdrsAfter int    `json:"pdrs_after"`
+	Method    string `json:"method"`
+}
+
+const (
+	// ctlAddr is the agent's gRPC address inside its own namespace.
+	ctlAddr = "127.0.0.1:50051"
+	// ctlWarmup calls of each kind run before anything is timed: the
+	// connection, the agent's first commits and both sides' caches.
+	ctlWarmup = 50
+	// ctlPace is the interval of the paced creates.
+	ctlPace = 20 * time.Millisecond
+	// ctlMaxRules keeps every bench PDR's destination a distinct /24 of
+	// 10.0.0.0/8 and inside limits.rules (65536, one rule taken by the
+	// config's own PDR).
+	ctlMaxRules = 65535 - 1
+	// ctlWarmID is the PDR the warm-up creates and deletes; bench PDRs
+	// are 1..ctlMaxRules, the config's own is 900000.
+	ctlWarmID = ctlMaxRules + 1
+
+	ctlSetup = "edgeplane agent (the binary under test) in a fresh network namespace with lan0 and wan0 as veths " +
+		"(both ends in the namespace), native XDP, fars {1: redirect wan0, 2: drop}, one PDR, limits {flows: 65536, rules: 65536}; " +
+		"gRPC without TLS or auth on 127.0.0.1:50051 inside the namespace, one client connection dialled into it; " +
+		"every Apply persists the config file (fsync batched in the background by the agent)"
+	ctlTiming = "client wall time per call (time.Now around the unary call), nearest-rank percentiles"
+)
+
+// ctlConfig is the agent's config: one PDR of its own, far from the
+// bench's destinations.
+const ctlConfig = `interfaces:
+  - {name: lan0, role: lan, xdp: native}
+  - {name: wan0, role: wan, xdp: native}
+fars:
+  - {id: 1, action: redirect, interface: wan0}
+  - {id: 2, action: drop}
+pdrs:
+  - {id: 900000, precedence: 60000, match: {in: wan0, dst: 192.0.2.0/24}, far: 2}
+limits: {flows: 65536, rules: 65536}
+`
+
+// ctlLab is the namespace, temp dir and agent of the control part.
+type ctlLab struct {
+	o      Options
+	bin    string
+	ns     *netNS
+	pinDir string
+	dir    string
+	agent  *exec.Cmd
+	exited chan struct{} // closed when the agent process has been reaped
+	conn   *grpc.ClientConn
+	gc     pb.GatewayClient
+}
+
+// runControl starts an agent in a namespace of its own, measures every
+// control figure against it and removes everything, also on error.
+func runControl(ctx context.Context, o Options) (*Control, error) {
+	switch {
+	case o.ControlOps <= 0 || o.ControlOps > ctlMaxRules:
+		return nil, fmt.Errorf("control ops %d: want 1..%d", o.ControlOps, ctlMaxRules)
+	case o.ControlBatch <= 0 || o.ControlBatch > ctlMaxRules:
+		return nil, fmt.Errorf("control batch %d: want 1..%d", o.ControlBatch, ctlMaxRules)
+	case o.ControlPaced <= 0 || o.ControlPaced > ctlMaxRules:
+		return nil, fmt.Errorf("control paced ops %d: want 1..%d", o.ControlPaced, ctlMaxRules)
+	}
+	bin := o.EdgeplaneBin
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find the edgeplane binary: %w", err)
+		}
+	}
+	l := &ctlLab{o: o, bin: bin}
+	defer l.close()
+	if err := l.setup(ctx); err != nil {
+		return nil, err
+	}
+	c := &Control{Setup: ctlSetup}
+	var err error
+
+	o.Log("control: gRPC floor, %d ListInterfaces calls", o.ControlOps)
+	if c.Floor, err = l.floor(ctx, o.ControlOps); err != nil {
+		return nil, fmt.Errorf("grpc floor: %w", err)
+	}
+	floorP50 := c.Floor.P50Us
+
+	// Warm the Apply path (first commits, the config file) untimed.
+	for i := 0; i < ctlWarmup; i++ {
+		if _, err := l.apply(ctx, createOp(ctlPdr(ctlWarmID, ctlWarmID))); err != nil {
+			return nil, fmt.Errorf("warm-up create: %w", err)
+		}
+		if _, err := l.apply(ctx, deleteOp(ctlWarmID)); err != nil {
+			return nil, fmt.Errorf("warm-up delete: %w", err)
+		}
+	}
+
+	n := o.ControlOps
+	const order = "all creates, then all updates, then all deletes (not interleaved), back to back over one connection; "
+	o.Log("control: %d single-PDR creates, updates and deletes over gRPC", n)
+	if c.Create, err = l.singles(ctx, "pdr_create", n, floorP50, func(id uint32) *pb.Operation {
+		return createOp(ctlPdr(id, id))
+	}, 1+n, order+"Apply of one create per call: PDR id N, in lan0, dst 10.(N/256).(N%256).0/24, far 1, precedence N; "+
+		"PDRs live grow from 1 to N+1; "+ctlTiming); err != nil {
+		return nil, err
+	}
+	if c.Update, err = l.singles(ctx, "pdr_update", n, floorP50, func(id uint32) *pb.Operation {
+		return updateOp(ctlPdr(id, id+100000))
+	}, 1+n, order+"Apply of one update per call: the same PDR with its precedence changed (N+100000); "+
+		"N+1 PDRs live throughout; "+ctlTiming); err != nil {
+		return nil, err
+	}
+	if c.Delete, err = l.singles(ctx, "pdr_delete", n, floorP50, deleteOp, 1,
+		order+"Apply of one delete per call (KIND_PDR, id N); PDRs live shrink from N+1 to 1; "+ctlTiming); err != nil {
+		return nil, err
+	}
+
+	p := o.ControlPaced
+	o.Log("control: %d single-PDR creates paced at one per %s", p, ctlPace)
+	if c.CreatePaced, err = l.paced(ctx, p, floorP50); err != nil {
+		return nil, err
+	}
+	// The paced PDRs go in one batch, untimed: the batch starts from the
+	// config's own PDR alone.
+	ops := make([]*pb.Operation, p)
+	for i := range ops {
+		ops[i] = deleteOp(uint32(i + 1))
+	}
+	if _, err := l.apply(ctx, ops...); err != nil {
+		return nil, fmt.Errorf("remove paced PDRs: %w", err)
+	}
+	if err := l.expectPdrs(ctx, 1); err != nil {
+		return nil, err
+	}
+
+	b := o.ControlBatch
+	o.Log("control: one Apply creating %d PDRs, one deleting them", b)
+	if c.BatchCreate, c.BatchDelete, err = l.batch(ctx, b); err != nil {
+		return nil, err
+	}
+	o.Log("control: floor p50 %.0f µs; create p50 %.0f µs (x%.1f), update %.0f µs, delete %.0f µs, paced create %.0f µs; batch of %d: create %.0f ms, delete %.0f ms",
+		floorP50, c.Create.P50Us, c.Create.Ratios.P50, c.Update.P50Us, c.Delete.P50Us, c.CreatePaced.P50Us, b, c.BatchCreate.Ms, c.BatchDelete.Ms)
+	return c, nil
+}
+
+// ctlPdr is bench PDR id with a /24 of its own.
+func ctlPdr(id, precedence uint32) *pb.Pdr {
+	return &pb.Pdr{Id: id, Precedence: precedence, Far: 1,
+		Match: &pb.Match{In: "lan0", Dst: fmt.Sprintf("10.%d.%d.0/24", id>>8, id&0xff)}}
+}
+
+func createOp(p *pb.Pdr) *pb.Operation {
+	return &pb.Operation{Op: &pb.Operation_Create{Create: &pb.Object{Kind: &pb.Object_Pdr{Pdr: p}}}}
+}
+
+func updateOp(p *pb.Pdr) *pb.Operation {
+	return &pb.Operation{Op: &pb.Operation_Update{Update: &pb.Object{Kind: &pb.Object_Pdr{Pdr: p}}}}
+}
+
+func deleteOp(id uint32) *pb.Operation {
+	return &pb.Operation{Op: &pb.Operation_Delete{Delete: &pb.Ref{Kind: pb.Kind_KIND_PDR, Id: id}}}
+}
+
+// setup creates the namespace, its veths and the config, starts the agent
+// and connects to it.
+func (l *ctlLab) setup(ctx context.Context) error {
+	name := fmt.Sprintf("epctl%d", os.Getpid())
+	var err error
+	if l.dir, err = os.MkdirTemp("", "epctl"); err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	cfgPath := filepath.Join(l.dir, "gateway.yaml")
+	if err := os.WriteFile(cfgPath, []byte(ctlConfig), 0o600); err != nil {
+		return fmt.Errorf("write agent config: %w", err)
+	}
+	if err := run("ip", "netns", "add", name); err != nil {
+		return err
+	}
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		_ = run("ip", "netns", "del", name)
+		return fmt.Errorf("open netns %s: %w", name, err)
+	}
+	l.ns = &netNS{name: name, h: h}
+	cmds := [][]string{
+		{"ip", "-n", name, "link", "add", "lan0", "type", "veth", "peer", "name", "lan0p"},
+		{"ip", "-n", name, "link", "add", "wan0", "type", "veth", "peer", "name", "wan0p"},
+	}
+	for _, itf := range []string{"lo", "lan0", "lan0p", "wan0", "wan0p"} {
+		cmds = append(cmds, []string{"ip", "-n", name, "link", "set", itf, "up"})
+	}
+	for _, c := range cmds {
+		if err := run(c[0], c[1:]...); err != nil {
+			return err
+		}
+	}
+
+	// nsenter --net, not `ip netns exec`: the latter remounts /sys, and
+	// the agent would not see the host's bpffs and its pins.
+	l.pinDir = "/sys/fs/bpf/" + name
+	logf, err := os.Create(filepath.Join(l.dir, "agent.log"))
+	if err != nil {
+		return fmt.Errorf("agent log: %w", err)
+	}
+	defer logf.Close() // the child holds its own descriptor
+	l.agent = exec.Command("nsenter", "--net=/run/netns/"+name, l.bin, "agent", "--config", cfgPath,
+		"--pin-dir", l.pinDir, "--metrics-addr", "", "--grpc-addr", ctlAddr, "--rest-addr", "")
+	l.agent.Stdout, l.agent.Stderr = logf, logf
+	if err := l.agent.Start(); err != nil {
+		l.agent = nil
+		return fmt.Errorf("start agent: %w", err)
+	}
+	l.exited = make(chan struct{})
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(l.exited) }(l.agent)
+
+	l.conn, err = grpc.NewClient("passthrough:///"+ctlAddr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(l.dial))
+	if err != nil {
+		return fmt.Errorf("grpc client: %w", err)
+	}
+	l.gc = pb.NewGatewayClient(l.conn)
+	return l.waitReady(ctx)
+}
+
+// dial opens a TCP connection inside the agent's namespace; the socket
+// keeps its namespace after the thread that made it is gone.
+func (l *ctlLab) dial(ctx context.Context, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := l.ns.do(func() error {
+		var d net.Dialer
+		var err error
+		c, err = d.DialContext(ctx, "tcp", addr)
+		return err
+	})
+	return c, err
+}
+
+// waitReady polls the API until it answers: the agent serves it only
+// after its first commit.
+func (l *ctlLab) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := l.gc.ListInterfaces(cctx, &pb.ListRequest{})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-l.exited:
+			return fmt.Errorf("agent exited before serving the API: %s", l.logTail())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agent API not answering within 20s (%v): %s", err, l.logTail())
+		}
+	}
+}
+
+// logTail is the end of the agent's log, for errors.
+func (l *ctlLab) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(l.dir, "agent.log"))
+	s := strings.TrimSpace(string(b))
+	if len(s) > 2000 {
+		s = "..." + s[len(s)-2000:]
+	}
+	return s
+}
+
+// close stops the agent, removes its dataplane and pins, the namespace
+// and the temp dir; every step runs whatever failed before it.
+func (l *ctlLab) close() {
+	if l.conn != nil {
+		_ = l.conn.Close()
+	}
+	if l.agent != nil {
+		_ = l.agent.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-l.exited:
+		case <-time.After(10 * time.Second):
+			l.o.Log("control: agent ignored SIGTERM for 10 s, killing it")
+			_ = l.agent.Process.Kill()
+			<-l.exited
+		}
+	}
+	if l.pinDir != "" {
+		if out, err := exec.Command(l.bin, "down", "--pin-dir", l.pinDir).CombinedOutput(); err != nil {
+			l.o.Log("control: %s down --pin-dir %s: %v: %s", l.bin, l.pinDir, err, strings.TrimSpace(string(out)))
+		}
+	}
+	if l.ns != nil {
+		_ = l.ns.h.Close()
+		if err := run("ip", "netns", "del", l.ns.name); err != nil {
+			l.o.Log("control: %v", err)
+		}
+	}
+	if l.dir != "" {
+		_ = os.RemoveAll(l.dir)
+	}
+}
+
+// callTimeout bounds one call, so a stuck agent fails the run.
+const callTimeout = 60 * time.Second
+
+func (l *ctlLab) apply(ctx context.Context, ops ...*pb.Operation) (*pb.ApplyResponse, error) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	return l.gc.Apply(cctx, &pb.ApplyRequest{Operations: ops})
+}
+
+func (l *ctlLab) countPdrs(ctx context.Context) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	r, err := l.gc.ListPdrs(cctx, &pb.ListRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("list pdrs: %w", err)
+	}
+	return len(r.GetPdrs()), nil
+}
+
+// expectPdrs fails unless the agent holds want PDRs: a figure must time
+// changes that took effect.
+func (l *ctlLab) expectPdrs(ctx context.Context, want int) error {
+	got, err := l.countPdrs(ctx)
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("agent holds %d PDRs, want %d", got, want)
+	}
+	return nil
+}
+
+// floor times n ListInterfaces calls after a warm-up.
+func (l *ctlLab) floor(ctx context.Context, n int) (Latency, error) {
+	call := func() error {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		_, err := l.gc.ListInterfaces(cctx, &pb.ListRequest{})
+		return err
+	}
+	for i := 0; i < ctlWarmup; i++ {
+		if err := call(); err != nil {
+			return Latency{}, err
+		}
+	}
+	d := make([]time.Duration, n)
+	for i := range d {
+		t0 := time.Now()
+		err := call()
+		d[i] = time.Since(t0)
+		if err != nil {
+			return Latency{}, err
+		}
+	}
+	lat := latency("grpc_floor", d, nil, 0)
+	lat.Method = fmt.Sprintf("unary ListInterfaces (2 interfaces in the answer) back to back over the same connection, after %d untimed calls; ", ctlWarmup) + ctlTiming
+	return lat, nil
+}
+
+// singles runs one Apply per id 1..n, back to back, and checks the agent
+// holds want PDRs afterwards.
+func (l *ctlLab) singles(ctx context.Context, name string, n int, floorP50 float64, op func(uint32) *pb.Operation, want int, method string) (Latency, error) {
+	d := make([]time.Duration, n)
+	server := make([]time.Duration, n)
+	for i := range d {
+		o := op(uint32(i + 1))
+		t0 := time.Now()
+		r, err := l.apply(ctx, o)
+		d[i] = time.Since(t0)
+		if err != nil {
+			return Latency{}, fmt.Errorf("%s, PDR %d: %w", name, i+1, err)
+		}
+		server[i] = time.Duration(r.GetCommitMicros()) * time.Microsecond
+	}
+	if err := l.expectPdrs(ctx, want); err != nil {
+		return Latency{}, fmt.Errorf("after %s: %w", name, err)
+	}
+	lat := latency(name, d, server, floorP50)
+	lat.Method = method
+	return lat, nil
+}
+
+// paced creates PDRs 1..n, one Apply started every ctlPace, so no call
+// waits behind another.
+func (l *ctlLab) paced(ctx context.Context, n int, floorP50 float64) (Latency, error) {
+	d := make([]time.Duration, n)
+	server := make([]time.Duration, n)
+	tick := time.NewTicker(ctlPace)
+	defer tick.Stop()
+	for i := range d {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return Latency{}, ctx.Err()
+		}
+		id := uint32(i + 1)
+		t0 := time.Now()
+		r, err := l.apply(ctx, createOp(ctlPdr(id, id)))
+		d[i] = time.Since(t0)
+		if err != nil {
+			return Latency{}, fmt.Errorf("paced create, PDR %d: %w", id, err)
+		}
+		server[i] = time.Duration(r.GetCommitMicros()) * time.Microsecond
+	}
+	if err := l.expectPdrs(ctx, 1+n); err != nil {
+		return Latency{}, fmt.Errorf("after paced creates: %w", err)
+	}
+	lat := latency("pdr_create_paced", d, server, floorP50)
+	lat.Method = fmt.Sprintf("Apply of one create per call (as pdr_create: PDR id N, in lan0, dst 10.(N/256).(N%%256).0/24, far 1), "+
+		"one call started every %s on a ticker, so each finds the agent idle and no change queues behind another "+
+		"(what an operator or a controller making occasional changes sees); PDRs live grow from 1 to N+1; %s", ctlPace, ctlTiming)
+	return lat, nil
+}
+
+// batch times one Apply creating n PDRs and one deleting them.
+func (l *ctlLab) batch(ctx context.Context, n int) (Batch, Batch, error) {
+	create := make([]*pb.Operation, n)
+	del := make([]*pb.Operation, n)
+	for i := range create {
+		id := uint32(i + 1)
+		p := ctlPdr(id, id)
+		// Three match shapes: dst only, UDP to an aligned port block
+		// (one classifier entry), TCP to one port.
+		switch i % 4 {
+		case 1:
+			p.Match.Proto, p.Match.Dport = "udp", "8192-16383"
+		case 2:
+			p.Match.Proto, p.Match.Dport = "tcp", "443"
+		}
+		create[i] = createOp(p)
+		del[i] = deleteOp(id)
+	}
+	timed := func(name string, ops []*pb.Operation, want int, method string) (Batch, error) {
+		t0 := time.Now()
+		r, err := l.apply(ctx, ops...)
+		el := time.Since(t0)
+		if err != nil {
+			return Batch{}, fmt.Errorf("%s: %w", name, err)
+		}
+		got, err := l.countPdrs(ctx)
+		if err != nil {
+			return Batch{}, err
+		}
+		if got != want {
+			return Batch{}, fmt.Errorf("%s: agent holds %d PDRs after it, want %d", name, got, want)
+		}
+		return Batch{Name: name, Ops: len(ops), Ms: ms(el), ServerCommitMs: float64(r.GetCommitMicros()) / 1e3, PdrsAfter: got, Method: method}, nil
+	}
+	bc, err := timed("batch_create", create, n+1, fmt.Sprintf("one Apply of %d creates (PDR id N, in lan0, dst 10.(N/256).(N%%256).0/24, far 1; "+
+		"N%%4 == 1 also udp dport 8192-16383, N%%4 == 2 also tcp dport 443) on top of the config's one PDR; "+
+		"client wall time of the call; ListPdrs afterwards must list %d", n, n+1))
+	if err != nil {
+		return Batch{}, Batch{}, err
+	}
+	bd, err := timed("batch_delete", del, 1, fmt.Sprintf("one Apply of %d deletes removing every PDR batch_create made; "+
+		"client wall time of the call; ListPdrs afterwards must list 1", n))
+	if err != nil {
+		return Batch{}, Batch{}, err
+	}
+	return bc, bd, nil
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// pct is the nearest-rank percentile p (0..100) of sorted samples.
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	i = max(0, min(i, len(sorted)-1))
+	return sorted[i]
+}
+
+func sortedCopy(d []time.Duration) []time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s
+}
+
+// latency summarises client times d (in call order) and the agent's own
+// commit times (nil for calls that commit nothing); floorP50 > 0 adds
+// the ratios.
+func latency(name string, d, server []time.Duration, floorP50 float64) Latency {
+	s := sortedCopy(d)
+	var sum time.Duration
+	for _, v := range d {
+		sum += v
+	}
+	tenth := max(1, len(d)/10)
+	lat := Latency{
+		Name: name, Ops: len(d),
+		P50Us: us(pct(s, 50)), P90Us: us(pct(s, 90)), P99Us: us(pct(s, 99)), MaxUs: us(s[len(s)-1]),
+		MeanUs:          us(sum) / float64(len(d)),
+		P50FirstTenthUs: us(pct(sortedCopy(d[:tenth]), 50)),
+		P50LastTenthUs:  us(pct(sortedCopy(d[len(d)-tenth:]), 50)),
+	}
+	if server != nil {
+		ss := sortedCopy(server)
+		lat.ServerCommitP50Us, lat.ServerCommitP99Us = us(pct(ss, 50)), us(pct(ss, 99))
+	}
+	if floorP50 > 0 {
+		lat.Ratios = &Ratios{P50: lat.P50Us / floorP50, P90: lat.P90Us / floorP50, P99: lat.P99Us / floorP50,
+			Max: lat.MaxUs / floorP50, Mean: lat.MeanUs / floorP50}
+	}
+	return lat
+}
+
+// errNoControl is returned when only the control part is asked for with
+// no operations to time.
+var errNoControl = errors.New("only the control part asked for, but control ops is 0")

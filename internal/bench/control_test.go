@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/edgeplane/edgeplane/internal/testutil"
+)
+
+// TestBenchControl keeps the control part of `edgeplane bench` working
+// with small counts: an agent built from this tree, every figure present,
+// its percentiles in order and its method said, the batch applied in
+// full. Like the other bench tests it asserts no speed.
+func TestBenchControl(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, tool := range []string{"ip", "nsenter"} {
+		testutil.RequireTool(t, tool)
+	}
+	// The test binary is not edgeplane: build the real one for the agent.
+	bin := filepath.Join(t.TempDir(), "edgeplane")
+	build := exec.Command(goTool(), "build", "-buildvcs=false", "-o", bin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build edgeplane: %v\n%s", err, out)
+	}
+
+	const ops, paced, batch = 50, 10, 1000
+	r, err := Run(context.Background(), Options{OnlyControl: true, ControlOps: ops, ControlPaced: paced, ControlBatch: batch,
+		EdgeplaneBin: bin, Log: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.Control
+	if c == nil {
+		t.Fatal("no control figures")
+	}
+	if len(r.Figures) != 0 || r.EndToEnd != nil {
+		t.Error("--only-control measured packet figures")
+	}
+	for _, tc := range []struct {
+		l     Latency
+		name  string
+		ops   int
+		ratio bool
+	}{
+		{c.Floor, "grpc_floor", ops, false},
+		{c.Create, "pdr_create", ops, true},
+		{c.Update, "pdr_update", ops, true},
+		{c.Delete, "pdr_delete", ops, true},
+		{c.CreatePaced, "pdr_create_paced", paced, true},
+	} {
+		l := tc.l
+		if l.Name != tc.name || l.Ops != tc.ops || l.Method == "" {
+			t.Errorf("figure %s: %+v", tc.name, l)
+			continue
+		}
+		if !(l.P50Us > 0 && l.P50Us <= l.P90Us && l.P90Us <= l.P99Us && l.P99Us <= l.MaxUs && l.MeanUs > 0 && l.MeanUs <= l.MaxUs) {
+			t.Errorf("%s: percentiles out of order or zero: %+v", tc.name, l)
+		}
+		if tc.ratio {
+			if l.Ratios == nil || l.Ratios.P50 <= 0 || l.ServerCommitP50Us <= 0 {
+				t.Errorf("%s: no ratio to the floor or no commit time: %+v", tc.name, l)
+			} else if got := l.P50Us / c.Floor.P50Us; got != l.Ratios.P50 {
+				t.Errorf("%s: ratio %.3f, want p50 / floor p50 = %.3f", tc.name, l.Ratios.P50, got)
+			}
+		} else if l.Ratios != nil {
+			t.Errorf("%s: the floor has a ratio to itself", tc.name)
+		}
+	}
+	if !strings.Contains(c.CreatePaced.Method, "20ms") {
+		t.Errorf("paced method does not say its pace: %q", c.CreatePaced.Method)
+	}
+	for _, tc := range []struct {
+		b         Batch
+		name      string
+		pdrsAfter int
+	}{
+		{c.BatchCreate, "batch_create", batch + 1},
+		{c.BatchDelete, "batch_delete", 1},
+	} {
+		b := tc.b
+		if b.Name != tc.name || b.Ops != batch || b.Ms <= 0 || b.ServerCommitMs <= 0 || b.ServerCommitMs > b.Ms || b.Method == "" {
+			t.Errorf("%s: %+v", tc.name, b)
+		}
+		if b.PdrsAfter != tc.pdrsAfter {
+			t.Errorf("%s: ListPdrs listed %d PDRs after it, want %d", tc.name, b.PdrsAfter, tc.pdrsAfter)
+		}
+	}
+
+	// Neither namespace nor pins outlive the run (the temp dir's name is
+	// random, and another bench may be running).
+	name := fmt.Sprintf("epctl%d", os.Getpid())
+	for _, p := range []string{"/run/netns/" + name, "/sys/fs/bpf/" + name} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s left behind", p)
+		}
+	}
+}
+
+// goTool finds the go command that runs this test.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
