@@ -67,6 +67,7 @@ dataplane stays attached and forwarding (pinned) unless --detach-on-exit.`,
 	c.Flags().StringVar(&o.TLSKey, "tls-key", "", "private key of --tls-cert (PEM)")
 	c.Flags().BoolVar(&o.NormalGracePeriods, "normal-grace-periods", false, "do not expedite the RCU grace period a commit waits for (commits take 5-20 ms instead of ~0.1 ms; no IPIs)")
 	c.Flags().BoolVar(&debug, "debug", false, "debug logging")
+	c.Flags().BoolVar(&o.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the metrics address")
 	return c
 }
 

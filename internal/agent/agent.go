@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"reflect"
@@ -51,7 +52,10 @@ type Options struct {
 	// period (bpf.ExpediteGracePeriods): slower commits (5-20 ms here),
 	// no inter-processor interrupts for them.
 	NormalGracePeriods bool
-	Log                *slog.Logger
+	// Pprof serves Go's profiles under /debug/pprof/ on the metrics
+	// listener.
+	Pprof bool
+	Log   *slog.Logger
 }
 
 // Agent is one running gateway agent.
@@ -415,6 +419,11 @@ func (a *Agent) serveMetrics(errc chan<- error) (*http.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector())
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if a.opts.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	ln, err := net.Listen("tcp", a.opts.MetricsAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen metrics on %s: %w", a.opts.MetricsAddr, err)
