@@ -548,9 +548,10 @@ func (a *Agent) syncer(ctx context.Context, done chan<- struct{}) {
 	}
 }
 
+// syncConfig fsyncs the config file without holding commitMu: an fsync
+// takes milliseconds, and commits must not queue behind it. A commit that
+// renames a new file over it meanwhile asks for its own sync.
 func (a *Agent) syncConfig() {
-	a.commitMu.Lock()
-	defer a.commitMu.Unlock()
 	if err := config.SyncFile(a.opts.ConfigPath); err != nil {
 		a.log.Error("sync config file to disk", "config", a.opts.ConfigPath, "error", err)
 	}
