@@ -489,7 +489,7 @@ func (f *fakeAgent) Config() *config.Config {
 	return f.cfg
 }
 
-func (f *fakeAgent) Commit(cfg *config.Config, dryRun bool) (uint32, error) {
+func (f *fakeAgent) Commit(cfg *config.Config, dryRun bool, _ []byte) (uint32, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := *cfg

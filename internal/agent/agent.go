@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -66,13 +67,18 @@ type Agent struct {
 	// commitMu serialises whole changes (reloads, API applies): check,
 	// attach, commit, persist. mu guards the fields below it.
 	commitMu sync.Mutex
-	// syncReq asks the syncer to make the config file durable.
+	// syncReq asks the syncer to fold the journal into the config file.
 	syncReq chan struct{}
-	mu      sync.Mutex
-	cfg     *config.Config
-	gen     uint32
-	dp      *bpf.Dataplane
-	alloc   rules.Allocs
+	// journal holds API batches not yet in the config file; seq numbers
+	// the last batch committed, fileSeq the last one the file holds.
+	// Guarded by commitMu.
+	journal      *journal
+	seq, fileSeq uint64
+	mu           sync.Mutex
+	cfg          *config.Config
+	gen          uint32
+	dp           *bpf.Dataplane
+	alloc        rules.Allocs
 
 	reloads *prometheus.CounterVec
 }
@@ -140,9 +146,15 @@ func Run(ctx context.Context, opts Options) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	cfg, err := config.Load(opts.ConfigPath)
+	cfg, seq, replayed, skipped, err := loadState(opts.ConfigPath)
 	if err != nil {
 		return err
+	}
+	if replayed > 0 {
+		log.Info("replayed API changes not yet folded into the config file", "journal", journalPath(opts.ConfigPath), "batches", replayed)
+	}
+	for _, e := range skipped {
+		log.Error("journal batch skipped: the config file no longer takes it", "error", e)
 	}
 	// Check everything the host must provide before touching the kernel.
 	if err := CheckHost(cfg); err != nil {
@@ -152,7 +164,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	bpf.ExpediteGracePeriods = !opts.NormalGracePeriods
-	a := &Agent{opts: opts, log: log}
+	a := &Agent{opts: opts, log: log, seq: seq}
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeplane_config_reloads_total", Help: "Config reloads by result.",
 	}, []string{"result"})
@@ -177,7 +189,14 @@ func Run(ctx context.Context, opts Options) error {
 		defer srv.Close()
 	}
 
+	if a.journal, err = openJournal(opts.ConfigPath); err != nil {
+		return err
+	}
+	defer a.journal.close()
 	a.syncReq = make(chan struct{}, 1)
+	if replayed > 0 || len(skipped) > 0 {
+		a.syncSoon() // fold the replayed batches into the file
+	}
 	syncCtx, stopSync := context.WithCancel(context.Background())
 	syncDone := make(chan struct{})
 	go a.syncer(syncCtx, syncDone)
@@ -328,12 +347,20 @@ func (a *Agent) refreshIfAddrs() {
 // Reload re-reads the config file and applies the difference. An invalid
 // file changes nothing.
 func (a *Agent) Reload() error {
-	cfg, err := config.Load(a.opts.ConfigPath)
+	cfg, _, _, skipped, err := loadState(a.opts.ConfigPath)
 	if err != nil {
 		return err
 	}
-	_, err = a.commit(cfg, false, false)
-	return err
+	for _, e := range skipped {
+		a.log.Error("journal batch skipped: the edited config file no longer takes it", "error", e)
+	}
+	if _, err = a.commit(cfg, false, nil); err != nil {
+		return err
+	}
+	// The file now lags what serves by the journal's batches (and a
+	// skipped batch must not come back): fold them in.
+	a.syncSoon()
+	return nil
 }
 
 // Config returns the config now serving (api.Backend). It is replaced,
@@ -344,18 +371,19 @@ func (a *Agent) Config() *config.Config {
 	return a.cfg
 }
 
-// Commit validates cfg, commits it as the next generation and writes it
-// to the config file (api.Backend): the file always holds what serves, so
-// a restarted agent serves exactly what was last committed, and SIGHUP
-// after editing the file applies the edit on top.
-func (a *Agent) Commit(cfg *config.Config, dryRun bool) (uint32, error) {
-	return a.commit(cfg, dryRun, true)
+// Commit validates cfg, commits it as the next generation and appends the
+// batch that made it, rec, to the journal (api.Backend), so a restarted
+// agent serves exactly what was last committed (see journal.go).
+func (a *Agent) Commit(cfg *config.Config, dryRun bool, rec []byte) (uint32, error) {
+	return a.commit(cfg, dryRun, rec)
 }
 
 // Snapshot reads the dataplane counters (api.Backend).
 func (a *Agent) Snapshot() (*bpf.Snapshot, error) { return a.dp.Snapshot() }
 
-func (a *Agent) commit(cfg *config.Config, dryRun, persist bool) (uint32, error) {
+// commit validates, compiles and commits cfg; with rec (an API batch) it
+// journals rec too, rolling the dataplane back if that fails.
+func (a *Agent) commit(cfg *config.Config, dryRun bool, rec []byte) (uint32, error) {
 	a.commitMu.Lock()
 	defer a.commitMu.Unlock()
 	t0 := time.Now()
@@ -391,19 +419,15 @@ func (a *Agent) commit(cfg *config.Config, dryRun, persist bool) (uint32, error)
 		return 0, err
 	}
 	t4 := time.Now()
-	if persist {
-		// Written now (a restarted agent reads it back), synced to disk
-		// in the background within syncDelay: an fsync costs 4-10 ms
-		// here, twenty times the rest of a single-rule commit.
-		if err := config.WriteFile(a.opts.ConfigPath, cfg, false); err != nil {
-			// The file and the dataplane must not disagree: go back.
+	if rec != nil {
+		if err := a.journal.append(a.seq+1, rec); err != nil {
+			// The journal and the dataplane must not disagree: go back.
 			if rerr := a.apply(old); rerr != nil {
-				a.log.Error("roll back after failing to persist", "error", rerr)
+				a.log.Error("roll back after failing to journal", "error", rerr)
 			}
-			return 0, fmt.Errorf("persist config to %s (change rolled back): %w", a.opts.ConfigPath, err)
+			return 0, fmt.Errorf("journal the change in %s (change rolled back): %w", a.journal.path, err)
 		}
-	}
-	if persist {
+		a.seq++
 		a.syncSoon()
 	}
 	a.log.Debug("commit phases", "validate", t1.Sub(t0), "compile", t2.Sub(t1), "links", t3.Sub(t2), "apply", t4.Sub(t3), "persist", time.Since(t4))
@@ -513,20 +537,22 @@ func loopbackIfAny(addr string) string {
 	return net.JoinHostPort("127.0.0.1", port)
 }
 
-// syncDelay is how long after an API change the config file is synced to
-// disk at the latest; changes within it share one fsync.
-const syncDelay = 100 * time.Millisecond
+// foldDelay is how long after an API change the journal is folded into
+// the config file at the latest; changes within it share one rewrite.
+// Until then the journal holds them (written, not yet fsynced: a power
+// loss may lose up to this much; a restart loses nothing).
+const foldDelay = time.Second
 
-// syncSoon asks the syncer to sync the config file.
+// syncSoon asks the syncer to fold the journal into the file.
 func (a *Agent) syncSoon() {
 	select {
 	case a.syncReq <- struct{}{}:
-	default: // a sync is already pending and will cover this change
+	default: // a fold is already pending and will cover this change
 	}
 }
 
-// syncer makes the config file durable after changes, until ctx ends,
-// then once more if a change is pending.
+// syncer folds the journal into the config file after changes, until ctx
+// ends, then once more if a change is pending.
 func (a *Agent) syncer(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	for {
@@ -534,25 +560,34 @@ func (a *Agent) syncer(ctx context.Context, done chan<- struct{}) {
 		case <-ctx.Done():
 			select {
 			case <-a.syncReq:
-				a.syncConfig()
+				a.fold()
 			default:
 			}
 			return
 		case <-a.syncReq:
 			select {
-			case <-time.After(syncDelay):
+			case <-time.After(foldDelay):
 			case <-ctx.Done():
 			}
-			a.syncConfig()
+			a.fold()
 		}
 	}
 }
 
-// syncConfig fsyncs the config file without holding commitMu: an fsync
-// takes milliseconds, and commits must not queue behind it. A commit that
-// renames a new file over it meanwhile asks for its own sync.
-func (a *Agent) syncConfig() {
-	if err := config.SyncFile(a.opts.ConfigPath); err != nil {
-		a.log.Error("sync config file to disk", "config", a.opts.ConfigPath, "error", err)
+// fold writes what serves to the config file, durably, with the sequence
+// number of the last batch it holds, then drops those batches from the
+// journal. It holds commitMu throughout, so no commit or reload slips in
+// between what it writes and what it drops.
+func (a *Agent) fold() {
+	a.commitMu.Lock()
+	defer a.commitMu.Unlock()
+	cfg := a.Config()
+	if err := config.WriteFile(a.opts.ConfigPath, cfg, true, seqMarker+strconv.FormatUint(a.seq, 10)+"\n"); err != nil {
+		a.log.Error("fold the journal into the config file", "config", a.opts.ConfigPath, "error", err)
+		return
+	}
+	a.fileSeq = a.seq
+	if err := a.journal.keepAfter(a.seq); err != nil {
+		a.log.Error("trim the journal", "journal", a.journal.path, "error", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/bpf"
@@ -34,10 +35,11 @@ type Backend interface {
 	// what it points to.
 	Config() *config.Config
 	// Commit validates cfg against the host, compiles it and commits it
-	// as the next generation (dryRun: only validates), then persists it.
-	// A config.Errors error names every bad field; errors for full maps
-	// carry FieldError.Capacity.
-	Commit(cfg *config.Config, dryRun bool) (gen uint32, err error)
+	// as the next generation (dryRun: only validates), then persists rec,
+	// the ApplyRequest that made cfg (protojson), which ApplyOps replays
+	// on the config that was serving. A config.Errors error names every
+	// bad field; errors for full maps carry FieldError.Capacity.
+	Commit(cfg *config.Config, dryRun bool, rec []byte) (gen uint32, err error)
 	// Snapshot reads the dataplane's counters.
 	Snapshot() (*bpf.Snapshot, error)
 }
@@ -75,11 +77,25 @@ func (s *Server) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResp
 	if err != nil {
 		return nil, err
 	}
-	gen, err := s.b.Commit(next, req.GetDryRun())
+	var rec []byte
+	if !req.GetDryRun() {
+		if rec, err = protojson.Marshal(req); err != nil {
+			return nil, status.Errorf(codes.Internal, "record the batch: %v", err)
+		}
+	}
+	gen, err := s.b.Commit(next, req.GetDryRun(), rec)
 	if err != nil {
 		return nil, commitStatus(err, orig)
 	}
 	return &pb.ApplyResponse{Generation: gen, CommitMicros: uint64(time.Since(start).Microseconds())}, nil
+}
+
+// ApplyOps returns cur with ops applied, as Apply would before
+// committing; its error is a gRPC status. The agent replays its journal
+// with it.
+func ApplyOps(cur *config.Config, ops []*pb.Operation) (*config.Config, error) {
+	next, _, err := applyOps(cur, ops)
+	return next, err
 }
 
 // kinds of the config, with their list names in config paths.

@@ -545,7 +545,7 @@ defaults: {no_match: drop, malformed: pass}
 			}
 			path := filepath.Join(t.TempDir(), "gw.yaml")
 			for _, durable := range []bool{false, true} {
-				if err := WriteFile(path, c, durable); err != nil {
+				if err := WriteFile(path, c, durable, "# edgeplane-journal-seq: 7\n"); err != nil {
 					t.Fatal(err)
 				}
 				back, err := Load(path)

@@ -10,9 +10,10 @@ import (
 )
 
 // fileHeader starts a config file the agent wrote.
-const fileHeader = `# Written by the edgeplane agent after an API change: this file is what
-# the gateway serves, and what a restarted agent serves again. Edit it and
-# send SIGHUP to apply an edit (comments are not kept across API changes).
+const fileHeader = `# Written by the edgeplane agent after API changes: with the changes in
+# FILE.journal newer than the sequence number below, what the gateway
+# serves and a restarted agent serves again. Edit it and send SIGHUP to
+# apply an edit (comments are not kept across API changes).
 `
 
 // WriteFile writes c to path atomically: to a temporary file in the same
@@ -20,10 +21,10 @@ const fileHeader = `# Written by the edgeplane agent after an API change: this f
 // either the old file or the new one, never a torn one. With durable, the
 // data and the rename are synced to disk before it returns (SyncFile does
 // that later otherwise). The file keeps its mode.
-func WriteFile(path string, c *Config, durable bool) error {
+func WriteFile(path string, c *Config, durable bool, header string) error {
 	// That this reads back as the same config is TestWriteFileRoundTrip's
 	// to show, not every commit's to pay for.
-	data := AppendCompact([]byte(fileHeader), c)
+	data := AppendCompact([]byte(fileHeader+header), c)
 	mode := os.FileMode(0o644)
 	if st, err := os.Stat(path); err == nil {
 		mode = st.Mode().Perm()
