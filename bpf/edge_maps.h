@@ -76,14 +76,19 @@ struct {
  * used IPv4 flow entries, so a packet of an active flow costs an array
  * lookup and a 24-byte compare instead of a hash-table walk. Entries are
  * validated like flow entries (generation, FIB epoch) and hold only state
- * derivable again from the rules and the FIB; per-flow state that must not
- * fork between copies (fairness tokens, RTT samples) belongs in edge_flows4.
- * Written and read by packets only. */
+ * derivable again from the rules and the FIB, and the packets and bytes
+ * this CPU counted for the flow since they were last added to the flow's
+ * total in edge_flows4; per-flow state that must not fork between copies
+ * (fairness tokens, RTT samples) belongs in edge_flows4. Written by
+ * packets; read by packets and, for the counts, the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
 	__type(value, struct edge_emc4);
 	__uint(max_entries, EDGE_EMC_SLOTS);
+	/* Pinned: the agent reads the per-CPU counts of the program it
+	 * adopted, not of a map of its own. */
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_emc4 SEC(".maps");
 
 /* GRE paths of both slots, index slot * EDGE_MAX_PATHS + path index.

@@ -167,7 +167,14 @@ struct edge_state {
 
 /* Flow-cache value: the decision for a flow under generation gen, and the
  * next hop bpf_fib_lookup gave it under fib_epoch. A flow whose fib_epoch
- * is not the live one looks its next hop up again. */
+ * is not the live one looks its next hop up again.
+ *
+ * packets and bytes count the flow's packets since it entered the cache
+ * (carried over when a rules commit makes it reclassify). In edge_flows4
+ * and edge_flows they are totals, added to atomically; in an exact-match
+ * cache copy they are this CPU's packets not yet added to the total,
+ * which happens when the copy is replaced. The decision fields come first:
+ * in edge_emc4 they share the first cache line with the key. */
 struct edge_flow {
 	__u32 gen;
 	__u32 far;       /* FAR index in slot gen & 1, or EDGE_NO_FAR */
@@ -178,6 +185,9 @@ struct edge_flow {
 	__u8 dmac[6];
 	__u8 smac[6];
 	__u16 pad;
+	__u32 pad2;
+	__u64 packets;
+	__u64 bytes;
 };
 
 /* Exact-match cache slot: a per-CPU copy of one IPv4 flow entry. */

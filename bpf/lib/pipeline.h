@@ -48,6 +48,28 @@ static __always_inline int emc_match(const struct edge_emc4 *e,
 	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2];
 }
 
+/* emc_flush adds the packets an exact-match cache slot counted to its
+ * flow's total in edge_flows4, before the slot is reused. A flow that
+ * left edge_flows4 meanwhile loses them with the rest of its entry. It is
+ * a global function, verified once on its own: inlined, its branches
+ * multiplied the pipeline's verifier states past the 1M-instruction
+ * limit. */
+__noinline int emc_flush(struct edge_emc4 *e)
+{
+	struct edge_flow *lf;
+
+	if (!e || !e->f.packets)
+		return 0;
+	lf = bpf_map_lookup_elem(&edge_flows4, &e->k);
+	if (lf) {
+		__sync_fetch_and_add(&lf->packets, e->f.packets);
+		__sync_fetch_and_add(&lf->bytes, e->f.bytes);
+	}
+	e->f.packets = 0;
+	e->f.bytes = 0;
+	return 0;
+}
+
 /* flow_key4 packs an IPv4 key into the compact flow-cache key. */
 static __always_inline void flow_key4(const struct edge_flow_key *k,
 				      struct edge_flow_key4 *k4)
@@ -98,28 +120,54 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		flow_key4(&p.key, &k4);
 		slot = emc_slot(&k4);
 		emc = bpf_map_lookup_elem(&edge_emc4, &slot);
+		/* A hit counts the packet where it is found: an exact-match
+		 * copy is this CPU's alone, a shared entry is added to
+		 * atomically. */
 		if (emc && emc_match(emc, &k4) && emc->f.gen == st->gen) {
 			fl = &emc->f;
+			fl->packets++;
+			fl->bytes += p.len;
 		} else {
 			fl = bpf_map_lookup_elem(&edge_flows4, &k4);
 			if (emc && fl && fl->gen == st->gen) {
+				emc_flush(emc);
 				emc->k = k4;
 				emc->f = *fl;
+				emc->f.packets = 1;
+				emc->f.bytes = p.len;
 				fl = &emc->f;
+			} else if (fl && fl->gen == st->gen) {
+				__sync_fetch_and_add(&fl->packets, 1);
+				__sync_fetch_and_add(&fl->bytes, p.len);
 			}
 		}
 		asm volatile("" ::: "memory");
 	} else {
 		fl = bpf_map_lookup_elem(&edge_flows, &p.key);
+		if (fl && fl->gen == st->gen) {
+			__sync_fetch_and_add(&fl->packets, 1);
+			__sync_fetch_and_add(&fl->bytes, p.len);
+		}
 		asm volatile("" ::: "memory");
 	}
 	if (fl && fl->gen == st->gen) {
 		count_cache(0);
 	} else {
 		/* Miss or stale generation: classify into a fresh entry on the
-		 * stack, act (which may fill its next hop), then insert it. */
+		 * stack, act (which may fill its next hop), then insert it. A
+		 * flow reclassified after a commit keeps its count: the slot
+		 * this flow's copy may sit in is flushed into the shared
+		 * entry first, then that total carried over. */
 		count_cache(1);
 		__builtin_memset(&nf, 0, sizeof(nf));
+		if (p.key.family == 4)
+			emc_flush(emc);
+		if (fl) {
+			nf.packets = fl->packets;
+			nf.bytes = fl->bytes;
+		}
+		nf.packets++;
+		nf.bytes += p.len;
 		nf.gen = st->gen;
 		if (edge_classify(&p.key, st, nf.gen & 1, &rule)) {
 			nf.far = rule.far;
@@ -151,6 +199,8 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 			if (emc) {
 				emc->k = k4;
 				emc->f = nf;
+				emc->f.packets = 0; /* the total is in nf */
+				emc->f.bytes = 0;
 			}
 			asm volatile("" ::: "memory");
 		} else {

@@ -81,9 +81,12 @@ func TestBenchQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A figure less a wrapper measured separately can come out near zero
+	// or below on a busy machine with 20,000 repeats: what must hold is
+	// that each was measured.
 	for _, name := range []string{"xdp_pass_floor", "classify_redirect_hit_1", "gre_encap_ip4_hit", "gre_decap_ip4_hit"} {
-		if f := r.find(name); f.Name == "" || f.NsPerPacket <= 0 {
-			t.Errorf("figure %s missing or zero: %+v", name, f)
+		if f := r.find(name); f.Name == "" || f.RawNs <= 0 {
+			t.Errorf("figure %s missing or not measured: %+v", name, f)
 		}
 	}
 	if r.EndToEnd != nil {

@@ -54,6 +54,9 @@ type edgeEdgeFlow struct {
 	Dmac     [6]uint8
 	Smac     [6]uint8
 	Pad      uint16
+	Pad2     uint32
+	Packets  uint64
+	Bytes    uint64
 }
 
 type edgeEdgeFlowKey struct {

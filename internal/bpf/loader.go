@@ -151,6 +151,7 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgePathStats:  dp.EdgePathStats,
 		edgeMapEdgePathSeq:    dp.EdgePathSeq,
 		edgeMapEdgeIfaddrs:    dp.EdgeIfaddrs,
+		edgeMapEdgeEmc4:       dp.EdgeEmc4,
 	}
 }
 

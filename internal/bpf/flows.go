@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// FlowKey4 is the compact IPv4 flow-cache key.
+type FlowKey4 = edgeEdgeFlowKey4
+
+// emc4 mirrors struct edge_emc4 (bpf2go cannot generate it: the map of
+// the same name hides the type), 88 bytes.
+type emc4 struct {
+	K    FlowKey4
+	F    Flow
+	Pad  uint32
+	Pad2 uint32
+}
+
+// FlowStat is one flow of the flow cache with its counters.
+type FlowStat struct {
+	Src, Dst     netip.Addr
+	Proto        uint8
+	Sport, Dport uint16 // host order
+	Ifindex      uint32
+	DSCP         uint8
+	GREKey       uint32
+	HasGREKey    bool
+	// PDR is the id of the PDR that classified the flow (0: none
+	// matched); Gen the generation it was classified under, Live
+	// whether that is the serving one (else the next packet reclassifies).
+	PDR  uint32
+	Gen  uint32
+	Live bool
+	// Packets and Bytes count the flow since it entered the cache: the
+	// shared entry's total plus what each CPU's exact-match copy has
+	// counted since it was last added in.
+	Packets, Bytes uint64
+}
+
+// Flows reads every flow of both flow caches, adds the per-CPU counts not
+// yet folded in, and returns the top n by bytes (all when n <= 0). A read
+// races with packets: counts are a moment's, not a snapshot.
+func (dp *Dataplane) Flows(n int) ([]FlowStat, error) {
+	rules, gen, err := dp.ActiveRules()
+	if err != nil {
+		return nil, err
+	}
+	pdrOf := map[uint32]uint32{} // stats index -> PDR id
+	for _, r := range rules {
+		pdrOf[r.Stats] = uint32(r.Prio)
+	}
+	var out []FlowStat
+	index4 := map[FlowKey4]int{}
+	var k4 FlowKey4
+	var v Flow
+	it := dp.EdgeFlows4.Iterate()
+	for it.Next(&k4, &v) {
+		index4[k4] = len(out)
+		out = append(out, flowStat4(k4, v, pdrOf, gen))
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read ipv4 flows: %w", err)
+	}
+	var k FlowKey
+	it = dp.EdgeFlows.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, flowStat6(k, v, pdrOf, gen))
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read ipv6 flows: %w", err)
+	}
+	// Exact-match copies: add what each CPU counted and has not folded
+	// into the shared entry yet.
+	if dp.EdgeEmc4 != nil {
+		var slots []emc4
+		for i := uint32(0); i < dp.EdgeEmc4.MaxEntries(); i++ {
+			if err := dp.EdgeEmc4.Lookup(i, &slots); err != nil {
+				return nil, fmt.Errorf("read exact-match cache slot %d: %w", i, err)
+			}
+			for _, e := range slots {
+				if e.F.Packets == 0 {
+					continue
+				}
+				if j, ok := index4[e.K]; ok {
+					out[j].Packets += e.F.Packets
+					out[j].Bytes += e.F.Bytes
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b FlowStat) int {
+		if c := cmp.Compare(b.Bytes, a.Bytes); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.Packets, a.Packets)
+	})
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out, nil
+}
+
+func flowStat4(k FlowKey4, v Flow, pdrOf map[uint32]uint32, gen uint32) FlowStat {
+	var src, dst [4]byte
+	binary.LittleEndian.PutUint32(src[:], k.Src)
+	binary.LittleEndian.PutUint32(dst[:], k.Dst)
+	f := FlowStat{Src: netip.AddrFrom4(src), Dst: netip.AddrFrom4(dst), Proto: k.Proto,
+		Sport: be16(k.Sport), Dport: be16(k.Dport), Ifindex: k.Ifindex, DSCP: k.Dscp,
+		HasGREKey: k.Flags&KeyFlagGREKey != 0}
+	if f.HasGREKey {
+		f.GREKey = be32(k.GreKey)
+	}
+	fillFlow(&f, v, pdrOf, gen)
+	return f
+}
+
+func flowStat6(k FlowKey, v Flow, pdrOf map[uint32]uint32, gen uint32) FlowStat {
+	f := FlowStat{Proto: k.Proto, Sport: be16(k.Sport), Dport: be16(k.Dport), Ifindex: k.Ifindex, DSCP: k.Dscp,
+		HasGREKey: k.Flags&KeyFlagGREKey != 0}
+	if k.Family == 4 {
+		f.Src = netip.AddrFrom4([4]byte(k.Src[:4]))
+		f.Dst = netip.AddrFrom4([4]byte(k.Dst[:4]))
+	} else {
+		f.Src, f.Dst = netip.AddrFrom16(k.Src), netip.AddrFrom16(k.Dst)
+	}
+	if f.HasGREKey {
+		f.GREKey = be32(k.GreKey)
+	}
+	fillFlow(&f, v, pdrOf, gen)
+	return f
+}
+
+func fillFlow(f *FlowStat, v Flow, pdrOf map[uint32]uint32, gen uint32) {
+	f.Gen, f.Live = v.Gen, v.Gen == gen
+	if v.Stats != NoPDR {
+		f.PDR = pdrOf[v.Stats]
+	}
+	f.Packets, f.Bytes = v.Packets, v.Bytes
+}
+
+// be16 and be32 turn a field the dataplane keeps in network order, read as
+// a little-endian integer, into its value.
+func be16(v uint16) uint16 { return v>>8 | v<<8 }
+func be32(v uint32) uint32 {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], v)
+	return binary.BigEndian.Uint32(b[:])
+}
