@@ -27,7 +27,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newAgentCmd(), newValidateCmd(), newStatsCmd(), newDownCmd(), newBenchCmd(), newDemoCmd(), newLabCmd(), newWanemCmd(),
-		newGetCmd(), newApplyCmd(), newDeleteCmd())
+		newGetCmd(), newApplyCmd(), newDeleteCmd(), newFlowsCmd())
 	return root
 }
 

@@ -505,6 +505,10 @@ func (f *fakeAgent) Commit(cfg *config.Config, dryRun bool, _ []byte) (uint32, e
 	return f.gen, nil
 }
 
+func (f *fakeAgent) Flows(int) ([]bpf.FlowStat, map[uint32]string, error) {
+	return nil, nil, nil
+}
+
 func (f *fakeAgent) Snapshot() (*bpf.Snapshot, error) {
 	return &bpf.Snapshot{Gen: f.gen, PDRs: map[uint32]bpf.Counter{10: {Packets: 1, Bytes: 64}},
 		Verdicts: make([]bpf.Counter, len(bpf.VerdictNames)), Reasons: make([]bpf.Counter, len(bpf.ReasonNames)),

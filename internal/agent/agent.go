@@ -381,6 +381,24 @@ func (a *Agent) Commit(cfg *config.Config, dryRun bool, rec []byte) (uint32, err
 // Snapshot reads the dataplane counters (api.Backend).
 func (a *Agent) Snapshot() (*bpf.Snapshot, error) { return a.dp.Snapshot() }
 
+// Flows reads the top n flows and names the interfaces they came in on
+// (api.Backend).
+func (a *Agent) Flows(n int) ([]bpf.FlowStat, map[uint32]string, error) {
+	flows, err := a.dp.Flows(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	names := map[uint32]string{}
+	for _, f := range flows {
+		if _, ok := names[f.Ifindex]; !ok {
+			if itf, err := net.InterfaceByIndex(int(f.Ifindex)); err == nil {
+				names[f.Ifindex] = itf.Name
+			}
+		}
+	}
+	return flows, names, nil
+}
+
 // commit validates, compiles and commits cfg; with rec (an API batch) it
 // journals rec too, rolling the dataplane back if that fails.
 func (a *Agent) commit(cfg *config.Config, dryRun bool, rec []byte) (uint32, error) {

@@ -42,6 +42,9 @@ type Backend interface {
 	Commit(cfg *config.Config, dryRun bool, rec []byte) (gen uint32, err error)
 	// Snapshot reads the dataplane's counters.
 	Snapshot() (*bpf.Snapshot, error)
+	// Flows reads the top n flows by bytes (all when n is 0), with
+	// ingress interfaces named.
+	Flows(n int) ([]bpf.FlowStat, map[uint32]string, error)
 }
 
 // Server implements edgeplanev1.GatewayServer over a Backend.
@@ -482,4 +485,27 @@ func (s *Server) GetStats(context.Context, *pb.GetStatsRequest) (*pb.Stats, erro
 		return nil, status.Errorf(codes.Internal, "read counters: %v", err)
 	}
 	return statsToPB(snap), nil
+}
+
+// ListFlows implements edgeplanev1.GatewayServer.
+func (s *Server) ListFlows(_ context.Context, req *pb.ListFlowsRequest) (*pb.ListFlowsResponse, error) {
+	flows, names, err := s.b.Flows(int(req.GetTop()))
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "read flows: %v", err)
+	}
+	out := &pb.ListFlowsResponse{}
+	for _, f := range flows {
+		pf := &pb.Flow{Src: f.Src.String(), Dst: f.Dst.String(), Proto: config.Proto{Num: f.Proto, Set: true}.String(),
+			Sport: uint32(f.Sport), Dport: uint32(f.Dport), In: names[f.Ifindex], Dscp: uint32(f.DSCP),
+			Pdr: f.PDR, Live: f.Live, Packets: f.Packets, Bytes: f.Bytes}
+		if pf.In == "" {
+			pf.In = fmt.Sprintf("ifindex %d", f.Ifindex)
+		}
+		if f.HasGREKey {
+			k := f.GREKey
+			pf.GreKey = &k
+		}
+		out.Flows = append(out.Flows, pf)
+	}
+	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -28,6 +29,7 @@ import (
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/lab"
 )
 
 const (
@@ -566,5 +568,52 @@ func TestAPIRestartPersists(t *testing.T) {
 	}
 	if !proto.Equal(want, got) {
 		t.Errorf("pdrs after SIGKILL and restart:\n%v\nwant\n%v", got, want)
+	}
+}
+
+// TestAPIFlows sends two UDP flows of known sizes through the gateway and
+// reads them back over gRPC and with `edgeplane flows`: exact packets and
+// bytes, the PDR that classified them, the ingress interface, the busier
+// first.
+func TestAPIFlows(t *testing.T) {
+	a := newAPIGateway(t, forwardConfig)
+	a.warmUp()
+	const payload = 100
+	mustSendUDP(t, a.A, lab.AddrB, countUDPPort, 25, 0, payload)
+	mustSendUDP(t, a.A, lab.AddrB, countUDPPort, 5, 0, payload)
+	ctx, cancel := withToken(apiToken)
+	defer cancel()
+	r, err := a.gc.ListFlows(ctx, &pb.ListFlowsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours []*pb.Flow
+	for _, f := range r.GetFlows() {
+		if f.GetDst() == lab.AddrB && f.GetDport() == countUDPPort && f.GetProto() == "udp" {
+			ours = append(ours, f)
+		}
+	}
+	if len(ours) != 2 {
+		t.Fatalf("%d flows to %s:%d, want 2: %v", len(ours), lab.AddrB, countUDPPort, r.GetFlows())
+	}
+	for i, n := range []uint64{25, 5} {
+		f := ours[i]
+		if f.GetPackets() != n || f.GetBytes() != n*udp4Frame(payload) || f.GetPdr() != 12 || f.GetIn() != lab.LanName || !f.GetLive() || f.GetSrc() != lab.AddrA {
+			t.Errorf("flow %d: %v, want %d packets, %d bytes, pdr 12, in lan0, live, from %s", i, f, n, n*udp4Frame(payload), lab.AddrA)
+		}
+	}
+	top, err := a.gc.ListFlows(ctx, &pb.ListFlowsRequest{Top: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top.GetFlows()) != 1 || top.GetFlows()[0].GetSport() != ours[0].GetSport() {
+		t.Errorf("top 1: %v, want the 25-packet flow", top.GetFlows())
+	}
+	out, err := nsRun(a.GW, edgeplaneBin, "flows", "--top", "3", "--server", apiGRPC, "--token", apiToken)
+	if err != nil {
+		t.Fatalf("edgeplane flows: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "PACKETS") || !regexp.MustCompile(fmt.Sprintf(`\s25\s+%d\n`, 25*udp4Frame(payload))).MatchString(out) {
+		t.Errorf("edgeplane flows --top 3: want the 25-packet flow's counters:\n%s", out)
 	}
 }

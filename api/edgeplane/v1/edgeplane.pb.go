@@ -1495,6 +1495,234 @@ func (x *Stats) GetFlowCacheMisses() uint64 {
 	return 0
 }
 
+type ListFlowsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// how many flows, the most bytes first; 0: all
+	Top           uint32 `protobuf:"varint,1,opt,name=top,proto3" json:"top,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFlowsRequest) Reset() {
+	*x = ListFlowsRequest{}
+	mi := &file_edgeplane_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFlowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFlowsRequest) ProtoMessage() {}
+
+func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
+func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListFlowsRequest) GetTop() uint32 {
+	if x != nil {
+		return x.Top
+	}
+	return 0
+}
+
+// Flow is one flow of the flow cache: what it is, which PDR classified it,
+// and what it has carried since it entered the cache.
+type Flow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Src   string                 `protobuf:"bytes,1,opt,name=src,proto3" json:"src,omitempty"`
+	Dst   string                 `protobuf:"bytes,2,opt,name=dst,proto3" json:"dst,omitempty"`
+	// protocol name or number
+	Proto string `protobuf:"bytes,3,opt,name=proto,proto3" json:"proto,omitempty"`
+	Sport uint32 `protobuf:"varint,4,opt,name=sport,proto3" json:"sport,omitempty"`
+	Dport uint32 `protobuf:"varint,5,opt,name=dport,proto3" json:"dport,omitempty"`
+	// ingress interface name
+	In     string  `protobuf:"bytes,6,opt,name=in,proto3" json:"in,omitempty"`
+	Dscp   uint32  `protobuf:"varint,7,opt,name=dscp,proto3" json:"dscp,omitempty"`
+	GreKey *uint32 `protobuf:"varint,8,opt,name=gre_key,json=greKey,proto3,oneof" json:"gre_key,omitempty"`
+	// the PDR that classified it; 0: none matched
+	Pdr uint32 `protobuf:"varint,9,opt,name=pdr,proto3" json:"pdr,omitempty"`
+	// classified under the serving generation (else its next packet is
+	// classified again)
+	Live          bool   `protobuf:"varint,10,opt,name=live,proto3" json:"live,omitempty"`
+	Packets       uint64 `protobuf:"varint,11,opt,name=packets,proto3" json:"packets,omitempty"`
+	Bytes         uint64 `protobuf:"varint,12,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Flow) Reset() {
+	*x = Flow{}
+	mi := &file_edgeplane_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Flow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Flow) ProtoMessage() {}
+
+func (x *Flow) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Flow.ProtoReflect.Descriptor instead.
+func (*Flow) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Flow) GetSrc() string {
+	if x != nil {
+		return x.Src
+	}
+	return ""
+}
+
+func (x *Flow) GetDst() string {
+	if x != nil {
+		return x.Dst
+	}
+	return ""
+}
+
+func (x *Flow) GetProto() string {
+	if x != nil {
+		return x.Proto
+	}
+	return ""
+}
+
+func (x *Flow) GetSport() uint32 {
+	if x != nil {
+		return x.Sport
+	}
+	return 0
+}
+
+func (x *Flow) GetDport() uint32 {
+	if x != nil {
+		return x.Dport
+	}
+	return 0
+}
+
+func (x *Flow) GetIn() string {
+	if x != nil {
+		return x.In
+	}
+	return ""
+}
+
+func (x *Flow) GetDscp() uint32 {
+	if x != nil {
+		return x.Dscp
+	}
+	return 0
+}
+
+func (x *Flow) GetGreKey() uint32 {
+	if x != nil && x.GreKey != nil {
+		return *x.GreKey
+	}
+	return 0
+}
+
+func (x *Flow) GetPdr() uint32 {
+	if x != nil {
+		return x.Pdr
+	}
+	return 0
+}
+
+func (x *Flow) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
+}
+
+func (x *Flow) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *Flow) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+type ListFlowsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Flows         []*Flow                `protobuf:"bytes,1,rep,name=flows,proto3" json:"flows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFlowsResponse) Reset() {
+	*x = ListFlowsResponse{}
+	mi := &file_edgeplane_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFlowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFlowsResponse) ProtoMessage() {}
+
+func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
+func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListFlowsResponse) GetFlows() []*Flow {
+	if x != nil {
+		return x.Flows
+	}
+	return nil
+}
+
 var File_edgeplane_proto protoreflect.FileDescriptor
 
 const file_edgeplane_proto_rawDesc = "" +
@@ -1607,13 +1835,33 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x05value:\x028\x01\x1aQ\n" +
 	"\fReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
-	"\x05value\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x05value:\x028\x01*[\n" +
+	"\x05value\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x05value:\x028\x01\"$\n" +
+	"\x10ListFlowsRequest\x12\x10\n" +
+	"\x03top\x18\x01 \x01(\rR\x03top\"\x90\x02\n" +
+	"\x04Flow\x12\x10\n" +
+	"\x03src\x18\x01 \x01(\tR\x03src\x12\x10\n" +
+	"\x03dst\x18\x02 \x01(\tR\x03dst\x12\x14\n" +
+	"\x05proto\x18\x03 \x01(\tR\x05proto\x12\x14\n" +
+	"\x05sport\x18\x04 \x01(\rR\x05sport\x12\x14\n" +
+	"\x05dport\x18\x05 \x01(\rR\x05dport\x12\x0e\n" +
+	"\x02in\x18\x06 \x01(\tR\x02in\x12\x12\n" +
+	"\x04dscp\x18\a \x01(\rR\x04dscp\x12\x1c\n" +
+	"\agre_key\x18\b \x01(\rH\x00R\x06greKey\x88\x01\x01\x12\x10\n" +
+	"\x03pdr\x18\t \x01(\rR\x03pdr\x12\x12\n" +
+	"\x04live\x18\n" +
+	" \x01(\bR\x04live\x12\x18\n" +
+	"\apackets\x18\v \x01(\x04R\apackets\x12\x14\n" +
+	"\x05bytes\x18\f \x01(\x04R\x05bytesB\n" +
+	"\n" +
+	"\b_gre_key\"=\n" +
+	"\x11ListFlowsResponse\x12(\n" +
+	"\x05flows\x18\x01 \x03(\v2\x12.edgeplane.v1.FlowR\x05flows*[\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKIND_INTERFACE\x10\x01\x12\r\n" +
 	"\tKIND_PATH\x10\x02\x12\f\n" +
 	"\bKIND_FAR\x10\x03\x12\f\n" +
-	"\bKIND_PDR\x10\x042\xb1\x05\n" +
+	"\bKIND_PDR\x10\x042\xff\x05\n" +
 	"\aGateway\x12@\n" +
 	"\x05Apply\x12\x1a.edgeplane.v1.ApplyRequest\x1a\x1b.edgeplane.v1.ApplyResponse\x12Q\n" +
 	"\x0eListInterfaces\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListInterfacesResponse\x12G\n" +
@@ -1624,7 +1872,8 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x06GetFar\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x11.edgeplane.v1.Far\x12E\n" +
 	"\bListPdrs\x12\x19.edgeplane.v1.ListRequest\x1a\x1e.edgeplane.v1.ListPdrsResponse\x129\n" +
 	"\x06GetPdr\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x11.edgeplane.v1.Pdr\x12>\n" +
-	"\bGetStats\x12\x1d.edgeplane.v1.GetStatsRequest\x1a\x13.edgeplane.v1.StatsB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
+	"\bGetStats\x12\x1d.edgeplane.v1.GetStatsRequest\x1a\x13.edgeplane.v1.Stats\x12L\n" +
+	"\tListFlows\x12\x1e.edgeplane.v1.ListFlowsRequest\x1a\x1f.edgeplane.v1.ListFlowsResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
 
 var (
 	file_edgeplane_proto_rawDescOnce sync.Once
@@ -1639,7 +1888,7 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                      // 0: edgeplane.v1.Kind
 	(*Interface)(nil),              // 1: edgeplane.v1.Interface
@@ -1664,8 +1913,11 @@ var file_edgeplane_proto_goTypes = []any{
 	(*PdrCounter)(nil),             // 20: edgeplane.v1.PdrCounter
 	(*PathCounter)(nil),            // 21: edgeplane.v1.PathCounter
 	(*Stats)(nil),                  // 22: edgeplane.v1.Stats
-	nil,                            // 23: edgeplane.v1.Stats.VerdictsEntry
-	nil,                            // 24: edgeplane.v1.Stats.ReasonsEntry
+	(*ListFlowsRequest)(nil),       // 23: edgeplane.v1.ListFlowsRequest
+	(*Flow)(nil),                   // 24: edgeplane.v1.Flow
+	(*ListFlowsResponse)(nil),      // 25: edgeplane.v1.ListFlowsResponse
+	nil,                            // 26: edgeplane.v1.Stats.VerdictsEntry
+	nil,                            // 27: edgeplane.v1.Stats.ReasonsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
 	4,  // 0: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
@@ -1686,36 +1938,39 @@ var file_edgeplane_proto_depIdxs = []int32{
 	19, // 15: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
 	19, // 16: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
 	20, // 17: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	23, // 18: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	24, // 19: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	26, // 18: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	27, // 19: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
 	21, // 20: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
-	19, // 21: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	19, // 22: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	9,  // 23: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	11, // 24: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	13, // 25: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	11, // 26: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	12, // 27: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	11, // 28: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	12, // 29: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	11, // 30: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	12, // 31: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	18, // 32: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	10, // 33: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	14, // 34: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	1,  // 35: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	15, // 36: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	2,  // 37: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	16, // 38: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	3,  // 39: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	17, // 40: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	5,  // 41: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	22, // 42: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	33, // [33:43] is the sub-list for method output_type
-	23, // [23:33] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	24, // 21: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
+	19, // 22: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	19, // 23: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	9,  // 24: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	11, // 25: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	13, // 26: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	11, // 27: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	12, // 28: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	11, // 29: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	12, // 30: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	11, // 31: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	12, // 32: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	18, // 33: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	23, // 34: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	10, // 35: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	14, // 36: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	1,  // 37: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	15, // 38: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	2,  // 39: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	16, // 40: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	3,  // 41: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	17, // 42: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	5,  // 43: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	22, // 44: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	25, // 45: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	35, // [35:46] is the sub-list for method output_type
+	24, // [24:35] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -1736,13 +1991,14 @@ func file_edgeplane_proto_init() {
 		(*Operation_Update)(nil),
 		(*Operation_Delete)(nil),
 	}
+	file_edgeplane_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -39,6 +39,7 @@ const (
 	Gateway_ListPdrs_FullMethodName       = "/edgeplane.v1.Gateway/ListPdrs"
 	Gateway_GetPdr_FullMethodName         = "/edgeplane.v1.Gateway/GetPdr"
 	Gateway_GetStats_FullMethodName       = "/edgeplane.v1.Gateway/GetStats"
+	Gateway_ListFlows_FullMethodName      = "/edgeplane.v1.Gateway/ListFlows"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -65,6 +66,9 @@ type GatewayClient interface {
 	GetPdr(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*Pdr, error)
 	// GetStats reads every dataplane counter (summed over CPUs).
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*Stats, error)
+	// ListFlows lists the flows in the flow cache with their counters, the
+	// most bytes first.
+	ListFlows(ctx context.Context, in *ListFlowsRequest, opts ...grpc.CallOption) (*ListFlowsResponse, error)
 }
 
 type gatewayClient struct {
@@ -175,6 +179,16 @@ func (c *gatewayClient) GetStats(ctx context.Context, in *GetStatsRequest, opts 
 	return out, nil
 }
 
+func (c *gatewayClient) ListFlows(ctx context.Context, in *ListFlowsRequest, opts ...grpc.CallOption) (*ListFlowsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFlowsResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListFlows_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServer is the server API for Gateway service.
 // All implementations must embed UnimplementedGatewayServer
 // for forward compatibility.
@@ -199,6 +213,9 @@ type GatewayServer interface {
 	GetPdr(context.Context, *GetByIDRequest) (*Pdr, error)
 	// GetStats reads every dataplane counter (summed over CPUs).
 	GetStats(context.Context, *GetStatsRequest) (*Stats, error)
+	// ListFlows lists the flows in the flow cache with their counters, the
+	// most bytes first.
+	ListFlows(context.Context, *ListFlowsRequest) (*ListFlowsResponse, error)
 	mustEmbedUnimplementedGatewayServer()
 }
 
@@ -238,6 +255,9 @@ func (UnimplementedGatewayServer) GetPdr(context.Context, *GetByIDRequest) (*Pdr
 }
 func (UnimplementedGatewayServer) GetStats(context.Context, *GetStatsRequest) (*Stats, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
+}
+func (UnimplementedGatewayServer) ListFlows(context.Context, *ListFlowsRequest) (*ListFlowsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFlows not implemented")
 }
 func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
 func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
@@ -440,6 +460,24 @@ func _Gateway_GetStats_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ListFlows_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListFlowsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListFlows(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListFlows_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListFlows(ctx, req.(*ListFlowsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -486,6 +524,10 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStats",
 			Handler:    _Gateway_GetStats_Handler,
+		},
+		{
+			MethodName: "ListFlows",
+			Handler:    _Gateway_ListFlows_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
