@@ -5,6 +5,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"unicode"
 )
 
@@ -57,7 +58,7 @@ func (v *validator) interfaces(list []Interface) map[string]int {
 	}
 	byName := make(map[string]int, len(list))
 	for i, it := range list {
-		p := fmt.Sprintf("interfaces[%d]", i)
+		p := "interfaces[" + strconv.Itoa(i) + "]"
 		if reason := ifnameProblem(it.Name); reason != "" {
 			v.add(p+".name", "%s", reason)
 		} else if first, dup := byName[it.Name]; dup {
@@ -115,7 +116,7 @@ func (v *validator) paths(list []Path, ifaces map[string]int) map[uint32]int {
 	}
 	decap := map[decapKey]int{}
 	for i, pt := range list {
-		p := fmt.Sprintf("paths[%d]", i)
+		p := "paths[" + strconv.Itoa(i) + "]"
 		if pt.ID == 0 {
 			v.add(p+".id", "required")
 		} else if first, dup := byID[pt.ID]; dup {
@@ -175,7 +176,7 @@ func (v *validator) fars(list []FAR, ifaces map[string]int, paths map[uint32]int
 	byID := make(map[uint32]int, len(list))
 	const want = "want pass, drop, redirect, encap or decap"
 	for i, f := range list {
-		p := fmt.Sprintf("fars[%d]", i)
+		p := "fars[" + strconv.Itoa(i) + "]"
 		if f.ID == 0 {
 			v.add(p+".id", "required")
 		} else if first, dup := byID[f.ID]; dup {
@@ -223,7 +224,7 @@ func (v *validator) pdrs(list []PDR, rules uint32, ifaces map[string]int, fars m
 	}
 	byID := make(map[uint32]int, len(list))
 	for i, r := range list {
-		p := fmt.Sprintf("pdrs[%d]", i)
+		p := "pdrs[" + strconv.Itoa(i) + "]"
 		if r.ID == 0 {
 			v.add(p+".id", "required")
 		} else if first, dup := byID[r.ID]; dup {
