@@ -5,17 +5,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -35,6 +26,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
 // agentYAML is what the agent of these tests serves.
@@ -515,31 +507,6 @@ func (f *fakeAgent) Snapshot() (*bpf.Snapshot, error) {
 		Paths: map[uint32]bpf.PathCounters{}}, nil
 }
 
-// testCert writes a self-signed certificate for 127.0.0.1 and returns its
-// file and the server's TLS config.
-func testCert(t *testing.T) (string, *tls.Config) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "edgeplane test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return file, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
-}
-
 // TestCommandsAgainstAPI runs get, apply, delete and stats --server
 // against the API server on loopback, with a token and TLS.
 func TestCommandsAgainstAPI(t *testing.T) {
@@ -552,7 +519,8 @@ func TestCommandsAgainstAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, tlsCfg := testCert(t)
+	cert := testutil.NewTestCert(t)
+	ca, tlsCfg := cert.CertFile, cert.Server
 	agent := &fakeAgent{cfg: agentConfig(t), gen: 1}
 	l, err := api.Serve(api.NewServer(agent), api.Options{GRPCAddr: "127.0.0.1:0", Auth: auth, TLS: tlsCfg}, make(chan error, 1))
 	if err != nil {

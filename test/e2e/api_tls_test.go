@@ -4,14 +4,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -26,42 +19,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/testutil"
 )
-
-// selfSigned writes a certificate for 127.0.0.1 and its key into dir and
-// returns their paths and a pool that trusts the certificate.
-func selfSigned(t *testing.T, dir string) (certPath, keyPath string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "edgeplane test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPath, keyPath = filepath.Join(dir, "api.crt"), filepath.Join(dir, "api.key")
-	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certPath, keyPath, pool
-}
 
 // TestAPITLSAndLimits serves the API over TLS: a client trusting the
 // certificate gets through on gRPC and REST, a plaintext client does not;
@@ -72,7 +31,8 @@ func TestAPITLSAndLimits(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte(apiToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	certPath, keyPath, pool := selfSigned(t, g.dir)
+	cert := testutil.NewTestCert(t)
+	certPath, keyPath, pool := cert.CertFile, cert.KeyFile, cert.Pool
 	g.start("--grpc-addr", apiGRPC, "--rest-addr", apiREST, "--api-tokens", tokens, "--tls-cert", certPath, "--tls-key", keyPath)
 
 	dial := nsDial(g.GW)
