@@ -117,6 +117,16 @@ func Demo(ctx context.Context, bin string, out io.Writer) (err error) {
 	for _, r := range rtts {
 		fmt.Fprintf(out, "    ping %-42s %d/%d replies, rtt min/avg/max %.2f/%.2f/%.2f ms\n", r.label+":", r.received, r.sent, r.min, r.avg, r.max)
 	}
+	// The busiest flows gateway A saw, over its control API (the agents
+	// serve it on loopback inside their namespaces).
+	step("top flows at gateway A (edgeplane flows --top 6, over the agent's API)")
+	if fl, err := NSOutput(l.GWA, l.Bin, "flows", "--top", "6", "--server", "127.0.0.1:50051"); err != nil {
+		fmt.Fprintf(out, "    %v\n", err)
+	} else {
+		for _, line := range strings.Split(strings.TrimRight(fl, "\n"), "\n") {
+			fmt.Fprintf(out, "    %s\n", line)
+		}
+	}
 	step("WAN links (the emulators' settings and counters)")
 	for _, ls := range st.Links {
 		if ls.Error != "" {
