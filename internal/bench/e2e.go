@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -120,16 +119,7 @@ type netNS struct {
 // do runs fn on an OS thread inside the namespace; the thread is never
 // handed back to the Go scheduler (it ends with the goroutine).
 func (n *netNS) do(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := netns.Set(n.h); err != nil {
-			errc <- fmt.Errorf("enter netns %s: %w", n.name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	return lab.InNetNS(n.h, n.name, fn)
 }
 
 func (n *netNS) ifindex(name string) (uint32, error) {

@@ -5,7 +5,6 @@ package lab
 import (
 	"fmt"
 	"net"
-	"runtime"
 
 	"github.com/vishvananda/netns"
 )
@@ -104,16 +103,7 @@ func (p *PacketNS) Resolve(name string) (uint32, error) {
 // Do runs fn on an OS thread inside the namespace. The thread is never
 // handed back to the Go scheduler, so no other goroutine inherits it.
 func (p *PacketNS) Do(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := netns.Set(p.Handle); err != nil {
-			errc <- fmt.Errorf("enter netns %s: %w", p.Name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	return InNetNS(p.Handle, p.Name, fn)
 }
 
 // Close deletes the namespace.

@@ -11,14 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/vishvananda/netns"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -46,29 +44,13 @@ const (
 // thread, left in ns, ends with its goroutine (locked, never unlocked).
 func nsDial(ns string) func(ctx context.Context, addr string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
-		type result struct {
-			c   net.Conn
-			err error
-		}
-		ch := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread()
-			h, err := netns.GetFromName(ns)
-			if err != nil {
-				ch <- result{nil, fmt.Errorf("open netns %s: %w", ns, err)}
-				return
-			}
-			defer h.Close()
-			if err := netns.Set(h); err != nil {
-				ch <- result{nil, fmt.Errorf("enter netns %s: %w", ns, err)}
-				return
-			}
+		var c net.Conn
+		err := lab.InNamedNetNS(ns, func() (err error) {
 			var d net.Dialer
-			c, err := d.DialContext(ctx, "tcp", addr)
-			ch <- result{c, err}
-		}()
-		r := <-ch
-		return r.c, r.err
+			c, err = d.DialContext(ctx, "tcp", addr)
+			return err
+		})
+		return c, err
 	}
 }
 
