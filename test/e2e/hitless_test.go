@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,8 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netns"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/lab"
@@ -76,27 +73,6 @@ func hitlessSet(toB bool) []*pb.Operation {
 	return ops
 }
 
-// inNS runs fn on a thread inside network namespace ns; sockets fn opens
-// stay in ns.
-func inNS(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // the thread dies with the goroutine, never reused
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
 // flowSender sends paced datagrams round robin over hitlessFlows sockets,
 // each carrying (flow, sequence number).
 type flowSender struct {
@@ -108,7 +84,7 @@ type flowSender struct {
 func newFlowSender(ns, dst string) (*flowSender, error) {
 	s := &flowSender{sent: make([]uint64, hitlessFlows)}
 	raddr := &net.UDPAddr{IP: net.ParseIP(dst), Port: hitlessPort}
-	err := inNS(ns, func() error {
+	err := lab.InNamedNetNS(ns, func() error {
 		for i := range hitlessFlows {
 			c, err := net.DialUDP("udp4", &net.UDPAddr{Port: hitlessSport + i}, raddr)
 			if err != nil {
@@ -181,7 +157,7 @@ func newFlowReceiver(ns, addr string) (*flowReceiver, error) {
 	for i := range r.seen {
 		r.seen[i] = map[uint64]bool{}
 	}
-	err := inNS(ns, func() error {
+	err := lab.InNamedNetNS(ns, func() error {
 		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(addr), Port: hitlessPort})
 		if err != nil {
 			return err
@@ -253,8 +229,8 @@ func udpRcvbufErrors(t *testing.T, ns string) uint64 {
 		t.Fatal(err)
 	}
 	var names, vals []string
-	for _, line := range splitLines(out) {
-		f := splitFields(line)
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
 		if len(f) > 0 && f[0] == "Udp:" {
 			if names == nil {
 				names = f
@@ -395,14 +371,8 @@ func latencySummary(d []time.Duration) string {
 	if len(d) == 0 {
 		return "none"
 	}
-	s := append([]time.Duration(nil), d...)
-	sortDurations(s)
+	s := slices.Clone(d)
+	slices.Sort(s)
 	return fmt.Sprintf("p50 %s p90 %s p99 %s max %s", s[len(s)/2].Round(time.Microsecond), s[len(s)*9/10].Round(time.Microsecond),
 		s[len(s)*99/100].Round(time.Microsecond), s[len(s)-1].Round(time.Microsecond))
 }
-
-func sortDurations(d []time.Duration) { slices.Sort(d) }
-
-func splitLines(s string) []string { return strings.Split(s, "\n") }
-
-func splitFields(s string) []string { return strings.Fields(s) }
