@@ -70,26 +70,16 @@ type Agent struct {
 	// syncReq asks the syncer to fold the journal into the config file.
 	syncReq chan struct{}
 	// journal holds API batches not yet in the config file; seq numbers
-	// the last batch committed, fileSeq the last one the file holds.
-	// Guarded by commitMu.
-	journal      *journal
-	seq, fileSeq uint64
-	mu           sync.Mutex
-	cfg          *config.Config
-	gen          uint32
-	dp           *bpf.Dataplane
-	alloc        rules.Allocs
+	// the last batch committed. Guarded by commitMu.
+	journal *journal
+	seq     uint64
+	mu      sync.Mutex
+	cfg     *config.Config
+	gen     uint32
+	dp      *bpf.Dataplane
+	alloc   rules.Allocs
 
 	reloads *prometheus.CounterVec
-}
-
-// ResolveIfindex is the rules.Resolver for the agent's own namespace.
-func ResolveIfindex(name string) (uint32, error) {
-	itf, err := net.InterfaceByName(name)
-	if err != nil {
-		return 0, fmt.Errorf("no interface %q on this host", name)
-	}
-	return uint32(itf.Index), nil
 }
 
 // hostResolver returns a rules.Resolver that asks the kernel for each
@@ -604,7 +594,6 @@ func (a *Agent) fold() {
 		a.log.Error("fold the journal into the config file", "config", a.opts.ConfigPath, "error", err)
 		return
 	}
-	a.fileSeq = a.seq
 	if err := a.journal.keepAfter(a.seq); err != nil {
 		a.log.Error("trim the journal", "journal", a.journal.path, "error", err)
 	}

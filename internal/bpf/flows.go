@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"slices"
 )
@@ -21,6 +22,9 @@ type emc4 struct {
 	Pad  uint32
 	Pad2 uint32
 }
+
+// Ports and the GRE key are kept in network order in the keys; read as
+// little-endian integers (bpfel), reversing their bytes gives the value.
 
 // FlowStat is one flow of the flow cache with its counters.
 type FlowStat struct {
@@ -111,17 +115,17 @@ func flowStat4(k FlowKey4, v Flow, pdrOf map[uint32]uint32, gen uint32) FlowStat
 	binary.LittleEndian.PutUint32(src[:], k.Src)
 	binary.LittleEndian.PutUint32(dst[:], k.Dst)
 	f := FlowStat{Src: netip.AddrFrom4(src), Dst: netip.AddrFrom4(dst), Proto: k.Proto,
-		Sport: be16(k.Sport), Dport: be16(k.Dport), Ifindex: k.Ifindex, DSCP: k.Dscp,
+		Sport: bits.ReverseBytes16(k.Sport), Dport: bits.ReverseBytes16(k.Dport), Ifindex: k.Ifindex, DSCP: k.Dscp,
 		HasGREKey: k.Flags&KeyFlagGREKey != 0}
 	if f.HasGREKey {
-		f.GREKey = be32(k.GreKey)
+		f.GREKey = bits.ReverseBytes32(k.GreKey)
 	}
 	fillFlow(&f, v, pdrOf, gen)
 	return f
 }
 
 func flowStat6(k FlowKey, v Flow, pdrOf map[uint32]uint32, gen uint32) FlowStat {
-	f := FlowStat{Proto: k.Proto, Sport: be16(k.Sport), Dport: be16(k.Dport), Ifindex: k.Ifindex, DSCP: k.Dscp,
+	f := FlowStat{Proto: k.Proto, Sport: bits.ReverseBytes16(k.Sport), Dport: bits.ReverseBytes16(k.Dport), Ifindex: k.Ifindex, DSCP: k.Dscp,
 		HasGREKey: k.Flags&KeyFlagGREKey != 0}
 	if k.Family == 4 {
 		f.Src = netip.AddrFrom4([4]byte(k.Src[:4]))
@@ -130,7 +134,7 @@ func flowStat6(k FlowKey, v Flow, pdrOf map[uint32]uint32, gen uint32) FlowStat 
 		f.Src, f.Dst = netip.AddrFrom16(k.Src), netip.AddrFrom16(k.Dst)
 	}
 	if f.HasGREKey {
-		f.GREKey = be32(k.GreKey)
+		f.GREKey = bits.ReverseBytes32(k.GreKey)
 	}
 	fillFlow(&f, v, pdrOf, gen)
 	return f
@@ -142,13 +146,4 @@ func fillFlow(f *FlowStat, v Flow, pdrOf map[uint32]uint32, gen uint32) {
 		f.PDR = pdrOf[v.Stats]
 	}
 	f.Packets, f.Bytes = v.Packets, v.Bytes
-}
-
-// be16 and be32 turn a field the dataplane keeps in network order, read as
-// a little-endian integer, into its value.
-func be16(v uint16) uint16 { return v>>8 | v<<8 }
-func be32(v uint32) uint32 {
-	var b [4]byte
-	binary.LittleEndian.PutUint32(b[:], v)
-	return binary.BigEndian.Uint32(b[:])
 }

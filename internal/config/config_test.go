@@ -556,9 +556,6 @@ defaults: {no_match: drop, malformed: pass}
 					t.Errorf("written and loaded back:\n%+v\nwant\n%+v", back, c)
 				}
 			}
-			if err := SyncFile(path); err != nil {
-				t.Fatal(err)
-			}
 		})
 	}
 }

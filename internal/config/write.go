@@ -16,11 +16,7 @@ const fileHeader = `# Written by the edgeplane agent after API changes: with the
 # apply an edit (comments are not kept across API changes).
 `
 
-// WriteFile writes c to path atomically: to a temporary file in the same
-// directory, then renamed over path, so readers and a restarted process see
-// either the old file or the new one, never a torn one. With durable, the
-// data and the rename are synced to disk before it returns (SyncFile does
-// that later otherwise). The file keeps its mode.
+// WriteFile writes c to path with ReplaceFile, keeping the file's mode.
 func WriteFile(path string, c *Config, durable bool, header string) error {
 	// That this reads back as the same config is TestWriteFileRoundTrip's
 	// to show, not every commit's to pay for.
@@ -29,6 +25,14 @@ func WriteFile(path string, c *Config, durable bool, header string) error {
 	if st, err := os.Stat(path); err == nil {
 		mode = st.Mode().Perm()
 	}
+	return ReplaceFile(path, data, mode, durable)
+}
+
+// ReplaceFile writes data to path atomically: to a temporary file in the
+// same directory, then renamed over path, so readers and a restarted
+// process see either the old file or the new one, never a torn one. With
+// durable, the data and the rename are synced to disk before it returns.
+func ReplaceFile(path string, data []byte, mode os.FileMode, durable bool) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
@@ -59,20 +63,6 @@ func WriteFile(path string, c *Config, durable bool, header string) error {
 		return syncDir(dir)
 	}
 	return nil
-}
-
-// SyncFile makes path's data and its directory entry durable.
-func SyncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	f.Close()
-	if err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
 }
 
 func syncDir(dir string) error {
