@@ -27,15 +27,18 @@ func (f *fieldErrs) add(field, format string, a ...any) {
 	f.errs = append(f.errs, config.FieldError{Path: f.prefix + "." + field, Reason: fmt.Sprintf(format, a...)})
 }
 
-func interfaceToPB(i config.Interface) *pb.Interface {
+// InterfaceToPB returns i as an API object.
+func InterfaceToPB(i config.Interface) *pb.Interface {
 	return &pb.Interface{Name: i.Name, Role: i.Role, Xdp: i.XDP}
 }
 
-func interfaceFromPB(p *pb.Interface) config.Interface {
+// InterfaceFromPB returns p in the config model.
+func InterfaceFromPB(p *pb.Interface) config.Interface {
 	return config.Interface{Name: p.GetName(), Role: p.GetRole(), XDP: p.GetXdp()}
 }
 
-func pathToPB(p config.Path) *pb.Path {
+// PathToPB returns p as an API object.
+func PathToPB(p config.Path) *pb.Path {
 	out := &pb.Path{Id: p.ID, Type: p.Type, Interface: p.Interface, Local: p.Local.String(), Remote: p.Remote.String(), Seq: p.Seq, Ttl: uint32(p.TTL)}
 	if p.Key != nil {
 		k := *p.Key
@@ -67,15 +70,18 @@ func pathFromPB(p *pb.Path, f *fieldErrs) config.Path {
 	return out
 }
 
-func farToPB(f config.FAR) *pb.Far {
+// FARToPB returns f as an API object.
+func FARToPB(f config.FAR) *pb.Far {
 	return &pb.Far{Id: f.ID, Action: f.Action, Interface: f.Interface, Path: f.Path}
 }
 
-func farFromPB(p *pb.Far) config.FAR {
+// FARFromPB returns p in the config model.
+func FARFromPB(p *pb.Far) config.FAR {
 	return config.FAR{ID: p.GetId(), Action: p.GetAction(), Interface: p.GetInterface(), Path: p.GetPath()}
 }
 
-func pdrToPB(p config.PDR) *pb.Pdr {
+// PDRToPB returns p as an API object.
+func PDRToPB(p config.PDR) *pb.Pdr {
 	m := p.Match
 	out := &pb.Match{In: m.In, Src: m.Src.String(), Dst: m.Dst.String()}
 	if m.Proto.Set {

@@ -7,24 +7,9 @@ import (
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
-// These wrappers give API clients (the edgeplane CLI) the same
-// conversions the server makes, so an object read from the API and one
-// read from a config file compare and print alike.
-
-// InterfaceToPB returns i as an API object.
-func InterfaceToPB(i config.Interface) *pb.Interface {
-	return interfaceToPB(i)
-}
-
-// InterfaceFromPB returns p in the config model.
-func InterfaceFromPB(p *pb.Interface) config.Interface {
-	return interfaceFromPB(p)
-}
-
-// PathToPB returns p as an API object.
-func PathToPB(p config.Path) *pb.Path {
-	return pathToPB(p)
-}
+// PathFromPB and PDRFromPB give API clients (the edgeplane CLI) the
+// server's parsing of those objects, with its field errors as a
+// config.Errors; the other conversions are exported as they are.
 
 // PathFromPB returns p in the config model, or a config.Errors naming
 // every field that does not parse (paths start with "path.").
@@ -35,21 +20,6 @@ func PathFromPB(p *pb.Path) (config.Path, error) {
 		return config.Path{}, f.errs
 	}
 	return out, nil
-}
-
-// FARToPB returns f as an API object.
-func FARToPB(f config.FAR) *pb.Far {
-	return farToPB(f)
-}
-
-// FARFromPB returns p in the config model.
-func FARFromPB(p *pb.Far) config.FAR {
-	return farFromPB(p)
-}
-
-// PDRToPB returns p as an API object.
-func PDRToPB(p config.PDR) *pb.Pdr {
-	return pdrToPB(p)
 }
 
 // PDRFromPB returns p in the config model, or a config.Errors naming

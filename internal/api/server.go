@@ -148,7 +148,7 @@ func applyOps(cur *config.Config, ops []*pb.Operation) (*config.Config, origin, 
 			switch k := obj.GetKind().(type) {
 			case *pb.Object_Interface:
 				f.prefix = base + ".interface"
-				v := interfaceFromPB(k.Interface)
+				v := InterfaceFromPB(k.Interface)
 				list, key = listInterfaces, v.Name
 				exists = ifs.upsert(v.Name, v, create)
 			case *pb.Object_Path:
@@ -158,7 +158,7 @@ func applyOps(cur *config.Config, ops []*pb.Operation) (*config.Config, origin, 
 				exists = paths.upsert(v.ID, v, create)
 			case *pb.Object_Far:
 				f.prefix = base + ".far"
-				v := farFromPB(k.Far)
+				v := FARFromPB(k.Far)
 				list, key = listFARs, fmt.Sprint(v.ID)
 				exists = fars.upsert(v.ID, v, create)
 			case *pb.Object_Pdr:
@@ -406,7 +406,7 @@ func fieldStatus(code codes.Code, fe config.Errors) error {
 func (s *Server) ListInterfaces(context.Context, *pb.ListRequest) (*pb.ListInterfacesResponse, error) {
 	out := &pb.ListInterfacesResponse{}
 	for _, v := range s.b.Config().Interfaces {
-		out.Interfaces = append(out.Interfaces, interfaceToPB(v))
+		out.Interfaces = append(out.Interfaces, InterfaceToPB(v))
 	}
 	return out, nil
 }
@@ -415,7 +415,7 @@ func (s *Server) ListInterfaces(context.Context, *pb.ListRequest) (*pb.ListInter
 func (s *Server) GetInterface(_ context.Context, req *pb.GetByNameRequest) (*pb.Interface, error) {
 	for _, v := range s.b.Config().Interfaces {
 		if v.Name == req.GetName() {
-			return interfaceToPB(v), nil
+			return InterfaceToPB(v), nil
 		}
 	}
 	return nil, status.Errorf(codes.NotFound, "no interface %q", req.GetName())
@@ -425,7 +425,7 @@ func (s *Server) GetInterface(_ context.Context, req *pb.GetByNameRequest) (*pb.
 func (s *Server) ListPaths(context.Context, *pb.ListRequest) (*pb.ListPathsResponse, error) {
 	out := &pb.ListPathsResponse{}
 	for _, v := range s.b.Config().Paths {
-		out.Paths = append(out.Paths, pathToPB(v))
+		out.Paths = append(out.Paths, PathToPB(v))
 	}
 	return out, nil
 }
@@ -434,7 +434,7 @@ func (s *Server) ListPaths(context.Context, *pb.ListRequest) (*pb.ListPathsRespo
 func (s *Server) GetPath(_ context.Context, req *pb.GetByIDRequest) (*pb.Path, error) {
 	for _, v := range s.b.Config().Paths {
 		if v.ID == req.GetId() {
-			return pathToPB(v), nil
+			return PathToPB(v), nil
 		}
 	}
 	return nil, status.Errorf(codes.NotFound, "no path %d", req.GetId())
@@ -444,7 +444,7 @@ func (s *Server) GetPath(_ context.Context, req *pb.GetByIDRequest) (*pb.Path, e
 func (s *Server) ListFars(context.Context, *pb.ListRequest) (*pb.ListFarsResponse, error) {
 	out := &pb.ListFarsResponse{}
 	for _, v := range s.b.Config().FARs {
-		out.Fars = append(out.Fars, farToPB(v))
+		out.Fars = append(out.Fars, FARToPB(v))
 	}
 	return out, nil
 }
@@ -453,7 +453,7 @@ func (s *Server) ListFars(context.Context, *pb.ListRequest) (*pb.ListFarsRespons
 func (s *Server) GetFar(_ context.Context, req *pb.GetByIDRequest) (*pb.Far, error) {
 	for _, v := range s.b.Config().FARs {
 		if v.ID == req.GetId() {
-			return farToPB(v), nil
+			return FARToPB(v), nil
 		}
 	}
 	return nil, status.Errorf(codes.NotFound, "no far %d", req.GetId())
@@ -463,7 +463,7 @@ func (s *Server) GetFar(_ context.Context, req *pb.GetByIDRequest) (*pb.Far, err
 func (s *Server) ListPdrs(context.Context, *pb.ListRequest) (*pb.ListPdrsResponse, error) {
 	out := &pb.ListPdrsResponse{}
 	for _, v := range s.b.Config().PDRs {
-		out.Pdrs = append(out.Pdrs, pdrToPB(v))
+		out.Pdrs = append(out.Pdrs, PDRToPB(v))
 	}
 	return out, nil
 }
@@ -472,7 +472,7 @@ func (s *Server) ListPdrs(context.Context, *pb.ListRequest) (*pb.ListPdrsRespons
 func (s *Server) GetPdr(_ context.Context, req *pb.GetByIDRequest) (*pb.Pdr, error) {
 	for _, v := range s.b.Config().PDRs {
 		if v.ID == req.GetId() {
-			return pdrToPB(v), nil
+			return PDRToPB(v), nil
 		}
 	}
 	return nil, status.Errorf(codes.NotFound, "no pdr %d", req.GetId())
