@@ -85,7 +85,7 @@ struct edge_flow_key4 {
 /* Key of edge_rules: a masked packet key within one mask group of one slot. */
 struct edge_rule_key {
 	struct edge_flow_key k;
-	__u32 group; /* slot * EDGE_MAX_GROUPS + group index */
+	__u32 group; /* slot * EDGE_MAX_GROUPS + the group's tag */
 	__u32 pad;
 };
 
@@ -98,10 +98,15 @@ struct edge_rule {
 };
 
 /* One mask group (tuple-space subtable). min_prio is the best prio of any
- * rule in it: groups are sorted by it so the search stops early. */
+ * rule in it: groups are sorted by it so the search stops early. tag
+ * (< EDGE_MAX_GROUPS) marks the group's rules in edge_rules; it stays with
+ * the group while the search order around it changes, so a new group or a
+ * new best rule reorders only edge_groups, never rewrites rules. */
 struct edge_group {
 	struct edge_flow_key mask;
 	__u64 min_prio;
+	__u32 tag;
+	__u32 pad;
 };
 
 /* Resolved forwarding action. */

@@ -54,7 +54,7 @@ __noinline int edge_classify(const struct edge_flow_key *key,
 		m[3] = k[3] & gm[3];
 		m[4] = k[4] & gm[4];
 		m[5] = k[5] & gm[5];
-		rk.group = gi;
+		rk.group = base + (g->tag & (EDGE_MAX_GROUPS - 1));
 		r = bpf_map_lookup_elem(&edge_rules, &rk);
 		if (r && (!found || r->prio < out->prio)) {
 			*out = *r;

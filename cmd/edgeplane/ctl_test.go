@@ -468,32 +468,32 @@ func TestStatsAPIFlagsNeedServer(t *testing.T) {
 	}
 }
 
-// fakeAgent is an api.Backend holding a config in memory.
+// fakeAgent is an api.Backend holding a config in memory (a
+// config.Store, as the agent does, without a dataplane).
 type fakeAgent struct {
-	mu  sync.Mutex
-	cfg *config.Config
-	gen uint32
+	mu    sync.Mutex
+	store *config.Store
+	gen   uint32
 }
 
 func (f *fakeAgent) Config() *config.Config {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.cfg
+	return f.store.Config()
 }
 
-func (f *fakeAgent) Commit(cfg *config.Config, dryRun bool, _ []byte) (uint32, error) {
+func (f *fakeAgent) Apply(ops []config.Op, dryRun bool, _ []byte) (uint32, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := *cfg
-	n.Normalize()
-	if err := n.Validate(); err != nil {
+	_, undo, err := f.store.Apply(ops)
+	if err != nil {
 		return 0, err
 	}
 	if dryRun {
+		undo()
 		return f.gen, nil
 	}
 	f.gen++
-	f.cfg = &n
 	return f.gen, nil
 }
 
@@ -521,7 +521,7 @@ func TestCommandsAgainstAPI(t *testing.T) {
 	}
 	cert := testutil.NewTestCert(t)
 	ca, tlsCfg := cert.CertFile, cert.Server
-	agent := &fakeAgent{cfg: agentConfig(t), gen: 1}
+	agent := &fakeAgent{store: config.NewStore(agentConfig(t)), gen: 1}
 	l, err := api.Serve(api.NewServer(agent), api.Options{GRPCAddr: "127.0.0.1:0", Auth: auth, TLS: tlsCfg}, make(chan error, 1))
 	if err != nil {
 		t.Fatal(err)

@@ -64,8 +64,8 @@ type Agent struct {
 	opts Options
 	log  *slog.Logger
 
-	// commitMu serialises whole changes (reloads, API applies): check,
-	// attach, commit, persist. mu guards the fields below it.
+	// commitMu serialises whole changes (reloads, API applies: check,
+	// attach, commit, persist) and folds of the journal into the file.
 	commitMu sync.Mutex
 	// syncReq asks the syncer to fold the journal into the config file.
 	syncReq chan struct{}
@@ -73,11 +73,14 @@ type Agent struct {
 	// the last batch committed. Guarded by commitMu.
 	journal *journal
 	seq     uint64
-	mu      sync.Mutex
-	cfg     *config.Config
-	gen     uint32
-	dp      *bpf.Dataplane
-	alloc   rules.Allocs
+	// mu guards the fields below it; a change holds it from checking
+	// the batch to the flip, so readers see one committed config.
+	mu sync.Mutex
+	// store is the config that serves, comp its compiled form.
+	store *config.Store
+	comp  *rules.Compiler
+	gen   uint32
+	dp    *bpf.Dataplane
 
 	reloads *prometheus.CounterVec
 }
@@ -276,66 +279,61 @@ func (a *Agent) start(cfg *config.Config) error {
 		pathSeed[p.Id] = p.Stats
 	}
 	a.dp = dp
-	a.alloc = rules.NewAllocs(cfg.Limits.Rules, seed, pathSeed)
-	return a.apply(cfg)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.load(cfg, rules.NewAllocs(cfg.Limits.Rules, seed, pathSeed))
 }
 
-// apply compiles cfg and commits it as the next generation.
-func (a *Agent) apply(cfg *config.Config) error {
-	gen, alloc, err := rules.Compile(cfg, hostResolver(), a.alloc, a.dp.Limits)
+// load compiles cfg whole and commits it as the next generation; a.mu
+// held. The allocators of statistics indexes carry over from allocs.
+func (a *Agent) load(cfg *config.Config, allocs rules.Allocs) error {
+	comp, err := rules.Build(cfg, hostResolver(), allocs, a.dp.Limits)
 	if err != nil {
 		return err
 	}
-	return a.applyCompiled(cfg, gen, alloc)
-}
-
-// applyCompiled commits gen, compiled from cfg with the allocations that
-// became alloc.
-func (a *Agent) applyCompiled(cfg *config.Config, gen *bpf.Generation, alloc rules.Allocs) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	// The devmap and the ICMP source addresses follow the interfaces;
-	// address changes reach refreshIfAddrs over netlink.
-	if a.cfg == nil || !reflect.DeepEqual(cfg.Interfaces, a.cfg.Interfaces) {
-		resolve := hostResolver()
-		var tx []uint32
-		for _, itf := range cfg.Interfaces {
-			idx, err := resolve(itf.Name)
-			if err != nil {
-				return err
-			}
-			tx = append(tx, idx)
-		}
-		if err := a.dp.SetTx(tx); err != nil {
-			return err
-		}
-		if err := a.dp.SetIfAddrs(ifAddrs(cfg.Interfaces)); err != nil {
-			return err
-		}
+	if err := a.setInterfaces(cfg.Interfaces); err != nil {
+		return err
 	}
 	start := time.Now()
+	gen := comp.Generation()
 	n, err := a.dp.Commit(gen)
 	if err != nil {
 		return err
 	}
-	a.alloc = alloc
-	a.cfg = cfg
-	a.gen = n
+	a.store, a.comp, a.gen = config.NewStore(cfg), comp, n
 	a.log.Info("rules committed", "generation", n, "pdrs", len(cfg.PDRs), "entries", len(gen.Rules), "groups", len(gen.Groups), "took", time.Since(start))
 	return nil
+}
+
+// setInterfaces points the devmap and the ICMP source addresses at the
+// interfaces; address changes reach refreshIfAddrs over netlink.
+func (a *Agent) setInterfaces(ifaces []config.Interface) error {
+	resolve := hostResolver()
+	var tx []uint32
+	for _, itf := range ifaces {
+		idx, err := resolve(itf.Name)
+		if err != nil {
+			return err
+		}
+		tx = append(tx, idx)
+	}
+	if err := a.dp.SetTx(tx); err != nil {
+		return err
+	}
+	return a.dp.SetIfAddrs(ifAddrs(ifaces))
 }
 
 // refreshIfAddrs rewrites the interface addresses XDP sends ICMP from.
 func (a *Agent) refreshIfAddrs() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.dp.SetIfAddrs(ifAddrs(a.cfg.Interfaces)); err != nil {
+	if err := a.dp.SetIfAddrs(ifAddrs(a.store.Interfaces())); err != nil {
 		a.log.Error("update interface addresses", "error", err)
 	}
 }
 
-// Reload re-reads the config file and applies the difference. An invalid
-// file changes nothing.
+// Reload re-reads the config file and applies it whole. An invalid file
+// changes nothing.
 func (a *Agent) Reload() error {
 	cfg, _, _, skipped, err := loadState(a.opts.ConfigPath)
 	if err != nil {
@@ -344,7 +342,21 @@ func (a *Agent) Reload() error {
 	for _, e := range skipped {
 		a.log.Error("journal batch skipped: the edited config file no longer takes it", "error", e)
 	}
-	if _, err = a.commit(cfg, false, nil); err != nil {
+	if limitsOf(cfg) != a.dp.Limits {
+		return config.Errors{{Path: "limits", Reason: "map sizes cannot change while running; restart the agent after `edgeplane down` to resize"}}
+	}
+	a.commitMu.Lock()
+	defer a.commitMu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// Check the whole change against the host before touching links.
+	if err := CheckHost(cfg); err != nil {
+		return err
+	}
+	if err := a.links(a.store.Interfaces(), cfg.Interfaces); err != nil {
+		return err
+	}
+	if err := a.load(cfg, a.comp.Allocs()); err != nil {
 		return err
 	}
 	// The file now lags what serves by the journal's batches (and a
@@ -353,19 +365,88 @@ func (a *Agent) Reload() error {
 	return nil
 }
 
+// links attaches the dataplane to a changed set of interfaces.
+func (a *Agent) links(old, ifaces []config.Interface) error {
+	if reflect.DeepEqual(old, ifaces) {
+		return nil
+	}
+	if err := attach(a.dp, a.opts.PinDir, ifaces, false, a.log); err != nil {
+		return err
+	}
+	return enableForwarding(ifaces, a.log)
+}
+
 // Config returns the config now serving (api.Backend). It is replaced,
-// never modified, by a commit.
+// never modified, by a change.
 func (a *Agent) Config() *config.Config {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.cfg
+	return a.store.Config()
 }
 
-// Commit validates cfg, commits it as the next generation and appends the
-// batch that made it, rec, to the journal (api.Backend), so a restarted
-// agent serves exactly what was last committed (see journal.go).
-func (a *Agent) Commit(cfg *config.Config, dryRun bool, rec []byte) (uint32, error) {
-	return a.commit(cfg, dryRun, rec)
+// Apply checks a batch of operations against the config that serves,
+// compiles what it changes into the next generation, commits it and
+// appends the batch, rec, to the journal (api.Backend), so a restarted
+// agent serves exactly what was last committed (see journal.go). Its
+// cost follows the batch, not the config.
+func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) {
+	a.commitMu.Lock()
+	defer a.commitMu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t0 := time.Now()
+	oldIfaces := a.store.Interfaces()
+	ch, undoStore, err := a.store.Apply(ops)
+	if err != nil {
+		return 0, err
+	}
+	t1 := time.Now()
+	undoComp, err := a.comp.Apply(ch)
+	if err != nil {
+		undoStore()
+		return 0, err
+	}
+	undo := func() { undoComp(); undoStore() }
+	t2 := time.Now()
+	if dryRun {
+		undo()
+		return a.gen, nil
+	}
+	if len(ch.Interfaces) > 0 {
+		ifaces := a.store.Interfaces()
+		if err := a.links(oldIfaces, ifaces); err != nil {
+			undo()
+			return 0, err
+		}
+		if err := a.setInterfaces(ifaces); err != nil {
+			undo()
+			return 0, err
+		}
+	}
+	t3 := time.Now()
+	n, err := a.dp.Commit(a.comp.Generation())
+	if err != nil {
+		undo()
+		return 0, err
+	}
+	a.gen = n
+	t4 := time.Now()
+	if rec != nil {
+		if err := a.journal.append(a.seq+1, rec); err != nil {
+			// The journal and the dataplane must not disagree: go back.
+			undo()
+			if n, rerr := a.dp.Commit(a.comp.Generation()); rerr != nil {
+				a.log.Error("roll back after failing to journal", "error", rerr)
+			} else {
+				a.gen = n
+			}
+			return 0, fmt.Errorf("journal the change in %s (change rolled back): %w", a.journal.path, err)
+		}
+		a.seq++
+		a.syncSoon()
+	}
+	a.log.Debug("apply phases", "check", t1.Sub(t0), "compile", t2.Sub(t1), "links", t3.Sub(t2), "commit", t4.Sub(t3), "persist", time.Since(t4), "objects", ch.Len())
+	return a.gen, nil
 }
 
 // Snapshot reads the dataplane counters (api.Backend).
@@ -387,61 +468,6 @@ func (a *Agent) Flows(n int) ([]bpf.FlowStat, map[uint32]string, error) {
 		}
 	}
 	return flows, names, nil
-}
-
-// commit validates, compiles and commits cfg; with rec (an API batch) it
-// journals rec too, rolling the dataplane back if that fails.
-func (a *Agent) commit(cfg *config.Config, dryRun bool, rec []byte) (uint32, error) {
-	a.commitMu.Lock()
-	defer a.commitMu.Unlock()
-	t0 := time.Now()
-	if err := cfg.Validate(); err != nil {
-		return 0, err
-	}
-	if limitsOf(cfg) != a.dp.Limits {
-		return 0, config.Errors{{Path: "limits", Reason: "map sizes cannot change while running; restart the agent after `edgeplane down` to resize"}}
-	}
-	// Validate the whole change against the host before touching links.
-	t1 := time.Now()
-	gen, alloc, err := rules.Compile(cfg, hostResolver(), a.alloc, a.dp.Limits)
-	if err != nil {
-		return 0, err
-	}
-	t2 := time.Now()
-	old := a.Config()
-	if dryRun {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.gen, nil
-	}
-	if !reflect.DeepEqual(cfg.Interfaces, old.Interfaces) {
-		if err := attach(a.dp, a.opts.PinDir, cfg.Interfaces, false, a.log); err != nil {
-			return 0, err
-		}
-		if err := enableForwarding(cfg.Interfaces, a.log); err != nil {
-			return 0, err
-		}
-	}
-	t3 := time.Now()
-	if err := a.applyCompiled(cfg, gen, alloc); err != nil {
-		return 0, err
-	}
-	t4 := time.Now()
-	if rec != nil {
-		if err := a.journal.append(a.seq+1, rec); err != nil {
-			// The journal and the dataplane must not disagree: go back.
-			if rerr := a.apply(old); rerr != nil {
-				a.log.Error("roll back after failing to journal", "error", rerr)
-			}
-			return 0, fmt.Errorf("journal the change in %s (change rolled back): %w", a.journal.path, err)
-		}
-		a.seq++
-		a.syncSoon()
-	}
-	a.log.Debug("commit phases", "validate", t1.Sub(t0), "compile", t2.Sub(t1), "links", t3.Sub(t2), "apply", t4.Sub(t3), "persist", time.Since(t4))
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.gen, nil
 }
 
 func (a *Agent) serveMetrics(errc chan<- error) (*http.Server, error) {

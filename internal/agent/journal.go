@@ -70,6 +70,7 @@ func loadState(path string) (cfg *config.Config, seq uint64, replayed int, skipp
 	if err != nil {
 		return nil, 0, 0, nil, err
 	}
+	store := config.NewStore(cfg)
 	for _, e := range entries {
 		if e.Seq <= seq {
 			continue
@@ -79,17 +80,18 @@ func loadState(path string) (cfg *config.Config, seq uint64, replayed int, skipp
 			skipped = append(skipped, fmt.Errorf("journal batch %d: %w", e.Seq, err))
 			continue
 		}
-		next, err := api.ApplyOps(cfg, req.GetOperations())
+		ops, err := api.Ops(req.GetOperations())
 		if err == nil {
-			err = next.Validate()
+			_, _, err = store.Apply(ops)
 		}
 		if err != nil {
 			skipped = append(skipped, fmt.Errorf("journal batch %d no longer applies: %w", e.Seq, err))
 			continue
 		}
-		cfg, seq = next, e.Seq
+		seq = e.Seq
 		replayed++
 	}
+	cfg = store.Config()
 	// Later batches number on from the last one the journal holds, even
 	// a skipped one.
 	if n := len(entries); n > 0 && entries[n-1].Seq > seq {

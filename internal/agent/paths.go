@@ -59,10 +59,7 @@ func (a *Agent) keepPathNeighbours(ctx context.Context, log *slog.Logger) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
-		a.mu.Lock()
-		paths := append([]config.Path(nil), a.cfg.Paths...)
-		a.mu.Unlock()
-		for _, p := range paths {
+		for _, p := range a.Config().Paths {
 			if err := ensureNeighbour(p); err != nil {
 				log.Debug("path next hop not resolved yet", "path", p.ID, "error", err)
 			}

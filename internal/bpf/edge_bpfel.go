@@ -91,6 +91,8 @@ type edgeEdgeGroup struct {
 	_       structs.HostLayout
 	Mask    edgeEdgeFlowKey
 	MinPrio uint64
+	Tag     uint32
+	Pad     uint32
 }
 
 type edgeEdgeIfaddr struct {

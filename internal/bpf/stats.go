@@ -40,9 +40,10 @@ func (dp *Dataplane) Snapshot() (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	dp.writer.mu.Lock()
-	paths := append([]Path(nil), dp.writer.paths[gen&1]...)
-	dp.writer.mu.Unlock()
+	paths, err := dp.ActivePaths()
+	if err != nil {
+		return nil, err
+	}
 	return readSnapshot(&dp.edgeMaps, rules, paths, gen)
 }
 

@@ -5,50 +5,100 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf"
 )
 
 // Generation is one complete set of rule tables: what a packet classifies
-// against between two flips.
+// against between two flips. Rules, FARs and paths sit at stable places
+// (group tags, FAR and path indexes that stay with their object), so a
+// generation that differs from the previous one in a few objects differs
+// in a few map entries, and Dirty can say which.
 type Generation struct {
-	// Groups in search order (ascending MinPrio).
+	// Groups in search order (ascending MinPrio); Group.Tag (below
+	// MaxGroups, unique) is what RuleKey.Group holds for its rules.
 	Groups []Group
-	// Rules keyed by masked key; RuleKey.Group is the index into Groups.
+	// Rules keyed by masked key and group tag.
 	Rules map[RuleKey]Rule
 	// FARs by index; Rule.Far points here.
-	FARs []Far
+	FARs map[uint32]Far
 	// NoMatch and Malformed are XDP verdicts (XDPPass or XDPDrop).
 	NoMatch, Malformed uint32
 	// ResetStats lists PDR statistics indexes to zero before the flip:
 	// indexes given to a PDR for the first time.
 	ResetStats []uint32
-	// Paths by index; Far.Path points here.
-	Paths []Path
+	// Paths by index (below MaxPaths); Far.Path points here.
+	Paths map[uint32]Path
 	// Decaps says which path a received GRE packet belongs to
 	// (DecapKey.Slot is set by Commit).
 	Decaps map[DecapKey]Decap
 	// ResetPathStats lists path statistics indexes given out for the
 	// first time: their counters and sequence numbers start at zero.
 	ResetPathStats []uint32
+	// Dirty, when set, lists every rule key and FAR index whose entry
+	// may differ from the generation committed before this one; the rest
+	// are known equal. Nil means anything may differ. Groups, paths and
+	// decaps are few and always compared whole.
+	Dirty *Dirty
+}
+
+// Dirty lists map entries a generation changed.
+type Dirty struct {
+	Rules map[RuleKey]struct{}
+	FARs  map[uint32]struct{}
+}
+
+// union returns the entries of a and b, or nil (unknown) if either is.
+func (a *Dirty) union(b *Dirty) *Dirty {
+	if a == nil || b == nil {
+		return nil
+	}
+	u := &Dirty{Rules: make(map[RuleKey]struct{}, len(a.Rules)+len(b.Rules)), FARs: make(map[uint32]struct{}, len(a.FARs)+len(b.FARs))}
+	for _, d := range []*Dirty{a, b} {
+		for k := range d.Rules {
+			u.Rules[k] = struct{}{}
+		}
+		for k := range d.FARs {
+			u.FARs[k] = struct{}{}
+		}
+	}
+	return u
 }
 
 // ErrCapacity is returned when a generation does not fit the maps.
 var ErrCapacity = errors.New("generation exceeds map capacity")
+
+// slot is what one half of the double-buffered maps holds, as the writer
+// last wrote it.
+type slot struct {
+	rules  map[RuleKey]Rule // RuleKey.Group without the slot base
+	fars   map[uint32]Far
+	groups []Group
+	paths  map[uint32]Path
+	decaps map[DecapKey]Decap
+}
 
 // writer commits generations: it fills the slot no packet uses, flips the
 // generation number once, and makes sure a grace period has passed since
 // that flip before it touches the old slot again. The grace period is
 // awaited in the background right after the flip (synchronize_rcu takes
 // 5-20 ms here), so a commit waits only for what is left of it.
+//
+// The slot a commit fills holds the generation before last: it gets the
+// entries the last commit changed (pending) and those this one changes,
+// so a small change costs a few map writes whatever the size of the
+// tables.
 type writer struct {
-	mu     sync.Mutex
-	dp     *Dataplane
-	slots  [2]map[RuleKey]Rule   // what each slot of edge_rules holds, group relative
-	decaps [2]map[DecapKey]Decap // what each slot of edge_decaps holds
-	paths  [2][]Path             // what each slot of edge_paths holds
-	dirty  bool                  // a flip happened and no grace period was started after it
+	mu    sync.Mutex
+	dp    *Dataplane
+	slots [2]*slot
+	// pending lists the entries the last commit changed, which the slot
+	// it did not write still lacks; nil when unknown.
+	pending *Dirty
+	dirty   bool // a flip happened and no grace period was started after it
 	// grace, when set, delivers the result of the grace period started
 	// after the last flip.
 	grace chan error
@@ -73,50 +123,84 @@ func (w *writer) awaitGrace() error {
 	return nil
 }
 
+// newWriter learns what each slot of the (possibly adopted) maps holds,
+// so commits write differences.
 func newWriter(dp *Dataplane) (*writer, error) {
 	w := &writer{dp: dp}
+	st, err := dp.State()
+	if err != nil {
+		return nil, err
+	}
 	for t := range w.slots {
-		w.slots[t] = map[RuleKey]Rule{}
-		w.decaps[t] = map[DecapKey]Decap{}
+		if w.slots[t], err = dp.readSlot(uint32(t), st.Ngroups[t]); err != nil {
+			return nil, err
+		}
+	}
+	w.dirty = true
+	return w, nil
+}
+
+// readSlot reads what slot t of the maps holds.
+func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
+	s := &slot{rules: map[RuleKey]Rule{}, fars: map[uint32]Far{}, paths: map[uint32]Path{}, decaps: map[DecapKey]Decap{}}
+	var k RuleKey
+	var v Rule
+	it := dp.EdgeRules.Iterate()
+	for it.Next(&k, &v) {
+		if k.Group/MaxGroups == t {
+			k.Group %= MaxGroups
+			s.rules[k] = v
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read rules: %w", err)
+	}
+	// FARs: the array holds both slots (Limits.Rules each); read it in
+	// batches, not one lookup per index.
+	fk, fv := make([]uint32, 4096), make([]Far, 4096)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := dp.EdgeFars.BatchLookup(&cursor, fk, fv, nil)
+		for i := range n {
+			if fk[i]/dp.Limits.Rules == t && fv[i] != (Far{}) {
+				s.fars[fk[i]%dp.Limits.Rules] = fv[i]
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read fars: %w", err)
+		}
+	}
+	for i := uint32(0); i < min(ngroups, MaxGroups); i++ {
+		var g Group
+		if err := dp.EdgeGroups.Lookup(t*MaxGroups+i, &g); err != nil {
+			return nil, fmt.Errorf("read group %d: %w", i, err)
+		}
+		s.groups = append(s.groups, g)
+	}
+	for i := uint32(0); i < MaxPaths; i++ {
+		var p Path
+		if err := dp.EdgePaths.Lookup(t*MaxPaths+i, &p); err != nil {
+			return nil, fmt.Errorf("read path %d: %w", i, err)
+		}
+		if p.Id != 0 {
+			s.paths[i] = p
+		}
 	}
 	var dk DecapKey
 	var dv Decap
 	dit := dp.EdgeDecaps.Iterate()
 	for dit.Next(&dk, &dv) {
-		if dk.Slot <= 1 {
-			w.decaps[dk.Slot][dk] = dv
+		if dk.Slot == t {
+			s.decaps[dk] = dv
 		}
 	}
 	if err := dit.Err(); err != nil {
 		return nil, fmt.Errorf("read decaps: %w", err)
 	}
-	for t := uint32(0); t < 2; t++ {
-		for i := uint32(0); i < MaxPaths; i++ {
-			var p Path
-			if err := dp.EdgePaths.Lookup(t*MaxPaths+i, &p); err != nil || p.Id == 0 {
-				break
-			}
-			w.paths[t] = append(w.paths[t], p)
-		}
-	}
-	// Adopted maps: learn what each slot holds so commits write diffs.
-	var k RuleKey
-	var v Rule
-	it := dp.EdgeRules.Iterate()
-	for it.Next(&k, &v) {
-		slot := k.Group / MaxGroups
-		if slot > 1 {
-			continue
-		}
-		rk := k
-		rk.Group = k.Group % MaxGroups
-		w.slots[slot][rk] = v
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read rules: %w", err)
-	}
-	w.dirty = true
-	return w, nil
+	return s, nil
 }
 
 // State reads the live global state.
@@ -139,11 +223,7 @@ func (dp *Dataplane) ActiveRules() (map[RuleKey]Rule, uint32, error) {
 	if st.Gen == 0 {
 		return map[RuleKey]Rule{}, 0, nil
 	}
-	out := make(map[RuleKey]Rule, len(dp.writer.slots[st.Gen&1]))
-	for k, v := range dp.writer.slots[st.Gen&1] {
-		out[k] = v
-	}
-	return out, st.Gen, nil
+	return maps.Clone(dp.writer.slots[st.Gen&1].rules), st.Gen, nil
 }
 
 // ActivePaths returns the paths of the live generation.
@@ -154,7 +234,7 @@ func (dp *Dataplane) ActivePaths() ([]Path, error) {
 	if err != nil || st.Gen == 0 {
 		return nil, err
 	}
-	return append([]Path(nil), dp.writer.paths[st.Gen&1]...), nil
+	return slices.Collect(maps.Values(dp.writer.slots[st.Gen&1].paths)), nil
 }
 
 // Commit writes g beside the live generation and makes it live with one
@@ -169,6 +249,16 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 	}
 	if uint32(len(g.Rules)) > dp.Limits.Rules || uint32(len(g.FARs)) > dp.Limits.Rules {
 		return 0, fmt.Errorf("%w: %d classifier entries and %d fars, limit %d", ErrCapacity, len(g.Rules), len(g.FARs), dp.Limits.Rules)
+	}
+	for i, f := range g.FARs {
+		if i >= dp.Limits.Rules {
+			return 0, fmt.Errorf("%w: far %d at index %d, limit %d", ErrCapacity, f.Id, i, dp.Limits.Rules)
+		}
+	}
+	for i, p := range g.Paths {
+		if i >= MaxPaths {
+			return 0, fmt.Errorf("%w: path %d at index %d, at most %d", ErrCapacity, p.Id, i, MaxPaths)
+		}
 	}
 	st, err := dp.State()
 	if err != nil {
@@ -195,7 +285,13 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 		}
 	}
 
-	if err := w.writeSlot(t, g); err != nil {
+	if err := w.writeSlot(t, g, w.pending.union(g.Dirty)); err != nil {
+		// What the slot holds is no longer known: read it back, and
+		// compare whole next time.
+		w.pending = nil
+		if s, rerr := dp.readSlot(t, uint32(len(w.slots[t].groups))); rerr == nil {
+			w.slots[t] = s
+		}
 		return 0, err
 	}
 
@@ -215,6 +311,9 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 	if err := dp.EdgeGlobal.Put(uint32(0), st); err != nil {
 		return 0, fmt.Errorf("flip generation: %w", err)
 	}
+	// The other slot still holds the previous generation: it lacks what
+	// this one changed.
+	w.pending = g.Dirty
 	// Start waiting out the readers of the old slot now, so the next
 	// commit finds the wait done or under way.
 	grace := make(chan error, 1)
@@ -223,18 +322,97 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 	return next, nil
 }
 
-// writeSlot makes slot t hold exactly g, writing only the differences.
-func (w *writer) writeSlot(t uint32, g *Generation) error {
+// writeSlot makes slot t hold exactly g. keys, when set, lists the only
+// rule keys and FAR indexes that may differ from what the slot holds;
+// otherwise every entry is compared.
+func (w *writer) writeSlot(t uint32, g *Generation, keys *Dirty) error {
 	dp := w.dp
 	cur := w.slots[t]
-	base := t * MaxGroups
+	if err := w.writeRules(t, g, keys); err != nil {
+		return err
+	}
 
-	var delKeys []RuleKey
-	for k := range cur {
-		if _, ok := g.Rules[k]; !ok {
-			dk := k
-			dk.Group += base
-			delKeys = append(delKeys, dk)
+	// FARs: changed ones written, removed ones zeroed.
+	fbase := t * dp.Limits.Rules
+	var fk []uint32
+	var fv []Far
+	change := func(i uint32) {
+		f, ok := g.FARs[i]
+		if old, had := cur.fars[i]; ok == had && old == f {
+			return
+		}
+		fk, fv = append(fk, fbase+i), append(fv, f)
+	}
+	if keys != nil {
+		for i := range keys.FARs {
+			change(i)
+		}
+	} else {
+		for i := range cur.fars {
+			change(i)
+		}
+		for i := range g.FARs {
+			if _, had := cur.fars[i]; !had {
+				change(i)
+			}
+		}
+	}
+	if len(fk) > 0 {
+		if _, err := dp.EdgeFars.BatchUpdate(fk, fv, nil); err != nil {
+			return fmt.Errorf("write %d fars: %w", len(fk), err)
+		}
+	}
+	for j, k := range fk {
+		if i := k - fbase; fv[j] == (Far{}) {
+			delete(cur.fars, i)
+		} else {
+			cur.fars[i] = fv[j]
+		}
+	}
+
+	for i, grp := range g.Groups {
+		if i < len(cur.groups) && cur.groups[i] == grp {
+			continue
+		}
+		if err := dp.EdgeGroups.Put(t*MaxGroups+uint32(i), grp); err != nil {
+			return fmt.Errorf("write group %d: %w", i, err)
+		}
+	}
+	cur.groups = slices.Clone(g.Groups)
+	return w.writePaths(t, g)
+}
+
+// writeRules brings slot t's classifier entries to g's (see writeSlot).
+func (w *writer) writeRules(t uint32, g *Generation, keys *Dirty) error {
+	dp := w.dp
+	cur := w.slots[t].rules
+	base := t * MaxGroups
+	var delKeys, putKeys []RuleKey
+	var putVals []Rule
+	change := func(k RuleKey) {
+		v, want := g.Rules[k]
+		old, has := cur[k]
+		mk := k
+		mk.Group += base
+		switch {
+		case !want && has:
+			delKeys = append(delKeys, mk)
+		case want && (!has || old != v):
+			putKeys, putVals = append(putKeys, mk), append(putVals, v)
+		}
+	}
+	if keys != nil {
+		for k := range keys.Rules {
+			change(k)
+		}
+	} else {
+		for k := range cur {
+			if _, ok := g.Rules[k]; !ok {
+				change(k)
+			}
+		}
+		for k := range g.Rules {
+			change(k)
 		}
 	}
 	if len(delKeys) > 0 {
@@ -251,18 +429,6 @@ func (w *writer) writeSlot(t uint32, g *Generation) error {
 		k.Group -= base
 		delete(cur, k)
 	}
-
-	var putKeys []RuleKey
-	var putVals []Rule
-	for k, v := range g.Rules {
-		if old, ok := cur[k]; ok && old == v {
-			continue
-		}
-		pk := k
-		pk.Group += base
-		putKeys = append(putKeys, pk)
-		putVals = append(putVals, v)
-	}
 	if len(putKeys) > 0 {
 		if _, err := dp.EdgeRules.BatchUpdate(putKeys, putVals, nil); err != nil {
 			return fmt.Errorf("write %d rules: %w", len(putKeys), err)
@@ -272,69 +438,54 @@ func (w *writer) writeSlot(t uint32, g *Generation) error {
 		k.Group -= base
 		cur[k] = putVals[i]
 	}
-
-	for i, grp := range g.Groups {
-		if err := dp.EdgeGroups.Put(base+uint32(i), grp); err != nil {
-			return fmt.Errorf("write group %d: %w", i, err)
-		}
-	}
-	if err := w.writePaths(t, g); err != nil {
-		return err
-	}
-	fbase := t * dp.Limits.Rules
-	if n := len(g.FARs); n > 0 {
-		keys := make([]uint32, n)
-		for i := range keys {
-			keys[i] = fbase + uint32(i)
-		}
-		if _, err := dp.EdgeFars.BatchUpdate(keys, g.FARs, nil); err != nil {
-			return fmt.Errorf("write fars: %w", err)
-		}
-	}
 	return nil
 }
 
 // writePaths makes slot t's paths and decap entries those of g.
 func (w *writer) writePaths(t uint32, g *Generation) error {
 	dp := w.dp
-	if len(g.Paths) > MaxPaths {
-		return fmt.Errorf("%w: %d paths, at most %d", ErrCapacity, len(g.Paths), MaxPaths)
-	}
-	// Paths: write the new ones, clear what the slot held beyond them
-	// (a zero id ends the list for the writer's own reload).
-	for i := 0; i < max(len(g.Paths), len(w.paths[t])); i++ {
-		var p Path
-		if i < len(g.Paths) {
-			p = g.Paths[i]
+	cur := w.slots[t]
+	// Removed paths are zeroed (a zero id is an empty place for the
+	// writer's own reload).
+	for i := range cur.paths {
+		if _, ok := g.Paths[i]; !ok {
+			if err := dp.EdgePaths.Put(t*MaxPaths+i, Path{}); err != nil {
+				return fmt.Errorf("clear path %d: %w", i, err)
+			}
+			delete(cur.paths, i)
 		}
-		if err := dp.EdgePaths.Put(t*MaxPaths+uint32(i), p); err != nil {
+	}
+	for i, p := range g.Paths {
+		if old, ok := cur.paths[i]; ok && old == p {
+			continue
+		}
+		if err := dp.EdgePaths.Put(t*MaxPaths+i, p); err != nil {
 			return fmt.Errorf("write path %d: %w", i, err)
 		}
+		cur.paths[i] = p
 	}
-	w.paths[t] = append([]Path(nil), g.Paths...)
 
-	cur := w.decaps[t]
 	want := make(map[DecapKey]Decap, len(g.Decaps))
 	for k, v := range g.Decaps {
 		k.Slot = t
 		want[k] = v
 	}
-	for k := range cur {
+	for k := range cur.decaps {
 		if _, ok := want[k]; !ok {
 			if err := dp.EdgeDecaps.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				return fmt.Errorf("delete decap entry: %w", err)
 			}
-			delete(cur, k)
+			delete(cur.decaps, k)
 		}
 	}
 	for k, v := range want {
-		if old, ok := cur[k]; ok && old == v {
+		if old, ok := cur.decaps[k]; ok && old == v {
 			continue
 		}
 		if err := dp.EdgeDecaps.Put(k, v); err != nil {
 			return fmt.Errorf("write decap entry: %w", err)
 		}
-		cur[k] = v
+		cur.decaps[k] = v
 	}
 	return nil
 }

@@ -191,10 +191,28 @@ type Defaults struct {
 type FieldError struct {
 	Path   string
 	Reason string
-	// Capacity marks a problem of size, not of value: the config is
-	// valid but does not fit the maps as sized (limits).
-	Capacity bool
+	// Code classifies the problem for callers that answer with a status
+	// (the API): a bad value unless set.
+	Code ErrorCode
 }
+
+// ErrorCode classifies a FieldError.
+type ErrorCode uint8
+
+const (
+	// CodeInvalid: the value is wrong.
+	CodeInvalid ErrorCode = iota
+	// CodeCapacity: a problem of size, not of value: the config is valid
+	// but does not fit the maps as sized (limits).
+	CodeCapacity
+	// CodeExists: a create names an object that exists.
+	CodeExists
+	// CodeNotFound: an update or delete names an object that does not
+	// exist.
+	CodeNotFound
+	// CodeInUse: a delete removes an object others still refer to.
+	CodeInUse
+)
 
 // Error returns "path: reason".
 func (e FieldError) Error() string {
@@ -241,20 +259,13 @@ func (c *Config) FAR(id uint32) (FAR, bool) {
 // that sets gre_key without a proto. It is idempotent.
 func (c *Config) Normalize() {
 	for i := range c.Interfaces {
-		if c.Interfaces[i].XDP == "" {
-			c.Interfaces[i].XDP = XDPAuto
-		}
+		c.Interfaces[i].normalize()
 	}
 	for i := range c.Paths {
-		if c.Paths[i].TTL == 0 {
-			c.Paths[i].TTL = DefaultPathTTL
-		}
+		c.Paths[i].normalize()
 	}
 	for i := range c.PDRs {
-		m := &c.PDRs[i].Match
-		if m.GREKey != nil && !m.Proto.Set {
-			m.Proto = Proto{Num: IPProtoGRE, Set: true}
-		}
+		c.PDRs[i].normalize()
 	}
 	if c.Limits.Flows == 0 {
 		c.Limits.Flows = DefaultFlows
@@ -269,6 +280,28 @@ func (c *Config) Normalize() {
 		c.Defaults.Malformed = ActionDrop
 	}
 }
+
+func (i *Interface) normalize() {
+	if i.XDP == "" {
+		i.XDP = XDPAuto
+	}
+}
+
+func (p *Path) normalize() {
+	if p.TTL == 0 {
+		p.TTL = DefaultPathTTL
+	}
+}
+
+func (p *PDR) normalize() {
+	if p.Match.GREKey != nil && !p.Match.Proto.Set {
+		p.Match.Proto = Proto{Num: IPProtoGRE, Set: true}
+	}
+}
+
+// FAR has nothing to normalize; the method lets the store treat every
+// kind alike.
+func (*FAR) normalize() {}
 
 // Load reads the configuration file at path and parses it with Parse.
 func Load(path string) (*Config, error) {

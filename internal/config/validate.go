@@ -59,27 +59,38 @@ func (v *validator) interfaces(list []Interface) map[string]int {
 	byName := make(map[string]int, len(list))
 	for i, it := range list {
 		p := "interfaces[" + strconv.Itoa(i) + "]"
-		if reason := ifnameProblem(it.Name); reason != "" {
-			v.add(p+".name", "%s", reason)
-		} else if first, dup := byName[it.Name]; dup {
+		if !v.iface(p, it) {
+			continue
+		}
+		if first, dup := byName[it.Name]; dup {
 			v.add(p+".name", "duplicate name %q (first at interfaces[%d])", it.Name, first)
 		} else {
 			byName[it.Name] = i
 		}
-		switch it.Role {
-		case RoleLAN, RoleWAN:
-		case "":
-			v.add(p+".role", "required (want lan or wan)")
-		default:
-			v.add(p+".role", "unknown role %q (want lan or wan)", it.Role)
-		}
-		switch it.XDP {
-		case XDPNative, XDPGeneric, XDPAuto:
-		default:
-			v.add(p+".xdp", "unknown mode %q (want native, generic or auto)", it.XDP)
-		}
 	}
 	return byName
+}
+
+// iface checks one interface's fields and reports whether its name is
+// valid.
+func (v *validator) iface(p string, it Interface) bool {
+	reason := ifnameProblem(it.Name)
+	if reason != "" {
+		v.add(p+".name", "%s", reason)
+	}
+	switch it.Role {
+	case RoleLAN, RoleWAN:
+	case "":
+		v.add(p+".role", "required (want lan or wan)")
+	default:
+		v.add(p+".role", "unknown role %q (want lan or wan)", it.Role)
+	}
+	switch it.XDP {
+	case XDPNative, XDPGeneric, XDPAuto:
+	default:
+		v.add(p+".xdp", "unknown mode %q (want native, generic or auto)", it.XDP)
+	}
+	return reason == ""
 }
 
 // ifnameProblem returns why name is not a valid Linux interface name, or
@@ -109,60 +120,18 @@ func ifnameProblem(name string) string {
 // paths checks the paths and returns the index of each id.
 func (v *validator) paths(list []Path, ifaces map[string]int) map[uint32]int {
 	byID := make(map[uint32]int, len(list))
-	type decapKey struct {
-		local  string
-		key    uint32
-		hasKey bool
-	}
-	decap := map[decapKey]int{}
+	decap := map[DecapID]int{}
 	for i, pt := range list {
 		p := "paths[" + strconv.Itoa(i) + "]"
-		if pt.ID == 0 {
-			v.add(p+".id", "required")
-		} else if first, dup := byID[pt.ID]; dup {
+		if first, dup := byID[pt.ID]; dup && pt.ID != 0 {
 			v.add(p+".id", "duplicate id %d (first at paths[%d])", pt.ID, first)
-		} else {
+		} else if pt.ID != 0 {
 			byID[pt.ID] = i
 		}
-		switch pt.Type {
-		case PathGRE:
-		case "":
-			v.add(p+".type", "required (want gre)")
-		default:
-			v.add(p+".type", "unknown type %q (want gre)", pt.Type)
-		}
-		if pt.Interface == "" {
-			v.add(p+".interface", "required")
-		} else if _, ok := ifaces[pt.Interface]; !ok {
-			v.add(p+".interface", "unknown interface %q", pt.Interface)
-		}
-		for _, a := range []struct {
-			name string
-			addr Addr
-		}{{"local", pt.Local}, {"remote", pt.Remote}} {
-			switch {
-			case !a.addr.IsSet():
-				v.add(p+"."+a.name, "required (the outer IPv4 address)")
-			case !a.addr.A.Is4():
-				v.add(p+"."+a.name, "%s is not IPv4 (outer headers are IPv4)", a.addr)
-			case a.addr.A.IsUnspecified() || a.addr.A.IsMulticast() || a.addr.A == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-				v.add(p+"."+a.name, "%s cannot be a tunnel endpoint", a.addr)
-			}
-		}
-		if pt.Local.IsSet() && pt.Local == pt.Remote {
-			v.add(p+".remote", "same as local %s", pt.Local)
-		}
-		if pt.Local.IsSet() {
-			k := decapKey{local: pt.Local.String(), hasKey: pt.Key != nil}
-			if pt.Key != nil {
-				k.key = *pt.Key
-			}
+		v.path(p, pt, func(name string) bool { _, ok := ifaces[name]; return ok })
+		if k, ok := pt.DecapID(); ok {
 			if first, dup := decap[k]; dup {
-				what := "no key"
-				if pt.Key != nil {
-					what = fmt.Sprintf("key %d", *pt.Key)
-				}
-				v.add(p+".key", "%s with local %s is already used by paths[%d]; decapsulation could not tell them apart", what, pt.Local, first)
+				v.decapClash(p, pt, fmt.Sprintf("paths[%d]", first))
 			} else {
 				decap[k] = i
 			}
@@ -171,81 +140,153 @@ func (v *validator) paths(list []Path, ifaces map[string]int) map[uint32]int {
 	return byID
 }
 
+// DecapID is what tells a path's received GRE packets apart from other
+// paths': its local address and key.
+type DecapID struct {
+	Local  Addr
+	Key    uint32
+	HasKey bool
+}
+
+// DecapID returns pt's decapsulation identity, if its local address is set.
+func (pt Path) DecapID() (DecapID, bool) {
+	k := DecapID{Local: pt.Local, HasKey: pt.Key != nil}
+	if pt.Key != nil {
+		k.Key = *pt.Key
+	}
+	return k, pt.Local.IsSet()
+}
+
+func (v *validator) decapClash(p string, pt Path, other string) {
+	what := "no key"
+	if pt.Key != nil {
+		what = fmt.Sprintf("key %d", *pt.Key)
+	}
+	v.add(p+".key", "%s with local %s is already used by %s; decapsulation could not tell them apart", what, pt.Local, other)
+}
+
+// path checks one path's fields; iface says whether an interface exists.
+func (v *validator) path(p string, pt Path, iface func(string) bool) {
+	if pt.ID == 0 {
+		v.add(p+".id", "required")
+	}
+	switch pt.Type {
+	case PathGRE:
+	case "":
+		v.add(p+".type", "required (want gre)")
+	default:
+		v.add(p+".type", "unknown type %q (want gre)", pt.Type)
+	}
+	if pt.Interface == "" {
+		v.add(p+".interface", "required")
+	} else if !iface(pt.Interface) {
+		v.add(p+".interface", "unknown interface %q", pt.Interface)
+	}
+	for _, a := range []struct {
+		name string
+		addr Addr
+	}{{"local", pt.Local}, {"remote", pt.Remote}} {
+		switch {
+		case !a.addr.IsSet():
+			v.add(p+"."+a.name, "required (the outer IPv4 address)")
+		case !a.addr.A.Is4():
+			v.add(p+"."+a.name, "%s is not IPv4 (outer headers are IPv4)", a.addr)
+		case a.addr.A.IsUnspecified() || a.addr.A.IsMulticast() || a.addr.A == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+			v.add(p+"."+a.name, "%s cannot be a tunnel endpoint", a.addr)
+		}
+	}
+	if pt.Local.IsSet() && pt.Local == pt.Remote {
+		v.add(p+".remote", "same as local %s", pt.Local)
+	}
+}
+
 // fars checks the FARs and returns the index of each id.
 func (v *validator) fars(list []FAR, ifaces map[string]int, paths map[uint32]int) map[uint32]int {
 	byID := make(map[uint32]int, len(list))
-	const want = "want pass, drop, redirect, encap or decap"
+	iface := func(name string) bool { _, ok := ifaces[name]; return ok }
+	path := func(id uint32) bool { _, ok := paths[id]; return ok }
 	for i, f := range list {
 		p := "fars[" + strconv.Itoa(i) + "]"
-		if f.ID == 0 {
-			v.add(p+".id", "required")
-		} else if first, dup := byID[f.ID]; dup {
+		if first, dup := byID[f.ID]; dup && f.ID != 0 {
 			v.add(p+".id", "duplicate id %d (first at fars[%d])", f.ID, first)
-		} else {
+		} else if f.ID != 0 {
 			byID[f.ID] = i
 		}
-		knownAction := true
-		switch f.Action {
-		case ActionPass, ActionDrop, ActionRedirect, ActionEncap, ActionDecap:
-		case "":
-			knownAction = false
-			v.add(p+".action", "required (%s)", want)
-		default:
-			knownAction = false
-			v.add(p+".action", "unknown action %q (%s)", f.Action, want)
-		}
-		switch {
-		case f.Action == ActionRedirect && f.Interface == "":
-			v.add(p+".interface", "required for action redirect")
-		case knownAction && f.Action != ActionRedirect && f.Interface != "":
-			v.add(p+".interface", "not allowed for action %s", f.Action)
-		case f.Interface != "":
-			if _, ok := ifaces[f.Interface]; !ok {
-				v.add(p+".interface", "unknown interface %q", f.Interface)
-			}
-		}
-		switch {
-		case f.Action == ActionEncap && f.Path == 0:
-			v.add(p+".path", "required for action encap")
-		case knownAction && f.Action != ActionEncap && f.Path != 0:
-			v.add(p+".path", "not allowed for action %s", f.Action)
-		case f.Path != 0:
-			if _, ok := paths[f.Path]; !ok {
-				v.add(p+".path", "no path with id %d", f.Path)
-			}
-		}
+		v.far(p, f, iface, path)
 	}
 	return byID
 }
 
-func (v *validator) pdrs(list []PDR, rules uint32, ifaces map[string]int, fars map[uint32]int) {
-	if uint64(len(list)) > uint64(rules) {
-		v.errs = append(v.errs, FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d rules exceed limits.rules %d", len(list), rules), Capacity: true})
+// far checks one FAR's fields; iface and path say whether what it names
+// exists.
+func (v *validator) far(p string, f FAR, iface func(string) bool, path func(uint32) bool) {
+	const want = "want pass, drop, redirect, encap or decap"
+	if f.ID == 0 {
+		v.add(p+".id", "required")
 	}
-	byID := make(map[uint32]int, len(list))
-	for i, r := range list {
-		p := "pdrs[" + strconv.Itoa(i) + "]"
-		if r.ID == 0 {
-			v.add(p+".id", "required")
-		} else if first, dup := byID[r.ID]; dup {
-			v.add(p+".id", "duplicate id %d (first at pdrs[%d])", r.ID, first)
-		} else {
-			byID[r.ID] = i
-		}
-		v.match(p+".match", r.Match, ifaces)
-		if r.FAR == 0 {
-			v.add(p+".far", "required")
-		} else if _, ok := fars[r.FAR]; !ok {
-			v.add(p+".far", "no far with id %d", r.FAR)
-		}
+	knownAction := true
+	switch f.Action {
+	case ActionPass, ActionDrop, ActionRedirect, ActionEncap, ActionDecap:
+	case "":
+		knownAction = false
+		v.add(p+".action", "required (%s)", want)
+	default:
+		knownAction = false
+		v.add(p+".action", "unknown action %q (%s)", f.Action, want)
+	}
+	switch {
+	case f.Action == ActionRedirect && f.Interface == "":
+		v.add(p+".interface", "required for action redirect")
+	case knownAction && f.Action != ActionRedirect && f.Interface != "":
+		v.add(p+".interface", "not allowed for action %s", f.Action)
+	case f.Interface != "" && !iface(f.Interface):
+		v.add(p+".interface", "unknown interface %q", f.Interface)
+	}
+	switch {
+	case f.Action == ActionEncap && f.Path == 0:
+		v.add(p+".path", "required for action encap")
+	case knownAction && f.Action != ActionEncap && f.Path != 0:
+		v.add(p+".path", "not allowed for action %s", f.Action)
+	case f.Path != 0 && !path(f.Path):
+		v.add(p+".path", "no path with id %d", f.Path)
 	}
 }
 
-func (v *validator) match(p string, m Match, ifaces map[string]int) {
-	if m.In != "" {
-		if _, ok := ifaces[m.In]; !ok {
-			v.add(p+".in", "unknown interface %q", m.In)
+func (v *validator) pdrs(list []PDR, rules uint32, ifaces map[string]int, fars map[uint32]int) {
+	if uint64(len(list)) > uint64(rules) {
+		v.errs = append(v.errs, FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d rules exceed limits.rules %d", len(list), rules), Code: CodeCapacity})
+	}
+	byID := make(map[uint32]int, len(list))
+	iface := func(name string) bool { _, ok := ifaces[name]; return ok }
+	far := func(id uint32) bool { _, ok := fars[id]; return ok }
+	for i, r := range list {
+		p := "pdrs[" + strconv.Itoa(i) + "]"
+		if first, dup := byID[r.ID]; dup && r.ID != 0 {
+			v.add(p+".id", "duplicate id %d (first at pdrs[%d])", r.ID, first)
+		} else if r.ID != 0 {
+			byID[r.ID] = i
 		}
+		v.pdr(p, r, iface, far)
+	}
+}
+
+// pdr checks one PDR's fields; iface and far say whether what it names
+// exists.
+func (v *validator) pdr(p string, r PDR, iface func(string) bool, far func(uint32) bool) {
+	if r.ID == 0 {
+		v.add(p+".id", "required")
+	}
+	v.match(p+".match", r.Match, iface)
+	if r.FAR == 0 {
+		v.add(p+".far", "required")
+	} else if !far(r.FAR) {
+		v.add(p+".far", "no far with id %d", r.FAR)
+	}
+}
+
+func (v *validator) match(p string, m Match, iface func(string) bool) {
+	if m.In != "" && !iface(m.In) {
+		v.add(p+".in", "unknown interface %q", m.In)
 	}
 	for _, x := range []struct {
 		name string

@@ -17,6 +17,8 @@ var ErrStatsFull = errors.New("no free statistics index")
 type StatsAlloc struct {
 	byID map[uint32]uint32
 	used []bool
+	// free is at most the lowest free index: Get searches from there.
+	free int
 }
 
 // NewStatsAlloc returns an allocator over [0, capacity), seeded with the
@@ -37,46 +39,63 @@ func (a *StatsAlloc) Get(id uint32) (idx uint32, isNew bool, err error) {
 	if idx, ok := a.byID[id]; ok {
 		return idx, false, nil
 	}
-	for i, u := range a.used {
-		if !u {
+	for i := a.free; i < len(a.used); i++ {
+		if !a.used[i] {
 			a.used[i] = true
 			a.byID[id] = uint32(i)
+			a.free = i + 1
 			return uint32(i), true, nil
 		}
 	}
+	a.free = len(a.used)
 	return 0, false, fmt.Errorf("%w (%d in use)", ErrStatsFull, len(a.used))
+}
+
+// Free releases the index of PDR id, if it has one.
+func (a *StatsAlloc) Free(id uint32) {
+	if idx, ok := a.byID[id]; ok {
+		delete(a.byID, id)
+		a.used[idx] = false
+		a.free = min(a.free, int(idx))
+	}
+}
+
+// put gives id the index idx again (undoing a Free).
+func (a *StatsAlloc) put(id, idx uint32) {
+	a.byID[id] = idx
+	a.used[idx] = true
 }
 
 // Retain frees the indexes of every PDR not in live.
 func (a *StatsAlloc) Retain(live map[uint32]bool) {
-	for id, idx := range a.byID {
+	for id := range a.byID {
 		if !live[id] {
-			delete(a.byID, id)
-			a.used[idx] = false
+			a.Free(id)
 		}
 	}
 }
 
 func (a *StatsAlloc) clone() *StatsAlloc {
-	c := &StatsAlloc{byID: make(map[uint32]uint32, len(a.byID)), used: append([]bool(nil), a.used...)}
+	c := &StatsAlloc{byID: make(map[uint32]uint32, len(a.byID)), used: append([]bool(nil), a.used...), free: a.free}
 	for id, idx := range a.byID {
 		c.byID[id] = idx
 	}
 	return c
 }
 
-// Allocs are the stable statistics indexes of one dataplane: per PDR and
-// per path.
+// Allocs are the stable indexes of one dataplane: statistics per PDR and
+// per path (a path's index is also its place in the path table), and the
+// FAR table's places.
 type Allocs struct {
-	PDR, Path *StatsAlloc
+	PDR, Path, FAR *StatsAlloc
 }
 
 // NewAllocs returns allocators sized for l, seeded with the live
 // assignments (id -> index) of PDRs and paths.
 func NewAllocs(rules uint32, pdrSeed, pathSeed map[uint32]uint32) Allocs {
-	return Allocs{PDR: NewStatsAlloc(rules, pdrSeed), Path: NewStatsAlloc(bpf.MaxPaths, pathSeed)}
+	return Allocs{PDR: NewStatsAlloc(rules, pdrSeed), Path: NewStatsAlloc(bpf.MaxPaths, pathSeed), FAR: NewStatsAlloc(rules, nil)}
 }
 
 func (a Allocs) clone() Allocs {
-	return Allocs{PDR: a.PDR.clone(), Path: a.Path.clone()}
+	return Allocs{PDR: a.PDR.clone(), Path: a.Path.clone(), FAR: a.FAR.clone()}
 }

@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package rules compiles PDRs and FARs from the config into the dataplane's
-// tables: tuple-space mask groups, masked classifier entries and FARs.
+// Package rules compiles PDRs, FARs and paths from the config into the
+// dataplane's tables: tuple-space mask groups, masked classifier entries,
+// FARs and paths, at places that stay with their objects so a change
+// compiles into a change of a few entries.
 package rules
 
 import (
+	"cmp"
+	"container/heap"
 	"errors"
 	"fmt"
 	"math/bits"
-	"sort"
+	"slices"
+	"strconv"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
@@ -17,204 +22,669 @@ import (
 // Resolver maps an interface name to its ifindex on this host.
 type Resolver func(name string) (uint32, error)
 
-// Compile turns cfg into a generation. allocs give each PDR and path a
-// stable statistics index; they are not modified: the updated allocators
-// are returned for the caller to keep once the generation is committed, and
-// indexes handed out for the first time are listed in
-// Generation.ResetStats / ResetPathStats. Problems are reported as
-// config.Errors with the path of the culprit.
-func Compile(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limits) (*bpf.Generation, Allocs, error) {
-	var errs config.Errors
-	allocs = allocs.clone()
-	alloc := allocs.PDR
-	g := &bpf.Generation{
-		Rules:     map[bpf.RuleKey]bpf.Rule{},
-		NoMatch:   verdict(cfg.Defaults.NoMatch),
-		Malformed: verdict(cfg.Defaults.Malformed),
-	}
+// Compiler holds the compiled form of the config that serves and turns a
+// batch of changes into the next generation at the cost of what the batch
+// touches: each PDR knows its classifier entries, each mask group its
+// member PDRs, and FARs and paths keep their table indexes. Build makes
+// one from a whole config; Apply changes it.
+//
+// A Compiler is not safe for concurrent use; the Generation it returns is
+// its own state, valid until the next Apply.
+type Compiler struct {
+	resolve Resolver
+	limits  bpf.Limits
+	allocs  Allocs
+	ifidx   map[string]uint32
+	paths   map[uint32]compiledPath // by path id
+	fars    map[uint32]uint32       // FAR id -> index in gen.FARs
+	pdrs    map[uint32]*compiledPDR // by PDR id
+	groups  map[bpf.FlowKey]*group  // by mask
+	tags    [bpf.MaxGroups]*group
+	// shadowed holds, per classifier entry, the rules of other PDRs with
+	// the same masked key that lose to the one in gen.Rules.
+	shadowed map[bpf.RuleKey][]bpf.Rule
+	gen      *bpf.Generation
 
-	ifidx := map[string]uint32{}
-	missing := map[string]bool{} // reported once, not again at each reference
-	for i, itf := range cfg.Interfaces {
-		idx, err := ifindex(itf.Name)
-		if err != nil {
-			errs = append(errs, config.FieldError{Path: fmt.Sprintf("interfaces[%d].name", i), Reason: err.Error()})
-			missing[itf.Name] = true
-			continue
-		}
-		ifidx[itf.Name] = idx
-	}
+	// State of the Apply under way.
+	undo        []func()
+	errs        config.Errors
+	missing     map[string]bool // interfaces this batch failed to resolve
+	groupsMoved bool
+}
 
-	pathIdx := map[uint32]uint32{}
-	livePaths := map[uint32]bool{}
-	if len(cfg.Paths) > bpf.MaxPaths {
-		errs = append(errs, config.FieldError{Path: "paths", Reason: fmt.Sprintf("%d paths, at most %d", len(cfg.Paths), bpf.MaxPaths)})
-	}
-	g.Decaps = map[bpf.DecapKey]bpf.Decap{}
-	for i, pt := range cfg.Paths {
-		if i >= bpf.MaxPaths {
-			break
-		}
-		idx, ok := ifidx[pt.Interface]
-		if !ok {
-			if !missing[pt.Interface] {
-				errs = append(errs, config.FieldError{Path: fmt.Sprintf("paths[%d].interface", i), Reason: fmt.Sprintf("interface %q is not available", pt.Interface)})
-			}
-			continue
-		}
-		stats, isNew, err := allocs.Path.Get(pt.ID)
-		if err != nil {
-			errs = append(errs, config.FieldError{Path: fmt.Sprintf("paths[%d].id", i), Reason: err.Error()})
-			continue
-		}
-		livePaths[pt.ID] = true
-		if isNew {
-			g.ResetPathStats = append(g.ResetPathStats, stats)
-		}
-		bp := bpf.Path{Ifindex: idx, Stats: stats, Id: pt.ID, Ttl: pt.TTL}
-		if bp.Ttl == 0 {
-			bp.Ttl = config.DefaultPathTTL
-		}
-		l4, r4 := pt.Local.A.As4(), pt.Remote.A.As4()
-		bp.Local, bp.Remote = be32(l4), be32(r4)
-		dk := bpf.DecapKey{Local: bp.Local}
-		if pt.Key != nil {
-			bp.Flags |= bpf.PathFlagKey
-			bp.Key = bits.ReverseBytes32(*pt.Key)
-			dk.Key, dk.HasKey = bp.Key, 1
-		}
-		if pt.Seq {
-			bp.Flags |= bpf.PathFlagSeq
-		}
-		if pt.DSCP != nil {
-			bp.Flags |= bpf.PathFlagDSCPFixed
-			bp.Dscp = *pt.DSCP
-		}
-		pathIdx[pt.ID] = uint32(len(g.Paths))
-		g.Paths = append(g.Paths, bp)
-		g.Decaps[dk] = bpf.Decap{Remote: bp.Remote, Stats: stats, Id: pt.ID}
-	}
-	allocs.Path.Retain(livePaths)
+type compiledPath struct {
+	idx   uint32
+	decap bpf.DecapKey
+}
 
-	farIdx := map[uint32]uint32{}
-	for i, f := range cfg.FARs {
-		far := bpf.Far{Id: f.ID}
-		switch f.Action {
-		case "pass":
-			far.Action = bpf.ActPass
-		case "drop":
-			far.Action = bpf.ActDrop
-		case "redirect":
-			far.Action = bpf.ActRedirect
-			idx, ok := ifidx[f.Interface]
-			if !ok && !missing[f.Interface] {
-				errs = append(errs, config.FieldError{Path: fmt.Sprintf("fars[%d].interface", i), Reason: fmt.Sprintf("interface %q is not available", f.Interface)})
-			}
-			far.Ifindex = idx
-		case "encap":
-			far.Action = bpf.ActEncap
-			pi, ok := pathIdx[f.Path]
-			if !ok {
-				errs = append(errs, config.FieldError{Path: fmt.Sprintf("fars[%d].path", i), Reason: fmt.Sprintf("path %d is not available", f.Path)})
-			}
-			far.Path = pi
-		case "decap":
-			far.Action = bpf.ActDecap
-		default:
-			errs = append(errs, config.FieldError{Path: fmt.Sprintf("fars[%d].action", i), Reason: fmt.Sprintf("unknown action %q", f.Action)})
-		}
-		farIdx[f.ID] = uint32(len(g.FARs))
-		g.FARs = append(g.FARs, far)
-	}
+type compiledPDR struct {
+	rule bpf.Rule
+	keys []bpf.RuleKey
+}
 
-	type group struct {
-		mask    bpf.FlowKey
-		minPrio uint64
-		entries map[bpf.FlowKey]bpf.Rule
+// group is one mask group: its tag and the PDRs with entries in it.
+type group struct {
+	tag     uint32
+	mask    bpf.FlowKey
+	members map[uint32]member // by PDR id
+	// prios holds the members' prios, best first, and stale ones of
+	// PDRs that left or changed (dropped when they come to the top), so
+	// that the best prio costs O(log n) as PDRs come and go.
+	prios prioHeap
+}
+
+type member struct {
+	entries int // the PDR's entries in this group
+	prio    uint64
+}
+
+// minPrio returns the best prio of the group's members.
+func (g *group) minPrio() uint64 {
+	for len(g.prios) > 0 {
+		top := g.prios[0]
+		if m, ok := g.members[uint32(top)]; ok && m.prio == top {
+			return top
+		}
+		heap.Pop(&g.prios)
 	}
-	groups := map[bpf.FlowKey]*group{}
+	return ^uint64(0)
+}
+
+// prioHeap is a min-heap of prios (container/heap).
+type prioHeap []uint64
+
+func (h prioHeap) Len() int           { return len(h) }
+func (h prioHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h prioHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *prioHeap) Push(x any)        { *h = append(*h, x.(uint64)) }
+func (h *prioHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// Build compiles cfg into a new Compiler. allocs give each PDR and path a
+// stable statistics index; they are not modified: the compiler works on
+// a copy (Allocs), where indexes of objects cfg does not have are freed.
+// Problems are reported as config.Errors with the path of the culprit.
+func Build(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limits) (*Compiler, error) {
+	c := &Compiler{
+		resolve:  ifindex,
+		limits:   limits,
+		allocs:   allocs.clone(),
+		ifidx:    map[string]uint32{},
+		paths:    map[uint32]compiledPath{},
+		fars:     map[uint32]uint32{},
+		pdrs:     map[uint32]*compiledPDR{},
+		groups:   map[bpf.FlowKey]*group{},
+		shadowed: map[bpf.RuleKey][]bpf.Rule{},
+		gen: &bpf.Generation{
+			Rules:     map[bpf.RuleKey]bpf.Rule{},
+			FARs:      map[uint32]bpf.Far{},
+			Paths:     map[uint32]bpf.Path{},
+			Decaps:    map[bpf.DecapKey]bpf.Decap{},
+			NoMatch:   verdict(cfg.Defaults.NoMatch),
+			Malformed: verdict(cfg.Defaults.Malformed),
+		},
+	}
 	live := map[uint32]bool{}
-	nEntries := 0
-
-	for i, p := range cfg.PDRs {
-		path := fmt.Sprintf("pdrs[%d]", i)
-		fi, ok := farIdx[p.FAR]
-		if !ok {
-			errs = append(errs, config.FieldError{Path: path + ".far", Reason: fmt.Sprintf("no far with id %d", p.FAR)})
-			continue
-		}
-		var in uint32
-		if p.Match.In != "" {
-			if in, ok = ifidx[p.Match.In]; !ok {
-				if !missing[p.Match.In] {
-					errs = append(errs, config.FieldError{Path: path + ".match.in", Reason: fmt.Sprintf("interface %q is not available", p.Match.In)})
-				}
-				continue
-			}
-		}
-		stats, isNew, err := alloc.Get(p.ID)
-		if err != nil {
-			errs = append(errs, config.FieldError{Path: path + ".id", Reason: err.Error(), Capacity: errors.Is(err, ErrStatsFull)})
-			continue
-		}
+	for _, p := range cfg.PDRs {
 		live[p.ID] = true
+	}
+	livePaths := map[uint32]bool{}
+	for _, p := range cfg.Paths {
+		livePaths[p.ID] = true
+	}
+	// Free first what cfg no longer has, so its indexes can serve new
+	// objects.
+	c.allocs.PDR.Retain(live)
+	c.allocs.Path.Retain(livePaths)
+	if len(cfg.Paths) > bpf.MaxPaths {
+		return nil, config.Errors{{Path: "paths", Reason: fmt.Sprintf("%d paths, at most %d", len(cfg.Paths), bpf.MaxPaths), Code: config.CodeCapacity}}
+	}
+	if _, err := c.Apply(changesOf(cfg)); err != nil {
+		return nil, err
+	}
+	c.gen.Dirty = nil // compared whole against what the dataplane holds
+	return c, nil
+}
+
+// Compile compiles cfg into a generation, with the allocators as they are
+// after it (see Build).
+func Compile(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limits) (*bpf.Generation, Allocs, error) {
+	c, err := Build(cfg, ifindex, allocs, limits)
+	if err != nil {
+		return nil, Allocs{}, err
+	}
+	return c.gen, c.allocs, nil
+}
+
+// changesOf lists every object of cfg as created, at its place in cfg.
+func changesOf(cfg *config.Config) *config.Changes {
+	ch := &config.Changes{}
+	for i := range cfg.Interfaces {
+		ch.Interfaces = append(ch.Interfaces, config.Diff[config.Interface]{At: "interfaces[" + strconv.Itoa(i) + "]", New: &cfg.Interfaces[i]})
+	}
+	for i := range cfg.Paths {
+		ch.Paths = append(ch.Paths, config.Diff[config.Path]{At: "paths[" + strconv.Itoa(i) + "]", New: &cfg.Paths[i]})
+	}
+	for i := range cfg.FARs {
+		ch.FARs = append(ch.FARs, config.Diff[config.FAR]{At: "fars[" + strconv.Itoa(i) + "]", New: &cfg.FARs[i]})
+	}
+	for i := range cfg.PDRs {
+		ch.PDRs = append(ch.PDRs, config.Diff[config.PDR]{At: "pdrs[" + strconv.Itoa(i) + "]", New: &cfg.PDRs[i]})
+	}
+	return ch
+}
+
+// Generation returns the compiled tables, with Dirty listing what the
+// last Apply changed. It is the compiler's own state: read it before the
+// next Apply, do not modify it.
+func (c *Compiler) Generation() *bpf.Generation { return c.gen }
+
+// Allocs returns the compiler's statistics index allocators.
+func (c *Compiler) Allocs() Allocs { return c.allocs }
+
+// Apply compiles a batch of changes (as config.Store.Apply returns them,
+// already validated as config). On success it returns a function that
+// undoes it, for a commit that fails later. On failure nothing changed
+// and the error is config.Errors, at the changes' paths; errors for full
+// tables carry config.CodeCapacity.
+func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
+	c.undo, c.errs, c.missing, c.groupsMoved = nil, nil, map[string]bool{}, false
+	c.gen.Dirty = &bpf.Dirty{Rules: map[bpf.RuleKey]struct{}{}, FARs: map[uint32]struct{}{}}
+	c.gen.ResetStats, c.gen.ResetPathStats = nil, nil
+
+	// Whatever is referred to first, then what refers, then removals
+	// in reverse.
+	for _, d := range ch.Interfaces {
+		if d.New != nil {
+			c.putInterface(d.At, d.New)
+		}
+	}
+	for _, d := range ch.Paths {
+		if d.New != nil {
+			c.putPath(d.At, d.New)
+		}
+	}
+	for _, d := range ch.FARs {
+		if d.New != nil {
+			c.putFAR(d.At, d.New)
+		}
+	}
+	for _, d := range ch.PDRs {
+		switch {
+		case d.New != nil:
+			c.putPDR(d.At, d.New)
+		case d.Old != nil:
+			c.removePDR(d.Old.ID, false)
+		}
+	}
+	for _, d := range ch.FARs {
+		if d.New == nil {
+			c.removeFAR(d.Old.ID)
+		}
+	}
+	for _, d := range ch.Paths {
+		if d.New == nil {
+			c.removePath(d.Old.ID)
+		}
+	}
+	for _, d := range ch.Interfaces {
+		if d.New == nil {
+			name := d.Old.Name
+			idx := c.ifidx[name]
+			delete(c.ifidx, name)
+			c.onUndo(func() { c.ifidx[name] = idx })
+		}
+	}
+	if n := len(c.gen.Rules); n > int(c.limits.Rules) {
+		c.errs = append(c.errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d classifier entries after port-range expansion exceed limits.rules %d", n, c.limits.Rules), Code: config.CodeCapacity})
+	}
+	undoAll := c.takeUndo()
+	if len(c.errs) > 0 {
+		errs := c.errs
+		undoAll()
+		return nil, errs
+	}
+	if c.groupsMoved {
+		c.sortGroups()
+	}
+	return undoAll, nil
+}
+
+// onUndo records how to take back one step of the Apply under way.
+func (c *Compiler) onUndo(f func()) { c.undo = append(c.undo, f) }
+
+// takeUndo returns a function undoing every step recorded so far (in
+// reverse), leaving the tables and Dirty as they were before the Apply
+// made them differ... from the dataplane's point of view: Dirty keeps the
+// keys touched, so a generation committed after an undo rewrites them.
+func (c *Compiler) takeUndo() func() {
+	steps := c.undo
+	c.undo = nil
+	return func() {
+		for i := len(steps) - 1; i >= 0; i-- {
+			steps[i]()
+		}
+		c.sortGroups()
+	}
+}
+
+func (c *Compiler) fail(path, reason string, code config.ErrorCode) {
+	c.errs = append(c.errs, config.FieldError{Path: path, Reason: reason, Code: code})
+}
+
+// iface returns the ifindex of a configured interface; a missing one is
+// reported at path unless its own failure was.
+func (c *Compiler) iface(path, name string) (uint32, bool) {
+	idx, ok := c.ifidx[name]
+	if !ok && !c.missing[name] {
+		c.fail(path, fmt.Sprintf("interface %q is not available", name), config.CodeInvalid)
+	}
+	return idx, ok
+}
+
+func (c *Compiler) putInterface(at string, itf *config.Interface) {
+	name := itf.Name
+	if _, ok := c.ifidx[name]; ok {
+		return // role or XDP mode changed: the ifindex stays
+	}
+	idx, err := c.resolve(name)
+	if err != nil {
+		c.fail(at+".name", err.Error(), config.CodeInvalid)
+		c.missing[name] = true
+		return
+	}
+	c.ifidx[name] = idx
+	c.onUndo(func() { delete(c.ifidx, name) })
+}
+
+func (c *Compiler) putPath(at string, pt *config.Path) {
+	ifindex, ok := c.iface(at+".interface", pt.Interface)
+	if !ok {
+		return
+	}
+	old, had := c.paths[pt.ID]
+	idx := old.idx
+	if !had {
+		var isNew bool
+		var err error
+		idx, isNew, err = c.allocs.Path.Get(pt.ID)
+		if err != nil {
+			c.fail(at+".id", err.Error(), capacityIf(errors.Is(err, ErrStatsFull)))
+			return
+		}
+		c.onUndo(func() { c.allocs.Path.Free(pt.ID) })
 		if isNew {
-			g.ResetStats = append(g.ResetStats, stats)
-		}
-		key, mask := baseKey(p.Match, in)
-		rule := bpf.Rule{Prio: uint64(p.Precedence)<<32 | uint64(p.ID), Far: fi, Stats: stats}
-		for _, sp := range portPrefixes(p.Match.Sport) {
-			for _, dp := range portPrefixes(p.Match.Dport) {
-				k, m := key, mask
-				k.Sport, m.Sport = bits.ReverseBytes16(sp.val), bits.ReverseBytes16(sp.mask)
-				k.Dport, m.Dport = bits.ReverseBytes16(dp.val), bits.ReverseBytes16(dp.mask)
-				grp := groups[m]
-				if grp == nil {
-					grp = &group{mask: m, minPrio: rule.Prio, entries: map[bpf.FlowKey]bpf.Rule{}}
-					groups[m] = grp
-				}
-				grp.minPrio = min(grp.minPrio, rule.Prio)
-				// Same masked key twice: only the better rule can ever win it.
-				if old, dup := grp.entries[k]; !dup || rule.Prio < old.Prio {
-					if !dup {
-						nEntries++
-					}
-					grp.entries[k] = rule
-				}
-			}
+			c.gen.ResetPathStats = append(c.gen.ResetPathStats, idx)
 		}
 	}
-	alloc.Retain(live)
+	bp := bpf.Path{Ifindex: ifindex, Stats: idx, Id: pt.ID, Ttl: pt.TTL}
+	if bp.Ttl == 0 {
+		bp.Ttl = config.DefaultPathTTL
+	}
+	l4, r4 := pt.Local.A.As4(), pt.Remote.A.As4()
+	bp.Local, bp.Remote = be32(l4), be32(r4)
+	dk := bpf.DecapKey{Local: bp.Local}
+	if pt.Key != nil {
+		bp.Flags |= bpf.PathFlagKey
+		bp.Key = bits.ReverseBytes32(*pt.Key)
+		dk.Key, dk.HasKey = bp.Key, 1
+	}
+	if pt.Seq {
+		bp.Flags |= bpf.PathFlagSeq
+	}
+	if pt.DSCP != nil {
+		bp.Flags |= bpf.PathFlagDSCPFixed
+		bp.Dscp = *pt.DSCP
+	}
+	if had {
+		c.dropPath(pt.ID, old)
+	}
+	c.setPath(pt.ID, compiledPath{idx: idx, decap: dk}, bp)
+}
 
-	if nEntries > int(limits.Rules) {
-		errs = append(errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d classifier entries after port-range expansion exceed limits.rules %d", nEntries, limits.Rules), Capacity: true})
-	}
-	if len(groups) > bpf.MaxGroups {
-		errs = append(errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("rules use %d distinct match shapes (prefix lengths, fields, port-range blocks); the classifier supports %d: align port ranges to powers of two or share prefix lengths", len(groups), bpf.MaxGroups), Capacity: true})
-	}
-	if len(errs) > 0 {
-		return nil, Allocs{}, errs
-	}
-
-	sorted := make([]*group, 0, len(groups))
-	for _, grp := range groups {
-		sorted = append(sorted, grp)
-	}
-	sort.Slice(sorted, func(a, b int) bool {
-		if sorted[a].minPrio != sorted[b].minPrio {
-			return sorted[a].minPrio < sorted[b].minPrio
-		}
-		// Deterministic order for equal minPrio: bigger groups first.
-		return len(sorted[a].entries) > len(sorted[b].entries)
+// setPath puts a compiled path in place (undoably).
+func (c *Compiler) setPath(id uint32, cp compiledPath, bp bpf.Path) {
+	c.paths[id] = cp
+	c.gen.Paths[cp.idx] = bp
+	c.gen.Decaps[cp.decap] = bpf.Decap{Remote: bp.Remote, Stats: cp.idx, Id: id}
+	c.onUndo(func() {
+		delete(c.paths, id)
+		delete(c.gen.Paths, cp.idx)
+		delete(c.gen.Decaps, cp.decap)
 	})
-	for gi, grp := range sorted {
-		g.Groups = append(g.Groups, bpf.Group{Mask: grp.mask, MinPrio: grp.minPrio})
-		for k, r := range grp.entries {
-			g.Rules[bpf.RuleKey{K: k, Group: uint32(gi)}] = r
+}
+
+// dropPath takes a compiled path out of the tables (undoably); its index
+// stays allocated.
+func (c *Compiler) dropPath(id uint32, cp compiledPath) {
+	bp, dv := c.gen.Paths[cp.idx], c.gen.Decaps[cp.decap]
+	delete(c.paths, id)
+	delete(c.gen.Paths, cp.idx)
+	delete(c.gen.Decaps, cp.decap)
+	c.onUndo(func() {
+		c.paths[id] = cp
+		c.gen.Paths[cp.idx] = bp
+		c.gen.Decaps[cp.decap] = dv
+	})
+}
+
+func (c *Compiler) removePath(id uint32) {
+	cp, ok := c.paths[id]
+	if !ok {
+		return
+	}
+	c.dropPath(id, cp)
+	c.allocs.Path.Free(id)
+	c.onUndo(func() { c.allocs.Path.put(id, cp.idx) })
+}
+
+func (c *Compiler) putFAR(at string, f *config.FAR) {
+	far := bpf.Far{Id: f.ID}
+	switch f.Action {
+	case config.ActionPass:
+		far.Action = bpf.ActPass
+	case config.ActionDrop:
+		far.Action = bpf.ActDrop
+	case config.ActionRedirect:
+		far.Action = bpf.ActRedirect
+		idx, ok := c.iface(at+".interface", f.Interface)
+		if !ok {
+			return
+		}
+		far.Ifindex = idx
+	case config.ActionEncap:
+		far.Action = bpf.ActEncap
+		cp, ok := c.paths[f.Path]
+		if !ok {
+			c.fail(at+".path", fmt.Sprintf("path %d is not available", f.Path), config.CodeInvalid)
+			return
+		}
+		far.Path = cp.idx
+	case config.ActionDecap:
+		far.Action = bpf.ActDecap
+	default:
+		c.fail(at+".action", fmt.Sprintf("unknown action %q", f.Action), config.CodeInvalid)
+		return
+	}
+	idx, had := c.fars[f.ID]
+	if !had {
+		var err error
+		if idx, _, err = c.allocs.FAR.Get(f.ID); err != nil {
+			c.fail(at+".id", fmt.Sprintf("no free far index (%d in use)", len(c.fars)), capacityIf(errors.Is(err, ErrStatsFull)))
+			return
+		}
+		c.fars[f.ID] = idx
+		c.onUndo(func() {
+			c.allocs.FAR.Free(f.ID)
+			delete(c.fars, f.ID)
+		})
+	}
+	c.setFAR(idx, far, true)
+}
+
+// setFAR puts (ok) or removes the FAR at idx, undoably.
+func (c *Compiler) setFAR(idx uint32, far bpf.Far, ok bool) {
+	old, had := c.gen.FARs[idx]
+	if ok {
+		c.gen.FARs[idx] = far
+	} else {
+		delete(c.gen.FARs, idx)
+	}
+	c.gen.Dirty.FARs[idx] = struct{}{}
+	c.onUndo(func() {
+		if had {
+			c.gen.FARs[idx] = old
+		} else {
+			delete(c.gen.FARs, idx)
+		}
+	})
+}
+
+func (c *Compiler) removeFAR(id uint32) {
+	idx, ok := c.fars[id]
+	if !ok {
+		return
+	}
+	c.setFAR(idx, bpf.Far{}, false)
+	delete(c.fars, id)
+	c.allocs.FAR.Free(id)
+	c.onUndo(func() {
+		c.fars[id] = idx
+		c.allocs.FAR.put(id, idx)
+	})
+}
+
+func (c *Compiler) putPDR(at string, p *config.PDR) {
+	fi, ok := c.fars[p.FAR]
+	if !ok {
+		c.fail(at+".far", fmt.Sprintf("no far with id %d", p.FAR), config.CodeInvalid)
+		return
+	}
+	var in uint32
+	if p.Match.In != "" {
+		if in, ok = c.iface(at+".match.in", p.Match.In); !ok {
+			return
 		}
 	}
-	allocs.PDR = alloc
-	return g, allocs, nil
+	var stats uint32
+	if old, had := c.pdrs[p.ID]; had {
+		stats = old.rule.Stats
+		c.removePDR(p.ID, true)
+	} else {
+		var isNew bool
+		var err error
+		stats, isNew, err = c.allocs.PDR.Get(p.ID)
+		if err != nil {
+			c.fail(at+".id", err.Error(), capacityIf(errors.Is(err, ErrStatsFull)))
+			return
+		}
+		c.onUndo(func() { c.allocs.PDR.Free(p.ID) })
+		if isNew {
+			c.gen.ResetStats = append(c.gen.ResetStats, stats)
+		}
+	}
+	cp := &compiledPDR{rule: bpf.Rule{Prio: uint64(p.Precedence)<<32 | uint64(p.ID), Far: fi, Stats: stats}}
+	key, mask := baseKey(p.Match, in)
+	for _, sp := range portPrefixes(p.Match.Sport) {
+		for _, dp := range portPrefixes(p.Match.Dport) {
+			k, m := key, mask
+			k.Sport, m.Sport = bits.ReverseBytes16(sp.val), bits.ReverseBytes16(sp.mask)
+			k.Dport, m.Dport = bits.ReverseBytes16(dp.val), bits.ReverseBytes16(dp.mask)
+			grp := c.group(at, m)
+			if grp == nil {
+				return
+			}
+			rk := bpf.RuleKey{K: k, Group: grp.tag}
+			cp.keys = append(cp.keys, rk)
+			c.join(grp, p.ID, cp.rule.Prio)
+			c.addEntry(rk, cp.rule)
+		}
+	}
+	c.pdrs[p.ID] = cp
+	c.onUndo(func() { delete(c.pdrs, p.ID) })
+}
+
+// removePDR takes a PDR's entries out; keepStats keeps its statistics
+// index for the same PDR compiled again (an update).
+func (c *Compiler) removePDR(id uint32, keepStats bool) {
+	cp, ok := c.pdrs[id]
+	if !ok {
+		return
+	}
+	for _, rk := range cp.keys {
+		c.removeEntry(rk, cp.rule.Prio)
+		c.leave(c.tags[rk.Group], id)
+	}
+	delete(c.pdrs, id)
+	c.onUndo(func() { c.pdrs[id] = cp })
+	if !keepStats {
+		c.allocs.PDR.Free(id)
+		c.onUndo(func() { c.allocs.PDR.put(id, cp.rule.Stats) })
+	}
+}
+
+// group returns the mask group for mask, making one if there is none.
+func (c *Compiler) group(at string, mask bpf.FlowKey) *group {
+	if g, ok := c.groups[mask]; ok {
+		return g
+	}
+	tag := slices.Index(c.tags[:], nil)
+	if tag < 0 {
+		c.fail(at+".match", fmt.Sprintf("rules would use more than %d distinct match shapes (prefix lengths, fields, port-range blocks), the classifier's limit: align port ranges to powers of two or share prefix lengths", bpf.MaxGroups), config.CodeCapacity)
+		return nil
+	}
+	g := &group{tag: uint32(tag), mask: mask, members: map[uint32]member{}}
+	c.groups[mask] = g
+	c.tags[tag] = g
+	c.groupsMoved = true
+	c.onUndo(func() {
+		delete(c.groups, mask)
+		c.tags[tag] = nil
+	})
+	return g
+}
+
+// join counts one more entry of PDR id (with prio) in g.
+func (c *Compiler) join(g *group, id uint32, prio uint64) {
+	m := g.members[id]
+	g.members[id] = member{entries: m.entries + 1, prio: prio}
+	if m.entries == 0 {
+		heap.Push(&g.prios, prio)
+		if len(g.prios) > 2*len(g.members)+16 {
+			// Mostly stale: rebuild from the members.
+			g.prios = g.prios[:0]
+			for _, m := range g.members {
+				g.prios = append(g.prios, m.prio)
+			}
+			heap.Init(&g.prios)
+		}
+	}
+	c.groupsMoved = true
+	c.onUndo(func() {
+		if m.entries == 0 {
+			delete(g.members, id)
+		} else {
+			g.members[id] = m
+		}
+	})
+}
+
+// leave counts one entry of PDR id less in g; an empty group goes.
+func (c *Compiler) leave(g *group, id uint32) {
+	m := g.members[id]
+	if m.entries == 1 {
+		delete(g.members, id)
+	} else {
+		g.members[id] = member{entries: m.entries - 1, prio: m.prio}
+	}
+	if len(g.members) == 0 {
+		delete(c.groups, g.mask)
+		c.tags[g.tag] = nil
+	}
+	c.groupsMoved = true
+	c.onUndo(func() {
+		if m.entries == 1 {
+			// minPrio may have dropped its prio from the heap since.
+			heap.Push(&g.prios, m.prio)
+		}
+		g.members[id] = m
+		c.groups[g.mask] = g
+		c.tags[g.tag] = g
+	})
+}
+
+// addEntry puts r at key rk, where the best prio wins and the others wait
+// in shadowed.
+func (c *Compiler) addEntry(rk bpf.RuleKey, r bpf.Rule) {
+	cur, taken := c.gen.Rules[rk]
+	switch {
+	case !taken:
+		c.gen.Rules[rk] = r
+		c.onUndo(func() { delete(c.gen.Rules, rk) })
+	case r.Prio < cur.Prio:
+		c.gen.Rules[rk] = r
+		c.shadowed[rk] = append(c.shadowed[rk], cur)
+		c.onUndo(func() {
+			c.gen.Rules[rk] = cur
+			c.shadowed[rk] = c.shadowed[rk][:len(c.shadowed[rk])-1]
+			if len(c.shadowed[rk]) == 0 {
+				delete(c.shadowed, rk)
+			}
+		})
+	default:
+		c.shadowed[rk] = append(c.shadowed[rk], r)
+		c.onUndo(func() {
+			c.shadowed[rk] = slices.DeleteFunc(c.shadowed[rk], func(x bpf.Rule) bool { return x.Prio == r.Prio })
+			if len(c.shadowed[rk]) == 0 {
+				delete(c.shadowed, rk)
+			}
+		})
+	}
+	c.gen.Dirty.Rules[rk] = struct{}{}
+}
+
+// removeEntry takes the rule with prio out of key rk; the best shadowed
+// one, if any, takes its place.
+func (c *Compiler) removeEntry(rk bpf.RuleKey, prio uint64) {
+	cur := c.gen.Rules[rk]
+	losers := slices.Clone(c.shadowed[rk])
+	restore := func() {
+		c.gen.Rules[rk] = cur
+		if len(losers) > 0 {
+			c.shadowed[rk] = losers
+		} else {
+			delete(c.shadowed, rk)
+		}
+	}
+	c.onUndo(restore)
+	c.gen.Dirty.Rules[rk] = struct{}{}
+	if cur.Prio != prio {
+		left := slices.DeleteFunc(slices.Clone(losers), func(x bpf.Rule) bool { return x.Prio == prio })
+		if len(left) > 0 {
+			c.shadowed[rk] = left
+		} else {
+			delete(c.shadowed, rk)
+		}
+		return
+	}
+	if len(losers) == 0 {
+		delete(c.gen.Rules, rk)
+		return
+	}
+	best := slices.MinFunc(losers, func(a, b bpf.Rule) int { return cmp.Compare(a.Prio, b.Prio) })
+	c.gen.Rules[rk] = best
+	left := slices.DeleteFunc(slices.Clone(losers), func(x bpf.Rule) bool { return x.Prio == best.Prio })
+	if len(left) > 0 {
+		c.shadowed[rk] = left
+	} else {
+		delete(c.shadowed, rk)
+	}
+}
+
+// sortGroups writes the groups in search order: by best prio (unique: it
+// holds a PDR id), so the search can stop at the first group that cannot
+// beat what it found.
+func (c *Compiler) sortGroups() {
+	c.gen.Groups = c.gen.Groups[:0]
+	for _, g := range c.tags {
+		if g != nil {
+			c.gen.Groups = append(c.gen.Groups, bpf.Group{Mask: g.mask, MinPrio: g.minPrio(), Tag: g.tag})
+		}
+	}
+	slices.SortFunc(c.gen.Groups, func(a, b bpf.Group) int {
+		return cmp.Or(cmp.Compare(a.MinPrio, b.MinPrio), cmp.Compare(a.Tag, b.Tag))
+	})
+}
+
+func capacityIf(full bool) config.ErrorCode {
+	if full {
+		return config.CodeCapacity
+	}
+	return config.CodeInvalid
 }
 
 func verdict(s string) uint32 {

@@ -110,9 +110,13 @@ pdrs:
 	if g.Groups[0].Mask.Family != 0xff || g.Groups[0].Mask.Dst[0] != 0xff || g.Groups[0].Mask.Dst[1] != 0 {
 		t.Errorf("fd00::/8 mask wrong: %+v", g.Groups[0].Mask)
 	}
+	byTag := map[uint32]bpf.Group{}
+	for _, grp := range g.Groups {
+		byTag[grp.Tag] = grp
+	}
 	var sixteen int
 	for k, r := range g.Rules {
-		if k.K.Family == 4 && g.Groups[k.Group].Mask.Dst[1] == 0xff && g.Groups[k.Group].Mask.Dst[2] == 0 {
+		if m := byTag[k.Group].Mask; k.K.Family == 4 && m.Dst[1] == 0xff && m.Dst[2] == 0 {
 			sixteen++
 			if r.Far != 0 {
 				t.Errorf("10.x/16 rule points at far %d, want index 0", r.Far)

@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf_test
+
+import (
+	"fmt"
+	"maps"
+	"math/rand"
+	"slices"
+	"testing"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/rules"
+	"github.com/edgeplane/edgeplane/internal/testutil"
+)
+
+// tables is what one slot of the maps holds.
+type tables struct {
+	rules  map[bpf.RuleKey]bpf.Rule
+	fars   map[uint32]bpf.Far
+	groups []bpf.Group
+}
+
+func tablesOf(g *bpf.Generation) tables {
+	return tables{rules: maps.Clone(g.Rules), fars: maps.Clone(g.FARs), groups: slices.Clone(g.Groups)}
+}
+
+// readTables reads slot t of the kernel's maps.
+func readTables(t *testing.T, dp *bpf.Dataplane, slot uint32) tables {
+	t.Helper()
+	st, err := dp.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := tables{rules: map[bpf.RuleKey]bpf.Rule{}, fars: map[uint32]bpf.Far{}}
+	var k bpf.RuleKey
+	var v bpf.Rule
+	it := dp.EdgeRules.Iterate()
+	for it.Next(&k, &v) {
+		if k.Group/bpf.MaxGroups == slot {
+			k.Group %= bpf.MaxGroups
+			out.rules[k] = v
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint32(0); i < dp.Limits.Rules; i++ {
+		var f bpf.Far
+		if err := dp.EdgeFars.Lookup(slot*dp.Limits.Rules+i, &f); err != nil {
+			t.Fatal(err)
+		}
+		if f != (bpf.Far{}) {
+			out.fars[i] = f
+		}
+	}
+	for i := uint32(0); i < st.Ngroups[slot]; i++ {
+		var g bpf.Group
+		if err := dp.EdgeGroups.Lookup(slot*bpf.MaxGroups+i, &g); err != nil {
+			t.Fatal(err)
+		}
+		out.groups = append(out.groups, g)
+	}
+	return out
+}
+
+func (a tables) diff(b tables) string {
+	if !slices.Equal(a.groups, b.groups) {
+		return fmt.Sprintf("groups %v, want %v", a.groups, b.groups)
+	}
+	if !maps.Equal(a.fars, b.fars) {
+		return fmt.Sprintf("fars %v, want %v", a.fars, b.fars)
+	}
+	for k, v := range b.rules {
+		if got, ok := a.rules[k]; !ok || got != v {
+			return fmt.Sprintf("entry %+v: %+v (present %v), want %+v", k, got, ok, v)
+		}
+	}
+	if len(a.rules) != len(b.rules) {
+		return fmt.Sprintf("%d entries, want %d", len(a.rules), len(b.rules))
+	}
+	return ""
+}
+
+// TestIncrementalCommitsReachTheMaps commits random batches as the agent
+// does (store, compiler, writer with Dirty sets) and checks after each
+// that the live slot of the kernel's maps holds exactly the new
+// generation and the other slot exactly the one before: the writer's
+// pending-plus-dirty bookkeeping loses no entry. Some commits are rolled
+// back again (as after a failed journal write).
+func TestIncrementalCommitsReachTheMaps(t *testing.T) {
+	testutil.RequireRoot(t)
+	cfg, err := config.Parse([]byte(`
+interfaces:
+  - {name: lan0, role: lan}
+  - {name: wan0, role: wan}
+fars:
+  - {id: 1, action: redirect, interface: wan0}
+  - {id: 2, action: drop}
+pdrs:
+  - {id: 1000, precedence: 9, match: {dst: 192.0.2.0/24}, far: 2}
+limits: {flows: 1024, rules: 300}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules}
+	dp, err := bpf.Open(limits, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dp.Close() })
+	resolve := func(name string) (uint32, error) { return map[string]uint32{"lan0": 2, "wan0": 3}[name], nil }
+	comp, err := rules.Build(cfg, resolve, rules.NewAllocs(limits.Rules, nil, nil), limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dp.Commit(comp.Generation()); err != nil {
+		t.Fatal(err)
+	}
+	store := config.NewStore(cfg)
+	prev := tablesOf(comp.Generation())
+	rng := rand.New(rand.NewSource(3))
+	var commits, rollbacks int
+	check := func(i int, live, other tables) {
+		t.Helper()
+		st, err := dp.State()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := readTables(t, dp, st.Gen&1).diff(live); d != "" {
+			t.Fatalf("commit %d: live slot: %s", i, d)
+		}
+		if d := readTables(t, dp, 1-st.Gen&1).diff(other); d != "" {
+			t.Fatalf("commit %d: other slot: %s", i, d)
+		}
+	}
+	for i := 0; i < 300; i++ {
+		ch, undoStore, err := store.Apply(testutil.RandomOps(rng, store.Config(), 1+rng.Intn(6)))
+		if err != nil {
+			continue
+		}
+		undoComp, err := comp.Apply(ch)
+		if err != nil {
+			undoStore()
+			continue
+		}
+		if _, err := dp.Commit(comp.Generation()); err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+		commits++
+		cur := tablesOf(comp.Generation())
+		check(i, cur, prev)
+		if rng.Intn(8) == 0 {
+			undoComp()
+			undoStore()
+			if _, err := dp.Commit(comp.Generation()); err != nil {
+				t.Fatalf("roll back %d: %v", i, err)
+			}
+			rollbacks++
+			check(i, prev, cur)
+			cur = prev
+		}
+		prev = cur
+	}
+	t.Logf("%d commits, %d rolled back; %d entries, %d groups live", commits, rollbacks, len(prev.rules), len(prev.groups))
+	if commits < 100 || rollbacks == 0 {
+		t.Errorf("too few commits (%d) or rollbacks (%d) to mean anything", commits, rollbacks)
+	}
+}

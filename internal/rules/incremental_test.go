@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package rules
+
+import (
+	"fmt"
+	"maps"
+	"math/rand"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/testutil"
+)
+
+// canon describes what a generation makes packets see, independent of
+// the places (group tags, FAR and statistics indexes) it put things at:
+// the search order of masks, every entry with its mask, rule and FAR. It
+// also checks that each PDR has one statistics index of its own.
+func canon(t *testing.T, g *bpf.Generation) string {
+	t.Helper()
+	masks := map[uint32]bpf.FlowKey{}
+	var groups []string
+	for i, grp := range g.Groups {
+		if i > 0 && grp.MinPrio < g.Groups[i-1].MinPrio {
+			t.Fatalf("groups out of search order at %d", i)
+		}
+		masks[grp.Tag] = grp.Mask
+		// Groups of equal best prio (one PDR's port blocks) may come in
+		// any order: the search stops only at a worse one.
+		groups = append(groups, fmt.Sprintf("group min %020d %x", grp.MinPrio, grp.Mask))
+	}
+	slices.Sort(groups)
+	var b strings.Builder
+	b.WriteString(strings.Join(groups, "\n") + "\n")
+	stats := map[uint32]uint32{}
+	owner := map[uint32]uint32{}
+	var lines []string
+	for k, r := range g.Rules {
+		m, ok := masks[k.Group]
+		if !ok {
+			t.Fatalf("entry in group tag %d, which is not in the search order", k.Group)
+		}
+		far, ok := g.FARs[r.Far]
+		if !ok {
+			t.Fatalf("entry of PDR %d points at FAR index %d, which holds nothing", uint32(r.Prio), r.Far)
+		}
+		id := uint32(r.Prio)
+		if s, ok := stats[id]; ok && s != r.Stats {
+			t.Fatalf("PDR %d has statistics indexes %d and %d", id, s, r.Stats)
+		}
+		if o, ok := owner[r.Stats]; ok && o != id {
+			t.Fatalf("PDRs %d and %d share statistics index %d", o, id, r.Stats)
+		}
+		stats[id], owner[r.Stats] = r.Stats, id
+		lines = append(lines, fmt.Sprintf("%x/%x prio %d far %+v", k.K, m, r.Prio, far))
+	}
+	slices.Sort(lines)
+	b.WriteString(strings.Join(lines, "\n"))
+	return b.String()
+}
+
+// TestIncrementalMatchesFullCompile applies random batches through the
+// store and the compiler, as the agent does for API calls, and checks
+// after each that the tables are what compiling the whole config from
+// scratch gives, that Dirty lists every entry that changed, and that a
+// refused or undone batch leaves the tables as they were.
+func TestIncrementalMatchesFullCompile(t *testing.T) {
+	cfg := mustParse(t, base)
+	cfg.Limits.Rules = 300 // small enough that some batches overflow
+	limits := bpf.Limits{Flows: 1024, Rules: cfg.Limits.Rules}
+	store := config.NewStore(cfg)
+	comp, err := Build(cfg, resolver, NewAllocs(limits.Rules, nil, nil), limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(7))
+	var applied, refusedStore, refusedCompile, undone int
+	for i := 0; i < 1500; i++ {
+		ops := testutil.RandomOps(rng, store.Config(), 1+rng.Intn(6))
+		if len(ops) == 0 {
+			continue
+		}
+		g := comp.Generation()
+		before := canon(t, g)
+		oldRules, oldFARs := maps.Clone(g.Rules), maps.Clone(g.FARs)
+		ch, undoStore, err := store.Apply(ops)
+		if err != nil {
+			refusedStore++
+			continue
+		}
+		undoComp, err := comp.Apply(ch)
+		if err != nil {
+			refusedCompile++
+			undoStore()
+			if after := canon(t, comp.Generation()); after != before {
+				t.Fatalf("batch %d: refused (%v) but the tables changed", i, err)
+			}
+			continue
+		}
+		if rng.Intn(6) == 0 {
+			undone++
+			undoComp()
+			undoStore()
+			if after := canon(t, comp.Generation()); after != before {
+				t.Fatalf("batch %d: undone but the tables differ", i)
+			}
+			continue
+		}
+		applied++
+		g = comp.Generation()
+		for k := range g.Dirty.Rules {
+			delete(oldRules, k) // what is dirty may differ
+		}
+		for k, v := range g.Rules {
+			if _, dirty := g.Dirty.Rules[k]; dirty {
+				continue
+			}
+			if old, ok := oldRules[k]; !ok || old != v {
+				t.Fatalf("batch %d: entry %+v changed but is not in Dirty", i, k)
+			}
+			delete(oldRules, k)
+		}
+		if len(oldRules) > 0 {
+			t.Fatalf("batch %d: %d entries removed but not in Dirty", i, len(oldRules))
+		}
+		for idx, f := range g.FARs {
+			if _, dirty := g.Dirty.FARs[idx]; !dirty && oldFARs[idx] != f {
+				t.Fatalf("batch %d: FAR index %d changed but is not in Dirty", i, idx)
+			}
+		}
+		full, _, err := Compile(store.Config(), resolver, NewAllocs(limits.Rules, nil, nil), limits)
+		if err != nil {
+			t.Fatalf("batch %d: the store's config does not compile whole: %v", i, err)
+		}
+		if got, want := canon(t, g), canon(t, full); got != want {
+			t.Fatalf("batch %d (%d ops): incremental tables differ from a full compile\nincremental:\n%s\nfull:\n%s", i, len(ops), got, want)
+		}
+	}
+	t.Logf("%d batches applied, %d refused by the store, %d by the compiler, %d undone; %d PDRs, %d entries, %d groups at the end",
+		applied, refusedStore, refusedCompile, undone, len(store.Config().PDRs), len(comp.Generation().Rules), len(comp.Generation().Groups))
+	if applied < 500 || refusedStore == 0 || refusedCompile == 0 || undone == 0 {
+		t.Errorf("the random batches did not exercise every outcome")
+	}
+}
