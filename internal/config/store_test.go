@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package config
+
+import (
+	"errors"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func mustStore(t *testing.T) *Store {
+	t.Helper()
+	cfg, err := Parse([]byte(sample + `
+paths:
+  - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2, key: 7}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewStore(cfg)
+}
+
+func pdrOp(verb Verb, at string, id, far uint32, dst string) Op {
+	return Op{At: at, Verb: verb, Kind: KindPDR, PDR: PDR{ID: id, Precedence: 5, FAR: far, Match: Match{Dst: Prefix{P: netip.MustParsePrefix(dst)}}}}
+}
+
+func ids(ps []PDR) []uint32 {
+	var out []uint32
+	for _, p := range ps {
+		out = append(out, p.ID)
+	}
+	return out
+}
+
+func TestStoreApplyKeepsListOrder(t *testing.T) {
+	s := mustStore(t)
+	ch, _, err := s.Apply([]Op{
+		pdrOp(Create, "operations[0].create.pdr", 30, 1, "10.3.0.0/16"),
+		pdrOp(Update, "operations[1].update.pdr", 10, 2, "10.1.0.0/16"),
+		{At: "operations[2].delete", Verb: Delete, Kind: KindPDR, ID: 20},
+		pdrOp(Create, "operations[3].create.pdr", 20, 1, "10.4.0.0/16"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An update keeps its place, a create goes last, a deleted and
+	// re-created object moves to the end.
+	if got, want := ids(s.Config().PDRs), []uint32{10, 30, 20}; !reflect.DeepEqual(got, want) {
+		t.Errorf("order %v, want %v", got, want)
+	}
+	// PDR 20 was deleted and created: one change, old and new, at the
+	// last operation on it.
+	if len(ch.PDRs) != 3 {
+		t.Fatalf("%d PDR changes, want 3: %+v", len(ch.PDRs), ch.PDRs)
+	}
+	for _, d := range ch.PDRs {
+		if d.New.ID == 20 && (d.Old == nil || d.At != "operations[3].create.pdr" || d.New.Match.Dst.String() != "10.4.0.0/16") {
+			t.Errorf("change of PDR 20: %+v", d)
+		}
+	}
+}
+
+func TestStoreApplyErrorsAndUndo(t *testing.T) {
+	s := mustStore(t)
+	before := s.Config()
+	cases := []struct {
+		name string
+		ops  []Op
+		code ErrorCode
+		want string
+	}{
+		{"exists", []Op{pdrOp(Create, "operations[0].create.pdr", 10, 1, "10.0.0.0/8")}, CodeExists, "operations[0].create.pdr: pdr 10 exists; use update"},
+		{"missing", []Op{pdrOp(Update, "operations[0].update.pdr", 99, 1, "10.0.0.0/8")}, CodeNotFound, "operations[0].update.pdr: no pdr 99; use create"},
+		{"delete missing", []Op{{At: "operations[0].delete", Verb: Delete, Kind: KindFAR, ID: 9}}, CodeNotFound, "operations[0].delete: no far 9"},
+		{"in use", []Op{{At: "operations[0].delete", Verb: Delete, Kind: KindFAR, ID: 2}}, CodeInUse, "operations[0].delete: far 2 is still used by pdr 10"},
+		{"path in use", []Op{
+			{At: "operations[0].create.far", Verb: Create, Kind: KindFAR, FAR: FAR{ID: 3, Action: ActionEncap, Path: 1}},
+			{At: "operations[1].delete", Verb: Delete, Kind: KindPath, ID: 1},
+		}, CodeInUse, "operations[1].delete: path 1 is still used by far 3"},
+		{"bad field and reference", []Op{
+			pdrOp(Create, "operations[0].create.pdr", 40, 1, "10.0.0.0/8"),
+			pdrOp(Create, "operations[1].create.pdr", 41, 7, "10.0.0.1/8"),
+		}, CodeInvalid, "operations[1].create.pdr.match.dst: host bits set"},
+		{"decap clash", []Op{{At: "operations[0].create.path", Verb: Create, Kind: KindPath, Path: Path{ID: 2, Type: PathGRE, Interface: "wan0",
+			Local: Addr{A: netip.MustParseAddr("192.0.2.1")}, Remote: Addr{A: netip.MustParseAddr("192.0.2.9")}, Key: new(uint32(7))}}},
+			CodeInvalid, "operations[0].create.path.key: key 7 with local 192.0.2.1 is already used by path 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := s.Apply(c.ops)
+			var fe Errors
+			if !errors.As(err, &fe) {
+				t.Fatalf("err %v, want Errors", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err:\n%v\nwant %q", err, c.want)
+			}
+			if fe[0].Code != c.code {
+				t.Errorf("code %d, want %d", fe[0].Code, c.code)
+			}
+			if after := s.Config(); !reflect.DeepEqual(after, before) {
+				t.Errorf("refused batch changed the store")
+			}
+		})
+	}
+	if _, _, err := s.Apply([]Op{pdrOp(Create, "operations[0].create.pdr", 41, 7, "10.0.0.0/8")}); err == nil || !strings.Contains(err.Error(), "operations[0].create.pdr.far: no far with id 7") {
+		t.Errorf("reference to a missing far: %v", err)
+	}
+
+	// A batch that succeeds and is undone leaves the store, and what
+	// refers to what, as before.
+	_, undo, err := s.Apply([]Op{
+		{At: "a", Verb: Delete, Kind: KindPDR, ID: 10},
+		{At: "b", Verb: Delete, Kind: KindFAR, ID: 2},
+		pdrOp(Create, "c", 50, 1, "10.5.0.0/16"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo()
+	if after := s.Config(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("undone batch: %+v, want %+v", after, before)
+	}
+	if _, _, err := s.Apply([]Op{{At: "x", Verb: Delete, Kind: KindFAR, ID: 2}}); err == nil {
+		t.Error("after an undo, far 2 can be deleted although pdr 10 uses it again")
+	}
+}
+
+func TestStoreCapacity(t *testing.T) {
+	s := mustStore(t)
+	s.limits.Rules = 3
+	_, _, err := s.Apply([]Op{pdrOp(Create, "o0", 60, 1, "10.6.0.0/16"), pdrOp(Create, "o1", 61, 1, "10.7.0.0/16")})
+	var fe Errors
+	if !errors.As(err, &fe) || fe[0].Code != CodeCapacity || fe[0].Path != "pdrs" {
+		t.Fatalf("err %v, want a capacity error at pdrs", err)
+	}
+}
