@@ -64,8 +64,11 @@ type Agent struct {
 	opts Options
 	log  *slog.Logger
 
-	// commitMu serialises whole changes (reloads, API applies: check,
-	// attach, commit, persist) and folds of the journal into the file.
+	// fileMu serialises reading the config file (reloads) and writing
+	// it (folds). commitMu serialises whole changes (reloads, API
+	// applies: check, attach, commit, journal). Lock order: fileMu,
+	// commitMu, mu.
+	fileMu   sync.Mutex
 	commitMu sync.Mutex
 	// syncReq asks the syncer to fold the journal into the config file.
 	syncReq chan struct{}
@@ -335,6 +338,12 @@ func (a *Agent) refreshIfAddrs() {
 // Reload re-reads the config file and applies it whole. An invalid file
 // changes nothing.
 func (a *Agent) Reload() error {
+	a.fileMu.Lock()
+	defer a.fileMu.Unlock()
+	// No batch may be journalled between reading the journal and
+	// committing what it replays.
+	a.commitMu.Lock()
+	defer a.commitMu.Unlock()
 	cfg, _, _, skipped, err := loadState(a.opts.ConfigPath)
 	if err != nil {
 		return err
@@ -345,8 +354,6 @@ func (a *Agent) Reload() error {
 	if limitsOf(cfg) != a.dp.Limits {
 		return config.Errors{{Path: "limits", Reason: "map sizes cannot change while running; restart the agent after `edgeplane down` to resize"}}
 	}
-	a.commitMu.Lock()
-	defer a.commitMu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// Check the whole change against the host before touching links.
@@ -610,17 +617,22 @@ func (a *Agent) syncer(ctx context.Context, done chan<- struct{}) {
 
 // fold writes what serves to the config file, durably, with the sequence
 // number of the last batch it holds, then drops those batches from the
-// journal. It holds commitMu throughout, so no commit or reload slips in
-// between what it writes and what it drops.
+// journal. Commits go on while it writes (it holds commitMu only to take
+// the config and to trim the journal, which later batches are appended
+// to meanwhile); fileMu keeps a reload from reading the file in between.
 func (a *Agent) fold() {
+	a.fileMu.Lock()
+	defer a.fileMu.Unlock()
 	a.commitMu.Lock()
-	defer a.commitMu.Unlock()
-	cfg := a.Config()
-	if err := config.WriteFile(a.opts.ConfigPath, cfg, true, seqMarker+strconv.FormatUint(a.seq, 10)+"\n"); err != nil {
+	cfg, seq := a.Config(), a.seq
+	a.commitMu.Unlock()
+	if err := config.WriteFile(a.opts.ConfigPath, cfg, true, seqMarker+strconv.FormatUint(seq, 10)+"\n"); err != nil {
 		a.log.Error("fold the journal into the config file", "config", a.opts.ConfigPath, "error", err)
 		return
 	}
-	if err := a.journal.keepAfter(a.seq); err != nil {
+	a.commitMu.Lock()
+	defer a.commitMu.Unlock()
+	if err := a.journal.keepAfter(seq); err != nil {
 		a.log.Error("trim the journal", "journal", a.journal.path, "error", err)
 	}
 }

@@ -28,8 +28,11 @@ import (
 // run, and the time of one large batch.
 type Control struct {
 	Setup string `json:"setup"`
-	// Floor is the gRPC floor: what any unary call costs here.
+	// Floor is the gRPC floor: what any unary call costs here, back to
+	// back; FloorPaced the same call on the paced creates' ticker (a
+	// call that finds both processes idle pays their wake-ups).
 	Floor       Latency `json:"grpc_floor"`
+	FloorPaced  Latency `json:"grpc_floor_paced"`
 	Create      Latency `json:"pdr_create"`
 	Update      Latency `json:"pdr_update"`
 	Delete      Latency `json:"pdr_delete"`
@@ -60,6 +63,7 @@ type Latency struct {
 	// (ApplyResponse.commit_micros); absent for the floor.
 	ServerCommitP50Us float64 `json:"server_commit_p50_us,omitempty"`
 	ServerCommitP99Us float64 `json:"server_commit_p99_us,omitempty"`
+	ServerCommitMaxUs float64 `json:"server_commit_max_us,omitempty"`
 	Method            string  `json:"method"`
 }
 
@@ -160,9 +164,12 @@ func runControl(ctx context.Context, o Options) (*Control, error) {
 	c := &Control{Setup: ctlSetup}
 	var err error
 
-	o.Log("control: gRPC floor, %d ListInterfaces calls", o.ControlOps)
-	if c.Floor, err = l.floor(ctx, o.ControlOps); err != nil {
+	o.Log("control: gRPC floor, %d ListInterfaces calls back to back, %d paced", o.ControlOps, o.ControlPaced)
+	if c.Floor, err = l.floor(ctx, o.ControlOps, 0); err != nil {
 		return nil, fmt.Errorf("grpc floor: %w", err)
+	}
+	if c.FloorPaced, err = l.floor(ctx, o.ControlPaced, ctlPace); err != nil {
+		return nil, fmt.Errorf("paced grpc floor: %w", err)
 	}
 	floorP50 := c.Floor.P50Us
 
@@ -198,7 +205,7 @@ func runControl(ctx context.Context, o Options) (*Control, error) {
 
 	p := o.ControlPaced
 	o.Log("control: %d single-PDR creates paced at one per %s", p, ctlPace)
-	if c.CreatePaced, err = l.paced(ctx, p, floorP50); err != nil {
+	if c.CreatePaced, err = l.paced(ctx, p, c.FloorPaced.P50Us); err != nil {
 		return nil, err
 	}
 	// The paced PDRs go in one batch, untimed: the batch starts from the
@@ -415,47 +422,77 @@ func (l *ctlLab) expectPdrs(ctx context.Context, want int) error {
 	return nil
 }
 
-// floor times n ListInterfaces calls after a warm-up.
-func (l *ctlLab) floor(ctx context.Context, n int) (Latency, error) {
-	call := func() error {
+// timed runs call n times, back to back or (pace > 0) one call started
+// every pace, and returns each call's client wall time and the server
+// time it reported.
+func timed(ctx context.Context, n int, pace time.Duration, call func(i int) (server time.Duration, err error)) (d, server []time.Duration, err error) {
+	d, server = make([]time.Duration, n), make([]time.Duration, n)
+	var tick <-chan time.Time
+	if pace > 0 {
+		t := time.NewTicker(pace)
+		defer t.Stop()
+		tick = t.C
+	}
+	for i := range d {
+		if tick != nil {
+			select {
+			case <-tick:
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		}
+		t0 := time.Now()
+		s, err := call(i)
+		d[i], server[i] = time.Since(t0), s
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return d, server, nil
+}
+
+// floor times n ListInterfaces calls after a warm-up, back to back or
+// paced.
+func (l *ctlLab) floor(ctx context.Context, n int, pace time.Duration) (Latency, error) {
+	call := func(int) (time.Duration, error) {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		_, err := l.gc.ListInterfaces(cctx, &pb.ListRequest{})
-		return err
+		return 0, err
 	}
 	for i := 0; i < ctlWarmup; i++ {
-		if err := call(); err != nil {
+		if _, err := call(i); err != nil {
 			return Latency{}, err
 		}
 	}
-	d := make([]time.Duration, n)
-	for i := range d {
-		t0 := time.Now()
-		err := call()
-		d[i] = time.Since(t0)
-		if err != nil {
-			return Latency{}, err
-		}
+	d, _, err := timed(ctx, n, pace, call)
+	if err != nil {
+		return Latency{}, err
 	}
-	lat := latency("grpc_floor", d, nil, 0)
-	lat.Method = fmt.Sprintf("unary ListInterfaces (2 interfaces in the answer) back to back over the same connection, after %d untimed calls; ", ctlWarmup) + ctlTiming
+	name, how := "grpc_floor", "back to back"
+	if pace > 0 {
+		name, how = "grpc_floor_paced", "one call started every "+pace.String()+" on a ticker"
+	}
+	lat := latency(name, d, nil, 0)
+	lat.Method = fmt.Sprintf("unary ListInterfaces (2 interfaces in the answer) over the same connection, %s, after %d untimed calls; ", how, ctlWarmup) + ctlTiming
 	return lat, nil
+}
+
+// applyTimed applies one operation and returns the agent's commit time.
+func (l *ctlLab) applyTimed(ctx context.Context, op *pb.Operation) (time.Duration, error) {
+	r, err := l.apply(ctx, op)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(r.GetCommitMicros()) * time.Microsecond, nil
 }
 
 // singles runs one Apply per id 1..n, back to back, and checks the agent
 // holds want PDRs afterwards.
 func (l *ctlLab) singles(ctx context.Context, name string, n int, floorP50 float64, op func(uint32) *pb.Operation, want int, method string) (Latency, error) {
-	d := make([]time.Duration, n)
-	server := make([]time.Duration, n)
-	for i := range d {
-		o := op(uint32(i + 1))
-		t0 := time.Now()
-		r, err := l.apply(ctx, o)
-		d[i] = time.Since(t0)
-		if err != nil {
-			return Latency{}, fmt.Errorf("%s, PDR %d: %w", name, i+1, err)
-		}
-		server[i] = time.Duration(r.GetCommitMicros()) * time.Microsecond
+	d, server, err := timed(ctx, n, 0, func(i int) (time.Duration, error) { return l.applyTimed(ctx, op(uint32(i+1))) })
+	if err != nil {
+		return Latency{}, fmt.Errorf("%s: %w", name, err)
 	}
 	if err := l.expectPdrs(ctx, want); err != nil {
 		return Latency{}, fmt.Errorf("after %s: %w", name, err)
@@ -466,26 +503,14 @@ func (l *ctlLab) singles(ctx context.Context, name string, n int, floorP50 float
 }
 
 // paced creates PDRs 1..n, one Apply started every ctlPace, so no call
-// waits behind another.
+// waits behind another; ratios are to the paced floor.
 func (l *ctlLab) paced(ctx context.Context, n int, floorP50 float64) (Latency, error) {
-	d := make([]time.Duration, n)
-	server := make([]time.Duration, n)
-	tick := time.NewTicker(ctlPace)
-	defer tick.Stop()
-	for i := range d {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return Latency{}, ctx.Err()
-		}
+	d, server, err := timed(ctx, n, ctlPace, func(i int) (time.Duration, error) {
 		id := uint32(i + 1)
-		t0 := time.Now()
-		r, err := l.apply(ctx, createOp(ctlPdr(id, id)))
-		d[i] = time.Since(t0)
-		if err != nil {
-			return Latency{}, fmt.Errorf("paced create, PDR %d: %w", id, err)
-		}
-		server[i] = time.Duration(r.GetCommitMicros()) * time.Microsecond
+		return l.applyTimed(ctx, createOp(ctlPdr(id, id)))
+	})
+	if err != nil {
+		return Latency{}, fmt.Errorf("paced create: %w", err)
 	}
 	if err := l.expectPdrs(ctx, 1+n); err != nil {
 		return Latency{}, fmt.Errorf("after paced creates: %w", err)
@@ -493,7 +518,7 @@ func (l *ctlLab) paced(ctx context.Context, n int, floorP50 float64) (Latency, e
 	lat := latency("pdr_create_paced", d, server, floorP50)
 	lat.Method = fmt.Sprintf("Apply of one create per call (as pdr_create: PDR id N, in lan0, dst 10.(N/256).(N%%256).0/24, far 1), "+
 		"one call started every %s on a ticker, so each finds the agent idle and no change queues behind another "+
-		"(what an operator or a controller making occasional changes sees); PDRs live grow from 1 to N+1; %s", ctlPace, ctlTiming)
+		"(what an operator or a controller making occasional changes sees); PDRs live grow from 1 to N+1; ratios to grpc_floor_paced; %s", ctlPace, ctlTiming)
 	return lat, nil
 }
 
@@ -583,7 +608,7 @@ func latency(name string, d, server []time.Duration, floorP50 float64) Latency {
 	}
 	if server != nil {
 		ss := sortedCopy(server)
-		lat.ServerCommitP50Us, lat.ServerCommitP99Us = us(pct(ss, 50)), us(pct(ss, 99))
+		lat.ServerCommitP50Us, lat.ServerCommitP99Us, lat.ServerCommitMaxUs = us(pct(ss, 50)), us(pct(ss, 99)), us(ss[len(ss)-1])
 	}
 	if floorP50 > 0 {
 		lat.Ratios = &Ratios{P50: lat.P50Us / floorP50, P90: lat.P90Us / floorP50, P99: lat.P99Us / floorP50,

@@ -49,12 +49,14 @@ func TestBenchControl(t *testing.T) {
 		name  string
 		ops   int
 		ratio bool
+		floor Latency
 	}{
-		{c.Floor, "grpc_floor", ops, false},
-		{c.Create, "pdr_create", ops, true},
-		{c.Update, "pdr_update", ops, true},
-		{c.Delete, "pdr_delete", ops, true},
-		{c.CreatePaced, "pdr_create_paced", paced, true},
+		{c.Floor, "grpc_floor", ops, false, Latency{}},
+		{c.FloorPaced, "grpc_floor_paced", paced, false, Latency{}},
+		{c.Create, "pdr_create", ops, true, c.Floor},
+		{c.Update, "pdr_update", ops, true, c.Floor},
+		{c.Delete, "pdr_delete", ops, true, c.Floor},
+		{c.CreatePaced, "pdr_create_paced", paced, true, c.FloorPaced},
 	} {
 		l := tc.l
 		if l.Name != tc.name || l.Ops != tc.ops || l.Method == "" {
@@ -65,9 +67,9 @@ func TestBenchControl(t *testing.T) {
 			t.Errorf("%s: percentiles out of order or zero: %+v", tc.name, l)
 		}
 		if tc.ratio {
-			if l.Ratios == nil || l.Ratios.P50 <= 0 || l.ServerCommitP50Us <= 0 {
+			if l.Ratios == nil || l.Ratios.P50 <= 0 || l.ServerCommitP50Us <= 0 || l.ServerCommitMaxUs < l.ServerCommitP99Us {
 				t.Errorf("%s: no ratio to the floor or no commit time: %+v", tc.name, l)
-			} else if got := l.P50Us / c.Floor.P50Us; got != l.Ratios.P50 {
+			} else if got := l.P50Us / tc.floor.P50Us; got != l.Ratios.P50 {
 				t.Errorf("%s: ratio %.3f, want p50 / floor p50 = %.3f", tc.name, l.Ratios.P50, got)
 			}
 		} else if l.Ratios != nil {

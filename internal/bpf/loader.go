@@ -9,9 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // Limits are the map sizes taken from the config at load time.
@@ -194,6 +198,12 @@ func (dp *Dataplane) Close() error {
 // what it looked up before.
 type barrier struct {
 	outer, inner *ebpf.Map
+	// expedite is /sys/kernel/rcu_expedited, kept open (a barrier reads
+	// and writes it twice: open and close each time cost as much as the
+	// writes); nil when it cannot be opened.
+	expedite     *os.File
+	mark         string
+	expediteOnce sync.Once
 }
 
 func newBarrier() (*barrier, error) {
@@ -224,12 +234,46 @@ const rcuExpeditedPath = "/sys/kernel/rcu_expedited"
 // the barrier takes a normal grace period.
 var ExpediteGracePeriods = true
 
+// rcuExpeditedMarks are files, one per agent process that may switch
+// rcu_expedited on (named by its pid), removed when its dataplane closes.
+// A process killed in the instant it had the switch on leaves it on for
+// the whole kernel: the next barrier to start finds the mark of a process
+// that no longer runs and switches it back off.
+const rcuExpeditedMarks = "/run/edgeplane-rcu-expedited."
+
+// openExpedite opens the switch for the barrier's life and cleans up
+// after killed processes.
+func (b *barrier) openExpedite() {
+	f, err := os.OpenFile(rcuExpeditedPath, os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	marks, _ := filepath.Glob(rcuExpeditedMarks + "*")
+	for _, m := range marks {
+		pid, err := strconv.Atoi(strings.TrimPrefix(m, rcuExpeditedMarks))
+		if err == nil && unix.Kill(pid, 0) == unix.ESRCH {
+			f.WriteAt([]byte("0"), 0)
+			os.Remove(m)
+		}
+	}
+	b.mark = rcuExpeditedMarks + strconv.Itoa(os.Getpid())
+	if os.WriteFile(b.mark, nil, 0o600) != nil {
+		f.Close() // without a mark, never leave the switch on
+		return
+	}
+	b.expedite = f
+}
+
 // Sync returns after an RCU grace period.
 func (b *barrier) Sync() error {
 	if ExpediteGracePeriods {
-		if cur, err := os.ReadFile(rcuExpeditedPath); err == nil && strings.TrimSpace(string(cur)) == "0" {
-			if os.WriteFile(rcuExpeditedPath, []byte("1"), 0) == nil {
-				defer os.WriteFile(rcuExpeditedPath, []byte("0"), 0)
+		b.expediteOnce.Do(b.openExpedite)
+	}
+	if f := b.expedite; ExpediteGracePeriods && f != nil {
+		var cur [1]byte
+		if n, _ := f.ReadAt(cur[:], 0); n == 1 && cur[0] == '0' {
+			if _, err := f.WriteAt([]byte("1"), 0); err == nil {
+				defer f.WriteAt([]byte("0"), 0)
 			}
 		}
 	}
@@ -240,5 +284,9 @@ func (b *barrier) Sync() error {
 }
 
 func (b *barrier) Close() error {
+	if b.expedite != nil {
+		b.expedite.Close()
+		os.Remove(b.mark)
+	}
 	return errors.Join(b.outer.Close(), b.inner.Close())
 }

@@ -295,17 +295,21 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 		return 0, err
 	}
 
-	// Two writes: the new slot's group count and defaults first, then the
-	// generation number, so no packet sees the new generation with the
-	// old count.
-	st.Ngroups[t] = uint32(len(g.Groups))
-	if st.FibEpoch == 0 {
-		st.FibEpoch = 1 // 0 would match flows that never cached a next hop
+	// Two writes: the new slot's group count and defaults first (when
+	// they change), then the generation number, so no packet sees the
+	// new generation with the old count.
+	want := st
+	want.Ngroups[t] = uint32(len(g.Groups))
+	if want.FibEpoch == 0 {
+		want.FibEpoch = 1 // 0 would match flows that never cached a next hop
 	}
-	st.NomatchVerdict = g.NoMatch
-	st.MalformedVerdict = g.Malformed
-	if err := dp.EdgeGlobal.Put(uint32(0), st); err != nil {
-		return 0, fmt.Errorf("write state: %w", err)
+	want.NomatchVerdict = g.NoMatch
+	want.MalformedVerdict = g.Malformed
+	if want != st {
+		if err := dp.EdgeGlobal.Put(uint32(0), want); err != nil {
+			return 0, fmt.Errorf("write state: %w", err)
+		}
+		st = want
 	}
 	st.Gen = next
 	if err := dp.EdgeGlobal.Put(uint32(0), st); err != nil {

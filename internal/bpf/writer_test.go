@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"math/rand"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
@@ -167,5 +170,72 @@ limits: {flows: 1024, rules: 300}
 	t.Logf("%d commits, %d rolled back; %d entries, %d groups live", commits, rollbacks, len(prev.rules), len(prev.groups))
 	if commits < 100 || rollbacks == 0 {
 		t.Errorf("too few commits (%d) or rollbacks (%d) to mean anything", commits, rollbacks)
+	}
+}
+
+// TestExpeditedSwitchRestored checks that commits leave
+// /sys/kernel/rcu_expedited as they found it, and that a mark left by an
+// agent killed while it had the switch on makes the next one switch it
+// back off.
+func TestExpeditedSwitchRestored(t *testing.T) {
+	testutil.RequireRoot(t)
+	const sw = "/sys/kernel/rcu_expedited"
+	read := func() string {
+		t.Helper()
+		b, err := os.ReadFile(sw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	orig := read()
+	t.Cleanup(func() { os.WriteFile(sw, []byte(orig), 0) })
+	if err := os.WriteFile(sw, []byte("0"), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// A process that has exited, as an agent killed mid-barrier would
+	// have: its mark stays, the switch is on.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	mark := fmt.Sprintf("/run/edgeplane-rcu-expedited.%d", dead.Process.Pid)
+	if err := os.WriteFile(mark, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(mark) })
+	if err := os.WriteFile(sw, []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	dp, err := bpf.Open(bpf.Limits{Flows: 1024, Rules: 64}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &bpf.Generation{Rules: map[bpf.RuleKey]bpf.Rule{}, FARs: map[uint32]bpf.Far{}, Paths: map[uint32]bpf.Path{}, Decaps: map[bpf.DecapKey]bpf.Decap{}}
+	for i := 0; i < 3; i++ { // the second and third wait for a barrier
+		if _, err := dp.Commit(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := read(); got != "0" {
+		t.Errorf("switch %s after the barriers, want 0 (the killed agent's leftover undone)", got)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("the dead process's mark is still there")
+	}
+	own := fmt.Sprintf("/run/edgeplane-rcu-expedited.%d", os.Getpid())
+	if _, err := os.Stat(own); err != nil {
+		t.Errorf("no mark of our own while the dataplane is open: %v", err)
+	}
+	if err := dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(own); err == nil {
+		t.Error("our mark outlives the dataplane")
+	}
+	if got := read(); got != "0" {
+		t.Errorf("switch %s after close, want 0", got)
 	}
 }
