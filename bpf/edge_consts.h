@@ -33,6 +33,17 @@
 #define EDGE_MAX_PATHS 256
 #endif
 
+/* L4 services (each with its own Maglev table) per generation, and
+ * backends per service (power of two). A service's per-backend counters
+ * sit at service * EDGE_MAX_MEMBERS + member; the last member index counts
+ * the replies of NAT'd connections. */
+#ifndef EDGE_MAX_SERVICES
+#define EDGE_MAX_SERVICES 16
+#endif
+#ifndef EDGE_MAX_MEMBERS
+#define EDGE_MAX_MEMBERS 256
+#endif
+
 /* Rules generations live in two slots: the live one and the one the agent
  * builds beside it. The slot of generation g is g & 1. */
 #define EDGE_SLOTS 2
@@ -40,6 +51,10 @@
 /* Sentinels in struct edge_flow / edge_rule. */
 #define EDGE_NO_FAR 0xffffffffu
 #define EDGE_NO_PDR 0xffffffffu
+
+/* edge_flow.stats of a balanced flow: the index is into edge_lb_stats, not
+ * edge_pdr_stats. */
+#define EDGE_STATS_LB 0x80000000u
 
 /* edge_flow_key.flags */
 #define EDGE_KF_GRE_KEY 0x01 /* packet carries a GRE key (RFC 2890 K bit) */

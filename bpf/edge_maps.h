@@ -180,6 +180,84 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_reasons SEC(".maps");
 
+/* L4 services of both slots: (slot, VIP, port, proto) -> service. Written
+ * by the agent (commits), read by packets on a flow-cache miss. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct edge_svc_key);
+	__type(value, struct edge_svc);
+	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_services SEC(".maps");
+
+/* Maglev tables of both slots, index
+ * (slot * EDGE_MAX_SERVICES + tag) * maglev_size + flow hash % maglev_size.
+ * Written by the agent, read on a new connection. Size: config. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_lb_slot);
+	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_SERVICES * 251);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_maglev SEC(".maps");
+
+/* Connection table: a balanced connection's backend, kept across rules
+ * generations until the connection is evicted. Written by packets (new
+ * connections), read on flow-cache misses and by the agent. Size: config. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct edge_conn_key);
+	__type(value, struct edge_conn);
+	__uint(max_entries, 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_conns SEC(".maps");
+
+/* Reverse NAT: the reply 5-tuple of a NAT'd connection (backend -> client)
+ * -> its service's reply rewrite. Written with the connection's entry.
+ * Size: config (as edge_conns). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct edge_conn_key);
+	__type(value, struct edge_conn);
+	__uint(max_entries, 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_rnat SEC(".maps");
+
+/* Per service and backend packets/bytes (EDGE_STATS_LB indexes), and new
+ * connections. Written by packets, read by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_ctr);
+	__uint(max_entries, EDGE_MAX_SERVICES * EDGE_MAX_MEMBERS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_lb_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, EDGE_MAX_SERVICES * EDGE_MAX_MEMBERS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_lb_new SEC(".maps");
+
+/* Scratch space of the balancer (per CPU): its keys and values live here,
+ * not on the stack, which the pipeline has nearly used up. */
+struct edge_lb_scratch {
+	struct edge_conn_key ck; /* the packet's connection */
+	struct edge_conn_key rk; /* its reply, for reverse NAT */
+	struct edge_svc_key sk;
+	struct edge_conn cv;
+	struct edge_conn rv;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_lb_scratch);
+	__uint(max_entries, 1);
+} edge_lb_scratch SEC(".maps");
+
 /* Flow-cache hits [0] and misses [1] (packets only). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -14,6 +14,8 @@ enum edge_action {
 	EDGE_ACT_REDIRECT = 2,
 	EDGE_ACT_ENCAP = 3, /* GRE-encapsulate toward a path */
 	EDGE_ACT_DECAP = 4, /* GRE-decapsulate, forward the inner packet */
+	EDGE_ACT_NAT = 5,   /* rewrite destination to a backend, then forward */
+	EDGE_ACT_UNNAT = 6, /* reply of a NAT'd connection: source back to the VIP */
 	EDGE_ACT_MAX,
 };
 
@@ -47,6 +49,9 @@ enum edge_reason {
 	EDGE_R_MTU_ICMP,      /* too big to encapsulate: answered ICMP too-big */
 	EDGE_R_MTU_DROP,      /* too big to encapsulate, no ICMP allowed */
 	EDGE_R_ADJUST,        /* bpf_xdp_adjust_head/tail failed */
+	EDGE_R_LB_NO_BACKEND, /* to a service with no backend of weight > 0 */
+	EDGE_R_LB_CONN_FULL,  /* connection or reverse-NAT table insert failed */
+	EDGE_R_NAT_L4,        /* NAT of a packet without its L4 header (fragment) */
 	EDGE_R_MAX,
 };
 
@@ -112,9 +117,60 @@ struct edge_group {
 /* Resolved forwarding action. */
 struct edge_far {
 	__u32 action;  /* enum edge_action */
-	__u32 ifindex; /* redirect: egress interface */
-	__u32 id;      /* FAR id, for debugging */
+	__u32 ifindex; /* redirect, nat: egress interface (nat, unnat: 0 =
+			* wherever the FIB routes the rewritten packet) */
+	__u32 id;      /* FAR id (unnat: the service id) */
 	__u32 path;    /* encap: path index in the slot */
+	__u8 addr[16]; /* nat: backend address; unnat: VIP (IPv4: 4 bytes) */
+	__be16 port;   /* nat: backend port; unnat: service port */
+	__u16 pad;
+	__u32 pad2;
+};
+
+/* Key of edge_services: a VIP, port and protocol in one slot. */
+struct edge_svc_key {
+	__u8 vip[16]; /* IPv4 in the first 4 bytes */
+	__be16 port;
+	__u8 proto;
+	__u8 family; /* 4 or 6 */
+	__u32 slot;
+};
+
+/* An L4 service. */
+struct edge_svc {
+	__u32 tag;   /* its Maglev table and counters (< EDGE_MAX_SERVICES) */
+	__u32 id;    /* service id */
+	__u32 unnat; /* FAR index of the reply rewrite (nat), EDGE_NO_FAR */
+	__u32 pad;
+};
+
+/* One Maglev table entry: the backend's FAR and counter indexes. */
+struct edge_lb_slot {
+	__u32 far;   /* FAR index in the slot, EDGE_NO_FAR: no backend */
+	__u32 stats; /* edge_lb_stats index */
+};
+
+/* Key of edge_conns and edge_rnat: a connection's 5-tuple as its packets
+ * carry it (addresses and ports in network order). */
+struct edge_conn_key {
+	__u8 src[16];
+	__u8 dst[16];
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 family;
+	__u16 pad;
+};
+
+/* A balanced connection, pinned to its backend across rules generations
+ * (per-connection consistency): the backend's FAR index and id (an index
+ * given to another FAR no longer matches), and its counters. For
+ * edge_rnat, far is the service's reply rewrite. */
+struct edge_conn {
+	__u32 far;
+	__u32 far_id;
+	__u32 stats;
+	__u32 svc; /* service id */
 };
 
 /* edge_path.flags */
@@ -168,6 +224,7 @@ struct edge_state {
 	__u32 nomatch_verdict;   /* XDP_PASS or XDP_DROP */
 	__u32 malformed_verdict; /* XDP_PASS or XDP_DROP */
 	__u32 fib_epoch;         /* bumped by the agent on route/neighbour change */
+	__u32 nservices[2];      /* L4 services per slot (0: skip the balancer) */
 };
 
 /* Flow-cache value: the decision for a flow under generation gen, and the

@@ -46,8 +46,10 @@ static __always_inline int punt(struct edge_pkt *p, enum edge_reason reason,
  * (family, addresses, tot_len filled by the caller) out of interface oif
  * and caches it in fl. The lookup is done as output on oif
  * (BPF_FIB_LOOKUP_OUTPUT), so only routes through that interface are
- * candidates. Returns 0 on success or the edge_reason to punt with; on
- * EDGE_R_FRAG_NEEDED *mtu is the largest L3 length the route takes. */
+ * candidates; oif 0 takes whichever interface the route leaves by, as the
+ * kernel would route the packet from iif. Returns 0 on success or the
+ * edge_reason to punt with; on EDGE_R_FRAG_NEEDED *mtu is the largest L3
+ * length the route takes. */
 static __always_inline int fib_resolve(struct xdp_md *ctx,
 				       struct bpf_fib_lookup *fib, __u32 oif,
 				       __u32 iif, struct edge_flow *fl,
@@ -56,8 +58,9 @@ static __always_inline int fib_resolve(struct xdp_md *ctx,
 	__u16 len3 = fib->tot_len;
 	long rc;
 
-	fib->ifindex = oif;
-	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), BPF_FIB_LOOKUP_OUTPUT);
+	fib->ifindex = oif ? oif : iif;
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib),
+			    oif ? BPF_FIB_LOOKUP_OUTPUT : 0);
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		break;
@@ -67,6 +70,8 @@ static __always_inline int fib_resolve(struct xdp_md *ctx,
 		*mtu = fib->mtu_result;
 		return EDGE_R_FRAG_NEEDED;
 	default:
+		if (!oif)
+			return EDGE_R_FIB_FAIL;
 		/* IPv4 output lookups skip next hops on other interfaces
 		 * (fib_lookup_good_nhc), so "no route via oif" looks like no
 		 * route at all: ask again as the kernel would route it, to
@@ -78,6 +83,8 @@ static __always_inline int fib_resolve(struct xdp_md *ctx,
 			return EDGE_R_ROUTE_MISMATCH;
 		return EDGE_R_FIB_FAIL;
 	}
+	if (!oif)
+		oif = fib->ifindex;
 	if (fib->ifindex != oif)
 		return EDGE_R_ROUTE_MISMATCH;
 	/* A flow keeps its cached next hop for lengths up to the largest the
@@ -93,12 +100,13 @@ static __always_inline int fib_resolve(struct xdp_md *ctx,
 	return 0;
 }
 
-/* next_hop_ok tells whether fl holds a next hop out of oif, valid in this
- * FIB epoch, for an L3 packet of len3 bytes. */
+/* next_hop_ok tells whether fl holds a next hop out of oif (any, for 0),
+ * valid in this FIB epoch, for an L3 packet of len3 bytes. */
 static __always_inline int next_hop_ok(const struct edge_flow *fl, __u32 oif,
 				       __u32 epoch, __u32 len3)
 {
-	return fl->fib_epoch == epoch && fl->oif == oif && len3 <= fl->ok_len;
+	return fl->fib_epoch == epoch && (!oif || fl->oif == oif) &&
+	       len3 <= fl->ok_len;
 }
 
 /* edge_redirect forwards the packet out of far->ifindex to the next hop
@@ -174,6 +182,7 @@ static __always_inline int edge_redirect(struct xdp_md *ctx, struct edge_pkt *p,
 }
 
 #include "gre.h"
+#include "balance.h"
 
 /* edge_act carries out a FAR. */
 static __always_inline int edge_act(struct xdp_md *ctx, struct edge_pkt *p,
@@ -190,7 +199,20 @@ static __always_inline int edge_act(struct xdp_md *ctx, struct edge_pkt *p,
 		return edge_encap(ctx, p, far, fl, epoch);
 	case EDGE_ACT_DECAP:
 		return edge_decap(ctx, p, fl->gen & 1);
-	/* Balancing (LBR) attaches here. */
+	case EDGE_ACT_NAT:
+	case EDGE_ACT_UNNAT: {
+		int reason;
+
+		/* XDP cannot send on a VLAN sub-interface; the kernel would
+		 * not know the VIP: drop, counted. */
+		if (p->vlans)
+			return punt(p, EDGE_R_VLAN_FWD, XDP_DROP);
+		reason = edge_nat_rewrite(ctx, p, far,
+					  far->action == EDGE_ACT_UNNAT);
+		if (reason)
+			return punt(p, reason, XDP_DROP);
+		return edge_redirect(ctx, p, far, fl, epoch);
+	}
 	case EDGE_ACT_DROP:
 	default:
 		count(&edge_verdicts, XDP_DROP, p->len);

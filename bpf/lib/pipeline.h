@@ -98,7 +98,7 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	const struct edge_far *far;
 	struct edge_rule rule;
 	__u32 zero = 0, fi, slot;
-	int rc, insert = 0;
+	int rc, insert = 0, lb = EDGE_LB_NONE;
 
 	st = bpf_map_lookup_elem(&edge_global, &zero);
 	rc = edge_parse(ctx, &p);
@@ -169,7 +169,12 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		nf.packets++;
 		nf.bytes += p.len;
 		nf.gen = st->gen;
-		if (edge_classify(&p.key, st, nf.gen & 1, &rule)) {
+		if (st->nservices[nf.gen & 1])
+			lb = edge_balance(&p.key, nf.gen & 1, far_stride, &rule);
+		if (lb == EDGE_LB_NO_BACKEND)
+			return punt(&p, EDGE_R_LB_NO_BACKEND, XDP_DROP);
+		if (lb == EDGE_LB_HIT ||
+		    edge_classify(&p.key, st, nf.gen & 1, &rule)) {
 			nf.far = rule.far;
 			nf.stats = rule.stats;
 		} else {
@@ -183,7 +188,10 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	if (fl->far == EDGE_NO_FAR) {
 		rc = punt(&p, EDGE_R_NO_MATCH, st->nomatch_verdict);
 	} else {
-		count(&edge_pdr_stats, fl->stats, p.len);
+		if (fl->stats & EDGE_STATS_LB)
+			count(&edge_lb_stats, fl->stats & ~EDGE_STATS_LB, p.len);
+		else
+			count(&edge_pdr_stats, fl->stats, p.len);
 		fi = (fl->gen & 1) * far_stride + fl->far;
 		far = bpf_map_lookup_elem(&edge_fars, &fi);
 		if (far)

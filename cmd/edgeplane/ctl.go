@@ -372,7 +372,11 @@ func (o *objects) toConfig() (*config.Config, error) {
 		c.Paths = append(c.Paths, p)
 	}
 	for _, v := range o.FARs {
-		c.FARs = append(c.FARs, api.FARFromPB(v))
+		f, err := api.FARFromPB(v)
+		if err != nil {
+			return nil, err
+		}
+		c.FARs = append(c.FARs, f)
 	}
 	for _, v := range o.PDRs {
 		p, err := api.PDRFromPB(v)

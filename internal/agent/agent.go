@@ -126,7 +126,7 @@ func ifindexIoctl(name string) (uint32, error) {
 }
 
 func limitsOf(cfg *config.Config) bpf.Limits {
-	return bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules}
+	return bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules, MaglevSize: cfg.Limits.MaglevTable, Conns: cfg.Limits.Connections}
 }
 
 // CheckHost compiles cfg against this host's interfaces without touching the

@@ -72,12 +72,70 @@ func pathFromPB(p *pb.Path, f *fieldErrs) config.Path {
 
 // FARToPB returns f as an API object.
 func FARToPB(f config.FAR) *pb.Far {
-	return &pb.Far{Id: f.ID, Action: f.Action, Interface: f.Interface, Path: f.Path}
+	out := &pb.Far{Id: f.ID, Action: f.Action, Interface: f.Interface, Path: f.Path, Port: uint32(f.Port)}
+	if f.Address.IsSet() {
+		out.Address = f.Address.String()
+	}
+	return out
 }
 
-// FARFromPB returns p in the config model.
-func FARFromPB(p *pb.Far) config.FAR {
-	return config.FAR{ID: p.GetId(), Action: p.GetAction(), Interface: p.GetInterface(), Path: p.GetPath()}
+func farFromPB(p *pb.Far, f *fieldErrs) config.FAR {
+	return config.FAR{ID: p.GetId(), Action: p.GetAction(), Interface: p.GetInterface(), Path: p.GetPath(),
+		Address: addr(p.GetAddress(), "address", f), Port: port(p.GetPort(), "port", f)}
+}
+
+// LBRToPB returns l as an API object.
+func LBRToPB(l config.LBR) *pb.Lbr {
+	out := &pb.Lbr{Id: l.ID, Algorithm: l.Algorithm}
+	for _, m := range l.Members {
+		out.Members = append(out.Members, &pb.Member{Far: m.FAR, Weight: m.Weight})
+	}
+	return out
+}
+
+// LBRFromPB returns p in the config model.
+func LBRFromPB(p *pb.Lbr) config.LBR {
+	out := config.LBR{ID: p.GetId(), Algorithm: p.GetAlgorithm()}
+	for _, m := range p.GetMembers() {
+		cm := config.Member{FAR: m.GetFar()}
+		if m.Weight != nil {
+			w := m.GetWeight()
+			cm.Weight = &w
+		}
+		out.Members = append(out.Members, cm)
+	}
+	return out
+}
+
+// ServiceToPB returns s as an API object.
+func ServiceToPB(s config.Service) *pb.Service {
+	out := &pb.Service{Id: s.ID, Port: uint32(s.Port), Lbr: s.LBR}
+	if s.VIP.IsSet() {
+		out.Vip = s.VIP.String()
+	}
+	if s.Proto.Set {
+		out.Proto = s.Proto.String()
+	}
+	return out
+}
+
+func serviceFromPB(p *pb.Service, f *fieldErrs) config.Service {
+	out := config.Service{ID: p.GetId(), VIP: addr(p.GetVip(), "vip", f), Port: port(p.GetPort(), "port", f), LBR: p.GetLbr()}
+	if s := p.GetProto(); s != "" {
+		var err error
+		if out.Proto, err = config.ParseProto(s); err != nil {
+			f.add("proto", "%v", err)
+		}
+	}
+	return out
+}
+
+func port(v uint32, field string, f *fieldErrs) uint16 {
+	if v > 65535 {
+		f.add(field, "must be 0-65535, got %d", v)
+		return 0
+	}
+	return uint16(v)
 }
 
 // PDRToPB returns p as an API object.

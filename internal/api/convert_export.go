@@ -7,9 +7,10 @@ import (
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
-// PathFromPB and PDRFromPB give API clients (the edgeplane CLI) the
-// server's parsing of those objects, with its field errors as a
-// config.Errors; the other conversions are exported as they are.
+// PathFromPB, FARFromPB, PDRFromPB and ServiceFromPB give API clients
+// (the edgeplane CLI) the server's parsing of those objects, with its
+// field errors as a config.Errors; the other conversions are exported as
+// they are.
 
 // PathFromPB returns p in the config model, or a config.Errors naming
 // every field that does not parse (paths start with "path.").
@@ -29,6 +30,28 @@ func PDRFromPB(p *pb.Pdr) (config.PDR, error) {
 	out := pdrFromPB(p, f)
 	if len(f.errs) > 0 {
 		return config.PDR{}, f.errs
+	}
+	return out, nil
+}
+
+// FARFromPB returns p in the config model, or a config.Errors naming
+// every field that does not parse (paths start with "far.").
+func FARFromPB(p *pb.Far) (config.FAR, error) {
+	f := &fieldErrs{prefix: "far"}
+	out := farFromPB(p, f)
+	if len(f.errs) > 0 {
+		return config.FAR{}, f.errs
+	}
+	return out, nil
+}
+
+// ServiceFromPB returns p in the config model, or a config.Errors naming
+// every field that does not parse (paths start with "service.").
+func ServiceFromPB(p *pb.Service) (config.Service, error) {
+	f := &fieldErrs{prefix: "service"}
+	out := serviceFromPB(p, f)
+	if len(f.errs) > 0 {
+		return config.Service{}, f.errs
 	}
 	return out, nil
 }

@@ -112,12 +112,18 @@ func Ops(in []*pb.Operation) ([]config.Op, error) {
 				o.Path = pathFromPB(k.Path, f)
 			case *pb.Object_Far:
 				f.prefix, o.Kind = base+".far", config.KindFAR
-				o.FAR = FARFromPB(k.Far)
+				o.FAR = farFromPB(k.Far, f)
 			case *pb.Object_Pdr:
 				f.prefix, o.Kind = base+".pdr", config.KindPDR
 				o.PDR = pdrFromPB(k.Pdr, f)
+			case *pb.Object_Lbr:
+				f.prefix, o.Kind = base+".lbr", config.KindLBR
+				o.LBR = LBRFromPB(k.Lbr)
+			case *pb.Object_Service:
+				f.prefix, o.Kind = base+".service", config.KindService
+				o.Service = serviceFromPB(k.Service, f)
 			default:
-				fe = append(fe, config.FieldError{Path: base, Reason: "no object (want one of interface, path, far, pdr)"})
+				fe = append(fe, config.FieldError{Path: base, Reason: "no object (want one of interface, path, far, pdr, lbr, service)"})
 				continue
 			}
 			o.At = f.prefix
@@ -134,8 +140,12 @@ func Ops(in []*pb.Operation) ([]config.Op, error) {
 				o.Kind, o.ID = config.KindFAR, ref.GetId()
 			case pb.Kind_KIND_PDR:
 				o.Kind, o.ID = config.KindPDR, ref.GetId()
+			case pb.Kind_KIND_LBR:
+				o.Kind, o.ID = config.KindLBR, ref.GetId()
+			case pb.Kind_KIND_SERVICE:
+				o.Kind, o.ID = config.KindService, ref.GetId()
 			default:
-				fe = append(fe, config.FieldError{Path: o.At + ".kind", Reason: "must be one of KIND_INTERFACE, KIND_PATH, KIND_FAR, KIND_PDR"})
+				fe = append(fe, config.FieldError{Path: o.At + ".kind", Reason: "must be one of KIND_INTERFACE, KIND_PATH, KIND_FAR, KIND_PDR, KIND_LBR, KIND_SERVICE"})
 			}
 		default:
 			fe = append(fe, config.FieldError{Path: opPath, Reason: "no operation (want one of create, update, delete)"})
@@ -265,6 +275,44 @@ func (s *Server) GetPdr(_ context.Context, req *pb.GetByIDRequest) (*pb.Pdr, err
 		}
 	}
 	return nil, status.Errorf(codes.NotFound, "no pdr %d", req.GetId())
+}
+
+// ListLbrs implements edgeplanev1.GatewayServer.
+func (s *Server) ListLbrs(context.Context, *pb.ListRequest) (*pb.ListLbrsResponse, error) {
+	out := &pb.ListLbrsResponse{}
+	for _, v := range s.b.Config().LBRs {
+		out.Lbrs = append(out.Lbrs, LBRToPB(v))
+	}
+	return out, nil
+}
+
+// GetLbr implements edgeplanev1.GatewayServer.
+func (s *Server) GetLbr(_ context.Context, req *pb.GetByIDRequest) (*pb.Lbr, error) {
+	for _, v := range s.b.Config().LBRs {
+		if v.ID == req.GetId() {
+			return LBRToPB(v), nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "no lbr %d", req.GetId())
+}
+
+// ListServices implements edgeplanev1.GatewayServer.
+func (s *Server) ListServices(context.Context, *pb.ListRequest) (*pb.ListServicesResponse, error) {
+	out := &pb.ListServicesResponse{}
+	for _, v := range s.b.Config().Services {
+		out.Services = append(out.Services, ServiceToPB(v))
+	}
+	return out, nil
+}
+
+// GetService implements edgeplanev1.GatewayServer.
+func (s *Server) GetService(_ context.Context, req *pb.GetByIDRequest) (*pb.Service, error) {
+	for _, v := range s.b.Config().Services {
+		if v.ID == req.GetId() {
+			return ServiceToPB(v), nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "no service %d", req.GetId())
 }
 
 // GetStats implements edgeplanev1.GatewayServer.

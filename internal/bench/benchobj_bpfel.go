@@ -19,6 +19,7 @@ const (
 	benchobjMapBenchFront       = "bench_front"
 	benchobjMapBenchSeq         = "bench_seq"
 	benchobjMapEdgeCacheStats   = "edge_cache_stats"
+	benchobjMapEdgeConns        = "edge_conns"
 	benchobjMapEdgeDecaps       = "edge_decaps"
 	benchobjMapEdgeEmc4         = "edge_emc4"
 	benchobjMapEdgeFars         = "edge_fars"
@@ -27,12 +28,18 @@ const (
 	benchobjMapEdgeGlobal       = "edge_global"
 	benchobjMapEdgeGroups       = "edge_groups"
 	benchobjMapEdgeIfaddrs      = "edge_ifaddrs"
+	benchobjMapEdgeLbNew        = "edge_lb_new"
+	benchobjMapEdgeLbScratch    = "edge_lb_scratch"
+	benchobjMapEdgeLbStats      = "edge_lb_stats"
+	benchobjMapEdgeMaglev       = "edge_maglev"
 	benchobjMapEdgePathSeq      = "edge_path_seq"
 	benchobjMapEdgePathStats    = "edge_path_stats"
 	benchobjMapEdgePaths        = "edge_paths"
 	benchobjMapEdgePdrStats     = "edge_pdr_stats"
 	benchobjMapEdgeReasons      = "edge_reasons"
+	benchobjMapEdgeRnat         = "edge_rnat"
 	benchobjMapEdgeRules        = "edge_rules"
+	benchobjMapEdgeServices     = "edge_services"
 	benchobjMapEdgeTx           = "edge_tx"
 	benchobjMapEdgeVerdicts     = "edge_verdicts"
 	benchobjProgBenchHit        = "bench_hit"
@@ -45,6 +52,7 @@ const (
 	benchobjProgBenchWrapResize = "bench_wrap_resize"
 	benchobjProgBenchWrapShrink = "bench_wrap_shrink"
 	benchobjVarFarStride        = "far_stride"
+	benchobjVarMaglevSize       = "maglev_size"
 )
 
 // loadBenchobj returns the embedded CollectionSpec for benchobj.
@@ -107,6 +115,7 @@ type benchobjMapSpecs struct {
 	BenchFront     *ebpf.MapSpec `ebpf:"bench_front"`
 	BenchSeq       *ebpf.MapSpec `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
+	EdgeConns      *ebpf.MapSpec `ebpf:"edge_conns"`
 	EdgeDecaps     *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeEmc4       *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
@@ -115,12 +124,18 @@ type benchobjMapSpecs struct {
 	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIfaddrs    *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
+	EdgeLbNew      *ebpf.MapSpec `ebpf:"edge_lb_new"`
+	EdgeLbScratch  *ebpf.MapSpec `ebpf:"edge_lb_scratch"`
+	EdgeLbStats    *ebpf.MapSpec `ebpf:"edge_lb_stats"`
+	EdgeMaglev     *ebpf.MapSpec `ebpf:"edge_maglev"`
 	EdgePathSeq    *ebpf.MapSpec `ebpf:"edge_path_seq"`
 	EdgePathStats  *ebpf.MapSpec `ebpf:"edge_path_stats"`
 	EdgePaths      *ebpf.MapSpec `ebpf:"edge_paths"`
 	EdgePdrStats   *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
 	EdgeReasons    *ebpf.MapSpec `ebpf:"edge_reasons"`
+	EdgeRnat       *ebpf.MapSpec `ebpf:"edge_rnat"`
 	EdgeRules      *ebpf.MapSpec `ebpf:"edge_rules"`
+	EdgeServices   *ebpf.MapSpec `ebpf:"edge_services"`
 	EdgeTx         *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeVerdicts   *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
@@ -129,7 +144,8 @@ type benchobjMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjVariableSpecs struct {
-	FarStride *ebpf.VariableSpec `ebpf:"far_stride"`
+	FarStride  *ebpf.VariableSpec `ebpf:"far_stride"`
+	MaglevSize *ebpf.VariableSpec `ebpf:"maglev_size"`
 }
 
 // benchobjObjects contains all objects after they have been loaded into the kernel.
@@ -155,6 +171,7 @@ type benchobjMaps struct {
 	BenchFront     *ebpf.Map `ebpf:"bench_front"`
 	BenchSeq       *ebpf.Map `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
+	EdgeConns      *ebpf.Map `ebpf:"edge_conns"`
 	EdgeDecaps     *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeEmc4       *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
@@ -163,12 +180,18 @@ type benchobjMaps struct {
 	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIfaddrs    *ebpf.Map `ebpf:"edge_ifaddrs"`
+	EdgeLbNew      *ebpf.Map `ebpf:"edge_lb_new"`
+	EdgeLbScratch  *ebpf.Map `ebpf:"edge_lb_scratch"`
+	EdgeLbStats    *ebpf.Map `ebpf:"edge_lb_stats"`
+	EdgeMaglev     *ebpf.Map `ebpf:"edge_maglev"`
 	EdgePathSeq    *ebpf.Map `ebpf:"edge_path_seq"`
 	EdgePathStats  *ebpf.Map `ebpf:"edge_path_stats"`
 	EdgePaths      *ebpf.Map `ebpf:"edge_paths"`
 	EdgePdrStats   *ebpf.Map `ebpf:"edge_pdr_stats"`
 	EdgeReasons    *ebpf.Map `ebpf:"edge_reasons"`
+	EdgeRnat       *ebpf.Map `ebpf:"edge_rnat"`
 	EdgeRules      *ebpf.Map `ebpf:"edge_rules"`
+	EdgeServices   *ebpf.Map `ebpf:"edge_services"`
 	EdgeTx         *ebpf.Map `ebpf:"edge_tx"`
 	EdgeVerdicts   *ebpf.Map `ebpf:"edge_verdicts"`
 }
@@ -178,6 +201,7 @@ func (m *benchobjMaps) Close() error {
 		m.BenchFront,
 		m.BenchSeq,
 		m.EdgeCacheStats,
+		m.EdgeConns,
 		m.EdgeDecaps,
 		m.EdgeEmc4,
 		m.EdgeFars,
@@ -186,12 +210,18 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgeIfaddrs,
+		m.EdgeLbNew,
+		m.EdgeLbScratch,
+		m.EdgeLbStats,
+		m.EdgeMaglev,
 		m.EdgePathSeq,
 		m.EdgePathStats,
 		m.EdgePaths,
 		m.EdgePdrStats,
 		m.EdgeReasons,
+		m.EdgeRnat,
 		m.EdgeRules,
+		m.EdgeServices,
 		m.EdgeTx,
 		m.EdgeVerdicts,
 	)
@@ -201,7 +231,8 @@ func (m *benchobjMaps) Close() error {
 //
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjVariables struct {
-	FarStride *ebpf.Variable `ebpf:"far_stride"`
+	FarStride  *ebpf.Variable `ebpf:"far_stride"`
+	MaglevSize *ebpf.Variable `ebpf:"maglev_size"`
 }
 
 // benchobjPrograms contains all programs after they have been loaded into the kernel.

@@ -13,6 +13,25 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type edgeEdgeConn struct {
+	_     structs.HostLayout
+	Far   uint32
+	FarId uint32
+	Stats uint32
+	Svc   uint32
+}
+
+type edgeEdgeConnKey struct {
+	_      structs.HostLayout
+	Src    [16]uint8
+	Dst    [16]uint8
+	Sport  uint16
+	Dport  uint16
+	Proto  uint8
+	Family uint8
+	Pad    uint16
+}
+
 type edgeEdgeCtr struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -41,6 +60,10 @@ type edgeEdgeFar struct {
 	Ifindex uint32
 	Id      uint32
 	Path    uint32
+	Addr    [16]uint8
+	Port    uint16
+	Pad     uint16
+	Pad2    uint32
 }
 
 type edgeEdgeFlow struct {
@@ -102,6 +125,12 @@ type edgeEdgeIfaddr struct {
 	V6    [16]uint8
 }
 
+type edgeEdgeLbSlot struct {
+	_     structs.HostLayout
+	Far   uint32
+	Stats uint32
+}
+
 type edgeEdgePath struct {
 	_       structs.HostLayout
 	Local   uint32
@@ -137,6 +166,24 @@ type edgeEdgeState struct {
 	NomatchVerdict   uint32
 	MalformedVerdict uint32
 	FibEpoch         uint32
+	Nservices        [2]uint32
+}
+
+type edgeEdgeSvc struct {
+	_     structs.HostLayout
+	Tag   uint32
+	Id    uint32
+	Unnat uint32
+	Pad   uint32
+}
+
+type edgeEdgeSvcKey struct {
+	_      structs.HostLayout
+	Vip    [16]uint8
+	Port   uint16
+	Proto  uint8
+	Family uint8
+	Slot   uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -144,6 +191,7 @@ type edgeEdgeState struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	edgeMapEdgeCacheStats = "edge_cache_stats"
+	edgeMapEdgeConns      = "edge_conns"
 	edgeMapEdgeDecaps     = "edge_decaps"
 	edgeMapEdgeEmc4       = "edge_emc4"
 	edgeMapEdgeFars       = "edge_fars"
@@ -152,16 +200,23 @@ const (
 	edgeMapEdgeGlobal     = "edge_global"
 	edgeMapEdgeGroups     = "edge_groups"
 	edgeMapEdgeIfaddrs    = "edge_ifaddrs"
+	edgeMapEdgeLbNew      = "edge_lb_new"
+	edgeMapEdgeLbScratch  = "edge_lb_scratch"
+	edgeMapEdgeLbStats    = "edge_lb_stats"
+	edgeMapEdgeMaglev     = "edge_maglev"
 	edgeMapEdgePathSeq    = "edge_path_seq"
 	edgeMapEdgePathStats  = "edge_path_stats"
 	edgeMapEdgePaths      = "edge_paths"
 	edgeMapEdgePdrStats   = "edge_pdr_stats"
 	edgeMapEdgeReasons    = "edge_reasons"
+	edgeMapEdgeRnat       = "edge_rnat"
 	edgeMapEdgeRules      = "edge_rules"
+	edgeMapEdgeServices   = "edge_services"
 	edgeMapEdgeTx         = "edge_tx"
 	edgeMapEdgeVerdicts   = "edge_verdicts"
 	edgeProgEdgeXdp       = "edge_xdp"
 	edgeVarFarStride      = "far_stride"
+	edgeVarMaglevSize     = "maglev_size"
 )
 
 // loadEdge returns the embedded CollectionSpec for edge.
@@ -214,6 +269,7 @@ type edgeProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
+	EdgeConns      *ebpf.MapSpec `ebpf:"edge_conns"`
 	EdgeDecaps     *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeEmc4       *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
@@ -222,12 +278,18 @@ type edgeMapSpecs struct {
 	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIfaddrs    *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
+	EdgeLbNew      *ebpf.MapSpec `ebpf:"edge_lb_new"`
+	EdgeLbScratch  *ebpf.MapSpec `ebpf:"edge_lb_scratch"`
+	EdgeLbStats    *ebpf.MapSpec `ebpf:"edge_lb_stats"`
+	EdgeMaglev     *ebpf.MapSpec `ebpf:"edge_maglev"`
 	EdgePathSeq    *ebpf.MapSpec `ebpf:"edge_path_seq"`
 	EdgePathStats  *ebpf.MapSpec `ebpf:"edge_path_stats"`
 	EdgePaths      *ebpf.MapSpec `ebpf:"edge_paths"`
 	EdgePdrStats   *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
 	EdgeReasons    *ebpf.MapSpec `ebpf:"edge_reasons"`
+	EdgeRnat       *ebpf.MapSpec `ebpf:"edge_rnat"`
 	EdgeRules      *ebpf.MapSpec `ebpf:"edge_rules"`
+	EdgeServices   *ebpf.MapSpec `ebpf:"edge_services"`
 	EdgeTx         *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeVerdicts   *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
@@ -236,7 +298,8 @@ type edgeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeVariableSpecs struct {
-	FarStride *ebpf.VariableSpec `ebpf:"far_stride"`
+	FarStride  *ebpf.VariableSpec `ebpf:"far_stride"`
+	MaglevSize *ebpf.VariableSpec `ebpf:"maglev_size"`
 }
 
 // edgeObjects contains all objects after they have been loaded into the kernel.
@@ -260,6 +323,7 @@ func (o *edgeObjects) Close() error {
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
+	EdgeConns      *ebpf.Map `ebpf:"edge_conns"`
 	EdgeDecaps     *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeEmc4       *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
@@ -268,12 +332,18 @@ type edgeMaps struct {
 	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIfaddrs    *ebpf.Map `ebpf:"edge_ifaddrs"`
+	EdgeLbNew      *ebpf.Map `ebpf:"edge_lb_new"`
+	EdgeLbScratch  *ebpf.Map `ebpf:"edge_lb_scratch"`
+	EdgeLbStats    *ebpf.Map `ebpf:"edge_lb_stats"`
+	EdgeMaglev     *ebpf.Map `ebpf:"edge_maglev"`
 	EdgePathSeq    *ebpf.Map `ebpf:"edge_path_seq"`
 	EdgePathStats  *ebpf.Map `ebpf:"edge_path_stats"`
 	EdgePaths      *ebpf.Map `ebpf:"edge_paths"`
 	EdgePdrStats   *ebpf.Map `ebpf:"edge_pdr_stats"`
 	EdgeReasons    *ebpf.Map `ebpf:"edge_reasons"`
+	EdgeRnat       *ebpf.Map `ebpf:"edge_rnat"`
 	EdgeRules      *ebpf.Map `ebpf:"edge_rules"`
+	EdgeServices   *ebpf.Map `ebpf:"edge_services"`
 	EdgeTx         *ebpf.Map `ebpf:"edge_tx"`
 	EdgeVerdicts   *ebpf.Map `ebpf:"edge_verdicts"`
 }
@@ -281,6 +351,7 @@ type edgeMaps struct {
 func (m *edgeMaps) Close() error {
 	return _EdgeClose(
 		m.EdgeCacheStats,
+		m.EdgeConns,
 		m.EdgeDecaps,
 		m.EdgeEmc4,
 		m.EdgeFars,
@@ -289,12 +360,18 @@ func (m *edgeMaps) Close() error {
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgeIfaddrs,
+		m.EdgeLbNew,
+		m.EdgeLbScratch,
+		m.EdgeLbStats,
+		m.EdgeMaglev,
 		m.EdgePathSeq,
 		m.EdgePathStats,
 		m.EdgePaths,
 		m.EdgePdrStats,
 		m.EdgeReasons,
+		m.EdgeRnat,
 		m.EdgeRules,
+		m.EdgeServices,
 		m.EdgeTx,
 		m.EdgeVerdicts,
 	)
@@ -304,7 +381,8 @@ func (m *edgeMaps) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeVariables struct {
-	FarStride *ebpf.Variable `ebpf:"far_stride"`
+	FarStride  *ebpf.Variable `ebpf:"far_stride"`
+	MaglevSize *ebpf.Variable `ebpf:"maglev_size"`
 }
 
 // edgePrograms contains all programs after they have been loaded into the kernel.

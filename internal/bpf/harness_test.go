@@ -53,7 +53,7 @@ func newHarness(t testing.TB, cfgYAML string) *harness {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	dp, err := bpf.Open(bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules}, "")
+	dp, err := bpf.Open(bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules, MaglevSize: cfg.Limits.MaglevTable, Conns: cfg.Limits.Connections}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

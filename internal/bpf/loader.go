@@ -22,7 +22,29 @@ import (
 type Limits struct {
 	Flows uint32 // flow-cache entries
 	Rules uint32 // classifier entries and FARs per generation
+	// MaglevSize is the entries of each service's Maglev table (a prime;
+	// 0: DefaultMaglevSize), Conns the connection table's (0: Flows).
+	MaglevSize uint32
+	Conns      uint32
 }
+
+// DefaultMaglevSize is the Maglev table size when the limits name none.
+const DefaultMaglevSize = 65537
+
+// WithDefaults fills the zero sizes that have defaults.
+func (l Limits) WithDefaults() Limits {
+	if l.MaglevSize == 0 {
+		l.MaglevSize = DefaultMaglevSize
+	}
+	if l.Conns == 0 {
+		l.Conns = l.Flows
+	}
+	return l
+}
+
+// FARStride is the FAR places per slot: one per rule, then one reply
+// rewrite per service (index Rules + service tag).
+func (l Limits) FARStride() uint32 { return l.Rules + MaxServices }
 
 // ErrIncompatible is returned when pinned maps exist with other sizes or
 // layouts than this build and config want.
@@ -48,14 +70,21 @@ func Spec(l Limits) (*ebpf.CollectionSpec, error) {
 // is the dataplane's or another object built from the same headers (the
 // benchmark wrappers).
 func ApplyLimits(spec *ebpf.CollectionSpec, l Limits) error {
+	l = l.WithDefaults()
 	spec.Maps[edgeMapEdgeFlows].MaxEntries = l.Flows
 	spec.Maps[edgeMapEdgeFlows4].MaxEntries = l.Flows
 	// Both slots of a generation live in one map: twice the capacity.
 	spec.Maps[edgeMapEdgeRules].MaxEntries = 2 * l.Rules
-	spec.Maps[edgeMapEdgeFars].MaxEntries = 2 * l.Rules
+	spec.Maps[edgeMapEdgeFars].MaxEntries = 2 * l.FARStride()
 	spec.Maps[edgeMapEdgePdrStats].MaxEntries = l.Rules
-	if err := spec.Variables[edgeVarFarStride].Set(l.Rules); err != nil {
+	spec.Maps[edgeMapEdgeMaglev].MaxEntries = 2 * MaxServices * l.MaglevSize
+	spec.Maps[edgeMapEdgeConns].MaxEntries = l.Conns
+	spec.Maps[edgeMapEdgeRnat].MaxEntries = l.Conns
+	if err := spec.Variables[edgeVarFarStride].Set(l.FARStride()); err != nil {
 		return fmt.Errorf("set far_stride: %w", err)
+	}
+	if err := spec.Variables[edgeVarMaglevSize].Set(l.MaglevSize); err != nil {
+		return fmt.Errorf("set maglev_size: %w", err)
 	}
 	return nil
 }
@@ -99,7 +128,7 @@ func Open(l Limits, pinDir string) (*Dataplane, error) {
 			m.Pinning = ebpf.PinNone
 		}
 	}
-	dp := &Dataplane{Limits: l, spec: spec}
+	dp := &Dataplane{Limits: l.WithDefaults(), spec: spec}
 	if err := spec.LoadAndAssign(&dp.edgeMaps, opts); err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("%w (limits or build changed; run `edgeplane down` first): %w", ErrIncompatible, err)
@@ -156,6 +185,12 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgePathSeq:    dp.EdgePathSeq,
 		edgeMapEdgeIfaddrs:    dp.EdgeIfaddrs,
 		edgeMapEdgeEmc4:       dp.EdgeEmc4,
+		edgeMapEdgeServices:   dp.EdgeServices,
+		edgeMapEdgeMaglev:     dp.EdgeMaglev,
+		edgeMapEdgeConns:      dp.EdgeConns,
+		edgeMapEdgeRnat:       dp.EdgeRnat,
+		edgeMapEdgeLbStats:    dp.EdgeLbStats,
+		edgeMapEdgeLbNew:      dp.EdgeLbNew,
 	}
 }
 

@@ -17,7 +17,25 @@ type (
 	DecapKey = edgeEdgeDecapKey
 	Decap    = edgeEdgeDecap
 	IfAddr   = edgeEdgeIfaddr
+	SvcKey   = edgeEdgeSvcKey
+	Svc      = edgeEdgeSvc
+	LBSlot   = edgeEdgeLbSlot
+	ConnKey  = edgeEdgeConnKey
+	Conn     = edgeEdgeConn
 )
+
+// MaxServices and MaxMembers mirror EDGE_MAX_SERVICES and
+// EDGE_MAX_MEMBERS: services per generation, backends per service. A
+// service's counters are at tag * MaxMembers + member; member
+// ReplyMember counts the replies of its NAT'd connections.
+const (
+	MaxServices = 16
+	MaxMembers  = 256
+	ReplyMember = MaxMembers - 1
+)
+
+// StatsLB marks an edge_flow.stats index into edge_lb_stats.
+const StatsLB = 0x80000000
 
 // MaxPaths mirrors EDGE_MAX_PATHS in bpf/edge_consts.h.
 const MaxPaths = 256
@@ -51,6 +69,8 @@ const (
 	ActRedirect = 2
 	ActEncap    = 3
 	ActDecap    = 4
+	ActNAT      = 5
+	ActUnNAT    = 6
 )
 
 // XDP verdicts (enum xdp_action in linux/bpf.h).
@@ -95,6 +115,9 @@ var ReasonNames = []string{
 	"mtu_icmp",
 	"mtu_drop",
 	"adjust",
+	"lb_no_backend",
+	"lb_conn_full",
+	"nat_l4",
 }
 
 // Reason values used by callers and tests.
@@ -126,5 +149,8 @@ const (
 	ReasonMTUICMP
 	ReasonMTUDrop
 	ReasonAdjust
+	ReasonLBNoBackend
+	ReasonLBConnFull
+	ReasonNATL4
 	ReasonMax
 )

@@ -38,6 +38,14 @@ type Generation struct {
 	// ResetPathStats lists path statistics indexes given out for the
 	// first time: their counters and sequence numbers start at zero.
 	ResetPathStats []uint32
+	// Services by VIP, port and protocol (SvcKey.Slot is set by Commit).
+	Services map[SvcKey]Svc
+	// Tables holds each service tag's Maglev table (Limits.MaglevSize
+	// entries); a tag no service uses may keep its old table.
+	Tables map[uint32][]LBSlot
+	// ResetLBStats lists edge_lb_stats indexes given out for the first
+	// time.
+	ResetLBStats []uint32
 	// Dirty, when set, lists every rule key and FAR index whose entry
 	// may differ from the generation committed before this one; the rest
 	// are known equal. Nil means anything may differ. Groups, paths and
@@ -47,8 +55,9 @@ type Generation struct {
 
 // Dirty lists map entries a generation changed.
 type Dirty struct {
-	Rules map[RuleKey]struct{}
-	FARs  map[uint32]struct{}
+	Rules  map[RuleKey]struct{}
+	FARs   map[uint32]struct{}
+	Tables map[uint32]struct{} // service tags
 }
 
 // union returns the entries of a and b, or nil (unknown) if either is.
@@ -56,14 +65,11 @@ func (a *Dirty) union(b *Dirty) *Dirty {
 	if a == nil || b == nil {
 		return nil
 	}
-	u := &Dirty{Rules: make(map[RuleKey]struct{}, len(a.Rules)+len(b.Rules)), FARs: make(map[uint32]struct{}, len(a.FARs)+len(b.FARs))}
+	u := &Dirty{Rules: make(map[RuleKey]struct{}, len(a.Rules)+len(b.Rules)), FARs: make(map[uint32]struct{}, len(a.FARs)+len(b.FARs)), Tables: map[uint32]struct{}{}}
 	for _, d := range []*Dirty{a, b} {
-		for k := range d.Rules {
-			u.Rules[k] = struct{}{}
-		}
-		for k := range d.FARs {
-			u.FARs[k] = struct{}{}
-		}
+		maps.Copy(u.Rules, d.Rules)
+		maps.Copy(u.FARs, d.FARs)
+		maps.Copy(u.Tables, d.Tables)
 	}
 	return u
 }
@@ -74,11 +80,13 @@ var ErrCapacity = errors.New("generation exceeds map capacity")
 // slot is what one half of the double-buffered maps holds, as the writer
 // last wrote it.
 type slot struct {
-	rules  map[RuleKey]Rule // RuleKey.Group without the slot base
-	fars   map[uint32]Far
-	groups []Group
-	paths  map[uint32]Path
-	decaps map[DecapKey]Decap
+	rules    map[RuleKey]Rule // RuleKey.Group without the slot base
+	fars     map[uint32]Far
+	groups   []Group
+	paths    map[uint32]Path
+	decaps   map[DecapKey]Decap
+	services map[SvcKey]Svc
+	tables   [MaxServices][]LBSlot // nil: not known
 }
 
 // writer commits generations: it fills the slot no packet uses, flips the
@@ -142,7 +150,8 @@ func newWriter(dp *Dataplane) (*writer, error) {
 
 // readSlot reads what slot t of the maps holds.
 func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
-	s := &slot{rules: map[RuleKey]Rule{}, fars: map[uint32]Far{}, paths: map[uint32]Path{}, decaps: map[DecapKey]Decap{}}
+	s := &slot{rules: map[RuleKey]Rule{}, fars: map[uint32]Far{}, paths: map[uint32]Path{}, decaps: map[DecapKey]Decap{}, services: map[SvcKey]Svc{}}
+	stride := dp.Limits.FARStride()
 	var k RuleKey
 	var v Rule
 	it := dp.EdgeRules.Iterate()
@@ -155,15 +164,15 @@ func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read rules: %w", err)
 	}
-	// FARs: the array holds both slots (Limits.Rules each); read it in
+	// FARs: the array holds both slots (FARStride each); read it in
 	// batches, not one lookup per index.
 	fk, fv := make([]uint32, 4096), make([]Far, 4096)
 	var cursor ebpf.MapBatchCursor
 	for {
 		n, err := dp.EdgeFars.BatchLookup(&cursor, fk, fv, nil)
 		for i := range n {
-			if fk[i]/dp.Limits.Rules == t && fv[i] != (Far{}) {
-				s.fars[fk[i]%dp.Limits.Rules] = fv[i]
+			if fk[i]/stride == t && fv[i] != (Far{}) {
+				s.fars[fk[i]%stride] = fv[i]
 			}
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -200,7 +209,26 @@ func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
 	if err := dit.Err(); err != nil {
 		return nil, fmt.Errorf("read decaps: %w", err)
 	}
+	var sk SvcKey
+	var sv Svc
+	sit := dp.EdgeServices.Iterate()
+	for sit.Next(&sk, &sv) {
+		if sk.Slot != t {
+			continue
+		}
+		// Its table is left unknown (nil): the first commit writes it
+		// whole, which costs less than reading it back.
+		s.services[sk] = sv
+	}
+	if err := sit.Err(); err != nil {
+		return nil, fmt.Errorf("read services: %w", err)
+	}
 	return s, nil
+}
+
+// tableBase is the edge_maglev index of entry 0 of tag's table in slot t.
+func (dp *Dataplane) tableBase(t, tag uint32) uint32 {
+	return (t*MaxServices + tag) * dp.Limits.MaglevSize
 }
 
 // State reads the live global state.
@@ -251,8 +279,16 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 		return 0, fmt.Errorf("%w: %d classifier entries and %d fars, limit %d", ErrCapacity, len(g.Rules), len(g.FARs), dp.Limits.Rules)
 	}
 	for i, f := range g.FARs {
-		if i >= dp.Limits.Rules {
-			return 0, fmt.Errorf("%w: far %d at index %d, limit %d", ErrCapacity, f.Id, i, dp.Limits.Rules)
+		if i >= dp.Limits.FARStride() {
+			return 0, fmt.Errorf("%w: far %d at index %d, limit %d", ErrCapacity, f.Id, i, dp.Limits.FARStride())
+		}
+	}
+	if len(g.Services) > MaxServices {
+		return 0, fmt.Errorf("%w: %d services, at most %d", ErrCapacity, len(g.Services), MaxServices)
+	}
+	for tag, tbl := range g.Tables {
+		if tag >= MaxServices || uint32(len(tbl)) != dp.Limits.MaglevSize {
+			return 0, fmt.Errorf("%w: maglev table of tag %d has %d entries, want %d", ErrCapacity, tag, len(tbl), dp.Limits.MaglevSize)
 		}
 	}
 	for i, p := range g.Paths {
@@ -284,6 +320,11 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 			return 0, err
 		}
 	}
+	for _, idx := range g.ResetLBStats {
+		if err := dp.resetLB(idx); err != nil {
+			return 0, err
+		}
+	}
 
 	if err := w.writeSlot(t, g, w.pending.union(g.Dirty)); err != nil {
 		// What the slot holds is no longer known: read it back, and
@@ -300,6 +341,7 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 	// new generation with the old count.
 	want := st
 	want.Ngroups[t] = uint32(len(g.Groups))
+	want.Nservices[t] = uint32(len(g.Services))
 	if want.FibEpoch == 0 {
 		want.FibEpoch = 1 // 0 would match flows that never cached a next hop
 	}
@@ -337,7 +379,7 @@ func (w *writer) writeSlot(t uint32, g *Generation, keys *Dirty) error {
 	}
 
 	// FARs: changed ones written, removed ones zeroed.
-	fbase := t * dp.Limits.Rules
+	fbase := t * dp.Limits.FARStride()
 	var fk []uint32
 	var fv []Far
 	change := func(i uint32) {
@@ -383,7 +425,86 @@ func (w *writer) writeSlot(t uint32, g *Generation, keys *Dirty) error {
 		}
 	}
 	cur.groups = slices.Clone(g.Groups)
+	if err := w.writeTables(t, g, keys); err != nil {
+		return err
+	}
+	if err := w.writeServices(t, g); err != nil {
+		return err
+	}
 	return w.writePaths(t, g)
+}
+
+// writeTables brings slot t's Maglev tables to g's: those of the tags in
+// keys, or all of g's; only entries that differ are written.
+func (w *writer) writeTables(t uint32, g *Generation, keys *Dirty) error {
+	dp := w.dp
+	cur := w.slots[t]
+	tags := maps.Keys(g.Tables)
+	if keys != nil {
+		tags = maps.Keys(keys.Tables)
+	}
+	var ks []uint32
+	var vs []LBSlot
+	for tag := range tags {
+		want, ok := g.Tables[tag]
+		if !ok || tag >= MaxServices {
+			continue
+		}
+		have := cur.tables[tag]
+		base := dp.tableBase(t, tag)
+		for i, e := range want {
+			if have == nil || have[i] != e {
+				ks, vs = append(ks, base+uint32(i)), append(vs, e)
+			}
+		}
+	}
+	if len(ks) > 0 {
+		if _, err := dp.EdgeMaglev.BatchUpdate(ks, vs, nil); err != nil {
+			return fmt.Errorf("write %d maglev entries: %w", len(ks), err)
+		}
+	}
+	for tag, want := range g.Tables {
+		if keys == nil || hasKey(keys.Tables, tag) {
+			cur.tables[tag%MaxServices] = slices.Clone(want)
+		}
+	}
+	return nil
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// writeServices makes slot t's services those of g. New and changed
+// services are written after their tables (writeTables ran first), so a
+// service never points at a table of another.
+func (w *writer) writeServices(t uint32, g *Generation) error {
+	dp := w.dp
+	cur := w.slots[t].services
+	want := make(map[SvcKey]Svc, len(g.Services))
+	for k, v := range g.Services {
+		k.Slot = t
+		want[k] = v
+	}
+	for k := range cur {
+		if _, ok := want[k]; !ok {
+			if err := dp.EdgeServices.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("delete service: %w", err)
+			}
+			delete(cur, k)
+		}
+	}
+	for k, v := range want {
+		if old, ok := cur[k]; ok && old == v {
+			continue
+		}
+		if err := dp.EdgeServices.Put(k, v); err != nil {
+			return fmt.Errorf("write service: %w", err)
+		}
+		cur[k] = v
+	}
+	return nil
 }
 
 // writeRules brings slot t's classifier entries to g's (see writeSlot).
@@ -490,6 +611,17 @@ func (w *writer) writePaths(t uint32, g *Generation) error {
 			return fmt.Errorf("write decap entry: %w", err)
 		}
 		cur.decaps[k] = v
+	}
+	return nil
+}
+
+// resetLB zeroes a service backend's counters.
+func (dp *Dataplane) resetLB(idx uint32) error {
+	if err := dp.EdgeLbStats.Put(idx, make([]Ctr, ebpf.MustPossibleCPU())); err != nil {
+		return fmt.Errorf("reset lb stats %d: %w", idx, err)
+	}
+	if err := dp.EdgeLbNew.Put(idx, make([]uint64, ebpf.MustPossibleCPU())); err != nil {
+		return fmt.Errorf("reset lb new flows %d: %w", idx, err)
 	}
 	return nil
 }

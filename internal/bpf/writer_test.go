@@ -49,9 +49,9 @@ func readTables(t *testing.T, dp *bpf.Dataplane, slot uint32) tables {
 	if err := it.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for i := uint32(0); i < dp.Limits.Rules; i++ {
+	for i := uint32(0); i < dp.Limits.FARStride(); i++ {
 		var f bpf.Far
-		if err := dp.EdgeFars.Lookup(slot*dp.Limits.Rules+i, &f); err != nil {
+		if err := dp.EdgeFars.Lookup(slot*dp.Limits.FARStride()+i, &f); err != nil {
 			t.Fatal(err)
 		}
 		if f != (bpf.Far{}) {
@@ -219,9 +219,8 @@ func TestExpeditedSwitchRestored(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := read(); got != "0" {
-		t.Errorf("switch %s after the barriers, want 0 (the killed agent's leftover undone)", got)
-	}
+	// (The last commit's barrier may still run, with the switch on for
+	// its instant: the switch is read after Close, which waits for it.)
 	if _, err := os.Stat(mark); err == nil {
 		t.Error("the dead process's mark is still there")
 	}
@@ -236,6 +235,6 @@ func TestExpeditedSwitchRestored(t *testing.T) {
 		t.Error("our mark outlives the dataplane")
 	}
 	if got := read(); got != "0" {
-		t.Errorf("switch %s after close, want 0", got)
+		t.Errorf("switch %s after the barriers and close, want 0 (the killed agent's leftover undone)", got)
 	}
 }

@@ -43,6 +43,20 @@ const (
 	ActionRedirect = "redirect"
 	ActionEncap    = "encap"
 	ActionDecap    = "decap"
+	// ActionNAT rewrites the destination to a backend (an LBR member).
+	ActionNAT = "nat"
+)
+
+// LBR algorithms.
+const (
+	AlgorithmMaglev = "maglev"
+)
+
+// Service limits, mirroring the dataplane's EDGE_MAX_SERVICES and
+// EDGE_MAX_MEMBERS (one member index is the replies' counter).
+const (
+	MaxServices = 16
+	MaxMembers  = 255
 )
 
 // Path types.
@@ -62,6 +76,11 @@ const (
 	DefaultRules uint32 = 65536
 	MinRules     uint32 = 1
 	MaxRules     uint32 = 1048576
+	// Maglev tables: prime sizes; the largest is 2^17-1 (a Mersenne
+	// prime): 16 services x 2 slots x 8 bytes x 131071 = 32 MiB.
+	DefaultMaglevTable uint32 = 65537
+	MinMaglevTable     uint32 = 251
+	MaxMaglevTable     uint32 = 131071
 )
 
 // MaxDSCP is the largest DSCP code point (6 bits).
@@ -86,6 +105,8 @@ type Config struct {
 	Paths      []Path      `yaml:"paths"`
 	FARs       []FAR       `yaml:"fars"`
 	PDRs       []PDR       `yaml:"pdrs"`
+	LBRs       []LBR       `yaml:"lbrs"`
+	Services   []Service   `yaml:"services"`
 	Limits     Limits      `yaml:"limits"`
 	Defaults   Defaults    `yaml:"defaults"`
 }
@@ -138,6 +159,48 @@ type FAR struct {
 	Interface string `yaml:"interface"`
 	// Path is the path id for ActionEncap and must be 0 otherwise.
 	Path uint32 `yaml:"path"`
+	// Address and Port are the backend of ActionNAT (Interface, optional
+	// for it, pins the egress; else the route to Address decides).
+	Address Addr   `yaml:"address"`
+	Port    uint16 `yaml:"port"`
+}
+
+// LBR is a load-balancing rule: a group of FARs (members) one of which
+// each flow is given.
+type LBR struct {
+	// ID identifies the LBR; it is required (non-zero) and unique.
+	ID uint32 `yaml:"id"`
+	// Algorithm is AlgorithmMaglev: consistent hashing of the flow's
+	// 5-tuple, weighted, with the connection pinned to its member.
+	Algorithm string `yaml:"algorithm"`
+	// Members are FARs with action nat or encap.
+	Members []Member `yaml:"members"`
+}
+
+// Member is one FAR of an LBR and its weight.
+type Member struct {
+	FAR uint32 `yaml:"far"`
+	// Weight is relative to the other members'; nil means 1, 0 drains
+	// the member: no new connections, established ones continue.
+	Weight *uint32 `yaml:"weight"`
+}
+
+// EffectiveWeight is the member's weight, 1 when unset.
+func (m Member) EffectiveWeight() uint32 {
+	if m.Weight == nil {
+		return 1
+	}
+	return *m.Weight
+}
+
+// Service is an L4 service: connections to VIP:Port over Proto are
+// balanced over the members of an LBR.
+type Service struct {
+	ID    uint32 `yaml:"id"`
+	VIP   Addr   `yaml:"vip"`
+	Port  uint16 `yaml:"port"`
+	Proto Proto  `yaml:"proto"`
+	LBR   uint32 `yaml:"lbr"`
 }
 
 // PDR is a packet detection rule: a match and the FAR applied on a hit.
@@ -174,6 +237,12 @@ type Limits struct {
 	// Rules is the classifier capacity (MinRules..MaxRules, DefaultRules
 	// when zero); the number of PDRs must not exceed it.
 	Rules uint32 `yaml:"rules"`
+	// MaglevTable is the entries of each service's Maglev table (a prime,
+	// MinMaglevTable..MaxMaglevTable, DefaultMaglevTable when zero).
+	MaglevTable uint32 `yaml:"maglev_table"`
+	// Connections is the connection table's size (MinFlows..MaxFlows;
+	// Flows when zero).
+	Connections uint32 `yaml:"connections"`
 }
 
 // Defaults holds the verdicts for packets no rule decides.
@@ -272,6 +341,12 @@ func (c *Config) Normalize() {
 	}
 	if c.Limits.Rules == 0 {
 		c.Limits.Rules = DefaultRules
+	}
+	if c.Limits.MaglevTable == 0 {
+		c.Limits.MaglevTable = DefaultMaglevTable
+	}
+	if c.Limits.Connections == 0 {
+		c.Limits.Connections = c.Limits.Flows
 	}
 	if c.Defaults.NoMatch == "" {
 		c.Defaults.NoMatch = ActionPass
@@ -684,8 +759,14 @@ func (f FAR) MarshalYAML() (any, error) {
 		Action    string `yaml:"action"`
 		Interface string `yaml:"interface,omitempty"`
 		Path      uint32 `yaml:"path,omitempty"`
+		Address   *Addr  `yaml:"address,omitempty"`
+		Port      uint16 `yaml:"port,omitempty"`
 	}
-	return far{ID: f.ID, Action: f.Action, Interface: f.Interface, Path: f.Path}, nil
+	out := far{ID: f.ID, Action: f.Action, Interface: f.Interface, Path: f.Path, Port: f.Port}
+	if f.Address.IsSet() {
+		out.Address = &f.Address
+	}
+	return out, nil
 }
 
 // MarshalYAML omits unset optional fields.
@@ -1033,6 +1114,12 @@ func (d *decoder) boolean(n *yaml.Node, path string, out *bool) {
 	*out = n.Value == "true"
 }
 
+func (d *decoder) port(n *yaml.Node, path string, out *uint16) {
+	if v, ok := d.uint(n, path, 65535); ok {
+		*out = uint16(v)
+	}
+}
+
 func (d *decoder) uint32(n *yaml.Node, path string, out *uint32) {
 	if v, ok := d.uint(n, path, 1<<32-1); ok {
 		*out = uint32(v)
@@ -1099,6 +1186,8 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 					{"action", func(p string, v *yaml.Node) { d.str(v, p, &x.Action) }},
 					{"interface", func(p string, v *yaml.Node) { d.str(v, p, &x.Interface) }},
 					{"path", func(p string, v *yaml.Node) { d.uint32(v, p, &x.Path) }},
+					{"address", func(p string, v *yaml.Node) { d.custom(v, p, &x.Address) }},
+					{"port", func(p string, v *yaml.Node) { d.port(v, p, &x.Port) }},
 				})
 				c.FARs = append(c.FARs, x)
 			})
@@ -1115,10 +1204,50 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				c.PDRs = append(c.PDRs, x)
 			})
 		}},
+		{"lbrs", func(p string, v *yaml.Node) {
+			d.list(v, p, func(p string, item *yaml.Node) {
+				var x LBR
+				d.mapping(item, p, []field{
+					{"id", func(p string, v *yaml.Node) { d.uint32(v, p, &x.ID) }},
+					{"algorithm", func(p string, v *yaml.Node) { d.str(v, p, &x.Algorithm) }},
+					{"members", func(p string, v *yaml.Node) {
+						d.list(v, p, func(p string, item *yaml.Node) {
+							var m Member
+							d.mapping(item, p, []field{
+								{"far", func(p string, v *yaml.Node) { d.uint32(v, p, &m.FAR) }},
+								{"weight", func(p string, v *yaml.Node) {
+									if w, ok := d.uint(v, p, 1<<32-1); ok {
+										u := uint32(w)
+										m.Weight = &u
+									}
+								}},
+							})
+							x.Members = append(x.Members, m)
+						})
+					}},
+				})
+				c.LBRs = append(c.LBRs, x)
+			})
+		}},
+		{"services", func(p string, v *yaml.Node) {
+			d.list(v, p, func(p string, item *yaml.Node) {
+				var x Service
+				d.mapping(item, p, []field{
+					{"id", func(p string, v *yaml.Node) { d.uint32(v, p, &x.ID) }},
+					{"vip", func(p string, v *yaml.Node) { d.custom(v, p, &x.VIP) }},
+					{"port", func(p string, v *yaml.Node) { d.port(v, p, &x.Port) }},
+					{"proto", func(p string, v *yaml.Node) { d.custom(v, p, &x.Proto) }},
+					{"lbr", func(p string, v *yaml.Node) { d.uint32(v, p, &x.LBR) }},
+				})
+				c.Services = append(c.Services, x)
+			})
+		}},
 		{"limits", func(p string, v *yaml.Node) {
 			d.mapping(v, p, []field{
 				{"flows", func(p string, v *yaml.Node) { d.uint32(v, p, &c.Limits.Flows) }},
 				{"rules", func(p string, v *yaml.Node) { d.uint32(v, p, &c.Limits.Rules) }},
+				{"maglev_table", func(p string, v *yaml.Node) { d.uint32(v, p, &c.Limits.MaglevTable) }},
+				{"connections", func(p string, v *yaml.Node) { d.uint32(v, p, &c.Limits.Connections) }},
 			})
 		}},
 		{"defaults", func(p string, v *yaml.Node) {

@@ -123,8 +123,8 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate interface", "interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: lan0, role: wan}]", `interfaces[2].name: duplicate name "lan0" (first at interfaces[0])`},
 
 		// FARs.
-		{"unknown action", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: fwd}]", `fars[0].action: unknown action "fwd" (want pass, drop, redirect, encap or decap)`},
-		{"action missing", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1}]", `fars[0].action: required (want pass, drop, redirect, encap or decap)`},
+		{"unknown action", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: fwd}]", `fars[0].action: unknown action "fwd" (want pass, drop, redirect, encap, decap or nat)`},
+		{"action missing", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1}]", `fars[0].action: required (want pass, drop, redirect, encap, decap or nat)`},
 		{"encap without path", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: encap}]", `fars[0].path: required for action encap`},
 		{"encap to unknown path", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: encap, path: 4}]", `fars[0].path: no path with id 4`},
 		{"path on drop", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: drop, path: 4}]", `fars[0].path: not allowed for action drop`},
@@ -197,7 +197,7 @@ limits: {flows: 100}
 		`interfaces[0].xdp: unknown mode "fast" (want native, generic or auto)`,
 		`interfaces[1].name: duplicate name "lan0" (first at interfaces[0])`,
 		`fars[0].interface: unknown interface "wan9"`,
-		`fars[1].action: unknown action "fwd" (want pass, drop, redirect, encap or decap)`,
+		`fars[1].action: unknown action "fwd" (want pass, drop, redirect, encap, decap or nat)`,
 		`pdrs[0].precedence: must be an unsigned integer, got "abc"`,
 		`pdrs[0].match.in: unknown interface "lan9"`,
 		`pdrs[0].match.dst: host bits set; did you mean 10.2.0.0/16?`,
@@ -264,7 +264,7 @@ func TestParseSample(t *testing.T) {
 				Dst: Prefix{P: netip.MustParsePrefix("10.2.0.0/16")},
 			}},
 		},
-		Limits:   Limits{Flows: 65536, Rules: 65536},
+		Limits:   Limits{Flows: 65536, Rules: 65536, MaglevTable: 65537, Connections: 65536},
 		Defaults: Defaults{NoMatch: ActionPass, Malformed: ActionDrop},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -311,7 +311,7 @@ fars: [{id: 5, action: pass}]
 	if got := c.Interfaces[0].XDP; got != XDPAuto {
 		t.Errorf("xdp = %q, want auto", got)
 	}
-	if c.Limits != (Limits{Flows: 65536, Rules: 65536}) {
+	if c.Limits != (Limits{Flows: 65536, Rules: 65536, MaglevTable: DefaultMaglevTable, Connections: 65536}) {
 		t.Errorf("limits = %+v, want 65536/65536", c.Limits)
 	}
 	if c.Defaults != (Defaults{NoMatch: "pass", Malformed: "drop"}) {
@@ -335,7 +335,7 @@ defaults: {no_match: drop, malformed: pass}
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if c.Interfaces[0].XDP != XDPNative || c.Limits != (Limits{Flows: 1024, Rules: 1}) ||
+	if c.Interfaces[0].XDP != XDPNative || c.Limits != (Limits{Flows: 1024, Rules: 1, MaglevTable: DefaultMaglevTable, Connections: 1024}) ||
 		c.Defaults != (Defaults{NoMatch: "drop", Malformed: "pass"}) {
 		t.Errorf("explicit values changed: %+v", c)
 	}

@@ -24,6 +24,8 @@ type Store struct {
 	paths    *table[uint32, Path]
 	fars     *table[uint32, FAR]
 	pdrs     *table[uint32, PDR]
+	lbrs     *table[uint32, LBR]
+	services *table[uint32, Service]
 	// users lists, for every object something refers to, who does.
 	users map[ref]map[ref]struct{}
 	// seq orders objects as their lists do: a create goes last.
@@ -41,6 +43,8 @@ const (
 	KindPath
 	KindFAR
 	KindPDR
+	KindLBR
+	KindService
 )
 
 func (k Kind) String() string {
@@ -51,6 +55,10 @@ func (k Kind) String() string {
 		return "path"
 	case KindFAR:
 		return "far"
+	case KindLBR:
+		return "lbr"
+	case KindService:
+		return "service"
 	}
 	return "pdr"
 }
@@ -80,6 +88,8 @@ type Op struct {
 	Path      Path
 	FAR       FAR
 	PDR       PDR
+	LBR       LBR
+	Service   Service
 }
 
 // Diff is what a batch did to one object: Old is nil for an object it
@@ -97,11 +107,13 @@ type Changes struct {
 	Paths      []Diff[Path]
 	FARs       []Diff[FAR]
 	PDRs       []Diff[PDR]
+	LBRs       []Diff[LBR]
+	Services   []Diff[Service]
 }
 
 // Len is the number of objects changed.
 func (c *Changes) Len() int {
-	return len(c.Interfaces) + len(c.Paths) + len(c.FARs) + len(c.PDRs)
+	return len(c.Interfaces) + len(c.Paths) + len(c.FARs) + len(c.PDRs) + len(c.LBRs) + len(c.Services)
 }
 
 // ref names an object: its kind and its name or id.
@@ -169,6 +181,20 @@ func NewStore(cfg *Config) *Store {
 			return out
 		},
 		norm: (*PDR).normalize}
+	s.lbrs = &table[uint32, LBR]{kind: KindLBR, rows: map[uint32]*row[LBR]{},
+		ref: idRef(KindLBR),
+		refs: func(l *LBR) []ref {
+			out := make([]ref, len(l.Members))
+			for i, m := range l.Members {
+				out[i] = ref{kind: KindFAR, id: m.FAR}
+			}
+			return out
+		},
+		norm: func(*LBR) {}}
+	s.services = &table[uint32, Service]{kind: KindService, rows: map[uint32]*row[Service]{},
+		ref:  idRef(KindService),
+		refs: func(sv *Service) []ref { return []ref{{kind: KindLBR, id: sv.LBR}} },
+		norm: func(*Service) {}}
 	for _, v := range cfg.Interfaces {
 		s.seq++
 		setRow(s, s.ifaces, v.Name, &row[Interface]{v: v, seq: s.seq})
@@ -184,6 +210,14 @@ func NewStore(cfg *Config) *Store {
 	for _, v := range cfg.PDRs {
 		s.seq++
 		setRow(s, s.pdrs, v.ID, &row[PDR]{v: v, seq: s.seq})
+	}
+	for _, v := range cfg.LBRs {
+		s.seq++
+		setRow(s, s.lbrs, v.ID, &row[LBR]{v: v, seq: s.seq})
+	}
+	for _, v := range cfg.Services {
+		s.seq++
+		setRow(s, s.services, v.ID, &row[Service]{v: v, seq: s.seq})
 	}
 	return s
 }
@@ -234,6 +268,12 @@ func (s *Store) FAR(id uint32) (FAR, bool) { return get(s.fars, id) }
 // PDR returns the PDR with the given id.
 func (s *Store) PDR(id uint32) (PDR, bool) { return get(s.pdrs, id) }
 
+// LBR returns the LBR with the given id.
+func (s *Store) LBR(id uint32) (LBR, bool) { return get(s.lbrs, id) }
+
+// Service returns the service with the given id.
+func (s *Store) Service(id uint32) (Service, bool) { return get(s.services, id) }
+
 func get[K comparable, T any](t *table[K, T], key K) (T, bool) {
 	if r, ok := t.rows[key]; ok {
 		return r.v, true
@@ -250,7 +290,8 @@ func (s *Store) Interfaces() []Interface { return list(s.ifaces) }
 // result is shared until the next change and must not be modified.
 func (s *Store) Config() *Config {
 	if s.cached == nil {
-		s.cached = &Config{Interfaces: list(s.ifaces), Paths: list(s.paths), FARs: list(s.fars), PDRs: list(s.pdrs), Limits: s.limits, Defaults: s.defaults}
+		s.cached = &Config{Interfaces: list(s.ifaces), Paths: list(s.paths), FARs: list(s.fars), PDRs: list(s.pdrs),
+			LBRs: list(s.lbrs), Services: list(s.services), Limits: s.limits, Defaults: s.defaults}
 	}
 	return s.cached
 }
@@ -369,6 +410,7 @@ func keyOf[K comparable](op *Op, del, obj K) K {
 func (s *Store) Apply(ops []Op) (*Changes, func(), error) {
 	b := &batch{s: s}
 	di, dp, df, dr := newDiffs[string, Interface](), newDiffs[uint32, Path](), newDiffs[uint32, FAR](), newDiffs[uint32, PDR]()
+	dl, ds := newDiffs[uint32, LBR](), newDiffs[uint32, Service]()
 	for i := range ops {
 		op := &ops[i]
 		switch op.Kind {
@@ -380,11 +422,15 @@ func (s *Store) Apply(ops []Op) (*Changes, func(), error) {
 			applyOp(b, s.fars, df, op, keyOf(op, op.ID, op.FAR.ID), &op.FAR)
 		case KindPDR:
 			applyOp(b, s.pdrs, dr, op, keyOf(op, op.ID, op.PDR.ID), &op.PDR)
+		case KindLBR:
+			applyOp(b, s.lbrs, dl, op, keyOf(op, op.ID, op.LBR.ID), &op.LBR)
+		case KindService:
+			applyOp(b, s.services, ds, op, keyOf(op, op.ID, op.Service.ID), &op.Service)
 		default:
 			b.fail(CodeInvalid, op.At, "unknown kind %d", op.Kind)
 		}
 	}
-	ch := &Changes{Interfaces: finish(di), Paths: finish(dp), FARs: finish(df), PDRs: finish(dr)}
+	ch := &Changes{Interfaces: finish(di), Paths: finish(dp), FARs: finish(df), PDRs: finish(dr), LBRs: finish(dl), Services: finish(ds)}
 	if len(b.errs) == 0 {
 		b.check(ch)
 	}
@@ -444,7 +490,52 @@ func (b *batch) check(ch *Changes) {
 			v.pdr(d.At, *d.New, iface, far)
 		}
 	}
+	farAction := func(id uint32) (string, bool) {
+		if r, ok := s.fars.rows[id]; ok {
+			return r.v.Action, true
+		}
+		return "", false
+	}
+	// A FAR changed to another action may no longer suit the LBRs it is
+	// a member of.
+	for _, d := range ch.FARs {
+		if d.New != nil && d.Old != nil && d.New.Action != d.Old.Action {
+			for u := range s.users[ref{kind: KindFAR, id: d.New.ID}] {
+				if u.kind == KindLBR && d.New.Action != ActionNAT && d.New.Action != ActionEncap {
+					v.add(d.At+".action", "far %d is a member of lbr %d, which needs nat or encap", d.New.ID, u.id)
+				}
+			}
+		}
+	}
+	for _, d := range ch.LBRs {
+		if d.New != nil {
+			v.lbr(d.At, *d.New, farAction)
+		} else {
+			b.inUse(d.At, ref{kind: KindLBR, id: d.Old.ID})
+		}
+	}
+	lbr := func(id uint32) bool { _, ok := s.lbrs.rows[id]; return ok }
+	for _, d := range ch.Services {
+		if d.New == nil {
+			continue
+		}
+		sv := *d.New
+		v.service(d.At, sv, lbr)
+		// Services are few (MaxServices): compare with each.
+		for id, r := range s.services.rows {
+			switch {
+			case id == sv.ID:
+			case sv.VIP.IsSet() && r.v.key() == sv.key():
+				v.add(d.At+".vip", "%s is already service %d", sv.key(), id)
+			case sv.LBR != 0 && r.v.LBR == sv.LBR:
+				v.add(d.At+".lbr", "lbr %d is already used by service %d", sv.LBR, id)
+			}
+		}
+	}
 	b.errs = append(b.errs, v.errs...)
+	if n := len(s.services.rows); n > MaxServices {
+		b.fail(CodeCapacity, "services", "%d services, at most %d", n, MaxServices)
+	}
 	if n := len(s.pdrs.rows); uint64(n) > uint64(s.limits.Rules) {
 		b.fail(CodeCapacity, "pdrs", "%d rules exceed limits.rules %d", n, s.limits.Rules)
 	}

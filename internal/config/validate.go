@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strconv"
 	"unicode"
+
+	"github.com/edgeplane/edgeplane/internal/maglev"
 )
 
 // Validate checks the configuration as Normalize would leave it (c itself
@@ -27,6 +29,14 @@ func (c *Config) validate() Errors {
 	paths := v.paths(n.Paths, ifaces)
 	fars := v.fars(n.FARs, ifaces, paths)
 	v.pdrs(n.PDRs, n.Limits.Rules, ifaces, fars)
+	farAction := func(id uint32) (string, bool) {
+		if i, ok := fars[id]; ok {
+			return n.FARs[i].Action, true
+		}
+		return "", false
+	}
+	lbrs := v.lbrs(n.LBRs, farAction)
+	v.services(n.Services, lbrs)
 	v.limits(n.Limits)
 	v.defaults(n.Defaults)
 	return v.errs
@@ -93,6 +103,18 @@ func (v *validator) iface(p string, it Interface) bool {
 	return reason == ""
 }
 
+// uniqueID records list[i]'s id in byID, reporting one already taken.
+func (v *validator) uniqueID(byID map[uint32]int, p, list string, id uint32, i int) {
+	if id == 0 {
+		return // "required" is reported with the object's fields
+	}
+	if first, dup := byID[id]; dup {
+		v.add(p+".id", "duplicate id %d (first at %s[%d])", id, list, first)
+		return
+	}
+	byID[id] = i
+}
+
 // ifnameProblem returns why name is not a valid Linux interface name, or
 // "" when it is. The rules are the kernel's dev_valid_name.
 func ifnameProblem(name string) string {
@@ -123,11 +145,7 @@ func (v *validator) paths(list []Path, ifaces map[string]int) map[uint32]int {
 	decap := map[DecapID]int{}
 	for i, pt := range list {
 		p := "paths[" + strconv.Itoa(i) + "]"
-		if first, dup := byID[pt.ID]; dup && pt.ID != 0 {
-			v.add(p+".id", "duplicate id %d (first at paths[%d])", pt.ID, first)
-		} else if pt.ID != 0 {
-			byID[pt.ID] = i
-		}
+		v.uniqueID(byID, p, "paths", pt.ID, i)
 		v.path(p, pt, func(name string) bool { _, ok := ifaces[name]; return ok })
 		if k, ok := pt.DecapID(); ok {
 			if first, dup := decap[k]; dup {
@@ -207,11 +225,7 @@ func (v *validator) fars(list []FAR, ifaces map[string]int, paths map[uint32]int
 	path := func(id uint32) bool { _, ok := paths[id]; return ok }
 	for i, f := range list {
 		p := "fars[" + strconv.Itoa(i) + "]"
-		if first, dup := byID[f.ID]; dup && f.ID != 0 {
-			v.add(p+".id", "duplicate id %d (first at fars[%d])", f.ID, first)
-		} else if f.ID != 0 {
-			byID[f.ID] = i
-		}
+		v.uniqueID(byID, p, "fars", f.ID, i)
 		v.far(p, f, iface, path)
 	}
 	return byID
@@ -220,13 +234,13 @@ func (v *validator) fars(list []FAR, ifaces map[string]int, paths map[uint32]int
 // far checks one FAR's fields; iface and path say whether what it names
 // exists.
 func (v *validator) far(p string, f FAR, iface func(string) bool, path func(uint32) bool) {
-	const want = "want pass, drop, redirect, encap or decap"
+	const want = "want pass, drop, redirect, encap, decap or nat"
 	if f.ID == 0 {
 		v.add(p+".id", "required")
 	}
 	knownAction := true
 	switch f.Action {
-	case ActionPass, ActionDrop, ActionRedirect, ActionEncap, ActionDecap:
+	case ActionPass, ActionDrop, ActionRedirect, ActionEncap, ActionDecap, ActionNAT:
 	case "":
 		knownAction = false
 		v.add(p+".action", "required (%s)", want)
@@ -237,7 +251,7 @@ func (v *validator) far(p string, f FAR, iface func(string) bool, path func(uint
 	switch {
 	case f.Action == ActionRedirect && f.Interface == "":
 		v.add(p+".interface", "required for action redirect")
-	case knownAction && f.Action != ActionRedirect && f.Interface != "":
+	case knownAction && f.Action != ActionRedirect && f.Action != ActionNAT && f.Interface != "":
 		v.add(p+".interface", "not allowed for action %s", f.Action)
 	case f.Interface != "" && !iface(f.Interface):
 		v.add(p+".interface", "unknown interface %q", f.Interface)
@@ -250,6 +264,131 @@ func (v *validator) far(p string, f FAR, iface func(string) bool, path func(uint
 	case f.Path != 0 && !path(f.Path):
 		v.add(p+".path", "no path with id %d", f.Path)
 	}
+	switch {
+	case f.Action == ActionNAT && !f.Address.IsSet():
+		v.add(p+".address", "required for action nat (the backend)")
+	case knownAction && f.Action != ActionNAT && f.Address.IsSet():
+		v.add(p+".address", "not allowed for action %s", f.Action)
+	case f.Address.IsSet() && !unicast(f.Address.A):
+		v.add(p+".address", "%s is not a unicast address", f.Address)
+	}
+	switch {
+	case f.Action == ActionNAT && f.Port == 0:
+		v.add(p+".port", "required for action nat (the backend's port)")
+	case knownAction && f.Action != ActionNAT && f.Port != 0:
+		v.add(p+".port", "not allowed for action %s", f.Action)
+	}
+}
+
+func unicast(a netip.Addr) bool {
+	return a.IsValid() && !a.IsUnspecified() && !a.IsMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+// lbrs checks the LBRs and returns the index of each id; farAction gives
+// a FAR's action.
+func (v *validator) lbrs(list []LBR, farAction func(uint32) (string, bool)) map[uint32]int {
+	byID := make(map[uint32]int, len(list))
+	for i, l := range list {
+		p := "lbrs[" + strconv.Itoa(i) + "]"
+		v.uniqueID(byID, p, "lbrs", l.ID, i)
+		v.lbr(p, l, farAction)
+	}
+	return byID
+}
+
+// lbr checks one LBR's fields.
+func (v *validator) lbr(p string, l LBR, farAction func(uint32) (string, bool)) {
+	if l.ID == 0 {
+		v.add(p+".id", "required")
+	}
+	switch l.Algorithm {
+	case AlgorithmMaglev:
+	case "":
+		v.add(p+".algorithm", "required (want maglev)")
+	default:
+		v.add(p+".algorithm", "unknown algorithm %q (want maglev)", l.Algorithm)
+	}
+	if len(l.Members) > MaxMembers {
+		v.errs = append(v.errs, FieldError{Path: p + ".members", Reason: fmt.Sprintf("%d members, at most %d", len(l.Members), MaxMembers), Code: CodeCapacity})
+	}
+	seen := map[uint32]int{}
+	for j, m := range l.Members {
+		mp := p + ".members[" + strconv.Itoa(j) + "]"
+		if first, dup := seen[m.FAR]; dup {
+			v.add(mp+".far", "far %d is already members[%d]", m.FAR, first)
+			continue
+		}
+		seen[m.FAR] = j
+		switch act, ok := farAction(m.FAR); {
+		case m.FAR == 0:
+			v.add(mp+".far", "required")
+		case !ok:
+			v.add(mp+".far", "no far with id %d", m.FAR)
+		case act != ActionNAT && act != ActionEncap:
+			v.add(mp+".far", "far %d has action %s; members need nat or encap", m.FAR, act)
+		}
+	}
+}
+
+// services checks the services against the LBRs (index by id).
+func (v *validator) services(list []Service, lbrs map[uint32]int) {
+	if len(list) > MaxServices {
+		v.errs = append(v.errs, FieldError{Path: "services", Reason: fmt.Sprintf("%d services, at most %d", len(list), MaxServices), Code: CodeCapacity})
+	}
+	byID := make(map[uint32]int, len(list))
+	byAddr := map[string]int{}
+	byLBR := map[uint32]int{}
+	lbr := func(id uint32) bool { _, ok := lbrs[id]; return ok }
+	for i, sv := range list {
+		p := "services[" + strconv.Itoa(i) + "]"
+		v.uniqueID(byID, p, "services", sv.ID, i)
+		v.service(p, sv, lbr)
+		if k := sv.key(); sv.VIP.IsSet() {
+			if first, dup := byAddr[k]; dup {
+				v.add(p+".vip", "%s is already services[%d]", k, first)
+			} else {
+				byAddr[k] = i
+			}
+		}
+		if first, dup := byLBR[sv.LBR]; dup && sv.LBR != 0 {
+			v.add(p+".lbr", "lbr %d is already used by services[%d]", sv.LBR, first)
+		} else if sv.LBR != 0 {
+			byLBR[sv.LBR] = i
+		}
+	}
+}
+
+// key names a service's VIP, port and protocol.
+func (sv Service) key() string {
+	return fmt.Sprintf("%s %s/%d", sv.Proto, sv.VIP, sv.Port)
+}
+
+// service checks one service's fields.
+func (v *validator) service(p string, sv Service, lbr func(uint32) bool) {
+	if sv.ID == 0 {
+		v.add(p+".id", "required")
+	}
+	switch {
+	case !sv.VIP.IsSet():
+		v.add(p+".vip", "required")
+	case !unicast(sv.VIP.A):
+		v.add(p+".vip", "%s is not a unicast address", sv.VIP)
+	}
+	if sv.Port == 0 {
+		v.add(p+".port", "required")
+	}
+	switch {
+	case !sv.Proto.Set:
+		v.add(p+".proto", "required (tcp or udp)")
+	case sv.Proto.Num != IPProtoTCP && sv.Proto.Num != IPProtoUDP:
+		v.add(p+".proto", "%s cannot be balanced (want tcp or udp)", sv.Proto)
+	}
+	switch {
+	case sv.LBR == 0:
+		v.add(p+".lbr", "required")
+	case !lbr(sv.LBR):
+		v.add(p+".lbr", "no lbr with id %d", sv.LBR)
+	}
 }
 
 func (v *validator) pdrs(list []PDR, rules uint32, ifaces map[string]int, fars map[uint32]int) {
@@ -261,11 +400,7 @@ func (v *validator) pdrs(list []PDR, rules uint32, ifaces map[string]int, fars m
 	far := func(id uint32) bool { _, ok := fars[id]; return ok }
 	for i, r := range list {
 		p := "pdrs[" + strconv.Itoa(i) + "]"
-		if first, dup := byID[r.ID]; dup && r.ID != 0 {
-			v.add(p+".id", "duplicate id %d (first at pdrs[%d])", r.ID, first)
-		} else if r.ID != 0 {
-			byID[r.ID] = i
-		}
+		v.uniqueID(byID, p, "pdrs", r.ID, i)
 		v.pdr(p, r, iface, far)
 	}
 }
@@ -350,6 +485,13 @@ func (v *validator) limits(l Limits) {
 	}
 	bound("limits.flows", l.Flows, MinFlows, MaxFlows)
 	bound("limits.rules", l.Rules, MinRules, MaxRules)
+	if l.Connections != l.Flows { // the default follows flows, checked above
+		bound("limits.connections", l.Connections, MinFlows, MaxFlows)
+	}
+	bound("limits.maglev_table", l.MaglevTable, MinMaglevTable, MaxMaglevTable)
+	if l.MaglevTable >= MinMaglevTable && l.MaglevTable <= MaxMaglevTable && !maglev.IsPrime(l.MaglevTable) {
+		v.add("limits.maglev_table", "%d is not prime (Maglev's permutations need a prime table size; 65537 is)", l.MaglevTable)
+	}
 }
 
 func (v *validator) defaults(d Defaults) {

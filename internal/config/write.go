@@ -131,6 +131,12 @@ func AppendCompact(b []byte, c *Config) []byte {
 			if f.Path != 0 {
 				w.num("path", uint64(f.Path))
 			}
+			if f.Address.IsSet() {
+				w.str("address", f.Address.String())
+			}
+			if f.Port != 0 {
+				w.num("port", uint64(f.Port))
+			}
 			w.end()
 		}
 	}
@@ -160,10 +166,51 @@ func AppendCompact(b []byte, c *Config) []byte {
 			w.end()
 		}
 	}
+	if len(c.LBRs) > 0 {
+		w.raw("lbrs:\n")
+		for _, l := range c.LBRs {
+			w.item()
+			w.num("id", uint64(l.ID))
+			w.str("algorithm", l.Algorithm)
+			w.field("members")
+			w.raw("[")
+			for i, m := range l.Members {
+				if i > 0 {
+					w.raw(", ")
+				}
+				w.open()
+				w.num("far", uint64(m.FAR))
+				if m.Weight != nil {
+					w.num("weight", uint64(*m.Weight))
+				}
+				w.close()
+			}
+			w.raw("]")
+			w.end()
+		}
+	}
+	if len(c.Services) > 0 {
+		w.raw("services:\n")
+		for _, sv := range c.Services {
+			w.item()
+			w.num("id", uint64(sv.ID))
+			w.str("vip", sv.VIP.String())
+			w.num("port", uint64(sv.Port))
+			w.str("proto", sv.Proto.String())
+			w.num("lbr", uint64(sv.LBR))
+			w.end()
+		}
+	}
 	w.raw("limits: ")
 	w.open()
 	w.num("flows", uint64(c.Limits.Flows))
 	w.num("rules", uint64(c.Limits.Rules))
+	if c.Limits.MaglevTable != 0 {
+		w.num("maglev_table", uint64(c.Limits.MaglevTable))
+	}
+	if c.Limits.Connections != 0 {
+		w.num("connections", uint64(c.Limits.Connections))
+	}
 	w.close()
 	w.raw("\ndefaults: ")
 	w.open()

@@ -88,14 +88,17 @@ func (a *StatsAlloc) clone() *StatsAlloc {
 // FAR table's places.
 type Allocs struct {
 	PDR, Path, FAR *StatsAlloc
+	// Service gives each service its place (tag) among bpf.MaxServices.
+	Service *StatsAlloc
 }
 
 // NewAllocs returns allocators sized for l, seeded with the live
 // assignments (id -> index) of PDRs and paths.
 func NewAllocs(rules uint32, pdrSeed, pathSeed map[uint32]uint32) Allocs {
-	return Allocs{PDR: NewStatsAlloc(rules, pdrSeed), Path: NewStatsAlloc(bpf.MaxPaths, pathSeed), FAR: NewStatsAlloc(rules, nil)}
+	return Allocs{PDR: NewStatsAlloc(rules, pdrSeed), Path: NewStatsAlloc(bpf.MaxPaths, pathSeed), FAR: NewStatsAlloc(rules, nil),
+		Service: NewStatsAlloc(bpf.MaxServices, nil)}
 }
 
 func (a Allocs) clone() Allocs {
-	return Allocs{PDR: a.PDR.clone(), Path: a.Path.clone(), FAR: a.FAR.clone()}
+	return Allocs{PDR: a.PDR.clone(), Path: a.Path.clone(), FAR: a.FAR.clone(), Service: a.Service.clone()}
 }

@@ -43,6 +43,7 @@ type Compiler struct {
 	// shadowed holds, per classifier entry, the rules of other PDRs with
 	// the same masked key that lose to the one in gen.Rules.
 	shadowed map[bpf.RuleKey][]bpf.Rule
+	lb       balancer
 	gen      *bpf.Generation
 
 	// State of the Apply under way.
@@ -109,9 +110,11 @@ func (h *prioHeap) Pop() any {
 // a copy (Allocs), where indexes of objects cfg does not have are freed.
 // Problems are reported as config.Errors with the path of the culprit.
 func Build(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limits) (*Compiler, error) {
+	limits = limits.WithDefaults()
 	c := &Compiler{
 		resolve:  ifindex,
 		limits:   limits,
+		lb:       newBalancer(),
 		allocs:   allocs.clone(),
 		ifidx:    map[string]uint32{},
 		paths:    map[uint32]compiledPath{},
@@ -124,6 +127,8 @@ func Build(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limit
 			FARs:      map[uint32]bpf.Far{},
 			Paths:     map[uint32]bpf.Path{},
 			Decaps:    map[bpf.DecapKey]bpf.Decap{},
+			Services:  map[bpf.SvcKey]bpf.Svc{},
+			Tables:    map[uint32][]bpf.LBSlot{},
 			NoMatch:   verdict(cfg.Defaults.NoMatch),
 			Malformed: verdict(cfg.Defaults.Malformed),
 		},
@@ -136,10 +141,15 @@ func Build(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limit
 	for _, p := range cfg.Paths {
 		livePaths[p.ID] = true
 	}
+	liveServices := map[uint32]bool{}
+	for _, sv := range cfg.Services {
+		liveServices[sv.ID] = true
+	}
 	// Free first what cfg no longer has, so its indexes can serve new
 	// objects.
 	c.allocs.PDR.Retain(live)
 	c.allocs.Path.Retain(livePaths)
+	c.allocs.Service.Retain(liveServices)
 	if len(cfg.Paths) > bpf.MaxPaths {
 		return nil, config.Errors{{Path: "paths", Reason: fmt.Sprintf("%d paths, at most %d", len(cfg.Paths), bpf.MaxPaths), Code: config.CodeCapacity}}
 	}
@@ -162,20 +172,22 @@ func Compile(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Lim
 
 // changesOf lists every object of cfg as created, at its place in cfg.
 func changesOf(cfg *config.Config) *config.Changes {
-	ch := &config.Changes{}
-	for i := range cfg.Interfaces {
-		ch.Interfaces = append(ch.Interfaces, config.Diff[config.Interface]{At: "interfaces[" + strconv.Itoa(i) + "]", New: &cfg.Interfaces[i]})
+	return &config.Changes{
+		Interfaces: created("interfaces", cfg.Interfaces),
+		Paths:      created("paths", cfg.Paths),
+		FARs:       created("fars", cfg.FARs),
+		PDRs:       created("pdrs", cfg.PDRs),
+		LBRs:       created("lbrs", cfg.LBRs),
+		Services:   created("services", cfg.Services),
 	}
-	for i := range cfg.Paths {
-		ch.Paths = append(ch.Paths, config.Diff[config.Path]{At: "paths[" + strconv.Itoa(i) + "]", New: &cfg.Paths[i]})
+}
+
+func created[T any](list string, items []T) []config.Diff[T] {
+	out := make([]config.Diff[T], len(items))
+	for i := range items {
+		out[i] = config.Diff[T]{At: list + "[" + strconv.Itoa(i) + "]", New: &items[i]}
 	}
-	for i := range cfg.FARs {
-		ch.FARs = append(ch.FARs, config.Diff[config.FAR]{At: "fars[" + strconv.Itoa(i) + "]", New: &cfg.FARs[i]})
-	}
-	for i := range cfg.PDRs {
-		ch.PDRs = append(ch.PDRs, config.Diff[config.PDR]{At: "pdrs[" + strconv.Itoa(i) + "]", New: &cfg.PDRs[i]})
-	}
-	return ch
+	return out
 }
 
 // Generation returns the compiled tables, with Dirty listing what the
@@ -193,26 +205,17 @@ func (c *Compiler) Allocs() Allocs { return c.allocs }
 // tables carry config.CodeCapacity.
 func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
 	c.undo, c.errs, c.missing, c.groupsMoved = nil, nil, map[string]bool{}, false
-	c.gen.Dirty = &bpf.Dirty{Rules: map[bpf.RuleKey]struct{}{}, FARs: map[uint32]struct{}{}}
-	c.gen.ResetStats, c.gen.ResetPathStats = nil, nil
+	c.gen.Dirty = &bpf.Dirty{Rules: map[bpf.RuleKey]struct{}{}, FARs: map[uint32]struct{}{}, Tables: map[uint32]struct{}{}}
+	c.gen.ResetStats, c.gen.ResetPathStats, c.gen.ResetLBStats = nil, nil, nil
+	c.lb.dirty = map[uint32]string{}
 
 	// Whatever is referred to first, then what refers, then removals
 	// in reverse.
-	for _, d := range ch.Interfaces {
-		if d.New != nil {
-			c.putInterface(d.At, d.New)
-		}
-	}
-	for _, d := range ch.Paths {
-		if d.New != nil {
-			c.putPath(d.At, d.New)
-		}
-	}
-	for _, d := range ch.FARs {
-		if d.New != nil {
-			c.putFAR(d.At, d.New)
-		}
-	}
+	puts(ch.Interfaces, c.putInterface)
+	puts(ch.Paths, c.putPath)
+	puts(ch.FARs, c.putFAR)
+	puts(ch.LBRs, c.putLBR)
+	puts(ch.Services, c.putService)
 	for _, d := range ch.PDRs {
 		switch {
 		case d.New != nil:
@@ -221,24 +224,17 @@ func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
 			c.removePDR(d.Old.ID, false)
 		}
 	}
-	for _, d := range ch.FARs {
-		if d.New == nil {
-			c.removeFAR(d.Old.ID)
-		}
-	}
-	for _, d := range ch.Paths {
-		if d.New == nil {
-			c.removePath(d.Old.ID)
-		}
-	}
-	for _, d := range ch.Interfaces {
-		if d.New == nil {
-			name := d.Old.Name
-			idx := c.ifidx[name]
-			delete(c.ifidx, name)
-			c.onUndo(func() { c.ifidx[name] = idx })
-		}
-	}
+	removals(ch.Services, func(sv *config.Service) { c.removeService(sv.ID) })
+	removals(ch.LBRs, func(l *config.LBR) { c.removeLBR(l.ID) })
+	removals(ch.FARs, func(f *config.FAR) { c.removeFAR(f.ID) })
+	removals(ch.Paths, func(p *config.Path) { c.removePath(p.ID) })
+	removals(ch.Interfaces, func(itf *config.Interface) {
+		name := itf.Name
+		idx := c.ifidx[name]
+		delete(c.ifidx, name)
+		c.onUndo(func() { c.ifidx[name] = idx })
+	})
+	c.rebuildServices()
 	if n := len(c.gen.Rules); n > int(c.limits.Rules) {
 		c.errs = append(c.errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d classifier entries after port-range expansion exceed limits.rules %d", n, c.limits.Rules), Code: config.CodeCapacity})
 	}
@@ -252,6 +248,24 @@ func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
 		c.sortGroups()
 	}
 	return undoAll, nil
+}
+
+// puts calls put for every object ds creates or updates.
+func puts[T any](ds []config.Diff[T], put func(at string, v *T)) {
+	for _, d := range ds {
+		if d.New != nil {
+			put(d.At, d.New)
+		}
+	}
+}
+
+// removals calls remove for every object ds deletes.
+func removals[T any](ds []config.Diff[T], remove func(old *T)) {
+	for _, d := range ds {
+		if d.New == nil {
+			remove(d.Old)
+		}
+	}
 }
 
 // onUndo records how to take back one step of the Apply under way.
@@ -406,6 +420,22 @@ func (c *Compiler) putFAR(at string, f *config.FAR) {
 		far.Path = cp.idx
 	case config.ActionDecap:
 		far.Action = bpf.ActDecap
+	case config.ActionNAT:
+		far.Action = bpf.ActNAT
+		if f.Interface != "" {
+			idx, ok := c.iface(at+".interface", f.Interface)
+			if !ok {
+				return
+			}
+			far.Ifindex = idx
+		}
+		if f.Address.A.Is4() {
+			a := f.Address.A.As4()
+			copy(far.Addr[:], a[:])
+		} else {
+			far.Addr = f.Address.A.As16()
+		}
+		far.Port = bits16(f.Port)
 	default:
 		c.fail(at+".action", fmt.Sprintf("unknown action %q", f.Action), config.CodeInvalid)
 		return
@@ -424,6 +454,7 @@ func (c *Compiler) putFAR(at string, f *config.FAR) {
 		})
 	}
 	c.setFAR(idx, far, true)
+	c.noteFAR(at, f, true)
 }
 
 // setFAR puts (ok) or removes the FAR at idx, undoably.
@@ -450,6 +481,7 @@ func (c *Compiler) removeFAR(id uint32) {
 		return
 	}
 	c.setFAR(idx, bpf.Far{}, false)
+	c.noteFAR("", &config.FAR{ID: id}, false)
 	delete(c.fars, id)
 	c.allocs.FAR.Free(id)
 	c.onUndo(func() {

@@ -40,6 +40,8 @@ const (
 	Kind_KIND_PATH        Kind = 2
 	Kind_KIND_FAR         Kind = 3
 	Kind_KIND_PDR         Kind = 4
+	Kind_KIND_LBR         Kind = 5
+	Kind_KIND_SERVICE     Kind = 6
 )
 
 // Enum value maps for Kind.
@@ -50,6 +52,8 @@ var (
 		2: "KIND_PATH",
 		3: "KIND_FAR",
 		4: "KIND_PDR",
+		5: "KIND_LBR",
+		6: "KIND_SERVICE",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -57,6 +61,8 @@ var (
 		"KIND_PATH":        2,
 		"KIND_FAR":         3,
 		"KIND_PDR":         4,
+		"KIND_LBR":         5,
+		"KIND_SERVICE":     6,
 	}
 )
 
@@ -270,12 +276,15 @@ func (x *Path) GetDscp() uint32 {
 type Far struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// pass | drop | redirect | encap | decap
+	// pass | drop | redirect | encap | decap | nat
 	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
-	// redirect: the egress interface
+	// redirect: the egress interface; nat: optional egress (else routed)
 	Interface string `protobuf:"bytes,3,opt,name=interface,proto3" json:"interface,omitempty"`
 	// encap: the path id
-	Path          uint32 `protobuf:"varint,4,opt,name=path,proto3" json:"path,omitempty"`
+	Path uint32 `protobuf:"varint,4,opt,name=path,proto3" json:"path,omitempty"`
+	// nat: the backend's address and port
+	Address       string `protobuf:"bytes,5,opt,name=address,proto3" json:"address,omitempty"`
+	Port          uint32 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -338,6 +347,215 @@ func (x *Far) GetPath() uint32 {
 	return 0
 }
 
+func (x *Far) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Far) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+// Lbr is a load-balancing rule: FARs (nat or encap) one of which each
+// connection gets.
+type Lbr struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// maglev
+	Algorithm     string    `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	Members       []*Member `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Lbr) Reset() {
+	*x = Lbr{}
+	mi := &file_edgeplane_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Lbr) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Lbr) ProtoMessage() {}
+
+func (x *Lbr) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Lbr.ProtoReflect.Descriptor instead.
+func (*Lbr) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Lbr) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Lbr) GetAlgorithm() string {
+	if x != nil {
+		return x.Algorithm
+	}
+	return ""
+}
+
+func (x *Lbr) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// Member is one FAR of an LBR.
+type Member struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Far   uint32                 `protobuf:"varint,1,opt,name=far,proto3" json:"far,omitempty"`
+	// relative weight; absent: 1; 0 drains (established connections stay)
+	Weight        *uint32 `protobuf:"varint,2,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_edgeplane_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Member) GetFar() uint32 {
+	if x != nil {
+		return x.Far
+	}
+	return 0
+}
+
+func (x *Member) GetWeight() uint32 {
+	if x != nil && x.Weight != nil {
+		return *x.Weight
+	}
+	return 0
+}
+
+// Service balances connections to vip:port over proto across an LBR.
+type Service struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Vip   string                 `protobuf:"bytes,2,opt,name=vip,proto3" json:"vip,omitempty"`
+	Port  uint32                 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// tcp | udp
+	Proto         string `protobuf:"bytes,4,opt,name=proto,proto3" json:"proto,omitempty"`
+	Lbr           uint32 `protobuf:"varint,5,opt,name=lbr,proto3" json:"lbr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Service) Reset() {
+	*x = Service{}
+	mi := &file_edgeplane_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Service) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Service) ProtoMessage() {}
+
+func (x *Service) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Service.ProtoReflect.Descriptor instead.
+func (*Service) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Service) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Service) GetVip() string {
+	if x != nil {
+		return x.Vip
+	}
+	return ""
+}
+
+func (x *Service) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *Service) GetProto() string {
+	if x != nil {
+		return x.Proto
+	}
+	return ""
+}
+
+func (x *Service) GetLbr() uint32 {
+	if x != nil {
+		return x.Lbr
+	}
+	return 0
+}
+
 // Match is what a PDR matches; an empty field matches anything.
 type Match struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -359,7 +577,7 @@ type Match struct {
 
 func (x *Match) Reset() {
 	*x = Match{}
-	mi := &file_edgeplane_proto_msgTypes[3]
+	mi := &file_edgeplane_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +589,7 @@ func (x *Match) String() string {
 func (*Match) ProtoMessage() {}
 
 func (x *Match) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[3]
+	mi := &file_edgeplane_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +602,7 @@ func (x *Match) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Match.ProtoReflect.Descriptor instead.
 func (*Match) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{3}
+	return file_edgeplane_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Match) GetIn() string {
@@ -457,7 +675,7 @@ type Pdr struct {
 
 func (x *Pdr) Reset() {
 	*x = Pdr{}
-	mi := &file_edgeplane_proto_msgTypes[4]
+	mi := &file_edgeplane_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +687,7 @@ func (x *Pdr) String() string {
 func (*Pdr) ProtoMessage() {}
 
 func (x *Pdr) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[4]
+	mi := &file_edgeplane_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +700,7 @@ func (x *Pdr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pdr.ProtoReflect.Descriptor instead.
 func (*Pdr) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{4}
+	return file_edgeplane_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Pdr) GetId() uint32 {
@@ -522,6 +740,8 @@ type Object struct {
 	//	*Object_Path
 	//	*Object_Far
 	//	*Object_Pdr
+	//	*Object_Lbr
+	//	*Object_Service
 	Kind          isObject_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -529,7 +749,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_edgeplane_proto_msgTypes[5]
+	mi := &file_edgeplane_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +761,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[5]
+	mi := &file_edgeplane_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +774,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{5}
+	return file_edgeplane_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -600,6 +820,24 @@ func (x *Object) GetPdr() *Pdr {
 	return nil
 }
 
+func (x *Object) GetLbr() *Lbr {
+	if x != nil {
+		if x, ok := x.Kind.(*Object_Lbr); ok {
+			return x.Lbr
+		}
+	}
+	return nil
+}
+
+func (x *Object) GetService() *Service {
+	if x != nil {
+		if x, ok := x.Kind.(*Object_Service); ok {
+			return x.Service
+		}
+	}
+	return nil
+}
+
 type isObject_Kind interface {
 	isObject_Kind()
 }
@@ -620,6 +858,14 @@ type Object_Pdr struct {
 	Pdr *Pdr `protobuf:"bytes,4,opt,name=pdr,proto3,oneof"`
 }
 
+type Object_Lbr struct {
+	Lbr *Lbr `protobuf:"bytes,5,opt,name=lbr,proto3,oneof"`
+}
+
+type Object_Service struct {
+	Service *Service `protobuf:"bytes,6,opt,name=service,proto3,oneof"`
+}
+
 func (*Object_Interface) isObject_Kind() {}
 
 func (*Object_Path) isObject_Kind() {}
@@ -627,6 +873,10 @@ func (*Object_Path) isObject_Kind() {}
 func (*Object_Far) isObject_Kind() {}
 
 func (*Object_Pdr) isObject_Kind() {}
+
+func (*Object_Lbr) isObject_Kind() {}
+
+func (*Object_Service) isObject_Kind() {}
 
 // Ref names one object: interfaces by name, the others by id.
 type Ref struct {
@@ -640,7 +890,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_edgeplane_proto_msgTypes[6]
+	mi := &file_edgeplane_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +902,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[6]
+	mi := &file_edgeplane_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +915,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{6}
+	return file_edgeplane_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Ref) GetKind() Kind {
@@ -704,7 +954,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_edgeplane_proto_msgTypes[7]
+	mi := &file_edgeplane_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +966,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[7]
+	mi := &file_edgeplane_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +979,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{7}
+	return file_edgeplane_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Operation) GetOp() isOperation_Op {
@@ -802,7 +1052,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_edgeplane_proto_msgTypes[8]
+	mi := &file_edgeplane_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +1064,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[8]
+	mi := &file_edgeplane_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +1077,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{8}
+	return file_edgeplane_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApplyRequest) GetOperations() []*Operation {
@@ -856,7 +1106,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_edgeplane_proto_msgTypes[9]
+	mi := &file_edgeplane_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1118,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[9]
+	mi := &file_edgeplane_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1131,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{9}
+	return file_edgeplane_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApplyResponse) GetGeneration() uint32 {
@@ -906,7 +1156,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_edgeplane_proto_msgTypes[10]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1168,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[10]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1181,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{10}
+	return file_edgeplane_proto_rawDescGZIP(), []int{13}
 }
 
 type GetByIDRequest struct {
@@ -943,7 +1193,7 @@ type GetByIDRequest struct {
 
 func (x *GetByIDRequest) Reset() {
 	*x = GetByIDRequest{}
-	mi := &file_edgeplane_proto_msgTypes[11]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1205,7 @@ func (x *GetByIDRequest) String() string {
 func (*GetByIDRequest) ProtoMessage() {}
 
 func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[11]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1218,7 @@ func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByIDRequest.ProtoReflect.Descriptor instead.
 func (*GetByIDRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{11}
+	return file_edgeplane_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetByIDRequest) GetId() uint32 {
@@ -987,7 +1237,7 @@ type GetByNameRequest struct {
 
 func (x *GetByNameRequest) Reset() {
 	*x = GetByNameRequest{}
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1249,7 @@ func (x *GetByNameRequest) String() string {
 func (*GetByNameRequest) ProtoMessage() {}
 
 func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1262,7 @@ func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByNameRequest.ProtoReflect.Descriptor instead.
 func (*GetByNameRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{12}
+	return file_edgeplane_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetByNameRequest) GetName() string {
@@ -1031,7 +1281,7 @@ type ListInterfacesResponse struct {
 
 func (x *ListInterfacesResponse) Reset() {
 	*x = ListInterfacesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1293,7 @@ func (x *ListInterfacesResponse) String() string {
 func (*ListInterfacesResponse) ProtoMessage() {}
 
 func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1306,7 @@ func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInterfacesResponse.ProtoReflect.Descriptor instead.
 func (*ListInterfacesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{13}
+	return file_edgeplane_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListInterfacesResponse) GetInterfaces() []*Interface {
@@ -1075,7 +1325,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1337,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1350,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{14}
+	return file_edgeplane_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -1119,7 +1369,7 @@ type ListFarsResponse struct {
 
 func (x *ListFarsResponse) Reset() {
 	*x = ListFarsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1381,7 @@ func (x *ListFarsResponse) String() string {
 func (*ListFarsResponse) ProtoMessage() {}
 
 func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1394,7 @@ func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFarsResponse.ProtoReflect.Descriptor instead.
 func (*ListFarsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{15}
+	return file_edgeplane_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListFarsResponse) GetFars() []*Far {
@@ -1163,7 +1413,7 @@ type ListPdrsResponse struct {
 
 func (x *ListPdrsResponse) Reset() {
 	*x = ListPdrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1425,7 @@ func (x *ListPdrsResponse) String() string {
 func (*ListPdrsResponse) ProtoMessage() {}
 
 func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,12 +1438,100 @@ func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPdrsResponse.ProtoReflect.Descriptor instead.
 func (*ListPdrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{16}
+	return file_edgeplane_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListPdrsResponse) GetPdrs() []*Pdr {
 	if x != nil {
 		return x.Pdrs
+	}
+	return nil
+}
+
+type ListLbrsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lbrs          []*Lbr                 `protobuf:"bytes,1,rep,name=lbrs,proto3" json:"lbrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLbrsResponse) Reset() {
+	*x = ListLbrsResponse{}
+	mi := &file_edgeplane_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLbrsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLbrsResponse) ProtoMessage() {}
+
+func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLbrsResponse.ProtoReflect.Descriptor instead.
+func (*ListLbrsResponse) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListLbrsResponse) GetLbrs() []*Lbr {
+	if x != nil {
+		return x.Lbrs
+	}
+	return nil
+}
+
+type ListServicesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Services      []*Service             `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListServicesResponse) Reset() {
+	*x = ListServicesResponse{}
+	mi := &file_edgeplane_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListServicesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListServicesResponse) ProtoMessage() {}
+
+func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListServicesResponse.ProtoReflect.Descriptor instead.
+func (*ListServicesResponse) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListServicesResponse) GetServices() []*Service {
+	if x != nil {
+		return x.Services
 	}
 	return nil
 }
@@ -1206,7 +1544,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1556,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1569,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{17}
+	return file_edgeplane_proto_rawDescGZIP(), []int{22}
 }
 
 // Counter is a packets/bytes pair.
@@ -1245,7 +1583,7 @@ type Counter struct {
 
 func (x *Counter) Reset() {
 	*x = Counter{}
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1595,7 @@ func (x *Counter) String() string {
 func (*Counter) ProtoMessage() {}
 
 func (x *Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1608,7 @@ func (x *Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counter.ProtoReflect.Descriptor instead.
 func (*Counter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{18}
+	return file_edgeplane_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Counter) GetPackets() uint64 {
@@ -1297,7 +1635,7 @@ type PdrCounter struct {
 
 func (x *PdrCounter) Reset() {
 	*x = PdrCounter{}
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1647,7 @@ func (x *PdrCounter) String() string {
 func (*PdrCounter) ProtoMessage() {}
 
 func (x *PdrCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1660,7 @@ func (x *PdrCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PdrCounter.ProtoReflect.Descriptor instead.
 func (*PdrCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{19}
+	return file_edgeplane_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PdrCounter) GetId() uint32 {
@@ -1352,7 +1690,7 @@ type PathCounter struct {
 
 func (x *PathCounter) Reset() {
 	*x = PathCounter{}
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1702,7 @@ func (x *PathCounter) String() string {
 func (*PathCounter) ProtoMessage() {}
 
 func (x *PathCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1715,7 @@ func (x *PathCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathCounter.ProtoReflect.Descriptor instead.
 func (*PathCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{20}
+	return file_edgeplane_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PathCounter) GetId() uint32 {
@@ -1418,7 +1756,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1768,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1781,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{21}
+	return file_edgeplane_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Stats) GetGeneration() uint32 {
@@ -1505,7 +1843,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1855,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1868,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{22}
+	return file_edgeplane_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListFlowsRequest) GetTop() uint32 {
@@ -1567,7 +1905,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1917,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1930,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{23}
+	return file_edgeplane_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Flow) GetSrc() string {
@@ -1688,7 +2026,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +2038,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +2051,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{24}
+	return file_edgeplane_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -1743,12 +2081,28 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x03ttl\x18\b \x01(\rR\x03ttl\x12\x17\n" +
 	"\x04dscp\x18\t \x01(\rH\x01R\x04dscp\x88\x01\x01B\x06\n" +
 	"\x04_keyB\a\n" +
-	"\x05_dscp\"_\n" +
+	"\x05_dscp\"\x8d\x01\n" +
 	"\x03Far\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1c\n" +
 	"\tinterface\x18\x03 \x01(\tR\tinterface\x12\x12\n" +
-	"\x04path\x18\x04 \x01(\rR\x04path\"\xc9\x01\n" +
+	"\x04path\x18\x04 \x01(\rR\x04path\x12\x18\n" +
+	"\aaddress\x18\x05 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04port\x18\x06 \x01(\rR\x04port\"c\n" +
+	"\x03Lbr\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1c\n" +
+	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12.\n" +
+	"\amembers\x18\x03 \x03(\v2\x14.edgeplane.v1.MemberR\amembers\"B\n" +
+	"\x06Member\x12\x10\n" +
+	"\x03far\x18\x01 \x01(\rR\x03far\x12\x1b\n" +
+	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01B\t\n" +
+	"\a_weight\"g\n" +
+	"\aService\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x10\n" +
+	"\x03vip\x18\x02 \x01(\tR\x03vip\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x12\x14\n" +
+	"\x05proto\x18\x04 \x01(\tR\x05proto\x12\x10\n" +
+	"\x03lbr\x18\x05 \x01(\rR\x03lbr\"\xc9\x01\n" +
 	"\x05Match\x12\x0e\n" +
 	"\x02in\x18\x01 \x01(\tR\x02in\x12\x10\n" +
 	"\x03src\x18\x02 \x01(\tR\x03src\x12\x10\n" +
@@ -1767,12 +2121,14 @@ const file_edgeplane_proto_rawDesc = "" +
 	"precedence\x18\x02 \x01(\rR\n" +
 	"precedence\x12)\n" +
 	"\x05match\x18\x03 \x01(\v2\x13.edgeplane.v1.MatchR\x05match\x12\x10\n" +
-	"\x03far\x18\x04 \x01(\rR\x03far\"\xc1\x01\n" +
+	"\x03far\x18\x04 \x01(\rR\x03far\"\x9b\x02\n" +
 	"\x06Object\x127\n" +
 	"\tinterface\x18\x01 \x01(\v2\x17.edgeplane.v1.InterfaceH\x00R\tinterface\x12(\n" +
 	"\x04path\x18\x02 \x01(\v2\x12.edgeplane.v1.PathH\x00R\x04path\x12%\n" +
 	"\x03far\x18\x03 \x01(\v2\x11.edgeplane.v1.FarH\x00R\x03far\x12%\n" +
-	"\x03pdr\x18\x04 \x01(\v2\x11.edgeplane.v1.PdrH\x00R\x03pdrB\x06\n" +
+	"\x03pdr\x18\x04 \x01(\v2\x11.edgeplane.v1.PdrH\x00R\x03pdr\x12%\n" +
+	"\x03lbr\x18\x05 \x01(\v2\x11.edgeplane.v1.LbrH\x00R\x03lbr\x121\n" +
+	"\aservice\x18\x06 \x01(\v2\x15.edgeplane.v1.ServiceH\x00R\aserviceB\x06\n" +
 	"\x04kind\"Q\n" +
 	"\x03Ref\x12&\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x12.edgeplane.v1.KindR\x04kind\x12\x0e\n" +
@@ -1807,7 +2163,11 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x10ListFarsResponse\x12%\n" +
 	"\x04fars\x18\x01 \x03(\v2\x11.edgeplane.v1.FarR\x04fars\"9\n" +
 	"\x10ListPdrsResponse\x12%\n" +
-	"\x04pdrs\x18\x01 \x03(\v2\x11.edgeplane.v1.PdrR\x04pdrs\"\x11\n" +
+	"\x04pdrs\x18\x01 \x03(\v2\x11.edgeplane.v1.PdrR\x04pdrs\"9\n" +
+	"\x10ListLbrsResponse\x12%\n" +
+	"\x04lbrs\x18\x01 \x03(\v2\x11.edgeplane.v1.LbrR\x04lbrs\"I\n" +
+	"\x14ListServicesResponse\x121\n" +
+	"\bservices\x18\x01 \x03(\v2\x15.edgeplane.v1.ServiceR\bservices\"\x11\n" +
 	"\x0fGetStatsRequest\"9\n" +
 	"\aCounter\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
@@ -1855,13 +2215,15 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\n" +
 	"\b_gre_key\"=\n" +
 	"\x11ListFlowsResponse\x12(\n" +
-	"\x05flows\x18\x01 \x03(\v2\x12.edgeplane.v1.FlowR\x05flows*[\n" +
+	"\x05flows\x18\x01 \x03(\v2\x12.edgeplane.v1.FlowR\x05flows*{\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKIND_INTERFACE\x10\x01\x12\r\n" +
 	"\tKIND_PATH\x10\x02\x12\f\n" +
 	"\bKIND_FAR\x10\x03\x12\f\n" +
-	"\bKIND_PDR\x10\x042\xff\x05\n" +
+	"\bKIND_PDR\x10\x04\x12\f\n" +
+	"\bKIND_LBR\x10\x05\x12\x10\n" +
+	"\fKIND_SERVICE\x10\x062\x93\b\n" +
 	"\aGateway\x12@\n" +
 	"\x05Apply\x12\x1a.edgeplane.v1.ApplyRequest\x1a\x1b.edgeplane.v1.ApplyResponse\x12Q\n" +
 	"\x0eListInterfaces\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListInterfacesResponse\x12G\n" +
@@ -1871,7 +2233,12 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\bListFars\x12\x19.edgeplane.v1.ListRequest\x1a\x1e.edgeplane.v1.ListFarsResponse\x129\n" +
 	"\x06GetFar\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x11.edgeplane.v1.Far\x12E\n" +
 	"\bListPdrs\x12\x19.edgeplane.v1.ListRequest\x1a\x1e.edgeplane.v1.ListPdrsResponse\x129\n" +
-	"\x06GetPdr\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x11.edgeplane.v1.Pdr\x12>\n" +
+	"\x06GetPdr\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x11.edgeplane.v1.Pdr\x12E\n" +
+	"\bListLbrs\x12\x19.edgeplane.v1.ListRequest\x1a\x1e.edgeplane.v1.ListLbrsResponse\x129\n" +
+	"\x06GetLbr\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x11.edgeplane.v1.Lbr\x12M\n" +
+	"\fListServices\x12\x19.edgeplane.v1.ListRequest\x1a\".edgeplane.v1.ListServicesResponse\x12A\n" +
+	"\n" +
+	"GetService\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x15.edgeplane.v1.Service\x12>\n" +
 	"\bGetStats\x12\x1d.edgeplane.v1.GetStatsRequest\x1a\x13.edgeplane.v1.Stats\x12L\n" +
 	"\tListFlows\x12\x1e.edgeplane.v1.ListFlowsRequest\x1a\x1f.edgeplane.v1.ListFlowsResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
 
@@ -1888,89 +2255,107 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                      // 0: edgeplane.v1.Kind
 	(*Interface)(nil),              // 1: edgeplane.v1.Interface
 	(*Path)(nil),                   // 2: edgeplane.v1.Path
 	(*Far)(nil),                    // 3: edgeplane.v1.Far
-	(*Match)(nil),                  // 4: edgeplane.v1.Match
-	(*Pdr)(nil),                    // 5: edgeplane.v1.Pdr
-	(*Object)(nil),                 // 6: edgeplane.v1.Object
-	(*Ref)(nil),                    // 7: edgeplane.v1.Ref
-	(*Operation)(nil),              // 8: edgeplane.v1.Operation
-	(*ApplyRequest)(nil),           // 9: edgeplane.v1.ApplyRequest
-	(*ApplyResponse)(nil),          // 10: edgeplane.v1.ApplyResponse
-	(*ListRequest)(nil),            // 11: edgeplane.v1.ListRequest
-	(*GetByIDRequest)(nil),         // 12: edgeplane.v1.GetByIDRequest
-	(*GetByNameRequest)(nil),       // 13: edgeplane.v1.GetByNameRequest
-	(*ListInterfacesResponse)(nil), // 14: edgeplane.v1.ListInterfacesResponse
-	(*ListPathsResponse)(nil),      // 15: edgeplane.v1.ListPathsResponse
-	(*ListFarsResponse)(nil),       // 16: edgeplane.v1.ListFarsResponse
-	(*ListPdrsResponse)(nil),       // 17: edgeplane.v1.ListPdrsResponse
-	(*GetStatsRequest)(nil),        // 18: edgeplane.v1.GetStatsRequest
-	(*Counter)(nil),                // 19: edgeplane.v1.Counter
-	(*PdrCounter)(nil),             // 20: edgeplane.v1.PdrCounter
-	(*PathCounter)(nil),            // 21: edgeplane.v1.PathCounter
-	(*Stats)(nil),                  // 22: edgeplane.v1.Stats
-	(*ListFlowsRequest)(nil),       // 23: edgeplane.v1.ListFlowsRequest
-	(*Flow)(nil),                   // 24: edgeplane.v1.Flow
-	(*ListFlowsResponse)(nil),      // 25: edgeplane.v1.ListFlowsResponse
-	nil,                            // 26: edgeplane.v1.Stats.VerdictsEntry
-	nil,                            // 27: edgeplane.v1.Stats.ReasonsEntry
+	(*Lbr)(nil),                    // 4: edgeplane.v1.Lbr
+	(*Member)(nil),                 // 5: edgeplane.v1.Member
+	(*Service)(nil),                // 6: edgeplane.v1.Service
+	(*Match)(nil),                  // 7: edgeplane.v1.Match
+	(*Pdr)(nil),                    // 8: edgeplane.v1.Pdr
+	(*Object)(nil),                 // 9: edgeplane.v1.Object
+	(*Ref)(nil),                    // 10: edgeplane.v1.Ref
+	(*Operation)(nil),              // 11: edgeplane.v1.Operation
+	(*ApplyRequest)(nil),           // 12: edgeplane.v1.ApplyRequest
+	(*ApplyResponse)(nil),          // 13: edgeplane.v1.ApplyResponse
+	(*ListRequest)(nil),            // 14: edgeplane.v1.ListRequest
+	(*GetByIDRequest)(nil),         // 15: edgeplane.v1.GetByIDRequest
+	(*GetByNameRequest)(nil),       // 16: edgeplane.v1.GetByNameRequest
+	(*ListInterfacesResponse)(nil), // 17: edgeplane.v1.ListInterfacesResponse
+	(*ListPathsResponse)(nil),      // 18: edgeplane.v1.ListPathsResponse
+	(*ListFarsResponse)(nil),       // 19: edgeplane.v1.ListFarsResponse
+	(*ListPdrsResponse)(nil),       // 20: edgeplane.v1.ListPdrsResponse
+	(*ListLbrsResponse)(nil),       // 21: edgeplane.v1.ListLbrsResponse
+	(*ListServicesResponse)(nil),   // 22: edgeplane.v1.ListServicesResponse
+	(*GetStatsRequest)(nil),        // 23: edgeplane.v1.GetStatsRequest
+	(*Counter)(nil),                // 24: edgeplane.v1.Counter
+	(*PdrCounter)(nil),             // 25: edgeplane.v1.PdrCounter
+	(*PathCounter)(nil),            // 26: edgeplane.v1.PathCounter
+	(*Stats)(nil),                  // 27: edgeplane.v1.Stats
+	(*ListFlowsRequest)(nil),       // 28: edgeplane.v1.ListFlowsRequest
+	(*Flow)(nil),                   // 29: edgeplane.v1.Flow
+	(*ListFlowsResponse)(nil),      // 30: edgeplane.v1.ListFlowsResponse
+	nil,                            // 31: edgeplane.v1.Stats.VerdictsEntry
+	nil,                            // 32: edgeplane.v1.Stats.ReasonsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
-	4,  // 0: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
-	1,  // 1: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
-	2,  // 2: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
-	3,  // 3: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
-	5,  // 4: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
-	0,  // 5: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
-	6,  // 6: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
-	6,  // 7: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
-	7,  // 8: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
-	8,  // 9: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
-	1,  // 10: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
-	2,  // 11: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
-	3,  // 12: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
-	5,  // 13: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
-	19, // 14: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
-	19, // 15: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
-	19, // 16: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
-	20, // 17: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	26, // 18: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	27, // 19: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
-	21, // 20: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
-	24, // 21: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
-	19, // 22: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	19, // 23: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	9,  // 24: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	11, // 25: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	13, // 26: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	11, // 27: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	12, // 28: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	11, // 29: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	12, // 30: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	11, // 31: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	12, // 32: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	18, // 33: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	23, // 34: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	10, // 35: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	14, // 36: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	1,  // 37: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	15, // 38: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	2,  // 39: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	16, // 40: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	3,  // 41: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	17, // 42: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	5,  // 43: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	22, // 44: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	25, // 45: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	35, // [35:46] is the sub-list for method output_type
-	24, // [24:35] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	5,  // 0: edgeplane.v1.Lbr.members:type_name -> edgeplane.v1.Member
+	7,  // 1: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
+	1,  // 2: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
+	2,  // 3: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
+	3,  // 4: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
+	8,  // 5: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
+	4,  // 6: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
+	6,  // 7: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
+	0,  // 8: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
+	9,  // 9: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
+	9,  // 10: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
+	10, // 11: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
+	11, // 12: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
+	1,  // 13: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
+	2,  // 14: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
+	3,  // 15: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
+	8,  // 16: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
+	4,  // 17: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
+	6,  // 18: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
+	24, // 19: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
+	24, // 20: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
+	24, // 21: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
+	25, // 22: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
+	31, // 23: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	32, // 24: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	26, // 25: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
+	29, // 26: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
+	24, // 27: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	24, // 28: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	12, // 29: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	14, // 30: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	16, // 31: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	14, // 32: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	15, // 33: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	14, // 34: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	15, // 35: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	14, // 36: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	15, // 37: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	14, // 38: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	15, // 39: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	14, // 40: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	15, // 41: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	23, // 42: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	28, // 43: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	13, // 44: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	17, // 45: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	1,  // 46: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	18, // 47: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	2,  // 48: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	19, // 49: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	3,  // 50: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	20, // 51: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	8,  // 52: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	21, // 53: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	4,  // 54: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	22, // 55: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	6,  // 56: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	27, // 57: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	30, // 58: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	44, // [44:59] is the sub-list for method output_type
+	29, // [29:44] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -1979,26 +2364,29 @@ func file_edgeplane_proto_init() {
 		return
 	}
 	file_edgeplane_proto_msgTypes[1].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[3].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[5].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[4].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[6].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[8].OneofWrappers = []any{
 		(*Object_Interface)(nil),
 		(*Object_Path)(nil),
 		(*Object_Far)(nil),
 		(*Object_Pdr)(nil),
+		(*Object_Lbr)(nil),
+		(*Object_Service)(nil),
 	}
-	file_edgeplane_proto_msgTypes[7].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[10].OneofWrappers = []any{
 		(*Operation_Create)(nil),
 		(*Operation_Update)(nil),
 		(*Operation_Delete)(nil),
 	}
-	file_edgeplane_proto_msgTypes[23].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[28].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,10 @@ const (
 	Gateway_GetFar_FullMethodName         = "/edgeplane.v1.Gateway/GetFar"
 	Gateway_ListPdrs_FullMethodName       = "/edgeplane.v1.Gateway/ListPdrs"
 	Gateway_GetPdr_FullMethodName         = "/edgeplane.v1.Gateway/GetPdr"
+	Gateway_ListLbrs_FullMethodName       = "/edgeplane.v1.Gateway/ListLbrs"
+	Gateway_GetLbr_FullMethodName         = "/edgeplane.v1.Gateway/GetLbr"
+	Gateway_ListServices_FullMethodName   = "/edgeplane.v1.Gateway/ListServices"
+	Gateway_GetService_FullMethodName     = "/edgeplane.v1.Gateway/GetService"
 	Gateway_GetStats_FullMethodName       = "/edgeplane.v1.Gateway/GetStats"
 	Gateway_ListFlows_FullMethodName      = "/edgeplane.v1.Gateway/ListFlows"
 )
@@ -64,6 +68,10 @@ type GatewayClient interface {
 	GetFar(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*Far, error)
 	ListPdrs(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListPdrsResponse, error)
 	GetPdr(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*Pdr, error)
+	ListLbrs(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListLbrsResponse, error)
+	GetLbr(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*Lbr, error)
+	ListServices(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListServicesResponse, error)
+	GetService(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*Service, error)
 	// GetStats reads every dataplane counter (summed over CPUs).
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*Stats, error)
 	// ListFlows lists the flows in the flow cache with their counters, the
@@ -169,6 +177,46 @@ func (c *gatewayClient) GetPdr(ctx context.Context, in *GetByIDRequest, opts ...
 	return out, nil
 }
 
+func (c *gatewayClient) ListLbrs(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListLbrsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListLbrsResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListLbrs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) GetLbr(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*Lbr, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Lbr)
+	err := c.cc.Invoke(ctx, Gateway_GetLbr_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) ListServices(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListServicesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListServicesResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListServices_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) GetService(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*Service, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Service)
+	err := c.cc.Invoke(ctx, Gateway_GetService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *gatewayClient) GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*Stats, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Stats)
@@ -211,6 +259,10 @@ type GatewayServer interface {
 	GetFar(context.Context, *GetByIDRequest) (*Far, error)
 	ListPdrs(context.Context, *ListRequest) (*ListPdrsResponse, error)
 	GetPdr(context.Context, *GetByIDRequest) (*Pdr, error)
+	ListLbrs(context.Context, *ListRequest) (*ListLbrsResponse, error)
+	GetLbr(context.Context, *GetByIDRequest) (*Lbr, error)
+	ListServices(context.Context, *ListRequest) (*ListServicesResponse, error)
+	GetService(context.Context, *GetByIDRequest) (*Service, error)
 	// GetStats reads every dataplane counter (summed over CPUs).
 	GetStats(context.Context, *GetStatsRequest) (*Stats, error)
 	// ListFlows lists the flows in the flow cache with their counters, the
@@ -252,6 +304,18 @@ func (UnimplementedGatewayServer) ListPdrs(context.Context, *ListRequest) (*List
 }
 func (UnimplementedGatewayServer) GetPdr(context.Context, *GetByIDRequest) (*Pdr, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPdr not implemented")
+}
+func (UnimplementedGatewayServer) ListLbrs(context.Context, *ListRequest) (*ListLbrsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListLbrs not implemented")
+}
+func (UnimplementedGatewayServer) GetLbr(context.Context, *GetByIDRequest) (*Lbr, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLbr not implemented")
+}
+func (UnimplementedGatewayServer) ListServices(context.Context, *ListRequest) (*ListServicesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListServices not implemented")
+}
+func (UnimplementedGatewayServer) GetService(context.Context, *GetByIDRequest) (*Service, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetService not implemented")
 }
 func (UnimplementedGatewayServer) GetStats(context.Context, *GetStatsRequest) (*Stats, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
@@ -442,6 +506,78 @@ func _Gateway_GetPdr_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ListLbrs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListLbrs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListLbrs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListLbrs(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_GetLbr_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetByIDRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).GetLbr(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_GetLbr_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).GetLbr(ctx, req.(*GetByIDRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_ListServices_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListServices(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListServices_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListServices(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_GetService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetByIDRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).GetService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_GetService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).GetService(ctx, req.(*GetByIDRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Gateway_GetStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetStatsRequest)
 	if err := dec(in); err != nil {
@@ -520,6 +656,22 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPdr",
 			Handler:    _Gateway_GetPdr_Handler,
+		},
+		{
+			MethodName: "ListLbrs",
+			Handler:    _Gateway_ListLbrs_Handler,
+		},
+		{
+			MethodName: "GetLbr",
+			Handler:    _Gateway_GetLbr_Handler,
+		},
+		{
+			MethodName: "ListServices",
+			Handler:    _Gateway_ListServices_Handler,
+		},
+		{
+			MethodName: "GetService",
+			Handler:    _Gateway_GetService_Handler,
 		},
 		{
 			MethodName: "GetStats",

@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* L4 load balancing: a connection to a service (VIP, port, protocol) gets a
+ * backend from the service's Maglev table (built by the agent) and keeps it
+ * in the connection table, across rules generations and backend changes,
+ * until the table evicts it (per-connection consistency, as Maglev and
+ * Katran do). The balancer runs on flow-cache misses only: the flow cache
+ * then holds the backend's FAR like any other decision. */
+#ifndef EDGE_BALANCE_H
+#define EDGE_BALANCE_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include "../edge_maps.h"
+#include "csum.h"
+#include "parse.h"
+
+/* Maglev table entries per service, set by the agent before load
+ * (limits.maglev_table; prime). */
+volatile const __u32 maglev_size = 251;
+
+/* What edge_balance decided. */
+enum edge_lb_verdict {
+	EDGE_LB_NONE = 0,       /* not a service's: classify as usual */
+	EDGE_LB_HIT = 1,        /* out holds the backend (or reply) FAR */
+	EDGE_LB_NO_BACKEND = 2, /* a service's, but it has no backend */
+};
+
+/* lb_hash mixes a connection key (five 64-bit words) into the 32 bits that
+ * pick a Maglev entry: multiply-xorshift rounds (as in SplitMix64's
+ * finaliser), so every bit of every field moves the result. */
+static __always_inline __u32 lb_hash(const struct edge_conn_key *k)
+{
+	const __u64 *w = (const __u64 *)k;
+	__u64 h = 0x9e3779b97f4a7c15ull;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < (int)(sizeof(*k) / 8); i++) {
+		h ^= w[i];
+		h *= 0xbf58476d1ce4e5b9ull;
+		h ^= h >> 31;
+	}
+	h *= 0x94d049bb133111ebull;
+	h ^= h >> 29;
+	return (__u32)h ^ (__u32)(h >> 32);
+}
+
+/* far_current returns the FAR at index fi of slot if it still is the one
+ * with id (an index freed and given to another FAR is not), else NULL. */
+static __always_inline const struct edge_far *
+far_current(__u32 slot, __u32 fi, __u32 id, __u32 stride)
+{
+	const struct edge_far *far;
+	__u32 k = slot * stride + fi;
+
+	far = bpf_map_lookup_elem(&edge_fars, &k);
+	if (!far || far->id != id)
+		return NULL;
+	return far;
+}
+
+/* edge_balance decides a flow-cache miss that belongs to the balancer: the
+ * reply of a NAT'd connection (reverse NAT entry), a known connection to a
+ * service (connection table), or a new one (Maglev table; the connection
+ * and, for NAT, its reverse entry are recorded). stride is the FAR slot
+ * stride. It is a global function, verified once, and keeps its keys in a
+ * per-CPU scratch map: the pipeline's stack has little room left. */
+__noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
+			    __u32 stride, struct edge_rule *out)
+{
+	const struct edge_lb_slot *e;
+	const struct edge_far *far;
+	struct edge_lb_scratch *s;
+	const struct edge_svc *svc;
+	struct edge_conn *c;
+	__u32 zero = 0, idx, tag;
+	__u64 *n;
+
+	if (!key || !out)
+		return EDGE_LB_NONE;
+	if (key->proto != IPPROTO_TCP && key->proto != IPPROTO_UDP)
+		return EDGE_LB_NONE;
+	if (key->flags & EDGE_KF_FRAG)
+		return EDGE_LB_NONE; /* no ports: not balanced */
+	s = bpf_map_lookup_elem(&edge_lb_scratch, &zero);
+	if (!s)
+		return EDGE_LB_NONE;
+	slot &= 1;
+	__builtin_memcpy(s->ck.src, key->src, 16);
+	__builtin_memcpy(s->ck.dst, key->dst, 16);
+	s->ck.sport = key->sport;
+	s->ck.dport = key->dport;
+	s->ck.proto = key->proto;
+	s->ck.family = key->family;
+	s->ck.pad = 0;
+
+	c = bpf_map_lookup_elem(&edge_rnat, &s->ck);
+	if (c) {
+		far = far_current(slot, c->far, c->far_id, stride);
+		if (far && far->action == EDGE_ACT_UNNAT) {
+			out->far = c->far;
+			out->stats = c->stats | EDGE_STATS_LB;
+			return EDGE_LB_HIT;
+		}
+	}
+
+	__builtin_memcpy(s->sk.vip, key->dst, 16);
+	s->sk.port = key->dport;
+	s->sk.proto = key->proto;
+	s->sk.family = key->family;
+	s->sk.slot = slot;
+	svc = bpf_map_lookup_elem(&edge_services, &s->sk);
+	if (!svc)
+		return EDGE_LB_NONE;
+	tag = svc->tag & (EDGE_MAX_SERVICES - 1);
+
+	c = bpf_map_lookup_elem(&edge_conns, &s->ck);
+	if (c && c->svc == svc->id) {
+		far = far_current(slot, c->far, c->far_id, stride);
+		if (far && (far->action == EDGE_ACT_NAT ||
+			    far->action == EDGE_ACT_ENCAP)) {
+			out->far = c->far;
+			out->stats = c->stats | EDGE_STATS_LB;
+			return EDGE_LB_HIT;
+		}
+	}
+
+	idx = (slot * EDGE_MAX_SERVICES + tag) * maglev_size +
+	      lb_hash(&s->ck) % maglev_size;
+	e = bpf_map_lookup_elem(&edge_maglev, &idx);
+	if (!e || e->far == EDGE_NO_FAR)
+		return EDGE_LB_NO_BACKEND;
+	idx = slot * stride + e->far;
+	far = bpf_map_lookup_elem(&edge_fars, &idx);
+	if (!far)
+		return EDGE_LB_NO_BACKEND;
+
+	s->cv.far = e->far;
+	s->cv.far_id = far->id;
+	s->cv.stats = e->stats;
+	s->cv.svc = svc->id;
+	if (bpf_map_update_elem(&edge_conns, &s->ck, &s->cv, BPF_ANY))
+		count(&edge_reasons, EDGE_R_LB_CONN_FULL, 0);
+	n = bpf_map_lookup_elem(&edge_lb_new, &e->stats);
+	if (n)
+		(*n)++;
+
+	if (far->action == EDGE_ACT_NAT && svc->unnat != EDGE_NO_FAR) {
+		/* The backend answers from its own address and port to the
+		 * client; that reply is rewritten back to the VIP. */
+		__builtin_memcpy(s->rk.src, far->addr, 16);
+		__builtin_memcpy(s->rk.dst, key->src, 16);
+		s->rk.sport = far->port;
+		s->rk.dport = key->sport;
+		s->rk.proto = key->proto;
+		s->rk.family = key->family;
+		s->rk.pad = 0;
+		s->rv.far = svc->unnat;
+		s->rv.far_id = svc->id;
+		s->rv.stats = tag * EDGE_MAX_MEMBERS + EDGE_MAX_MEMBERS - 1;
+		s->rv.svc = svc->id;
+		if (bpf_map_update_elem(&edge_rnat, &s->rk, &s->rv, BPF_ANY))
+			count(&edge_reasons, EDGE_R_LB_CONN_FULL, 0);
+	}
+	out->far = e->far;
+	out->stats = e->stats | EDGE_STATS_LB;
+	return EDGE_LB_HIT;
+}
+
+/* csum_add_diff adds to a one's-complement sum the change of n 32-bit
+ * words from old to new (RFC 1624: ~m + m' per word, in 16-bit halves). */
+static __always_inline __u32 csum_add_diff(__u32 sum, const __u32 *old,
+					   const __u32 *new, int n)
+{
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 4; i++) {
+		if (i >= n)
+			break;
+		sum += (__u16)~(old[i] & 0xffff);
+		sum += (__u16)~(old[i] >> 16);
+		sum += new[i] & 0xffff;
+		sum += new[i] >> 16;
+	}
+	return sum;
+}
+
+/* edge_nat_rewrite rewrites the destination (nat) or source (unnat)
+ * address and port of a TCP/UDP packet to far->addr and far->port, with
+ * the IPv4 header checksum and the L4 checksum (whose pseudo-header holds
+ * the addresses) patched incrementally. Returns 0 or the edge_reason to
+ * drop with. */
+static __always_inline int edge_nat_rewrite(struct xdp_md *ctx,
+					    struct edge_pkt *p,
+					    const struct edge_far *far,
+					    int src)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__be16 *l4, *ck, oldp;
+	__u32 sum, l3off = p->l3_off, l4off = p->l4_off;
+	__u16 ck0;
+
+	if (!l4off || (p->key.flags & EDGE_KF_FRAG) || l3off > 64 || l4off > 1024)
+		return EDGE_R_NAT_L4;
+	l4 = data + l4off;
+	if (p->key.proto == IPPROTO_TCP) {
+		if ((void *)(l4 + 9) > data_end) /* through the checksum */
+			return EDGE_R_NAT_L4;
+		ck = l4 + 8;
+	} else {
+		if ((void *)(l4 + 4) > data_end)
+			return EDGE_R_NAT_L4;
+		ck = l4 + 3;
+	}
+	ck0 = *ck;
+
+	if (p->key.family == 4) {
+		struct iphdr *iph = data + l3off;
+		__u32 *a;
+
+		if ((void *)(iph + 1) > data_end)
+			return EDGE_R_BAD_IP4;
+		a = src ? &iph->saddr : &iph->daddr;
+		sum = (__u16)~iph->check;
+		sum = csum_add_diff(sum, a, (const __u32 *)far->addr, 1);
+		iph->check = csum_fold(sum);
+		sum = (__u16)~ck0;
+		sum = csum_add_diff(sum, a, (const __u32 *)far->addr, 1);
+		*a = *(const __u32 *)far->addr;
+	} else {
+		struct ipv6hdr *ip6 = data + l3off;
+		__u32 *a;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return EDGE_R_BAD_IP6;
+		a = src ? (__u32 *)&ip6->saddr : (__u32 *)&ip6->daddr;
+		sum = (__u16)~ck0;
+		sum = csum_add_diff(sum, a, (const __u32 *)far->addr, 4);
+		__builtin_memcpy(a, far->addr, 16);
+	}
+	oldp = src ? l4[0] : l4[1];
+	sum += (__u16)~oldp;
+	sum += far->port;
+	if (src)
+		l4[0] = far->port;
+	else
+		l4[1] = far->port;
+	/* A UDP checksum of 0 over IPv4 means "none": leave it so. A computed
+	 * 0 goes out as 0xffff (RFC 768). */
+	if (p->key.proto == IPPROTO_UDP && p->key.family == 4 && ck0 == 0)
+		return 0;
+	*ck = csum_fold(sum);
+	if (p->key.proto == IPPROTO_UDP && *ck == 0)
+		*ck = 0xffff;
+	return 0;
+}
+
+#endif

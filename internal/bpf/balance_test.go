@@ -1,0 +1,400 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/testutil"
+)
+
+// lbConfig puts services in front of backends in the PacketNS topology:
+// clients in 10.3.0.0/16 and fd03::/48 behind wan0's neighbour, NAT
+// backends in 10.6.0.0/16 behind wan1's (weights of far 11 and 12 from
+// the arguments), an IPv6 backend at wan0's neighbour fd02::2, and two
+// GRE (dsr-gre) backends at 10.6.0.21 and .22.
+const lbConfig = `
+interfaces:
+  - {name: lan0, role: lan}
+  - {name: wan0, role: wan}
+  - {name: wan1, role: wan}
+paths:
+  - {id: 1, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.0.21, key: 1}
+  - {id: 2, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.0.22, key: 2}
+fars:
+  - {id: 1, action: redirect, interface: wan0}
+%s
+  - {id: 12, action: nat, address: 10.6.0.12, port: 8080}
+  - {id: 13, action: nat, interface: wan0, address: "fd02::2", port: 8443}
+  - {id: 21, action: encap, path: 1}
+  - {id: 22, action: encap, path: 2}
+lbrs:
+  - {id: 1, algorithm: maglev, members: [%s]}
+  - {id: 2, algorithm: maglev, members: [{far: 13}]}
+  - {id: 3, algorithm: maglev, members: [{far: 21}, {far: 22}]}
+  - {id: 4, algorithm: maglev, members: [{far: 12}]}
+services:
+  - {id: 1, vip: 203.0.113.10, port: 80, proto: tcp, lbr: 1}
+  - {id: 2, vip: "fd0f::10", port: 443, proto: tcp, lbr: 2}
+  - {id: 3, vip: 203.0.113.20, port: 9053, proto: udp, lbr: 3}
+  - {id: 4, vip: 203.0.113.10, port: 9999, proto: udp, lbr: 4}
+pdrs:
+  - {id: 1, precedence: 100, match: {in: lan0}, far: 1}
+limits: {flows: 8192, rules: 64, maglev_table: 4099, connections: 8192}
+`
+
+const far11 = "  - {id: 11, action: nat, address: 10.6.0.11, port: 8080}"
+
+func lbCfg(t *testing.T, far11Line, members string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse(fmt.Appendf(nil, lbConfig, far11Line, members))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// lbPkt is one TCP or UDP packet between src:sport and dst:dport, as
+// received from smac to dmac. Lengths and checksums are computed by
+// gopacket, independently of the dataplane.
+type lbPkt struct {
+	src, dst     string
+	sport, dport uint16
+	udp          bool
+	ttl          uint8
+	smac, dmac   net.HardwareAddr
+	noUDPCsum    bool // IPv4 UDP without checksum
+	flags        string
+}
+
+func (p lbPkt) frame(t testing.TB) []byte {
+	t.Helper()
+	src, dst := net.ParseIP(p.src), net.ParseIP(p.dst)
+	ttl := p.ttl
+	if ttl == 0 {
+		ttl = 64
+	}
+	var ip gopacket.NetworkLayer
+	var ls []gopacket.SerializableLayer
+	proto := layers.IPProtocolTCP
+	if p.udp {
+		proto = layers.IPProtocolUDP
+	}
+	if s4 := src.To4(); s4 != nil {
+		ip4 := &layers.IPv4{Version: 4, IHL: 5, Id: 7, TTL: ttl, Protocol: proto, SrcIP: s4, DstIP: dst.To4()}
+		ls = append(ls, &layers.Ethernet{SrcMAC: p.smac, DstMAC: p.dmac, EthernetType: layers.EthernetTypeIPv4}, ip4)
+		ip = ip4
+	} else {
+		ip6 := &layers.IPv6{Version: 6, HopLimit: ttl, NextHeader: proto, SrcIP: src, DstIP: dst}
+		ls = append(ls, &layers.Ethernet{SrcMAC: p.smac, DstMAC: p.dmac, EthernetType: layers.EthernetTypeIPv6}, ip6)
+		ip = ip6
+	}
+	if p.udp {
+		u := &layers.UDP{SrcPort: layers.UDPPort(p.sport), DstPort: layers.UDPPort(p.dport)}
+		_ = u.SetNetworkLayerForChecksum(ip)
+		ls = append(ls, u, gopacket.Payload("edgeplane lb udp"))
+	} else {
+		tc := &layers.TCP{SrcPort: layers.TCPPort(p.sport), DstPort: layers.TCPPort(p.dport), Seq: 1000, Ack: 77, Window: 64240,
+			SYN: p.flags == "S", ACK: p.flags != "S"}
+		_ = tc.SetNetworkLayerForChecksum(ip)
+		ls = append(ls, tc, gopacket.Payload("edgeplane lb tcp"))
+	}
+	f := serialize(t, ls)
+	if p.noUDPCsum {
+		f[14+20+6], f[14+20+7] = 0, 0
+	}
+	return f
+}
+
+// out is p as a router that rewrote it must send it: from egress's MAC to
+// its neighbour's, TTL one lower, with the given addresses and ports.
+func (p lbPkt) out(egress, src, dst string, sport, dport uint16) lbPkt {
+	q := p
+	q.src, q.dst, q.sport, q.dport = src, dst, sport, dport
+	q.smac, q.dmac = egressMACs(egress)
+	if q.ttl == 0 {
+		q.ttl = 64
+	}
+	q.ttl--
+	return q
+}
+
+// client returns a TCP packet of flow n from 10.3.0.0/16 to the service
+// at vip:port, received on wan0.
+func client(n int, vip string, port uint16, flags string) lbPkt {
+	return lbPkt{src: fmt.Sprintf("10.3.%d.%d", 1+n/250, 1+n%250), dst: vip, sport: 40000 + uint16(n%1000), dport: port,
+		smac: macWanNeigh, dmac: macWan0, flags: flags}
+}
+
+// backendOf returns the destination address and port of a NAT'd frame.
+func backendOf(t *testing.T, out []byte) string {
+	t.Helper()
+	pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	var addr net.IP
+	if l := pk.Layer(layers.LayerTypeIPv4); l != nil {
+		addr = l.(*layers.IPv4).DstIP
+	} else if l := pk.Layer(layers.LayerTypeIPv6); l != nil {
+		addr = l.(*layers.IPv6).DstIP
+	}
+	var port uint16
+	if l := pk.Layer(layers.LayerTypeTCP); l != nil {
+		port = uint16(l.(*layers.TCP).DstPort)
+	} else if l := pk.Layer(layers.LayerTypeUDP); l != nil {
+		port = uint16(l.(*layers.UDP).DstPort)
+	}
+	return net.JoinHostPort(addr.String(), fmt.Sprint(port))
+}
+
+// sendTo runs p through the program from inIf and returns the verdict and
+// output.
+func (h *harness) send(p lbPkt, inIf string) (uint32, []byte) {
+	h.t.Helper()
+	return h.run(p.frame(h.t), inIf)
+}
+
+// lbCounters sums edge_lb_new and edge_lb_stats packets over all CPUs,
+// by counter index.
+func lbCounters(t *testing.T, dp *bpf.Dataplane) (newFlows, packets map[uint32]uint64) {
+	t.Helper()
+	newFlows, packets = map[uint32]uint64{}, map[uint32]uint64{}
+	for i := uint32(0); i < bpf.MaxServices*bpf.MaxMembers; i++ {
+		var n []uint64
+		var c []bpf.Ctr
+		if err := dp.EdgeLbNew.Lookup(i, &n); err != nil {
+			t.Fatal(err)
+		}
+		if err := dp.EdgeLbStats.Lookup(i, &c); err != nil {
+			t.Fatal(err)
+		}
+		for j := range n {
+			newFlows[i] += n[j]
+			packets[i] += c[j].Packets
+		}
+	}
+	return newFlows, packets
+}
+
+// TestBalanceNAT sends connections to an IPv4 and an IPv6 NAT service:
+// the first packet of each picks a backend, later ones keep it, replies
+// go back from the VIP, and every frame is exactly what a router doing
+// the NAT must send (built independently by gopacket, checksums
+// included).
+func TestBalanceNAT(t *testing.T) {
+	h := newHarness(t, fmt.Sprintf(lbConfig, far11, "{far: 11}, {far: 12}"))
+	var frames [][]byte
+	seen := map[string]int{}
+	for n := 0; n < 40; n++ {
+		syn := client(n, "203.0.113.10", 80, "S")
+		v, out := h.send(syn, "wan0")
+		if v != bpf.XDPRedirect {
+			t.Fatalf("flow %d SYN: verdict %s, want redirect", n, verdictName(v))
+		}
+		be := backendOf(t, out)
+		seen[be]++
+		host, _, _ := net.SplitHostPort(be)
+		if want := syn.out("wan1", syn.src, host, syn.sport, 8080).frame(t); !bytes.Equal(out, want) {
+			t.Fatalf("flow %d SYN out:\n got %x\nwant %x", n, out, want)
+		}
+		// Later packets hit the flow cache: same backend, same rewrite.
+		ack := client(n, "203.0.113.10", 80, "A")
+		v, out2 := h.send(ack, "wan0")
+		if v != bpf.XDPRedirect || !bytes.Equal(out2, ack.out("wan1", ack.src, host, ack.sport, 8080).frame(t)) {
+			t.Fatalf("flow %d ACK: verdict %s, out %x", n, verdictName(v), out2)
+		}
+		// The backend's reply leaves from the VIP.
+		reply := lbPkt{src: host, dst: syn.src, sport: 8080, dport: syn.sport, smac: macWan1Neigh, dmac: macWan1, flags: "A"}
+		v, out3 := h.send(reply, "wan1")
+		want := reply.out("wan0", "203.0.113.10", syn.src, 80, syn.sport).frame(t)
+		if v != bpf.XDPRedirect || !bytes.Equal(out3, want) {
+			t.Fatalf("flow %d reply: verdict %s\n got %x\nwant %x", n, verdictName(v), out3, want)
+		}
+		if n < 2 {
+			frames = append(frames, out, out2, out3)
+		}
+	}
+	if len(seen) != 2 {
+		t.Errorf("40 connections went to %v, want both backends", seen)
+	}
+
+	// IPv6: client fd03::7 -> [fd0f::10]:443 -> [fd02::2]:8443 and back.
+	syn := lbPkt{src: "fd03::7", dst: "fd0f::10", sport: 41000, dport: 443, smac: macWanNeigh, dmac: macWan0, flags: "S"}
+	v, out := h.send(syn, "wan0")
+	if want := syn.out("wan0", "fd03::7", "fd02::2", 41000, 8443).frame(t); v != bpf.XDPRedirect || !bytes.Equal(out, want) {
+		t.Fatalf("IPv6 SYN: verdict %s\n got %x\nwant %x", verdictName(v), out, want)
+	}
+	reply := lbPkt{src: "fd02::2", dst: "fd03::7", sport: 8443, dport: 41000, smac: macWanNeigh, dmac: macWan0, flags: "A"}
+	v, out6 := h.send(reply, "wan0")
+	if want := reply.out("wan0", "fd0f::10", "fd03::7", 443, 41000).frame(t); v != bpf.XDPRedirect || !bytes.Equal(out6, want) {
+		t.Fatalf("IPv6 reply: verdict %s\n got %x\nwant %x", verdictName(v), out6, want)
+	}
+	frames = append(frames, out, out6)
+
+	// UDP, with a checksum and without one (IPv4 allows 0: it must stay 0).
+	for i, noCsum := range []bool{false, true} {
+		q := lbPkt{src: "10.3.9.9", dst: "203.0.113.10", sport: 5000 + uint16(i), dport: 9999, udp: true, noUDPCsum: noCsum, smac: macWanNeigh, dmac: macWan0}
+		v, out := h.send(q, "wan0")
+		want := q.out("wan1", "10.3.9.9", "10.6.0.12", q.sport, 8080).frame(t)
+		if noCsum {
+			want[14+20+6], want[14+20+7] = 0, 0
+		}
+		if v != bpf.XDPRedirect || !bytes.Equal(out, want) {
+			t.Fatalf("UDP (no checksum %v): verdict %s\n got %x\nwant %x", noCsum, verdictName(v), out, want)
+		}
+		frames = append(frames, out)
+	}
+
+	// Traffic to the VIP on a port no service has is not balanced.
+	if v, _ := h.send(client(1, "203.0.113.10", 81, "S"), "wan0"); v != bpf.XDPPass {
+		t.Errorf("VIP port 81: verdict %s, want pass (no service, no PDR)", verdictName(v))
+	}
+
+	newFlows, _ := lbCounters(t, h.dp)
+	var total uint64
+	for _, n := range newFlows {
+		total += n
+	}
+	if total != 40+1+2 {
+		t.Errorf("%d new connections counted, want 43", total)
+	}
+	checkTshark(t, frames, 2*3+2+2)
+}
+
+// checkTshark has tshark verify every IP, TCP and UDP checksum of frames.
+func checkTshark(t *testing.T, frames [][]byte, n int) {
+	t.Helper()
+	testutil.RequireTool(t, "tshark")
+	pcap := writePcap(t, filepath.Join(t.TempDir(), "lb"), frames...)
+	b, err := exec.Command("tshark", "-r", pcap, "-V", "-o", "ip.check_checksum:TRUE",
+		"-o", "udp.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE").CombinedOutput()
+	if err != nil {
+		t.Fatalf("tshark: %v\n%s", err, b)
+	}
+	text := string(b)
+	good := strings.Count(text, "[Checksum Status: Good]") + strings.Count(text, "[Header checksum status: Good]") +
+		strings.Count(text, "Header checksum status: Good")
+	if good < n {
+		t.Errorf("tshark verified %d checksums good, want at least %d", good, n)
+	}
+	for _, bad := range []string{"Bad]", "incorrect", "Malformed"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("tshark found %q:\n%s", bad, text)
+		}
+	}
+}
+
+// TestBalanceWeightsAndPCC spreads connections by weight, then drains,
+// removes and deletes a backend: established connections stay on their
+// backend while it exists (the connection table), new ones avoid it.
+func TestBalanceWeightsAndPCC(t *testing.T) {
+	h := newHarness(t, fmt.Sprintf(lbConfig, far11, "{far: 11, weight: 1}, {far: 12, weight: 3}"))
+	const flows = 2000
+	owner := make([]string, flows)
+	count := map[string]int{}
+	for n := 0; n < flows; n++ {
+		_, out := h.send(client(n, "203.0.113.10", 80, "S"), "wan0")
+		owner[n] = backendOf(t, out)
+		count[owner[n]]++
+	}
+	share := float64(count["10.6.0.11:8080"]) / flows
+	t.Logf("weights 1:3 -> %.3f of %d connections on 10.6.0.11", share, flows)
+	if share < 0.22 || share > 0.28 {
+		t.Errorf("share of the weight-1 backend %.3f, want 0.25 +- 0.03", share)
+	}
+
+	check := func(stage string, established int, wantOld func(old string) string) {
+		t.Helper()
+		for n := 0; n < established; n++ {
+			_, out := h.send(client(n, "203.0.113.10", 80, "A"), "wan0")
+			if got, want := backendOf(t, out), wantOld(owner[n]); got != want {
+				t.Fatalf("%s: connection %d went to %s, want %s", stage, n, got, want)
+			}
+		}
+		for n := flows; n < flows+300; n++ {
+			_, out := h.send(client(n, "203.0.113.10", 80, "S"), "wan0")
+			if got := backendOf(t, out); got != "10.6.0.12:8080" {
+				t.Fatalf("%s: new connection %d went to %s", stage, n, got)
+			}
+		}
+	}
+	same := func(old string) string { return old }
+
+	// Drain 10.6.0.11: weight 0.
+	h.apply(lbCfg(t, far11, "{far: 11, weight: 0}, {far: 12, weight: 3}"))
+	check("drained", 400, same)
+	// Remove it from the LBR (its FAR stays): still pinned.
+	h.apply(lbCfg(t, far11, "{far: 12}"))
+	check("removed", 400, same)
+	// Delete its FAR: its connections have nowhere to go but the rest.
+	h.apply(lbCfg(t, "", "{far: 12}"))
+	check("deleted", 400, func(string) string { return "10.6.0.12:8080" })
+
+	// Every weight 0: nothing to send to, dropped and counted.
+	h.apply(lbCfg(t, "", "{far: 12, weight: 0}"))
+	before := snap(t, h)
+	if v, _ := h.send(client(5000, "203.0.113.10", 80, "S"), "wan0"); v != bpf.XDPDrop {
+		t.Errorf("no backend: verdict %s, want drop", verdictName(v))
+	}
+	after := snap(t, h)
+	if d := after.Reasons[bpf.ReasonLBNoBackend].Packets - before.Reasons[bpf.ReasonLBNoBackend].Packets; d != 1 {
+		t.Errorf("lb_no_backend counted %d, want 1", d)
+	}
+}
+
+// TestBalanceDSR sends to a dsr-gre service: packets leave encapsulated
+// toward the backend's tunnel address, the inner packet unchanged but
+// for its TTL, and a connection keeps its backend.
+func TestBalanceDSR(t *testing.T) {
+	h := newHarness(t, fmt.Sprintf(lbConfig, far11, "{far: 11}, {far: 12}"))
+	remotes := map[string]int{}
+	var frames [][]byte
+	for n := 0; n < 30; n++ {
+		q := lbPkt{src: fmt.Sprintf("10.3.7.%d", n+1), dst: "203.0.113.20", sport: 7000, dport: 9053, udp: true, smac: macWanNeigh, dmac: macWan0}
+		var first string
+		for i := 0; i < 2; i++ {
+			v, out := h.send(q, "wan0")
+			if v != bpf.XDPRedirect {
+				t.Fatalf("flow %d: verdict %s, want redirect", n, verdictName(v))
+			}
+			pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+			outer, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+			if outer == nil || outer.Protocol != layers.IPProtocolGRE || outer.SrcIP.String() != "10.4.0.1" {
+				t.Fatalf("flow %d: not GRE from 10.4.0.1: %v", n, pk)
+			}
+			if i == 0 {
+				first = outer.DstIP.String()
+				remotes[first]++
+			} else if outer.DstIP.String() != first {
+				t.Fatalf("flow %d moved from %s to %s", n, first, outer.DstIP)
+			}
+			// The inner packet without the Ethernet padding of the sent
+			// frame (encap does not carry it into the tunnel).
+			inner := q.out("wan1", q.src, q.dst, q.sport, q.dport).frame(t)[14:]
+			inner = inner[:binary.BigEndian.Uint16(inner[2:])]
+			if !bytes.Equal(out[14+20+8:], inner) {
+				t.Fatalf("flow %d inner:\n got %x\nwant %x", n, out[14+20+8:], inner)
+			}
+			if n == 0 {
+				frames = append(frames, out)
+			}
+		}
+	}
+	if len(remotes) != 2 {
+		t.Errorf("30 flows went to %v, want both tunnel endpoints", remotes)
+	}
+	checkTshark(t, frames, 2)
+	if got := binary.BigEndian.Uint16(frames[0][12:]); got != 0x0800 {
+		t.Errorf("ethertype %#x", got)
+	}
+}

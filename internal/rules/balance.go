@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package rules
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/maglev"
+)
+
+// compiledService is a service as the dataplane holds it.
+type compiledService struct {
+	cfg   config.Service
+	tag   uint32 // its table and counters
+	key   bpf.SvcKey
+	unnat uint32 // FAR index of the reply rewrite, or bpf.NoFAR
+	// members gives each backend (by FAR id) a counter index that stays
+	// while it is a member.
+	members *StatsAlloc
+}
+
+// balancer is the Compiler's state for L4 services.
+type balancer struct {
+	lbrs     map[uint32]config.LBR
+	services map[uint32]*compiledService // by service id
+	byLBR    map[uint32]uint32           // lbr id -> service id
+	fars     map[uint32]config.FAR       // every FAR, by id (member keys)
+	// dirty lists the services whose table this Apply rebuilds, with the
+	// path errors about it go to.
+	dirty map[uint32]string
+}
+
+func newBalancer() balancer {
+	return balancer{lbrs: map[uint32]config.LBR{}, services: map[uint32]*compiledService{},
+		byLBR: map[uint32]uint32{}, fars: map[uint32]config.FAR{}}
+}
+
+// setMap puts (ok) or deletes m[k], undoably.
+func setMap[K comparable, V any](c *Compiler, m map[K]V, k K, v V, ok bool) {
+	old, had := m[k]
+	if ok {
+		m[k] = v
+	} else {
+		delete(m, k)
+	}
+	c.onUndo(func() {
+		if had {
+			m[k] = old
+		} else {
+			delete(m, k)
+		}
+	})
+}
+
+// noteFAR records a FAR's config (members are keyed by their backend) and
+// marks the services it is a member of for a rebuild.
+func (c *Compiler) noteFAR(at string, f *config.FAR, ok bool) {
+	b := &c.lb
+	setMap(c, b.fars, f.ID, *f, ok)
+	for _, l := range b.lbrs {
+		for _, m := range l.Members {
+			if m.FAR == f.ID {
+				c.markLBR(at, l.ID)
+			}
+		}
+	}
+}
+
+// markLBR marks the service of LBR id, if any, for a rebuild.
+func (c *Compiler) markLBR(at string, id uint32) {
+	if sid, ok := c.lb.byLBR[id]; ok {
+		if _, seen := c.lb.dirty[sid]; !seen {
+			c.lb.dirty[sid] = at
+		}
+	}
+}
+
+func (c *Compiler) putLBR(at string, l *config.LBR) {
+	setMap(c, c.lb.lbrs, l.ID, *l, true)
+	c.markLBR(at, l.ID)
+}
+
+func (c *Compiler) removeLBR(id uint32) {
+	setMap(c, c.lb.lbrs, id, config.LBR{}, false)
+}
+
+func (c *Compiler) putService(at string, sv *config.Service) {
+	b := &c.lb
+	cs, had := b.services[sv.ID]
+	if had {
+		c.dropService(cs)
+		cs = &compiledService{tag: cs.tag, members: cs.members, unnat: bpf.NoFAR}
+	} else {
+		tag, isNew, err := c.allocs.Service.Get(sv.ID)
+		if err != nil {
+			c.fail(at+".id", fmt.Sprintf("no free service place (%d in use)", len(b.services)), config.CodeCapacity)
+			return
+		}
+		c.onUndo(func() { c.allocs.Service.Free(sv.ID) })
+		_ = isNew
+		cs = &compiledService{tag: tag, members: NewStatsAlloc(bpf.ReplyMember, nil), unnat: bpf.NoFAR}
+		// The replies' counter starts at zero with the service.
+		c.gen.ResetLBStats = append(c.gen.ResetLBStats, tag*bpf.MaxMembers+bpf.ReplyMember)
+	}
+	cs.cfg = *sv
+	cs.key = svcKey(sv)
+	setMap(c, b.services, sv.ID, cs, true)
+	setMap(c, b.byLBR, sv.LBR, sv.ID, true)
+	b.dirty[sv.ID] = at
+}
+
+// dropService takes a service out of the tables (its place stays
+// allocated).
+func (c *Compiler) dropService(cs *compiledService) {
+	g := c.gen
+	setMap(c, g.Services, cs.key, bpf.Svc{}, false)
+	setMap(c, c.lb.byLBR, cs.cfg.LBR, 0, false)
+	if cs.unnat != bpf.NoFAR {
+		c.setFAR(cs.unnat, bpf.Far{}, false)
+	}
+}
+
+func (c *Compiler) removeService(id uint32) {
+	cs, ok := c.lb.services[id]
+	if !ok {
+		return
+	}
+	c.dropService(cs)
+	setMap(c, c.lb.services, id, nil, false)
+	c.allocs.Service.Free(id)
+	c.onUndo(func() { c.allocs.Service.put(id, cs.tag) })
+	delete(c.lb.dirty, id)
+}
+
+func svcKey(sv *config.Service) bpf.SvcKey {
+	k := bpf.SvcKey{Port: bits16(sv.Port), Proto: sv.Proto.Num}
+	if sv.VIP.A.Is4() {
+		a := sv.VIP.A.As4()
+		copy(k.Vip[:], a[:])
+		k.Family = 4
+	} else {
+		k.Vip = sv.VIP.A.As16()
+		k.Family = 6
+	}
+	return k
+}
+
+// bits16 returns the uint16 whose in-memory bytes are v in network order.
+func bits16(v uint16) uint16 { return v>>8 | v<<8 }
+
+// rebuildServices rebuilds the table of every service marked this Apply.
+func (c *Compiler) rebuildServices() {
+	for id, at := range c.lb.dirty {
+		if cs, ok := c.lb.services[id]; ok {
+			c.rebuildService(at, cs)
+		}
+	}
+}
+
+// rebuildService compiles a service's members into its Maglev table, its
+// reply rewrite and its entry.
+func (c *Compiler) rebuildService(at string, cs *compiledService) {
+	b := &c.lb
+	g := c.gen
+	sv := cs.cfg
+	l := b.lbrs[sv.LBR]
+	backends := make([]maglev.Backend, 0, len(l.Members))
+	places := make([]bpf.LBSlot, 0, len(l.Members))
+	nat := false
+	members := cs.members.clone()
+	live := map[uint32]bool{}
+	for _, m := range l.Members {
+		f, ok := b.fars[m.FAR]
+		fi, ok2 := c.fars[m.FAR]
+		if !ok || !ok2 {
+			c.fail(at, fmt.Sprintf("lbr %d member far %d is not available", l.ID, m.FAR), config.CodeInvalid)
+			return
+		}
+		var key string
+		switch f.Action {
+		case config.ActionNAT:
+			if f.Address.A.Is4() != sv.VIP.A.Is4() {
+				c.fail(at, fmt.Sprintf("far %d rewrites to %s, but the VIP %s is of the other family (no NAT between IPv4 and IPv6)", f.ID, f.Address, sv.VIP), config.CodeInvalid)
+				return
+			}
+			nat = true
+			key = "nat " + netip.AddrPortFrom(f.Address.A, f.Port).String()
+		case config.ActionEncap:
+			p, ok := c.paths[f.Path]
+			if !ok {
+				c.fail(at, fmt.Sprintf("far %d: path %d is not available", f.ID, f.Path), config.CodeInvalid)
+				return
+			}
+			key = "gre " + strconv.FormatUint(uint64(g.Paths[p.idx].Remote), 16) + "/" + strconv.FormatUint(uint64(g.Paths[p.idx].Key), 16)
+		default:
+			c.fail(at, fmt.Sprintf("far %d has action %s; members need nat or encap", f.ID, f.Action), config.CodeInvalid)
+			return
+		}
+		idx, isNew, err := members.Get(m.FAR)
+		if err != nil {
+			c.fail(at, fmt.Sprintf("lbr %d: %v", l.ID, err), config.CodeCapacity)
+			return
+		}
+		stats := cs.tag*bpf.MaxMembers + idx
+		if isNew {
+			g.ResetLBStats = append(g.ResetLBStats, stats)
+		}
+		live[m.FAR] = true
+		backends = append(backends, maglev.Backend{Key: key, Weight: m.EffectiveWeight()})
+		places = append(places, bpf.LBSlot{Far: fi, Stats: stats})
+	}
+	members.Retain(live)
+	owners, err := maglev.Build(backends, c.limits.MaglevSize)
+	if err != nil {
+		c.fail(at, fmt.Sprintf("lbr %d: %v", l.ID, err), config.CodeInvalid)
+		return
+	}
+	table := make([]bpf.LBSlot, len(owners))
+	for i, o := range owners {
+		if o < 0 {
+			table[i] = bpf.LBSlot{Far: bpf.NoFAR, Stats: cs.tag*bpf.MaxMembers + bpf.ReplyMember}
+		} else {
+			table[i] = places[o]
+		}
+	}
+	oldMembers := cs.members
+	cs.members = members
+	c.onUndo(func() { cs.members = oldMembers })
+	setMap(c, g.Tables, cs.tag, table, true)
+	c.gen.Dirty.Tables[cs.tag] = struct{}{}
+
+	unnat := uint32(bpf.NoFAR)
+	if nat {
+		unnat = c.limits.Rules + cs.tag
+		far := bpf.Far{Action: bpf.ActUnNAT, Id: sv.ID, Addr: cs.key.Vip, Port: cs.key.Port}
+		c.setFAR(unnat, far, true)
+	} else if cs.unnat != bpf.NoFAR {
+		c.setFAR(cs.unnat, bpf.Far{}, false)
+	}
+	oldUnnat := cs.unnat
+	cs.unnat = unnat
+	c.onUndo(func() { cs.unnat = oldUnnat })
+	setMap(c, g.Services, cs.key, bpf.Svc{Tag: cs.tag, Id: sv.ID, Unnat: unnat}, true)
+}
