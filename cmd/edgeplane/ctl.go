@@ -70,9 +70,14 @@ var (
 	kindPath      = kind{"path", "paths", pb.Kind_KIND_PATH}
 	kindFAR       = kind{"far", "fars", pb.Kind_KIND_FAR}
 	kindPDR       = kind{"pdr", "pdrs", pb.Kind_KIND_PDR}
+	kindLBR       = kind{"lbr", "lbrs", pb.Kind_KIND_LBR}
+	kindService   = kind{"service", "services", pb.Kind_KIND_SERVICE}
 	// allKinds is in the order objects are listed, applied and printed:
-	// what is referred to before what refers to it.
-	allKinds = []kind{kindInterface, kindPath, kindFAR, kindPDR}
+	// what is referred to before what refers to it (an LBR's members are
+	// FARs, a service names its LBR). The agent checks references only
+	// after the whole batch, but an error about a later object is easier
+	// to read when what it refers to came first.
+	allKinds = []kind{kindInterface, kindPath, kindFAR, kindLBR, kindService, kindPDR}
 )
 
 // parseKind accepts a kind's singular or plural name, in any case.
@@ -83,7 +88,24 @@ func parseKind(s string) (kind, error) {
 			return k, nil
 		}
 	}
-	return kind{}, fmt.Errorf("unknown kind %q (want pdrs, fars, paths or interfaces)", s)
+	return kind{}, fmt.Errorf("unknown kind %q (want %s)", s, kindList("or"))
+}
+
+// kindList names every kind (plural) as completionKinds orders them,
+// conj before the last.
+func kindList(conj string) string {
+	names := completionKinds()
+	return strings.Join(names[:len(names)-1], ", ") + " " + conj + " " + names[len(names)-1]
+}
+
+// completionKinds are the plural kind names in the reverse of allKinds:
+// the rules, which are listed and changed most, first.
+func completionKinds() []string {
+	out := make([]string, len(allKinds))
+	for i, k := range allKinds {
+		out[len(allKinds)-1-i] = k.plural
+	}
+	return out
 }
 
 // parseRefs turns command line IDs (names for interfaces) into refs,
@@ -125,7 +147,7 @@ func completeKind(_ *cobra.Command, args []string, _ string) ([]string, cobra.Sh
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	return []string{"pdrs", "fars", "paths", "interfaces"}, cobra.ShellCompDirectiveNoFileComp
+	return completionKinds(), cobra.ShellCompDirectiveNoFileComp
 }
 
 // apiFlags are the connection flags of the commands that talk to an
@@ -328,12 +350,14 @@ func (c *apiConn) callErr(op string, err error) error {
 	return e
 }
 
-// objects are objects of the four kinds as the API carries them.
+// objects are objects of every kind as the API carries them.
 type objects struct {
 	Interfaces []*pb.Interface
 	Paths      []*pb.Path
 	FARs       []*pb.Far
 	PDRs       []*pb.Pdr
+	LBRs       []*pb.Lbr
+	Services   []*pb.Service
 }
 
 func (o *objects) count(k kind) int {
@@ -344,6 +368,10 @@ func (o *objects) count(k kind) int {
 		return len(o.Paths)
 	case kindFAR:
 		return len(o.FARs)
+	case kindLBR:
+		return len(o.LBRs)
+	case kindService:
+		return len(o.Services)
 	}
 	return len(o.PDRs)
 }
@@ -354,6 +382,8 @@ func (o *objects) sort() {
 	slices.SortFunc(o.Paths, func(a, b *pb.Path) int { return cmp.Compare(a.GetId(), b.GetId()) })
 	slices.SortFunc(o.FARs, func(a, b *pb.Far) int { return cmp.Compare(a.GetId(), b.GetId()) })
 	slices.SortFunc(o.PDRs, func(a, b *pb.Pdr) int { return cmp.Compare(a.GetId(), b.GetId()) })
+	slices.SortFunc(o.LBRs, func(a, b *pb.Lbr) int { return cmp.Compare(a.GetId(), b.GetId()) })
+	slices.SortFunc(o.Services, func(a, b *pb.Service) int { return cmp.Compare(a.GetId(), b.GetId()) })
 }
 
 // toConfig returns o in the config model (only the object lists set),
@@ -374,9 +404,19 @@ func (o *objects) toConfig() (*config.Config, error) {
 	for _, v := range o.FARs {
 		f, err := api.FARFromPB(v)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("far %d from the agent: %w", v.GetId(), err)
 		}
 		c.FARs = append(c.FARs, f)
+	}
+	for _, v := range o.LBRs {
+		c.LBRs = append(c.LBRs, api.LBRFromPB(v))
+	}
+	for _, v := range o.Services {
+		sv, err := api.ServiceFromPB(v)
+		if err != nil {
+			return nil, fmt.Errorf("service %d from the agent: %w", v.GetId(), err)
+		}
+		c.Services = append(c.Services, sv)
 	}
 	for _, v := range o.PDRs {
 		p, err := api.PDRFromPB(v)
@@ -408,6 +448,16 @@ func (c *apiConn) list(op string, k kind, o *objects) error {
 		if r, err = c.ListFars(c.ctx, &pb.ListRequest{}); err == nil {
 			o.FARs = r.GetFars()
 		}
+	case kindLBR:
+		var r *pb.ListLbrsResponse
+		if r, err = c.ListLbrs(c.ctx, &pb.ListRequest{}); err == nil {
+			o.LBRs = r.GetLbrs()
+		}
+	case kindService:
+		var r *pb.ListServicesResponse
+		if r, err = c.ListServices(c.ctx, &pb.ListRequest{}); err == nil {
+			o.Services = r.GetServices()
+		}
 	default:
 		var r *pb.ListPdrsResponse
 		if r, err = c.ListPdrs(c.ctx, &pb.ListRequest{}); err == nil {
@@ -425,7 +475,14 @@ func (c *apiConn) list(op string, k kind, o *objects) error {
 func (c *apiConn) listAll(op string) (*objects, error) {
 	o := &objects{}
 	for _, k := range allKinds {
-		if err := c.list(op+": list "+k.plural, k, o); err != nil {
+		err := c.list(op+": list "+k.plural, k, o)
+		// An agent older than LBRs and services answers Unimplemented
+		// for their lists; it has none of them, and apply of the other
+		// kinds must still work against it.
+		if (k == kindLBR || k == kindService) && status.Code(err) == codes.Unimplemented {
+			continue
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -454,6 +511,16 @@ func (c *apiConn) get(k kind, refs []*pb.Ref) (*objects, error) {
 			if v, err = c.GetFar(c.ctx, byID); err == nil {
 				o.FARs = append(o.FARs, v)
 			}
+		case kindLBR:
+			var v *pb.Lbr
+			if v, err = c.GetLbr(c.ctx, byID); err == nil {
+				o.LBRs = append(o.LBRs, v)
+			}
+		case kindService:
+			var v *pb.Service
+			if v, err = c.GetService(c.ctx, byID); err == nil {
+				o.Services = append(o.Services, v)
+			}
 		default:
 			var v *pb.Pdr
 			if v, err = c.GetPdr(c.ctx, byID); err == nil {
@@ -471,13 +538,14 @@ func newGetCmd() *cobra.Command {
 	var af apiFlags
 	var output string
 	c := &cobra.Command{
-		Use:   "get pdrs|fars|paths|interfaces [ID|NAME...]",
+		Use:   "get pdrs|services|lbrs|fars|paths|interfaces [ID|NAME...]",
 		Short: "Show a gateway's objects, read from its agent's control API",
 		Long: `Lists the objects of one kind the agent serves, or the ones named (by id;
 interfaces by name). -o yaml prints them in the config file's shape, which
 apply -f reads back; -o json prints them as the API carries them.`,
 		Example: `  edgeplane get pdrs
   edgeplane get pdr 10 -o yaml > pdr10.yaml
+  edgeplane get services
   edgeplane get interfaces --server 10.0.0.1:50051 --tls --tls-ca ca.pem`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: completeKind,
@@ -566,13 +634,37 @@ func printTable(w io.Writer, k kind, o *objects) error {
 				or(v.GetLocal(), "-"), or(v.GetRemote(), "-"), optional(v.Key, "-"), seq, ttl, optional(v.Dscp, "inner"))
 		}
 	case kindFAR:
-		fmt.Fprintln(tw, "ID\tACTION\tINTERFACE\tPATH")
+		fmt.Fprintln(tw, "ID\tACTION\tINTERFACE\tPATH\tNAT")
 		for _, v := range o.FARs {
 			path := "-"
 			if v.GetPath() != 0 {
 				path = strconv.FormatUint(uint64(v.GetPath()), 10)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", v.GetId(), or(v.GetAction(), "-"), or(v.GetInterface(), "-"), path)
+			// NAT is the backend a nat FAR rewrites the destination to.
+			nat := "-"
+			if v.GetAction() == config.ActionNAT && v.GetAddress() != "" {
+				nat = net.JoinHostPort(v.GetAddress(), strconv.FormatUint(uint64(v.GetPort()), 10))
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", v.GetId(), or(v.GetAction(), "-"), or(v.GetInterface(), "-"), path, nat)
+		}
+	case kindLBR:
+		fmt.Fprintln(tw, "ID\tALGORITHM\tMEMBERS")
+		for _, v := range o.LBRs {
+			// Members as far:weight; an unset weight is 1 (config.Member).
+			var ms []string
+			for _, m := range v.GetMembers() {
+				w := uint32(1)
+				if m.Weight != nil {
+					w = m.GetWeight()
+				}
+				ms = append(ms, fmt.Sprintf("%d:%d", m.GetFar(), w))
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", v.GetId(), or(v.GetAlgorithm(), "-"), or(strings.Join(ms, ","), "-"))
+		}
+	case kindService:
+		fmt.Fprintln(tw, "ID\tVIP\tPORT\tPROTO\tLBR")
+		for _, v := range o.Services {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\n", v.GetId(), or(v.GetVip(), "-"), v.GetPort(), or(v.GetProto(), "-"), v.GetLbr())
 		}
 	default:
 		fmt.Fprintln(tw, "ID\tPRECEDENCE\tIN\tSRC\tDST\tPROTO\tSPORT\tDPORT\tDSCP\tGRE_KEY\tFAR")
@@ -620,6 +712,16 @@ func printJSON(w io.Writer, k kind, o *objects, single bool) error {
 		if single && len(o.FARs) == 1 {
 			m = o.FARs[0]
 		}
+	case kindLBR:
+		m = &pb.ListLbrsResponse{Lbrs: o.LBRs}
+		if single && len(o.LBRs) == 1 {
+			m = o.LBRs[0]
+		}
+	case kindService:
+		m = &pb.ListServicesResponse{Services: o.Services}
+		if single && len(o.Services) == 1 {
+			m = o.Services[0]
+		}
 	default:
 		m = &pb.ListPdrsResponse{Pdrs: o.PDRs}
 		if single && len(o.PDRs) == 1 {
@@ -656,6 +758,10 @@ func printYAML(w io.Writer, k kind, o *objects) error {
 		list = orEmpty(cfg.Paths)
 	case kindFAR:
 		list = orEmpty(cfg.FARs)
+	case kindLBR:
+		list = orEmpty(cfg.LBRs)
+	case kindService:
+		list = orEmpty(cfg.Services)
 	default:
 		list = orEmpty(cfg.PDRs)
 	}
@@ -713,7 +819,8 @@ func fileObjects(data []byte, cur *config.Config) (file *config.Config, notes []
 		notes = append(notes, strings.Join(ignored, " and ")+" ignored: they are set in the agent's config file, not through the API")
 	}
 	if perr == nil {
-		return &config.Config{Interfaces: whole.Interfaces, Paths: whole.Paths, FARs: whole.FARs, PDRs: whole.PDRs}, notes, nil
+		return &config.Config{Interfaces: whole.Interfaces, Paths: whole.Paths, FARs: whole.FARs, PDRs: whole.PDRs,
+			LBRs: whole.LBRs, Services: whole.Services}, notes, nil
 	}
 
 	// The agent's objects are appended after the file's in each list, so
@@ -769,6 +876,8 @@ func fileObjects(data []byte, cur *config.Config) (file *config.Config, notes []
 		Paths:      cfg.Paths[:inFile[kindPath.plural]],
 		FARs:       cfg.FARs[:inFile[kindFAR.plural]],
 		PDRs:       cfg.PDRs[:inFile[kindPDR.plural]],
+		LBRs:       cfg.LBRs[:inFile[kindLBR.plural]],
+		Services:   cfg.Services[:inFile[kindService.plural]],
 	}, notes, nil
 }
 
@@ -845,6 +954,14 @@ func agentItems(list string, fileItems []*yaml.Node, cur *config.Config) ([]*yam
 		for _, v := range cur.PDRs {
 			all = append(all, keyed{id(v.ID), v})
 		}
+	case kindLBR.plural:
+		for _, v := range cur.LBRs {
+			all = append(all, keyed{id(v.ID), v})
+		}
+	case kindService.plural:
+		for _, v := range cur.Services {
+			all = append(all, keyed{id(v.ID), v})
+		}
 	}
 	var nodes []*yaml.Node
 	var keys []string
@@ -917,6 +1034,12 @@ func planApply(file, cur *config.Config) []change {
 	for _, v := range cur.PDRs {
 		have[fmt.Sprint("pdr/", v.ID)] = api.PDRToPB(v)
 	}
+	for _, v := range cur.LBRs {
+		have[fmt.Sprint("lbr/", v.ID)] = api.LBRToPB(v)
+	}
+	for _, v := range cur.Services {
+		have[fmt.Sprint("service/", v.ID)] = api.ServiceToPB(v)
+	}
 	var out []change
 	add := func(k kind, key string, msg proto.Message, obj *pb.Object) {
 		c := change{kind: k, key: key}
@@ -934,8 +1057,10 @@ func planApply(file, cur *config.Config) []change {
 		out = append(out, c)
 	}
 	n := config.Config{Interfaces: slices.Clone(file.Interfaces), Paths: slices.Clone(file.Paths),
-		FARs: slices.Clone(file.FARs), PDRs: slices.Clone(file.PDRs)}
+		FARs: slices.Clone(file.FARs), PDRs: slices.Clone(file.PDRs),
+		LBRs: slices.Clone(file.LBRs), Services: slices.Clone(file.Services)}
 	n.Normalize()
+	// In the order of allKinds: what is referred to is created first.
 	for _, v := range n.Interfaces {
 		m := api.InterfaceToPB(v)
 		add(kindInterface, v.Name, m, &pb.Object{Kind: &pb.Object_Interface{Interface: m}})
@@ -947,6 +1072,14 @@ func planApply(file, cur *config.Config) []change {
 	for _, v := range n.FARs {
 		m := api.FARToPB(v)
 		add(kindFAR, fmt.Sprint(v.ID), m, &pb.Object{Kind: &pb.Object_Far{Far: m}})
+	}
+	for _, v := range n.LBRs {
+		m := api.LBRToPB(v)
+		add(kindLBR, fmt.Sprint(v.ID), m, &pb.Object{Kind: &pb.Object_Lbr{Lbr: m}})
+	}
+	for _, v := range n.Services {
+		m := api.ServiceToPB(v)
+		add(kindService, fmt.Sprint(v.ID), m, &pb.Object{Kind: &pb.Object_Service{Service: m}})
 	}
 	for _, v := range n.PDRs {
 		m := api.PDRToPB(v)
@@ -988,10 +1121,11 @@ func newApplyCmd() *cobra.Command {
 		Use:   "apply -f FILE",
 		Short: "Create or update a gateway's objects from a YAML file, all or nothing",
 		Long: `Reads objects in the shape of the agent's config file (interfaces, paths,
-fars and pdrs lists: a whole config file, or only some of the lists) and
-sends them to the agent as one Apply batch. An object the agent has (same
-id; interfaces: same name) is updated, replaced whole; one it lacks is
-created; one it has as written is left alone. The agent commits the batch
+fars, lbrs, services and pdrs lists: a whole config file, or only some of
+the lists) and sends them to the agent as one Apply batch, in that order:
+what is referred to before what refers to it. An object the agent has
+(same id; interfaces: same name) is updated, replaced whole; one it lacks
+is created; one it has as written is left alone. The agent commits the batch
 as one rules generation, or nothing of it when anything is wrong. Objects
 the agent has and the file does not name are kept. limits and defaults are
 not set through the API and are ignored.
@@ -1029,7 +1163,7 @@ so problems are reported at their paths in the file.`,
 			}
 			changes := planApply(want, cur)
 			if len(changes) == 0 {
-				return errors.New("no interfaces, paths, fars or pdrs to apply")
+				return errors.New("no " + kindList("or") + " to apply")
 			}
 			req := &pb.ApplyRequest{DryRun: dryRun}
 			var names []string
@@ -1080,12 +1214,14 @@ func newDeleteCmd() *cobra.Command {
 	var af apiFlags
 	var dryRun bool
 	c := &cobra.Command{
-		Use:   "delete pdr|far|path|interface ID|NAME...",
+		Use:   "delete pdr|service|lbr|far|path|interface ID|NAME...",
 		Short: "Delete a gateway's objects, all or nothing",
 		Long: `Deletes the objects named (by id; interfaces by name) in one Apply batch:
 all of them, or none when one is missing or still used (a FAR that a PDR
-selects, say: delete the PDR first).`,
+selects or an LBR has as a member, an LBR that a service names: delete
+what uses it first).`,
 		Example: `  edgeplane delete pdr 10 11
+  edgeplane delete service 1; edgeplane delete lbr 3
   edgeplane delete far 2 --dry-run`,
 		Args:              cobra.MinimumNArgs(2),
 		ValidArgsFunction: completeKind,

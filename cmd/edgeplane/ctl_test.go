@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -39,9 +40,15 @@ paths:
 fars:
   - {id: 1, action: pass}
   - {id: 2, action: encap, path: 1}
+  - {id: 4, action: nat, address: 10.1.0.11, port: 8080}
+  - {id: 5, action: nat, interface: lan0, address: 2001:db8::12, port: 8443}
 pdrs:
   - {id: 10, precedence: 100, match: {in: lan0, dst: 10.2.0.0/16}, far: 2}
   - {id: 20, precedence: 10, match: {proto: udp, dport: 5000-5100, dscp: 46}, far: 1}
+lbrs:
+  - {id: 1, algorithm: maglev, members: [{far: 4}, {far: 5, weight: 3}]}
+services:
+  - {id: 1, vip: 203.0.113.10, port: 80, proto: tcp, lbr: 1}
 `
 
 func agentConfig(t *testing.T) *config.Config {
@@ -70,6 +77,12 @@ func agentObjects(t *testing.T) *objects {
 	for _, v := range c.PDRs {
 		o.PDRs = append(o.PDRs, api.PDRToPB(v))
 	}
+	for _, v := range c.LBRs {
+		o.LBRs = append(o.LBRs, api.LBRToPB(v))
+	}
+	for _, v := range c.Services {
+		o.Services = append(o.Services, api.ServiceToPB(v))
+	}
 	return o
 }
 
@@ -77,14 +90,16 @@ func TestParseKind(t *testing.T) {
 	for in, want := range map[string]kind{
 		"pdr": kindPDR, "pdrs": kindPDR, "PDRs": kindPDR, "far": kindFAR, "fars": kindFAR,
 		"path": kindPath, "paths": kindPath, "interface": kindInterface, "interfaces": kindInterface,
+		"lbr": kindLBR, "LBRs": kindLBR, "service": kindService, "services": kindService,
 	} {
 		got, err := parseKind(in)
 		if err != nil || got != want {
 			t.Errorf("parseKind(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	if _, err := parseKind("rules"); err == nil || !strings.Contains(err.Error(), `unknown kind "rules"`) {
-		t.Errorf("parseKind(rules) error = %v", err)
+	const want = `unknown kind "rules" (want pdrs, services, lbrs, fars, paths or interfaces)`
+	if _, err := parseKind("rules"); err == nil || err.Error() != want {
+		t.Errorf("parseKind(rules) error = %v, want %s", err, want)
 	}
 }
 
@@ -137,7 +152,8 @@ func TestFileObjectsWholeConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(file.PDRs, cur.PDRs) || !reflect.DeepEqual(file.Paths, cur.Paths) || len(file.Interfaces) != 2 || len(file.FARs) != 2 {
+	if !reflect.DeepEqual(file.PDRs, cur.PDRs) || !reflect.DeepEqual(file.Paths, cur.Paths) || len(file.Interfaces) != 2 || len(file.FARs) != 4 ||
+		!reflect.DeepEqual(file.LBRs, cur.LBRs) || !reflect.DeepEqual(file.Services, cur.Services) {
 		t.Errorf("objects = %+v, want those of the file", file)
 	}
 	if len(notes) != 1 || !strings.Contains(notes[0], "limits ignored") {
@@ -152,7 +168,7 @@ func TestFileObjectsPartial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(notes) != 0 || len(file.Interfaces)+len(file.Paths)+len(file.FARs) != 0 || len(file.PDRs) != 1 {
+	if len(notes) != 0 || len(file.Interfaces)+len(file.Paths)+len(file.FARs)+len(file.LBRs)+len(file.Services) != 0 || len(file.PDRs) != 1 {
 		t.Fatalf("objects = %+v, notes %q; want pdr 11 only", file, notes)
 	}
 	p := file.PDRs[0]
@@ -263,9 +279,17 @@ func TestPrintTable(t *testing.T) {
 10  100         lan0  *    10.2.0.0/16  *      *      *          *     *        2
 20  10          *     *    *            udp    *      5000-5100  46    *        1
 `},
-		{kindFAR, `ID  ACTION  INTERFACE  PATH
-1   pass    -          -
-2   encap   -          1
+		{kindFAR, `ID  ACTION  INTERFACE  PATH  NAT
+1   pass    -          -     -
+2   encap   -          1     -
+4   nat     -          -     10.1.0.11:8080
+5   nat     lan0       -     [2001:db8::12]:8443
+`},
+		{kindLBR, `ID  ALGORITHM  MEMBERS
+1   maglev     4:1,5:3
+`},
+		{kindService, `ID  VIP           PORT  PROTO  LBR
+1   203.0.113.10  80    tcp    1
 `},
 		{kindPath, `ID  TYPE  INTERFACE  LOCAL      REMOTE        KEY  SEQ  TTL  DSCP
 1   gre   wan0       192.0.2.1  198.51.100.1  7    no   64   inner
@@ -311,7 +335,7 @@ func TestPrintJSON(t *testing.T) {
 	}
 
 	b.Reset()
-	one := &objects{FARs: o.FARs[1:]}
+	one := &objects{FARs: o.FARs[1:2]}
 	if err := printObjects(&b, kindFAR, one, outJSON, true); err != nil {
 		t.Fatal(err)
 	}
@@ -322,17 +346,39 @@ func TestPrintJSON(t *testing.T) {
 	if !reflect.DeepEqual(m, map[string]any{"id": 2.0, "action": "encap", "interface": "", "path": 1.0, "address": "", "port": 0.0}) {
 		t.Errorf("single far = %v", m)
 	}
+
+	b.Reset()
+	if err := printObjects(&b, kindLBR, o, outJSON, false); err != nil {
+		t.Fatal(err)
+	}
+	var lbrs pb.ListLbrsResponse
+	if err := protojson.Unmarshal(b.Bytes(), &lbrs); err != nil || !proto.Equal(&lbrs, &pb.ListLbrsResponse{Lbrs: o.LBRs}) {
+		t.Errorf("lbrs round trip: %v, %v", &lbrs, err)
+	}
+	b.Reset()
+	if err := printObjects(&b, kindService, o, outJSON, true); err != nil {
+		t.Fatal(err)
+	}
+	m = nil
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(m, map[string]any{"id": 1.0, "vip": "203.0.113.10", "port": 80.0, "proto": "tcp", "lbr": 1.0}) {
+		t.Errorf("single service = %v", m)
+	}
 }
 
 func TestPrintYAMLFeedsApply(t *testing.T) {
 	o := agentObjects(t)
 	cur := agentConfig(t)
+	var all bytes.Buffer
 	for _, k := range allKinds {
 		var b bytes.Buffer
 		if err := printObjects(&b, k, o, outYAML, false); err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasPrefix(b.String(), k.plural+":\n") {
+		all.Write(b.Bytes())
+		if !strings.HasPrefix(b.String(), k.plural+":\n") || strings.Contains(b.String(), "null") {
 			t.Errorf("%s yaml:\n%s", k.plural, b.String())
 		}
 		file, _, err := fileObjects(b.Bytes(), cur)
@@ -351,15 +397,57 @@ func TestPrintYAMLFeedsApply(t *testing.T) {
 		if n := file.PDRs; k == kindPDR && !reflect.DeepEqual(n, cur.PDRs) {
 			t.Errorf("pdrs back = %+v", n)
 		}
-		for _, c := range planApply(file, cur) {
+		if n := file.LBRs; k == kindLBR && !reflect.DeepEqual(n, cur.LBRs) {
+			t.Errorf("lbrs back = %+v", n)
+		}
+		if n := file.Services; k == kindService && !reflect.DeepEqual(n, cur.Services) {
+			t.Errorf("services back = %+v", n)
+		}
+		changes := planApply(file, cur)
+		if len(changes) != o.count(k) {
+			t.Errorf("%s: %d changes, want %d", k.plural, len(changes), o.count(k))
+		}
+		for _, c := range changes {
 			if c.verb != "unchanged" {
 				t.Errorf("%s %s %s, want unchanged", c.kind.name, c.key, c.verb)
 			}
 		}
 	}
+	// Every kind's output together is a whole config: to an empty agent
+	// it creates all of it, referred-to objects first.
+	file, _, err := fileObjects(all.Bytes(), &config.Config{})
+	if err != nil {
+		t.Fatalf("all kinds do not apply: %v\n%s", err, all.String())
+	}
+	if !reflect.DeepEqual(file.Interfaces, cur.Interfaces) || !reflect.DeepEqual(file.Paths, cur.Paths) ||
+		!reflect.DeepEqual(file.FARs, cur.FARs) || !reflect.DeepEqual(file.PDRs, cur.PDRs) ||
+		!reflect.DeepEqual(file.LBRs, cur.LBRs) || !reflect.DeepEqual(file.Services, cur.Services) {
+		t.Errorf("all kinds back = %+v\nwant %+v", file, cur)
+	}
+	var order []string
+	for _, c := range planApply(file, &config.Config{}) {
+		if c.verb != "created" {
+			t.Errorf("%s %s %s, want created", c.kind.name, c.key, c.verb)
+		}
+		if len(order) == 0 || order[len(order)-1] != c.kind.plural {
+			order = append(order, c.kind.plural)
+		}
+	}
+	if want := []string{"interfaces", "paths", "fars", "lbrs", "services", "pdrs"}; !reflect.DeepEqual(order, want) {
+		t.Errorf("created in the order %q, want %q", order, want)
+	}
 	var b bytes.Buffer
 	if err := printObjects(&b, kindPDR, &objects{}, outYAML, false); err != nil || b.String() != "pdrs: []\n" {
 		t.Errorf("no pdrs: %q, %v", b.String(), err)
+	}
+	b.Reset()
+	if err := printObjects(&b, kindLBR, o, outYAML, false); err != nil {
+		t.Fatal(err)
+	}
+	// An unset weight is left out, not printed as null.
+	want := "lbrs:\n    - id: 1\n      algorithm: maglev\n      members:\n        - far: 4\n        - far: 5\n          weight: 3\n"
+	if b.String() != want {
+		t.Errorf("lbrs yaml:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
 
@@ -542,7 +630,7 @@ func TestCommandsAgainstAPI(t *testing.T) {
 	}
 
 	out, err := ctl("", "get", "far", "2")
-	if err != nil || out != "ID  ACTION  INTERFACE  PATH\n2   encap   -          1\n" {
+	if err != nil || out != "ID  ACTION  INTERFACE  PATH  NAT\n2   encap   -          1     -\n" {
 		t.Errorf("get far 2: %q, %v", out, err)
 	}
 	objs := "fars:\n  - {id: 3, action: drop}\npdrs:\n  - {id: 10, precedence: 100, match: {in: lan0, dst: 10.2.0.0/16}, far: 3}\n  - {id: 20, precedence: 10, match: {proto: udp, dport: 5000-5100, dscp: 46}, far: 1}\n"
@@ -579,8 +667,68 @@ func TestCommandsAgainstAPI(t *testing.T) {
 	if err == nil || err.Error() != "get pdr 10: NotFound: no pdr 10" {
 		t.Errorf("get pdr 10 after delete: %v", err)
 	}
+	// A service over an LBR of two new nat FARs. The file lists them
+	// the other way round; apply sends what is referred to first.
+	lb := `services:
+  - {id: 2, vip: 203.0.113.20, port: 53, proto: udp, lbr: 3}
+lbrs:
+  - {id: 3, algorithm: maglev, members: [{far: 6, weight: 2}, {far: 7, weight: 0}]}
+fars:
+  - {id: 6, action: nat, address: 10.1.0.21, port: 5353}
+  - {id: 7, action: nat, address: 10.1.0.22, port: 5353}
+`
+	out, err = ctl(lb, "apply", "-f", "-")
+	if err != nil || !strings.HasPrefix(out, "far 6 created\nfar 7 created\nlbr 3 created\nservice 2 created\ngeneration 4 (committed in ") {
+		t.Errorf("apply service: %q, %v", out, err)
+	}
+	out, err = ctl("", "get", "services")
+	if err != nil || out != "ID  VIP           PORT  PROTO  LBR\n1   203.0.113.10  80    tcp    1\n2   203.0.113.20  53    udp    3\n" {
+		t.Errorf("get services: %q, %v", out, err)
+	}
+	out, err = ctl("", "get", "lbr", "3")
+	if err != nil || out != "ID  ALGORITHM  MEMBERS\n3   maglev     6:2,7:0\n" {
+		t.Errorf("get lbr 3: %q, %v", out, err)
+	}
+	out, err = ctl("", "get", "fars", "6", "7")
+	if err != nil || out != "ID  ACTION  INTERFACE  PATH  NAT\n6   nat     -          -     10.1.0.21:5353\n7   nat     -          -     10.1.0.22:5353\n" {
+		t.Errorf("get fars 6 7: %q, %v", out, err)
+	}
+	out, err = ctl("", "get", "services", "2", "-o", "yaml")
+	if err != nil || out != "services:\n    - id: 2\n      vip: 203.0.113.20\n      port: 53\n      proto: udp\n      lbr: 3\n" {
+		t.Errorf("get service 2 -o yaml: %q, %v", out, err)
+	}
+	out, err = ctl(out, "apply", "-f", "-")
+	if err != nil || out != "service 2 unchanged\n" {
+		t.Errorf("apply get's yaml: %q, %v", out, err)
+	}
+	// What uses an object goes first: the service, then its LBR, then
+	// the LBR's FARs.
+	_, err = ctl("", "delete", "lbr", "3")
+	if err == nil || err.Error() != "delete: FailedPrecondition:\n  operations[0].delete: lbr 3 is still used by service 2 (lbr 3)" {
+		t.Errorf("delete lbr 3 before its service: %v", err)
+	}
+	out, err = ctl("", "delete", "service", "2")
+	if err != nil || !strings.HasPrefix(out, "service 2 deleted\ngeneration 5 (committed in ") {
+		t.Errorf("delete service 2: %q, %v", out, err)
+	}
+	out, err = ctl("", "delete", "lbr", "3")
+	if err != nil || !strings.HasPrefix(out, "lbr 3 deleted\ngeneration 6 (committed in ") {
+		t.Errorf("delete lbr 3: %q, %v", out, err)
+	}
+	out, err = ctl("", "delete", "far", "6", "7")
+	if err != nil || !strings.HasPrefix(out, "far 6 deleted\nfar 7 deleted\ngeneration 7 (committed in ") {
+		t.Errorf("delete far 6 7: %q, %v", out, err)
+	}
+	_, err = ctl("", "get", "service", "2")
+	if err == nil || err.Error() != "get service 2: NotFound: no service 2" {
+		t.Errorf("get service 2 after delete: %v", err)
+	}
+	if c := agent.Config(); len(c.Services) != 1 || len(c.LBRs) != 1 || len(c.FARs) != 5 {
+		t.Errorf("agent after deletes: %d services, %d lbrs, %d fars", len(c.Services), len(c.LBRs), len(c.FARs))
+	}
+
 	out, err = ctl("", "stats", "--json")
-	if err != nil || !strings.Contains(out, `"generation": 3`) || !strings.Contains(out, `"10": {`) {
+	if err != nil || !strings.Contains(out, `"generation": 7`) || !strings.Contains(out, `"10": {`) {
 		t.Errorf("stats --server: %q, %v", out, err)
 	}
 
@@ -598,5 +746,42 @@ func TestCommandsAgainstAPI(t *testing.T) {
 	root.SetArgs([]string{"get", "pdrs", "--server", l.GRPC.String(), "--timeout", "2s"})
 	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "give --tls") {
 		t.Errorf("no tls: %v", err)
+	}
+}
+
+// oldAgent is the API of an agent that predates LBRs and services.
+type oldAgent struct {
+	pb.GatewayClient
+}
+
+func (oldAgent) ListInterfaces(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListInterfacesResponse, error) {
+	return &pb.ListInterfacesResponse{}, nil
+}
+
+func (oldAgent) ListPaths(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListPathsResponse, error) {
+	return &pb.ListPathsResponse{}, nil
+}
+
+func (oldAgent) ListFars(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListFarsResponse, error) {
+	return &pb.ListFarsResponse{Fars: []*pb.Far{{Id: 1, Action: "pass"}}}, nil
+}
+
+func (oldAgent) ListPdrs(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListPdrsResponse, error) {
+	return &pb.ListPdrsResponse{}, nil
+}
+
+func (oldAgent) ListLbrs(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListLbrsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "unknown method ListLbrs")
+}
+
+func (oldAgent) ListServices(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListServicesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "unknown method ListServices")
+}
+
+func TestListAllOldAgent(t *testing.T) {
+	c := &apiConn{GatewayClient: oldAgent{}, ctx: context.Background(), flags: &apiFlags{server: defaultServer, timeout: time.Second}}
+	o, err := c.listAll("apply")
+	if err != nil || len(o.FARs) != 1 || len(o.LBRs)+len(o.Services) != 0 {
+		t.Errorf("listAll = %+v, %v; want far 1 and no lbrs or services", o, err)
 	}
 }

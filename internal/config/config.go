@@ -151,8 +151,8 @@ type Path struct {
 type FAR struct {
 	// ID identifies the FAR; it is required (non-zero) and unique.
 	ID uint32 `yaml:"id"`
-	// Action is ActionPass, ActionDrop, ActionRedirect, ActionEncap or
-	// ActionDecap.
+	// Action is ActionPass, ActionDrop, ActionRedirect, ActionEncap,
+	// ActionDecap or ActionNAT.
 	Action string `yaml:"action"`
 	// Interface is the egress interface for ActionRedirect and must be
 	// empty for the other actions.
@@ -182,7 +182,7 @@ type Member struct {
 	FAR uint32 `yaml:"far"`
 	// Weight is relative to the other members'; nil means 1, 0 drains
 	// the member: no new connections, established ones continue.
-	Weight *uint32 `yaml:"weight"`
+	Weight *uint32 `yaml:"weight,omitempty"`
 }
 
 // EffectiveWeight is the member's weight, 1 when unset.
@@ -400,7 +400,7 @@ func Parse(data []byte) (*Config, error) {
 	d := decoder{pos: map[string]position{}, last: map[string]position{}, failed: map[string]bool{}}
 	if root != nil && !isNull(root) {
 		if root.Kind != yaml.MappingNode {
-			return nil, Errors{{Path: docPath, Reason: "top level must be a mapping of interfaces, fars, pdrs, limits and defaults, got " + describe(root)}}
+			return nil, Errors{{Path: docPath, Reason: "top level must be a mapping of interfaces, paths, fars, pdrs, lbrs, services, limits and defaults, got " + describe(root)}}
 		}
 		d.config(root, &c)
 	}
@@ -752,7 +752,8 @@ func (m Match) MarshalYAML() (any, error) {
 	return &n, nil
 }
 
-// MarshalYAML omits the interface and path when they are not set.
+// MarshalYAML omits the interface, path, address and port when they are
+// not set.
 func (f FAR) MarshalYAML() (any, error) {
 	type far struct {
 		ID        uint32 `yaml:"id"`

@@ -1,0 +1,339 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/lab"
+)
+
+// The service of TestBalanceLongLived: A connects to vip:80, the gateway
+// NATs each connection to one of three backend hosts behind B (a plain
+// kernel router), each serving on port 8080.
+const (
+	lbVIP      = "203.0.113.10"
+	lbBackends = 3
+	lbConns    = 100
+)
+
+func lbBackendAddr(i int) string { return fmt.Sprintf("10.30.%d.2", i) }
+
+const lbConfig = `
+interfaces:
+  - {name: lan0, role: lan, xdp: native}
+  - {name: wan0, role: wan, xdp: native}
+fars:
+  - {id: 1, action: nat, address: 10.30.1.2, port: 8080}
+  - {id: 2, action: nat, address: 10.30.2.2, port: 8080}
+lbrs:
+  - {id: 1, algorithm: maglev, members: [{far: 1}, {far: 2}]}
+services:
+  - {id: 1, vip: 203.0.113.10, port: 80, proto: tcp, lbr: 1}
+limits: {flows: 65536, rules: 1024}
+`
+
+// addBackends puts n backend hosts behind B: namespace Prefix+"beI" with
+// eth0 10.30.I.2/24, linked to B (10.30.I.1), B routing between them and
+// the gateway, and the gateway routing 10.30.0.0/16 to B. Each runs a TCP
+// server on :8080 that greets with its name ("be2\n") and echoes.
+func addBackends(t *testing.T, g *gateway, n int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		ns := fmt.Sprintf("%sbe%d", g.Prefix, i)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		steps := [][]string{
+			{"ip", "netns", "add", ns},
+			{"ip", "-n", ns, "link", "set", "lo", "up"},
+			{"ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", fmt.Sprintf("be%d", i), "netns", g.B},
+			{"ip", "-n", ns, "addr", "add", lbBackendAddr(i) + "/24", "dev", "eth0"},
+			{"ip", "-n", ns, "link", "set", "eth0", "up"},
+			{"ip", "-n", ns, "route", "add", "default", "via", fmt.Sprintf("10.30.%d.1", i)},
+			{"ip", "-n", g.B, "addr", "add", fmt.Sprintf("10.30.%d.1/24", i), "dev", fmt.Sprintf("be%d", i)},
+			{"ip", "-n", g.B, "link", "set", fmt.Sprintf("be%d", i), "up"},
+			// Backends reply through the XDP gateway, which rewrites
+			// their packets: full checksums, not offloaded partial ones.
+			{"ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"},
+		}
+		for _, s := range steps {
+			if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
+				t.Fatalf("%v: %v: %s", s, err, out)
+			}
+		}
+		name := fmt.Sprintf("be%d", i)
+		var ln net.Listener
+		if err := lab.InNamedNetNS(ns, func() (err error) {
+			ln, err = net.Listen("tcp4", ":8080")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go serveEcho(ln, name)
+	}
+	for _, s := range [][]string{
+		{"ip", "netns", "exec", g.B, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
+		{"ip", "-n", g.GW, "route", "add", "10.30.0.0/16", "via", lab.AddrB},
+	} {
+		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", s, err, out)
+		}
+	}
+}
+
+func serveEcho(ln net.Listener, name string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			if _, err := io.WriteString(c, name+"\n"); err != nil {
+				return
+			}
+			// Plain copies: TCPConn.ReadFrom would splice through a
+			// pooled pipe pair that outlives the connection (and
+			// TestMain counts leaked descriptors).
+			_, _ = io.Copy(struct{ io.Writer }{c}, struct{ io.Reader }{c})
+		}()
+	}
+}
+
+// lbConn is one client connection to the VIP and the backend that
+// greeted it.
+type lbConn struct {
+	c       net.Conn
+	r       *bufio.Reader
+	backend string
+}
+
+// dialVIP opens n connections from A to the VIP and reads each greeting.
+func dialVIP(t *testing.T, g *gateway, n int) []*lbConn {
+	t.Helper()
+	var conns []*lbConn
+	err := lab.InNamedNetNS(g.A, func() error {
+		for i := 0; i < n; i++ {
+			c, err := net.DialTimeout("tcp4", net.JoinHostPort(lbVIP, "80"), 3*time.Second)
+			if err != nil {
+				return fmt.Errorf("connection %d: %w", i, err)
+			}
+			conns = append(conns, &lbConn{c: c, r: bufio.NewReader(c)})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, lc := range conns {
+		_ = lc.c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		line, err := lc.r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("connection %d: no greeting: %v", i, err)
+		}
+		lc.backend = strings.TrimSpace(line)
+	}
+	return conns
+}
+
+// spread opens n short connections and counts them by backend.
+func spread(t *testing.T, g *gateway, n int) map[string]int {
+	t.Helper()
+	count := map[string]int{}
+	for _, lc := range dialVIP(t, g, n) {
+		count[lc.backend]++
+		lc.c.Close()
+	}
+	return count
+}
+
+// talker exchanges a line with the backend every 20 ms on each
+// connection, recording errors and the longest wait for an echo.
+type talker struct {
+	errors  atomic.Int64
+	stalls  atomic.Int64
+	rounds  atomic.Int64
+	mu      sync.Mutex
+	first   []string
+	maxWait time.Duration
+}
+
+const stallAfter = time.Second
+
+func (tk *talker) run(conns []*lbConn, stop <-chan struct{}, wg *sync.WaitGroup) {
+	for i, lc := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				msg := fmt.Sprintf("conn %d seq %d\n", i, seq)
+				t0 := time.Now()
+				_ = lc.c.SetDeadline(t0.Add(stallAfter))
+				_, err := io.WriteString(lc.c, msg)
+				var got string
+				if err == nil {
+					got, err = lc.r.ReadString('\n')
+				}
+				wait := time.Since(t0)
+				switch {
+				case err != nil && isTimeout(err):
+					tk.stalls.Add(1)
+					tk.note(fmt.Sprintf("conn %d (%s) seq %d: no echo within %s", i, lc.backend, seq, stallAfter))
+					return
+				case err != nil:
+					tk.errors.Add(1)
+					tk.note(fmt.Sprintf("conn %d (%s) seq %d: %v", i, lc.backend, seq, err))
+					return
+				case got != msg:
+					tk.errors.Add(1)
+					tk.note(fmt.Sprintf("conn %d: echo %q, want %q", i, got, msg))
+					return
+				}
+				tk.rounds.Add(1)
+				tk.mu.Lock()
+				tk.maxWait = max(tk.maxWait, wait)
+				tk.mu.Unlock()
+			}
+		}()
+	}
+}
+
+func (tk *talker) note(s string) {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	if len(tk.first) < 10 {
+		tk.first = append(tk.first, s)
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+func natFar(id uint32, addr string) *pb.Object {
+	return farObj(&pb.Far{Id: id, Action: "nat", Address: addr, Port: 8080})
+}
+
+func lbrObj(weights ...uint32) *pb.Object {
+	l := &pb.Lbr{Id: 1, Algorithm: "maglev"}
+	for i, w := range weights {
+		if w == ^uint32(0) {
+			continue // not a member
+		}
+		l.Members = append(l.Members, &pb.Member{Far: uint32(i + 1), Weight: u32(w)})
+	}
+	return &pb.Object{Kind: &pb.Object_Lbr{Lbr: l}}
+}
+
+const notMember = ^uint32(0)
+
+// TestBalanceLongLived runs 100 long-lived TCP connections through a
+// Maglev service while backends are added, drained, removed and added back
+// over the API: no connection errs, stalls or changes backend, new
+// connections avoid drained and removed backends, and spread by weight.
+func TestBalanceLongLived(t *testing.T) {
+	a := newAPIGateway(t, lbConfig)
+	addBackends(t, a.gateway, lbBackends)
+	a.warmUp()
+
+	conns := dialVIP(t, a.gateway, lbConns)
+	start := map[string]int{}
+	for _, lc := range conns {
+		start[lc.backend]++
+	}
+	t.Logf("%d long-lived connections: %v", lbConns, start)
+	if len(start) != 2 {
+		t.Fatalf("connections went to %v, want both backends", start)
+	}
+	tk := &talker{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	tk.run(conns, stop, &wg)
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+		for _, lc := range conns {
+			lc.c.Close()
+		}
+	}()
+
+	settle := func() { time.Sleep(1500 * time.Millisecond) }
+	settle()
+	phases := []struct {
+		name  string
+		ops   []*pb.Operation
+		avoid []string // backends new connections must not reach
+	}{
+		{"add be3", []*pb.Operation{createOp(natFar(3, lbBackendAddr(3))), updateOp(lbrObj(1, 1, 1))}, nil},
+		{"drain be1", []*pb.Operation{updateOp(lbrObj(0, 1, 1))}, []string{"be1"}},
+		{"remove be2", []*pb.Operation{updateOp(lbrObj(0, notMember, 1))}, []string{"be1", "be2"}},
+		{"weights 1:2:1", []*pb.Operation{updateOp(lbrObj(1, 2, 1))}, nil},
+	}
+	for _, ph := range phases {
+		r := a.mustApply(t, ph.ops...)
+		t.Logf("%s: generation %d, commit %d us", ph.name, r.GetGeneration(), r.GetCommitMicros())
+		if len(ph.avoid) > 0 {
+			got := spread(t, a.gateway, 60)
+			for _, b := range ph.avoid {
+				if got[b] > 0 {
+					t.Errorf("%s: %d new connections went to %s", ph.name, got[b], b)
+				}
+			}
+		}
+		settle()
+	}
+
+	const n = 2000
+	got := spread(t, a.gateway, n)
+	want := map[string]float64{"be1": 0.25, "be2": 0.5, "be3": 0.25}
+	for b, w := range want {
+		share := float64(got[b]) / n
+		t.Logf("new connections on %s: %.3f (weight share %.2f, relative error %+.1f %%)", b, share, w, 100*(share-w)/w)
+		if share < w-0.05 || share > w+0.05 {
+			t.Errorf("%s got %.3f of %d new connections, want %.2f +- 0.05", b, share, n, w)
+		}
+	}
+
+	close(stop)
+	wg.Wait()
+	t.Logf("long-lived connections: %d echoes, longest wait %s, %d errors, %d stalls", tk.rounds.Load(), tk.maxWait, tk.errors.Load(), tk.stalls.Load())
+	if tk.errors.Load() > 0 || tk.stalls.Load() > 0 {
+		t.Errorf("long-lived connections broke: %d errors, %d stalls: %v", tk.errors.Load(), tk.stalls.Load(), tk.first)
+	}
+	if min := int64(lbConns) * 100; tk.rounds.Load() < min {
+		t.Errorf("only %d echoes over the run, want at least %d", tk.rounds.Load(), min)
+	}
+	// Every connection still talks to the backend that greeted it.
+	for i, lc := range conns {
+		msg := fmt.Sprintf("final %d\n", i)
+		_ = lc.c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := io.WriteString(lc.c, msg); err != nil {
+			t.Fatalf("connection %d (%s): %v", i, lc.backend, err)
+		}
+		if got, err := lc.r.ReadString('\n'); err != nil || got != msg {
+			t.Fatalf("connection %d (%s): echo %q, %v", i, lc.backend, got, err)
+		}
+	}
+}
