@@ -271,4 +271,28 @@ int bench_wrap_shrink(struct xdp_md *ctx)
 	return wrap_resize(ctx, 0, BENCH_GRE_OUTER);
 }
 
+/* bench_resize_miss is bench_resize, then the frame becomes the next new
+ * flow (next_flow): every run a new connection through paths that rewrite
+ * or resize the frame (the balancer's NAT and dsr-gre). */
+SEC("xdp")
+int bench_resize_miss(struct xdp_md *ctx)
+{
+	int rc = wrap_resize(ctx, 1, 0);
+
+	if (rc == XDP_ABORTED || next_flow(ctx))
+		return XDP_ABORTED;
+	return rc;
+}
+
+/* bench_wrap_resize_miss is bench_resize_miss without the pipeline. */
+SEC("xdp")
+int bench_wrap_resize_miss(struct xdp_md *ctx)
+{
+	int rc = wrap_resize(ctx, 0, 0);
+
+	if (rc == XDP_ABORTED || next_flow(ctx))
+		return XDP_ABORTED;
+	return rc;
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

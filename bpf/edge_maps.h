@@ -209,6 +209,7 @@ struct {
 	__type(key, struct edge_conn_key);
 	__type(value, struct edge_conn);
 	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_conns SEC(".maps");
 
@@ -220,6 +221,7 @@ struct {
 	__type(key, struct edge_conn_key);
 	__type(value, struct edge_conn);
 	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_rnat SEC(".maps");
 

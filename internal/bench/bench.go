@@ -243,6 +243,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := b.measureGRE(r, dp, progs, alloc); err != nil {
 		return nil, err
 	}
+	o.Log("L4 balancer: NAT and dsr-gre, established and new connections")
+	if err := b.measureLB(r, dp, progs, alloc); err != nil {
+		return nil, err
+	}
 
 	if o.Quick {
 		r.Seconds = time.Since(start).Seconds()
@@ -263,6 +267,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		{Name: "miss cost at 65536 rules / at 1 rule", Value: missAt("classify_redirect_miss_65536") / missAt("classify_redirect_miss_1"), Limit: 1.5},
 		{Name: "hit cost above the XDP_PASS floor (ns)", Value: r.find("classify_redirect_hit_65536").AboveFloor, Limit: 40},
 	}
+	r.Goals = append(r.Goals, lbGoals(r)...)
 	for _, c := range r.EndToEnd.Compare {
 		r.Goals = append(r.Goals, Goal{Name: "ours / kernel Mpps end to end, " + c.Sender, Value: c.Ratio, Limit: 3, AtLeast: true})
 	}
@@ -436,7 +441,7 @@ func (r *Report) Text() string {
 	if c := r.Control; c != nil {
 		fmt.Fprintf(&sb, "control over gRPC on loopback, client wall time:\n")
 		fmt.Fprintf(&sb, "%-36s %6s %9s %9s %9s %9s %9s %8s %8s %11s\n", "figure", "ops", "p50 us", "p90 us", "p99 us", "max us", "mean us", "p50/fl", "p99/fl", "agent p50")
-		for _, l := range []Latency{c.Floor, c.FloorPaced, c.Create, c.Update, c.Delete, c.CreatePaced} {
+		for _, l := range []Latency{c.Floor, c.FloorPaced, c.Create, c.Update, c.Delete, c.CreatePaced, c.RemoveBackend} {
 			rp50, rp99 := 1.0, l.P99Us/l.P50Us
 			if l.Ratios != nil {
 				rp50, rp99 = l.Ratios.P50, l.Ratios.P99

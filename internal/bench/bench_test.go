@@ -23,14 +23,15 @@ func TestBenchRuns(t *testing.T) {
 	want := []string{"xdp_pass_floor", "classify_redirect_miss_1", "classify_redirect_hit_1",
 		"classify_redirect_miss_65536", "classify_redirect_hit_65536",
 		"classify_redirect_8groups_miss_65536", "malformed_drop",
-		"gre_encap_ip4_hit", "gre_decap_ip4_hit"}
+		"gre_encap_ip4_hit", "gre_decap_ip4_hit",
+		"lb_nat_established", "lb_nat_new", "lb_dsr_gre_established", "lb_dsr_gre_new"}
 	for _, name := range want {
 		f := r.find(name)
 		if f.Name == "" || f.NsPerPacket <= 0 || f.Method == "" {
 			t.Errorf("figure %s missing or zero: %+v", name, f)
 		}
 	}
-	for _, name := range []string{"gre_encap_ip4_hit", "gre_decap_ip4_hit"} {
+	for _, name := range []string{"gre_encap_ip4_hit", "gre_decap_ip4_hit", "lb_nat_new", "lb_dsr_gre_established"} {
 		if f := r.find(name); f.Verdict != "redirect" || f.UndoNs <= 0 {
 			t.Errorf("%s: verdict %q, undo %.1f ns", name, f.Verdict, f.UndoNs)
 		}
@@ -68,7 +69,7 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("ours vs kernel, %s sender: %+v", c.Sender, c)
 		}
 	}
-	if len(r.Goals) != 4 {
+	if len(r.Goals) != 6 {
 		t.Errorf("goals: %+v", r.Goals)
 	}
 }

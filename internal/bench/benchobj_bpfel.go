@@ -16,43 +16,45 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	benchobjMapBenchFront       = "bench_front"
-	benchobjMapBenchSeq         = "bench_seq"
-	benchobjMapEdgeCacheStats   = "edge_cache_stats"
-	benchobjMapEdgeConns        = "edge_conns"
-	benchobjMapEdgeDecaps       = "edge_decaps"
-	benchobjMapEdgeEmc4         = "edge_emc4"
-	benchobjMapEdgeFars         = "edge_fars"
-	benchobjMapEdgeFlows        = "edge_flows"
-	benchobjMapEdgeFlows4       = "edge_flows4"
-	benchobjMapEdgeGlobal       = "edge_global"
-	benchobjMapEdgeGroups       = "edge_groups"
-	benchobjMapEdgeIfaddrs      = "edge_ifaddrs"
-	benchobjMapEdgeLbNew        = "edge_lb_new"
-	benchobjMapEdgeLbScratch    = "edge_lb_scratch"
-	benchobjMapEdgeLbStats      = "edge_lb_stats"
-	benchobjMapEdgeMaglev       = "edge_maglev"
-	benchobjMapEdgePathSeq      = "edge_path_seq"
-	benchobjMapEdgePathStats    = "edge_path_stats"
-	benchobjMapEdgePaths        = "edge_paths"
-	benchobjMapEdgePdrStats     = "edge_pdr_stats"
-	benchobjMapEdgeReasons      = "edge_reasons"
-	benchobjMapEdgeRnat         = "edge_rnat"
-	benchobjMapEdgeRules        = "edge_rules"
-	benchobjMapEdgeServices     = "edge_services"
-	benchobjMapEdgeTx           = "edge_tx"
-	benchobjMapEdgeVerdicts     = "edge_verdicts"
-	benchobjProgBenchHit        = "bench_hit"
-	benchobjProgBenchMiss       = "bench_miss"
-	benchobjProgBenchPass       = "bench_pass"
-	benchobjProgBenchResize     = "bench_resize"
-	benchobjProgBenchWrapGrow   = "bench_wrap_grow"
-	benchobjProgBenchWrapMiss   = "bench_wrap_miss"
-	benchobjProgBenchWrapPass   = "bench_wrap_pass"
-	benchobjProgBenchWrapResize = "bench_wrap_resize"
-	benchobjProgBenchWrapShrink = "bench_wrap_shrink"
-	benchobjVarFarStride        = "far_stride"
-	benchobjVarMaglevSize       = "maglev_size"
+	benchobjMapBenchFront           = "bench_front"
+	benchobjMapBenchSeq             = "bench_seq"
+	benchobjMapEdgeCacheStats       = "edge_cache_stats"
+	benchobjMapEdgeConns            = "edge_conns"
+	benchobjMapEdgeDecaps           = "edge_decaps"
+	benchobjMapEdgeEmc4             = "edge_emc4"
+	benchobjMapEdgeFars             = "edge_fars"
+	benchobjMapEdgeFlows            = "edge_flows"
+	benchobjMapEdgeFlows4           = "edge_flows4"
+	benchobjMapEdgeGlobal           = "edge_global"
+	benchobjMapEdgeGroups           = "edge_groups"
+	benchobjMapEdgeIfaddrs          = "edge_ifaddrs"
+	benchobjMapEdgeLbNew            = "edge_lb_new"
+	benchobjMapEdgeLbScratch        = "edge_lb_scratch"
+	benchobjMapEdgeLbStats          = "edge_lb_stats"
+	benchobjMapEdgeMaglev           = "edge_maglev"
+	benchobjMapEdgePathSeq          = "edge_path_seq"
+	benchobjMapEdgePathStats        = "edge_path_stats"
+	benchobjMapEdgePaths            = "edge_paths"
+	benchobjMapEdgePdrStats         = "edge_pdr_stats"
+	benchobjMapEdgeReasons          = "edge_reasons"
+	benchobjMapEdgeRnat             = "edge_rnat"
+	benchobjMapEdgeRules            = "edge_rules"
+	benchobjMapEdgeServices         = "edge_services"
+	benchobjMapEdgeTx               = "edge_tx"
+	benchobjMapEdgeVerdicts         = "edge_verdicts"
+	benchobjProgBenchHit            = "bench_hit"
+	benchobjProgBenchMiss           = "bench_miss"
+	benchobjProgBenchPass           = "bench_pass"
+	benchobjProgBenchResize         = "bench_resize"
+	benchobjProgBenchResizeMiss     = "bench_resize_miss"
+	benchobjProgBenchWrapGrow       = "bench_wrap_grow"
+	benchobjProgBenchWrapMiss       = "bench_wrap_miss"
+	benchobjProgBenchWrapPass       = "bench_wrap_pass"
+	benchobjProgBenchWrapResize     = "bench_wrap_resize"
+	benchobjProgBenchWrapResizeMiss = "bench_wrap_resize_miss"
+	benchobjProgBenchWrapShrink     = "bench_wrap_shrink"
+	benchobjVarFarStride            = "far_stride"
+	benchobjVarMaglevSize           = "maglev_size"
 )
 
 // loadBenchobj returns the embedded CollectionSpec for benchobj.
@@ -97,15 +99,17 @@ type benchobjSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjProgramSpecs struct {
-	BenchHit        *ebpf.ProgramSpec `ebpf:"bench_hit"`
-	BenchMiss       *ebpf.ProgramSpec `ebpf:"bench_miss"`
-	BenchPass       *ebpf.ProgramSpec `ebpf:"bench_pass"`
-	BenchResize     *ebpf.ProgramSpec `ebpf:"bench_resize"`
-	BenchWrapGrow   *ebpf.ProgramSpec `ebpf:"bench_wrap_grow"`
-	BenchWrapMiss   *ebpf.ProgramSpec `ebpf:"bench_wrap_miss"`
-	BenchWrapPass   *ebpf.ProgramSpec `ebpf:"bench_wrap_pass"`
-	BenchWrapResize *ebpf.ProgramSpec `ebpf:"bench_wrap_resize"`
-	BenchWrapShrink *ebpf.ProgramSpec `ebpf:"bench_wrap_shrink"`
+	BenchHit            *ebpf.ProgramSpec `ebpf:"bench_hit"`
+	BenchMiss           *ebpf.ProgramSpec `ebpf:"bench_miss"`
+	BenchPass           *ebpf.ProgramSpec `ebpf:"bench_pass"`
+	BenchResize         *ebpf.ProgramSpec `ebpf:"bench_resize"`
+	BenchResizeMiss     *ebpf.ProgramSpec `ebpf:"bench_resize_miss"`
+	BenchWrapGrow       *ebpf.ProgramSpec `ebpf:"bench_wrap_grow"`
+	BenchWrapMiss       *ebpf.ProgramSpec `ebpf:"bench_wrap_miss"`
+	BenchWrapPass       *ebpf.ProgramSpec `ebpf:"bench_wrap_pass"`
+	BenchWrapResize     *ebpf.ProgramSpec `ebpf:"bench_wrap_resize"`
+	BenchWrapResizeMiss *ebpf.ProgramSpec `ebpf:"bench_wrap_resize_miss"`
+	BenchWrapShrink     *ebpf.ProgramSpec `ebpf:"bench_wrap_shrink"`
 }
 
 // benchobjMapSpecs contains maps before they are loaded into the kernel.
@@ -239,15 +243,17 @@ type benchobjVariables struct {
 //
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjPrograms struct {
-	BenchHit        *ebpf.Program `ebpf:"bench_hit"`
-	BenchMiss       *ebpf.Program `ebpf:"bench_miss"`
-	BenchPass       *ebpf.Program `ebpf:"bench_pass"`
-	BenchResize     *ebpf.Program `ebpf:"bench_resize"`
-	BenchWrapGrow   *ebpf.Program `ebpf:"bench_wrap_grow"`
-	BenchWrapMiss   *ebpf.Program `ebpf:"bench_wrap_miss"`
-	BenchWrapPass   *ebpf.Program `ebpf:"bench_wrap_pass"`
-	BenchWrapResize *ebpf.Program `ebpf:"bench_wrap_resize"`
-	BenchWrapShrink *ebpf.Program `ebpf:"bench_wrap_shrink"`
+	BenchHit            *ebpf.Program `ebpf:"bench_hit"`
+	BenchMiss           *ebpf.Program `ebpf:"bench_miss"`
+	BenchPass           *ebpf.Program `ebpf:"bench_pass"`
+	BenchResize         *ebpf.Program `ebpf:"bench_resize"`
+	BenchResizeMiss     *ebpf.Program `ebpf:"bench_resize_miss"`
+	BenchWrapGrow       *ebpf.Program `ebpf:"bench_wrap_grow"`
+	BenchWrapMiss       *ebpf.Program `ebpf:"bench_wrap_miss"`
+	BenchWrapPass       *ebpf.Program `ebpf:"bench_wrap_pass"`
+	BenchWrapResize     *ebpf.Program `ebpf:"bench_wrap_resize"`
+	BenchWrapResizeMiss *ebpf.Program `ebpf:"bench_wrap_resize_miss"`
+	BenchWrapShrink     *ebpf.Program `ebpf:"bench_wrap_shrink"`
 }
 
 func (p *benchobjPrograms) Close() error {
@@ -256,10 +262,12 @@ func (p *benchobjPrograms) Close() error {
 		p.BenchMiss,
 		p.BenchPass,
 		p.BenchResize,
+		p.BenchResizeMiss,
 		p.BenchWrapGrow,
 		p.BenchWrapMiss,
 		p.BenchWrapPass,
 		p.BenchWrapResize,
+		p.BenchWrapResizeMiss,
 		p.BenchWrapShrink,
 	)
 }

@@ -39,6 +39,9 @@ type Control struct {
 	CreatePaced Latency `json:"pdr_create_paced"`
 	BatchCreate Batch   `json:"batch_create"`
 	BatchDelete Batch   `json:"batch_delete"`
+	// RemoveBackend is the time from an Apply that takes a backend out
+	// of a service's LBR to its answer, which comes after the flip.
+	RemoveBackend Latency `json:"lb_remove_backend"`
 }
 
 // Latency is the distribution of one kind of call, client wall time in
@@ -224,6 +227,10 @@ func runControl(ctx context.Context, o Options) (*Control, error) {
 	b := o.ControlBatch
 	o.Log("control: one Apply creating %d PDRs, one deleting them", b)
 	if c.BatchCreate, c.BatchDelete, err = l.batch(ctx, b); err != nil {
+		return nil, err
+	}
+	o.Log("control: removing a backend from a service of %d", ctlBackends)
+	if c.RemoveBackend, err = l.removeBackend(ctx, floorP50); err != nil {
 		return nil, err
 	}
 	o.Log("control: floor p50 %.0f µs; create p50 %.0f µs (x%.1f), update %.0f µs, delete %.0f µs, paced create %.0f µs; batch of %d: create %.0f ms, delete %.0f ms",
@@ -568,6 +575,58 @@ func (l *ctlLab) batch(ctx context.Context, n int) (Batch, Batch, error) {
 		return Batch{}, Batch{}, err
 	}
 	return bc, bd, nil
+}
+
+// ctlBackends is the size of the service removeBackend changes, and
+// ctlRemovals how many removals it times.
+const (
+	ctlBackends = 10
+	ctlRemovals = 50
+)
+
+// removeBackend sets up a NAT service of ctlBackends backends, then times
+// Applies that take one backend out of its LBR (each followed by an
+// untimed one putting it back). The answer comes after the new
+// generation, Maglev table included, is live.
+func (l *ctlLab) removeBackend(ctx context.Context, floorP50 float64) (Latency, error) {
+	lbr := func(skip uint32) *pb.Operation {
+		m := []*pb.Member{}
+		for i := uint32(1); i <= ctlBackends; i++ {
+			if i != skip {
+				m = append(m, &pb.Member{Far: 1000 + i})
+			}
+		}
+		return &pb.Operation{Op: &pb.Operation_Update{Update: &pb.Object{Kind: &pb.Object_Lbr{Lbr: &pb.Lbr{Id: 1, Algorithm: "maglev", Members: m}}}}}
+	}
+	var ops []*pb.Operation
+	for i := uint32(1); i <= ctlBackends; i++ {
+		ops = append(ops, &pb.Operation{Op: &pb.Operation_Create{Create: &pb.Object{Kind: &pb.Object_Far{
+			Far: &pb.Far{Id: 1000 + i, Action: "nat", Address: fmt.Sprintf("10.99.0.%d", i), Port: 8080}}}}})
+	}
+	ops = append(ops, &pb.Operation{Op: &pb.Operation_Create{Create: &pb.Object{Kind: &pb.Object_Lbr{Lbr: &pb.Lbr{Id: 1, Algorithm: "maglev"}}}}},
+		lbr(0),
+		&pb.Operation{Op: &pb.Operation_Create{Create: &pb.Object{Kind: &pb.Object_Service{
+			Service: &pb.Service{Id: 1, Vip: "198.51.100.80", Port: 80, Proto: "tcp", Lbr: 1}}}}})
+	if _, err := l.apply(ctx, ops...); err != nil {
+		return Latency{}, fmt.Errorf("set up the service: %w", err)
+	}
+	d, server := make([]time.Duration, ctlRemovals), make([]time.Duration, ctlRemovals)
+	for i := range d {
+		t0 := time.Now()
+		s, err := l.applyTimed(ctx, lbr(uint32(1+i%ctlBackends)))
+		d[i], server[i] = time.Since(t0), s
+		if err != nil {
+			return Latency{}, fmt.Errorf("remove a backend: %w", err)
+		}
+		if _, err := l.apply(ctx, lbr(0)); err != nil {
+			return Latency{}, fmt.Errorf("put the backend back: %w", err)
+		}
+	}
+	lat := latency("lb_remove_backend", d, server, floorP50)
+	lat.Method = fmt.Sprintf("Apply updating the LBR of a NAT service of %d backends to leave one out (its Maglev table of %d entries rebuilt, "+
+		"the changed entries written to the idle slot, then the flip), answered after the flip; each followed by an untimed Apply putting it back; %s",
+		ctlBackends, 65537, ctlTiming)
+	return lat, nil
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

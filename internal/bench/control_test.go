@@ -57,6 +57,7 @@ func TestBenchControl(t *testing.T) {
 		{c.Update, "pdr_update", ops, true, c.Floor},
 		{c.Delete, "pdr_delete", ops, true, c.Floor},
 		{c.CreatePaced, "pdr_create_paced", paced, true, c.FloorPaced},
+		{c.RemoveBackend, "lb_remove_backend", 50, true, c.Floor},
 	} {
 		l := tc.l
 		if l.Name != tc.name || l.Ops != tc.ops || l.Method == "" {

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bench
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/lab"
+	"github.com/edgeplane/edgeplane/internal/rules"
+)
+
+// lbConfig puts two UDP services of the PacketNS gateway in front of ten
+// backends each (behind wan1's neighbour): one NAT, one dsr-gre (keyed
+// GRE paths from 10.4.0.1). Host A on lan0 is the client.
+func lbConfig() string {
+	s := "interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: wan1, role: wan}]\npaths:\n"
+	fars, nat, dsr := "", "", ""
+	for i := 1; i <= 10; i++ {
+		s += fmt.Sprintf("  - {id: %d, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.1.%d, key: %d}\n", i, i, i)
+		fars += fmt.Sprintf("  - {id: %d, action: nat, address: 10.6.0.%d, port: 8080}\n  - {id: %d, action: encap, path: %d}\n", 100+i, i, 200+i, i)
+		nat += fmt.Sprintf("{far: %d}, ", 100+i)
+		dsr += fmt.Sprintf("{far: %d}, ", 200+i)
+	}
+	return s + "fars:\n" + fars +
+		"lbrs:\n  - {id: 1, algorithm: maglev, members: [" + nat + "]}\n  - {id: 2, algorithm: maglev, members: [" + dsr + "]}\n" +
+		"services:\n  - {id: 1, vip: 203.0.113.10, port: 80, proto: udp, lbr: 1}\n  - {id: 2, vip: 203.0.113.20, port: 80, proto: udp, lbr: 2}\n" +
+		"limits: {flows: 65536, rules: 1024}\n"
+}
+
+const methodLB = "as the GRE figures (save 56 bytes, pipeline, undo, restore), the new-connection figures then make the frame the next new flow " +
+	"(UDP source port and address from a per-CPU counter); wrapper costs measured alone in the same run and subtracted, floor added"
+
+// Katran's XDP balancer timed the same way on these machines (DESIGN.md):
+// ns/packet above the XDP_PASS floor.
+const (
+	katranEstablishedNs = 150
+	katranNewNs         = 230
+)
+
+// measureLB adds the balancer's figures: a connection's later packets
+// (flow-cache hit, NAT rewrite or GRE encap) and every packet a new
+// connection (service, connection table miss, Maglev lookup, connection
+// and reverse-NAT inserts, then the same).
+func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *benchobjPrograms, alloc rules.Allocs) error {
+	cfg, err := config.Parse([]byte(lbConfig()))
+	if err != nil {
+		return fmt.Errorf("lb config: %w", err)
+	}
+	gen, _, err := rules.Compile(cfg, b.ns.Resolve, alloc, dp.Limits)
+	if err != nil {
+		return fmt.Errorf("compile lb config: %w", err)
+	}
+	if _, err := dp.Commit(gen); err != nil {
+		return fmt.Errorf("commit lb config: %w", err)
+	}
+	hostA := netip.MustParseAddr(lab.AddrA)
+	wrapResize, err := b.median(progs.BenchWrapResize, udpFrame(hostA, netip.MustParseAddr("10.3.0.1"), 80), bpf.XDPPass)
+	if err != nil {
+		return err
+	}
+	wrapResizeMiss, err := b.median(progs.BenchWrapResizeMiss, udpFrame(hostA, netip.MustParseAddr("10.3.0.1"), 80), bpf.XDPPass)
+	if err != nil {
+		return err
+	}
+	wrapGrow, err := b.median(progs.BenchWrapGrow, udpFrame(hostA, netip.MustParseAddr("10.3.0.1"), 80), bpf.XDPPass)
+	if err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		name  string
+		vip   string
+		check func(out []byte) error
+		undo  float64 // the wrappers' cost beyond the plain save/restore
+	}{
+		{"lb_nat", "203.0.113.10", natted, 0},
+		{"lb_dsr_gre", "203.0.113.20", encapped, (wrapGrow - wrapResize) / 2},
+	} {
+		frame := udpFrame(hostA, netip.MustParseAddr(c.vip), 80)
+		if err := b.checkOut(dp.Prog, frame, c.check); err != nil {
+			return fmt.Errorf("%s, the dataplane program: %w", c.name, err)
+		}
+		if err := b.check(progs.BenchResize, frame, frame); err != nil {
+			return fmt.Errorf("%s, the wrapper does not restore the frame: %w", c.name, err)
+		}
+		est, err := b.median(progs.BenchResize, frame, bpf.XDPRedirect)
+		if err != nil {
+			return fmt.Errorf("%s established: %w", c.name, err)
+		}
+		nw, err := b.median(progs.BenchResizeMiss, frame, bpf.XDPRedirect)
+		if err != nil {
+			return fmt.Errorf("%s new: %w", c.name, err)
+		}
+		b.o.Log("%s: established %.1f ns raw, new %.1f ns raw (wrappers %.1f / %.1f, undo %.1f)", c.name, est, nw, wrapResize, wrapResizeMiss, c.undo)
+		r.add(Figure{Name: c.name + "_established", RawNs: est, NsPerPacket: r.FloorNs + est - wrapResize - c.undo, UndoNs: wrapResize + c.undo,
+			Method: methodLB, Verdict: "redirect"})
+		r.add(Figure{Name: c.name + "_new", RawNs: nw, NsPerPacket: r.FloorNs + nw - wrapResizeMiss - c.undo, UndoNs: wrapResizeMiss + c.undo,
+			Method: methodLB, Verdict: "redirect"})
+	}
+	return nil
+}
+
+// lbGoals compares the balancer's figures with Katran's; the goal is 20 %
+// below both.
+func lbGoals(r *Report) []Goal {
+	return []Goal{
+		{Name: "lb established flow above floor (ns), Katran 150 x 0.8", Value: r.find("lb_dsr_gre_established").AboveFloor, Limit: 0.8 * katranEstablishedNs},
+		{Name: "lb new flow above floor (ns), Katran 230 x 0.8", Value: r.find("lb_dsr_gre_new").AboveFloor, Limit: 0.8 * katranNewNs},
+	}
+}
+
+// natted checks a frame the NAT service forwarded: to one of its backends
+// on port 8080, out of wan1.
+func natted(out []byte) error {
+	pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	ip, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	udp, _ := pk.Layer(layers.LayerTypeUDP).(*layers.UDP)
+	if ip == nil || udp == nil {
+		return fmt.Errorf("not IPv4/UDP: %v", pk)
+	}
+	if d := ip.DstIP.To4(); d == nil || d[0] != 10 || d[1] != 6 || d[2] != 0 || udp.DstPort != 8080 {
+		return fmt.Errorf("to %s:%d, want a backend 10.6.0.x:8080", ip.DstIP, udp.DstPort)
+	}
+	return nil
+}
+
+// encapped checks a frame the dsr-gre service forwarded: GRE from
+// 10.4.0.1 to one of its backends' tunnel addresses.
+func encapped(out []byte) error {
+	pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	ip, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	if ip == nil || ip.Protocol != layers.IPProtocolGRE || !ip.SrcIP.Equal(netip.MustParseAddr("10.4.0.1").AsSlice()) {
+		return fmt.Errorf("not GRE from 10.4.0.1: %v", pk)
+	}
+	return nil
+}
+
+// checkOut runs prog once on frame and fails unless it redirects and the
+// output passes ok.
+func (b *bencher) checkOut(prog *ebpf.Program, frame []byte, ok func([]byte) error) error {
+	return b.ns.Do(func() error {
+		ret, out, err := prog.Test(append([]byte(nil), frame...))
+		if err != nil {
+			return err
+		}
+		if ret != bpf.XDPRedirect {
+			return fmt.Errorf("verdict %d, want %d", ret, bpf.XDPRedirect)
+		}
+		return ok(out)
+	})
+}
