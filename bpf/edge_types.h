@@ -170,7 +170,9 @@ struct edge_conn {
 	__u32 far;
 	__u32 far_id;
 	__u32 stats;
-	__u32 svc; /* service id */
+	__u32 svc;    /* service id */
+	__u32 closed; /* the client sent FIN or RST (edge_conns) */
+	__u32 pad;
 };
 
 /* edge_path.flags */

@@ -140,6 +140,7 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	s->cv.far_id = far->id;
 	s->cv.stats = e->stats;
 	s->cv.svc = svc->id;
+	s->cv.closed = 0;
 	if (bpf_map_update_elem(&edge_conns, &s->ck, &s->cv, BPF_ANY))
 		count(&edge_reasons, EDGE_R_LB_CONN_FULL, 0);
 	n = bpf_map_lookup_elem(&edge_lb_new, &e->stats);
@@ -160,12 +161,42 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 		s->rv.far_id = svc->id;
 		s->rv.stats = tag * EDGE_MAX_MEMBERS + EDGE_MAX_MEMBERS - 1;
 		s->rv.svc = svc->id;
+		s->rv.closed = 0;
 		if (bpf_map_update_elem(&edge_rnat, &s->rk, &s->rv, BPF_ANY))
 			count(&edge_reasons, EDGE_R_LB_CONN_FULL, 0);
 	}
 	out->far = e->far;
 	out->stats = e->stats | EDGE_STATS_LB;
 	return EDGE_LB_HIT;
+}
+
+/* edge_conn_close marks the connection of a TCP FIN or RST from the client
+ * closed in the connection table: the agent counts the entries not closed
+ * as the backend's active connections. The entry stays, so the
+ * connection's last packets still reach its backend. Called only for
+ * such packets of balanced flows. */
+__noinline int edge_conn_close(const struct edge_flow_key *key)
+{
+	struct edge_lb_scratch *s;
+	struct edge_conn *c;
+	__u32 zero = 0;
+
+	if (!key)
+		return 0;
+	s = bpf_map_lookup_elem(&edge_lb_scratch, &zero);
+	if (!s)
+		return 0;
+	__builtin_memcpy(s->ck.src, key->src, 16);
+	__builtin_memcpy(s->ck.dst, key->dst, 16);
+	s->ck.sport = key->sport;
+	s->ck.dport = key->dport;
+	s->ck.proto = key->proto;
+	s->ck.family = key->family;
+	s->ck.pad = 0;
+	c = bpf_map_lookup_elem(&edge_conns, &s->ck);
+	if (c)
+		c->closed = 1;
+	return 0;
 }
 
 /* csum_add_diff adds to a one's-complement sum the change of n 32-bit

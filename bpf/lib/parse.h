@@ -63,6 +63,7 @@ struct edge_pkt {
 	__u8 vlans;      /* VLAN tags seen */
 	__u8 gre_hlen;   /* GRE header length incl. options, 0 if not GRE */
 	__u8 first_frag; /* first fragment of several: L4 header, partial payload */
+	__u8 tcp_flags;  /* TCP: FIN 0x01, SYN 0x02, RST 0x04, ... (byte 13) */
 };
 
 /* parse_eth returns the EtherType after up to EDGE_MAX_VLANS tags, in
@@ -299,6 +300,7 @@ static __always_inline int parse_l4(struct hdr_cursor *c, void *data_end,
 			return -EDGE_R_BAD_L4;
 		p->key.sport = th->source;
 		p->key.dport = th->dest;
+		p->tcp_flags = ((__u8 *)th)[13];
 		return 0;
 	}
 	case IPPROTO_UDP: {

@@ -188,9 +188,11 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	if (fl->far == EDGE_NO_FAR) {
 		rc = punt(&p, EDGE_R_NO_MATCH, st->nomatch_verdict);
 	} else {
-		if (fl->stats & EDGE_STATS_LB)
+		if (fl->stats & EDGE_STATS_LB) {
 			count(&edge_lb_stats, fl->stats & ~EDGE_STATS_LB, p.len);
-		else
+			if (p.tcp_flags & (0x01 | 0x04)) /* FIN, RST */
+				edge_conn_close(&p.key);
+		} else
 			count(&edge_pdr_stats, fl->stats, p.len);
 		fi = (fl->gen & 1) * far_stride + fl->far;
 		far = bpf_map_lookup_elem(&edge_fars, &fi);

@@ -251,5 +251,9 @@ func statsToPB(s *bpf.Snapshot) *pb.Stats {
 		p := s.Paths[id]
 		out.Paths = append(out.Paths, &pb.PathCounter{Id: id, Tx: ctr(p.Tx), Rx: ctr(p.Rx)})
 	}
+	for _, b := range s.Backends {
+		out.Backends = append(out.Backends, &pb.BackendCounter{Service: b.Service, Far: b.FAR, Counter: ctr(b.Counter),
+			NewConnections: b.NewConns, ActiveConnections: b.Active})
+	}
 	return out
 }

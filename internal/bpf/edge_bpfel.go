@@ -14,11 +14,13 @@ import (
 )
 
 type edgeEdgeConn struct {
-	_     structs.HostLayout
-	Far   uint32
-	FarId uint32
-	Stats uint32
-	Svc   uint32
+	_      structs.HostLayout
+	Far    uint32
+	FarId  uint32
+	Stats  uint32
+	Svc    uint32
+	Closed uint32
+	Pad    uint32
 }
 
 type edgeEdgeConnKey struct {

@@ -3,9 +3,11 @@
 package bpf
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"github.com/cilium/ebpf"
 )
@@ -25,6 +27,21 @@ type Snapshot struct {
 	CacheHit  uint64
 	CacheMiss uint64
 	Paths     map[uint32]PathCounters // by path id
+	// Backends are the balancer's counters per service and backend FAR
+	// (FAR 0: the service's NAT replies); read by the agent only.
+	Backends []BackendCounters
+}
+
+// BackendCounters are one backend's (or a service's replies') counters.
+type BackendCounters struct {
+	Service, FAR uint32
+	Counter
+	// NewConns counts connections the balancer gave the backend;
+	// Active the connection-table entries pinned to it that have not
+	// seen a FIN or RST from the client (approximate: an entry stays
+	// until the table evicts it, so a connection that ended without
+	// either, UDP's and lost ones', counts until then).
+	NewConns, Active uint64
 }
 
 // PathCounters are what a path sent (encapsulated) and received
@@ -44,7 +61,58 @@ func (dp *Dataplane) Snapshot() (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return readSnapshot(&dp.edgeMaps, rules, paths, gen)
+	s, err := readSnapshot(&dp.edgeMaps, rules, paths, gen)
+	if err != nil {
+		return nil, err
+	}
+	members, err := dp.ActiveMembers()
+	if err != nil {
+		return nil, err
+	}
+	if s.Backends, err = readBackends(&dp.edgeMaps, members); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// readBackends reads the balancer's counters of members and counts the
+// open entries of the connection table per backend.
+func readBackends(m *edgeMaps, members map[uint32]MemberRef) ([]BackendCounters, error) {
+	if len(members) == 0 {
+		return nil, nil
+	}
+	active := map[uint32]uint64{}
+	var ck ConnKey
+	var cv Conn
+	it := m.EdgeConns.Iterate()
+	for it.Next(&ck, &cv) {
+		if cv.Closed == 0 {
+			active[cv.Stats]++
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read connections: %w", err)
+	}
+	out := make([]BackendCounters, 0, len(members))
+	for idx, ref := range members {
+		c, err := sumCtr(m.EdgeLbStats, idx)
+		if err != nil {
+			return nil, fmt.Errorf("balancer stats: %w", err)
+		}
+		var per []uint64
+		if err := m.EdgeLbNew.Lookup(idx, &per); err != nil {
+			return nil, fmt.Errorf("balancer new connections: %w", err)
+		}
+		b := BackendCounters{Service: ref.Service, FAR: ref.FAR, Counter: c, Active: active[idx]}
+		for _, v := range per {
+			b.NewConns += v
+		}
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b BackendCounters) int {
+		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.FAR, b.FAR))
+	})
+	return out, nil
 }
 
 func readSnapshot(m *edgeMaps, rules map[RuleKey]Rule, paths []Path, gen uint32) (*Snapshot, error) {

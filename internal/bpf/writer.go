@@ -46,11 +46,19 @@ type Generation struct {
 	// ResetLBStats lists edge_lb_stats indexes given out for the first
 	// time.
 	ResetLBStats []uint32
+	// Members names what each edge_lb_stats index counts.
+	Members map[uint32]MemberRef
 	// Dirty, when set, lists every rule key and FAR index whose entry
 	// may differ from the generation committed before this one; the rest
 	// are known equal. Nil means anything may differ. Groups, paths and
 	// decaps are few and always compared whole.
 	Dirty *Dirty
+}
+
+// MemberRef is the service and backend FAR (0: the service's replies) an
+// edge_lb_stats index counts.
+type MemberRef struct {
+	Service, FAR uint32
 }
 
 // Dirty lists map entries a generation changed.
@@ -87,6 +95,7 @@ type slot struct {
 	decaps   map[DecapKey]Decap
 	services map[SvcKey]Svc
 	tables   [MaxServices][]LBSlot // nil: not known
+	members  map[uint32]MemberRef  // nil: not known (adopted maps)
 }
 
 // writer commits generations: it fills the slot no packet uses, flips the
@@ -252,6 +261,18 @@ func (dp *Dataplane) ActiveRules() (map[RuleKey]Rule, uint32, error) {
 		return map[RuleKey]Rule{}, 0, nil
 	}
 	return maps.Clone(dp.writer.slots[st.Gen&1].rules), st.Gen, nil
+}
+
+// ActiveMembers returns what the live generation's balancer counters
+// count, by edge_lb_stats index.
+func (dp *Dataplane) ActiveMembers() (map[uint32]MemberRef, error) {
+	dp.writer.mu.Lock()
+	defer dp.writer.mu.Unlock()
+	st, err := dp.State()
+	if err != nil || st.Gen == 0 {
+		return nil, err
+	}
+	return maps.Clone(dp.writer.slots[st.Gen&1].members), nil
 }
 
 // ActivePaths returns the paths of the live generation.
@@ -431,6 +452,7 @@ func (w *writer) writeSlot(t uint32, g *Generation, keys *Dirty) error {
 	if err := w.writeServices(t, g); err != nil {
 		return err
 	}
+	cur.members = maps.Clone(g.Members)
 	return w.writePaths(t, g)
 }
 

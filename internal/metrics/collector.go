@@ -24,6 +24,9 @@ type Collector struct {
 	reasonPackets, reasonBytes   *prometheus.Desc
 	cache, generation, scrapeErr *prometheus.Desc
 	pathPackets, pathBytes       *prometheus.Desc
+	lbPackets, lbBytes           *prometheus.Desc
+	lbNew, lbActive              *prometheus.Desc
+	replyPackets, replyBytes     *prometheus.Desc
 }
 
 // NewCollector returns a collector reading from src.
@@ -44,13 +47,21 @@ func NewCollector(src Source) *Collector {
 		scrapeErr:      d("scrape_error", "1 if reading the dataplane maps failed on this scrape."),
 		pathPackets:    d("path_packets_total", "Packets a GRE path sent (tx, encapsulated) or received (rx, decapsulated).", "path", "dir"),
 		pathBytes:      d("path_bytes_total", "Bytes a GRE path sent (tx, outer frame) or received (rx).", "path", "dir"),
+		lbPackets:      d("service_backend_packets_total", "Packets of a service's connections sent to a backend (its FAR).", "service", "far"),
+		lbBytes:        d("service_backend_bytes_total", "Bytes of a service's connections sent to a backend.", "service", "far"),
+		lbNew:          d("service_backend_new_connections_total", "Connections the balancer gave a backend.", "service", "far"),
+		lbActive: d("service_backend_active_connections",
+			"Connection-table entries pinned to a backend without a FIN or RST from the client yet (approximate: an entry stays until the table evicts it).", "service", "far"),
+		replyPackets: d("service_reply_packets_total", "Packets of a NAT service's replies rewritten back to its VIP.", "service"),
+		replyBytes:   d("service_reply_bytes_total", "Bytes of a NAT service's replies.", "service"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.pdrPackets, c.pdrBytes, c.verdictPackets, c.verdictBytes,
-		c.reasonPackets, c.reasonBytes, c.cache, c.generation, c.scrapeErr, c.pathPackets, c.pathBytes} {
+		c.reasonPackets, c.reasonBytes, c.cache, c.generation, c.scrapeErr, c.pathPackets, c.pathBytes,
+		c.lbPackets, c.lbBytes, c.lbNew, c.lbActive, c.replyPackets, c.replyBytes} {
 		ch <- d
 	}
 }
@@ -86,6 +97,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.pathPackets, prometheus.CounterValue, float64(ctr.Packets), l, dir)
 			ch <- prometheus.MustNewConstMetric(c.pathBytes, prometheus.CounterValue, float64(ctr.Bytes), l, dir)
 		}
+	}
+	for _, b := range s.Backends {
+		svc := strconv.FormatUint(uint64(b.Service), 10)
+		if b.FAR == 0 {
+			ch <- prometheus.MustNewConstMetric(c.replyPackets, prometheus.CounterValue, float64(b.Packets), svc)
+			ch <- prometheus.MustNewConstMetric(c.replyBytes, prometheus.CounterValue, float64(b.Bytes), svc)
+			continue
+		}
+		far := strconv.FormatUint(uint64(b.FAR), 10)
+		ch <- prometheus.MustNewConstMetric(c.lbPackets, prometheus.CounterValue, float64(b.Packets), svc, far)
+		ch <- prometheus.MustNewConstMetric(c.lbBytes, prometheus.CounterValue, float64(b.Bytes), svc, far)
+		ch <- prometheus.MustNewConstMetric(c.lbNew, prometheus.CounterValue, float64(b.NewConns), svc, far)
+		ch <- prometheus.MustNewConstMetric(c.lbActive, prometheus.GaugeValue, float64(b.Active), svc, far)
 	}
 	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.CounterValue, float64(s.CacheHit), "hit")
 	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.CounterValue, float64(s.CacheMiss), "miss")

@@ -19,7 +19,8 @@ type compiledService struct {
 	key   bpf.SvcKey
 	unnat uint32 // FAR index of the reply rewrite, or bpf.NoFAR
 	// members gives each backend (by FAR id) a counter index that stays
-	// while it is a member.
+	// with the service, also after the backend leaves the LBR: its
+	// pinned connections still count there.
 	members *StatsAlloc
 }
 
@@ -130,6 +131,8 @@ func (c *Compiler) removeService(id uint32) {
 		return
 	}
 	c.dropService(cs)
+	c.setMembers(cs, NewStatsAlloc(bpf.ReplyMember, nil))
+	setMap(c, c.gen.Members, cs.tag*bpf.MaxMembers+bpf.ReplyMember, bpf.MemberRef{}, false)
 	setMap(c, c.lb.services, id, nil, false)
 	c.allocs.Service.Free(id)
 	c.onUndo(func() { c.allocs.Service.put(id, cs.tag) })
@@ -172,7 +175,6 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	places := make([]bpf.LBSlot, 0, len(l.Members))
 	nat := false
 	members := cs.members.clone()
-	live := map[uint32]bool{}
 	for _, m := range l.Members {
 		f, ok := b.fars[m.FAR]
 		fi, ok2 := c.fars[m.FAR]
@@ -202,18 +204,20 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 		}
 		idx, isNew, err := members.Get(m.FAR)
 		if err != nil {
-			c.fail(at, fmt.Sprintf("lbr %d: %v", l.ID, err), config.CodeCapacity)
-			return
+			// Full of former members: give theirs up.
+			members.Retain(liveMembers(l))
+			if idx, isNew, err = members.Get(m.FAR); err != nil {
+				c.fail(at, fmt.Sprintf("lbr %d: %v", l.ID, err), config.CodeCapacity)
+				return
+			}
 		}
 		stats := cs.tag*bpf.MaxMembers + idx
 		if isNew {
 			g.ResetLBStats = append(g.ResetLBStats, stats)
 		}
-		live[m.FAR] = true
 		backends = append(backends, maglev.Backend{Key: key, Weight: m.EffectiveWeight()})
 		places = append(places, bpf.LBSlot{Far: fi, Stats: stats})
 	}
-	members.Retain(live)
 	owners, err := maglev.Build(backends, c.limits.MaglevSize)
 	if err != nil {
 		c.fail(at, fmt.Sprintf("lbr %d: %v", l.ID, err), config.CodeInvalid)
@@ -230,6 +234,7 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	oldMembers := cs.members
 	cs.members = members
 	c.onUndo(func() { cs.members = oldMembers })
+	c.setMembers(cs, members)
 	setMap(c, g.Tables, cs.tag, table, true)
 	c.gen.Dirty.Tables[cs.tag] = struct{}{}
 
@@ -245,4 +250,25 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	cs.unnat = unnat
 	c.onUndo(func() { cs.unnat = oldUnnat })
 	setMap(c, g.Services, cs.key, bpf.Svc{Tag: cs.tag, Id: sv.ID, Unnat: unnat}, true)
+}
+
+func liveMembers(l config.LBR) map[uint32]bool {
+	live := map[uint32]bool{}
+	for _, m := range l.Members {
+		live[m.FAR] = true
+	}
+	return live
+}
+
+// setMembers names the counters of service cs (undoably): one per backend
+// it has had, and its replies'.
+func (c *Compiler) setMembers(cs *compiledService, members *StatsAlloc) {
+	base := cs.tag * bpf.MaxMembers
+	for i := uint32(0); i < bpf.MaxMembers; i++ {
+		setMap(c, c.gen.Members, base+i, bpf.MemberRef{}, false)
+	}
+	for far, idx := range members.byID {
+		setMap(c, c.gen.Members, base+idx, bpf.MemberRef{Service: cs.cfg.ID, FAR: far}, true)
+	}
+	setMap(c, c.gen.Members, base+bpf.ReplyMember, bpf.MemberRef{Service: cs.cfg.ID}, true)
 }

@@ -129,6 +129,7 @@ func Build(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limit
 			Decaps:    map[bpf.DecapKey]bpf.Decap{},
 			Services:  map[bpf.SvcKey]bpf.Svc{},
 			Tables:    map[uint32][]bpf.LBSlot{},
+			Members:   map[uint32]bpf.MemberRef{},
 			NoMatch:   verdict(cfg.Defaults.NoMatch),
 			Malformed: verdict(cfg.Defaults.Malformed),
 		},

@@ -325,6 +325,27 @@ func TestBalanceLongLived(t *testing.T) {
 	if min := int64(lbConns) * 100; tk.rounds.Load() < min {
 		t.Errorf("only %d echoes over the run, want at least %d", tk.rounds.Load(), min)
 	}
+	// The counters saw every connection: new ones per backend, and only
+	// the long-lived ones still open (the short ones ended with a FIN).
+	opened := float64(lbConns + 2*60 + n)
+	var newConns, active float64
+	ok := waitFor(3*time.Second, func() bool {
+		fams := a.scrape()
+		newConns, active = 0, 0
+		for far := 1; far <= lbBackends; far++ {
+			l := map[string]string{"service": "1", "far": fmt.Sprint(far)}
+			v, _ := metricValue(fams, "edgeplane_service_backend_new_connections_total", l)
+			newConns += v
+			v, _ = metricValue(fams, "edgeplane_service_backend_active_connections", l)
+			active += v
+		}
+		return newConns == opened && active == lbConns
+	})
+	t.Logf("metrics: %.0f new connections (opened %.0f), %.0f active", newConns, opened, active)
+	if !ok {
+		t.Errorf("metrics: %.0f new connections, want %.0f; %.0f active, want %d", newConns, opened, active, lbConns)
+	}
+
 	// Every connection still talks to the backend that greeted it.
 	for i, lc := range conns {
 		msg := fmt.Sprintf("final %d\n", i)

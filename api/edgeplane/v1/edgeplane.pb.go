@@ -1750,8 +1750,10 @@ type Stats struct {
 	Paths           []*PathCounter      `protobuf:"bytes,5,rep,name=paths,proto3" json:"paths,omitempty"`
 	FlowCacheHits   uint64              `protobuf:"varint,6,opt,name=flow_cache_hits,json=flowCacheHits,proto3" json:"flow_cache_hits,omitempty"`
 	FlowCacheMisses uint64              `protobuf:"varint,7,opt,name=flow_cache_misses,json=flowCacheMisses,proto3" json:"flow_cache_misses,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// per service and backend FAR (far 0: a NAT service's replies)
+	Backends      []*BackendCounter `protobuf:"bytes,8,rep,name=backends,proto3" json:"backends,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Stats) Reset() {
@@ -1833,6 +1835,92 @@ func (x *Stats) GetFlowCacheMisses() uint64 {
 	return 0
 }
 
+func (x *Stats) GetBackends() []*BackendCounter {
+	if x != nil {
+		return x.Backends
+	}
+	return nil
+}
+
+// BackendCounter is a service's traffic to one backend.
+type BackendCounter struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Service        uint32                 `protobuf:"varint,1,opt,name=service,proto3" json:"service,omitempty"`
+	Far            uint32                 `protobuf:"varint,2,opt,name=far,proto3" json:"far,omitempty"`
+	Counter        *Counter               `protobuf:"bytes,3,opt,name=counter,proto3" json:"counter,omitempty"`
+	NewConnections uint64                 `protobuf:"varint,4,opt,name=new_connections,json=newConnections,proto3" json:"new_connections,omitempty"`
+	// connection-table entries without a FIN or RST from the client yet
+	// (approximate: an entry stays until the table evicts it)
+	ActiveConnections uint64 `protobuf:"varint,5,opt,name=active_connections,json=activeConnections,proto3" json:"active_connections,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *BackendCounter) Reset() {
+	*x = BackendCounter{}
+	mi := &file_edgeplane_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendCounter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendCounter) ProtoMessage() {}
+
+func (x *BackendCounter) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendCounter.ProtoReflect.Descriptor instead.
+func (*BackendCounter) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *BackendCounter) GetService() uint32 {
+	if x != nil {
+		return x.Service
+	}
+	return 0
+}
+
+func (x *BackendCounter) GetFar() uint32 {
+	if x != nil {
+		return x.Far
+	}
+	return 0
+}
+
+func (x *BackendCounter) GetCounter() *Counter {
+	if x != nil {
+		return x.Counter
+	}
+	return nil
+}
+
+func (x *BackendCounter) GetNewConnections() uint64 {
+	if x != nil {
+		return x.NewConnections
+	}
+	return 0
+}
+
+func (x *BackendCounter) GetActiveConnections() uint64 {
+	if x != nil {
+		return x.ActiveConnections
+	}
+	return 0
+}
+
 type ListFlowsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// how many flows, the most bytes first; 0: all
@@ -1843,7 +1931,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +1943,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +1956,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{27}
+	return file_edgeplane_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListFlowsRequest) GetTop() uint32 {
@@ -1905,7 +1993,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2005,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2018,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{28}
+	return file_edgeplane_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Flow) GetSrc() string {
@@ -2026,7 +2114,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2126,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2139,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{29}
+	return file_edgeplane_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -2179,7 +2267,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\vPathCounter\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12%\n" +
 	"\x02tx\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x02tx\x12%\n" +
-	"\x02rx\x18\x03 \x01(\v2\x15.edgeplane.v1.CounterR\x02rx\"\xfc\x03\n" +
+	"\x02rx\x18\x03 \x01(\v2\x15.edgeplane.v1.CounterR\x02rx\"\xb6\x04\n" +
 	"\x05Stats\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\rR\n" +
@@ -2189,13 +2277,20 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\areasons\x18\x04 \x03(\v2 .edgeplane.v1.Stats.ReasonsEntryR\areasons\x12/\n" +
 	"\x05paths\x18\x05 \x03(\v2\x19.edgeplane.v1.PathCounterR\x05paths\x12&\n" +
 	"\x0fflow_cache_hits\x18\x06 \x01(\x04R\rflowCacheHits\x12*\n" +
-	"\x11flow_cache_misses\x18\a \x01(\x04R\x0fflowCacheMisses\x1aR\n" +
+	"\x11flow_cache_misses\x18\a \x01(\x04R\x0fflowCacheMisses\x128\n" +
+	"\bbackends\x18\b \x03(\v2\x1c.edgeplane.v1.BackendCounterR\bbackends\x1aR\n" +
 	"\rVerdictsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
 	"\x05value\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x05value:\x028\x01\x1aQ\n" +
 	"\fReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
-	"\x05value\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x05value:\x028\x01\"$\n" +
+	"\x05value\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x05value:\x028\x01\"\xc5\x01\n" +
+	"\x0eBackendCounter\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\rR\aservice\x12\x10\n" +
+	"\x03far\x18\x02 \x01(\rR\x03far\x12/\n" +
+	"\acounter\x18\x03 \x01(\v2\x15.edgeplane.v1.CounterR\acounter\x12'\n" +
+	"\x0fnew_connections\x18\x04 \x01(\x04R\x0enewConnections\x12-\n" +
+	"\x12active_connections\x18\x05 \x01(\x04R\x11activeConnections\"$\n" +
 	"\x10ListFlowsRequest\x12\x10\n" +
 	"\x03top\x18\x01 \x01(\rR\x03top\"\x90\x02\n" +
 	"\x04Flow\x12\x10\n" +
@@ -2255,7 +2350,7 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                      // 0: edgeplane.v1.Kind
 	(*Interface)(nil),              // 1: edgeplane.v1.Interface
@@ -2285,11 +2380,12 @@ var file_edgeplane_proto_goTypes = []any{
 	(*PdrCounter)(nil),             // 25: edgeplane.v1.PdrCounter
 	(*PathCounter)(nil),            // 26: edgeplane.v1.PathCounter
 	(*Stats)(nil),                  // 27: edgeplane.v1.Stats
-	(*ListFlowsRequest)(nil),       // 28: edgeplane.v1.ListFlowsRequest
-	(*Flow)(nil),                   // 29: edgeplane.v1.Flow
-	(*ListFlowsResponse)(nil),      // 30: edgeplane.v1.ListFlowsResponse
-	nil,                            // 31: edgeplane.v1.Stats.VerdictsEntry
-	nil,                            // 32: edgeplane.v1.Stats.ReasonsEntry
+	(*BackendCounter)(nil),         // 28: edgeplane.v1.BackendCounter
+	(*ListFlowsRequest)(nil),       // 29: edgeplane.v1.ListFlowsRequest
+	(*Flow)(nil),                   // 30: edgeplane.v1.Flow
+	(*ListFlowsResponse)(nil),      // 31: edgeplane.v1.ListFlowsResponse
+	nil,                            // 32: edgeplane.v1.Stats.VerdictsEntry
+	nil,                            // 33: edgeplane.v1.Stats.ReasonsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
 	5,  // 0: edgeplane.v1.Lbr.members:type_name -> edgeplane.v1.Member
@@ -2315,47 +2411,49 @@ var file_edgeplane_proto_depIdxs = []int32{
 	24, // 20: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
 	24, // 21: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
 	25, // 22: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	31, // 23: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	32, // 24: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	32, // 23: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	33, // 24: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
 	26, // 25: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
-	29, // 26: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
-	24, // 27: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	24, // 28: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	12, // 29: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	14, // 30: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	16, // 31: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	14, // 32: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	15, // 33: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	14, // 34: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	15, // 35: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	14, // 36: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	15, // 37: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	14, // 38: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	15, // 39: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	14, // 40: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	15, // 41: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	23, // 42: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	28, // 43: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	13, // 44: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	17, // 45: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	1,  // 46: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	18, // 47: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	2,  // 48: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	19, // 49: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	3,  // 50: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	20, // 51: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	8,  // 52: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	21, // 53: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	4,  // 54: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	22, // 55: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	6,  // 56: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	27, // 57: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	30, // 58: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	44, // [44:59] is the sub-list for method output_type
-	29, // [29:44] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	28, // 26: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
+	24, // 27: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
+	30, // 28: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
+	24, // 29: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	24, // 30: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	12, // 31: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	14, // 32: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	16, // 33: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	14, // 34: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	15, // 35: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	14, // 36: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	15, // 37: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	14, // 38: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	15, // 39: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	14, // 40: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	15, // 41: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	14, // 42: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	15, // 43: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	23, // 44: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	29, // 45: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	13, // 46: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	17, // 47: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	1,  // 48: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	18, // 49: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	2,  // 50: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	19, // 51: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	3,  // 52: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	20, // 53: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	8,  // 54: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	21, // 55: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	4,  // 56: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	22, // 57: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	6,  // 58: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	27, // 59: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	31, // 60: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	46, // [46:61] is the sub-list for method output_type
+	31, // [31:46] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -2379,14 +2477,14 @@ func file_edgeplane_proto_init() {
 		(*Operation_Update)(nil),
 		(*Operation_Delete)(nil),
 	}
-	file_edgeplane_proto_msgTypes[28].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
