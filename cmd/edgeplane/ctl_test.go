@@ -363,7 +363,7 @@ func TestPrintJSON(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(m, map[string]any{"id": 1.0, "vip": "203.0.113.10", "port": 80.0, "proto": "tcp", "lbr": 1.0}) {
+	if !reflect.DeepEqual(m, map[string]any{"id": 1.0, "vip": "203.0.113.10", "port": 80.0, "proto": "tcp", "lbr": 1.0, "health": nil}) {
 		t.Errorf("single service = %v", m)
 	}
 }

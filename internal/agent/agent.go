@@ -84,6 +84,11 @@ type Agent struct {
 	comp  *rules.Compiler
 	gen   uint32
 	dp    *bpf.Dataplane
+	// down lists the backends health checks took out; a reload's fresh
+	// compile takes them out again.
+	down map[healthKey]bool
+
+	backendUp *prometheus.GaugeVec
 
 	reloads *prometheus.CounterVec
 }
@@ -164,6 +169,10 @@ func Run(ctx context.Context, opts Options) error {
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeplane_config_reloads_total", Help: "Config reloads by result.",
 	}, []string{"result"})
+	a.backendUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "edgeplane_service_backend_up", Help: "1 if a service's backend passes its health checks (or has none), 0 while they took it out.",
+	}, []string{"service", "far"})
+	a.down = map[healthKey]bool{}
 	// Present from the start at 0, so alerts on reload errors have a series.
 	a.reloads.WithLabelValues("ok")
 	a.reloads.WithLabelValues("error")
@@ -175,6 +184,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	go a.keepPathNeighbours(ctx, log)
+	go a.healthLoop(ctx, a.backendUp)
 
 	errc := make(chan error, 1)
 	if opts.MetricsAddr != "" {
@@ -293,6 +303,11 @@ func (a *Agent) load(cfg *config.Config, allocs rules.Allocs) error {
 	comp, err := rules.Build(cfg, hostResolver(), allocs, a.dp.Limits)
 	if err != nil {
 		return err
+	}
+	for k := range a.down {
+		if _, err := comp.SetBackendUp(k.svc, k.far, false); err != nil {
+			return err
+		}
 	}
 	if err := a.setInterfaces(cfg.Interfaces); err != nil {
 		return err
@@ -481,6 +496,7 @@ func (a *Agent) serveMetrics(errc chan<- error) (*http.Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.NewCollector(func() (*bpf.Snapshot, error) { return a.dp.Snapshot() }))
 	reg.MustRegister(a.reloads)
+	reg.MustRegister(a.backendUp)
 	reg.MustRegister(collectors.NewGoCollector())
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -116,6 +116,10 @@ func ServiceToPB(s config.Service) *pb.Service {
 	if s.Proto.Set {
 		out.Proto = s.Proto.String()
 	}
+	if h := s.Health; h != nil {
+		out.Health = &pb.Health{Type: h.Type, Path: h.Path, Port: uint32(h.Port), Interval: h.Interval.String(),
+			Timeout: h.Timeout.String(), Rise: h.Rise, Fall: h.Fall}
+	}
 	return out
 }
 
@@ -125,6 +129,24 @@ func serviceFromPB(p *pb.Service, f *fieldErrs) config.Service {
 		var err error
 		if out.Proto, err = config.ParseProto(s); err != nil {
 			f.add("proto", "%v", err)
+		}
+	}
+	if h := p.GetHealth(); h != nil {
+		out.Health = &config.Health{Type: h.GetType(), Path: h.GetPath(), Port: port(h.GetPort(), "health.port", f),
+			Rise: h.GetRise(), Fall: h.GetFall()}
+		for _, d := range []struct {
+			field string
+			in    string
+			out   *config.Duration
+		}{{"interval", h.GetInterval(), &out.Health.Interval}, {"timeout", h.GetTimeout(), &out.Health.Timeout}} {
+			if d.in == "" {
+				continue
+			}
+			v, err := config.ParseDuration(d.in)
+			if err != nil {
+				f.add("health."+d.field, "%v", err)
+			}
+			*d.out = v
 		}
 	}
 	return out

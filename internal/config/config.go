@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"gopkg.in/yaml.v3"
@@ -201,7 +202,95 @@ type Service struct {
 	Port  uint16 `yaml:"port"`
 	Proto Proto  `yaml:"proto"`
 	LBR   uint32 `yaml:"lbr"`
+	// Health, when set, has the agent probe each backend and take one
+	// that fails Fall probes in a row out of the table until it passes
+	// Rise in a row.
+	Health *Health `yaml:"health,omitempty"`
 }
+
+// Health checks of a service's backends.
+type Health struct {
+	// Type is HealthTCP (connect) or HealthHTTP (GET Path, 2xx or 3xx).
+	Type string `yaml:"type"`
+	Path string `yaml:"path,omitempty"`
+	// Port to probe; 0: the backend's (nat) or the service's (dsr-gre).
+	Port     uint16   `yaml:"port,omitempty"`
+	Interval Duration `yaml:"interval,omitempty"`
+	Timeout  Duration `yaml:"timeout,omitempty"`
+	Rise     uint32   `yaml:"rise,omitempty"`
+	Fall     uint32   `yaml:"fall,omitempty"`
+}
+
+// Health check types and defaults.
+const (
+	HealthTCP  = "tcp"
+	HealthHTTP = "http"
+
+	DefaultHealthInterval = time.Second
+	DefaultHealthRise     = 2
+	DefaultHealthFall     = 3
+)
+
+// Effective returns h with its defaults filled: interval 1 s, timeout the
+// interval, rise 2, fall 3, path "/" for HTTP.
+func (h Health) Effective() Health {
+	if h.Interval.D == 0 {
+		h.Interval.D = DefaultHealthInterval
+	}
+	if h.Timeout.D == 0 {
+		h.Timeout.D = h.Interval.D
+	}
+	if h.Rise == 0 {
+		h.Rise = DefaultHealthRise
+	}
+	if h.Fall == 0 {
+		h.Fall = DefaultHealthFall
+	}
+	if h.Type == HealthHTTP && h.Path == "" {
+		h.Path = "/"
+	}
+	return h
+}
+
+// Duration is a time.Duration written as "1s", "250ms".
+type Duration struct{ D time.Duration }
+
+// ParseDuration parses a Go duration ("1s", "250ms").
+func ParseDuration(s string) (Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return Duration{}, fmt.Errorf("invalid duration %q (want e.g. 500ms or 2s)", s)
+	}
+	return Duration{D: d}, nil
+}
+
+func (d Duration) String() string {
+	if d.D == 0 {
+		return ""
+	}
+	return d.D.String()
+}
+
+// UnmarshalYAML decodes a duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	n = resolve(n)
+	if isNull(n) {
+		*d = Duration{}
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("must be a duration, got %s", describe(n))
+	}
+	v, err := ParseDuration(n.Value)
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// MarshalYAML encodes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
 
 // PDR is a packet detection rule: a match and the FAR applied on a hit.
 type PDR struct {
@@ -1239,6 +1328,19 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 					{"port", func(p string, v *yaml.Node) { d.port(v, p, &x.Port) }},
 					{"proto", func(p string, v *yaml.Node) { d.custom(v, p, &x.Proto) }},
 					{"lbr", func(p string, v *yaml.Node) { d.uint32(v, p, &x.LBR) }},
+					{"health", func(p string, v *yaml.Node) {
+						h := &Health{}
+						d.mapping(v, p, []field{
+							{"type", func(p string, v *yaml.Node) { d.str(v, p, &h.Type) }},
+							{"path", func(p string, v *yaml.Node) { d.str(v, p, &h.Path) }},
+							{"port", func(p string, v *yaml.Node) { d.port(v, p, &h.Port) }},
+							{"interval", func(p string, v *yaml.Node) { d.custom(v, p, &h.Interval) }},
+							{"timeout", func(p string, v *yaml.Node) { d.custom(v, p, &h.Timeout) }},
+							{"rise", func(p string, v *yaml.Node) { d.uint32(v, p, &h.Rise) }},
+							{"fall", func(p string, v *yaml.Node) { d.uint32(v, p, &h.Fall) }},
+						})
+						x.Health = h
+					}},
 				})
 				c.Services = append(c.Services, x)
 			})

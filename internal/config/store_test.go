@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func mustStore(t *testing.T) *Store {
@@ -135,5 +136,46 @@ func TestStoreCapacity(t *testing.T) {
 	var fe Errors
 	if !errors.As(err, &fe) || fe[0].Code != CodeCapacity || fe[0].Path != "pdrs" {
 		t.Fatalf("err %v, want a capacity error at pdrs", err)
+	}
+}
+
+func TestParseServicesAndHealth(t *testing.T) {
+	base := sample + `
+fars:
+  - {id: 1, action: redirect, interface: wan0}
+  - {id: 2, action: drop}
+  - {id: 11, action: nat, address: 10.30.1.2, port: 8080}
+lbrs:
+  - {id: 1, algorithm: maglev, members: [{far: 11, weight: 3}]}
+services:
+  - {id: 1, vip: 203.0.113.10, port: 80, proto: tcp, lbr: 1, health: %s}
+`
+	good := strings.Replace(base, "%s", "{type: http, path: /healthz, interval: 500ms}", 1)
+	// sample has its own fars section: drop it so ours is the only one.
+	good = strings.Replace(good, "fars:\n  - {id: 1, action: redirect, interface: wan0}\n  - {id: 2, action: drop}\n", "", 1)
+	cfg, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cfg.Services[0].Health.Effective()
+	if h.Interval.D != 500*time.Millisecond || h.Timeout.D != 500*time.Millisecond || h.Rise != 2 || h.Fall != 3 || h.Path != "/healthz" {
+		t.Errorf("effective health %+v", h)
+	}
+	// What the agent writes back parses to the same.
+	again, err := Parse(AppendCompact(nil, cfg))
+	if err != nil || !reflect.DeepEqual(again, cfg) {
+		t.Errorf("round trip: %v\n%+v\n%+v", err, again, cfg)
+	}
+	for _, c := range []struct{ health, want string }{
+		{"{type: ping}", `services[0].health.type: unknown type "ping" (want tcp or http)`},
+		{"{type: tcp, path: /x}", "services[0].health.path: only for type http"},
+		{"{type: http, interval: 10ms}", "services[0].health.interval: 10ms outside 100ms..1h"},
+		{"{type: http, interval: 1s, timeout: 2s}", "services[0].health.timeout: 2s must be positive and at most the interval (1s)"},
+		{"{type: http, interval: soon}", `services[0].health.interval: invalid duration "soon"`},
+	} {
+		bad := strings.Replace(strings.Replace(base, "%s", c.health, 1), "fars:\n  - {id: 1, action: redirect, interface: wan0}\n  - {id: 2, action: drop}\n", "", 1)
+		if _, err := Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("health %s: err %v, want %q", c.health, err, c.want)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
+	"time"
 	"unicode"
 
 	"github.com/edgeplane/edgeplane/internal/maglev"
@@ -388,6 +390,42 @@ func (v *validator) service(p string, sv Service, lbr func(uint32) bool) {
 		v.add(p+".lbr", "required")
 	case !lbr(sv.LBR):
 		v.add(p+".lbr", "no lbr with id %d", sv.LBR)
+	}
+	if sv.Health != nil {
+		v.health(p+".health", *sv.Health)
+	}
+}
+
+// health checks a service's health check settings.
+func (v *validator) health(p string, h Health) {
+	switch h.Type {
+	case HealthTCP:
+		if h.Path != "" {
+			v.add(p+".path", "only for type http")
+		}
+	case HealthHTTP:
+		if h.Path != "" && !strings.HasPrefix(h.Path, "/") {
+			v.add(p+".path", "must start with /")
+		}
+	case "":
+		v.add(p+".type", "required (want tcp or http)")
+	default:
+		v.add(p+".type", "unknown type %q (want tcp or http)", h.Type)
+	}
+	e := h.Effective()
+	if e.Interval.D < 100*time.Millisecond || e.Interval.D > time.Hour {
+		v.add(p+".interval", "%s outside 100ms..1h", e.Interval.D)
+	}
+	if e.Timeout.D <= 0 || e.Timeout.D > e.Interval.D {
+		v.add(p+".timeout", "%s must be positive and at most the interval (%s)", e.Timeout.D, e.Interval.D)
+	}
+	for _, x := range []struct {
+		name string
+		n    uint32
+	}{{"rise", e.Rise}, {"fall", e.Fall}} {
+		if x.n > 100 {
+			v.add(p+"."+x.name, "%d above 100", x.n)
+		}
 	}
 }
 

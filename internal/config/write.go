@@ -198,6 +198,24 @@ func AppendCompact(b []byte, c *Config) []byte {
 			w.num("port", uint64(sv.Port))
 			w.str("proto", sv.Proto.String())
 			w.num("lbr", uint64(sv.LBR))
+			if h := sv.Health; h != nil {
+				w.field("health")
+				w.open()
+				w.str("type", h.Type)
+				w.str("path", h.Path)
+				if h.Port != 0 {
+					w.num("port", uint64(h.Port))
+				}
+				w.str("interval", h.Interval.String())
+				w.str("timeout", h.Timeout.String())
+				if h.Rise != 0 {
+					w.num("rise", uint64(h.Rise))
+				}
+				if h.Fall != 0 {
+					w.num("fall", uint64(h.Fall))
+				}
+				w.close()
+			}
 			w.end()
 		}
 	}

@@ -30,6 +30,9 @@ type balancer struct {
 	services map[uint32]*compiledService // by service id
 	byLBR    map[uint32]uint32           // lbr id -> service id
 	fars     map[uint32]config.FAR       // every FAR, by id (member keys)
+	// down lists backends health checks took out, by service and FAR:
+	// they get no new connections, as if drained.
+	down map[uint32]map[uint32]bool
 	// dirty lists the services whose table this Apply rebuilds, with the
 	// path errors about it go to.
 	dirty map[uint32]string
@@ -37,7 +40,7 @@ type balancer struct {
 
 func newBalancer() balancer {
 	return balancer{lbrs: map[uint32]config.LBR{}, services: map[uint32]*compiledService{},
-		byLBR: map[uint32]uint32{}, fars: map[uint32]config.FAR{}}
+		byLBR: map[uint32]uint32{}, fars: map[uint32]config.FAR{}, down: map[uint32]map[uint32]bool{}}
 }
 
 // setMap puts (ok) or deletes m[k], undoably.
@@ -131,6 +134,7 @@ func (c *Compiler) removeService(id uint32) {
 		return
 	}
 	c.dropService(cs)
+	setMap(c, c.lb.down, id, nil, false)
 	c.setMembers(cs, NewStatsAlloc(bpf.ReplyMember, nil))
 	setMap(c, c.gen.Members, cs.tag*bpf.MaxMembers+bpf.ReplyMember, bpf.MemberRef{}, false)
 	setMap(c, c.lb.services, id, nil, false)
@@ -215,7 +219,11 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 		if isNew {
 			g.ResetLBStats = append(g.ResetLBStats, stats)
 		}
-		backends = append(backends, maglev.Backend{Key: key, Weight: m.EffectiveWeight()})
+		w := m.EffectiveWeight()
+		if b.down[sv.ID][m.FAR] {
+			w = 0
+		}
+		backends = append(backends, maglev.Backend{Key: key, Weight: w})
 		places = append(places, bpf.LBSlot{Far: fi, Stats: stats})
 	}
 	owners, err := maglev.Build(backends, c.limits.MaglevSize)
@@ -271,4 +279,24 @@ func (c *Compiler) setMembers(cs *compiledService, members *StatsAlloc) {
 		setMap(c, c.gen.Members, base+idx, bpf.MemberRef{Service: cs.cfg.ID, FAR: far}, true)
 	}
 	setMap(c, c.gen.Members, base+bpf.ReplyMember, bpf.MemberRef{Service: cs.cfg.ID}, true)
+}
+
+// SetBackendUp records a health check's verdict on backend far of service
+// svc and rebuilds the service's table: a backend that is down gets no new
+// connections (its established ones stay pinned, as when drained). The
+// returned undo takes it back, for a commit that fails.
+func (c *Compiler) SetBackendUp(svc, far uint32, up bool) (undo func(), err error) {
+	c.begin()
+	b := &c.lb
+	cur := b.down[svc]
+	if cur == nil {
+		cur = map[uint32]bool{}
+		setMap(c, b.down, svc, cur, true)
+	}
+	setMap(c, cur, far, true, !up)
+	if _, ok := b.services[svc]; ok {
+		b.dirty[svc] = fmt.Sprintf("service %d", svc)
+	}
+	c.rebuildServices()
+	return c.end()
 }

@@ -205,10 +205,7 @@ func (c *Compiler) Allocs() Allocs { return c.allocs }
 // and the error is config.Errors, at the changes' paths; errors for full
 // tables carry config.CodeCapacity.
 func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
-	c.undo, c.errs, c.missing, c.groupsMoved = nil, nil, map[string]bool{}, false
-	c.gen.Dirty = &bpf.Dirty{Rules: map[bpf.RuleKey]struct{}{}, FARs: map[uint32]struct{}{}, Tables: map[uint32]struct{}{}}
-	c.gen.ResetStats, c.gen.ResetPathStats, c.gen.ResetLBStats = nil, nil, nil
-	c.lb.dirty = map[uint32]string{}
+	c.begin()
 
 	// Whatever is referred to first, then what refers, then removals
 	// in reverse.
@@ -239,6 +236,20 @@ func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
 	if n := len(c.gen.Rules); n > int(c.limits.Rules) {
 		c.errs = append(c.errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d classifier entries after port-range expansion exceed limits.rules %d", n, c.limits.Rules), Code: config.CodeCapacity})
 	}
+	return c.end()
+}
+
+// begin starts an Apply: nothing changed yet.
+func (c *Compiler) begin() {
+	c.undo, c.errs, c.missing, c.groupsMoved = nil, nil, map[string]bool{}, false
+	c.gen.Dirty = &bpf.Dirty{Rules: map[bpf.RuleKey]struct{}{}, FARs: map[uint32]struct{}{}, Tables: map[uint32]struct{}{}}
+	c.gen.ResetStats, c.gen.ResetPathStats, c.gen.ResetLBStats = nil, nil, nil
+	c.lb.dirty = map[uint32]string{}
+}
+
+// end finishes an Apply: undone whole on errors, else the groups sorted
+// and the undo handed out.
+func (c *Compiler) end() (undo func(), err error) {
 	undoAll := c.takeUndo()
 	if len(c.errs) > 0 {
 		errs := c.errs

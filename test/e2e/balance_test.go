@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"strings"
 	"sync"
@@ -47,8 +48,9 @@ limits: {flows: 65536, rules: 1024}
 // eth0 10.30.I.2/24, linked to B (10.30.I.1), B routing between them and
 // the gateway, and the gateway routing 10.30.0.0/16 to B. Each runs a TCP
 // server on :8080 that greets with its name ("be2\n") and echoes.
-func addBackends(t *testing.T, g *gateway, n int) {
+func addBackends(t *testing.T, g *gateway, n int) []*atomic.Bool {
 	t.Helper()
+	var healthy []*atomic.Bool
 	for i := 1; i <= n; i++ {
 		ns := fmt.Sprintf("%sbe%d", g.Prefix, i)
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
@@ -80,6 +82,23 @@ func addBackends(t *testing.T, g *gateway, n int) {
 		}
 		t.Cleanup(func() { ln.Close() })
 		go serveEcho(ln, name)
+		ok := &atomic.Bool{}
+		ok.Store(true)
+		healthy = append(healthy, ok)
+		var hl net.Listener
+		if err := lab.InNamedNetNS(ns, func() (err error) {
+			hl, err = net.Listen("tcp4", ":8081")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if !ok.Load() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+		})}
+		t.Cleanup(func() { srv.Close() })
+		go func() { _ = srv.Serve(hl) }()
 	}
 	for _, s := range [][]string{
 		{"ip", "netns", "exec", g.B, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
@@ -89,6 +108,7 @@ func addBackends(t *testing.T, g *gateway, n int) {
 			t.Fatalf("%v: %v: %s", s, err, out)
 		}
 	}
+	return healthy
 }
 
 func serveEcho(ln net.Listener, name string) {
@@ -356,5 +376,54 @@ func TestBalanceLongLived(t *testing.T) {
 		if got, err := lc.r.ReadString('\n'); err != nil || got != msg {
 			t.Fatalf("connection %d (%s): echo %q, %v", i, lc.backend, got, err)
 		}
+	}
+}
+
+// TestBalanceHealthChecks takes a backend whose HTTP health check fails
+// out of the service (new connections avoid it, its gauge reads 0) and
+// puts it back when the checks pass again.
+func TestBalanceHealthChecks(t *testing.T) {
+	cfg := strings.Replace(lbConfig, "  - {id: 2, action: nat, address: 10.30.2.2, port: 8080}",
+		"  - {id: 2, action: nat, address: 10.30.2.2, port: 8080}\n  - {id: 3, action: nat, address: 10.30.3.2, port: 8080}", 1)
+	cfg = strings.Replace(cfg, "members: [{far: 1}, {far: 2}]", "members: [{far: 1}, {far: 2}, {far: 3}]", 1)
+	cfg = strings.Replace(cfg, "lbr: 1}", "lbr: 1, health: {type: http, port: 8081, path: /healthz, interval: 200ms, timeout: 150ms, rise: 2, fall: 2}}", 1)
+	g := newGateway(t, cfg)
+	healthy := addBackends(t, g, lbBackends)
+	g.start()
+	g.warmUp()
+
+	upGauge := func(far int) float64 {
+		v, _ := metricValue(g.scrape(), "edgeplane_service_backend_up", map[string]string{"service": "1", "far": fmt.Sprint(far)})
+		return v
+	}
+	if !waitFor(5*time.Second, func() bool { return upGauge(1) == 1 && upGauge(2) == 1 && upGauge(3) == 1 }) {
+		t.Fatalf("backends not reported up: %v %v %v", upGauge(1), upGauge(2), upGauge(3))
+	}
+	if got := spread(t, g, 300); len(got) != 3 {
+		t.Fatalf("300 connections with all backends up went to %v", got)
+	}
+
+	healthy[1].Store(false) // be2's checks fail from now on
+	t0 := time.Now()
+	if !waitFor(5*time.Second, func() bool { return upGauge(2) == 0 }) {
+		t.Fatalf("be2 still up 5 s after its checks started failing")
+	}
+	t.Logf("be2 taken out %s after its checks started failing (interval 200ms, fall 2)", time.Since(t0).Round(10*time.Millisecond))
+	if got := spread(t, g, 300); got["be2"] != 0 || got["be1"]+got["be3"] != 300 {
+		t.Errorf("with be2 down, new connections went to %v", got)
+	}
+
+	healthy[1].Store(true)
+	t0 = time.Now()
+	if !waitFor(5*time.Second, func() bool { return upGauge(2) == 1 }) {
+		t.Fatalf("be2 not back 5 s after its checks pass again")
+	}
+	t.Logf("be2 back %s after its checks passed again (rise 2)", time.Since(t0).Round(10*time.Millisecond))
+	got := spread(t, g, 600)
+	if share := float64(got["be2"]) / 600; share < 0.25 || share > 0.42 {
+		t.Errorf("be2 back, it got %.3f of new connections (%v), want about 1/3", share, got)
+	}
+	if !strings.Contains(g.log(), "health check: backend down") || !strings.Contains(g.log(), "health check: backend up") {
+		t.Errorf("the agent log does not say when be2 went down and came back")
 	}
 }

@@ -485,8 +485,10 @@ type Service struct {
 	Vip   string                 `protobuf:"bytes,2,opt,name=vip,proto3" json:"vip,omitempty"`
 	Port  uint32                 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
 	// tcp | udp
-	Proto         string `protobuf:"bytes,4,opt,name=proto,proto3" json:"proto,omitempty"`
-	Lbr           uint32 `protobuf:"varint,5,opt,name=lbr,proto3" json:"lbr,omitempty"`
+	Proto string `protobuf:"bytes,4,opt,name=proto,proto3" json:"proto,omitempty"`
+	Lbr   uint32 `protobuf:"varint,5,opt,name=lbr,proto3" json:"lbr,omitempty"`
+	// absent: no health checks
+	Health        *Health `protobuf:"bytes,6,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -556,6 +558,111 @@ func (x *Service) GetLbr() uint32 {
 	return 0
 }
 
+func (x *Service) GetHealth() *Health {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+// Health checks a service's backends: one that fails `fall` probes in a
+// row leaves the table until it passes `rise` in a row.
+type Health struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tcp (connect) | http (GET path, 2xx or 3xx)
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// 0: the backend's port (nat) or the service's (dsr-gre)
+	Port uint32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// durations such as "500ms", "2s"; empty: 1s, and the interval
+	Interval string `protobuf:"bytes,4,opt,name=interval,proto3" json:"interval,omitempty"`
+	Timeout  string `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// 0: 2 and 3
+	Rise          uint32 `protobuf:"varint,6,opt,name=rise,proto3" json:"rise,omitempty"`
+	Fall          uint32 `protobuf:"varint,7,opt,name=fall,proto3" json:"fall,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Health) Reset() {
+	*x = Health{}
+	mi := &file_edgeplane_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Health) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Health) ProtoMessage() {}
+
+func (x *Health) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Health.ProtoReflect.Descriptor instead.
+func (*Health) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Health) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Health) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Health) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *Health) GetInterval() string {
+	if x != nil {
+		return x.Interval
+	}
+	return ""
+}
+
+func (x *Health) GetTimeout() string {
+	if x != nil {
+		return x.Timeout
+	}
+	return ""
+}
+
+func (x *Health) GetRise() uint32 {
+	if x != nil {
+		return x.Rise
+	}
+	return 0
+}
+
+func (x *Health) GetFall() uint32 {
+	if x != nil {
+		return x.Fall
+	}
+	return 0
+}
+
 // Match is what a PDR matches; an empty field matches anything.
 type Match struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -577,7 +684,7 @@ type Match struct {
 
 func (x *Match) Reset() {
 	*x = Match{}
-	mi := &file_edgeplane_proto_msgTypes[6]
+	mi := &file_edgeplane_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +696,7 @@ func (x *Match) String() string {
 func (*Match) ProtoMessage() {}
 
 func (x *Match) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[6]
+	mi := &file_edgeplane_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +709,7 @@ func (x *Match) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Match.ProtoReflect.Descriptor instead.
 func (*Match) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{6}
+	return file_edgeplane_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Match) GetIn() string {
@@ -675,7 +782,7 @@ type Pdr struct {
 
 func (x *Pdr) Reset() {
 	*x = Pdr{}
-	mi := &file_edgeplane_proto_msgTypes[7]
+	mi := &file_edgeplane_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +794,7 @@ func (x *Pdr) String() string {
 func (*Pdr) ProtoMessage() {}
 
 func (x *Pdr) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[7]
+	mi := &file_edgeplane_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +807,7 @@ func (x *Pdr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pdr.ProtoReflect.Descriptor instead.
 func (*Pdr) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{7}
+	return file_edgeplane_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Pdr) GetId() uint32 {
@@ -749,7 +856,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_edgeplane_proto_msgTypes[8]
+	mi := &file_edgeplane_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +868,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[8]
+	mi := &file_edgeplane_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +881,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{8}
+	return file_edgeplane_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -890,7 +997,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_edgeplane_proto_msgTypes[9]
+	mi := &file_edgeplane_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1009,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[9]
+	mi := &file_edgeplane_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1022,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{9}
+	return file_edgeplane_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Ref) GetKind() Kind {
@@ -954,7 +1061,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_edgeplane_proto_msgTypes[10]
+	mi := &file_edgeplane_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1073,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[10]
+	mi := &file_edgeplane_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1086,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{10}
+	return file_edgeplane_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Operation) GetOp() isOperation_Op {
@@ -1052,7 +1159,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_edgeplane_proto_msgTypes[11]
+	mi := &file_edgeplane_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1171,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[11]
+	mi := &file_edgeplane_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1184,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{11}
+	return file_edgeplane_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApplyRequest) GetOperations() []*Operation {
@@ -1106,7 +1213,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1225,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1238,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{12}
+	return file_edgeplane_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ApplyResponse) GetGeneration() uint32 {
@@ -1156,7 +1263,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1275,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1288,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{13}
+	return file_edgeplane_proto_rawDescGZIP(), []int{14}
 }
 
 type GetByIDRequest struct {
@@ -1193,7 +1300,7 @@ type GetByIDRequest struct {
 
 func (x *GetByIDRequest) Reset() {
 	*x = GetByIDRequest{}
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1312,7 @@ func (x *GetByIDRequest) String() string {
 func (*GetByIDRequest) ProtoMessage() {}
 
 func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1325,7 @@ func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByIDRequest.ProtoReflect.Descriptor instead.
 func (*GetByIDRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{14}
+	return file_edgeplane_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetByIDRequest) GetId() uint32 {
@@ -1237,7 +1344,7 @@ type GetByNameRequest struct {
 
 func (x *GetByNameRequest) Reset() {
 	*x = GetByNameRequest{}
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1356,7 @@ func (x *GetByNameRequest) String() string {
 func (*GetByNameRequest) ProtoMessage() {}
 
 func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1369,7 @@ func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByNameRequest.ProtoReflect.Descriptor instead.
 func (*GetByNameRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{15}
+	return file_edgeplane_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetByNameRequest) GetName() string {
@@ -1281,7 +1388,7 @@ type ListInterfacesResponse struct {
 
 func (x *ListInterfacesResponse) Reset() {
 	*x = ListInterfacesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1400,7 @@ func (x *ListInterfacesResponse) String() string {
 func (*ListInterfacesResponse) ProtoMessage() {}
 
 func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1413,7 @@ func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInterfacesResponse.ProtoReflect.Descriptor instead.
 func (*ListInterfacesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{16}
+	return file_edgeplane_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListInterfacesResponse) GetInterfaces() []*Interface {
@@ -1325,7 +1432,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1444,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1457,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{17}
+	return file_edgeplane_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -1369,7 +1476,7 @@ type ListFarsResponse struct {
 
 func (x *ListFarsResponse) Reset() {
 	*x = ListFarsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1488,7 @@ func (x *ListFarsResponse) String() string {
 func (*ListFarsResponse) ProtoMessage() {}
 
 func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1501,7 @@ func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFarsResponse.ProtoReflect.Descriptor instead.
 func (*ListFarsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{18}
+	return file_edgeplane_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListFarsResponse) GetFars() []*Far {
@@ -1413,7 +1520,7 @@ type ListPdrsResponse struct {
 
 func (x *ListPdrsResponse) Reset() {
 	*x = ListPdrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1532,7 @@ func (x *ListPdrsResponse) String() string {
 func (*ListPdrsResponse) ProtoMessage() {}
 
 func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1545,7 @@ func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPdrsResponse.ProtoReflect.Descriptor instead.
 func (*ListPdrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{19}
+	return file_edgeplane_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListPdrsResponse) GetPdrs() []*Pdr {
@@ -1457,7 +1564,7 @@ type ListLbrsResponse struct {
 
 func (x *ListLbrsResponse) Reset() {
 	*x = ListLbrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1576,7 @@ func (x *ListLbrsResponse) String() string {
 func (*ListLbrsResponse) ProtoMessage() {}
 
 func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1589,7 @@ func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLbrsResponse.ProtoReflect.Descriptor instead.
 func (*ListLbrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{20}
+	return file_edgeplane_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListLbrsResponse) GetLbrs() []*Lbr {
@@ -1501,7 +1608,7 @@ type ListServicesResponse struct {
 
 func (x *ListServicesResponse) Reset() {
 	*x = ListServicesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1620,7 @@ func (x *ListServicesResponse) String() string {
 func (*ListServicesResponse) ProtoMessage() {}
 
 func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1633,7 @@ func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListServicesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{21}
+	return file_edgeplane_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListServicesResponse) GetServices() []*Service {
@@ -1544,7 +1651,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1663,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1676,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{22}
+	return file_edgeplane_proto_rawDescGZIP(), []int{23}
 }
 
 // Counter is a packets/bytes pair.
@@ -1583,7 +1690,7 @@ type Counter struct {
 
 func (x *Counter) Reset() {
 	*x = Counter{}
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1702,7 @@ func (x *Counter) String() string {
 func (*Counter) ProtoMessage() {}
 
 func (x *Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1715,7 @@ func (x *Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counter.ProtoReflect.Descriptor instead.
 func (*Counter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{23}
+	return file_edgeplane_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Counter) GetPackets() uint64 {
@@ -1635,7 +1742,7 @@ type PdrCounter struct {
 
 func (x *PdrCounter) Reset() {
 	*x = PdrCounter{}
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1754,7 @@ func (x *PdrCounter) String() string {
 func (*PdrCounter) ProtoMessage() {}
 
 func (x *PdrCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1767,7 @@ func (x *PdrCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PdrCounter.ProtoReflect.Descriptor instead.
 func (*PdrCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{24}
+	return file_edgeplane_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PdrCounter) GetId() uint32 {
@@ -1690,7 +1797,7 @@ type PathCounter struct {
 
 func (x *PathCounter) Reset() {
 	*x = PathCounter{}
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1809,7 @@ func (x *PathCounter) String() string {
 func (*PathCounter) ProtoMessage() {}
 
 func (x *PathCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1822,7 @@ func (x *PathCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathCounter.ProtoReflect.Descriptor instead.
 func (*PathCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{25}
+	return file_edgeplane_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PathCounter) GetId() uint32 {
@@ -1758,7 +1865,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1877,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1890,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{26}
+	return file_edgeplane_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Stats) GetGeneration() uint32 {
@@ -1858,7 +1965,7 @@ type BackendCounter struct {
 
 func (x *BackendCounter) Reset() {
 	*x = BackendCounter{}
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +1977,7 @@ func (x *BackendCounter) String() string {
 func (*BackendCounter) ProtoMessage() {}
 
 func (x *BackendCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +1990,7 @@ func (x *BackendCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendCounter.ProtoReflect.Descriptor instead.
 func (*BackendCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{27}
+	return file_edgeplane_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BackendCounter) GetService() uint32 {
@@ -1931,7 +2038,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1943,7 +2050,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1956,7 +2063,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{28}
+	return file_edgeplane_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListFlowsRequest) GetTop() uint32 {
@@ -1993,7 +2100,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2112,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2125,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{29}
+	return file_edgeplane_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Flow) GetSrc() string {
@@ -2114,7 +2221,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2233,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2246,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{30}
+	return file_edgeplane_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -2184,13 +2291,22 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x06Member\x12\x10\n" +
 	"\x03far\x18\x01 \x01(\rR\x03far\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01B\t\n" +
-	"\a_weight\"g\n" +
+	"\a_weight\"\x95\x01\n" +
 	"\aService\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x10\n" +
 	"\x03vip\x18\x02 \x01(\tR\x03vip\x12\x12\n" +
 	"\x04port\x18\x03 \x01(\rR\x04port\x12\x14\n" +
 	"\x05proto\x18\x04 \x01(\tR\x05proto\x12\x10\n" +
-	"\x03lbr\x18\x05 \x01(\rR\x03lbr\"\xc9\x01\n" +
+	"\x03lbr\x18\x05 \x01(\rR\x03lbr\x12,\n" +
+	"\x06health\x18\x06 \x01(\v2\x14.edgeplane.v1.HealthR\x06health\"\xa2\x01\n" +
+	"\x06Health\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x12\x1a\n" +
+	"\binterval\x18\x04 \x01(\tR\binterval\x12\x18\n" +
+	"\atimeout\x18\x05 \x01(\tR\atimeout\x12\x12\n" +
+	"\x04rise\x18\x06 \x01(\rR\x04rise\x12\x12\n" +
+	"\x04fall\x18\a \x01(\rR\x04fall\"\xc9\x01\n" +
 	"\x05Match\x12\x0e\n" +
 	"\x02in\x18\x01 \x01(\tR\x02in\x12\x10\n" +
 	"\x03src\x18\x02 \x01(\tR\x03src\x12\x10\n" +
@@ -2350,7 +2466,7 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                      // 0: edgeplane.v1.Kind
 	(*Interface)(nil),              // 1: edgeplane.v1.Interface
@@ -2359,101 +2475,103 @@ var file_edgeplane_proto_goTypes = []any{
 	(*Lbr)(nil),                    // 4: edgeplane.v1.Lbr
 	(*Member)(nil),                 // 5: edgeplane.v1.Member
 	(*Service)(nil),                // 6: edgeplane.v1.Service
-	(*Match)(nil),                  // 7: edgeplane.v1.Match
-	(*Pdr)(nil),                    // 8: edgeplane.v1.Pdr
-	(*Object)(nil),                 // 9: edgeplane.v1.Object
-	(*Ref)(nil),                    // 10: edgeplane.v1.Ref
-	(*Operation)(nil),              // 11: edgeplane.v1.Operation
-	(*ApplyRequest)(nil),           // 12: edgeplane.v1.ApplyRequest
-	(*ApplyResponse)(nil),          // 13: edgeplane.v1.ApplyResponse
-	(*ListRequest)(nil),            // 14: edgeplane.v1.ListRequest
-	(*GetByIDRequest)(nil),         // 15: edgeplane.v1.GetByIDRequest
-	(*GetByNameRequest)(nil),       // 16: edgeplane.v1.GetByNameRequest
-	(*ListInterfacesResponse)(nil), // 17: edgeplane.v1.ListInterfacesResponse
-	(*ListPathsResponse)(nil),      // 18: edgeplane.v1.ListPathsResponse
-	(*ListFarsResponse)(nil),       // 19: edgeplane.v1.ListFarsResponse
-	(*ListPdrsResponse)(nil),       // 20: edgeplane.v1.ListPdrsResponse
-	(*ListLbrsResponse)(nil),       // 21: edgeplane.v1.ListLbrsResponse
-	(*ListServicesResponse)(nil),   // 22: edgeplane.v1.ListServicesResponse
-	(*GetStatsRequest)(nil),        // 23: edgeplane.v1.GetStatsRequest
-	(*Counter)(nil),                // 24: edgeplane.v1.Counter
-	(*PdrCounter)(nil),             // 25: edgeplane.v1.PdrCounter
-	(*PathCounter)(nil),            // 26: edgeplane.v1.PathCounter
-	(*Stats)(nil),                  // 27: edgeplane.v1.Stats
-	(*BackendCounter)(nil),         // 28: edgeplane.v1.BackendCounter
-	(*ListFlowsRequest)(nil),       // 29: edgeplane.v1.ListFlowsRequest
-	(*Flow)(nil),                   // 30: edgeplane.v1.Flow
-	(*ListFlowsResponse)(nil),      // 31: edgeplane.v1.ListFlowsResponse
-	nil,                            // 32: edgeplane.v1.Stats.VerdictsEntry
-	nil,                            // 33: edgeplane.v1.Stats.ReasonsEntry
+	(*Health)(nil),                 // 7: edgeplane.v1.Health
+	(*Match)(nil),                  // 8: edgeplane.v1.Match
+	(*Pdr)(nil),                    // 9: edgeplane.v1.Pdr
+	(*Object)(nil),                 // 10: edgeplane.v1.Object
+	(*Ref)(nil),                    // 11: edgeplane.v1.Ref
+	(*Operation)(nil),              // 12: edgeplane.v1.Operation
+	(*ApplyRequest)(nil),           // 13: edgeplane.v1.ApplyRequest
+	(*ApplyResponse)(nil),          // 14: edgeplane.v1.ApplyResponse
+	(*ListRequest)(nil),            // 15: edgeplane.v1.ListRequest
+	(*GetByIDRequest)(nil),         // 16: edgeplane.v1.GetByIDRequest
+	(*GetByNameRequest)(nil),       // 17: edgeplane.v1.GetByNameRequest
+	(*ListInterfacesResponse)(nil), // 18: edgeplane.v1.ListInterfacesResponse
+	(*ListPathsResponse)(nil),      // 19: edgeplane.v1.ListPathsResponse
+	(*ListFarsResponse)(nil),       // 20: edgeplane.v1.ListFarsResponse
+	(*ListPdrsResponse)(nil),       // 21: edgeplane.v1.ListPdrsResponse
+	(*ListLbrsResponse)(nil),       // 22: edgeplane.v1.ListLbrsResponse
+	(*ListServicesResponse)(nil),   // 23: edgeplane.v1.ListServicesResponse
+	(*GetStatsRequest)(nil),        // 24: edgeplane.v1.GetStatsRequest
+	(*Counter)(nil),                // 25: edgeplane.v1.Counter
+	(*PdrCounter)(nil),             // 26: edgeplane.v1.PdrCounter
+	(*PathCounter)(nil),            // 27: edgeplane.v1.PathCounter
+	(*Stats)(nil),                  // 28: edgeplane.v1.Stats
+	(*BackendCounter)(nil),         // 29: edgeplane.v1.BackendCounter
+	(*ListFlowsRequest)(nil),       // 30: edgeplane.v1.ListFlowsRequest
+	(*Flow)(nil),                   // 31: edgeplane.v1.Flow
+	(*ListFlowsResponse)(nil),      // 32: edgeplane.v1.ListFlowsResponse
+	nil,                            // 33: edgeplane.v1.Stats.VerdictsEntry
+	nil,                            // 34: edgeplane.v1.Stats.ReasonsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
 	5,  // 0: edgeplane.v1.Lbr.members:type_name -> edgeplane.v1.Member
-	7,  // 1: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
-	1,  // 2: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
-	2,  // 3: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
-	3,  // 4: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
-	8,  // 5: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
-	4,  // 6: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
-	6,  // 7: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
-	0,  // 8: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
-	9,  // 9: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
-	9,  // 10: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
-	10, // 11: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
-	11, // 12: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
-	1,  // 13: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
-	2,  // 14: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
-	3,  // 15: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
-	8,  // 16: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
-	4,  // 17: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
-	6,  // 18: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
-	24, // 19: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
-	24, // 20: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
-	24, // 21: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
-	25, // 22: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	32, // 23: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	33, // 24: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
-	26, // 25: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
-	28, // 26: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
-	24, // 27: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
-	30, // 28: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
-	24, // 29: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	24, // 30: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	12, // 31: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	14, // 32: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	16, // 33: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	14, // 34: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	15, // 35: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	14, // 36: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	15, // 37: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	14, // 38: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	15, // 39: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	14, // 40: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	15, // 41: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	14, // 42: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	15, // 43: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	23, // 44: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	29, // 45: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	13, // 46: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	17, // 47: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	1,  // 48: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	18, // 49: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	2,  // 50: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	19, // 51: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	3,  // 52: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	20, // 53: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	8,  // 54: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	21, // 55: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	4,  // 56: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	22, // 57: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	6,  // 58: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	27, // 59: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	31, // 60: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	46, // [46:61] is the sub-list for method output_type
-	31, // [31:46] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	7,  // 1: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
+	8,  // 2: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
+	1,  // 3: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
+	2,  // 4: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
+	3,  // 5: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
+	9,  // 6: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
+	4,  // 7: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
+	6,  // 8: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
+	0,  // 9: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
+	10, // 10: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
+	10, // 11: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
+	11, // 12: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
+	12, // 13: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
+	1,  // 14: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
+	2,  // 15: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
+	3,  // 16: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
+	9,  // 17: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
+	4,  // 18: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
+	6,  // 19: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
+	25, // 20: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
+	25, // 21: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
+	25, // 22: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
+	26, // 23: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
+	33, // 24: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	34, // 25: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	27, // 26: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
+	29, // 27: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
+	25, // 28: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
+	31, // 29: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
+	25, // 30: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	25, // 31: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	13, // 32: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	15, // 33: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	17, // 34: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	15, // 35: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	16, // 36: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	15, // 37: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	16, // 38: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	15, // 39: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	16, // 40: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	15, // 41: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	16, // 42: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	15, // 43: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	16, // 44: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	24, // 45: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	30, // 46: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	14, // 47: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	18, // 48: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	1,  // 49: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	19, // 50: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	2,  // 51: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	20, // 52: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	3,  // 53: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	21, // 54: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	9,  // 55: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	22, // 56: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	4,  // 57: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	23, // 58: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	6,  // 59: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	28, // 60: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	32, // 61: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	47, // [47:62] is the sub-list for method output_type
+	32, // [32:47] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -2463,8 +2581,8 @@ func file_edgeplane_proto_init() {
 	}
 	file_edgeplane_proto_msgTypes[1].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[4].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[6].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[8].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[7].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[9].OneofWrappers = []any{
 		(*Object_Interface)(nil),
 		(*Object_Path)(nil),
 		(*Object_Far)(nil),
@@ -2472,19 +2590,19 @@ func file_edgeplane_proto_init() {
 		(*Object_Lbr)(nil),
 		(*Object_Service)(nil),
 	}
-	file_edgeplane_proto_msgTypes[10].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[11].OneofWrappers = []any{
 		(*Operation_Create)(nil),
 		(*Operation_Update)(nil),
 		(*Operation_Delete)(nil),
 	}
-	file_edgeplane_proto_msgTypes[29].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[30].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
