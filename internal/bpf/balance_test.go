@@ -45,11 +45,13 @@ lbrs:
   - {id: 2, algorithm: maglev, members: [{far: 13}]}
   - {id: 3, algorithm: maglev, members: [{far: 21}, {far: 22}]}
   - {id: 4, algorithm: maglev, members: [{far: 12}]}
+  - {id: 5, algorithm: maglev, members: [{far: 21}, {far: 22}]}
 services:
   - {id: 1, vip: 203.0.113.10, port: 80, proto: tcp, lbr: 1}
   - {id: 2, vip: "fd0f::10", port: 443, proto: tcp, lbr: 2}
   - {id: 3, vip: 203.0.113.20, port: 9053, proto: udp, lbr: 3}
   - {id: 4, vip: 203.0.113.10, port: 9999, proto: udp, lbr: 4}
+  - {id: 5, vip: "fd0f::20", port: 9053, proto: udp, lbr: 5}
 pdrs:
   - {id: 1, precedence: 100, match: {in: lan0}, far: 1}
 limits: {flows: 8192, rules: 64, maglev_table: 4099, connections: 8192}
@@ -393,7 +395,22 @@ func TestBalanceDSR(t *testing.T) {
 	if len(remotes) != 2 {
 		t.Errorf("30 flows went to %v, want both tunnel endpoints", remotes)
 	}
-	checkTshark(t, frames, 2)
+	// IPv6 inside the tunnel: an IPv6 VIP balanced over the same paths.
+	q6 := lbPkt{src: "fd03::5", dst: "fd0f::20", sport: 7000, dport: 9053, udp: true, smac: macWanNeigh, dmac: macWan0}
+	v, out := h.send(q6, "wan0")
+	if v != bpf.XDPRedirect {
+		t.Fatalf("IPv6 dsr-gre: verdict %s", verdictName(v))
+	}
+	pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	if outer, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4); outer == nil || outer.Protocol != layers.IPProtocolGRE {
+		t.Fatalf("IPv6 dsr-gre: not GRE over IPv4: %v", pk)
+	}
+	inner6 := q6.out("wan1", q6.src, q6.dst, q6.sport, q6.dport).frame(t)[14:]
+	if !bytes.Equal(out[14+20+8:], inner6) {
+		t.Fatalf("IPv6 dsr-gre inner:\n got %x\nwant %x", out[14+20+8:], inner6)
+	}
+	frames = append(frames, out)
+	checkTshark(t, frames, 3)
 	if got := binary.BigEndian.Uint16(frames[0][12:]); got != 0x0800 {
 		t.Errorf("ethertype %#x", got)
 	}
