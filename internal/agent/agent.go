@@ -294,7 +294,26 @@ func (a *Agent) start(cfg *config.Config) error {
 	a.dp = dp
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.load(cfg, rules.NewAllocs(cfg.Limits.Rules, seed, pathSeed))
+	// FARs and services keep their places too: a connection pinned to a
+	// backend's FAR index keeps it, and a service's counters continue.
+	fars, services, err := dp.ActiveFARs()
+	if err != nil {
+		dp.Close()
+		return err
+	}
+	farSeed, svcSeed := map[uint32]uint32{}, map[uint32]uint32{}
+	for idx, f := range fars {
+		if idx < cfg.Limits.Rules && f.Id != 0 && f.Action != bpf.ActUnNAT {
+			farSeed[f.Id] = idx
+		}
+	}
+	for _, sv := range services {
+		svcSeed[sv.Id] = sv.Tag
+	}
+	allocs := rules.NewAllocs(cfg.Limits.Rules, seed, pathSeed)
+	allocs.FAR = rules.NewStatsAlloc(cfg.Limits.Rules, farSeed)
+	allocs.Service = rules.NewStatsAlloc(bpf.MaxServices, svcSeed)
+	return a.load(cfg, allocs)
 }
 
 // load compiles cfg whole and commits it as the next generation; a.mu

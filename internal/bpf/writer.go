@@ -263,6 +263,20 @@ func (dp *Dataplane) ActiveRules() (map[RuleKey]Rule, uint32, error) {
 	return maps.Clone(dp.writer.slots[st.Gen&1].rules), st.Gen, nil
 }
 
+// ActiveFARs returns the FARs of the live generation by index, and its
+// services: a restarted agent keeps their places, so connections pinned
+// to a FAR index keep their backend.
+func (dp *Dataplane) ActiveFARs() (map[uint32]Far, map[SvcKey]Svc, error) {
+	dp.writer.mu.Lock()
+	defer dp.writer.mu.Unlock()
+	st, err := dp.State()
+	if err != nil || st.Gen == 0 {
+		return nil, nil, err
+	}
+	s := dp.writer.slots[st.Gen&1]
+	return maps.Clone(s.fars), maps.Clone(s.services), nil
+}
+
 // ActiveMembers returns what the live generation's balancer counters
 // count, by edge_lb_stats index.
 func (dp *Dataplane) ActiveMembers() (map[uint32]MemberRef, error) {

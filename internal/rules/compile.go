@@ -146,11 +146,16 @@ func Build(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limit
 	for _, sv := range cfg.Services {
 		liveServices[sv.ID] = true
 	}
+	liveFARs := map[uint32]bool{}
+	for _, f := range cfg.FARs {
+		liveFARs[f.ID] = true
+	}
 	// Free first what cfg no longer has, so its indexes can serve new
 	// objects.
 	c.allocs.PDR.Retain(live)
 	c.allocs.Path.Retain(livePaths)
 	c.allocs.Service.Retain(liveServices)
+	c.allocs.FAR.Retain(liveFARs)
 	if len(cfg.Paths) > bpf.MaxPaths {
 		return nil, config.Errors{{Path: "paths", Reason: fmt.Sprintf("%d paths, at most %d", len(cfg.Paths), bpf.MaxPaths), Code: config.CodeCapacity}}
 	}

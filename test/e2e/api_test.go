@@ -60,6 +60,17 @@ type apiGateway struct {
 	*gateway
 	gc   pb.GatewayClient
 	http *http.Client
+	args []string // the agent's API flags
+}
+
+// restart stops the agent (SIGTERM: the dataplane stays) and starts it
+// again with the same flags; the client reconnects on its next call.
+func (a *apiGateway) restart(t *testing.T) {
+	t.Helper()
+	if err := a.StopAgent(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	a.start(a.args...)
 }
 
 func newAPIGateway(t *testing.T, cfg string) *apiGateway {
@@ -73,7 +84,8 @@ func newAPIGateway(t *testing.T, cfg string) *apiGateway {
 	if err := os.WriteFile(key, []byte(apiJWTKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g.start("--grpc-addr", apiGRPC, "--rest-addr", apiREST, "--api-tokens", tokens, "--api-jwt-key", key)
+	args := []string{"--grpc-addr", apiGRPC, "--rest-addr", apiREST, "--api-tokens", tokens, "--api-jwt-key", key}
+	g.start(args...)
 	conn, err := grpc.NewClient("passthrough:///"+apiGRPC,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(nsDial(g.GW)))
@@ -85,7 +97,7 @@ func newAPIGateway(t *testing.T, cfg string) *apiGateway {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) },
 	}}
-	return &apiGateway{gateway: g, gc: pb.NewGatewayClient(conn), http: hc}
+	return &apiGateway{gateway: g, gc: pb.NewGatewayClient(conn), http: hc, args: args}
 }
 
 // ctx returns a context carrying token as the bearer token.
