@@ -243,6 +243,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_lb_new SEC(".maps");
 
+/* What each edge_lb_stats index counts, written by the agent with each
+ * generation: a restarted agent gives every backend its index again, so
+ * its counters continue, and `edgeplane stats` names them. Not read by
+ * packets. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_member);
+	__uint(max_entries, EDGE_MAX_SERVICES * EDGE_MAX_MEMBERS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_lb_members SEC(".maps");
+
 /* Scratch space of the balancer (per CPU): its keys and values live here,
  * not on the stack, which the pipeline has nearly used up. */
 struct edge_lb_scratch {

@@ -162,6 +162,12 @@ struct edge_conn_key {
 	__u16 pad;
 };
 
+/* What an edge_lb_stats index counts. */
+struct edge_member {
+	__u32 svc; /* service id (0: unused) */
+	__u32 far; /* backend FAR id (0: the service's NAT replies) */
+};
+
 /* A balanced connection, pinned to its backend across rules generations
  * (per-connection consistency): the backend's FAR index and id (an index
  * given to another FAR no longer matches), and its counters. For

@@ -313,6 +313,17 @@ func (a *Agent) start(cfg *config.Config) error {
 	allocs := rules.NewAllocs(cfg.Limits.Rules, seed, pathSeed)
 	allocs.FAR = rules.NewStatsAlloc(cfg.Limits.Rules, farSeed)
 	allocs.Service = rules.NewStatsAlloc(bpf.MaxServices, svcSeed)
+	// And each backend its counter index, so its counters continue.
+	allocs.Members = map[uint32]map[uint32]uint32{}
+	for idx, ref := range dp.ActiveMembers() {
+		if ref.FAR == 0 || svcSeed[ref.Service] != idx/bpf.MaxMembers {
+			continue // a service's replies, or a service that moved
+		}
+		if allocs.Members[ref.Service] == nil {
+			allocs.Members[ref.Service] = map[uint32]uint32{}
+		}
+		allocs.Members[ref.Service][ref.FAR] = idx % bpf.MaxMembers
+	}
 	return a.load(cfg, allocs)
 }
 

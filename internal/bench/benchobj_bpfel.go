@@ -28,6 +28,7 @@ const (
 	benchobjMapEdgeGlobal           = "edge_global"
 	benchobjMapEdgeGroups           = "edge_groups"
 	benchobjMapEdgeIfaddrs          = "edge_ifaddrs"
+	benchobjMapEdgeLbMembers        = "edge_lb_members"
 	benchobjMapEdgeLbNew            = "edge_lb_new"
 	benchobjMapEdgeLbScratch        = "edge_lb_scratch"
 	benchobjMapEdgeLbStats          = "edge_lb_stats"
@@ -128,6 +129,7 @@ type benchobjMapSpecs struct {
 	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIfaddrs    *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
+	EdgeLbMembers  *ebpf.MapSpec `ebpf:"edge_lb_members"`
 	EdgeLbNew      *ebpf.MapSpec `ebpf:"edge_lb_new"`
 	EdgeLbScratch  *ebpf.MapSpec `ebpf:"edge_lb_scratch"`
 	EdgeLbStats    *ebpf.MapSpec `ebpf:"edge_lb_stats"`
@@ -184,6 +186,7 @@ type benchobjMaps struct {
 	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIfaddrs    *ebpf.Map `ebpf:"edge_ifaddrs"`
+	EdgeLbMembers  *ebpf.Map `ebpf:"edge_lb_members"`
 	EdgeLbNew      *ebpf.Map `ebpf:"edge_lb_new"`
 	EdgeLbScratch  *ebpf.Map `ebpf:"edge_lb_scratch"`
 	EdgeLbStats    *ebpf.Map `ebpf:"edge_lb_stats"`
@@ -214,6 +217,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgeIfaddrs,
+		m.EdgeLbMembers,
 		m.EdgeLbNew,
 		m.EdgeLbScratch,
 		m.EdgeLbStats,

@@ -133,6 +133,12 @@ type edgeEdgeLbSlot struct {
 	Stats uint32
 }
 
+type edgeEdgeMember struct {
+	_   structs.HostLayout
+	Svc uint32
+	Far uint32
+}
+
 type edgeEdgePath struct {
 	_       structs.HostLayout
 	Local   uint32
@@ -202,6 +208,7 @@ const (
 	edgeMapEdgeGlobal     = "edge_global"
 	edgeMapEdgeGroups     = "edge_groups"
 	edgeMapEdgeIfaddrs    = "edge_ifaddrs"
+	edgeMapEdgeLbMembers  = "edge_lb_members"
 	edgeMapEdgeLbNew      = "edge_lb_new"
 	edgeMapEdgeLbScratch  = "edge_lb_scratch"
 	edgeMapEdgeLbStats    = "edge_lb_stats"
@@ -280,6 +287,7 @@ type edgeMapSpecs struct {
 	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIfaddrs    *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
+	EdgeLbMembers  *ebpf.MapSpec `ebpf:"edge_lb_members"`
 	EdgeLbNew      *ebpf.MapSpec `ebpf:"edge_lb_new"`
 	EdgeLbScratch  *ebpf.MapSpec `ebpf:"edge_lb_scratch"`
 	EdgeLbStats    *ebpf.MapSpec `ebpf:"edge_lb_stats"`
@@ -334,6 +342,7 @@ type edgeMaps struct {
 	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIfaddrs    *ebpf.Map `ebpf:"edge_ifaddrs"`
+	EdgeLbMembers  *ebpf.Map `ebpf:"edge_lb_members"`
 	EdgeLbNew      *ebpf.Map `ebpf:"edge_lb_new"`
 	EdgeLbScratch  *ebpf.Map `ebpf:"edge_lb_scratch"`
 	EdgeLbStats    *ebpf.Map `ebpf:"edge_lb_stats"`
@@ -362,6 +371,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgeIfaddrs,
+		m.EdgeLbMembers,
 		m.EdgeLbNew,
 		m.EdgeLbScratch,
 		m.EdgeLbStats,

@@ -191,6 +191,7 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgeRnat:       dp.EdgeRnat,
 		edgeMapEdgeLbStats:    dp.EdgeLbStats,
 		edgeMapEdgeLbNew:      dp.EdgeLbNew,
+		edgeMapEdgeLbMembers:  dp.EdgeLbMembers,
 	}
 }
 

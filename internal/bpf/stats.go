@@ -28,7 +28,7 @@ type Snapshot struct {
 	CacheMiss uint64
 	Paths     map[uint32]PathCounters // by path id
 	// Backends are the balancer's counters per service and backend FAR
-	// (FAR 0: the service's NAT replies); read by the agent only.
+	// (FAR 0: the service's NAT replies).
 	Backends []BackendCounters
 }
 
@@ -65,11 +65,7 @@ func (dp *Dataplane) Snapshot() (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	members, err := dp.ActiveMembers()
-	if err != nil {
-		return nil, err
-	}
-	if s.Backends, err = readBackends(&dp.edgeMaps, members); err != nil {
+	if s.Backends, err = readBackends(&dp.edgeMaps, dp.ActiveMembers()); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -205,6 +201,10 @@ func PinnedSnapshot(pinDir string) (*Snapshot, error) {
 		edgeMapEdgePathStats:  &m.EdgePathStats,
 		edgeMapEdgePathSeq:    &m.EdgePathSeq,
 		edgeMapEdgeIfaddrs:    &m.EdgeIfaddrs,
+		edgeMapEdgeLbStats:    &m.EdgeLbStats,
+		edgeMapEdgeLbNew:      &m.EdgeLbNew,
+		edgeMapEdgeLbMembers:  &m.EdgeLbMembers,
+		edgeMapEdgeConns:      &m.EdgeConns,
 	}
 	for name, dst := range fields {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
@@ -234,10 +234,23 @@ func PinnedSnapshot(pinDir string) (*Snapshot, error) {
 	var paths []Path
 	for i := uint32(0); st.Gen != 0 && i < MaxPaths; i++ {
 		var p Path
-		if err := m.EdgePaths.Lookup((st.Gen&1)*MaxPaths+i, &p); err != nil || p.Id == 0 {
-			break
+		if err := m.EdgePaths.Lookup((st.Gen&1)*MaxPaths+i, &p); err != nil {
+			return nil, fmt.Errorf("read path %d: %w", i, err)
 		}
-		paths = append(paths, p)
+		if p.Id != 0 { // paths keep their places: holes between them
+			paths = append(paths, p)
+		}
 	}
-	return readSnapshot(&m, rules, paths, st.Gen)
+	s, err := readSnapshot(&m, rules, paths, st.Gen)
+	if err != nil {
+		return nil, err
+	}
+	members, err := readMembers(m.EdgeLbMembers)
+	if err != nil {
+		return nil, err
+	}
+	if s.Backends, err = readBackends(&m, members); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

@@ -22,6 +22,7 @@ type (
 	LBSlot   = edgeEdgeLbSlot
 	ConnKey  = edgeEdgeConnKey
 	Conn     = edgeEdgeConn
+	Member   = edgeEdgeMember
 )
 
 // MaxServices and MaxMembers mirror EDGE_MAX_SERVICES and

@@ -95,7 +95,6 @@ type slot struct {
 	decaps   map[DecapKey]Decap
 	services map[SvcKey]Svc
 	tables   [MaxServices][]LBSlot // nil: not known
-	members  map[uint32]MemberRef  // nil: not known (adopted maps)
 }
 
 // writer commits generations: it fills the slot no packet uses, flips the
@@ -115,6 +114,9 @@ type writer struct {
 	// pending lists the entries the last commit changed, which the slot
 	// it did not write still lacks; nil when unknown.
 	pending *Dirty
+	// members is what edge_lb_members holds (one table for both slots:
+	// an index changes meaning only when its backend is long gone).
+	members map[uint32]MemberRef
 	dirty   bool // a flip happened and no grace period was started after it
 	// grace, when set, delivers the result of the grace period started
 	// after the last flip.
@@ -153,8 +155,50 @@ func newWriter(dp *Dataplane) (*writer, error) {
 			return nil, err
 		}
 	}
+	if w.members, err = readMembers(dp.EdgeLbMembers); err != nil {
+		return nil, err
+	}
 	w.dirty = true
 	return w, nil
+}
+
+// readMembers reads edge_lb_members.
+func readMembers(m *ebpf.Map) (map[uint32]MemberRef, error) {
+	out := map[uint32]MemberRef{}
+	var k uint32
+	var v Member
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if v.Svc != 0 {
+			out[k] = MemberRef{Service: v.Svc, FAR: v.Far}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read balancer members: %w", err)
+	}
+	return out, nil
+}
+
+// writeMembers makes edge_lb_members say what g's counters count.
+func (w *writer) writeMembers(g *Generation) error {
+	for idx := range w.members {
+		if _, ok := g.Members[idx]; !ok {
+			if err := w.dp.EdgeLbMembers.Put(idx, Member{}); err != nil {
+				return fmt.Errorf("clear balancer member %d: %w", idx, err)
+			}
+			delete(w.members, idx)
+		}
+	}
+	for idx, ref := range g.Members {
+		if old, ok := w.members[idx]; ok && old == ref {
+			continue
+		}
+		if err := w.dp.EdgeLbMembers.Put(idx, Member{Svc: ref.Service, Far: ref.FAR}); err != nil {
+			return fmt.Errorf("write balancer member %d: %w", idx, err)
+		}
+		w.members[idx] = ref
+	}
+	return nil
 }
 
 // readSlot reads what slot t of the maps holds.
@@ -277,16 +321,12 @@ func (dp *Dataplane) ActiveFARs() (map[uint32]Far, map[SvcKey]Svc, error) {
 	return maps.Clone(s.fars), maps.Clone(s.services), nil
 }
 
-// ActiveMembers returns what the live generation's balancer counters
-// count, by edge_lb_stats index.
-func (dp *Dataplane) ActiveMembers() (map[uint32]MemberRef, error) {
+// ActiveMembers returns what the balancer's counters count, by
+// edge_lb_stats index.
+func (dp *Dataplane) ActiveMembers() map[uint32]MemberRef {
 	dp.writer.mu.Lock()
 	defer dp.writer.mu.Unlock()
-	st, err := dp.State()
-	if err != nil || st.Gen == 0 {
-		return nil, err
-	}
-	return maps.Clone(dp.writer.slots[st.Gen&1].members), nil
+	return maps.Clone(dp.writer.members)
 }
 
 // ActivePaths returns the paths of the live generation.
@@ -369,6 +409,12 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 			w.slots[t] = s
 		}
 		return 0, err
+	}
+
+	if g.Members != nil {
+		if err := w.writeMembers(g); err != nil {
+			return 0, err
+		}
 	}
 
 	// Two writes: the new slot's group count and defaults first (when
@@ -466,7 +512,6 @@ func (w *writer) writeSlot(t uint32, g *Generation, keys *Dirty) error {
 	if err := w.writeServices(t, g); err != nil {
 		return err
 	}
-	cur.members = maps.Clone(g.Members)
 	return w.writePaths(t, g)
 }
 

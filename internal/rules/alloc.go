@@ -90,6 +90,10 @@ type Allocs struct {
 	PDR, Path, FAR *StatsAlloc
 	// Service gives each service its place (tag) among bpf.MaxServices.
 	Service *StatsAlloc
+	// Members seeds each service's backend counter indexes (service id ->
+	// FAR id -> index below bpf.ReplyMember), as a restarted agent found
+	// them; read when a service is first compiled.
+	Members map[uint32]map[uint32]uint32
 }
 
 // NewAllocs returns allocators sized for l, seeded with the live
@@ -100,5 +104,5 @@ func NewAllocs(rules uint32, pdrSeed, pathSeed map[uint32]uint32) Allocs {
 }
 
 func (a Allocs) clone() Allocs {
-	return Allocs{PDR: a.PDR.clone(), Path: a.Path.clone(), FAR: a.FAR.clone(), Service: a.Service.clone()}
+	return Allocs{PDR: a.PDR.clone(), Path: a.Path.clone(), FAR: a.FAR.clone(), Service: a.Service.clone(), Members: a.Members}
 }

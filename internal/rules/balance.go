@@ -105,10 +105,11 @@ func (c *Compiler) putService(at string, sv *config.Service) {
 			return
 		}
 		c.onUndo(func() { c.allocs.Service.Free(sv.ID) })
-		_ = isNew
-		cs = &compiledService{tag: tag, members: NewStatsAlloc(bpf.ReplyMember, nil), unnat: bpf.NoFAR}
-		// The replies' counter starts at zero with the service.
-		c.gen.ResetLBStats = append(c.gen.ResetLBStats, tag*bpf.MaxMembers+bpf.ReplyMember)
+		cs = &compiledService{tag: tag, members: NewStatsAlloc(bpf.ReplyMember, c.allocs.Members[sv.ID]), unnat: bpf.NoFAR}
+		if isNew {
+			// The replies' counter starts at zero with the service.
+			c.gen.ResetLBStats = append(c.gen.ResetLBStats, tag*bpf.MaxMembers+bpf.ReplyMember)
+		}
 	}
 	cs.cfg = *sv
 	cs.key = svcKey(sv)
