@@ -141,6 +141,18 @@ type statsJSON struct {
 	Reasons    map[string]bpf.Counter      `json:"reasons"`
 	FlowCache  map[string]uint64           `json:"flow_cache"`
 	Paths      map[string]bpf.PathCounters `json:"paths"`
+	Backends   []backendJSON               `json:"backends,omitempty"`
+}
+
+// backendJSON is one service backend's counters (far 0: the service's
+// NAT replies).
+type backendJSON struct {
+	Service  uint32 `json:"service"`
+	FAR      uint32 `json:"far"`
+	Packets  uint64 `json:"packets"`
+	Bytes    uint64 `json:"bytes"`
+	NewConns uint64 `json:"new_connections"`
+	Active   uint64 `json:"active_connections"`
 }
 
 func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
@@ -154,6 +166,10 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 	}
 	for id, c := range s.Paths {
 		out.Paths[fmt.Sprint(id)] = c
+	}
+	for _, b := range s.Backends {
+		out.Backends = append(out.Backends, backendJSON{Service: b.Service, FAR: b.FAR, Packets: b.Packets, Bytes: b.Bytes,
+			NewConns: b.NewConns, Active: b.Active})
 	}
 	for id, c := range s.PDRs {
 		out.PDRs[fmt.Sprint(id)] = c
@@ -202,6 +218,16 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 		for _, id := range pids {
 			c := s.Paths[id]
 			fmt.Fprintf(w, "%d\t%d / %d\t%d / %d\t\n", id, c.Tx.Packets, c.Tx.Bytes, c.Rx.Packets, c.Rx.Bytes)
+		}
+	}
+	if len(s.Backends) > 0 {
+		fmt.Fprintln(w, "\t\t\t\nSERVICE/FAR\tPKTS/BYTES\tNEW/ACTIVE CONNS\t")
+		for _, b := range s.Backends {
+			name := fmt.Sprintf("%d/%d", b.Service, b.FAR)
+			if b.FAR == 0 {
+				name = fmt.Sprintf("%d/replies", b.Service)
+			}
+			fmt.Fprintf(w, "%s\t%d / %d\t%d / %d\t\n", name, b.Packets, b.Bytes, b.NewConns, b.Active)
 		}
 	}
 	fmt.Fprintf(w, "\t\t\t\nflow cache\thit %d\tmiss %d\t\n", s.CacheHit, s.CacheMiss)

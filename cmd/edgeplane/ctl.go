@@ -1330,5 +1330,9 @@ func statsFromPB(p *pb.Stats) *bpf.Snapshot {
 	for _, c := range p.GetPaths() {
 		s.Paths[c.GetId()] = bpf.PathCounters{Tx: ctr(c.GetTx()), Rx: ctr(c.GetRx())}
 	}
+	for _, b := range p.GetBackends() {
+		s.Backends = append(s.Backends, bpf.BackendCounters{Service: b.GetService(), FAR: b.GetFar(), Counter: ctr(b.GetCounter()),
+			NewConns: b.GetNewConnections(), Active: b.GetActiveConnections()})
+	}
 	return s
 }

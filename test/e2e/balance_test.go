@@ -378,6 +378,18 @@ func TestBalanceLongLived(t *testing.T) {
 		t.Errorf("metrics: %.0f new connections, want %.0f; %.0f active, want %d", newConns, opened, active, lbConns)
 	}
 
+	// `edgeplane stats` from the pins, without the agent, says the same.
+	var pinNew, pinActive uint64
+	for _, b := range a.stats().Backends {
+		if b.Service == 1 && b.FAR != 0 {
+			pinNew += b.NewConns
+			pinActive += b.Active
+		}
+	}
+	if float64(pinNew) != opened || pinActive != lbConns {
+		t.Errorf("edgeplane stats from pins: %d new connections, %d active; want %.0f, %d", pinNew, pinActive, opened, lbConns)
+	}
+
 	// Every connection still talks to the backend that greeted it.
 	for i, lc := range conns {
 		msg := fmt.Sprintf("final %d\n", i)

@@ -140,6 +140,13 @@ type stats struct {
 	Verdicts   map[string]counter `json:"verdicts"`
 	Reasons    map[string]counter `json:"reasons"`
 	FlowCache  map[string]uint64  `json:"flow_cache"`
+	Backends   []struct {
+		Service  uint32 `json:"service"`
+		FAR      uint32 `json:"far"`
+		Packets  uint64 `json:"packets"`
+		NewConns uint64 `json:"new_connections"`
+		Active   uint64 `json:"active_connections"`
+	} `json:"backends"`
 }
 
 func (s stats) pdr(id int) counter { return s.PDRs[strconv.Itoa(id)] }
