@@ -415,3 +415,23 @@ func TestBalanceDSR(t *testing.T) {
 		t.Errorf("ethertype %#x", got)
 	}
 }
+
+// TestBalanceFullFARTable fills every FAR place the rules limit allows and
+// adds a NAT service: its reply rewrite has a place of its own beyond them.
+func TestBalanceFullFARTable(t *testing.T) {
+	var fars strings.Builder
+	for i := 1; i <= 8; i++ {
+		fmt.Fprintf(&fars, "  - {id: %d, action: nat, address: 10.6.0.%d, port: 8080}\n", i, i)
+	}
+	h := newHarness(t, `
+interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: wan1, role: wan}]
+fars:
+`+fars.String()+`lbrs: [{id: 1, algorithm: maglev, members: [{far: 1}, {far: 8}]}]
+services: [{id: 1, vip: 203.0.113.10, port: 80, proto: tcp, lbr: 1}]
+limits: {flows: 1024, rules: 8, maglev_table: 251}
+`)
+	syn := client(1, "203.0.113.10", 80, "S")
+	if v, _ := h.send(syn, "wan0"); v != bpf.XDPRedirect {
+		t.Fatalf("verdict %s, want redirect", verdictName(v))
+	}
+}

@@ -350,8 +350,8 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 	if len(g.Groups) > MaxGroups {
 		return 0, fmt.Errorf("%w: %d mask groups, at most %d", ErrCapacity, len(g.Groups), MaxGroups)
 	}
-	if uint32(len(g.Rules)) > dp.Limits.Rules || uint32(len(g.FARs)) > dp.Limits.Rules {
-		return 0, fmt.Errorf("%w: %d classifier entries and %d fars, limit %d", ErrCapacity, len(g.Rules), len(g.FARs), dp.Limits.Rules)
+	if uint32(len(g.Rules)) > dp.Limits.Rules || uint32(len(g.FARs)) > dp.Limits.FARStride() {
+		return 0, fmt.Errorf("%w: %d classifier entries and %d fars, limits %d and %d", ErrCapacity, len(g.Rules), len(g.FARs), dp.Limits.Rules, dp.Limits.FARStride())
 	}
 	for i, f := range g.FARs {
 		if i >= dp.Limits.FARStride() {
