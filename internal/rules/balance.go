@@ -122,8 +122,14 @@ func (c *Compiler) putService(at string, sv *config.Service) {
 // allocated).
 func (c *Compiler) dropService(cs *compiledService) {
 	g := c.gen
-	setMap(c, g.Services, cs.key, bpf.Svc{}, false)
-	setMap(c, c.lb.byLBR, cs.cfg.LBR, 0, false)
+	// Its key and LBR may already be another service's (two services
+	// swapping them in one batch): only what is still its own goes.
+	if cur, ok := g.Services[cs.key]; ok && cur.Id == cs.cfg.ID {
+		setMap(c, g.Services, cs.key, bpf.Svc{}, false)
+	}
+	if c.lb.byLBR[cs.cfg.LBR] == cs.cfg.ID {
+		setMap(c, c.lb.byLBR, cs.cfg.LBR, 0, false)
+	}
 	if cs.unnat != bpf.NoFAR {
 		c.setFAR(cs.unnat, bpf.Far{}, false)
 	}
@@ -180,6 +186,7 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	places := make([]bpf.LBSlot, 0, len(l.Members))
 	nat := false
 	members := cs.members.clone()
+	keyFAR := map[string]uint32{} // backend key -> the member FAR that has it
 	for _, m := range l.Members {
 		f, ok := b.fars[m.FAR]
 		fi, ok2 := c.fars[m.FAR]
@@ -207,6 +214,11 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 			c.fail(at, fmt.Sprintf("far %d has action %s; members need nat or encap", f.ID, f.Action), config.CodeInvalid)
 			return
 		}
+		if other, dup := keyFAR[key]; dup {
+			c.fail(at, fmt.Sprintf("lbr %d: far %d and far %d are the same backend (%s)", l.ID, other, m.FAR, key), config.CodeInvalid)
+			return
+		}
+		keyFAR[key] = m.FAR
 		idx, isNew, err := members.Get(m.FAR)
 		if err != nil {
 			// Full of former members: give theirs up.

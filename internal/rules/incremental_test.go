@@ -59,6 +59,27 @@ func canon(t *testing.T, g *bpf.Generation) string {
 	}
 	slices.Sort(lines)
 	b.WriteString(strings.Join(lines, "\n"))
+	// Services, each with its table as the FAR ids it holds, and its
+	// reply rewrite.
+	var svcs []string
+	for k, sv := range g.Services {
+		tbl := g.Tables[sv.Tag]
+		owners := make([]string, len(tbl))
+		for i, e := range tbl {
+			if e.Far == bpf.NoFAR {
+				owners[i] = "-"
+			} else {
+				owners[i] = fmt.Sprint(g.FARs[e.Far].Id)
+			}
+		}
+		unnat := "none"
+		if sv.Unnat != bpf.NoFAR {
+			unnat = fmt.Sprintf("%+v", g.FARs[sv.Unnat])
+		}
+		svcs = append(svcs, fmt.Sprintf("service %d %x:%d/%d unnat %s table %s", sv.Id, k.Vip, k.Port, k.Proto, unnat, strings.Join(owners, ",")))
+	}
+	slices.Sort(svcs)
+	b.WriteString("\n" + strings.Join(svcs, "\n"))
 	return b.String()
 }
 
@@ -70,7 +91,7 @@ func canon(t *testing.T, g *bpf.Generation) string {
 func TestIncrementalMatchesFullCompile(t *testing.T) {
 	cfg := mustParse(t, base)
 	cfg.Limits.Rules = 300 // small enough that some batches overflow
-	limits := bpf.Limits{Flows: 1024, Rules: cfg.Limits.Rules}
+	limits := bpf.Limits{Flows: 1024, Rules: cfg.Limits.Rules, MaglevSize: 251}
 	store := config.NewStore(cfg)
 	comp, err := Build(cfg, resolver, NewAllocs(limits.Rules, nil, nil), limits)
 	if err != nil {
@@ -133,7 +154,7 @@ func TestIncrementalMatchesFullCompile(t *testing.T) {
 		}
 		full, _, err := Compile(store.Config(), resolver, NewAllocs(limits.Rules, nil, nil), limits)
 		if err != nil {
-			t.Fatalf("batch %d: the store's config does not compile whole: %v", i, err)
+			t.Fatalf("batch %d: the store's config does not compile whole: %v\nops: %+v", i, err, ops)
 		}
 		if got, want := canon(t, g), canon(t, full); got != want {
 			t.Fatalf("batch %d (%d ops): incremental tables differ from a full compile\nincremental:\n%s\nfull:\n%s", i, len(ops), got, want)
@@ -141,6 +162,9 @@ func TestIncrementalMatchesFullCompile(t *testing.T) {
 	}
 	t.Logf("%d batches applied, %d refused by the store, %d by the compiler, %d undone; %d PDRs, %d entries, %d groups at the end",
 		applied, refusedStore, refusedCompile, undone, len(store.Config().PDRs), len(comp.Generation().Rules), len(comp.Generation().Groups))
+	if len(comp.Generation().Services) == 0 {
+		t.Errorf("no service at the end: the balancer's changes were not exercised")
+	}
 	if applied < 500 || refusedStore == 0 || refusedCompile == 0 || undone == 0 {
 		t.Errorf("the random batches did not exercise every outcome")
 	}

@@ -4,6 +4,8 @@ package testutil
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"math/rand"
 	"net/netip"
 
@@ -14,8 +16,9 @@ import (
 // FARs and PDRs against cfg (interfaces lan0 and wan0): matches drawn
 // from small pools so that PDRs share masks, collide on the same masked
 // key and tie on precedence, and port ranges that expand into several
-// mask groups. Some batches are invalid (a delete of a FAR in use, a
-// create of an id that exists), as a client's would be.
+// mask groups; and NAT backends, LBRs over them and services. Some batches
+// are invalid (a delete of a FAR in use, a create of an id that exists, two
+// services on one VIP and port), as a client's would be.
 func RandomOps(rng *rand.Rand, cfg *config.Config, n int) []config.Op {
 	fars := map[uint32]bool{}
 	for _, f := range cfg.FARs {
@@ -25,23 +28,25 @@ func RandomOps(rng *rand.Rand, cfg *config.Config, n int) []config.Op {
 	for _, p := range cfg.PDRs {
 		pdrs[p.ID] = true
 	}
+	lbrs := map[uint32]bool{}
+	for _, l := range cfg.LBRs {
+		lbrs[l.ID] = true
+	}
+	services := map[uint32]bool{}
+	for _, sv := range cfg.Services {
+		services[sv.ID] = true
+	}
+	// pick draws from the keys in order: the same seed, the same batches.
 	pick := func(m map[uint32]bool) (uint32, bool) {
 		if len(m) == 0 {
 			return 0, false
 		}
-		i := rng.Intn(len(m))
-		for id := range m {
-			if i == 0 {
-				return id, true
-			}
-			i--
-		}
-		return 0, false
+		return slices.Sorted(maps.Keys(m))[rng.Intn(len(m))], true
 	}
 	var ops []config.Op
 	for i := 0; i < n; i++ {
 		at := fmt.Sprintf("operations[%d]", i)
-		switch r := rng.Intn(10); {
+		switch r := rng.Intn(14); {
 		case r < 4: // create a PDR
 			id := uint32(1 + rng.Intn(300))
 			if pdrs[id] && rng.Intn(4) != 0 {
@@ -75,13 +80,55 @@ func RandomOps(rng *rand.Rand, cfg *config.Config, n int) []config.Op {
 			}
 			fars[id] = true
 			ops = append(ops, config.Op{At: at + v, Verb: verb, Kind: config.KindFAR, FAR: randomFAR(rng, id)})
-		default: // delete a FAR (refused while a PDR uses it)
+		case r < 10: // delete a FAR (refused while a PDR or LBR uses it)
 			id, ok := pick(fars)
 			if !ok {
 				continue
 			}
 			delete(fars, id)
 			ops = append(ops, config.Op{At: at + ".delete", Verb: config.Delete, Kind: config.KindFAR, ID: id})
+		case r < 11: // create or update a NAT backend
+			id := uint32(40 + rng.Intn(8))
+			verb, v := config.Create, ".create.far"
+			if fars[id] {
+				verb, v = config.Update, ".update.far"
+			}
+			fars[id] = true
+			f := config.FAR{ID: id, Action: config.ActionNAT, Address: config.Addr{A: netip.AddrFrom4([4]byte{10, 9, 0, byte(rng.Intn(6))})}, Port: uint16(80 + rng.Intn(2))}
+			ops = append(ops, config.Op{At: at + v, Verb: verb, Kind: config.KindFAR, FAR: f})
+		case r < 12: // create, update or delete an LBR of NAT backends
+			id := uint32(1 + rng.Intn(3))
+			if lbrs[id] && rng.Intn(4) == 0 {
+				delete(lbrs, id)
+				ops = append(ops, config.Op{At: at + ".delete", Verb: config.Delete, Kind: config.KindLBR, ID: id})
+				continue
+			}
+			l := config.LBR{ID: id, Algorithm: config.AlgorithmMaglev}
+			for _, far := range rng.Perm(8)[:rng.Intn(5)] {
+				w := uint32(rng.Intn(4))
+				l.Members = append(l.Members, config.Member{FAR: uint32(40 + far), Weight: &w})
+			}
+			verb, v := config.Create, ".create.lbr"
+			if lbrs[id] {
+				verb, v = config.Update, ".update.lbr"
+			}
+			lbrs[id] = true
+			ops = append(ops, config.Op{At: at + v, Verb: verb, Kind: config.KindLBR, LBR: l})
+		default: // create, update or delete a service
+			id := uint32(1 + rng.Intn(3))
+			if services[id] && rng.Intn(4) == 0 {
+				delete(services, id)
+				ops = append(ops, config.Op{At: at + ".delete", Verb: config.Delete, Kind: config.KindService, ID: id})
+				continue
+			}
+			sv := config.Service{ID: id, VIP: config.Addr{A: netip.AddrFrom4([4]byte{203, 0, 113, byte(1 + rng.Intn(3))})},
+				Port: uint16(80 + rng.Intn(2)), Proto: config.Proto{Num: config.IPProtoTCP, Set: true}, LBR: uint32(1 + rng.Intn(3))}
+			verb, v := config.Create, ".create.service"
+			if services[id] {
+				verb, v = config.Update, ".update.service"
+			}
+			services[id] = true
+			ops = append(ops, config.Op{At: at + v, Verb: verb, Kind: config.KindService, Service: sv})
 		}
 	}
 	return ops
