@@ -5,9 +5,9 @@ package testutil
 import (
 	"fmt"
 	"maps"
-	"slices"
 	"math/rand"
 	"net/netip"
+	"slices"
 
 	"github.com/edgeplane/edgeplane/internal/config"
 )
