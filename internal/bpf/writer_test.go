@@ -20,13 +20,20 @@ import (
 
 // tables is what one slot of the maps holds.
 type tables struct {
-	rules  map[bpf.RuleKey]bpf.Rule
-	fars   map[uint32]bpf.Far
-	groups []bpf.Group
+	rules    map[bpf.RuleKey]bpf.Rule
+	fars     map[uint32]bpf.Far
+	groups   []bpf.Group
+	services map[bpf.SvcKey]bpf.Svc  // SvcKey.Slot zero
+	maglev   map[uint32][]bpf.LBSlot // by tag, of the services' tags
 }
 
 func tablesOf(g *bpf.Generation) tables {
-	return tables{rules: maps.Clone(g.Rules), fars: maps.Clone(g.FARs), groups: slices.Clone(g.Groups)}
+	t := tables{rules: maps.Clone(g.Rules), fars: maps.Clone(g.FARs), groups: slices.Clone(g.Groups),
+		services: maps.Clone(g.Services), maglev: map[uint32][]bpf.LBSlot{}}
+	for _, sv := range g.Services {
+		t.maglev[sv.Tag] = slices.Clone(g.Tables[sv.Tag])
+	}
+	return t
 }
 
 // readTables reads slot t of the kernel's maps.
@@ -65,6 +72,30 @@ func readTables(t *testing.T, dp *bpf.Dataplane, slot uint32) tables {
 		}
 		out.groups = append(out.groups, g)
 	}
+	out.services, out.maglev = map[bpf.SvcKey]bpf.Svc{}, map[uint32][]bpf.LBSlot{}
+	var sk bpf.SvcKey
+	var sv bpf.Svc
+	sit := dp.EdgeServices.Iterate()
+	for sit.Next(&sk, &sv) {
+		if sk.Slot != slot {
+			continue
+		}
+		sk.Slot = 0
+		out.services[sk] = sv
+		tbl := make([]bpf.LBSlot, dp.Limits.MaglevSize)
+		for i := range tbl {
+			if err := dp.EdgeMaglev.Lookup((slot*bpf.MaxServices+sv.Tag)*dp.Limits.MaglevSize+uint32(i), &tbl[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out.maglev[sv.Tag] = tbl
+	}
+	if err := sit.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if st.Nservices[slot] != uint32(len(out.services)) {
+		t.Fatalf("slot %d: nservices %d, %d services in the map", slot, st.Nservices[slot], len(out.services))
+	}
 	return out
 }
 
@@ -74,6 +105,14 @@ func (a tables) diff(b tables) string {
 	}
 	if !maps.Equal(a.fars, b.fars) {
 		return fmt.Sprintf("fars %v, want %v", a.fars, b.fars)
+	}
+	if !maps.Equal(a.services, b.services) {
+		return fmt.Sprintf("services %v, want %v", a.services, b.services)
+	}
+	for tag, want := range b.maglev {
+		if !slices.Equal(a.maglev[tag], want) {
+			return fmt.Sprintf("maglev table of tag %d differs", tag)
+		}
 	}
 	for k, v := range b.rules {
 		if got, ok := a.rules[k]; !ok || got != v {
@@ -108,7 +147,7 @@ limits: {flows: 1024, rules: 300}
 	if err != nil {
 		t.Fatal(err)
 	}
-	limits := bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules}
+	limits := bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules, MaglevSize: 251}
 	dp, err := bpf.Open(limits, "")
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +206,7 @@ limits: {flows: 1024, rules: 300}
 		}
 		prev = cur
 	}
-	t.Logf("%d commits, %d rolled back; %d entries, %d groups live", commits, rollbacks, len(prev.rules), len(prev.groups))
+	t.Logf("%d commits, %d rolled back; %d entries, %d groups, %d services live", commits, rollbacks, len(prev.rules), len(prev.groups), len(prev.services))
 	if commits < 100 || rollbacks == 0 {
 		t.Errorf("too few commits (%d) or rollbacks (%d) to mean anything", commits, rollbacks)
 	}
