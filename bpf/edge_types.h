@@ -141,7 +141,7 @@ struct edge_svc {
 	__u32 tag;   /* its Maglev table and counters (< EDGE_MAX_SERVICES) */
 	__u32 id;    /* service id */
 	__u32 unnat; /* FAR index of the reply rewrite (nat), EDGE_NO_FAR */
-	__u32 pad;
+	__u32 size;  /* entries of its table (prime, <= maglev_size) */
 };
 
 /* One Maglev table entry: the backend's FAR and counter indexes. */

@@ -15,8 +15,8 @@
 #include "csum.h"
 #include "parse.h"
 
-/* Maglev table entries per service, set by the agent before load
- * (limits.maglev_table; prime). */
+/* Maglev table entries reserved per service, set by the agent before
+ * load (limits.maglev_table; prime); a service's own table may be smaller. */
 volatile const __u32 maglev_size = 251;
 
 /* What edge_balance decided. */
@@ -74,7 +74,7 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	struct edge_lb_scratch *s;
 	const struct edge_svc *svc;
 	struct edge_conn *c;
-	__u32 zero = 0, idx, tag;
+	__u32 zero = 0, idx, tag, size;
 	__u64 *n;
 
 	if (!key || !out)
@@ -126,8 +126,13 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 		}
 	}
 
+	/* Each table has its own (prime) size within its maglev_size
+	 * region. */
+	size = svc->size;
+	if (!size || size > maglev_size)
+		size = maglev_size;
 	idx = (slot * EDGE_MAX_SERVICES + tag) * maglev_size +
-	      lb_hash(&s->ck) % maglev_size;
+	      lb_hash(&s->ck) % size;
 	e = bpf_map_lookup_elem(&edge_maglev, &idx);
 	if (!e || e->far == EDGE_NO_FAR)
 		return EDGE_LB_NO_BACKEND;

@@ -86,7 +86,7 @@ func farFromPB(p *pb.Far, f *fieldErrs) config.FAR {
 
 // LBRToPB returns l as an API object.
 func LBRToPB(l config.LBR) *pb.Lbr {
-	out := &pb.Lbr{Id: l.ID, Algorithm: l.Algorithm}
+	out := &pb.Lbr{Id: l.ID, Algorithm: l.Algorithm, TableSize: l.TableSize}
 	for _, m := range l.Members {
 		out.Members = append(out.Members, &pb.Member{Far: m.FAR, Weight: m.Weight})
 	}
@@ -95,7 +95,7 @@ func LBRToPB(l config.LBR) *pb.Lbr {
 
 // LBRFromPB returns p in the config model.
 func LBRFromPB(p *pb.Lbr) config.LBR {
-	out := config.LBR{ID: p.GetId(), Algorithm: p.GetAlgorithm()}
+	out := config.LBR{ID: p.GetId(), Algorithm: p.GetAlgorithm(), TableSize: p.GetTableSize()}
 	for _, m := range p.GetMembers() {
 		cm := config.Member{FAR: m.GetFar()}
 		if m.Weight != nil {

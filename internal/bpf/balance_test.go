@@ -41,7 +41,7 @@ fars:
   - {id: 21, action: encap, path: 1}
   - {id: 22, action: encap, path: 2}
 lbrs:
-  - {id: 1, algorithm: maglev, members: [%s]}
+  - {id: 1, algorithm: maglev, table_size: 1021, members: [%s]}
   - {id: 2, algorithm: maglev, members: [{far: 13}]}
   - {id: 3, algorithm: maglev, members: [{far: 21}, {far: 22}]}
   - {id: 4, algorithm: maglev, members: [{far: 12}]}

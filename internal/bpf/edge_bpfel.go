@@ -182,7 +182,7 @@ type edgeEdgeSvc struct {
 	Tag   uint32
 	Id    uint32
 	Unnat uint32
-	Pad   uint32
+	Size  uint32
 }
 
 type edgeEdgeSvcKey struct {

@@ -362,8 +362,8 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 		return 0, fmt.Errorf("%w: %d services, at most %d", ErrCapacity, len(g.Services), MaxServices)
 	}
 	for tag, tbl := range g.Tables {
-		if tag >= MaxServices || uint32(len(tbl)) != dp.Limits.MaglevSize {
-			return 0, fmt.Errorf("%w: maglev table of tag %d has %d entries, want %d", ErrCapacity, tag, len(tbl), dp.Limits.MaglevSize)
+		if tag >= MaxServices || uint32(len(tbl)) > dp.Limits.MaglevSize {
+			return 0, fmt.Errorf("%w: maglev table of tag %d has %d entries, at most %d", ErrCapacity, tag, len(tbl), dp.Limits.MaglevSize)
 		}
 	}
 	for i, p := range g.Paths {
@@ -534,7 +534,7 @@ func (w *writer) writeTables(t uint32, g *Generation, keys *Dirty) error {
 		have := cur.tables[tag]
 		base := dp.tableBase(t, tag)
 		for i, e := range want {
-			if have == nil || have[i] != e {
+			if i >= len(have) || have[i] != e {
 				ks, vs = append(ks, base+uint32(i)), append(vs, e)
 			}
 		}

@@ -82,7 +82,11 @@ func readTables(t *testing.T, dp *bpf.Dataplane, slot uint32) tables {
 		}
 		sk.Slot = 0
 		out.services[sk] = sv
-		tbl := make([]bpf.LBSlot, dp.Limits.MaglevSize)
+		size := sv.Size
+		if size == 0 {
+			size = dp.Limits.MaglevSize
+		}
+		tbl := make([]bpf.LBSlot, size)
 		for i := range tbl {
 			if err := dp.EdgeMaglev.Lookup((slot*bpf.MaxServices+sv.Tag)*dp.Limits.MaglevSize+uint32(i), &tbl[i]); err != nil {
 				t.Fatal(err)
@@ -147,7 +151,8 @@ limits: {flows: 1024, rules: 300}
 	if err != nil {
 		t.Fatal(err)
 	}
-	limits := bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules, MaglevSize: 251}
+	// Tables of 251 entries (LBRs that say so) and of the limit's 257.
+	limits := bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules, MaglevSize: 257}
 	dp, err := bpf.Open(limits, "")
 	if err != nil {
 		t.Fatal(err)

@@ -176,6 +176,10 @@ type LBR struct {
 	Algorithm string `yaml:"algorithm"`
 	// Members are FARs with action nat or encap.
 	Members []Member `yaml:"members"`
+	// TableSize is the entries of the Maglev table of the service using
+	// this LBR: a prime up to limits.maglev_table (0: that). More entries
+	// per backend spread more evenly and move fewer on changes.
+	TableSize uint32 `yaml:"table_size,omitempty"`
 }
 
 // Member is one FAR of an LBR and its weight.
@@ -1300,6 +1304,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				d.mapping(item, p, []field{
 					{"id", func(p string, v *yaml.Node) { d.uint32(v, p, &x.ID) }},
 					{"algorithm", func(p string, v *yaml.Node) { d.str(v, p, &x.Algorithm) }},
+					{"table_size", func(p string, v *yaml.Node) { d.uint32(v, p, &x.TableSize) }},
 					{"members", func(p string, v *yaml.Node) {
 						d.list(v, p, func(p string, item *yaml.Node) {
 							var m Member

@@ -509,7 +509,7 @@ func (b *batch) check(ch *Changes) {
 	}
 	for _, d := range ch.LBRs {
 		if d.New != nil {
-			v.lbr(d.At, *d.New, farAction)
+			v.lbr(d.At, *d.New, farAction, s.limits.MaglevTable)
 		} else {
 			b.inUse(d.At, ref{kind: KindLBR, id: d.Old.ID})
 		}

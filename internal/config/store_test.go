@@ -178,4 +178,17 @@ services:
 			t.Errorf("health %s: err %v, want %q", c.health, err, c.want)
 		}
 	}
+	// A table size of its own: prime, within limits.maglev_table.
+	for size, want := range map[uint32]string{
+		1021:   "",
+		1000:   "lbrs[0].table_size: 1000 is not prime",
+		131071: "lbrs[0].table_size: 131071 outside 251..65537 (limits.maglev_table)",
+	} {
+		c := *cfg
+		c.LBRs = []LBR{{ID: 1, Algorithm: AlgorithmMaglev, TableSize: size, Members: cfg.LBRs[0].Members}}
+		err := c.Validate()
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("table_size %d: err %v, want %q", size, err, want)
+		}
+	}
 }

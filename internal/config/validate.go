@@ -37,7 +37,7 @@ func (c *Config) validate() Errors {
 		}
 		return "", false
 	}
-	lbrs := v.lbrs(n.LBRs, farAction)
+	lbrs := v.lbrs(n.LBRs, farAction, n.Limits.MaglevTable)
 	v.services(n.Services, lbrs)
 	v.limits(n.Limits)
 	v.defaults(n.Defaults)
@@ -288,20 +288,27 @@ func unicast(a netip.Addr) bool {
 
 // lbrs checks the LBRs and returns the index of each id; farAction gives
 // a FAR's action.
-func (v *validator) lbrs(list []LBR, farAction func(uint32) (string, bool)) map[uint32]int {
+func (v *validator) lbrs(list []LBR, farAction func(uint32) (string, bool), maxTable uint32) map[uint32]int {
 	byID := make(map[uint32]int, len(list))
 	for i, l := range list {
 		p := "lbrs[" + strconv.Itoa(i) + "]"
 		v.uniqueID(byID, p, "lbrs", l.ID, i)
-		v.lbr(p, l, farAction)
+		v.lbr(p, l, farAction, maxTable)
 	}
 	return byID
 }
 
 // lbr checks one LBR's fields.
-func (v *validator) lbr(p string, l LBR, farAction func(uint32) (string, bool)) {
+func (v *validator) lbr(p string, l LBR, farAction func(uint32) (string, bool), maxTable uint32) {
 	if l.ID == 0 {
 		v.add(p+".id", "required")
+	}
+	switch t := l.TableSize; {
+	case t == 0:
+	case t < MinMaglevTable || t > maxTable:
+		v.add(p+".table_size", "%d outside %d..%d (limits.maglev_table)", t, MinMaglevTable, maxTable)
+	case !maglev.IsPrime(t):
+		v.add(p+".table_size", "%d is not prime", t)
 	}
 	switch l.Algorithm {
 	case AlgorithmMaglev:

@@ -172,6 +172,9 @@ func AppendCompact(b []byte, c *Config) []byte {
 			w.item()
 			w.num("id", uint64(l.ID))
 			w.str("algorithm", l.Algorithm)
+			if l.TableSize != 0 {
+				w.num("table_size", uint64(l.TableSize))
+			}
 			w.field("members")
 			w.raw("[")
 			for i, m := range l.Members {

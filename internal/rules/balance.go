@@ -239,7 +239,11 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 		backends = append(backends, maglev.Backend{Key: key, Weight: w})
 		places = append(places, bpf.LBSlot{Far: fi, Stats: stats})
 	}
-	owners, err := maglev.Build(backends, c.limits.MaglevSize)
+	size := c.limits.MaglevSize
+	if l.TableSize != 0 && l.TableSize <= size {
+		size = l.TableSize
+	}
+	owners, err := maglev.Build(backends, size)
 	if err != nil {
 		c.fail(at, fmt.Sprintf("lbr %d: %v", l.ID, err), config.CodeInvalid)
 		return
@@ -270,7 +274,7 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	oldUnnat := cs.unnat
 	cs.unnat = unnat
 	c.onUndo(func() { cs.unnat = oldUnnat })
-	setMap(c, g.Services, cs.key, bpf.Svc{Tag: cs.tag, Id: sv.ID, Unnat: unnat}, true)
+	setMap(c, g.Services, cs.key, bpf.Svc{Tag: cs.tag, Id: sv.ID, Unnat: unnat, Size: size}, true)
 }
 
 func liveMembers(l config.LBR) map[uint32]bool {

@@ -91,7 +91,7 @@ func canon(t *testing.T, g *bpf.Generation) string {
 func TestIncrementalMatchesFullCompile(t *testing.T) {
 	cfg := mustParse(t, base)
 	cfg.Limits.Rules = 300 // small enough that some batches overflow
-	limits := bpf.Limits{Flows: 1024, Rules: cfg.Limits.Rules, MaglevSize: 251}
+	limits := bpf.Limits{Flows: 1024, Rules: cfg.Limits.Rules, MaglevSize: 257}
 	store := config.NewStore(cfg)
 	comp, err := Build(cfg, resolver, NewAllocs(limits.Rules, nil, nil), limits)
 	if err != nil {

@@ -104,6 +104,9 @@ func RandomOps(rng *rand.Rand, cfg *config.Config, n int) []config.Op {
 				continue
 			}
 			l := config.LBR{ID: id, Algorithm: config.AlgorithmMaglev}
+			if rng.Intn(2) == 0 {
+				l.TableSize = 251 // else the limit's
+			}
 			for _, far := range rng.Perm(8)[:rng.Intn(5)] {
 				w := uint32(rng.Intn(4))
 				l.Members = append(l.Members, config.Member{FAR: uint32(40 + far), Weight: &w})

@@ -367,8 +367,11 @@ type Lbr struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// maglev
-	Algorithm     string    `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
-	Members       []*Member `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	Algorithm string    `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	Members   []*Member `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	// entries of the service's Maglev table: a prime up to the agent's
+	// limits.maglev_table; 0: that
+	TableSize     uint32 `protobuf:"varint,4,opt,name=table_size,json=tableSize,proto3" json:"table_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -422,6 +425,13 @@ func (x *Lbr) GetMembers() []*Member {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *Lbr) GetTableSize() uint32 {
+	if x != nil {
+		return x.TableSize
+	}
+	return 0
 }
 
 // Member is one FAR of an LBR.
@@ -2283,11 +2293,13 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\tinterface\x18\x03 \x01(\tR\tinterface\x12\x12\n" +
 	"\x04path\x18\x04 \x01(\rR\x04path\x12\x18\n" +
 	"\aaddress\x18\x05 \x01(\tR\aaddress\x12\x12\n" +
-	"\x04port\x18\x06 \x01(\rR\x04port\"c\n" +
+	"\x04port\x18\x06 \x01(\rR\x04port\"\x82\x01\n" +
 	"\x03Lbr\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12.\n" +
-	"\amembers\x18\x03 \x03(\v2\x14.edgeplane.v1.MemberR\amembers\"B\n" +
+	"\amembers\x18\x03 \x03(\v2\x14.edgeplane.v1.MemberR\amembers\x12\x1d\n" +
+	"\n" +
+	"table_size\x18\x04 \x01(\rR\ttableSize\"B\n" +
 	"\x06Member\x12\x10\n" +
 	"\x03far\x18\x01 \x01(\rR\x03far\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01B\t\n" +
