@@ -74,6 +74,16 @@ func (c *Compiler) noteFAR(at string, f *config.FAR, ok bool) {
 	}
 }
 
+// notePath marks the services with a member encapsulating into path id
+// for a rebuild: the tunnel's remote is the member's backend key.
+func (c *Compiler) notePath(at string, id uint32) {
+	for _, f := range c.lb.fars {
+		if f.Action == config.ActionEncap && f.Path == id {
+			c.noteFAR(at, &f, true)
+		}
+	}
+}
+
 // markLBR marks the service of LBR id, if any, for a rebuild.
 func (c *Compiler) markLBR(at string, id uint32) {
 	if sid, ok := c.lb.byLBR[id]; ok {

@@ -375,6 +375,9 @@ func (c *Compiler) putPath(at string, pt *config.Path) {
 		c.dropPath(pt.ID, old)
 	}
 	c.setPath(pt.ID, compiledPath{idx: idx, decap: dk}, bp)
+	if had {
+		c.notePath(at, pt.ID)
+	}
 }
 
 // setPath puts a compiled path in place (undoably).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -167,5 +168,49 @@ func TestIncrementalMatchesFullCompile(t *testing.T) {
 	}
 	if applied < 500 || refusedStore == 0 || refusedCompile == 0 || undone == 0 {
 		t.Errorf("the random batches did not exercise every outcome")
+	}
+}
+
+// TestPathChangeRebuildsTable moves a dsr-gre backend's tunnel: its remote
+// is the member's key in the Maglev table, so the service's table must be
+// what a compile from scratch builds.
+func TestPathChangeRebuildsTable(t *testing.T) {
+	cfg := mustParse(t, `
+interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}]
+paths:
+  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.6.1.1, key: 1}
+  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.6.1.2, key: 2}
+  - {id: 3, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.6.1.3, key: 3}
+fars: [{id: 21, action: encap, path: 1}, {id: 22, action: encap, path: 2}, {id: 23, action: encap, path: 3}]
+lbrs: [{id: 1, algorithm: maglev, members: [{far: 21}, {far: 22}, {far: 23}]}]
+services: [{id: 1, vip: 203.0.113.20, port: 80, proto: udp, lbr: 1}]
+limits: {flows: 1024, rules: 64}
+`)
+	limits := bpf.Limits{Flows: 1024, Rules: cfg.Limits.Rules, MaglevSize: 257}
+	store := config.NewStore(cfg)
+	comp, err := Build(cfg, resolver, NewAllocs(limits.Rules, nil, nil), limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := canon(t, comp.Generation())
+	moved := cfg.Paths[1]
+	moved.Remote = config.Addr{A: netip.MustParseAddr("10.6.9.9")}
+	ch, _, err := store.Apply([]config.Op{{At: "operations[0].update.path", Verb: config.Update, Kind: config.KindPath, Path: moved}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := comp.Apply(ch); err != nil {
+		t.Fatal(err)
+	}
+	full, _, err := Compile(store.Config(), resolver, NewAllocs(limits.Rules, nil, nil), limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := canon(t, comp.Generation()), canon(t, full)
+	if got != want {
+		t.Errorf("after moving path 2, the incremental table differs from a full compile")
+	}
+	if got == before {
+		t.Errorf("moving a backend's tunnel left the table as it was")
 	}
 }
