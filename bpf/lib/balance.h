@@ -46,6 +46,19 @@ static __always_inline __u32 lb_hash(const struct edge_conn_key *k)
 	return (__u32)h ^ (__u32)(h >> 32);
 }
 
+/* conn_key fills a connection key from a packet's flow key. */
+static __always_inline void conn_key(struct edge_conn_key *ck,
+				     const struct edge_flow_key *key)
+{
+	__builtin_memcpy(ck->src, key->src, 16);
+	__builtin_memcpy(ck->dst, key->dst, 16);
+	ck->sport = key->sport;
+	ck->dport = key->dport;
+	ck->proto = key->proto;
+	ck->family = key->family;
+	ck->pad = 0;
+}
+
 /* far_current returns the FAR at index fi of slot if it still is the one
  * with id (an index freed and given to another FAR is not), else NULL. */
 static __always_inline const struct edge_far *
@@ -87,13 +100,7 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	if (!s)
 		return EDGE_LB_NONE;
 	slot &= 1;
-	__builtin_memcpy(s->ck.src, key->src, 16);
-	__builtin_memcpy(s->ck.dst, key->dst, 16);
-	s->ck.sport = key->sport;
-	s->ck.dport = key->dport;
-	s->ck.proto = key->proto;
-	s->ck.family = key->family;
-	s->ck.pad = 0;
+	conn_key(&s->ck, key);
 
 	c = bpf_map_lookup_elem(&edge_rnat, &s->ck);
 	if (c) {
@@ -191,13 +198,7 @@ __noinline int edge_conn_close(const struct edge_flow_key *key)
 	s = bpf_map_lookup_elem(&edge_lb_scratch, &zero);
 	if (!s)
 		return 0;
-	__builtin_memcpy(s->ck.src, key->src, 16);
-	__builtin_memcpy(s->ck.dst, key->dst, 16);
-	s->ck.sport = key->sport;
-	s->ck.dport = key->dport;
-	s->ck.proto = key->proto;
-	s->ck.family = key->family;
-	s->ck.pad = 0;
+	conn_key(&s->ck, key);
 	c = bpf_map_lookup_elem(&edge_conns, &s->ck);
 	if (c)
 		c->closed = 1;

@@ -386,6 +386,20 @@ func (o *objects) sort() {
 	slices.SortFunc(o.Services, func(a, b *pb.Service) int { return cmp.Compare(a.GetId(), b.GetId()) })
 }
 
+// fromPB converts the agent's objects of one kind with conv, naming the
+// first that does not convert.
+func fromPB[P interface{ GetId() uint32 }, T any](kind string, in []P, conv func(P) (T, error)) ([]T, error) {
+	var out []T
+	for _, v := range in {
+		x, err := conv(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s %d from the agent: %w", kind, v.GetId(), err)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
 // toConfig returns o in the config model (only the object lists set),
 // normalized as the agent normalizes a config, so that objects compare
 // equal however they were written.
@@ -394,36 +408,21 @@ func (o *objects) toConfig() (*config.Config, error) {
 	for _, v := range o.Interfaces {
 		c.Interfaces = append(c.Interfaces, api.InterfaceFromPB(v))
 	}
-	for _, v := range o.Paths {
-		p, err := api.PathFromPB(v)
-		if err != nil {
-			return nil, fmt.Errorf("path %d from the agent: %w", v.GetId(), err)
-		}
-		c.Paths = append(c.Paths, p)
+	var err error
+	if c.Paths, err = fromPB("path", o.Paths, api.PathFromPB); err != nil {
+		return nil, err
 	}
-	for _, v := range o.FARs {
-		f, err := api.FARFromPB(v)
-		if err != nil {
-			return nil, fmt.Errorf("far %d from the agent: %w", v.GetId(), err)
-		}
-		c.FARs = append(c.FARs, f)
+	if c.FARs, err = fromPB("far", o.FARs, api.FARFromPB); err != nil {
+		return nil, err
 	}
 	for _, v := range o.LBRs {
 		c.LBRs = append(c.LBRs, api.LBRFromPB(v))
 	}
-	for _, v := range o.Services {
-		sv, err := api.ServiceFromPB(v)
-		if err != nil {
-			return nil, fmt.Errorf("service %d from the agent: %w", v.GetId(), err)
-		}
-		c.Services = append(c.Services, sv)
+	if c.Services, err = fromPB("service", o.Services, api.ServiceFromPB); err != nil {
+		return nil, err
 	}
-	for _, v := range o.PDRs {
-		p, err := api.PDRFromPB(v)
-		if err != nil {
-			return nil, fmt.Errorf("pdr %d from the agent: %w", v.GetId(), err)
-		}
-		c.PDRs = append(c.PDRs, p)
+	if c.PDRs, err = fromPB("pdr", o.PDRs, api.PDRFromPB); err != nil {
+		return nil, err
 	}
 	c.Normalize()
 	return c, nil

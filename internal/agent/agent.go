@@ -476,21 +476,16 @@ func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) 
 		}
 	}
 	t3 := time.Now()
-	n, err := a.dp.Commit(a.comp.Generation())
-	if err != nil {
-		undo()
+	if err := a.commitCompiled(undo); err != nil {
 		return 0, err
 	}
-	a.gen = n
 	t4 := time.Now()
 	if rec != nil {
 		if err := a.journal.append(a.seq+1, rec); err != nil {
 			// The journal and the dataplane must not disagree: go back.
 			undo()
-			if n, rerr := a.dp.Commit(a.comp.Generation()); rerr != nil {
+			if rerr := a.commitCompiled(func() {}); rerr != nil {
 				a.log.Error("roll back after failing to journal", "error", rerr)
-			} else {
-				a.gen = n
 			}
 			return 0, fmt.Errorf("journal the change in %s (change rolled back): %w", a.journal.path, err)
 		}
@@ -499,6 +494,19 @@ func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) 
 	}
 	a.log.Debug("apply phases", "check", t1.Sub(t0), "compile", t2.Sub(t1), "links", t3.Sub(t2), "commit", t4.Sub(t3), "persist", time.Since(t4), "objects", ch.Len())
 	return a.gen, nil
+}
+
+// commitCompiled commits what the compiler holds as the next generation;
+// a.mu held. On failure it runs undo (the compile's), so the compiler
+// goes back to what serves.
+func (a *Agent) commitCompiled(undo func()) error {
+	n, err := a.dp.Commit(a.comp.Generation())
+	if err != nil {
+		undo()
+		return err
+	}
+	a.gen = n
+	return nil
 }
 
 // Snapshot reads the dataplane counters (api.Backend).

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
@@ -33,6 +34,7 @@ type healthTarget struct {
 }
 
 type healthState struct {
+	h        config.Health // as of the last probe started
 	up       bool
 	ok, bad  uint32 // consecutive results
 	inflight bool
@@ -47,6 +49,10 @@ type healthResult struct {
 
 // healthTargets lists the backends of every service with health checks.
 func healthTargets(cfg *config.Config) []healthTarget {
+	// Called every tick: nothing to index on a gateway without checks.
+	if !slices.ContainsFunc(cfg.Services, func(sv config.Service) bool { return sv.Health != nil }) {
+		return nil
+	}
 	lbrs := map[uint32]config.LBR{}
 	for _, l := range cfg.LBRs {
 		lbrs[l.ID] = l
@@ -153,6 +159,7 @@ func (a *Agent) healthLoop(ctx context.Context, up *prometheus.GaugeVec) {
 				if st.inflight || now.Before(st.next) {
 					continue
 				}
+				st.h = t.h
 				st.inflight = true
 				st.next = now.Add(t.h.Interval.D)
 				go func(t healthTarget) {
@@ -177,12 +184,7 @@ func (a *Agent) healthLoop(ctx context.Context, up *prometheus.GaugeVec) {
 
 // healthResult counts a probe's result and acts on a change of state.
 func (a *Agent) healthResult(r healthResult, st *healthState, gauge prometheus.Gauge) {
-	var h config.Health
-	for _, t := range healthTargets(a.Config()) {
-		if t.key == r.key {
-			h = t.h
-		}
-	}
+	h := st.h
 	if r.err == nil {
 		st.ok, st.bad = st.ok+1, 0
 		if !st.up && st.ok >= h.Rise {
@@ -211,16 +213,13 @@ func (a *Agent) setBackendUp(k healthKey, isUp bool, why string) bool {
 	defer a.mu.Unlock()
 	undo, err := a.comp.SetBackendUp(k.svc, k.far, isUp)
 	if err == nil {
-		var n uint32
-		if n, err = a.dp.Commit(a.comp.Generation()); err != nil {
-			undo()
+		err = a.commitCompiled(undo)
+	}
+	if err == nil {
+		if isUp {
+			delete(a.down, k)
 		} else {
-			a.gen = n
-			if isUp {
-				delete(a.down, k)
-			} else {
-				a.down[k] = true
-			}
+			a.down[k] = true
 		}
 	}
 	state := "down"

@@ -532,13 +532,8 @@ func (b *batch) check(ch *Changes) {
 			}
 		}
 	}
+	v.counts(len(s.pdrs.rows), len(s.services.rows), s.limits.Rules)
 	b.errs = append(b.errs, v.errs...)
-	if n := len(s.services.rows); n > MaxServices {
-		b.fail(CodeCapacity, "services", "%d services, at most %d", n, MaxServices)
-	}
-	if n := len(s.pdrs.rows); uint64(n) > uint64(s.limits.Rules) {
-		b.fail(CodeCapacity, "pdrs", "%d rules exceed limits.rules %d", n, s.limits.Rules)
-	}
 }
 
 // inUse reports a deleted object something still refers to (naming the

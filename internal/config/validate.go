@@ -39,6 +39,7 @@ func (c *Config) validate() Errors {
 	}
 	lbrs := v.lbrs(n.LBRs, farAction, n.Limits.MaglevTable)
 	v.services(n.Services, lbrs)
+	v.counts(0, len(n.Services), 0)
 	v.limits(n.Limits)
 	v.defaults(n.Defaults)
 	return v.errs
@@ -103,6 +104,17 @@ func (v *validator) iface(p string, it Interface) bool {
 		v.add(p+".xdp", "unknown mode %q (want native, generic or auto)", it.XDP)
 	}
 	return reason == ""
+}
+
+// counts reports more PDRs than limits.rules (when rules is set) or more
+// services than the dataplane has places for: problems of size.
+func (v *validator) counts(pdrs, services int, rules uint32) {
+	if rules != 0 && uint64(pdrs) > uint64(rules) {
+		v.errs = append(v.errs, FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d rules exceed limits.rules %d", pdrs, rules), Code: CodeCapacity})
+	}
+	if services > MaxServices {
+		v.errs = append(v.errs, FieldError{Path: "services", Reason: fmt.Sprintf("%d services, at most %d", services, MaxServices), Code: CodeCapacity})
+	}
 }
 
 // uniqueID records list[i]'s id in byID, reporting one already taken.
@@ -341,9 +353,6 @@ func (v *validator) lbr(p string, l LBR, farAction func(uint32) (string, bool), 
 
 // services checks the services against the LBRs (index by id).
 func (v *validator) services(list []Service, lbrs map[uint32]int) {
-	if len(list) > MaxServices {
-		v.errs = append(v.errs, FieldError{Path: "services", Reason: fmt.Sprintf("%d services, at most %d", len(list), MaxServices), Code: CodeCapacity})
-	}
 	byID := make(map[uint32]int, len(list))
 	byAddr := map[string]int{}
 	byLBR := map[uint32]int{}
@@ -437,9 +446,7 @@ func (v *validator) health(p string, h Health) {
 }
 
 func (v *validator) pdrs(list []PDR, rules uint32, ifaces map[string]int, fars map[uint32]int) {
-	if uint64(len(list)) > uint64(rules) {
-		v.errs = append(v.errs, FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d rules exceed limits.rules %d", len(list), rules), Code: CodeCapacity})
-	}
+	v.counts(len(list), 0, rules)
 	byID := make(map[uint32]int, len(list))
 	iface := func(name string) bool { _, ok := ifaces[name]; return ok }
 	far := func(id uint32) bool { _, ok := fars[id]; return ok }

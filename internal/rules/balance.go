@@ -152,8 +152,7 @@ func (c *Compiler) removeService(id uint32) {
 	}
 	c.dropService(cs)
 	setMap(c, c.lb.down, id, nil, false)
-	c.setMembers(cs, NewStatsAlloc(bpf.ReplyMember, nil))
-	setMap(c, c.gen.Members, cs.tag*bpf.MaxMembers+bpf.ReplyMember, bpf.MemberRef{}, false)
+	c.setMembers(cs, cs.members, nil)
 	setMap(c, c.lb.services, id, nil, false)
 	c.allocs.Service.Free(id)
 	c.onUndo(func() { c.allocs.Service.put(id, cs.tag) })
@@ -269,7 +268,7 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	oldMembers := cs.members
 	cs.members = members
 	c.onUndo(func() { cs.members = oldMembers })
-	c.setMembers(cs, members)
+	c.setMembers(cs, oldMembers, members)
 	setMap(c, g.Tables, cs.tag, table, true)
 	c.gen.Dirty.Tables[cs.tag] = struct{}{}
 
@@ -296,11 +295,18 @@ func liveMembers(l config.LBR) map[uint32]bool {
 }
 
 // setMembers names the counters of service cs (undoably): one per backend
-// it has had, and its replies'.
-func (c *Compiler) setMembers(cs *compiledService, members *StatsAlloc) {
+// it has had (members), and its replies'; the names of old's backends
+// members no longer has go. A nil members takes them all out.
+func (c *Compiler) setMembers(cs *compiledService, old, members *StatsAlloc) {
 	base := cs.tag * bpf.MaxMembers
-	for i := uint32(0); i < bpf.MaxMembers; i++ {
-		setMap(c, c.gen.Members, base+i, bpf.MemberRef{}, false)
+	for far, idx := range old.byID {
+		if members == nil || members.byID[far] != idx {
+			setMap(c, c.gen.Members, base+idx, bpf.MemberRef{}, false)
+		}
+	}
+	if members == nil {
+		setMap(c, c.gen.Members, base+bpf.ReplyMember, bpf.MemberRef{}, false)
+		return
 	}
 	for far, idx := range members.byID {
 		setMap(c, c.gen.Members, base+idx, bpf.MemberRef{Service: cs.cfg.ID, FAR: far}, true)

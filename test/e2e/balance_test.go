@@ -140,13 +140,13 @@ type lbConn struct {
 	backend string
 }
 
-// dialVIP opens n connections from A to the VIP and reads each greeting.
-func dialVIP(t *testing.T, g *gateway, n int) []*lbConn {
+// dialVIP opens n connections from A to vip:80 and reads each greeting.
+func dialVIP(t *testing.T, g *gateway, vip string, n int) []*lbConn {
 	t.Helper()
 	var conns []*lbConn
 	err := lab.InNamedNetNS(g.A, func() error {
 		for i := 0; i < n; i++ {
-			c, err := net.DialTimeout("tcp4", net.JoinHostPort(lbVIP, "80"), 3*time.Second)
+			c, err := net.DialTimeout("tcp4", net.JoinHostPort(vip, "80"), 3*time.Second)
 			if err != nil {
 				return fmt.Errorf("connection %d: %w", i, err)
 			}
@@ -172,7 +172,7 @@ func dialVIP(t *testing.T, g *gateway, n int) []*lbConn {
 func spread(t *testing.T, g *gateway, n int) map[string]int {
 	t.Helper()
 	count := map[string]int{}
-	for _, lc := range dialVIP(t, g, n) {
+	for _, lc := range dialVIP(t, g, lbVIP, n) {
 		count[lc.backend]++
 		lc.c.Close()
 	}
@@ -277,7 +277,7 @@ func TestBalanceLongLived(t *testing.T) {
 	addBackends(t, a.gateway, lbBackends)
 	a.warmUp()
 
-	conns := dialVIP(t, a.gateway, lbConns)
+	conns := dialVIP(t, a.gateway, lbVIP, lbConns)
 	start := map[string]int{}
 	for _, lc := range conns {
 		start[lc.backend]++
@@ -547,31 +547,7 @@ func TestBalanceDSRGRE(t *testing.T) {
 	}
 	a.warmUp()
 
-	dial := func(n int) []*lbConn {
-		var conns []*lbConn
-		if err := lab.InNamedNetNS(a.A, func() error {
-			for i := 0; i < n; i++ {
-				c, err := net.DialTimeout("tcp4", net.JoinHostPort(vip, "80"), 3*time.Second)
-				if err != nil {
-					return fmt.Errorf("connection %d: %w", i, err)
-				}
-				conns = append(conns, &lbConn{c: c, r: bufio.NewReader(c)})
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		for i, lc := range conns {
-			_ = lc.c.SetReadDeadline(time.Now().Add(3 * time.Second))
-			line, err := lc.r.ReadString('\n')
-			if err != nil {
-				t.Fatalf("connection %d: no greeting: %v", i, err)
-			}
-			lc.backend = strings.TrimSpace(line)
-		}
-		return conns
-	}
-	conns := dial(60)
+	conns := dialVIP(t, a.gateway, vip, 60)
 	start := map[string]int{}
 	for _, lc := range conns {
 		start[lc.backend]++
@@ -587,7 +563,7 @@ func TestBalanceDSRGRE(t *testing.T) {
 	time.Sleep(time.Second)
 	drain := &pb.Lbr{Id: 1, Algorithm: "maglev", Members: []*pb.Member{{Far: 1, Weight: u32(0)}, {Far: 2}, {Far: 3}}}
 	a.mustApply(t, updateOp(&pb.Object{Kind: &pb.Object_Lbr{Lbr: drain}}))
-	fresh := dial(90)
+	fresh := dialVIP(t, a.gateway, vip, 90)
 	count := map[string]int{}
 	for _, lc := range fresh {
 		count[lc.backend]++
