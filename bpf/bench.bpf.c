@@ -21,6 +21,15 @@ struct {
 	__uint(max_entries, 1);
 } bench_seq SEC(".maps");
 
+/* bench_cycle[0], when not 0, masks the counter: the wrappers then cycle
+ * through mask + 1 flows instead of making every run a new one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} bench_cycle SEC(".maps");
+
 struct ttl_save {
 	__u16 ttl_proto; /* offset 22: TTL and protocol */
 	__u16 check;     /* offset 24: IPv4 header checksum */
@@ -55,7 +64,8 @@ static __always_inline void restore_ttl(struct xdp_md *ctx,
 /* next_flow makes the frame a new flow: UDP source port from the low 16
  * bits of a per-CPU counter and the low half of the IPv4 source address
  * from the high 16, with the header checksum patched, so flows do not
- * repeat within 2^32 runs and every run misses the flow cache. It is a
+ * repeat within 2^32 runs and every run misses the flow cache (or, with
+ * bench_cycle set, repeat every mask + 1 runs). It is a
  * global function, verified once on its own: inlined after the pipeline,
  * its map lookup and packet writes were explored again for every state
  * the pipeline ends in, past the verifier's 1M-instruction limit. */
@@ -64,7 +74,7 @@ __noinline int next_flow(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u16 *w = data;
-	__u32 zero = 0, *seq;
+	__u32 zero = 0, *seq, *mask, n;
 	__u16 nsrc;
 
 	if ((void *)(w + 18) > data_end) /* up to the UDP source port */
@@ -72,9 +82,12 @@ __noinline int next_flow(struct xdp_md *ctx)
 	seq = bpf_map_lookup_elem(&bench_seq, &zero);
 	if (!seq)
 		return -1;
-	(*seq)++;
-	w[17] = bpf_htons((__u16)*seq); /* UDP source port, offset 34 */
-	nsrc = bpf_htons((__u16)(*seq >> 16));
+	n = ++(*seq);
+	mask = bpf_map_lookup_elem(&bench_cycle, &zero);
+	if (mask && *mask)
+		n = (n & *mask) + 1;
+	w[17] = bpf_htons((__u16)n); /* UDP source port, offset 34 */
+	nsrc = bpf_htons((__u16)(n >> 16));
 	w[12] = csum_replace2(w[12], w[14], nsrc); /* checksum at 24 */
 	w[14] = nsrc; /* low half of the source address, offset 28 */
 	return 0;

@@ -136,12 +136,16 @@ struct edge_svc_key {
 	__u32 slot;
 };
 
+/* edge_svc.flags */
+#define EDGE_SVC_STATELESS 0x01 /* no connection or flow-cache entry */
+
 /* An L4 service. */
 struct edge_svc {
 	__u32 tag;   /* its Maglev table and counters (< EDGE_MAX_SERVICES) */
 	__u32 id;    /* service id */
 	__u32 unnat; /* FAR index of the reply rewrite (nat), EDGE_NO_FAR */
 	__u32 size;  /* entries of its table (prime, <= maglev_size) */
+	__u32 flags; /* EDGE_SVC_* */
 };
 
 /* One Maglev table entry: the backend's FAR and counter indexes. */
@@ -233,6 +237,8 @@ struct edge_state {
 	__u32 malformed_verdict; /* XDP_PASS or XDP_DROP */
 	__u32 fib_epoch;         /* bumped by the agent on route/neighbour change */
 	__u32 nservices[2];      /* L4 services per slot (0: skip the balancer) */
+	__u32 nnat[2];           /* of them with NAT backends (0: no reverse NAT) */
+	__u32 nstateless[2];     /* of them stateless (0: no early service lookup) */
 };
 
 /* Flow-cache value: the decision for a flow under generation gen, and the
@@ -258,6 +264,21 @@ struct edge_flow {
 	__u32 pad2;
 	__u64 packets;
 	__u64 bytes;
+};
+
+/* A path's next hop as this CPU last resolved it (edge_path_nh): valid for
+ * the FIB epoch and the path's addresses and interface it was resolved
+ * for. */
+struct edge_path_nh {
+	__u32 fib_epoch; /* 0: none */
+	__be32 local;
+	__be32 remote;
+	__u32 want_oif; /* the path's interface (0: where the route leads) */
+	__u32 oif;      /* the interface the route leads out of */
+	__u16 ok_len;   /* largest L3 length the kernel's MTU check passed */
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u16 pad;
 };
 
 /* Exact-match cache slot: a per-CPU copy of one IPv4 flow entry. */

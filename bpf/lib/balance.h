@@ -24,7 +24,13 @@ enum edge_lb_verdict {
 	EDGE_LB_NONE = 0,       /* not a service's: classify as usual */
 	EDGE_LB_HIT = 1,        /* out holds the backend (or reply) FAR */
 	EDGE_LB_NO_BACKEND = 2, /* a service's, but it has no backend */
+	EDGE_LB_STATELESS = 3,  /* as HIT, for a stateless service: no flow
+				 * entry, every packet is balanced again */
 };
+
+/* edge_balance's flags. */
+#define EDGE_BAL_NAT 0x01       /* the slot has NAT services: reverse NAT */
+#define EDGE_BAL_STATELESS 0x02 /* decide for stateless services only */
 
 /* lb_hash mixes a connection key (five 64-bit words) into the 32 bits that
  * pick a Maglev entry: multiply-xorshift rounds (as in SplitMix64's
@@ -73,21 +79,28 @@ far_current(__u32 slot, __u32 fi, __u32 id, __u32 stride)
 	return far;
 }
 
-/* edge_balance decides a flow-cache miss that belongs to the balancer: the
- * reply of a NAT'd connection (reverse NAT entry), a known connection to a
- * service (connection table), or a new one (Maglev table; the connection
- * and, for NAT, its reverse entry are recorded). stride is the FAR slot
- * stride. It is a global function, verified once, and keeps its keys in a
- * per-CPU scratch map: the pipeline's stack has little room left. */
+/* edge_balance decides a flow-cache miss that belongs to the balancer: a
+ * connection to a service, known (connection table) or new (Maglev table;
+ * the connection and, for NAT, its reply's reverse entry are recorded), or
+ * the reply of a NAT'd connection (reverse-NAT table; looked up only with
+ * EDGE_BAL_NAT: the slot has services with NAT backends). A stateless
+ * service's connections are not recorded: each packet the flow cache's
+ * per-CPU copy does not hold is hashed through the Maglev table again,
+ * and the caller records no flow-cache entry (EDGE_LB_STATELESS). With
+ * EDGE_BAL_STATELESS only a stateless service's packets are decided (the
+ * pipeline asks before it looks in the flow cache, which cannot hold
+ * them); anything else is EDGE_LB_NONE. stride is the FAR slot stride. It is a global function, verified once, and keeps
+ * its keys in a per-CPU scratch map: the pipeline's stack has little room
+ * left. */
 __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
-			    __u32 stride, struct edge_rule *out)
+			    __u32 stride, __u32 flags, struct edge_rule *out)
 {
 	const struct edge_lb_slot *e;
 	const struct edge_far *far;
 	struct edge_lb_scratch *s;
 	const struct edge_svc *svc;
 	struct edge_conn *c;
-	__u32 zero = 0, idx, tag, size;
+	__u32 zero = 0, idx, tag, size, stateless;
 	__u64 *n;
 
 	if (!key || !out)
@@ -100,17 +113,6 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	if (!s)
 		return EDGE_LB_NONE;
 	slot &= 1;
-	conn_key(&s->ck, key);
-
-	c = bpf_map_lookup_elem(&edge_rnat, &s->ck);
-	if (c) {
-		far = far_current(slot, c->far, c->far_id, stride);
-		if (far && far->action == EDGE_ACT_UNNAT) {
-			out->far = c->far;
-			out->stats = c->stats | EDGE_STATS_LB;
-			return EDGE_LB_HIT;
-		}
-	}
 
 	__builtin_memcpy(s->sk.vip, key->dst, 16);
 	s->sk.port = key->dport;
@@ -118,18 +120,37 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	s->sk.family = key->family;
 	s->sk.slot = slot;
 	svc = bpf_map_lookup_elem(&edge_services, &s->sk);
-	if (!svc)
-		return EDGE_LB_NONE;
-	tag = svc->tag & (EDGE_MAX_SERVICES - 1);
-
-	c = bpf_map_lookup_elem(&edge_conns, &s->ck);
-	if (c && c->svc == svc->id) {
+	if (flags & EDGE_BAL_STATELESS) {
+		if (!svc || !(svc->flags & EDGE_SVC_STATELESS))
+			return EDGE_LB_NONE;
+	}
+	conn_key(&s->ck, key);
+	if (!svc) {
+		if (!(flags & EDGE_BAL_NAT))
+			return EDGE_LB_NONE;
+		c = bpf_map_lookup_elem(&edge_rnat, &s->ck);
+		if (!c)
+			return EDGE_LB_NONE;
 		far = far_current(slot, c->far, c->far_id, stride);
-		if (far && (far->action == EDGE_ACT_NAT ||
-			    far->action == EDGE_ACT_ENCAP)) {
-			out->far = c->far;
-			out->stats = c->stats | EDGE_STATS_LB;
-			return EDGE_LB_HIT;
+		if (!far || far->action != EDGE_ACT_UNNAT)
+			return EDGE_LB_NONE;
+		out->far = c->far;
+		out->stats = c->stats | EDGE_STATS_LB;
+		return EDGE_LB_HIT;
+	}
+	tag = svc->tag & (EDGE_MAX_SERVICES - 1);
+	stateless = svc->flags & EDGE_SVC_STATELESS;
+
+	if (!stateless) {
+		c = bpf_map_lookup_elem(&edge_conns, &s->ck);
+		if (c && c->svc == svc->id) {
+			far = far_current(slot, c->far, c->far_id, stride);
+			if (far && (far->action == EDGE_ACT_NAT ||
+				    far->action == EDGE_ACT_ENCAP)) {
+				out->far = c->far;
+				out->stats = c->stats | EDGE_STATS_LB;
+				return EDGE_LB_HIT;
+			}
 		}
 	}
 
@@ -147,21 +168,27 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	far = bpf_map_lookup_elem(&edge_fars, &idx);
 	if (!far)
 		return EDGE_LB_NO_BACKEND;
+	out->far = e->far;
+	out->stats = e->stats | EDGE_STATS_LB;
 
-	s->cv.far = e->far;
-	s->cv.far_id = far->id;
-	s->cv.stats = e->stats;
-	s->cv.svc = svc->id;
-	s->cv.closed = 0;
-	if (bpf_map_update_elem(&edge_conns, &s->ck, &s->cv, BPF_ANY))
-		count(&edge_reasons, EDGE_R_LB_CONN_FULL, 0);
-	n = bpf_map_lookup_elem(&edge_lb_new, &e->stats);
-	if (n)
-		(*n)++;
+	if (!stateless) {
+		s->cv.far = e->far;
+		s->cv.far_id = far->id;
+		s->cv.stats = e->stats;
+		s->cv.svc = svc->id;
+		s->cv.closed = 0;
+		if (bpf_map_update_elem(&edge_conns, &s->ck, &s->cv, BPF_ANY))
+			count(&edge_reasons, EDGE_R_LB_CONN_FULL, 0);
+		n = bpf_map_lookup_elem(&edge_lb_new, &e->stats);
+		if (n)
+			(*n)++;
+	}
 
 	if (far->action == EDGE_ACT_NAT && svc->unnat != EDGE_NO_FAR) {
 		/* The backend answers from its own address and port to the
-		 * client; that reply is rewritten back to the VIP. */
+		 * client; that reply is rewritten back to the VIP. A stateless
+		 * service's packets come here again and again: record the
+		 * reply once. */
 		__builtin_memcpy(s->rk.src, far->addr, 16);
 		__builtin_memcpy(s->rk.dst, key->src, 16);
 		s->rk.sport = far->port;
@@ -174,12 +201,14 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 		s->rv.stats = tag * EDGE_MAX_MEMBERS + EDGE_MAX_MEMBERS - 1;
 		s->rv.svc = svc->id;
 		s->rv.closed = 0;
-		if (bpf_map_update_elem(&edge_rnat, &s->rk, &s->rv, BPF_ANY))
+		c = NULL;
+		if (stateless)
+			c = bpf_map_lookup_elem(&edge_rnat, &s->rk);
+		if ((!c || c->far != s->rv.far || c->far_id != s->rv.far_id) &&
+		    bpf_map_update_elem(&edge_rnat, &s->rk, &s->rv, BPF_ANY))
 			count(&edge_reasons, EDGE_R_LB_CONN_FULL, 0);
 	}
-	out->far = e->far;
-	out->stats = e->stats | EDGE_STATS_LB;
-	return EDGE_LB_HIT;
+	return stateless ? EDGE_LB_STATELESS : EDGE_LB_HIT;
 }
 
 /* edge_conn_close marks the connection of a TCP FIN or RST from the client

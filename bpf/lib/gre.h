@@ -65,6 +65,7 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	const struct edge_path *path;
+	struct edge_path_nh *nh;
 	struct ethhdr *eth = data;
 	struct iphdr *iph = NULL, *outer;
 	struct ipv6hdr *ip6 = NULL;
@@ -106,6 +107,18 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 		hlen += 4;
 	olen = sizeof(struct iphdr) + hlen + len3;
 
+	nh = bpf_map_lookup_elem(&edge_path_nh, &pi);
+	if (!next_hop_ok(fl, path->ifindex, epoch, olen) && nh &&
+	    nh->fib_epoch == epoch && nh->local == path->local &&
+	    nh->remote == path->remote && nh->want_oif == path->ifindex &&
+	    olen <= nh->ok_len) {
+		/* The path's next hop, resolved by an earlier flow. */
+		fl->fib_epoch = epoch;
+		fl->oif = nh->oif;
+		fl->ok_len = nh->ok_len;
+		__builtin_memcpy(fl->dmac, nh->dmac, ETH_ALEN);
+		__builtin_memcpy(fl->smac, nh->smac, ETH_ALEN);
+	}
 	if (!next_hop_ok(fl, path->ifindex, epoch, olen)) {
 		struct bpf_fib_lookup fib = {
 			.family = AF_INET,
@@ -141,6 +154,16 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 		 * hops resolved. */
 		if (reason)
 			return punt(p, reason, XDP_DROP);
+		if (nh) {
+			nh->fib_epoch = epoch;
+			nh->local = path->local;
+			nh->remote = path->remote;
+			nh->want_oif = path->ifindex;
+			nh->oif = fl->oif;
+			nh->ok_len = fl->ok_len;
+			__builtin_memcpy(nh->dmac, fl->dmac, ETH_ALEN);
+			__builtin_memcpy(nh->smac, fl->smac, ETH_ALEN);
+		}
 	}
 
 	/* Route the inner packet: one hop. */

@@ -86,6 +86,16 @@ static __always_inline void flow_key4(const struct edge_flow_key *k,
 	k4->pad = 0;
 }
 
+/* stateless decides a packet of a stateless service (edge_balance with
+ * EDGE_BAL_STATELESS). */
+static __always_inline int stateless(const struct edge_flow_key *key,
+				     __u32 gen, __u32 bal,
+				     struct edge_rule *rule)
+{
+	return edge_balance(key, gen & 1, far_stride, bal | EDGE_BAL_STATELESS,
+			    rule);
+}
+
 /* edge_pipeline is the whole per-packet path; entry programs (and the
  * benchmark wrappers) call it. */
 static __always_inline int edge_pipeline(struct xdp_md *ctx)
@@ -99,6 +109,7 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	struct edge_rule rule;
 	__u32 zero = 0, fi, slot;
 	int rc, insert = 0, lb = EDGE_LB_NONE;
+	__u32 bal = 0;
 
 	st = bpf_map_lookup_elem(&edge_global, &zero);
 	rc = edge_parse(ctx, &p);
@@ -112,6 +123,8 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		return punt(&p, -rc, st->malformed_verdict);
 	if (st->gen == 0)
 		return punt(&p, EDGE_R_NO_STATE, XDP_PASS);
+	if (st->nnat[st->gen & 1])
+		bal = EDGE_BAL_NAT;
 
 	/* The barriers keep clang from merging the two lookups into one call
 	 * with a selected map pointer: the verifier inlines a hash lookup only
@@ -128,7 +141,13 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 			fl->packets++;
 			fl->bytes += p.len;
 		} else {
-			fl = bpf_map_lookup_elem(&edge_flows4, &k4);
+			/* A stateless service's flows are never in edge_flows4:
+			 * ask first, and skip that lookup (a cold miss). */
+			if (st->nstateless[st->gen & 1])
+				lb = stateless(&p.key, st->gen, bal, &rule);
+			fl = NULL;
+			if (lb == EDGE_LB_NONE)
+				fl = bpf_map_lookup_elem(&edge_flows4, &k4);
 			if (emc && fl && fl->gen == st->gen) {
 				emc_flush(emc);
 				emc->k = k4;
@@ -143,7 +162,11 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		}
 		asm volatile("" ::: "memory");
 	} else {
-		fl = bpf_map_lookup_elem(&edge_flows, &p.key);
+		if (st->nstateless[st->gen & 1])
+			lb = stateless(&p.key, st->gen, bal, &rule);
+		fl = NULL;
+		if (lb == EDGE_LB_NONE)
+			fl = bpf_map_lookup_elem(&edge_flows, &p.key);
 		if (fl && fl->gen == st->gen) {
 			__sync_fetch_and_add(&fl->packets, 1);
 			__sync_fetch_and_add(&fl->bytes, p.len);
@@ -169,11 +192,16 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		nf.packets++;
 		nf.bytes += p.len;
 		nf.gen = st->gen;
-		if (st->nservices[nf.gen & 1])
-			lb = edge_balance(&p.key, nf.gen & 1, far_stride, &rule);
+		if (lb == EDGE_LB_NONE && st->nservices[nf.gen & 1])
+			lb = edge_balance(&p.key, nf.gen & 1, far_stride, bal,
+					  &rule);
 		if (lb == EDGE_LB_NO_BACKEND)
 			return punt(&p, EDGE_R_LB_NO_BACKEND, XDP_DROP);
-		if (lb == EDGE_LB_HIT ||
+		/* A stateless service's flow gets no shared entry: only this
+		 * CPU's exact-match copy (derivable state, as for any flow). */
+		if (lb == EDGE_LB_STATELESS)
+			insert = 2;
+		if (lb == EDGE_LB_HIT || lb == EDGE_LB_STATELESS ||
 		    edge_classify(&p.key, st, nf.gen & 1, &rule)) {
 			nf.far = rule.far;
 			nf.stats = rule.stats;
@@ -182,7 +210,8 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 			nf.stats = EDGE_NO_PDR;
 		}
 		fl = &nf;
-		insert = 1;
+		if (!insert)
+			insert = 1;
 	}
 
 	if (fl->far == EDGE_NO_FAR) {
@@ -202,10 +231,12 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 			rc = punt(&p, EDGE_R_NO_STATE, XDP_PASS);
 	}
 	if (insert) {
-		long err;
+		long err = 0;
 
 		if (p.key.family == 4) {
-			err = bpf_map_update_elem(&edge_flows4, &k4, &nf, BPF_ANY);
+			if (insert == 1)
+				err = bpf_map_update_elem(&edge_flows4, &k4, &nf,
+							  BPF_ANY);
 			if (emc) {
 				emc->k = k4;
 				emc->f = nf;
@@ -213,7 +244,7 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 				emc->f.bytes = 0;
 			}
 			asm volatile("" ::: "memory");
-		} else {
+		} else if (insert == 1) {
 			err = bpf_map_update_elem(&edge_flows, &p.key, &nf, BPF_ANY);
 			asm volatile("" ::: "memory");
 		}

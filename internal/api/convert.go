@@ -109,7 +109,7 @@ func LBRFromPB(p *pb.Lbr) config.LBR {
 
 // ServiceToPB returns s as an API object.
 func ServiceToPB(s config.Service) *pb.Service {
-	out := &pb.Service{Id: s.ID, Port: uint32(s.Port), Lbr: s.LBR}
+	out := &pb.Service{Id: s.ID, Port: uint32(s.Port), Lbr: s.LBR, Stateless: s.Stateless}
 	if s.VIP.IsSet() {
 		out.Vip = s.VIP.String()
 	}
@@ -124,7 +124,8 @@ func ServiceToPB(s config.Service) *pb.Service {
 }
 
 func serviceFromPB(p *pb.Service, f *fieldErrs) config.Service {
-	out := config.Service{ID: p.GetId(), VIP: addr(p.GetVip(), "vip", f), Port: port(p.GetPort(), "port", f), LBR: p.GetLbr()}
+	out := config.Service{ID: p.GetId(), VIP: addr(p.GetVip(), "vip", f), Port: port(p.GetPort(), "port", f), LBR: p.GetLbr(),
+		Stateless: p.GetStateless()}
 	if s := p.GetProto(); s != "" {
 		var err error
 		if out.Proto, err = config.ParseProto(s); err != nil {

@@ -42,6 +42,9 @@ type Options struct {
 	ControlBatch int
 	// OnlyControl measures the control part alone.
 	OnlyControl bool
+	// OnlyLB measures the floor and the balancer's per-packet figures
+	// alone.
+	OnlyLB bool
 	// EdgeplaneBin is the edgeplane binary the control part runs as its
 	// agent; empty: this process's own executable.
 	EdgeplaneBin string
@@ -187,6 +190,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o.Log("floor %.1f ns, wrapper %.1f ns (hit) %.1f ns (miss)", floor, wrapHit, wrapMiss)
 
 	alloc := rules.NewAllocs(limits.Rules, nil, nil)
+	if o.OnlyLB {
+		if err := b.measureLB(r, dp, progs, alloc); err != nil {
+			return nil, err
+		}
+		r.Goals = lbGoals(r)
+		r.judge()
+		r.Seconds = time.Since(start).Seconds()
+		return r, nil
+	}
 	measureSet := func(series string, n, shapes int) error {
 		cfg, probeDst := ruleSet(n, shapes)
 		gen, next, err := rules.Compile(cfg, ns.Resolve, alloc, limits)
@@ -271,6 +283,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, c := range r.EndToEnd.Compare {
 		r.Goals = append(r.Goals, Goal{Name: "ours / kernel Mpps end to end, " + c.Sender, Value: c.Ratio, Limit: 3, AtLeast: true})
 	}
+	r.judge()
+	r.Seconds = time.Since(start).Seconds()
+	return r, nil
+}
+
+// judge tells which goals are met.
+func (r *Report) judge() {
 	for i, g := range r.Goals {
 		if g.AtLeast {
 			r.Goals[i].Met = g.Value >= g.Limit
@@ -278,8 +297,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			r.Goals[i].Met = g.Value <= g.Limit
 		}
 	}
-	r.Seconds = time.Since(start).Seconds()
-	return r, nil
 }
 
 func (r *Report) add(f Figure) {
@@ -332,8 +349,30 @@ func (b *bencher) median(prog *ebpf.Program, frame []byte, want uint32) (float64
 	return samples[len(samples)/2], nil
 }
 
+// wrappers are the benchmark wrapper programs and the map that makes the
+// miss wrappers cycle through a set of flows.
+type wrappers struct {
+	benchobjPrograms
+	Cycle *ebpf.Map `ebpf:"bench_cycle"`
+}
+
+// Close closes the programs and the map.
+func (w *wrappers) Close() error {
+	w.Cycle.Close()
+	return w.benchobjPrograms.Close()
+}
+
+// setCycle makes the miss wrappers cycle through mask + 1 flows (0: a
+// new flow every run).
+func (w *wrappers) setCycle(mask uint32) error {
+	if err := w.Cycle.Put(uint32(0), mask); err != nil {
+		return fmt.Errorf("set the wrappers' flow cycle: %w", err)
+	}
+	return nil
+}
+
 // loadWrappers loads the benchmark wrapper programs against dp's maps.
-func loadWrappers(dp *bpf.Dataplane) (*benchobjPrograms, error) {
+func loadWrappers(dp *bpf.Dataplane) (*wrappers, error) {
 	spec, err := loadBenchobj()
 	if err != nil {
 		return nil, err
@@ -341,7 +380,7 @@ func loadWrappers(dp *bpf.Dataplane) (*benchobjPrograms, error) {
 	if err := bpf.ApplyLimits(spec, dp.Limits); err != nil {
 		return nil, err
 	}
-	var p benchobjPrograms
+	var p wrappers
 	if err := spec.LoadAndAssign(&p, &ebpf.CollectionOptions{MapReplacements: dp.MapReplacements()}); err != nil {
 		return nil, fmt.Errorf("load benchmark wrappers: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	benchobjMapBenchCycle           = "bench_cycle"
 	benchobjMapBenchFront           = "bench_front"
 	benchobjMapBenchSeq             = "bench_seq"
 	benchobjMapEdgeCacheStats       = "edge_cache_stats"
@@ -33,6 +34,7 @@ const (
 	benchobjMapEdgeLbScratch        = "edge_lb_scratch"
 	benchobjMapEdgeLbStats          = "edge_lb_stats"
 	benchobjMapEdgeMaglev           = "edge_maglev"
+	benchobjMapEdgePathNh           = "edge_path_nh"
 	benchobjMapEdgePathSeq          = "edge_path_seq"
 	benchobjMapEdgePathStats        = "edge_path_stats"
 	benchobjMapEdgePaths            = "edge_paths"
@@ -117,6 +119,7 @@ type benchobjProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjMapSpecs struct {
+	BenchCycle     *ebpf.MapSpec `ebpf:"bench_cycle"`
 	BenchFront     *ebpf.MapSpec `ebpf:"bench_front"`
 	BenchSeq       *ebpf.MapSpec `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
@@ -134,6 +137,7 @@ type benchobjMapSpecs struct {
 	EdgeLbScratch  *ebpf.MapSpec `ebpf:"edge_lb_scratch"`
 	EdgeLbStats    *ebpf.MapSpec `ebpf:"edge_lb_stats"`
 	EdgeMaglev     *ebpf.MapSpec `ebpf:"edge_maglev"`
+	EdgePathNh     *ebpf.MapSpec `ebpf:"edge_path_nh"`
 	EdgePathSeq    *ebpf.MapSpec `ebpf:"edge_path_seq"`
 	EdgePathStats  *ebpf.MapSpec `ebpf:"edge_path_stats"`
 	EdgePaths      *ebpf.MapSpec `ebpf:"edge_paths"`
@@ -174,6 +178,7 @@ func (o *benchobjObjects) Close() error {
 //
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjMaps struct {
+	BenchCycle     *ebpf.Map `ebpf:"bench_cycle"`
 	BenchFront     *ebpf.Map `ebpf:"bench_front"`
 	BenchSeq       *ebpf.Map `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
@@ -191,6 +196,7 @@ type benchobjMaps struct {
 	EdgeLbScratch  *ebpf.Map `ebpf:"edge_lb_scratch"`
 	EdgeLbStats    *ebpf.Map `ebpf:"edge_lb_stats"`
 	EdgeMaglev     *ebpf.Map `ebpf:"edge_maglev"`
+	EdgePathNh     *ebpf.Map `ebpf:"edge_path_nh"`
 	EdgePathSeq    *ebpf.Map `ebpf:"edge_path_seq"`
 	EdgePathStats  *ebpf.Map `ebpf:"edge_path_stats"`
 	EdgePaths      *ebpf.Map `ebpf:"edge_paths"`
@@ -205,6 +211,7 @@ type benchobjMaps struct {
 
 func (m *benchobjMaps) Close() error {
 	return _BenchobjClose(
+		m.BenchCycle,
 		m.BenchFront,
 		m.BenchSeq,
 		m.EdgeCacheStats,
@@ -222,6 +229,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeLbScratch,
 		m.EdgeLbStats,
 		m.EdgeMaglev,
+		m.EdgePathNh,
 		m.EdgePathSeq,
 		m.EdgePathStats,
 		m.EdgePaths,

@@ -47,7 +47,7 @@ const methodResize = "wrapper saves the first 56 bytes, runs the pipeline, moves
 
 // measureGRE adds the encap and decap figures: flow-cache hits through a
 // keyed GRE path, IPv4 inside, timed through the resize wrappers.
-func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *benchobjPrograms, alloc rules.Allocs) error {
+func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc rules.Allocs) error {
 	// Decap forwards the inner packet by the FIB toward host A on lan0;
 	// nothing answers ARP in the namespace, so the neighbour is static.
 	if err := lab.NS(b.ns.Name, "ip", "neigh", "replace", lab.AddrA, "lladdr", lab.MACHostA.String(), "dev", "lan0", "nud", "permanent"); err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
@@ -433,5 +434,154 @@ limits: {flows: 1024, rules: 8, maglev_table: 251}
 	syn := client(1, "203.0.113.10", 80, "S")
 	if v, _ := h.send(syn, "wan0"); v != bpf.XDPRedirect {
 		t.Fatalf("verdict %s, want redirect", verdictName(v))
+	}
+}
+
+// statelessCfg is lbConfig with the IPv4 NAT service (1) and the IPv6
+// dsr-gre service (5) stateless; the IPv4 dsr-gre service (3) keeps its
+// connection table.
+func statelessCfg(t *testing.T, members string) string {
+	t.Helper()
+	s := fmt.Sprintf(lbConfig, far11, members)
+	for _, svc := range []string{"port: 80, proto: tcp, lbr: 1", `port: 9053, proto: udp, lbr: 5`} {
+		if !strings.Contains(s, svc+"}") {
+			t.Fatalf("lbConfig has no service %q", svc)
+		}
+		s = strings.Replace(s, svc+"}", svc+", stateless: true}", 1)
+	}
+	return s
+}
+
+// countEntries returns how many keys of a hash map pass keep.
+func countEntries[K any](t *testing.T, m interface {
+	Iterate() *ebpf.MapIterator
+}, keep func(K) bool) int {
+	t.Helper()
+	var k K
+	var v []byte
+	n := 0
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if keep(k) {
+			n++
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestBalanceStateless sends to stateless services: every packet picks
+// its backend from the Maglev table alone, nothing is recorded but a NAT
+// reply's reverse entry, replies still leave from the VIP, and a drained
+// backend's connections move (the price of keeping no state), while a
+// stateful service beside them keeps its connections pinned.
+func TestBalanceStateless(t *testing.T) {
+	h := newHarness(t, statelessCfg(t, "{far: 11}, {far: 12}"))
+	const flows = 300
+	owner := make([]string, flows)
+	for n := 0; n < flows; n++ {
+		for i, flags := range []string{"S", "A", "A"} {
+			q := client(n, "203.0.113.10", 80, flags)
+			v, out := h.send(q, "wan0")
+			be := backendOf(t, out)
+			host, _, _ := net.SplitHostPort(be)
+			if want := q.out("wan1", q.src, host, q.sport, 8080).frame(t); v != bpf.XDPRedirect || !bytes.Equal(out, want) {
+				t.Fatalf("flow %d packet %d: verdict %s\n got %x\nwant %x", n, i, verdictName(v), out, want)
+			}
+			if i == 0 {
+				owner[n] = be
+			} else if be != owner[n] {
+				t.Fatalf("flow %d moved from %s to %s with no change", n, owner[n], be)
+			}
+		}
+		q := client(n, "203.0.113.10", 80, "A")
+		host, _, _ := net.SplitHostPort(owner[n])
+		reply := lbPkt{src: host, dst: q.src, sport: 8080, dport: q.sport, smac: macWan1Neigh, dmac: macWan1, flags: "A"}
+		v, out := h.send(reply, "wan1")
+		if want := reply.out("wan0", "203.0.113.10", q.src, 80, q.sport).frame(t); v != bpf.XDPRedirect || !bytes.Equal(out, want) {
+			t.Fatalf("flow %d reply: verdict %s\n got %x\nwant %x", n, verdictName(v), out, want)
+		}
+	}
+	vip := [4]byte{203, 0, 113, 10}
+	toVIP4 := func(k bpf.FlowKey4) bool { return k.Dst == binary.NativeEndian.Uint32(vip[:]) }
+	if n := countEntries(t, h.dp.EdgeFlows4, toVIP4); n != 0 {
+		t.Errorf("%d flow-cache entries toward the stateless VIP, want 0", n)
+	}
+	conns := func(svc uint32) int {
+		n := 0
+		var k bpf.ConnKey
+		var c bpf.Conn
+		it := h.dp.EdgeConns.Iterate()
+		for it.Next(&k, &c) {
+			if c.Svc == svc {
+				n++
+			}
+		}
+		return n
+	}
+	if n := conns(1); n != 0 {
+		t.Errorf("%d connection-table entries of the stateless service, want 0", n)
+	}
+	if n := countEntries(t, h.dp.EdgeRnat, func(bpf.ConnKey) bool { return true }); n != flows {
+		t.Errorf("%d reverse-NAT entries, want one per connection (%d)", n, flows)
+	}
+	newFlows, packets := lbCounters(t, h.dp)
+	var nw, pk uint64
+	for i := uint32(0); i < bpf.MaxMembers; i++ { // service 1 has tag 0
+		nw += newFlows[i]
+		pk += packets[i]
+	}
+	if nw != 0 || pk != 4*flows {
+		t.Errorf("service 1 counted %d new connections and %d packets, want 0 and %d", nw, pk, 4*flows)
+	}
+
+	// The stateful dsr-gre service beside it still records and pins.
+	q := lbPkt{src: "10.3.7.1", dst: "203.0.113.20", sport: 7000, dport: 9053, udp: true, smac: macWanNeigh, dmac: macWan0}
+	if v, _ := h.send(q, "wan0"); v != bpf.XDPRedirect {
+		t.Fatalf("stateful dsr-gre: verdict %s", verdictName(v))
+	}
+	if n := conns(3); n != 1 {
+		t.Errorf("%d connection-table entries of the stateful service, want 1", n)
+	}
+	// IPv6, stateless dsr-gre: consistent, not recorded.
+	q6 := lbPkt{src: "fd03::5", dst: "fd0f::20", sport: 7000, dport: 9053, udp: true, smac: macWanNeigh, dmac: macWan0}
+	var remote string
+	for i := 0; i < 3; i++ {
+		v, out := h.send(q6, "wan0")
+		pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+		outer, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		if v != bpf.XDPRedirect || outer == nil || outer.Protocol != layers.IPProtocolGRE {
+			t.Fatalf("IPv6 stateless dsr-gre: verdict %s, %v", verdictName(v), pk)
+		}
+		if i == 0 {
+			remote = outer.DstIP.String()
+		} else if outer.DstIP.String() != remote {
+			t.Fatalf("IPv6 stateless flow moved from %s to %s", remote, outer.DstIP)
+		}
+	}
+	if n := countEntries(t, h.dp.EdgeFlows, func(bpf.FlowKey) bool { return true }); n != 0 {
+		t.Errorf("%d IPv6 flow-cache entries, want 0", n)
+	}
+	if n := conns(5); n != 0 {
+		t.Errorf("%d connection-table entries of the stateless IPv6 service, want 0", n)
+	}
+
+	// Drain 10.6.0.11: with no connection table its connections move to
+	// 10.6.0.12; those already there stay.
+	h.apply(lbCfg(t, far11, "{far: 11, weight: 0}, {far: 12}"))
+	moved := 0
+	for n := 0; n < flows; n++ {
+		_, out := h.send(client(n, "203.0.113.10", 80, "A"), "wan0")
+		if got := backendOf(t, out); got != "10.6.0.12:8080" {
+			t.Fatalf("drained: flow %d on %s, want 10.6.0.12:8080", n, got)
+		}
+		if owner[n] != "10.6.0.12:8080" {
+			moved++
+		}
+	}
+	if moved == 0 || moved == flows {
+		t.Errorf("%d of %d flows were on the drained backend, want some", moved, flows)
 	}
 }

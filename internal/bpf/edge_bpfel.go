@@ -175,6 +175,8 @@ type edgeEdgeState struct {
 	MalformedVerdict uint32
 	FibEpoch         uint32
 	Nservices        [2]uint32
+	Nnat             [2]uint32
+	Nstateless       [2]uint32
 }
 
 type edgeEdgeSvc struct {
@@ -183,6 +185,7 @@ type edgeEdgeSvc struct {
 	Id    uint32
 	Unnat uint32
 	Size  uint32
+	Flags uint32
 }
 
 type edgeEdgeSvcKey struct {
@@ -213,6 +216,7 @@ const (
 	edgeMapEdgeLbScratch  = "edge_lb_scratch"
 	edgeMapEdgeLbStats    = "edge_lb_stats"
 	edgeMapEdgeMaglev     = "edge_maglev"
+	edgeMapEdgePathNh     = "edge_path_nh"
 	edgeMapEdgePathSeq    = "edge_path_seq"
 	edgeMapEdgePathStats  = "edge_path_stats"
 	edgeMapEdgePaths      = "edge_paths"
@@ -292,6 +296,7 @@ type edgeMapSpecs struct {
 	EdgeLbScratch  *ebpf.MapSpec `ebpf:"edge_lb_scratch"`
 	EdgeLbStats    *ebpf.MapSpec `ebpf:"edge_lb_stats"`
 	EdgeMaglev     *ebpf.MapSpec `ebpf:"edge_maglev"`
+	EdgePathNh     *ebpf.MapSpec `ebpf:"edge_path_nh"`
 	EdgePathSeq    *ebpf.MapSpec `ebpf:"edge_path_seq"`
 	EdgePathStats  *ebpf.MapSpec `ebpf:"edge_path_stats"`
 	EdgePaths      *ebpf.MapSpec `ebpf:"edge_paths"`
@@ -347,6 +352,7 @@ type edgeMaps struct {
 	EdgeLbScratch  *ebpf.Map `ebpf:"edge_lb_scratch"`
 	EdgeLbStats    *ebpf.Map `ebpf:"edge_lb_stats"`
 	EdgeMaglev     *ebpf.Map `ebpf:"edge_maglev"`
+	EdgePathNh     *ebpf.Map `ebpf:"edge_path_nh"`
 	EdgePathSeq    *ebpf.Map `ebpf:"edge_path_seq"`
 	EdgePathStats  *ebpf.Map `ebpf:"edge_path_stats"`
 	EdgePaths      *ebpf.Map `ebpf:"edge_paths"`
@@ -376,6 +382,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeLbScratch,
 		m.EdgeLbStats,
 		m.EdgeMaglev,
+		m.EdgePathNh,
 		m.EdgePathSeq,
 		m.EdgePathStats,
 		m.EdgePaths,

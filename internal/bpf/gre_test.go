@@ -22,6 +22,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
 )
 
 // greConfig has three GRE paths out of wan0 toward remotes in 10.3.0.0/16
@@ -877,4 +878,75 @@ func TestGRERoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGREPathNextHop checks the per-path next hop new flows copy instead
+// of asking the FIB: a neighbour change (with the FIB epoch bumped, as the
+// agent does) reaches new flows, and a path given another remote does not
+// keep the old remote's next hop, also when its generation's slot comes
+// round again.
+func TestGREPathNextHop(t *testing.T) {
+	h := newHarness(t, greConfig)
+	macNew := net.HardwareAddr{0x02, 0, 0, 0, 0x02, 0x98}
+	macOther := net.HardwareAddr{0x02, 0, 0, 0, 0x02, 0x99}
+	for _, c := range [][]string{
+		{"neigh", "replace", "10.2.0.3", "lladdr", macOther.String(), "dev", "wan0", "nud", "permanent"},
+		{"route", "add", "10.3.200.0/24", "via", "10.2.0.3", "dev", "wan0"},
+	} {
+		if out, err := exec.Command("ip", append([]string{"-n", h.ns.Name}, c...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", c, err, out)
+		}
+	}
+	flow := 0
+	// next sends a new flow into path 1 and returns its outer
+	// destination address and MAC.
+	next := func(stage string) (string, net.HardwareAddr) {
+		t.Helper()
+		flow++
+		p := greIP{src: "10.1.0.2", dst: fmt.Sprintf("10.7.3.%d", flow), u: greUDP(41000+uint16(flow), 7000)}
+		v, out := h.run(p.frame(t, macHostA, macLan0, 64), "lan0")
+		if v != bpf.XDPRedirect {
+			t.Fatalf("%s: verdict %s, want redirect", stage, verdictName(v))
+		}
+		pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+		eth, _ := pk.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+		outer, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		if eth == nil || outer == nil || outer.Protocol != layers.IPProtocolGRE {
+			t.Fatalf("%s: not GRE: %v", stage, pk)
+		}
+		return outer.DstIP.String(), eth.DstMAC
+	}
+	want := func(stage, remote string, mac net.HardwareAddr) {
+		t.Helper()
+		for i := 0; i < 2; i++ { // the flow that resolves, one that copies
+			if r, m := next(stage); r != remote || m.String() != mac.String() {
+				t.Errorf("%s: new flow to %s via %s, want %s via %s", stage, r, m, remote, mac)
+			}
+		}
+	}
+	want("start", "10.3.9.9", macWanNeigh)
+
+	if out, err := exec.Command("ip", "-n", h.ns.Name, "neigh", "replace", "10.2.0.2", "lladdr", macNew.String(), "dev", "wan0", "nud", "permanent").CombinedOutput(); err != nil {
+		t.Fatalf("neighbour: %v: %s", err, out)
+	}
+	if err := h.dp.BumpFIBEpoch(); err != nil {
+		t.Fatal(err)
+	}
+	want("neighbour changed", "10.3.9.9", macNew)
+
+	// Path 1 to a remote behind the other neighbour, in the next
+	// generation, then a generation later (the first slot again).
+	moved := strings.Replace(greConfig, "remote: 10.3.9.9, key: 1}", "remote: 10.3.200.1, key: 1}", 1)
+	cfg, err := config.Parse([]byte(moved))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.apply(cfg)
+	want("remote moved", "10.3.200.1", macOther)
+	cfg2, err := config.Parse([]byte(strings.Replace(moved, "remote: 10.3.9.8}", "remote: 10.3.9.8, key: 2}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.apply(cfg2)
+	want("remote moved, slot again", "10.3.200.1", macOther)
 }

@@ -74,6 +74,10 @@ const (
 	ActUnNAT    = 6
 )
 
+// SvcStateless is edge_svc.flags' EDGE_SVC_STATELESS: the service records
+// no connections.
+const SvcStateless = 0x01
+
 // XDP verdicts (enum xdp_action in linux/bpf.h).
 const (
 	XDPAborted  = 0

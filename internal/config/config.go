@@ -210,6 +210,16 @@ type Service struct {
 	// that fails Fall probes in a row out of the table until it passes
 	// Rise in a row.
 	Health *Health `yaml:"health,omitempty"`
+	// Stateless services record no connections (Katran's LRU bypass): a
+	// packet the flow cache's per-CPU copy does not hold is hashed
+	// through the Maglev table again. New connections cost no table
+	// insert and a flood of them evicts nothing, but a connection keeps
+	// its backend only while table changes leave its entry alone
+	// (Maglev moves about 1/N of them when one of N backends goes, and
+	// drained backends lose theirs), and no per-connection counts (new,
+	// active) are kept. NAT backends still record each reply's reverse
+	// entry.
+	Stateless bool `yaml:"stateless,omitempty"`
 }
 
 // Health checks of a service's backends.
@@ -1333,6 +1343,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 					{"port", func(p string, v *yaml.Node) { d.port(v, p, &x.Port) }},
 					{"proto", func(p string, v *yaml.Node) { d.custom(v, p, &x.Proto) }},
 					{"lbr", func(p string, v *yaml.Node) { d.uint32(v, p, &x.LBR) }},
+					{"stateless", func(p string, v *yaml.Node) { d.boolean(v, p, &x.Stateless) }},
 					{"health", func(p string, v *yaml.Node) {
 						h := &Health{}
 						d.mapping(v, p, []field{

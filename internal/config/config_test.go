@@ -371,9 +371,28 @@ func TestMatchValues(t *testing.T) {
 	}
 }
 
+const lbDoc = `interfaces:
+  - {name: lan0, role: lan}
+  - {name: wan1, role: wan}
+paths:
+  - {id: 1, type: gre, interface: wan1, local: 172.16.1.1, remote: 172.16.1.2, key: 5}
+fars:
+  - {id: 1, action: nat, address: 10.6.0.11, port: 8080}
+  - {id: 2, action: nat, interface: wan1, address: "fd02::2", port: 8443}
+  - {id: 3, action: encap, path: 1}
+lbrs:
+  - {id: 1, algorithm: maglev, table_size: 1021, members: [{far: 1, weight: 3}, {far: 2, weight: 0}]}
+  - {id: 2, algorithm: maglev, members: [{far: 3}]}
+services:
+  - {id: 1, vip: 203.0.113.10, port: 80, proto: tcp, lbr: 1, health: {type: http, path: /healthz, port: 9000, interval: 500ms, timeout: 200ms, rise: 2, fall: 3}}
+  - {id: 2, vip: "fd0f::20", port: 53, proto: udp, lbr: 2, stateless: true}
+limits: {flows: 1024, rules: 64, maglev_table: 4099, connections: 2048}
+`
+
 func TestRoundTrip(t *testing.T) {
 	docs := map[string]string{
 		"sample": sample,
+		"lb":     lbDoc,
 		"rich": withPDR(
 			`{id: 1, precedence: 0, match: {in: lan0, proto: tcp, sport: 80, dport: 1-1024, src: "2001:db8::/32", dst: "::1"}, far: 1}`,
 			`{id: 2, precedence: 5, match: {proto: 99, dscp: 0, src: 0.0.0.0/0}, far: 2}`,
@@ -516,6 +535,7 @@ func TestFieldErrorString(t *testing.T) {
 func TestWriteFileRoundTrip(t *testing.T) {
 	for name, doc := range map[string]string{
 		"sample": sample,
+		"lb":     lbDoc,
 		"rich": withPDR(
 			`{id: 1, precedence: 0, match: {in: lan0, proto: tcp, sport: 80, dport: 1-1024, src: "2001:db8::/32", dst: "::1"}, far: 1}`,
 			`{id: 3, match: {gre_key: 4294967295}, far: 2}`,

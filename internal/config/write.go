@@ -201,6 +201,10 @@ func AppendCompact(b []byte, c *Config) []byte {
 			w.num("port", uint64(sv.Port))
 			w.str("proto", sv.Proto.String())
 			w.num("lbr", uint64(sv.LBR))
+			if sv.Stateless {
+				w.field("stateless")
+				w.raw("true")
+			}
 			if h := sv.Health; h != nil {
 				w.field("health")
 				w.open()

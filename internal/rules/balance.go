@@ -283,7 +283,11 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	oldUnnat := cs.unnat
 	cs.unnat = unnat
 	c.onUndo(func() { cs.unnat = oldUnnat })
-	setMap(c, g.Services, cs.key, bpf.Svc{Tag: cs.tag, Id: sv.ID, Unnat: unnat, Size: size}, true)
+	var flags uint32
+	if sv.Stateless {
+		flags |= bpf.SvcStateless
+	}
+	setMap(c, g.Services, cs.key, bpf.Svc{Tag: cs.tag, Id: sv.ID, Unnat: unnat, Size: size, Flags: flags}, true)
 }
 
 func liveMembers(l config.LBR) map[uint32]bool {

@@ -125,7 +125,8 @@ func RandomOps(rng *rand.Rand, cfg *config.Config, n int) []config.Op {
 				continue
 			}
 			sv := config.Service{ID: id, VIP: config.Addr{A: netip.AddrFrom4([4]byte{203, 0, 113, byte(1 + rng.Intn(3))})},
-				Port: uint16(80 + rng.Intn(2)), Proto: config.Proto{Num: config.IPProtoTCP, Set: true}, LBR: uint32(1 + rng.Intn(3))}
+				Port: uint16(80 + rng.Intn(2)), Proto: config.Proto{Num: config.IPProtoTCP, Set: true}, LBR: uint32(1 + rng.Intn(3)),
+				Stateless: rng.Intn(3) == 0}
 			verb, v := config.Create, ".create.service"
 			if services[id] {
 				verb, v = config.Update, ".update.service"

@@ -498,7 +498,10 @@ type Service struct {
 	Proto string `protobuf:"bytes,4,opt,name=proto,proto3" json:"proto,omitempty"`
 	Lbr   uint32 `protobuf:"varint,5,opt,name=lbr,proto3" json:"lbr,omitempty"`
 	// absent: no health checks
-	Health        *Health `protobuf:"bytes,6,opt,name=health,proto3" json:"health,omitempty"`
+	Health *Health `protobuf:"bytes,6,opt,name=health,proto3" json:"health,omitempty"`
+	// no connection table: every packet the flow cache's per-CPU copy does
+	// not hold is hashed through the Maglev table (Katran's LRU bypass)
+	Stateless     bool `protobuf:"varint,7,opt,name=stateless,proto3" json:"stateless,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -573,6 +576,13 @@ func (x *Service) GetHealth() *Health {
 		return x.Health
 	}
 	return nil
+}
+
+func (x *Service) GetStateless() bool {
+	if x != nil {
+		return x.Stateless
+	}
+	return false
 }
 
 // Health checks a service's backends: one that fails `fall` probes in a
@@ -2303,14 +2313,15 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x06Member\x12\x10\n" +
 	"\x03far\x18\x01 \x01(\rR\x03far\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01B\t\n" +
-	"\a_weight\"\x95\x01\n" +
+	"\a_weight\"\xb3\x01\n" +
 	"\aService\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x10\n" +
 	"\x03vip\x18\x02 \x01(\tR\x03vip\x12\x12\n" +
 	"\x04port\x18\x03 \x01(\rR\x04port\x12\x14\n" +
 	"\x05proto\x18\x04 \x01(\tR\x05proto\x12\x10\n" +
 	"\x03lbr\x18\x05 \x01(\rR\x03lbr\x12,\n" +
-	"\x06health\x18\x06 \x01(\v2\x14.edgeplane.v1.HealthR\x06health\"\xa2\x01\n" +
+	"\x06health\x18\x06 \x01(\v2\x14.edgeplane.v1.HealthR\x06health\x12\x1c\n" +
+	"\tstateless\x18\a \x01(\bR\tstateless\"\xa2\x01\n" +
 	"\x06Health\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
