@@ -44,6 +44,11 @@
 #define EDGE_MAX_MEMBERS 256
 #endif
 
+/* Buckets of each slot's service index (power of two) and the buckets a
+ * lookup probes from a key's own before it asks edge_services. */
+#define EDGE_SVC_INDEX 256
+#define EDGE_SVC_PROBES 4
+
 /* Rules generations live in two slots: the live one and the one the agent
  * builds beside it. The slot of generation g is g & 1. */
 #define EDGE_SLOTS 2

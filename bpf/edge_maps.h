@@ -200,6 +200,20 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_services SEC(".maps");
 
+/* The services of each slot again, open-addressed by svc_index_hash over
+ * EDGE_SVC_INDEX buckets (slot * EDGE_SVC_INDEX + bucket), so a packet
+ * finds its service, or learns it has none, with inlined array reads
+ * instead of a hash-table call. A service placed nowhere within
+ * EDGE_SVC_PROBES buckets of its own is found in edge_services. Written by
+ * the agent with edge_services. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_svc_slot);
+	__uint(max_entries, EDGE_SLOTS * EDGE_SVC_INDEX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_svc_index SEC(".maps");
+
 /* Maglev tables of both slots, index
  * (slot * EDGE_MAX_SERVICES + tag) * maglev_size + flow hash % maglev_size.
  * Written by the agent, read on a new connection. Size: config. */

@@ -148,6 +148,13 @@ struct edge_svc {
 	__u32 flags; /* EDGE_SVC_* */
 };
 
+/* A bucket of edge_svc_index: a service and its key (v.id 0: empty). */
+struct edge_svc_slot {
+	struct edge_svc_key k;
+	struct edge_svc v;
+	__u32 pad;
+};
+
 /* One Maglev table entry: the backend's FAR and counter indexes. */
 struct edge_lb_slot {
 	__u32 far;   /* FAR index in the slot, EDGE_NO_FAR: no backend */

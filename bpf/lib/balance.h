@@ -32,24 +32,71 @@ enum edge_lb_verdict {
 #define EDGE_BAL_NAT 0x01       /* the slot has NAT services: reverse NAT */
 #define EDGE_BAL_STATELESS 0x02 /* decide for stateless services only */
 
-/* lb_hash mixes a connection key (five 64-bit words) into the 32 bits that
- * pick a Maglev entry: multiply-xorshift rounds (as in SplitMix64's
- * finaliser), so every bit of every field moves the result. */
+/* lb_hash mixes a connection key (five 64-bit words) into 32 bits: each
+ * word times its own odd constant (independent multiplies, not a chain),
+ * summed, then SplitMix64's finaliser, so every bit of every field moves
+ * the result. */
 static __always_inline __u32 lb_hash(const struct edge_conn_key *k)
 {
 	const __u64 *w = (const __u64 *)k;
-	__u64 h = 0x9e3779b97f4a7c15ull;
-	int i;
+	__u64 h;
+
+	h = w[0] * 0x9e3779b97f4a7c15ull + w[1] * 0xbf58476d1ce4e5b9ull +
+	    w[2] * 0x94d049bb133111ebull + w[3] * 0xd6e8feb86659fd93ull +
+	    w[4] * 0xc2b2ae3d27d4eb4full;
+	h ^= h >> 31;
+	h *= 0xbf58476d1ce4e5b9ull;
+	h ^= h >> 29;
+	return (__u32)(h >> 32);
+}
+
+/* lb_index maps a 32-bit hash onto 0..size-1 by a multiply and a shift
+ * (Lemire's reduction) rather than a division. */
+static __always_inline __u32 lb_index(__u32 h, __u32 size)
+{
+	return (__u32)(((__u64)h * size) >> 32);
+}
+
+/* svc_index_hash is a service key's bucket hash (before masking). The
+ * agent computes the same (bpf.SvcIndexHash). */
+static __always_inline __u32 svc_index_hash(const struct edge_svc_key *k)
+{
+	const __u32 *a = (const __u32 *)k->vip;
+	__u32 h;
+
+	h = a[0] * 0x9e3779b1u ^ a[1] * 0x85ebca77u ^ a[2] * 0xc2b2ae3du ^
+	    a[3] * 0x27d4eb2fu ^
+	    (((__u32)k->port << 16) | ((__u32)k->proto << 8) | k->family) *
+		    0x165667b1u;
+	h ^= h >> 15;
+	h *= 0x2c1b3c6du;
+	h ^= h >> 12;
+	return h;
+}
+
+/* svc_find returns the service of key k (whose slot field is slot), or
+ * NULL: from the index when it answers (the key's bucket or one of the
+ * next EDGE_SVC_PROBES - 1 holds it, or an empty bucket comes first),
+ * else from edge_services. */
+static __always_inline const struct edge_svc *
+svc_find(const struct edge_svc_key *k, __u32 slot)
+{
+	const struct edge_svc_slot *e;
+	const __u64 *a = (const __u64 *)k->vip, *b;
+	__u32 h = svc_index_hash(k), i, idx;
 
 #pragma unroll
-	for (i = 0; i < (int)(sizeof(*k) / 8); i++) {
-		h ^= w[i];
-		h *= 0xbf58476d1ce4e5b9ull;
-		h ^= h >> 31;
+	for (i = 0; i < EDGE_SVC_PROBES; i++) {
+		idx = slot * EDGE_SVC_INDEX + ((h + i) & (EDGE_SVC_INDEX - 1));
+		e = bpf_map_lookup_elem(&edge_svc_index, &idx);
+		if (!e || !e->v.id)
+			return NULL;
+		b = (const __u64 *)e->k.vip;
+		if (a[0] == b[0] && a[1] == b[1] && e->k.port == k->port &&
+		    e->k.proto == k->proto && e->k.family == k->family)
+			return &e->v;
 	}
-	h *= 0x94d049bb133111ebull;
-	h ^= h >> 29;
-	return (__u32)h ^ (__u32)(h >> 32);
+	return bpf_map_lookup_elem(&edge_services, k);
 }
 
 /* conn_key fills a connection key from a packet's flow key. */
@@ -119,7 +166,7 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	s->sk.proto = key->proto;
 	s->sk.family = key->family;
 	s->sk.slot = slot;
-	svc = bpf_map_lookup_elem(&edge_services, &s->sk);
+	svc = svc_find(&s->sk, slot);
 	if (flags & EDGE_BAL_STATELESS) {
 		if (!svc || !(svc->flags & EDGE_SVC_STATELESS))
 			return EDGE_LB_NONE;
@@ -160,7 +207,7 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	if (!size || size > maglev_size)
 		size = maglev_size;
 	idx = (slot * EDGE_MAX_SERVICES + tag) * maglev_size +
-	      lb_hash(&s->ck) % size;
+	      lb_index(lb_hash(&s->ck), size);
 	e = bpf_map_lookup_elem(&edge_maglev, &idx);
 	if (!e || e->far == EDGE_NO_FAR)
 		return EDGE_LB_NO_BACKEND;

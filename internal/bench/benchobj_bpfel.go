@@ -43,6 +43,7 @@ const (
 	benchobjMapEdgeRnat             = "edge_rnat"
 	benchobjMapEdgeRules            = "edge_rules"
 	benchobjMapEdgeServices         = "edge_services"
+	benchobjMapEdgeSvcIndex         = "edge_svc_index"
 	benchobjMapEdgeTx               = "edge_tx"
 	benchobjMapEdgeVerdicts         = "edge_verdicts"
 	benchobjProgBenchHit            = "bench_hit"
@@ -146,6 +147,7 @@ type benchobjMapSpecs struct {
 	EdgeRnat       *ebpf.MapSpec `ebpf:"edge_rnat"`
 	EdgeRules      *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeServices   *ebpf.MapSpec `ebpf:"edge_services"`
+	EdgeSvcIndex   *ebpf.MapSpec `ebpf:"edge_svc_index"`
 	EdgeTx         *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeVerdicts   *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
@@ -205,6 +207,7 @@ type benchobjMaps struct {
 	EdgeRnat       *ebpf.Map `ebpf:"edge_rnat"`
 	EdgeRules      *ebpf.Map `ebpf:"edge_rules"`
 	EdgeServices   *ebpf.Map `ebpf:"edge_services"`
+	EdgeSvcIndex   *ebpf.Map `ebpf:"edge_svc_index"`
 	EdgeTx         *ebpf.Map `ebpf:"edge_tx"`
 	EdgeVerdicts   *ebpf.Map `ebpf:"edge_verdicts"`
 }
@@ -238,6 +241,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeRnat,
 		m.EdgeRules,
 		m.EdgeServices,
+		m.EdgeSvcIndex,
 		m.EdgeTx,
 		m.EdgeVerdicts,
 	)

@@ -585,3 +585,58 @@ func TestBalanceStateless(t *testing.T) {
 		t.Errorf("%d of %d flows were on the drained backend, want some", moved, flows)
 	}
 }
+
+// TestBalanceServiceIndexSpill gives six services keys that share a
+// service-index bucket: four fit in the buckets a lookup probes, the
+// other two are found in edge_services, and every one is balanced.
+func TestBalanceServiceIndexSpill(t *testing.T) {
+	var vips []string
+	byBucket := map[uint32][]string{}
+	for i := 0; i < 4096 && len(vips) == 0; i++ {
+		vip := fmt.Sprintf("198.51.%d.%d", 100+i/250, 1+i%250)
+		k := bpf.SvcKey{Vip: [16]byte{198, 51, byte(100 + i/250), byte(1 + i%250)}, Port: 80 << 8, Proto: 17, Family: 4}
+		b := bpf.SvcIndexHash(k) & (bpf.SvcIndexSize - 1)
+		byBucket[b] = append(byBucket[b], vip)
+		if len(byBucket[b]) == 6 {
+			vips = byBucket[b]
+		}
+	}
+	if vips == nil {
+		t.Fatal("no six keys share a bucket")
+	}
+	var lbrs, svcs strings.Builder
+	for i, vip := range vips {
+		fmt.Fprintf(&lbrs, "  - {id: %d, algorithm: maglev, members: [{far: 12}]}\n", 10+i)
+		fmt.Fprintf(&svcs, "  - {id: %d, vip: %s, port: 80, proto: udp, lbr: %d}\n", 10+i, vip, 10+i)
+	}
+	h := newHarness(t, `
+interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: wan1, role: wan}]
+fars:
+  - {id: 12, action: nat, address: 10.6.0.12, port: 8080}
+lbrs:
+`+lbrs.String()+`services:
+`+svcs.String()+`limits: {flows: 1024, rules: 64, maglev_table: 251}
+`)
+	services := map[bpf.SvcKey]bpf.Svc{}
+	var k bpf.SvcKey
+	var v bpf.Svc
+	it := h.dp.EdgeServices.Iterate()
+	for it.Next(&k, &v) {
+		services[k] = v
+	}
+	if _, spilled := bpf.SvcIndex(services); spilled < 2 {
+		t.Errorf("%d services left out of the index, want at least 2", spilled)
+	}
+	for i, vip := range vips {
+		q := lbPkt{src: "10.3.8.8", dst: vip, sport: 5000, dport: 80, udp: true, smac: macWanNeigh, dmac: macWan0}
+		v, out := h.send(q, "wan0")
+		if v != bpf.XDPRedirect || backendOf(t, out) != "10.6.0.12:8080" {
+			t.Errorf("service %d (%s): verdict %s, out %x", i, vip, verdictName(v), out)
+		}
+		// The same VIP on a port with no service is not balanced.
+		q.dport = 81
+		if v, _ := h.send(q, "wan0"); v != bpf.XDPPass {
+			t.Errorf("%s port 81: verdict %s, want pass", vip, verdictName(v))
+		}
+	}
+}

@@ -197,6 +197,13 @@ type edgeEdgeSvcKey struct {
 	Slot   uint32
 }
 
+type edgeEdgeSvcSlot struct {
+	_   structs.HostLayout
+	K   edgeEdgeSvcKey
+	V   edgeEdgeSvc
+	Pad uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -225,6 +232,7 @@ const (
 	edgeMapEdgeRnat       = "edge_rnat"
 	edgeMapEdgeRules      = "edge_rules"
 	edgeMapEdgeServices   = "edge_services"
+	edgeMapEdgeSvcIndex   = "edge_svc_index"
 	edgeMapEdgeTx         = "edge_tx"
 	edgeMapEdgeVerdicts   = "edge_verdicts"
 	edgeProgEdgeXdp       = "edge_xdp"
@@ -305,6 +313,7 @@ type edgeMapSpecs struct {
 	EdgeRnat       *ebpf.MapSpec `ebpf:"edge_rnat"`
 	EdgeRules      *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeServices   *ebpf.MapSpec `ebpf:"edge_services"`
+	EdgeSvcIndex   *ebpf.MapSpec `ebpf:"edge_svc_index"`
 	EdgeTx         *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeVerdicts   *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
@@ -361,6 +370,7 @@ type edgeMaps struct {
 	EdgeRnat       *ebpf.Map `ebpf:"edge_rnat"`
 	EdgeRules      *ebpf.Map `ebpf:"edge_rules"`
 	EdgeServices   *ebpf.Map `ebpf:"edge_services"`
+	EdgeSvcIndex   *ebpf.Map `ebpf:"edge_svc_index"`
 	EdgeTx         *ebpf.Map `ebpf:"edge_tx"`
 	EdgeVerdicts   *ebpf.Map `ebpf:"edge_verdicts"`
 }
@@ -391,6 +401,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeRnat,
 		m.EdgeRules,
 		m.EdgeServices,
+		m.EdgeSvcIndex,
 		m.EdgeTx,
 		m.EdgeVerdicts,
 	)

@@ -186,6 +186,7 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgeIfaddrs:    dp.EdgeIfaddrs,
 		edgeMapEdgeEmc4:       dp.EdgeEmc4,
 		edgeMapEdgeServices:   dp.EdgeServices,
+		edgeMapEdgeSvcIndex:   dp.EdgeSvcIndex,
 		edgeMapEdgeMaglev:     dp.EdgeMaglev,
 		edgeMapEdgeConns:      dp.EdgeConns,
 		edgeMapEdgeRnat:       dp.EdgeRnat,

@@ -2,6 +2,13 @@
 
 package bpf
 
+import (
+	"cmp"
+	"encoding/binary"
+	"maps"
+	"slices"
+)
+
 // Aliases for the structs bpf2go generates from bpf/edge_types.h, so callers
 // outside this package can use them.
 type (
@@ -19,6 +26,7 @@ type (
 	IfAddr   = edgeEdgeIfaddr
 	SvcKey   = edgeEdgeSvcKey
 	Svc      = edgeEdgeSvc
+	SvcSlot  = edgeEdgeSvcSlot
 	LBSlot   = edgeEdgeLbSlot
 	ConnKey  = edgeEdgeConnKey
 	Conn     = edgeEdgeConn
@@ -34,6 +42,47 @@ const (
 	MaxMembers  = 256
 	ReplyMember = MaxMembers - 1
 )
+
+// SvcIndexSize and SvcProbes mirror EDGE_SVC_INDEX and EDGE_SVC_PROBES:
+// buckets of a slot's service index, and how many a lookup tries.
+const (
+	SvcIndexSize = 256
+	SvcProbes    = 4
+)
+
+// SvcIndexHash is svc_index_hash (balance.h): the bucket hash of a
+// service key, before masking.
+func SvcIndexHash(k SvcKey) uint32 {
+	a := func(i int) uint32 { return binary.NativeEndian.Uint32(k.Vip[4*i:]) }
+	h := a(0)*0x9e3779b1 ^ a(1)*0x85ebca77 ^ a(2)*0xc2b2ae3d ^ a(3)*0x27d4eb2f ^
+		(uint32(k.Port)<<16|uint32(k.Proto)<<8|uint32(k.Family))*0x165667b1
+	h ^= h >> 15
+	h *= 0x2c1b3c6d
+	h ^= h >> 12
+	return h
+}
+
+// SvcIndex places services (of one slot) in the index's buckets: each at
+// the first empty one of the SvcProbes from its own, in the order of
+// their ids; one that finds none is left to edge_services. It returns the
+// buckets and the services left out.
+func SvcIndex(services map[SvcKey]Svc) (idx [SvcIndexSize]SvcSlot, spilled int) {
+	keys := slices.SortedFunc(maps.Keys(services), func(a, b SvcKey) int { return cmp.Compare(services[a].Id, services[b].Id) })
+	for _, k := range keys {
+		h := SvcIndexHash(k)
+		placed := false
+		for p := uint32(0); p < SvcProbes && !placed; p++ {
+			b := &idx[(h+p)&(SvcIndexSize-1)]
+			if b.V.Id == 0 {
+				b.K, b.V, placed = k, services[k], true
+			}
+		}
+		if !placed {
+			spilled++
+		}
+	}
+	return idx, spilled
+}
 
 // StatsLB marks an edge_flow.stats index into edge_lb_stats.
 const StatsLB = 0x80000000

@@ -94,7 +94,8 @@ type slot struct {
 	paths    map[uint32]Path
 	decaps   map[DecapKey]Decap
 	services map[SvcKey]Svc
-	tables   [MaxServices][]LBSlot // nil: not known
+	index    *[SvcIndexSize]SvcSlot // nil: not known
+	tables   [MaxServices][]LBSlot  // nil: not known
 }
 
 // writer commits generations: it fills the slot no packet uses, flips the
@@ -594,6 +595,24 @@ func (w *writer) writeServices(t uint32, g *Generation) error {
 		}
 		cur[k] = v
 	}
+	return w.writeSvcIndex(t)
+}
+
+// writeSvcIndex brings slot t's service index to its services (the
+// buckets that differ).
+func (w *writer) writeSvcIndex(t uint32) error {
+	s := w.slots[t]
+	want, _ := SvcIndex(s.services)
+	for b := range want {
+		if s.index != nil && s.index[b] == want[b] {
+			continue
+		}
+		if err := w.dp.EdgeSvcIndex.Put(t*SvcIndexSize+uint32(b), want[b]); err != nil {
+			s.index = nil // partly written: not known
+			return fmt.Errorf("write service index: %w", err)
+		}
+	}
+	s.index = &want
 	return nil
 }
 

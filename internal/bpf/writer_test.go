@@ -100,6 +100,22 @@ func readTables(t *testing.T, dp *bpf.Dataplane, slot uint32) tables {
 	if st.Nservices[slot] != uint32(len(out.services)) {
 		t.Fatalf("slot %d: nservices %d, %d services in the map", slot, st.Nservices[slot], len(out.services))
 	}
+	// The slot's service index places exactly its services.
+	inSlot := map[bpf.SvcKey]bpf.Svc{}
+	for k, v := range out.services {
+		k.Slot = slot
+		inSlot[k] = v
+	}
+	want, _ := bpf.SvcIndex(inSlot)
+	for b := range want {
+		var got bpf.SvcSlot
+		if err := dp.EdgeSvcIndex.Lookup(slot*bpf.SvcIndexSize+uint32(b), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want[b] {
+			t.Fatalf("slot %d: service index bucket %d holds %+v, want %+v", slot, b, got, want[b])
+		}
+	}
 	return out
 }
 
