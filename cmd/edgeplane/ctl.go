@@ -661,9 +661,13 @@ func printTable(w io.Writer, k kind, o *objects) error {
 			fmt.Fprintf(tw, "%d\t%s\t%s\n", v.GetId(), or(v.GetAlgorithm(), "-"), or(strings.Join(ms, ","), "-"))
 		}
 	case kindService:
-		fmt.Fprintln(tw, "ID\tVIP\tPORT\tPROTO\tLBR")
+		fmt.Fprintln(tw, "ID\tVIP\tPORT\tPROTO\tLBR\tCONNECTIONS")
 		for _, v := range o.Services {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\n", v.GetId(), or(v.GetVip(), "-"), v.GetPort(), or(v.GetProto(), "-"), v.GetLbr())
+			conns := "pinned"
+			if v.GetStateless() {
+				conns = "stateless"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%s\n", v.GetId(), or(v.GetVip(), "-"), v.GetPort(), or(v.GetProto(), "-"), v.GetLbr(), conns)
 		}
 	default:
 		fmt.Fprintln(tw, "ID\tPRECEDENCE\tIN\tSRC\tDST\tPROTO\tSPORT\tDPORT\tDSCP\tGRE_KEY\tFAR")

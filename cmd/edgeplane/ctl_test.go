@@ -288,8 +288,8 @@ func TestPrintTable(t *testing.T) {
 		{kindLBR, `ID  ALGORITHM  MEMBERS
 1   maglev     4:1,5:3
 `},
-		{kindService, `ID  VIP           PORT  PROTO  LBR
-1   203.0.113.10  80    tcp    1
+		{kindService, `ID  VIP           PORT  PROTO  LBR  CONNECTIONS
+1   203.0.113.10  80    tcp    1    pinned
 `},
 		{kindPath, `ID  TYPE  INTERFACE  LOCAL      REMOTE        KEY  SEQ  TTL  DSCP
 1   gre   wan0       192.0.2.1  198.51.100.1  7    no   64   inner
@@ -363,7 +363,7 @@ func TestPrintJSON(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(m, map[string]any{"id": 1.0, "vip": "203.0.113.10", "port": 80.0, "proto": "tcp", "lbr": 1.0, "health": nil}) {
+	if !reflect.DeepEqual(m, map[string]any{"id": 1.0, "vip": "203.0.113.10", "port": 80.0, "proto": "tcp", "lbr": 1.0, "health": nil, "stateless": false}) {
 		t.Errorf("single service = %v", m)
 	}
 }
@@ -670,7 +670,7 @@ func TestCommandsAgainstAPI(t *testing.T) {
 	// A service over an LBR of two new nat FARs. The file lists them
 	// the other way round; apply sends what is referred to first.
 	lb := `services:
-  - {id: 2, vip: 203.0.113.20, port: 53, proto: udp, lbr: 3}
+  - {id: 2, vip: 203.0.113.20, port: 53, proto: udp, lbr: 3, stateless: true}
 lbrs:
   - {id: 3, algorithm: maglev, members: [{far: 6, weight: 2}, {far: 7, weight: 0}]}
 fars:
@@ -682,7 +682,7 @@ fars:
 		t.Errorf("apply service: %q, %v", out, err)
 	}
 	out, err = ctl("", "get", "services")
-	if err != nil || out != "ID  VIP           PORT  PROTO  LBR\n1   203.0.113.10  80    tcp    1\n2   203.0.113.20  53    udp    3\n" {
+	if err != nil || out != "ID  VIP           PORT  PROTO  LBR  CONNECTIONS\n1   203.0.113.10  80    tcp    1    pinned\n2   203.0.113.20  53    udp    3    stateless\n" {
 		t.Errorf("get services: %q, %v", out, err)
 	}
 	out, err = ctl("", "get", "lbr", "3")
@@ -694,7 +694,7 @@ fars:
 		t.Errorf("get fars 6 7: %q, %v", out, err)
 	}
 	out, err = ctl("", "get", "services", "2", "-o", "yaml")
-	if err != nil || out != "services:\n    - id: 2\n      vip: 203.0.113.20\n      port: 53\n      proto: udp\n      lbr: 3\n" {
+	if err != nil || out != "services:\n    - id: 2\n      vip: 203.0.113.20\n      port: 53\n      proto: udp\n      lbr: 3\n      stateless: true\n" {
 		t.Errorf("get service 2 -o yaml: %q, %v", out, err)
 	}
 	out, err = ctl(out, "apply", "-f", "-")

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -327,26 +328,62 @@ type bencher struct {
 func (b *bencher) median(prog *ebpf.Program, frame []byte, want uint32) (float64, error) {
 	var samples []float64
 	for i := 0; i < b.o.Rounds; i++ {
-		var ret uint32
-		var d time.Duration
-		err := b.ns.Do(func() error {
-			// Rules in the benchmark do not match on the ingress
-			// interface, so the plain Benchmark call (no xdp_md ctx,
-			// rx on loopback) takes the same path.
-			var err error
-			ret, d, err = prog.Benchmark(append([]byte(nil), frame...), b.o.Repeat, nil)
-			return err
-		})
+		d, err := b.round(prog, frame, want)
 		if err != nil {
 			return 0, err
 		}
-		if ret != want {
-			return 0, fmt.Errorf("verdict %d, want %d", ret, want)
-		}
-		samples = append(samples, float64(d.Nanoseconds()))
+		samples = append(samples, d)
 	}
-	sort.Float64s(samples)
-	return samples[len(samples)/2], nil
+	return medianOf(samples), nil
+}
+
+// round runs prog once with o.Repeat repeats and returns ns per run.
+func (b *bencher) round(prog *ebpf.Program, frame []byte, want uint32) (float64, error) {
+	var ret uint32
+	var d time.Duration
+	err := b.ns.Do(func() error {
+		// Rules in the benchmark do not match on the ingress interface,
+		// so the plain Benchmark call (no xdp_md ctx, rx on loopback)
+		// takes the same path.
+		var err error
+		ret, d, err = prog.Benchmark(append([]byte(nil), frame...), b.o.Repeat, nil)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if ret != want {
+		return 0, fmt.Errorf("verdict %d, want %d", ret, want)
+	}
+	return float64(d.Nanoseconds()), nil
+}
+
+// paired times prog and its wrapper alone (on the wrapper's frame,
+// verdict pass) round after round, so both see the machine in the same
+// state, and returns the medians of prog, of the wrapper, and of their
+// per-round difference (what prog costs beyond the wrapper). On these
+// shared machines the speed drifts over a run; pairing takes the drift
+// out of the difference.
+func (b *bencher) paired(prog *ebpf.Program, frame []byte, want uint32, wrap *ebpf.Program, wframe []byte) (raw, alone, diff float64, err error) {
+	var rs, ws, ds []float64
+	for i := 0; i < b.o.Rounds; i++ {
+		w, err := b.round(wrap, wframe, bpf.XDPPass)
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("wrapper: %w", err)
+		}
+		r, err := b.round(prog, frame, want)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		rs, ws, ds = append(rs, r), append(ws, w), append(ds, r-w)
+	}
+	return medianOf(rs), medianOf(ws), medianOf(ds), nil
+}
+
+func medianOf(s []float64) float64 {
+	s = slices.Clone(s)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
 
 // wrappers are the benchmark wrapper programs and the map that makes the

@@ -594,3 +594,59 @@ func TestBalanceDSRGRE(t *testing.T) {
 		}
 	}
 }
+
+// TestBalanceStateless runs long-lived TCP connections through a
+// stateless NAT service on real interfaces: every packet the per-CPU
+// exact-match copy does not hold is hashed through the Maglev table, the
+// replies' reverse entries bring the answers back from the VIP, and no
+// connection is counted as new (nothing is recorded). New connections
+// spread over the three backends; a drained backend gets none.
+func TestBalanceStateless(t *testing.T) {
+	cfg := strings.Replace(lbConfig, "  - {id: 2, action: nat, address: 10.30.2.2, port: 8080}",
+		"  - {id: 2, action: nat, address: 10.30.2.2, port: 8080}\n  - {id: 3, action: nat, address: 10.30.3.2, port: 8080}", 1)
+	cfg = strings.Replace(cfg, "members: [{far: 1}, {far: 2}]", "members: [{far: 1}, {far: 2}, {far: 3}]", 1)
+	cfg = strings.Replace(cfg, "lbr: 1}", "lbr: 1, stateless: true}", 1)
+	a := newAPIGateway(t, cfg)
+	addBackends(t, a.gateway, lbBackends)
+	a.warmUp()
+
+	conns := dialVIP(t, a.gateway, lbVIP, 60)
+	tk := &talker{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	tk.run(conns, stop, &wg)
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	for _, lc := range conns {
+		lc.c.Close()
+	}
+	t.Logf("60 connections, %d echoes, longest wait %s, %d errors, %d stalls", tk.rounds.Load(), tk.maxWait, tk.errors.Load(), tk.stalls.Load())
+	if tk.errors.Load() != 0 || tk.stalls.Load() != 0 || tk.rounds.Load() < 60*50 {
+		t.Fatalf("stateless service: %d echoes, %d errors, %d stalls: %v", tk.rounds.Load(), tk.errors.Load(), tk.stalls.Load(), tk.first)
+	}
+
+	got := spread(t, a.gateway, 600)
+	t.Logf("600 new connections: %v", got)
+	for _, be := range []string{"be1", "be2", "be3"} {
+		if share := float64(got[be]) / 600; share < 0.25 || share > 0.42 {
+			t.Errorf("%s got %.3f of new connections (%v), want about 1/3", be, share, got)
+		}
+	}
+	var packets, newConns float64
+	for far := 1; far <= 3; far++ {
+		l := map[string]string{"service": "1", "far": fmt.Sprint(far)}
+		p, _ := metricValue(a.scrape(), "edgeplane_service_backend_packets_total", l)
+		n, _ := metricValue(a.scrape(), "edgeplane_service_backend_new_connections_total", l)
+		packets += p
+		newConns += n
+	}
+	if packets < 60*50 || newConns != 0 {
+		t.Errorf("backend counters: %v packets, %v new connections; want every packet counted and no connection recorded", packets, newConns)
+	}
+
+	a.mustApply(t, updateOp(lbrObj(1, 1, 0)))
+	if got := spread(t, a.gateway, 120); got["be3"] != 0 {
+		t.Errorf("be3 drained, new connections went to %v", got)
+	}
+}
