@@ -47,6 +47,5 @@ func newBenchCmd() *cobra.Command {
 	c.Flags().BoolVar(&o.OnlyControl, "only-control", false, "only the control figures (agent over gRPC)")
 	_ = c.Flags().MarkHidden("only-control")
 	c.Flags().BoolVar(&o.OnlyLB, "only-lb", false, "only the floor and the L4 balancer's per-packet figures")
-	_ = c.Flags().MarkHidden("only-lb")
 	return c
 }

@@ -403,14 +403,18 @@ func TestBalanceLongLived(t *testing.T) {
 	}
 }
 
+// lbConfig3 is lbConfig with a third backend (10.30.3.2).
+func lbConfig3() string {
+	cfg := strings.Replace(lbConfig, "  - {id: 2, action: nat, address: 10.30.2.2, port: 8080}",
+		"  - {id: 2, action: nat, address: 10.30.2.2, port: 8080}\n  - {id: 3, action: nat, address: 10.30.3.2, port: 8080}", 1)
+	return strings.Replace(cfg, "members: [{far: 1}, {far: 2}]", "members: [{far: 1}, {far: 2}, {far: 3}]", 1)
+}
+
 // TestBalanceHealthChecks takes a backend whose HTTP health check fails
 // out of the service (new connections avoid it, its gauge reads 0) and
 // puts it back when the checks pass again.
 func TestBalanceHealthChecks(t *testing.T) {
-	cfg := strings.Replace(lbConfig, "  - {id: 2, action: nat, address: 10.30.2.2, port: 8080}",
-		"  - {id: 2, action: nat, address: 10.30.2.2, port: 8080}\n  - {id: 3, action: nat, address: 10.30.3.2, port: 8080}", 1)
-	cfg = strings.Replace(cfg, "members: [{far: 1}, {far: 2}]", "members: [{far: 1}, {far: 2}, {far: 3}]", 1)
-	cfg = strings.Replace(cfg, "lbr: 1}", "lbr: 1, health: {type: http, port: 8081, path: /healthz, interval: 200ms, timeout: 150ms, rise: 2, fall: 2}}", 1)
+	cfg := strings.Replace(lbConfig3(), "lbr: 1}", "lbr: 1, health: {type: http, port: 8081, path: /healthz, interval: 200ms, timeout: 150ms, rise: 2, fall: 2}}", 1)
 	g := newGateway(t, cfg)
 	healthy := addBackends(t, g, lbBackends)
 	g.start()
@@ -602,10 +606,7 @@ func TestBalanceDSRGRE(t *testing.T) {
 // connection is counted as new (nothing is recorded). New connections
 // spread over the three backends; a drained backend gets none.
 func TestBalanceStateless(t *testing.T) {
-	cfg := strings.Replace(lbConfig, "  - {id: 2, action: nat, address: 10.30.2.2, port: 8080}",
-		"  - {id: 2, action: nat, address: 10.30.2.2, port: 8080}\n  - {id: 3, action: nat, address: 10.30.3.2, port: 8080}", 1)
-	cfg = strings.Replace(cfg, "members: [{far: 1}, {far: 2}]", "members: [{far: 1}, {far: 2}, {far: 3}]", 1)
-	cfg = strings.Replace(cfg, "lbr: 1}", "lbr: 1, stateless: true}", 1)
+	cfg := strings.Replace(lbConfig3(), "lbr: 1}", "lbr: 1, stateless: true}", 1)
 	a := newAPIGateway(t, cfg)
 	addBackends(t, a.gateway, lbBackends)
 	a.warmUp()
