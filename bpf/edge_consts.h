@@ -44,6 +44,10 @@
 #define EDGE_MAX_MEMBERS 256
 #endif
 
+/* Maglev table entries per edge_maglev element: one byte each (the
+ * backend's member index), so a table of 65,537 entries takes 64 KiB. */
+#define EDGE_MAGLEV_BLOCK 64
+
 /* Buckets of each slot's service index (power of two) and the buckets a
  * lookup probes from a key's own before it asks edge_services. */
 #define EDGE_SVC_INDEX 256

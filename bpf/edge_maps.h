@@ -214,16 +214,29 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_svc_index SEC(".maps");
 
-/* Maglev tables of both slots, index
- * (slot * EDGE_MAX_SERVICES + tag) * maglev_size + flow hash % maglev_size.
- * Written by the agent, read on a new connection. Size: config. */
+/* Maglev tables of both slots: entry i of tag's table in slot s is byte
+ * i % EDGE_MAGLEV_BLOCK of element (s * EDGE_MAX_SERVICES + tag) *
+ * maglev_blocks + i / EDGE_MAGLEV_BLOCK. One byte per entry keeps a table
+ * in a CPU's caches. Written by the agent, read on a new connection.
+ * Size: config. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, struct edge_lb_slot);
-	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_SERVICES * 251);
+	__type(value, struct edge_maglev_blk);
+	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_SERVICES * 4);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_maglev SEC(".maps");
+
+/* The FAR index of each member of each service of both slots, index
+ * (slot * EDGE_MAX_SERVICES + tag) * EDGE_MAX_MEMBERS + member. Written
+ * by the agent with the tables. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_SERVICES * EDGE_MAX_MEMBERS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_lb_far SEC(".maps");
 
 /* Connection table: a balanced connection's backend, kept across rules
  * generations until the connection is evicted. Written by packets (new

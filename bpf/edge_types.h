@@ -155,10 +155,11 @@ struct edge_svc_slot {
 	__u32 pad;
 };
 
-/* One Maglev table entry: the backend's FAR and counter indexes. */
-struct edge_lb_slot {
-	__u32 far;   /* FAR index in the slot, EDGE_NO_FAR: no backend */
-	__u32 stats; /* edge_lb_stats index */
+/* EDGE_MAGLEV_BLOCK consecutive entries of a Maglev table: each the
+ * member index of the entry's backend (its counters are at tag *
+ * EDGE_MAX_MEMBERS + member), EDGE_MAX_MEMBERS - 1 for no backend. */
+struct edge_maglev_blk {
+	__u8 m[EDGE_MAGLEV_BLOCK];
 };
 
 /* Key of edge_conns and edge_rnat: a connection's 5-tuple as its packets

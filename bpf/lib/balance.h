@@ -16,8 +16,10 @@
 #include "parse.h"
 
 /* Maglev table entries reserved per service, set by the agent before
- * load (limits.maglev_table; prime); a service's own table may be smaller. */
+ * load (limits.maglev_table; prime); a service's own table may be smaller.
+ * maglev_blocks: the edge_maglev elements that many entries take. */
 volatile const __u32 maglev_size = 251;
+volatile const __u32 maglev_blocks = 4;
 
 /* What edge_balance decided. */
 enum edge_lb_verdict {
@@ -142,12 +144,13 @@ far_current(__u32 slot, __u32 fi, __u32 id, __u32 stride)
 __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 			    __u32 stride, __u32 flags, struct edge_rule *out)
 {
-	const struct edge_lb_slot *e;
+	const struct edge_maglev_blk *blk;
 	const struct edge_far *far;
 	struct edge_lb_scratch *s;
 	const struct edge_svc *svc;
 	struct edge_conn *c;
-	__u32 zero = 0, idx, tag, size, stateless;
+	__u32 zero = 0, idx, tag, size, stateless, i, base, fi, stats, *fp;
+	__u8 m;
 	__u64 *n;
 
 	if (!key || !out)
@@ -206,27 +209,37 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	size = svc->size;
 	if (!size || size > maglev_size)
 		size = maglev_size;
-	idx = (slot * EDGE_MAX_SERVICES + tag) * maglev_size +
-	      lb_index(lb_hash(&s->ck), size);
-	e = bpf_map_lookup_elem(&edge_maglev, &idx);
-	if (!e || e->far == EDGE_NO_FAR)
+	i = lb_index(lb_hash(&s->ck), size);
+	base = slot * EDGE_MAX_SERVICES + tag;
+	idx = base * maglev_blocks + i / EDGE_MAGLEV_BLOCK;
+	blk = bpf_map_lookup_elem(&edge_maglev, &idx);
+	if (!blk)
 		return EDGE_LB_NO_BACKEND;
-	idx = slot * stride + e->far;
+	m = blk->m[i % EDGE_MAGLEV_BLOCK];
+	if (m >= EDGE_MAX_MEMBERS - 1)
+		return EDGE_LB_NO_BACKEND;
+	idx = base * EDGE_MAX_MEMBERS + m;
+	fp = bpf_map_lookup_elem(&edge_lb_far, &idx);
+	if (!fp || *fp == EDGE_NO_FAR)
+		return EDGE_LB_NO_BACKEND;
+	fi = *fp;
+	stats = tag * EDGE_MAX_MEMBERS + m;
+	idx = slot * stride + fi;
 	far = bpf_map_lookup_elem(&edge_fars, &idx);
 	if (!far)
 		return EDGE_LB_NO_BACKEND;
-	out->far = e->far;
-	out->stats = e->stats | EDGE_STATS_LB;
+	out->far = fi;
+	out->stats = stats | EDGE_STATS_LB;
 
 	if (!stateless) {
-		s->cv.far = e->far;
+		s->cv.far = fi;
 		s->cv.far_id = far->id;
-		s->cv.stats = e->stats;
+		s->cv.stats = stats;
 		s->cv.svc = svc->id;
 		s->cv.closed = 0;
 		if (bpf_map_update_elem(&edge_conns, &s->ck, &s->cv, BPF_ANY))
 			count(&edge_reasons, EDGE_R_LB_CONN_FULL, 0);
-		n = bpf_map_lookup_elem(&edge_lb_new, &e->stats);
+		n = bpf_map_lookup_elem(&edge_lb_new, &stats);
 		if (n)
 			(*n)++;
 	}

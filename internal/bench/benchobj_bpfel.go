@@ -29,6 +29,7 @@ const (
 	benchobjMapEdgeGlobal           = "edge_global"
 	benchobjMapEdgeGroups           = "edge_groups"
 	benchobjMapEdgeIfaddrs          = "edge_ifaddrs"
+	benchobjMapEdgeLbFar            = "edge_lb_far"
 	benchobjMapEdgeLbMembers        = "edge_lb_members"
 	benchobjMapEdgeLbNew            = "edge_lb_new"
 	benchobjMapEdgeLbScratch        = "edge_lb_scratch"
@@ -58,6 +59,7 @@ const (
 	benchobjProgBenchWrapResizeMiss = "bench_wrap_resize_miss"
 	benchobjProgBenchWrapShrink     = "bench_wrap_shrink"
 	benchobjVarFarStride            = "far_stride"
+	benchobjVarMaglevBlocks         = "maglev_blocks"
 	benchobjVarMaglevSize           = "maglev_size"
 )
 
@@ -133,6 +135,7 @@ type benchobjMapSpecs struct {
 	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIfaddrs    *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
+	EdgeLbFar      *ebpf.MapSpec `ebpf:"edge_lb_far"`
 	EdgeLbMembers  *ebpf.MapSpec `ebpf:"edge_lb_members"`
 	EdgeLbNew      *ebpf.MapSpec `ebpf:"edge_lb_new"`
 	EdgeLbScratch  *ebpf.MapSpec `ebpf:"edge_lb_scratch"`
@@ -156,8 +159,9 @@ type benchobjMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjVariableSpecs struct {
-	FarStride  *ebpf.VariableSpec `ebpf:"far_stride"`
-	MaglevSize *ebpf.VariableSpec `ebpf:"maglev_size"`
+	FarStride    *ebpf.VariableSpec `ebpf:"far_stride"`
+	MaglevBlocks *ebpf.VariableSpec `ebpf:"maglev_blocks"`
+	MaglevSize   *ebpf.VariableSpec `ebpf:"maglev_size"`
 }
 
 // benchobjObjects contains all objects after they have been loaded into the kernel.
@@ -193,6 +197,7 @@ type benchobjMaps struct {
 	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIfaddrs    *ebpf.Map `ebpf:"edge_ifaddrs"`
+	EdgeLbFar      *ebpf.Map `ebpf:"edge_lb_far"`
 	EdgeLbMembers  *ebpf.Map `ebpf:"edge_lb_members"`
 	EdgeLbNew      *ebpf.Map `ebpf:"edge_lb_new"`
 	EdgeLbScratch  *ebpf.Map `ebpf:"edge_lb_scratch"`
@@ -227,6 +232,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgeIfaddrs,
+		m.EdgeLbFar,
 		m.EdgeLbMembers,
 		m.EdgeLbNew,
 		m.EdgeLbScratch,
@@ -251,8 +257,9 @@ func (m *benchobjMaps) Close() error {
 //
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjVariables struct {
-	FarStride  *ebpf.Variable `ebpf:"far_stride"`
-	MaglevSize *ebpf.Variable `ebpf:"maglev_size"`
+	FarStride    *ebpf.Variable `ebpf:"far_stride"`
+	MaglevBlocks *ebpf.Variable `ebpf:"maglev_blocks"`
+	MaglevSize   *ebpf.Variable `ebpf:"maglev_size"`
 }
 
 // benchobjPrograms contains all programs after they have been loaded into the kernel.

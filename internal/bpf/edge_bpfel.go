@@ -127,10 +127,9 @@ type edgeEdgeIfaddr struct {
 	V6    [16]uint8
 }
 
-type edgeEdgeLbSlot struct {
-	_     structs.HostLayout
-	Far   uint32
-	Stats uint32
+type edgeEdgeMaglevBlk struct {
+	_ structs.HostLayout
+	M [64]uint8
 }
 
 type edgeEdgeMember struct {
@@ -218,6 +217,7 @@ const (
 	edgeMapEdgeGlobal     = "edge_global"
 	edgeMapEdgeGroups     = "edge_groups"
 	edgeMapEdgeIfaddrs    = "edge_ifaddrs"
+	edgeMapEdgeLbFar      = "edge_lb_far"
 	edgeMapEdgeLbMembers  = "edge_lb_members"
 	edgeMapEdgeLbNew      = "edge_lb_new"
 	edgeMapEdgeLbScratch  = "edge_lb_scratch"
@@ -237,6 +237,7 @@ const (
 	edgeMapEdgeVerdicts   = "edge_verdicts"
 	edgeProgEdgeXdp       = "edge_xdp"
 	edgeVarFarStride      = "far_stride"
+	edgeVarMaglevBlocks   = "maglev_blocks"
 	edgeVarMaglevSize     = "maglev_size"
 )
 
@@ -299,6 +300,7 @@ type edgeMapSpecs struct {
 	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIfaddrs    *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
+	EdgeLbFar      *ebpf.MapSpec `ebpf:"edge_lb_far"`
 	EdgeLbMembers  *ebpf.MapSpec `ebpf:"edge_lb_members"`
 	EdgeLbNew      *ebpf.MapSpec `ebpf:"edge_lb_new"`
 	EdgeLbScratch  *ebpf.MapSpec `ebpf:"edge_lb_scratch"`
@@ -322,8 +324,9 @@ type edgeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeVariableSpecs struct {
-	FarStride  *ebpf.VariableSpec `ebpf:"far_stride"`
-	MaglevSize *ebpf.VariableSpec `ebpf:"maglev_size"`
+	FarStride    *ebpf.VariableSpec `ebpf:"far_stride"`
+	MaglevBlocks *ebpf.VariableSpec `ebpf:"maglev_blocks"`
+	MaglevSize   *ebpf.VariableSpec `ebpf:"maglev_size"`
 }
 
 // edgeObjects contains all objects after they have been loaded into the kernel.
@@ -356,6 +359,7 @@ type edgeMaps struct {
 	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIfaddrs    *ebpf.Map `ebpf:"edge_ifaddrs"`
+	EdgeLbFar      *ebpf.Map `ebpf:"edge_lb_far"`
 	EdgeLbMembers  *ebpf.Map `ebpf:"edge_lb_members"`
 	EdgeLbNew      *ebpf.Map `ebpf:"edge_lb_new"`
 	EdgeLbScratch  *ebpf.Map `ebpf:"edge_lb_scratch"`
@@ -387,6 +391,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgeIfaddrs,
+		m.EdgeLbFar,
 		m.EdgeLbMembers,
 		m.EdgeLbNew,
 		m.EdgeLbScratch,
@@ -411,8 +416,9 @@ func (m *edgeMaps) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeVariables struct {
-	FarStride  *ebpf.Variable `ebpf:"far_stride"`
-	MaglevSize *ebpf.Variable `ebpf:"maglev_size"`
+	FarStride    *ebpf.Variable `ebpf:"far_stride"`
+	MaglevBlocks *ebpf.Variable `ebpf:"maglev_blocks"`
+	MaglevSize   *ebpf.Variable `ebpf:"maglev_size"`
 }
 
 // edgePrograms contains all programs after they have been loaded into the kernel.

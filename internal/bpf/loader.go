@@ -28,6 +28,16 @@ type Limits struct {
 	Conns      uint32
 }
 
+// MaglevBlock mirrors EDGE_MAGLEV_BLOCK: Maglev entries per edge_maglev
+// element.
+const MaglevBlock = 64
+
+// MaglevBlocks is the edge_maglev elements a table of MaglevSize entries
+// takes.
+func (l Limits) MaglevBlocks() uint32 {
+	return (l.WithDefaults().MaglevSize + MaglevBlock - 1) / MaglevBlock
+}
+
 // DefaultMaglevSize is the Maglev table size when the limits name none.
 const DefaultMaglevSize = 65537
 
@@ -77,7 +87,7 @@ func ApplyLimits(spec *ebpf.CollectionSpec, l Limits) error {
 	spec.Maps[edgeMapEdgeRules].MaxEntries = 2 * l.Rules
 	spec.Maps[edgeMapEdgeFars].MaxEntries = 2 * l.FARStride()
 	spec.Maps[edgeMapEdgePdrStats].MaxEntries = l.Rules
-	spec.Maps[edgeMapEdgeMaglev].MaxEntries = 2 * MaxServices * l.MaglevSize
+	spec.Maps[edgeMapEdgeMaglev].MaxEntries = 2 * MaxServices * l.MaglevBlocks()
 	spec.Maps[edgeMapEdgeConns].MaxEntries = l.Conns
 	spec.Maps[edgeMapEdgeRnat].MaxEntries = l.Conns
 	if err := spec.Variables[edgeVarFarStride].Set(l.FARStride()); err != nil {
@@ -85,6 +95,9 @@ func ApplyLimits(spec *ebpf.CollectionSpec, l Limits) error {
 	}
 	if err := spec.Variables[edgeVarMaglevSize].Set(l.MaglevSize); err != nil {
 		return fmt.Errorf("set maglev_size: %w", err)
+	}
+	if err := spec.Variables[edgeVarMaglevBlocks].Set(l.MaglevBlocks()); err != nil {
+		return fmt.Errorf("set maglev_blocks: %w", err)
 	}
 	return nil
 }
@@ -188,6 +201,7 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgeServices:   dp.EdgeServices,
 		edgeMapEdgeSvcIndex:   dp.EdgeSvcIndex,
 		edgeMapEdgeMaglev:     dp.EdgeMaglev,
+		edgeMapEdgeLbFar:      dp.EdgeLbFar,
 		edgeMapEdgeConns:      dp.EdgeConns,
 		edgeMapEdgeRnat:       dp.EdgeRnat,
 		edgeMapEdgeLbStats:    dp.EdgeLbStats,

@@ -12,25 +12,25 @@ import (
 // Aliases for the structs bpf2go generates from bpf/edge_types.h, so callers
 // outside this package can use them.
 type (
-	FlowKey  = edgeEdgeFlowKey
-	RuleKey  = edgeEdgeRuleKey
-	Rule     = edgeEdgeRule
-	Group    = edgeEdgeGroup
-	Far      = edgeEdgeFar
-	State    = edgeEdgeState
-	Flow     = edgeEdgeFlow
-	Ctr      = edgeEdgeCtr
-	Path     = edgeEdgePath
-	DecapKey = edgeEdgeDecapKey
-	Decap    = edgeEdgeDecap
-	IfAddr   = edgeEdgeIfaddr
-	SvcKey   = edgeEdgeSvcKey
-	Svc      = edgeEdgeSvc
-	SvcSlot  = edgeEdgeSvcSlot
-	LBSlot   = edgeEdgeLbSlot
-	ConnKey  = edgeEdgeConnKey
-	Conn     = edgeEdgeConn
-	Member   = edgeEdgeMember
+	FlowKey   = edgeEdgeFlowKey
+	RuleKey   = edgeEdgeRuleKey
+	Rule      = edgeEdgeRule
+	Group     = edgeEdgeGroup
+	Far       = edgeEdgeFar
+	State     = edgeEdgeState
+	Flow      = edgeEdgeFlow
+	Ctr       = edgeEdgeCtr
+	Path      = edgeEdgePath
+	DecapKey  = edgeEdgeDecapKey
+	Decap     = edgeEdgeDecap
+	IfAddr    = edgeEdgeIfaddr
+	SvcKey    = edgeEdgeSvcKey
+	Svc       = edgeEdgeSvc
+	SvcSlot   = edgeEdgeSvcSlot
+	MaglevBlk = edgeEdgeMaglevBlk
+	ConnKey   = edgeEdgeConnKey
+	Conn      = edgeEdgeConn
+	Member    = edgeEdgeMember
 )
 
 // MaxServices and MaxMembers mirror EDGE_MAX_SERVICES and
@@ -42,6 +42,15 @@ const (
 	MaxMembers  = 256
 	ReplyMember = MaxMembers - 1
 )
+
+// LBSlot is one Maglev table entry as the compiler builds it: the
+// backend's FAR index (NoFAR: no backend) and counter index (tag *
+// MaxMembers + member). The kernel holds a table as the member index of
+// each entry (MaglevKernel).
+type LBSlot struct {
+	Far   uint32
+	Stats uint32
+}
 
 // SvcIndexSize and SvcProbes mirror EDGE_SVC_INDEX and EDGE_SVC_PROBES:
 // buckets of a slot's service index, and how many a lookup tries.

@@ -96,6 +96,7 @@ type slot struct {
 	services map[SvcKey]Svc
 	index    *[SvcIndexSize]SvcSlot // nil: not known
 	tables   [MaxServices][]LBSlot  // nil: not known
+	lbFar    [MaxServices]*[MaxMembers]uint32
 }
 
 // writer commits generations: it fills the slot no packet uses, flips the
@@ -280,9 +281,29 @@ func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
 	return s, nil
 }
 
-// tableBase is the edge_maglev index of entry 0 of tag's table in slot t.
+// tableBase is the edge_maglev index of the block of entry 0 of tag's
+// table in slot t.
 func (dp *Dataplane) tableBase(t, tag uint32) uint32 {
-	return (t*MaxServices + tag) * dp.Limits.MaglevSize
+	return (t*MaxServices + tag) * dp.Limits.MaglevBlocks()
+}
+
+// MaglevKernel is a Maglev table as the kernel holds it: the member index
+// of each entry in blocks, and each member's FAR index (NoFAR: none).
+// Entries without a backend are ReplyMember.
+func MaglevKernel(tag uint32, table []LBSlot) (blocks []MaglevBlk, far [MaxMembers]uint32) {
+	for i := range far {
+		far[i] = NoFAR
+	}
+	blocks = make([]MaglevBlk, (len(table)+MaglevBlock-1)/MaglevBlock)
+	for i, e := range table {
+		m := uint32(ReplyMember)
+		if e.Far != NoFAR {
+			m = e.Stats - tag*MaxMembers
+			far[m] = e.Far
+		}
+		blocks[i/MaglevBlock].M[i%MaglevBlock] = uint8(m)
+	}
+	return blocks, far
 }
 
 // State reads the live global state.
@@ -534,24 +555,47 @@ func (w *writer) writeTables(t uint32, g *Generation, keys *Dirty) error {
 	if keys != nil {
 		tags = maps.Keys(keys.Tables)
 	}
-	var ks []uint32
-	var vs []LBSlot
+	var ks, fks, fvs []uint32
+	var vs []MaglevBlk
+	farWritten := map[uint32]*[MaxMembers]uint32{}
 	for tag := range tags {
 		want, ok := g.Tables[tag]
 		if !ok || tag >= MaxServices {
 			continue
 		}
 		have := cur.tables[tag]
+		blocks, far := MaglevKernel(tag, want)
 		base := dp.tableBase(t, tag)
-		for i, e := range want {
-			if i >= len(have) || have[i] != e {
-				ks, vs = append(ks, base+uint32(i)), append(vs, e)
+		for b := range blocks {
+			changed := false
+			for i := b * MaglevBlock; i < min(len(want), (b+1)*MaglevBlock) && !changed; i++ {
+				changed = i >= len(have) || have[i] != want[i]
+			}
+			if changed {
+				ks, vs = append(ks, base+uint32(b)), append(vs, blocks[b])
 			}
 		}
+		fbase := (t*MaxServices + tag) * MaxMembers
+		for m, f := range far {
+			if old := cur.lbFar[tag]; old == nil || old[m] != f {
+				fks, fvs = append(fks, fbase+uint32(m)), append(fvs, f)
+			}
+		}
+		farWritten[tag] = &far
+	}
+	// The members' FARs first: an entry never names a member whose FAR is
+	// not written (the slot is idle, but a failed commit leaves it so).
+	if len(fks) > 0 {
+		if _, err := dp.EdgeLbFar.BatchUpdate(fks, fvs, nil); err != nil {
+			return fmt.Errorf("write %d backend FAR indexes: %w", len(fks), err)
+		}
+	}
+	for tag, far := range farWritten {
+		cur.lbFar[tag] = far
 	}
 	if len(ks) > 0 {
 		if _, err := dp.EdgeMaglev.BatchUpdate(ks, vs, nil); err != nil {
-			return fmt.Errorf("write %d maglev entries: %w", len(ks), err)
+			return fmt.Errorf("write %d maglev blocks: %w", len(ks), err)
 		}
 	}
 	for tag, want := range g.Tables {

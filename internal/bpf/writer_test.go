@@ -86,10 +86,23 @@ func readTables(t *testing.T, dp *bpf.Dataplane, slot uint32) tables {
 		if size == 0 {
 			size = dp.Limits.MaglevSize
 		}
+		// Decode the kernel's form: a member index per entry, a FAR
+		// index per member.
+		base := slot*bpf.MaxServices + sv.Tag
 		tbl := make([]bpf.LBSlot, size)
+		var blk bpf.MaglevBlk
 		for i := range tbl {
-			if err := dp.EdgeMaglev.Lookup((slot*bpf.MaxServices+sv.Tag)*dp.Limits.MaglevSize+uint32(i), &tbl[i]); err != nil {
-				t.Fatal(err)
+			if i%bpf.MaglevBlock == 0 {
+				if err := dp.EdgeMaglev.Lookup(base*dp.Limits.MaglevBlocks()+uint32(i/bpf.MaglevBlock), &blk); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m := uint32(blk.M[i%bpf.MaglevBlock])
+			tbl[i] = bpf.LBSlot{Far: bpf.NoFAR, Stats: sv.Tag*bpf.MaxMembers + m}
+			if m != bpf.ReplyMember {
+				if err := dp.EdgeLbFar.Lookup(base*bpf.MaxMembers+m, &tbl[i].Far); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		out.maglev[sv.Tag] = tbl
