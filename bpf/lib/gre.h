@@ -38,17 +38,20 @@ static __always_inline int edge_icmp_too_big(struct xdp_md *ctx,
 	return edge_icmp_too_big6(ctx, mtu, (const struct in6_addr *)a->v6);
 }
 
-/* ip4_csum20 is the header checksum of a 20-byte IPv4 header whose check
- * field is zero. */
-static __always_inline __u16 ip4_csum20(const struct iphdr *iph)
+/* ip4_csum_gre is the header checksum of the outer IPv4 header encap
+ * writes (no options, id 0, DF, protocol GRE), summed from the values
+ * rather than read back: 16-bit words as they lie in memory. */
+static __always_inline __u16 ip4_csum_gre(__u8 tos, __be16 tot_len, __u8 ttl,
+					  __be32 saddr, __be32 daddr)
 {
-	const __u16 *w = (const __u16 *)iph;
-	__u32 sum = 0;
-	int i;
+	const union {
+		__u8 b[2];
+		__u16 w;
+	} vt = {.b = {0x45, tos}}, tp = {.b = {ttl, IPPROTO_GRE}};
+	__u32 sum;
 
-#pragma unroll
-	for (i = 0; i < 10; i++)
-		sum += w[i];
+	sum = vt.w + tot_len + GRE_IP4_DF + tp.w + (saddr & 0xffff) +
+	      (saddr >> 16) + (daddr & 0xffff) + (daddr >> 16);
 	return csum_fold(sum);
 }
 
@@ -65,7 +68,7 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	const struct edge_path *path;
-	struct edge_path_nh *nh;
+	struct edge_path_nh *nh = NULL;
 	struct ethhdr *eth = data;
 	struct iphdr *iph = NULL, *outer;
 	struct ipv6hdr *ip6 = NULL;
@@ -107,17 +110,18 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 		hlen += 4;
 	olen = sizeof(struct iphdr) + hlen + len3;
 
-	nh = bpf_map_lookup_elem(&edge_path_nh, &pi);
-	if (!next_hop_ok(fl, path->ifindex, epoch, olen) && nh &&
-	    nh->fib_epoch == epoch && nh->local == path->local &&
-	    nh->remote == path->remote && nh->want_oif == path->ifindex &&
-	    olen <= nh->ok_len) {
-		/* The path's next hop, resolved by an earlier flow. */
-		fl->fib_epoch = epoch;
-		fl->oif = nh->oif;
-		fl->ok_len = nh->ok_len;
-		__builtin_memcpy(fl->dmac, nh->dmac, ETH_ALEN);
-		__builtin_memcpy(fl->smac, nh->smac, ETH_ALEN);
+	if (!next_hop_ok(fl, path->ifindex, epoch, olen)) {
+		nh = bpf_map_lookup_elem(&edge_path_nh, &pi);
+		if (nh && nh->fib_epoch == epoch && nh->local == path->local &&
+		    nh->remote == path->remote &&
+		    nh->want_oif == path->ifindex && olen <= nh->ok_len) {
+			/* The path's next hop, resolved by an earlier flow. */
+			fl->fib_epoch = epoch;
+			fl->oif = nh->oif;
+			fl->ok_len = nh->ok_len;
+			__builtin_memcpy(fl->dmac, nh->dmac, ETH_ALEN);
+			__builtin_memcpy(fl->smac, nh->smac, ETH_ALEN);
+		}
 	}
 	if (!next_hop_ok(fl, path->ifindex, epoch, olen)) {
 		struct bpf_fib_lookup fib = {
@@ -205,10 +209,10 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 	outer->frag_off = GRE_IP4_DF;
 	outer->ttl = path->ttl;
 	outer->protocol = IPPROTO_GRE;
-	outer->check = 0;
 	outer->saddr = path->local;
 	outer->daddr = path->remote;
-	outer->check = ip4_csum20(outer);
+	outer->check = ip4_csum_gre(outer->tos, outer->tot_len, outer->ttl,
+				    path->local, path->remote);
 
 	((__be16 *)opt)[0] = ((path->flags & EDGE_PF_KEY) ? GRE_F_KEY : 0) |
 			     ((path->flags & EDGE_PF_SEQ) ? GRE_F_SEQ : 0);

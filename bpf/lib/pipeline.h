@@ -149,7 +149,8 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 			if (lb == EDGE_LB_NONE)
 				fl = bpf_map_lookup_elem(&edge_flows4, &k4);
 			if (emc && fl && fl->gen == st->gen) {
-				emc_flush(emc);
+				if (emc->f.packets)
+					emc_flush(emc);
 				emc->k = k4;
 				emc->f = *fl;
 				emc->f.packets = 1;
@@ -183,7 +184,7 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		 * entry first, then that total carried over. */
 		count_cache(1);
 		__builtin_memset(&nf, 0, sizeof(nf));
-		if (p.key.family == 4)
+		if (p.key.family == 4 && emc && emc->f.packets)
 			emc_flush(emc);
 		if (fl) {
 			nf.packets = fl->packets;
