@@ -28,28 +28,50 @@ enum edge_lb_verdict {
 	EDGE_LB_NO_BACKEND = 2, /* a service's, but it has no backend */
 	EDGE_LB_STATELESS = 3,  /* as HIT, for a stateless service: no flow
 				 * entry, every packet is balanced again */
+	EDGE_LB_ASK = 4,        /* edge_stateless: ask edge_balance */
 };
 
 /* edge_balance's flags. */
 #define EDGE_BAL_NAT 0x01       /* the slot has NAT services: reverse NAT */
 #define EDGE_BAL_STATELESS 0x02 /* decide for stateless services only */
 
-/* lb_hash mixes a connection key (five 64-bit words) into 32 bits: each
- * word times its own odd constant (independent multiplies, not a chain),
- * summed, then SplitMix64's finaliser, so every bit of every field moves
- * the result. */
-static __always_inline __u32 lb_hash(const struct edge_conn_key *k)
+/* lb_hash_words mixes a connection key's five 64-bit words into 32 bits:
+ * each word times its own odd constant (independent multiplies, not a
+ * chain), summed, then SplitMix64's finaliser, so every bit of every field
+ * moves the result. */
+static __always_inline __u32 lb_hash_words(__u64 w0, __u64 w1, __u64 w2,
+					   __u64 w3, __u64 w4)
 {
-	const __u64 *w = (const __u64 *)k;
 	__u64 h;
 
-	h = w[0] * 0x9e3779b97f4a7c15ull + w[1] * 0xbf58476d1ce4e5b9ull +
-	    w[2] * 0x94d049bb133111ebull + w[3] * 0xd6e8feb86659fd93ull +
-	    w[4] * 0xc2b2ae3d27d4eb4full;
+	h = w0 * 0x9e3779b97f4a7c15ull + w1 * 0xbf58476d1ce4e5b9ull +
+	    w2 * 0x94d049bb133111ebull + w3 * 0xd6e8feb86659fd93ull +
+	    w4 * 0xc2b2ae3d27d4eb4full;
 	h ^= h >> 31;
 	h *= 0xbf58476d1ce4e5b9ull;
 	h ^= h >> 29;
 	return (__u32)(h >> 32);
+}
+
+/* lb_hash is lb_hash_words of a connection key. */
+static __always_inline __u32 lb_hash(const struct edge_conn_key *k)
+{
+	const __u64 *w = (const __u64 *)k;
+
+	return lb_hash_words(w[0], w[1], w[2], w[3], w[4]);
+}
+
+/* lb_hash_flow is lb_hash of the connection key conn_key makes of key,
+ * read straight from the flow key: the last word as the connection key
+ * lays out sport, dport, proto and family (little-endian), pad 0. */
+static __always_inline __u32 lb_hash_flow(const struct edge_flow_key *key)
+{
+	const __u64 *s = (const __u64 *)key->src, *d = (const __u64 *)key->dst;
+
+	return lb_hash_words(s[0], s[1], d[0], d[1],
+			     (__u64)key->sport | (__u64)key->dport << 16 |
+				     (__u64)key->proto << 32 |
+				     (__u64)key->family << 40);
 }
 
 /* lb_index maps a 32-bit hash onto 0..size-1 by a multiply and a shift
@@ -59,34 +81,37 @@ static __always_inline __u32 lb_index(__u32 h, __u32 size)
 	return (__u32)(((__u64)h * size) >> 32);
 }
 
-/* svc_index_hash is a service key's bucket hash (before masking). The
- * agent computes the same (bpf.SvcIndexHash). */
-static __always_inline __u32 svc_index_hash(const struct edge_svc_key *k)
+/* svc_hash is the bucket hash (before masking) of the service key of vip
+ * (16 bytes), port, proto and family. The agent computes the same
+ * (bpf.SvcIndexHash). */
+static __always_inline __u32 svc_hash(const __u8 *vip, __be16 port, __u8 proto,
+				      __u8 family)
 {
-	const __u32 *a = (const __u32 *)k->vip;
+	const __u32 *a = (const __u32 *)vip;
 	__u32 h;
 
 	h = a[0] * 0x9e3779b1u ^ a[1] * 0x85ebca77u ^ a[2] * 0xc2b2ae3du ^
 	    a[3] * 0x27d4eb2fu ^
-	    (((__u32)k->port << 16) | ((__u32)k->proto << 8) | k->family) *
-		    0x165667b1u;
+	    (((__u32)port << 16) | ((__u32)proto << 8) | family) * 0x165667b1u;
 	h ^= h >> 15;
 	h *= 0x2c1b3c6du;
 	h ^= h >> 12;
 	return h;
 }
 
-/* svc_find returns the service of key k (whose slot field is slot), or
- * NULL: from the index when it answers (the key's bucket or one of the
- * next EDGE_SVC_PROBES - 1 holds it, or an empty bucket comes first),
- * else from edge_services. */
+/* svc_probe looks a service up in slot's index: the bucket of its key and
+ * the next EDGE_SVC_PROBES - 1. It returns the service, or NULL with
+ * *full 0 when an empty bucket came first (no such service), or with
+ * *full 1 when all were taken by others (ask edge_services). */
 static __always_inline const struct edge_svc *
-svc_find(const struct edge_svc_key *k, __u32 slot)
+svc_probe(const __u8 *vip, __be16 port, __u8 proto, __u8 family, __u32 slot,
+	  int *full)
 {
 	const struct edge_svc_slot *e;
-	const __u64 *a = (const __u64 *)k->vip, *b;
-	__u32 h = svc_index_hash(k), i, idx;
+	const __u64 *a = (const __u64 *)vip, *b;
+	__u32 h = svc_hash(vip, port, proto, family), i, idx;
 
+	*full = 0;
 #pragma unroll
 	for (i = 0; i < EDGE_SVC_PROBES; i++) {
 		idx = slot * EDGE_SVC_INDEX + ((h + i) & (EDGE_SVC_INDEX - 1));
@@ -94,11 +119,61 @@ svc_find(const struct edge_svc_key *k, __u32 slot)
 		if (!e || !e->v.id)
 			return NULL;
 		b = (const __u64 *)e->k.vip;
-		if (a[0] == b[0] && a[1] == b[1] && e->k.port == k->port &&
-		    e->k.proto == k->proto && e->k.family == k->family)
+		if (a[0] == b[0] && a[1] == b[1] && e->k.port == port &&
+		    e->k.proto == proto && e->k.family == family)
 			return &e->v;
 	}
+	*full = 1;
+	return NULL;
+}
+
+/* svc_find returns the service of key k (whose slot field is slot), or
+ * NULL: from the index when it answers, else from edge_services. */
+static __always_inline const struct edge_svc *
+svc_find(const struct edge_svc_key *k, __u32 slot)
+{
+	const struct edge_svc *svc;
+	int full;
+
+	svc = svc_probe(k->vip, k->port, k->proto, k->family, slot, &full);
+	if (svc || !full)
+		return svc;
 	return bpf_map_lookup_elem(&edge_services, k);
+}
+
+/* maglev_pick returns the backend FAR the Maglev table of service svc
+ * (place tag) gives hash h in slot, with its index (*fi) and counter index
+ * (*stats); NULL: the entry has no backend. */
+static __always_inline const struct edge_far *
+maglev_pick(const struct edge_svc *svc, __u32 tag, __u32 slot, __u32 stride,
+	    __u32 h, __u32 *fi, __u32 *stats)
+{
+	const struct edge_maglev_blk *blk;
+	__u32 size, i, base, idx, *fp;
+	__u8 m;
+
+	/* Each table has its own (prime) size within its maglev_size
+	 * region. */
+	size = svc->size;
+	if (!size || size > maglev_size)
+		size = maglev_size;
+	i = lb_index(h, size);
+	base = slot * EDGE_MAX_SERVICES + tag;
+	idx = base * maglev_blocks + i / EDGE_MAGLEV_BLOCK;
+	blk = bpf_map_lookup_elem(&edge_maglev, &idx);
+	if (!blk)
+		return NULL;
+	m = blk->m[i % EDGE_MAGLEV_BLOCK];
+	if (m >= EDGE_MAX_MEMBERS - 1)
+		return NULL;
+	idx = base * EDGE_MAX_MEMBERS + m;
+	fp = bpf_map_lookup_elem(&edge_lb_far, &idx);
+	if (!fp || *fp == EDGE_NO_FAR)
+		return NULL;
+	*fi = *fp;
+	*stats = tag * EDGE_MAX_MEMBERS + m;
+	idx = slot * stride + *fi;
+	return bpf_map_lookup_elem(&edge_fars, &idx);
 }
 
 /* conn_key fills a connection key from a packet's flow key. */
@@ -144,13 +219,11 @@ far_current(__u32 slot, __u32 fi, __u32 id, __u32 stride)
 __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 			    __u32 stride, __u32 flags, struct edge_rule *out)
 {
-	const struct edge_maglev_blk *blk;
 	const struct edge_far *far;
 	struct edge_lb_scratch *s;
 	const struct edge_svc *svc;
 	struct edge_conn *c;
-	__u32 zero = 0, idx, tag, size, stateless, i, base, fi, stats, *fp;
-	__u8 m;
+	__u32 zero = 0, tag, stateless, fi = 0, stats = 0;
 	__u64 *n;
 
 	if (!key || !out)
@@ -204,28 +277,7 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 		}
 	}
 
-	/* Each table has its own (prime) size within its maglev_size
-	 * region. */
-	size = svc->size;
-	if (!size || size > maglev_size)
-		size = maglev_size;
-	i = lb_index(lb_hash(&s->ck), size);
-	base = slot * EDGE_MAX_SERVICES + tag;
-	idx = base * maglev_blocks + i / EDGE_MAGLEV_BLOCK;
-	blk = bpf_map_lookup_elem(&edge_maglev, &idx);
-	if (!blk)
-		return EDGE_LB_NO_BACKEND;
-	m = blk->m[i % EDGE_MAGLEV_BLOCK];
-	if (m >= EDGE_MAX_MEMBERS - 1)
-		return EDGE_LB_NO_BACKEND;
-	idx = base * EDGE_MAX_MEMBERS + m;
-	fp = bpf_map_lookup_elem(&edge_lb_far, &idx);
-	if (!fp || *fp == EDGE_NO_FAR)
-		return EDGE_LB_NO_BACKEND;
-	fi = *fp;
-	stats = tag * EDGE_MAX_MEMBERS + m;
-	idx = slot * stride + fi;
-	far = bpf_map_lookup_elem(&edge_fars, &idx);
+	far = maglev_pick(svc, tag, slot, stride, lb_hash(&s->ck), &fi, &stats);
 	if (!far)
 		return EDGE_LB_NO_BACKEND;
 	out->far = fi;
@@ -269,6 +321,44 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 			count(&edge_reasons, EDGE_R_LB_CONN_FULL, 0);
 	}
 	return stateless ? EDGE_LB_STATELESS : EDGE_LB_HIT;
+}
+
+/* edge_stateless decides a packet of a stateless service from the index
+ * and the Maglev table alone, reading the flow key in place (edge_balance
+ * copies keys into its scratch first): the pipeline asks it before the
+ * flow cache. EDGE_LB_NONE: not a stateless service's packet;
+ * EDGE_LB_ASK: ask edge_balance (the index left the service out, or the
+ * backend is NAT and the reply's reverse entry must be recorded). */
+__noinline int edge_stateless(const struct edge_flow_key *key, __u32 slot,
+			      __u32 stride, struct edge_rule *out)
+{
+	const struct edge_svc *svc;
+	const struct edge_far *far;
+	__u32 fi = 0, stats = 0;
+	int full;
+
+	if (!key || !out)
+		return EDGE_LB_NONE;
+	if (key->proto != IPPROTO_TCP && key->proto != IPPROTO_UDP)
+		return EDGE_LB_NONE;
+	if (key->flags & EDGE_KF_FRAG)
+		return EDGE_LB_NONE;
+	slot &= 1;
+	svc = svc_probe(key->dst, key->dport, key->proto, key->family, slot,
+			&full);
+	if (!svc)
+		return full ? EDGE_LB_ASK : EDGE_LB_NONE;
+	if (!(svc->flags & EDGE_SVC_STATELESS))
+		return EDGE_LB_NONE;
+	far = maglev_pick(svc, svc->tag & (EDGE_MAX_SERVICES - 1), slot, stride,
+			  lb_hash_flow(key), &fi, &stats);
+	if (!far)
+		return EDGE_LB_NO_BACKEND;
+	if (far->action == EDGE_ACT_NAT && svc->unnat != EDGE_NO_FAR)
+		return EDGE_LB_ASK;
+	out->far = fi;
+	out->stats = stats | EDGE_STATS_LB;
+	return EDGE_LB_STATELESS;
 }
 
 /* edge_conn_close marks the connection of a TCP FIN or RST from the client

@@ -86,14 +86,18 @@ static __always_inline void flow_key4(const struct edge_flow_key *k,
 	k4->pad = 0;
 }
 
-/* stateless decides a packet of a stateless service (edge_balance with
- * EDGE_BAL_STATELESS). */
+/* stateless decides a packet of a stateless service: edge_stateless, or
+ * when it cannot, edge_balance with EDGE_BAL_STATELESS. */
 static __always_inline int stateless(const struct edge_flow_key *key,
 				     __u32 gen, __u32 bal,
 				     struct edge_rule *rule)
 {
-	return edge_balance(key, gen & 1, far_stride, bal | EDGE_BAL_STATELESS,
-			    rule);
+	int lb = edge_stateless(key, gen & 1, far_stride, rule);
+
+	if (lb == EDGE_LB_ASK)
+		lb = edge_balance(key, gen & 1, far_stride,
+				  bal | EDGE_BAL_STATELESS, rule);
+	return lb;
 }
 
 /* edge_pipeline is the whole per-packet path; entry programs (and the
