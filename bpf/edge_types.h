@@ -268,7 +268,7 @@ struct edge_flow {
 	__u16 ok_len;    /* largest L3 length the kernel's MTU check passed */
 	__u8 dmac[6];
 	__u8 smac[6];
-	__u16 pad;
+	__u16 flags;     /* EDGE_FF_* */
 	__u32 pad2;
 	__u64 packets;
 	__u64 bytes;
@@ -288,6 +288,10 @@ struct edge_path_nh {
 	__u8 smac[6];
 	__u16 pad;
 };
+
+/* edge_flow.flags */
+#define EDGE_FF_LOCAL 0x01 /* an exact-match copy with no shared entry (a
+			    * stateless service's flow): nothing to count */
 
 /* Exact-match cache slot: a per-CPU copy of one IPv4 flow entry. */
 struct edge_emc4 {

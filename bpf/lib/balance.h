@@ -223,7 +223,7 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	struct edge_lb_scratch *s;
 	const struct edge_svc *svc;
 	struct edge_conn *c;
-	__u32 zero = 0, tag, stateless, fi = 0, stats = 0;
+	__u32 zero = 0, tag, stateless, fi = 0, stats = 0, known = 0;
 	__u64 *n;
 
 	if (!key || !out)
@@ -264,26 +264,29 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	tag = svc->tag & (EDGE_MAX_SERVICES - 1);
 	stateless = svc->flags & EDGE_SVC_STATELESS;
 
+	far = NULL;
 	if (!stateless) {
 		c = bpf_map_lookup_elem(&edge_conns, &s->ck);
 		if (c && c->svc == svc->id) {
 			far = far_current(slot, c->far, c->far_id, stride);
-			if (far && (far->action == EDGE_ACT_NAT ||
-				    far->action == EDGE_ACT_ENCAP)) {
-				out->far = c->far;
-				out->stats = c->stats | EDGE_STATS_LB;
-				return EDGE_LB_HIT;
-			}
+			if (far && far->action != EDGE_ACT_NAT &&
+			    far->action != EDGE_ACT_ENCAP)
+				far = NULL;
+			fi = c->far;
+			stats = c->stats;
+			known = far != NULL;
 		}
 	}
-
-	far = maglev_pick(svc, tag, slot, stride, lb_hash(&s->ck), &fi, &stats);
-	if (!far)
-		return EDGE_LB_NO_BACKEND;
+	if (!known) {
+		far = maglev_pick(svc, tag, slot, stride, lb_hash(&s->ck), &fi,
+				  &stats);
+		if (!far)
+			return EDGE_LB_NO_BACKEND;
+	}
 	out->far = fi;
 	out->stats = stats | EDGE_STATS_LB;
 
-	if (!stateless) {
+	if (!stateless && !known) {
 		s->cv.far = fi;
 		s->cv.far_id = far->id;
 		s->cv.stats = stats;
@@ -298,9 +301,10 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 
 	if (far->action == EDGE_ACT_NAT && svc->unnat != EDGE_NO_FAR) {
 		/* The backend answers from its own address and port to the
-		 * client; that reply is rewritten back to the VIP. A stateless
-		 * service's packets come here again and again: record the
-		 * reply once. */
+		 * client; that reply is rewritten back to the VIP. A known
+		 * connection, or a stateless service's packet, checks its
+		 * reply is still recorded (the reverse-NAT table evicts on its
+		 * own) and records it only when it is not. */
 		__builtin_memcpy(s->rk.src, far->addr, 16);
 		__builtin_memcpy(s->rk.dst, key->src, 16);
 		s->rk.sport = far->port;
@@ -314,7 +318,7 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 		s->rv.svc = svc->id;
 		s->rv.closed = 0;
 		c = NULL;
-		if (stateless)
+		if (stateless || known)
 			c = bpf_map_lookup_elem(&edge_rnat, &s->rk);
 		if ((!c || c->far != s->rv.far || c->far_id != s->rv.far_id) &&
 		    bpf_map_update_elem(&edge_rnat, &s->rk, &s->rv, BPF_ANY))
@@ -350,12 +354,12 @@ __noinline int edge_stateless(const struct edge_flow_key *key, __u32 slot,
 		return full ? EDGE_LB_ASK : EDGE_LB_NONE;
 	if (!(svc->flags & EDGE_SVC_STATELESS))
 		return EDGE_LB_NONE;
+	if (svc->unnat != EDGE_NO_FAR)
+		return EDGE_LB_ASK; /* NAT backends: edge_balance records replies */
 	far = maglev_pick(svc, svc->tag & (EDGE_MAX_SERVICES - 1), slot, stride,
 			  lb_hash_flow(key), &fi, &stats);
 	if (!far)
 		return EDGE_LB_NO_BACKEND;
-	if (far->action == EDGE_ACT_NAT && svc->unnat != EDGE_NO_FAR)
-		return EDGE_LB_ASK;
 	out->far = fi;
 	out->stats = stats | EDGE_STATS_LB;
 	return EDGE_LB_STATELESS;

@@ -111,7 +111,9 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 	olen = sizeof(struct iphdr) + hlen + len3;
 
 	if (!next_hop_ok(fl, path->ifindex, epoch, olen)) {
-		nh = bpf_map_lookup_elem(&edge_path_nh, &pi);
+		__u32 ni = path->stats & (EDGE_MAX_PATHS - 1);
+
+		nh = bpf_map_lookup_elem(&edge_path_nh, &ni);
 		if (nh && nh->fib_epoch == epoch && nh->local == path->local &&
 		    nh->remote == path->remote &&
 		    nh->want_oif == path->ifindex && olen <= nh->ok_len) {
@@ -201,9 +203,8 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 	outer->version = 4;
 	outer->ihl = 5;
 	if (path->flags & EDGE_PF_DSCP_FIXED)
-		outer->tos = (path->dscp << 2) | (tos & 3);
-	else
-		outer->tos = tos;
+		tos = (path->dscp << 2) | (tos & 3);
+	outer->tos = tos;
 	outer->tot_len = bpf_htons(olen);
 	outer->id = 0;
 	outer->frag_off = GRE_IP4_DF;
@@ -211,7 +212,7 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 	outer->protocol = IPPROTO_GRE;
 	outer->saddr = path->local;
 	outer->daddr = path->remote;
-	outer->check = ip4_csum_gre(outer->tos, outer->tot_len, outer->ttl,
+	outer->check = ip4_csum_gre(tos, bpf_htons(olen), path->ttl,
 				    path->local, path->remote);
 
 	((__be16 *)opt)[0] = ((path->flags & EDGE_PF_KEY) ? GRE_F_KEY : 0) |

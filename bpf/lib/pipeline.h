@@ -142,8 +142,10 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		 * atomically. */
 		if (emc && emc_match(emc, &k4) && emc->f.gen == st->gen) {
 			fl = &emc->f;
-			fl->packets++;
-			fl->bytes += p.len;
+			if (!(fl->flags & EDGE_FF_LOCAL)) {
+				fl->packets++;
+				fl->bytes += p.len;
+			}
 		} else {
 			/* A stateless service's flows are never in edge_flows4:
 			 * ask first, and skip that lookup (a cold miss). */
@@ -247,6 +249,8 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 				emc->f = nf;
 				emc->f.packets = 0; /* the total is in nf */
 				emc->f.bytes = 0;
+				if (insert == 2) /* no nf in edge_flows4 */
+					emc->f.flags = EDGE_FF_LOCAL;
 			}
 			asm volatile("" ::: "memory");
 		} else if (insert == 1) {

@@ -640,3 +640,37 @@ lbrs:
 		}
 	}
 }
+
+// TestBalanceReplyEntryRestored evicts a connection's reverse-NAT entry
+// (as the LRU may while the connection lives on in the connection table):
+// the connection's next packet the flow cache does not hold records it
+// again, so the replies still leave from the VIP.
+func TestBalanceReplyEntryRestored(t *testing.T) {
+	h := newHarness(t, fmt.Sprintf(lbConfig, far11, "{far: 11}, {far: 12}"))
+	q := client(3, "203.0.113.10", 80, "S")
+	_, out := h.send(q, "wan0")
+	host, _, _ := net.SplitHostPort(backendOf(t, out))
+	var k bpf.ConnKey
+	var c bpf.Conn
+	var keys []bpf.ConnKey
+	for it := h.dp.EdgeRnat.Iterate(); it.Next(&k, &c); {
+		keys = append(keys, k)
+	}
+	if len(keys) != 1 {
+		t.Fatalf("%d reverse-NAT entries, want 1", len(keys))
+	}
+	if err := h.dp.EdgeRnat.Delete(keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	// A commit makes the flow look its decision up again.
+	h.apply(lbCfg(t, far11, "{far: 11, weight: 2}, {far: 12}"))
+	q.flags = "A"
+	if _, out := h.send(q, "wan0"); backendOf(t, out) != net.JoinHostPort(host, "8080") {
+		t.Fatalf("connection moved to %s", backendOf(t, out))
+	}
+	reply := lbPkt{src: host, dst: q.src, sport: 8080, dport: q.sport, smac: macWan1Neigh, dmac: macWan1, flags: "A"}
+	v, out3 := h.send(reply, "wan1")
+	if want := reply.out("wan0", "203.0.113.10", q.src, 80, q.sport).frame(t); v != bpf.XDPRedirect || !bytes.Equal(out3, want) {
+		t.Fatalf("reply after the entry was evicted: verdict %s\n got %x\nwant %x", verdictName(v), out3, want)
+	}
+}

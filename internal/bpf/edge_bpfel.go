@@ -78,7 +78,7 @@ type edgeEdgeFlow struct {
 	OkLen    uint16
 	Dmac     [6]uint8
 	Smac     [6]uint8
-	Pad      uint16
+	Flags    uint16
 	Pad2     uint32
 	Packets  uint64
 	Bytes    uint64
