@@ -201,7 +201,7 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_services SEC(".maps");
 
-/* The services of each slot again, open-addressed by svc_index_hash over
+/* The services of each slot again, open-addressed by svc_hash over
  * EDGE_SVC_INDEX buckets (slot * EDGE_SVC_INDEX + bucket), so a packet
  * finds its service, or learns it has none, with inlined array reads
  * instead of a hash-table call. A service placed nowhere within

@@ -330,14 +330,16 @@ func (a *Agent) start(cfg *config.Config) error {
 // load compiles cfg whole and commits it as the next generation; a.mu
 // held. The allocators of statistics indexes carry over from allocs.
 func (a *Agent) load(cfg *config.Config, allocs rules.Allocs) error {
-	comp, err := rules.Build(cfg, hostResolver(), allocs, a.dp.Limits)
+	down := map[uint32]map[uint32]bool{}
+	for k := range a.down {
+		if down[k.svc] == nil {
+			down[k.svc] = map[uint32]bool{}
+		}
+		down[k.svc][k.far] = true
+	}
+	comp, err := rules.BuildDown(cfg, hostResolver(), allocs, a.dp.Limits, down)
 	if err != nil {
 		return err
-	}
-	for k := range a.down {
-		if _, err := comp.SetBackendUp(k.svc, k.far, false); err != nil {
-			return err
-		}
 	}
 	if err := a.setInterfaces(cfg.Interfaces); err != nil {
 		return err
@@ -469,6 +471,16 @@ func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) 
 		if err := a.links(oldIfaces, ifaces); err != nil {
 			undo()
 			return 0, err
+		}
+		// From here going back includes the interfaces' transmit and
+		// address maps (a program attached to a new interface stays, as
+		// it does when an interface is removed).
+		undoRules := undo
+		undo = func() {
+			undoRules()
+			if err := a.setInterfaces(oldIfaces); err != nil {
+				a.log.Error("restore interfaces", "error", err)
+			}
 		}
 		if err := a.setInterfaces(ifaces); err != nil {
 			undo()

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strconv"
 	"time"
 
@@ -47,32 +46,19 @@ type healthResult struct {
 	err error
 }
 
-// healthTargets lists the backends of every service with health checks.
-func healthTargets(cfg *config.Config) []healthTarget {
-	// Called every tick: nothing to index on a gateway without checks.
-	if !slices.ContainsFunc(cfg.Services, func(sv config.Service) bool { return sv.Health != nil }) {
-		return nil
-	}
-	lbrs := map[uint32]config.LBR{}
-	for _, l := range cfg.LBRs {
-		lbrs[l.ID] = l
-	}
-	fars := map[uint32]config.FAR{}
-	for _, f := range cfg.FARs {
-		fars[f.ID] = f
-	}
-	paths := map[uint32]config.Path{}
-	for _, p := range cfg.Paths {
-		paths[p.ID] = p
-	}
+// healthTargets lists the backends of every service with health checks;
+// a.mu held. It reads the services and looks their members up, so a tick
+// costs what the checked services have, not the config.
+func (a *Agent) healthTargets() []healthTarget {
 	var out []healthTarget
-	for _, sv := range cfg.Services {
+	for _, sv := range a.store.Services() {
 		if sv.Health == nil {
 			continue
 		}
 		h := sv.Health.Effective()
-		for _, m := range lbrs[sv.LBR].Members {
-			f := fars[m.FAR]
+		l, _ := a.store.LBR(sv.LBR)
+		for _, m := range l.Members {
+			f, _ := a.store.FAR(m.FAR)
 			var host netip.Addr
 			port := h.Port
 			switch f.Action {
@@ -82,7 +68,8 @@ func healthTargets(cfg *config.Config) []healthTarget {
 					port = f.Port
 				}
 			case config.ActionEncap:
-				host = paths[f.Path].Remote.A
+				p, _ := a.store.Path(f.Path)
+				host = p.Remote.A
 				if port == 0 {
 					port = sv.Port
 				}
@@ -148,7 +135,10 @@ func (a *Agent) healthLoop(ctx context.Context, up *prometheus.GaugeVec) {
 			a.healthResult(r, st, up.WithLabelValues(label(r.key)...))
 		case now := <-tick.C:
 			seen := map[healthKey]bool{}
-			for _, t := range healthTargets(a.Config()) {
+			a.mu.Lock()
+			targets := a.healthTargets()
+			a.mu.Unlock()
+			for _, t := range targets {
 				seen[t.key] = true
 				st := states[t.key]
 				if st == nil {
@@ -163,7 +153,11 @@ func (a *Agent) healthLoop(ctx context.Context, up *prometheus.GaugeVec) {
 				st.inflight = true
 				st.next = now.Add(t.h.Interval.D)
 				go func(t healthTarget) {
-					results <- healthResult{key: t.key, err: probe(ctx, t)}
+					r := healthResult{key: t.key, err: probe(ctx, t)}
+					select { // the loop may be gone (shutdown)
+					case results <- r:
+					case <-ctx.Done():
+					}
 				}(t)
 			}
 			for k, st := range states {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/config"
 )
 
 // Control is the control-plane part of the report: latency of the agent's
@@ -625,7 +626,7 @@ func (l *ctlLab) removeBackend(ctx context.Context, floorP50 float64) (Latency, 
 	lat := latency("lb_remove_backend", d, server, floorP50)
 	lat.Method = fmt.Sprintf("Apply updating the LBR of a NAT service of %d backends to leave one out (its Maglev table of %d entries rebuilt, "+
 		"the changed entries written to the idle slot, then the flip), answered after the flip; each followed by an untimed Apply putting it back; %s",
-		ctlBackends, 65537, ctlTiming)
+		ctlBackends, config.DefaultMaglevTable, ctlTiming)
 	return lat, nil
 }
 

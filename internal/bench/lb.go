@@ -12,7 +12,6 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
-	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/rules"
 )
 
@@ -72,7 +71,6 @@ func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc
 	if _, err := dp.Commit(gen); err != nil {
 		return fmt.Errorf("commit lb config: %w", err)
 	}
-	hostA := netip.MustParseAddr(lab.AddrA)
 	probe := udpFrame(hostA, netip.MustParseAddr("10.3.0.1"), 80)
 	wrapResize, err := b.median(progs.BenchWrapResize, probe, bpf.XDPPass)
 	if err != nil {
@@ -119,10 +117,10 @@ func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc
 	if err := progs.setCycle(ringFlows - 1); err != nil {
 		return err
 	}
-	defer progs.setCycle(0) //nolint:errcheck // best effort; the next figures set what they need
 	ring, wrapRing, ringDiff, err := b.paired(progs.BenchResizeMiss, udpFrame(hostA, netip.MustParseAddr("203.0.113.30"), 80), bpf.XDPRedirect,
 		progs.BenchWrapResizeMiss, probe)
 	if err != nil {
+		_ = progs.setCycle(0)
 		return fmt.Errorf("lb stateless ring: %w", err)
 	}
 	b.o.Log("lb_dsr_gre_stateless_ring: %.1f ns raw (wrapper %.1f, undo %.1f)", ring, wrapRing, grow)

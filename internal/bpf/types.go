@@ -59,7 +59,7 @@ const (
 	SvcProbes    = 4
 )
 
-// SvcIndexHash is svc_index_hash (balance.h): the bucket hash of a
+// SvcIndexHash is svc_hash (balance.h): the bucket hash of a
 // service key, before masking.
 func SvcIndexHash(k SvcKey) uint32 {
 	a := func(i int) uint32 { return binary.NativeEndian.Uint32(k.Vip[4*i:]) }

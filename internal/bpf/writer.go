@@ -402,6 +402,13 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 		next = 1
 	}
 	t := next & 1
+	if w.slots[t] == nil { // an earlier failure left it unknown
+		s, err := dp.readSlot(t, st.Ngroups[t])
+		if err != nil {
+			return 0, fmt.Errorf("read back slot %d: %w", t, err)
+		}
+		w.slots[t] = s
+	}
 	// Packets that read the previous generation number may still be
 	// walking slot t: wait them out before overwriting it.
 	if err := w.awaitGrace(); err != nil {
@@ -424,18 +431,27 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 	}
 
 	if err := w.writeSlot(t, g, w.pending.union(g.Dirty)); err != nil {
-		// What the slot holds is no longer known: read it back, and
-		// compare whole next time.
+		// What the slot holds is no longer known: read it back (now,
+		// or at the next commit), and compare whole next time.
 		w.pending = nil
-		if s, rerr := dp.readSlot(t, uint32(len(w.slots[t].groups))); rerr == nil {
-			w.slots[t] = s
+		s, rerr := dp.readSlot(t, uint32(len(w.slots[t].groups)))
+		if rerr != nil {
+			s = nil
 		}
+		w.slots[t] = s
+		return 0, err
+	}
+	// Slot t now holds g. Should g not go live, the next commit fills
+	// t again from a generation that lacks g's changes, which pending
+	// does not list: compare whole then.
+	notLive := func(err error) (uint32, error) {
+		w.pending = nil
 		return 0, err
 	}
 
 	if g.Members != nil {
 		if err := w.writeMembers(g); err != nil {
-			return 0, err
+			return notLive(err)
 		}
 	}
 
@@ -461,13 +477,13 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 	want.MalformedVerdict = g.Malformed
 	if want != st {
 		if err := dp.EdgeGlobal.Put(uint32(0), want); err != nil {
-			return 0, fmt.Errorf("write state: %w", err)
+			return notLive(fmt.Errorf("write state: %w", err))
 		}
 		st = want
 	}
 	st.Gen = next
 	if err := dp.EdgeGlobal.Put(uint32(0), st); err != nil {
-		return 0, fmt.Errorf("flip generation: %w", err)
+		return notLive(fmt.Errorf("flip generation: %w", err))
 	}
 	// The other slot still holds the previous generation: it lacks what
 	// this one changed.

@@ -286,6 +286,9 @@ func get[K comparable, T any](t *table[K, T], key K) (T, bool) {
 // Config after a change).
 func (s *Store) Interfaces() []Interface { return list(s.ifaces) }
 
+// Services returns the services in list order (at most MaxServices).
+func (s *Store) Services() []Service { return list(s.services) }
+
 // Config returns the store as a Config, objects in list order. The
 // result is shared until the next change and must not be modified.
 func (s *Store) Config() *Config {
@@ -533,6 +536,9 @@ func (b *batch) check(ch *Changes) {
 		}
 	}
 	v.counts(len(s.pdrs.rows), len(s.services.rows), s.limits.Rules)
+	if len(ch.Interfaces) > 0 {
+		v.someInterface(len(s.ifaces.rows))
+	}
 	b.errs = append(b.errs, v.errs...)
 }
 

@@ -192,3 +192,20 @@ services:
 		}
 	}
 }
+
+// TestStoreKeepsAnInterface refuses a batch that deletes the last
+// interface: the file it would fold into could not be loaded again.
+func TestStoreKeepsAnInterface(t *testing.T) {
+	cfg, err := Parse([]byte("interfaces: [{name: lan0, role: lan}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(cfg)
+	_, _, err = s.Apply([]Op{{At: "operations[0].delete", Verb: Delete, Kind: KindInterface, Name: "lan0"}})
+	if err == nil || !strings.Contains(err.Error(), "interfaces: at least one interface required") {
+		t.Fatalf("deleting the last interface: %v", err)
+	}
+	if got := s.Config().Interfaces; len(got) != 1 {
+		t.Errorf("refused batch left %v", got)
+	}
+}

@@ -66,9 +66,7 @@ func (v *validator) add(path, format string, args ...any) {
 
 // interfaces checks the interfaces and returns the index of each name.
 func (v *validator) interfaces(list []Interface) map[string]int {
-	if len(list) == 0 {
-		v.add("interfaces", "at least one interface required")
-	}
+	v.someInterface(len(list))
 	byName := make(map[string]int, len(list))
 	for i, it := range list {
 		p := "interfaces[" + strconv.Itoa(i) + "]"
@@ -114,6 +112,13 @@ func (v *validator) counts(pdrs, services int, rules uint32) {
 	}
 	if services > MaxServices {
 		v.errs = append(v.errs, FieldError{Path: "services", Reason: fmt.Sprintf("%d services, at most %d", services, MaxServices), Code: CodeCapacity})
+	}
+}
+
+// someInterface reports a config left with no interface (n of them).
+func (v *validator) someInterface(n int) {
+	if n == 0 {
+		v.add("interfaces", "at least one interface required")
 	}
 }
 

@@ -4,6 +4,7 @@ package rules
 
 import (
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"strconv"
 
@@ -160,7 +161,7 @@ func (c *Compiler) removeService(id uint32) {
 }
 
 func svcKey(sv *config.Service) bpf.SvcKey {
-	k := bpf.SvcKey{Port: bits16(sv.Port), Proto: sv.Proto.Num}
+	k := bpf.SvcKey{Port: bits.ReverseBytes16(sv.Port), Proto: sv.Proto.Num}
 	if sv.VIP.A.Is4() {
 		a := sv.VIP.A.As4()
 		copy(k.Vip[:], a[:])
@@ -171,9 +172,6 @@ func svcKey(sv *config.Service) bpf.SvcKey {
 	}
 	return k
 }
-
-// bits16 returns the uint16 whose in-memory bytes are v in network order.
-func bits16(v uint16) uint16 { return v>>8 | v<<8 }
 
 // rebuildServices rebuilds the table of every service marked this Apply.
 func (c *Compiler) rebuildServices() {

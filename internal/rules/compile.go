@@ -11,6 +11,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"maps"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -110,6 +111,13 @@ func (h *prioHeap) Pop() any {
 // a copy (Allocs), where indexes of objects cfg does not have are freed.
 // Problems are reported as config.Errors with the path of the culprit.
 func Build(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limits) (*Compiler, error) {
+	return BuildDown(cfg, ifindex, allocs, limits, nil)
+}
+
+// BuildDown is Build with the backends health checks took out (down[service]
+// [far]) out of their tables from the start, so the generation is one
+// compiled whole (compared whole against the dataplane).
+func BuildDown(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limits, down map[uint32]map[uint32]bool) (*Compiler, error) {
 	limits = limits.WithDefaults()
 	c := &Compiler{
 		resolve:  ifindex,
@@ -158,6 +166,9 @@ func Build(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limit
 	c.allocs.FAR.Retain(liveFARs)
 	if len(cfg.Paths) > bpf.MaxPaths {
 		return nil, config.Errors{{Path: "paths", Reason: fmt.Sprintf("%d paths, at most %d", len(cfg.Paths), bpf.MaxPaths), Code: config.CodeCapacity}}
+	}
+	for svc, fars := range down {
+		c.lb.down[svc] = maps.Clone(fars)
 	}
 	if _, err := c.Apply(changesOf(cfg)); err != nil {
 		return nil, err
@@ -455,7 +466,7 @@ func (c *Compiler) putFAR(at string, f *config.FAR) {
 		} else {
 			far.Addr = f.Address.A.As16()
 		}
-		far.Port = bits16(f.Port)
+		far.Port = bits.ReverseBytes16(f.Port)
 	default:
 		c.fail(at+".action", fmt.Sprintf("unknown action %q", f.Action), config.CodeInvalid)
 		return

@@ -214,3 +214,41 @@ limits: {flows: 1024, rules: 64}
 		t.Errorf("moving a backend's tunnel left the table as it was")
 	}
 }
+
+// TestBuildDownIsOneWhole builds a config with a backend health checks took
+// out: its table equals the one taking it out after the build gives, and
+// the generation stays marked for a whole comparison (a later Apply-like
+// step used to replace that mark with its own few keys, so a reload's
+// changes never reached the kernel).
+func TestBuildDownIsOneWhole(t *testing.T) {
+	cfg := mustParse(t, `
+interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}]
+fars: [{id: 11, action: nat, address: 10.6.0.11, port: 80}, {id: 12, action: nat, address: 10.6.0.12, port: 80}]
+lbrs: [{id: 1, algorithm: maglev, members: [{far: 11}, {far: 12}]}]
+services: [{id: 1, vip: 203.0.113.20, port: 80, proto: tcp, lbr: 1}]
+limits: {flows: 1024, rules: 64}
+`)
+	limits := bpf.Limits{Flows: 1024, Rules: cfg.Limits.Rules, MaglevSize: 257}
+	down, err := BuildDown(cfg, resolver, NewAllocs(limits.Rules, nil, nil), limits, map[uint32]map[uint32]bool{1: {12: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if down.Generation().Dirty != nil {
+		t.Errorf("BuildDown's generation is not marked for a whole comparison")
+	}
+	after, err := Build(cfg, resolver, NewAllocs(limits.Rules, nil, nil), limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := after.SetBackendUp(1, 12, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := canon(t, down.Generation()), canon(t, after.Generation()); got != want {
+		t.Errorf("BuildDown's tables differ from Build then SetBackendUp")
+	}
+	for _, e := range down.Generation().Tables[0] {
+		if e.Far != bpf.NoFAR && e.Stats%bpf.MaxMembers != 0 {
+			t.Fatalf("a table entry names the backend that is down: %+v", e)
+		}
+	}
+}
