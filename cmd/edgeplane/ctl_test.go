@@ -570,6 +570,12 @@ func (f *fakeAgent) Config() *config.Config {
 	return f.store.Config()
 }
 
+func (f *fakeAgent) View(fn func(*config.Store)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f.store)
+}
+
 func (f *fakeAgent) Apply(ops []config.Op, dryRun bool, _ []byte) (uint32, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -438,6 +438,13 @@ func (a *Agent) Config() *config.Config {
 	return a.store.Config()
 }
 
+// View runs fn on the store that serves, a.mu held (api.Backend).
+func (a *Agent) View(fn func(*config.Store)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	fn(a.store)
+}
+
 // Apply checks a batch of operations against the config that serves,
 // compiles what it changes into the next generation, commits it and
 // appends the batch, rec, to the journal (api.Backend), so a restarted

@@ -32,6 +32,9 @@ type Backend interface {
 	// Config returns the config now serving. The caller must not modify
 	// what it points to.
 	Config() *config.Config
+	// View runs fn on the store that serves, which must not change while
+	// fn runs: lookups by id cost what one object does, not the config.
+	View(fn func(*config.Store))
 	// Apply applies a batch of operations, all or nothing: it checks
 	// what the batch touches, compiles it and commits it as the next
 	// generation (dryRun: checks and compiles only), then persists rec,
@@ -201,10 +204,25 @@ func fieldStatus(code codes.Code, fe config.Errors) error {
 	return st.Err()
 }
 
+// lookup answers a Get: the object look finds in the serving store, or
+// NotFound with the message format and its argument.
+func lookup[T, P any](s *Server, look func(*config.Store) (T, bool), toPB func(T) P, format string, arg any) (P, error) {
+	var v T
+	var ok bool
+	s.b.View(func(st *config.Store) { v, ok = look(st) })
+	if !ok {
+		var zero P
+		return zero, status.Errorf(codes.NotFound, format, arg)
+	}
+	return toPB(v), nil
+}
+
 // ListInterfaces implements edgeplanev1.GatewayServer.
 func (s *Server) ListInterfaces(context.Context, *pb.ListRequest) (*pb.ListInterfacesResponse, error) {
 	out := &pb.ListInterfacesResponse{}
-	for _, v := range s.b.Config().Interfaces {
+	var list []config.Interface
+	s.b.View(func(st *config.Store) { list = st.Interfaces() })
+	for _, v := range list {
 		out.Interfaces = append(out.Interfaces, InterfaceToPB(v))
 	}
 	return out, nil
@@ -212,12 +230,8 @@ func (s *Server) ListInterfaces(context.Context, *pb.ListRequest) (*pb.ListInter
 
 // GetInterface implements edgeplanev1.GatewayServer.
 func (s *Server) GetInterface(_ context.Context, req *pb.GetByNameRequest) (*pb.Interface, error) {
-	for _, v := range s.b.Config().Interfaces {
-		if v.Name == req.GetName() {
-			return InterfaceToPB(v), nil
-		}
-	}
-	return nil, status.Errorf(codes.NotFound, "no interface %q", req.GetName())
+	return lookup(s, func(st *config.Store) (config.Interface, bool) { return st.Interface(req.GetName()) },
+		InterfaceToPB, "no interface %q", req.GetName())
 }
 
 // ListPaths implements edgeplanev1.GatewayServer.
@@ -231,12 +245,8 @@ func (s *Server) ListPaths(context.Context, *pb.ListRequest) (*pb.ListPathsRespo
 
 // GetPath implements edgeplanev1.GatewayServer.
 func (s *Server) GetPath(_ context.Context, req *pb.GetByIDRequest) (*pb.Path, error) {
-	for _, v := range s.b.Config().Paths {
-		if v.ID == req.GetId() {
-			return PathToPB(v), nil
-		}
-	}
-	return nil, status.Errorf(codes.NotFound, "no path %d", req.GetId())
+	return lookup(s, func(st *config.Store) (config.Path, bool) { return st.Path(req.GetId()) },
+		PathToPB, "no path %d", req.GetId())
 }
 
 // ListFars implements edgeplanev1.GatewayServer.
@@ -250,12 +260,8 @@ func (s *Server) ListFars(context.Context, *pb.ListRequest) (*pb.ListFarsRespons
 
 // GetFar implements edgeplanev1.GatewayServer.
 func (s *Server) GetFar(_ context.Context, req *pb.GetByIDRequest) (*pb.Far, error) {
-	for _, v := range s.b.Config().FARs {
-		if v.ID == req.GetId() {
-			return FARToPB(v), nil
-		}
-	}
-	return nil, status.Errorf(codes.NotFound, "no far %d", req.GetId())
+	return lookup(s, func(st *config.Store) (config.FAR, bool) { return st.FAR(req.GetId()) },
+		FARToPB, "no far %d", req.GetId())
 }
 
 // ListPdrs implements edgeplanev1.GatewayServer.
@@ -269,12 +275,8 @@ func (s *Server) ListPdrs(context.Context, *pb.ListRequest) (*pb.ListPdrsRespons
 
 // GetPdr implements edgeplanev1.GatewayServer.
 func (s *Server) GetPdr(_ context.Context, req *pb.GetByIDRequest) (*pb.Pdr, error) {
-	for _, v := range s.b.Config().PDRs {
-		if v.ID == req.GetId() {
-			return PDRToPB(v), nil
-		}
-	}
-	return nil, status.Errorf(codes.NotFound, "no pdr %d", req.GetId())
+	return lookup(s, func(st *config.Store) (config.PDR, bool) { return st.PDR(req.GetId()) },
+		PDRToPB, "no pdr %d", req.GetId())
 }
 
 // ListLbrs implements edgeplanev1.GatewayServer.
@@ -288,12 +290,8 @@ func (s *Server) ListLbrs(context.Context, *pb.ListRequest) (*pb.ListLbrsRespons
 
 // GetLbr implements edgeplanev1.GatewayServer.
 func (s *Server) GetLbr(_ context.Context, req *pb.GetByIDRequest) (*pb.Lbr, error) {
-	for _, v := range s.b.Config().LBRs {
-		if v.ID == req.GetId() {
-			return LBRToPB(v), nil
-		}
-	}
-	return nil, status.Errorf(codes.NotFound, "no lbr %d", req.GetId())
+	return lookup(s, func(st *config.Store) (config.LBR, bool) { return st.LBR(req.GetId()) },
+		LBRToPB, "no lbr %d", req.GetId())
 }
 
 // ListServices implements edgeplanev1.GatewayServer.
@@ -307,12 +305,8 @@ func (s *Server) ListServices(context.Context, *pb.ListRequest) (*pb.ListService
 
 // GetService implements edgeplanev1.GatewayServer.
 func (s *Server) GetService(_ context.Context, req *pb.GetByIDRequest) (*pb.Service, error) {
-	for _, v := range s.b.Config().Services {
-		if v.ID == req.GetId() {
-			return ServiceToPB(v), nil
-		}
-	}
-	return nil, status.Errorf(codes.NotFound, "no service %d", req.GetId())
+	return lookup(s, func(st *config.Store) (config.Service, bool) { return st.Service(req.GetId()) },
+		ServiceToPB, "no service %d", req.GetId())
 }
 
 // GetStats implements edgeplanev1.GatewayServer.

@@ -375,9 +375,25 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 	if uint32(len(g.Rules)) > dp.Limits.Rules || uint32(len(g.FARs)) > dp.Limits.FARStride() {
 		return 0, fmt.Errorf("%w: %d classifier entries and %d fars, limits %d and %d", ErrCapacity, len(g.Rules), len(g.FARs), dp.Limits.Rules, dp.Limits.FARStride())
 	}
-	for i, f := range g.FARs {
+	// FAR indexes: those this generation changed (all of a whole one);
+	// the rest were checked when they were written.
+	checkFAR := func(i uint32, f Far) error {
 		if i >= dp.Limits.FARStride() {
-			return 0, fmt.Errorf("%w: far %d at index %d, limit %d", ErrCapacity, f.Id, i, dp.Limits.FARStride())
+			return fmt.Errorf("%w: far %d at index %d, limit %d", ErrCapacity, f.Id, i, dp.Limits.FARStride())
+		}
+		return nil
+	}
+	if g.Dirty == nil {
+		for i, f := range g.FARs {
+			if err := checkFAR(i, f); err != nil {
+				return 0, err
+			}
+		}
+	} else {
+		for i := range g.Dirty.FARs {
+			if err := checkFAR(i, g.FARs[i]); err != nil {
+				return 0, err
+			}
 		}
 	}
 	if len(g.Services) > MaxServices {

@@ -499,14 +499,16 @@ func (b *batch) check(ch *Changes) {
 		}
 		return "", false
 	}
-	// A FAR changed to another action may no longer suit the LBRs it is
-	// a member of.
+	// A FAR changed to an action no LBR takes may no longer suit the
+	// LBRs it is a member of (its users: PDRs too, so only then).
 	for _, d := range ch.FARs {
-		if d.New != nil && d.Old != nil && d.New.Action != d.Old.Action {
-			for u := range s.users[ref{kind: KindFAR, id: d.New.ID}] {
-				if u.kind == KindLBR && d.New.Action != ActionNAT && d.New.Action != ActionEncap {
-					v.add(d.At+".action", "far %d is a member of lbr %d, which needs nat or encap", d.New.ID, u.id)
-				}
+		if d.New == nil || d.Old == nil || d.New.Action == d.Old.Action ||
+			d.New.Action == ActionNAT || d.New.Action == ActionEncap {
+			continue
+		}
+		for u := range s.users[ref{kind: KindFAR, id: d.New.ID}] {
+			if u.kind == KindLBR {
+				v.add(d.At+".action", "far %d is a member of lbr %d, which needs nat or encap", d.New.ID, u.id)
 			}
 		}
 	}
