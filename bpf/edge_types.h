@@ -246,7 +246,11 @@ struct edge_state {
 	__u32 fib_epoch;         /* bumped by the agent on route/neighbour change */
 	__u32 nservices[2];      /* L4 services per slot (0: skip the balancer) */
 	__u32 nnat[2];           /* of them with NAT backends (0: no reverse NAT) */
-	__u32 nstateless[2];     /* of them stateless (0: no early service lookup) */
+	__u32 nstateless[2];     /* of them stateless */
+	/* Per slot, bit sl_bit(vip, port) of every stateless service: a
+	 * packet whose bit is clear is no such service's, and goes to the
+	 * flow cache without a service lookup (0: no stateless service). */
+	__u64 stateless_vips[2];
 };
 
 /* Flow-cache value: the decision for a flow under generation gen, and the
@@ -268,7 +272,7 @@ struct edge_flow {
 	__u16 ok_len;    /* largest L3 length the kernel's MTU check passed */
 	__u8 dmac[6];
 	__u8 smac[6];
-	__u16 flags;     /* EDGE_FF_* */
+	__u16 flags;     /* none yet: 0 */
 	__u32 pad2;
 	__u64 packets;
 	__u64 bytes;
@@ -288,10 +292,6 @@ struct edge_path_nh {
 	__u8 smac[6];
 	__u16 pad;
 };
-
-/* edge_flow.flags */
-#define EDGE_FF_LOCAL 0x01 /* an exact-match copy with no shared entry (a
-			    * stateless service's flow): nothing to count */
 
 /* Exact-match cache slot: a per-CPU copy of one IPv4 flow entry. */
 struct edge_emc4 {

@@ -99,6 +99,16 @@ static __always_inline __u32 svc_hash(const __u8 *vip, __be16 port, __u8 proto,
 	return h;
 }
 
+/* sl_bit is the bit of edge_state.stateless_vips a packet to vip (16
+ * bytes) and port tests: clear, no stateless service has that address
+ * and port. The agent computes the same (bpf.StatelessBit). */
+static __always_inline __u32 sl_bit(const __u8 *vip, __be16 port)
+{
+	const __u32 *a = (const __u32 *)vip;
+
+	return ((a[0] ^ a[1] ^ a[2] ^ a[3] ^ port) * 0x9e3779b1u) >> 26;
+}
+
 /* svc_probe looks a service up in slot's index: the bucket of its key and
  * the next EDGE_SVC_PROBES - 1. It returns the service, or NULL with
  * *full 0 when an empty bucket came first (no such service), or with
@@ -208,14 +218,14 @@ far_current(__u32 slot, __u32 fi, __u32 id, __u32 stride)
  * the connection and, for NAT, its reply's reverse entry are recorded), or
  * the reply of a NAT'd connection (reverse-NAT table; looked up only with
  * EDGE_BAL_NAT: the slot has services with NAT backends). A stateless
- * service's connections are not recorded: each packet the flow cache's
- * per-CPU copy does not hold is hashed through the Maglev table again,
- * and the caller records no flow-cache entry (EDGE_LB_STATELESS). With
- * EDGE_BAL_STATELESS only a stateless service's packets are decided (the
- * pipeline asks before it looks in the flow cache, which cannot hold
- * them); anything else is EDGE_LB_NONE. stride is the FAR slot stride. It is a global function, verified once, and keeps
- * its keys in a per-CPU scratch map: the pipeline's stack has little room
- * left. */
+ * service's connections are not recorded: each packet is hashed through
+ * the Maglev table again, and the caller records no flow-cache entry or
+ * copy (EDGE_LB_STATELESS). With EDGE_BAL_STATELESS only a stateless
+ * service's packets are decided (the pipeline asks before it looks in the
+ * flow cache, which never holds them); anything else is EDGE_LB_NONE.
+ * stride is the FAR slot stride. It is a global function, verified once,
+ * and keeps its keys in a per-CPU scratch map: the pipeline's stack has
+ * little room left. */
 __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 			    __u32 stride, __u32 flags, struct edge_rule *out)
 {

@@ -114,6 +114,7 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	__u32 zero = 0, fi, slot;
 	int rc, insert = 0, lb = EDGE_LB_NONE;
 	__u32 bal = 0;
+	__u64 vips;
 
 	st = bpf_map_lookup_elem(&edge_global, &zero);
 	rc = edge_parse(ctx, &p);
@@ -133,7 +134,17 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	/* The barriers keep clang from merging the two lookups into one call
 	 * with a selected map pointer: the verifier inlines a hash lookup only
 	 * where the map is a constant. */
-	if (p.key.family == 4) {
+	/* A stateless service's packets are decided before any cache: they
+	 * are never in edge_flows, and exact-match copies of them would let a
+	 * flood of its flows evict every other flow's copy. Other packets
+	 * pay one multiply and a bit test (sl_bit), or nothing when the
+	 * slot has no stateless service. */
+	vips = st->stateless_vips[st->gen & 1];
+	if (vips && (vips >> sl_bit(p.key.dst, p.key.dport) & 1))
+		lb = stateless(&p.key, st->gen, bal, &rule);
+	if (lb != EDGE_LB_NONE) {
+		fl = NULL;
+	} else if (p.key.family == 4) {
 		flow_key4(&p.key, &k4);
 		slot = emc_slot(&k4);
 		emc = bpf_map_lookup_elem(&edge_emc4, &slot);
@@ -142,18 +153,10 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		 * atomically. */
 		if (emc && emc_match(emc, &k4) && emc->f.gen == st->gen) {
 			fl = &emc->f;
-			if (!(fl->flags & EDGE_FF_LOCAL)) {
-				fl->packets++;
-				fl->bytes += p.len;
-			}
+			fl->packets++;
+			fl->bytes += p.len;
 		} else {
-			/* A stateless service's flows are never in edge_flows4:
-			 * ask first, and skip that lookup (a cold miss). */
-			if (st->nstateless[st->gen & 1])
-				lb = stateless(&p.key, st->gen, bal, &rule);
-			fl = NULL;
-			if (lb == EDGE_LB_NONE)
-				fl = bpf_map_lookup_elem(&edge_flows4, &k4);
+			fl = bpf_map_lookup_elem(&edge_flows4, &k4);
 			if (emc && fl && fl->gen == st->gen) {
 				if (emc->f.packets)
 					emc_flush(emc);
@@ -169,11 +172,7 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		}
 		asm volatile("" ::: "memory");
 	} else {
-		if (st->nstateless[st->gen & 1])
-			lb = stateless(&p.key, st->gen, bal, &rule);
-		fl = NULL;
-		if (lb == EDGE_LB_NONE)
-			fl = bpf_map_lookup_elem(&edge_flows, &p.key);
+		fl = bpf_map_lookup_elem(&edge_flows, &p.key);
 		if (fl && fl->gen == st->gen) {
 			__sync_fetch_and_add(&fl->packets, 1);
 			__sync_fetch_and_add(&fl->bytes, p.len);
@@ -187,8 +186,10 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		 * stack, act (which may fill its next hop), then insert it. A
 		 * flow reclassified after a commit keeps its count: the slot
 		 * this flow's copy may sit in is flushed into the shared
-		 * entry first, then that total carried over. */
-		count_cache(1);
+		 * entry first, then that total carried over. A stateless
+		 * service's packet was never looked for: not counted a miss. */
+		if (lb != EDGE_LB_STATELESS)
+			count_cache(1);
 		__builtin_memset(&nf, 0, sizeof(nf));
 		if (p.key.family == 4 && emc && emc->f.packets)
 			emc_flush(emc);
@@ -204,10 +205,6 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 					  &rule);
 		if (lb == EDGE_LB_NO_BACKEND)
 			return punt(&p, EDGE_R_LB_NO_BACKEND, XDP_DROP);
-		/* A stateless service's flow gets no shared entry: only this
-		 * CPU's exact-match copy (derivable state, as for any flow). */
-		if (lb == EDGE_LB_STATELESS)
-			insert = 2;
 		if (lb == EDGE_LB_HIT || lb == EDGE_LB_STATELESS ||
 		    edge_classify(&p.key, st, nf.gen & 1, &rule)) {
 			nf.far = rule.far;
@@ -217,8 +214,8 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 			nf.stats = EDGE_NO_PDR;
 		}
 		fl = &nf;
-		if (!insert)
-			insert = 1;
+		/* A stateless service's flow is recorded nowhere. */
+		insert = lb != EDGE_LB_STATELESS;
 	}
 
 	if (fl->far == EDGE_NO_FAR) {
@@ -241,19 +238,16 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		long err = 0;
 
 		if (p.key.family == 4) {
-			if (insert == 1)
-				err = bpf_map_update_elem(&edge_flows4, &k4, &nf,
-							  BPF_ANY);
+			err = bpf_map_update_elem(&edge_flows4, &k4, &nf,
+						  BPF_ANY);
 			if (emc) {
 				emc->k = k4;
 				emc->f = nf;
 				emc->f.packets = 0; /* the total is in nf */
 				emc->f.bytes = 0;
-				if (insert == 2) /* no nf in edge_flows4 */
-					emc->f.flags = EDGE_FF_LOCAL;
 			}
 			asm volatile("" ::: "memory");
-		} else if (insert == 1) {
+		} else {
 			err = bpf_map_update_elem(&edge_flows, &p.key, &nf, BPF_ANY);
 			asm volatile("" ::: "memory");
 		}

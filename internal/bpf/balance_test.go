@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -479,6 +480,7 @@ func countEntries[K any](t *testing.T, m interface {
 // stateful service beside them keeps its connections pinned.
 func TestBalanceStateless(t *testing.T) {
 	h := newHarness(t, statelessCfg(t, "{far: 11}, {far: 12}"))
+	missBefore := cacheMisses(t, h.dp)
 	const flows = 300
 	owner := make([]string, flows)
 	for n := 0; n < flows; n++ {
@@ -508,6 +510,15 @@ func TestBalanceStateless(t *testing.T) {
 	toVIP4 := func(k bpf.FlowKey4) bool { return k.Dst == binary.NativeEndian.Uint32(vip[:]) }
 	if n := countEntries(t, h.dp.EdgeFlows4, toVIP4); n != 0 {
 		t.Errorf("%d flow-cache entries toward the stateless VIP, want 0", n)
+	}
+	// Nor exact-match copies (a flood of a stateless service's flows
+	// would evict every other flow's), nor cache misses counted: its
+	// packets are decided before the caches.
+	if n := emcCopies(t, h.dp, toVIP4); n != 0 {
+		t.Errorf("%d exact-match copies of flows toward the stateless VIP, want 0", n)
+	}
+	if miss := cacheMisses(t, h.dp) - missBefore; miss != flows {
+		t.Errorf("%d flow-cache misses, want one per reply flow (%d; the replies are cached as usual) and none for the stateless packets", miss, flows)
 	}
 	conns := func(svc uint32) int {
 		n := 0
@@ -583,6 +594,136 @@ func TestBalanceStateless(t *testing.T) {
 	}
 	if moved == 0 || moved == flows {
 		t.Errorf("%d of %d flows were on the drained backend, want some", moved, flows)
+	}
+}
+
+// emcCopies counts the exact-match cache slots, on every CPU, whose key
+// passes keep.
+func emcCopies(t *testing.T, dp *bpf.Dataplane, keep func(bpf.FlowKey4) bool) int {
+	t.Helper()
+	n := 0
+	var slots []bpf.EMC4
+	for i := uint32(0); i < dp.EdgeEmc4.MaxEntries(); i++ {
+		if err := dp.EdgeEmc4.Lookup(i, &slots); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range slots {
+			if e.F.Gen != 0 && keep(e.K) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// cacheMisses sums the flow-cache miss counter over the CPUs.
+func cacheMisses(t *testing.T, dp *bpf.Dataplane) uint64 {
+	t.Helper()
+	var per []uint64
+	if err := dp.EdgeCacheStats.Lookup(uint32(1), &per); err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n
+}
+
+// TestBalanceStatelessBitShared puts a stateful service, and an address
+// served by no service, on the stateless_vips bit of a stateless service:
+// the bit only sends their packets through the service lookup first, and
+// they are decided (and recorded) as without it. A slot whose stateless
+// service goes away clears its bits.
+func TestBalanceStatelessBitShared(t *testing.T) {
+	key := func(a netip.Addr, port uint16) bpf.SvcKey {
+		k := bpf.SvcKey{Port: port<<8 | port>>8, Proto: 17, Family: 4}
+		copy(k.Vip[:], a.AsSlice())
+		return k
+	}
+	stateless := netip.MustParseAddr("203.0.113.30")
+	bit := bpf.StatelessBit(key(stateless, 53))
+	var shared []netip.Addr
+	for i := 1; i < 65536 && len(shared) < 2; i++ {
+		a := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+		if bpf.StatelessBit(key(a, 53)) == bit {
+			shared = append(shared, a)
+		}
+	}
+	if len(shared) < 2 {
+		t.Fatal("no two addresses share the stateless service's bit")
+	}
+	other := netip.MustParseAddr("198.18.255.1")
+	if bpf.StatelessBit(key(other, 53)) == bit {
+		other = netip.MustParseAddr("198.18.255.2")
+	}
+	cfg := fmt.Sprintf(`
+interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: wan1, role: wan}]
+fars:
+  - {id: 1, action: redirect, interface: wan1}
+  - {id: 11, action: nat, address: 10.6.0.11, port: 8080}
+  - {id: 12, action: nat, address: 10.6.0.12, port: 8080}
+lbrs:
+  - {id: 1, algorithm: maglev, members: [{far: 11}]}
+  - {id: 2, algorithm: maglev, members: [{far: 12}]}
+services:
+  - {id: 1, vip: %s, port: 53, proto: udp, lbr: 1, stateless: true}
+  - {id: 2, vip: %s, port: 53, proto: udp, lbr: 2}
+pdrs:
+  - {id: 1, precedence: 100, match: {in: wan0}, far: 1}
+limits: {flows: 1024, rules: 64, maglev_table: 251, connections: 1024}
+`, stateless, shared[0])
+	h := newHarness(t, cfg)
+	var st bpf.State
+	if err := h.dp.EdgeGlobal.Lookup(uint32(0), &st); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.StatelessVips[st.Gen&1]; got != 1<<bit {
+		t.Fatalf("stateless_vips %#x, want %#x", got, uint64(1)<<bit)
+	}
+	for n := 0; n < 3; n++ {
+		q := lbPkt{src: "10.3.9.9", dst: stateless.String(), sport: uint16(6000 + n), dport: 53, udp: true, smac: macWanNeigh, dmac: macWan0}
+		if v, out := h.send(q, "wan0"); v != bpf.XDPRedirect || backendOf(t, out) != "10.6.0.11:8080" {
+			t.Fatalf("stateless service: verdict %s", verdictName(v))
+		}
+		q.dst = shared[0].String()
+		if v, out := h.send(q, "wan0"); v != bpf.XDPRedirect || backendOf(t, out) != "10.6.0.12:8080" {
+			t.Fatalf("stateful service on the same bit: verdict %s", verdictName(v))
+		}
+		// An address served by no service: decided as one whose bit
+		// is clear.
+		q.dst = shared[1].String()
+		v, _ := h.send(q, "wan0")
+		q.dst = other.String()
+		if want, _ := h.send(q, "wan0"); v != want {
+			t.Fatalf("no service, same bit: verdict %s, another bit: %s", verdictName(v), verdictName(want))
+		}
+	}
+	// The stateful service and the plain address are cached and recorded
+	// as usual; the stateless service is not.
+	to := func(a netip.Addr) func(bpf.FlowKey4) bool {
+		d := binary.NativeEndian.Uint32(a.AsSlice())
+		return func(k bpf.FlowKey4) bool { return k.Dst == d }
+	}
+	for a, want := range map[netip.Addr]int{stateless: 0, shared[0]: 3, shared[1]: 3, other: 3} {
+		if n := countEntries(t, h.dp.EdgeFlows4, to(a)); n != want {
+			t.Errorf("%s: %d flow-cache entries, want %d", a, n, want)
+		}
+	}
+	if n := countEntries(t, h.dp.EdgeConns, func(bpf.ConnKey) bool { return true }); n != 3 {
+		t.Errorf("%d connection-table entries, want the stateful service's 3", n)
+	}
+
+	cfg2, err := config.Parse([]byte(strings.Replace(cfg, ", stateless: true", "", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.apply(cfg2)
+	if err := h.dp.EdgeGlobal.Lookup(uint32(0), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.StatelessVips[st.Gen&1] != 0 {
+		t.Errorf("stateless_vips %#x with no stateless service, want 0", st.StatelessVips[st.Gen&1])
 	}
 }
 

@@ -176,6 +176,7 @@ type edgeEdgeState struct {
 	Nservices        [2]uint32
 	Nnat             [2]uint32
 	Nstateless       [2]uint32
+	StatelessVips    [2]uint64
 }
 
 type edgeEdgeSvc struct {

@@ -14,9 +14,9 @@ import (
 // FlowKey4 is the compact IPv4 flow-cache key.
 type FlowKey4 = edgeEdgeFlowKey4
 
-// emc4 mirrors struct edge_emc4 (bpf2go cannot generate it: the map of
-// the same name hides the type), 88 bytes.
-type emc4 struct {
+// EMC4 mirrors struct edge_emc4, an exact-match cache slot (bpf2go
+// cannot generate it: the map of the same name hides the type), 88 bytes.
+type EMC4 struct {
 	K    FlowKey4
 	F    Flow
 	Pad  uint32
@@ -82,7 +82,7 @@ func (dp *Dataplane) Flows(n int) ([]FlowStat, error) {
 	// Exact-match copies: add what each CPU counted and has not folded
 	// into the shared entry yet.
 	if dp.EdgeEmc4 != nil {
-		var slots []emc4
+		var slots []EMC4
 		for i := uint32(0); i < dp.EdgeEmc4.MaxEntries(); i++ {
 			if err := dp.EdgeEmc4.Lookup(i, &slots); err != nil {
 				return nil, fmt.Errorf("read exact-match cache slot %d: %w", i, err)

@@ -71,6 +71,13 @@ func SvcIndexHash(k SvcKey) uint32 {
 	return h
 }
 
+// StatelessBit is sl_bit (balance.h): the bit of the state's
+// stateless_vips a packet to the service key's VIP and port tests.
+func StatelessBit(k SvcKey) uint32 {
+	a := func(i int) uint32 { return binary.NativeEndian.Uint32(k.Vip[4*i:]) }
+	return ((a(0) ^ a(1) ^ a(2) ^ a(3) ^ uint32(k.Port)) * 0x9e3779b1) >> 26
+}
+
 // SvcIndex places services (of one slot) in the index's buckets: each at
 // the first empty one of the SvcProbes from its own, in the order of
 // their ids; one that finds none is left to edge_services. It returns the

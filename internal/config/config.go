@@ -210,9 +210,9 @@ type Service struct {
 	// that fails Fall probes in a row out of the table until it passes
 	// Rise in a row.
 	Health *Health `yaml:"health,omitempty"`
-	// Stateless services record no connections (Katran's LRU bypass): a
-	// packet the flow cache's per-CPU copy does not hold is hashed
-	// through the Maglev table again. New connections cost no table
+	// Stateless services record no connections (Katran's LRU bypass):
+	// every packet is hashed through the Maglev table, before the flow
+	// cache, which never holds such a flow. New connections cost no table
 	// insert and a flood of them evicts nothing, but a connection keeps
 	// its backend only while table changes leave its entry alone
 	// (Maglev moves about 1/N of them when one of N backends goes, and
