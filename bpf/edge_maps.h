@@ -301,6 +301,13 @@ struct edge_lb_scratch {
 	struct edge_svc_key sk;
 	struct edge_conn cv;
 	struct edge_conn rv;
+	/* edge_nat_icmp: offsets of the ICMP header (l4), the quoted IP
+	 * header (il3), its L4 header (il4) and its source address (off), and
+	 * the ICMP checksum's sum being updated */
+	__u32 l3, l4, il3, il4, off, sum;
+	__u8 family, proto;
+	__u8 to_vip;       /* toward the VIP (else toward the client) */
+	__u8 from_backend; /* toward the client, sent by the backend itself */
 };
 
 struct {

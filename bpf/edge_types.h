@@ -52,6 +52,7 @@ enum edge_reason {
 	EDGE_R_LB_NO_BACKEND, /* to a service with no backend of weight > 0 */
 	EDGE_R_LB_CONN_FULL,  /* connection or reverse-NAT table insert failed */
 	EDGE_R_NAT_L4,        /* NAT of a packet without its L4 header (fragment) */
+	EDGE_R_NAT_ICMP,      /* ICMP error about a NAT'd connection: translated */
 	EDGE_R_MAX,
 };
 

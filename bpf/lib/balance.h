@@ -213,6 +213,26 @@ far_current(__u32 slot, __u32 fi, __u32 id, __u32 stride)
 	return far;
 }
 
+/* rnat_find looks up the reply k of a NAT'd connection in the
+ * reverse-NAT table: EDGE_LB_HIT with out the reply rewrite's FAR (still
+ * the one recorded) and counter, else EDGE_LB_NONE. */
+static __always_inline int rnat_find(const struct edge_conn_key *k, __u32 slot,
+				     __u32 stride, struct edge_rule *out)
+{
+	const struct edge_far *far;
+	struct edge_conn *c;
+
+	c = bpf_map_lookup_elem(&edge_rnat, k);
+	if (!c)
+		return EDGE_LB_NONE;
+	far = far_current(slot, c->far, c->far_id, stride);
+	if (!far || far->action != EDGE_ACT_UNNAT)
+		return EDGE_LB_NONE;
+	out->far = c->far;
+	out->stats = c->stats | EDGE_STATS_LB;
+	return EDGE_LB_HIT;
+}
+
 /* edge_balance decides a flow-cache miss that belongs to the balancer: a
  * connection to a service, known (connection table) or new (Maglev table;
  * the connection and, for NAT, its reply's reverse entry are recorded), or
@@ -261,15 +281,7 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	if (!svc) {
 		if (!(flags & EDGE_BAL_NAT))
 			return EDGE_LB_NONE;
-		c = bpf_map_lookup_elem(&edge_rnat, &s->ck);
-		if (!c)
-			return EDGE_LB_NONE;
-		far = far_current(slot, c->far, c->far_id, stride);
-		if (!far || far->action != EDGE_ACT_UNNAT)
-			return EDGE_LB_NONE;
-		out->far = c->far;
-		out->stats = c->stats | EDGE_STATS_LB;
-		return EDGE_LB_HIT;
+		return rnat_find(&s->ck, slot, stride, out);
 	}
 	tag = svc->tag & (EDGE_MAX_SERVICES - 1);
 	stateless = svc->flags & EDGE_SVC_STATELESS;
@@ -485,6 +497,294 @@ static __always_inline int edge_nat_rewrite(struct xdp_md *ctx,
 	*ck = csum_fold(sum);
 	if (p->key.proto == IPPROTO_UDP && *ck == 0)
 		*ck = 0xffff;
+	return 0;
+}
+
+
+/* ICMP errors about NAT'd connections. A router on either side may answer
+ * a NAT'd packet with an error (fragmentation needed, packet too big,
+ * unreachable, time exceeded) that quotes the packet as it saw it: toward
+ * the VIP, quoting the VIP's reply to the client; or toward the client,
+ * quoting the client's packet to the backend. Passed on untranslated,
+ * neither end can match it to its connection, and path MTU discovery
+ * through the service fails (large replies black-holed). edge_nat_icmp
+ * translates both, as a NAT must (RFC 5508 section 4). */
+
+/* icmp_is_error tells whether an ICMP (family 4) or ICMPv6 type is an
+ * error message that quotes the packet it is about. */
+static __always_inline int icmp_is_error(__u8 type, __u8 family)
+{
+	if (family == 4)
+		return type == 3 || type == 11 || type == 12;
+	return type >= 1 && type <= 4;
+}
+
+/* sum_diff16 adds to a one's-complement sum the change of a 16-bit word. */
+static __always_inline __u32 sum_diff16(__u32 sum, __u16 old, __u16 new)
+{
+	return sum + (__u16)~old + new;
+}
+
+/* nat_icmp_inner rewrites the quoted packet's address (at a_off, 4 or 16
+ * bytes) and port (at port_off) to addr and port, with the quote's IPv4
+ * header checksum and its TCP/UDP checksum when the quote holds it (an
+ * IPv4 UDP checksum of 0 means none); every change is added to s->sum,
+ * the ICMP checksum's sum. Offsets and family are in s. */
+static __always_inline int nat_icmp_inner(struct xdp_md *ctx,
+					  struct edge_lb_scratch *s, __u32 a_off,
+					  __u32 port_off, const __u8 *addr,
+					  __be16 port)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 *a = data + (a_off & 0x3ff), d;
+	__be16 *pp = data + (port_off & 0x3ff), *ck;
+	__u16 old;
+
+	if ((void *)(pp + 1) > data_end)
+		return -1;
+	if (s->family == 4) {
+		struct iphdr *ih = data + (s->il3 & 0x3ff);
+
+		if ((void *)(a + 1) > data_end || (void *)(ih + 1) > data_end)
+			return -1;
+		d = csum_add_diff(0, a, (const __u32 *)addr, 1);
+		old = ih->check;
+		ih->check = csum_fold((__u16)~old + d);
+		s->sum = sum_diff16(s->sum, old, ih->check);
+		*a = *(const __u32 *)addr;
+	} else {
+		if ((void *)(a + 4) > data_end)
+			return -1;
+		d = csum_add_diff(0, a, (const __u32 *)addr, 4);
+		__builtin_memcpy(a, addr, 16);
+	}
+	d = sum_diff16(d, *pp, port);
+	*pp = port;
+	ck = data + ((s->il4 + (s->proto == IPPROTO_TCP ? 16 : 6)) & 0x3ff);
+	if ((void *)(ck + 1) <= data_end &&
+	    !(s->proto == IPPROTO_UDP && s->family == 4 && *ck == 0)) {
+		old = *ck;
+		*ck = csum_fold((__u16)~old + d);
+		if (s->proto == IPPROTO_UDP && *ck == 0)
+			*ck = 0xffff;
+		s->sum = sum_diff16(s->sum, old, *ck);
+	}
+	s->sum += d;
+	return 0;
+}
+
+/* nat_icmp_outer rewrites the outer address at a_off (the destination
+ * toward the backend, the source toward the client) to addr: with the
+ * IPv4 header checksum, or for ICMPv6 in the checksum's pseudo-header
+ * (s->sum). */
+static __always_inline int nat_icmp_outer(struct xdp_md *ctx,
+					  struct edge_lb_scratch *s, __u32 a_off,
+					  const __u8 *addr)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 *a = data + (a_off & 0x3ff);
+
+	if (s->family == 4) {
+		struct iphdr *iph = data + (s->l3 & 0x3ff);
+
+		if ((void *)(a + 1) > data_end || (void *)(iph + 1) > data_end)
+			return -1;
+		iph->check = csum_fold((__u16)~iph->check +
+				       csum_add_diff(0, a, (const __u32 *)addr, 1));
+		*a = *(const __u32 *)addr;
+	} else {
+		if ((void *)(a + 4) > data_end)
+			return -1;
+		s->sum = csum_add_diff(s->sum, a, (const __u32 *)addr, 4);
+		__builtin_memcpy(a, addr, 16);
+	}
+	return 0;
+}
+
+/* addr_eq compares two 16-byte addresses (IPv4: 4 bytes, zeros after). */
+static __always_inline int addr_eq(const __u8 *x, const __u8 *y)
+{
+	const __u64 *a = (const __u64 *)x, *b = (const __u64 *)y;
+
+	return a[0] == b[0] && a[1] == b[1];
+}
+
+/* edge_nat_icmp translates an ICMP or ICMPv6 error (parsed into p) about a connection of a NAT service in slot: toward the VIP (quoting
+ * the VIP's reply), the destination and the quoted source become the
+ * backend's; toward the client (quoting the packet the backend got), the
+ * quoted destination becomes the VIP's, and the source too when the
+ * backend itself sent the error. It returns EDGE_LB_HIT with out->far the
+ * FAR whose interface the packet leaves by (the backend's, or the reply
+ * rewrite's) and out->stats its counter; EDGE_LB_NONE when the packet is
+ * not such an error (left as it was). A connection that was never seen is
+ * not guessed at: for a stateless service the Maglev table answers, as it
+ * does for the connection's own packets. */
+__noinline int edge_nat_icmp(struct xdp_md *ctx, const struct edge_pkt *p,
+			     __u32 slot, __u32 stride, struct edge_rule *out)
+{
+	void *data, *data_end;
+	const struct edge_far *far;
+	const struct edge_svc *svc;
+	struct edge_lb_scratch *s;
+	struct edge_conn *c;
+	__u8 *icmp;
+	__u32 zero = 0, fi = 0, stats = 0;
+	__be16 *ports;
+
+	if (!p || !out || !ctx)
+		return EDGE_LB_NONE;
+	s = bpf_map_lookup_elem(&edge_lb_scratch, &zero);
+	if (!s)
+		return EDGE_LB_NONE;
+	s->l3 = p->l3_off;
+	s->l4 = p->l4_off;
+	s->family = p->key.family;
+	if (s->l4 > 512 || s->l3 > 64)
+		return EDGE_LB_NONE;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	icmp = data + s->l4;
+	if ((void *)(icmp + 8) > data_end || !icmp_is_error(icmp[0], s->family))
+		return EDGE_LB_NONE;
+	s->sum = (__u16)~*(__u16 *)(icmp + 2);
+	s->il3 = s->l4 + 8;
+	if (s->family == 4) {
+		struct iphdr *ih = data + s->il3;
+
+		if ((void *)(ih + 1) > data_end || ih->ihl < 5 ||
+		    (ih->frag_off & bpf_htons(0x1fff)))
+			return EDGE_LB_NONE;
+		s->proto = ih->protocol;
+		s->il4 = s->il3 + ih->ihl * 4;
+		s->off = s->il3 + 12; /* the quote's source, then destination */
+	} else {
+		struct ipv6hdr *ih = data + s->il3;
+
+		if ((void *)(ih + 1) > data_end)
+			return EDGE_LB_NONE;
+		s->proto = ih->nexthdr;
+		s->il4 = s->il3 + sizeof(*ih);
+		s->off = s->il3 + 8;
+	}
+	if (s->proto != IPPROTO_TCP && s->proto != IPPROTO_UDP)
+		return EDGE_LB_NONE;
+	if (s->il4 > 640)
+		return EDGE_LB_NONE;
+	ports = data + s->il4;
+	if ((void *)(ports + 2) > data_end)
+		return EDGE_LB_NONE;
+
+	/* The quoted packet's connection as the client opened it: toward
+	 * the VIP the quote is the reply (VIP -> client), so reversed. */
+	__builtin_memset(&s->ck, 0, sizeof(s->ck));
+	if (s->family == 4) {
+		__u32 *a = data + (s->il3 + 12);
+
+		if ((void *)(a + 2) > data_end)
+			return EDGE_LB_NONE;
+		*(__u32 *)s->ck.dst = a[0];
+		*(__u32 *)s->ck.src = a[1];
+	} else {
+		__u64 *a = data + (s->il3 + 8);
+
+		if ((void *)(a + 4) > data_end)
+			return EDGE_LB_NONE;
+		__builtin_memcpy(s->ck.dst, a, 16);
+		__builtin_memcpy(s->ck.src, a + 2, 16);
+	}
+	s->ck.dport = ports[0];
+	s->ck.sport = ports[1];
+	s->ck.proto = s->proto;
+	s->ck.family = s->family;
+	slot &= 1;
+
+	/* Toward the VIP: addressed to the quote's source, a NAT service. */
+	svc = NULL;
+	if (addr_eq(p->key.dst, s->ck.dst)) {
+		__builtin_memcpy(s->sk.vip, s->ck.dst, 16);
+		s->sk.port = s->ck.dport;
+		s->sk.proto = s->proto;
+		s->sk.family = s->family;
+		s->sk.slot = slot;
+		svc = svc_find(&s->sk, slot);
+	}
+	s->to_vip = svc && svc->unnat != EDGE_NO_FAR;
+	s->from_backend = addr_eq(p->key.src, s->ck.src);
+	if (s->to_vip) {
+		/* The connection's backend, from the connection table or, for
+		 * a stateless service, the Maglev table. */
+		far = NULL;
+		if (svc->flags & EDGE_SVC_STATELESS) {
+			far = maglev_pick(svc, svc->tag & (EDGE_MAX_SERVICES - 1),
+					  slot, stride, lb_hash(&s->ck), &fi,
+					  &stats);
+		} else {
+			c = bpf_map_lookup_elem(&edge_conns, &s->ck);
+			if (c && c->svc == svc->id) {
+				far = far_current(slot, c->far, c->far_id, stride);
+				fi = c->far;
+				stats = c->stats;
+			}
+		}
+		if (!far || far->action != EDGE_ACT_NAT)
+			return EDGE_LB_NONE;
+	} else {
+		/* Toward the client: the quote is the client's packet as the
+		 * backend got it; reversed (ck), the key of its reply in the
+		 * reverse-NAT table (backend -> client). */
+		return rnat_find(&s->ck, slot, stride, out);
+	}
+	out->far = fi;
+	out->stats = stats | EDGE_STATS_LB;
+	return EDGE_LB_HIT;
+}
+
+/* edge_nat_icmp_rewrite translates the ICMP error edge_nat_icmp found a
+ * connection for (its offsets in the scratch), with FAR fi of slot:
+ * toward the VIP the quote's source and port, and the destination, become
+ * the backend's (the NAT FAR's); toward the client the quote's
+ * destination and port become the VIP's (the reply rewrite's), and the
+ * source too when the backend itself sent the error (a router's own
+ * address stays). Returns 0, or -1 when the packet is left half done
+ * (drop it). A global function of its own: the pipeline's stack leaves
+ * little room for the two together. */
+__noinline int edge_nat_icmp_rewrite(struct xdp_md *ctx, __u32 slot,
+				     __u32 stride, __u32 fi)
+{
+	const struct edge_far *far;
+	struct edge_lb_scratch *s;
+	void *data, *data_end;
+	__u32 zero = 0, k = (slot & 1) * stride + fi;
+	__u8 *icmp;
+
+	if (!ctx)
+		return -1;
+	s = bpf_map_lookup_elem(&edge_lb_scratch, &zero);
+	far = bpf_map_lookup_elem(&edge_fars, &k);
+	if (!s || !far)
+		return -1;
+	if (s->to_vip) {
+		if (nat_icmp_inner(ctx, s, s->off, s->il4, far->addr, far->port) ||
+		    nat_icmp_outer(ctx, s, s->l3 + (s->family == 4 ? 16 : 24),
+				   far->addr))
+			return -1;
+	} else {
+		if (nat_icmp_inner(ctx, s, s->off + (s->family == 4 ? 4 : 16),
+				   s->il4 + 2, far->addr, far->port))
+			return -1;
+		if (s->from_backend &&
+		    nat_icmp_outer(ctx, s, s->l3 + (s->family == 4 ? 12 : 8),
+				   far->addr))
+			return -1;
+	}
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	icmp = data + (s->l4 & 0x3ff);
+	if ((void *)(icmp + 8) > data_end)
+		return -1;
+	*(__u16 *)(icmp + 2) = csum_fold(s->sum);
 	return 0;
 }
 

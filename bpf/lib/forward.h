@@ -109,6 +109,21 @@ static __always_inline int next_hop_ok(const struct edge_flow *fl, __u32 oif,
 	       len3 <= fl->ok_len;
 }
 
+/* ttl_expires tells whether forwarding the packet would take its TTL or
+ * hop limit to 0 (a header too short counts as not: the caller checks). */
+static __always_inline int ttl_expires(struct xdp_md *ctx,
+				       const struct edge_pkt *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct iphdr *iph = data + (p->l3_off & 0x7f);
+	struct ipv6hdr *ip6 = (void *)iph;
+
+	if (p->key.family == 4)
+		return (void *)(iph + 1) <= data_end && iph->ttl <= 1;
+	return (void *)(ip6 + 1) <= data_end && ip6->hop_limit <= 1;
+}
+
 /* edge_redirect forwards the packet out of far->ifindex to the next hop
  * cached in fl, asking the FIB first when fl has none for this epoch. */
 static __always_inline int edge_redirect(struct xdp_md *ctx, struct edge_pkt *p,
@@ -207,6 +222,10 @@ static __always_inline int edge_act(struct xdp_md *ctx, struct edge_pkt *p,
 		 * not know the VIP: drop, counted. */
 		if (p->vlans)
 			return punt(p, EDGE_R_VLAN_FWD, XDP_DROP);
+		/* A packet whose TTL runs out here goes to the kernel as it
+		 * came, so its time-exceeded quotes what the client sent. */
+		if (ttl_expires(ctx, p))
+			return punt(p, EDGE_R_TTL, XDP_PASS);
 		reason = edge_nat_rewrite(ctx, p, far,
 					  far->action == EDGE_ACT_UNNAT);
 		if (reason)

@@ -100,6 +100,28 @@ static __always_inline int stateless(const struct edge_flow_key *key,
 	return lb;
 }
 
+/* nat_icmp_forward sends an ICMP error edge_nat_icmp translated out of
+ * the interface of the FAR it chose, by the FIB (next hop into nf, not
+ * kept), counted with the connection's backend. */
+static __always_inline int nat_icmp_forward(struct xdp_md *ctx,
+					    struct edge_pkt *p,
+					    const struct edge_state *st,
+					    const struct edge_rule *rule,
+					    struct edge_flow *nf)
+{
+	const struct edge_far *far;
+	__u32 fi = (st->gen & 1) * far_stride + rule->far;
+
+	far = bpf_map_lookup_elem(&edge_fars, &fi);
+	if (!far)
+		return punt(p, EDGE_R_NO_STATE, XDP_DROP);
+	count(&edge_lb_stats, rule->stats & ~EDGE_STATS_LB, p->len);
+	count(&edge_reasons, EDGE_R_NAT_ICMP, p->len);
+	__builtin_memset(nf, 0, sizeof(*nf));
+	nf->gen = st->gen;
+	return edge_redirect(ctx, p, far, nf, st->fib_epoch);
+}
+
 /* edge_pipeline is the whole per-packet path; entry programs (and the
  * benchmark wrappers) call it. */
 static __always_inline int edge_pipeline(struct xdp_md *ctx)
@@ -134,6 +156,18 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	/* The barriers keep clang from merging the two lookups into one call
 	 * with a selected map pointer: the verifier inlines a hash lookup only
 	 * where the map is a constant. */
+	/* An ICMP error about a NAT'd connection is translated and sent on,
+	 * never cached: the flow cache keys it by its own addresses, not by
+	 * the connection it quotes. */
+	if (bal && (p.key.proto == IPPROTO_ICMP ||
+		    p.key.proto == IPPROTO_ICMPV6) && p.l4_off &&
+	    edge_nat_icmp(ctx, &p, st->gen & 1, far_stride, &rule) ==
+		    EDGE_LB_HIT) {
+		if (edge_nat_icmp_rewrite(ctx, st->gen & 1, far_stride,
+					  rule.far))
+			return punt(&p, EDGE_R_NAT_L4, XDP_DROP);
+		return nat_icmp_forward(ctx, &p, st, &rule, &nf);
+	}
 	/* A stateless service's packets are decided before any cache: they
 	 * are never in edge_flows, and exact-match copies of them would let a
 	 * flood of its flows evict every other flow's copy. Other packets

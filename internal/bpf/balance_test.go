@@ -815,3 +815,172 @@ func TestBalanceReplyEntryRestored(t *testing.T) {
 		t.Fatalf("reply after the entry was evicted: verdict %s\n got %x\nwant %x", verdictName(v), out3, want)
 	}
 }
+
+// icmpErr is an ICMP (IPv4) or ICMPv6 error frame from src to dst,
+// received from smac for dmac, whose rest-of-header is rest and which
+// quotes quote (an IP packet).
+func icmpErr(t *testing.T, smac, dmac net.HardwareAddr, src, dst string, ttl uint8, typ, code uint8, rest uint32, quote []byte) []byte {
+	t.Helper()
+	s, d := net.ParseIP(src), net.ParseIP(dst)
+	if s.To4() != nil {
+		return serialize(t, []gopacket.SerializableLayer{
+			&layers.Ethernet{SrcMAC: smac, DstMAC: dmac, EthernetType: layers.EthernetTypeIPv4},
+			&layers.IPv4{Version: 4, IHL: 5, TTL: ttl, Protocol: layers.IPProtocolICMPv4, SrcIP: s.To4(), DstIP: d.To4()},
+			&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(typ, code), Id: uint16(rest >> 16), Seq: uint16(rest)},
+			gopacket.Payload(quote),
+		})
+	}
+	body := binary.BigEndian.AppendUint32(nil, rest)
+	return serialize(t, []gopacket.SerializableLayer{
+		&layers.Ethernet{SrcMAC: smac, DstMAC: dmac, EthernetType: layers.EthernetTypeIPv6},
+		&layers.IPv6{Version: 6, HopLimit: ttl, NextHeader: layers.IPProtocolICMPv6, SrcIP: s, DstIP: d},
+		&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(typ, code)},
+		gopacket.Payload(append(body, quote...)),
+	})
+}
+
+// TestBalanceNATICMP sends ICMP errors about NAT'd connections both ways:
+// toward the VIP (a router on the client's side quoting the VIP's reply:
+// fragmentation needed, packet too big) they reach the backend quoting
+// the backend's own packet; toward the client (the backend's host, or a
+// router on its side, quoting the client's packet as the backend got it)
+// they reach the client quoting its packet to the VIP, from the VIP when
+// the backend sent them. Byte-exact against frames gopacket builds,
+// checksums verified by tshark. Errors about unknown connections, and
+// ICMP that is no error, pass untranslated.
+func TestBalanceNATICMP(t *testing.T) {
+	h := newHarness(t, fmt.Sprintf(lbConfig, far11, "{far: 11}"))
+	const vip, backend, client4 = "203.0.113.10", "10.6.0.11", "10.3.1.2"
+	q := client(1, vip, 80, "S")
+	if q.src != client4 {
+		t.Fatalf("client address %s", q.src)
+	}
+	if _, out := h.send(q, "wan0"); backendOf(t, out) != backend+":8080" {
+		t.Fatalf("SYN went to %s", backendOf(t, out))
+	}
+	// The connection's two packets as the far side of each router saw
+	// them: the VIP's reply (leaving wan0) and the client's packet
+	// (leaving wan1).
+	replyOut := lbPkt{src: vip, dst: client4, sport: 80, dport: q.sport, ttl: 63, smac: macWanNeigh, dmac: macWan0, flags: "A"}.frame(t)[14:]
+	replyIn := lbPkt{src: backend, dst: client4, sport: 8080, dport: q.sport, ttl: 63, smac: macWanNeigh, dmac: macWan0, flags: "A"}.frame(t)[14:]
+	synIn := lbPkt{src: client4, dst: backend, sport: q.sport, dport: 8080, ttl: 63, smac: macWanNeigh, dmac: macWan0, flags: "S"}.frame(t)[14:]
+	synOut := lbPkt{src: client4, dst: vip, sport: q.sport, dport: 80, ttl: 63, smac: macWanNeigh, dmac: macWan0, flags: "S"}.frame(t)[14:]
+
+	var frames [][]byte
+	w0src, w0dst := egressMACs("wan0")
+	w1src, w1dst := egressMACs("wan1")
+	reasons := func() uint64 {
+		var per []bpf.Ctr
+		if err := h.dp.EdgeReasons.Lookup(uint32(bpf.ReasonNATICMP), &per); err != nil {
+			t.Fatal(err)
+		}
+		var n uint64
+		for _, c := range per {
+			n += c.Packets
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name, in  string
+		pkt, want []byte
+	}{
+		{"frag needed toward the VIP, whole quote", "wan0",
+			icmpErr(t, macWanNeigh, macWan0, "10.3.200.1", vip, 64, 3, 4, 1400, replyOut),
+			icmpErr(t, w1src, w1dst, "10.3.200.1", backend, 63, 3, 4, 1400, replyIn)},
+		{"frag needed toward the VIP, IP header and 8 bytes", "wan0",
+			icmpErr(t, macWanNeigh, macWan0, "10.3.200.1", vip, 64, 3, 4, 1400, replyOut[:28]),
+			icmpErr(t, w1src, w1dst, "10.3.200.1", backend, 63, 3, 4, 1400, replyIn[:28])},
+		{"port unreachable from the backend", "wan1",
+			icmpErr(t, macWan1Neigh, macWan1, backend, client4, 64, 3, 3, 0, synIn),
+			icmpErr(t, w0src, w0dst, vip, client4, 63, 3, 3, 0, synOut)},
+		{"time exceeded from a router on the backend's side", "wan1",
+			icmpErr(t, macWan1Neigh, macWan1, "10.6.0.254", client4, 64, 11, 0, 0, synIn),
+			icmpErr(t, w0src, w0dst, "10.6.0.254", client4, 63, 11, 0, 0, synOut)},
+	} {
+		before := reasons()
+		v, out := h.run(c.pkt, c.in)
+		if v != bpf.XDPRedirect || !bytes.Equal(out, c.want) {
+			t.Fatalf("%s: verdict %s\n got %x\nwant %x", c.name, verdictName(v), out, c.want)
+		}
+		if reasons() != before+1 {
+			t.Errorf("%s: nat_icmp counted %d, want 1", c.name, reasons()-before)
+		}
+		frames = append(frames, out)
+	}
+
+	// IPv6: client fd03::7 -> [fd0f::10]:443 -> [fd02::2]:8443; a router
+	// on the client's side says the VIP's reply is too big.
+	syn6 := lbPkt{src: "fd03::7", dst: "fd0f::10", sport: 41000, dport: 443, smac: macWanNeigh, dmac: macWan0, flags: "S"}
+	if v, _ := h.send(syn6, "wan0"); v != bpf.XDPRedirect {
+		t.Fatalf("IPv6 SYN: verdict %s", verdictName(v))
+	}
+	reply6Out := lbPkt{src: "fd0f::10", dst: "fd03::7", sport: 443, dport: 41000, ttl: 63, smac: macWanNeigh, dmac: macWan0, flags: "A"}.frame(t)[14:]
+	reply6In := lbPkt{src: "fd02::2", dst: "fd03::7", sport: 8443, dport: 41000, ttl: 63, smac: macWanNeigh, dmac: macWan0, flags: "A"}.frame(t)[14:]
+	v, out := h.run(icmpErr(t, macWanNeigh, macWan0, "fd03::1", "fd0f::10", 64, 2, 0, 1280, reply6Out), "wan0")
+	if want := icmpErr(t, w0src, w0dst, "fd03::1", "fd02::2", 63, 2, 0, 1280, reply6In); v != bpf.XDPRedirect || !bytes.Equal(out, want) {
+		t.Fatalf("IPv6 packet too big toward the VIP: verdict %s\n got %x\nwant %x", verdictName(v), out, want)
+	}
+	frames = append(frames, out)
+	checkTsharkICMP(t, frames)
+
+	// A packet whose TTL runs out at the gateway reaches the kernel as
+	// the client sent it (its time-exceeded then quotes the VIP), not
+	// rewritten toward the backend.
+	ttl1 := client(1, vip, 80, "A")
+	ttl1.ttl = 1
+	if v, out := h.send(ttl1, "wan0"); v != bpf.XDPPass || !bytes.Equal(out, ttl1.frame(t)) {
+		t.Errorf("TTL 1 to the VIP: verdict %s, frame changed: %v", verdictName(v), !bytes.Equal(out, ttl1.frame(t)))
+	}
+
+	// Not translated: an error about a connection never seen, and an
+	// echo request to the VIP.
+	other := lbPkt{src: vip, dst: client4, sport: 80, dport: q.sport + 1, ttl: 63, smac: macWanNeigh, dmac: macWan0, flags: "A"}.frame(t)[14:]
+	before := reasons()
+	for name, pkt := range map[string][]byte{
+		"unknown connection": icmpErr(t, macWanNeigh, macWan0, "10.3.200.1", vip, 64, 3, 4, 1400, other),
+		"echo request":       icmpErr(t, macWanNeigh, macWan0, client4, vip, 64, 8, 0, 0x10001, []byte("ping")),
+	} {
+		if v, out := h.run(pkt, "wan0"); v == bpf.XDPRedirect && bytes.Contains(out, net.ParseIP(backend).To4()) {
+			t.Errorf("%s: sent to the backend", name)
+		}
+	}
+	if n := reasons() - before; n != 0 {
+		t.Errorf("nat_icmp counted %d untranslatable packets", n)
+	}
+
+	// A stateless service keeps no connection: the Maglev table gives
+	// the error to the backend the connection's packets go to.
+	hs := newHarness(t, statelessCfg(t, "{far: 11}, {far: 12}"))
+	for n := 0; n < 20; n++ {
+		q := client(n, vip, 80, "A")
+		_, out := hs.send(q, "wan0")
+		host, _, _ := net.SplitHostPort(backendOf(t, out))
+		replyOut := lbPkt{src: vip, dst: q.src, sport: 80, dport: q.sport, ttl: 63, smac: macWanNeigh, dmac: macWan0, flags: "A"}.frame(t)[14:]
+		replyIn := lbPkt{src: host, dst: q.src, sport: 8080, dport: q.sport, ttl: 63, smac: macWanNeigh, dmac: macWan0, flags: "A"}.frame(t)[14:]
+		v, got := hs.run(icmpErr(t, macWanNeigh, macWan0, "10.3.200.1", vip, 64, 3, 4, 1400, replyOut), "wan0")
+		if want := icmpErr(t, w1src, w1dst, "10.3.200.1", host, 63, 3, 4, 1400, replyIn); v != bpf.XDPRedirect || !bytes.Equal(got, want) {
+			t.Fatalf("stateless, flow %d: verdict %s\n got %x\nwant %x", n, verdictName(v), got, want)
+		}
+	}
+}
+
+// checkTsharkICMP has tshark verify the outer and quoted IP header
+// checksums and the ICMP checksums of frames.
+func checkTsharkICMP(t *testing.T, frames [][]byte) {
+	t.Helper()
+	testutil.RequireTool(t, "tshark")
+	pcap := writePcap(t, filepath.Join(t.TempDir(), "icmp"), frames...)
+	b, err := exec.Command("tshark", "-r", pcap, "-V", "-o", "ip.check_checksum:TRUE").CombinedOutput()
+	if err != nil {
+		t.Fatalf("tshark: %v\n%s", err, b)
+	}
+	text := string(b)
+	if n := strings.Count(text, "[Checksum Status: Good]"); n < len(frames) {
+		t.Errorf("tshark verified %d ICMP checksums good, want %d:\n%s", n, len(frames), text)
+	}
+	for _, bad := range []string{"Bad]", "incorrect", "Malformed"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("tshark found %q:\n%s", bad, text)
+		}
+	}
+}

@@ -188,6 +188,7 @@ var ReasonNames = []string{
 	"lb_no_backend",
 	"lb_conn_full",
 	"nat_l4",
+	"nat_icmp",
 }
 
 // Reason values used by callers and tests.
@@ -222,5 +223,6 @@ const (
 	ReasonLBNoBackend
 	ReasonLBConnFull
 	ReasonNATL4
+	ReasonNATICMP
 	ReasonMax
 )
