@@ -651,3 +651,77 @@ func TestBalanceStateless(t *testing.T) {
 		t.Errorf("be3 drained, new connections went to %v", got)
 	}
 }
+
+// TestBalanceNATPMTU sends 256 KiB from A through the NAT service to a
+// backend behind a narrower hop: B forwards to the backend over a link of
+// MTU 1200 while both ends announce an MSS for 1500, so B answers the
+// client's full-size segments with ICMP fragmentation needed, quoting
+// them as they left the gateway (to the backend's address). The gateway
+// translates the quote back to the VIP, the client's kernel lowers its
+// path MTU and the transfer completes; untranslated, the client could not
+// match the error to its connection and the transfer would stall.
+func TestBalanceNATPMTU(t *testing.T) {
+	cfg := strings.Replace(lbConfig, "lbr: 1}", "lbr: 1}\n  - {id: 2, vip: 203.0.113.10, port: 90, proto: tcp, lbr: 2}", 1)
+	cfg = strings.Replace(cfg, "lbrs:\n", "lbrs:\n  - {id: 2, algorithm: maglev, members: [{far: 9}]}\n", 1)
+	cfg = strings.Replace(cfg, "fars:\n", "fars:\n  - {id: 9, action: nat, address: 10.30.1.2, port: 9000}\n", 1)
+	a := newAPIGateway(t, cfg)
+	addBackends(t, a.gateway, 1)
+	// A sink on the backend: reads to EOF, answers with the byte count.
+	var ln net.Listener
+	if err := lab.InNamedNetNS(a.Prefix+"be1", func() (err error) {
+		ln, err = net.Listen("tcp4", ":9000")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+				n, _ := io.Copy(io.Discard, c)
+				fmt.Fprintf(c, "%d\n", n)
+			}()
+		}
+	}()
+	if out, err := exec.Command("ip", "-n", a.B, "link", "set", "be1", "mtu", "1200").CombinedOutput(); err != nil {
+		t.Fatalf("narrow the backend link: %v: %s", err, out)
+	}
+	a.warmUp()
+	icmpBefore, _ := metricValue(a.scrape(), "edgeplane_reason_packets_total", map[string]string{"reason": "nat_icmp"})
+
+	const size = 256 << 10
+	var reply string
+	start := time.Now()
+	err := lab.InNamedNetNS(a.A, func() error {
+		c, err := net.DialTimeout("tcp4", "203.0.113.10:90", 3*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(make([]byte, size)); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+			return err
+		}
+		b, err := io.ReadAll(c)
+		reply = strings.TrimSpace(string(b))
+		return err
+	})
+	took := time.Since(start)
+	icmp, _ := metricValue(a.scrape(), "edgeplane_reason_packets_total", map[string]string{"reason": "nat_icmp"})
+	t.Logf("%d bytes through a 1200-byte hop in %s; %v ICMP errors translated", size, took, icmp-icmpBefore)
+	if err != nil || reply != fmt.Sprint(size) {
+		t.Fatalf("transfer: %v, backend counted %q of %d bytes", err, reply, size)
+	}
+	if icmp-icmpBefore < 1 {
+		t.Errorf("no ICMP error translated: the transfer did not need path MTU discovery, the test shows nothing")
+	}
+}
