@@ -113,7 +113,9 @@ func addBackends(t *testing.T, g *gateway, n int) []*atomic.Bool {
 	return healthy
 }
 
-func serveEcho(ln net.Listener, name string) {
+// serve runs handle on each connection ln accepts, in a goroutine of its
+// own, and closes the connection after it; it returns when ln is closed.
+func serve(ln net.Listener, handle func(c net.Conn)) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -121,15 +123,21 @@ func serveEcho(ln net.Listener, name string) {
 		}
 		go func() {
 			defer c.Close()
-			if _, err := io.WriteString(c, name+"\n"); err != nil {
-				return
-			}
-			// Plain copies: TCPConn.ReadFrom would splice through a
-			// pooled pipe pair that outlives the connection (and
-			// TestMain counts leaked descriptors).
-			_, _ = io.Copy(struct{ io.Writer }{c}, struct{ io.Reader }{c})
+			handle(c)
 		}()
 	}
+}
+
+func serveEcho(ln net.Listener, name string) {
+	serve(ln, func(c net.Conn) {
+		if _, err := io.WriteString(c, name+"\n"); err != nil {
+			return
+		}
+		// Plain copies: TCPConn.ReadFrom would splice through a pooled
+		// pipe pair that outlives the connection (and TestMain counts
+		// leaked descriptors).
+		_, _ = io.Copy(struct{ io.Writer }{c}, struct{ io.Reader }{c})
+	})
 }
 
 // lbConn is one client connection to the VIP and the backend that
@@ -675,20 +683,11 @@ func TestBalanceNATPMTU(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-				n, _ := io.Copy(io.Discard, c)
-				fmt.Fprintf(c, "%d\n", n)
-			}()
-		}
-	}()
+	go serve(ln, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		n, _ := io.Copy(io.Discard, struct{ io.Reader }{c})
+		fmt.Fprintf(c, "%d\n", n)
+	})
 	if out, err := exec.Command("ip", "-n", a.B, "link", "set", "be1", "mtu", "1200").CombinedOutput(); err != nil {
 		t.Fatalf("narrow the backend link: %v: %s", err, out)
 	}
