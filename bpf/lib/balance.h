@@ -430,13 +430,13 @@ static __always_inline __u32 csum_add_diff(__u32 sum, const __u32 *old,
 }
 
 /* edge_nat_rewrite rewrites the destination (nat) or source (unnat)
- * address and port of a TCP/UDP packet to far->addr and far->port, with
+ * address and port of a TCP/UDP packet to addr and port, with
  * the IPv4 header checksum and the L4 checksum (whose pseudo-header holds
  * the addresses) patched incrementally. Returns 0 or the edge_reason to
  * drop with. */
 static __always_inline int edge_nat_rewrite(struct xdp_md *ctx,
 					    struct edge_pkt *p,
-					    const struct edge_far *far,
+					    const __u8 *addr, __be16 port,
 					    int src)
 {
 	void *data = (void *)(long)ctx->data;
@@ -467,11 +467,11 @@ static __always_inline int edge_nat_rewrite(struct xdp_md *ctx,
 			return EDGE_R_BAD_IP4;
 		a = src ? &iph->saddr : &iph->daddr;
 		sum = (__u16)~iph->check;
-		sum = csum_add_diff(sum, a, (const __u32 *)far->addr, 1);
+		sum = csum_add_diff(sum, a, (const __u32 *)addr, 1);
 		iph->check = csum_fold(sum);
 		sum = (__u16)~ck0;
-		sum = csum_add_diff(sum, a, (const __u32 *)far->addr, 1);
-		*a = *(const __u32 *)far->addr;
+		sum = csum_add_diff(sum, a, (const __u32 *)addr, 1);
+		*a = *(const __u32 *)addr;
 	} else {
 		struct ipv6hdr *ip6 = data + l3off;
 		__u32 *a;
@@ -480,16 +480,16 @@ static __always_inline int edge_nat_rewrite(struct xdp_md *ctx,
 			return EDGE_R_BAD_IP6;
 		a = src ? (__u32 *)&ip6->saddr : (__u32 *)&ip6->daddr;
 		sum = (__u16)~ck0;
-		sum = csum_add_diff(sum, a, (const __u32 *)far->addr, 4);
-		__builtin_memcpy(a, far->addr, 16);
+		sum = csum_add_diff(sum, a, (const __u32 *)addr, 4);
+		__builtin_memcpy(a, addr, 16);
 	}
 	oldp = src ? l4[0] : l4[1];
 	sum += (__u16)~oldp;
-	sum += far->port;
+	sum += port;
 	if (src)
-		l4[0] = far->port;
+		l4[0] = port;
 	else
-		l4[1] = far->port;
+		l4[1] = port;
 	/* A UDP checksum of 0 over IPv4 means "none": leave it so. A computed
 	 * 0 goes out as 0xffff (RFC 768). */
 	if (p->key.proto == IPPROTO_UDP && p->key.family == 4 && ck0 == 0)

@@ -124,11 +124,14 @@ static __always_inline int ttl_expires(struct xdp_md *ctx,
 	return (void *)(ip6 + 1) <= data_end && ip6->hop_limit <= 1;
 }
 
-/* edge_redirect forwards the packet out of far->ifindex to the next hop
- * cached in fl, asking the FIB first when fl has none for this epoch. */
-static __always_inline int edge_redirect(struct xdp_md *ctx, struct edge_pkt *p,
-					 const struct edge_far *far,
-					 struct edge_flow *fl, __u32 epoch)
+/* redirect_hop forwards the packet out of far->ifindex to the next hop
+ * cached in fl, asking the FIB first when fl has none for this epoch.
+ * Returns the verdict, or -reason when the FIB gave no next hop (the
+ * packet untouched; on EDGE_R_FRAG_NEEDED *mtu is the route's). */
+static __always_inline int redirect_hop(struct xdp_md *ctx, struct edge_pkt *p,
+					const struct edge_far *far,
+					struct edge_flow *fl, __u32 epoch,
+					__u32 *mtu)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -160,7 +163,6 @@ static __always_inline int edge_redirect(struct xdp_md *ctx, struct edge_pkt *p,
 
 	if (!next_hop_ok(fl, far->ifindex, epoch, len3)) {
 		struct bpf_fib_lookup fib = {};
-		__u32 mtu;
 
 		fib.l4_protocol = p->key.proto;
 		fib.sport = p->key.sport;
@@ -178,9 +180,9 @@ static __always_inline int edge_redirect(struct xdp_md *ctx, struct edge_pkt *p,
 			__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
 		}
 		reason = fib_resolve(ctx, &fib, far->ifindex, p->key.ifindex,
-				     fl, epoch, &mtu);
+				     fl, epoch, mtu);
 		if (reason)
-			return punt(p, reason, XDP_PASS);
+			return -reason;
 	}
 
 	if (iph)
@@ -194,6 +196,18 @@ static __always_inline int edge_redirect(struct xdp_md *ctx, struct edge_pkt *p,
 		return punt(p, EDGE_R_NO_TX, XDP_DROP);
 	count(&edge_verdicts, XDP_REDIRECT, p->len);
 	return XDP_REDIRECT;
+}
+
+/* edge_redirect is redirect_hop, handing the packet to the kernel when the
+ * FIB gives no next hop (it resolves the neighbour, or answers ICMP). */
+static __always_inline int edge_redirect(struct xdp_md *ctx, struct edge_pkt *p,
+					 const struct edge_far *far,
+					 struct edge_flow *fl, __u32 epoch)
+{
+	__u32 mtu = 0;
+	int rc = redirect_hop(ctx, p, far, fl, epoch, &mtu);
+
+	return rc < 0 ? punt(p, -rc, XDP_PASS) : rc;
 }
 
 #include "gre.h"
@@ -216,7 +230,8 @@ static __always_inline int edge_act(struct xdp_md *ctx, struct edge_pkt *p,
 		return edge_decap(ctx, p, fl->gen & 1);
 	case EDGE_ACT_NAT:
 	case EDGE_ACT_UNNAT: {
-		int reason;
+		int reason, src, rc;
+		__u32 mtu = 0;
 
 		/* XDP cannot send on a VLAN sub-interface; the kernel would
 		 * not know the VIP: drop, counted. */
@@ -226,11 +241,25 @@ static __always_inline int edge_act(struct xdp_md *ctx, struct edge_pkt *p,
 		 * came, so its time-exceeded quotes what the client sent. */
 		if (ttl_expires(ctx, p))
 			return punt(p, EDGE_R_TTL, XDP_PASS);
-		reason = edge_nat_rewrite(ctx, p, far,
-					  far->action == EDGE_ACT_UNNAT);
+		src = far->action == EDGE_ACT_UNNAT;
+		reason = edge_nat_rewrite(ctx, p, far->addr, far->port, src);
 		if (reason)
 			return punt(p, reason, XDP_DROP);
-		return edge_redirect(ctx, p, far, fl, epoch);
+		rc = redirect_hop(ctx, p, far, fl, epoch, &mtu);
+		if (rc != -EDGE_R_FRAG_NEEDED)
+			return rc < 0 ? punt(p, -rc, XDP_PASS) : rc;
+		/* Too big for the route out: the kernel, handed the rewritten
+		 * packet, would tell its new address (the VIP, or the
+		 * backend), not its sender. Put it back as it came and answer
+		 * the sender from here, out of the interface it came in on
+		 * (a redirect, flushed at the end of the poll, as edge_encap
+		 * does). */
+		if (edge_nat_rewrite(ctx, p, src ? p->key.src : p->key.dst,
+				     src ? p->key.sport : p->key.dport, src) ||
+		    mtu < 68 || edge_icmp_too_big(ctx, p, mtu, 0))
+			return punt(p, EDGE_R_MTU_DROP, XDP_DROP);
+		return punt(p, EDGE_R_MTU_ICMP,
+			    bpf_redirect_map(&edge_tx, p->key.ifindex, XDP_TX));
 	}
 	case EDGE_ACT_DROP:
 	default:

@@ -984,3 +984,58 @@ func checkTsharkICMP(t *testing.T, frames [][]byte) {
 		}
 	}
 }
+
+// TestBalanceNATTooBig sends the NAT service a packet too big for the
+// route to its backend: the gateway answers the client with ICMP
+// fragmentation needed quoting the packet as the client sent it (to the
+// VIP, which the client can match), from the address of the interface it
+// came in on, instead of handing the rewritten packet to the kernel,
+// whose error would go to the packet's new address.
+func TestBalanceNATTooBig(t *testing.T) {
+	h := newHarness(t, fmt.Sprintf(lbConfig, far11, "{far: 11}"))
+	// The address the agent writes for XDP's ICMP errors: wan0's.
+	wan0 := [4]byte{10, 2, 0, 1}
+	if err := h.dp.SetIfAddrs(map[uint32]bpf.IfAddr{h.idx["wan0"]: {V4: binary.NativeEndian.Uint32(wan0[:])}}); err != nil {
+		t.Fatal(err)
+	}
+	q := lbPkt{src: "10.3.1.2", dst: "203.0.113.10", sport: 40001, dport: 80, smac: macWanNeigh, dmac: macWan0, flags: "A"}
+	small := q.frame(t)
+	// 1,600 bytes of IP: the frame the test run takes is not held to
+	// wan0's MTU, the route out of wan1 is (1500).
+	big := bytes.Clone(small)
+	big = append(big, make([]byte, 1600-(len(small)-14))...)
+	binary.BigEndian.PutUint16(big[14+2:], 1600)
+	big[14+10], big[14+11] = 0, 0
+	var sum uint32
+	for i := 14; i < 34; i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(big[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(big[14+10:], ^uint16(sum))
+	// The connection first, with a packet that fits.
+	if v, out := h.run(small, "wan0"); v != bpf.XDPRedirect || backendOf(t, out) != "10.6.0.11:8080" {
+		t.Fatalf("small packet: verdict %s", verdictName(v))
+	}
+	v, out := h.run(big, "wan0")
+	if v != bpf.XDPRedirect {
+		t.Fatalf("too big: verdict %s, want the ICMP answer redirected", verdictName(v))
+	}
+	pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	ip, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	ic, _ := pk.Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4)
+	if ip == nil || ic == nil || ic.TypeCode != layers.CreateICMPv4TypeCode(3, 4) || ic.Seq != 1500 {
+		t.Fatalf("too big: want ICMP frag needed, MTU 1500: %v", pk)
+	}
+	if ip.DstIP.String() != q.src || !bytes.Equal(ip.SrcIP.To4(), wan0[:]) {
+		t.Errorf("ICMP from %s to %s, want from wan0's 10.2.0.1 to the client %s", ip.SrcIP, ip.DstIP, q.src)
+	}
+	// The quote is the packet as the client sent it: to the VIP, port 80.
+	quote := ic.Payload
+	if len(quote) < 28 || !bytes.Equal(quote[16:20], []byte{203, 0, 113, 10}) || binary.BigEndian.Uint16(quote[22:]) != 80 ||
+		!bytes.Equal(quote[:20], big[14:34]) {
+		t.Errorf("quote %x, want the client's packet to the VIP %x", quote[:min(28, len(quote))], big[14:42])
+	}
+	checkTsharkICMP(t, [][]byte{out})
+}
