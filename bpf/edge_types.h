@@ -247,7 +247,6 @@ struct edge_state {
 	__u32 fib_epoch;         /* bumped by the agent on route/neighbour change */
 	__u32 nservices[2];      /* L4 services per slot (0: skip the balancer) */
 	__u32 nnat[2];           /* of them with NAT backends (0: no reverse NAT) */
-	__u32 nstateless[2];     /* of them stateless */
 	/* Per slot, bit sl_bit(vip, port) of every stateless service: a
 	 * packet whose bit is clear is no such service's, and goes to the
 	 * flow cache without a service lookup (0: no stateless service). */

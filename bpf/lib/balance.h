@@ -151,6 +151,21 @@ svc_find(const struct edge_svc_key *k, __u32 slot)
 	return bpf_map_lookup_elem(&edge_services, k);
 }
 
+/* svc_find_key fills the service key sk (scratch: svc_find's map lookup
+ * needs it in memory) from vip, port, proto, family and slot, and returns
+ * svc_find's answer. */
+static __always_inline const struct edge_svc *
+svc_find_key(struct edge_svc_key *sk, const __u8 *vip, __be16 port, __u8 proto,
+	     __u8 family, __u32 slot)
+{
+	__builtin_memcpy(sk->vip, vip, 16);
+	sk->port = port;
+	sk->proto = proto;
+	sk->family = family;
+	sk->slot = slot;
+	return svc_find(sk, slot);
+}
+
 /* maglev_pick returns the backend FAR the Maglev table of service svc
  * (place tag) gives hash h in slot, with its index (*fi) and counter index
  * (*stats); NULL: the entry has no backend. */
@@ -267,12 +282,8 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 		return EDGE_LB_NONE;
 	slot &= 1;
 
-	__builtin_memcpy(s->sk.vip, key->dst, 16);
-	s->sk.port = key->dport;
-	s->sk.proto = key->proto;
-	s->sk.family = key->family;
-	s->sk.slot = slot;
-	svc = svc_find(&s->sk, slot);
+	svc = svc_find_key(&s->sk, key->dst, key->dport, key->proto,
+			   key->family, slot);
 	if (flags & EDGE_BAL_STATELESS) {
 		if (!svc || !(svc->flags & EDGE_SVC_STATELESS))
 			return EDGE_LB_NONE;
@@ -429,6 +440,12 @@ static __always_inline __u32 csum_add_diff(__u32 sum, const __u32 *old,
 	return sum;
 }
 
+/* sum_diff16 adds to a one's-complement sum the change of a 16-bit word. */
+static __always_inline __u32 sum_diff16(__u32 sum, __u16 old, __u16 new)
+{
+	return sum + (__u16)~old + new;
+}
+
 /* edge_nat_rewrite rewrites the destination (nat) or source (unnat)
  * address and port of a TCP/UDP packet to addr and port, with
  * the IPv4 header checksum and the L4 checksum (whose pseudo-header holds
@@ -484,8 +501,7 @@ static __always_inline int edge_nat_rewrite(struct xdp_md *ctx,
 		__builtin_memcpy(a, addr, 16);
 	}
 	oldp = src ? l4[0] : l4[1];
-	sum += (__u16)~oldp;
-	sum += port;
+	sum = sum_diff16(sum, oldp, port);
 	if (src)
 		l4[0] = port;
 	else
@@ -517,12 +533,6 @@ static __always_inline int icmp_is_error(__u8 type, __u8 family)
 	if (family == 4)
 		return type == 3 || type == 11 || type == 12;
 	return type >= 1 && type <= 4;
-}
-
-/* sum_diff16 adds to a one's-complement sum the change of a 16-bit word. */
-static __always_inline __u32 sum_diff16(__u32 sum, __u16 old, __u16 new)
-{
-	return sum + (__u16)~old + new;
 }
 
 /* nat_icmp_inner rewrites the quoted packet's address (at a_off, 4 or 16
@@ -703,12 +713,8 @@ __noinline int edge_nat_icmp(struct xdp_md *ctx, const struct edge_pkt *p,
 	/* Toward the VIP: addressed to the quote's source, a NAT service. */
 	svc = NULL;
 	if (addr_eq(p->key.dst, s->ck.dst)) {
-		__builtin_memcpy(s->sk.vip, s->ck.dst, 16);
-		s->sk.port = s->ck.dport;
-		s->sk.proto = s->proto;
-		s->sk.family = s->family;
-		s->sk.slot = slot;
-		svc = svc_find(&s->sk, slot);
+		svc = svc_find_key(&s->sk, s->ck.dst, s->ck.dport, s->proto,
+				   s->family, slot);
 	}
 	s->to_vip = svc && svc->unnat != EDGE_NO_FAR;
 	s->from_backend = addr_eq(p->key.src, s->ck.src);

@@ -1005,15 +1005,7 @@ func TestBalanceNATTooBig(t *testing.T) {
 	big := bytes.Clone(small)
 	big = append(big, make([]byte, 1600-(len(small)-14))...)
 	binary.BigEndian.PutUint16(big[14+2:], 1600)
-	big[14+10], big[14+11] = 0, 0
-	var sum uint32
-	for i := 14; i < 34; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(big[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	binary.BigEndian.PutUint16(big[14+10:], ^uint16(sum))
+	fixIP4Csum(big, 14)
 	// The connection first, with a packet that fits.
 	if v, out := h.run(small, "wan0"); v != bpf.XDPRedirect || backendOf(t, out) != "10.6.0.11:8080" {
 		t.Fatalf("small packet: verdict %s", verdictName(v))

@@ -175,7 +175,6 @@ type edgeEdgeState struct {
 	FibEpoch         uint32
 	Nservices        [2]uint32
 	Nnat             [2]uint32
-	Nstateless       [2]uint32
 	StatelessVips    [2]uint64
 }
 

@@ -477,13 +477,12 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 	want := st
 	want.Ngroups[t] = uint32(len(g.Groups))
 	want.Nservices[t] = uint32(len(g.Services))
-	want.Nnat[t], want.Nstateless[t], want.StatelessVips[t] = 0, 0, 0
+	want.Nnat[t], want.StatelessVips[t] = 0, 0
 	for k, s := range g.Services {
 		if s.Unnat != NoFAR {
 			want.Nnat[t]++
 		}
 		if s.Flags&SvcStateless != 0 {
-			want.Nstateless[t]++
 			want.StatelessVips[t] |= 1 << StatelessBit(k)
 		}
 	}
