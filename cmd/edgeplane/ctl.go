@@ -661,20 +661,30 @@ func printTable(w io.Writer, k kind, o *objects) error {
 			fmt.Fprintf(tw, "%d\t%s\t%s\n", v.GetId(), or(v.GetAlgorithm(), "-"), or(strings.Join(ms, ","), "-"))
 		}
 	case kindService:
-		fmt.Fprintln(tw, "ID\tVIP\tPORT\tPROTO\tLBR\tCONNECTIONS")
+		// PRECEDENCE only when a service sets one: most never do, and
+		// then they all stand behind the PDRs at 0 alike.
+		prec := slices.ContainsFunc(o.Services, func(v *pb.Service) bool { return v.GetPrecedence() != 0 })
+		fmt.Fprintln(tw, "ID\tVIP\tPORT\tPROTO\tLBR"+when(prec, "\tPRECEDENCE")+"\tCONNECTIONS")
 		for _, v := range o.Services {
 			conns := "pinned"
 			if v.GetStateless() {
 				conns = "stateless"
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%s\n", v.GetId(), or(v.GetVip(), "-"), v.GetPort(), or(v.GetProto(), "-"), v.GetLbr(), conns)
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d%s\t%s\n", v.GetId(), or(v.GetVip(), "-"), v.GetPort(), or(v.GetProto(), "-"), v.GetLbr(),
+				when(prec, "\t"+strconv.FormatUint(uint64(v.GetPrecedence()), 10)), conns)
 		}
 	default:
-		fmt.Fprintln(tw, "ID\tPRECEDENCE\tIN\tSRC\tDST\tPROTO\tSPORT\tDPORT\tDSCP\tGRE_KEY\tFAR")
+		// IN_PATH only when a PDR matches decapsulated traffic.
+		inPath := slices.ContainsFunc(o.PDRs, func(v *pb.Pdr) bool { return v.GetMatch().GetInPath() != 0 })
+		fmt.Fprintln(tw, "ID\tPRECEDENCE\tIN"+when(inPath, "\tIN_PATH")+"\tSRC\tDST\tPROTO\tSPORT\tDPORT\tDSCP\tGRE_KEY\tFAR")
 		for _, v := range o.PDRs {
 			m := v.GetMatch()
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", v.GetId(), v.GetPrecedence(),
-				or(m.GetIn(), "*"), or(m.GetSrc(), "*"), or(m.GetDst(), "*"), or(m.GetProto(), "*"),
+			path := "*"
+			if m.GetInPath() != 0 {
+				path = strconv.FormatUint(uint64(m.GetInPath()), 10)
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", v.GetId(), v.GetPrecedence(),
+				or(m.GetIn(), "*"), when(inPath, "\t"+path), or(m.GetSrc(), "*"), or(m.GetDst(), "*"), or(m.GetProto(), "*"),
 				or(m.GetSport(), "*"), or(m.GetDport(), "*"), optional(m.Dscp, "*"), optional(m.GreKey, "*"), v.GetFar())
 		}
 	}
@@ -686,6 +696,14 @@ func or(s, alt string) string {
 		return alt
 	}
 	return s
+}
+
+// when returns s if cond holds, else "".
+func when(cond bool, s string) string {
+	if cond {
+		return s
+	}
+	return ""
 }
 
 func optional(v *uint32, unset string) string {

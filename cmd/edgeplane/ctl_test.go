@@ -299,13 +299,19 @@ lan0  lan   auto
 wan0  wan   auto
 `},
 	} {
-		var b bytes.Buffer
-		if err := printObjects(&b, tc.k, o, outTable, false); err != nil {
-			t.Fatal(err)
-		}
-		if b.String() != tc.want {
-			t.Errorf("%s table:\n%s\nwant:\n%s", tc.k.plural, b.String(), tc.want)
-		}
+		wantTable(t, o, tc.k, tc.want)
+	}
+}
+
+// wantTable checks the table of kind k printed from o.
+func wantTable(t *testing.T, o *objects, k kind, want string) {
+	t.Helper()
+	var b bytes.Buffer
+	if err := printObjects(&b, k, o, outTable, false); err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != want {
+		t.Errorf("%s table:\n%s\nwant:\n%s", k.plural, b.String(), want)
 	}
 }
 

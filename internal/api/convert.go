@@ -110,6 +110,9 @@ func LBRFromPB(p *pb.Lbr) config.LBR {
 // ServiceToPB returns s as an API object.
 func ServiceToPB(s config.Service) *pb.Service {
 	out := &pb.Service{Id: s.ID, Port: uint32(s.Port), Lbr: s.LBR, Stateless: s.Stateless}
+	if s.Precedence != 0 {
+		out.Precedence = &s.Precedence
+	}
 	if s.VIP.IsSet() {
 		out.Vip = s.VIP.String()
 	}
@@ -125,7 +128,7 @@ func ServiceToPB(s config.Service) *pb.Service {
 
 func serviceFromPB(p *pb.Service, f *fieldErrs) config.Service {
 	out := config.Service{ID: p.GetId(), VIP: addr(p.GetVip(), "vip", f), Port: port(p.GetPort(), "port", f), LBR: p.GetLbr(),
-		Stateless: p.GetStateless()}
+		Stateless: p.GetStateless(), Precedence: p.GetPrecedence()}
 	if s := p.GetProto(); s != "" {
 		var err error
 		if out.Proto, err = config.ParseProto(s); err != nil {
@@ -164,7 +167,7 @@ func port(v uint32, field string, f *fieldErrs) uint16 {
 // PDRToPB returns p as an API object.
 func PDRToPB(p config.PDR) *pb.Pdr {
 	m := p.Match
-	out := &pb.Match{In: m.In, Src: m.Src.String(), Dst: m.Dst.String()}
+	out := &pb.Match{In: m.In, Src: m.Src.String(), Dst: m.Dst.String(), InPath: m.InPath}
 	if m.Proto.Set {
 		out.Proto = m.Proto.String()
 	}
@@ -194,6 +197,7 @@ func pdrFromPB(p *pb.Pdr, f *fieldErrs) config.PDR {
 	mf := &fieldErrs{prefix: f.prefix + ".match"}
 	defer func() { f.errs = append(f.errs, mf.errs...) }()
 	out.Match.In = m.GetIn()
+	out.Match.InPath = m.GetInPath()
 	var err error
 	if s := m.GetSrc(); s != "" {
 		if out.Match.Src, err = config.ParsePrefix(s); err != nil {

@@ -220,6 +220,11 @@ type Service struct {
 	// active) are kept. NAT backends still record each reply's reverse
 	// entry.
 	Stateless bool `yaml:"stateless,omitempty"`
+	// Precedence places the service in the PDRs' precedence order: a PDR
+	// whose precedence is at most this and that matches the VIP's
+	// packets is applied in front of the service (PDRs first on equal
+	// precedence), so a drop PDR can protect a VIP.
+	Precedence uint32 `yaml:"precedence,omitempty"`
 }
 
 // Health checks of a service's backends.
@@ -330,6 +335,10 @@ type Match struct {
 	Dport  PortRange `yaml:"dport"`
 	DSCP   *uint8    `yaml:"dscp"`
 	GREKey *uint32   `yaml:"gre_key"`
+	// InPath, when set, matches only packets the dataplane decapsulated
+	// from the GRE path with this id (the inner packet is classified
+	// after decap); 0 matches any packet, decapsulated or not.
+	InPath uint32 `yaml:"in_path"`
 }
 
 // Limits sizes the dataplane maps.
@@ -830,8 +839,9 @@ func (m Match) MarshalYAML() (any, error) {
 		Dport  *PortRange `yaml:"dport,omitempty"`
 		DSCP   *uint8     `yaml:"dscp,omitempty"`
 		GREKey *uint32    `yaml:"gre_key,omitempty"`
+		InPath uint32     `yaml:"in_path,omitempty"`
 	}
-	out := match{In: m.In, DSCP: m.DSCP, GREKey: m.GREKey}
+	out := match{In: m.In, DSCP: m.DSCP, GREKey: m.GREKey, InPath: m.InPath}
 	if m.Src.IsSet() {
 		out.Src = &m.Src
 	}
@@ -1344,6 +1354,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 					{"proto", func(p string, v *yaml.Node) { d.custom(v, p, &x.Proto) }},
 					{"lbr", func(p string, v *yaml.Node) { d.uint32(v, p, &x.LBR) }},
 					{"stateless", func(p string, v *yaml.Node) { d.boolean(v, p, &x.Stateless) }},
+					{"precedence", func(p string, v *yaml.Node) { d.uint32(v, p, &x.Precedence) }},
 					{"health", func(p string, v *yaml.Node) {
 						h := &Health{}
 						d.mapping(v, p, []field{
@@ -1398,6 +1409,7 @@ func (d *decoder) match(n *yaml.Node, path string, m *Match) {
 				m.GREKey = &u
 			}
 		}},
+		{"in_path", func(p string, v *yaml.Node) { d.uint32(v, p, &m.InPath) }},
 	})
 }
 

@@ -178,6 +178,9 @@ func NewStore(cfg *Config) *Store {
 			if p.Match.In != "" {
 				out = append(out, ref{kind: KindInterface, name: p.Match.In})
 			}
+			if p.Match.InPath != 0 {
+				out = append(out, ref{kind: KindPath, id: p.Match.InPath})
+			}
 			return out
 		},
 		norm: (*PDR).normalize}
@@ -490,7 +493,7 @@ func (b *batch) check(ch *Changes) {
 	}
 	for _, d := range ch.PDRs {
 		if d.New != nil {
-			v.pdr(d.At, *d.New, iface, far)
+			v.pdr(d.At, *d.New, iface, path, far)
 		}
 	}
 	farAction := func(id uint32) (string, bool) {

@@ -30,7 +30,7 @@ func (c *Config) validate() Errors {
 	ifaces := v.interfaces(n.Interfaces)
 	paths := v.paths(n.Paths, ifaces)
 	fars := v.fars(n.FARs, ifaces, paths)
-	v.pdrs(n.PDRs, n.Limits.Rules, ifaces, fars)
+	v.pdrs(n.PDRs, n.Limits.Rules, ifaces, paths, fars)
 	farAction := func(id uint32) (string, bool) {
 		if i, ok := fars[id]; ok {
 			return n.FARs[i].Action, true
@@ -450,25 +450,26 @@ func (v *validator) health(p string, h Health) {
 	}
 }
 
-func (v *validator) pdrs(list []PDR, rules uint32, ifaces map[string]int, fars map[uint32]int) {
+func (v *validator) pdrs(list []PDR, rules uint32, ifaces map[string]int, paths, fars map[uint32]int) {
 	v.counts(len(list), 0, rules)
 	byID := make(map[uint32]int, len(list))
 	iface := func(name string) bool { _, ok := ifaces[name]; return ok }
+	path := func(id uint32) bool { _, ok := paths[id]; return ok }
 	far := func(id uint32) bool { _, ok := fars[id]; return ok }
 	for i, r := range list {
 		p := "pdrs[" + strconv.Itoa(i) + "]"
 		v.uniqueID(byID, p, "pdrs", r.ID, i)
-		v.pdr(p, r, iface, far)
+		v.pdr(p, r, iface, path, far)
 	}
 }
 
-// pdr checks one PDR's fields; iface and far say whether what it names
-// exists.
-func (v *validator) pdr(p string, r PDR, iface func(string) bool, far func(uint32) bool) {
+// pdr checks one PDR's fields; iface, path and far say whether what it
+// names exists.
+func (v *validator) pdr(p string, r PDR, iface func(string) bool, path, far func(uint32) bool) {
 	if r.ID == 0 {
 		v.add(p+".id", "required")
 	}
-	v.match(p+".match", r.Match, iface)
+	v.match(p+".match", r.Match, iface, path)
 	if r.FAR == 0 {
 		v.add(p+".far", "required")
 	} else if !far(r.FAR) {
@@ -476,9 +477,12 @@ func (v *validator) pdr(p string, r PDR, iface func(string) bool, far func(uint3
 	}
 }
 
-func (v *validator) match(p string, m Match, iface func(string) bool) {
+func (v *validator) match(p string, m Match, iface func(string) bool, path func(uint32) bool) {
 	if m.In != "" && !iface(m.In) {
 		v.add(p+".in", "unknown interface %q", m.In)
+	}
+	if m.InPath != 0 && !path(m.InPath) {
+		v.add(p+".in_path", "no path with id %d", m.InPath)
 	}
 	for _, x := range []struct {
 		name string

@@ -161,6 +161,9 @@ func AppendCompact(b []byte, c *Config) []byte {
 			if m.GREKey != nil {
 				w.num("gre_key", uint64(*m.GREKey))
 			}
+			if m.InPath != 0 {
+				w.num("in_path", uint64(m.InPath))
+			}
 			w.close()
 			w.num("far", uint64(p.FAR))
 			w.end()
@@ -204,6 +207,9 @@ func AppendCompact(b []byte, c *Config) []byte {
 			if sv.Stateless {
 				w.field("stateless")
 				w.raw("true")
+			}
+			if sv.Precedence != 0 {
+				w.num("precedence", uint64(sv.Precedence))
 			}
 			if h := sv.Health; h != nil {
 				w.field("health")

@@ -501,7 +501,11 @@ type Service struct {
 	Health *Health `protobuf:"bytes,6,opt,name=health,proto3" json:"health,omitempty"`
 	// no connection table: every packet the flow cache's per-CPU copy does
 	// not hold is hashed through the Maglev table (Katran's LRU bypass)
-	Stateless     bool `protobuf:"varint,7,opt,name=stateless,proto3" json:"stateless,omitempty"`
+	Stateless bool `protobuf:"varint,7,opt,name=stateless,proto3" json:"stateless,omitempty"`
+	// the service's place in the PDRs' precedence order: a PDR at this
+	// precedence or lower that matches the VIP's packets is applied first;
+	// absent: 0 (set only when non-zero, as the config file writes it)
+	Precedence    *uint32 `protobuf:"varint,8,opt,name=precedence,proto3,oneof" json:"precedence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -583,6 +587,13 @@ func (x *Service) GetStateless() bool {
 		return x.Stateless
 	}
 	return false
+}
+
+func (x *Service) GetPrecedence() uint32 {
+	if x != nil && x.Precedence != nil {
+		return *x.Precedence
+	}
+	return 0
 }
 
 // Health checks a service's backends: one that fails `fall` probes in a
@@ -694,10 +705,13 @@ type Match struct {
 	// tcp, udp, sctp, icmp, icmpv6, gre or a number
 	Proto string `protobuf:"bytes,4,opt,name=proto,proto3" json:"proto,omitempty"`
 	// a port or lo-hi
-	Sport         string  `protobuf:"bytes,5,opt,name=sport,proto3" json:"sport,omitempty"`
-	Dport         string  `protobuf:"bytes,6,opt,name=dport,proto3" json:"dport,omitempty"`
-	Dscp          *uint32 `protobuf:"varint,7,opt,name=dscp,proto3,oneof" json:"dscp,omitempty"`
-	GreKey        *uint32 `protobuf:"varint,8,opt,name=gre_key,json=greKey,proto3,oneof" json:"gre_key,omitempty"`
+	Sport  string  `protobuf:"bytes,5,opt,name=sport,proto3" json:"sport,omitempty"`
+	Dport  string  `protobuf:"bytes,6,opt,name=dport,proto3" json:"dport,omitempty"`
+	Dscp   *uint32 `protobuf:"varint,7,opt,name=dscp,proto3,oneof" json:"dscp,omitempty"`
+	GreKey *uint32 `protobuf:"varint,8,opt,name=gre_key,json=greKey,proto3,oneof" json:"gre_key,omitempty"`
+	// id of the GRE path the packet was decapsulated from; 0: any packet,
+	// decapsulated or not
+	InPath        uint32 `protobuf:"varint,9,opt,name=in_path,json=inPath,proto3" json:"in_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -784,6 +798,13 @@ func (x *Match) GetDscp() uint32 {
 func (x *Match) GetGreKey() uint32 {
 	if x != nil && x.GreKey != nil {
 		return *x.GreKey
+	}
+	return 0
+}
+
+func (x *Match) GetInPath() uint32 {
+	if x != nil {
+		return x.InPath
 	}
 	return 0
 }
@@ -2313,7 +2334,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x06Member\x12\x10\n" +
 	"\x03far\x18\x01 \x01(\rR\x03far\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01B\t\n" +
-	"\a_weight\"\xb3\x01\n" +
+	"\a_weight\"\xe7\x01\n" +
 	"\aService\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x10\n" +
 	"\x03vip\x18\x02 \x01(\tR\x03vip\x12\x12\n" +
@@ -2321,7 +2342,11 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x05proto\x18\x04 \x01(\tR\x05proto\x12\x10\n" +
 	"\x03lbr\x18\x05 \x01(\rR\x03lbr\x12,\n" +
 	"\x06health\x18\x06 \x01(\v2\x14.edgeplane.v1.HealthR\x06health\x12\x1c\n" +
-	"\tstateless\x18\a \x01(\bR\tstateless\"\xa2\x01\n" +
+	"\tstateless\x18\a \x01(\bR\tstateless\x12#\n" +
+	"\n" +
+	"precedence\x18\b \x01(\rH\x00R\n" +
+	"precedence\x88\x01\x01B\r\n" +
+	"\v_precedence\"\xa2\x01\n" +
 	"\x06Health\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
@@ -2329,7 +2354,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\binterval\x18\x04 \x01(\tR\binterval\x12\x18\n" +
 	"\atimeout\x18\x05 \x01(\tR\atimeout\x12\x12\n" +
 	"\x04rise\x18\x06 \x01(\rR\x04rise\x12\x12\n" +
-	"\x04fall\x18\a \x01(\rR\x04fall\"\xc9\x01\n" +
+	"\x04fall\x18\a \x01(\rR\x04fall\"\xe2\x01\n" +
 	"\x05Match\x12\x0e\n" +
 	"\x02in\x18\x01 \x01(\tR\x02in\x12\x10\n" +
 	"\x03src\x18\x02 \x01(\tR\x03src\x12\x10\n" +
@@ -2338,7 +2363,8 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x05sport\x18\x05 \x01(\tR\x05sport\x12\x14\n" +
 	"\x05dport\x18\x06 \x01(\tR\x05dport\x12\x17\n" +
 	"\x04dscp\x18\a \x01(\rH\x00R\x04dscp\x88\x01\x01\x12\x1c\n" +
-	"\agre_key\x18\b \x01(\rH\x01R\x06greKey\x88\x01\x01B\a\n" +
+	"\agre_key\x18\b \x01(\rH\x01R\x06greKey\x88\x01\x01\x12\x17\n" +
+	"\ain_path\x18\t \x01(\rR\x06inPathB\a\n" +
 	"\x05_dscpB\n" +
 	"\n" +
 	"\b_gre_key\"r\n" +
@@ -2604,6 +2630,7 @@ func file_edgeplane_proto_init() {
 	}
 	file_edgeplane_proto_msgTypes[1].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[4].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[5].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[7].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[9].OneofWrappers = []any{
 		(*Object_Interface)(nil),
