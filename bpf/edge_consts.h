@@ -57,8 +57,11 @@
  * builds beside it. The slot of generation g is g & 1. */
 #define EDGE_SLOTS 2
 
-/* Sentinels in struct edge_flow / edge_rule. */
+/* Sentinels in struct edge_flow / edge_rule. EDGE_FAR_ROUTE: no PDR
+ * matched a decapsulated packet, which then goes where the FIB routes
+ * it (what decap did before its inner packets were classified). */
 #define EDGE_NO_FAR 0xffffffffu
+#define EDGE_FAR_ROUTE 0xfffffffeu
 #define EDGE_NO_PDR 0xffffffffu
 
 /* edge_flow.stats of a balanced flow: the index is into edge_lb_stats, not

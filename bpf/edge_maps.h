@@ -9,6 +9,7 @@
 #include <bpf/bpf_helpers.h>
 #include "edge_consts.h"
 #include "edge_types.h"
+#include "edge_ctx.h"
 
 /* Global state (generation, group counts, defaults), one struct edge_state.
  * Written by the agent; read by every packet. */
@@ -84,7 +85,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
-	__type(value, struct edge_emc4);
+	__type(value, struct edge_emc_slot);
 	__uint(max_entries, EDGE_EMC_SLOTS);
 	/* Pinned: the agent reads the per-CPU counts of the program it
 	 * adopted, not of a map of its own. */
@@ -293,29 +294,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_lb_members SEC(".maps");
 
-/* Scratch space of the balancer (per CPU): its keys and values live here,
- * not on the stack, which the pipeline has nearly used up. */
-struct edge_lb_scratch {
-	struct edge_conn_key ck; /* the packet's connection */
-	struct edge_conn_key rk; /* its reply, for reverse NAT */
-	struct edge_svc_key sk;
-	struct edge_conn cv;
-	struct edge_conn rv;
-	/* edge_nat_icmp: offsets of the ICMP header (l4), the quoted IP
-	 * header (il3), its L4 header (il4) and its source address (off), and
-	 * the ICMP checksum's sum being updated */
-	__u32 l3, l4, il3, il4, off, sum;
-	__u8 family, proto;
-	__u8 to_vip;       /* toward the VIP (else toward the client) */
-	__u8 from_backend; /* toward the client, sent by the backend itself */
-};
-
+/* The per-packet context of edge_ctx.h, one per CPU: the stages' state
+ * lives here, not on the stack. Written and read by packets only. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
-	__type(value, struct edge_lb_scratch);
+	__type(value, struct edge_ctx);
 	__uint(max_entries, 1);
-} edge_lb_scratch SEC(".maps");
+} edge_ctx SEC(".maps");
 
 /* Flow-cache hits [0] and misses [1] (packets only). */
 struct {

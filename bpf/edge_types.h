@@ -5,6 +5,7 @@
 #define EDGE_TYPES_H
 
 #include <linux/types.h>
+#include "edge_consts.h"
 
 /* FAR actions (edge_far.action). Encap/decap and balancing slot in after
  * redirect without renumbering. */
@@ -13,7 +14,7 @@ enum edge_action {
 	EDGE_ACT_DROP = 1,
 	EDGE_ACT_REDIRECT = 2,
 	EDGE_ACT_ENCAP = 3, /* GRE-encapsulate toward a path */
-	EDGE_ACT_DECAP = 4, /* GRE-decapsulate, forward the inner packet */
+	EDGE_ACT_DECAP = 4, /* GRE-decapsulate, classify the inner packet */
 	EDGE_ACT_NAT = 5,   /* rewrite destination to a backend, then forward */
 	EDGE_ACT_UNNAT = 6, /* reply of a NAT'd connection: source back to the VIP */
 	EDGE_ACT_MAX,
@@ -53,13 +54,14 @@ enum edge_reason {
 	EDGE_R_LB_CONN_FULL,  /* connection or reverse-NAT table insert failed */
 	EDGE_R_NAT_L4,        /* NAT of a packet without its L4 header (fragment) */
 	EDGE_R_NAT_ICMP,      /* ICMP error about a NAT'd connection: translated */
+	EDGE_R_GRE_NESTED,    /* decapsulated packet's rule says decap again */
 	EDGE_R_MAX,
 };
 
 /* The classification and flow-cache key. Addresses and ports in network
  * byte order; IPv4 addresses sit in the first 4 bytes of src/dst with the
- * rest zero, told apart from IPv6 by family. 48 bytes, 8-byte aligned, so
- * masking is six 64-bit ANDs. */
+ * rest zero, told apart from IPv6 by family. 56 bytes, 8-byte aligned, so
+ * masking is seven 64-bit ANDs. */
 struct edge_flow_key {
 	__u8 src[16];
 	__u8 dst[16];
@@ -71,9 +73,14 @@ struct edge_flow_key {
 	__u8 dscp;   /* 0..63 */
 	__u8 family; /* 4 or 6 */
 	__u8 flags;  /* EDGE_KF_* */
+	/* A decapsulated packet: the stable index + 1 of the GRE path it
+	 * came in by (edge_path.stats, the PDRs' in_path); 0 for any other
+	 * packet. */
+	__u32 path;
+	__u32 pad;
 } __attribute__((aligned(8)));
 
-/* IPv4 flow-cache key: the same fields as edge_flow_key in 24 bytes, so the
+/* IPv4 flow-cache key: the same fields as edge_flow_key in 32 bytes, so the
  * common case hashes and compares half as much. */
 struct edge_flow_key4 {
 	__be32 src;
@@ -86,6 +93,8 @@ struct edge_flow_key4 {
 	__u8 dscp;
 	__u8 flags;
 	__u8 pad;
+	__u32 path;
+	__u32 pad2;
 } __attribute__((aligned(8)));
 
 /* Key of edge_rules: a masked packet key within one mask group of one slot. */
@@ -139,6 +148,9 @@ struct edge_svc_key {
 
 /* edge_svc.flags */
 #define EDGE_SVC_STATELESS 0x01 /* no connection or flow-cache entry */
+/* Some PDR at the service's precedence or better may match its packets:
+ * they are classified first, and such a PDR wins. */
+#define EDGE_SVC_GUARDED 0x02
 
 /* An L4 service. */
 struct edge_svc {
@@ -147,13 +159,15 @@ struct edge_svc {
 	__u32 unnat; /* FAR index of the reply rewrite (nat), EDGE_NO_FAR */
 	__u32 size;  /* entries of its table (prime, <= maglev_size) */
 	__u32 flags; /* EDGE_SVC_* */
+	/* Its precedence among the PDRs (guarded services): a matching PDR
+	 * of this precedence or a lower one wins ("PDRs first"). */
+	__u32 prec;
 };
 
 /* A bucket of edge_svc_index: a service and its key (v.id 0: empty). */
 struct edge_svc_slot {
 	struct edge_svc_key k;
 	struct edge_svc v;
-	__u32 pad;
 };
 
 /* EDGE_MAGLEV_BLOCK consecutive entries of a Maglev table: each the
@@ -273,7 +287,9 @@ struct edge_flow {
 	__u8 dmac[6];
 	__u8 smac[6];
 	__u16 flags;     /* none yet: 0 */
-	__u32 pad2;
+	/* decap: the stable index + 1 of the path the flow's outer packets
+	 * were checked to belong to in generation gen (0: not yet) */
+	__u32 path;
 	__u64 packets;
 	__u64 bytes;
 };
@@ -294,10 +310,9 @@ struct edge_path_nh {
 };
 
 /* Exact-match cache slot: a per-CPU copy of one IPv4 flow entry. */
-struct edge_emc4 {
+struct edge_emc_slot {
 	struct edge_flow_key4 k;
 	struct edge_flow f;
-	__u32 pad;
 };
 
 /* A packets/bytes counter (per CPU). */

@@ -4,16 +4,23 @@
  * in the connection table, across rules generations and backend changes,
  * until the table evicts it (per-connection consistency, as Maglev and
  * Katran do). The balancer runs on flow-cache misses only: the flow cache
- * then holds the backend's FAR like any other decision. */
+ * then holds the backend's FAR like any other decision. A service stands
+ * among the PDRs at its precedence: when some PDR at that precedence or a
+ * lower one may match its packets (EDGE_SVC_GUARDED, worked out by the
+ * agent), the balancer answers EDGE_LB_GUARDED and the pipeline asks the
+ * classifier first. */
 #ifndef EDGE_BALANCE_H
 #define EDGE_BALANCE_H
 
 #include <linux/bpf.h>
 #include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <bpf/bpf_helpers.h>
 #include "../edge_maps.h"
-#include "csum.h"
-#include "parse.h"
+#include "nat.h"
+#include "proto.h"
+#include "verdict.h"
 
 /* Maglev table entries reserved per service, set by the agent before
  * load (limits.maglev_table; prime); a service's own table may be smaller.
@@ -29,11 +36,27 @@ enum edge_lb_verdict {
 	EDGE_LB_STATELESS = 3,  /* as HIT, for a stateless service: no flow
 				 * entry, every packet is balanced again */
 	EDGE_LB_ASK = 4,        /* edge_stateless: ask edge_balance */
+	EDGE_LB_GUARDED = 5,    /* a guarded service's: classify first, with
+				 * the service's precedence in rule.prio's
+				 * high half; ask again with EDGE_BAL_UNGUARDED
+				 * when no PDR comes before it */
 };
 
 /* edge_balance's flags. */
 #define EDGE_BAL_NAT 0x01       /* the slot has NAT services: reverse NAT */
 #define EDGE_BAL_STATELESS 0x02 /* decide for stateless services only */
+#define EDGE_BAL_UNGUARDED 0x04 /* no PDR comes before the service */
+
+/* guarded tells whether a service's packet must be classified first (and
+ * says so in out->prio: the service's precedence, PDRs of it first). */
+static __always_inline int guarded(const struct edge_svc *svc, __u32 flags,
+				   struct edge_rule *out)
+{
+	if (!(svc->flags & EDGE_SVC_GUARDED) || (flags & EDGE_BAL_UNGUARDED))
+		return 0;
+	out->prio = (__u64)svc->prec << 32 | 0xffffffffu;
+	return 1;
+}
 
 /* lb_hash_words mixes a connection key's five 64-bit words into 32 bits:
  * each word times its own odd constant (independent multiplies, not a
@@ -170,8 +193,8 @@ svc_find_key(struct edge_svc_key *sk, const __u8 *vip, __be16 port, __u8 proto,
  * (place tag) gives hash h in slot, with its index (*fi) and counter index
  * (*stats); NULL: the entry has no backend. */
 static __always_inline const struct edge_far *
-maglev_pick(const struct edge_svc *svc, __u32 tag, __u32 slot, __u32 stride,
-	    __u32 h, __u32 *fi, __u32 *stats)
+maglev_pick(const struct edge_svc *svc, __u32 tag, __u32 slot, __u32 h,
+	    __u32 *fi, __u32 *stats)
 {
 	const struct edge_maglev_blk *blk;
 	__u32 size, i, base, idx, *fp;
@@ -197,8 +220,7 @@ maglev_pick(const struct edge_svc *svc, __u32 tag, __u32 slot, __u32 stride,
 		return NULL;
 	*fi = *fp;
 	*stats = tag * EDGE_MAX_MEMBERS + m;
-	idx = slot * stride + *fi;
-	return bpf_map_lookup_elem(&edge_fars, &idx);
+	return far_get(slot, *fi);
 }
 
 /* conn_key fills a connection key from a packet's flow key. */
@@ -217,12 +239,10 @@ static __always_inline void conn_key(struct edge_conn_key *ck,
 /* far_current returns the FAR at index fi of slot if it still is the one
  * with id (an index freed and given to another FAR is not), else NULL. */
 static __always_inline const struct edge_far *
-far_current(__u32 slot, __u32 fi, __u32 id, __u32 stride)
+far_current(__u32 slot, __u32 fi, __u32 id)
 {
-	const struct edge_far *far;
-	__u32 k = slot * stride + fi;
+	const struct edge_far *far = far_get(slot, fi);
 
-	far = bpf_map_lookup_elem(&edge_fars, &k);
 	if (!far || far->id != id)
 		return NULL;
 	return far;
@@ -232,7 +252,7 @@ far_current(__u32 slot, __u32 fi, __u32 id, __u32 stride)
  * reverse-NAT table: EDGE_LB_HIT with out the reply rewrite's FAR (still
  * the one recorded) and counter, else EDGE_LB_NONE. */
 static __always_inline int rnat_find(const struct edge_conn_key *k, __u32 slot,
-				     __u32 stride, struct edge_rule *out)
+				     struct edge_rule *out)
 {
 	const struct edge_far *far;
 	struct edge_conn *c;
@@ -240,7 +260,7 @@ static __always_inline int rnat_find(const struct edge_conn_key *k, __u32 slot,
 	c = bpf_map_lookup_elem(&edge_rnat, k);
 	if (!c)
 		return EDGE_LB_NONE;
-	far = far_current(slot, c->far, c->far_id, stride);
+	far = far_current(slot, c->far, c->far_id);
 	if (!far || far->action != EDGE_ACT_UNNAT)
 		return EDGE_LB_NONE;
 	out->far = c->far;
@@ -258,29 +278,30 @@ static __always_inline int rnat_find(const struct edge_conn_key *k, __u32 slot,
  * copy (EDGE_LB_STATELESS). With EDGE_BAL_STATELESS only a stateless
  * service's packets are decided (the pipeline asks before it looks in the
  * flow cache, which never holds them); anything else is EDGE_LB_NONE.
- * stride is the FAR slot stride. It is a global function, verified once,
- * and keeps its keys in a per-CPU scratch map: the pipeline's stack has
- * little room left. */
-__noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
-			    __u32 stride, __u32 flags, struct edge_rule *out)
+ * It decides the packet in ctx->p into ctx->rule, in ctx->gen's slot. It
+ * is a global function, verified once, and keeps its keys in the
+ * per-packet context: map lookups need them in memory. */
+__noinline int edge_balance(struct edge_ctx *ctx, __u32 flags)
 {
+	const struct edge_flow_key *key;
 	const struct edge_far *far;
 	struct edge_lb_scratch *s;
 	const struct edge_svc *svc;
+	struct edge_rule *out;
 	struct edge_conn *c;
-	__u32 zero = 0, tag, stateless, fi = 0, stats = 0, known = 0;
+	__u32 slot, tag, stateless, fi = 0, stats = 0, known = 0;
 	__u64 *n;
 
-	if (!key || !out)
+	if (!ctx)
 		return EDGE_LB_NONE;
+	key = &ctx->p.key;
+	out = &ctx->rule;
+	s = &ctx->lb;
+	slot = ctx->gen & 1;
 	if (key->proto != IPPROTO_TCP && key->proto != IPPROTO_UDP)
 		return EDGE_LB_NONE;
 	if (key->flags & EDGE_KF_FRAG)
 		return EDGE_LB_NONE; /* no ports: not balanced */
-	s = bpf_map_lookup_elem(&edge_lb_scratch, &zero);
-	if (!s)
-		return EDGE_LB_NONE;
-	slot &= 1;
 
 	svc = svc_find_key(&s->sk, key->dst, key->dport, key->proto,
 			   key->family, slot);
@@ -292,8 +313,10 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	if (!svc) {
 		if (!(flags & EDGE_BAL_NAT))
 			return EDGE_LB_NONE;
-		return rnat_find(&s->ck, slot, stride, out);
+		return rnat_find(&s->ck, slot, out);
 	}
+	if (guarded(svc, flags, out))
+		return EDGE_LB_GUARDED;
 	tag = svc->tag & (EDGE_MAX_SERVICES - 1);
 	stateless = svc->flags & EDGE_SVC_STATELESS;
 
@@ -301,7 +324,7 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 	if (!stateless) {
 		c = bpf_map_lookup_elem(&edge_conns, &s->ck);
 		if (c && c->svc == svc->id) {
-			far = far_current(slot, c->far, c->far_id, stride);
+			far = far_current(slot, c->far, c->far_id);
 			if (far && far->action != EDGE_ACT_NAT &&
 			    far->action != EDGE_ACT_ENCAP)
 				far = NULL;
@@ -311,8 +334,7 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
 		}
 	}
 	if (!known) {
-		far = maglev_pick(svc, tag, slot, stride, lb_hash(&s->ck), &fi,
-				  &stats);
+		far = maglev_pick(svc, tag, slot, lb_hash(&s->ck), &fi, &stats);
 		if (!far)
 			return EDGE_LB_NO_BACKEND;
 	}
@@ -365,31 +387,37 @@ __noinline int edge_balance(const struct edge_flow_key *key, __u32 slot,
  * copies keys into its scratch first): the pipeline asks it before the
  * flow cache. EDGE_LB_NONE: not a stateless service's packet;
  * EDGE_LB_ASK: ask edge_balance (the index left the service out, or the
- * backend is NAT and the reply's reverse entry must be recorded). */
-__noinline int edge_stateless(const struct edge_flow_key *key, __u32 slot,
-			      __u32 stride, struct edge_rule *out)
+ * backend is NAT and the reply's reverse entry must be recorded, or the
+ * service is guarded). */
+__noinline int edge_stateless(struct edge_ctx *ctx)
 {
+	const struct edge_flow_key *key;
 	const struct edge_svc *svc;
 	const struct edge_far *far;
-	__u32 fi = 0, stats = 0;
+	struct edge_rule *out;
+	__u32 slot, fi = 0, stats = 0;
 	int full;
 
-	if (!key || !out)
+	if (!ctx)
 		return EDGE_LB_NONE;
+	key = &ctx->p.key;
+	out = &ctx->rule;
+	slot = ctx->gen & 1;
 	if (key->proto != IPPROTO_TCP && key->proto != IPPROTO_UDP)
 		return EDGE_LB_NONE;
 	if (key->flags & EDGE_KF_FRAG)
 		return EDGE_LB_NONE;
-	slot &= 1;
 	svc = svc_probe(key->dst, key->dport, key->proto, key->family, slot,
 			&full);
 	if (!svc)
 		return full ? EDGE_LB_ASK : EDGE_LB_NONE;
 	if (!(svc->flags & EDGE_SVC_STATELESS))
 		return EDGE_LB_NONE;
-	if (svc->unnat != EDGE_NO_FAR)
-		return EDGE_LB_ASK; /* NAT backends: edge_balance records replies */
-	far = maglev_pick(svc, svc->tag & (EDGE_MAX_SERVICES - 1), slot, stride,
+	/* NAT backends: edge_balance records replies; a guarded service:
+	 * edge_balance says so. */
+	if (svc->unnat != EDGE_NO_FAR || (svc->flags & EDGE_SVC_GUARDED))
+		return EDGE_LB_ASK;
+	far = maglev_pick(svc, svc->tag & (EDGE_MAX_SERVICES - 1), slot,
 			  lb_hash_flow(key), &fi, &stats);
 	if (!far)
 		return EDGE_LB_NO_BACKEND;
@@ -403,213 +431,16 @@ __noinline int edge_stateless(const struct edge_flow_key *key, __u32 slot,
  * as the backend's active connections. The entry stays, so the
  * connection's last packets still reach its backend. Called only for
  * such packets of balanced flows. */
-__noinline int edge_conn_close(const struct edge_flow_key *key)
+__noinline int edge_conn_close(struct edge_ctx *ctx)
 {
-	struct edge_lb_scratch *s;
 	struct edge_conn *c;
-	__u32 zero = 0;
 
-	if (!key)
+	if (!ctx)
 		return 0;
-	s = bpf_map_lookup_elem(&edge_lb_scratch, &zero);
-	if (!s)
-		return 0;
-	conn_key(&s->ck, key);
-	c = bpf_map_lookup_elem(&edge_conns, &s->ck);
+	conn_key(&ctx->lb.ck, &ctx->p.key);
+	c = bpf_map_lookup_elem(&edge_conns, &ctx->lb.ck);
 	if (c)
 		c->closed = 1;
-	return 0;
-}
-
-/* csum_add_diff adds to a one's-complement sum the change of n 32-bit
- * words from old to new (RFC 1624: ~m + m' per word, in 16-bit halves). */
-static __always_inline __u32 csum_add_diff(__u32 sum, const __u32 *old,
-					   const __u32 *new, int n)
-{
-	int i;
-
-#pragma unroll
-	for (i = 0; i < 4; i++) {
-		if (i >= n)
-			break;
-		sum += (__u16)~(old[i] & 0xffff);
-		sum += (__u16)~(old[i] >> 16);
-		sum += new[i] & 0xffff;
-		sum += new[i] >> 16;
-	}
-	return sum;
-}
-
-/* sum_diff16 adds to a one's-complement sum the change of a 16-bit word. */
-static __always_inline __u32 sum_diff16(__u32 sum, __u16 old, __u16 new)
-{
-	return sum + (__u16)~old + new;
-}
-
-/* edge_nat_rewrite rewrites the destination (nat) or source (unnat)
- * address and port of a TCP/UDP packet to addr and port, with
- * the IPv4 header checksum and the L4 checksum (whose pseudo-header holds
- * the addresses) patched incrementally. Returns 0 or the edge_reason to
- * drop with. */
-static __always_inline int edge_nat_rewrite(struct xdp_md *ctx,
-					    struct edge_pkt *p,
-					    const __u8 *addr, __be16 port,
-					    int src)
-{
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	__be16 *l4, *ck, oldp;
-	__u32 sum, l3off = p->l3_off, l4off = p->l4_off;
-	__u16 ck0;
-
-	if (!l4off || (p->key.flags & EDGE_KF_FRAG) || l3off > 64 || l4off > 1024)
-		return EDGE_R_NAT_L4;
-	l4 = data + l4off;
-	if (p->key.proto == IPPROTO_TCP) {
-		if ((void *)(l4 + 9) > data_end) /* through the checksum */
-			return EDGE_R_NAT_L4;
-		ck = l4 + 8;
-	} else {
-		if ((void *)(l4 + 4) > data_end)
-			return EDGE_R_NAT_L4;
-		ck = l4 + 3;
-	}
-	ck0 = *ck;
-
-	if (p->key.family == 4) {
-		struct iphdr *iph = data + l3off;
-		__u32 *a;
-
-		if ((void *)(iph + 1) > data_end)
-			return EDGE_R_BAD_IP4;
-		a = src ? &iph->saddr : &iph->daddr;
-		sum = (__u16)~iph->check;
-		sum = csum_add_diff(sum, a, (const __u32 *)addr, 1);
-		iph->check = csum_fold(sum);
-		sum = (__u16)~ck0;
-		sum = csum_add_diff(sum, a, (const __u32 *)addr, 1);
-		*a = *(const __u32 *)addr;
-	} else {
-		struct ipv6hdr *ip6 = data + l3off;
-		__u32 *a;
-
-		if ((void *)(ip6 + 1) > data_end)
-			return EDGE_R_BAD_IP6;
-		a = src ? (__u32 *)&ip6->saddr : (__u32 *)&ip6->daddr;
-		sum = (__u16)~ck0;
-		sum = csum_add_diff(sum, a, (const __u32 *)addr, 4);
-		__builtin_memcpy(a, addr, 16);
-	}
-	oldp = src ? l4[0] : l4[1];
-	sum = sum_diff16(sum, oldp, port);
-	if (src)
-		l4[0] = port;
-	else
-		l4[1] = port;
-	/* A UDP checksum of 0 over IPv4 means "none": leave it so. A computed
-	 * 0 goes out as 0xffff (RFC 768). */
-	if (p->key.proto == IPPROTO_UDP && p->key.family == 4 && ck0 == 0)
-		return 0;
-	*ck = csum_fold(sum);
-	if (p->key.proto == IPPROTO_UDP && *ck == 0)
-		*ck = 0xffff;
-	return 0;
-}
-
-
-/* ICMP errors about NAT'd connections. A router on either side may answer
- * a NAT'd packet with an error (fragmentation needed, packet too big,
- * unreachable, time exceeded) that quotes the packet as it saw it: toward
- * the VIP, quoting the VIP's reply to the client; or toward the client,
- * quoting the client's packet to the backend. Passed on untranslated,
- * neither end can match it to its connection, and path MTU discovery
- * through the service fails (large replies black-holed). edge_nat_icmp
- * translates both, as a NAT must (RFC 5508 section 4). */
-
-/* icmp_is_error tells whether an ICMP (family 4) or ICMPv6 type is an
- * error message that quotes the packet it is about. */
-static __always_inline int icmp_is_error(__u8 type, __u8 family)
-{
-	if (family == 4)
-		return type == 3 || type == 11 || type == 12;
-	return type >= 1 && type <= 4;
-}
-
-/* nat_icmp_inner rewrites the quoted packet's address (at a_off, 4 or 16
- * bytes) and port (at port_off) to addr and port, with the quote's IPv4
- * header checksum and its TCP/UDP checksum when the quote holds it (an
- * IPv4 UDP checksum of 0 means none); every change is added to s->sum,
- * the ICMP checksum's sum. Offsets and family are in s. */
-static __always_inline int nat_icmp_inner(struct xdp_md *ctx,
-					  struct edge_lb_scratch *s, __u32 a_off,
-					  __u32 port_off, const __u8 *addr,
-					  __be16 port)
-{
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	__u32 *a = data + (a_off & 0x3ff), d;
-	__be16 *pp = data + (port_off & 0x3ff), *ck;
-	__u16 old;
-
-	if ((void *)(pp + 1) > data_end)
-		return -1;
-	if (s->family == 4) {
-		struct iphdr *ih = data + (s->il3 & 0x3ff);
-
-		if ((void *)(a + 1) > data_end || (void *)(ih + 1) > data_end)
-			return -1;
-		d = csum_add_diff(0, a, (const __u32 *)addr, 1);
-		old = ih->check;
-		ih->check = csum_fold((__u16)~old + d);
-		s->sum = sum_diff16(s->sum, old, ih->check);
-		*a = *(const __u32 *)addr;
-	} else {
-		if ((void *)(a + 4) > data_end)
-			return -1;
-		d = csum_add_diff(0, a, (const __u32 *)addr, 4);
-		__builtin_memcpy(a, addr, 16);
-	}
-	d = sum_diff16(d, *pp, port);
-	*pp = port;
-	ck = data + ((s->il4 + (s->proto == IPPROTO_TCP ? 16 : 6)) & 0x3ff);
-	if ((void *)(ck + 1) <= data_end &&
-	    !(s->proto == IPPROTO_UDP && s->family == 4 && *ck == 0)) {
-		old = *ck;
-		*ck = csum_fold((__u16)~old + d);
-		if (s->proto == IPPROTO_UDP && *ck == 0)
-			*ck = 0xffff;
-		s->sum = sum_diff16(s->sum, old, *ck);
-	}
-	s->sum += d;
-	return 0;
-}
-
-/* nat_icmp_outer rewrites the outer address at a_off (the destination
- * toward the backend, the source toward the client) to addr: with the
- * IPv4 header checksum, or for ICMPv6 in the checksum's pseudo-header
- * (s->sum). */
-static __always_inline int nat_icmp_outer(struct xdp_md *ctx,
-					  struct edge_lb_scratch *s, __u32 a_off,
-					  const __u8 *addr)
-{
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	__u32 *a = data + (a_off & 0x3ff);
-
-	if (s->family == 4) {
-		struct iphdr *iph = data + (s->l3 & 0x3ff);
-
-		if ((void *)(a + 1) > data_end || (void *)(iph + 1) > data_end)
-			return -1;
-		iph->check = csum_fold((__u16)~iph->check +
-				       csum_add_diff(0, a, (const __u32 *)addr, 1));
-		*a = *(const __u32 *)addr;
-	} else {
-		if ((void *)(a + 4) > data_end)
-			return -1;
-		s->sum = csum_add_diff(s->sum, a, (const __u32 *)addr, 4);
-		__builtin_memcpy(a, addr, 16);
-	}
 	return 0;
 }
 
@@ -621,7 +452,9 @@ static __always_inline int addr_eq(const __u8 *x, const __u8 *y)
 	return a[0] == b[0] && a[1] == b[1];
 }
 
-/* edge_nat_icmp translates an ICMP or ICMPv6 error (parsed into p) about a connection of a NAT service in slot: toward the VIP (quoting
+/* edge_nat_icmp finds the connection of a NAT service an ICMP or ICMPv6
+ * error (parsed into ctx->p) is about, for edge_nat_icmp_rewrite to
+ * translate: toward the VIP (quoting
  * the VIP's reply), the destination and the quoted source become the
  * backend's; toward the client (quoting the packet the backend got), the
  * quoted destination becomes the VIP's, and the source too when the
@@ -630,24 +463,28 @@ static __always_inline int addr_eq(const __u8 *x, const __u8 *y)
  * rewrite's) and out->stats its counter; EDGE_LB_NONE when the packet is
  * not such an error (left as it was). A connection that was never seen is
  * not guessed at: for a stateless service the Maglev table answers, as it
- * does for the connection's own packets. */
-__noinline int edge_nat_icmp(struct xdp_md *ctx, const struct edge_pkt *p,
-			     __u32 slot, __u32 stride, struct edge_rule *out)
+ * does for the connection's own packets. Toward a guarded service's VIP
+ * it answers EDGE_LB_GUARDED unless flags has EDGE_BAL_UNGUARDED. */
+__noinline int edge_nat_icmp(struct xdp_md *ctx, struct edge_ctx *ec,
+			     __u32 flags)
 {
 	void *data, *data_end;
 	const struct edge_far *far;
 	const struct edge_svc *svc;
+	const struct edge_pkt *p;
 	struct edge_lb_scratch *s;
+	struct edge_rule *out;
 	struct edge_conn *c;
 	__u8 *icmp;
-	__u32 zero = 0, fi = 0, stats = 0;
+	__u32 slot, fi = 0, stats = 0;
 	__be16 *ports;
 
-	if (!p || !out || !ctx)
+	if (!ec || !ctx)
 		return EDGE_LB_NONE;
-	s = bpf_map_lookup_elem(&edge_lb_scratch, &zero);
-	if (!s)
-		return EDGE_LB_NONE;
+	p = &ec->p;
+	s = &ec->lb;
+	out = &ec->rule;
+	slot = ec->gen & 1;
 	s->l3 = p->l3_off;
 	s->l4 = p->l4_off;
 	s->family = p->key.family;
@@ -708,7 +545,6 @@ __noinline int edge_nat_icmp(struct xdp_md *ctx, const struct edge_pkt *p,
 	s->ck.sport = ports[1];
 	s->ck.proto = s->proto;
 	s->ck.family = s->family;
-	slot &= 1;
 
 	/* Toward the VIP: addressed to the quote's source, a NAT service. */
 	svc = NULL;
@@ -719,17 +555,18 @@ __noinline int edge_nat_icmp(struct xdp_md *ctx, const struct edge_pkt *p,
 	s->to_vip = svc && svc->unnat != EDGE_NO_FAR;
 	s->from_backend = addr_eq(p->key.src, s->ck.src);
 	if (s->to_vip) {
+		if (guarded(svc, flags, out))
+			return EDGE_LB_GUARDED;
 		/* The connection's backend, from the connection table or, for
 		 * a stateless service, the Maglev table. */
 		far = NULL;
 		if (svc->flags & EDGE_SVC_STATELESS) {
 			far = maglev_pick(svc, svc->tag & (EDGE_MAX_SERVICES - 1),
-					  slot, stride, lb_hash(&s->ck), &fi,
-					  &stats);
+					  slot, lb_hash(&s->ck), &fi, &stats);
 		} else {
 			c = bpf_map_lookup_elem(&edge_conns, &s->ck);
 			if (c && c->svc == svc->id) {
-				far = far_current(slot, c->far, c->far_id, stride);
+				far = far_current(slot, c->far, c->far_id);
 				fi = c->far;
 				stats = c->stats;
 			}
@@ -740,58 +577,11 @@ __noinline int edge_nat_icmp(struct xdp_md *ctx, const struct edge_pkt *p,
 		/* Toward the client: the quote is the client's packet as the
 		 * backend got it; reversed (ck), the key of its reply in the
 		 * reverse-NAT table (backend -> client). */
-		return rnat_find(&s->ck, slot, stride, out);
+		return rnat_find(&s->ck, slot, out);
 	}
 	out->far = fi;
 	out->stats = stats | EDGE_STATS_LB;
 	return EDGE_LB_HIT;
-}
-
-/* edge_nat_icmp_rewrite translates the ICMP error edge_nat_icmp found a
- * connection for (its offsets in the scratch), with FAR fi of slot:
- * toward the VIP the quote's source and port, and the destination, become
- * the backend's (the NAT FAR's); toward the client the quote's
- * destination and port become the VIP's (the reply rewrite's), and the
- * source too when the backend itself sent the error (a router's own
- * address stays). Returns 0, or -1 when the packet is left half done
- * (drop it). A global function of its own: the pipeline's stack leaves
- * little room for the two together. */
-__noinline int edge_nat_icmp_rewrite(struct xdp_md *ctx, __u32 slot,
-				     __u32 stride, __u32 fi)
-{
-	const struct edge_far *far;
-	struct edge_lb_scratch *s;
-	void *data, *data_end;
-	__u32 zero = 0, k = (slot & 1) * stride + fi;
-	__u8 *icmp;
-
-	if (!ctx)
-		return -1;
-	s = bpf_map_lookup_elem(&edge_lb_scratch, &zero);
-	far = bpf_map_lookup_elem(&edge_fars, &k);
-	if (!s || !far)
-		return -1;
-	if (s->to_vip) {
-		if (nat_icmp_inner(ctx, s, s->off, s->il4, far->addr, far->port) ||
-		    nat_icmp_outer(ctx, s, s->l3 + (s->family == 4 ? 16 : 24),
-				   far->addr))
-			return -1;
-	} else {
-		if (nat_icmp_inner(ctx, s, s->off + (s->family == 4 ? 4 : 16),
-				   s->il4 + 2, far->addr, far->port))
-			return -1;
-		if (s->from_backend &&
-		    nat_icmp_outer(ctx, s, s->l3 + (s->family == 4 ? 12 : 8),
-				   far->addr))
-			return -1;
-	}
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	icmp = data + (s->l4 & 0x3ff);
-	if ((void *)(icmp + 8) > data_end)
-		return -1;
-	*(__u16 *)(icmp + 2) = csum_fold(s->sum);
-	return 0;
 }
 
 #endif

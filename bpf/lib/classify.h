@@ -6,32 +6,39 @@
 #ifndef EDGE_CLASSIFY_H
 #define EDGE_CLASSIFY_H
 
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
 #include "../edge_maps.h"
-#include "parse.h"
 
-/* edge_classify finds the best rule for key in slot (gen & 1). Returns 1
- * and fills *out on a match, 0 otherwise.
+/* EDGE_PRIO_ANY bounds nothing: every rule may win. */
+#define EDGE_PRIO_ANY (~0ull)
+
+/* edge_classify finds the best rule of ctx->gen's slot for the packet key
+ * in ctx->p, among rules whose prio is at most bound (a guarded service's
+ * place, or EDGE_PRIO_ANY). Returns 1 and fills ctx->rule on a match, 0
+ * otherwise.
  *
  * It is a global function: the verifier checks its group loop once, with
  * arguments it knows nothing about, instead of once for every state the
  * pipeline reaches it in. Inlined, the pipeline verified in ~846,000 of
  * the 1,000,000 instructions the verifier allows, leaving no room for
  * later stages; a call costs a few ns on the miss path only. */
-__noinline int edge_classify(const struct edge_flow_key *key,
-			     const struct edge_state *st, __u32 slot,
-			     struct edge_rule *out)
+__noinline int edge_classify(struct edge_ctx *ctx, const struct edge_state *st,
+			     __u64 bound)
 {
 	struct edge_rule_key rk = {};
 	__u64 *m = (__u64 *)&rk.k;
+	struct edge_rule *out;
 	const __u64 *k;
 	int found = 0;
 	__u32 i, n, base;
 
-	if (!key || !st || !out)
+	if (!ctx || !st)
 		return 0;
-	k = (const __u64 *)key;
-	n = st->ngroups[slot & 1];
-	base = (slot & 1) * EDGE_MAX_GROUPS;
+	k = (const __u64 *)&ctx->p.key;
+	out = &ctx->rule;
+	n = st->ngroups[ctx->gen & 1];
+	base = (ctx->gen & 1) * EDGE_MAX_GROUPS;
 
 	for (i = 0; i < EDGE_MAX_GROUPS; i++) {
 		const struct edge_group *g;
@@ -45,7 +52,7 @@ __noinline int edge_classify(const struct edge_flow_key *key,
 		if (!g)
 			break;
 		/* Groups are sorted by min_prio: no later group can win. */
-		if (found && g->min_prio > out->prio)
+		if (g->min_prio > bound || (found && g->min_prio > out->prio))
 			break;
 		gm = (const __u64 *)&g->mask;
 		m[0] = k[0] & gm[0];
@@ -54,9 +61,10 @@ __noinline int edge_classify(const struct edge_flow_key *key,
 		m[3] = k[3] & gm[3];
 		m[4] = k[4] & gm[4];
 		m[5] = k[5] & gm[5];
+		m[6] = k[6] & gm[6];
 		rk.group = base + (g->tag & (EDGE_MAX_GROUPS - 1));
 		r = bpf_map_lookup_elem(&edge_rules, &rk);
-		if (r && (!found || r->prio < out->prio)) {
+		if (r && r->prio <= bound && (!found || r->prio < out->prio)) {
 			*out = *r;
 			found = 1;
 		}

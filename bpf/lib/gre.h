@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* GRE overlays (RFC 2784, key and sequence numbers of RFC 2890): encap
- * toward a path's remote gateway, decap of what comes back. Included by
- * forward.h, whose punt/count/fib_resolve it uses. */
+ * toward a path's remote gateway, and decap of what comes back down to
+ * the inner packet, which the pipeline then classifies like any other. */
 #ifndef EDGE_GRE_H
 #define EDGE_GRE_H
 
@@ -13,30 +13,11 @@
 #include <bpf/bpf_endian.h>
 #include "../edge_maps.h"
 #include "csum.h"
+#include "fib.h"
 #include "parse.h"
-#include "icmp.h"
-
-#define GRE_IP4_DF bpf_htons(0x4000)
-
-/* edge_icmp_too_big answers the packet in ctx with ICMP fragmentation
- * needed / ICMPv6 packet too big advertising mtu, from the address of the
- * interface it arrived on (written by the agent into edge_ifaddrs; for
- * IPv4, fallback is the path's local address). Returns 0 when the reply is
- * ready to be sent back out of the interface it came in on. */
-static __always_inline int edge_icmp_too_big(struct xdp_md *ctx,
-					     struct edge_pkt *p, __u32 mtu,
-					     __be32 fallback4)
-{
-	const struct edge_ifaddr *a;
-	__u32 idx = p->key.ifindex;
-
-	a = bpf_map_lookup_elem(&edge_ifaddrs, &idx);
-	if (p->key.family == 4)
-		return edge_icmp_too_big4(ctx, mtu, a && a->v4 ? a->v4 : fallback4);
-	if (!a || !a->has_v6)
-		return -1;
-	return edge_icmp_too_big6(ctx, mtu, (const struct in6_addr *)a->v6);
-}
+#include "proto.h"
+#include "too_big.h"
+#include "verdict.h"
 
 /* ip4_csum_gre is the header checksum of the outer IPv4 header encap
  * writes (no options, id 0, DF, protocol GRE), summed from the values
@@ -50,7 +31,7 @@ static __always_inline __u16 ip4_csum_gre(__u8 tos, __be16 tot_len, __u8 ttl,
 	} vt = {.b = {0x45, tos}}, tp = {.b = {ttl, IPPROTO_GRE}};
 	__u32 sum;
 
-	sum = vt.w + tot_len + GRE_IP4_DF + tp.w + (saddr & 0xffff) +
+	sum = vt.w + tot_len + IP4_DF + tp.w + (saddr & 0xffff) +
 	      (saddr >> 16) + (daddr & 0xffff) + (daddr >> 16);
 	return csum_fold(sum);
 }
@@ -61,7 +42,8 @@ static __always_inline __u16 ip4_csum_gre(__u8 tos, __be16 tot_len, __u8 ttl,
  * normal mode), DF set. The inner packet is routed like any other (TTL or
  * hop limit decremented). The outer next hop is cached in the flow. A
  * packet too big for the path is answered with ICMP too-big. */
-static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
+static __always_inline int edge_encap(struct xdp_md *ctx,
+				      const struct edge_pkt *p,
 				      const struct edge_far *far,
 				      struct edge_flow *fl, __u32 epoch)
 {
@@ -72,7 +54,9 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 	struct ethhdr *eth = data;
 	struct iphdr *iph = NULL, *outer;
 	struct ipv6hdr *ip6 = NULL;
-	__u32 pi, len3, olen, hlen = 4, mtu = 0;
+	__u32 pi, len3 = p->l3_len, olen, hlen = 4, mtu = 0;
+	__u8 family = p->key.family;
+	void *l3;
 	__be16 inner_proto;
 	__be32 *opt;
 	__u8 tos;
@@ -83,27 +67,19 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 	path = bpf_map_lookup_elem(&edge_paths, &pi);
 	if (!path)
 		return punt(p, EDGE_R_NO_STATE, XDP_DROP);
-	if (p->vlans)
-		return punt(p, EDGE_R_VLAN_FWD, XDP_PASS);
-	if (p->key.family == 4) {
-		iph = data + sizeof(*eth);
-		if ((void *)(iph + 1) > data_end)
-			return punt(p, EDGE_R_BAD_IP4, XDP_DROP);
-		if (iph->ttl <= 1)
-			return punt(p, EDGE_R_TTL, XDP_PASS);
-		len3 = bpf_ntohs(iph->tot_len);
+	l3 = hop_check(ctx, p, family, &reason);
+	if (!l3)
+		return reason;
+	if (family == 4) {
+		iph = l3;
 		tos = iph->tos;
 		inner_proto = bpf_htons(ETH_P_IP);
 	} else {
-		ip6 = data + sizeof(*eth);
-		if ((void *)(ip6 + 1) > data_end)
-			return punt(p, EDGE_R_BAD_IP6, XDP_DROP);
-		if (ip6->hop_limit <= 1)
-			return punt(p, EDGE_R_TTL, XDP_PASS);
-		len3 = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+		ip6 = l3;
 		tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
 		inner_proto = bpf_htons(ETH_P_IPV6);
 	}
+	hide_choice(iph, ip6);
 	if (path->flags & EDGE_PF_KEY)
 		hlen += 4;
 	if (path->flags & EDGE_PF_SEQ)
@@ -140,20 +116,7 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 			/* The inner packet may be at most the route's MTU
 			 * less what encapsulation adds. */
 			mtu = mtu > olen - len3 ? mtu - (olen - len3) : 0;
-			/* The reply leaves by the interface the packet came
-			 * in on, through the devmap rather than XDP_TX: a
-			 * veth flushes XDP_TX frames to its peer only when
-			 * the peer runs an XDP program (veth_xdp_flush), so
-			 * toward a host whose veth has only GRO's NAPI the
-			 * reply waited for the next frame redirected there.
-			 * A redirect is flushed at the end of the poll. */
-			if (mtu >= 68 &&
-			    edge_icmp_too_big(ctx, p, mtu, path->local) == 0)
-				return punt(p, EDGE_R_MTU_ICMP,
-					    bpf_redirect_map(&edge_tx,
-							     p->key.ifindex,
-							     XDP_TX));
-			return punt(p, EDGE_R_MTU_DROP, XDP_DROP);
+			return answer_too_big(ctx, p, mtu, path->local);
 		}
 		/* Handing an unencapsulated packet to the kernel would send it
 		 * out in the clear: drop, counted. The agent keeps path next
@@ -207,7 +170,7 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 	outer->tos = tos;
 	outer->tot_len = bpf_htons(olen);
 	outer->id = 0;
-	outer->frag_off = GRE_IP4_DF;
+	outer->frag_off = IP4_DF;
 	outer->ttl = path->ttl;
 	outer->protocol = IPPROTO_GRE;
 	outer->saddr = path->local;
@@ -234,100 +197,110 @@ static __always_inline int edge_encap(struct xdp_md *ctx, struct edge_pkt *p,
 	      sizeof(*eth) + olen);
 	if (bpf_redirect_map(&edge_tx, fl->oif, XDP_ABORTED) != XDP_REDIRECT)
 		return punt(p, EDGE_R_NO_TX, XDP_DROP);
-	count(&edge_verdicts, XDP_REDIRECT, p->len);
-	return XDP_REDIRECT;
+	return verdict(p, XDP_REDIRECT);
 }
 
-/* fib_reason is the edge_reason a failed bpf_fib_lookup punts with. The
- * kernel, handed the packet, resolves the neighbour, answers ICMP
- * fragmentation needed / packet too big, or drops it with its own count. */
-static __always_inline int fib_reason(long rc)
+/* decap_path returns the stable index + 1 of the path the GRE packet p
+ * belongs to (outer destination and key name a path of the slot, and the
+ * outer source is its remote), or 0. The outer addresses and key are
+ * p's flow key, so the answer holds for the flow for a generation: the
+ * caller keeps it in the flow entry. */
+static __always_inline __u32 decap_path(const struct edge_pkt *p, __u32 slot)
 {
-	switch (rc) {
-	case BPF_FIB_LKUP_RET_NO_NEIGH:
-		return EDGE_R_NO_NEIGH;
-	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
-		return EDGE_R_FRAG_NEEDED;
-	default:
-		return EDGE_R_FIB_FAIL;
-	}
-}
-
-/* edge_decap takes a GRE packet addressed to one of our paths (outer
- * destination, key and source must match a path of this generation), checks
- * the inner packet is well formed, strips the outer headers and forwards the
- * inner packet by the kernel's FIB (or hands it to the kernel when XDP
- * cannot finish). GRE for no path is dropped and counted. */
-static __always_inline int edge_decap(struct xdp_md *ctx, struct edge_pkt *p,
-				      __u32 slot)
-{
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	struct bpf_fib_lookup fib = {};
 	struct edge_decap_key dk = {};
 	const struct edge_decap *d;
-	struct edge_pkt in = {};
-	struct hdr_cursor c;
-	void *outer_end;
-	struct ethhdr *eth;
-	struct iphdr *outer = data + sizeof(struct ethhdr);
-	__be16 *gre;
-	__u8 macs[2 * ETH_ALEN];
-	__u32 inner_off, stats;
-	int rc;
 
-	if (p->key.family != 4 || p->key.proto != IPPROTO_GRE || !p->gre_hlen ||
-	    p->vlans)
-		return punt(p, EDGE_R_GRE_NO_PATH, XDP_DROP);
-	if ((void *)(outer + 1) > data_end)
-		return punt(p, EDGE_R_BAD_IP4, XDP_DROP);
 	dk.slot = slot;
-	dk.local = outer->daddr;
+	__builtin_memcpy(&dk.local, p->key.dst, 4);
 	if (p->key.flags & EDGE_KF_GRE_KEY) {
 		dk.key = p->key.gre_key;
 		dk.has_key = 1;
 	}
 	d = bpf_map_lookup_elem(&edge_decaps, &dk);
-	if (!d || d->remote != outer->saddr)
-		return punt(p, EDGE_R_GRE_NO_PATH, XDP_DROP);
-	stats = d->stats;
+	if (!d || d->remote != *(const __be32 *)p->key.src)
+		return 0;
+	return (d->stats & (EDGE_MAX_PATHS - 1)) + 1;
+}
 
-	/* The inner packet: GRE protocol type, then its own headers checked
-	 * as strictly as any packet we forward, within the outer datagram. */
+/* decap_check tells whether the GRE packet in c->p is addressed to one of
+ * our paths (outer destination, key and source must match a path of this
+ * generation): it returns the path's stable index + 1, or 0 with the
+ * packet dropped and counted. fl is the packet's flow entry: the path is
+ * looked up once per flow and generation and kept there. */
+static __always_inline __u32 decap_check(struct edge_ctx *c,
+					 struct edge_flow *fl, int *rc)
+{
+	const struct edge_pkt *p = &c->p;
+	__u32 path;
+
+	if (p->key.family != 4 || p->key.proto != IPPROTO_GRE ||
+	    !p->gre_hlen || p->vlans)
+		goto no_path;
+	path = fl->path;
+	if (!path) {
+		path = decap_path(p, c->gen & 1);
+		if (!path)
+			goto no_path;
+		fl->path = path;
+	}
+	return path;
+no_path:
+	*rc = punt(p, EDGE_R_GRE_NO_PATH, XDP_DROP);
+	return 0;
+}
+
+/* edge_decap parses the inner packet of the GRE packet in c->p, which
+ * decap_check found to belong to path (stable index + 1), into c->p,
+ * marked with the path it came by (key.path), strips Ethernet, outer IPv4
+ * and GRE, and puts an Ethernet header back in front of the inner packet
+ * for the pipeline to classify. The inner packet is checked as strictly
+ * as any packet and must fill the outer datagram exactly, before anything
+ * is changed or counted. p->len stays the length of the frame as it was
+ * received, which every counter counts. Returns EDGE_GO_ON, or the
+ * verdict the packet got. */
+static __always_inline int edge_decap(struct xdp_md *ctx, struct edge_ctx *c,
+				      __u32 path)
+{
+	struct edge_pkt *p = &c->p;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 inner_off, len = p->len, ifindex = p->key.ifindex;
+	struct hdr_cursor cur;
+	struct ethhdr *eth;
+	void *outer_end;
+	__be16 *gre, proto;
+	__u8 macs[2 * ETH_ALEN];
+	int rc;
+
+	/* GRE's protocol type names the inner packet. */
 	gre = data + (p->l4_off & 0xff);
 	if ((void *)(gre + 2) > data_end)
 		return punt(p, EDGE_R_BAD_GRE, XDP_DROP);
+	proto = gre[1];
 	inner_off = (p->l4_off & 0xff) + (p->gre_hlen & 0x1f);
-	c.pos = data + inner_off;
-	c.end = (void *)outer + bpf_ntohs(outer->tot_len);
-	if (c.end > data_end)
-		return punt(p, EDGE_R_BAD_IP4, XDP_DROP);
-	outer_end = c.end;
-	if (gre[1] == bpf_htons(ETH_P_IP))
-		rc = parse_ip4(&c, data, data_end, &in);
-	else if (gre[1] == bpf_htons(ETH_P_IPV6))
-		rc = parse_ip6(&c, data_end, &in);
-	else
-		rc = -EDGE_R_GRE_INNER;
-	if (rc >= 0)
-		rc = parse_l4(&c, data_end, &in, rc);
-	if (rc < 0 && rc != EDGE_NO_L4)
-		return punt(p, EDGE_R_GRE_INNER, XDP_DROP);
-	/* The inner packet must fill the outer datagram exactly: the parsers
-	 * left c.end at the inner packet's own end. */
-	if (c.end != outer_end)
-		return punt(p, EDGE_R_GRE_INNER, XDP_DROP);
+	outer_end = data + ((p->l3_off + p->l3_len) & 0xffff);
 
-	count(&edge_path_stats, (stats & (EDGE_MAX_PATHS - 1)) * 2 + 1, p->len);
+	__builtin_memset(p, 0, sizeof(*p));
+	p->len = len;
+	p->key.ifindex = ifindex;
+	cur.pos = data + inner_off;
+	cur.end = outer_end;
+	rc = parse_l3(&cur, data, data_end, proto, p);
+	/* The parsers left cur.end at the inner packet's own end. */
+	if (rc || cur.end != outer_end)
+		return punt(p, EDGE_R_GRE_INNER, XDP_DROP);
+	p->key.path = path;
+	count(&edge_path_stats, ((path - 1) & (EDGE_MAX_PATHS - 1)) * 2 + 1,
+	      len);
 
-	/* Strip Ethernet + outer IPv4 + GRE, then put an Ethernet header
-	 * back in front of the inner packet, keeping the received addresses
-	 * so the kernel accepts the frame if we hand it over. */
+	/* Keep the received Ethernet addresses, so the kernel accepts the
+	 * frame if the inner packet is handed to it. */
 	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return punt(p, EDGE_R_BAD_ETH, XDP_DROP);
 	__builtin_memcpy(macs, eth, sizeof(macs));
-	if (bpf_xdp_adjust_head(ctx, inner_off - sizeof(struct ethhdr)))
+	inner_off -= sizeof(struct ethhdr);
+	if (bpf_xdp_adjust_head(ctx, inner_off))
 		return punt(p, EDGE_R_ADJUST, XDP_DROP);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
@@ -335,51 +308,11 @@ static __always_inline int edge_decap(struct xdp_md *ctx, struct edge_pkt *p,
 	if ((void *)(eth + 1) > data_end)
 		return punt(p, EDGE_R_ADJUST, XDP_DROP);
 	__builtin_memcpy(eth, macs, sizeof(macs));
-	eth->h_proto = in.key.family == 4 ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
-
-	/* Forward the inner packet: one routing hop. */
-	fib.ifindex = p->key.ifindex;
-	if (in.key.family == 4) {
-		struct iphdr *iph = data + sizeof(*eth);
-
-		if ((void *)(iph + 1) > data_end)
-			return punt(p, EDGE_R_GRE_INNER, XDP_DROP);
-		if (iph->ttl <= 1)
-			return punt(p, EDGE_R_TTL, XDP_PASS);
-		fib.family = AF_INET;
-		fib.tos = iph->tos;
-		fib.l4_protocol = iph->protocol;
-		fib.tot_len = bpf_ntohs(iph->tot_len);
-		fib.ipv4_src = iph->saddr;
-		fib.ipv4_dst = iph->daddr;
-		rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-			return punt(p, fib_reason(rc), XDP_PASS);
-		ip4_dec_ttl(iph);
-	} else {
-		struct ipv6hdr *ip6 = data + sizeof(*eth);
-
-		if ((void *)(ip6 + 1) > data_end)
-			return punt(p, EDGE_R_GRE_INNER, XDP_DROP);
-		if (ip6->hop_limit <= 1)
-			return punt(p, EDGE_R_TTL, XDP_PASS);
-		fib.family = AF_INET6;
-		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
-		fib.l4_protocol = ip6->nexthdr;
-		fib.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
-		__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
-		__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
-		rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-			return punt(p, fib_reason(rc), XDP_PASS);
-		ip6->hop_limit--;
-	}
-	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-	if (bpf_redirect_map(&edge_tx, fib.ifindex, XDP_ABORTED) != XDP_REDIRECT)
-		return punt(p, EDGE_R_NO_TX, XDP_DROP);
-	count(&edge_verdicts, XDP_REDIRECT, p->len);
-	return XDP_REDIRECT;
+	eth->h_proto = proto;
+	p->l3_off -= inner_off;
+	if (p->l4_off)
+		p->l4_off -= inner_off;
+	return EDGE_GO_ON;
 }
 
 #endif

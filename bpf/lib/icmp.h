@@ -15,8 +15,8 @@
  * pointers again after the call: the functions move the packet (the
  * verifier invalidates the caller's pointers from Linux 6.13 on).
  *
- * Depends on kernel headers and csum.h only, so it can be tested alone
- * (bpf/test_icmp.bpf.c). */
+ * Depends on kernel headers, csum.h and proto.h only, so it can be tested
+ * alone (bpf/test_icmp.bpf.c). */
 #ifndef EDGE_ICMP_H
 #define EDGE_ICMP_H
 
@@ -30,20 +30,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "csum.h"
-
-/* The part of linux/icmp.h used here. That header pulls libc's
- * sys/socket.h in through linux/if.h, and libc's headers want the 32-bit
- * stubs (a multilib package) when compiled for the bpf target. */
-#define ICMP_ECHOREPLY 0
-#define ICMP_DEST_UNREACH 3
-#define ICMP_ECHO 8
-#define ICMP_TIMESTAMP 13
-#define ICMP_TIMESTAMPREPLY 14
-#define ICMP_INFO_REQUEST 15
-#define ICMP_INFO_REPLY 16
-#define ICMP_ADDRESS 17
-#define ICMP_ADDRESSREPLY 18
-#define ICMP_FRAG_NEEDED 4
+#include "proto.h"
 
 /* edge_icmp4_frag is an ICMP destination unreachable header with the
  * next-hop MTU of RFC 1191 (struct icmphdr's un.frag). */
@@ -54,14 +41,6 @@ struct edge_icmp4_frag {
 	__be16 unused;
 	__be16 mtu;
 };
-
-#ifndef NEXTHDR_HOP
-#define NEXTHDR_HOP 0
-#define NEXTHDR_ROUTING 43
-#define NEXTHDR_FRAGMENT 44
-#define NEXTHDR_AUTH 51
-#define NEXTHDR_DEST 60
-#endif
 
 /* IPv6 extension headers walked to find whether a packet is an ICMPv6
  * error or a non-first fragment; a longer chain is not answered. */
@@ -94,8 +73,6 @@ struct edge_icmp4_frag {
 #define EDGE_ICMP6_QUOTE_MAX                                                   \
 	(EDGE_ICMP6_MIN_MTU - sizeof(struct ipv6hdr) - sizeof(struct icmp6hdr))
 
-/* Fragment offset bits of iphdr.frag_off (RFC 791), network order. */
-#define EDGE_IP4_OFFSET bpf_htons(0x1fff)
 /* Offset bits of the IPv6 fragment header's second word (RFC 8200 4.5). */
 #define EDGE_IP6_OFFSET bpf_htons(0xfff8)
 
@@ -321,7 +298,7 @@ __noinline int edge_icmp_too_big4(struct xdp_md *ctx, __u32 mtu, __be32 src4)
 		return -1;
 	/* A non-first fragment quotes no transport header for the sender to
 	 * find its socket by, and RFC 1122 3.2.2 forbids answering it. */
-	if (iph->frag_off & EDGE_IP4_OFFSET)
+	if (iph->frag_off & IP4_OFFSET)
 		return -1;
 	saddr = iph->saddr;
 	if (!ip4_may_answer(saddr, iph->daddr))

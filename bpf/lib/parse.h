@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* Bounds-checked header parsing. Every helper checks the header lies
- * inside [data, data_end) before touching it, advances the cursor, and
- * returns what comes next or a negative edge_reason. */
+/* Bounds-checked header parsing into struct edge_pkt (edge_ctx.h). Every
+ * helper checks the header lies inside [data, data_end) before touching
+ * it, advances the cursor, and returns what comes next or a negative
+ * edge_reason. */
 #ifndef EDGE_PARSE_H
 #define EDGE_PARSE_H
 
@@ -15,28 +16,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "../edge_consts.h"
-#include "../edge_types.h"
-
-#ifndef ETH_P_8021AD
-#define ETH_P_8021AD 0x88A8
-#endif
-#ifndef IPPROTO_GRE
-#define IPPROTO_GRE 47
-#endif
-#ifndef NEXTHDR_HOP
-#define NEXTHDR_HOP 0
-#define NEXTHDR_ROUTING 43
-#define NEXTHDR_FRAGMENT 44
-#define NEXTHDR_AUTH 51
-#define NEXTHDR_DEST 60
-#endif
-
-/* GRE flag bits (RFC 2784 / RFC 2890), network order in the first 16 bits. */
-#define GRE_F_CSUM bpf_htons(0x8000)
-#define GRE_F_ROUTING bpf_htons(0x4000)
-#define GRE_F_KEY bpf_htons(0x2000)
-#define GRE_F_SEQ bpf_htons(0x1000)
-#define GRE_F_VERSION bpf_htons(0x0007)
+#include "../edge_ctx.h"
+#include "proto.h"
 
 /* Returned by parse_ip4/6 for a non-first fragment: no L4 header. */
 #define EDGE_NO_L4 (-1000)
@@ -53,18 +34,6 @@ struct hdr_cursor {
  * IP datagram. */
 #define past_end(c, ptr, len, data_end)                                        \
 	((void *)(ptr) + (len) > (data_end) || (void *)(ptr) + (len) > (c)->end)
-
-/* Per-packet parse results, kept on the stack for the whole pipeline. */
-struct edge_pkt {
-	struct edge_flow_key key;
-	__u32 len;     /* frame length in bytes */
-	__u16 l3_off;  /* offset of the IP header from data */
-	__u16 l4_off;  /* offset of the L4 header (0 if none) */
-	__u8 vlans;      /* VLAN tags seen */
-	__u8 gre_hlen;   /* GRE header length incl. options, 0 if not GRE */
-	__u8 first_frag; /* first fragment of several: L4 header, partial payload */
-	__u8 tcp_flags;  /* TCP: FIN 0x01, SYN 0x02, RST 0x04, ... (byte 13) */
-};
 
 /* parse_eth returns the EtherType after up to EDGE_MAX_VLANS tags, in
  * network byte order, or -EDGE_R_*. */
@@ -166,11 +135,12 @@ static __always_inline int parse_ip4(struct hdr_cursor *c, void *data,
 	c->pos = (void *)iph + ihl * 4;
 	c->end = (void *)iph + tot;
 	/* Non-first fragments carry no L4 header (RFC 791 fragment offset). */
-	if (iph->frag_off & bpf_htons(0x1fff)) {
+	p->l3_len = tot;
+	if (iph->frag_off & IP4_OFFSET) {
 		p->key.flags |= EDGE_KF_FRAG;
 		return EDGE_NO_L4;
 	}
-	if (iph->frag_off & bpf_htons(0x2000)) /* MF */
+	if (iph->frag_off & IP4_MF)
 		p->first_frag = 1;
 	return iph->protocol;
 }
@@ -201,6 +171,7 @@ static __always_inline int parse_ip6(struct hdr_cursor *c, void *data_end,
 		return -EDGE_R_BAD_IP6;
 
 	p->key.family = 6;
+	p->l3_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
 	__builtin_memcpy(p->key.src, &ip6->saddr, 16);
 	__builtin_memcpy(p->key.dst, &ip6->daddr, 16);
 	p->key.dscp = ((ip6->priority << 4) | (ip6->flow_lbl[0] >> 4)) >> 2;
@@ -340,9 +311,33 @@ static __always_inline int parse_l4(struct hdr_cursor *c, void *data_end,
 	return 0;
 }
 
-/* edge_parse parses a frame into p. Returns 0 for an IP packet ready to
- * classify, EDGE_R_NON_IP for other EtherTypes, or -EDGE_R_* when malformed
- * (or, for EDGE_R_VLAN_DEPTH, unsupported). */
+/* parse_l3 parses the IP packet at the cursor, of EtherType proto
+ * (network order), into p: offsets from data. Returns 0, EDGE_R_NON_IP
+ * for another EtherType, or -EDGE_R_* when malformed. */
+static __always_inline int parse_l3(struct hdr_cursor *c, void *data,
+				    void *data_end, __be16 proto,
+				    struct edge_pkt *p)
+{
+	int l4;
+
+	p->l3_off = c->pos - data;
+	if (proto == bpf_htons(ETH_P_IP))
+		l4 = parse_ip4(c, data, data_end, p);
+	else if (proto == bpf_htons(ETH_P_IPV6))
+		l4 = parse_ip6(c, data_end, p);
+	else
+		return EDGE_R_NON_IP;
+	if (l4 == EDGE_NO_L4)
+		return 0; /* non-first fragment: classify on L3 only */
+	if (l4 < 0)
+		return l4;
+	p->l4_off = c->pos - data;
+	return parse_l4(c, data_end, p, l4);
+}
+
+/* edge_parse parses a frame into p, which it clears first. Returns 0 for
+ * an IP packet ready to classify, EDGE_R_NON_IP for other EtherTypes, or
+ * -EDGE_R_* when malformed (or, for EDGE_R_VLAN_DEPTH, unsupported). */
 static __always_inline int edge_parse(struct xdp_md *ctx, struct edge_pkt *p)
 {
 	void *data = (void *)(long)ctx->data;
@@ -350,24 +345,13 @@ static __always_inline int edge_parse(struct xdp_md *ctx, struct edge_pkt *p)
 	struct hdr_cursor c = {.pos = data, .end = data_end};
 	int proto;
 
+	__builtin_memset(p, 0, sizeof(*p));
 	p->len = data_end - data;
 	p->key.ifindex = ctx->ingress_ifindex;
 	proto = parse_eth(&c, data_end, p);
 	if (proto < 0)
 		return proto;
-	p->l3_off = c.pos - data;
-	if (proto == bpf_htons(ETH_P_IP))
-		proto = parse_ip4(&c, data, data_end, p);
-	else if (proto == bpf_htons(ETH_P_IPV6))
-		proto = parse_ip6(&c, data_end, p);
-	else
-		return EDGE_R_NON_IP;
-	if (proto == EDGE_NO_L4)
-		return 0; /* non-first fragment: classify on L3 only */
-	if (proto < 0)
-		return proto;
-	p->l4_off = c.pos - data;
-	return parse_l4(&c, data_end, p, proto);
+	return parse_l3(&c, data, data_end, proto, p);
 }
 
 #endif

@@ -21,6 +21,7 @@ const (
 	benchobjMapBenchSeq             = "bench_seq"
 	benchobjMapEdgeCacheStats       = "edge_cache_stats"
 	benchobjMapEdgeConns            = "edge_conns"
+	benchobjMapEdgeCtx              = "edge_ctx"
 	benchobjMapEdgeDecaps           = "edge_decaps"
 	benchobjMapEdgeEmc4             = "edge_emc4"
 	benchobjMapEdgeFars             = "edge_fars"
@@ -32,7 +33,6 @@ const (
 	benchobjMapEdgeLbFar            = "edge_lb_far"
 	benchobjMapEdgeLbMembers        = "edge_lb_members"
 	benchobjMapEdgeLbNew            = "edge_lb_new"
-	benchobjMapEdgeLbScratch        = "edge_lb_scratch"
 	benchobjMapEdgeLbStats          = "edge_lb_stats"
 	benchobjMapEdgeMaglev           = "edge_maglev"
 	benchobjMapEdgePathNh           = "edge_path_nh"
@@ -127,6 +127,7 @@ type benchobjMapSpecs struct {
 	BenchSeq       *ebpf.MapSpec `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeConns      *ebpf.MapSpec `ebpf:"edge_conns"`
+	EdgeCtx        *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps     *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeEmc4       *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
@@ -138,7 +139,6 @@ type benchobjMapSpecs struct {
 	EdgeLbFar      *ebpf.MapSpec `ebpf:"edge_lb_far"`
 	EdgeLbMembers  *ebpf.MapSpec `ebpf:"edge_lb_members"`
 	EdgeLbNew      *ebpf.MapSpec `ebpf:"edge_lb_new"`
-	EdgeLbScratch  *ebpf.MapSpec `ebpf:"edge_lb_scratch"`
 	EdgeLbStats    *ebpf.MapSpec `ebpf:"edge_lb_stats"`
 	EdgeMaglev     *ebpf.MapSpec `ebpf:"edge_maglev"`
 	EdgePathNh     *ebpf.MapSpec `ebpf:"edge_path_nh"`
@@ -189,6 +189,7 @@ type benchobjMaps struct {
 	BenchSeq       *ebpf.Map `ebpf:"bench_seq"`
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeConns      *ebpf.Map `ebpf:"edge_conns"`
+	EdgeCtx        *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps     *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeEmc4       *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
@@ -200,7 +201,6 @@ type benchobjMaps struct {
 	EdgeLbFar      *ebpf.Map `ebpf:"edge_lb_far"`
 	EdgeLbMembers  *ebpf.Map `ebpf:"edge_lb_members"`
 	EdgeLbNew      *ebpf.Map `ebpf:"edge_lb_new"`
-	EdgeLbScratch  *ebpf.Map `ebpf:"edge_lb_scratch"`
 	EdgeLbStats    *ebpf.Map `ebpf:"edge_lb_stats"`
 	EdgeMaglev     *ebpf.Map `ebpf:"edge_maglev"`
 	EdgePathNh     *ebpf.Map `ebpf:"edge_path_nh"`
@@ -224,6 +224,7 @@ func (m *benchobjMaps) Close() error {
 		m.BenchSeq,
 		m.EdgeCacheStats,
 		m.EdgeConns,
+		m.EdgeCtx,
 		m.EdgeDecaps,
 		m.EdgeEmc4,
 		m.EdgeFars,
@@ -235,7 +236,6 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeLbFar,
 		m.EdgeLbMembers,
 		m.EdgeLbNew,
-		m.EdgeLbScratch,
 		m.EdgeLbStats,
 		m.EdgeMaglev,
 		m.EdgePathNh,

@@ -56,6 +56,12 @@ type edgeEdgeDecapKey struct {
 	HasKey uint32
 }
 
+type edgeEdgeEmcSlot struct {
+	_ structs.HostLayout
+	K edgeEdgeFlowKey4
+	F edgeEdgeFlow
+}
+
 type edgeEdgeFar struct {
 	_       structs.HostLayout
 	Action  uint32
@@ -79,7 +85,7 @@ type edgeEdgeFlow struct {
 	Dmac     [6]uint8
 	Smac     [6]uint8
 	Flags    uint16
-	Pad2     uint32
+	Path     uint32
 	Packets  uint64
 	Bytes    uint64
 }
@@ -96,6 +102,8 @@ type edgeEdgeFlowKey struct {
 	Dscp    uint8
 	Family  uint8
 	Flags   uint8
+	Path    uint32
+	Pad     uint32
 }
 
 type edgeEdgeFlowKey4 struct {
@@ -110,6 +118,8 @@ type edgeEdgeFlowKey4 struct {
 	Dscp    uint8
 	Flags   uint8
 	Pad     uint8
+	Path    uint32
+	Pad2    uint32
 }
 
 type edgeEdgeGroup struct {
@@ -185,6 +195,7 @@ type edgeEdgeSvc struct {
 	Unnat uint32
 	Size  uint32
 	Flags uint32
+	Prec  uint32
 }
 
 type edgeEdgeSvcKey struct {
@@ -197,10 +208,9 @@ type edgeEdgeSvcKey struct {
 }
 
 type edgeEdgeSvcSlot struct {
-	_   structs.HostLayout
-	K   edgeEdgeSvcKey
-	V   edgeEdgeSvc
-	Pad uint32
+	_ structs.HostLayout
+	K edgeEdgeSvcKey
+	V edgeEdgeSvc
 }
 
 // Names of all BPF objects in the ELF.
@@ -209,6 +219,7 @@ type edgeEdgeSvcSlot struct {
 const (
 	edgeMapEdgeCacheStats = "edge_cache_stats"
 	edgeMapEdgeConns      = "edge_conns"
+	edgeMapEdgeCtx        = "edge_ctx"
 	edgeMapEdgeDecaps     = "edge_decaps"
 	edgeMapEdgeEmc4       = "edge_emc4"
 	edgeMapEdgeFars       = "edge_fars"
@@ -220,7 +231,6 @@ const (
 	edgeMapEdgeLbFar      = "edge_lb_far"
 	edgeMapEdgeLbMembers  = "edge_lb_members"
 	edgeMapEdgeLbNew      = "edge_lb_new"
-	edgeMapEdgeLbScratch  = "edge_lb_scratch"
 	edgeMapEdgeLbStats    = "edge_lb_stats"
 	edgeMapEdgeMaglev     = "edge_maglev"
 	edgeMapEdgePathNh     = "edge_path_nh"
@@ -292,6 +302,7 @@ type edgeProgramSpecs struct {
 type edgeMapSpecs struct {
 	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeConns      *ebpf.MapSpec `ebpf:"edge_conns"`
+	EdgeCtx        *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps     *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeEmc4       *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
@@ -303,7 +314,6 @@ type edgeMapSpecs struct {
 	EdgeLbFar      *ebpf.MapSpec `ebpf:"edge_lb_far"`
 	EdgeLbMembers  *ebpf.MapSpec `ebpf:"edge_lb_members"`
 	EdgeLbNew      *ebpf.MapSpec `ebpf:"edge_lb_new"`
-	EdgeLbScratch  *ebpf.MapSpec `ebpf:"edge_lb_scratch"`
 	EdgeLbStats    *ebpf.MapSpec `ebpf:"edge_lb_stats"`
 	EdgeMaglev     *ebpf.MapSpec `ebpf:"edge_maglev"`
 	EdgePathNh     *ebpf.MapSpec `ebpf:"edge_path_nh"`
@@ -351,6 +361,7 @@ func (o *edgeObjects) Close() error {
 type edgeMaps struct {
 	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeConns      *ebpf.Map `ebpf:"edge_conns"`
+	EdgeCtx        *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps     *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeEmc4       *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
@@ -362,7 +373,6 @@ type edgeMaps struct {
 	EdgeLbFar      *ebpf.Map `ebpf:"edge_lb_far"`
 	EdgeLbMembers  *ebpf.Map `ebpf:"edge_lb_members"`
 	EdgeLbNew      *ebpf.Map `ebpf:"edge_lb_new"`
-	EdgeLbScratch  *ebpf.Map `ebpf:"edge_lb_scratch"`
 	EdgeLbStats    *ebpf.Map `ebpf:"edge_lb_stats"`
 	EdgeMaglev     *ebpf.Map `ebpf:"edge_maglev"`
 	EdgePathNh     *ebpf.Map `ebpf:"edge_path_nh"`
@@ -383,6 +393,7 @@ func (m *edgeMaps) Close() error {
 	return _EdgeClose(
 		m.EdgeCacheStats,
 		m.EdgeConns,
+		m.EdgeCtx,
 		m.EdgeDecaps,
 		m.EdgeEmc4,
 		m.EdgeFars,
@@ -394,7 +405,6 @@ func (m *edgeMaps) Close() error {
 		m.EdgeLbFar,
 		m.EdgeLbMembers,
 		m.EdgeLbNew,
-		m.EdgeLbScratch,
 		m.EdgeLbStats,
 		m.EdgeMaglev,
 		m.EdgePathNh,

@@ -14,14 +14,9 @@ import (
 // FlowKey4 is the compact IPv4 flow-cache key.
 type FlowKey4 = edgeEdgeFlowKey4
 
-// EMC4 mirrors struct edge_emc4, an exact-match cache slot (bpf2go
-// cannot generate it: the map of the same name hides the type), 88 bytes.
-type EMC4 struct {
-	K    FlowKey4
-	F    Flow
-	Pad  uint32
-	Pad2 uint32
-}
+// EMC4 is struct edge_emc_slot, a slot of the exact-match cache
+// edge_emc4.
+type EMC4 = edgeEdgeEmcSlot
 
 // Ports and the GRE key are kept in network order in the keys; read as
 // little-endian integers (bpfel), reversing their bytes gives the value.

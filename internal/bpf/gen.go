@@ -4,4 +4,4 @@
 // bpf/), its loader, and typed access to its maps.
 package bpf
 
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types -type edge_flow_key -type edge_flow_key4 -type edge_path -type edge_decap_key -type edge_decap -type edge_ifaddr -type edge_rule_key -type edge_rule -type edge_group -type edge_far -type edge_state -type edge_flow -type edge_ctr -type edge_svc_key -type edge_svc -type edge_svc_slot -type edge_maglev_blk -type edge_conn_key -type edge_conn -type edge_member edge ../../bpf/xdp_edge.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types -type edge_flow_key -type edge_flow_key4 -type edge_path -type edge_decap_key -type edge_decap -type edge_ifaddr -type edge_rule_key -type edge_rule -type edge_group -type edge_far -type edge_state -type edge_flow -type edge_ctr -type edge_svc_key -type edge_svc -type edge_svc_slot -type edge_maglev_blk -type edge_conn_key -type edge_conn -type edge_member -type edge_emc_slot edge ../../bpf/xdp_edge.bpf.c

@@ -189,6 +189,7 @@ var ReasonNames = []string{
 	"lb_conn_full",
 	"nat_l4",
 	"nat_icmp",
+	"gre_nested",
 }
 
 // Reason values used by callers and tests.
@@ -224,5 +225,6 @@ const (
 	ReasonLBConnFull
 	ReasonNATL4
 	ReasonNATICMP
+	ReasonGRENested
 	ReasonMax
 )

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* The per-packet context: what the stages of lib/pipeline.h tell each
+ * other about the packet being decided. It lives in a per-CPU slot
+ * (edge_ctx in edge_maps.h), not on the entry function's stack, which the
+ * verifier caps at 512 bytes for a program and every function it calls:
+ * the stages to come add their state here. One packet at a time runs on a
+ * CPU (XDP runs in NAPI poll with bottom halves off), so a slot is never
+ * shared; every field a stage reads is written for the packet first. Not
+ * shared with Go. */
+#ifndef EDGE_CTX_H
+#define EDGE_CTX_H
+
+#include <linux/types.h>
+#include "edge_types.h"
+
+/* What parsing learned of the packet being decided: the outer packet, or
+ * after decap the inner one. */
+struct edge_pkt {
+	struct edge_flow_key key;
+	__u32 len;       /* frame length in bytes */
+	__u16 l3_off;    /* offset of the IP header from data */
+	__u16 l4_off;    /* offset of the L4 header (0 if none) */
+	__u16 l3_len;    /* IP datagram length (tot_len; IPv6: + 40) */
+	__u8 vlans;      /* VLAN tags seen */
+	__u8 gre_hlen;   /* GRE header length incl. options, 0 if not GRE */
+	__u8 first_frag; /* first fragment of several: L4 header, partial payload */
+	__u8 tcp_flags;  /* TCP: FIN 0x01, SYN 0x02, RST 0x04, ... (byte 13) */
+	__u16 pad;
+};
+
+/* The balancer's keys and values, and the offsets edge_nat_icmp hands to
+ * edge_nat_icmp_rewrite: map lookups need their keys in memory. */
+struct edge_lb_scratch {
+	struct edge_conn_key ck; /* the packet's connection */
+	struct edge_conn_key rk; /* its reply, for reverse NAT */
+	struct edge_svc_key sk;
+	struct edge_conn cv;
+	struct edge_conn rv;
+	/* edge_nat_icmp: offsets of the ICMP header (l4), the quoted IP
+	 * header (il3), its L4 header (il4) and its source address (off), and
+	 * the ICMP checksum's sum being updated */
+	__u32 l3, l4, il3, il4, off, sum;
+	__u8 family, proto;
+	__u8 to_vip;       /* toward the VIP (else toward the client) */
+	__u8 from_backend; /* toward the client, sent by the backend itself */
+};
+
+/* struct edge_ctx is the context itself. */
+struct edge_ctx {
+	struct edge_pkt p;
+	struct edge_flow_key4 k4; /* p.key packed (IPv4): the flow-cache key */
+	struct edge_flow nf;      /* the flow entry a miss decides into */
+	struct edge_rule rule;    /* what classification or a service chose */
+	__u32 gen;                /* the rules generation read for the packet */
+	__u32 record;             /* nf goes into the flow cache after act */
+	struct edge_lb_scratch lb;
+};
+
+#endif

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* Protocol numbers and header bits the dataplane names, beside the kernel
+ * UAPI headers that define the rest. Kernel headers only, so every lib/
+ * header (lib/icmp.h too, which is tested alone) can include it. */
+#ifndef EDGE_PROTO_H
+#define EDGE_PROTO_H
+
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <bpf/bpf_endian.h>
+
+#ifndef ETH_P_8021AD
+#define ETH_P_8021AD 0x88A8
+#endif
+#ifndef IPPROTO_GRE
+#define IPPROTO_GRE 47
+#endif
+
+/* bpf_fib_lookup's address families (linux/socket.h, which the bpf
+ * target cannot include: it pulls in libc). */
+#ifndef AF_INET
+#define AF_INET 2
+#define AF_INET6 10
+#endif
+
+/* IPv6 extension headers (RFC 8200 section 4; net/ipv6.h is not UAPI). */
+#ifndef NEXTHDR_HOP
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_AUTH 51
+#define NEXTHDR_DEST 60
+#endif
+
+/* GRE flag bits (RFC 2784 / RFC 2890), network order in the first 16 bits. */
+#define GRE_F_CSUM bpf_htons(0x8000)
+#define GRE_F_ROUTING bpf_htons(0x4000)
+#define GRE_F_KEY bpf_htons(0x2000)
+#define GRE_F_SEQ bpf_htons(0x1000)
+#define GRE_F_VERSION bpf_htons(0x0007)
+
+/* IPv4 flags and fragment offset (iphdr.frag_off, RFC 791), network
+ * order. */
+#define IP4_DF bpf_htons(0x4000)
+#define IP4_MF bpf_htons(0x2000)
+#define IP4_OFFSET bpf_htons(0x1fff)
+
+/* TCP flag bits of header byte 13 (RFC 9293). */
+#define TCP_F_FIN 0x01
+#define TCP_F_SYN 0x02
+#define TCP_F_RST 0x04
+
+/* The part of linux/icmp.h used here. That header pulls libc's
+ * sys/socket.h in through linux/if.h, and libc's headers want the 32-bit
+ * stubs (a multilib package) when compiled for the bpf target. */
+#define ICMP_ECHOREPLY 0
+#define ICMP_DEST_UNREACH 3
+#define ICMP_ECHO 8
+#define ICMP_TIME_EXCEEDED 11
+#define ICMP_PARAMETERPROB 12
+#define ICMP_TIMESTAMP 13
+#define ICMP_TIMESTAMPREPLY 14
+#define ICMP_INFO_REQUEST 15
+#define ICMP_INFO_REPLY 16
+#define ICMP_ADDRESS 17
+#define ICMP_ADDRESSREPLY 18
+#define ICMP_FRAG_NEEDED 4
+
+#endif
