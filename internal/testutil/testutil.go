@@ -2,7 +2,8 @@
 
 // Package testutil has helpers shared by tests. A privileged test skips with
 // a reason when not root; CI runs as root and fails any run that skipped.
-// Network namespaces and topologies come from internal/lab.
+// Network namespaces and topologies come from internal/topo; NetNS gives a
+// test one that goes away with it.
 package testutil
 
 import (
@@ -13,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 // RequireRoot skips t unless the test runs as root, and lifts the memlock
@@ -42,4 +45,20 @@ func UniqueName(prefix string) string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return prefix + hex.EncodeToString(b)
+}
+
+// NetNS creates network namespace name for t (pass a UniqueName) and
+// removes it in t.Cleanup, reporting a failure to.
+func NetNS(t testing.TB, name string) *topo.NS {
+	t.Helper()
+	n, err := topo.NewNS(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Delete(); err != nil {
+			t.Errorf("remove netns: %v", err)
+		}
+	})
+	return n
 }
