@@ -21,8 +21,8 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
-	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/rules"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 // Options tune a run.
@@ -146,7 +146,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.Seconds = time.Since(start).Seconds()
 		return r, nil
 	}
-	ns, err := lab.NewPacketNS(fmt.Sprintf("epbench%d", os.Getpid()))
+	ns, err := topo.NewPacketNS(fmt.Sprintf("epbench%d", os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +319,7 @@ func (r *Report) find(name string) Figure {
 
 type bencher struct {
 	o  Options
-	ns *lab.PacketNS
+	ns *topo.PacketNS
 }
 
 // median runs prog o.Rounds times with o.Repeat repeats on frame (received
@@ -426,7 +426,7 @@ func loadWrappers(dp *bpf.Dataplane) (*wrappers, error) {
 
 // udpFrame is a 64-byte Ethernet/IPv4/UDP frame from host A on lan0.
 func udpFrame(src, dst netip.Addr, dport uint16) []byte {
-	return frameTTL(src, dst, dport, 64, lab.MACHostA, lab.MACLan0)
+	return frameTTL(src, dst, dport, 64, topo.MACHostA, topo.MACLan0)
 }
 
 // frameTTL is a 64-byte Ethernet/IPv4/UDP frame with the given TTL and

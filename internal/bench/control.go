@@ -16,12 +16,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 // Control is the control-plane part of the report: latency of the agent's
@@ -133,7 +133,7 @@ limits: {flows: 65536, rules: 65536}
 type ctlLab struct {
 	o      Options
 	bin    string
-	ns     *netNS
+	ns     *topo.NS
 	pinDir string
 	dir    string
 	agent  *exec.Cmd
@@ -269,24 +269,11 @@ func (l *ctlLab) setup(ctx context.Context) error {
 	if err := os.WriteFile(cfgPath, []byte(ctlConfig), 0o600); err != nil {
 		return fmt.Errorf("write agent config: %w", err)
 	}
-	if err := run("ip", "netns", "add", name); err != nil {
+	if l.ns, err = topo.NewNS(name); err != nil {
 		return err
 	}
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		_ = run("ip", "netns", "del", name)
-		return fmt.Errorf("open netns %s: %w", name, err)
-	}
-	l.ns = &netNS{name: name, h: h}
-	cmds := [][]string{
-		{"ip", "-n", name, "link", "add", "lan0", "type", "veth", "peer", "name", "lan0p"},
-		{"ip", "-n", name, "link", "add", "wan0", "type", "veth", "peer", "name", "wan0p"},
-	}
-	for _, itf := range []string{"lo", "lan0", "lan0p", "wan0", "wan0p"} {
-		cmds = append(cmds, []string{"ip", "-n", name, "link", "set", itf, "up"})
-	}
-	for _, c := range cmds {
-		if err := run(c[0], c[1:]...); err != nil {
+	for _, itf := range []string{"lan0", "wan0"} {
+		if err := topo.AddVeth(topo.End{NS: l.ns, Name: itf}, topo.End{Name: itf + "p"}); err != nil {
 			return err
 		}
 	}
@@ -323,7 +310,7 @@ func (l *ctlLab) setup(ctx context.Context) error {
 // keeps its namespace after the thread that made it is gone.
 func (l *ctlLab) dial(ctx context.Context, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := l.ns.do(func() error {
+	err := l.ns.Do(func() error {
 		var d net.Dialer
 		var err error
 		c, err = d.DialContext(ctx, "tcp", addr)
@@ -388,8 +375,7 @@ func (l *ctlLab) close() {
 		}
 	}
 	if l.ns != nil {
-		_ = l.ns.h.Close()
-		if err := run("ip", "netns", "del", l.ns.name); err != nil {
+		if err := l.ns.Delete(); err != nil {
 			l.o.Log("control: %v", err)
 		}
 	}

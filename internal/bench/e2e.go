@@ -6,21 +6,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/vishvananda/netns"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
-	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/rules"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 // bpfFTestXDPLiveFrames is BPF_F_TEST_XDP_LIVE_FRAMES from linux/bpf.h
@@ -110,43 +106,10 @@ const (
 	sinkOther
 )
 
-// netNS is a network namespace this package created.
-type netNS struct {
-	name string
-	h    netns.NsHandle
-}
-
-// do runs fn on an OS thread inside the namespace; the thread is never
-// handed back to the Go scheduler (it ends with the goroutine).
-func (n *netNS) do(fn func() error) error {
-	return lab.InNetNS(n.h, n.name, fn)
-}
-
-func (n *netNS) ifindex(name string) (uint32, error) {
-	var idx uint32
-	err := n.do(func() error {
-		itf, err := net.InterfaceByName(name)
-		if err != nil {
-			return fmt.Errorf("%s in %s: %w", name, n.name, err)
-		}
-		idx = uint32(itf.Index)
-		return nil
-	})
-	return idx, err
-}
-
-func run(name string, args ...string) error {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
 // e2e is the end-to-end topology and what runs in it.
 type e2e struct {
 	o             Options
-	gen, gw, sink *netNS
+	gen, gw, sink *topo.NS
 	genIf         uint32 // gen eth0
 	lan, wan      uint32 // gateway lan0, wan0
 	sinkIf        uint32 // sink eth0
@@ -156,7 +119,6 @@ type e2e struct {
 	floorLink     link.Link   // the drop program on lan0
 	sinkLink      link.Link
 	frame         []byte
-	names         []string
 	closers       []func() error
 }
 
@@ -249,64 +211,54 @@ func median(v []float64) float64 {
 func (e *e2e) setup() error {
 	prefix := fmt.Sprintf("epe2e%d", os.Getpid())
 	for _, n := range []struct {
-		p      **netNS
+		p      **topo.NS
 		suffix string
 	}{{&e.gen, "g"}, {&e.gw, "w"}, {&e.sink, "s"}} {
-		name := prefix + n.suffix
-		if err := run("ip", "netns", "add", name); err != nil {
+		ns, err := topo.NewNS(prefix + n.suffix)
+		if err != nil {
 			return err
 		}
-		e.names = append(e.names, name)
-		h, err := netns.GetFromName(name)
-		if err != nil {
-			return fmt.Errorf("open netns %s: %w", name, err)
+		*n.p = ns
+		e.closers = append(e.closers, ns.Delete)
+		if err := ns.Sysctl("net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"); err != nil {
+			return err
 		}
-		*n.p = &netNS{name: name, h: h}
-		e.closers = append(e.closers, h.Close)
 	}
-	gen, gw, sink := e.gen.name, e.gw.name, e.sink.name
-	sinkMAC := lab.MACWanNeigh
-	cmds := [][]string{
-		{"ip", "link", "add", "eth0", "netns", gen, "address", lab.MACHostA.String(), "type", "veth", "peer", "name", "lan0", "netns", gw, "address", lab.MACLan0.String()},
-		{"ip", "link", "add", "eth0", "netns", sink, "address", sinkMAC.String(), "type", "veth", "peer", "name", "wan0", "netns", gw, "address", lab.MACWan0.String()},
+	if err := e.gw.Sysctl("net.ipv4.ip_forward=1"); err != nil {
+		return err
 	}
-	for _, ns := range []string{gen, gw, sink} {
-		cmds = append(cmds,
-			[]string{"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"},
-			[]string{"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"},
-			[]string{"ip", "-n", ns, "link", "set", "lo", "up"})
+	if err := topo.AddVeth(
+		topo.End{NS: e.gen, Name: "eth0", MAC: topo.MACHostA, Addrs: []string{topo.AddrHostA + "/24"}},
+		topo.End{NS: e.gw, Name: "lan0", MAC: topo.MACLan0, Addrs: []string{topo.AddrLan0 + "/24"}},
+	); err != nil {
+		return err
 	}
-	cmds = append(cmds,
-		[]string{"ip", "-n", gen, "addr", "add", lab.AddrA + "/24", "dev", "eth0"},
-		[]string{"ip", "-n", gen, "link", "set", "eth0", "up"},
-		[]string{"ip", "-n", sink, "addr", "add", lab.AddrB + "/24", "dev", "eth0"},
-		[]string{"ip", "-n", sink, "link", "set", "eth0", "up"},
-		[]string{"ip", "netns", "exec", gw, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
-		[]string{"ip", "-n", gw, "addr", "add", lab.GWLan + "/24", "dev", "lan0"},
-		[]string{"ip", "-n", gw, "addr", "add", lab.GWWan + "/24", "dev", "wan0"},
-		[]string{"ip", "-n", gw, "link", "set", "lan0", "up"},
-		[]string{"ip", "-n", gw, "link", "set", "wan0", "up"},
-		// The sink drops ARP too.
-		[]string{"ip", "-n", gw, "neigh", "replace", lab.AddrB, "lladdr", sinkMAC.String(), "dev", "wan0", "nud", "permanent"},
-		[]string{"ip", "-n", gw, "route", "add", "10.3.0.0/16", "via", lab.AddrB, "dev", "wan0"},
-		[]string{"ip", "-n", gw, "route", "add", "10.7.0.0/16", "via", lab.AddrB, "dev", "wan0"},
-	)
-	for _, c := range cmds {
-		if err := run(c[0], c[1:]...); err != nil {
+	if err := topo.AddVeth(
+		topo.End{NS: e.sink, Name: "eth0", MAC: topo.MACWanNeigh, Addrs: []string{topo.AddrWanNeigh + "/24"}},
+		topo.End{NS: e.gw, Name: "wan0", MAC: topo.MACWan0, Addrs: []string{topo.AddrWan0 + "/24"}},
+	); err != nil {
+		return err
+	}
+	// The sink drops ARP too.
+	if err := e.gw.SetNeigh("wan0", topo.AddrWanNeigh, topo.MACWanNeigh); err != nil {
+		return err
+	}
+	for _, dst := range []string{"10.3.0.0/16", "10.7.0.0/16"} {
+		if err := e.gw.AddRoute(dst, topo.AddrWanNeigh, "wan0"); err != nil {
 			return err
 		}
 	}
 	var err error
-	if e.genIf, err = e.gen.ifindex("eth0"); err != nil {
+	if e.genIf, err = e.gen.Ifindex("eth0"); err != nil {
 		return err
 	}
-	if e.lan, err = e.gw.ifindex("lan0"); err != nil {
+	if e.lan, err = e.gw.Ifindex("lan0"); err != nil {
 		return err
 	}
-	if e.wan, err = e.gw.ifindex("wan0"); err != nil {
+	if e.wan, err = e.gw.Ifindex("wan0"); err != nil {
 		return err
 	}
-	if e.sinkIf, err = e.sink.ifindex("eth0"); err != nil {
+	if e.sinkIf, err = e.sink.Ifindex("eth0"); err != nil {
 		return err
 	}
 
@@ -331,7 +283,7 @@ func (e *e2e) setup() error {
 		return fmt.Errorf("load generator and sink: %w", err)
 	}
 	e.closers = append(e.closers, e.objs.Close)
-	if err := e.sink.do(func() (err error) {
+	if err := e.sink.Do(func() (err error) {
 		e.sinkLink, err = link.AttachXDP(link.XDPOptions{Program: e.objs.BenchSink, Interface: int(e.sinkIf), Flags: link.XDPDriverMode})
 		return err
 	}); err != nil {
@@ -369,13 +321,13 @@ func (e *e2e) setup() error {
 		return fmt.Errorf("commit gre config: %w", err)
 	}
 	// Devmap entries name interfaces of the namespace they are written in.
-	return e.gw.do(func() error { return e.dp.SetTx([]uint32{e.lan, e.wan}) })
+	return e.gw.Do(func() error { return e.dp.SetTx([]uint32{e.lan, e.wan}) })
 }
 
 // attachXDP attaches prog natively to ifindex in the gateway namespace.
 func (e *e2e) attachXDP(prog *ebpf.Program, ifindex uint32) (link.Link, error) {
 	var l link.Link
-	err := e.gw.do(func() (err error) {
+	err := e.gw.Do(func() (err error) {
 		l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: int(ifindex), Flags: link.XDPDriverMode})
 		return err
 	})
@@ -388,7 +340,7 @@ func (e *e2e) attachXDP(prog *ebpf.Program, ifindex uint32) (link.Link, error) {
 // detachAll leaves the gateway to the kernel, lan0 as a veth starts
 // (GRO off).
 func (e *e2e) detachAll() error {
-	errs := []error{e.lanGRO("off")}
+	errs := []error{e.lanGRO(false)}
 	for _, l := range e.gwLinks {
 		errs = append(errs, l.Close())
 	}
@@ -406,11 +358,11 @@ func (e *e2e) kernelGRO() error {
 	if err := e.detachAll(); err != nil {
 		return err
 	}
-	return e.lanGRO("on")
+	return e.lanGRO(true)
 }
 
-func (e *e2e) lanGRO(state string) error {
-	return run("ip", "netns", "exec", e.gw.name, "ethtool", "-K", "lan0", "gro", state)
+func (e *e2e) lanGRO(on bool) error {
+	return e.gw.SetGRO("lan0", on)
 }
 
 // attachOurs attaches the edgeplane program to lan0 and wan0.
@@ -448,7 +400,7 @@ func (e *e2e) sendLive(d time.Duration) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	err = e.gen.do(func() error {
+	err = e.gen.Do(func() error {
 		deadline := time.Now().Add(d)
 		for time.Now().Before(deadline) {
 			// The generator's bpf_redirect() names an interface of this
@@ -471,7 +423,7 @@ func (e *e2e) sendLive(d time.Duration) (uint64, error) {
 // sendAFP runs the AF_PACKET sender for d in the generator namespace.
 func (e *e2e) sendAFP(d time.Duration) (uint64, error) {
 	var sent uint64
-	err := e.gen.do(func() error {
+	err := e.gen.Do(func() error {
 		s, err := newAFPSender(int(e.genIf), e.frame)
 		if err != nil {
 			return err
@@ -581,8 +533,5 @@ func (e *e2e) close() {
 	_ = e.detachAll()
 	for i := len(e.closers) - 1; i >= 0; i-- {
 		_ = e.closers[i]()
-	}
-	for _, n := range e.names {
-		_ = run("ip", "netns", "del", n)
 	}
 }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
-	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/rules"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 // greConfig is gateway A of a GRE overlay in the PacketNS: traffic for
@@ -38,7 +38,7 @@ var (
 	greRemote = netip.MustParseAddr("10.3.9.9")
 	greKey    = uint32(1)
 	encapDst  = netip.MustParseAddr("10.7.0.1")
-	hostA     = netip.MustParseAddr(lab.AddrA)
+	hostA     = netip.MustParseAddr(topo.AddrHostA)
 )
 
 const methodResize = "wrapper saves the first 56 bytes, runs the pipeline, moves data back by the length change (bpf_xdp_adjust_head) and restores the saved bytes " +
@@ -50,7 +50,7 @@ const methodResize = "wrapper saves the first 56 bytes, runs the pipeline, moves
 func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc rules.Allocs) error {
 	// Decap forwards the inner packet by the FIB toward host A on lan0;
 	// nothing answers ARP in the namespace, so the neighbour is static.
-	if err := lab.NS(b.ns.Name, "ip", "neigh", "replace", lab.AddrA, "lladdr", lab.MACHostA.String(), "dev", "lan0", "nud", "permanent"); err != nil {
+	if err := b.ns.SetNeigh("lan0", topo.AddrHostA, topo.MACHostA); err != nil {
 		return err
 	}
 	cfg, err := config.Parse([]byte(greConfig))
@@ -66,7 +66,7 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 	}
 
 	encap := udpFrame(hostA, encapDst, 5000)
-	decap := greFrame(lab.MACWanNeigh, lab.MACWan0, greRemote, greLocal, greKey, udpFrame(encapDst, hostA, 5000))
+	decap := greFrame(topo.MACWanNeigh, topo.MACWan0, greRemote, greLocal, greKey, udpFrame(encapDst, hostA, 5000))
 	for _, c := range []struct {
 		name  string
 		frame []byte
@@ -74,9 +74,9 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 		pair  *ebpf.Program // the wrapper alone with the path's adjust_head pair
 	}{
 		{"gre_encap_ip4_hit", encap,
-			greFrame(lab.MACWan0, lab.MACWanNeigh, greLocal, greRemote, greKey, frameTTL(hostA, encapDst, 5000, 63, lab.MACHostA, lab.MACLan0)),
+			greFrame(topo.MACWan0, topo.MACWanNeigh, greLocal, greRemote, greKey, frameTTL(hostA, encapDst, 5000, 63, topo.MACHostA, topo.MACLan0)),
 			progs.BenchWrapGrow},
-		{"gre_decap_ip4_hit", decap, frameTTL(encapDst, hostA, 5000, 63, lab.MACLan0, lab.MACHostA), progs.BenchWrapShrink},
+		{"gre_decap_ip4_hit", decap, frameTTL(encapDst, hostA, 5000, 63, topo.MACLan0, topo.MACHostA), progs.BenchWrapShrink},
 	} {
 		if err := b.check(dp.Prog, c.frame, c.want); err != nil {
 			return fmt.Errorf("%s, the dataplane program: %w", c.name, err)

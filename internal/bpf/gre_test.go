@@ -14,7 +14,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -384,9 +383,8 @@ func greL4SumOK(nl gopacket.NetworkLayer, proto layers.IPProtocol, seg []byte) b
 func greLanNeighbours(t *testing.T, h *harness) {
 	t.Helper()
 	for _, a := range []string{"10.1.0.2", "fd01::2"} {
-		out, err := exec.Command("ip", "-n", h.ns.Name, "neigh", "replace", a, "lladdr", macHostA.String(), "dev", "lan0", "nud", "permanent").CombinedOutput()
-		if err != nil {
-			t.Fatalf("add neighbour %s: %v: %s", a, err, out)
+		if err := h.ns.SetNeigh("lan0", a, macHostA); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -894,13 +892,11 @@ func TestGREPathNextHop(t *testing.T) {
 	h := newHarness(t, greConfig)
 	macNew := net.HardwareAddr{0x02, 0, 0, 0, 0x02, 0x98}
 	macOther := net.HardwareAddr{0x02, 0, 0, 0, 0x02, 0x99}
-	for _, c := range [][]string{
-		{"neigh", "replace", "10.2.0.3", "lladdr", macOther.String(), "dev", "wan0", "nud", "permanent"},
-		{"route", "add", "10.3.200.0/24", "via", "10.2.0.3", "dev", "wan0"},
-	} {
-		if out, err := exec.Command("ip", append([]string{"-n", h.ns.Name}, c...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", c, err, out)
-		}
+	if err := h.ns.SetNeigh("wan0", "10.2.0.3", macOther); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ns.AddRoute("10.3.200.0/24", "10.2.0.3", "wan0"); err != nil {
+		t.Fatal(err)
 	}
 	flow := 0
 	// next sends a new flow into path 1 and returns its outer
@@ -931,8 +927,8 @@ func TestGREPathNextHop(t *testing.T) {
 	}
 	want("start", "10.3.9.9", macWanNeigh)
 
-	if out, err := exec.Command("ip", "-n", h.ns.Name, "neigh", "replace", "10.2.0.2", "lladdr", macNew.String(), "dev", "wan0", "nud", "permanent").CombinedOutput(); err != nil {
-		t.Fatalf("neighbour: %v: %s", err, out)
+	if err := h.ns.SetNeigh("wan0", "10.2.0.2", macNew); err != nil {
+		t.Fatal(err)
 	}
 	if err := h.dp.BumpFIBEpoch(); err != nil {
 		t.Fatal(err)

@@ -15,26 +15,26 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
-	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/testutil"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
-// MACs of the lab.PacketNS topology the harness runs in.
+// MACs of the topo.PacketNS topology the harness runs in.
 var (
-	macWanNeigh  = lab.MACWanNeigh
-	macWan1Neigh = lab.MACWan1Neigh
-	macWan0      = lab.MACWan0
-	macWan1      = lab.MACWan1
-	macLan0      = lab.MACLan0
-	macHostA     = lab.MACHostA
+	macWanNeigh  = topo.MACWanNeigh
+	macWan1Neigh = topo.MACWan1Neigh
+	macWan0      = topo.MACWan0
+	macWan1      = topo.MACWan1
+	macLan0      = topo.MACLan0
+	macHostA     = topo.MACHostA
 )
 
-// harness is a loaded dataplane in a lab.PacketNS namespace, whose real
+// harness is a loaded dataplane in a topo.PacketNS namespace, whose real
 // routes and neighbours make bpf_fib_lookup answer as on a gateway.
 type harness struct {
 	t     testing.TB
-	ns    *lab.PacketNS
+	ns    *topo.PacketNS
 	dp    *bpf.Dataplane
 	idx   map[string]uint32
 	alloc rules.Allocs
@@ -43,7 +43,7 @@ type harness struct {
 func newHarness(t testing.TB, cfgYAML string) *harness {
 	t.Helper()
 	testutil.RequireRoot(t)
-	ns, err := lab.NewPacketNS(testutil.UniqueName("eppkt"))
+	ns, err := topo.NewPacketNS(testutil.UniqueName("eppkt"))
 	if err != nil {
 		t.Fatal(err)
 	}

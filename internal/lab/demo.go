@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/edgeplane/edgeplane/internal/topo"
 	"github.com/edgeplane/edgeplane/internal/wanem"
 )
 
@@ -61,7 +62,7 @@ func Demo(ctx context.Context, bin string, out io.Writer) (err error) {
 	for _, p := range pings {
 		step("ping A -> B over %s", p.label)
 		args := append([]string{"ping", "-n", "-q", "-c", "20", "-i", "0.1", "-W", "2"}, p.args...)
-		s, _ := NSOutput(l.A, args[0], append(args[1:], p.dst)...)
+		s, _ := topo.Output(ctx, l.A, args[0], append(args[1:], p.dst)...)
 		r := parsePing(s)
 		r.label, r.path = p.label, p.path
 		if !r.ok {
@@ -120,7 +121,7 @@ func Demo(ctx context.Context, bin string, out io.Writer) (err error) {
 	// The busiest flows gateway A saw, over its control API (the agents
 	// serve it on loopback inside their namespaces).
 	step("top flows at gateway A (edgeplane flows --top 6, over the agent's API)")
-	if fl, err := NSOutput(l.GWA, l.Bin, "flows", "--top", "6", "--server", "127.0.0.1:50051"); err != nil {
+	if fl, err := topo.Output(ctx, l.GWA, l.Bin, "flows", "--top", "6", "--server", "127.0.0.1:50051"); err != nil {
 		fmt.Fprintf(out, "    %v\n", err)
 	} else {
 		for _, line := range strings.Split(strings.TrimRight(fl, "\n"), "\n") {
@@ -188,7 +189,7 @@ func parsePing(s string) (r pingResult) {
 func waitListen(ctx context.Context, ns string, port int) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		out, _ := NSOutput(ns, "ss", "-Hltn", "sport = :"+strconv.Itoa(port))
+		out, _ := topo.Output(ctx, ns, "ss", "-Hltn", "sport = :"+strconv.Itoa(port))
 		if strings.TrimSpace(out) != "" {
 			return nil
 		}

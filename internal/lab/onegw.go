@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/edgeplane/edgeplane/internal/agent"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 // OneGateway is host A -- gateway -- host B:
@@ -52,88 +53,61 @@ func NewOneGateway(prefix string) *OneGateway {
 	}
 }
 
-// sh runs a command and wraps its output into the error.
-func sh(name string, args ...string) error {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-// NS runs a command in namespace ns.
-func NS(ns string, name string, args ...string) error {
-	return sh("ip", append([]string{"netns", "exec", ns, name}, args...)...)
-}
-
-// NSOutput runs a command in namespace ns and returns its output.
-func NSOutput(ns string, name string, args ...string) (string, error) {
-	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...).CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("%s %s in %s: %w: %s", name, strings.Join(args, " "), ns, err, strings.TrimSpace(string(out)))
-	}
-	return string(out), nil
-}
-
 // Up creates the namespaces, links and addresses (removing leftovers of an
 // earlier run first).
 func (o *OneGateway) Up() error {
 	o.Down()
-	for _, ns := range []string{o.A, o.GW, o.B} {
-		if err := sh("ip", "netns", "add", ns); err != nil {
+	var ns []*topo.NS
+	defer func() {
+		for _, n := range ns {
+			n.Close() // the namespaces stay until Down
+		}
+	}()
+	for _, name := range []string{o.A, o.GW, o.B} {
+		n, err := topo.NewNS(name)
+		if err != nil {
 			return err
 		}
-		if err := NS(ns, "ip", "link", "set", "lo", "up"); err != nil {
-			return err
-		}
+		ns = append(ns, n)
 	}
-	steps := [][]string{
-		{"ip", "link", "add", "eth0", "netns", o.A, "type", "veth", "peer", "name", LanName, "netns", o.GW},
-		{"ip", "link", "add", "eth0", "netns", o.B, "type", "veth", "peer", "name", WanName, "netns", o.GW},
+	a, gw, b := ns[0], ns[1], ns[2]
+	if err := topo.AddVeth(
+		topo.End{NS: a, Name: "eth0", Addrs: []string{AddrA + "/24", AddrA6 + "/64"}},
+		topo.End{NS: gw, Name: LanName, Addrs: []string{GWLan + "/24", GWLan6 + "/64"}},
+	); err != nil {
+		return err
 	}
-	for _, s := range steps {
-		if err := sh(s[0], s[1:]...); err != nil {
-			return err
-		}
+	if err := topo.AddVeth(
+		topo.End{NS: b, Name: "eth0", Addrs: []string{AddrB + "/24", AddrB6 + "/64"}},
+		topo.End{NS: gw, Name: WanName, Addrs: []string{GWWan + "/24", GWWan6 + "/64"}},
+	); err != nil {
+		return err
 	}
-	nsSteps := []struct {
-		ns   string
-		args []string
-	}{
-		{o.A, []string{"ip", "addr", "add", AddrA + "/24", "dev", "eth0"}},
-		{o.A, []string{"ip", "addr", "add", AddrA6 + "/64", "dev", "eth0", "nodad"}},
-		{o.A, []string{"ip", "link", "set", "eth0", "up"}},
-		{o.A, []string{"ip", "route", "add", "default", "via", GWLan}},
-		{o.A, []string{"ip", "-6", "route", "add", "default", "via", GWLan6}},
-		{o.B, []string{"ip", "addr", "add", AddrB + "/24", "dev", "eth0"}},
-		{o.B, []string{"ip", "addr", "add", AddrB6 + "/64", "dev", "eth0", "nodad"}},
-		{o.B, []string{"ip", "link", "set", "eth0", "up"}},
-		{o.B, []string{"ip", "route", "add", "default", "via", GWWan}},
-		{o.B, []string{"ip", "-6", "route", "add", "default", "via", GWWan6}},
-		{o.GW, []string{"ip", "addr", "add", GWLan + "/24", "dev", LanName}},
-		{o.GW, []string{"ip", "addr", "add", GWLan6 + "/64", "dev", LanName, "nodad"}},
-		{o.GW, []string{"ip", "addr", "add", GWWan + "/24", "dev", WanName}},
-		{o.GW, []string{"ip", "addr", "add", GWWan6 + "/64", "dev", WanName, "nodad"}},
-		{o.GW, []string{"ip", "link", "set", LanName, "up"}},
-		{o.GW, []string{"ip", "link", "set", WanName, "up"}},
-		{o.GW, []string{"sysctl", "-qw", "net.ipv4.ip_forward=1"}},
-		{o.GW, []string{"sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"}},
-	}
-	for _, s := range nsSteps {
-		if err := NS(s.ns, s.args[0], s.args[1:]...); err != nil {
-			return err
-		}
+	if err := gw.Sysctl("net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
+		return err
 	}
 	// Hosts send through an XDP forwarder: no TX checksum offload, or TCP
 	// arrives with partial checksums. Frames that XDP redirects into a
 	// veth are only accepted when the peer has NAPI: GRO on turns it on.
-	for _, ns := range []string{o.A, o.B} {
-		if err := NS(ns, "ethtool", "-K", "eth0", "tx", "off", "gro", "on"); err != nil {
+	for _, h := range []struct {
+		n       *topo.NS
+		gw, gw6 string
+	}{{a, GWLan, GWLan6}, {b, GWWan, GWWan6}} {
+		if err := h.n.AddRoute("default", h.gw, ""); err != nil {
+			return err
+		}
+		if err := h.n.AddRoute("default", h.gw6, ""); err != nil {
+			return err
+		}
+		if err := h.n.SetTxChecksum("eth0", false); err != nil {
+			return err
+		}
+		if err := h.n.SetGRO("eth0", true); err != nil {
 			return err
 		}
 	}
 	for _, itf := range []string{LanName, WanName} {
-		if err := NS(o.GW, "ethtool", "-K", itf, "tx", "off"); err != nil {
+		if err := gw.SetTxChecksum(itf, false); err != nil {
 			return err
 		}
 	}
@@ -203,6 +177,6 @@ func (o *OneGateway) Down() {
 		_ = agent.Down(filepath.Clean(o.PinDir))
 	}
 	for _, ns := range []string{o.A, o.GW, o.B} {
-		_ = sh("ip", "netns", "del", ns)
+		_ = topo.DeleteNS(ns)
 	}
 }

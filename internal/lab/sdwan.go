@@ -18,6 +18,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/agent"
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/topo"
 	"github.com/edgeplane/edgeplane/internal/wanem"
 )
 
@@ -237,7 +238,7 @@ func (l *SDWAN) healthy() bool {
 		return false
 	}
 	for _, ns := range l.Namespaces() {
-		if !nsExists(ns) {
+		if !topo.NSExists(ns) {
 			return false
 		}
 	}
@@ -256,7 +257,7 @@ func (l *SDWAN) exists() bool {
 		return true
 	}
 	for _, ns := range l.Namespaces() {
-		if nsExists(ns) {
+		if topo.NSExists(ns) {
 			return true
 		}
 	}
@@ -266,11 +267,6 @@ func (l *SDWAN) exists() bool {
 		}
 	}
 	return false
-}
-
-func nsExists(ns string) bool {
-	_, err := os.Stat("/run/netns/" + ns)
-	return err == nil
 }
 
 func (l *SDWAN) writeRunDir() error {
@@ -295,10 +291,18 @@ func (l *SDWAN) writeRunDir() error {
 
 // build creates the namespaces, links, addresses and routes.
 func (l *SDWAN) build(ctx context.Context) error {
-	for _, ns := range l.Namespaces() {
-		if err := sh("ip", "netns", "add", ns); err != nil {
+	ns := map[string]*topo.NS{}
+	defer func() {
+		for _, n := range ns {
+			n.Close() // the namespaces stay until Down
+		}
+	}()
+	for _, name := range l.Namespaces() {
+		n, err := topo.NewNS(name)
+		if err != nil {
 			return err
 		}
+		ns[name] = n
 	}
 	// Sysctls before the links exist, so the interfaces inherit the
 	// defaults: no duplicate address detection (an address would stay
@@ -313,68 +317,42 @@ func (l *SDWAN) build(ctx context.Context) error {
 		l.LinkNS("wan1"): {"net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"},
 		l.LinkNS("wan2"): {"net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"},
 	}
-	for _, ns := range l.Namespaces() {
-		if err := NS(ns, "sysctl", append([]string{"-qw"}, sysctls[ns]...)...); err != nil {
-			return err
-		}
-		if err := sh("ip", "-n", ns, "link", "set", "lo", "up"); err != nil {
+	for _, name := range l.Namespaces() {
+		if err := ns[name].Sysctl(sysctls[name]...); err != nil {
 			return err
 		}
 	}
-	links := [][]string{
-		{HostIf, l.A, "lan0", l.GWA},
-		{HostIf, l.B, "lan0", l.GWB},
+	// Hosts to gateways' lan0, then each WAN link's emulator ends a and
+	// b to the gateways' WAN interfaces. The WAN links' MTU leaves room
+	// for the GRE header (Config.MTU).
+	links := [][2]topo.End{
+		{{NS: ns[l.A], Name: HostIf, Addrs: []string{AddrA + "/24", AddrA6 + "/64"}},
+			{NS: ns[l.GWA], Name: "lan0", Addrs: []string{GWLan + "/24", GWLan6 + "/64"}}},
+		{{NS: ns[l.B], Name: HostIf, Addrs: []string{AddrB + "/24", AddrB6 + "/64"}},
+			{NS: ns[l.GWB], Name: "lan0", Addrs: []string{GWB + "/24", GWB6 + "/64"}}},
 	}
-	for _, w := range LinkNames {
-		links = append(links, []string{LinkA, l.LinkNS(w), w, l.GWA}, []string{LinkB, l.LinkNS(w), w, l.GWB})
+	mtu := l.Cfg.MTU
+	for i, w := range LinkNames {
+		wan := ns[l.LinkNS(w)]
+		links = append(links,
+			[2]topo.End{{NS: wan, Name: LinkA, MTU: mtu}, {NS: ns[l.GWA], Name: w, MTU: mtu, Addrs: []string{WanAddr(i+1, 'a') + "/24"}}},
+			[2]topo.End{{NS: wan, Name: LinkB, MTU: mtu}, {NS: ns[l.GWB], Name: w, MTU: mtu, Addrs: []string{WanAddr(i+1, 'b') + "/24"}}})
 	}
 	for _, v := range links {
-		// "name" spelled out: ip would read a bare "a" as "address".
-		if err := sh("ip", "link", "add", "name", v[0], "netns", v[1], "type", "veth", "peer", "name", v[2], "netns", v[3]); err != nil {
-			return err
-		}
-	}
-	type cmd struct {
-		ns   string
-		args []string
-	}
-	var cmds []cmd
-	// The WAN links' MTU leaves room for the GRE header (Config.MTU).
-	mtu := strconv.Itoa(l.Cfg.MTU)
-	ipc := func(ns string, args ...string) { cmds = append(cmds, cmd{ns, args}) }
-	for _, h := range []struct {
-		ns, addr, addr6, gw, gw6 string
-	}{{l.A, AddrA, AddrA6, GWLan, GWLan6}, {l.B, AddrB, AddrB6, GWB, GWB6}} {
-		ipc(h.ns, "addr", "add", h.addr+"/24", "dev", HostIf)
-		ipc(h.ns, "addr", "add", h.addr6+"/64", "dev", HostIf, "nodad")
-		ipc(h.ns, "link", "set", "dev", HostIf, "up")
-		ipc(h.ns, "route", "add", "default", "via", h.gw)
-		ipc(h.ns, "-6", "route", "add", "default", "via", h.gw6)
-	}
-	for _, g := range []struct {
-		ns, lan, lan6 string
-		side          byte
-	}{{l.GWA, GWLan, GWLan6, 'a'}, {l.GWB, GWB, GWB6, 'b'}} {
-		ipc(g.ns, "addr", "add", g.lan+"/24", "dev", "lan0")
-		ipc(g.ns, "addr", "add", g.lan6+"/64", "dev", "lan0", "nodad")
-		ipc(g.ns, "link", "set", "dev", "lan0", "up")
-		for i, w := range LinkNames {
-			ipc(g.ns, "addr", "add", WanAddr(i+1, g.side)+"/24", "dev", w)
-			ipc(g.ns, "link", "set", "dev", w, "mtu", mtu)
-			ipc(g.ns, "link", "set", "dev", w, "up")
-		}
-	}
-	for _, w := range LinkNames {
-		ipc(l.LinkNS(w), "link", "set", "dev", LinkA, "mtu", mtu)
-		ipc(l.LinkNS(w), "link", "set", "dev", LinkB, "mtu", mtu)
-		ipc(l.LinkNS(w), "link", "set", "dev", LinkA, "up")
-		ipc(l.LinkNS(w), "link", "set", "dev", LinkB, "up")
-	}
-	for _, c := range cmds {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := sh("ip", append([]string{"-n", c.ns}, c.args...)...); err != nil {
+		if err := topo.AddVeth(v[0], v[1]); err != nil {
+			return err
+		}
+	}
+	for _, h := range []struct {
+		ns, gw, gw6 string
+	}{{l.A, GWLan, GWLan6}, {l.B, GWB, GWB6}} {
+		if err := ns[h.ns].AddRoute("default", h.gw, ""); err != nil {
+			return err
+		}
+		if err := ns[h.ns].AddRoute("default", h.gw6, ""); err != nil {
 			return err
 		}
 	}
@@ -388,13 +366,16 @@ func (l *SDWAN) build(ctx context.Context) error {
 	// which it refuses the frames the gateway's XDP redirects into it. The
 	// gateways' own frames (ARP, ICMP) go out with full checksums too.
 	for _, h := range []string{l.A, l.B} {
-		if err := NS(h, "ethtool", "-K", HostIf, "tx", "off", "gro", "on"); err != nil {
+		if err := ns[h].SetTxChecksum(HostIf, false); err != nil {
+			return err
+		}
+		if err := ns[h].SetGRO(HostIf, true); err != nil {
 			return err
 		}
 	}
 	for _, gw := range []string{l.GWA, l.GWB} {
 		for _, itf := range append([]string{"lan0"}, LinkNames...) {
-			if err := NS(gw, "ethtool", "-K", itf, "tx", "off"); err != nil {
+			if err := ns[gw].SetTxChecksum(itf, false); err != nil {
 				return err
 			}
 		}
@@ -574,9 +555,9 @@ func (l *SDWAN) Down() error {
 	}
 	var del []string
 	for _, ns := range l.Namespaces() {
-		if nsExists(ns) {
+		if topo.NSExists(ns) {
 			del = append(del, ns)
-			if err := sh("ip", "netns", "del", ns); err != nil {
+			if err := topo.DeleteNS(ns); err != nil {
 				errs = append(errs, err)
 			}
 		}

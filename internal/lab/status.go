@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/topo"
 	"github.com/edgeplane/edgeplane/internal/wanem"
 )
 
@@ -86,7 +87,7 @@ func (l *SDWAN) Status() *Status {
 	roles := []string{"host A", "gateway A", "WAN link wan1", "WAN link wan2", "gateway B", "host B"}
 	present := 0
 	for i, ns := range l.Namespaces() {
-		ok := nsExists(ns)
+		ok := topo.NSExists(ns)
 		if ok {
 			present++
 		}

@@ -97,18 +97,6 @@ func (n *NS) SetMTU(name string, mtu int) error {
 	return nil
 }
 
-// SetMAC sets the MAC address of interface name.
-func (n *NS) SetMAC(name string, mac net.HardwareAddr) error {
-	l, err := n.Link(name)
-	if err != nil {
-		return err
-	}
-	if err := n.nl.LinkSetHardwareAddr(l, mac); err != nil {
-		return fmt.Errorf("set address %s on %s in %s: %w", mac, name, n.Name, err)
-	}
-	return nil
-}
-
 // AddAddr adds addresses (CIDRs) to interface dev as `ip addr add` does:
 // no broadcast address on IPv4 ones, and IPv6 ones without duplicate
 // address detection (nodad), so they are usable at once rather than
@@ -176,16 +164,6 @@ func (n *NS) AddRoute(dst, via, dev string) error {
 // neighbour solicitation (an XDP sink that drops everything) and links
 // where resolving would add traffic or delay the test does not want.
 func (n *NS) SetNeigh(dev, ip string, mac net.HardwareAddr) error {
-	return n.setNeigh(dev, ip, mac, netlink.NUD_PERMANENT)
-}
-
-// SetNeighReachable replaces the entry for ip on dev with mac in state
-// reachable, as if the kernel had just resolved it.
-func (n *NS) SetNeighReachable(dev, ip string, mac net.HardwareAddr) error {
-	return n.setNeigh(dev, ip, mac, netlink.NUD_REACHABLE)
-}
-
-func (n *NS) setNeigh(dev, ip string, mac net.HardwareAddr, state int) error {
 	a, err := netip.ParseAddr(ip)
 	if err != nil {
 		return fmt.Errorf("neighbour %q: %w", ip, err)
@@ -194,7 +172,7 @@ func (n *NS) setNeigh(dev, ip string, mac net.HardwareAddr, state int) error {
 	if err != nil {
 		return err
 	}
-	nb := &netlink.Neigh{LinkIndex: l.Attrs().Index, State: state, IP: a.AsSlice(), HardwareAddr: mac}
+	nb := &netlink.Neigh{LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT, IP: a.AsSlice(), HardwareAddr: mac}
 	if err := n.nl.NeighSet(nb); err != nil {
 		return fmt.Errorf("set neighbour %s lladdr %s on %s in %s: %w", ip, mac, dev, n.Name, err)
 	}

@@ -76,16 +76,7 @@ func TestTwoHosts(t *testing.T) {
 	if _, err := x.Link("nothere"); err == nil {
 		t.Error("a missing interface was found")
 	}
-	nlx, err := netlink.NewHandleAt(x.Handle())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nlx.Close()
-	nly, err := netlink.NewHandleAt(y.Handle())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nly.Close()
+	nlx, nly := netlinkIn(t, x), netlinkIn(t, y)
 	addrs, err := nlx.AddrList(lx, netlink.FAMILY_ALL)
 	if err != nil {
 		t.Fatal(err)
@@ -259,17 +250,28 @@ func TestPacketNS(t *testing.T) {
 	if _, err := p.Resolve("eth9"); err == nil {
 		t.Error("resolved an interface that does not exist")
 	}
-	h, err := netlink.NewHandleAt(p.Handle())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := netlinkIn(t, p.NS)
 	for dst, dev := range map[string]string{"10.3.1.1": "wan0", "fd03::1": "wan0", "10.6.0.1": "wan1", "10.1.0.2": "lan0"} {
 		rs, err := h.RouteGet(net.ParseIP(dst))
 		if err != nil || len(rs) == 0 || rs[0].LinkIndex != int(p.Ifindex[dev]) {
 			t.Errorf("route to %s: %v %v, want out of %s", dst, rs, err, dev)
 		}
 	}
+}
+
+// netlinkIn returns a netlink handle of its own in n, to read back what
+// topo set; it is closed in t.Cleanup.
+func netlinkIn(t *testing.T, n *topo.NS) *netlink.Handle {
+	t.Helper()
+	var h *netlink.Handle
+	if err := n.Do(func() (err error) {
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
 }
 
 func countFDs(t *testing.T) int {

@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,25 +18,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
-
 	"github.com/edgeplane/edgeplane/internal/testutil"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 // Addresses of the test topology: one L2 segment through the emulator.
 const (
 	addrL = "10.99.0.1"
 	addrR = "10.99.0.2"
-	macL  = "02:99:00:00:00:01"
-	macR  = "02:99:00:00:00:02"
 )
 
-// topo is
+var (
+	macL = net.HardwareAddr{0x02, 0x99, 0, 0, 0, 0x01}
+	macR = net.HardwareAddr{0x02, 0x99, 0, 0, 0, 0x02}
+)
+
+// testbed is
 //
 //	L: eth0 10.99.0.1/24 ══ W: a [emulator] b ══ R: eth0 10.99.0.2/24
 //
 // with the emulator running in-process in W, serving its control socket.
-type topo struct {
+type testbed struct {
 	L, W, R string
 	link    *Link
 	sock    string
@@ -44,39 +46,39 @@ type topo struct {
 
 // newTopo builds the topology and starts the emulator with imp in both
 // directions. Everything is torn down in t.Cleanup.
-func newTopo(t *testing.T, imp Impairment) *topo {
+func newTopo(t *testing.T, imp Impairment) *testbed {
 	t.Helper()
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "ip")
-	tp := &topo{L: testutil.UniqueName("wanl"), W: testutil.UniqueName("wanw"), R: testutil.UniqueName("wanr")}
-	for _, ns := range []string{tp.L, tp.W, tp.R} {
-		run(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() {
-			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
-				t.Errorf("ip netns del %s: %v: %s", ns, err, out)
-			}
-		})
+	var ns [3]*topo.NS
+	for i, prefix := range []string{"wanl", "wanw", "wanr"} {
+		ns[i] = testutil.NetNS(t, testutil.UniqueName(prefix))
 		// Only the test's own traffic crosses the link, so the emulator's
 		// counters can be compared with what the hosts saw.
-		inNS(t, ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-		inNS(t, ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
-		inNS(t, ns, "ip", "link", "set", "lo", "up")
+		if err := ns[i].Sysctl("net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	run(t, "ip", "link", "add", "name", "eth0", "netns", tp.L, "address", macL, "type", "veth", "peer", "name", "a", "netns", tp.W)
-	run(t, "ip", "link", "add", "name", "b", "netns", tp.W, "type", "veth", "peer", "name", "eth0", "address", macR, "netns", tp.R)
-	for _, s := range []struct{ ns, dev string }{{tp.L, "eth0"}, {tp.W, "a"}, {tp.W, "b"}, {tp.R, "eth0"}} {
-		inNS(t, s.ns, "ip", "link", "set", "dev", s.dev, "up")
+	l, w, r := ns[0], ns[1], ns[2]
+	tp := &testbed{L: l.Name, W: w.Name, R: r.Name}
+	if err := topo.AddVeth(topo.End{NS: l, Name: "eth0", MAC: macL, Addrs: []string{addrL + "/24"}}, topo.End{NS: w, Name: "a"}); err != nil {
+		t.Fatal(err)
 	}
-	inNS(t, tp.L, "ip", "addr", "add", addrL+"/24", "dev", "eth0")
-	inNS(t, tp.R, "ip", "addr", "add", addrR+"/24", "dev", "eth0")
+	if err := topo.AddVeth(topo.End{NS: w, Name: "b"}, topo.End{NS: r, Name: "eth0", MAC: macR, Addrs: []string{addrR + "/24"}}); err != nil {
+		t.Fatal(err)
+	}
 	// Static neighbours: ARP through a lossy link would make the tests
 	// flaky, and the hosts' counters would include it.
-	inNS(t, tp.L, "ip", "neigh", "replace", addrR, "lladdr", macR, "dev", "eth0", "nud", "permanent")
-	inNS(t, tp.R, "ip", "neigh", "replace", addrL, "lladdr", macL, "dev", "eth0", "nud", "permanent")
+	if err := l.SetNeigh("eth0", addrR, macR); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetNeigh("eth0", addrL, macL); err != nil {
+		t.Fatal(err)
+	}
 
 	log := slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	fds := openFDs(t)
-	err := doInNS(tp.W, func() error {
+	err := w.Do(func() error {
 		var err error
 		tp.link, err = New("a", "b", log)
 		return err
@@ -159,49 +161,8 @@ func (w tlog) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// doInNS runs fn on an OS thread inside namespace name. The thread is never
-// handed back to the Go scheduler (the goroutine ends while locked, so the
-// runtime ends the thread), and no other goroutine ever runs in W.
-func doInNS(name string, fn func() error) error {
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		return fmt.Errorf("open netns %s: %w", name, err)
-	}
-	defer h.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := netns.Set(h); err != nil {
-			errc <- fmt.Errorf("enter netns %s: %w", name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-func inNS(t *testing.T, ns string, name string, args ...string) {
-	t.Helper()
-	run(t, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
-}
-
 func nsOutput(ns string, name string, args ...string) (string, error) {
-	return nsOutputCtx(context.Background(), ns, name, args...)
-}
-
-func nsOutputCtx(ctx context.Context, ns string, name string, args ...string) (string, error) {
-	out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...).CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("%s %s in %s: %w: %s", name, strings.Join(args, " "), ns, err, strings.TrimSpace(string(out)))
-	}
-	return string(out), nil
+	return topo.Output(context.Background(), ns, name, args...)
 }
 
 // syncBuf collects a command's output while the test reads it.
@@ -246,7 +207,7 @@ var errNoRTT = errors.New("no rtt summary in ping output")
 // smallest round trip, and ping's summary line. The median, not the
 // average: one reply held up by the host (these VMs share their CPUs)
 // moves an average of 20 by more than the emulator's own error.
-func pingRTT(t *testing.T, tp *topo, count int, interval string) (median, least time.Duration, summary string) {
+func pingRTT(t *testing.T, tp *testbed, count int, interval string) (median, least time.Duration, summary string) {
 	t.Helper()
 	out, err := nsOutput(tp.L, "ping", "-c", fmt.Sprint(count), "-i", interval, addrR)
 	if err != nil {

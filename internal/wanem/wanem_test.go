@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/edgeplane/edgeplane/internal/testutil"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 // Accuracy the tests hold the emulator to.
@@ -225,7 +226,7 @@ type iperfResult struct {
 }
 
 // iperf runs an iperf3 server in R and the client in L with args.
-func iperf(t *testing.T, tp *topo, port int, args ...string) iperfResult {
+func iperf(t *testing.T, tp *testbed, port int, args ...string) iperfResult {
 	t.Helper()
 	testutil.RequireTool(t, "iperf3")
 	srv, _ := nsStart(t, tp.R, "iperf3", "-s", "-1", "-B", addrR, "-p", fmt.Sprint(port))
@@ -247,7 +248,7 @@ func iperf(t *testing.T, tp *topo, port int, args ...string) iperfResult {
 	var out string
 	var err error
 	for i := 0; i < 50; i++ { // until the server listens
-		out, err = nsOutputCtx(ctx, tp.L, "iperf3", cargs...)
+		out, err = topo.Output(ctx, tp.L, "iperf3", cargs...)
 		if !strings.Contains(out, "Connection refused") {
 			break
 		}

@@ -28,6 +28,7 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/lab"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 const (
@@ -45,7 +46,7 @@ const (
 func nsDial(ns string) func(ctx context.Context, addr string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		var c net.Conn
-		err := lab.InNamedNetNS(ns, func() (err error) {
+		err := topo.Do(ns, func() (err error) {
 			var d net.Dialer
 			c, err = d.DialContext(ctx, "tcp", addr)
 			return err
@@ -167,8 +168,8 @@ func TestAPIObjects(t *testing.T) {
 	gen0 := a.stats().Generation
 
 	// An interface needs to exist on the host: a veth in the gateway.
-	if out, err := nsRun(a.GW, "ip", "link", "add", "ext0", "type", "veth", "peer", "name", "ext0p"); err != nil {
-		t.Fatalf("add veth: %v: %s", err, out)
+	if err := topo.AddVeth(topo.End{NS: openNS(t, a.GW), Name: "ext0"}, topo.End{Name: "ext0p"}); err != nil {
+		t.Fatalf("add veth: %v", err)
 	}
 	itf := &pb.Interface{Name: "ext0", Role: "lan", Xdp: "generic"}
 	// TTL 64 is filled in as the default, as when a file is loaded.

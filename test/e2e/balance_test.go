@@ -19,6 +19,8 @@ import (
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/lab"
+	"github.com/edgeplane/edgeplane/internal/testutil"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 // The service of TestBalanceLongLived: A connects to vip:80, the gateway
@@ -53,30 +55,27 @@ limits: {flows: 65536, rules: 1024}
 func addBackends(t *testing.T, g *gateway, n int) []*atomic.Bool {
 	t.Helper()
 	var healthy []*atomic.Bool
+	b := openNS(t, g.B)
 	for i := 1; i <= n; i++ {
 		ns := fmt.Sprintf("%sbe%d", g.Prefix, i)
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-		steps := [][]string{
-			{"ip", "netns", "add", ns},
-			{"ip", "-n", ns, "link", "set", "lo", "up"},
-			{"ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", fmt.Sprintf("be%d", i), "netns", g.B},
-			{"ip", "-n", ns, "addr", "add", lbBackendAddr(i) + "/24", "dev", "eth0"},
-			{"ip", "-n", ns, "link", "set", "eth0", "up"},
-			{"ip", "-n", ns, "route", "add", "default", "via", fmt.Sprintf("10.30.%d.1", i)},
-			{"ip", "-n", g.B, "addr", "add", fmt.Sprintf("10.30.%d.1/24", i), "dev", fmt.Sprintf("be%d", i)},
-			{"ip", "-n", g.B, "link", "set", fmt.Sprintf("be%d", i), "up"},
-			// Backends reply through the XDP gateway, which rewrites
-			// their packets: full checksums, not offloaded partial ones.
-			{"ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"},
+		be := testutil.NetNS(t, ns)
+		if err := topo.AddVeth(
+			topo.End{NS: be, Name: "eth0", Addrs: []string{lbBackendAddr(i) + "/24"}},
+			topo.End{NS: b, Name: fmt.Sprintf("be%d", i), Addrs: []string{fmt.Sprintf("10.30.%d.1/24", i)}},
+		); err != nil {
+			t.Fatal(err)
 		}
-		for _, s := range steps {
-			if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
-				t.Fatalf("%v: %v: %s", s, err, out)
-			}
+		if err := be.AddRoute("default", fmt.Sprintf("10.30.%d.1", i), ""); err != nil {
+			t.Fatal(err)
+		}
+		// Backends reply through the XDP gateway, which rewrites
+		// their packets: full checksums, not offloaded partial ones.
+		if err := be.SetTxChecksum("eth0", false); err != nil {
+			t.Fatal(err)
 		}
 		name := fmt.Sprintf("be%d", i)
 		var ln net.Listener
-		if err := lab.InNamedNetNS(ns, func() (err error) {
+		if err := topo.Do(ns, func() (err error) {
 			ln, err = net.Listen("tcp4", ":8080")
 			return err
 		}); err != nil {
@@ -88,7 +87,7 @@ func addBackends(t *testing.T, g *gateway, n int) []*atomic.Bool {
 		ok.Store(true)
 		healthy = append(healthy, ok)
 		var hl net.Listener
-		if err := lab.InNamedNetNS(ns, func() (err error) {
+		if err := topo.Do(ns, func() (err error) {
 			hl, err = net.Listen("tcp4", ":8081")
 			return err
 		}); err != nil {
@@ -102,13 +101,11 @@ func addBackends(t *testing.T, g *gateway, n int) []*atomic.Bool {
 		t.Cleanup(func() { srv.Close() })
 		go func() { _ = srv.Serve(hl) }()
 	}
-	for _, s := range [][]string{
-		{"ip", "netns", "exec", g.B, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
-		{"ip", "-n", g.GW, "route", "add", "10.30.0.0/16", "via", lab.AddrB},
-	} {
-		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v: %s", s, err, out)
-		}
+	if err := b.Sysctl("net.ipv4.ip_forward=1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := openNS(t, g.GW).AddRoute("10.30.0.0/16", lab.AddrB, ""); err != nil {
+		t.Fatal(err)
 	}
 	return healthy
 }
@@ -152,7 +149,7 @@ type lbConn struct {
 func dialVIP(t *testing.T, g *gateway, vip string, n int) []*lbConn {
 	t.Helper()
 	var conns []*lbConn
-	err := lab.InNamedNetNS(g.A, func() error {
+	err := topo.Do(g.A, func() error {
 		for i := 0; i < n; i++ {
 			c, err := net.DialTimeout("tcp4", net.JoinHostPort(vip, "80"), 3*time.Second)
 			if err != nil {
@@ -485,16 +482,14 @@ limits: {flows: 4096, rules: 64}
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range [][]string{
-		{"ip", "-n", ns, "addr", "add", vip + "/32", "dev", "lo"},
-		// The inner packet is addressed to the VIP but arrives on eth0:
-		// no reverse-path filtering against that.
-		{"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"},
-		{"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.conf.eth0.rp_filter=0"},
-	} {
-		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v: %s", s, err, out)
-		}
+	be := openNS(t, ns)
+	if err := be.AddAddr("lo", vip+"/32"); err != nil {
+		t.Fatal(err)
+	}
+	// The inner packet is addressed to the VIP but arrives on eth0: no
+	// reverse-path filtering against that.
+	if err := be.Sysctl("net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.eth0.rp_filter=0"); err != nil {
+		t.Fatal(err)
 	}
 	pinDir := "/sys/fs/bpf/" + ns
 	logf, err := os.Create(filepath.Join(g.dir, fmt.Sprintf("be%d.log", i)))
@@ -548,7 +543,7 @@ func TestBalanceDSRGRE(t *testing.T) {
 		ns := fmt.Sprintf("%sbe%d", a.Prefix, i)
 		backendAgent(t, a.gateway, i, vip)
 		var ln net.Listener
-		if err := lab.InNamedNetNS(ns, func() (err error) {
+		if err := topo.Do(ns, func() (err error) {
 			ln, err = net.Listen("tcp4", vip+":80")
 			return err
 		}); err != nil {
@@ -676,7 +671,7 @@ func TestBalanceNATPMTU(t *testing.T) {
 	addBackends(t, a.gateway, 1)
 	// A sink on the backend: reads to EOF, answers with the byte count.
 	var ln net.Listener
-	if err := lab.InNamedNetNS(a.Prefix+"be1", func() (err error) {
+	if err := topo.Do(a.Prefix+"be1", func() (err error) {
 		ln, err = net.Listen("tcp4", ":9000")
 		return err
 	}); err != nil {
@@ -688,8 +683,8 @@ func TestBalanceNATPMTU(t *testing.T) {
 		n, _ := io.Copy(io.Discard, struct{ io.Reader }{c})
 		fmt.Fprintf(c, "%d\n", n)
 	})
-	if out, err := exec.Command("ip", "-n", a.B, "link", "set", "be1", "mtu", "1200").CombinedOutput(); err != nil {
-		t.Fatalf("narrow the backend link: %v: %s", err, out)
+	if err := openNS(t, a.B).SetMTU("be1", 1200); err != nil {
+		t.Fatalf("narrow the backend link: %v", err)
 	}
 	a.warmUp()
 	icmpBefore, _ := metricValue(a.scrape(), "edgeplane_reason_packets_total", map[string]string{"reason": "nat_icmp"})
@@ -697,7 +692,7 @@ func TestBalanceNATPMTU(t *testing.T) {
 	const size = 256 << 10
 	var reply string
 	start := time.Now()
-	err := lab.InNamedNetNS(a.A, func() error {
+	err := topo.Do(a.A, func() error {
 		c, err := net.DialTimeout("tcp4", "203.0.113.10:90", 3*time.Second)
 		if err != nil {
 			return err

@@ -25,6 +25,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/testutil"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 // Frame lengths as the dataplane counts them: the whole Ethernet frame
@@ -56,7 +57,7 @@ type gateway struct {
 func newGateway(t *testing.T, cfg string) *gateway {
 	t.Helper()
 	testutil.RequireRoot(t)
-	for _, tool := range []string{"ip", "nsenter", "ethtool", "ping", "python3", "ss"} {
+	for _, tool := range []string{"ip", "nsenter", "ping", "python3", "ss"} {
 		testutil.RequireTool(t, tool)
 	}
 	// Prefix + "gw" must stay a short netns name and a bpffs dir name.
@@ -247,7 +248,19 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 
 // nsRun runs a command in a namespace and returns its combined output.
 func nsRun(ns string, args ...string) (string, error) {
-	return lab.NSOutput(ns, args[0], args[1:]...)
+	return topo.Output(context.Background(), ns, args[0], args[1:]...)
+}
+
+// openNS opens namespace name (one of the topology's) for t to change;
+// the handle is released in t.Cleanup, the namespace stays.
+func openNS(t *testing.T, name string) *topo.NS {
+	t.Helper()
+	n, err := topo.OpenNS(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
 }
 
 // ping sends count echo requests from ns to dst and returns how many

@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/lab"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 // hitlessConfig forwards ICMP both ways (for warmUp) and, as PDR 9, drops
@@ -84,7 +85,7 @@ type flowSender struct {
 func newFlowSender(ns, dst string) (*flowSender, error) {
 	s := &flowSender{sent: make([]uint64, hitlessFlows)}
 	raddr := &net.UDPAddr{IP: net.ParseIP(dst), Port: hitlessPort}
-	err := lab.InNamedNetNS(ns, func() error {
+	err := topo.Do(ns, func() error {
 		for i := range hitlessFlows {
 			c, err := net.DialUDP("udp4", &net.UDPAddr{Port: hitlessSport + i}, raddr)
 			if err != nil {
@@ -157,7 +158,7 @@ func newFlowReceiver(ns, addr string) (*flowReceiver, error) {
 	for i := range r.seen {
 		r.seen[i] = map[uint64]bool{}
 	}
-	err := lab.InNamedNetNS(ns, func() error {
+	err := topo.Do(ns, func() error {
 		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(addr), Port: hitlessPort})
 		if err != nil {
 			return err

@@ -59,7 +59,7 @@ func newLab(t *testing.T) *sdwanLab {
 func newLabWith(t *testing.T, extra string) *sdwanLab {
 	t.Helper()
 	testutil.RequireRoot(t)
-	for _, tool := range []string{"ip", "nsenter", "ethtool", "ping", "python3", "ss", "iperf3", "tshark"} {
+	for _, tool := range []string{"ip", "nsenter", "ping", "python3", "ss", "iperf3", "tshark"} {
 		testutil.RequireTool(t, tool)
 	}
 	name := labName()
