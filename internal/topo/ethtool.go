@@ -11,11 +11,12 @@ import (
 
 // SetTxChecksum turns TX checksum offload of interface dev on or off, as
 // `ethtool -K DEV tx on|off` does. Hosts that send through an XDP
-// forwarder need it off: a veth hands on CHECKSUM_PARTIAL packets whose
-// checksum nobody completes once XDP has taken them, and TCP segments
-// arrive with bad checksums. (Off also drops TSO, which needs it.)
+// forwarder need it off: with it on, a veth passes on TCP and UDP packets
+// whose checksum the stack left for the device to finish
+// (CHECKSUM_PARTIAL); XDP forwards the bare frame, which has lost that
+// note, so nothing finishes it and the receiver sees a bad checksum.
 func (n *NS) SetTxChecksum(dev string, on bool) error {
-	return n.ethtoolSet(dev, unix.ETHTOOL_STXCSUM, on)
+	return n.ethtoolSet(dev, "tx checksum offload", unix.ETHTOOL_STXCSUM, on)
 }
 
 // SetGRO turns generic receive offload of interface dev on or off, as
@@ -23,17 +24,17 @@ func (n *NS) SetTxChecksum(dev string, on bool) error {
 // veth accepts frames that XDP redirects into its peer only with NAPI on
 // (or an XDP program attached).
 func (n *NS) SetGRO(dev string, on bool) error {
-	return n.ethtoolSet(dev, unix.ETHTOOL_SGRO, on)
+	return n.ethtoolSet(dev, "gro", unix.ETHTOOL_SGRO, on)
 }
 
 // GRO reports whether generic receive offload is on for dev.
 func (n *NS) GRO(dev string) (bool, error) {
-	return n.ethtoolGet(dev, unix.ETHTOOL_GGRO)
+	return n.ethtoolGet(dev, "gro", unix.ETHTOOL_GGRO)
 }
 
 // TxChecksum reports whether TX checksum offload is on for dev.
 func (n *NS) TxChecksum(dev string) (bool, error) {
-	return n.ethtoolGet(dev, unix.ETHTOOL_GTXCSUM)
+	return n.ethtoolGet(dev, "tx checksum offload", unix.ETHTOOL_GTXCSUM)
 }
 
 // ethtoolValue is struct ethtool_value of linux/ethtool.h.
@@ -49,23 +50,30 @@ type ifreqData struct {
 	_    [24 - unsafe.Sizeof(uintptr(0))]byte
 }
 
-func (n *NS) ethtoolSet(dev string, cmd uint32, on bool) error {
+func (n *NS) ethtoolSet(dev, what string, cmd uint32, on bool) error {
 	v := ethtoolValue{cmd: cmd}
 	if on {
 		v.data = 1
 	}
 	if err := n.ethtool(dev, &v); err != nil {
-		return fmt.Errorf("ethtool %#x %v on %s in %s: %w", cmd, on, dev, n.Name, err)
+		return fmt.Errorf("turn %s %s on %s in %s: %w", what, onOff(on), dev, n.Name, err)
 	}
 	return nil
 }
 
-func (n *NS) ethtoolGet(dev string, cmd uint32) (bool, error) {
+func (n *NS) ethtoolGet(dev, what string, cmd uint32) (bool, error) {
 	v := ethtoolValue{cmd: cmd}
 	if err := n.ethtool(dev, &v); err != nil {
-		return false, fmt.Errorf("ethtool %#x on %s in %s: %w", cmd, dev, n.Name, err)
+		return false, fmt.Errorf("read %s of %s in %s: %w", what, dev, n.Name, err)
 	}
 	return v.data != 0, nil
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // ethtool runs one legacy SIOCETHTOOL command on dev, from a socket made
