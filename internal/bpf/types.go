@@ -143,6 +143,10 @@ const (
 // no connections.
 const SvcStateless = 0x01
 
+// SvcGuarded is edge_svc.flags' EDGE_SVC_GUARDED: PDRs may stand before
+// the service, so its packets are classified first.
+const SvcGuarded = 0x02
+
 // XDP verdicts (enum xdp_action in linux/bpf.h).
 const (
 	XDPAborted  = 0

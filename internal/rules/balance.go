@@ -23,6 +23,10 @@ type compiledService struct {
 	// with the service, also after the backend leaves the LBR: its
 	// pinned connections still count there.
 	members *StatsAlloc
+	size    uint32 // entries of its Maglev table
+	// guards counts the PDRs that may stand before the service
+	// (guards): while there are any, its packets are classified first.
+	guards int
 }
 
 // balancer is the Compiler's state for L4 services.
@@ -35,8 +39,10 @@ type balancer struct {
 	// they get no new connections, as if drained.
 	down map[uint32]map[uint32]bool
 	// dirty lists the services whose table this Apply rebuilds, with the
-	// path errors about it go to.
-	dirty map[uint32]string
+	// path errors about it go to; guardsMoved those whose entry says
+	// otherwise than before whether PDRs stand before them.
+	dirty       map[uint32]string
+	guardsMoved map[uint32]bool
 }
 
 func newBalancer() balancer {
@@ -124,6 +130,12 @@ func (c *Compiler) putService(at string, sv *config.Service) {
 	}
 	cs.cfg = *sv
 	cs.key = svcKey(sv)
+	cs.guards = 0
+	for _, p := range c.pdrs {
+		if guards(p, sv) {
+			cs.guards++
+		}
+	}
 	setMap(c, b.services, sv.ID, cs, true)
 	setMap(c, b.byLBR, sv.LBR, sv.ID, true)
 	b.dirty[sv.ID] = at
@@ -173,11 +185,19 @@ func svcKey(sv *config.Service) bpf.SvcKey {
 	return k
 }
 
-// rebuildServices rebuilds the table of every service marked this Apply.
+// rebuildServices rebuilds the table of every service marked this Apply,
+// and rewrites the entry of every other one PDRs now stand before, or no
+// longer do.
 func (c *Compiler) rebuildServices() {
 	for id, at := range c.lb.dirty {
 		if cs, ok := c.lb.services[id]; ok {
 			c.rebuildService(at, cs)
+		}
+	}
+	for id := range c.lb.guardsMoved {
+		cs, ok := c.lb.services[id]
+		if _, rebuilt := c.lb.dirty[id]; ok && !rebuilt {
+			c.setServiceEntry(cs)
 		}
 	}
 }
@@ -278,14 +298,68 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	} else if cs.unnat != bpf.NoFAR {
 		c.setFAR(cs.unnat, bpf.Far{}, false)
 	}
-	oldUnnat := cs.unnat
-	cs.unnat = unnat
-	c.onUndo(func() { cs.unnat = oldUnnat })
+	oldUnnat, oldSize := cs.unnat, cs.size
+	cs.unnat, cs.size = unnat, size
+	c.onUndo(func() { cs.unnat, cs.size = oldUnnat, oldSize })
+	c.setServiceEntry(cs)
+}
+
+// portIn tells whether port is in r (an unset range holds every port).
+func portIn(r config.PortRange, port uint16) bool {
+	return !r.Set || r.Lo <= port && port <= r.Hi
+}
+
+// setServiceEntry writes the service's entry as it is compiled now.
+func (c *Compiler) setServiceEntry(cs *compiledService) {
 	var flags uint32
-	if sv.Stateless {
+	if cs.cfg.Stateless {
 		flags |= bpf.SvcStateless
 	}
-	setMap(c, g.Services, cs.key, bpf.Svc{Tag: cs.tag, Id: sv.ID, Unnat: unnat, Size: size, Flags: flags}, true)
+	if cs.guards > 0 {
+		flags |= bpf.SvcGuarded
+	}
+	setMap(c, c.gen.Services, cs.key, bpf.Svc{Tag: cs.tag, Id: cs.cfg.ID, Unnat: cs.unnat, Size: cs.size, Flags: flags, Prec: cs.cfg.Precedence}, true)
+}
+
+// guardServices counts PDR p (in: n 1, out: -1) with the services it may
+// stand before, marking those whose entry changes.
+func (c *Compiler) guardServices(p *compiledPDR, n int) {
+	for id, cs := range c.lb.services {
+		if !guards(p, &cs.cfg) {
+			continue
+		}
+		before := cs.guards
+		cs.guards += n
+		c.onUndo(func() { cs.guards = before })
+		if (before > 0) != (cs.guards > 0) {
+			setMap(c, c.lb.guardsMoved, id, true, true)
+		}
+	}
+}
+
+// guards tells whether PDR p may match packets of service sv at a
+// precedence that puts it first ("PDRs first": its own precedence or a
+// lower one): the service's connections (its protocol to the VIP and
+// port) or ICMP errors to the VIP about them. It may say yes for a PDR
+// that matches none (the dataplane's classifier decides exactly), never
+// no for one that matches some.
+func guards(p *compiledPDR, sv *config.Service) bool {
+	m := p.match
+	if p.prec > sv.Precedence || m.GREKey != nil {
+		return false
+	}
+	vip := sv.VIP.A
+	if m.Dst.IsSet() && !m.Dst.P.Contains(vip) || m.Src.IsSet() && m.Src.P.Addr().Is4() != vip.Is4() {
+		return false
+	}
+	icmp := config.IPProtoICMP
+	if !vip.Is4() {
+		icmp = config.IPProtoICMPv6
+	}
+	conn := (!m.Proto.Set || m.Proto.Num == sv.Proto.Num) && portIn(m.Dport, sv.Port)
+	// ICMP carries no ports: they are 0 in the packet's key.
+	icmpErr := (!m.Proto.Set || m.Proto.Num == icmp) && portIn(m.Dport, 0) && portIn(m.Sport, 0)
+	return conn || icmpErr
 }
 
 func liveMembers(l config.LBR) map[uint32]bool {

@@ -60,8 +60,10 @@ type compiledPath struct {
 }
 
 type compiledPDR struct {
-	rule bpf.Rule
-	keys []bpf.RuleKey
+	rule  bpf.Rule
+	keys  []bpf.RuleKey
+	match config.Match // what it matches, for the services it may stand before
+	prec  uint32
 }
 
 // group is one mask group: its tag and the PDRs with entries in it.
@@ -261,6 +263,7 @@ func (c *Compiler) begin() {
 	c.gen.Dirty = &bpf.Dirty{Rules: map[bpf.RuleKey]struct{}{}, FARs: map[uint32]struct{}{}, Tables: map[uint32]struct{}{}}
 	c.gen.ResetStats, c.gen.ResetPathStats, c.gen.ResetLBStats = nil, nil, nil
 	c.lb.dirty = map[uint32]string{}
+	c.lb.guardsMoved = map[uint32]bool{}
 }
 
 // end finishes an Apply: undone whole on errors, else the groups sorted
@@ -527,11 +530,20 @@ func (c *Compiler) putPDR(at string, p *config.PDR) {
 		c.fail(at+".far", fmt.Sprintf("no far with id %d", p.FAR), config.CodeInvalid)
 		return
 	}
-	var in uint32
+	var in, inPath uint32
 	if p.Match.In != "" {
 		if in, ok = c.iface(at+".match.in", p.Match.In); !ok {
 			return
 		}
+	}
+	if p.Match.InPath != 0 {
+		cp, ok := c.paths[p.Match.InPath]
+		if !ok {
+			c.fail(at+".match.in_path", fmt.Sprintf("path %d is not available", p.Match.InPath), config.CodeInvalid)
+			return
+		}
+		// Decapsulated packets carry their path's stable index + 1.
+		inPath = cp.idx + 1
 	}
 	var stats uint32
 	if old, had := c.pdrs[p.ID]; had {
@@ -550,8 +562,9 @@ func (c *Compiler) putPDR(at string, p *config.PDR) {
 			c.gen.ResetStats = append(c.gen.ResetStats, stats)
 		}
 	}
-	cp := &compiledPDR{rule: bpf.Rule{Prio: uint64(p.Precedence)<<32 | uint64(p.ID), Far: fi, Stats: stats}}
-	key, mask := baseKey(p.Match, in)
+	cp := &compiledPDR{rule: bpf.Rule{Prio: uint64(p.Precedence)<<32 | uint64(p.ID), Far: fi, Stats: stats},
+		match: p.Match, prec: p.Precedence}
+	key, mask := baseKey(p.Match, in, inPath)
 	for _, sp := range portPrefixes(p.Match.Sport) {
 		for _, dp := range portPrefixes(p.Match.Dport) {
 			k, m := key, mask
@@ -569,6 +582,7 @@ func (c *Compiler) putPDR(at string, p *config.PDR) {
 	}
 	c.pdrs[p.ID] = cp
 	c.onUndo(func() { delete(c.pdrs, p.ID) })
+	c.guardServices(cp, 1)
 }
 
 // removePDR takes a PDR's entries out; keepStats keeps its statistics
@@ -584,6 +598,7 @@ func (c *Compiler) removePDR(id uint32, keepStats bool) {
 	}
 	delete(c.pdrs, id)
 	c.onUndo(func() { c.pdrs[id] = cp })
+	c.guardServices(cp, -1)
 	if !keepStats {
 		c.allocs.PDR.Free(id)
 		c.onUndo(func() { c.allocs.PDR.put(id, cp.rule.Stats) })
@@ -758,9 +773,12 @@ func verdict(s string) uint32 {
 }
 
 // baseKey builds the key and mask of a match without its ports.
-func baseKey(m config.Match, in uint32) (key, mask bpf.FlowKey) {
+func baseKey(m config.Match, in, inPath uint32) (key, mask bpf.FlowKey) {
 	if in != 0 {
 		key.Ifindex, mask.Ifindex = in, 0xffffffff
+	}
+	if inPath != 0 {
+		key.Path, mask.Path = inPath, 0xffffffff
 	}
 	setPrefix := func(p config.Prefix, k, mk *[16]uint8) {
 		if !p.IsSet() {

@@ -77,7 +77,7 @@ func canon(t *testing.T, g *bpf.Generation) string {
 		if sv.Unnat != bpf.NoFAR {
 			unnat = fmt.Sprintf("%+v", g.FARs[sv.Unnat])
 		}
-		svcs = append(svcs, fmt.Sprintf("service %d %x:%d/%d unnat %s table %s", sv.Id, k.Vip, k.Port, k.Proto, unnat, strings.Join(owners, ",")))
+		svcs = append(svcs, fmt.Sprintf("service %d %x:%d/%d flags %x prec %d unnat %s table %s", sv.Id, k.Vip, k.Port, k.Proto, sv.Flags, sv.Prec, unnat, strings.Join(owners, ",")))
 	}
 	slices.Sort(svcs)
 	b.WriteString("\n" + strings.Join(svcs, "\n"))

@@ -126,7 +126,7 @@ func RandomOps(rng *rand.Rand, cfg *config.Config, n int) []config.Op {
 			}
 			sv := config.Service{ID: id, VIP: config.Addr{A: netip.AddrFrom4([4]byte{203, 0, 113, byte(1 + rng.Intn(3))})},
 				Port: uint16(80 + rng.Intn(2)), Proto: config.Proto{Num: config.IPProtoTCP, Set: true}, LBR: uint32(1 + rng.Intn(3)),
-				Stateless: rng.Intn(3) == 0}
+				Stateless: rng.Intn(3) == 0, Precedence: uint32(rng.Intn(4))}
 			verb, v := config.Create, ".create.service"
 			if services[id] {
 				verb, v = config.Update, ".update.service"
@@ -154,9 +154,11 @@ func randomPDR(rng *rand.Rand, id, far uint32) config.PDR {
 	if rng.Intn(2) == 0 {
 		m.In = "lan0"
 	}
-	switch rng.Intn(4) {
+	switch rng.Intn(5) {
 	case 0:
 		m.Dst = config.Prefix{P: netip.MustParsePrefix(fmt.Sprintf("10.%d.%d.0/24", rng.Intn(3), rng.Intn(3)))}
+	case 3: // the services' VIPs: stands before them at their precedence
+		m.Dst = config.Prefix{P: netip.MustParsePrefix(fmt.Sprintf("203.0.113.%d/32", 1+rng.Intn(3)))}
 	case 1:
 		m.Dst = config.Prefix{P: netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/16", rng.Intn(3)))}
 	case 2:
