@@ -719,3 +719,65 @@ func TestBalanceNATPMTU(t *testing.T) {
 		t.Errorf("no ICMP error translated: the transfer did not need path MTU discovery, the test shows nothing")
 	}
 }
+
+// TestBalancePDRBeforeVIP puts a drop PDR in front of a NAT service's VIP
+// for one of host A's two addresses: at the service's precedence, PDRs
+// come first, so connections from that address are stopped at the
+// gateway (counted by the PDR) while the other address connects through
+// the service; deleting the PDR over the API lets both connect.
+func TestBalancePDRBeforeVIP(t *testing.T) {
+	cfg := strings.NewReplacer(
+		"lbr: 1}\n", "lbr: 1, precedence: 10}\n",
+		"limits:", `pdrs:
+  - {id: 7, precedence: 10, match: {src: 10.1.0.3/32, dst: 203.0.113.10/32}, far: 9}
+limits:`,
+		"fars:\n", "fars:\n  - {id: 9, action: drop}\n").Replace(lbConfig)
+	a := newAPIGateway(t, cfg)
+	addBackends(t, a.gateway, 2)
+	a.warmUp()
+	const blocked = "10.1.0.3"
+	if err := openNS(t, a.A).AddAddr("eth0", blocked+"/24"); err != nil {
+		t.Fatal(err)
+	}
+	// connect opens a connection from src to the VIP and returns the
+	// backend's greeting, or "" when it cannot within a second.
+	connect := func(src string) string {
+		t.Helper()
+		var greeting string
+		err := topo.Do(a.A, func() error {
+			d := net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+			c, err := d.Dial("tcp4", net.JoinHostPort(lbVIP, "80"))
+			if err != nil {
+				return nil
+			}
+			defer c.Close()
+			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				return fmt.Errorf("connected from %s, no greeting: %w", src, err)
+			}
+			greeting = strings.TrimSpace(line)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return greeting
+	}
+	before := a.stats().pdr(7).Packets
+	for i := 0; i < 5; i++ {
+		if got := connect(lab.AddrA); got == "" {
+			t.Errorf("connection %d from %s: none, want a backend", i, lab.AddrA)
+		}
+		if got := connect(blocked); got != "" {
+			t.Errorf("connection %d from %s reached %s through the drop PDR", i, blocked, got)
+		}
+	}
+	if n := a.stats().pdr(7).Packets - before; n < 5 {
+		t.Errorf("the drop PDR counted %d packets, want a SYN of each of the 5 blocked connections at least", n)
+	}
+	a.mustApply(t, deleteOp(pb.Kind_KIND_PDR, 7, ""))
+	if got := connect(blocked); got == "" {
+		t.Errorf("from %s after the PDR's deletion: no connection", blocked)
+	}
+}
