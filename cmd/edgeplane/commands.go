@@ -3,17 +3,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
-	"sort"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/edgeplane/edgeplane/internal/agent"
-	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
@@ -98,140 +94,6 @@ config. Run it where the agent runs (in the gateway's network namespace).`,
 	c.Flags().StringVar(&path, "config", "/etc/edgeplane/config.yaml", "config file")
 	c.Flags().BoolVar(&offline, "offline", false, "check only the file, not this host's interfaces")
 	return c
-}
-
-func newStatsCmd() *cobra.Command {
-	var pinDir string
-	var asJSON bool
-	var af apiFlags
-	c := &cobra.Command{
-		Use:   "stats",
-		Short: "Print counters read straight from the pinned maps (no agent needed), or with --server from an agent's API",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cmd.Flags().Changed("server") {
-				s, err := apiStats(cmd, &af)
-				if err != nil {
-					return err
-				}
-				return printStats(cmd, s, asJSON)
-			}
-			if f := apiFlagWithoutServer(cmd); f != "" {
-				return fmt.Errorf("--%s needs --server", f)
-			}
-			s, err := bpf.PinnedSnapshot(pinDir)
-			if err != nil {
-				return err
-			}
-			return printStats(cmd, s, asJSON)
-		},
-	}
-	c.Flags().StringVar(&pinDir, "pin-dir", defaultPinDir, "bpffs directory of the gateway")
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	af.register(c)
-	c.MarkFlagsMutuallyExclusive("server", "pin-dir")
-	return c
-}
-
-// statsJSON is the stable JSON shape of `edgeplane stats --json`.
-type statsJSON struct {
-	Generation uint32                      `json:"generation"`
-	PDRs       map[string]bpf.Counter      `json:"pdrs"`
-	Verdicts   map[string]bpf.Counter      `json:"verdicts"`
-	Reasons    map[string]bpf.Counter      `json:"reasons"`
-	FlowCache  map[string]uint64           `json:"flow_cache"`
-	Paths      map[string]bpf.PathCounters `json:"paths"`
-	Backends   []backendJSON               `json:"backends,omitempty"`
-}
-
-// backendJSON is one service backend's counters (far 0: the service's
-// NAT replies).
-type backendJSON struct {
-	Service  uint32 `json:"service"`
-	FAR      uint32 `json:"far"`
-	Packets  uint64 `json:"packets"`
-	Bytes    uint64 `json:"bytes"`
-	NewConns uint64 `json:"new_connections"`
-	Active   uint64 `json:"active_connections"`
-}
-
-func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
-	out := statsJSON{
-		Generation: s.Gen,
-		PDRs:       map[string]bpf.Counter{},
-		Verdicts:   map[string]bpf.Counter{},
-		Reasons:    map[string]bpf.Counter{},
-		FlowCache:  map[string]uint64{"hit": s.CacheHit, "miss": s.CacheMiss},
-		Paths:      map[string]bpf.PathCounters{},
-	}
-	for id, c := range s.Paths {
-		out.Paths[fmt.Sprint(id)] = c
-	}
-	for _, b := range s.Backends {
-		out.Backends = append(out.Backends, backendJSON{Service: b.Service, FAR: b.FAR, Packets: b.Packets, Bytes: b.Bytes,
-			NewConns: b.NewConns, Active: b.Active})
-	}
-	for id, c := range s.PDRs {
-		out.PDRs[fmt.Sprint(id)] = c
-	}
-	for i, c := range s.Verdicts {
-		out.Verdicts[bpf.VerdictNames[i]] = c
-	}
-	for i, c := range s.Reasons {
-		if i != bpf.ReasonNone {
-			out.Reasons[bpf.ReasonNames[i]] = c
-		}
-	}
-	if asJSON {
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
-	}
-	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "generation %d\t\t\t\n\n", s.Gen)
-	fmt.Fprintln(w, "PDR\tPACKETS\tBYTES\t")
-	ids := make([]uint32, 0, len(s.PDRs))
-	for id := range s.PDRs {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	for _, id := range ids {
-		fmt.Fprintf(w, "%d\t%d\t%d\t\n", id, s.PDRs[id].Packets, s.PDRs[id].Bytes)
-	}
-	fmt.Fprintln(w, "\t\t\t\nVERDICT\tPACKETS\tBYTES\t")
-	for i, c := range s.Verdicts {
-		fmt.Fprintf(w, "%s\t%d\t%d\t\n", bpf.VerdictNames[i], c.Packets, c.Bytes)
-	}
-	fmt.Fprintln(w, "\t\t\t\nREASON\tPACKETS\tBYTES\t")
-	for i, c := range s.Reasons {
-		if i != bpf.ReasonNone && c.Packets > 0 {
-			fmt.Fprintf(w, "%s\t%d\t%d\t\n", bpf.ReasonNames[i], c.Packets, c.Bytes)
-		}
-	}
-	if len(s.Paths) > 0 {
-		fmt.Fprintln(w, "\t\t\t\nPATH\tTX PKTS/BYTES\tRX PKTS/BYTES\t")
-		pids := make([]uint32, 0, len(s.Paths))
-		for id := range s.Paths {
-			pids = append(pids, id)
-		}
-		sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
-		for _, id := range pids {
-			c := s.Paths[id]
-			fmt.Fprintf(w, "%d\t%d / %d\t%d / %d\t\n", id, c.Tx.Packets, c.Tx.Bytes, c.Rx.Packets, c.Rx.Bytes)
-		}
-	}
-	if len(s.Backends) > 0 {
-		fmt.Fprintln(w, "\t\t\t\nSERVICE/FAR\tPKTS/BYTES\tNEW/ACTIVE CONNS\t")
-		for _, b := range s.Backends {
-			name := fmt.Sprintf("%d/%d", b.Service, b.FAR)
-			if b.FAR == 0 {
-				name = fmt.Sprintf("%d/replies", b.Service)
-			}
-			fmt.Fprintf(w, "%s\t%d / %d\t%d / %d\t\n", name, b.Packets, b.Bytes, b.NewConns, b.Active)
-		}
-	}
-	fmt.Fprintf(w, "\t\t\t\nflow cache\thit %d\tmiss %d\t\n", s.CacheHit, s.CacheMiss)
-	return w.Flush()
 }
 
 func newDownCmd() *cobra.Command {

@@ -13,19 +13,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/client"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
@@ -61,76 +57,28 @@ func agentConfig(t *testing.T) *config.Config {
 }
 
 // agentObjects is agentConfig as the API carries it.
-func agentObjects(t *testing.T) *objects {
+func agentObjects(t *testing.T) client.Objects {
 	t.Helper()
 	c := agentConfig(t)
-	o := &objects{}
-	for _, v := range c.Interfaces {
-		o.Interfaces = append(o.Interfaces, api.InterfaceToPB(v))
-	}
-	for _, v := range c.Paths {
-		o.Paths = append(o.Paths, api.PathToPB(v))
-	}
-	for _, v := range c.FARs {
-		o.FARs = append(o.FARs, api.FARToPB(v))
-	}
-	for _, v := range c.PDRs {
-		o.PDRs = append(o.PDRs, api.PDRToPB(v))
-	}
-	for _, v := range c.LBRs {
-		o.LBRs = append(o.LBRs, api.LBRToPB(v))
-	}
-	for _, v := range c.Services {
-		o.Services = append(o.Services, api.ServiceToPB(v))
+	o := client.Objects{}
+	for _, k := range schema.Kinds() {
+		for _, v := range schema.Objects(c, k) {
+			o[k] = append(o[k], api.ToPB(k, v))
+		}
 	}
 	return o
 }
 
-func TestParseKind(t *testing.T) {
-	for in, want := range map[string]kind{
-		"pdr": kindPDR, "pdrs": kindPDR, "PDRs": kindPDR, "far": kindFAR, "fars": kindFAR,
-		"path": kindPath, "paths": kindPath, "interface": kindInterface, "interfaces": kindInterface,
-		"lbr": kindLBR, "LBRs": kindLBR, "service": kindService, "services": kindService,
-	} {
-		got, err := parseKind(in)
-		if err != nil || got != want {
-			t.Errorf("parseKind(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	const want = `unknown kind "rules" (want pdrs, services, lbrs, fars, paths or interfaces)`
-	if _, err := parseKind("rules"); err == nil || err.Error() != want {
-		t.Errorf("parseKind(rules) error = %v, want %s", err, want)
-	}
-}
+// schema is the gateway's kinds, which the CLI serves.
+var schema = config.Builtin()
 
-func TestParseRefs(t *testing.T) {
-	refs, err := parseRefs(kindPDR, []string{"10", "11", "010"})
-	if err != nil {
-		t.Fatal(err)
+// typed returns msgs as messages of type M.
+func typed[M proto.Message](msgs []proto.Message) []M {
+	out := make([]M, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.(M)
 	}
-	if len(refs) != 2 || refs[0].GetId() != 10 || refs[1].GetId() != 11 || refs[0].GetKind() != pb.Kind_KIND_PDR {
-		t.Errorf("refs = %v, want pdr 10 and 11 (repeats dropped)", refs)
-	}
-	refs, err = parseRefs(kindInterface, []string{"lan0", "wan0"})
-	if err != nil || len(refs) != 2 || refs[1].GetName() != "wan0" || refs[1].GetKind() != pb.Kind_KIND_INTERFACE {
-		t.Errorf("interface refs = %v, %v", refs, err)
-	}
-	for _, bad := range []string{"x", "0", "-1", "4294967296"} {
-		if _, err := parseRefs(kindFAR, []string{bad}); err == nil {
-			t.Errorf("parseRefs(far %q) accepted", bad)
-		}
-	}
-}
-
-func TestIsLoopback(t *testing.T) {
-	for target, want := range map[string]bool{
-		"127.0.0.1:50051": true, "[::1]:50051": true, "localhost:50051": true, "unix:///run/x.sock": true,
-		"dns:///127.0.0.1:1": true, "10.0.0.1:50051": false, "gw.example:50051": false,
-	} {
-		if got := isLoopback(target); got != want {
-			t.Errorf("isLoopback(%q) = %v, want %v", target, got, want)
-		}
-	}
+	return out
 }
 
 func fieldErrors(t *testing.T, err error) []string {
@@ -148,7 +96,7 @@ func fieldErrors(t *testing.T, err error) []string {
 
 func TestFileObjectsWholeConfig(t *testing.T) {
 	cur := agentConfig(t)
-	file, notes, err := fileObjects([]byte(agentYAML+"limits: {rules: 16}\n"), &config.Config{})
+	file, notes, err := fileObjects(schema, []byte(agentYAML+"limits: {rules: 16}\n"), &config.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +112,7 @@ func TestFileObjectsWholeConfig(t *testing.T) {
 func TestFileObjectsPartial(t *testing.T) {
 	// Refers to an interface and a FAR only the agent has.
 	data := "pdrs:\n  - {id: 11, precedence: 5, match: {in: lan0, proto: tcp, dport: 443}, far: 2}\n"
-	file, notes, err := fileObjects([]byte(data), agentConfig(t))
+	file, notes, err := fileObjects(schema, []byte(data), agentConfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,14 +125,14 @@ func TestFileObjectsPartial(t *testing.T) {
 	}
 
 	// Replaces the agent's pdr 10: no duplicate id.
-	file, _, err = fileObjects([]byte("pdrs:\n  - {id: 10, precedence: 1, far: 1}\n"), agentConfig(t))
+	file, _, err = fileObjects(schema, []byte("pdrs:\n  - {id: 10, precedence: 1, far: 1}\n"), agentConfig(t))
 	if err != nil || len(file.PDRs) != 1 || file.PDRs[0].Precedence != 1 {
 		t.Errorf("replacing pdr 10: %+v, %v", file, err)
 	}
 
 	// Nothing at all.
 	for _, empty := range []string{"", "# nothing\n", "pdrs: []\n", "~\n"} {
-		file, _, err := fileObjects([]byte(empty), agentConfig(t))
+		file, _, err := fileObjects(schema, []byte(empty), agentConfig(t))
 		if err != nil || len(file.PDRs)+len(file.FARs)+len(file.Paths)+len(file.Interfaces) != 0 {
 			t.Errorf("%q: %+v, %v; want no objects", empty, file, err)
 		}
@@ -200,7 +148,7 @@ func TestFileObjectsPartialErrors(t *testing.T) {
     mach: {proto: udp}
     far: 1
 `
-	got := fieldErrors(t, func() error { _, _, err := fileObjects([]byte(data), agentConfig(t)); return err }())
+	got := fieldErrors(t, func() error { _, _, err := fileObjects(schema, []byte(data), agentConfig(t)); return err }())
 	want := []string{
 		"pdrs[0].match.dst: host bits set; did you mean 10.0.0.0/8?",
 		"pdrs[0].far: no far with id 9",
@@ -215,7 +163,7 @@ func TestFileObjectsErrorAtAgentObject(t *testing.T) {
 	// A new path with the local address and key of the agent's path 1:
 	// decapsulation could not tell them apart, reported at the second.
 	data := "paths:\n  - {id: 2, type: gre, interface: wan0, local: 192.0.2.1, remote: 203.0.113.1, key: 7}\n"
-	got := fieldErrors(t, func() error { _, _, err := fileObjects([]byte(data), agentConfig(t)); return err }())
+	got := fieldErrors(t, func() error { _, _, err := fileObjects(schema, []byte(data), agentConfig(t)); return err }())
 	if len(got) != 1 || !strings.HasPrefix(got[0], "paths[1].key: ") || !strings.HasSuffix(got[0], "(paths[1] is the agent's path 1, not in the file)") {
 		t.Errorf("errors = %q", got)
 	}
@@ -223,7 +171,7 @@ func TestFileObjectsErrorAtAgentObject(t *testing.T) {
 
 func TestFileObjectsDocumentErrors(t *testing.T) {
 	for _, data := range []string{"pdrs: [\n", "- id: 1\n", "pdrs: []\n---\nfars: []\n"} {
-		_, _, err := fileObjects([]byte(data), agentConfig(t))
+		_, _, err := fileObjects(schema, []byte(data), agentConfig(t))
 		got := fieldErrors(t, err)
 		if len(got) != 1 || !strings.HasPrefix(got[0], "config: ") {
 			t.Errorf("%q: errors = %q, want one config: error", data, got)
@@ -241,19 +189,19 @@ pdrs:
   - {id: 30, precedence: 1, match: {gre_key: 5}, far: 1}
 `
 	cur := agentConfig(t)
-	file, _, err := fileObjects([]byte(data), cur)
+	file, _, err := fileObjects(schema, []byte(data), cur)
 	if err != nil {
 		t.Fatal(err)
 	}
-	changes := planApply(file, cur)
+	changes := planApply(schema, file, cur)
 	var got []string
 	for _, c := range changes {
-		got = append(got, c.kind.name+" "+c.key+" "+c.verb)
+		got = append(got, string(c.kind)+" "+c.key+" "+c.verb)
 		switch {
 		case c.verb == "unchanged" && c.op != nil,
 			c.verb == "created" && c.op.GetCreate() == nil,
 			c.verb == "configured" && c.op.GetUpdate() == nil:
-			t.Errorf("%s %s %s: op %v", c.kind.name, c.key, c.verb, c.op)
+			t.Errorf("%s %s %s: op %v", c.kind, c.key, c.verb, c.op)
 		}
 	}
 	want := []string{"interface lan0 unchanged", "far 2 configured", "pdr 20 unchanged", "pdr 30 created"}
@@ -272,29 +220,29 @@ pdrs:
 func TestPrintTable(t *testing.T) {
 	o := agentObjects(t)
 	for _, tc := range []struct {
-		k    kind
+		k    config.Kind
 		want string
 	}{
-		{kindPDR, `ID  PRECEDENCE  IN    SRC  DST          PROTO  SPORT  DPORT      DSCP  GRE_KEY  FAR
+		{config.KindPDR, `ID  PRECEDENCE  IN    SRC  DST          PROTO  SPORT  DPORT      DSCP  GRE_KEY  FAR
 10  100         lan0  *    10.2.0.0/16  *      *      *          *     *        2
 20  10          *     *    *            udp    *      5000-5100  46    *        1
 `},
-		{kindFAR, `ID  ACTION  INTERFACE  PATH  NAT
+		{config.KindFAR, `ID  ACTION  INTERFACE  PATH  NAT
 1   pass    -          -     -
 2   encap   -          1     -
 4   nat     -          -     10.1.0.11:8080
 5   nat     lan0       -     [2001:db8::12]:8443
 `},
-		{kindLBR, `ID  ALGORITHM  MEMBERS
+		{config.KindLBR, `ID  ALGORITHM  MEMBERS
 1   maglev     4:1,5:3
 `},
-		{kindService, `ID  VIP           PORT  PROTO  LBR  CONNECTIONS
+		{config.KindService, `ID  VIP           PORT  PROTO  LBR  CONNECTIONS
 1   203.0.113.10  80    tcp    1    pinned
 `},
-		{kindPath, `ID  TYPE  INTERFACE  LOCAL      REMOTE        KEY  SEQ  TTL  DSCP
+		{config.KindPath, `ID  TYPE  INTERFACE  LOCAL      REMOTE        KEY  SEQ  TTL  DSCP
 1   gre   wan0       192.0.2.1  198.51.100.1  7    no   64   inner
 `},
-		{kindInterface, `NAME  ROLE  XDP
+		{config.KindInterface, `NAME  ROLE  XDP
 lan0  lan   auto
 wan0  wan   auto
 `},
@@ -304,28 +252,28 @@ wan0  wan   auto
 }
 
 // wantTable checks the table of kind k printed from o.
-func wantTable(t *testing.T, o *objects, k kind, want string) {
+func wantTable(t *testing.T, o client.Objects, k config.Kind, want string) {
 	t.Helper()
 	var b bytes.Buffer
-	if err := printObjects(&b, k, o, outTable, false); err != nil {
+	if err := printObjects(&b, schema, k, o[k], outTable, false); err != nil {
 		t.Fatal(err)
 	}
 	if b.String() != want {
-		t.Errorf("%s table:\n%s\nwant:\n%s", k.plural, b.String(), want)
+		t.Errorf("%s table:\n%s\nwant:\n%s", schema.Plural(k), b.String(), want)
 	}
 }
 
 func TestPrintJSON(t *testing.T) {
 	o := agentObjects(t)
 	var b bytes.Buffer
-	if err := printObjects(&b, kindPDR, o, outJSON, false); err != nil {
+	if err := printObjects(&b, schema, config.KindPDR, o[config.KindPDR], outJSON, false); err != nil {
 		t.Fatal(err)
 	}
 	var list pb.ListPdrsResponse
 	if err := protojson.Unmarshal(b.Bytes(), &list); err != nil {
 		t.Fatal(err)
 	}
-	if !proto.Equal(&list, &pb.ListPdrsResponse{Pdrs: o.PDRs}) {
+	if !proto.Equal(&list, &pb.ListPdrsResponse{Pdrs: typed[*pb.Pdr](o[config.KindPDR])}) {
 		t.Errorf("round trip: %v", &list)
 	}
 	for _, want := range []string{"{\n  \"pdrs\": [\n    {\n      \"id\": 10,", `"dport": "5000-5100"`, `"in": ""`} {
@@ -335,14 +283,14 @@ func TestPrintJSON(t *testing.T) {
 	}
 	// The same output every run, though protojson varies its spacing.
 	var again bytes.Buffer
-	_ = printObjects(&again, kindPDR, o, outJSON, false)
+	_ = printObjects(&again, schema, config.KindPDR, o[config.KindPDR], outJSON, false)
 	if again.String() != b.String() {
 		t.Error("json output differs between runs")
 	}
 
 	b.Reset()
-	one := &objects{FARs: o.FARs[1:2]}
-	if err := printObjects(&b, kindFAR, one, outJSON, true); err != nil {
+	one := o[config.KindFAR][1:2]
+	if err := printObjects(&b, schema, config.KindFAR, one, outJSON, true); err != nil {
 		t.Fatal(err)
 	}
 	var m map[string]any
@@ -354,15 +302,15 @@ func TestPrintJSON(t *testing.T) {
 	}
 
 	b.Reset()
-	if err := printObjects(&b, kindLBR, o, outJSON, false); err != nil {
+	if err := printObjects(&b, schema, config.KindLBR, o[config.KindLBR], outJSON, false); err != nil {
 		t.Fatal(err)
 	}
 	var lbrs pb.ListLbrsResponse
-	if err := protojson.Unmarshal(b.Bytes(), &lbrs); err != nil || !proto.Equal(&lbrs, &pb.ListLbrsResponse{Lbrs: o.LBRs}) {
+	if err := protojson.Unmarshal(b.Bytes(), &lbrs); err != nil || !proto.Equal(&lbrs, &pb.ListLbrsResponse{Lbrs: typed[*pb.Lbr](o[config.KindLBR])}) {
 		t.Errorf("lbrs round trip: %v, %v", &lbrs, err)
 	}
 	b.Reset()
-	if err := printObjects(&b, kindService, o, outJSON, true); err != nil {
+	if err := printObjects(&b, schema, config.KindService, o[config.KindService], outJSON, true); err != nil {
 		t.Fatal(err)
 	}
 	m = nil
@@ -378,50 +326,50 @@ func TestPrintYAMLFeedsApply(t *testing.T) {
 	o := agentObjects(t)
 	cur := agentConfig(t)
 	var all bytes.Buffer
-	for _, k := range allKinds {
+	for _, k := range schema.Kinds() {
 		var b bytes.Buffer
-		if err := printObjects(&b, k, o, outYAML, false); err != nil {
+		if err := printObjects(&b, schema, k, o[k], outYAML, false); err != nil {
 			t.Fatal(err)
 		}
 		all.Write(b.Bytes())
-		if !strings.HasPrefix(b.String(), k.plural+":\n") || strings.Contains(b.String(), "null") {
-			t.Errorf("%s yaml:\n%s", k.plural, b.String())
+		if !strings.HasPrefix(b.String(), schema.Plural(k)+":\n") || strings.Contains(b.String(), "null") {
+			t.Errorf("%s yaml:\n%s", schema.Plural(k), b.String())
 		}
-		file, _, err := fileObjects(b.Bytes(), cur)
+		file, _, err := fileObjects(schema, b.Bytes(), cur)
 		if err != nil {
-			t.Fatalf("%s yaml does not apply: %v\n%s", k.plural, err, b.String())
+			t.Fatalf("%s yaml does not apply: %v\n%s", schema.Plural(k), err, b.String())
 		}
-		if n := file.Interfaces; k == kindInterface && !reflect.DeepEqual(n, cur.Interfaces) {
+		if n := file.Interfaces; k == config.KindInterface && !reflect.DeepEqual(n, cur.Interfaces) {
 			t.Errorf("interfaces back = %+v", n)
 		}
-		if n := file.Paths; k == kindPath && !reflect.DeepEqual(n, cur.Paths) {
+		if n := file.Paths; k == config.KindPath && !reflect.DeepEqual(n, cur.Paths) {
 			t.Errorf("paths back = %+v", n)
 		}
-		if n := file.FARs; k == kindFAR && !reflect.DeepEqual(n, cur.FARs) {
+		if n := file.FARs; k == config.KindFAR && !reflect.DeepEqual(n, cur.FARs) {
 			t.Errorf("fars back = %+v", n)
 		}
-		if n := file.PDRs; k == kindPDR && !reflect.DeepEqual(n, cur.PDRs) {
+		if n := file.PDRs; k == config.KindPDR && !reflect.DeepEqual(n, cur.PDRs) {
 			t.Errorf("pdrs back = %+v", n)
 		}
-		if n := file.LBRs; k == kindLBR && !reflect.DeepEqual(n, cur.LBRs) {
+		if n := file.LBRs; k == config.KindLBR && !reflect.DeepEqual(n, cur.LBRs) {
 			t.Errorf("lbrs back = %+v", n)
 		}
-		if n := file.Services; k == kindService && !reflect.DeepEqual(n, cur.Services) {
+		if n := file.Services; k == config.KindService && !reflect.DeepEqual(n, cur.Services) {
 			t.Errorf("services back = %+v", n)
 		}
-		changes := planApply(file, cur)
-		if len(changes) != o.count(k) {
-			t.Errorf("%s: %d changes, want %d", k.plural, len(changes), o.count(k))
+		changes := planApply(schema, file, cur)
+		if len(changes) != len(o[k]) {
+			t.Errorf("%s: %d changes, want %d", schema.Plural(k), len(changes), len(o[k]))
 		}
 		for _, c := range changes {
 			if c.verb != "unchanged" {
-				t.Errorf("%s %s %s, want unchanged", c.kind.name, c.key, c.verb)
+				t.Errorf("%s %s %s, want unchanged", c.kind, c.key, c.verb)
 			}
 		}
 	}
 	// Every kind's output together is a whole config: to an empty agent
 	// it creates all of it, referred-to objects first.
-	file, _, err := fileObjects(all.Bytes(), &config.Config{})
+	file, _, err := fileObjects(schema, all.Bytes(), &config.Config{})
 	if err != nil {
 		t.Fatalf("all kinds do not apply: %v\n%s", err, all.String())
 	}
@@ -431,23 +379,23 @@ func TestPrintYAMLFeedsApply(t *testing.T) {
 		t.Errorf("all kinds back = %+v\nwant %+v", file, cur)
 	}
 	var order []string
-	for _, c := range planApply(file, &config.Config{}) {
+	for _, c := range planApply(schema, file, &config.Config{}) {
 		if c.verb != "created" {
-			t.Errorf("%s %s %s, want created", c.kind.name, c.key, c.verb)
+			t.Errorf("%s %s %s, want created", c.kind, c.key, c.verb)
 		}
-		if len(order) == 0 || order[len(order)-1] != c.kind.plural {
-			order = append(order, c.kind.plural)
+		if len(order) == 0 || order[len(order)-1] != schema.Plural(c.kind) {
+			order = append(order, schema.Plural(c.kind))
 		}
 	}
 	if want := []string{"interfaces", "paths", "fars", "lbrs", "services", "pdrs"}; !reflect.DeepEqual(order, want) {
 		t.Errorf("created in the order %q, want %q", order, want)
 	}
 	var b bytes.Buffer
-	if err := printObjects(&b, kindPDR, &objects{}, outYAML, false); err != nil || b.String() != "pdrs: []\n" {
+	if err := printObjects(&b, schema, config.KindPDR, nil, outYAML, false); err != nil || b.String() != "pdrs: []\n" {
 		t.Errorf("no pdrs: %q, %v", b.String(), err)
 	}
 	b.Reset()
-	if err := printObjects(&b, kindLBR, o, outYAML, false); err != nil {
+	if err := printObjects(&b, schema, config.KindLBR, o[config.KindLBR], outYAML, false); err != nil {
 		t.Fatal(err)
 	}
 	// An unset weight is left out, not printed as null.
@@ -504,49 +452,6 @@ func TestStatsFromPB(t *testing.T) {
 			t.Errorf("json %v: output differs:\n%s\nvs\n%s", asJSON, a.String(), b.String())
 		}
 	}
-}
-
-func TestRPCError(t *testing.T) {
-	st := status.New(codes.InvalidArgument, "operations[1].create.pdr.match.src: invalid CIDR \"x\"\noperations[3].update.far.action: required")
-	st, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "f", Description: "d"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &apiConn{flags: &apiFlags{server: defaultServer, timeout: time.Second}}
-	e := c.callErr("apply", st.Err())
-	e.(*rpcError).ops = []string{"far 1", "pdr 10", "pdr 11"}
-	want := `apply: InvalidArgument:
-  operations[1].create.pdr.match.src: invalid CIDR "x" (pdr 10)
-  operations[3].update.far.action: required`
-	if e.Error() != want {
-		t.Errorf("error:\n%s\nwant:\n%s", e, want)
-	}
-	if s, ok := status.FromError(e); !ok || s.Code() != codes.InvalidArgument {
-		t.Errorf("status of the wrapped error = %v", s)
-	}
-
-	// One line: one line, field violation list or not.
-	e = c.callErr("get pdr 9", status.Error(codes.NotFound, "no pdr 9"))
-	if e.Error() != "get pdr 9: NotFound: no pdr 9" {
-		t.Errorf("error = %q", e)
-	}
-	e = c.callErr("delete", fieldStatus(t, codes.NotFound, "operations[0].delete: no pdr 9"))
-	e.(*rpcError).ops = []string{"pdr 9"}
-	if e.Error() != "delete: NotFound:\n  operations[0].delete: no pdr 9 (pdr 9)" {
-		t.Errorf("error = %q", e)
-	}
-	e = c.callErr("get pdrs", status.Error(codes.Unauthenticated, "missing or invalid bearer token"))
-	if !strings.HasSuffix(e.Error(), "(give --token or set "+tokenEnv+")") {
-		t.Errorf("error = %q", e)
-	}
-}
-
-func fieldStatus(t *testing.T, code codes.Code, msg string) error {
-	st, err := status.New(code, msg).WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "f", Description: "d"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Err()
 }
 
 func TestStatsAPIFlagsNeedServer(t *testing.T) {
@@ -748,52 +653,15 @@ fars:
 	root := newRootCmd()
 	root.SetOut(&bytes.Buffer{})
 	root.SetArgs([]string{"get", "pdrs", "--server", l.GRPC.String(), "--tls-ca", ca})
-	t.Setenv(tokenEnv, "")
+	t.Setenv(client.TokenEnv, "")
 	if err := root.Execute(); err == nil || !strings.HasPrefix(err.Error(), "get pdrs: Unauthenticated: missing or invalid bearer token") {
 		t.Errorf("no token: %v", err)
 	}
-	t.Setenv(tokenEnv, token)
+	t.Setenv(client.TokenEnv, token)
 	root = newRootCmd()
 	root.SetOut(&bytes.Buffer{})
 	root.SetArgs([]string{"get", "pdrs", "--server", l.GRPC.String(), "--timeout", "2s"})
 	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "give --tls") {
 		t.Errorf("no tls: %v", err)
-	}
-}
-
-// oldAgent is the API of an agent that predates LBRs and services.
-type oldAgent struct {
-	pb.GatewayClient
-}
-
-func (oldAgent) ListInterfaces(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListInterfacesResponse, error) {
-	return &pb.ListInterfacesResponse{}, nil
-}
-
-func (oldAgent) ListPaths(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListPathsResponse, error) {
-	return &pb.ListPathsResponse{}, nil
-}
-
-func (oldAgent) ListFars(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListFarsResponse, error) {
-	return &pb.ListFarsResponse{Fars: []*pb.Far{{Id: 1, Action: "pass"}}}, nil
-}
-
-func (oldAgent) ListPdrs(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListPdrsResponse, error) {
-	return &pb.ListPdrsResponse{}, nil
-}
-
-func (oldAgent) ListLbrs(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListLbrsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "unknown method ListLbrs")
-}
-
-func (oldAgent) ListServices(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListServicesResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "unknown method ListServices")
-}
-
-func TestListAllOldAgent(t *testing.T) {
-	c := &apiConn{GatewayClient: oldAgent{}, ctx: context.Background(), flags: &apiFlags{server: defaultServer, timeout: time.Second}}
-	o, err := c.listAll("apply")
-	if err != nil || len(o.FARs) != 1 || len(o.LBRs)+len(o.Services) != 0 {
-		t.Errorf("listAll = %+v, %v; want far 1 and no lbrs or services", o, err)
 	}
 }

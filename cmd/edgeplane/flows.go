@@ -11,10 +11,11 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/client"
 )
 
 func newFlowsCmd() *cobra.Command {
-	var af apiFlags
+	var af client.Flags
 	var top uint32
 	var output string
 	c := &cobra.Command{
@@ -32,14 +33,14 @@ rules generation; if not, its next packet is classified again.`,
 			if output != "table" && output != "json" {
 				return fmt.Errorf("-o %q: want table or json", output)
 			}
-			conn, err := af.connect(cmd)
+			conn, err := af.Connect(cmd.Context(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			defer conn.Close()
-			r, err := conn.ListFlows(conn.ctx, &pb.ListFlowsRequest{Top: top})
+			r, err := conn.ListFlows(conn.Ctx, &pb.ListFlowsRequest{Top: top})
 			if err != nil {
-				return conn.callErr("flows", err)
+				return conn.Err("flows", err)
 			}
 			if output == "json" {
 				b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Multiline: true}.Marshal(r)
@@ -52,7 +53,7 @@ rules generation; if not, its next packet is classified again.`,
 			return printFlows(cmd.OutOrStdout(), r.GetFlows())
 		},
 	}
-	af.register(c)
+	af.Register(c)
 	c.Flags().Uint32Var(&top, "top", 20, "how many flows (0: all)")
 	c.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	return c

@@ -3,256 +3,335 @@
 package api
 
 import (
+	"encoding"
 	"fmt"
 	"maps"
-	"net/netip"
+	"math"
+	"reflect"
 	"slices"
+	"strconv"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
-// The API carries values in the config file's syntax (CIDRs, protocol
-// names, "lo-hi" port ranges as strings), so both are parsed by the same
-// functions of package config and say the same thing the same way.
+// The API carries each kind's objects as the message its Object oneof
+// names after the kind ("pdr": Pdr), with the config file's field names
+// and value syntax (CIDRs, protocol names, "lo-hi" port ranges as
+// strings). So conversion needs nothing per kind: a config field maps to
+// the message field of its yaml name, and value types go through their
+// String and UnmarshalText, the parsing the file uses, so both say the
+// same thing about a bad value.
 
-// fieldErrs collects FieldErrors under a path prefix.
-type fieldErrs struct {
-	prefix string
-	errs   config.Errors
+var objectDesc = (&pb.Object{}).ProtoReflect().Descriptor()
+
+// kindOfField returns the config kind an Object oneof field carries.
+func kindOfField(fd protoreflect.FieldDescriptor) config.Kind { return config.Kind(fd.Name()) }
+
+// objectField returns the Object oneof field of kind k, or nil when the
+// API does not carry k.
+func objectField(k config.Kind) protoreflect.FieldDescriptor {
+	return objectDesc.Fields().ByName(protoreflect.Name(k))
 }
 
-func (f *fieldErrs) add(field, format string, a ...any) {
-	f.errs = append(f.errs, config.FieldError{Path: f.prefix + "." + field, Reason: fmt.Sprintf(format, a...)})
-}
+// Carries reports whether the API carries objects of kind k.
+func Carries(k config.Kind) bool { return objectField(k) != nil }
 
-// InterfaceToPB returns i as an API object.
-func InterfaceToPB(i config.Interface) *pb.Interface {
-	return &pb.Interface{Name: i.Name, Role: i.Role, Xdp: i.XDP}
-}
-
-// InterfaceFromPB returns p in the config model.
-func InterfaceFromPB(p *pb.Interface) config.Interface {
-	return config.Interface{Name: p.GetName(), Role: p.GetRole(), XDP: p.GetXdp()}
-}
-
-// PathToPB returns p as an API object.
-func PathToPB(p config.Path) *pb.Path {
-	out := &pb.Path{Id: p.ID, Type: p.Type, Interface: p.Interface, Local: p.Local.String(), Remote: p.Remote.String(), Seq: p.Seq, Ttl: uint32(p.TTL)}
-	if p.Key != nil {
-		k := *p.Key
-		out.Key = &k
-	}
-	if p.DSCP != nil {
-		d := uint32(*p.DSCP)
-		out.Dscp = &d
-	}
-	return out
-}
-
-func pathFromPB(p *pb.Path, f *fieldErrs) config.Path {
-	out := config.Path{ID: p.GetId(), Type: p.GetType(), Interface: p.GetInterface(), Seq: p.GetSeq()}
-	out.Local = addr(p.GetLocal(), "local", f)
-	out.Remote = addr(p.GetRemote(), "remote", f)
-	if p.Key != nil {
-		k := p.GetKey()
-		out.Key = &k
-	}
-	if p.GetTtl() > 255 {
-		f.add("ttl", "must be 0-255 (0: the default, %d)", config.DefaultPathTTL)
-	} else {
-		out.TTL = uint8(p.GetTtl())
-	}
-	if p.Dscp != nil {
-		out.DSCP = dscp(p.GetDscp(), "dscp", f)
-	}
-	return out
-}
-
-// FARToPB returns f as an API object.
-func FARToPB(f config.FAR) *pb.Far {
-	out := &pb.Far{Id: f.ID, Action: f.Action, Interface: f.Interface, Path: f.Path, Port: uint32(f.Port)}
-	if f.Address.IsSet() {
-		out.Address = f.Address.String()
-	}
-	return out
-}
-
-func farFromPB(p *pb.Far, f *fieldErrs) config.FAR {
-	return config.FAR{ID: p.GetId(), Action: p.GetAction(), Interface: p.GetInterface(), Path: p.GetPath(),
-		Address: addr(p.GetAddress(), "address", f), Port: port(p.GetPort(), "port", f)}
-}
-
-// LBRToPB returns l as an API object.
-func LBRToPB(l config.LBR) *pb.Lbr {
-	out := &pb.Lbr{Id: l.ID, Algorithm: l.Algorithm, TableSize: l.TableSize}
-	for _, m := range l.Members {
-		out.Members = append(out.Members, &pb.Member{Far: m.FAR, Weight: m.Weight})
-	}
-	return out
-}
-
-// LBRFromPB returns p in the config model.
-func LBRFromPB(p *pb.Lbr) config.LBR {
-	out := config.LBR{ID: p.GetId(), Algorithm: p.GetAlgorithm(), TableSize: p.GetTableSize()}
-	for _, m := range p.GetMembers() {
-		cm := config.Member{FAR: m.GetFar()}
-		if m.Weight != nil {
-			w := m.GetWeight()
-			cm.Weight = &w
-		}
-		out.Members = append(out.Members, cm)
-	}
-	return out
-}
-
-// ServiceToPB returns s as an API object.
-func ServiceToPB(s config.Service) *pb.Service {
-	out := &pb.Service{Id: s.ID, Port: uint32(s.Port), Lbr: s.LBR, Stateless: s.Stateless}
-	if s.Precedence != 0 {
-		out.Precedence = &s.Precedence
-	}
-	if s.VIP.IsSet() {
-		out.Vip = s.VIP.String()
-	}
-	if s.Proto.Set {
-		out.Proto = s.Proto.String()
-	}
-	if h := s.Health; h != nil {
-		out.Health = &pb.Health{Type: h.Type, Path: h.Path, Port: uint32(h.Port), Interval: h.Interval.String(),
-			Timeout: h.Timeout.String(), Rise: h.Rise, Fall: h.Fall}
-	}
-	return out
-}
-
-func serviceFromPB(p *pb.Service, f *fieldErrs) config.Service {
-	out := config.Service{ID: p.GetId(), VIP: addr(p.GetVip(), "vip", f), Port: port(p.GetPort(), "port", f), LBR: p.GetLbr(),
-		Stateless: p.GetStateless(), Precedence: p.GetPrecedence()}
-	if s := p.GetProto(); s != "" {
-		var err error
-		if out.Proto, err = config.ParseProto(s); err != nil {
-			f.add("proto", "%v", err)
-		}
-	}
-	if h := p.GetHealth(); h != nil {
-		out.Health = &config.Health{Type: h.GetType(), Path: h.GetPath(), Port: port(h.GetPort(), "health.port", f),
-			Rise: h.GetRise(), Fall: h.GetFall()}
-		for _, d := range []struct {
-			field string
-			in    string
-			out   *config.Duration
-		}{{"interval", h.GetInterval(), &out.Health.Interval}, {"timeout", h.GetTimeout(), &out.Health.Timeout}} {
-			if d.in == "" {
-				continue
-			}
-			v, err := config.ParseDuration(d.in)
-			if err != nil {
-				f.add("health."+d.field, "%v", err)
-			}
-			*d.out = v
-		}
-	}
-	return out
-}
-
-func port(v uint32, field string, f *fieldErrs) uint16 {
-	if v > 65535 {
-		f.add(field, "must be 0-65535, got %d", v)
-		return 0
-	}
-	return uint16(v)
-}
-
-// PDRToPB returns p as an API object.
-func PDRToPB(p config.PDR) *pb.Pdr {
-	m := p.Match
-	out := &pb.Match{In: m.In, Src: m.Src.String(), Dst: m.Dst.String(), InPath: m.InPath}
-	if m.Proto.Set {
-		out.Proto = m.Proto.String()
-	}
-	if m.Sport.Set {
-		out.Sport = m.Sport.String()
-	}
-	if m.Dport.Set {
-		out.Dport = m.Dport.String()
-	}
-	if m.DSCP != nil {
-		d := uint32(*m.DSCP)
-		out.Dscp = &d
-	}
-	if m.GREKey != nil {
-		k := *m.GREKey
-		out.GreKey = &k
-	}
-	return &pb.Pdr{Id: p.ID, Precedence: p.Precedence, Far: p.FAR, Match: out}
-}
-
-func pdrFromPB(p *pb.Pdr, f *fieldErrs) config.PDR {
-	out := config.PDR{ID: p.GetId(), Precedence: p.GetPrecedence(), FAR: p.GetFar()}
-	m := p.GetMatch()
-	if m == nil {
-		return out
-	}
-	mf := &fieldErrs{prefix: f.prefix + ".match"}
-	defer func() { f.errs = append(f.errs, mf.errs...) }()
-	out.Match.In = m.GetIn()
-	out.Match.InPath = m.GetInPath()
-	var err error
-	if s := m.GetSrc(); s != "" {
-		if out.Match.Src, err = config.ParsePrefix(s); err != nil {
-			mf.add("src", "%v", err)
-		}
-	}
-	if s := m.GetDst(); s != "" {
-		if out.Match.Dst, err = config.ParsePrefix(s); err != nil {
-			mf.add("dst", "%v", err)
-		}
-	}
-	if s := m.GetProto(); s != "" {
-		if out.Match.Proto, err = config.ParseProto(s); err != nil {
-			mf.add("proto", "%v", err)
-		}
-	}
-	if s := m.GetSport(); s != "" {
-		if out.Match.Sport, err = config.ParsePortRange(s); err != nil {
-			mf.add("sport", "%v", err)
-		}
-	}
-	if s := m.GetDport(); s != "" {
-		if out.Match.Dport, err = config.ParsePortRange(s); err != nil {
-			mf.add("dport", "%v", err)
-		}
-	}
-	if m.Dscp != nil {
-		out.Match.DSCP = dscp(m.GetDscp(), "dscp", mf)
-	}
-	if m.GreKey != nil {
-		k := m.GetGreKey()
-		out.Match.GREKey = &k
-	}
-	return out
-}
-
-func addr(s, field string, f *fieldErrs) config.Addr {
-	if s == "" {
-		return config.Addr{}
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil || a.Zone() != "" {
-		f.add(field, "invalid IP address %q", s)
-		return config.Addr{}
-	}
-	return config.Addr{A: a}
-}
-
-func dscp(v uint32, field string, f *fieldErrs) *uint8 {
-	if v > 63 {
-		f.add(field, "must be 0-63, got %d", v)
+// NewMessage returns an empty message of kind k (nil if the API does not
+// carry k).
+func NewMessage(k config.Kind) proto.Message {
+	fd := objectField(k)
+	if fd == nil {
 		return nil
 	}
-	d := uint8(v)
-	return &d
+	return newOf(fd.Message())
+}
+
+func newOf(md protoreflect.MessageDescriptor) proto.Message {
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
+	if err != nil {
+		panic(err) // generated messages are registered
+	}
+	return mt.New().Interface()
+}
+
+// ToPB returns obj (a value of kind k's type) as its API message.
+func ToPB(k config.Kind, obj any) proto.Message {
+	m := NewMessage(k)
+	v := reflect.ValueOf(obj)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	planOf(v.Type(), m.ProtoReflect().Descriptor()).to(v, m.ProtoReflect())
+	return m
+}
+
+// FromPB returns m, an API message of kind k, in the config model (a
+// value of k's type), or a config.Errors naming every field that does not
+// convert, under prefix ("operations[3].create.pdr").
+func FromPB(s *config.Schema, k config.Kind, m proto.Message, prefix string) (any, config.Errors) {
+	v := reflect.New(s.Type(k)).Elem()
+	var errs config.Errors
+	planOf(v.Type(), m.ProtoReflect().Descriptor()).from(m.ProtoReflect(), v, prefix, &errs)
+	return v.Interface(), errs
+}
+
+// FromObject returns the kind and the config value of an Object, or
+// false when it holds none.
+func FromObject(s *config.Schema, obj *pb.Object, prefix string) (config.Kind, any, config.Errors, bool) {
+	od := obj.ProtoReflect()
+	fd := od.WhichOneof(objectDesc.Oneofs().ByName("kind"))
+	if fd == nil {
+		return "", nil, nil, false
+	}
+	k := kindOfField(fd)
+	if _, ok := s.Lookup(string(k)); !ok {
+		return "", nil, nil, false
+	}
+	v, errs := FromPB(s, k, od.Get(fd).Message().Interface(), joinPath(prefix, string(k)))
+	return k, v, errs, true
+}
+
+// Object wraps an API message of kind k in an Object.
+func Object(k config.Kind, m proto.Message) *pb.Object {
+	o := &pb.Object{}
+	o.ProtoReflect().Set(objectField(k), protoreflect.ValueOfMessage(m.ProtoReflect()))
+	return o
+}
+
+// KindNames lists the kinds the API carries, for messages.
+func KindNames() []string {
+	fields := objectDesc.Oneofs().ByName("kind").Fields()
+	out := make([]string, fields.Len())
+	for i := range out {
+		out[i] = string(fields.Get(i).Name())
+	}
+	return out
+}
+
+func joinPath(prefix, field string) string {
+	if prefix == "" {
+		return field
+	}
+	return prefix + "." + field
+}
+
+// plan converts one config struct type to and from one message type.
+type plan struct {
+	fields []fieldPlan
+}
+
+// fieldPlan converts one field; v is the config struct.
+type fieldPlan struct {
+	to   func(v reflect.Value, m protoreflect.Message)
+	from func(m protoreflect.Message, v reflect.Value, prefix string, errs *config.Errors)
+}
+
+func (p *plan) to(v reflect.Value, m protoreflect.Message) {
+	for _, f := range p.fields {
+		f.to(v, m)
+	}
+}
+
+func (p *plan) from(m protoreflect.Message, v reflect.Value, prefix string, errs *config.Errors) {
+	for _, f := range p.fields {
+		f.from(m, v, prefix, errs)
+	}
+}
+
+type planKey struct {
+	t  reflect.Type
+	md protoreflect.FullName
+}
+
+// plans memoizes planOf: conversions run per object of every batch.
+var plans sync.Map // planKey -> *plan
+
+var (
+	textType     = reflect.TypeFor[encoding.TextUnmarshaler]()
+	stringerType = reflect.TypeFor[fmt.Stringer]()
+)
+
+// planOf returns the conversion of config struct type t to and from
+// messages md. A config field without a message field of its name is a
+// build defect (TestConversionsCoverEveryField).
+func planOf(t reflect.Type, md protoreflect.MessageDescriptor) *plan {
+	key := planKey{t, md.FullName()}
+	if p, ok := plans.Load(key); ok {
+		return p.(*plan)
+	}
+	p := &plan{}
+	for _, f := range config.FieldsOf(t) {
+		fd := md.Fields().ByName(protoreflect.Name(f.Name))
+		if fd == nil {
+			panic(fmt.Sprintf("api: %s has no field %s of %s", md.FullName(), f.Name, t))
+		}
+		p.fields = append(p.fields, fieldPlanOf(t.Field(f.Index).Type, f, fd))
+	}
+	plans.Store(key, p)
+	return p
+}
+
+func fieldPlanOf(t reflect.Type, f config.Field, fd protoreflect.FieldDescriptor) fieldPlan {
+	i, name := f.Index, f.Name
+	switch {
+	case reflect.PointerTo(t).Implements(textType) && t.Implements(stringerType):
+		return fieldPlan{
+			to: func(v reflect.Value, m protoreflect.Message) {
+				if s := v.Field(i).Interface().(fmt.Stringer).String(); s != "" {
+					m.Set(fd, protoreflect.ValueOfString(s))
+				}
+			},
+			from: func(m protoreflect.Message, v reflect.Value, prefix string, errs *config.Errors) {
+				if s := m.Get(fd).String(); s != "" {
+					if err := v.Field(i).Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
+						*errs = append(*errs, config.FieldError{Path: joinPath(prefix, name), Reason: err.Error()})
+					}
+				}
+			},
+		}
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
+		return nested(t.Elem(), i, name, fd, true)
+	case t.Kind() == reflect.Struct:
+		return nested(t, i, name, fd, false)
+	case t.Kind() == reflect.Slice:
+		return repeated(t.Elem(), i, name, fd)
+	}
+	return scalar(t, f, fd)
+}
+
+// scalar converts strings, bools and unsigned integers, directly or
+// through a pointer (an optional field).
+func scalar(t reflect.Type, f config.Field, fd protoreflect.FieldDescriptor) fieldPlan {
+	i, name := f.Index, f.Name
+	ptr := t.Kind() == reflect.Pointer
+	base := t
+	if ptr {
+		base = t.Elem()
+	}
+	var limit uint64
+	if k := base.Kind(); k >= reflect.Uint8 && k <= reflect.Uint64 {
+		limit = math.MaxUint64 >> (64 - base.Bits())
+		if f.Max != 0 && f.Max < limit {
+			limit = f.Max
+		}
+	}
+	get := func(x reflect.Value) protoreflect.Value {
+		switch base.Kind() {
+		case reflect.String:
+			return protoreflect.ValueOfString(x.String())
+		case reflect.Bool:
+			return protoreflect.ValueOfBool(x.Bool())
+		}
+		if fd.Kind() == protoreflect.Uint64Kind {
+			return protoreflect.ValueOfUint64(x.Uint())
+		}
+		return protoreflect.ValueOfUint32(uint32(x.Uint()))
+	}
+	return fieldPlan{
+		to: func(v reflect.Value, m protoreflect.Message) {
+			x := v.Field(i)
+			switch {
+			case ptr && x.IsNil():
+				return
+			case ptr:
+				x = x.Elem()
+			case fd.HasPresence() && x.IsZero():
+				return // an optional field is present only when set
+			}
+			m.Set(fd, get(x))
+		},
+		from: func(m protoreflect.Message, v reflect.Value, prefix string, errs *config.Errors) {
+			if fd.HasPresence() && !m.Has(fd) {
+				return
+			}
+			pv := m.Get(fd)
+			x := reflect.New(base).Elem()
+			switch base.Kind() {
+			case reflect.String:
+				x.SetString(pv.String())
+			case reflect.Bool:
+				x.SetBool(pv.Bool())
+			default:
+				if n := pv.Uint(); n > limit {
+					*errs = append(*errs, config.FieldError{Path: joinPath(prefix, name), Reason: "must be 0-" + strconv.FormatUint(limit, 10) + ", got " + strconv.FormatUint(n, 10)})
+					return
+				} else {
+					x.SetUint(n)
+				}
+			}
+			if ptr {
+				p := reflect.New(base)
+				p.Elem().Set(x)
+				x = p
+			}
+			v.Field(i).Set(x)
+		},
+	}
+}
+
+// nested converts a struct to a message field (ptr: a *struct, absent
+// when nil; else always present).
+func nested(t reflect.Type, i int, name string, fd protoreflect.FieldDescriptor, ptr bool) fieldPlan {
+	return fieldPlan{
+		to: func(v reflect.Value, m protoreflect.Message) {
+			x := v.Field(i)
+			if ptr {
+				if x.IsNil() {
+					return
+				}
+				x = x.Elem()
+			}
+			planOf(t, fd.Message()).to(x, m.Mutable(fd).Message())
+		},
+		from: func(m protoreflect.Message, v reflect.Value, prefix string, errs *config.Errors) {
+			if !m.Has(fd) {
+				return
+			}
+			x := reflect.New(t)
+			planOf(t, fd.Message()).from(m.Get(fd).Message(), x.Elem(), joinPath(prefix, name), errs)
+			if ptr {
+				v.Field(i).Set(x)
+			} else {
+				v.Field(i).Set(x.Elem())
+			}
+		},
+	}
+}
+
+// repeated converts a slice of structs to a repeated message field.
+func repeated(t reflect.Type, i int, name string, fd protoreflect.FieldDescriptor) fieldPlan {
+	return fieldPlan{
+		to: func(v reflect.Value, m protoreflect.Message) {
+			x := v.Field(i)
+			if x.Len() == 0 {
+				return
+			}
+			l := m.Mutable(fd).List()
+			for j := range x.Len() {
+				e := l.NewElement()
+				planOf(t, fd.Message()).to(x.Index(j), e.Message())
+				l.Append(e)
+			}
+		},
+		from: func(m protoreflect.Message, v reflect.Value, prefix string, errs *config.Errors) {
+			l := m.Get(fd).List()
+			if l.Len() == 0 {
+				return
+			}
+			x := reflect.MakeSlice(reflect.SliceOf(t), l.Len(), l.Len())
+			for j := range l.Len() {
+				planOf(t, fd.Message()).from(l.Get(j).Message(), x.Index(j), prefix+"."+name+"["+strconv.Itoa(j)+"]", errs)
+			}
+			v.Field(i).Set(x)
+		},
+	}
 }
 
 // statsToPB converts a counter snapshot, naming verdicts and reasons as

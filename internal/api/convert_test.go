@@ -4,37 +4,101 @@ package api
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
+// richYAML sets every field of every kind the API carries.
+const richYAML = `interfaces:
+  - {name: lan0, role: lan, xdp: native}
+  - {name: wan0, role: wan}
+paths:
+  - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 198.51.100.1, key: 7, seq: true, ttl: 9, dscp: 46}
+fars:
+  - {id: 1, action: pass}
+  - {id: 2, action: encap, path: 1}
+  - {id: 4, action: nat, interface: lan0, address: 10.1.0.11, port: 8080}
+pdrs:
+  - {id: 10, precedence: 100, match: {in: lan0, src: "2001:db8::/48", dst: "2001:db8:1::/48", proto: tcp, sport: 1-1024, dport: 443, dscp: 0, in_path: 1}, far: 2}
+  - {id: 11, match: {}, far: 1}
+  - {id: 12, match: {gre_key: 5}, far: 1}
+lbrs:
+  - {id: 1, algorithm: maglev, table_size: 251, members: [{far: 4}, {far: 2, weight: 0}]}
+services:
+  - {id: 1, vip: 203.0.113.10, port: 80, proto: tcp, lbr: 1, stateless: true, precedence: 7,
+     health: {type: http, path: /h, port: 9000, interval: 500ms, timeout: 200ms, rise: 4, fall: 5}}
+`
+
+// TestConversionsCoverEveryField carries every object of every kind to
+// the API and back unchanged, which also shows each kind's fields have
+// message fields of their names.
+func TestConversionsCoverEveryField(t *testing.T) {
+	cfg, err := config.Parse([]byte(richYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := config.Builtin()
+	for _, k := range s.Kinds() {
+		if !Carries(k) {
+			t.Errorf("the API does not carry %s", k)
+			continue
+		}
+		for _, obj := range s.Objects(cfg, k) {
+			m := ToPB(k, obj)
+			back, errs := FromPB(s, k, m, string(k))
+			if len(errs) > 0 || !reflect.DeepEqual(back, obj) {
+				t.Errorf("%s %v: back %+v, %v; want %+v", k, s.KeyOf(k, obj), back, errs, obj)
+			}
+		}
+	}
+}
+
 // TestConvertInPathAndPrecedence carries a PDR's in_path and a service's
-// precedence to the API and back.
+// precedence to the API and back; a precedence of 0 is left out.
 func TestConvertInPathAndPrecedence(t *testing.T) {
-	pdr := config.PDR{ID: 10, Precedence: 5, FAR: 1, Match: config.Match{InPath: 3}}
-	p := PDRToPB(pdr)
+	p := ToPB(config.KindPDR, config.PDR{ID: 10, Precedence: 5, FAR: 1, Match: config.Match{InPath: 3}}).(*pb.Pdr)
 	if p.GetMatch().GetInPath() != 3 {
-		t.Errorf("PDRToPB in_path = %d, want 3", p.GetMatch().GetInPath())
+		t.Errorf("in_path = %d, want 3", p.GetMatch().GetInPath())
 	}
-	back, err := PDRFromPB(p)
-	if err != nil || !reflect.DeepEqual(back, pdr) {
-		t.Errorf("PDRFromPB = %+v, %v; want %+v", back, err, pdr)
+	s := ToPB(config.KindService, config.Service{ID: 1, Port: 80, LBR: 2, Precedence: 100}).(*pb.Service)
+	if s.Precedence == nil || s.GetPrecedence() != 100 {
+		t.Errorf("precedence = %v, want 100", s.Precedence)
 	}
-
-	sv := config.Service{ID: 1, Port: 80, LBR: 2, Precedence: 100}
-	s := ServiceToPB(sv)
-	if s.GetPrecedence() != 100 {
-		t.Errorf("ServiceToPB precedence = %d, want 100", s.GetPrecedence())
+	if s := ToPB(config.KindService, config.Service{ID: 1}).(*pb.Service); s.Precedence != nil {
+		t.Errorf("precedence 0 sent as %v, want left out", s.GetPrecedence())
 	}
-	svBack, err := ServiceFromPB(s)
-	if err != nil || !reflect.DeepEqual(svBack, sv) {
-		t.Errorf("ServiceFromPB = %+v, %v; want %+v", svBack, err, sv)
-	}
-
-	ops, err := Ops([]*pb.Operation{{Op: &pb.Operation_Create{Create: &pb.Object{Kind: &pb.Object_Pdr{Pdr: p}}}}})
-	if err != nil || ops[0].PDR.Match.InPath != 3 {
+	ops, err := Ops([]*pb.Operation{{Op: &pb.Operation_Create{Create: Object(config.KindPDR, p)}}})
+	if err != nil || ops[0].Object.(config.PDR).Match.InPath != 3 || ops[0].At != "operations[0].create.pdr" {
 		t.Errorf("Ops: %+v, %v", ops, err)
+	}
+}
+
+// TestFromPBErrors names every field that does not convert, at its path.
+func TestFromPBErrors(t *testing.T) {
+	s := config.Builtin()
+	_, errs := FromPB(s, config.KindService, &pb.Service{Id: 1, Vip: "10.0.0.300", Port: 70000, Proto: "tcpp",
+		Health: &pb.Health{Interval: "soon", Port: 65536}}, "service")
+	want := []string{
+		`service.vip: invalid IP address "10.0.0.300"`,
+		"service.port: must be 0-65535, got 70000",
+		`service.proto: unknown protocol "tcpp" (want tcp, udp, icmp, icmpv6, gre, sctp or 0-255)`,
+		"service.health.port: must be 0-65535, got 65536",
+		`service.health.interval: invalid duration "soon" (want e.g. 500ms or 2s)`,
+	}
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Error())
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	_, errs = FromPB(s, config.KindPDR, &pb.Pdr{Id: 1, Match: &pb.Match{Dscp: proto.Uint32(64), Dst: "10.0.0.0/33"}}, "pdr")
+	if len(errs) != 2 || errs[0].Error() != `pdr.match.dst: invalid CIDR "10.0.0.0/33"` || errs[1].Error() != "pdr.match.dscp: must be 0-63, got 64" {
+		t.Errorf("pdr errors: %v", errs)
 	}
 }

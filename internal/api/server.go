@@ -12,12 +12,15 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/bpf"
@@ -90,6 +93,7 @@ func (s *Server) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResp
 // every field that does not convert. The agent replays its journal with
 // it.
 func Ops(in []*pb.Operation) ([]config.Op, error) {
+	schema := config.Builtin()
 	ops := make([]config.Op, len(in))
 	var fe config.Errors
 	for i, op := range in {
@@ -105,51 +109,26 @@ func Ops(in []*pb.Operation) ([]config.Op, error) {
 				obj, o.Verb, verb = x.(*pb.Operation_Update).Update, config.Update, "update"
 			}
 			base := opPath + "." + verb
-			f := &fieldErrs{}
-			switch k := obj.GetKind().(type) {
-			case *pb.Object_Interface:
-				f.prefix, o.Kind = base+".interface", config.KindInterface
-				o.Interface = InterfaceFromPB(k.Interface)
-			case *pb.Object_Path:
-				f.prefix, o.Kind = base+".path", config.KindPath
-				o.Path = pathFromPB(k.Path, f)
-			case *pb.Object_Far:
-				f.prefix, o.Kind = base+".far", config.KindFAR
-				o.FAR = farFromPB(k.Far, f)
-			case *pb.Object_Pdr:
-				f.prefix, o.Kind = base+".pdr", config.KindPDR
-				o.PDR = pdrFromPB(k.Pdr, f)
-			case *pb.Object_Lbr:
-				f.prefix, o.Kind = base+".lbr", config.KindLBR
-				o.LBR = LBRFromPB(k.Lbr)
-			case *pb.Object_Service:
-				f.prefix, o.Kind = base+".service", config.KindService
-				o.Service = serviceFromPB(k.Service, f)
-			default:
-				fe = append(fe, config.FieldError{Path: base, Reason: "no object (want one of interface, path, far, pdr, lbr, service)"})
+			k, v, errs, ok := FromObject(schema, obj, base)
+			if !ok {
+				fe = append(fe, config.FieldError{Path: base, Reason: "no object (want one of " + strings.Join(KindNames(), ", ") + ")"})
 				continue
 			}
-			o.At = f.prefix
-			fe = append(fe, f.errs...)
+			o.At, o.Kind, o.Object = base+"."+string(k), k, v
+			fe = append(fe, errs...)
 		case *pb.Operation_Delete:
 			ref := x.Delete
 			o.At, o.Verb = opPath+".delete", config.Delete
-			switch ref.GetKind() {
-			case pb.Kind_KIND_INTERFACE:
-				o.Kind, o.Name = config.KindInterface, ref.GetName()
-			case pb.Kind_KIND_PATH:
-				o.Kind, o.ID = config.KindPath, ref.GetId()
-			case pb.Kind_KIND_FAR:
-				o.Kind, o.ID = config.KindFAR, ref.GetId()
-			case pb.Kind_KIND_PDR:
-				o.Kind, o.ID = config.KindPDR, ref.GetId()
-			case pb.Kind_KIND_LBR:
-				o.Kind, o.ID = config.KindLBR, ref.GetId()
-			case pb.Kind_KIND_SERVICE:
-				o.Kind, o.ID = config.KindService, ref.GetId()
-			default:
-				fe = append(fe, config.FieldError{Path: o.At + ".kind", Reason: "must be one of KIND_INTERFACE, KIND_PATH, KIND_FAR, KIND_PDR, KIND_LBR, KIND_SERVICE"})
+			k, ok := refKind(schema, ref.GetKind())
+			if !ok {
+				var names []string
+				for _, n := range KindNames() {
+					names = append(names, "KIND_"+strings.ToUpper(n))
+				}
+				fe = append(fe, config.FieldError{Path: o.At + ".kind", Reason: "must be one of " + strings.Join(names, ", ")})
+				continue
 			}
+			o.Kind, o.Name, o.ID = k, ref.GetName(), ref.GetId()
 		default:
 			fe = append(fe, config.FieldError{Path: opPath, Reason: "no operation (want one of create, update, delete)"})
 		}
@@ -158,6 +137,22 @@ func Ops(in []*pb.Operation) ([]config.Op, error) {
 		return nil, fieldStatus(codes.InvalidArgument, fe)
 	}
 	return ops, nil
+}
+
+// refKind returns the config kind a Kind enum value names (KIND_PDR:
+// pdr).
+func refKind(s *config.Schema, k pb.Kind) (config.Kind, bool) {
+	name, ok := strings.CutPrefix(k.String(), "KIND_")
+	if !ok || k == pb.Kind_KIND_UNSPECIFIED {
+		return "", false
+	}
+	kind, ok := s.Lookup(name)
+	return kind, ok && Carries(kind)
+}
+
+// KindRef returns the Kind enum value of config kind k.
+func KindRef(k config.Kind) pb.Kind {
+	return pb.Kind(pb.Kind_value["KIND_"+strings.ToUpper(string(k))])
 }
 
 // applyStatus turns a Backend.Apply error into a gRPC status: the code of
@@ -204,109 +199,97 @@ func fieldStatus(code codes.Code, fe config.Errors) error {
 	return st.Err()
 }
 
-// lookup answers a Get: the object look finds in the serving store, or
-// NotFound with the message format and its argument.
-func lookup[T, P any](s *Server, look func(*config.Store) (T, bool), toPB func(T) P, format string, arg any) (P, error) {
-	var v T
+// list answers a List: every object of kind k the serving store holds,
+// in R, the kind's list response (one repeated field).
+func list[R proto.Message](s *Server, k config.Kind) (R, error) {
+	var objs []any
+	s.b.View(func(st *config.Store) { objs = st.List(k) })
+	var zero R
+	m := zero.ProtoReflect().Type().New()
+	fd := m.Descriptor().Fields().Get(0)
+	l := m.Mutable(fd).List()
+	for _, o := range objs {
+		l.Append(protoreflect.ValueOfMessage(ToPB(k, o).ProtoReflect()))
+	}
+	return m.Interface().(R), nil
+}
+
+// get answers a Get: the object of kind k with key, or NotFound.
+func get[P proto.Message](s *Server, k config.Kind, key config.Key) (P, error) {
+	var obj any
 	var ok bool
-	s.b.View(func(st *config.Store) { v, ok = look(st) })
+	s.b.View(func(st *config.Store) { obj, ok = st.Get(k, key) })
 	if !ok {
 		var zero P
-		return zero, status.Errorf(codes.NotFound, format, arg)
+		if key.ID == 0 {
+			return zero, status.Errorf(codes.NotFound, "no %s %q", k, key.Name)
+		}
+		return zero, status.Errorf(codes.NotFound, "no %s %d", k, key.ID)
 	}
-	return toPB(v), nil
+	return ToPB(k, obj).(P), nil
 }
+
+// The List and Get methods of each kind the API carries: what the
+// generated service asks for, each a line over list and get.
 
 // ListInterfaces implements edgeplanev1.GatewayServer.
 func (s *Server) ListInterfaces(context.Context, *pb.ListRequest) (*pb.ListInterfacesResponse, error) {
-	out := &pb.ListInterfacesResponse{}
-	var list []config.Interface
-	s.b.View(func(st *config.Store) { list = st.Interfaces() })
-	for _, v := range list {
-		out.Interfaces = append(out.Interfaces, InterfaceToPB(v))
-	}
-	return out, nil
+	return list[*pb.ListInterfacesResponse](s, config.KindInterface)
 }
 
 // GetInterface implements edgeplanev1.GatewayServer.
 func (s *Server) GetInterface(_ context.Context, req *pb.GetByNameRequest) (*pb.Interface, error) {
-	return lookup(s, func(st *config.Store) (config.Interface, bool) { return st.Interface(req.GetName()) },
-		InterfaceToPB, "no interface %q", req.GetName())
+	return get[*pb.Interface](s, config.KindInterface, config.NameKey(req.GetName()))
 }
 
 // ListPaths implements edgeplanev1.GatewayServer.
 func (s *Server) ListPaths(context.Context, *pb.ListRequest) (*pb.ListPathsResponse, error) {
-	out := &pb.ListPathsResponse{}
-	for _, v := range s.b.Config().Paths {
-		out.Paths = append(out.Paths, PathToPB(v))
-	}
-	return out, nil
+	return list[*pb.ListPathsResponse](s, config.KindPath)
 }
 
 // GetPath implements edgeplanev1.GatewayServer.
 func (s *Server) GetPath(_ context.Context, req *pb.GetByIDRequest) (*pb.Path, error) {
-	return lookup(s, func(st *config.Store) (config.Path, bool) { return st.Path(req.GetId()) },
-		PathToPB, "no path %d", req.GetId())
+	return get[*pb.Path](s, config.KindPath, config.IDKey(req.GetId()))
 }
 
 // ListFars implements edgeplanev1.GatewayServer.
 func (s *Server) ListFars(context.Context, *pb.ListRequest) (*pb.ListFarsResponse, error) {
-	out := &pb.ListFarsResponse{}
-	for _, v := range s.b.Config().FARs {
-		out.Fars = append(out.Fars, FARToPB(v))
-	}
-	return out, nil
+	return list[*pb.ListFarsResponse](s, config.KindFAR)
 }
 
 // GetFar implements edgeplanev1.GatewayServer.
 func (s *Server) GetFar(_ context.Context, req *pb.GetByIDRequest) (*pb.Far, error) {
-	return lookup(s, func(st *config.Store) (config.FAR, bool) { return st.FAR(req.GetId()) },
-		FARToPB, "no far %d", req.GetId())
+	return get[*pb.Far](s, config.KindFAR, config.IDKey(req.GetId()))
 }
 
 // ListPdrs implements edgeplanev1.GatewayServer.
 func (s *Server) ListPdrs(context.Context, *pb.ListRequest) (*pb.ListPdrsResponse, error) {
-	out := &pb.ListPdrsResponse{}
-	for _, v := range s.b.Config().PDRs {
-		out.Pdrs = append(out.Pdrs, PDRToPB(v))
-	}
-	return out, nil
+	return list[*pb.ListPdrsResponse](s, config.KindPDR)
 }
 
 // GetPdr implements edgeplanev1.GatewayServer.
 func (s *Server) GetPdr(_ context.Context, req *pb.GetByIDRequest) (*pb.Pdr, error) {
-	return lookup(s, func(st *config.Store) (config.PDR, bool) { return st.PDR(req.GetId()) },
-		PDRToPB, "no pdr %d", req.GetId())
+	return get[*pb.Pdr](s, config.KindPDR, config.IDKey(req.GetId()))
 }
 
 // ListLbrs implements edgeplanev1.GatewayServer.
 func (s *Server) ListLbrs(context.Context, *pb.ListRequest) (*pb.ListLbrsResponse, error) {
-	out := &pb.ListLbrsResponse{}
-	for _, v := range s.b.Config().LBRs {
-		out.Lbrs = append(out.Lbrs, LBRToPB(v))
-	}
-	return out, nil
+	return list[*pb.ListLbrsResponse](s, config.KindLBR)
 }
 
 // GetLbr implements edgeplanev1.GatewayServer.
 func (s *Server) GetLbr(_ context.Context, req *pb.GetByIDRequest) (*pb.Lbr, error) {
-	return lookup(s, func(st *config.Store) (config.LBR, bool) { return st.LBR(req.GetId()) },
-		LBRToPB, "no lbr %d", req.GetId())
+	return get[*pb.Lbr](s, config.KindLBR, config.IDKey(req.GetId()))
 }
 
 // ListServices implements edgeplanev1.GatewayServer.
 func (s *Server) ListServices(context.Context, *pb.ListRequest) (*pb.ListServicesResponse, error) {
-	out := &pb.ListServicesResponse{}
-	for _, v := range s.b.Config().Services {
-		out.Services = append(out.Services, ServiceToPB(v))
-	}
-	return out, nil
+	return list[*pb.ListServicesResponse](s, config.KindService)
 }
 
 // GetService implements edgeplanev1.GatewayServer.
 func (s *Server) GetService(_ context.Context, req *pb.GetByIDRequest) (*pb.Service, error) {
-	return lookup(s, func(st *config.Store) (config.Service, bool) { return st.Service(req.GetId()) },
-		ServiceToPB, "no service %d", req.GetId())
+	return get[*pb.Service](s, config.KindService, config.IDKey(req.GetId()))
 }
 
 // GetStats implements edgeplanev1.GatewayServer.

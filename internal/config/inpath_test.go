@@ -96,13 +96,13 @@ func TestStoreInPathReference(t *testing.T) {
 		t.Errorf("deleting a path a PDR's in_path names: %v", err)
 	}
 	_, _, err = s.Apply([]Op{{At: "operations[0].create.pdr", Verb: Create, Kind: KindPDR,
-		PDR: PDR{ID: 12, FAR: 1, Match: Match{InPath: 9}}}})
+		Object: PDR{ID: 12, FAR: 1, Match: Match{InPath: 9}}}})
 	if err == nil || err.Error() != "operations[0].create.pdr.match.in_path: no path with id 9" {
 		t.Errorf("creating a PDR with in_path naming no path: %v", err)
 	}
 	// Once no PDR names it, the path goes.
 	_, _, err = s.Apply([]Op{
-		{At: "operations[0].update.pdr", Verb: Update, Kind: KindPDR, PDR: PDR{ID: 10, Precedence: 5, FAR: 1}},
+		{At: "operations[0].update.pdr", Verb: Update, Kind: KindPDR, Object: PDR{ID: 10, Precedence: 5, FAR: 1}},
 		{At: "operations[1].delete", Verb: Delete, Kind: KindPath, ID: 1},
 	})
 	if err != nil {

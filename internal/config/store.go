@@ -5,8 +5,9 @@ package config
 import (
 	"cmp"
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
-	"strconv"
 )
 
 // Store is a config indexed by object key, changed by batches of
@@ -18,49 +19,18 @@ import (
 //
 // A Store is not safe for concurrent use.
 type Store struct {
+	schema   *Schema
 	limits   Limits
 	defaults Defaults
-	ifaces   *table[string, Interface]
-	paths    *table[uint32, Path]
-	fars     *table[uint32, FAR]
-	pdrs     *table[uint32, PDR]
-	lbrs     *table[uint32, LBR]
-	services *table[uint32, Service]
-	// users lists, for every object something refers to, who does.
-	users map[ref]map[ref]struct{}
+	tables   map[Kind]anyTable
+	// users lists, for every object something refers to, who does;
+	// constrained lists those of them whose reference has a Check on
+	// the referent, which a change of the referent must pass again.
+	users, constrained map[ref]map[ref]struct{}
 	// seq orders objects as their lists do: a create goes last.
 	seq uint64
 	// cached is Config's answer until the next change.
 	cached *Config
-}
-
-// Kind is a kind of config object.
-type Kind uint8
-
-// Kinds of objects, in the order a batch's changes are compiled.
-const (
-	KindInterface Kind = iota
-	KindPath
-	KindFAR
-	KindPDR
-	KindLBR
-	KindService
-)
-
-func (k Kind) String() string {
-	switch k {
-	case KindInterface:
-		return "interface"
-	case KindPath:
-		return "path"
-	case KindFAR:
-		return "far"
-	case KindLBR:
-		return "lbr"
-	case KindService:
-		return "service"
-	}
-	return "pdr"
 }
 
 // Verb is what an Op does.
@@ -80,16 +50,13 @@ type Op struct {
 	At   string
 	Verb Verb
 	Kind Kind
-	// Name (interfaces) or ID (the others) names what a Delete removes.
+	// Name (kinds named by name: interfaces) or ID (the others) names
+	// what a Delete removes.
 	Name string
 	ID   uint32
-	// The object a Create or Update puts, in the field of its Kind.
-	Interface Interface
-	Path      Path
-	FAR       FAR
-	PDR       PDR
-	LBR       LBR
-	Service   Service
+	// Object is what a Create or Update puts: a value of the kind's type
+	// (a PDR for KindPDR).
+	Object any
 }
 
 // Diff is what a batch did to one object: Old is nil for an object it
@@ -109,202 +76,159 @@ type Changes struct {
 	PDRs       []Diff[PDR]
 	LBRs       []Diff[LBR]
 	Services   []Diff[Service]
+	// Other holds the changes of kinds without a field above, a
+	// []Diff[T] each: the dataplane compiles none of them.
+	Other map[Kind]any
 }
 
 // Len is the number of objects changed.
 func (c *Changes) Len() int {
-	return len(c.Interfaces) + len(c.Paths) + len(c.FARs) + len(c.PDRs) + len(c.LBRs) + len(c.Services)
+	n := 0
+	v := reflect.ValueOf(c).Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Slice {
+			n += f.Len()
+		}
+	}
+	for _, d := range c.Other {
+		n += reflect.ValueOf(d).Len()
+	}
+	return n
 }
 
-// ref names an object: its kind and its name or id.
+// ref names an object: its kind and key.
 type ref struct {
 	kind Kind
-	name string
-	id   uint32
+	key  Key
 }
 
-func (r ref) String() string {
-	if r.kind == KindInterface {
-		return "interface " + r.name
-	}
-	return r.kind.String() + " " + strconv.FormatUint(uint64(r.id), 10)
-}
+func (r ref) String() string { return string(r.kind) + " " + r.key.String() }
 
 type row[T any] struct {
 	v   T
 	seq uint64
 }
 
-// table is one kind's objects by key.
-type table[K comparable, T any] struct {
-	kind Kind
-	rows map[K]*row[T]
-	ref  func(K) ref
-	// refs lists what an object refers to.
-	refs func(*T) []ref
-	norm func(*T)
+// anyTable is one kind's objects, whatever their type.
+type anyTable interface {
+	put(s *Store, obj reflect.Value)
+	apply(b *batch, op *Op)
+	// finish puts the batch's changes into ch and forgets them.
+	finish(ch *Changes)
+	check(b *batch, v *validation)
+	get(key Key) (any, bool)
+	ptr(key Key) (any, bool)
+	list() reflect.Value
+	size() int
+	reset()
+}
+
+// table is one kind's objects by key, and what the batch under way did
+// to them.
+type table[T any] struct {
+	k     *KindOf[T]
+	rows  map[Key]*row[T]
+	order []Key
+	diffs map[Key]*Diff[T]
+}
+
+func (k *KindOf[T]) newTable() anyTable {
+	return &table[T]{k: k, rows: map[Key]*row[T]{}, diffs: map[Key]*Diff[T]{}}
 }
 
 // NewStore returns a store holding cfg, which must be valid (Validate).
-func NewStore(cfg *Config) *Store {
-	s := &Store{limits: cfg.Limits, defaults: cfg.Defaults, users: map[ref]map[ref]struct{}{}}
-	s.ifaces = &table[string, Interface]{kind: KindInterface, rows: map[string]*row[Interface]{},
-		ref:  func(k string) ref { return ref{kind: KindInterface, name: k} },
-		refs: func(*Interface) []ref { return nil },
-		norm: (*Interface).normalize}
-	s.paths = &table[uint32, Path]{kind: KindPath, rows: map[uint32]*row[Path]{},
-		ref: idRef(KindPath),
-		refs: func(p *Path) []ref {
-			return []ref{{kind: KindInterface, name: p.Interface}}
-		},
-		norm: (*Path).normalize}
-	s.fars = &table[uint32, FAR]{kind: KindFAR, rows: map[uint32]*row[FAR]{},
-		ref: idRef(KindFAR),
-		refs: func(f *FAR) []ref {
-			var out []ref
-			if f.Interface != "" {
-				out = append(out, ref{kind: KindInterface, name: f.Interface})
-			}
-			if f.Path != 0 {
-				out = append(out, ref{kind: KindPath, id: f.Path})
-			}
-			return out
-		},
-		norm: (*FAR).normalize}
-	s.pdrs = &table[uint32, PDR]{kind: KindPDR, rows: map[uint32]*row[PDR]{},
-		ref: idRef(KindPDR),
-		refs: func(p *PDR) []ref {
-			out := []ref{{kind: KindFAR, id: p.FAR}}
-			if p.Match.In != "" {
-				out = append(out, ref{kind: KindInterface, name: p.Match.In})
-			}
-			if p.Match.InPath != 0 {
-				out = append(out, ref{kind: KindPath, id: p.Match.InPath})
-			}
-			return out
-		},
-		norm: (*PDR).normalize}
-	s.lbrs = &table[uint32, LBR]{kind: KindLBR, rows: map[uint32]*row[LBR]{},
-		ref: idRef(KindLBR),
-		refs: func(l *LBR) []ref {
-			out := make([]ref, len(l.Members))
-			for i, m := range l.Members {
-				out[i] = ref{kind: KindFAR, id: m.FAR}
-			}
-			return out
-		},
-		norm: func(*LBR) {}}
-	s.services = &table[uint32, Service]{kind: KindService, rows: map[uint32]*row[Service]{},
-		ref:  idRef(KindService),
-		refs: func(sv *Service) []ref { return []ref{{kind: KindLBR, id: sv.LBR}} },
-		norm: func(*Service) {}}
-	for _, v := range cfg.Interfaces {
-		s.seq++
-		setRow(s, s.ifaces, v.Name, &row[Interface]{v: v, seq: s.seq})
+func NewStore(cfg *Config) *Store { return builtin.NewStore(cfg) }
+
+// NewStore returns a store of s's kinds holding cfg, which must be valid.
+func (s *Schema) NewStore(cfg *Config) *Store {
+	st := &Store{schema: s, limits: cfg.Limits, defaults: cfg.Defaults, tables: map[Kind]anyTable{},
+		users: map[ref]map[ref]struct{}{}, constrained: map[ref]map[ref]struct{}{}}
+	for _, k := range s.kinds {
+		m := k.meta()
+		t := k.newTable()
+		st.tables[m.kind] = t
+		l := m.list(cfg)
+		for i := range l.Len() {
+			t.put(st, l.Index(i))
+		}
 	}
-	for _, v := range cfg.Paths {
-		s.seq++
-		setRow(s, s.paths, v.ID, &row[Path]{v: v, seq: s.seq})
-	}
-	for _, v := range cfg.FARs {
-		s.seq++
-		setRow(s, s.fars, v.ID, &row[FAR]{v: v, seq: s.seq})
-	}
-	for _, v := range cfg.PDRs {
-		s.seq++
-		setRow(s, s.pdrs, v.ID, &row[PDR]{v: v, seq: s.seq})
-	}
-	for _, v := range cfg.LBRs {
-		s.seq++
-		setRow(s, s.lbrs, v.ID, &row[LBR]{v: v, seq: s.seq})
-	}
-	for _, v := range cfg.Services {
-		s.seq++
-		setRow(s, s.services, v.ID, &row[Service]{v: v, seq: s.seq})
-	}
-	return s
+	return st
 }
 
-func idRef(k Kind) func(uint32) ref {
-	return func(id uint32) ref { return ref{kind: k, id: id} }
+func (t *table[T]) put(s *Store, obj reflect.Value) {
+	x := obj.Interface().(T)
+	s.seq++
+	setRow(s, t, t.k.key(&x), &row[T]{v: x, seq: s.seq})
+}
+
+// link adds (or, with add false, removes) self's references to the users
+// index.
+func (s *Store) link(self ref, refs []Ref, add bool) {
+	for _, r := range refs {
+		if r.Key.IsZero() {
+			continue
+		}
+		target := ref{r.Kind, r.Key}
+		indexes := []map[ref]map[ref]struct{}{s.users}
+		if r.Check != nil {
+			indexes = append(indexes, s.constrained)
+		}
+		for _, idx := range indexes {
+			u := idx[target]
+			switch {
+			case add && u == nil:
+				u = map[ref]struct{}{}
+				idx[target] = u
+				fallthrough
+			case add:
+				u[self] = struct{}{}
+			default:
+				delete(u, self)
+				if len(u) == 0 {
+					delete(idx, target)
+				}
+			}
+		}
+	}
 }
 
 // setRow puts r under key (deleting the object when r is nil), keeps the
 // users index current and returns what was there.
-func setRow[K comparable, T any](s *Store, t *table[K, T], key K, r *row[T]) *row[T] {
-	self := t.ref(key)
+func setRow[T any](s *Store, t *table[T], key Key, r *row[T]) *row[T] {
+	self := ref{t.k.Kind, key}
 	prev := t.rows[key]
-	if prev != nil {
-		for _, target := range t.refs(&prev.v) {
-			delete(s.users[target], self)
-			if len(s.users[target]) == 0 {
-				delete(s.users, target)
-			}
-		}
+	if prev != nil && t.k.Refs != nil {
+		s.link(self, t.k.Refs(&prev.v), false)
 	}
 	if r == nil {
 		delete(t.rows, key)
 	} else {
 		t.rows[key] = r
-		for _, target := range t.refs(&r.v) {
-			u := s.users[target]
-			if u == nil {
-				u = map[ref]struct{}{}
-				s.users[target] = u
-			}
-			u[self] = struct{}{}
+		if t.k.Refs != nil {
+			s.link(self, t.k.Refs(&r.v), true)
 		}
 	}
 	s.cached = nil
 	return prev
 }
 
-// Interface returns the interface called name.
-func (s *Store) Interface(name string) (Interface, bool) { return get(s.ifaces, name) }
-
-// Path returns the path with the given id.
-func (s *Store) Path(id uint32) (Path, bool) { return get(s.paths, id) }
-
-// FAR returns the FAR with the given id.
-func (s *Store) FAR(id uint32) (FAR, bool) { return get(s.fars, id) }
-
-// PDR returns the PDR with the given id.
-func (s *Store) PDR(id uint32) (PDR, bool) { return get(s.pdrs, id) }
-
-// LBR returns the LBR with the given id.
-func (s *Store) LBR(id uint32) (LBR, bool) { return get(s.lbrs, id) }
-
-// Service returns the service with the given id.
-func (s *Store) Service(id uint32) (Service, bool) { return get(s.services, id) }
-
-func get[K comparable, T any](t *table[K, T], key K) (T, bool) {
+func (t *table[T]) get(key Key) (any, bool) {
 	if r, ok := t.rows[key]; ok {
 		return r.v, true
 	}
-	var zero T
-	return zero, false
+	return nil, false
 }
 
-// Interfaces returns the interfaces in list order (a few: cheaper than
-// Config after a change).
-func (s *Store) Interfaces() []Interface { return list(s.ifaces) }
+func (t *table[T]) size() int { return len(t.rows) }
 
-// Services returns the services in list order (at most MaxServices).
-func (s *Store) Services() []Service { return list(s.services) }
-
-// Config returns the store as a Config, objects in list order. The
-// result is shared until the next change and must not be modified.
-func (s *Store) Config() *Config {
-	if s.cached == nil {
-		s.cached = &Config{Interfaces: list(s.ifaces), Paths: list(s.paths), FARs: list(s.fars), PDRs: list(s.pdrs),
-			LBRs: list(s.lbrs), Services: list(s.services), Limits: s.limits, Defaults: s.defaults}
-	}
-	return s.cached
+// list returns the objects (a []T) in list order.
+func (t *table[T]) list() reflect.Value {
+	return reflect.ValueOf(rowsInOrder(t.rows))
 }
 
-func list[K comparable, T any](t *table[K, T]) []T {
-	rows := make([]*row[T], 0, len(t.rows))
-	for _, r := range t.rows {
+func rowsInOrder[T any](m map[Key]*row[T]) []T {
+	rows := make([]*row[T], 0, len(m))
+	for _, r := range m {
 		rows = append(rows, r)
 	}
 	slices.SortFunc(rows, func(a, b *row[T]) int { return cmp.Compare(a.seq, b.seq) })
@@ -315,10 +239,87 @@ func list[K comparable, T any](t *table[K, T]) []T {
 	return out
 }
 
-// diffs collects one kind's Diffs of a batch, by key.
-type diffs[K comparable, T any] struct {
-	order []K
-	m     map[K]*Diff[T]
+// Get returns the object of kind k with key (a value of the kind's type).
+func (s *Store) Get(k Kind, key Key) (any, bool) {
+	t, ok := s.tables[k]
+	if !ok {
+		return nil, false
+	}
+	return t.get(key)
+}
+
+// List returns the objects of kind k in list order (values of the kind's
+// type).
+func (s *Store) List(k Kind) []any {
+	t, ok := s.tables[k]
+	if !ok {
+		return nil
+	}
+	l := t.list()
+	out := make([]any, l.Len())
+	for i := range out {
+		out[i] = l.Index(i).Interface()
+	}
+	return out
+}
+
+// storeGet and storeList are the typed forms of Get and List.
+func storeGet[T any](s *Store, k Kind, key Key) (T, bool) {
+	v, ok := s.Get(k, key)
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	return v.(T), true
+}
+
+func storeList[T any](s *Store, k Kind) []T {
+	return s.tables[k].list().Interface().([]T)
+}
+
+// Interface returns the interface called name.
+func (s *Store) Interface(name string) (Interface, bool) {
+	return storeGet[Interface](s, KindInterface, NameKey(name))
+}
+
+// Path returns the path with the given id.
+func (s *Store) Path(id uint32) (Path, bool) { return storeGet[Path](s, KindPath, IDKey(id)) }
+
+// FAR returns the FAR with the given id.
+func (s *Store) FAR(id uint32) (FAR, bool) { return storeGet[FAR](s, KindFAR, IDKey(id)) }
+
+// PDR returns the PDR with the given id.
+func (s *Store) PDR(id uint32) (PDR, bool) { return storeGet[PDR](s, KindPDR, IDKey(id)) }
+
+// LBR returns the LBR with the given id.
+func (s *Store) LBR(id uint32) (LBR, bool) { return storeGet[LBR](s, KindLBR, IDKey(id)) }
+
+// Service returns the service with the given id.
+func (s *Store) Service(id uint32) (Service, bool) {
+	return storeGet[Service](s, KindService, IDKey(id))
+}
+
+// Interfaces returns the interfaces in list order (a few: cheaper than
+// Config after a change).
+func (s *Store) Interfaces() []Interface { return storeList[Interface](s, KindInterface) }
+
+// Services returns the services in list order (at most MaxServices).
+func (s *Store) Services() []Service { return storeList[Service](s, KindService) }
+
+// Config returns the store as a Config, objects in list order. The
+// result is shared until the next change and must not be modified.
+func (s *Store) Config() *Config {
+	if s.cached == nil {
+		c := &Config{Limits: s.limits, Defaults: s.defaults}
+		for _, k := range s.schema.kinds {
+			m := k.meta()
+			if l := s.tables[m.kind].list(); l.Len() > 0 {
+				m.setList(c, l)
+			}
+		}
+		s.cached = c
+	}
+	return s.cached
 }
 
 // batch is the state of one Apply.
@@ -332,13 +333,33 @@ func (b *batch) fail(code ErrorCode, path, format string, a ...any) {
 	b.errs = append(b.errs, FieldError{Path: path, Reason: fmt.Sprintf(format, a...), Code: code})
 }
 
-// applyOp does one create, update or delete on t, recording how to undo
-// it and what it changed.
-func applyOp[K comparable, T any](b *batch, t *table[K, T], d *diffs[K, T], op *Op, key K, obj *T) {
+// apply does one create, update or delete, recording how to undo it and
+// what it changed.
+func (t *table[T]) apply(b *batch, op *Op) {
 	s := b.s
-	cur, exists := t.rows[key]
-	name := t.ref(key).String()
+	var key Key
 	var next *row[T]
+	if op.Verb == Delete {
+		key = IDKey(op.ID)
+		if t.k.meta().byName {
+			key = NameKey(op.Name)
+		}
+	} else {
+		var x T
+		switch o := op.Object.(type) {
+		case T:
+			x = o
+		case *T:
+			x = *o
+		default:
+			b.fail(CodeInvalid, op.At, "a %s operation carries %T", t.k.Kind, op.Object)
+			return
+		}
+		key = t.k.key(&x)
+		next = &row[T]{v: x}
+	}
+	cur, exists := t.rows[key]
+	name := t.k.meta().name(key)
 	switch op.Verb {
 	case Create:
 		if exists {
@@ -346,33 +367,33 @@ func applyOp[K comparable, T any](b *batch, t *table[K, T], d *diffs[K, T], op *
 			return
 		}
 		s.seq++
-		next = &row[T]{v: *obj, seq: s.seq}
+		next.seq = s.seq
 	case Update:
 		if !exists {
 			b.fail(CodeNotFound, op.At, "no %s; use create", name)
 			return
 		}
-		next = &row[T]{v: *obj, seq: cur.seq}
+		next.seq = cur.seq
 	case Delete:
 		if !exists {
 			b.fail(CodeNotFound, op.At, "no %s", name)
 			return
 		}
 	}
-	if next != nil {
-		t.norm(&next.v)
+	if next != nil && t.k.Normalize != nil {
+		t.k.Normalize(&next.v)
 	}
 	prev := setRow(s, t, key, next)
 	b.undo = append(b.undo, func() { setRow(s, t, key, prev) })
-	df, seen := d.m[key]
+	df, seen := t.diffs[key]
 	if !seen {
 		df = &Diff[T]{}
 		if prev != nil {
 			old := prev.v
 			df.Old = &old
 		}
-		d.m[key] = df
-		d.order = append(d.order, key)
+		t.diffs[key] = df
+		t.order = append(t.order, key)
 	}
 	df.At = op.At
 	df.New = nil
@@ -381,29 +402,33 @@ func applyOp[K comparable, T any](b *batch, t *table[K, T], d *diffs[K, T], op *
 	}
 }
 
-// finish returns one kind's Diffs, leaving out objects a batch created
-// and deleted again.
-func finish[K comparable, T any](d *diffs[K, T]) []Diff[T] {
-	out := make([]Diff[T], 0, len(d.order))
-	for _, k := range d.order {
-		if df := d.m[k]; df.Old != nil || df.New != nil {
+// diffList returns the batch's Diffs, leaving out objects it created and
+// deleted again.
+func (t *table[T]) diffList() []Diff[T] {
+	out := make([]Diff[T], 0, len(t.order))
+	for _, k := range t.order {
+		if df := t.diffs[k]; df.Old != nil || df.New != nil {
 			out = append(out, *df)
 		}
 	}
 	return out
 }
 
-func newDiffs[K comparable, T any]() *diffs[K, T] {
-	return &diffs[K, T]{m: map[K]*Diff[T]{}}
+func (t *table[T]) finish(ch *Changes) {
+	ds := t.diffList()
+	if i := t.k.meta().changesIndex; i >= 0 {
+		reflect.ValueOf(ch).Elem().Field(i).Set(reflect.ValueOf(ds))
+	} else if len(ds) > 0 {
+		if ch.Other == nil {
+			ch.Other = map[Kind]any{}
+		}
+		ch.Other[t.k.Kind] = ds
+	}
 }
 
-// keyOf returns the key an operation names: del for a delete, the
-// object's own (obj) otherwise.
-func keyOf[K comparable](op *Op, del, obj K) K {
-	if op.Verb == Delete {
-		return del
-	}
-	return obj
+func (t *table[T]) reset() {
+	clear(t.diffs)
+	t.order = t.order[:0]
 }
 
 // Apply applies ops in order, all or nothing. It checks each object the
@@ -415,30 +440,31 @@ func keyOf[K comparable](op *Op, del, obj K) K {
 // every problem at its operation's path.
 func (s *Store) Apply(ops []Op) (*Changes, func(), error) {
 	b := &batch{s: s}
-	di, dp, df, dr := newDiffs[string, Interface](), newDiffs[uint32, Path](), newDiffs[uint32, FAR](), newDiffs[uint32, PDR]()
-	dl, ds := newDiffs[uint32, LBR](), newDiffs[uint32, Service]()
+	for _, t := range s.tables {
+		t.reset()
+	}
 	for i := range ops {
 		op := &ops[i]
-		switch op.Kind {
-		case KindInterface:
-			applyOp(b, s.ifaces, di, op, keyOf(op, op.Name, op.Interface.Name), &op.Interface)
-		case KindPath:
-			applyOp(b, s.paths, dp, op, keyOf(op, op.ID, op.Path.ID), &op.Path)
-		case KindFAR:
-			applyOp(b, s.fars, df, op, keyOf(op, op.ID, op.FAR.ID), &op.FAR)
-		case KindPDR:
-			applyOp(b, s.pdrs, dr, op, keyOf(op, op.ID, op.PDR.ID), &op.PDR)
-		case KindLBR:
-			applyOp(b, s.lbrs, dl, op, keyOf(op, op.ID, op.LBR.ID), &op.LBR)
-		case KindService:
-			applyOp(b, s.services, ds, op, keyOf(op, op.ID, op.Service.ID), &op.Service)
-		default:
-			b.fail(CodeInvalid, op.At, "unknown kind %d", op.Kind)
+		t, ok := s.tables[op.Kind]
+		if !ok {
+			b.fail(CodeInvalid, op.At, "unknown kind %q", op.Kind)
+			continue
 		}
+		t.apply(b, op)
 	}
-	ch := &Changes{Interfaces: finish(di), Paths: finish(dp), FARs: finish(df), PDRs: finish(dr), LBRs: finish(dl), Services: finish(ds)}
+	ch := &Changes{}
 	if len(b.errs) == 0 {
-		b.check(ch)
+		v := &validation{limits: s.limits}
+		for _, k := range s.schema.kinds {
+			s.tables[k.meta().kind].check(b, v)
+		}
+		for _, k := range s.schema.kinds {
+			k.countIn(v, s)
+		}
+		b.errs = append(b.errs, v.errs...)
+	}
+	for _, k := range s.schema.kinds {
+		s.tables[k.meta().kind].finish(ch)
 	}
 	undo := func() {
 		for i := len(b.undo) - 1; i >= 0; i-- {
@@ -452,99 +478,116 @@ func (s *Store) Apply(ops []Op) (*Changes, func(), error) {
 	return ch, undo, nil
 }
 
-// check validates what a batch left behind: the fields and references of
-// every object it created or updated, and that no object it deleted is
-// still used.
-func (b *batch) check(ch *Changes) {
-	s := b.s
-	var v validator
-	iface := func(name string) bool { _, ok := s.ifaces.rows[name]; return ok }
-	path := func(id uint32) bool { _, ok := s.paths.rows[id]; return ok }
-	far := func(id uint32) bool { _, ok := s.fars.rows[id]; return ok }
-	for _, d := range ch.Interfaces {
-		if d.New != nil {
-			v.iface(d.At, *d.New)
-		} else {
-			b.inUse(d.At, ref{kind: KindInterface, name: d.Old.Name})
-		}
+// storeWorld is the store's objects.
+type storeWorld struct{ s *Store }
+
+func (w storeWorld) find(k Kind, key Key) (any, bool) {
+	t, ok := w.s.tables[k]
+	if !ok {
+		return nil, false
 	}
-	for _, d := range ch.Paths {
+	return t.ptr(key)
+}
+
+// ptr returns a pointer to the object with key, as Ref.Check takes it.
+func (t *table[T]) ptr(key Key) (any, bool) {
+	if r, ok := t.rows[key]; ok {
+		return &r.v, true
+	}
+	return nil, false
+}
+
+// check validates what a batch left of the kind: the fields, references
+// and unique values of every object it created or updated, what refers
+// to an updated object, and that no object it deleted is still used.
+func (t *table[T]) check(b *batch, v *validation) {
+	s := b.s
+	m := t.k.meta()
+	ds := t.diffList()
+	for _, d := range ds {
 		if d.New == nil {
-			b.inUse(d.At, ref{kind: KindPath, id: d.Old.ID})
+			b.inUse(d.At, ref{m.kind, t.k.key(d.Old)})
 			continue
 		}
-		v.path(d.At, *d.New, iface)
-		// Paths are few (bpf.MaxPaths): compare with each.
-		if k, ok := d.New.DecapID(); ok {
-			for id, r := range s.paths.rows {
-				if k2, ok := r.v.DecapID(); ok && id != d.New.ID && k2 == k {
-					v.decapClash(d.At, *d.New, fmt.Sprintf("path %d", id))
-					break
+		key := t.k.key(d.New)
+		c := t.k.checkOne(v, d.At, d.New, storeWorld{s})
+		for _, un := range t.k.Unique {
+			val, ok := un.Key(d.New)
+			if !ok {
+				continue
+			}
+			// The first other holder in list order, so the message
+			// does not depend on map order.
+			var other *row[T]
+			for k, r := range t.rows {
+				if k == key || (other != nil && r.seq > other.seq) {
+					continue
+				}
+				if val2, ok := un.Key(&r.v); ok && val2 == val {
+					other = r
 				}
 			}
+			if other != nil {
+				c.Add(un.Field, "%s", un.Clash(d.New, m.name(t.k.key(&other.v))))
+			}
+		}
+		if d.Old != nil {
+			s.checkUsers(v, d.At, ref{m.kind, key}, d.New)
 		}
 	}
-	for _, d := range ch.FARs {
-		if d.New != nil {
-			v.far(d.At, *d.New, iface, path)
-		} else {
-			b.inUse(d.At, ref{kind: KindFAR, id: d.Old.ID})
-		}
-	}
-	for _, d := range ch.PDRs {
-		if d.New != nil {
-			v.pdr(d.At, *d.New, iface, path, far)
-		}
-	}
-	farAction := func(id uint32) (string, bool) {
-		if r, ok := s.fars.rows[id]; ok {
-			return r.v.Action, true
-		}
-		return "", false
-	}
-	// A FAR changed to an action no LBR takes may no longer suit the
-	// LBRs it is a member of (its users: PDRs too, so only then).
-	for _, d := range ch.FARs {
-		if d.New == nil || d.Old == nil || d.New.Action == d.Old.Action ||
-			d.New.Action == ActionNAT || d.New.Action == ActionEncap {
+}
+
+// checkUsers checks again what the users of an updated object, obj,
+// require of it (Ref.Check), reporting at the update (at).
+func (s *Store) checkUsers(v *validation, at string, self ref, obj any) {
+	users := slices.SortedFunc(maps.Keys(s.constrained[self]), s.compareRefs)
+	for _, u := range users {
+		user, ok := s.Get(u.kind, u.key)
+		if !ok {
 			continue
 		}
-		for u := range s.users[ref{kind: KindFAR, id: d.New.ID}] {
-			if u.kind == KindLBR {
-				v.add(d.At+".action", "far %d is a member of lbr %d, which needs nat or encap", d.New.ID, u.id)
+		for _, r := range s.schema.def(u.kind).refsOf(user) {
+			if r.Kind != self.kind || r.Key != self.key || r.Check == nil {
+				continue
+			}
+			if field, problem := r.Check(obj); problem != "" {
+				v.add(CodeInvalid, joinPath(at, field), "%s %s (%s uses it)", self, problem, u)
 			}
 		}
 	}
-	for _, d := range ch.LBRs {
-		if d.New != nil {
-			v.lbr(d.At, *d.New, farAction, s.limits.MaglevTable)
-		} else {
-			b.inUse(d.At, ref{kind: KindLBR, id: d.Old.ID})
+}
+
+func (k *KindOf[T]) refsOf(obj any) []Ref {
+	if k.Refs == nil {
+		return nil
+	}
+	x := obj.(T)
+	return k.Refs(&x)
+}
+
+// countIn checks the number of the kind's objects in the store: every
+// batch for capacity, and AtLeastOne when the batch changed the kind.
+func (k *KindOf[T]) countIn(v *validation, s *Store) {
+	t := s.tables[k.Kind].(*table[T])
+	if k.Capacity != nil {
+		if reason := k.Capacity(len(t.rows), v.limits); reason != "" {
+			v.add(CodeCapacity, k.Plural, "%s", reason)
 		}
 	}
-	lbr := func(id uint32) bool { _, ok := s.lbrs.rows[id]; return ok }
-	for _, d := range ch.Services {
-		if d.New == nil {
-			continue
-		}
-		sv := *d.New
-		v.service(d.At, sv, lbr)
-		// Services are few (MaxServices): compare with each.
-		for id, r := range s.services.rows {
-			switch {
-			case id == sv.ID:
-			case sv.VIP.IsSet() && r.v.key() == sv.key():
-				v.add(d.At+".vip", "%s is already service %d", sv.key(), id)
-			case sv.LBR != 0 && r.v.LBR == sv.LBR:
-				v.add(d.At+".lbr", "lbr %d is already used by service %d", sv.LBR, id)
-			}
-		}
+	if k.AtLeastOne && len(t.diffList()) > 0 && len(t.rows) == 0 {
+		v.add(CodeInvalid, k.Plural, "at least one %s required", k.Kind)
 	}
-	v.counts(len(s.pdrs.rows), len(s.services.rows), s.limits.Rules)
-	if len(ch.Interfaces) > 0 {
-		v.someInterface(len(s.ifaces.rows))
+}
+
+// compareRefs orders refs as the config file lists kinds, then by key.
+func (s *Store) compareRefs(a, b ref) int {
+	if a.kind != b.kind {
+		return s.schema.rank[a.kind] - s.schema.rank[b.kind]
 	}
-	b.errs = append(b.errs, v.errs...)
+	if a.key.ID != b.key.ID {
+		return cmp.Compare(a.key.ID, b.key.ID)
+	}
+	return cmp.Compare(a.key.Name, b.key.Name)
 }
 
 // inUse reports a deleted object something still refers to (naming the
@@ -554,18 +597,6 @@ func (b *batch) inUse(at string, target ref) {
 	if len(users) == 0 {
 		return
 	}
-	list := make([]ref, 0, len(users))
-	for u := range users {
-		list = append(list, u)
-	}
-	first := slices.MinFunc(list, func(a, b ref) int {
-		if a.kind != b.kind {
-			return int(a.kind) - int(b.kind)
-		}
-		if a.id != b.id {
-			return cmp.Compare(a.id, b.id)
-		}
-		return cmp.Compare(a.name, b.name)
-	})
+	first := slices.MinFunc(slices.Collect(maps.Keys(users)), b.s.compareRefs)
 	b.fail(CodeInUse, at, "%s is still used by %s", target, first)
 }

@@ -24,7 +24,7 @@ paths:
 }
 
 func pdrOp(verb Verb, at string, id, far uint32, dst string) Op {
-	return Op{At: at, Verb: verb, Kind: KindPDR, PDR: PDR{ID: id, Precedence: 5, FAR: far, Match: Match{Dst: Prefix{P: netip.MustParsePrefix(dst)}}}}
+	return Op{At: at, Verb: verb, Kind: KindPDR, Object: PDR{ID: id, Precedence: 5, FAR: far, Match: Match{Dst: Prefix{P: netip.MustParsePrefix(dst)}}}}
 }
 
 func ids(ps []PDR) []uint32 {
@@ -77,14 +77,14 @@ func TestStoreApplyErrorsAndUndo(t *testing.T) {
 		{"delete missing", []Op{{At: "operations[0].delete", Verb: Delete, Kind: KindFAR, ID: 9}}, CodeNotFound, "operations[0].delete: no far 9"},
 		{"in use", []Op{{At: "operations[0].delete", Verb: Delete, Kind: KindFAR, ID: 2}}, CodeInUse, "operations[0].delete: far 2 is still used by pdr 10"},
 		{"path in use", []Op{
-			{At: "operations[0].create.far", Verb: Create, Kind: KindFAR, FAR: FAR{ID: 3, Action: ActionEncap, Path: 1}},
+			{At: "operations[0].create.far", Verb: Create, Kind: KindFAR, Object: FAR{ID: 3, Action: ActionEncap, Path: 1}},
 			{At: "operations[1].delete", Verb: Delete, Kind: KindPath, ID: 1},
 		}, CodeInUse, "operations[1].delete: path 1 is still used by far 3"},
 		{"bad field and reference", []Op{
 			pdrOp(Create, "operations[0].create.pdr", 40, 1, "10.0.0.0/8"),
 			pdrOp(Create, "operations[1].create.pdr", 41, 7, "10.0.0.1/8"),
 		}, CodeInvalid, "operations[1].create.pdr.match.dst: host bits set"},
-		{"decap clash", []Op{{At: "operations[0].create.path", Verb: Create, Kind: KindPath, Path: Path{ID: 2, Type: PathGRE, Interface: "wan0",
+		{"decap clash", []Op{{At: "operations[0].create.path", Verb: Create, Kind: KindPath, Object: Path{ID: 2, Type: PathGRE, Interface: "wan0",
 			Local: Addr{A: netip.MustParseAddr("192.0.2.1")}, Remote: Addr{A: netip.MustParseAddr("192.0.2.9")}, Key: new(uint32(7))}}},
 			CodeInvalid, "operations[0].create.path.key: key 7 with local 192.0.2.1 is already used by path 1"},
 	}

@@ -3,10 +3,14 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // fileHeader starts a config file the agent wrote.
@@ -82,226 +86,140 @@ func syncDir(dir string) error {
 //
 // It writes in a few microseconds per object what yaml.Marshal of the same
 // config takes ~80 us per object for, and a commit rewrites the file.
-// Strings are written as YAML double-quoted scalars unless they are plain
-// tokens (interface names, actions, protocol names, port ranges).
+// Fields are written as their yaml tags say (in order, omitempty ones
+// only when set), so it needs nothing from a kind but its type. Strings
+// are written as YAML double-quoted scalars unless they are plain tokens
+// (interface names, actions, protocol names, port ranges).
 func AppendCompact(b []byte, c *Config) []byte {
+	return builtin.AppendCompact(b, c)
+}
+
+// AppendCompact is the package's AppendCompact for a config of s's kinds.
+func (s *Schema) AppendCompact(b []byte, c *Config) []byte {
 	w := compact{b: b}
-	if len(c.Interfaces) > 0 {
-		w.raw("interfaces:\n")
-		for _, i := range c.Interfaces {
-			w.item()
-			w.str("name", i.Name)
-			w.str("role", i.Role)
-			w.str("xdp", i.XDP)
-			w.end()
+	v := reflect.ValueOf(c).Elem()
+	for _, fi := range fieldsOf(v.Type()) {
+		if fi.inline {
+			continue
+		}
+		w.section(fi.name, v.Field(fi.index))
+	}
+	for _, k := range s.kinds {
+		if k.meta().configIndex < 0 {
+			if list, ok := c.Objects[k.meta().plural]; ok {
+				w.section(k.meta().plural, reflect.ValueOf(list))
+			}
 		}
 	}
-	if len(c.Paths) > 0 {
-		w.raw("paths:\n")
-		for _, p := range c.Paths {
-			w.item()
-			w.num("id", uint64(p.ID))
-			w.str("type", p.Type)
-			w.str("interface", p.Interface)
-			w.str("local", p.Local.String())
-			w.str("remote", p.Remote.String())
-			if p.Key != nil {
-				w.num("key", uint64(*p.Key))
-			}
-			if p.Seq {
-				w.field("seq")
-				w.raw("true")
-			}
-			if p.TTL != 0 {
-				w.num("ttl", uint64(p.TTL))
-			}
-			if p.DSCP != nil {
-				w.num("dscp", uint64(*p.DSCP))
-			}
-			w.end()
-		}
-	}
-	if len(c.FARs) > 0 {
-		w.raw("fars:\n")
-		for _, f := range c.FARs {
-			w.item()
-			w.num("id", uint64(f.ID))
-			w.str("action", f.Action)
-			w.str("interface", f.Interface)
-			if f.Path != 0 {
-				w.num("path", uint64(f.Path))
-			}
-			if f.Address.IsSet() {
-				w.str("address", f.Address.String())
-			}
-			if f.Port != 0 {
-				w.num("port", uint64(f.Port))
-			}
-			w.end()
-		}
-	}
-	if len(c.PDRs) > 0 {
-		w.raw("pdrs:\n")
-		for _, p := range c.PDRs {
-			w.item()
-			w.num("id", uint64(p.ID))
-			w.num("precedence", uint64(p.Precedence))
-			w.field("match")
-			w.open()
-			m := p.Match
-			w.str("in", m.In)
-			w.str("src", m.Src.String())
-			w.str("dst", m.Dst.String())
-			w.str("proto", m.Proto.String())
-			w.str("sport", m.Sport.String())
-			w.str("dport", m.Dport.String())
-			if m.DSCP != nil {
-				w.num("dscp", uint64(*m.DSCP))
-			}
-			if m.GREKey != nil {
-				w.num("gre_key", uint64(*m.GREKey))
-			}
-			if m.InPath != 0 {
-				w.num("in_path", uint64(m.InPath))
-			}
-			w.close()
-			w.num("far", uint64(p.FAR))
-			w.end()
-		}
-	}
-	if len(c.LBRs) > 0 {
-		w.raw("lbrs:\n")
-		for _, l := range c.LBRs {
-			w.item()
-			w.num("id", uint64(l.ID))
-			w.str("algorithm", l.Algorithm)
-			if l.TableSize != 0 {
-				w.num("table_size", uint64(l.TableSize))
-			}
-			w.field("members")
-			w.raw("[")
-			for i, m := range l.Members {
-				if i > 0 {
-					w.raw(", ")
-				}
-				w.open()
-				w.num("far", uint64(m.FAR))
-				if m.Weight != nil {
-					w.num("weight", uint64(*m.Weight))
-				}
-				w.close()
-			}
-			w.raw("]")
-			w.end()
-		}
-	}
-	if len(c.Services) > 0 {
-		w.raw("services:\n")
-		for _, sv := range c.Services {
-			w.item()
-			w.num("id", uint64(sv.ID))
-			w.str("vip", sv.VIP.String())
-			w.num("port", uint64(sv.Port))
-			w.str("proto", sv.Proto.String())
-			w.num("lbr", uint64(sv.LBR))
-			if sv.Stateless {
-				w.field("stateless")
-				w.raw("true")
-			}
-			if sv.Precedence != 0 {
-				w.num("precedence", uint64(sv.Precedence))
-			}
-			if h := sv.Health; h != nil {
-				w.field("health")
-				w.open()
-				w.str("type", h.Type)
-				w.str("path", h.Path)
-				if h.Port != 0 {
-					w.num("port", uint64(h.Port))
-				}
-				w.str("interval", h.Interval.String())
-				w.str("timeout", h.Timeout.String())
-				if h.Rise != 0 {
-					w.num("rise", uint64(h.Rise))
-				}
-				if h.Fall != 0 {
-					w.num("fall", uint64(h.Fall))
-				}
-				w.close()
-			}
-			w.end()
-		}
-	}
-	w.raw("limits: ")
-	w.open()
-	w.num("flows", uint64(c.Limits.Flows))
-	w.num("rules", uint64(c.Limits.Rules))
-	if c.Limits.MaglevTable != 0 {
-		w.num("maglev_table", uint64(c.Limits.MaglevTable))
-	}
-	if c.Limits.Connections != 0 {
-		w.num("connections", uint64(c.Limits.Connections))
-	}
-	w.close()
-	w.raw("\ndefaults: ")
-	w.open()
-	w.str("no_match", c.Defaults.NoMatch)
-	w.str("malformed", c.Defaults.Malformed)
-	w.close()
-	w.raw("\n")
 	return w.b
 }
 
-// compact writes flow mappings; first tracks whether the mapping being
-// written has a field yet.
+// section writes one top-level field: a list as one line per item
+// (nothing when empty), anything else on one line.
+func (w *compact) section(name string, v reflect.Value) {
+	if v.Kind() == reflect.Slice {
+		if v.Len() == 0 {
+			return
+		}
+		w.raw(name + ":\n")
+		for i := range v.Len() {
+			w.raw("  - ")
+			w.value(v.Index(i))
+			w.raw("\n")
+		}
+		return
+	}
+	w.raw(name + ": ")
+	w.value(v)
+	w.raw("\n")
+}
+
+var marshalerType = reflect.TypeFor[yaml.Marshaler]()
+
+// value writes v in flow style.
+func (w *compact) value(v reflect.Value) {
+	if v.Type().Implements(marshalerType) {
+		if out := marshal(v); out != nil {
+			w.value(reflect.ValueOf(out))
+		} else {
+			w.raw("null")
+		}
+		return
+	}
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		w.value(v.Elem())
+	case reflect.String:
+		w.str(v.String())
+	case reflect.Bool:
+		w.b = strconv.AppendBool(w.b, v.Bool())
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		w.b = strconv.AppendUint(w.b, v.Uint(), 10)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		w.b = strconv.AppendInt(w.b, v.Int(), 10)
+	case reflect.Slice:
+		w.raw("[")
+		for i := range v.Len() {
+			if i > 0 {
+				w.raw(", ")
+			}
+			w.value(v.Index(i))
+		}
+		w.raw("]")
+	case reflect.Struct:
+		w.raw("{")
+		first := true
+		for _, fi := range fieldsOf(v.Type()) {
+			f := v.Field(fi.index)
+			if omitted(f, fi) {
+				continue
+			}
+			if !first {
+				w.raw(", ")
+			}
+			first = false
+			w.raw(fi.name + ": ")
+			w.value(f)
+		}
+		w.raw("}")
+	default:
+		panic("config: cannot encode " + v.Type().String()) // a build defect
+	}
+}
+
+// omitted reports whether field f (of fi) is left out: omitempty and
+// zero, a nil pointer, an empty string (no field's value is "" when
+// set), or a value type that is not set.
+func omitted(f reflect.Value, fi fieldInfo) bool {
+	switch {
+	case f.Kind() == reflect.Pointer:
+		return f.IsNil()
+	case f.Kind() == reflect.String:
+		return f.Len() == 0
+	case f.Type().Implements(marshalerType):
+		return marshal(f) == nil
+	}
+	return fi.omitEmpty && f.IsZero()
+}
+
+// marshal returns what a value type's MarshalYAML gives (nil: unset).
+func marshal(v reflect.Value) any {
+	out, err := v.Interface().(yaml.Marshaler).MarshalYAML()
+	if err != nil {
+		panic(fmt.Sprintf("config: %s.MarshalYAML: %v", v.Type(), err)) // the value types never fail
+	}
+	return out
+}
+
+// compact writes flow mappings.
 type compact struct {
-	b     []byte
-	first []bool
+	b []byte
 }
 
 func (w *compact) raw(s string) { w.b = append(w.b, s...) }
 
-func (w *compact) open() {
-	w.raw("{")
-	w.first = append(w.first, true)
-}
-
-func (w *compact) close() {
-	w.raw("}")
-	w.first = w.first[:len(w.first)-1]
-}
-
-func (w *compact) item() {
-	w.raw("  - ")
-	w.open()
-}
-
-func (w *compact) end() {
-	w.close()
-	w.raw("\n")
-}
-
-func (w *compact) field(name string) {
-	if top := len(w.first) - 1; w.first[top] {
-		w.first[top] = false
-	} else {
-		w.raw(", ")
-	}
-	w.raw(name)
-	w.raw(": ")
-}
-
-func (w *compact) num(name string, v uint64) {
-	w.field(name)
-	w.b = strconv.AppendUint(w.b, v, 10)
-}
-
-// str writes a string field, or nothing for "".
-func (w *compact) str(name, v string) {
-	if v == "" {
-		return
-	}
-	w.field(name)
+// str writes a string scalar.
+func (w *compact) str(v string) {
 	if plainToken(v) {
 		w.raw(v)
 		return

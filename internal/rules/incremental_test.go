@@ -195,7 +195,7 @@ limits: {flows: 1024, rules: 64}
 	before := canon(t, comp.Generation())
 	moved := cfg.Paths[1]
 	moved.Remote = config.Addr{A: netip.MustParseAddr("10.6.9.9")}
-	ch, _, err := store.Apply([]config.Op{{At: "operations[0].update.path", Verb: config.Update, Kind: config.KindPath, Path: moved}})
+	ch, _, err := store.Apply([]config.Op{{At: "operations[0].update.path", Verb: config.Update, Kind: config.KindPath, Object: moved}})
 	if err != nil {
 		t.Fatal(err)
 	}

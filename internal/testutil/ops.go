@@ -57,14 +57,14 @@ func RandomOps(rng *rand.Rand, cfg *config.Config, n int) []config.Op {
 				continue
 			}
 			pdrs[id] = true
-			ops = append(ops, config.Op{At: at + ".create.pdr", Verb: config.Create, Kind: config.KindPDR, PDR: randomPDR(rng, id, far)})
+			ops = append(ops, config.Op{At: at + ".create.pdr", Verb: config.Create, Kind: config.KindPDR, Object: randomPDR(rng, id, far)})
 		case r < 6: // update a PDR
 			id, ok := pick(pdrs)
 			far, ok2 := pick(fars)
 			if !ok || !ok2 {
 				continue
 			}
-			ops = append(ops, config.Op{At: at + ".update.pdr", Verb: config.Update, Kind: config.KindPDR, PDR: randomPDR(rng, id, far)})
+			ops = append(ops, config.Op{At: at + ".update.pdr", Verb: config.Update, Kind: config.KindPDR, Object: randomPDR(rng, id, far)})
 		case r < 8: // delete a PDR
 			id, ok := pick(pdrs)
 			if !ok {
@@ -79,7 +79,7 @@ func RandomOps(rng *rand.Rand, cfg *config.Config, n int) []config.Op {
 				verb, v = config.Update, ".update.far"
 			}
 			fars[id] = true
-			ops = append(ops, config.Op{At: at + v, Verb: verb, Kind: config.KindFAR, FAR: randomFAR(rng, id)})
+			ops = append(ops, config.Op{At: at + v, Verb: verb, Kind: config.KindFAR, Object: randomFAR(rng, id)})
 		case r < 10: // delete a FAR (refused while a PDR or LBR uses it)
 			id, ok := pick(fars)
 			if !ok {
@@ -95,7 +95,7 @@ func RandomOps(rng *rand.Rand, cfg *config.Config, n int) []config.Op {
 			}
 			fars[id] = true
 			f := config.FAR{ID: id, Action: config.ActionNAT, Address: config.Addr{A: netip.AddrFrom4([4]byte{10, 9, 0, byte(rng.Intn(6))})}, Port: uint16(80 + rng.Intn(2))}
-			ops = append(ops, config.Op{At: at + v, Verb: verb, Kind: config.KindFAR, FAR: f})
+			ops = append(ops, config.Op{At: at + v, Verb: verb, Kind: config.KindFAR, Object: f})
 		case r < 12: // create, update or delete an LBR of NAT backends
 			id := uint32(1 + rng.Intn(3))
 			if lbrs[id] && rng.Intn(4) == 0 {
@@ -116,7 +116,7 @@ func RandomOps(rng *rand.Rand, cfg *config.Config, n int) []config.Op {
 				verb, v = config.Update, ".update.lbr"
 			}
 			lbrs[id] = true
-			ops = append(ops, config.Op{At: at + v, Verb: verb, Kind: config.KindLBR, LBR: l})
+			ops = append(ops, config.Op{At: at + v, Verb: verb, Kind: config.KindLBR, Object: l})
 		default: // create, update or delete a service
 			id := uint32(1 + rng.Intn(3))
 			if services[id] && rng.Intn(4) == 0 {
@@ -132,7 +132,7 @@ func RandomOps(rng *rand.Rand, cfg *config.Config, n int) []config.Op {
 				verb, v = config.Update, ".update.service"
 			}
 			services[id] = true
-			ops = append(ops, config.Op{At: at + v, Verb: verb, Kind: config.KindService, Service: sv})
+			ops = append(ops, config.Op{At: at + v, Verb: verb, Kind: config.KindService, Object: sv})
 		}
 	}
 	return ops

@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+// get, apply, delete, stats --server and flows are a kubectl-style client
+// of one agent's control API (internal/client). Objects are read and
+// written in the YAML shape of the agent's config file, so what
+// `get -o yaml` prints can be edited and fed back to `apply -f`. Nothing
+// here is written per kind: the kinds, their columns and fields come from
+// the config package's declarations.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"gopkg.in/yaml.v3"
+
+	"github.com/edgeplane/edgeplane/internal/client"
+	"github.com/edgeplane/edgeplane/internal/config"
+)
+
+// Output formats of get.
+const (
+	outTable = "table"
+	outJSON  = "json"
+	outYAML  = "yaml"
+)
+
+func completeKind(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return client.CompletionKinds(config.Builtin()), cobra.ShellCompDirectiveNoFileComp
+}
+
+func newGetCmd() *cobra.Command {
+	var af client.Flags
+	var output string
+	s := config.Builtin()
+	c := &cobra.Command{
+		Use:   "get " + strings.Join(client.CompletionKinds(s), "|") + " [ID|NAME...]",
+		Short: "Show a gateway's objects, read from its agent's control API",
+		Long: `Lists the objects of one kind the agent serves, or the ones named (by id;
+interfaces by name). -o yaml prints them in the config file's shape, which
+apply -f reads back; -o json prints them as the API carries them.`,
+		Example: `  edgeplane get pdrs
+  edgeplane get pdr 10 -o yaml > pdr10.yaml
+  edgeplane get services
+  edgeplane get interfaces --server 10.0.0.1:50051 --tls --tls-ca ca.pem`,
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: completeKind,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, err := client.ParseKind(s, args[0])
+			if err != nil {
+				return err
+			}
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			refs, err := client.ParseRefs(s, k, args[1:])
+			if err != nil {
+				return err
+			}
+			conn, err := af.Connect(cmd.Context(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			var msgs []proto.Message
+			if len(refs) == 0 {
+				msgs, err = conn.List(s, "get "+s.Plural(k), k)
+			} else {
+				msgs, err = conn.Get(k, refs)
+			}
+			if err != nil {
+				return err
+			}
+			if len(msgs) == 0 && output == outTable {
+				fmt.Fprintln(cmd.ErrOrStderr(), "no "+s.Plural(k))
+				return nil
+			}
+			return printObjects(cmd.OutOrStdout(), s, k, msgs, output, len(refs) == 1)
+		},
+	}
+	c.Flags().StringVarP(&output, "output", "o", outTable, "output format: table, json or yaml")
+	af.Register(c)
+	return c
+}
+
+// kindNames are the singular names of the kinds the API carries, as
+// CompletionKinds orders them: for usage lines.
+func kindNames(s *config.Schema) []string {
+	var out []string
+	for _, p := range client.CompletionKinds(s) {
+		k, _ := s.Lookup(p)
+		out = append(out, string(k))
+	}
+	return out
+}
+
+func checkOutput(format string) error {
+	switch format {
+	case outTable, outJSON, outYAML:
+		return nil
+	}
+	return fmt.Errorf("unknown output format %q (want table, json or yaml)", format)
+}
+
+// printObjects prints msgs, objects of kind k. single prints one object
+// asked for by name as itself in JSON, not as a list.
+func printObjects(w io.Writer, s *config.Schema, k config.Kind, msgs []proto.Message, format string, single bool) error {
+	if format == outJSON {
+		return printJSON(w, s, k, msgs, single)
+	}
+	cfg, err := client.Objects{k: msgs}.ToConfig(s)
+	if err != nil {
+		return err
+	}
+	if format == outYAML {
+		return printYAML(w, s, k, cfg)
+	}
+	// The table shows objects as the config model has them, so "*" is a
+	// match field that matches anything and "-" a field not set.
+	return s.WriteTable(w, k, s.Objects(cfg, k))
+}
+
+// printJSON prints protojson with the proto (= config) field names and
+// every field present, as the REST API does: the kind's list response,
+// or one object.
+func printJSON(w io.Writer, s *config.Schema, k config.Kind, msgs []proto.Message, single bool) error {
+	var m proto.Message
+	if single && len(msgs) == 1 {
+		m = msgs[0]
+	} else {
+		m = listResponse(s, k, msgs)
+	}
+	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("marshal json: %w", err)
+	}
+	// protojson varies its white space on purpose; indenting it again
+	// makes the output the same from run to run.
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "", "  "); err != nil {
+		return fmt.Errorf("indent json: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err = w.Write(buf.Bytes())
+	return err
+}
+
+// listResponse is msgs in kind k's List response message.
+func listResponse(s *config.Schema, k config.Kind, msgs []proto.Message) proto.Message {
+	r := client.NewListResponse(k)
+	fd := r.ProtoReflect().Descriptor().Fields().Get(0)
+	l := r.ProtoReflect().Mutable(fd).List()
+	for _, m := range msgs {
+		l.Append(protoreflect.ValueOfMessage(m.ProtoReflect()))
+	}
+	return r
+}
+
+// printYAML prints the objects as the config file holds them: under their
+// list's key, always as a list.
+func printYAML(w io.Writer, s *config.Schema, k config.Kind, cfg *config.Config) error {
+	objs := s.Objects(cfg, k)
+	// An empty list prints as [], not null.
+	list := reflect.MakeSlice(reflect.SliceOf(s.Type(k)), 0, len(objs))
+	for _, o := range objs {
+		list = reflect.Append(list, reflect.ValueOf(o))
+	}
+	b, err := yaml.Marshal(map[string]any{s.Plural(k): list.Interface()})
+	if err != nil {
+		return fmt.Errorf("marshal yaml: %w", err)
+	}
+	_, err = w.Write(b)
+	return err
+}

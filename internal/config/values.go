@@ -1,0 +1,392 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The value types below are written as one string (or number) in the
+// config file and in the API. Each parses its text in one place, used by
+// UnmarshalYAML (the file) and UnmarshalText (the API), so both say the
+// same thing about a bad value.
+
+// scalarText returns the text of a scalar node for the value types'
+// UnmarshalYAML; null reports ok false (the value is left unset), and
+// anything but a scalar is an error saying what was expected.
+func scalarText(n *yaml.Node, want string) (s string, ok bool, err error) {
+	n = resolve(n)
+	if isNull(n) {
+		return "", false, nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return "", false, fmt.Errorf("must be %s, got %s", want, describe(n))
+	}
+	return n.Value, true, nil
+}
+
+// Prefix is an optional IPv4 or IPv6 CIDR prefix. The zero value means
+// "not set". A set prefix is always masked (no host bits).
+type Prefix struct {
+	P netip.Prefix
+}
+
+// ParsePrefix parses a masked CIDR prefix such as "10.2.0.0/16"; a bare
+// address means a /32 or /128 prefix.
+func ParsePrefix(s string) (Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return Prefix{}, fmt.Errorf("invalid CIDR %q", s)
+		}
+		if m := p.Masked(); m != p {
+			return Prefix{}, fmt.Errorf("host bits set; did you mean %s?", m)
+		}
+		return Prefix{P: p}, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return Prefix{}, fmt.Errorf("invalid CIDR %q", s)
+	}
+	return Prefix{P: netip.PrefixFrom(a, a.BitLen())}, nil
+}
+
+// IsSet reports whether the prefix was given.
+func (p Prefix) IsSet() bool {
+	return p.P.IsValid()
+}
+
+// IsZero reports an unset prefix, for yaml's omitempty (netip.Prefix's
+// fields are unexported, so yaml cannot tell on its own).
+func (p Prefix) IsZero() bool { return !p.IsSet() }
+
+// String returns the prefix in CIDR notation, or "" when unset.
+func (p Prefix) String() string {
+	if !p.IsSet() {
+		return ""
+	}
+	return p.P.String()
+}
+
+// UnmarshalText parses a CIDR prefix.
+func (p *Prefix) UnmarshalText(b []byte) (err error) {
+	*p, err = ParsePrefix(string(b))
+	return err
+}
+
+// UnmarshalYAML decodes a CIDR string; null leaves the prefix unset.
+func (p *Prefix) UnmarshalYAML(n *yaml.Node) error {
+	s, ok, err := scalarText(n, "a CIDR prefix like 10.2.0.0/16")
+	if !ok {
+		*p = Prefix{}
+		return err
+	}
+	return p.UnmarshalText([]byte(s))
+}
+
+// MarshalYAML encodes the prefix as a CIDR string, or null when unset.
+func (p Prefix) MarshalYAML() (any, error) {
+	if !p.IsSet() {
+		return nil, nil
+	}
+	return p.P.String(), nil
+}
+
+// Proto is an optional IP protocol number.
+type Proto struct {
+	Num uint8
+	Set bool
+}
+
+// ParseProto parses a protocol name (tcp, udp, icmp, icmpv6, gre, sctp) or
+// a decimal number 0..255.
+func ParseProto(s string) (Proto, error) {
+	if n, ok := protoNumber(s); ok {
+		return Proto{Num: n, Set: true}, nil
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return Proto{}, fmt.Errorf("protocol %s out of range 0-255", s)
+		}
+		return Proto{}, fmt.Errorf("unknown protocol %q (want tcp, udp, icmp, icmpv6, gre, sctp or 0-255)", s)
+	}
+	if v > 255 {
+		return Proto{}, fmt.Errorf("protocol %d out of range 0-255", v)
+	}
+	return Proto{Num: uint8(v), Set: true}, nil
+}
+
+// String returns the protocol name if it has one, else its number, or ""
+// when unset.
+func (p Proto) String() string {
+	if !p.Set {
+		return ""
+	}
+	if name, ok := protoName(p.Num); ok {
+		return name
+	}
+	return strconv.Itoa(int(p.Num))
+}
+
+// UnmarshalText parses a protocol name or number.
+func (p *Proto) UnmarshalText(b []byte) (err error) {
+	*p, err = ParseProto(string(b))
+	return err
+}
+
+// UnmarshalYAML decodes a protocol name or number; null leaves it unset.
+func (p *Proto) UnmarshalYAML(n *yaml.Node) error {
+	s, ok, err := scalarText(n, "a protocol name or number")
+	if !ok {
+		*p = Proto{}
+		return err
+	}
+	if resolve(n).ShortTag() == "!!int" {
+		var v int64
+		if err := resolve(n).Decode(&v); err != nil || v < 0 || v > 255 {
+			return fmt.Errorf("protocol %s out of range 0-255", s)
+		}
+		*p = Proto{Num: uint8(v), Set: true}
+		return nil
+	}
+	return p.UnmarshalText([]byte(s))
+}
+
+// MarshalYAML encodes the protocol by name when it has one, else as a
+// number, or null when unset.
+func (p Proto) MarshalYAML() (any, error) {
+	if !p.Set {
+		return nil, nil
+	}
+	if name, ok := protoName(p.Num); ok {
+		return name, nil
+	}
+	return int(p.Num), nil
+}
+
+func protoName(n uint8) (string, bool) {
+	switch n {
+	case IPProtoICMP:
+		return "icmp", true
+	case IPProtoTCP:
+		return "tcp", true
+	case IPProtoUDP:
+		return "udp", true
+	case IPProtoGRE:
+		return "gre", true
+	case IPProtoICMPv6:
+		return "icmpv6", true
+	case IPProtoSCTP:
+		return "sctp", true
+	}
+	return "", false
+}
+
+func protoNumber(name string) (uint8, bool) {
+	switch name {
+	case "icmp":
+		return IPProtoICMP, true
+	case "tcp":
+		return IPProtoTCP, true
+	case "udp":
+		return IPProtoUDP, true
+	case "gre":
+		return IPProtoGRE, true
+	case "icmpv6":
+		return IPProtoICMPv6, true
+	case "sctp":
+		return IPProtoSCTP, true
+	}
+	return 0, false
+}
+
+// PortRange is an optional inclusive range of transport ports. A single
+// port has Lo == Hi.
+type PortRange struct {
+	Lo, Hi uint16
+	Set    bool
+}
+
+// ParsePortRange parses "80" or "9000-9100".
+func ParsePortRange(s string) (PortRange, error) {
+	loStr, hiStr, isRange := strings.Cut(s, "-")
+	lo, err := parsePort(loStr, s)
+	if err != nil {
+		return PortRange{}, err
+	}
+	hi := lo
+	if isRange {
+		if hi, err = parsePort(hiStr, s); err != nil {
+			return PortRange{}, err
+		}
+	}
+	if lo > hi {
+		return PortRange{}, fmt.Errorf("port range reversed (%d-%d)", lo, hi)
+	}
+	return PortRange{Lo: lo, Hi: hi, Set: true}, nil
+}
+
+func parsePort(part, whole string) (uint16, error) {
+	part = strings.TrimSpace(part)
+	v, err := strconv.ParseUint(part, 10, 64)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return 0, fmt.Errorf("port %s out of range 0-65535", part)
+		}
+		return 0, fmt.Errorf("invalid port range %q (want a port like 80 or a range like 9000-9100)", whole)
+	}
+	if v > 65535 {
+		return 0, fmt.Errorf("port %d out of range 0-65535", v)
+	}
+	return uint16(v), nil
+}
+
+// String returns "80" or "9000-9100", or "" when unset.
+func (r PortRange) String() string {
+	switch {
+	case !r.Set:
+		return ""
+	case r.Lo == r.Hi:
+		return strconv.Itoa(int(r.Lo))
+	default:
+		return fmt.Sprintf("%d-%d", r.Lo, r.Hi)
+	}
+}
+
+// UnmarshalText parses a port or a "lo-hi" range.
+func (r *PortRange) UnmarshalText(b []byte) (err error) {
+	*r, err = ParsePortRange(string(b))
+	return err
+}
+
+// UnmarshalYAML decodes a port (integer or string) or a "lo-hi" range;
+// null leaves the range unset.
+func (r *PortRange) UnmarshalYAML(n *yaml.Node) error {
+	s, ok, err := scalarText(n, "a port like 80 or a range like 9000-9100")
+	if !ok {
+		*r = PortRange{}
+		return err
+	}
+	if resolve(n).ShortTag() == "!!int" {
+		var v int64
+		if err := resolve(n).Decode(&v); err != nil || v < 0 || v > 65535 {
+			return fmt.Errorf("port %s out of range 0-65535", s)
+		}
+		*r = PortRange{Lo: uint16(v), Hi: uint16(v), Set: true}
+		return nil
+	}
+	return r.UnmarshalText([]byte(s))
+}
+
+// MarshalYAML encodes a single port as an integer and a range as a
+// "lo-hi" string, or null when unset.
+func (r PortRange) MarshalYAML() (any, error) {
+	switch {
+	case !r.Set:
+		return nil, nil
+	case r.Lo == r.Hi:
+		return int(r.Lo), nil
+	default:
+		return r.String(), nil
+	}
+}
+
+// Addr is an optional IP address; the zero value means "not set".
+type Addr struct {
+	A netip.Addr
+}
+
+// IsSet reports whether the address was given.
+func (a Addr) IsSet() bool { return a.A.IsValid() }
+
+// IsZero reports an unset address, for yaml's omitempty.
+func (a Addr) IsZero() bool { return !a.IsSet() }
+
+// String returns the address, or "" when unset.
+func (a Addr) String() string {
+	if !a.IsSet() {
+		return ""
+	}
+	return a.A.String()
+}
+
+// UnmarshalText parses an IP address without a zone; an IPv4-mapped IPv6
+// address is taken as the IPv4 address.
+func (a *Addr) UnmarshalText(b []byte) error {
+	v, err := netip.ParseAddr(string(b))
+	if err != nil || v.Zone() != "" {
+		*a = Addr{}
+		return fmt.Errorf("invalid IP address %q", b)
+	}
+	*a = Addr{A: v.Unmap()}
+	return nil
+}
+
+// UnmarshalYAML decodes an address string; null leaves it unset.
+func (a *Addr) UnmarshalYAML(n *yaml.Node) error {
+	s, ok, err := scalarText(n, "an IP address")
+	if !ok {
+		*a = Addr{}
+		return err
+	}
+	return a.UnmarshalText([]byte(s))
+}
+
+// MarshalYAML encodes the address, or null when unset.
+func (a Addr) MarshalYAML() (any, error) {
+	if !a.IsSet() {
+		return nil, nil
+	}
+	return a.A.String(), nil
+}
+
+// Duration is a time.Duration written as "1s", "250ms".
+type Duration struct{ D time.Duration }
+
+// ParseDuration parses a Go duration ("1s", "250ms").
+func ParseDuration(s string) (Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return Duration{}, fmt.Errorf("invalid duration %q (want e.g. 500ms or 2s)", s)
+	}
+	return Duration{D: d}, nil
+}
+
+func (d Duration) String() string {
+	if d.D == 0 {
+		return ""
+	}
+	return d.D.String()
+}
+
+// UnmarshalText parses a Go duration.
+func (d *Duration) UnmarshalText(b []byte) (err error) {
+	*d, err = ParseDuration(string(b))
+	return err
+}
+
+// UnmarshalYAML decodes a duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	s, ok, err := scalarText(n, "a duration")
+	if !ok {
+		*d = Duration{}
+		return err
+	}
+	return d.UnmarshalText([]byte(s))
+}
+
+// MarshalYAML encodes the duration as a string (nothing when zero).
+func (d Duration) MarshalYAML() (any, error) {
+	if d.D == 0 {
+		return nil, nil
+	}
+	return d.String(), nil
+}
