@@ -145,3 +145,21 @@ func TestListAllOldAgent(t *testing.T) {
 		t.Errorf("listAll = %+v, %v; want far 1 and no lbrs or services", o, err)
 	}
 }
+
+// gadget is a kind the config could declare and the API does not carry.
+type gadget struct {
+	ID uint32 `yaml:"id"`
+}
+
+// TestParseKindNotInAPI refuses a kind the API does not carry, as any
+// unknown kind: never taken for another.
+func TestParseKindNotInAPI(t *testing.T) {
+	s := config.Builtin().With(&config.KindOf[gadget]{Kind: "gadget", Plural: "gadgets", KeyField: "id"})
+	if k, ok := s.Lookup("gadgets"); !ok || k != "gadget" {
+		t.Fatalf("schema lacks gadgets")
+	}
+	const want = `unknown kind "gadgets" (want pdrs, services, lbrs, fars, paths or interfaces)`
+	if _, err := ParseKind(s, "gadgets"); err == nil || err.Error() != want {
+		t.Errorf("ParseKind(gadgets) = %v, want %s", err, want)
+	}
+}

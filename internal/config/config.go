@@ -221,7 +221,7 @@ func Parse(data []byte) (*Config, error) { return builtin.Parse(data) }
 // Parse is the package's Parse for a config of s's kinds.
 func (s *Schema) Parse(data []byte) (*Config, error) {
 	var c Config
-	d := newDecoder(DecodeOptions{DocPath: docPath})
+	d := newDecoder(DecodeOptions{})
 	root, err := parseDocument(data)
 	if err == nil && root != nil && !isNull(root) {
 		fields := s.rootFields(d, &c)

@@ -102,42 +102,30 @@ func maxOf(t reflect.Type, f *fieldInfo) uint64 {
 
 // DecodeOptions adjust DecodeYAML to the file it reads.
 type DecodeOptions struct {
-	// DocPath is the path of problems with the document as a whole
-	// ("config", "lab").
-	DocPath string
 	// ListFields makes an unknown field's error list the known ones
 	// ("(want name, mtu or links)") instead of suggesting a likely one:
 	// for files with few fields.
 	ListFields bool
 }
 
-// Decoded is what a decode learnt besides the value: its problems and
-// where each path is in the document, to sort later problems by.
-type Decoded struct {
-	d *decoder
-}
-
-// Errs returns the decoding problems, in the order they were found.
-func (r Decoded) Errs() Errors { return r.d.errs }
-
 // DecodeYAML decodes the single YAML document in data over v, a pointer
 // to a struct: the fields the document sets replace what v holds, the
-// rest keep it. Problems with values are returned in Decoded; a document
-// that cannot be read at all (not YAML, several documents, not a
-// mapping, too many aliases) is the error.
-func DecodeYAML(data []byte, v any, o DecodeOptions) (Decoded, error) {
+// rest keep it. Problems with values are returned as Errors, in the order
+// found, each at its path; a document that cannot be read at all (not
+// YAML, several documents, not a mapping, too many aliases) is the
+// error.
+func DecodeYAML(data []byte, v any, o DecodeOptions) (Errors, error) {
 	d := newDecoder(o)
 	root, err := parseDocument(data)
 	if err != nil || root == nil || isNull(root) {
-		return Decoded{d}, err
+		return nil, err
 	}
-	rv := reflect.ValueOf(v).Elem()
-	fields := d.structFields(rv)
+	fields := d.structFields(reflect.ValueOf(v).Elem())
 	if err := d.top(root, fields); err != nil {
-		return Decoded{d}, err
+		return nil, err
 	}
 	d.mapping(root, "", fields)
-	return Decoded{d}, d.overrun()
+	return d.errs, d.overrun()
 }
 
 // decoder walks the YAML node tree field by field so that unknown keys and
@@ -432,6 +420,9 @@ func (d *decoder) entries(n *yaml.Node, path string, decode func(key, path strin
 		expand(m)
 	}
 	for _, e := range append(entries, merged...) {
+		if d.budget < 0 {
+			return
+		}
 		p := joinPath(path, e.key.Value)
 		d.mark(p, e.key)
 		if !decode(e.key.Value, p, e.val) {
@@ -479,6 +470,9 @@ func (d *decoder) list(n *yaml.Node, path string, item func(path string, n *yaml
 		return
 	}
 	for i, it := range n.Content {
+		if d.budget < 0 {
+			return // over budget: stop here, overrun reports it
+		}
 		p := path + "[" + strconv.Itoa(i) + "]"
 		d.mark(p, it)
 		item(p, it)

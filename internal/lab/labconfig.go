@@ -3,18 +3,12 @@
 package lab
 
 import (
-	"bytes"
 	_ "embed"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/wanem"
@@ -35,11 +29,11 @@ const MaxNameLen = 5
 // Config is the lab's configuration file (lab.yaml): the name that
 // prefixes its namespaces and the impairment of each WAN link.
 type Config struct {
-	Name string
+	Name string `yaml:"name"`
 	// MTU of the WAN links: the gateways' WAN interfaces and the
 	// emulators' ports.
-	MTU   int
-	Links map[string]LinkSpec
+	MTU   int                 `yaml:"mtu" what:"a number of bytes"`
+	Links map[string]LinkSpec `yaml:"links"`
 }
 
 // WAN link MTU bounds. The lower one is IPv6's minimum; above the upper
@@ -52,10 +46,10 @@ const (
 // LinkSpec is the impairment of one WAN link, applied to each direction,
 // as written in lab.yaml; Impairment parses it.
 type LinkSpec struct {
-	Delay  string `json:"delay"`  // one way, a Go duration ("5ms")
-	Jitter string `json:"jitter"` // ± around delay, a Go duration
-	Loss   string `json:"loss"`   // percent of frames, "1%" or "1"
-	Rate   string `json:"rate"`   // "50mbit"; 0 is unlimited
+	Delay  string `json:"delay" yaml:"delay"`   // one way, a Go duration ("5ms")
+	Jitter string `json:"jitter" yaml:"jitter"` // ± around delay, a Go duration
+	Loss   string `json:"loss" yaml:"loss"`     // percent of frames, "1%" or "1"
+	Rate   string `json:"rate" yaml:"rate"`     // "50mbit"; 0 is unlimited
 }
 
 // Impairment parses the spec; the spec must have passed validation.
@@ -128,14 +122,14 @@ func LoadConfig(path string) (Config, error) {
 // "links.wan2.loss: ..."), all of them at once.
 func ParseConfig(data []byte) (Config, error) {
 	var c Config
-	var errs config.Errors
-	if err := decodeConfig(DefaultConfigYAML, &c, &errs); err != nil {
+	errs, err := decodeConfig(DefaultConfigYAML, &c)
+	if err != nil {
 		return Config{}, fmt.Errorf("embedded lab.yaml: %w", err)
 	}
 	if len(errs) > 0 {
 		return Config{}, fmt.Errorf("embedded lab.yaml: %w", errs)
 	}
-	if err := decodeConfig(data, &c, &errs); err != nil {
+	if errs, err = decodeConfig(data, &c); err != nil {
 		return Config{}, config.Errors{{Path: "lab", Reason: err.Error()}}
 	}
 	errs = append(errs, c.validate()...)
@@ -145,111 +139,12 @@ func ParseConfig(data []byte) (Config, error) {
 	return c, nil
 }
 
-// decodeConfig overlays the YAML document data on c. Structural problems
-// go to errs; a document that is not YAML at all is returned as an error.
-func decodeConfig(data []byte, c *Config, errs *config.Errors) error {
-	if c.Links == nil {
-		c.Links = map[string]LinkSpec{}
-	}
-	var doc yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		return fmt.Errorf("invalid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode {
-		if len(root.Content) == 0 {
-			return nil
-		}
-		root = root.Content[0]
-	}
-	add := func(path, format string, a ...any) {
-		*errs = append(*errs, config.FieldError{Path: path, Reason: fmt.Sprintf(format, a...)})
-	}
-	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
-		return nil
-	}
-	if root.Kind != yaml.MappingNode {
-		add("lab", "must be a mapping with name, mtu and links")
-		return nil
-	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
-		switch k.Value {
-		case "name":
-			if s, ok := scalar(v); ok {
-				c.Name = s
-			} else {
-				add("name", "must be a string")
-			}
-		case "mtu":
-			s, ok := scalar(v)
-			n, err := strconv.Atoi(s)
-			if !ok || err != nil {
-				add("mtu", "must be a number of bytes")
-				continue
-			}
-			c.MTU = n
-		case "links":
-			if v.Tag == "!!null" {
-				continue
-			}
-			if v.Kind != yaml.MappingNode {
-				add("links", "must be a mapping of link name to settings")
-				continue
-			}
-			for j := 0; j+1 < len(v.Content); j += 2 {
-				name, lv := v.Content[j].Value, v.Content[j+1]
-				p := "links." + name
-				spec := c.Links[name]
-				if lv.Tag == "!!null" {
-					c.Links[name] = spec
-					continue
-				}
-				if lv.Kind != yaml.MappingNode {
-					add(p, "must be a mapping of delay, jitter, loss and rate")
-					continue
-				}
-				for f := 0; f+1 < len(lv.Content); f += 2 {
-					fk, fv := lv.Content[f].Value, lv.Content[f+1]
-					s, ok := scalar(fv)
-					if !ok {
-						add(p+"."+fk, "must be a scalar")
-						continue
-					}
-					switch fk {
-					case "delay":
-						spec.Delay = s
-					case "jitter":
-						spec.Jitter = s
-					case "loss":
-						spec.Loss = s
-					case "rate":
-						spec.Rate = s
-					default:
-						add(p+"."+fk, "unknown field (want delay, jitter, loss or rate)")
-					}
-				}
-				c.Links[name] = spec
-			}
-		default:
-			add(k.Value, "unknown field (want name, mtu or links)")
-		}
-	}
-	return nil
-}
-
-// scalar returns a scalar node's text ("" for null).
-func scalar(n *yaml.Node) (string, bool) {
-	if n.Kind != yaml.ScalarNode {
-		return "", false
-	}
-	if n.Tag == "!!null" {
-		return "", true
-	}
-	return n.Value, true
+// decodeConfig overlays the YAML document data on c, with the gateway
+// config's decoder: problems with fields are returned at their paths; a
+// document that is not YAML at all is the error. The lab's files have few
+// fields, so an unknown one is answered with the list of them.
+func decodeConfig(data []byte, c *Config) (config.Errors, error) {
+	return config.DecodeYAML(data, c, config.DecodeOptions{ListFields: true})
 }
 
 // Validate reports every problem as config.Errors.
