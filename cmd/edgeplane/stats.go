@@ -5,8 +5,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -106,12 +106,7 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "generation %d\t\t\t\n\n", s.Gen)
 	fmt.Fprintln(w, "PDR\tPACKETS\tBYTES\t")
-	ids := make([]uint32, 0, len(s.PDRs))
-	for id := range s.PDRs {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(s.PDRs)) {
 		fmt.Fprintf(w, "%d\t%d\t%d\t\n", id, s.PDRs[id].Packets, s.PDRs[id].Bytes)
 	}
 	fmt.Fprintln(w, "\t\t\t\nVERDICT\tPACKETS\tBYTES\t")
@@ -126,12 +121,7 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 	}
 	if len(s.Paths) > 0 {
 		fmt.Fprintln(w, "\t\t\t\nPATH\tTX PKTS/BYTES\tRX PKTS/BYTES\t")
-		pids := make([]uint32, 0, len(s.Paths))
-		for id := range s.Paths {
-			pids = append(pids, id)
-		}
-		sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
-		for _, id := range pids {
+		for _, id := range slices.Sorted(maps.Keys(s.Paths)) {
 			c := s.Paths[id]
 			fmt.Fprintf(w, "%d\t%d / %d\t%d / %d\t\n", id, c.Tx.Packets, c.Tx.Bytes, c.Rx.Packets, c.Rx.Bytes)
 		}

@@ -3,7 +3,6 @@
 package api
 
 import (
-	"encoding"
 	"fmt"
 	"maps"
 	"math"
@@ -65,9 +64,14 @@ func newOf(md protoreflect.MessageDescriptor) proto.Message {
 func ToPB(k config.Kind, obj any) proto.Message {
 	m := NewMessage(k)
 	v := reflect.ValueOf(obj)
-	if v.Kind() == reflect.Pointer {
-		v = v.Elem()
+	if v.Kind() != reflect.Pointer {
+		// Addressable, so that value types are read through their
+		// pointers rather than boxed one by one.
+		p := reflect.New(v.Type())
+		p.Elem().Set(v)
+		v = p
 	}
+	v = v.Elem()
 	planOf(v.Type(), m.ProtoReflect().Descriptor()).to(v, m.ProtoReflect())
 	return m
 }
@@ -78,7 +82,10 @@ func ToPB(k config.Kind, obj any) proto.Message {
 func FromPB(s *config.Schema, k config.Kind, m proto.Message, prefix string) (any, config.Errors) {
 	v := reflect.New(s.Type(k)).Elem()
 	var errs config.Errors
-	planOf(v.Type(), m.ProtoReflect().Descriptor()).from(m.ProtoReflect(), v, prefix, &errs)
+	planOf(v.Type(), m.ProtoReflect().Descriptor()).from(m.ProtoReflect(), v, &errs)
+	for i := range errs {
+		errs[i].Path = joinPath(prefix, errs[i].Path)
+	}
 	return v.Interface(), errs
 }
 
@@ -127,10 +134,13 @@ type plan struct {
 	fields []fieldPlan
 }
 
-// fieldPlan converts one field; v is the config struct.
+// fieldPlan converts one field; v is the config struct. from reports
+// errors at paths below the message (a nested message's caller puts its
+// field's name in front), so that converting builds no path strings
+// unless something is wrong.
 type fieldPlan struct {
 	to   func(v reflect.Value, m protoreflect.Message)
-	from func(m protoreflect.Message, v reflect.Value, prefix string, errs *config.Errors)
+	from func(m protoreflect.Message, v reflect.Value, errs *config.Errors)
 }
 
 func (p *plan) to(v reflect.Value, m protoreflect.Message) {
@@ -139,31 +149,38 @@ func (p *plan) to(v reflect.Value, m protoreflect.Message) {
 	}
 }
 
-func (p *plan) from(m protoreflect.Message, v reflect.Value, prefix string, errs *config.Errors) {
+func (p *plan) from(m protoreflect.Message, v reflect.Value, errs *config.Errors) {
 	for _, f := range p.fields {
-		f.from(m, v, prefix, errs)
+		f.from(m, v, errs)
 	}
 }
 
-type planKey struct {
-	t  reflect.Type
-	md protoreflect.FullName
+// under puts parent in front of the paths of errs[from:].
+func under(errs config.Errors, from int, parent string) {
+	for i := from; i < len(errs); i++ {
+		errs[i].Path = parent + "." + errs[i].Path
+	}
 }
 
-// plans memoizes planOf: conversions run per object of every batch.
-var plans sync.Map // planKey -> *plan
+// plans memoizes planOf, by config type (each maps to one message):
+// conversions run per object of every batch.
+var plans sync.Map // reflect.Type -> *plan
 
-var (
-	textType     = reflect.TypeFor[encoding.TextUnmarshaler]()
-	stringerType = reflect.TypeFor[fmt.Stringer]()
-)
+// textValue is what the config's value types (Prefix, Proto, ...) are:
+// written as a string, parsed by SetString as the config file parses
+// them.
+type textValue interface {
+	String() string
+	SetString(s string) error
+}
+
+var valueType = reflect.TypeFor[textValue]()
 
 // planOf returns the conversion of config struct type t to and from
 // messages md. A config field without a message field of its name is a
 // build defect (TestConversionsCoverEveryField).
 func planOf(t reflect.Type, md protoreflect.MessageDescriptor) *plan {
-	key := planKey{t, md.FullName()}
-	if p, ok := plans.Load(key); ok {
+	if p, ok := plans.Load(t); ok {
 		return p.(*plan)
 	}
 	p := &plan{}
@@ -174,24 +191,24 @@ func planOf(t reflect.Type, md protoreflect.MessageDescriptor) *plan {
 		}
 		p.fields = append(p.fields, fieldPlanOf(t.Field(f.Index).Type, f, fd))
 	}
-	plans.Store(key, p)
+	plans.Store(t, p)
 	return p
 }
 
 func fieldPlanOf(t reflect.Type, f config.Field, fd protoreflect.FieldDescriptor) fieldPlan {
 	i, name := f.Index, f.Name
 	switch {
-	case reflect.PointerTo(t).Implements(textType) && t.Implements(stringerType):
+	case reflect.PointerTo(t).Implements(valueType):
 		return fieldPlan{
 			to: func(v reflect.Value, m protoreflect.Message) {
-				if s := v.Field(i).Interface().(fmt.Stringer).String(); s != "" {
+				if s := v.Field(i).Addr().Interface().(textValue).String(); s != "" {
 					m.Set(fd, protoreflect.ValueOfString(s))
 				}
 			},
-			from: func(m protoreflect.Message, v reflect.Value, prefix string, errs *config.Errors) {
+			from: func(m protoreflect.Message, v reflect.Value, errs *config.Errors) {
 				if s := m.Get(fd).String(); s != "" {
-					if err := v.Field(i).Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
-						*errs = append(*errs, config.FieldError{Path: joinPath(prefix, name), Reason: err.Error()})
+					if err := v.Field(i).Addr().Interface().(textValue).SetString(s); err != nil {
+						*errs = append(*errs, config.FieldError{Path: name, Reason: err.Error()})
 					}
 				}
 			},
@@ -247,38 +264,53 @@ func scalar(t reflect.Type, f config.Field, fd protoreflect.FieldDescriptor) fie
 			}
 			m.Set(fd, get(x))
 		},
-		from: func(m protoreflect.Message, v reflect.Value, prefix string, errs *config.Errors) {
+		from: func(m protoreflect.Message, v reflect.Value, errs *config.Errors) {
 			if fd.HasPresence() && !m.Has(fd) {
 				return
 			}
 			pv := m.Get(fd)
-			x := reflect.New(base).Elem()
+			x := v.Field(i)
+			if ptr {
+				x = reflect.New(base).Elem()
+			}
 			switch base.Kind() {
 			case reflect.String:
 				x.SetString(pv.String())
 			case reflect.Bool:
 				x.SetBool(pv.Bool())
 			default:
-				if n := pv.Uint(); n > limit {
-					*errs = append(*errs, config.FieldError{Path: joinPath(prefix, name), Reason: "must be 0-" + strconv.FormatUint(limit, 10) + ", got " + strconv.FormatUint(n, 10)})
+				n := pv.Uint()
+				if n > limit {
+					*errs = append(*errs, config.FieldError{Path: name, Reason: "must be 0-" + strconv.FormatUint(limit, 10) + ", got " + strconv.FormatUint(n, 10)})
 					return
-				} else {
-					x.SetUint(n)
 				}
+				x.SetUint(n)
 			}
 			if ptr {
-				p := reflect.New(base)
-				p.Elem().Set(x)
-				x = p
+				v.Field(i).Set(x.Addr())
 			}
-			v.Field(i).Set(x)
 		},
 	}
+}
+
+// sub is the plan of a nested message field, found on first use (a
+// type may nest itself) and kept, as conversions run per object.
+type sub struct {
+	t    reflect.Type
+	md   protoreflect.MessageDescriptor
+	once sync.Once
+	p    *plan
+}
+
+func (s *sub) plan() *plan {
+	s.once.Do(func() { s.p = planOf(s.t, s.md) })
+	return s.p
 }
 
 // nested converts a struct to a message field (ptr: a *struct, absent
 // when nil; else always present).
 func nested(t reflect.Type, i int, name string, fd protoreflect.FieldDescriptor, ptr bool) fieldPlan {
+	sp := &sub{t: t, md: fd.Message()}
 	return fieldPlan{
 		to: func(v reflect.Value, m protoreflect.Message) {
 			x := v.Field(i)
@@ -288,25 +320,29 @@ func nested(t reflect.Type, i int, name string, fd protoreflect.FieldDescriptor,
 				}
 				x = x.Elem()
 			}
-			planOf(t, fd.Message()).to(x, m.Mutable(fd).Message())
+			sp.plan().to(x, m.Mutable(fd).Message())
 		},
-		from: func(m protoreflect.Message, v reflect.Value, prefix string, errs *config.Errors) {
+		from: func(m protoreflect.Message, v reflect.Value, errs *config.Errors) {
 			if !m.Has(fd) {
 				return
 			}
-			x := reflect.New(t)
-			planOf(t, fd.Message()).from(m.Get(fd).Message(), x.Elem(), joinPath(prefix, name), errs)
+			// A struct field is filled in place; a pointer gets a new
+			// struct.
+			x := v.Field(i)
 			if ptr {
-				v.Field(i).Set(x)
-			} else {
-				v.Field(i).Set(x.Elem())
+				x.Set(reflect.New(t))
+				x = x.Elem()
 			}
+			n := len(*errs)
+			sp.plan().from(m.Get(fd).Message(), x, errs)
+			under(*errs, n, name)
 		},
 	}
 }
 
 // repeated converts a slice of structs to a repeated message field.
 func repeated(t reflect.Type, i int, name string, fd protoreflect.FieldDescriptor) fieldPlan {
+	sp := &sub{t: t, md: fd.Message()}
 	return fieldPlan{
 		to: func(v reflect.Value, m protoreflect.Message) {
 			x := v.Field(i)
@@ -316,18 +352,20 @@ func repeated(t reflect.Type, i int, name string, fd protoreflect.FieldDescripto
 			l := m.Mutable(fd).List()
 			for j := range x.Len() {
 				e := l.NewElement()
-				planOf(t, fd.Message()).to(x.Index(j), e.Message())
+				sp.plan().to(x.Index(j), e.Message())
 				l.Append(e)
 			}
 		},
-		from: func(m protoreflect.Message, v reflect.Value, prefix string, errs *config.Errors) {
+		from: func(m protoreflect.Message, v reflect.Value, errs *config.Errors) {
 			l := m.Get(fd).List()
 			if l.Len() == 0 {
 				return
 			}
 			x := reflect.MakeSlice(reflect.SliceOf(t), l.Len(), l.Len())
 			for j := range l.Len() {
-				planOf(t, fd.Message()).from(l.Get(j).Message(), x.Index(j), prefix+"."+name+"["+strconv.Itoa(j)+"]", errs)
+				n := len(*errs)
+				sp.plan().from(l.Get(j).Message(), x.Index(j), errs)
+				under(*errs, n, name+"["+strconv.Itoa(j)+"]")
 			}
 			v.Field(i).Set(x)
 		},

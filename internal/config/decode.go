@@ -341,39 +341,41 @@ func joinPath(parent, key string) string {
 // (merge keys (<<) honoured; duplicate keys reported); decode reports
 // false for a key it does not know.
 func (d *decoder) entries(n *yaml.Node, path string, decode func(key, path string, v *yaml.Node) bool, known func() []string) {
-	n = resolve(n)
-	if isNull(n) {
-		return
-	}
-	if n.Kind != yaml.MappingNode {
-		d.fail(path, n, "must be a mapping, got %s", describe(n))
+	n, ok := d.collection(n, path, yaml.MappingNode, "a mapping")
+	if !ok {
 		return
 	}
 	type entry struct{ key, val *yaml.Node }
 	var entries, merged []entry
 	seen := map[string]*yaml.Node{}
-	var merges []*yaml.Node
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if isMergeKey(k) {
-			merges = append(merges, v)
-			continue
+	// collect adds m's keys to out and returns its merge sources. The
+	// mapping's own keys (explicit) report what is wrong with them; merged
+	// keys never override one already seen, and are otherwise skipped
+	// quietly.
+	collect := func(m *yaml.Node, explicit bool, out *[]entry) (merges []*yaml.Node) {
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			k, v := m.Content[i], m.Content[i+1]
+			if isMergeKey(k) {
+				merges = append(merges, v)
+				continue
+			}
+			k = resolve(k)
+			first, dup := seen[k.Value]
+			switch {
+			case k.Kind != yaml.ScalarNode && explicit:
+				d.report(path, k, "keys must be field names, got %s", describe(k))
+			case dup && explicit:
+				d.report(joinPath(path, k.Value), k, "duplicate key (first at line %d)", first.Line)
+			case k.Kind == yaml.ScalarNode && !dup:
+				seen[k.Value] = k
+				*out = append(*out, entry{k, v})
+			}
 		}
-		k = resolve(k)
-		if k.Kind != yaml.ScalarNode {
-			d.report(path, k, "keys must be field names, got %s", describe(k))
-			continue
-		}
-		if first, dup := seen[k.Value]; dup {
-			d.report(joinPath(path, k.Value), k, "duplicate key (first at line %d)", first.Line)
-			continue
-		}
-		seen[k.Value] = k
-		entries = append(entries, entry{k, v})
+		return merges
 	}
-	// Merged keys never override explicit ones; earlier merge sources win
-	// over later ones. visited keeps expansion linear even when anchors
-	// are merged many times.
+	merges := collect(n, true, &entries)
+	// Earlier merge sources win over later ones. visited keeps expansion
+	// linear even when anchors are merged many times.
 	visited := map[*yaml.Node]bool{}
 	var expand func(m *yaml.Node)
 	expand = func(m *yaml.Node) {
@@ -384,24 +386,7 @@ func (d *decoder) entries(n *yaml.Node, path string, decode func(key, path strin
 		visited[m] = true
 		switch m.Kind {
 		case yaml.MappingNode:
-			var nested []*yaml.Node
-			for i := 0; i+1 < len(m.Content); i += 2 {
-				k, v := m.Content[i], m.Content[i+1]
-				if isMergeKey(k) {
-					nested = append(nested, v)
-					continue
-				}
-				k = resolve(k)
-				if k.Kind != yaml.ScalarNode {
-					continue
-				}
-				if _, ok := seen[k.Value]; ok {
-					continue
-				}
-				seen[k.Value] = k
-				merged = append(merged, entry{k, v})
-			}
-			for _, v := range nested {
+			for _, v := range collect(m, false, &merged) {
 				expand(v)
 			}
 		case yaml.SequenceNode:
@@ -429,6 +414,20 @@ func (d *decoder) entries(n *yaml.Node, path string, decode func(key, path strin
 			d.report(p, e.key, "unknown field%s", d.hint(e.key.Value, known()))
 		}
 	}
+}
+
+// collection resolves n, which must be a mapping or a list (kind, named
+// want in the error): ok is false for null and for anything else.
+func (d *decoder) collection(n *yaml.Node, path string, kind yaml.Kind, want string) (*yaml.Node, bool) {
+	n = resolve(n)
+	if isNull(n) {
+		return n, false
+	}
+	if n.Kind != kind {
+		d.fail(path, n, "must be %s, got %s", want, describe(n))
+		return n, false
+	}
+	return n, true
 }
 
 // mapping decodes the mapping n against fields, reporting unknown and
@@ -461,12 +460,8 @@ func (d *decoder) hint(key string, known []string) string {
 
 // list decodes the sequence n, calling item for every element.
 func (d *decoder) list(n *yaml.Node, path string, item func(path string, n *yaml.Node)) {
-	n = resolve(n)
-	if isNull(n) {
-		return
-	}
-	if n.Kind != yaml.SequenceNode {
-		d.fail(path, n, "must be a list, got %s", describe(n))
+	n, ok := d.collection(n, path, yaml.SequenceNode, "a list")
+	if !ok {
 		return
 	}
 	for i, it := range n.Content {

@@ -5,6 +5,7 @@ package config
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 )
 
@@ -67,31 +68,29 @@ func checkFAR(c *Check, f *FAR) {
 		knownAction = false
 		c.Add("action", "unknown action %q (%s)", f.Action, want)
 	}
-	switch {
-	case f.Action == ActionRedirect && f.Interface == "":
-		c.Add("interface", "required for action redirect")
-	case knownAction && f.Action != ActionRedirect && f.Action != ActionNAT && f.Interface != "":
-		c.Add("interface", "not allowed for action %s", f.Action)
+	// Each target field is required by one action, allowed by the
+	// actions listed and not allowed by the others.
+	for _, x := range []struct {
+		field   string
+		set     bool
+		need    string
+		why     string
+		allowed []string
+	}{
+		{"interface", f.Interface != "", ActionRedirect, "", []string{ActionRedirect, ActionNAT}},
+		{"path", f.Path != 0, ActionEncap, "", []string{ActionEncap}},
+		{"address", f.Address.IsSet(), ActionNAT, " (the backend)", []string{ActionNAT}},
+		{"port", f.Port != 0, ActionNAT, " (the backend's port)", []string{ActionNAT}},
+	} {
+		switch {
+		case f.Action == x.need && !x.set:
+			c.Add(x.field, "required for action %s%s", x.need, x.why)
+		case knownAction && x.set && !slices.Contains(x.allowed, f.Action):
+			c.Add(x.field, "not allowed for action %s", f.Action)
+		}
 	}
-	switch {
-	case f.Action == ActionEncap && f.Path == 0:
-		c.Add("path", "required for action encap")
-	case knownAction && f.Action != ActionEncap && f.Path != 0:
-		c.Add("path", "not allowed for action %s", f.Action)
-	}
-	switch {
-	case f.Action == ActionNAT && !f.Address.IsSet():
-		c.Add("address", "required for action nat (the backend)")
-	case knownAction && f.Action != ActionNAT && f.Address.IsSet():
-		c.Add("address", "not allowed for action %s", f.Action)
-	case f.Address.IsSet() && !unicast(f.Address.A):
+	if f.Address.IsSet() && !c.bad["address"] && !unicast(f.Address.A) {
 		c.Add("address", "%s is not a unicast address", f.Address)
-	}
-	switch {
-	case f.Action == ActionNAT && f.Port == 0:
-		c.Add("port", "required for action nat (the backend's port)")
-	case knownAction && f.Action != ActionNAT && f.Port != 0:
-		c.Add("port", "not allowed for action %s", f.Action)
 	}
 }
 

@@ -130,6 +130,8 @@ type table[T any] struct {
 	rows  map[Key]*row[T]
 	order []Key
 	diffs map[Key]*Diff[T]
+	// done is the batch's Diffs once its operations are all applied.
+	done []Diff[T]
 }
 
 func (k *KindOf[T]) newTable() anyTable {
@@ -162,32 +164,31 @@ func (t *table[T]) put(s *Store, obj reflect.Value) {
 }
 
 // link adds (or, with add false, removes) self's references to the users
-// index.
+// index (and to constrained, for those with a Check).
 func (s *Store) link(self ref, refs []Ref, add bool) {
 	for _, r := range refs {
 		if r.Key.IsZero() {
 			continue
 		}
 		target := ref{r.Kind, r.Key}
-		indexes := []map[ref]map[ref]struct{}{s.users}
+		linkIn(s.users, target, self, add)
 		if r.Check != nil {
-			indexes = append(indexes, s.constrained)
+			linkIn(s.constrained, target, self, add)
 		}
-		for _, idx := range indexes {
-			u := idx[target]
-			switch {
-			case add && u == nil:
-				u = map[ref]struct{}{}
-				idx[target] = u
-				fallthrough
-			case add:
-				u[self] = struct{}{}
-			default:
-				delete(u, self)
-				if len(u) == 0 {
-					delete(idx, target)
-				}
-			}
+	}
+}
+
+func linkIn(idx map[ref]map[ref]struct{}, target, user ref, add bool) {
+	u := idx[target]
+	switch {
+	case add && u == nil:
+		idx[target] = map[ref]struct{}{user: {}}
+	case add:
+		u[user] = struct{}{}
+	default:
+		delete(u, user)
+		if len(u) == 0 {
+			delete(idx, target)
 		}
 	}
 }
@@ -403,14 +404,18 @@ func (t *table[T]) apply(b *batch, op *Op) {
 }
 
 // diffList returns the batch's Diffs, leaving out objects it created and
-// deleted again.
+// deleted again; asked after the batch's operations, it keeps its answer.
 func (t *table[T]) diffList() []Diff[T] {
+	if t.done != nil {
+		return t.done
+	}
 	out := make([]Diff[T], 0, len(t.order))
 	for _, k := range t.order {
 		if df := t.diffs[k]; df.Old != nil || df.New != nil {
 			out = append(out, *df)
 		}
 	}
+	t.done = out
 	return out
 }
 
@@ -429,6 +434,7 @@ func (t *table[T]) finish(ch *Changes) {
 func (t *table[T]) reset() {
 	clear(t.diffs)
 	t.order = t.order[:0]
+	t.done = nil
 }
 
 // Apply applies ops in order, all or nothing. It checks each object the

@@ -14,9 +14,10 @@ import (
 )
 
 // The value types below are written as one string (or number) in the
-// config file and in the API. Each parses its text in one place, used by
-// UnmarshalYAML (the file) and UnmarshalText (the API), so both say the
-// same thing about a bad value.
+// config file and in the API. Each parses its text in one place,
+// SetString, used by UnmarshalYAML (the file) and by the API's conversion
+// (with String, the other way), so both say the same thing about a bad
+// value.
 
 // scalarText returns the text of a scalar node for the value types'
 // UnmarshalYAML; null reports ok false (the value is left unset), and
@@ -75,9 +76,9 @@ func (p Prefix) String() string {
 	return p.P.String()
 }
 
-// UnmarshalText parses a CIDR prefix.
-func (p *Prefix) UnmarshalText(b []byte) (err error) {
-	*p, err = ParsePrefix(string(b))
+// SetString parses a CIDR prefix.
+func (p *Prefix) SetString(s string) (err error) {
+	*p, err = ParsePrefix(s)
 	return err
 }
 
@@ -88,7 +89,7 @@ func (p *Prefix) UnmarshalYAML(n *yaml.Node) error {
 		*p = Prefix{}
 		return err
 	}
-	return p.UnmarshalText([]byte(s))
+	return p.SetString(s)
 }
 
 // MarshalYAML encodes the prefix as a CIDR string, or null when unset.
@@ -136,9 +137,9 @@ func (p Proto) String() string {
 	return strconv.Itoa(int(p.Num))
 }
 
-// UnmarshalText parses a protocol name or number.
-func (p *Proto) UnmarshalText(b []byte) (err error) {
-	*p, err = ParseProto(string(b))
+// SetString parses a protocol name or number.
+func (p *Proto) SetString(s string) (err error) {
+	*p, err = ParseProto(s)
 	return err
 }
 
@@ -157,7 +158,7 @@ func (p *Proto) UnmarshalYAML(n *yaml.Node) error {
 		*p = Proto{Num: uint8(v), Set: true}
 		return nil
 	}
-	return p.UnmarshalText([]byte(s))
+	return p.SetString(s)
 }
 
 // MarshalYAML encodes the protocol by name when it has one, else as a
@@ -261,9 +262,9 @@ func (r PortRange) String() string {
 	}
 }
 
-// UnmarshalText parses a port or a "lo-hi" range.
-func (r *PortRange) UnmarshalText(b []byte) (err error) {
-	*r, err = ParsePortRange(string(b))
+// SetString parses a port or a "lo-hi" range.
+func (r *PortRange) SetString(s string) (err error) {
+	*r, err = ParsePortRange(s)
 	return err
 }
 
@@ -283,7 +284,7 @@ func (r *PortRange) UnmarshalYAML(n *yaml.Node) error {
 		*r = PortRange{Lo: uint16(v), Hi: uint16(v), Set: true}
 		return nil
 	}
-	return r.UnmarshalText([]byte(s))
+	return r.SetString(s)
 }
 
 // MarshalYAML encodes a single port as an integer and a range as a
@@ -318,13 +319,13 @@ func (a Addr) String() string {
 	return a.A.String()
 }
 
-// UnmarshalText parses an IP address without a zone; an IPv4-mapped IPv6
-// address is taken as the IPv4 address.
-func (a *Addr) UnmarshalText(b []byte) error {
-	v, err := netip.ParseAddr(string(b))
+// SetString parses an IP address without a zone; an IPv4-mapped IPv6 address
+// is taken as the IPv4 address.
+func (a *Addr) SetString(s string) error {
+	v, err := netip.ParseAddr(s)
 	if err != nil || v.Zone() != "" {
 		*a = Addr{}
-		return fmt.Errorf("invalid IP address %q", b)
+		return fmt.Errorf("invalid IP address %q", s)
 	}
 	*a = Addr{A: v.Unmap()}
 	return nil
@@ -337,7 +338,7 @@ func (a *Addr) UnmarshalYAML(n *yaml.Node) error {
 		*a = Addr{}
 		return err
 	}
-	return a.UnmarshalText([]byte(s))
+	return a.SetString(s)
 }
 
 // MarshalYAML encodes the address, or null when unset.
@@ -367,9 +368,9 @@ func (d Duration) String() string {
 	return d.D.String()
 }
 
-// UnmarshalText parses a Go duration.
-func (d *Duration) UnmarshalText(b []byte) (err error) {
-	*d, err = ParseDuration(string(b))
+// SetString parses a Go duration.
+func (d *Duration) SetString(s string) (err error) {
+	*d, err = ParseDuration(s)
 	return err
 }
 
@@ -380,7 +381,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 		*d = Duration{}
 		return err
 	}
-	return d.UnmarshalText([]byte(s))
+	return d.SetString(s)
 }
 
 // MarshalYAML encodes the duration as a string (nothing when zero).
