@@ -308,4 +308,100 @@ int bench_wrap_resize_miss(struct xdp_md *ctx)
 	return rc;
 }
 
+/* How a stage joins the pipeline, timed alone: as a global function the
+ * pipeline calls and goes on after, or as a tail call into a program of a
+ * PROG_ARRAY, which does not come back (the Cilium way). Each variant
+ * runs BENCH_STAGES stages that do the same work, the work a stage that
+ * keeps its state in the per-packet context does at the least: find the
+ * context, write a field of it. bench_stages_inline does that work
+ * inlined, so the difference is the mechanism. */
+#define BENCH_STAGES 4
+
+static __always_inline int stage_work(void)
+{
+	struct edge_ctx *c = edge_ctx_get();
+
+	if (!c)
+		return -1;
+	c->record++;
+	return c->record;
+}
+
+static __always_inline int stages_begin(void)
+{
+	struct edge_ctx *c = edge_ctx_get();
+
+	if (!c)
+		return -1;
+	c->record = 0;
+	return 0;
+}
+
+SEC("xdp")
+int bench_stages_inline(struct xdp_md *ctx)
+{
+	int i;
+
+	if (stages_begin())
+		return XDP_ABORTED;
+#pragma unroll
+	for (i = 0; i < BENCH_STAGES; i++) {
+		if (stage_work() < 0)
+			return XDP_ABORTED;
+		asm volatile("" ::: "memory"); /* one stage after the other */
+	}
+	return XDP_PASS;
+}
+
+__noinline int bench_stage(struct xdp_md *ctx)
+{
+	if (!ctx)
+		return -1;
+	return stage_work();
+}
+
+SEC("xdp")
+int bench_stages_global(struct xdp_md *ctx)
+{
+	int i;
+
+	if (stages_begin())
+		return XDP_ABORTED;
+#pragma unroll
+	for (i = 0; i < BENCH_STAGES; i++)
+		if (bench_stage(ctx) < 0)
+			return XDP_ABORTED;
+	return XDP_PASS;
+}
+
+/* The tail-call stage: slot 0 holds bench_stage_tail, which calls itself
+ * until BENCH_STAGES stages ran. Set from Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} bench_stage_progs SEC(".maps");
+
+SEC("xdp")
+int bench_stage_tail(struct xdp_md *ctx)
+{
+	int n = stage_work();
+
+	if (n < 0)
+		return XDP_ABORTED;
+	if (n < BENCH_STAGES)
+		bpf_tail_call(ctx, &bench_stage_progs, 0);
+	return n == BENCH_STAGES ? XDP_PASS : XDP_ABORTED;
+}
+
+SEC("xdp")
+int bench_stages_tail(struct xdp_md *ctx)
+{
+	if (stages_begin())
+		return XDP_ABORTED;
+	bpf_tail_call(ctx, &bench_stage_progs, 0);
+	return XDP_ABORTED; /* the slot is empty */
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

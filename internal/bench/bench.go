@@ -67,6 +67,9 @@ type Figure struct {
 	RawNs       float64 `json:"raw_ns"`
 	// UndoNs is what was subtracted for a wrapper that undoes a resize.
 	UndoNs float64 `json:"undo_ns,omitempty"`
+	// PerStageNs is, for the stage mechanisms, what one stage costs
+	// beyond its work inlined.
+	PerStageNs float64 `json:"per_stage_ns,omitempty"`
 }
 
 // Report is the output of `edgeplane bench --json`.
@@ -189,6 +192,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	o.Log("floor %.1f ns, wrapper %.1f ns (hit) %.1f ns (miss)", floor, wrapHit, wrapMiss)
+	if err := b.measureStages(r, progs, probe); err != nil {
+		return nil, err
+	}
 
 	alloc := rules.NewAllocs(limits.Rules, nil, nil)
 	if o.OnlyLB {
@@ -287,6 +293,32 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.judge()
 	r.Seconds = time.Since(start).Seconds()
 	return r, nil
+}
+
+// stagesPerRun is BENCH_STAGES in bpf/bench.bpf.c.
+const stagesPerRun = 4
+
+// measureStages times the two ways a stage can join the pipeline, four
+// stages of the same work each: global functions, tail calls, and the
+// work inlined, which both are compared with.
+func (b *bencher) measureStages(r *Report, progs *wrappers, probe []byte) error {
+	inline, err := b.median(progs.BenchStagesInline, probe, bpf.XDPPass)
+	if err != nil {
+		return fmt.Errorf("stages inlined: %w", err)
+	}
+	r.add(Figure{Name: "stages_inline_4", RawNs: inline, NsPerPacket: inline, Method: methodPlain, Verdict: "pass"})
+	for _, v := range []struct {
+		name string
+		prog *ebpf.Program
+	}{{"stages_global_function_4", progs.BenchStagesGlobal}, {"stages_tail_call_4", progs.BenchStagesTail}} {
+		ns, err := b.median(v.prog, probe, bpf.XDPPass)
+		if err != nil {
+			return fmt.Errorf("%s: %w", v.name, err)
+		}
+		r.add(Figure{Name: v.name, RawNs: ns, NsPerPacket: ns, Method: methodPlain, Verdict: "pass",
+			PerStageNs: (ns - inline) / stagesPerRun})
+	}
+	return nil
 }
 
 // judge tells which goals are met.
@@ -390,12 +422,14 @@ func medianOf(s []float64) float64 {
 // miss wrappers cycle through a set of flows.
 type wrappers struct {
 	benchobjPrograms
-	Cycle *ebpf.Map `ebpf:"bench_cycle"`
+	Cycle  *ebpf.Map `ebpf:"bench_cycle"`
+	Stages *ebpf.Map `ebpf:"bench_stage_progs"`
 }
 
-// Close closes the programs and the map.
+// Close closes the programs and the maps.
 func (w *wrappers) Close() error {
 	w.Cycle.Close()
+	w.Stages.Close()
 	return w.benchobjPrograms.Close()
 }
 
@@ -420,6 +454,10 @@ func loadWrappers(dp *bpf.Dataplane) (*wrappers, error) {
 	var p wrappers
 	if err := spec.LoadAndAssign(&p, &ebpf.CollectionOptions{MapReplacements: dp.MapReplacements()}); err != nil {
 		return nil, fmt.Errorf("load benchmark wrappers: %w", err)
+	}
+	if err := p.Stages.Put(uint32(0), p.BenchStageTail); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("tail-call stage: %w", err)
 	}
 	return &p, nil
 }

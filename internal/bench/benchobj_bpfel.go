@@ -19,6 +19,7 @@ const (
 	benchobjMapBenchCycle           = "bench_cycle"
 	benchobjMapBenchFront           = "bench_front"
 	benchobjMapBenchSeq             = "bench_seq"
+	benchobjMapBenchStageProgs      = "bench_stage_progs"
 	benchobjMapEdgeCacheStats       = "edge_cache_stats"
 	benchobjMapEdgeConns            = "edge_conns"
 	benchobjMapEdgeCtx              = "edge_ctx"
@@ -52,6 +53,10 @@ const (
 	benchobjProgBenchPass           = "bench_pass"
 	benchobjProgBenchResize         = "bench_resize"
 	benchobjProgBenchResizeMiss     = "bench_resize_miss"
+	benchobjProgBenchStageTail      = "bench_stage_tail"
+	benchobjProgBenchStagesGlobal   = "bench_stages_global"
+	benchobjProgBenchStagesInline   = "bench_stages_inline"
+	benchobjProgBenchStagesTail     = "bench_stages_tail"
 	benchobjProgBenchWrapGrow       = "bench_wrap_grow"
 	benchobjProgBenchWrapMiss       = "bench_wrap_miss"
 	benchobjProgBenchWrapPass       = "bench_wrap_pass"
@@ -110,6 +115,10 @@ type benchobjProgramSpecs struct {
 	BenchPass           *ebpf.ProgramSpec `ebpf:"bench_pass"`
 	BenchResize         *ebpf.ProgramSpec `ebpf:"bench_resize"`
 	BenchResizeMiss     *ebpf.ProgramSpec `ebpf:"bench_resize_miss"`
+	BenchStageTail      *ebpf.ProgramSpec `ebpf:"bench_stage_tail"`
+	BenchStagesGlobal   *ebpf.ProgramSpec `ebpf:"bench_stages_global"`
+	BenchStagesInline   *ebpf.ProgramSpec `ebpf:"bench_stages_inline"`
+	BenchStagesTail     *ebpf.ProgramSpec `ebpf:"bench_stages_tail"`
 	BenchWrapGrow       *ebpf.ProgramSpec `ebpf:"bench_wrap_grow"`
 	BenchWrapMiss       *ebpf.ProgramSpec `ebpf:"bench_wrap_miss"`
 	BenchWrapPass       *ebpf.ProgramSpec `ebpf:"bench_wrap_pass"`
@@ -122,37 +131,38 @@ type benchobjProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjMapSpecs struct {
-	BenchCycle     *ebpf.MapSpec `ebpf:"bench_cycle"`
-	BenchFront     *ebpf.MapSpec `ebpf:"bench_front"`
-	BenchSeq       *ebpf.MapSpec `ebpf:"bench_seq"`
-	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
-	EdgeConns      *ebpf.MapSpec `ebpf:"edge_conns"`
-	EdgeCtx        *ebpf.MapSpec `ebpf:"edge_ctx"`
-	EdgeDecaps     *ebpf.MapSpec `ebpf:"edge_decaps"`
-	EdgeEmc4       *ebpf.MapSpec `ebpf:"edge_emc4"`
-	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
-	EdgeFlows      *ebpf.MapSpec `ebpf:"edge_flows"`
-	EdgeFlows4     *ebpf.MapSpec `ebpf:"edge_flows4"`
-	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
-	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
-	EdgeIfaddrs    *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
-	EdgeLbFar      *ebpf.MapSpec `ebpf:"edge_lb_far"`
-	EdgeLbMembers  *ebpf.MapSpec `ebpf:"edge_lb_members"`
-	EdgeLbNew      *ebpf.MapSpec `ebpf:"edge_lb_new"`
-	EdgeLbStats    *ebpf.MapSpec `ebpf:"edge_lb_stats"`
-	EdgeMaglev     *ebpf.MapSpec `ebpf:"edge_maglev"`
-	EdgePathNh     *ebpf.MapSpec `ebpf:"edge_path_nh"`
-	EdgePathSeq    *ebpf.MapSpec `ebpf:"edge_path_seq"`
-	EdgePathStats  *ebpf.MapSpec `ebpf:"edge_path_stats"`
-	EdgePaths      *ebpf.MapSpec `ebpf:"edge_paths"`
-	EdgePdrStats   *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
-	EdgeReasons    *ebpf.MapSpec `ebpf:"edge_reasons"`
-	EdgeRnat       *ebpf.MapSpec `ebpf:"edge_rnat"`
-	EdgeRules      *ebpf.MapSpec `ebpf:"edge_rules"`
-	EdgeServices   *ebpf.MapSpec `ebpf:"edge_services"`
-	EdgeSvcIndex   *ebpf.MapSpec `ebpf:"edge_svc_index"`
-	EdgeTx         *ebpf.MapSpec `ebpf:"edge_tx"`
-	EdgeVerdicts   *ebpf.MapSpec `ebpf:"edge_verdicts"`
+	BenchCycle      *ebpf.MapSpec `ebpf:"bench_cycle"`
+	BenchFront      *ebpf.MapSpec `ebpf:"bench_front"`
+	BenchSeq        *ebpf.MapSpec `ebpf:"bench_seq"`
+	BenchStageProgs *ebpf.MapSpec `ebpf:"bench_stage_progs"`
+	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
+	EdgeConns       *ebpf.MapSpec `ebpf:"edge_conns"`
+	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
+	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
+	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
+	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
+	EdgeFlows       *ebpf.MapSpec `ebpf:"edge_flows"`
+	EdgeFlows4      *ebpf.MapSpec `ebpf:"edge_flows4"`
+	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
+	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
+	EdgeIfaddrs     *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
+	EdgeLbFar       *ebpf.MapSpec `ebpf:"edge_lb_far"`
+	EdgeLbMembers   *ebpf.MapSpec `ebpf:"edge_lb_members"`
+	EdgeLbNew       *ebpf.MapSpec `ebpf:"edge_lb_new"`
+	EdgeLbStats     *ebpf.MapSpec `ebpf:"edge_lb_stats"`
+	EdgeMaglev      *ebpf.MapSpec `ebpf:"edge_maglev"`
+	EdgePathNh      *ebpf.MapSpec `ebpf:"edge_path_nh"`
+	EdgePathSeq     *ebpf.MapSpec `ebpf:"edge_path_seq"`
+	EdgePathStats   *ebpf.MapSpec `ebpf:"edge_path_stats"`
+	EdgePaths       *ebpf.MapSpec `ebpf:"edge_paths"`
+	EdgePdrStats    *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
+	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
+	EdgeRnat        *ebpf.MapSpec `ebpf:"edge_rnat"`
+	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
+	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
+	EdgeSvcIndex    *ebpf.MapSpec `ebpf:"edge_svc_index"`
+	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
+	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
 
 // benchobjVariableSpecs contains global variables before they are loaded into the kernel.
@@ -184,37 +194,38 @@ func (o *benchobjObjects) Close() error {
 //
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjMaps struct {
-	BenchCycle     *ebpf.Map `ebpf:"bench_cycle"`
-	BenchFront     *ebpf.Map `ebpf:"bench_front"`
-	BenchSeq       *ebpf.Map `ebpf:"bench_seq"`
-	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
-	EdgeConns      *ebpf.Map `ebpf:"edge_conns"`
-	EdgeCtx        *ebpf.Map `ebpf:"edge_ctx"`
-	EdgeDecaps     *ebpf.Map `ebpf:"edge_decaps"`
-	EdgeEmc4       *ebpf.Map `ebpf:"edge_emc4"`
-	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
-	EdgeFlows      *ebpf.Map `ebpf:"edge_flows"`
-	EdgeFlows4     *ebpf.Map `ebpf:"edge_flows4"`
-	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
-	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
-	EdgeIfaddrs    *ebpf.Map `ebpf:"edge_ifaddrs"`
-	EdgeLbFar      *ebpf.Map `ebpf:"edge_lb_far"`
-	EdgeLbMembers  *ebpf.Map `ebpf:"edge_lb_members"`
-	EdgeLbNew      *ebpf.Map `ebpf:"edge_lb_new"`
-	EdgeLbStats    *ebpf.Map `ebpf:"edge_lb_stats"`
-	EdgeMaglev     *ebpf.Map `ebpf:"edge_maglev"`
-	EdgePathNh     *ebpf.Map `ebpf:"edge_path_nh"`
-	EdgePathSeq    *ebpf.Map `ebpf:"edge_path_seq"`
-	EdgePathStats  *ebpf.Map `ebpf:"edge_path_stats"`
-	EdgePaths      *ebpf.Map `ebpf:"edge_paths"`
-	EdgePdrStats   *ebpf.Map `ebpf:"edge_pdr_stats"`
-	EdgeReasons    *ebpf.Map `ebpf:"edge_reasons"`
-	EdgeRnat       *ebpf.Map `ebpf:"edge_rnat"`
-	EdgeRules      *ebpf.Map `ebpf:"edge_rules"`
-	EdgeServices   *ebpf.Map `ebpf:"edge_services"`
-	EdgeSvcIndex   *ebpf.Map `ebpf:"edge_svc_index"`
-	EdgeTx         *ebpf.Map `ebpf:"edge_tx"`
-	EdgeVerdicts   *ebpf.Map `ebpf:"edge_verdicts"`
+	BenchCycle      *ebpf.Map `ebpf:"bench_cycle"`
+	BenchFront      *ebpf.Map `ebpf:"bench_front"`
+	BenchSeq        *ebpf.Map `ebpf:"bench_seq"`
+	BenchStageProgs *ebpf.Map `ebpf:"bench_stage_progs"`
+	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
+	EdgeConns       *ebpf.Map `ebpf:"edge_conns"`
+	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
+	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
+	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
+	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
+	EdgeFlows       *ebpf.Map `ebpf:"edge_flows"`
+	EdgeFlows4      *ebpf.Map `ebpf:"edge_flows4"`
+	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
+	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
+	EdgeIfaddrs     *ebpf.Map `ebpf:"edge_ifaddrs"`
+	EdgeLbFar       *ebpf.Map `ebpf:"edge_lb_far"`
+	EdgeLbMembers   *ebpf.Map `ebpf:"edge_lb_members"`
+	EdgeLbNew       *ebpf.Map `ebpf:"edge_lb_new"`
+	EdgeLbStats     *ebpf.Map `ebpf:"edge_lb_stats"`
+	EdgeMaglev      *ebpf.Map `ebpf:"edge_maglev"`
+	EdgePathNh      *ebpf.Map `ebpf:"edge_path_nh"`
+	EdgePathSeq     *ebpf.Map `ebpf:"edge_path_seq"`
+	EdgePathStats   *ebpf.Map `ebpf:"edge_path_stats"`
+	EdgePaths       *ebpf.Map `ebpf:"edge_paths"`
+	EdgePdrStats    *ebpf.Map `ebpf:"edge_pdr_stats"`
+	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
+	EdgeRnat        *ebpf.Map `ebpf:"edge_rnat"`
+	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
+	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
+	EdgeSvcIndex    *ebpf.Map `ebpf:"edge_svc_index"`
+	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
+	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
 }
 
 func (m *benchobjMaps) Close() error {
@@ -222,6 +233,7 @@ func (m *benchobjMaps) Close() error {
 		m.BenchCycle,
 		m.BenchFront,
 		m.BenchSeq,
+		m.BenchStageProgs,
 		m.EdgeCacheStats,
 		m.EdgeConns,
 		m.EdgeCtx,
@@ -271,6 +283,10 @@ type benchobjPrograms struct {
 	BenchPass           *ebpf.Program `ebpf:"bench_pass"`
 	BenchResize         *ebpf.Program `ebpf:"bench_resize"`
 	BenchResizeMiss     *ebpf.Program `ebpf:"bench_resize_miss"`
+	BenchStageTail      *ebpf.Program `ebpf:"bench_stage_tail"`
+	BenchStagesGlobal   *ebpf.Program `ebpf:"bench_stages_global"`
+	BenchStagesInline   *ebpf.Program `ebpf:"bench_stages_inline"`
+	BenchStagesTail     *ebpf.Program `ebpf:"bench_stages_tail"`
 	BenchWrapGrow       *ebpf.Program `ebpf:"bench_wrap_grow"`
 	BenchWrapMiss       *ebpf.Program `ebpf:"bench_wrap_miss"`
 	BenchWrapPass       *ebpf.Program `ebpf:"bench_wrap_pass"`
@@ -286,6 +302,10 @@ func (p *benchobjPrograms) Close() error {
 		p.BenchPass,
 		p.BenchResize,
 		p.BenchResizeMiss,
+		p.BenchStageTail,
+		p.BenchStagesGlobal,
+		p.BenchStagesInline,
+		p.BenchStagesTail,
 		p.BenchWrapGrow,
 		p.BenchWrapMiss,
 		p.BenchWrapPass,
