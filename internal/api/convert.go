@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -72,7 +73,8 @@ func ToPB(k config.Kind, obj any) proto.Message {
 		v = p
 	}
 	v = v.Elem()
-	planOf(v.Type(), m.ProtoReflect().Descriptor()).to(v, m.ProtoReflect())
+	mv := reflect.ValueOf(m).Elem()
+	planOf(v.Type(), mv.Type()).to(v, mv)
 	return m
 }
 
@@ -82,27 +84,41 @@ func ToPB(k config.Kind, obj any) proto.Message {
 func FromPB(s *config.Schema, k config.Kind, m proto.Message, prefix string) (any, config.Errors) {
 	v := reflect.New(s.Type(k)).Elem()
 	var errs config.Errors
-	planOf(v.Type(), m.ProtoReflect().Descriptor()).from(m.ProtoReflect(), v, &errs)
+	mv := reflect.ValueOf(m).Elem()
+	planOf(v.Type(), mv.Type()).from(mv, v, &errs)
 	for i := range errs {
 		errs[i].Path = joinPath(prefix, errs[i].Path)
 	}
 	return v.Interface(), errs
 }
 
-// FromObject returns the kind and the config value of an Object, or
+// ObjectMessage returns the kind and the message an Object holds, or
 // false when it holds none.
-func FromObject(s *config.Schema, obj *pb.Object, prefix string) (config.Kind, any, config.Errors, bool) {
-	od := obj.ProtoReflect()
-	fd := od.WhichOneof(objectDesc.Oneofs().ByName("kind"))
-	if fd == nil {
-		return "", nil, nil, false
+func ObjectMessage(obj *pb.Object) (config.Kind, proto.Message, bool) {
+	w := obj.GetKind()
+	if w == nil {
+		return "", nil, false
 	}
-	k := kindOfField(fd)
-	if _, ok := s.Lookup(string(k)); !ok {
-		return "", nil, nil, false
+	return oneofKind(reflect.TypeOf(w)), reflect.ValueOf(w).Elem().Field(0).Interface().(proto.Message), true
+}
+
+// oneofKinds memoizes oneofKind.
+var oneofKinds sync.Map // reflect.Type -> config.Kind
+
+// oneofKind returns the kind an Object oneof wrapper type (*Object_Pdr)
+// carries: its field's proto name.
+func oneofKind(t reflect.Type) config.Kind {
+	if k, ok := oneofKinds.Load(t); ok {
+		return k.(config.Kind)
 	}
-	v, errs := FromPB(s, k, od.Get(fd).Message().Interface(), joinPath(prefix, string(k)))
-	return k, v, errs, true
+	var k config.Kind
+	for _, part := range strings.Split(t.Elem().Field(0).Tag.Get("protobuf"), ",") {
+		if name, ok := strings.CutPrefix(part, "name="); ok {
+			k = config.Kind(name)
+		}
+	}
+	oneofKinds.Store(t, k)
+	return k
 }
 
 // Object wraps an API message of kind k in an Object.
@@ -129,27 +145,30 @@ func joinPath(prefix, field string) string {
 	return prefix + "." + field
 }
 
-// plan converts one config struct type to and from one message type.
+// plan converts one config struct type to and from one generated
+// message struct, field by field through cached struct field indexes:
+// plain reflection, cheaper per field than protoreflect's, as a batch
+// converts every object it carries.
 type plan struct {
 	fields []fieldPlan
 }
 
-// fieldPlan converts one field; v is the config struct. from reports
-// errors at paths below the message (a nested message's caller puts its
-// field's name in front), so that converting builds no path strings
-// unless something is wrong.
+// fieldPlan converts one field; v is the config struct, m the message
+// struct (both addressable). from reports errors at paths below the
+// message (a nested message's caller puts its field's name in front),
+// so that converting builds no path strings unless something is wrong.
 type fieldPlan struct {
-	to   func(v reflect.Value, m protoreflect.Message)
-	from func(m protoreflect.Message, v reflect.Value, errs *config.Errors)
+	to   func(v, m reflect.Value)
+	from func(m, v reflect.Value, errs *config.Errors)
 }
 
-func (p *plan) to(v reflect.Value, m protoreflect.Message) {
+func (p *plan) to(v, m reflect.Value) {
 	for _, f := range p.fields {
 		f.to(v, m)
 	}
 }
 
-func (p *plan) from(m protoreflect.Message, v reflect.Value, errs *config.Errors) {
+func (p *plan) from(m, v reflect.Value, errs *config.Errors) {
 	for _, f := range p.fields {
 		f.from(m, v, errs)
 	}
@@ -162,8 +181,7 @@ func under(errs config.Errors, from int, parent string) {
 	}
 }
 
-// plans memoizes planOf, by config type (each maps to one message):
-// conversions run per object of every batch.
+// plans memoizes planOf, by config type (each maps to one message).
 var plans sync.Map // reflect.Type -> *plan
 
 // textValue is what the config's value types (Prefix, Proto, ...) are:
@@ -177,36 +195,42 @@ type textValue interface {
 var valueType = reflect.TypeFor[textValue]()
 
 // planOf returns the conversion of config struct type t to and from
-// messages md. A config field without a message field of its name is a
-// build defect (TestConversionsCoverEveryField).
-func planOf(t reflect.Type, md protoreflect.MessageDescriptor) *plan {
+// message struct type mt. A config field without a message field of its
+// name is a build defect (TestConversionsCoverEveryField).
+func planOf(t, mt reflect.Type) *plan {
 	if p, ok := plans.Load(t); ok {
 		return p.(*plan)
 	}
+	byName := map[string]int{}
+	for i := range mt.NumField() {
+		for _, part := range strings.Split(mt.Field(i).Tag.Get("protobuf"), ",") {
+			if name, ok := strings.CutPrefix(part, "name="); ok {
+				byName[name] = i
+			}
+		}
+	}
 	p := &plan{}
 	for _, f := range config.FieldsOf(t) {
-		fd := md.Fields().ByName(protoreflect.Name(f.Name))
-		if fd == nil {
-			panic(fmt.Sprintf("api: %s has no field %s of %s", md.FullName(), f.Name, t))
+		j, ok := byName[f.Name]
+		if !ok {
+			panic(fmt.Sprintf("api: %s has no field %s of %s", mt, f.Name, t))
 		}
-		p.fields = append(p.fields, fieldPlanOf(t.Field(f.Index).Type, f, fd))
+		p.fields = append(p.fields, fieldPlanOf(t.Field(f.Index).Type, mt.Field(j).Type, f, j))
 	}
 	plans.Store(t, p)
 	return p
 }
 
-func fieldPlanOf(t reflect.Type, f config.Field, fd protoreflect.FieldDescriptor) fieldPlan {
+func fieldPlanOf(t, mt reflect.Type, f config.Field, j int) fieldPlan {
 	i, name := f.Index, f.Name
 	switch {
 	case reflect.PointerTo(t).Implements(valueType):
 		return fieldPlan{
-			to: func(v reflect.Value, m protoreflect.Message) {
-				if s := v.Field(i).Addr().Interface().(textValue).String(); s != "" {
-					m.Set(fd, protoreflect.ValueOfString(s))
-				}
+			to: func(v, m reflect.Value) {
+				m.Field(j).SetString(v.Field(i).Addr().Interface().(textValue).String())
 			},
-			from: func(m protoreflect.Message, v reflect.Value, errs *config.Errors) {
-				if s := m.Get(fd).String(); s != "" {
+			from: func(m, v reflect.Value, errs *config.Errors) {
+				if s := m.Field(j).String(); s != "" {
 					if err := v.Field(i).Addr().Interface().(textValue).SetString(s); err != nil {
 						*errs = append(*errs, config.FieldError{Path: name, Reason: err.Error()})
 					}
@@ -214,20 +238,21 @@ func fieldPlanOf(t reflect.Type, f config.Field, fd protoreflect.FieldDescriptor
 			},
 		}
 	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
-		return nested(t.Elem(), i, name, fd, true)
+		return nested(t.Elem(), mt.Elem(), i, j, name, true)
 	case t.Kind() == reflect.Struct:
-		return nested(t, i, name, fd, false)
+		return nested(t, mt.Elem(), i, j, name, false)
 	case t.Kind() == reflect.Slice:
-		return repeated(t.Elem(), i, name, fd)
+		return repeated(t.Elem(), mt.Elem().Elem(), i, j, name)
 	}
-	return scalar(t, f, fd)
+	return scalar(t, mt, f, j)
 }
 
 // scalar converts strings, bools and unsigned integers, directly or
-// through a pointer (an optional field).
-func scalar(t reflect.Type, f config.Field, fd protoreflect.FieldDescriptor) fieldPlan {
+// through a pointer (an optional field). A config value that is not a
+// pointer but whose message field is (optional) is sent only when set.
+func scalar(t, mt reflect.Type, f config.Field, j int) fieldPlan {
 	i, name := f.Index, f.Name
-	ptr := t.Kind() == reflect.Pointer
+	ptr, mptr := t.Kind() == reflect.Pointer, mt.Kind() == reflect.Pointer
 	base := t
 	if ptr {
 		base = t.Elem()
@@ -239,80 +264,76 @@ func scalar(t reflect.Type, f config.Field, fd protoreflect.FieldDescriptor) fie
 			limit = f.Max
 		}
 	}
-	get := func(x reflect.Value) protoreflect.Value {
-		switch base.Kind() {
+	// set copies scalar x into y, which may be of another width.
+	set := func(y, x reflect.Value) {
+		switch x.Kind() {
 		case reflect.String:
-			return protoreflect.ValueOfString(x.String())
+			y.SetString(x.String())
 		case reflect.Bool:
-			return protoreflect.ValueOfBool(x.Bool())
+			y.SetBool(x.Bool())
+		default:
+			y.SetUint(x.Uint())
 		}
-		if fd.Kind() == protoreflect.Uint64Kind {
-			return protoreflect.ValueOfUint64(x.Uint())
-		}
-		return protoreflect.ValueOfUint32(uint32(x.Uint()))
 	}
 	return fieldPlan{
-		to: func(v reflect.Value, m protoreflect.Message) {
+		to: func(v, m reflect.Value) {
 			x := v.Field(i)
 			switch {
 			case ptr && x.IsNil():
 				return
 			case ptr:
 				x = x.Elem()
-			case fd.HasPresence() && x.IsZero():
-				return // an optional field is present only when set
-			}
-			m.Set(fd, get(x))
-		},
-		from: func(m protoreflect.Message, v reflect.Value, errs *config.Errors) {
-			if fd.HasPresence() && !m.Has(fd) {
+			case mptr && x.IsZero():
 				return
 			}
-			pv := m.Get(fd)
-			x := v.Field(i)
-			if ptr {
-				x = reflect.New(base).Elem()
+			y := m.Field(j)
+			if mptr {
+				y.Set(reflect.New(mt.Elem()))
+				y = y.Elem()
 			}
-			switch base.Kind() {
-			case reflect.String:
-				x.SetString(pv.String())
-			case reflect.Bool:
-				x.SetBool(pv.Bool())
-			default:
-				n := pv.Uint()
-				if n > limit {
-					*errs = append(*errs, config.FieldError{Path: name, Reason: "must be 0-" + strconv.FormatUint(limit, 10) + ", got " + strconv.FormatUint(n, 10)})
+			set(y, x)
+		},
+		from: func(m, v reflect.Value, errs *config.Errors) {
+			y := m.Field(j)
+			if mptr {
+				if y.IsNil() {
 					return
 				}
-				x.SetUint(n)
+				y = y.Elem()
 			}
+			if limit != 0 && y.Uint() > limit {
+				*errs = append(*errs, config.FieldError{Path: name, Reason: "must be 0-" + strconv.FormatUint(limit, 10) + ", got " + strconv.FormatUint(y.Uint(), 10)})
+				return
+			}
+			x := v.Field(i)
 			if ptr {
-				v.Field(i).Set(x.Addr())
+				x.Set(reflect.New(base))
+				x = x.Elem()
 			}
+			set(x, y)
 		},
 	}
 }
 
 // sub is the plan of a nested message field, found on first use (a
-// type may nest itself) and kept, as conversions run per object.
+// type may nest itself) and kept.
 type sub struct {
-	t    reflect.Type
-	md   protoreflect.MessageDescriptor
-	once sync.Once
-	p    *plan
+	t, mt reflect.Type
+	once  sync.Once
+	p     *plan
 }
 
 func (s *sub) plan() *plan {
-	s.once.Do(func() { s.p = planOf(s.t, s.md) })
+	s.once.Do(func() { s.p = planOf(s.t, s.mt) })
 	return s.p
 }
 
 // nested converts a struct to a message field (ptr: a *struct, absent
-// when nil; else always present).
-func nested(t reflect.Type, i int, name string, fd protoreflect.FieldDescriptor, ptr bool) fieldPlan {
-	sp := &sub{t: t, md: fd.Message()}
+// when nil; else always present). mt is the message struct type.
+func nested(t, mt reflect.Type, i, j int, name string, ptr bool) fieldPlan {
+	sp := &sub{t: t, mt: mt}
 	return fieldPlan{
-		to: func(v reflect.Value, m protoreflect.Message) {
+		to: func(v, m reflect.Value) {
 			x := v.Field(i)
 			if ptr {
 				if x.IsNil() {
@@ -320,10 +341,13 @@ func nested(t reflect.Type, i int, name string, fd protoreflect.FieldDescriptor,
 				}
 				x = x.Elem()
 			}
-			sp.plan().to(x, m.Mutable(fd).Message())
+			y := reflect.New(mt)
+			sp.plan().to(x, y.Elem())
+			m.Field(j).Set(y)
 		},
-		from: func(m protoreflect.Message, v reflect.Value, errs *config.Errors) {
-			if !m.Has(fd) {
+		from: func(m, v reflect.Value, errs *config.Errors) {
+			y := m.Field(j)
+			if y.IsNil() {
 				return
 			}
 			// A struct field is filled in place; a pointer gets a new
@@ -334,38 +358,42 @@ func nested(t reflect.Type, i int, name string, fd protoreflect.FieldDescriptor,
 				x = x.Elem()
 			}
 			n := len(*errs)
-			sp.plan().from(m.Get(fd).Message(), x, errs)
+			sp.plan().from(y.Elem(), x, errs)
 			under(*errs, n, name)
 		},
 	}
 }
 
 // repeated converts a slice of structs to a repeated message field.
-func repeated(t reflect.Type, i int, name string, fd protoreflect.FieldDescriptor) fieldPlan {
-	sp := &sub{t: t, md: fd.Message()}
+func repeated(t, mt reflect.Type, i, j int, name string) fieldPlan {
+	sp := &sub{t: t, mt: mt}
 	return fieldPlan{
-		to: func(v reflect.Value, m protoreflect.Message) {
+		to: func(v, m reflect.Value) {
 			x := v.Field(i)
 			if x.Len() == 0 {
 				return
 			}
-			l := m.Mutable(fd).List()
-			for j := range x.Len() {
-				e := l.NewElement()
-				sp.plan().to(x.Index(j), e.Message())
-				l.Append(e)
+			l := reflect.MakeSlice(m.Field(j).Type(), x.Len(), x.Len())
+			for k := range x.Len() {
+				y := reflect.New(mt)
+				sp.plan().to(x.Index(k), y.Elem())
+				l.Index(k).Set(y)
 			}
+			m.Field(j).Set(l)
 		},
-		from: func(m protoreflect.Message, v reflect.Value, errs *config.Errors) {
-			l := m.Get(fd).List()
+		from: func(m, v reflect.Value, errs *config.Errors) {
+			l := m.Field(j)
 			if l.Len() == 0 {
 				return
 			}
 			x := reflect.MakeSlice(reflect.SliceOf(t), l.Len(), l.Len())
-			for j := range l.Len() {
+			for k := range l.Len() {
+				if l.Index(k).IsNil() {
+					continue
+				}
 				n := len(*errs)
-				sp.plan().from(l.Get(j).Message(), x.Index(j), errs)
-				under(*errs, n, name+"["+strconv.Itoa(j)+"]")
+				sp.plan().from(l.Index(k).Elem(), x.Index(k), errs)
+				under(*errs, n, name+"["+strconv.Itoa(k)+"]")
 			}
 			v.Field(i).Set(x)
 		},

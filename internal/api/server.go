@@ -109,12 +109,14 @@ func Ops(in []*pb.Operation) ([]config.Op, error) {
 				obj, o.Verb, verb = x.(*pb.Operation_Update).Update, config.Update, "update"
 			}
 			base := opPath + "." + verb
-			k, v, errs, ok := FromObject(schema, obj, base)
-			if !ok {
+			k, m, ok := ObjectMessage(obj)
+			if !ok || !schema.Has(k) {
 				fe = append(fe, config.FieldError{Path: base, Reason: "no object (want one of " + strings.Join(KindNames(), ", ") + ")"})
 				continue
 			}
-			o.At, o.Kind, o.Object = base+"."+string(k), k, v
+			o.At, o.Kind = base+"."+string(k), k
+			var errs config.Errors
+			o.Object, errs = FromPB(schema, k, m, o.At)
 			fe = append(fe, errs...)
 		case *pb.Operation_Delete:
 			ref := x.Delete

@@ -348,6 +348,12 @@ func (s *Schema) Lookup(name string) (Kind, bool) {
 	return "", false
 }
 
+// Has reports whether s declares kind k.
+func (s *Schema) Has(k Kind) bool {
+	_, ok := s.byKind[k]
+	return ok
+}
+
 func (s *Schema) def(k Kind) kindDef {
 	d, ok := s.byKind[k]
 	if !ok {
