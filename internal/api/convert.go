@@ -26,13 +26,10 @@ import (
 // and value syntax (CIDRs, protocol names, "lo-hi" port ranges as
 // strings). So conversion needs nothing per kind: a config field maps to
 // the message field of its yaml name, and value types go through their
-// String and UnmarshalText, the parsing the file uses, so both say the
+// String and SetString, the parsing the file uses, so both say the
 // same thing about a bad value.
 
 var objectDesc = (&pb.Object{}).ProtoReflect().Descriptor()
-
-// kindOfField returns the config kind an Object oneof field carries.
-func kindOfField(fd protoreflect.FieldDescriptor) config.Kind { return config.Kind(fd.Name()) }
 
 // objectField returns the Object oneof field of kind k, or nil when the
 // API does not carry k.

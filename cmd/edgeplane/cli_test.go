@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/edgeplane/edgeplane/internal/api"
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/client"
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/testutil"
+)
+
+// agentYAML is what the agent of these tests serves.
+const agentYAML = `
+interfaces:
+  - {name: lan0, role: lan}
+  - {name: wan0, role: wan}
+paths:
+  - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 198.51.100.1, key: 7}
+fars:
+  - {id: 1, action: pass}
+  - {id: 2, action: encap, path: 1}
+  - {id: 4, action: nat, address: 10.1.0.11, port: 8080}
+  - {id: 5, action: nat, interface: lan0, address: 2001:db8::12, port: 8443}
+pdrs:
+  - {id: 10, precedence: 100, match: {in: lan0, dst: 10.2.0.0/16}, far: 2}
+  - {id: 20, precedence: 10, match: {proto: udp, dport: 5000-5100, dscp: 46}, far: 1}
+lbrs:
+  - {id: 1, algorithm: maglev, members: [{far: 4}, {far: 5, weight: 3}]}
+services:
+  - {id: 1, vip: 203.0.113.10, port: 80, proto: tcp, lbr: 1}
+`
+
+func agentConfig(t *testing.T) *config.Config {
+	t.Helper()
+	c, err := config.Parse([]byte(agentYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// agentObjects is agentConfig as the API carries it.
+func agentObjects(t *testing.T) client.Objects {
+	t.Helper()
+	c := agentConfig(t)
+	o := client.Objects{}
+	for _, k := range schema.Kinds() {
+		for _, v := range schema.Objects(c, k) {
+			o[k] = append(o[k], api.ToPB(k, v))
+		}
+	}
+	return o
+}
+
+// schema is the gateway's kinds, which the CLI serves.
+var schema = config.Builtin()
+
+// typed returns msgs as messages of type M.
+func typed[M proto.Message](msgs []proto.Message) []M {
+	out := make([]M, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.(M)
+	}
+	return out
+}
+
+func fieldErrors(t *testing.T, err error) []string {
+	t.Helper()
+	var fe config.Errors
+	if !errors.As(err, &fe) {
+		t.Fatalf("error %v (%T) is not config.Errors", err, err)
+	}
+	var out []string
+	for _, e := range fe {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+// fakeAgent is an api.Backend holding a config in memory (a
+// config.Store, as the agent does, without a dataplane).
+type fakeAgent struct {
+	mu    sync.Mutex
+	store *config.Store
+	gen   uint32
+}
+
+func (f *fakeAgent) Config() *config.Config {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.store.Config()
+}
+
+func (f *fakeAgent) View(fn func(*config.Store)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f.store)
+}
+
+func (f *fakeAgent) Apply(ops []config.Op, dryRun bool, _ []byte) (uint32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, undo, err := f.store.Apply(ops)
+	if err != nil {
+		return 0, err
+	}
+	if dryRun {
+		undo()
+		return f.gen, nil
+	}
+	f.gen++
+	return f.gen, nil
+}
+
+func (f *fakeAgent) Flows(int) ([]bpf.FlowStat, map[uint32]string, error) {
+	return nil, nil, nil
+}
+
+func (f *fakeAgent) Snapshot() (*bpf.Snapshot, error) {
+	return &bpf.Snapshot{Gen: f.gen, PDRs: map[uint32]bpf.Counter{10: {Packets: 1, Bytes: 64}},
+		Verdicts: make([]bpf.Counter, len(bpf.VerdictNames)), Reasons: make([]bpf.Counter, len(bpf.ReasonNames)),
+		Paths: map[uint32]bpf.PathCounters{}}, nil
+}
+
+// TestCommandsAgainstAPI runs get, apply, delete and stats --server
+// against the API server on loopback, with a token and TLS.
+func TestCommandsAgainstAPI(t *testing.T) {
+	const token = "ctl-test-token-0123456789"
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auth, err := api.LoadAuth(tokens, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := testutil.NewTestCert(t)
+	ca, tlsCfg := cert.CertFile, cert.Server
+	agent := &fakeAgent{store: config.NewStore(agentConfig(t)), gen: 1}
+	l, err := api.Serve(api.NewServer(agent), api.Options{GRPCAddr: "127.0.0.1:0", Auth: auth, TLS: tlsCfg}, make(chan error, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	conn := []string{"--server", l.GRPC.String(), "--tls-ca", ca, "--token", token, "--timeout", "5s"}
+
+	ctl := func(stdin string, args ...string) (string, error) {
+		t.Helper()
+		root := newRootCmd()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetIn(strings.NewReader(stdin))
+		root.SetArgs(append(args, conn...))
+		err := root.ExecuteContext(context.Background())
+		return out.String(), err
+	}
+
+	out, err := ctl("", "get", "far", "2")
+	if err != nil || out != "ID  ACTION  INTERFACE  PATH  NAT\n2   encap   -          1     -\n" {
+		t.Errorf("get far 2: %q, %v", out, err)
+	}
+	objs := "fars:\n  - {id: 3, action: drop}\npdrs:\n  - {id: 10, precedence: 100, match: {in: lan0, dst: 10.2.0.0/16}, far: 3}\n  - {id: 20, precedence: 10, match: {proto: udp, dport: 5000-5100, dscp: 46}, far: 1}\n"
+	out, err = ctl(objs, "apply", "-f", "-", "--dry-run")
+	if err != nil || out != "far 3 created (dry run)\npdr 10 configured (dry run)\npdr 20 unchanged\ndry run: valid, nothing changed (generation 1 serving)\n" {
+		t.Errorf("apply --dry-run: %q, %v", out, err)
+	}
+	out, err = ctl(objs, "apply", "-f", "-")
+	if err != nil || !strings.HasPrefix(out, "far 3 created\npdr 10 configured\npdr 20 unchanged\ngeneration 2 (committed in ") {
+		t.Errorf("apply: %q, %v", out, err)
+	}
+	if p := agent.Config().PDRs[0]; p.ID != 10 || p.FAR != 3 {
+		t.Errorf("agent's pdr 10 = %+v", p)
+	}
+	out, err = ctl(objs, "apply", "-f", "-")
+	if err != nil || out != "far 3 unchanged\npdr 10 unchanged\npdr 20 unchanged\n" {
+		t.Errorf("apply again: %q, %v", out, err)
+	}
+	out, err = ctl("", "get", "pdrs", "-o", "yaml")
+	if err != nil || !strings.HasPrefix(out, "pdrs:\n    - id: 10\n") {
+		t.Errorf("get pdrs -o yaml: %q, %v", out, err)
+	}
+
+	// far 3 is still used: the whole batch fails, with the agent's reason.
+	_, err = ctl("", "delete", "far", "3", "1")
+	if err == nil || err.Error() != "delete: FailedPrecondition:\n  operations[0].delete: far 3 is still used by pdr 10 (far 3)\n  operations[1].delete: far 1 is still used by pdr 20 (far 1)" {
+		t.Errorf("delete far 3 1: %v", err)
+	}
+	out, err = ctl("", "delete", "pdr", "10")
+	if err != nil || !strings.HasPrefix(out, "pdr 10 deleted\ngeneration 3 (committed in ") {
+		t.Errorf("delete pdr 10: %q, %v", out, err)
+	}
+	_, err = ctl("", "get", "pdr", "10")
+	if err == nil || err.Error() != "get pdr 10: NotFound: no pdr 10" {
+		t.Errorf("get pdr 10 after delete: %v", err)
+	}
+	// A service over an LBR of two new nat FARs. The file lists them
+	// the other way round; apply sends what is referred to first.
+	lb := `services:
+  - {id: 2, vip: 203.0.113.20, port: 53, proto: udp, lbr: 3, stateless: true}
+lbrs:
+  - {id: 3, algorithm: maglev, members: [{far: 6, weight: 2}, {far: 7, weight: 0}]}
+fars:
+  - {id: 6, action: nat, address: 10.1.0.21, port: 5353}
+  - {id: 7, action: nat, address: 10.1.0.22, port: 5353}
+`
+	out, err = ctl(lb, "apply", "-f", "-")
+	if err != nil || !strings.HasPrefix(out, "far 6 created\nfar 7 created\nlbr 3 created\nservice 2 created\ngeneration 4 (committed in ") {
+		t.Errorf("apply service: %q, %v", out, err)
+	}
+	out, err = ctl("", "get", "services")
+	if err != nil || out != "ID  VIP           PORT  PROTO  LBR  CONNECTIONS\n1   203.0.113.10  80    tcp    1    pinned\n2   203.0.113.20  53    udp    3    stateless\n" {
+		t.Errorf("get services: %q, %v", out, err)
+	}
+	out, err = ctl("", "get", "lbr", "3")
+	if err != nil || out != "ID  ALGORITHM  MEMBERS\n3   maglev     6:2,7:0\n" {
+		t.Errorf("get lbr 3: %q, %v", out, err)
+	}
+	out, err = ctl("", "get", "fars", "6", "7")
+	if err != nil || out != "ID  ACTION  INTERFACE  PATH  NAT\n6   nat     -          -     10.1.0.21:5353\n7   nat     -          -     10.1.0.22:5353\n" {
+		t.Errorf("get fars 6 7: %q, %v", out, err)
+	}
+	out, err = ctl("", "get", "services", "2", "-o", "yaml")
+	if err != nil || out != "services:\n    - id: 2\n      vip: 203.0.113.20\n      port: 53\n      proto: udp\n      lbr: 3\n      stateless: true\n" {
+		t.Errorf("get service 2 -o yaml: %q, %v", out, err)
+	}
+	out, err = ctl(out, "apply", "-f", "-")
+	if err != nil || out != "service 2 unchanged\n" {
+		t.Errorf("apply get's yaml: %q, %v", out, err)
+	}
+	// What uses an object goes first: the service, then its LBR, then
+	// the LBR's FARs.
+	_, err = ctl("", "delete", "lbr", "3")
+	if err == nil || err.Error() != "delete: FailedPrecondition:\n  operations[0].delete: lbr 3 is still used by service 2 (lbr 3)" {
+		t.Errorf("delete lbr 3 before its service: %v", err)
+	}
+	out, err = ctl("", "delete", "service", "2")
+	if err != nil || !strings.HasPrefix(out, "service 2 deleted\ngeneration 5 (committed in ") {
+		t.Errorf("delete service 2: %q, %v", out, err)
+	}
+	out, err = ctl("", "delete", "lbr", "3")
+	if err != nil || !strings.HasPrefix(out, "lbr 3 deleted\ngeneration 6 (committed in ") {
+		t.Errorf("delete lbr 3: %q, %v", out, err)
+	}
+	out, err = ctl("", "delete", "far", "6", "7")
+	if err != nil || !strings.HasPrefix(out, "far 6 deleted\nfar 7 deleted\ngeneration 7 (committed in ") {
+		t.Errorf("delete far 6 7: %q, %v", out, err)
+	}
+	_, err = ctl("", "get", "service", "2")
+	if err == nil || err.Error() != "get service 2: NotFound: no service 2" {
+		t.Errorf("get service 2 after delete: %v", err)
+	}
+	if c := agent.Config(); len(c.Services) != 1 || len(c.LBRs) != 1 || len(c.FARs) != 5 {
+		t.Errorf("agent after deletes: %d services, %d lbrs, %d fars", len(c.Services), len(c.LBRs), len(c.FARs))
+	}
+
+	out, err = ctl("", "stats", "--json")
+	if err != nil || !strings.Contains(out, `"generation": 7`) || !strings.Contains(out, `"10": {`) {
+		t.Errorf("stats --server: %q, %v", out, err)
+	}
+
+	// Without the token, or without TLS.
+	root := newRootCmd()
+	root.SetOut(&bytes.Buffer{})
+	root.SetArgs([]string{"get", "pdrs", "--server", l.GRPC.String(), "--tls-ca", ca})
+	t.Setenv(client.TokenEnv, "")
+	if err := root.Execute(); err == nil || !strings.HasPrefix(err.Error(), "get pdrs: Unauthenticated: missing or invalid bearer token") {
+		t.Errorf("no token: %v", err)
+	}
+	t.Setenv(client.TokenEnv, token)
+	root = newRootCmd()
+	root.SetOut(&bytes.Buffer{})
+	root.SetArgs([]string{"get", "pdrs", "--server", l.GRPC.String(), "--timeout", "2s"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "give --tls") {
+		t.Errorf("no tls: %v", err)
+	}
+}
