@@ -282,10 +282,12 @@ type Schema struct {
 	// referred to before what refers to it.
 	kinds  []kindDef
 	byKind map[Kind]kindDef
-	// rank orders kinds as the config file lists them (Config's fields,
-	// then the kinds without one), for naming the first user of an
-	// object.
-	rank map[Kind]int
+	// ranked are the kinds as the config file lists them (Config's
+	// fields, then the kinds without one), and rank their places: the
+	// order a store batch is checked in and its objects' users are named
+	// in, as a file's problems are listed.
+	ranked []kindDef
+	rank   map[Kind]int
 }
 
 // NewSchema returns the schema of kinds, given in the order what is
@@ -316,6 +318,7 @@ func NewSchema(kinds ...kindDef) *Schema {
 	for i, k := range ranked {
 		s.rank[k.meta().kind] = i
 	}
+	s.ranked = ranked
 	return s
 }
 

@@ -119,7 +119,6 @@ type anyTable interface {
 	get(key Key) (any, bool)
 	ptr(key Key) (any, bool)
 	list() reflect.Value
-	size() int
 	reset()
 }
 
@@ -219,8 +218,6 @@ func (t *table[T]) get(key Key) (any, bool) {
 	}
 	return nil, false
 }
-
-func (t *table[T]) size() int { return len(t.rows) }
 
 // list returns the objects (a []T) in list order.
 func (t *table[T]) list() reflect.Value {
@@ -461,10 +458,10 @@ func (s *Store) Apply(ops []Op) (*Changes, func(), error) {
 	ch := &Changes{}
 	if len(b.errs) == 0 {
 		v := &validation{limits: s.limits}
-		for _, k := range s.schema.kinds {
+		for _, k := range s.schema.ranked {
 			s.tables[k.meta().kind].check(b, v)
 		}
-		for _, k := range s.schema.kinds {
+		for _, k := range s.schema.ranked {
 			k.countIn(v, s)
 		}
 		b.errs = append(b.errs, v.errs...)
