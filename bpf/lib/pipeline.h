@@ -152,7 +152,8 @@ decide(struct xdp_md *ctx, struct edge_ctx *c, const struct edge_state *st,
 static __always_inline const struct edge_far *
 decided(struct edge_ctx *c, const struct edge_flow *fl)
 {
-	if (fl->far == EDGE_NO_FAR || fl->far == EDGE_FAR_ROUTE)
+	/* EDGE_FAR_ROUTE and EDGE_NO_FAR, the two largest indexes. */
+	if (fl->far >= EDGE_FAR_ROUTE)
 		return NULL;
 	if (fl->stats & EDGE_STATS_LB) {
 		count(&edge_lb_stats, fl->stats & ~EDGE_STATS_LB, c->p.len);
@@ -164,18 +165,18 @@ decided(struct edge_ctx *c, const struct edge_flow *fl)
 	return far_get(fl->gen, fl->far);
 }
 
-/* act carries out the decision in fl. */
+/* act carries out the decision in fl, whose FAR is far. */
 static __always_inline int act(struct xdp_md *ctx, struct edge_ctx *c,
 			       const struct edge_state *st,
 			       struct edge_flow *fl, const struct edge_far *far)
 {
-	if (fl->far == EDGE_NO_FAR)
-		return punt(&c->p, EDGE_R_NO_MATCH, st->nomatch_verdict);
+	if (far)
+		return edge_act(ctx, &c->p, far, fl, st->fib_epoch);
 	if (fl->far == EDGE_FAR_ROUTE)
 		return edge_redirect(ctx, &c->p, 0, fl, st->fib_epoch);
-	if (!far)
-		return punt(&c->p, EDGE_R_NO_STATE, XDP_PASS);
-	return edge_act(ctx, &c->p, far, fl, st->fib_epoch);
+	if (fl->far == EDGE_NO_FAR)
+		return punt(&c->p, EDGE_R_NO_MATCH, st->nomatch_verdict);
+	return punt(&c->p, EDGE_R_NO_STATE, XDP_PASS);
 }
 
 /* edge_pipeline is the whole per-packet path; entry programs (and the
