@@ -3,10 +3,12 @@
  * other about the packet being decided. It lives in a per-CPU slot
  * (edge_ctx in edge_maps.h), not on the entry function's stack, which the
  * verifier caps at 512 bytes for a program and every function it calls:
- * the stages to come add their state here. One packet at a time runs on a
- * CPU (XDP runs in NAPI poll with bottom halves off), so a slot is never
- * shared; every field a stage reads is written for the packet first. Not
- * shared with Go. */
+ * the stages to come add their state here. XDP runs in NAPI poll with
+ * bottom halves off, one packet at a time on a CPU, so a slot is never
+ * shared; every field a stage reads is written for the packet first.
+ * (BPF_PROG_TEST_RUN only disables migration: on a fully preemptible
+ * kernel two test runs on one CPU could interleave, as they could on the
+ * exact-match cache's slots.) Not shared with Go. */
 #ifndef EDGE_CTX_H
 #define EDGE_CTX_H
 

@@ -40,6 +40,8 @@ enum edge_lb_verdict {
 				 * the service's precedence in rule.prio's
 				 * high half; ask again with EDGE_BAL_UNGUARDED
 				 * when no PDR comes before it */
+	EDGE_LB_PDR = 6,        /* the pipeline's: a PDR before a guarded
+				 * service won; its rule is in ctx->rule */
 };
 
 /* edge_balance's flags. */

@@ -64,14 +64,14 @@ static __always_inline int nat_icmp(struct xdp_md *ctx, struct edge_ctx *c,
 }
 
 /* service_or_pdr settles a guarded service's packet: a PDR before the
- * service's place (c->rule.prio, as edge_balance left it) wins, else the
- * balancer is asked again. */
+ * service's place (c->rule.prio, as edge_balance left it) wins
+ * (EDGE_LB_PDR, its rule in c->rule), else the balancer is asked again. */
 static __always_inline int service_or_pdr(struct edge_ctx *c,
 					  const struct edge_state *st,
 					  __u32 bal)
 {
 	if (edge_classify(c, st, c->rule.prio))
-		return EDGE_LB_NONE;
+		return EDGE_LB_PDR;
 	return edge_balance(c, bal | EDGE_BAL_UNGUARDED);
 }
 
@@ -132,7 +132,7 @@ decide(struct xdp_md *ctx, struct edge_ctx *c, const struct edge_state *st,
 		*rc = punt(p, EDGE_R_LB_NO_BACKEND, XDP_DROP);
 		return NULL;
 	}
-	if (lb == EDGE_LB_HIT || lb == EDGE_LB_STATELESS ||
+	if (lb == EDGE_LB_HIT || lb == EDGE_LB_STATELESS || lb == EDGE_LB_PDR ||
 	    edge_classify(c, st, EDGE_PRIO_ANY)) {
 		c->nf.far = c->rule.far;
 		c->nf.stats = c->rule.stats;
