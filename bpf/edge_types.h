@@ -202,6 +202,12 @@ struct edge_member {
 struct edge_conn {
 	__u32 far;
 	__u32 far_id;
+#ifdef EDGE_LAYOUT_TEST
+	/* Only in the build the upgrade test migrates to and from
+	 * (-tags edgeplane_layout_test): a member that moves the ones after
+	 * it, as a release that grows the struct would. */
+	__u64 layout_test;
+#endif
 	__u32 stats;
 	__u32 svc;    /* service id */
 	__u32 closed; /* the client sent FIN or RST (edge_conns) */
@@ -290,6 +296,9 @@ struct edge_flow {
 	/* decap: the stable index + 1 of the path the flow's outer packets
 	 * were checked to belong to in generation gen (0: not yet) */
 	__u32 path;
+#ifdef EDGE_LAYOUT_TEST
+	__u64 layout_test; /* as in edge_conn */
+#endif
 	__u64 packets;
 	__u64 bytes;
 };
