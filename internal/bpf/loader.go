@@ -57,7 +57,8 @@ func (l Limits) WithDefaults() Limits {
 func (l Limits) FARStride() uint32 { return l.Rules + MaxServices }
 
 // ErrIncompatible is returned when pinned maps exist with other sizes or
-// layouts than this build and config want.
+// layouts than this build and config want: PrepareUpgrade takes them
+// over.
 var ErrIncompatible = errors.New("pinned maps do not match this config")
 
 // Spec returns the dataplane's collection spec with map sizes and load-time
@@ -136,6 +137,11 @@ func Open(l Limits, pinDir string) (*Dataplane, error) {
 			return nil, fmt.Errorf("create pin dir: %w", err)
 		}
 		opts.Maps.PinPath = pinDir
+		// The kernel compares sizes only: a struct whose members moved
+		// within the same size would be read at the wrong places.
+		if err := checkPinned(spec, pinDir); err != nil {
+			return nil, err
+		}
 	} else {
 		for _, m := range spec.Maps {
 			m.Pinning = ebpf.PinNone
@@ -144,7 +150,7 @@ func Open(l Limits, pinDir string) (*Dataplane, error) {
 	dp := &Dataplane{Limits: l.WithDefaults(), spec: spec}
 	if err := spec.LoadAndAssign(&dp.edgeMaps, opts); err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
-			return nil, fmt.Errorf("%w (limits or build changed; run `edgeplane down` first): %w", ErrIncompatible, err)
+			return nil, fmt.Errorf("%w: %w", ErrIncompatible, err)
 		}
 		return nil, fmt.Errorf("load maps: %w", err)
 	}

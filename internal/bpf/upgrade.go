@@ -1,0 +1,658 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+)
+
+// UpgradeDir is the directory under the pin dir where a build pins the
+// maps (and the agent the program) it creates while it takes over from a
+// pinned dataplane whose map layouts or sizes differ from its own. They
+// move up into the pin dir, replacing the old ones, once every link runs
+// the new program; until then the old pins are untouched, so whatever
+// happens the old program and its maps are whole.
+const UpgradeDir = "next"
+
+// carry says how an upgrade takes a map's contents over from the build
+// before.
+type carry uint8
+
+const (
+	// rebuilt: written whole by the agent's first commit (or by its
+	// interface setup), not copied.
+	rebuilt carry = iota
+	// table: written by the agent; copied before the first commit, which
+	// reads back what the live generation gave each object (statistics
+	// indexes, FAR and service places: what restarts keep).
+	table
+	// cache: written by packets, derivable again; copied once, so
+	// per-flow counts continue.
+	cache
+	// state: written by packets and not derivable (connections and their
+	// replies): copied, and after the switch what the old program added
+	// meanwhile is copied too.
+	state
+	// counter: per-CPU counters and GRE sequence numbers: copied, and
+	// after the switch what the old program counted meanwhile is added.
+	counter
+)
+
+// mapRole is how a pinned map is carried over, and whether it belongs to
+// the rules generation: a map whose entries name a generation's slots or
+// FAR places is reused only if all of them are, since the agent commits
+// its first generation into them while the old program still reads them.
+type mapRole struct {
+	carry      carry
+	generation bool
+}
+
+// mapRoles lists every pinned map (TestMapRoles keeps it complete).
+var mapRoles = map[string]mapRole{
+	edgeMapEdgeGlobal:     {table, true},
+	edgeMapEdgeGroups:     {table, true},
+	edgeMapEdgeRules:      {table, true},
+	edgeMapEdgeFars:       {table, true},
+	edgeMapEdgePaths:      {table, true},
+	edgeMapEdgeDecaps:     {table, true},
+	edgeMapEdgeServices:   {table, true},
+	edgeMapEdgeSvcIndex:   {rebuilt, true},
+	edgeMapEdgeMaglev:     {rebuilt, true},
+	edgeMapEdgeLbFar:      {rebuilt, true},
+	edgeMapEdgeFlows:      {cache, true},
+	edgeMapEdgeFlows4:     {cache, true},
+	edgeMapEdgeEmc4:       {cache, true},
+	edgeMapEdgeLbMembers:  {table, false},
+	edgeMapEdgeTx:         {rebuilt, false},
+	edgeMapEdgeIfaddrs:    {rebuilt, false},
+	edgeMapEdgeConns:      {state, false},
+	edgeMapEdgeRnat:       {state, false},
+	edgeMapEdgePdrStats:   {counter, false},
+	edgeMapEdgeLbStats:    {counter, false},
+	edgeMapEdgeLbNew:      {counter, false},
+	edgeMapEdgePathStats:  {counter, false},
+	edgeMapEdgeVerdicts:   {counter, false},
+	edgeMapEdgeReasons:    {counter, false},
+	edgeMapEdgeCacheStats: {counter, false},
+	edgeMapEdgePathSeq:    {counter, false},
+}
+
+// differs says why a map pinned by another build cannot serve as ms
+// ("" when it can): another type, size or flags, or a key or value whose
+// members are not where this build has them.
+func (bc btfCache) differs(ms *ebpf.MapSpec, r *rawMap) (string, error) {
+	if err := ms.Compatible(r.m); err != nil {
+		return strings.TrimSuffix(err.Error(), ": "+ebpf.ErrMapIncompatible.Error()), nil
+	}
+	if r.valueType == nil || ms.Value == nil {
+		return "", nil // no BTF to compare: the sizes decide
+	}
+	for _, kv := range []struct {
+		what     string
+		old, new btf.Type
+	}{{"key", r.keyType, ms.Key}, {"value", r.valueType, ms.Value}} {
+		if kv.old == nil || kv.new == nil {
+			continue
+		}
+		c, err := newConversion(kv.old, kv.new)
+		if err != nil {
+			return "", fmt.Errorf("map %s %s: %w", r.name, kv.what, err)
+		}
+		if !c.Same {
+			return fmt.Sprintf("%s layout differs (added %v, dropped %v)", kv.what, c.Added, c.Dropped), nil
+		}
+	}
+	return "", nil
+}
+
+// pinnedDiffs opens the maps of spec pinned under pinDir and says why each
+// that cannot be adopted differs. The caller closes the maps.
+func pinnedDiffs(spec *ebpf.CollectionSpec, pinDir string, bc btfCache) (map[string]*rawMap, map[string]string, error) {
+	old, why := map[string]*rawMap{}, map[string]string{}
+	closeAll := func() {
+		for _, r := range old {
+			r.m.Close()
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(spec.Maps)) {
+		ms := spec.Maps[name]
+		if ms.Pinning != ebpf.PinByName {
+			continue
+		}
+		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), nil)
+		if errors.Is(err, os.ErrNotExist) {
+			why[name] = "new in this build"
+			continue
+		}
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("open pinned map %s: %w", name, err)
+		}
+		r, err := bc.open(m, name)
+		if err != nil {
+			m.Close()
+			closeAll()
+			return nil, nil, err
+		}
+		old[name] = r
+		d, err := bc.differs(ms, r)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		if d != "" {
+			why[name] = d
+		}
+	}
+	return old, why, nil
+}
+
+// checkPinned returns ErrIncompatible, naming the maps, when a map pinned
+// under pinDir exists with another layout or size than spec's. Maps not
+// pinned yet are created by the caller.
+func checkPinned(spec *ebpf.CollectionSpec, pinDir string) error {
+	old, why, err := pinnedDiffs(spec, pinDir, btfCache{})
+	if err != nil {
+		return err
+	}
+	var diffs []string
+	for name, r := range old {
+		r.m.Close()
+		if why[name] != "" {
+			diffs = append(diffs, name+": "+why[name])
+		}
+	}
+	if len(diffs) > 0 {
+		slices.Sort(diffs)
+		return fmt.Errorf("%w: %s", ErrIncompatible, strings.Join(diffs, "; "))
+	}
+	return nil
+}
+
+// Upgrade is a dataplane built beside the pinned one of another build
+// whose map layouts or sizes differ, taking its state over while the old
+// program keeps forwarding: maps whose layout is this build's are
+// reused as they are; the others are created under UpgradeDir and filled
+// from the old ones (see mapRoles), converted member by member. The agent
+// then commits its config into the new dataplane, switches every link to
+// the new program (CopyAgain just before), and calls Finish, which
+// copies what the old program added after the first copy and moves the
+// new pins into the pin dir. Abort, any time before the switch, leaves
+// the old dataplane as it was.
+type Upgrade struct {
+	dp            *Dataplane
+	pinDir, stage string
+	log           *slog.Logger
+	old           map[string]*rawMap // the old build's pinned maps
+	fresh         []string           // the maps created under stage, by name
+	convs         map[string]*mapConv
+	// then holds each counter map's old entries as first copied.
+	then map[string]map[string]entry
+}
+
+// mapConv copies one map's entries into the map that replaces it.
+type mapConv struct {
+	name       string
+	from, to   *rawMap
+	key, value *conversion
+	// remapKey and remapValue move what holds a FAR's place, which
+	// depends on the rules limit (nil: nothing to move).
+	remapKey   func(k []byte) bool
+	remapValue func(v []byte)
+}
+
+// PrepareUpgrade builds the dataplane for l beside the one pinned under
+// pinDir and copies the pinned state into it (the first copy). It loads
+// no program.
+func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err error) {
+	spec, err := Spec(l)
+	if err != nil {
+		return nil, err
+	}
+	stage := filepath.Join(pinDir, UpgradeDir)
+	if ents, _ := os.ReadDir(stage); len(ents) > 0 {
+		return nil, fmt.Errorf("%s holds the pins of another upgrade", stage)
+	}
+	bc := btfCache{}
+	old, why, err := pinnedDiffs(spec, pinDir, bc)
+	if err != nil {
+		return nil, err
+	}
+	u = &Upgrade{pinDir: pinDir, stage: stage, log: log, old: old, convs: map[string]*mapConv{}, then: map[string]map[string]entry{}}
+	defer func() {
+		if err != nil {
+			u.Abort()
+		}
+	}()
+	genNew := false
+	for name := range why {
+		role, ok := mapRoles[name]
+		if !ok {
+			return nil, fmt.Errorf("map %s has no upgrade role (internal/bpf/upgrade.go: mapRoles)", name)
+		}
+		genNew = genNew || role.generation
+	}
+	reuse := map[string]*ebpf.Map{}
+	for name, r := range old {
+		switch {
+		case why[name] != "":
+		case genNew && mapRoles[name].generation:
+			why[name] = "a rules table changed: they move together"
+		default:
+			reuse[name] = r.m
+		}
+	}
+	if err := os.MkdirAll(stage, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", stage, err)
+	}
+	dp := &Dataplane{Limits: l.WithDefaults(), spec: spec}
+	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: stage}, MapReplacements: reuse}
+	if err := spec.LoadAndAssign(&dp.edgeMaps, opts); err != nil {
+		return nil, fmt.Errorf("create maps in %s: %w", stage, err)
+	}
+	u.dp = dp
+	byName := dp.MapReplacements()
+	for _, name := range slices.Sorted(maps.Keys(why)) {
+		u.fresh = append(u.fresh, name)
+		from := old[name]
+		if from == nil || mapRoles[name].carry == rebuilt {
+			log.Info("upgrade: new map", "map", name, "why", why[name], "copied", false)
+			continue
+		}
+		to, err := bc.open(byName[name], name)
+		if err != nil {
+			return nil, err
+		}
+		mc, err := newMapConv(name, from, to, old[edgeMapEdgeFars], dp.Limits.FARStride())
+		if err != nil {
+			return nil, err
+		}
+		u.convs[name] = mc
+		es, err := from.readAll()
+		if err != nil {
+			return nil, err
+		}
+		conv := mc.convert(es)
+		if err := to.write(conv, ebpf.UpdateAny); err != nil {
+			return nil, err
+		}
+		if mapRoles[name].carry == counter {
+			snap := make(map[string]entry, len(es))
+			for _, e := range es {
+				snap[string(e.key)] = e
+			}
+			u.then[name] = snap
+		}
+		log.Info("upgrade: map copied", "map", name, "why", why[name], "entries", len(es), "kept", len(conv),
+			"added_members", mc.value.Added, "dropped_members", mc.value.Dropped)
+	}
+	if dp.barrier, err = newBarrier(); err != nil {
+		return nil, err
+	}
+	// The writer learns what the copied tables hold, as at a restart.
+	if dp.writer, err = newWriter(dp); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// Dataplane returns the new dataplane: commit to it, load its program.
+func (u *Upgrade) Dataplane() *Dataplane { return u.dp }
+
+// Stage is the directory the new pins wait in until Finish.
+func (u *Upgrade) Stage() string { return u.stage }
+
+// Reused says whether no map was replaced: the old maps serve the new
+// program as they are.
+func (u *Upgrade) Reused() bool { return len(u.fresh) == 0 }
+
+// CopyAgain copies the connections the old program opened since the
+// first copy, just before the switch, so the window in which the new
+// program does not know them is as short as it can be.
+func (u *Upgrade) CopyAgain() error {
+	for _, name := range u.fresh {
+		if mc := u.convs[name]; mc != nil && mapRoles[name].carry == state {
+			if _, err := mc.copyMissing(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Finish runs once every link runs the new program: it waits until the
+// old program has left every CPU, copies what it added and counted since
+// the first copy, and moves the new maps' pins over the old ones. A
+// failure leaves the pins for FinishStaged.
+func (u *Upgrade) Finish() error {
+	if err := u.dp.barrier.Sync(); err != nil {
+		return err
+	}
+	for _, name := range u.fresh {
+		mc := u.convs[name]
+		if mc == nil {
+			continue
+		}
+		switch mapRoles[name].carry {
+		case state:
+			n, err := mc.copyMissing()
+			if err != nil {
+				return err
+			}
+			u.log.Info("upgrade: entries the old program added meanwhile", "map", name, "entries", n)
+		case counter:
+			if err := mc.addDeltas(u.then[name]); err != nil {
+				return err
+			}
+		}
+	}
+	if err := promote(u.pinDir, u.fresh); err != nil {
+		return err
+	}
+	u.closeOld()
+	return nil
+}
+
+// promote moves the named pins from the upgrade directory into the pin
+// dir, each replacing the old one in one rename.
+func promote(pinDir string, names []string) error {
+	for _, name := range names {
+		if err := os.Rename(filepath.Join(pinDir, UpgradeDir, name), filepath.Join(pinDir, name)); err != nil {
+			return fmt.Errorf("move pin %s into %s: %w", name, pinDir, err)
+		}
+	}
+	return nil
+}
+
+func (u *Upgrade) closeOld() {
+	for _, r := range u.old {
+		r.m.Close()
+	}
+	u.old = nil
+}
+
+// Abort, before the switch, closes the new dataplane and removes its pins;
+// the old one is as it was.
+func (u *Upgrade) Abort() {
+	if u.dp != nil {
+		u.dp.Close()
+		u.dp = nil
+	}
+	u.closeOld()
+	if err := DiscardStaged(u.pinDir); err != nil {
+		u.log.Error("upgrade: remove staged pins", "error", err)
+	}
+}
+
+// DiscardStaged removes what an upgrade pinned under UpgradeDir: an
+// upgrade that ended before any link ran its program.
+func DiscardStaged(pinDir string) error {
+	if err := os.RemoveAll(filepath.Join(pinDir, UpgradeDir)); err != nil {
+		return fmt.Errorf("remove staged pins: %w", err)
+	}
+	return nil
+}
+
+// FinishStaged completes, from the pins alone, an upgrade that ended after
+// some link ran its program, once the caller has switched the rest: the
+// connections the old program opened are copied into the new maps (by
+// the BTF of both, whichever builds they came from), then every staged map
+// replaces the old one. Counters lose what the old program counted since
+// the first copy (the snapshot was the ended agent's).
+func FinishStaged(pinDir string, log *slog.Logger) error {
+	stage := filepath.Join(pinDir, UpgradeDir)
+	ents, err := os.ReadDir(stage)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", stage, err)
+	}
+	b, err := newBarrier()
+	if err != nil {
+		return err
+	}
+	err = b.Sync() // the old program has left every CPU
+	b.Close()
+	if err != nil {
+		return err
+	}
+	bc := btfCache{}
+	load := func(dir, name string) *rawMap {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if err != nil {
+			return nil // gone, or not a map (the program)
+		}
+		r, err := bc.open(m, name)
+		if err != nil {
+			m.Close()
+			return nil
+		}
+		return r
+	}
+	oldFars, newFars := load(pinDir, edgeMapEdgeFars), load(stage, edgeMapEdgeFars)
+	var names []string
+	for _, e := range ents {
+		to := load(stage, e.Name())
+		if to == nil {
+			continue
+		}
+		names = append(names, e.Name())
+		if from := load(pinDir, e.Name()); from != nil && mapRoles[e.Name()].carry == state {
+			newStride := uint32(0)
+			if newFars != nil {
+				newStride = newFars.maxEntries / 2
+			}
+			mc, err := newMapConv(e.Name(), from, to, oldFars, newStride)
+			if err == nil {
+				var n int
+				n, err = mc.copyMissing()
+				log.Info("upgrade: entries the old program added meanwhile", "map", e.Name(), "entries", n)
+			}
+			if err != nil {
+				log.Error("upgrade: copy entries the old program added", "map", e.Name(), "error", err)
+			}
+			from.m.Close()
+		}
+		to.m.Close()
+	}
+	for _, r := range []*rawMap{oldFars, newFars} {
+		if r != nil {
+			r.m.Close()
+		}
+	}
+	return promote(pinDir, names)
+}
+
+// newMapConv plans the copy of from's entries into to. oldFars is the old
+// build's edge_fars (nil: none) and newStride the new FAR stride, for the
+// entries that hold a FAR's place.
+func newMapConv(name string, from, to *rawMap, oldFars *rawMap, newStride uint32) (*mapConv, error) {
+	mc := &mapConv{name: name, from: from, to: to}
+	var err error
+	if mc.key, err = convFor(from, to, from.keyType, to.keyType, from.keySize, to.keySize); err != nil {
+		return nil, fmt.Errorf("map %s key: %w", name, err)
+	}
+	if mc.value, err = convFor(from, to, from.valueType, to.valueType, from.valueSize, to.valueSize); err != nil {
+		return nil, fmt.Errorf("map %s value: %w", name, err)
+	}
+	g := farGeometry{newStride, newStride}
+	if oldFars != nil {
+		g.oldStride = oldFars.maxEntries / 2
+	}
+	if g.oldStride == g.newStride || g.oldStride <= MaxServices || g.newStride <= MaxServices {
+		return mc, nil
+	}
+	switch name {
+	case edgeMapEdgeFars:
+		mc.remapKey = func(k []byte) bool {
+			i, ok := g.index(uintAt(k, 4))
+			putUint(k, 4, i)
+			return ok
+		}
+	case edgeMapEdgeRnat:
+		if off, size, ok := mc.value.field("far"); ok && size == 4 {
+			mc.remapValue = func(v []byte) {
+				if p, ok := g.place(uintAt(v[off:], 4)); ok {
+					putUint(v[off:], 4, p)
+				}
+			}
+		}
+	}
+	return mc, nil
+}
+
+// convFor plans a key's or value's conversion; without BTF on either side
+// only the same size is taken, as it is.
+func convFor(from, to *rawMap, ft, tt btf.Type, fs, ts uint32) (*conversion, error) {
+	if from.valueType == nil || to.valueType == nil || ft == nil || tt == nil {
+		if fs != ts {
+			return nil, fmt.Errorf("%d bytes, now %d, and no BTF to convert by", fs, ts)
+		}
+		return &conversion{FromSize: fs, ToSize: ts, Same: true}, nil
+	}
+	return newConversion(ft, tt)
+}
+
+// farGeometry moves FAR indexes from one rules limit to another: a slot
+// holds stride places, the rules' FARs first and the services' reply
+// rewrites at rules + tag (Limits.FARStride).
+type farGeometry struct{ oldStride, newStride uint32 }
+
+// place moves an index within a slot.
+func (g farGeometry) place(i uint64) (uint64, bool) {
+	oldRules, newRules := uint64(g.oldStride-MaxServices), uint64(g.newStride-MaxServices)
+	switch {
+	case i >= uint64(g.oldStride):
+		return i, false // no FAR (EDGE_NO_FAR)
+	case i >= oldRules:
+		return i - oldRules + newRules, true
+	case i >= newRules:
+		return i, false // a rule FAR past the new limit
+	}
+	return i, true
+}
+
+// index moves an edge_fars index (slot * stride + place).
+func (g farGeometry) index(i uint64) (uint64, bool) {
+	p, ok := g.place(i % uint64(g.oldStride))
+	return i/uint64(g.oldStride)*uint64(g.newStride) + p, ok
+}
+
+// convert turns old entries into new ones, leaving out those the new map
+// has no place for.
+func (mc *mapConv) convert(es []entry) []entry {
+	out := make([]entry, 0, len(es))
+	for _, e := range es {
+		k := make([]byte, mc.to.keySize)
+		mc.key.convert(k, e.key)
+		if mc.remapKey != nil && !mc.remapKey(k) {
+			continue
+		}
+		if isArray(mc.to) && uintAt(k, 4) >= uint64(mc.to.maxEntries) {
+			continue
+		}
+		ne := entry{key: k}
+		for _, v := range e.vals {
+			nv := make([]byte, mc.to.valueSize)
+			mc.value.convert(nv, v)
+			if mc.remapValue != nil {
+				mc.remapValue(nv)
+			}
+			ne.vals = append(ne.vals, nv)
+		}
+		out = append(out, ne)
+	}
+	return out
+}
+
+func isArray(r *rawMap) bool {
+	return r.typ == ebpf.Array || r.typ == ebpf.PerCPUArray
+}
+
+// copyMissing copies the old entries the new map lacks (those the old
+// program added since the last copy), keeping those it has: the new
+// program may have updated them since.
+func (mc *mapConv) copyMissing() (int, error) {
+	es, err := mc.from.readAll()
+	if err != nil {
+		return 0, err
+	}
+	have, err := mc.to.readAll()
+	if err != nil {
+		return 0, err
+	}
+	known := make(map[string]bool, len(have))
+	for _, e := range have {
+		known[string(e.key)] = true
+	}
+	var add []entry
+	for _, e := range mc.convert(es) {
+		if !known[string(e.key)] {
+			add = append(add, e)
+		}
+	}
+	return len(add), mc.to.write(add, ebpf.UpdateNoExist)
+}
+
+// addDeltas adds to the new counters what the old ones counted since then
+// (their first copy). The new program counts into them meanwhile, per
+// CPU and without atomics, so a packet it counts on that CPU between this
+// read and write is lost: a few at most, in the microseconds each
+// entry's update takes.
+func (mc *mapConv) addDeltas(then map[string]entry) error {
+	now, err := mc.from.readAll()
+	if err != nil {
+		return err
+	}
+	for _, e := range now {
+		t, ok := then[string(e.key)]
+		if ok && slices.EqualFunc(e.vals, t.vals, bytes.Equal) {
+			continue
+		}
+		if !ok {
+			t = entry{key: e.key}
+			for range e.vals {
+				t.vals = append(t.vals, make([]byte, mc.from.valueSize))
+			}
+		}
+		k := mc.convert([]entry{{key: e.key, vals: nil}})
+		if len(k) == 0 {
+			continue
+		}
+		cur := entry{key: k[0].key}
+		if mc.to.perCPU {
+			err = mc.to.m.Lookup(cur.key, &cur.vals)
+		} else {
+			var v []byte
+			err = mc.to.m.Lookup(cur.key, &v)
+			cur.vals = [][]byte{v}
+		}
+		if err != nil {
+			return fmt.Errorf("read map %s: %w", mc.name, err)
+		}
+		changed := false
+		for c := range min(len(cur.vals), len(e.vals)) {
+			if mc.value.addDelta(cur.vals[c], e.vals[c], t.vals[c]) {
+				changed = true
+			}
+		}
+		if changed {
+			if err := mc.to.put(cur); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
