@@ -251,9 +251,16 @@ func splitErrors(err error) []string {
 	return []string{err.Error()}
 }
 
-// start opens (or adopts) the dataplane and applies cfg.
+// start opens (or adopts) the dataplane and applies cfg. Pinned maps of
+// another layout or size are taken over (upgrade.go).
 func (a *Agent) start(cfg *config.Config) error {
+	if err := recoverUpgrade(a.opts.PinDir, a.log); err != nil {
+		return err
+	}
 	dp, err := bpf.Open(limitsOf(cfg), a.opts.PinDir)
+	if errors.Is(err, bpf.ErrIncompatible) {
+		return a.upgrade(cfg, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -271,6 +278,13 @@ func (a *Agent) start(cfg *config.Config) error {
 		dp.Close()
 		return err
 	}
+	return a.commitAdopted(cfg, dp)
+}
+
+// commitAdopted commits cfg as the next generation of dp, whose maps hold
+// what an earlier agent (or build) committed: every object keeps the
+// statistics index and place it had there.
+func (a *Agent) commitAdopted(cfg *config.Config, dp *bpf.Dataplane) error {
 	// Keep each PDR's statistics index from the live generation so its
 	// counters continue across restarts.
 	live, _, err := dp.ActiveRules()
@@ -399,7 +413,7 @@ func (a *Agent) Reload() error {
 		a.log.Error("journal batch skipped: the edited config file no longer takes it", "error", e)
 	}
 	if limitsOf(cfg) != a.dp.Limits {
-		return config.Errors{{Path: "limits", Reason: "map sizes cannot change while running; restart the agent after `edgeplane down` to resize"}}
+		return config.Errors{{Path: "limits", Reason: "map sizes cannot change while running; restart the agent to resize (it takes the pinned state over)"}}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

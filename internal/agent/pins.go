@@ -184,6 +184,8 @@ func Down(pinDir string) error {
 	for _, p := range pins {
 		errs = append(errs, detachPin(p))
 	}
+	// An unfinished upgrade's pins, in a directory of their own.
+	errs = append(errs, bpf.DiscardStaged(pinDir))
 	entries, err := os.ReadDir(pinDir)
 	if err != nil {
 		if os.IsNotExist(err) {

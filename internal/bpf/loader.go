@@ -323,6 +323,16 @@ func (b *barrier) openExpedite() {
 
 // Sync returns after an RCU grace period.
 func (b *barrier) Sync() error {
+	return b.expedited(func() error {
+		if err := b.outer.Put(uint32(0), b.inner); err != nil {
+			return fmt.Errorf("rcu barrier: %w", err)
+		}
+		return nil
+	})
+}
+
+// expedited runs fn with grace periods expedited (ExpediteGracePeriods).
+func (b *barrier) expedited(fn func() error) error {
 	if ExpediteGracePeriods {
 		b.expediteOnce.Do(b.openExpedite)
 	}
@@ -334,11 +344,12 @@ func (b *barrier) Sync() error {
 			}
 		}
 	}
-	if err := b.outer.Put(uint32(0), b.inner); err != nil {
-		return fmt.Errorf("rcu barrier: %w", err)
-	}
-	return nil
+	return fn()
 }
+
+// Expedited runs fn with the kernel's grace periods expedited, as commits
+// wait for theirs: for kernel paths that wait for one inside a syscall.
+func (dp *Dataplane) Expedited(fn func() error) error { return dp.barrier.expedited(fn) }
 
 func (b *barrier) Close() error {
 	if b.expedite != nil {

@@ -199,6 +199,9 @@ type Upgrade struct {
 	convs         map[string]*mapConv
 	// then holds each counter map's old entries as first copied.
 	then map[string]map[string]entry
+	// Halt, when set, is called with "promoting" once the first new pin
+	// has replaced an old one: the agent's crash tests end it there.
+	Halt func(phase string)
 }
 
 // mapConv copies one map's entries into the map that replaces it.
@@ -357,7 +360,7 @@ func (u *Upgrade) Finish() error {
 			}
 		}
 	}
-	if err := promote(u.pinDir, u.fresh); err != nil {
+	if err := promote(u.pinDir, u.fresh, u.Halt); err != nil {
 		return err
 	}
 	u.closeOld()
@@ -365,11 +368,15 @@ func (u *Upgrade) Finish() error {
 }
 
 // promote moves the named pins from the upgrade directory into the pin
-// dir, each replacing the old one in one rename.
-func promote(pinDir string, names []string) error {
-	for _, name := range names {
+// dir, each replacing the old one in one rename; halt (if set) is called
+// after the first.
+func promote(pinDir string, names []string, halt func(string)) error {
+	for i, name := range names {
 		if err := os.Rename(filepath.Join(pinDir, UpgradeDir, name), filepath.Join(pinDir, name)); err != nil {
 			return fmt.Errorf("move pin %s into %s: %w", name, pinDir, err)
+		}
+		if i == 0 && halt != nil {
+			halt("promoting")
 		}
 	}
 	return nil
@@ -472,7 +479,7 @@ func FinishStaged(pinDir string, log *slog.Logger) error {
 			r.m.Close()
 		}
 	}
-	return promote(pinDir, names)
+	return promote(pinDir, names, nil)
 }
 
 // newMapConv plans the copy of from's entries into to. oldFars is the old

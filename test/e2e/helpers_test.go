@@ -96,7 +96,13 @@ func (g *gateway) writeConfig(cfg string) {
 // SIGHUP.
 func (g *gateway) start(extra ...string) {
 	g.t.Helper()
-	if err := g.StartAgent(edgeplaneBin, g.cfgPath, g.logf, extra...); err != nil {
+	g.startBin(edgeplaneBin, extra...)
+}
+
+// startBin is start with another edgeplane binary.
+func (g *gateway) startBin(bin string, extra ...string) {
+	g.t.Helper()
+	if err := g.StartAgent(bin, g.cfgPath, g.logf, extra...); err != nil {
 		g.t.Fatal(err)
 	}
 	g.readies++
