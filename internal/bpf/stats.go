@@ -206,6 +206,11 @@ func PinnedSnapshot(pinDir string) (*Snapshot, error) {
 		edgeMapEdgeLbMembers:  &m.EdgeLbMembers,
 		edgeMapEdgeConns:      &m.EdgeConns,
 	}
+	spec, err := loadEdge()
+	if err != nil {
+		return nil, fmt.Errorf("load embedded object: %w", err)
+	}
+	bc := btfCache{}
 	for name, dst := range fields {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
 		if err != nil {
@@ -213,6 +218,19 @@ func PinnedSnapshot(pinDir string) (*Snapshot, error) {
 			return nil, fmt.Errorf("open pinned %s (is an agent running with --pin-dir %s?): %w", name, pinDir, err)
 		}
 		*dst = mp
+		// Another build's entries would be read at the wrong places.
+		r, err := bc.open(mp, name)
+		var why string
+		if err == nil {
+			why, err = bc.layoutDiff(spec.Maps[name], r)
+		}
+		if err == nil && why != "" {
+			err = fmt.Errorf("%s: %s: pinned by another build of edgeplane; read them with that build", name, why)
+		}
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("read pinned maps: %w", err)
+		}
 	}
 	defer m.Close()
 	var st State

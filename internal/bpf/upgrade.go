@@ -95,6 +95,15 @@ func (bc btfCache) differs(ms *ebpf.MapSpec, r *rawMap) (string, error) {
 	if err := ms.Compatible(r.m); err != nil {
 		return strings.TrimSuffix(err.Error(), ": "+ebpf.ErrMapIncompatible.Error()), nil
 	}
+	return bc.layoutDiff(ms, r)
+}
+
+// layoutDiff says why the entries of a pinned map are not laid out as
+// ms's ("" when they are), whatever the map's size.
+func (bc btfCache) layoutDiff(ms *ebpf.MapSpec, r *rawMap) (string, error) {
+	if r.keySize != ms.KeySize || r.valueSize != ms.ValueSize {
+		return fmt.Sprintf("key and value of %d and %d bytes, this build's %d and %d", r.keySize, r.valueSize, ms.KeySize, ms.ValueSize), nil
+	}
 	if r.valueType == nil || ms.Value == nil {
 		return "", nil // no BTF to compare: the sizes decide
 	}

@@ -156,6 +156,15 @@ func TestUpgradeLayoutChange(t *testing.T) {
 		progs = append(progs, xdpProgID(t, a.GW, lab.LanName))
 	}
 	switchTo(binB, "the layout-test build")
+	// The pins are the layout-test build's now: the plain build's
+	// `edgeplane stats` says so rather than reading its entries at the
+	// wrong places; the layout-test build's reads them.
+	if out, err := exec.Command(edgeplaneBin, "stats", "--json", "--pin-dir", a.PinDir).CombinedOutput(); err == nil || !strings.Contains(string(out), "another build") {
+		t.Errorf("plain build's stats of the layout-test build's pins: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(binB, "stats", "--json", "--pin-dir", a.PinDir).CombinedOutput(); err != nil {
+		t.Errorf("layout-test build's stats of its pins: %v\n%s", err, out)
+	}
 	switchTo(edgeplaneBin, "the plain build again")
 
 	close(stop)
