@@ -82,6 +82,57 @@ func startPings(ns, dst string, stop <-chan struct{}) *pingStream {
 	return ps
 }
 
+// traffic is what runs through the gateway while it is upgraded: n
+// long-lived connections from A through the NAT service, each echoing a
+// line every 20 ms, and a ping stream from A to B every 2 ms.
+type traffic struct {
+	conns []*lbConn
+	tk    *talker
+	pings *pingStream
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+func startTraffic(t *testing.T, a *apiGateway, n int) *traffic {
+	t.Helper()
+	tr := &traffic{conns: dialVIP(t, a.gateway, lbVIP, n), tk: &talker{}, stop: make(chan struct{})}
+	tr.tk.run(tr.conns, tr.stop, &tr.wg)
+	tr.pings = startPings(a.A, lab.AddrB, tr.stop)
+	t.Cleanup(func() {
+		tr.end()
+		for _, lc := range tr.conns {
+			lc.c.Close()
+		}
+	})
+	return tr
+}
+
+// end stops the echoes and the pings and waits for them.
+func (tr *traffic) end() {
+	tr.once.Do(func() {
+		close(tr.stop)
+		tr.wg.Wait()
+		<-tr.pings.done
+	})
+}
+
+// check ends the traffic and wants no ping lost, no connection broken.
+func (tr *traffic) check(t *testing.T, what string) {
+	t.Helper()
+	tr.end()
+	sent, got := tr.pings.sent.Load(), tr.pings.received.Load()
+	t.Logf("pings at 2 ms through XDP: %d sent, %d lost", sent, sent-got)
+	if got != sent {
+		t.Errorf("ping stream across %s: %d of %d replies", what, got, sent)
+	}
+	tk := tr.tk
+	t.Logf("long-lived connections: %d echoes, longest wait %s, %d errors, %d stalls", tk.rounds.Load(), tk.maxWait, tk.errors.Load(), tk.stalls.Load())
+	if tk.errors.Load() > 0 || tk.stalls.Load() > 0 {
+		t.Errorf("long-lived connections broke across %s: %d errors, %d stalls: %v", what, tk.errors.Load(), tk.stalls.Load(), tk.first)
+	}
+}
+
 // upgradeLine is what an agent logs when it took a pinned dataplane of
 // another layout over, with its figures.
 var upgradeLine = regexp.MustCompile(`upgraded: .*took=(\S+) prepare=(\S+) switch=(\S+) interfaces=\d+ window=(\S+)`)
@@ -104,24 +155,7 @@ func TestUpgradeLayoutChange(t *testing.T) {
 	a := newAPIGateway(t, upgradeCfg())
 	addBackends(t, a.gateway, lbBackends)
 	a.warmUp()
-	conns := dialVIP(t, a.gateway, lbVIP, lbConns)
-	tk := &talker{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	tk.run(conns, stop, &wg)
-	pings := startPings(a.A, lab.AddrB, stop)
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-		<-pings.done
-		for _, lc := range conns {
-			lc.c.Close()
-		}
-	}()
+	tr := startTraffic(t, a, lbConns)
 
 	type sample struct{ pdr, backends, newConns float64 }
 	read := func() sample {
@@ -167,21 +201,10 @@ func TestUpgradeLayoutChange(t *testing.T) {
 	}
 	switchTo(edgeplaneBin, "the plain build again")
 
-	close(stop)
-	wg.Wait()
-	<-pings.done
-	sent, got := pings.sent.Load(), pings.received.Load()
-	t.Logf("pings at 2 ms through XDP: %d sent, %d lost", sent, sent-got)
-	if got != sent {
-		t.Errorf("ping stream across the upgrades: %d of %d replies", got, sent)
-	}
-	t.Logf("long-lived connections: %d echoes, longest wait %s, %d errors, %d stalls", tk.rounds.Load(), tk.maxWait, tk.errors.Load(), tk.stalls.Load())
-	if tk.errors.Load() > 0 || tk.stalls.Load() > 0 {
-		t.Errorf("long-lived connections broke: %d errors, %d stalls: %v", tk.errors.Load(), tk.stalls.Load(), tk.first)
-	}
+	tr.check(t, "both upgrades")
 	// Every connection still talks to the backend that greeted it.
 	kept := 0
-	for i, lc := range conns {
+	for i, lc := range tr.conns {
 		msg := fmt.Sprintf("final %d\n", i)
 		_ = lc.c.SetDeadline(time.Now().Add(2 * time.Second))
 		if _, err := io.WriteString(lc.c, msg); err != nil {
@@ -194,7 +217,7 @@ func TestUpgradeLayoutChange(t *testing.T) {
 		}
 		kept++
 	}
-	t.Logf("%d of %d connections kept their backend across both upgrades", kept, len(conns))
+	t.Logf("%d of %d connections kept their backend across both upgrades", kept, len(tr.conns))
 
 	for i := 1; i < len(samples); i++ {
 		p, c := samples[i-1], samples[i]
@@ -229,24 +252,7 @@ func TestUpgradeCrashRecovery(t *testing.T) {
 	a := newAPIGateway(t, upgradeCfg())
 	addBackends(t, a.gateway, lbBackends)
 	a.warmUp()
-	conns := dialVIP(t, a.gateway, lbVIP, 50)
-	tk := &talker{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	tk.run(conns, stop, &wg)
-	pings := startPings(a.A, lab.AddrB, stop)
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-		<-pings.done
-		for _, lc := range conns {
-			lc.c.Close()
-		}
-	}()
+	tr := startTraffic(t, a, 50)
 
 	bins := map[string]string{"plain": edgeplaneBin, "layout": binB}
 	running := "plain"
@@ -286,18 +292,7 @@ func TestUpgradeCrashRecovery(t *testing.T) {
 		}
 	}
 
-	close(stop)
-	wg.Wait()
-	<-pings.done
-	sent, got := pings.sent.Load(), pings.received.Load()
-	t.Logf("pings at 2 ms through XDP: %d sent, %d lost", sent, sent-got)
-	if got != sent {
-		t.Errorf("ping stream across the crashed upgrades: %d of %d replies", got, sent)
-	}
-	t.Logf("long-lived connections: %d echoes, longest wait %s, %d errors, %d stalls", tk.rounds.Load(), tk.maxWait, tk.errors.Load(), tk.stalls.Load())
-	if tk.errors.Load() > 0 || tk.stalls.Load() > 0 {
-		t.Errorf("long-lived connections broke: %d errors, %d stalls: %v", tk.errors.Load(), tk.stalls.Load(), tk.first)
-	}
+	tr.check(t, "the crashed upgrades")
 	if log := a.log(); !strings.Contains(log, "ended before its switch") || !strings.Contains(log, "ended after its switch") {
 		t.Errorf("the log does not show both recoveries (discard and completion)")
 	}
