@@ -274,12 +274,18 @@ func recoverUpgrade(pinDir string, log *slog.Logger) error {
 	}
 	links, _ := filepath.Glob(filepath.Join(pinDir, linkPrefix+"*"))
 	var behind []string
+	running := 0
 	for _, l := range links {
-		if id, err := linkProgramID(l); err == nil && staged != nil && id != stagedID {
+		id, err := linkProgramID(l)
+		switch {
+		case err != nil || staged == nil:
+		case id == stagedID:
+			running++
+		default:
 			behind = append(behind, l)
 		}
 	}
-	if staged == nil || len(behind) == len(links) {
+	if running == 0 {
 		log.Info("upgrade: an earlier agent ended before its switch: removing what it staged; the pinned dataplane is as it was", "dir", stage)
 		return bpf.DiscardStaged(pinDir)
 	}

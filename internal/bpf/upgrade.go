@@ -325,10 +325,6 @@ func (u *Upgrade) Dataplane() *Dataplane { return u.dp }
 // Stage is the directory the new pins wait in until Finish.
 func (u *Upgrade) Stage() string { return u.stage }
 
-// Reused says whether no map was replaced: the old maps serve the new
-// program as they are.
-func (u *Upgrade) Reused() bool { return len(u.fresh) == 0 }
-
 // CopyAgain copies the connections the old program opened since the
 // first copy, just before the switch, so the window in which the new
 // program does not know them is as short as it can be.
