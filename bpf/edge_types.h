@@ -26,7 +26,7 @@ enum edge_reason {
 	EDGE_R_NONE = 0,
 	EDGE_R_BAD_ETH,       /* truncated Ethernet header */
 	EDGE_R_BAD_VLAN,      /* truncated VLAN tag */
-	EDGE_R_VLAN_DEPTH,    /* more than EDGE_MAX_VLANS tags (punted) */
+	EDGE_R_VLAN_DEPTH,    /* more than EDGE_MAX_VLANS tags: defaults.malformed */
 	EDGE_R_BAD_IP4,       /* truncated IPv4 header, version or tot_len */
 	EDGE_R_BAD_IHL,       /* ihl < 5 or options past the packet end */
 	EDGE_R_BAD_IP4_CSUM,  /* IPv4 header checksum does not verify */

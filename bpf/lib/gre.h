@@ -145,7 +145,9 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 	 * the inner packet and must not ride behind it in the tunnel. The
 	 * parser checked len3 fits in the frame. */
 	pad = (long)(data_end - data) - (long)sizeof(*eth) - (long)len3;
-	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -(int)(pad & 0xff)))
+	/* Trailing bytes past the datagram, however many, are no part of
+	 * it: the kernel's IP input trims them too (pskb_trim_rcsum). */
+	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -(int)(pad & 0xffff)))
 		return punt(p, EDGE_R_ADJUST, XDP_DROP);
 
 	if (bpf_xdp_adjust_head(ctx, -(int)(sizeof(struct iphdr) + hlen)))

@@ -223,7 +223,9 @@ static __always_inline int parse_ip6(struct hdr_cursor *c, void *data_end,
 }
 
 /* parse_gre reads the GRE header (RFC 2784, key and sequence of RFC 2890);
- * the key lands in p->key.gre_key in network order. */
+ * the key lands in p->key.gre_key in network order. A version other than
+ * 0, or any of the RFC 1701 bits RFC 2784 has receivers discard on
+ * (routing, strict source route, recursion's high bit), is malformed. */
 static __always_inline int parse_gre(struct hdr_cursor *c, void *data_end,
 				     struct edge_pkt *p)
 {
@@ -234,7 +236,8 @@ static __always_inline int parse_gre(struct hdr_cursor *c, void *data_end,
 	if (past_end(c, h, 4, data_end))
 		return -EDGE_R_BAD_GRE;
 	flags = h[0];
-	if (flags & (GRE_F_VERSION | GRE_F_ROUTING))
+	if (flags & (GRE_F_VERSION | GRE_F_ROUTING | GRE_F_STRICT |
+		     GRE_F_RECUR_HI))
 		return -EDGE_R_BAD_GRE;
 	if (flags & GRE_F_CSUM)
 		len += 4;
@@ -337,7 +340,7 @@ static __always_inline int parse_l3(struct hdr_cursor *c, void *data,
 
 /* edge_parse parses a frame into p, which it clears first. Returns 0 for
  * an IP packet ready to classify, EDGE_R_NON_IP for other EtherTypes, or
- * -EDGE_R_* when malformed (or, for EDGE_R_VLAN_DEPTH, unsupported). */
+ * -EDGE_R_* when malformed (EDGE_R_VLAN_DEPTH: too many tags to classify). */
 static __always_inline int edge_parse(struct xdp_md *ctx, struct edge_pkt *p)
 {
 	void *data = (void *)(long)ctx->data;

@@ -200,8 +200,9 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		return punt(&c->p, EDGE_R_NON_IP, XDP_PASS);
 	if (!st)
 		return punt(&c->p, EDGE_R_NO_STATE, XDP_PASS);
-	if (rc == -EDGE_R_VLAN_DEPTH)
-		return punt(&c->p, EDGE_R_VLAN_DEPTH, XDP_PASS);
+	/* A stack of tags deeper than the parser walks cannot be classified:
+	 * it is decided by defaults.malformed like a broken header, never
+	 * handed to the kernel past the rules. */
 	if (rc < 0)
 		return punt(&c->p, -rc, st->malformed_verdict);
 	c->gen = st->gen;

@@ -38,6 +38,11 @@
 #define GRE_F_KEY bpf_htons(0x2000)
 #define GRE_F_SEQ bpf_htons(0x1000)
 #define GRE_F_VERSION bpf_htons(0x0007)
+/* RFC 1701's strict source route bit and the high bit of its recursion
+ * control: with the routing bit, the bits 1-5 of RFC 2784 section 2.5 a
+ * receiver that does not implement RFC 1701 must discard a packet for. */
+#define GRE_F_STRICT bpf_htons(0x0800)
+#define GRE_F_RECUR_HI bpf_htons(0x0400)
 
 /* IPv4 flags and fragment offset (iphdr.frag_off, RFC 791), network
  * order. */

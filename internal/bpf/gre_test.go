@@ -501,6 +501,11 @@ func TestGREEncap(t *testing.T) {
 		encap("padding/short packet", from("10.7.1.11", udpU(40017, 7001)), 64, 1, 10),
 		kept("outer next hop without neighbour", from("10.10.1.1", greUDP(40016, 7000)).frame(t, macHostA, macLan0, 64), bpf.XDPDrop, 13, bpf.ReasonNoNeigh),
 	}
+	// Bytes past the datagram's end, more than any Ethernet padding
+	// (300): none of them goes into the tunnel.
+	trailing := encap("padding/300 bytes after the datagram", from("10.7.1.12", greUDP(40018, 7000)), 64, 1, 10)
+	trailing.frame = append(trailing.frame, make([]byte, 300)...)
+	cases = append(cases, trailing)
 	first := encap("cache/first packet", cached, 64, 1, 10)
 	first.cache = "miss"
 	second := first

@@ -368,7 +368,7 @@ type pktCase struct {
 func isMalformed(reason int) bool {
 	switch reason {
 	case bpf.ReasonBadEth, bpf.ReasonBadVLAN, bpf.ReasonBadIP4, bpf.ReasonBadIHL, bpf.ReasonBadIP4Csum,
-		bpf.ReasonBadIP6, bpf.ReasonBadIP6Ext, bpf.ReasonBadL4, bpf.ReasonBadGRE:
+		bpf.ReasonBadIP6, bpf.ReasonBadIP6Ext, bpf.ReasonBadL4, bpf.ReasonBadGRE, bpf.ReasonVLANDepth:
 		return true
 	}
 	return false
@@ -628,11 +628,19 @@ func packetCases(t *testing.T) []pktCase {
 		// The key follows the checksum word when C is set (RFC 2890).
 		act("ip4/gre csum+key 42", v4(dst4, greU(layers.GRE{ChecksumPresent: true, KeyPresent: true, Key: 42})), bpf.XDPPass, 13, 0),
 		fwd("ip4/gre csum+other key+seq", v4(dst4, greU(layers.GRE{ChecksumPresent: true, KeyPresent: true, Key: 7, SeqPresent: true, Seq: 1})), "wan0", 20),
+		// RFC 2784 section 2.5: discard when bits 1-5 are set (routing,
+		// strict source route, recursion's high bit) but K and S; the
+		// other recursion bits are ignored.
+		act("ip4/gre strict source route", v4(dst4, greU(layers.GRE{StrictSourceRoute: true})), bpf.XDPDrop, 0, bpf.ReasonBadGRE),
+		act("ip4/gre recursion 4", v4(dst4, greU(layers.GRE{RecursionControl: 4})), bpf.XDPDrop, 0, bpf.ReasonBadGRE),
+		fwd("ip4/gre recursion 3", v4(dst4, greU(layers.GRE{RecursionControl: 3})), "wan0", 20),
 		act("vlan/802.1q", v4(dst4, udpU(40000, 53), tagged(q)), bpf.XDPPass, 20, bpf.ReasonVLANFwd),
 		act("vlan/802.1ad+802.1q", v4(dst4, udpU(40000, 53), tagged(ad, q)), bpf.XDPPass, 20, bpf.ReasonVLANFwd),
 		act("vlan/802.1q+802.1q ip6", v6(dst6, tcpU(40000, 443), tagged(q, q)), bpf.XDPPass, 60, bpf.ReasonVLANFwd),
 		act("vlan/two tags dport rule", v4(dst4, udpU(40000, 9050), tagged(ad, q)), bpf.XDPDrop, 10, 0),
-		act("vlan/three tags", v4(dst4, udpU(40000, 53), tagged(ad, q, q)), bpf.XDPPass, 0, bpf.ReasonVLANDepth),
+		// Too deep to classify: defaults.malformed, never the kernel
+		// past the rules.
+		act("vlan/three tags", v4(dst4, udpU(40000, 53), tagged(ad, q, q)), bpf.XDPDrop, 0, bpf.ReasonVLANDepth),
 		fwd("ip6/tcp", v6(dst6, tcpU(40000, 443)), "wan0", 60),
 		fwd("ip6/udp", v6(dst6, udpU(40000, 53)), "wan0", 60),
 		fwd("ip6/icmpv6", v6(dst6, icmp6U()), "wan0", 60),
