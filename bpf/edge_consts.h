@@ -53,6 +53,17 @@
 #define EDGE_SVC_INDEX 256
 #define EDGE_SVC_PROBES 4
 
+/* ICMP errors XDP may send per second and CPU, and how many at once
+ * (Linux's own defaults, net.ipv4.icmp_msgs_per_sec and _burst): an
+ * answer to a packet is a reflection vector, one with a spoofed source
+ * a flood toward a victim. */
+#ifndef EDGE_ICMP_RATE
+#define EDGE_ICMP_RATE 1000
+#endif
+#ifndef EDGE_ICMP_BURST
+#define EDGE_ICMP_BURST 50
+#endif
+
 /* Rules generations live in two slots: the live one and the one the agent
  * builds beside it. The slot of generation g is g & 1. */
 #define EDGE_SLOTS 2

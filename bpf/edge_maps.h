@@ -303,6 +303,15 @@ struct {
 	__uint(max_entries, 1);
 } edge_ctx SEC(".maps");
 
+/* The ICMP errors XDP sends, rate-limited per CPU. Written by packets
+ * answered from XDP. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_bucket);
+	__uint(max_entries, 1);
+} edge_icmp_bucket SEC(".maps");
+
 /* Flow-cache hits [0] and misses [1] (packets only). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

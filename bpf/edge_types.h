@@ -55,6 +55,7 @@ enum edge_reason {
 	EDGE_R_NAT_L4,        /* NAT of a packet without its L4 header (fragment) */
 	EDGE_R_NAT_ICMP,      /* ICMP error about a NAT'd connection: translated */
 	EDGE_R_GRE_NESTED,    /* decapsulated packet's rule says decap again */
+	EDGE_R_ICMP_LIMIT,    /* too big, but XDP's ICMP errors are over their rate */
 	EDGE_R_MAX,
 };
 
@@ -322,6 +323,13 @@ struct edge_path_nh {
 struct edge_emc_slot {
 	struct edge_flow_key4 k;
 	struct edge_flow f;
+};
+
+/* A token bucket (per CPU) of the ICMP errors XDP sends, in nanoseconds
+ * of credit: each error costs 1e9 / EDGE_ICMP_RATE. */
+struct edge_bucket {
+	__u64 last_ns;
+	__u64 credit_ns;
 };
 
 /* A packets/bytes counter (per CPU). */

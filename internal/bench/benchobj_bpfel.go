@@ -30,6 +30,7 @@ const (
 	benchobjMapEdgeFlows4           = "edge_flows4"
 	benchobjMapEdgeGlobal           = "edge_global"
 	benchobjMapEdgeGroups           = "edge_groups"
+	benchobjMapEdgeIcmpBucket       = "edge_icmp_bucket"
 	benchobjMapEdgeIfaddrs          = "edge_ifaddrs"
 	benchobjMapEdgeLbFar            = "edge_lb_far"
 	benchobjMapEdgeLbMembers        = "edge_lb_members"
@@ -145,6 +146,7 @@ type benchobjMapSpecs struct {
 	EdgeFlows4      *ebpf.MapSpec `ebpf:"edge_flows4"`
 	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
+	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
 	EdgeIfaddrs     *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
 	EdgeLbFar       *ebpf.MapSpec `ebpf:"edge_lb_far"`
 	EdgeLbMembers   *ebpf.MapSpec `ebpf:"edge_lb_members"`
@@ -208,6 +210,7 @@ type benchobjMaps struct {
 	EdgeFlows4      *ebpf.Map `ebpf:"edge_flows4"`
 	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
+	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
 	EdgeIfaddrs     *ebpf.Map `ebpf:"edge_ifaddrs"`
 	EdgeLbFar       *ebpf.Map `ebpf:"edge_lb_far"`
 	EdgeLbMembers   *ebpf.Map `ebpf:"edge_lb_members"`
@@ -244,6 +247,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeFlows4,
 		m.EdgeGlobal,
 		m.EdgeGroups,
+		m.EdgeIcmpBucket,
 		m.EdgeIfaddrs,
 		m.EdgeLbFar,
 		m.EdgeLbMembers,

@@ -194,6 +194,7 @@ var ReasonNames = []string{
 	"nat_l4",
 	"nat_icmp",
 	"gre_nested",
+	"icmp_limit",
 }
 
 // Reason values used by callers and tests.
@@ -230,5 +231,6 @@ const (
 	ReasonNATL4
 	ReasonNATICMP
 	ReasonGRENested
+	ReasonICMPLimit
 	ReasonMax
 )
