@@ -52,6 +52,11 @@ type Compiler struct {
 	errs        config.Errors
 	missing     map[string]bool // interfaces this batch failed to resolve
 	groupsMoved bool
+	// freeing is the classifier entries of the PDRs this Apply changes
+	// or deletes: room a PDR's entries may count on before the batch
+	// has taken the old ones out. overflow counts the entries of PDRs
+	// not compiled because they would not fit: the batch is refused.
+	freeing, overflow int
 }
 
 type compiledPath struct {
@@ -232,6 +237,14 @@ func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
 	puts(ch.FARs, c.putFAR)
 	puts(ch.LBRs, c.putLBR)
 	puts(ch.Services, c.putService)
+	c.freeing, c.overflow = 0, 0
+	for _, d := range ch.PDRs {
+		if d.Old != nil {
+			if cp, ok := c.pdrs[d.Old.ID]; ok {
+				c.freeing += len(cp.keys)
+			}
+		}
+	}
 	for _, d := range ch.PDRs {
 		switch {
 		case d.New != nil:
@@ -251,7 +264,7 @@ func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
 		c.onUndo(func() { c.ifidx[name] = idx })
 	})
 	c.rebuildServices()
-	if n := len(c.gen.Rules); n > int(c.limits.Rules) {
+	if n := len(c.gen.Rules) + c.overflow; n > int(c.limits.Rules) {
 		c.errs = append(c.errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d classifier entries after port-range expansion exceed limits.rules %d", n, c.limits.Rules), Code: config.CodeCapacity})
 	}
 	return c.end()
@@ -565,20 +578,45 @@ func (c *Compiler) putPDR(at string, p *config.PDR) {
 	cp := &compiledPDR{rule: bpf.Rule{Prio: uint64(p.Precedence)<<32 | uint64(p.ID), Far: fi, Stats: stats},
 		match: p.Match, prec: p.Precedence}
 	key, mask := baseKey(p.Match, in, inPath)
-	for _, sp := range portPrefixes(p.Match.Sport) {
-		for _, dp := range portPrefixes(p.Match.Dport) {
-			k, m := key, mask
-			k.Sport, m.Sport = bits.ReverseBytes16(sp.val), bits.ReverseBytes16(sp.mask)
-			k.Dport, m.Dport = bits.ReverseBytes16(dp.val), bits.ReverseBytes16(dp.mask)
-			grp := c.group(at, m)
-			if grp == nil {
-				return
+	// Its masked keys, one per pair of port blocks (at most 30 x 30).
+	sports, dports := portPrefixes(p.Match.Sport), portPrefixes(p.Match.Dport)
+	if c.overflow > 0 {
+		c.overflow += len(sports) * len(dports)
+		return
+	}
+	type entry struct{ k, m bpf.FlowKey }
+	entries := make([]entry, 0, len(sports)*len(dports))
+	fresh := 0
+	for _, sp := range sports {
+		for _, dp := range dports {
+			e := entry{key, mask}
+			e.k.Sport, e.m.Sport = bits.ReverseBytes16(sp.val), bits.ReverseBytes16(sp.mask)
+			e.k.Dport, e.m.Dport = bits.ReverseBytes16(dp.val), bits.ReverseBytes16(dp.mask)
+			entries = append(entries, e)
+			if g, ok := c.groups[e.m]; !ok {
+				fresh++
+			} else if _, ok := c.gen.Rules[bpf.RuleKey{K: e.k, Group: g.tag}]; !ok {
+				fresh++
 			}
-			rk := bpf.RuleKey{K: k, Group: grp.tag}
-			cp.keys = append(cp.keys, rk)
-			c.join(grp, p.ID, cp.rule.Prio)
-			c.addEntry(rk, cp.rule)
 		}
+	}
+	// Refused before its entries are made when they cannot fit even
+	// after the batch's removals: a batch of PDRs with wide port ranges
+	// (up to 900 entries each) would otherwise build millions of entries
+	// only for the final count to refuse them.
+	if len(c.gen.Rules)+fresh > int(c.limits.Rules)+c.freeing {
+		c.overflow += fresh
+		return
+	}
+	for _, e := range entries {
+		grp := c.group(at, e.m)
+		if grp == nil {
+			return
+		}
+		rk := bpf.RuleKey{K: e.k, Group: grp.tag}
+		cp.keys = append(cp.keys, rk)
+		c.join(grp, p.ID, cp.rule.Prio)
+		c.addEntry(rk, cp.rule)
 	}
 	c.pdrs[p.ID] = cp
 	c.onUndo(func() { delete(c.pdrs, p.ID) })

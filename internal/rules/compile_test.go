@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -218,5 +219,30 @@ pdrs:
 	}
 	if idx, isNew, _ := next.PDR.Get(11); isNew || idx == 2 {
 		t.Errorf("PDR 11 lost its index after a failed compile (idx %d, new %v)", idx, isNew)
+	}
+}
+
+// TestCompileWidePortsBounded compiles 1,000 PDRs whose port ranges each
+// expand to 30 classifier entries against room for 1,024: the batch is
+// refused without building the 30,000 entries first (31 MiB before the
+// fix; a batch of 100,000 such PDRs would have built 3 million).
+func TestCompileWidePortsBounded(t *testing.T) {
+	var sb strings.Builder
+	sb.WriteString(base + "pdrs:\n")
+	for i := 1; i <= 1000; i++ {
+		fmt.Fprintf(&sb, "  - {id: %d, precedence: %d, match: {proto: tcp, dst: 10.%d.%d.0/24, dport: 1-65534}, far: 1}\n", i, i, i/256, i%256)
+	}
+	cfg := mustParse(t, sb.String())
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, _, err := Compile(cfg, resolver, NewAllocs(4096, nil, nil), bpf.Limits{Flows: 1024, Rules: 1024})
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "classifier entries after port-range expansion exceed limits.rules 1024") {
+		t.Fatalf("err = %v", err)
+	}
+	t.Logf("refused after allocating %d KiB", (after.TotalAlloc-before.TotalAlloc)>>10)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8<<20 {
+		t.Errorf("refusing the batch allocated %d MiB", alloc>>20)
 	}
 }
