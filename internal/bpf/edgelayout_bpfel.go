@@ -229,6 +229,7 @@ const (
 	edgeMapEdgeFlows4     = "edge_flows4"
 	edgeMapEdgeGlobal     = "edge_global"
 	edgeMapEdgeGroups     = "edge_groups"
+	edgeMapEdgeIcmpBucket = "edge_icmp_bucket"
 	edgeMapEdgeIfaddrs    = "edge_ifaddrs"
 	edgeMapEdgeLbFar      = "edge_lb_far"
 	edgeMapEdgeLbMembers  = "edge_lb_members"
@@ -312,6 +313,7 @@ type edgeMapSpecs struct {
 	EdgeFlows4     *ebpf.MapSpec `ebpf:"edge_flows4"`
 	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
+	EdgeIcmpBucket *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
 	EdgeIfaddrs    *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
 	EdgeLbFar      *ebpf.MapSpec `ebpf:"edge_lb_far"`
 	EdgeLbMembers  *ebpf.MapSpec `ebpf:"edge_lb_members"`
@@ -371,6 +373,7 @@ type edgeMaps struct {
 	EdgeFlows4     *ebpf.Map `ebpf:"edge_flows4"`
 	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
+	EdgeIcmpBucket *ebpf.Map `ebpf:"edge_icmp_bucket"`
 	EdgeIfaddrs    *ebpf.Map `ebpf:"edge_ifaddrs"`
 	EdgeLbFar      *ebpf.Map `ebpf:"edge_lb_far"`
 	EdgeLbMembers  *ebpf.Map `ebpf:"edge_lb_members"`
@@ -403,6 +406,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeFlows4,
 		m.EdgeGlobal,
 		m.EdgeGroups,
+		m.EdgeIcmpBucket,
 		m.EdgeIfaddrs,
 		m.EdgeLbFar,
 		m.EdgeLbMembers,
