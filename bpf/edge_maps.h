@@ -264,6 +264,20 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_rnat SEC(".maps");
 
+/* Replies of stateless NAT services by backend: (slot, backend address,
+ * port, protocol; in struct edge_svc_key's fields) -> the service's reply
+ * rewrite, as edge_rnat holds it per connection. Written by the agent,
+ * for backends that serve no other service, so a stateless service
+ * records nothing per client and a flood of clients evicts nobody's
+ * reverse entries. Read by a reply's flow-cache miss. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct edge_svc_key);
+	__type(value, struct edge_conn);
+	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_SERVICES * EDGE_MAX_MEMBERS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_nat_backends SEC(".maps");
+
 /* Per service and backend packets/bytes (EDGE_STATS_LB indexes), and new
  * connections. Written by packets, read by the agent. */
 struct {

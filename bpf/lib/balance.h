@@ -250,16 +250,14 @@ far_current(__u32 slot, __u32 fi, __u32 id)
 	return far;
 }
 
-/* rnat_find looks up the reply k of a NAT'd connection in the
- * reverse-NAT table: EDGE_LB_HIT with out the reply rewrite's FAR (still
- * the one recorded) and counter, else EDGE_LB_NONE. */
-static __always_inline int rnat_find(const struct edge_conn_key *k, __u32 slot,
-				     struct edge_rule *out)
+/* reply_entry decides a reply by its reverse-NAT entry c (NULL: none):
+ * EDGE_LB_HIT with out the reply rewrite's FAR, while it is still the one
+ * recorded, and counter, else EDGE_LB_NONE. */
+static __always_inline int reply_entry(const struct edge_conn *c, __u32 slot,
+				       struct edge_rule *out)
 {
 	const struct edge_far *far;
-	struct edge_conn *c;
 
-	c = bpf_map_lookup_elem(&edge_rnat, k);
 	if (!c)
 		return EDGE_LB_NONE;
 	far = far_current(slot, c->far, c->far_id);
@@ -268,6 +266,26 @@ static __always_inline int rnat_find(const struct edge_conn_key *k, __u32 slot,
 	out->far = c->far;
 	out->stats = c->stats | EDGE_STATS_LB;
 	return EDGE_LB_HIT;
+}
+
+/* reply_find decides the reply k (backend -> client) of a NAT'd
+ * connection: by the reverse-NAT table's entry for the connection, or,
+ * for a backend of a stateless service, by the entry for the backend
+ * (edge_nat_backends; s->sk is its key's scratch). */
+static __always_inline int reply_find(struct edge_lb_scratch *s,
+				      const struct edge_conn_key *k,
+				      __u32 slot, struct edge_rule *out)
+{
+	if (reply_entry(bpf_map_lookup_elem(&edge_rnat, k), slot, out) ==
+	    EDGE_LB_HIT)
+		return EDGE_LB_HIT;
+	__builtin_memcpy(s->sk.vip, k->src, 16);
+	s->sk.port = k->sport;
+	s->sk.proto = k->proto;
+	s->sk.family = k->family;
+	s->sk.slot = slot;
+	return reply_entry(bpf_map_lookup_elem(&edge_nat_backends, &s->sk),
+			   slot, out);
 }
 
 /* edge_balance decides a flow-cache miss that belongs to the balancer: a
@@ -315,7 +333,7 @@ __noinline int edge_balance(struct edge_ctx *ctx, __u32 flags)
 	if (!svc) {
 		if (!(flags & EDGE_BAL_NAT))
 			return EDGE_LB_NONE;
-		return rnat_find(&s->ck, slot, out);
+		return reply_find(s, &s->ck, slot, out);
 	}
 	if (guarded(svc, flags, out))
 		return EDGE_LB_GUARDED;
@@ -356,12 +374,15 @@ __noinline int edge_balance(struct edge_ctx *ctx, __u32 flags)
 			(*n)++;
 	}
 
-	if (far->action == EDGE_ACT_NAT && svc->unnat != EDGE_NO_FAR) {
+	/* A stateless service's replies are found by their backend
+	 * (edge_nat_backends): nothing is recorded per client. */
+	if (far->action == EDGE_ACT_NAT && svc->unnat != EDGE_NO_FAR &&
+	    !stateless) {
 		/* The backend answers from its own address and port to the
 		 * client; that reply is rewritten back to the VIP. A known
-		 * connection, or a stateless service's packet, checks its
-		 * reply is still recorded (the reverse-NAT table evicts on its
-		 * own) and records it only when it is not. */
+		 * connection checks its reply is still recorded (the
+		 * reverse-NAT table evicts on its own) and records it only
+		 * when it is not. */
 		__builtin_memcpy(s->rk.src, far->addr, 16);
 		__builtin_memcpy(s->rk.dst, key->src, 16);
 		s->rk.sport = far->port;
@@ -375,7 +396,7 @@ __noinline int edge_balance(struct edge_ctx *ctx, __u32 flags)
 		s->rv.svc = svc->id;
 		s->rv.closed = 0;
 		c = NULL;
-		if (stateless || known)
+		if (known)
 			c = bpf_map_lookup_elem(&edge_rnat, &s->rk);
 		if ((!c || c->far != s->rv.far || c->far_id != s->rv.far_id) &&
 		    bpf_map_update_elem(&edge_rnat, &s->rk, &s->rv, BPF_ANY))
@@ -389,7 +410,6 @@ __noinline int edge_balance(struct edge_ctx *ctx, __u32 flags)
  * copies keys into its scratch first): the pipeline asks it before the
  * flow cache. EDGE_LB_NONE: not a stateless service's packet;
  * EDGE_LB_ASK: ask edge_balance (the index left the service out, or the
- * backend is NAT and the reply's reverse entry must be recorded, or the
  * service is guarded). */
 __noinline int edge_stateless(struct edge_ctx *ctx)
 {
@@ -415,9 +435,8 @@ __noinline int edge_stateless(struct edge_ctx *ctx)
 		return full ? EDGE_LB_ASK : EDGE_LB_NONE;
 	if (!(svc->flags & EDGE_SVC_STATELESS))
 		return EDGE_LB_NONE;
-	/* NAT backends: edge_balance records replies; a guarded service:
-	 * edge_balance says so. */
-	if (svc->unnat != EDGE_NO_FAR || (svc->flags & EDGE_SVC_GUARDED))
+	/* A guarded service: edge_balance says so. */
+	if (svc->flags & EDGE_SVC_GUARDED)
 		return EDGE_LB_ASK;
 	far = maglev_pick(svc, svc->tag & (EDGE_MAX_SERVICES - 1), slot,
 			  lb_hash_flow(key), &fi, &stats);
@@ -579,7 +598,7 @@ __noinline int edge_nat_icmp(struct xdp_md *ctx, struct edge_ctx *ec,
 		/* Toward the client: the quote is the client's packet as the
 		 * backend got it; reversed (ck), the key of its reply in the
 		 * reverse-NAT table (backend -> client). */
-		return rnat_find(&s->ck, slot, out);
+		return reply_find(s, &s->ck, slot, out);
 	}
 	out->far = fi;
 	out->stats = stats | EDGE_STATS_LB;

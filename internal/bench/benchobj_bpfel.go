@@ -37,6 +37,7 @@ const (
 	benchobjMapEdgeLbNew            = "edge_lb_new"
 	benchobjMapEdgeLbStats          = "edge_lb_stats"
 	benchobjMapEdgeMaglev           = "edge_maglev"
+	benchobjMapEdgeNatBackends      = "edge_nat_backends"
 	benchobjMapEdgePathNh           = "edge_path_nh"
 	benchobjMapEdgePathSeq          = "edge_path_seq"
 	benchobjMapEdgePathStats        = "edge_path_stats"
@@ -153,6 +154,7 @@ type benchobjMapSpecs struct {
 	EdgeLbNew       *ebpf.MapSpec `ebpf:"edge_lb_new"`
 	EdgeLbStats     *ebpf.MapSpec `ebpf:"edge_lb_stats"`
 	EdgeMaglev      *ebpf.MapSpec `ebpf:"edge_maglev"`
+	EdgeNatBackends *ebpf.MapSpec `ebpf:"edge_nat_backends"`
 	EdgePathNh      *ebpf.MapSpec `ebpf:"edge_path_nh"`
 	EdgePathSeq     *ebpf.MapSpec `ebpf:"edge_path_seq"`
 	EdgePathStats   *ebpf.MapSpec `ebpf:"edge_path_stats"`
@@ -217,6 +219,7 @@ type benchobjMaps struct {
 	EdgeLbNew       *ebpf.Map `ebpf:"edge_lb_new"`
 	EdgeLbStats     *ebpf.Map `ebpf:"edge_lb_stats"`
 	EdgeMaglev      *ebpf.Map `ebpf:"edge_maglev"`
+	EdgeNatBackends *ebpf.Map `ebpf:"edge_nat_backends"`
 	EdgePathNh      *ebpf.Map `ebpf:"edge_path_nh"`
 	EdgePathSeq     *ebpf.Map `ebpf:"edge_path_seq"`
 	EdgePathStats   *ebpf.Map `ebpf:"edge_path_stats"`
@@ -254,6 +257,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeLbNew,
 		m.EdgeLbStats,
 		m.EdgeMaglev,
+		m.EdgeNatBackends,
 		m.EdgePathNh,
 		m.EdgePathSeq,
 		m.EdgePathStats,

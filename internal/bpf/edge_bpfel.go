@@ -217,39 +217,40 @@ type edgeEdgeSvcSlot struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	edgeMapEdgeCacheStats = "edge_cache_stats"
-	edgeMapEdgeConns      = "edge_conns"
-	edgeMapEdgeCtx        = "edge_ctx"
-	edgeMapEdgeDecaps     = "edge_decaps"
-	edgeMapEdgeEmc4       = "edge_emc4"
-	edgeMapEdgeFars       = "edge_fars"
-	edgeMapEdgeFlows      = "edge_flows"
-	edgeMapEdgeFlows4     = "edge_flows4"
-	edgeMapEdgeGlobal     = "edge_global"
-	edgeMapEdgeGroups     = "edge_groups"
-	edgeMapEdgeIcmpBucket = "edge_icmp_bucket"
-	edgeMapEdgeIfaddrs    = "edge_ifaddrs"
-	edgeMapEdgeLbFar      = "edge_lb_far"
-	edgeMapEdgeLbMembers  = "edge_lb_members"
-	edgeMapEdgeLbNew      = "edge_lb_new"
-	edgeMapEdgeLbStats    = "edge_lb_stats"
-	edgeMapEdgeMaglev     = "edge_maglev"
-	edgeMapEdgePathNh     = "edge_path_nh"
-	edgeMapEdgePathSeq    = "edge_path_seq"
-	edgeMapEdgePathStats  = "edge_path_stats"
-	edgeMapEdgePaths      = "edge_paths"
-	edgeMapEdgePdrStats   = "edge_pdr_stats"
-	edgeMapEdgeReasons    = "edge_reasons"
-	edgeMapEdgeRnat       = "edge_rnat"
-	edgeMapEdgeRules      = "edge_rules"
-	edgeMapEdgeServices   = "edge_services"
-	edgeMapEdgeSvcIndex   = "edge_svc_index"
-	edgeMapEdgeTx         = "edge_tx"
-	edgeMapEdgeVerdicts   = "edge_verdicts"
-	edgeProgEdgeXdp       = "edge_xdp"
-	edgeVarFarStride      = "far_stride"
-	edgeVarMaglevBlocks   = "maglev_blocks"
-	edgeVarMaglevSize     = "maglev_size"
+	edgeMapEdgeCacheStats  = "edge_cache_stats"
+	edgeMapEdgeConns       = "edge_conns"
+	edgeMapEdgeCtx         = "edge_ctx"
+	edgeMapEdgeDecaps      = "edge_decaps"
+	edgeMapEdgeEmc4        = "edge_emc4"
+	edgeMapEdgeFars        = "edge_fars"
+	edgeMapEdgeFlows       = "edge_flows"
+	edgeMapEdgeFlows4      = "edge_flows4"
+	edgeMapEdgeGlobal      = "edge_global"
+	edgeMapEdgeGroups      = "edge_groups"
+	edgeMapEdgeIcmpBucket  = "edge_icmp_bucket"
+	edgeMapEdgeIfaddrs     = "edge_ifaddrs"
+	edgeMapEdgeLbFar       = "edge_lb_far"
+	edgeMapEdgeLbMembers   = "edge_lb_members"
+	edgeMapEdgeLbNew       = "edge_lb_new"
+	edgeMapEdgeLbStats     = "edge_lb_stats"
+	edgeMapEdgeMaglev      = "edge_maglev"
+	edgeMapEdgeNatBackends = "edge_nat_backends"
+	edgeMapEdgePathNh      = "edge_path_nh"
+	edgeMapEdgePathSeq     = "edge_path_seq"
+	edgeMapEdgePathStats   = "edge_path_stats"
+	edgeMapEdgePaths       = "edge_paths"
+	edgeMapEdgePdrStats    = "edge_pdr_stats"
+	edgeMapEdgeReasons     = "edge_reasons"
+	edgeMapEdgeRnat        = "edge_rnat"
+	edgeMapEdgeRules       = "edge_rules"
+	edgeMapEdgeServices    = "edge_services"
+	edgeMapEdgeSvcIndex    = "edge_svc_index"
+	edgeMapEdgeTx          = "edge_tx"
+	edgeMapEdgeVerdicts    = "edge_verdicts"
+	edgeProgEdgeXdp        = "edge_xdp"
+	edgeVarFarStride       = "far_stride"
+	edgeVarMaglevBlocks    = "maglev_blocks"
+	edgeVarMaglevSize      = "maglev_size"
 )
 
 // loadEdge returns the embedded CollectionSpec for edge.
@@ -301,35 +302,36 @@ type edgeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
-	EdgeCacheStats *ebpf.MapSpec `ebpf:"edge_cache_stats"`
-	EdgeConns      *ebpf.MapSpec `ebpf:"edge_conns"`
-	EdgeCtx        *ebpf.MapSpec `ebpf:"edge_ctx"`
-	EdgeDecaps     *ebpf.MapSpec `ebpf:"edge_decaps"`
-	EdgeEmc4       *ebpf.MapSpec `ebpf:"edge_emc4"`
-	EdgeFars       *ebpf.MapSpec `ebpf:"edge_fars"`
-	EdgeFlows      *ebpf.MapSpec `ebpf:"edge_flows"`
-	EdgeFlows4     *ebpf.MapSpec `ebpf:"edge_flows4"`
-	EdgeGlobal     *ebpf.MapSpec `ebpf:"edge_global"`
-	EdgeGroups     *ebpf.MapSpec `ebpf:"edge_groups"`
-	EdgeIcmpBucket *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
-	EdgeIfaddrs    *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
-	EdgeLbFar      *ebpf.MapSpec `ebpf:"edge_lb_far"`
-	EdgeLbMembers  *ebpf.MapSpec `ebpf:"edge_lb_members"`
-	EdgeLbNew      *ebpf.MapSpec `ebpf:"edge_lb_new"`
-	EdgeLbStats    *ebpf.MapSpec `ebpf:"edge_lb_stats"`
-	EdgeMaglev     *ebpf.MapSpec `ebpf:"edge_maglev"`
-	EdgePathNh     *ebpf.MapSpec `ebpf:"edge_path_nh"`
-	EdgePathSeq    *ebpf.MapSpec `ebpf:"edge_path_seq"`
-	EdgePathStats  *ebpf.MapSpec `ebpf:"edge_path_stats"`
-	EdgePaths      *ebpf.MapSpec `ebpf:"edge_paths"`
-	EdgePdrStats   *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
-	EdgeReasons    *ebpf.MapSpec `ebpf:"edge_reasons"`
-	EdgeRnat       *ebpf.MapSpec `ebpf:"edge_rnat"`
-	EdgeRules      *ebpf.MapSpec `ebpf:"edge_rules"`
-	EdgeServices   *ebpf.MapSpec `ebpf:"edge_services"`
-	EdgeSvcIndex   *ebpf.MapSpec `ebpf:"edge_svc_index"`
-	EdgeTx         *ebpf.MapSpec `ebpf:"edge_tx"`
-	EdgeVerdicts   *ebpf.MapSpec `ebpf:"edge_verdicts"`
+	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
+	EdgeConns       *ebpf.MapSpec `ebpf:"edge_conns"`
+	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
+	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
+	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
+	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
+	EdgeFlows       *ebpf.MapSpec `ebpf:"edge_flows"`
+	EdgeFlows4      *ebpf.MapSpec `ebpf:"edge_flows4"`
+	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
+	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
+	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
+	EdgeIfaddrs     *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
+	EdgeLbFar       *ebpf.MapSpec `ebpf:"edge_lb_far"`
+	EdgeLbMembers   *ebpf.MapSpec `ebpf:"edge_lb_members"`
+	EdgeLbNew       *ebpf.MapSpec `ebpf:"edge_lb_new"`
+	EdgeLbStats     *ebpf.MapSpec `ebpf:"edge_lb_stats"`
+	EdgeMaglev      *ebpf.MapSpec `ebpf:"edge_maglev"`
+	EdgeNatBackends *ebpf.MapSpec `ebpf:"edge_nat_backends"`
+	EdgePathNh      *ebpf.MapSpec `ebpf:"edge_path_nh"`
+	EdgePathSeq     *ebpf.MapSpec `ebpf:"edge_path_seq"`
+	EdgePathStats   *ebpf.MapSpec `ebpf:"edge_path_stats"`
+	EdgePaths       *ebpf.MapSpec `ebpf:"edge_paths"`
+	EdgePdrStats    *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
+	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
+	EdgeRnat        *ebpf.MapSpec `ebpf:"edge_rnat"`
+	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
+	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
+	EdgeSvcIndex    *ebpf.MapSpec `ebpf:"edge_svc_index"`
+	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
+	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
 
 // edgeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -361,35 +363,36 @@ func (o *edgeObjects) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
-	EdgeCacheStats *ebpf.Map `ebpf:"edge_cache_stats"`
-	EdgeConns      *ebpf.Map `ebpf:"edge_conns"`
-	EdgeCtx        *ebpf.Map `ebpf:"edge_ctx"`
-	EdgeDecaps     *ebpf.Map `ebpf:"edge_decaps"`
-	EdgeEmc4       *ebpf.Map `ebpf:"edge_emc4"`
-	EdgeFars       *ebpf.Map `ebpf:"edge_fars"`
-	EdgeFlows      *ebpf.Map `ebpf:"edge_flows"`
-	EdgeFlows4     *ebpf.Map `ebpf:"edge_flows4"`
-	EdgeGlobal     *ebpf.Map `ebpf:"edge_global"`
-	EdgeGroups     *ebpf.Map `ebpf:"edge_groups"`
-	EdgeIcmpBucket *ebpf.Map `ebpf:"edge_icmp_bucket"`
-	EdgeIfaddrs    *ebpf.Map `ebpf:"edge_ifaddrs"`
-	EdgeLbFar      *ebpf.Map `ebpf:"edge_lb_far"`
-	EdgeLbMembers  *ebpf.Map `ebpf:"edge_lb_members"`
-	EdgeLbNew      *ebpf.Map `ebpf:"edge_lb_new"`
-	EdgeLbStats    *ebpf.Map `ebpf:"edge_lb_stats"`
-	EdgeMaglev     *ebpf.Map `ebpf:"edge_maglev"`
-	EdgePathNh     *ebpf.Map `ebpf:"edge_path_nh"`
-	EdgePathSeq    *ebpf.Map `ebpf:"edge_path_seq"`
-	EdgePathStats  *ebpf.Map `ebpf:"edge_path_stats"`
-	EdgePaths      *ebpf.Map `ebpf:"edge_paths"`
-	EdgePdrStats   *ebpf.Map `ebpf:"edge_pdr_stats"`
-	EdgeReasons    *ebpf.Map `ebpf:"edge_reasons"`
-	EdgeRnat       *ebpf.Map `ebpf:"edge_rnat"`
-	EdgeRules      *ebpf.Map `ebpf:"edge_rules"`
-	EdgeServices   *ebpf.Map `ebpf:"edge_services"`
-	EdgeSvcIndex   *ebpf.Map `ebpf:"edge_svc_index"`
-	EdgeTx         *ebpf.Map `ebpf:"edge_tx"`
-	EdgeVerdicts   *ebpf.Map `ebpf:"edge_verdicts"`
+	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
+	EdgeConns       *ebpf.Map `ebpf:"edge_conns"`
+	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
+	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
+	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
+	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
+	EdgeFlows       *ebpf.Map `ebpf:"edge_flows"`
+	EdgeFlows4      *ebpf.Map `ebpf:"edge_flows4"`
+	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
+	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
+	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
+	EdgeIfaddrs     *ebpf.Map `ebpf:"edge_ifaddrs"`
+	EdgeLbFar       *ebpf.Map `ebpf:"edge_lb_far"`
+	EdgeLbMembers   *ebpf.Map `ebpf:"edge_lb_members"`
+	EdgeLbNew       *ebpf.Map `ebpf:"edge_lb_new"`
+	EdgeLbStats     *ebpf.Map `ebpf:"edge_lb_stats"`
+	EdgeMaglev      *ebpf.Map `ebpf:"edge_maglev"`
+	EdgeNatBackends *ebpf.Map `ebpf:"edge_nat_backends"`
+	EdgePathNh      *ebpf.Map `ebpf:"edge_path_nh"`
+	EdgePathSeq     *ebpf.Map `ebpf:"edge_path_seq"`
+	EdgePathStats   *ebpf.Map `ebpf:"edge_path_stats"`
+	EdgePaths       *ebpf.Map `ebpf:"edge_paths"`
+	EdgePdrStats    *ebpf.Map `ebpf:"edge_pdr_stats"`
+	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
+	EdgeRnat        *ebpf.Map `ebpf:"edge_rnat"`
+	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
+	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
+	EdgeSvcIndex    *ebpf.Map `ebpf:"edge_svc_index"`
+	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
+	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
 }
 
 func (m *edgeMaps) Close() error {
@@ -411,6 +414,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeLbNew,
 		m.EdgeLbStats,
 		m.EdgeMaglev,
+		m.EdgeNatBackends,
 		m.EdgePathNh,
 		m.EdgePathSeq,
 		m.EdgePathStats,

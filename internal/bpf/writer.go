@@ -40,6 +40,10 @@ type Generation struct {
 	ResetPathStats []uint32
 	// Services by VIP, port and protocol (SvcKey.Slot is set by Commit).
 	Services map[SvcKey]Svc
+	// NATBackends holds, by backend address, port and protocol (in a
+	// SvcKey; Slot is set by Commit), the reply rewrite of each backend
+	// of a stateless NAT service.
+	NATBackends map[SvcKey]Conn
 	// Tables holds each service tag's Maglev table (Limits.MaglevSize
 	// entries); a tag no service uses may keep its old table.
 	Tables map[uint32][]LBSlot
@@ -94,6 +98,7 @@ type slot struct {
 	paths    map[uint32]Path
 	decaps   map[DecapKey]Decap
 	services map[SvcKey]Svc
+	backends map[SvcKey]Conn        // NATBackends
 	index    *[SvcIndexSize]SvcSlot // nil: not known
 	tables   [MaxServices][]LBSlot  // nil: not known
 	lbFar    [MaxServices]*[MaxMembers]uint32
@@ -205,7 +210,8 @@ func (w *writer) writeMembers(g *Generation) error {
 
 // readSlot reads what slot t of the maps holds.
 func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
-	s := &slot{rules: map[RuleKey]Rule{}, fars: map[uint32]Far{}, paths: map[uint32]Path{}, decaps: map[DecapKey]Decap{}, services: map[SvcKey]Svc{}}
+	s := &slot{rules: map[RuleKey]Rule{}, fars: map[uint32]Far{}, paths: map[uint32]Path{}, decaps: map[DecapKey]Decap{},
+		services: map[SvcKey]Svc{}, backends: map[SvcKey]Conn{}}
 	stride := dp.Limits.FARStride()
 	var k RuleKey
 	var v Rule
@@ -277,6 +283,16 @@ func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
 	}
 	if err := sit.Err(); err != nil {
 		return nil, fmt.Errorf("read services: %w", err)
+	}
+	var bv Conn
+	bit := dp.EdgeNatBackends.Iterate()
+	for bit.Next(&sk, &bv) {
+		if sk.Slot == t {
+			s.backends[sk] = bv
+		}
+	}
+	if err := bit.Err(); err != nil {
+		return nil, fmt.Errorf("read nat backends: %w", err)
 	}
 	return s, nil
 }
@@ -647,31 +663,42 @@ func hasKey[K comparable, V any](m map[K]V, k K) bool {
 // services are written after their tables (writeTables ran first), so a
 // service never points at a table of another.
 func (w *writer) writeServices(t uint32, g *Generation) error {
-	dp := w.dp
-	cur := w.slots[t].services
-	want := make(map[SvcKey]Svc, len(g.Services))
-	for k, v := range g.Services {
+	if err := syncSlot(w.dp.EdgeServices, t, w.slots[t].services, g.Services, "service"); err != nil {
+		return err
+	}
+	if err := syncSlot(w.dp.EdgeNatBackends, t, w.slots[t].backends, g.NATBackends, "nat backend"); err != nil {
+		return err
+	}
+	return w.writeSvcIndex(t)
+}
+
+// syncSlot makes slot t's entries of m, which cur holds, those of want
+// (keys without the slot): what is gone is deleted, what is new or
+// changed written, the rest left alone.
+func syncSlot[V comparable](m *ebpf.Map, t uint32, cur map[SvcKey]V, want map[SvcKey]V, what string) error {
+	slotted := make(map[SvcKey]V, len(want))
+	for k, v := range want {
 		k.Slot = t
-		want[k] = v
+		slotted[k] = v
 	}
 	for k := range cur {
-		if _, ok := want[k]; !ok {
-			if err := dp.EdgeServices.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return fmt.Errorf("delete service: %w", err)
+		if _, ok := slotted[k]; !ok {
+			if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("delete %s: %w", what, err)
 			}
 			delete(cur, k)
 		}
 	}
-	for k, v := range want {
+	for k, v := range slotted {
 		if old, ok := cur[k]; ok && old == v {
 			continue
 		}
-		if err := dp.EdgeServices.Put(k, v); err != nil {
-			return fmt.Errorf("write service: %w", err)
+		if err := m.Put(k, v); err != nil {
+			return fmt.Errorf("write %s: %w", what, err)
 		}
 		cur[k] = v
 	}
-	return w.writeSvcIndex(t)
+	return nil
 }
 
 // writeSvcIndex brings slot t's service index to its services (the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
@@ -24,6 +25,9 @@ type compiledService struct {
 	// pinned connections still count there.
 	members *StatsAlloc
 	size    uint32 // entries of its Maglev table
+	// backends are the keys (address, port, protocol) of its NAT
+	// backends, as balancer.backendUsers holds them.
+	backends []bpf.SvcKey
 	// guards counts the PDRs that may stand before the service
 	// (guards): while there are any, its packets are classified first.
 	guards int
@@ -43,11 +47,16 @@ type balancer struct {
 	// otherwise than before whether PDRs stand before them.
 	dirty       map[uint32]string
 	guardsMoved map[uint32]bool
+	// backendUsers lists the services each NAT backend (address, port,
+	// protocol) serves: a stateless service's replies are told apart by
+	// their backend alone, so its backends may serve no other service.
+	backendUsers map[bpf.SvcKey][]uint32
 }
 
 func newBalancer() balancer {
 	return balancer{lbrs: map[uint32]config.LBR{}, services: map[uint32]*compiledService{},
-		byLBR: map[uint32]uint32{}, fars: map[uint32]config.FAR{}, down: map[uint32]map[uint32]bool{}}
+		byLBR: map[uint32]uint32{}, fars: map[uint32]config.FAR{}, down: map[uint32]map[uint32]bool{},
+		backendUsers: map[bpf.SvcKey][]uint32{}}
 }
 
 // setMap puts (ok) or deletes m[k], undoably.
@@ -114,7 +123,7 @@ func (c *Compiler) putService(at string, sv *config.Service) {
 	cs, had := b.services[sv.ID]
 	if had {
 		c.dropService(cs)
-		cs = &compiledService{tag: cs.tag, members: cs.members, unnat: bpf.NoFAR}
+		cs = &compiledService{tag: cs.tag, members: cs.members, unnat: bpf.NoFAR, backends: cs.backends}
 	} else {
 		tag, isNew, err := c.allocs.Service.Get(sv.ID)
 		if err != nil {
@@ -164,6 +173,7 @@ func (c *Compiler) removeService(id uint32) {
 		return
 	}
 	c.dropService(cs)
+	c.setBackends(cs, nil)
 	setMap(c, c.lb.down, id, nil, false)
 	c.setMembers(cs, cs.members, nil)
 	setMap(c, c.lb.services, id, nil, false)
@@ -214,6 +224,7 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	nat := false
 	members := cs.members.clone()
 	keyFAR := map[string]uint32{} // backend key -> the member FAR that has it
+	var natKeys []bpf.SvcKey
 	for _, m := range l.Members {
 		f, ok := b.fars[m.FAR]
 		fi, ok2 := c.fars[m.FAR]
@@ -230,6 +241,15 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 			}
 			nat = true
 			key = "nat " + netip.AddrPortFrom(f.Address.A, f.Port).String()
+			bk := natBackendKey(&f, sv.Proto.Num)
+			for _, other := range b.backendUsers[bk] {
+				if os := b.services[other]; other != sv.ID && os != nil && (sv.Stateless || os.cfg.Stateless) {
+					c.fail(at, fmt.Sprintf("far %d: backend %s serves service %d too; a stateless service's NAT backends must serve it alone (their replies are told apart by backend)",
+						f.ID, netip.AddrPortFrom(f.Address.A, f.Port), other), config.CodeInvalid)
+					return
+				}
+			}
+			natKeys = append(natKeys, bk)
 		case config.ActionEncap:
 			p, ok := c.paths[f.Path]
 			if !ok {
@@ -301,7 +321,47 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	oldUnnat, oldSize := cs.unnat, cs.size
 	cs.unnat, cs.size = unnat, size
 	c.onUndo(func() { cs.unnat, cs.size = oldUnnat, oldSize })
+	c.setBackends(cs, natKeys)
 	c.setServiceEntry(cs)
+}
+
+// natBackendKey is the key of a NAT backend far of a service of proto in
+// edge_nat_backends (and balancer.backendUsers): its address, port and
+// protocol.
+func natBackendKey(f *config.FAR, proto uint8) bpf.SvcKey {
+	k := bpf.SvcKey{Port: bits.ReverseBytes16(f.Port), Proto: proto, Family: 6}
+	if f.Address.A.Is4() {
+		a := f.Address.A.As4()
+		copy(k.Vip[:], a[:])
+		k.Family = 4
+	} else {
+		k.Vip = f.Address.A.As16()
+	}
+	return k
+}
+
+// setBackends makes keys the NAT backends of service cs (undoably): in
+// backendUsers, and for a stateless service in the generation's
+// NATBackends, each pointing at its reply rewrite.
+func (c *Compiler) setBackends(cs *compiledService, keys []bpf.SvcKey) {
+	b := &c.lb
+	id := cs.cfg.ID
+	for _, k := range cs.backends {
+		users := slices.DeleteFunc(slices.Clone(b.backendUsers[k]), func(u uint32) bool { return u == id })
+		setMap(c, b.backendUsers, k, users, len(users) > 0)
+		if cur, ok := c.gen.NATBackends[k]; ok && cur.Svc == id {
+			setMap(c, c.gen.NATBackends, k, bpf.Conn{}, false)
+		}
+	}
+	for _, k := range keys {
+		setMap(c, b.backendUsers, k, append(slices.Clone(b.backendUsers[k]), id), true)
+		if cs.cfg.Stateless && cs.unnat != bpf.NoFAR {
+			setMap(c, c.gen.NATBackends, k, bpf.Conn{Far: cs.unnat, FarId: id, Stats: cs.tag*bpf.MaxMembers + bpf.ReplyMember, Svc: id}, true)
+		}
+	}
+	old := cs.backends
+	cs.backends = keys
+	c.onUndo(func() { cs.backends = old })
 }
 
 // portIn tells whether port is in r (an unset range holds every port).

@@ -246,3 +246,42 @@ func TestCompileWidePortsBounded(t *testing.T) {
 		t.Errorf("refusing the batch allocated %d MiB", alloc>>20)
 	}
 }
+
+// TestStatelessNATBackendAlone: a stateless NAT service's replies are told
+// apart by their backend alone (no per-client state), so a backend it
+// shares with another service of the same protocol is refused, naming
+// both; the same backend under another protocol, or shared by two
+// stateful services, is fine.
+func TestStatelessNATBackendAlone(t *testing.T) {
+	cfg := func(stateless bool, proto2 string) string {
+		return fmt.Sprintf(`
+interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}]
+fars:
+  - {id: 11, action: nat, address: 10.6.0.11, port: 8080}
+lbrs:
+  - {id: 1, algorithm: maglev, members: [{far: 11}]}
+  - {id: 2, algorithm: maglev, members: [{far: 11}]}
+services:
+  - {id: 1, vip: 203.0.113.10, port: 80, proto: tcp, lbr: 1, stateless: %t}
+  - {id: 2, vip: 203.0.113.11, port: 80, proto: %s, lbr: 2}
+limits: {flows: 1024, rules: 64, maglev_table: 251}
+`, stateless, proto2)
+	}
+	limits := bpf.Limits{Flows: 1024, Rules: 64, MaglevSize: 251}
+	_, _, err := Compile(mustParse(t, cfg(true, "tcp")), resolver, NewAllocs(64, nil, nil), limits)
+	if err == nil || !strings.Contains(err.Error(), "backend 10.6.0.11:8080 serves service") || !strings.Contains(err.Error(), "must serve it alone") {
+		t.Fatalf("shared by a stateless service: err = %v", err)
+	}
+	for _, c := range []struct {
+		stateless bool
+		proto     string
+	}{{true, "udp"}, {false, "tcp"}} {
+		gen, _, err := Compile(mustParse(t, cfg(c.stateless, c.proto)), resolver, NewAllocs(64, nil, nil), limits)
+		if err != nil {
+			t.Fatalf("stateless %t, %s: %v", c.stateless, c.proto, err)
+		}
+		if want := map[bool]int{true: 1, false: 0}[c.stateless]; len(gen.NATBackends) != want {
+			t.Errorf("stateless %t: %d backend entries, want %d", c.stateless, len(gen.NATBackends), want)
+		}
+	}
+}

@@ -79,6 +79,9 @@ func canon(t *testing.T, g *bpf.Generation) string {
 		}
 		svcs = append(svcs, fmt.Sprintf("service %d %x:%d/%d flags %x prec %d unnat %s table %s", sv.Id, k.Vip, k.Port, k.Proto, sv.Flags, sv.Prec, unnat, strings.Join(owners, ",")))
 	}
+	for k, c := range g.NATBackends {
+		svcs = append(svcs, fmt.Sprintf("stateless backend %x:%d/%d of service %d, rewrite %+v", k.Vip, k.Port, k.Proto, c.Svc, g.FARs[c.Far]))
+	}
 	slices.Sort(svcs)
 	b.WriteString("\n" + strings.Join(svcs, "\n"))
 	return b.String()
