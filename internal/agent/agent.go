@@ -16,6 +16,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"sync"
@@ -147,6 +148,19 @@ func Run(ctx context.Context, opts Options) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	// One agent per config file (and journal) and per pin dir.
+	cfgLock, err := lockPath(opts.ConfigPath+".lock", "config file", false)
+	if err != nil {
+		return err
+	}
+	defer cfgLock.release()
+	cut, err := repairJournal(opts.ConfigPath)
+	if err != nil {
+		return err
+	}
+	if cut > 0 {
+		log.Warn("cut the torn tail off the journal: a write a crash interrupted, whose Apply never returned", "journal", journalPath(opts.ConfigPath), "bytes", cut)
+	}
 	cfg, seq, replayed, skipped, err := loadState(opts.ConfigPath)
 	if err != nil {
 		return err
@@ -154,8 +168,8 @@ func Run(ctx context.Context, opts Options) error {
 	if replayed > 0 {
 		log.Info("replayed API changes not yet folded into the config file", "journal", journalPath(opts.ConfigPath), "batches", replayed)
 	}
-	for _, e := range skipped {
-		log.Error("journal batch skipped: the config file no longer takes it", "error", e)
+	for _, s := range skipped {
+		log.Error("journal batch skipped: the config file no longer takes it (kept in "+journalPath(opts.ConfigPath)+".skipped)", "error", s.err)
 	}
 	// Check everything the host must provide before touching the kernel.
 	if err := CheckHost(cfg); err != nil {
@@ -164,6 +178,11 @@ func Run(ctx context.Context, opts Options) error {
 	if err := EnsureBPFFS(opts.PinDir); err != nil {
 		return err
 	}
+	pinLock, err := lockPath(opts.PinDir, "pin dir", true)
+	if err != nil {
+		return err
+	}
+	defer pinLock.release()
 	bpf.ExpediteGracePeriods = !opts.NormalGracePeriods
 	a := &Agent{opts: opts, log: log, seq: seq}
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -200,6 +219,11 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer a.journal.close()
 	a.syncReq = make(chan struct{}, 1)
+	// The fold drops the skipped batches from the journal: keep them
+	// where an operator finds them first.
+	if err := keepSkipped(opts.ConfigPath, skipped); err != nil {
+		return err
+	}
 	if replayed > 0 || len(skipped) > 0 {
 		a.syncSoon() // fold the replayed batches into the file
 	}
@@ -269,16 +293,43 @@ func (a *Agent) start(cfg *config.Config) error {
 		dp.Close()
 		return err
 	}
-	if err := attach(dp, a.opts.PinDir, cfg.Interfaces, newProg, a.log); err != nil {
-		dp.Close()
-		return err
-	}
-	removeStalePrograms(a.opts.PinDir, dp)
 	if err := enableForwarding(cfg.Interfaces, a.log); err != nil {
 		dp.Close()
 		return err
 	}
-	return a.commitAdopted(cfg, dp)
+	if newProg {
+		// The links there are switch to the new program before the
+		// commit, so no old program runs a generation this build
+		// compiled.
+		var pinned []config.Interface
+		for _, itf := range cfg.Interfaces {
+			if _, err := os.Stat(filepath.Join(a.opts.PinDir, linkPrefix+itf.Name)); err == nil {
+				pinned = append(pinned, itf)
+			}
+		}
+		if _, err := attach(dp, a.opts.PinDir, pinned, true, a.log); err != nil {
+			dp.Close()
+			return err
+		}
+	}
+	if err := a.commitAdopted(cfg, dp); err != nil {
+		return err
+	}
+	// Commit first, attach after: a link made before the first commit
+	// would run generation 0, which matches nothing and passes every
+	// packet to the kernel, and a start that then failed would leave it
+	// so. An adopted link kept running the last committed generation
+	// until this one flipped.
+	if _, err := attach(dp, a.opts.PinDir, cfg.Interfaces, false, a.log); err != nil {
+		dp.Close()
+		return err
+	}
+	if err := detachExcept(a.opts.PinDir, cfg.Interfaces, a.log); err != nil {
+		dp.Close()
+		return err
+	}
+	removeStalePrograms(a.opts.PinDir, dp)
+	return nil
 }
 
 // commitAdopted commits cfg as the next generation of dp, whose maps hold
@@ -338,7 +389,11 @@ func (a *Agent) commitAdopted(cfg *config.Config, dp *bpf.Dataplane) error {
 		}
 		allocs.Members[ref.Service][ref.FAR] = idx % bpf.MaxMembers
 	}
-	return a.load(cfg, allocs)
+	if err := a.load(cfg, allocs); err != nil {
+		dp.Close()
+		return err
+	}
+	return nil
 }
 
 // load compiles cfg whole and commits it as the next generation; a.mu
@@ -409,8 +464,8 @@ func (a *Agent) Reload() error {
 	if err != nil {
 		return err
 	}
-	for _, e := range skipped {
-		a.log.Error("journal batch skipped: the edited config file no longer takes it", "error", e)
+	for _, s := range skipped {
+		a.log.Error("journal batch skipped: the edited config file no longer takes it (kept in "+journalPath(a.opts.ConfigPath)+".skipped)", "error", s.err)
 	}
 	if limitsOf(cfg) != a.dp.Limits {
 		return config.Errors{{Path: "limits", Reason: "map sizes cannot change while running; restart the agent to resize (it takes the pinned state over)"}}
@@ -421,27 +476,50 @@ func (a *Agent) Reload() error {
 	if err := CheckHost(cfg); err != nil {
 		return err
 	}
-	if err := a.links(a.store.Interfaces(), cfg.Interfaces); err != nil {
+	old := a.store.Interfaces()
+	added, err := a.links(old, cfg.Interfaces)
+	if err != nil {
 		return err
 	}
 	if err := a.load(cfg, a.comp.Allocs()); err != nil {
+		a.restoreInterfaces(old, added)
 		return err
 	}
+	if err := detachExcept(a.opts.PinDir, cfg.Interfaces, a.log); err != nil {
+		a.log.Error("detach interfaces no longer in config", "error", err)
+	}
 	// The file now lags what serves by the journal's batches (and a
-	// skipped batch must not come back): fold them in.
+	// skipped batch must not come back): fold them in, once the skipped
+	// ones are kept aside.
+	if err := keepSkipped(a.opts.ConfigPath, skipped); err != nil {
+		a.log.Error("keep skipped batches; the journal keeps them until the next fold", "error", err)
+	}
 	a.syncSoon()
 	return nil
 }
 
-// links attaches the dataplane to a changed set of interfaces.
-func (a *Agent) links(old, ifaces []config.Interface) error {
+// links attaches the dataplane to the interfaces of a change, new ones
+// included, and returns the links it created. It detaches none: the
+// caller does that with detachExcept once the change has committed, and
+// takes the created ones off with restoreInterfaces if it failed.
+func (a *Agent) links(old, ifaces []config.Interface) ([]string, error) {
 	if reflect.DeepEqual(old, ifaces) {
-		return nil
+		return nil, nil
 	}
-	if err := attach(a.dp, a.opts.PinDir, ifaces, false, a.log); err != nil {
-		return err
+	if err := enableForwarding(ifaces, a.log); err != nil {
+		return nil, err
 	}
-	return enableForwarding(ifaces, a.log)
+	return attach(a.dp, a.opts.PinDir, ifaces, false, a.log)
+}
+
+// restoreInterfaces puts the interfaces back as they were before a
+// change that failed: the transmit and address maps for old, and no link
+// on the interfaces the change attached.
+func (a *Agent) restoreInterfaces(old []config.Interface, added []string) {
+	if err := a.setInterfaces(old); err != nil {
+		a.log.Error("restore interfaces", "error", err)
+	}
+	detachAdded(added, a.log)
 }
 
 // Config returns the config now serving (api.Backend). It is replaced,
@@ -482,6 +560,7 @@ func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) 
 		return 0, err
 	}
 	undo := func() { undoComp(); undoStore() }
+	undoIfaces := func() {}
 	t2 := time.Now()
 	if dryRun {
 		undo()
@@ -489,41 +568,47 @@ func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) 
 	}
 	if len(ch.Interfaces) > 0 {
 		ifaces := a.store.Interfaces()
-		if err := a.links(oldIfaces, ifaces); err != nil {
+		added, err := a.links(oldIfaces, ifaces)
+		if err != nil {
 			undo()
 			return 0, err
 		}
 		// From here going back includes the interfaces' transmit and
-		// address maps (a program attached to a new interface stays, as
-		// it does when an interface is removed).
-		undoRules := undo
-		undo = func() {
-			undoRules()
-			if err := a.setInterfaces(oldIfaces); err != nil {
-				a.log.Error("restore interfaces", "error", err)
-			}
-		}
+		// address maps and the links this change attached, restored
+		// once the rules that may use them are gone. Interfaces it
+		// removes keep theirs until it is committed and journalled.
+		undoIfaces = func() { a.restoreInterfaces(oldIfaces, added) }
 		if err := a.setInterfaces(ifaces); err != nil {
 			undo()
+			undoIfaces()
 			return 0, err
 		}
 	}
 	t3 := time.Now()
 	if err := a.commitCompiled(undo); err != nil {
+		undoIfaces()
 		return 0, err
 	}
 	t4 := time.Now()
 	if rec != nil {
 		if err := a.journal.append(a.seq+1, rec); err != nil {
-			// The journal and the dataplane must not disagree: go back.
+			// Nothing is acknowledged that is not durable, and the
+			// dataplane must not serve what a restart would not: go
+			// back to the previous generation.
 			undo()
 			if rerr := a.commitCompiled(func() {}); rerr != nil {
 				a.log.Error("roll back after failing to journal", "error", rerr)
 			}
+			undoIfaces()
 			return 0, fmt.Errorf("journal the change in %s (change rolled back): %w", a.journal.path, err)
 		}
 		a.seq++
 		a.syncSoon()
+	}
+	if len(ch.Interfaces) > 0 {
+		if err := detachExcept(a.opts.PinDir, a.store.Interfaces(), a.log); err != nil {
+			a.log.Error("detach interfaces no longer in config", "error", err)
+		}
 	}
 	a.log.Debug("apply phases", "check", t1.Sub(t0), "compile", t2.Sub(t1), "links", t3.Sub(t2), "commit", t4.Sub(t3), "persist", time.Since(t4), "objects", ch.Len())
 	return a.gen, nil
@@ -667,8 +752,8 @@ func loopbackIfAny(addr string) string {
 
 // foldDelay is how long after an API change the journal is folded into
 // the config file at the latest; changes within it share one rewrite.
-// Until then the journal holds them (written, not yet fsynced: a power
-// loss may lose up to this much; a restart loses nothing).
+// Until then the journal holds them, each fsynced before its Apply
+// returned: neither a crash nor a power loss loses one.
 const foldDelay = time.Second
 
 // syncSoon asks the syncer to fold the journal into the file.

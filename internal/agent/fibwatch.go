@@ -4,9 +4,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -20,85 +23,243 @@ import (
 // only refresh reachability (same link-layer address) are ignored: they
 // come every few seconds per neighbour and change nothing XDP uses.
 // onAddr runs on address changes (XDP's ICMP errors use the addresses).
+//
+// A netlink subscription ends on any receive error, and a storm of
+// changes (a routing daemon loading a table, a flapping link) overflows
+// the socket's buffer: the kernel drops what does not fit and the next
+// read fails with ENOBUFS. The events lost are unknown, so the watcher
+// then resubscribes to all four, marks every cached next hop stale (bumps
+// the epoch once the new subscriptions listen) and goes on; it ends only
+// with ctx. Each failure is logged once.
 func watchFIB(ctx context.Context, dp *bpf.Dataplane, log *slog.Logger, onAddr func()) error {
-	done := make(chan struct{})
-	routes := make(chan netlink.RouteUpdate, 256)
-	neighs := make(chan netlink.NeighUpdate, 256)
-	links := make(chan netlink.LinkUpdate, 256)
-	addrs := make(chan netlink.AddrUpdate, 256)
-	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{ListExisting: false}); err != nil {
-		return fmt.Errorf("subscribe to routes: %w", err)
-	}
-	if err := netlink.NeighSubscribe(neighs, done); err != nil {
-		close(done)
-		return fmt.Errorf("subscribe to neighbours: %w", err)
-	}
-	if err := netlink.LinkSubscribe(links, done); err != nil {
-		close(done)
-		return fmt.Errorf("subscribe to links: %w", err)
-	}
-	if err := netlink.AddrSubscribe(addrs, done); err != nil {
-		close(done)
-		return fmt.Errorf("subscribe to addresses: %w", err)
+	w := &fibWatch{dp: dp, log: log, onAddr: onAddr}
+	s, err := w.subscribe()
+	if err != nil {
+		return err
 	}
 	// Next hops may have changed while no agent was watching.
 	if err := dp.BumpFIBEpoch(); err != nil {
-		close(done)
+		s.stop()
 		return err
 	}
+	go w.run(ctx, s)
+	return nil
+}
+
+// netlinkRcvBuf is each subscription's receive buffer: 4 MiB holds a few
+// thousand events (SO_RCVBUFFORCE, so rmem_max does not cap it), enough
+// for the bursts of an interface going down; larger storms end in
+// ENOBUFS and a resubscribe.
+const netlinkRcvBuf = 4 << 20
+
+type fibWatch struct {
+	dp     *bpf.Dataplane
+	log    *slog.Logger
+	onAddr func()
+}
+
+// subscription is one set of the four netlink subscriptions.
+type subscription struct {
+	done   chan struct{}
+	routes chan netlink.RouteUpdate
+	neighs chan netlink.NeighUpdate
+	links  chan netlink.LinkUpdate
+	addrs  chan netlink.AddrUpdate
+
+	mu      sync.Mutex
+	stopped bool
+	cause   error // the last error netlink reported: the one it ended on
+}
+
+// failed records the error a subscription's reader ended on (it then
+// closes its channel); errors after stop are the close's own.
+func (s *subscription) failed(what string) func(error) {
+	return func(err error) {
+		if errors.Is(err, netlink.ErrDumpInterrupted) {
+			return // only with ListExisting, which is not used
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.stopped {
+			s.cause = fmt.Errorf("%s: %w", what, err)
+		}
+	}
+}
+
+func (s *subscription) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cause
+}
+
+// stop closes the sockets and drains the channels until their readers
+// end, so no reader stays blocked on a send nobody receives.
+func (s *subscription) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	close(s.done)
+	go func() {
+		for range s.routes {
+		}
+	}()
+	go func() {
+		for range s.neighs {
+		}
+	}()
+	go func() {
+		for range s.links {
+		}
+	}()
+	go func() {
+		for range s.addrs {
+		}
+	}()
+}
+
+func (w *fibWatch) subscribe() (*subscription, error) {
+	s := &subscription{
+		done:   make(chan struct{}),
+		routes: make(chan netlink.RouteUpdate, 256),
+		neighs: make(chan netlink.NeighUpdate, 256),
+		links:  make(chan netlink.LinkUpdate, 256),
+		addrs:  make(chan netlink.AddrUpdate, 256),
+	}
+	// A subscription that failed to start never closes its channel:
+	// give the drain in stop a closed one.
+	fail := func(err error, unstarted ...func()) (*subscription, error) {
+		for _, f := range unstarted {
+			f()
+		}
+		s.stop()
+		return nil, err
+	}
+	closeRoutes := func() { close(s.routes) }
+	closeNeighs := func() { close(s.neighs) }
+	closeLinks := func() { close(s.links) }
+	closeAddrs := func() { close(s.addrs) }
+	if err := netlink.RouteSubscribeWithOptions(s.routes, s.done, netlink.RouteSubscribeOptions{
+		ErrorCallback: s.failed("routes"), ReceiveBufferSize: netlinkRcvBuf, ReceiveBufferForceSize: true,
+	}); err != nil {
+		return fail(fmt.Errorf("subscribe to routes: %w", err), closeRoutes, closeNeighs, closeLinks, closeAddrs)
+	}
+	if err := netlink.NeighSubscribeWithOptions(s.neighs, s.done, netlink.NeighSubscribeOptions{
+		ErrorCallback: s.failed("neighbours"), ReceiveBufferSize: netlinkRcvBuf, ReceiveBufferForceSize: true,
+	}); err != nil {
+		return fail(fmt.Errorf("subscribe to neighbours: %w", err), closeNeighs, closeLinks, closeAddrs)
+	}
+	if err := netlink.LinkSubscribeWithOptions(s.links, s.done, netlink.LinkSubscribeOptions{
+		ErrorCallback: s.failed("links"), ReceiveBufferSize: netlinkRcvBuf, ReceiveBufferForceSize: true,
+	}); err != nil {
+		return fail(fmt.Errorf("subscribe to links: %w", err), closeLinks, closeAddrs)
+	}
+	if err := netlink.AddrSubscribeWithOptions(s.addrs, s.done, netlink.AddrSubscribeOptions{
+		ErrorCallback: s.failed("addresses"), ReceiveBufferSize: netlinkRcvBuf, ReceiveBufferForceSize: true,
+	}); err != nil {
+		return fail(fmt.Errorf("subscribe to addresses: %w", err), closeAddrs)
+	}
+	return s, nil
+}
+
+// run follows s until ctx ends, resubscribing after every failure.
+func (w *fibWatch) run(ctx context.Context, s *subscription) {
+	for {
+		which := w.follow(ctx, s)
+		s.stop()
+		if ctx.Err() != nil {
+			return
+		}
+		cause := s.err()
+		if cause == nil {
+			cause = errors.New("closed by the kernel")
+		}
+		w.log.Error("netlink "+which+" watch failed; resubscribing and marking cached next hops stale", "error", cause)
+		if s = w.resubscribe(ctx); s == nil {
+			return
+		}
+		// Whatever changed while no socket listened is unknown: every
+		// flow looks its next hop up again.
+		if err := w.dp.BumpFIBEpoch(); err != nil {
+			w.log.Error("bump fib epoch", "error", err)
+		}
+		w.log.Info("netlink watch resubscribed; cached next hops marked stale")
+	}
+}
+
+// resubscribe retries, with a backoff up to 5 s, until it has the four
+// subscriptions again or ctx ends (nil). Repeated failures of the same
+// kind are logged once.
+func (w *fibWatch) resubscribe(ctx context.Context) *subscription {
+	wait := 10 * time.Millisecond
+	var last string
+	for {
+		s, err := w.subscribe()
+		if err == nil {
+			return s
+		}
+		if err.Error() != last {
+			last = err.Error()
+			w.log.Error("netlink resubscribe failed; retrying, cached next hops go stale meanwhile", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// follow bumps the epoch for each event of s until ctx ends ("") or one
+// of s's subscriptions does (its name).
+func (w *fibWatch) follow(ctx context.Context, s *subscription) string {
 	type neighKey struct {
 		ifindex int
 		ip      string
 	}
 	known := map[neighKey]string{}
-	go func() {
-		defer close(done)
-		for {
-			var why string
-			select {
-			case <-ctx.Done():
-				return
-			case u, ok := <-routes:
-				if !ok {
-					log.Error("route watch ended; cached next hops may go stale")
-					return
-				}
-				why = "route " + u.Dst.String()
-			case u, ok := <-neighs:
-				if !ok {
-					log.Error("neighbour watch ended; cached next hops may go stale")
-					return
-				}
-				k := neighKey{u.LinkIndex, u.IP.String()}
-				mac := net.HardwareAddr(u.HardwareAddr).String()
-				usable := u.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_PERMANENT|netlink.NUD_NOARP) != 0
-				if u.Type == unix.RTM_NEWNEIGH && usable {
-					if known[k] == mac {
-						continue
-					}
-					known[k] = mac
-				} else {
-					delete(known, k)
-				}
-				why = "neighbour " + k.ip
-			case u, ok := <-links:
-				if !ok {
-					return
-				}
-				why = "link " + u.Attrs().Name
-			case u, ok := <-addrs:
-				if !ok {
-					return
-				}
-				why = "address " + u.LinkAddress.String()
-				onAddr()
+	for {
+		var why string
+		select {
+		case <-ctx.Done():
+			return ""
+		case u, ok := <-s.routes:
+			if !ok {
+				return "route"
 			}
-			if err := dp.BumpFIBEpoch(); err != nil {
-				log.Error("bump fib epoch", "error", err)
-				continue
+			why = "route " + u.Dst.String()
+		case u, ok := <-s.neighs:
+			if !ok {
+				return "neighbour"
 			}
-			log.Debug("next hops invalidated", "cause", why)
+			k := neighKey{u.LinkIndex, u.IP.String()}
+			mac := net.HardwareAddr(u.HardwareAddr).String()
+			usable := u.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_PERMANENT|netlink.NUD_NOARP) != 0
+			if u.Type == unix.RTM_NEWNEIGH && usable {
+				if known[k] == mac {
+					continue
+				}
+				known[k] = mac
+			} else {
+				delete(known, k)
+			}
+			why = "neighbour " + k.ip
+		case u, ok := <-s.links:
+			if !ok {
+				return "link"
+			}
+			why = "link " + u.Attrs().Name
+		case u, ok := <-s.addrs:
+			if !ok {
+				return "address"
+			}
+			why = "address " + u.LinkAddress.String()
+			w.onAddr()
 		}
-	}()
-	return nil
+		if err := w.dp.BumpFIBEpoch(); err != nil {
+			w.log.Error("bump fib epoch", "error", err)
+			continue
+		}
+		w.log.Debug("next hops invalidated", "cause", why)
+	}
 }

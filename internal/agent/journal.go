@@ -3,12 +3,14 @@
 package agent
 
 import (
-	"bufio"
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -21,24 +23,173 @@ import (
 
 // The agent's state on disk is its config file plus a journal beside it
 // (FILE.journal). An API commit appends its batch to the journal, one
-// JSON line of a few hundred bytes, instead of rewriting the whole file
-// (O(rules): ~1 ms for a handful of rules on ext4, tens of ms for
-// thousands). Shortly after, the syncer folds the journal into the file:
-// it writes the file with the sequence number of the last batch it holds
-// in its first lines ("# edgeplane-journal-seq: N") and drops those
-// batches from the journal. Loading (start, SIGHUP) reads the file and
-// replays the batches after its sequence number, so a restarted agent,
-// even one killed in between, serves exactly the last commit.
+// line of a few hundred bytes, and fsyncs it before the Apply returns,
+// instead of rewriting the whole file (O(rules): ~1 ms for a handful of
+// rules on ext4, tens of ms for thousands). Shortly after, the syncer
+// folds the journal into the file: it writes the file with the sequence
+// number of the last batch it holds in its first lines
+// ("# edgeplane-journal-seq: N") and drops those batches from the
+// journal. Loading (start, SIGHUP) reads the file and replays the batches
+// after its sequence number, so a restarted agent, even one killed in
+// between or after a power loss, serves exactly the last acknowledged
+// commit.
+//
+// A record is one line: the CRC-32C (Castagnoli) of the JSON that follows
+// it as 8 hex digits, a space, the JSON, a newline. JSON escapes control
+// characters, so a newline only ever ends a record. What a crash can do
+// to the file is cut the last write short: a last line without its
+// newline (or a tail of zeros, where a filesystem extended the file but
+// never wrote the block) is a torn tail, never acknowledged, and is cut
+// off when the agent starts. A complete line whose checksum does not
+// match was damaged after it was written: the agent refuses to start,
+// names the file and the offset, and says how to go on.
 
 const seqMarker = "# edgeplane-journal-seq: "
 
-// journalEntry is one line of the journal.
+// castagnoli is CRC-32C: hardware-accelerated on amd64 and arm64, and
+// the checksum ext4, btrfs and iSCSI use for the same job.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// journalEntry is the JSON of one record.
 type journalEntry struct {
 	Seq   uint64          `json:"seq"`
 	Apply json.RawMessage `json:"apply"` // edgeplane.v1.ApplyRequest, protojson
 }
 
+// record is one record read back: its entry, where it starts in the file
+// and its bytes as written (the trim copies them unchanged).
+type record struct {
+	journalEntry
+	off int64
+	raw []byte
+}
+
 func journalPath(configPath string) string { return configPath + ".journal" }
+
+// CorruptError is a damaged record in the middle of a journal: batches
+// that were acknowledged may be lost, so the agent does not start on it.
+type CorruptError struct {
+	Path   string
+	Offset int64
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("journal %s is corrupt at byte offset %d (%s): the record there and every batch after it cannot be replayed, so the agent does not start. "+
+		"To keep the batches before it and start from those: cp %s %s.bad && truncate -s %d %s (then check the rules it serves, and re-apply what the batches from offset %d did, see %s.bad)",
+		e.Path, e.Offset, e.Reason, e.Path, e.Path, e.Offset, e.Path, e.Offset, e.Path)
+}
+
+// encodeRecord frames one entry as a journal line.
+func encodeRecord(e journalEntry) ([]byte, error) {
+	body, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode journal record: %w", err)
+	}
+	line := make([]byte, 0, len(body)+10)
+	line = fmt.Appendf(line, "%08x ", crc32.Checksum(body, castagnoli))
+	line = append(line, body...)
+	return append(line, '\n'), nil
+}
+
+// decodeRecord checks and decodes one line without its newline. Lines of
+// the journals of earlier builds are bare JSON, without a checksum; they
+// are still read (a journal survives an upgrade).
+func decodeRecord(line []byte) (journalEntry, error) {
+	var e journalEntry
+	body := line
+	if len(line) > 0 && line[0] != '{' {
+		if len(line) < 9 || line[8] != ' ' {
+			return e, errors.New("no checksum")
+		}
+		var sum [4]byte
+		if _, err := hex.Decode(sum[:], line[:8]); err != nil {
+			return e, errors.New("no checksum")
+		}
+		body = line[9:]
+		want := uint32(sum[0])<<24 | uint32(sum[1])<<16 | uint32(sum[2])<<8 | uint32(sum[3])
+		if got := crc32.Checksum(body, castagnoli); got != want {
+			return e, fmt.Errorf("checksum %08x, record says %08x", got, want)
+		}
+	}
+	if err := json.Unmarshal(body, &e); err != nil {
+		return e, fmt.Errorf("undecodable record: %w", err)
+	}
+	if e.Seq == 0 {
+		return e, errors.New("record without a sequence number")
+	}
+	return e, nil
+}
+
+// parseJournal splits journal data into records. It returns the records,
+// the length of the prefix they fill (what follows is a torn tail, to be
+// cut) and a *CorruptError for a complete line that does not check out.
+func parseJournal(path string, data []byte) ([]record, int64, error) {
+	var out []record
+	var off int64
+	var last uint64
+	for off < int64(len(data)) {
+		rest := data[off:]
+		nl := bytes.IndexByte(rest, '\n')
+		// A last line without its newline, or zeros with no complete
+		// line after them (a file extended by a crash before its data
+		// reached the disk: XFS, ext4 in writeback mode): a write cut
+		// short by a crash, whose Apply never returned.
+		if nl < 0 || rest[0] == 0 && bytes.IndexByte(bytes.TrimLeft(rest, "\x00"), '\n') < 0 {
+			return out, off, nil
+		}
+		line := rest[:nl]
+		e, err := decodeRecord(line)
+		if err != nil {
+			return out, off, &CorruptError{Path: path, Offset: off, Reason: err.Error()}
+		}
+		if e.Seq <= last {
+			return out, off, &CorruptError{Path: path, Offset: off, Reason: fmt.Sprintf("batch %d after batch %d", e.Seq, last)}
+		}
+		last = e.Seq
+		out = append(out, record{journalEntry: e, off: off, raw: rest[:nl+1]})
+		off += int64(nl + 1)
+	}
+	return out, off, nil
+}
+
+// readJournal reads the journal at path (none is an empty journal).
+// Read errors are errors: a batch that cannot be read is never taken
+// for one that does not exist.
+func readJournal(path string) ([]record, int64, int64, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, 0, nil
+	}
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("read journal: %w", err)
+	}
+	recs, good, err := parseJournal(path, data)
+	return recs, good, int64(len(data)), err
+}
+
+// repairJournal cuts a torn tail off the journal of configPath, so the
+// next append does not land behind it, and returns how many bytes it
+// cut. A corrupt record is an error (*CorruptError).
+func repairJournal(configPath string) (int64, error) {
+	p := journalPath(configPath)
+	_, good, size, err := readJournal(p)
+	if err != nil || good == size {
+		return 0, err
+	}
+	if err := os.Truncate(p, good); err != nil {
+		return 0, fmt.Errorf("cut the torn tail of %s at byte %d: %w", p, good, err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open journal: %w", err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return 0, fmt.Errorf("sync journal: %w", err)
+	}
+	return size - good, nil
+}
 
 // fileSeq returns the journal sequence number written in the header of
 // the config file data, 0 if there is none (a file an operator wrote).
@@ -52,12 +203,19 @@ func fileSeq(data []byte) uint64 {
 	return 0
 }
 
+// skippedBatch is a journal batch the config file no longer takes.
+type skippedBatch struct {
+	err error
+	raw []byte // the record as the journal held it
+}
+
 // loadState reads the config file and replays the journal batches newer
 // than it. It returns the config, the sequence number of the last batch
 // in it and how many batches were replayed. A batch that no longer
 // applies (the file was edited under it) is skipped and reported in
-// skipped; the rest still apply.
-func loadState(path string) (cfg *config.Config, seq uint64, replayed int, skipped []error, err error) {
+// skipped; the rest still apply. A batch that cannot be read or decoded
+// is an error: nothing the journal holds is dropped unread.
+func loadState(path string) (cfg *config.Config, seq uint64, replayed int, skipped []skippedBatch, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, 0, 0, nil, fmt.Errorf("read config: %w", err)
@@ -66,7 +224,8 @@ func loadState(path string) (cfg *config.Config, seq uint64, replayed int, skipp
 		return nil, 0, 0, nil, err
 	}
 	seq = fileSeq(data)
-	entries, err := readJournal(journalPath(path))
+	jp := journalPath(path)
+	entries, _, _, err := readJournal(jp)
 	if err != nil {
 		return nil, 0, 0, nil, err
 	}
@@ -77,15 +236,14 @@ func loadState(path string) (cfg *config.Config, seq uint64, replayed int, skipp
 		}
 		var req pb.ApplyRequest
 		if err := protojson.Unmarshal(e.Apply, &req); err != nil {
-			skipped = append(skipped, fmt.Errorf("journal batch %d: %w", e.Seq, err))
-			continue
+			return nil, 0, 0, nil, fmt.Errorf("journal %s: batch %d at byte offset %d does not decode (written by a newer build?): %w", jp, e.Seq, e.off, err)
 		}
 		ops, err := api.Ops(req.GetOperations())
 		if err == nil {
 			_, _, err = store.Apply(ops)
 		}
 		if err != nil {
-			skipped = append(skipped, fmt.Errorf("journal batch %d no longer applies: %w", e.Seq, err))
+			skipped = append(skipped, skippedBatch{fmt.Errorf("journal batch %d no longer applies: %w", e.Seq, err), e.raw})
 			continue
 		}
 		seq = e.Seq
@@ -100,82 +258,145 @@ func loadState(path string) (cfg *config.Config, seq uint64, replayed int, skipp
 	return cfg, seq, replayed, skipped, nil
 }
 
-// readJournal reads every complete line of the journal; a torn last line
-// (a crash mid-append) is ignored: its Apply never returned.
-func readJournal(path string) ([]journalEntry, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+// keepSkipped appends the batches the config file no longer takes to
+// FILE.journal.skipped before the fold drops them from the journal, so
+// an operator can still see (and re-apply) what they did.
+func keepSkipped(configPath string, skipped []skippedBatch) error {
+	if len(skipped) == 0 {
+		return nil
+	}
+	p := journalPath(configPath) + ".skipped"
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("keep skipped batches: %w", err)
+	}
+	var buf []byte
+	for _, s := range skipped {
+		buf = append(buf, s.raw...)
+	}
+	_, err = f.Write(buf)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open journal: %w", err)
+		return fmt.Errorf("keep skipped batches in %s: %w", p, err)
 	}
-	defer f.Close()
-	var out []journalEntry
-	r := bufio.NewReader(f)
-	for {
-		line, err := r.ReadBytes('\n')
-		if err != nil {
-			break // EOF, or a last line without its newline
-		}
-		var e journalEntry
-		if json.Unmarshal(line, &e) == nil && e.Seq > 0 {
-			out = append(out, e)
-		}
-	}
-	return out, nil
+	return nil
 }
 
 // journal appends batches to FILE.journal.
 type journal struct {
 	path string
 	f    *os.File
+	// size is the length of the records written, where a failed append
+	// cuts the file back to.
+	size int64
+	// broken is set when a failed append could not be cut back off: no
+	// batch may follow it (its sequence number may still be in the
+	// file), until a restart cuts it as a torn tail or refuses it.
+	broken error
 }
 
+// openJournal opens the journal for appending, after repairJournal made
+// its end a record boundary.
 func openJournal(configPath string) (*journal, error) {
 	p := journalPath(configPath)
+	_, statErr := os.Stat(p)
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
-	return &journal{path: p, f: f}, nil
-}
-
-// append writes one batch as one line with one write(2).
-func (j *journal) append(seq uint64, req []byte) error {
-	line, err := json.Marshal(journalEntry{Seq: seq, Apply: req})
+	st, err := f.Stat()
 	if err != nil {
-		return err
+		f.Close()
+		return nil, fmt.Errorf("open journal: %w", err)
 	}
-	_, err = j.f.Write(append(line, '\n'))
-	return err
-}
-
-// keepAfter rewrites the journal with only the batches after seq
-// (atomically: temporary file, rename) and reopens it for appending.
-func (j *journal) keepAfter(seq uint64) error {
-	entries, err := readJournal(j.path)
-	if err != nil {
-		return err
-	}
-	var buf []byte
-	for _, e := range entries {
-		if e.Seq > seq {
-			line, _ := json.Marshal(e)
-			buf = append(append(buf, line...), '\n')
+	if errors.Is(statErr, os.ErrNotExist) {
+		// A new file's name is durable once its directory is.
+		if err := syncDir(filepath.Dir(p)); err != nil {
+			f.Close()
+			return nil, err
 		}
 	}
-	if err := config.ReplaceFile(j.path, buf, 0o600, true); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	return &journal{path: p, f: f, size: st.Size()}, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
-	j.f.Close()
-	j.f = f
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
 	return nil
 }
 
-func (j *journal) sync() error  { return j.f.Sync() }
+// append writes one batch as one record with one write(2) and fsyncs it:
+// when it returns nil the batch survives a crash or a power loss. When
+// it fails (ENOSPC, EIO, a short write) the file is cut back to where it
+// was, so nothing of the batch stays to be replayed or to glue the next
+// record to.
+func (j *journal) append(seq uint64, req []byte) error {
+	if j.broken != nil {
+		return fmt.Errorf("journal unusable since an earlier failure (restart the agent): %w", j.broken)
+	}
+	line, err := encodeRecord(journalEntry{Seq: seq, Apply: req})
+	if err != nil {
+		return err
+	}
+	n, err := j.f.Write(line)
+	if err == nil {
+		// fsync, not fdatasync: the file grew, and its size is metadata
+		// fdatasync would flush too; fsync says so plainly.
+		err = j.f.Sync()
+	}
+	if err == nil {
+		j.size += int64(n)
+		return nil
+	}
+	if terr := j.f.Truncate(j.size); terr != nil {
+		j.broken = fmt.Errorf("cut a failed append back to byte %d: %w", j.size, terr)
+		return errors.Join(err, j.broken)
+	}
+	return err
+}
+
+// keepAfter rewrites the journal with only the records after seq
+// (atomically: temporary file, rename) and reopens it for appending. A
+// journal it cannot read whole is left as it is.
+func (j *journal) keepAfter(seq uint64) error {
+	if j.broken != nil {
+		return j.broken
+	}
+	recs, good, size, err := readJournal(j.path)
+	if err != nil {
+		return err
+	}
+	if good != size {
+		return fmt.Errorf("journal %s holds %d bytes after its last record", j.path, size-good)
+	}
+	var buf []byte
+	for _, r := range recs {
+		if r.Seq > seq {
+			buf = append(buf, r.raw...)
+		}
+	}
+	if err := config.ReplaceFile(j.path, buf, 0o600, true); err != nil {
+		return fmt.Errorf("rewrite journal: %w", err)
+	}
+	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("reopen journal: %w", err)
+	}
+	j.f.Close()
+	j.f = f
+	j.size = int64(len(buf))
+	return nil
+}
+
 func (j *journal) close() error { return j.f.Close() }

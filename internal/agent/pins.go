@@ -25,6 +25,12 @@ import (
 const (
 	progPrefix = "prog_"
 	linkPrefix = "link_"
+	// mapPrefix starts the name of every map (and so map pin) and of
+	// the XDP program edgeplane loads.
+	mapPrefix = "edge_"
+	// pinMarker is a directory edgeplane makes in a pin dir it created
+	// (bpffs holds no regular files): Down removes the dir only then.
+	pinMarker = ".edgeplane"
 )
 
 // EnsureBPFFS mounts a bpffs at /sys/fs/bpf if none is there (fresh
@@ -32,11 +38,11 @@ const (
 func EnsureBPFFS(pinDir string) error {
 	root := "/sys/fs/bpf"
 	if !strings.HasPrefix(filepath.Clean(pinDir), root) {
-		return os.MkdirAll(pinDir, 0o700)
+		return makePinDir(pinDir)
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(root, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
-		return os.MkdirAll(pinDir, 0o700)
+		return makePinDir(pinDir)
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", root, err)
@@ -44,7 +50,28 @@ func EnsureBPFFS(pinDir string) error {
 	if err := unix.Mount("bpffs", root, "bpf", 0, "mode=0700"); err != nil {
 		return fmt.Errorf("mount bpffs at %s: %w", root, err)
 	}
-	return os.MkdirAll(pinDir, 0o700)
+	return makePinDir(pinDir)
+}
+
+// makePinDir creates pinDir and marks it as edgeplane's when it is new
+// or empty. A dir that already holds pins without the mark (the bpffs
+// root, another tool's dir, one from a build before the mark) stays
+// unmarked: Down then removes only what the kernel shows is edgeplane's.
+func makePinDir(pinDir string) error {
+	if err := os.MkdirAll(pinDir, 0o700); err != nil {
+		return fmt.Errorf("create pin dir: %w", err)
+	}
+	entries, err := os.ReadDir(pinDir)
+	if err != nil {
+		return fmt.Errorf("read pin dir: %w", err)
+	}
+	if len(entries) > 0 || filepath.Clean(pinDir) == "/sys/fs/bpf" {
+		return nil
+	}
+	if err := os.Mkdir(filepath.Join(pinDir, pinMarker), 0o700); err != nil && !os.IsExist(err) {
+		return fmt.Errorf("mark pin dir: %w", err)
+	}
+	return nil
 }
 
 // ensureProgram adopts the pinned program when it is the one this build
@@ -83,34 +110,65 @@ func removeStalePrograms(pinDir string, dp *bpf.Dataplane) {
 
 // attach makes every configured interface run dp.Prog through a pinned XDP
 // link: an existing link is adopted (and atomically switched to the new
-// program if one was loaded), a missing one is created. Links of
-// interfaces no longer configured are removed.
-func attach(dp *bpf.Dataplane, pinDir string, ifaces []config.Interface, newProg bool, log *slog.Logger) error {
+// program if one was loaded), a missing one is created. It returns the
+// pins of the links it created. It detaches nothing: interfaces that left
+// the config keep their link until detachExcept, after the change that
+// removed them has committed, so a change that fails leaves every
+// interface with XDP and the last committed generation. When it fails,
+// it takes off the links it created itself.
+func attach(dp *bpf.Dataplane, pinDir string, ifaces []config.Interface, newProg bool, log *slog.Logger) ([]string, error) {
+	var added []string
+	for _, itf := range ifaces {
+		created, err := attachOne(dp, pinDir, itf, newProg, log)
+		if created {
+			added = append(added, filepath.Join(pinDir, linkPrefix+itf.Name))
+		}
+		if err != nil {
+			detachAdded(added, log)
+			return nil, fmt.Errorf("attach xdp to %s: %w", itf.Name, err)
+		}
+	}
+	return added, nil
+}
+
+// detachAdded takes off the links a failed change created, so the
+// interfaces are as they were before it.
+func detachAdded(pins []string, log *slog.Logger) {
+	for _, p := range pins {
+		if err := detachPin(p); err != nil {
+			log.Error("take off a link a failed change attached", "pin", p, "error", err)
+		}
+	}
+}
+
+// detachExcept detaches the links of interfaces not in ifaces: the last
+// step of a change that removed them, once it has committed.
+func detachExcept(pinDir string, ifaces []config.Interface, log *slog.Logger) error {
 	want := map[string]bool{}
 	for _, itf := range ifaces {
 		want[itf.Name] = true
-		if err := attachOne(dp, pinDir, itf, newProg, log); err != nil {
-			return fmt.Errorf("attach xdp to %s: %w", itf.Name, err)
-		}
 	}
 	pins, _ := filepath.Glob(filepath.Join(pinDir, linkPrefix+"*"))
+	var errs []error
 	for _, p := range pins {
 		name := strings.TrimPrefix(filepath.Base(p), linkPrefix)
 		if want[name] {
 			continue
 		}
 		if err := detachPin(p); err != nil {
-			return err
+			errs = append(errs, err)
+			continue
 		}
 		log.Info("detached interface no longer in config", "interface", name)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
-func attachOne(dp *bpf.Dataplane, pinDir string, itf config.Interface, newProg bool, log *slog.Logger) error {
+// attachOne reports whether it created a link (an adopted one is not).
+func attachOne(dp *bpf.Dataplane, pinDir string, itf config.Interface, newProg bool, log *slog.Logger) (bool, error) {
 	nif, err := net.InterfaceByName(itf.Name)
 	if err != nil {
-		return err
+		return false, err
 	}
 	pinPath := filepath.Join(pinDir, linkPrefix+itf.Name)
 	if l, err := link.LoadPinnedLink(pinPath, nil); err == nil {
@@ -119,13 +177,13 @@ func attachOne(dp *bpf.Dataplane, pinDir string, itf config.Interface, newProg b
 		if ierr == nil && info.XDP() != nil && int(info.XDP().Ifindex) == nif.Index {
 			if newProg {
 				if err := l.Update(dp.Prog); err != nil {
-					return fmt.Errorf("replace program through link: %w", err)
+					return false, fmt.Errorf("replace program through link: %w", err)
 				}
 				log.Info("replaced program on interface", "interface", itf.Name)
 			} else {
 				log.Info("adopted XDP link", "interface", itf.Name)
 			}
-			return nil
+			return false, nil
 		}
 		// The interface was recreated: its old link is defunct.
 		_ = l.Unpin()
@@ -151,17 +209,18 @@ func attachOne(dp *bpf.Dataplane, pinDir string, itf config.Interface, newProg b
 			break
 		}
 		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("interface already has an XDP program not managed by this agent (remove it, or use another --pin-dir's `edgeplane down`): %w", err)
+			return false, fmt.Errorf("interface already has an XDP program not managed by this agent (remove it, or use another --pin-dir's `edgeplane down`): %w", err)
 		}
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer l.Close()
 	if err := l.Pin(pinPath); err != nil {
-		return fmt.Errorf("pin link: %w", err)
+		// Unpinned, the link goes with its last fd (the deferred Close).
+		return false, fmt.Errorf("pin link: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 func detachPin(p string) error {
@@ -176,26 +235,133 @@ func detachPin(p string) error {
 	return nil
 }
 
-// Down detaches every link pinned under pinDir and removes all pins: the
-// explicit way to take edgeplane off a gateway.
+// Down takes edgeplane off a gateway: it detaches the XDP links pinned
+// under pinDir and removes edgeplane's pins, and only those, so a pin dir
+// shared with other tools (even the bpffs root) keeps theirs. In a dir
+// edgeplane created (it holds pinMarker) every pin with one of edgeplane's
+// names is edgeplane's, and the dir goes too. Elsewhere a pin is removed
+// only when the kernel says it is edgeplane's: a program named edge_*, a
+// link running one, a map one of them uses.
 func Down(pinDir string) error {
-	pins, _ := filepath.Glob(filepath.Join(pinDir, linkPrefix+"*"))
-	var errs []error
-	for _, p := range pins {
-		errs = append(errs, detachPin(p))
-	}
-	// An unfinished upgrade's pins, in a directory of their own.
-	errs = append(errs, bpf.DiscardStaged(pinDir))
 	entries, err := os.ReadDir(pinDir)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return errors.Join(errs...)
+			return nil
 		}
 		return fmt.Errorf("read pin dir: %w", err)
 	}
-	for _, e := range entries {
-		errs = append(errs, os.Remove(filepath.Join(pinDir, e.Name())))
+	_, err = os.Stat(filepath.Join(pinDir, pinMarker))
+	marked := err == nil
+	// An unfinished upgrade's pins, in a directory of their own: all
+	// edgeplane's in a dir it made, else told one by one as here.
+	var errs []error
+	if marked {
+		errs = append(errs, bpf.DiscardStaged(pinDir))
+	} else if st, err := os.Stat(filepath.Join(pinDir, bpf.UpgradeDir)); err == nil && st.IsDir() {
+		errs = append(errs, Down(filepath.Join(pinDir, bpf.UpgradeDir)))
 	}
-	errs = append(errs, os.Remove(pinDir))
+	// The maps edgeplane's pinned programs use, by ID.
+	ourMaps := map[ebpf.MapID]bool{}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), progPrefix) {
+			continue
+		}
+		prog, err := ebpf.LoadPinnedProgram(filepath.Join(pinDir, e.Name()), nil)
+		if err != nil {
+			continue
+		}
+		if info, err := prog.Info(); err == nil && ourProgram(info) {
+			ids, _ := info.MapIDs()
+			for _, id := range ids {
+				ourMaps[id] = true
+			}
+		}
+		prog.Close()
+	}
+	var left []string
+	// Links first: a program or map stays loaded while a link uses it.
+	for _, e := range entries {
+		if p := filepath.Join(pinDir, e.Name()); strings.HasPrefix(e.Name(), linkPrefix) && (marked || ourLink(p)) {
+			errs = append(errs, detachPin(p))
+		}
+	}
+	for _, e := range entries {
+		name, p := e.Name(), filepath.Join(pinDir, e.Name())
+		var ours bool
+		switch {
+		case name == pinMarker || strings.HasPrefix(name, linkPrefix) || name == bpf.UpgradeDir && marked:
+			continue
+		case strings.HasPrefix(name, progPrefix):
+			ours = marked || ourPinnedProgram(p)
+		case strings.HasPrefix(name, mapPrefix):
+			ours = marked || ourPinnedMap(p, ourMaps)
+		}
+		if !ours {
+			left = append(left, name)
+			continue
+		}
+		errs = append(errs, os.Remove(p))
+	}
+	if !marked {
+		if len(left) > 0 {
+			slog.Info("left pins edgeplane did not make", "pin_dir", pinDir, "pins", len(left))
+		}
+		return errors.Join(errs...)
+	}
+	if len(left) > 0 {
+		return errors.Join(append(errs, fmt.Errorf("pin dir %s also holds %s, which edgeplane did not pin: left it and them in place", pinDir, strings.Join(left, ", ")))...)
+	}
+	errs = append(errs, os.Remove(filepath.Join(pinDir, pinMarker)), os.Remove(pinDir))
 	return errors.Join(errs...)
+}
+
+// ourProgram tells edgeplane's XDP programs by their kernel name (the
+// first 15 bytes of the C function's, edge_xdp).
+func ourProgram(info *ebpf.ProgramInfo) bool {
+	return info.Type == ebpf.XDP && strings.HasPrefix(info.Name, mapPrefix)
+}
+
+func ourPinnedProgram(p string) bool {
+	prog, err := ebpf.LoadPinnedProgram(p, nil)
+	if err != nil {
+		return false
+	}
+	defer prog.Close()
+	info, err := prog.Info()
+	return err == nil && ourProgram(info)
+}
+
+// ourLink reports an XDP link that runs one of edgeplane's programs.
+func ourLink(p string) bool {
+	l, err := link.LoadPinnedLink(p, nil)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil || info.XDP() == nil {
+		return false
+	}
+	prog, err := ebpf.NewProgramFromID(info.Program)
+	if err != nil {
+		return false
+	}
+	defer prog.Close()
+	pi, err := prog.Info()
+	return err == nil && ourProgram(pi)
+}
+
+// ourPinnedMap reports a map that one of edgeplane's programs uses.
+func ourPinnedMap(p string, ours map[ebpf.MapID]bool) bool {
+	m, err := ebpf.LoadPinnedMap(p, nil)
+	if err != nil {
+		return false
+	}
+	defer m.Close()
+	info, err := m.Info()
+	if err != nil {
+		return false
+	}
+	id, ok := info.ID()
+	return ok && ours[id]
 }

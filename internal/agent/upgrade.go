@@ -109,7 +109,7 @@ func (a *Agent) upgrade(cfg *config.Config, why error) error {
 	})
 	if err == nil {
 		// Interfaces new in the config get their link now.
-		err = attach(dp, a.opts.PinDir, cfg.Interfaces, false, a.log)
+		_, err = attach(dp, a.opts.PinDir, cfg.Interfaces, false, a.log)
 	}
 	if err != nil {
 		a.restoreLinks(prev)
