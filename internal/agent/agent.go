@@ -691,11 +691,24 @@ func (a *Agent) stop() {
 // bpf_fib_lookup refuses to route (BPF_FIB_LKUP_RET_FWD_DISABLED) from an
 // interface without it, and punted packets are then forwarded by the
 // kernel as the same rules intend.
+//
+// An IPv6 interface that forwards ignores router advertisements while
+// accept_ra is 1 (Documentation/networking/ip-sysctl.rst): a WAN that
+// gets its address and default route by SLAAC would lose both when they
+// expire. accept_ra=2 takes them while forwarding, so it is set first
+// where it was 1 (0, the operator's "never", stays).
 func enableForwarding(ifaces []config.Interface, log *slog.Logger) error {
 	for _, itf := range ifaces {
+		v6 := "/proc/sys/net/ipv6/conf/" + itf.Name + "/"
+		if cur, err := os.ReadFile(v6 + "accept_ra"); err == nil && string(cur) == "1\n" {
+			if err := os.WriteFile(v6+"accept_ra", []byte("2"), 0o644); err != nil {
+				return fmt.Errorf("keep accepting router advertisements on %s: %w", itf.Name, err)
+			}
+			log.Info("accepting router advertisements while forwarding", "sysctl", v6+"accept_ra", "value", 2)
+		}
 		for _, p := range []string{
 			"/proc/sys/net/ipv4/conf/" + itf.Name + "/forwarding",
-			"/proc/sys/net/ipv6/conf/" + itf.Name + "/forwarding",
+			v6 + "forwarding",
 		} {
 			cur, err := os.ReadFile(p)
 			if err != nil {

@@ -29,8 +29,9 @@ const (
 	// the XDP program edgeplane loads.
 	mapPrefix = "edge_"
 	// pinMarker is a directory edgeplane makes in a pin dir it created
-	// (bpffs holds no regular files): Down removes the dir only then.
-	pinMarker = ".edgeplane"
+	// (bpffs holds no regular files, and no names with a dot): Down
+	// removes the dir only then.
+	pinMarker = "edgeplane_pin_dir"
 )
 
 // EnsureBPFFS mounts a bpffs at /sys/fs/bpf if none is there (fresh
