@@ -1,0 +1,322 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/edgeplane/edgeplane/internal/testutil"
+)
+
+// journalConfig is a config file for the journal tests: the interfaces
+// and a FAR the batches' PDRs use.
+const journalConfig = `interfaces:
+  - {name: lan0, role: lan}
+  - {name: wan0, role: wan}
+fars:
+  - {id: 1, action: redirect, interface: wan0}
+pdrs:
+  - {id: 1, precedence: 10, match: {in: lan0}, far: 1}
+`
+
+// createPDR is an ApplyRequest creating PDR id, as the API journals it.
+func createPDR(id int) []byte {
+	return fmt.Appendf(nil, `{"operations":[{"create":{"pdr":{"id":"%d","precedence":%d,"far":"1","match":{"in":"lan0"}}}}]}`, id, 100+id)
+}
+
+// newJournalDir writes the config file in dir and journals batches
+// 1..n, each creating PDR 100+i.
+func newJournalDir(t *testing.T, dir string, n int) (string, *journal) {
+	t.Helper()
+	cfg := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(cfg, []byte(journalConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j, err := openJournal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.close() })
+	for i := 1; i <= n; i++ {
+		if err := j.append(uint64(i), createPDR(100+i)); err != nil {
+			t.Fatalf("append batch %d: %v", i, err)
+		}
+	}
+	return cfg, j
+}
+
+// pdrIDs loads the state and returns the ids of its PDRs.
+func pdrIDs(t *testing.T, cfg string) []uint32 {
+	t.Helper()
+	c, _, _, skipped, err := loadState(cfg)
+	if err != nil {
+		t.Fatalf("load state: %v", err)
+	}
+	if len(skipped) > 0 {
+		t.Fatalf("skipped batches: %v", skipped[0].err)
+	}
+	var ids []uint32
+	for _, p := range c.PDRs {
+		ids = append(ids, p.ID)
+	}
+	return ids
+}
+
+func appendRaw(t *testing.T, path string, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJournalTornTailCut: a crash in the middle of an append leaves part
+// of a record without its newline (or a tail of zeros). Opening cuts it,
+// so the next batch is a record of its own and is replayed; left in
+// place, the next append would be glued to it and lost.
+func TestJournalTornTailCut(t *testing.T) {
+	for _, tail := range [][]byte{
+		[]byte(`1a2b3c4d {"seq":3,"apply":{"operati`),
+		make([]byte, 4096),
+	} {
+		t.Run(fmt.Sprintf("%d bytes", len(tail)), func(t *testing.T) {
+			cfg, j := newJournalDir(t, t.TempDir(), 2)
+			j.close()
+			appendRaw(t, j.path, tail)
+			cut, err := repairJournal(cfg)
+			if err != nil {
+				t.Fatalf("repair: %v", err)
+			}
+			if cut != int64(len(tail)) {
+				t.Errorf("cut %d bytes, want the torn %d", cut, len(tail))
+			}
+			j2, err := openJournal(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j2.close()
+			if err := j2.append(3, createPDR(103)); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := fmt.Sprint(pdrIDs(t, cfg)), "[1 101 102 103]"; got != want {
+				t.Errorf("pdrs after the torn append and one more: %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+// TestJournalCorruptRecordRefused: a complete record whose checksum does
+// not match is damage, not a torn write: loading fails with an error
+// that names the file, the record's offset and what to do, and the
+// journal is left as it is.
+func TestJournalCorruptRecordRefused(t *testing.T) {
+	cfg, j := newJournalDir(t, t.TempDir(), 3)
+	data, err := os.ReadFile(j.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := bytes.IndexByte(data, '\n') + 1
+	// One bit flipped inside batch 2's JSON (a digit of its PDR id).
+	at := second + bytes.Index(data[second:], []byte(`"102"`)) + 3
+	data[at] ^= 0x01
+	if err := os.WriteFile(j.path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, _, err = loadState(cfg)
+	var ce *CorruptError
+	if !errors.As(err, &ce) {
+		t.Fatalf("load state of a journal with a flipped bit: %v, want a CorruptError", err)
+	}
+	if ce.Offset != int64(second) {
+		t.Errorf("corrupt record reported at offset %d, want %d", ce.Offset, second)
+	}
+	msg := err.Error()
+	for _, want := range []string{j.path, fmt.Sprintf("offset %d", second), fmt.Sprintf("truncate -s %d %s", second, j.path)} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	if _, err := repairJournal(cfg); !errors.As(err, &ce) {
+		t.Errorf("repair of a corrupt journal: %v, want the CorruptError", err)
+	}
+	after, _ := os.ReadFile(j.path)
+	if !bytes.Equal(after, data) {
+		t.Errorf("the corrupt journal was changed")
+	}
+	// The way out the message gives: keep what is before the record.
+	if err := os.Truncate(j.path, int64(second)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(pdrIDs(t, cfg)), "[1 101]"; got != want {
+		t.Errorf("pdrs after the way out: %s, want %s", got, want)
+	}
+}
+
+// TestJournalReadErrorIsError: a journal that cannot be read fails the
+// load; it is not an empty journal.
+func TestJournalReadErrorIsError(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(cfg, []byte(journalConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// read(2) on a directory fails with EISDIR where open(2) succeeds.
+	if err := os.Mkdir(journalPath(cfg), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, _, err := loadState(cfg); !errors.Is(err, syscall.EISDIR) {
+		t.Errorf("load state with an unreadable journal: %v, want EISDIR", err)
+	}
+}
+
+// TestJournalLegacyRecords: a journal written before records carried a
+// checksum (bare JSON lines) still replays after an upgrade.
+func TestJournalLegacyRecords(t *testing.T) {
+	cfg, j := newJournalDir(t, t.TempDir(), 0)
+	appendRaw(t, j.path, fmt.Appendf(nil, "{\"seq\":1,\"apply\":%s}\n", createPDR(101)))
+	if err := j.append(2, createPDR(102)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(pdrIDs(t, cfg)), "[1 101 102]"; got != want {
+		t.Errorf("pdrs: %s, want %s", got, want)
+	}
+}
+
+// TestJournalSkippedKept: a batch the edited config file no longer takes
+// is skipped, and kept in FILE.journal.skipped before a fold drops it.
+func TestJournalSkippedKept(t *testing.T) {
+	cfg, _ := newJournalDir(t, t.TempDir(), 2)
+	// The operator's edit already has PDR 101: batch 1 cannot create it.
+	edited := journalConfig + "  - {id: 101, precedence: 50, match: {in: wan0}, far: 1}\n"
+	if err := os.WriteFile(cfg, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, replayed, skipped, err := loadState(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replayed != 1 || len(skipped) != 1 {
+		t.Fatalf("replayed %d, skipped %d; want 1 and 1", replayed, len(skipped))
+	}
+	if err := keepSkipped(cfg, skipped); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := os.ReadFile(journalPath(cfg) + ".skipped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := parseJournal("skipped", kept)
+	if err != nil || len(recs) != 1 || recs[0].Seq != 1 {
+		t.Errorf("kept %q: %d records, %v; want batch 1", kept, len(recs), err)
+	}
+}
+
+// TestJournalAppendENOSPC: on a full filesystem the append fails (so the
+// Apply does), nothing of the record stays in the journal, and once
+// there is room the next append and a load work. Real ENOSPC, from a
+// tmpfs of 64 KiB.
+func TestJournalAppendENOSPC(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	cfg, j := newJournalDir(t, dir, 2)
+	before, err := os.ReadFile(j.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler := filepath.Join(dir, "filler")
+	fillFS(t, filler)
+	// A batch larger than a page, so the write needs a block the full
+	// filesystem does not have.
+	big := createPDR(103)
+	big = append(big[:len(big)-1], fmt.Appendf(nil, `,"pad":"%s"}`, strings.Repeat("x", 8192))...)
+	err = j.append(3, big)
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("append on a full filesystem: %v, want ENOSPC", err)
+	}
+	after, err := os.ReadFile(j.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Errorf("journal changed by a failed append: %d bytes, was %d", len(after), len(before))
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.append(3, createPDR(103)); err != nil {
+		t.Fatalf("append once there is room: %v", err)
+	}
+	if got, want := fmt.Sprint(pdrIDs(t, cfg)), "[1 101 102 103]"; got != want {
+		t.Errorf("pdrs: %s, want %s", got, want)
+	}
+}
+
+// fillFS writes path until its filesystem is full.
+func fillFS(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 1024)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("fill: %v", err)
+			}
+			break
+		}
+	}
+	// And the last bytes of a partly filled page.
+	for {
+		if _, err := f.Write(chunk[:1]); err != nil {
+			return
+		}
+	}
+}
+
+// TestLockExclusive: a second lock on a config file or pin dir fails at
+// once, naming the holder; the lock goes with its holder.
+func TestLockExclusive(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		path string
+		dir  bool
+	}{{filepath.Join(dir, "gw.yaml.lock"), false}, {dir, true}} {
+		first, err := lockPath(c.path, "thing", c.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = lockPath(c.path, "thing", c.dir)
+		if !errors.Is(err, ErrLocked) {
+			t.Fatalf("second lock on %s: %v, want ErrLocked", c.path, err)
+		}
+		if want := fmt.Sprintf("(pid %d)", os.Getpid()); !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name the holder %s", err, want)
+		}
+		first.release()
+		again, err := lockPath(c.path, "thing", c.dir)
+		if err != nil {
+			t.Fatalf("lock after release: %v", err)
+		}
+		again.release()
+	}
+}
