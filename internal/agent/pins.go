@@ -352,7 +352,9 @@ func ourLink(p string) bool {
 	return err == nil && ourProgram(pi)
 }
 
-// ourPinnedMap reports a map that one of edgeplane's programs uses.
+// ourPinnedMap reports a map that one of edgeplane's programs uses, or
+// one that only the agent uses (no program refers to it) with the name
+// of one of this build's maps, in the kernel too.
 func ourPinnedMap(p string, ours map[ebpf.MapID]bool) bool {
 	m, err := ebpf.LoadPinnedMap(p, nil)
 	if err != nil {
@@ -363,6 +365,15 @@ func ourPinnedMap(p string, ours map[ebpf.MapID]bool) bool {
 	if err != nil {
 		return false
 	}
-	id, ok := info.ID()
-	return ok && ours[id]
+	if id, ok := info.ID(); ok && ours[id] {
+		return true
+	}
+	name := filepath.Base(p)
+	spec, err := bpf.Spec(bpf.Limits{Flows: 1, Rules: 1})
+	if err != nil {
+		return false
+	}
+	_, declared := spec.Maps[name]
+	// The kernel keeps BPF_OBJ_NAME_LEN-1 bytes of a map's name.
+	return declared && info.Name == name[:min(len(name), unix.BPF_OBJ_NAME_LEN-1)]
 }
