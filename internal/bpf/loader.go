@@ -261,6 +261,7 @@ type barrier struct {
 	// writes); nil when it cannot be opened.
 	expedite     *os.File
 	mark         string
+	markf        *os.File // the mark, kept open for the same reason
 	expediteOnce sync.Once
 }
 
@@ -294,9 +295,14 @@ var ExpediteGracePeriods = true
 
 // rcuExpeditedMarks are files, one per agent process that may switch
 // rcu_expedited on (named by its pid), removed when its dataplane closes.
+// A mark says what the switch goes back to: "-" nothing (the process has
+// not switched it), "0" off (it switched it on, from off, for a barrier).
 // A process killed in the instant it had the switch on leaves it on for
 // the whole kernel: the next barrier to start finds the mark of a process
-// that no longer runs and switches it back off.
+// that no longer runs and, if that mark says so, switches it back off.
+// An operator who set the switch on keeps it: no mark says to undo it.
+// (An empty mark is one of a build that wrote no state: it only ever
+// switched on from off, so off is what it restores.)
 const rcuExpeditedMarks = "/run/edgeplane-rcu-expedited."
 
 // openExpedite opens the switch for the barrier's life and cleans up
@@ -310,15 +316,25 @@ func (b *barrier) openExpedite() {
 	for _, m := range marks {
 		pid, err := strconv.Atoi(strings.TrimPrefix(m, rcuExpeditedMarks))
 		if err == nil && unix.Kill(pid, 0) == unix.ESRCH {
-			f.WriteAt([]byte("0"), 0)
+			if restore, err := os.ReadFile(m); err == nil && (len(restore) == 0 || restore[0] == '0') {
+				f.WriteAt([]byte("0"), 0)
+			}
 			os.Remove(m)
 		}
 	}
 	b.mark = rcuExpeditedMarks + strconv.Itoa(os.Getpid())
-	if os.WriteFile(b.mark, nil, 0o600) != nil {
-		f.Close() // without a mark, never leave the switch on
+	mf, err := os.OpenFile(b.mark, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err == nil {
+		if _, err = mf.WriteAt([]byte("-"), 0); err != nil {
+			mf.Close()
+		}
+	}
+	if err != nil {
+		os.Remove(b.mark)
+		f.Close() // without a mark, never switch it on
 		return
 	}
+	b.markf = mf
 	b.expedite = f
 }
 
@@ -339,9 +355,17 @@ func (b *barrier) expedited(fn func() error) error {
 	}
 	if f := b.expedite; ExpediteGracePeriods && f != nil {
 		var cur [1]byte
+		// The mark says "off" before the switch goes on, and "nothing"
+		// only once it is off again: a kill in between is undone.
 		if n, _ := f.ReadAt(cur[:], 0); n == 1 && cur[0] == '0' {
-			if _, err := f.WriteAt([]byte("1"), 0); err == nil {
-				defer f.WriteAt([]byte("0"), 0)
+			if _, err := b.markf.WriteAt([]byte("0"), 0); err == nil {
+				if _, err := f.WriteAt([]byte("1"), 0); err == nil {
+					defer func() {
+						if _, err := f.WriteAt([]byte("0"), 0); err == nil {
+							b.markf.WriteAt([]byte("-"), 0)
+						}
+					}()
+				}
 			}
 		}
 	}
@@ -355,6 +379,7 @@ func (dp *Dataplane) Expedited(fn func() error) error { return dp.barrier.expedi
 func (b *barrier) Close() error {
 	if b.expedite != nil {
 		b.expedite.Close()
+		b.markf.Close()
 		os.Remove(b.mark)
 	}
 	return errors.Join(b.outer.Close(), b.inner.Close())

@@ -311,3 +311,61 @@ func TestExpeditedSwitchRestored(t *testing.T) {
 		t.Errorf("switch %s after the barriers and close, want 0 (the killed agent's leftover undone)", got)
 	}
 }
+
+// TestExpeditedSwitchOperatorsKept: an operator who turned
+// /sys/kernel/rcu_expedited on keeps it on, even when the mark of an agent
+// killed while it had not switched anything is cleaned up; only a mark
+// that says the switch was off before its agent turned it on brings it
+// back to off.
+func TestExpeditedSwitchOperatorsKept(t *testing.T) {
+	testutil.RequireRoot(t)
+	const sw = "/sys/kernel/rcu_expedited"
+	read := func() string {
+		t.Helper()
+		b, err := os.ReadFile(sw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	orig := read()
+	t.Cleanup(func() { os.WriteFile(sw, []byte(orig), 0) })
+	for _, c := range []struct {
+		mark, want string
+	}{
+		{"-", "1"}, // killed while idle: the operator's 1 stays
+		{"0", "0"}, // killed with the switch on: off, as before it
+	} {
+		dead := exec.Command("true")
+		if err := dead.Run(); err != nil {
+			t.Fatal(err)
+		}
+		mark := fmt.Sprintf("/run/edgeplane-rcu-expedited.%d", dead.Process.Pid)
+		if err := os.WriteFile(mark, []byte(c.mark), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(mark) })
+		if err := os.WriteFile(sw, []byte("1"), 0); err != nil {
+			t.Fatal(err)
+		}
+		dp, err := bpf.Open(bpf.Limits{Flows: 1024, Rules: 64}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := &bpf.Generation{Rules: map[bpf.RuleKey]bpf.Rule{}, FARs: map[uint32]bpf.Far{}, Paths: map[uint32]bpf.Path{}, Decaps: map[bpf.DecapKey]bpf.Decap{}}
+		for i := 0; i < 3; i++ {
+			if _, err := dp.Commit(g); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := dp.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(mark); err == nil {
+			t.Errorf("mark %q: the dead process's mark is still there", c.mark)
+		}
+		if got := read(); got != c.want {
+			t.Errorf("mark %q: switch %s after the barriers, want %s", c.mark, got, c.want)
+		}
+	}
+}
