@@ -246,12 +246,10 @@ limits: {flows: 1024, rules: 300}
 	}
 }
 
-// TestExpeditedSwitchRestored checks that commits leave
-// /sys/kernel/rcu_expedited as they found it, and that a mark left by an
-// agent killed while it had the switch on makes the next one switch it
-// back off.
-func TestExpeditedSwitchRestored(t *testing.T) {
-	testutil.RequireRoot(t)
+// expeditedSwitch returns a reader of /sys/kernel/rcu_expedited, which
+// goes back to what it was when t ends.
+func expeditedSwitch(t *testing.T) func() string {
+	t.Helper()
 	const sw = "/sys/kernel/rcu_expedited"
 	read := func() string {
 		t.Helper()
@@ -263,35 +261,64 @@ func TestExpeditedSwitchRestored(t *testing.T) {
 	}
 	orig := read()
 	t.Cleanup(func() { os.WriteFile(sw, []byte(orig), 0) })
-	if err := os.WriteFile(sw, []byte("0"), 0); err != nil {
+	return read
+}
+
+func setExpedited(t *testing.T, v string) {
+	t.Helper()
+	if err := os.WriteFile("/sys/kernel/rcu_expedited", []byte(v), 0); err != nil {
 		t.Fatal(err)
 	}
+}
 
-	// A process that has exited, as an agent killed mid-barrier would
-	// have: its mark stays, the switch is on.
+// deadMark writes a mark holding content for a process that has exited,
+// as an agent killed would leave it, and returns its path.
+func deadMark(t *testing.T, content string) string {
+	t.Helper()
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
 	mark := fmt.Sprintf("/run/edgeplane-rcu-expedited.%d", dead.Process.Pid)
-	if err := os.WriteFile(mark, nil, 0o600); err != nil {
+	if err := os.WriteFile(mark, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Remove(mark) })
-	if err := os.WriteFile(sw, []byte("1"), 0); err != nil {
-		t.Fatal(err)
-	}
+	return mark
+}
 
+// commitEmpty opens a dataplane without pins and commits three empty
+// generations: the second and third wait for a barrier.
+func commitEmpty(t *testing.T) *bpf.Dataplane {
+	t.Helper()
 	dp, err := bpf.Open(bpf.Limits{Flows: 1024, Rules: 64}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := &bpf.Generation{Rules: map[bpf.RuleKey]bpf.Rule{}, FARs: map[uint32]bpf.Far{}, Paths: map[uint32]bpf.Path{}, Decaps: map[bpf.DecapKey]bpf.Decap{}}
-	for i := 0; i < 3; i++ { // the second and third wait for a barrier
+	for i := 0; i < 3; i++ {
 		if _, err := dp.Commit(g); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return dp
+}
+
+// TestExpeditedSwitchRestored checks that commits leave
+// /sys/kernel/rcu_expedited as they found it, and that a mark left by an
+// agent killed while it had the switch on makes the next one switch it
+// back off.
+func TestExpeditedSwitchRestored(t *testing.T) {
+	testutil.RequireRoot(t)
+	read := expeditedSwitch(t)
+	setExpedited(t, "0")
+
+	// A process that has exited, as an agent killed mid-barrier would
+	// have: its mark stays, the switch is on.
+	mark := deadMark(t, "")
+	setExpedited(t, "1")
+
+	dp := commitEmpty(t)
 	// (The last commit's barrier may still run, with the switch on for
 	// its instant: the switch is read after Close, which waits for it.)
 	if _, err := os.Stat(mark); err == nil {
@@ -319,46 +346,16 @@ func TestExpeditedSwitchRestored(t *testing.T) {
 // back to off.
 func TestExpeditedSwitchOperatorsKept(t *testing.T) {
 	testutil.RequireRoot(t)
-	const sw = "/sys/kernel/rcu_expedited"
-	read := func() string {
-		t.Helper()
-		b, err := os.ReadFile(sw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(b))
-	}
-	orig := read()
-	t.Cleanup(func() { os.WriteFile(sw, []byte(orig), 0) })
+	read := expeditedSwitch(t)
 	for _, c := range []struct {
 		mark, want string
 	}{
 		{"-", "1"}, // killed while idle: the operator's 1 stays
 		{"0", "0"}, // killed with the switch on: off, as before it
 	} {
-		dead := exec.Command("true")
-		if err := dead.Run(); err != nil {
-			t.Fatal(err)
-		}
-		mark := fmt.Sprintf("/run/edgeplane-rcu-expedited.%d", dead.Process.Pid)
-		if err := os.WriteFile(mark, []byte(c.mark), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.Remove(mark) })
-		if err := os.WriteFile(sw, []byte("1"), 0); err != nil {
-			t.Fatal(err)
-		}
-		dp, err := bpf.Open(bpf.Limits{Flows: 1024, Rules: 64}, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := &bpf.Generation{Rules: map[bpf.RuleKey]bpf.Rule{}, FARs: map[uint32]bpf.Far{}, Paths: map[uint32]bpf.Path{}, Decaps: map[bpf.DecapKey]bpf.Decap{}}
-		for i := 0; i < 3; i++ {
-			if _, err := dp.Commit(g); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := dp.Close(); err != nil {
+		mark := deadMark(t, c.mark)
+		setExpedited(t, "1")
+		if err := commitEmpty(t).Close(); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := os.Stat(mark); err == nil {
