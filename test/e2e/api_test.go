@@ -76,7 +76,12 @@ func (a *apiGateway) restart(t *testing.T) {
 
 func newAPIGateway(t *testing.T, cfg string) *apiGateway {
 	t.Helper()
-	g := newGateway(t, cfg)
+	return startAPIGateway(t, newGateway(t, cfg))
+}
+
+// startAPIGateway starts g's agent with the API and connects to it.
+func startAPIGateway(t *testing.T, g *gateway) *apiGateway {
+	t.Helper()
 	tokens := filepath.Join(g.dir, "tokens")
 	key := filepath.Join(g.dir, "jwt.key")
 	if err := os.WriteFile(tokens, []byte("# test clients\n"+apiToken+"\n"), 0o600); err != nil {
