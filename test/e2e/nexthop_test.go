@@ -25,17 +25,7 @@ func TestNextHopFollowsNeighbourChange(t *testing.T) {
 	}
 	before := g.stats()
 
-	const newMAC = "02:00:00:00:bb:01"
-	for _, c := range [][]string{
-		{g.B, "ip", "link", "set", "eth0", "address", newMAC},
-		// What the gateway would learn from B's next ARP reply, applied
-		// at once so the test does not wait for ARP timers.
-		{g.GW, "ip", "neigh", "replace", lab.AddrB, "lladdr", newMAC, "dev", lab.WanName, "nud", "reachable"},
-	} {
-		if out, err := nsRun(c[0], c[1:]...); err != nil {
-			t.Fatalf("%v: %v\n%s", c, err, out)
-		}
-	}
+	g.moveB("02:00:00:00:bb:01")
 	if got := ping(g.A, lab.AddrB, 10, "0.1"); got != 10 {
 		t.Fatalf("ping after B's MAC changed: %d of 10 replies (cached next hop not invalidated?)", got)
 	}
@@ -46,5 +36,20 @@ func TestNextHopFollowsNeighbourChange(t *testing.T) {
 	}
 	if !strings.Contains(g.log(), "agent ready") {
 		t.Fatal("agent log lost")
+	}
+}
+
+// moveB gives host B a new MAC and the gateway a neighbour entry for it.
+func (g *gateway) moveB(mac string) {
+	g.t.Helper()
+	for _, c := range [][]string{
+		{g.B, "ip", "link", "set", "eth0", "address", mac},
+		// What the gateway would learn from B's next ARP reply, applied
+		// at once so the test does not wait for ARP timers.
+		{g.GW, "ip", "neigh", "replace", lab.AddrB, "lladdr", mac, "dev", lab.WanName, "nud", "reachable"},
+	} {
+		if out, err := nsRun(c[0], c[1:]...); err != nil {
+			g.t.Fatalf("%v: %v\n%s", c, err, out)
+		}
 	}
 }
