@@ -21,30 +21,17 @@ import (
 
 // pySendUntil sends datagrams of argv[4] bytes (the first 8 the sequence
 // number) to argv[1]:argv[2] at argv[3] per second until its stdin
-// closes, then reports how many it sent. Local drops come back as
-// ENOBUFS (IP_RECVERR) and are sent again, as in pySend.
-const pySendUntil = `import errno, json, select, socket, struct, sys, time
-dst, port, rate, size = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.IPPROTO_IP, 11, 1)  # IP_RECVERR
+// closes, then reports how many it sent (pyUDPSocket).
+const pySendUntil = pyUDPSocket + `rate, size = float(sys.argv[3]), int(sys.argv[4])
 pad = b"\0" * (size - 8)
 print("ready", flush=True)
-i = retries = 0
+i = 0
 t0 = time.perf_counter()
 while True:
     ahead = t0 + i / rate - time.perf_counter()
     if select.select([sys.stdin], [], [], max(ahead, 0))[0]:
         break
-    msg = struct.pack("!Q", i) + pad
-    while True:
-        try:
-            s.sendto(msg, (dst, port))
-            break
-        except OSError as e:
-            if e.errno not in (errno.ENOBUFS, errno.EAGAIN, errno.ECONNREFUSED):
-                raise
-            retries += 1
-            time.sleep(0.0002)
+    send(struct.pack("!Q", i) + pad)
     i += 1
 print(json.dumps({"sent": i, "seconds": time.perf_counter() - t0, "retries": retries}))
 `

@@ -504,37 +504,44 @@ const pyScrape = `import sys, urllib.request
 sys.stdout.write(urllib.request.urlopen("http://" + sys.argv[1] + "/metrics", timeout=5).read().decode())
 `
 
-// pySend sends argv[3] datagrams to argv[1]:argv[2] at argv[4] per second
-// (0: unpaced), argv[5] bytes each, the first 8 bytes the sequence number.
-// IP_RECVERR makes a local drop (a full veth ring) come back as ENOBUFS
-// instead of being swallowed, so the datagram is sent again and "sent"
-// counts only datagrams that left the host.
-const pySend = `import errno, json, socket, struct, sys, time
-dst, port, n, rate, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+// pyUDPSocket opens the socket a sender sends to argv[1]:argv[2] through
+// and defines send(msg). IP_RECVERR makes a local drop (a full veth ring)
+// come back as ENOBUFS instead of being swallowed, so send tries again
+// (counted in retries) and every datagram it sent left the host.
+const pyUDPSocket = `import errno, json, select, socket, struct, sys, time
+dst, port = sys.argv[1], int(sys.argv[2])
 v6 = ":" in dst
 s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
 if v6:
     s.setsockopt(socket.IPPROTO_IPV6, 25, 1)  # IPV6_RECVERR
 else:
     s.setsockopt(socket.IPPROTO_IP, 11, 1)  # IP_RECVERR
-pad = b"\0" * (size - 8)
 retries = 0
+def send(msg):
+    global retries
+    while True:
+        try:
+            s.sendto(msg, (dst, port))
+            return
+        except OSError as e:
+            if e.errno not in (errno.ENOBUFS, errno.EAGAIN, errno.ECONNREFUSED):
+                raise
+            retries += 1
+            time.sleep(0.0002)
+`
+
+// pySend sends argv[3] datagrams to argv[1]:argv[2] at argv[4] per second
+// (0: unpaced), argv[5] bytes each, the first 8 bytes the sequence number;
+// "sent" counts only datagrams that left the host (pyUDPSocket).
+const pySend = pyUDPSocket + `n, rate, size = int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+pad = b"\0" * (size - 8)
 t0 = time.perf_counter()
 for i in range(n):
     if rate > 0:
         ahead = t0 + i / rate - time.perf_counter()
         if ahead > 0.001:
             time.sleep(ahead)
-    msg = struct.pack("!Q", i) + pad
-    while True:
-        try:
-            s.sendto(msg, (dst, port))
-            break
-        except OSError as e:
-            if e.errno not in (errno.ENOBUFS, errno.EAGAIN, errno.ECONNREFUSED):
-                raise
-            retries += 1
-            time.sleep(0.0002)
+    send(struct.pack("!Q", i) + pad)
 print(json.dumps({"sent": n, "seconds": time.perf_counter() - t0, "retries": retries}))
 `
 
