@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/edgeplane/edgeplane/internal/lab"
 )
 
@@ -146,8 +148,8 @@ func counterOf(g *gateway, name string, want map[string]string) float64 {
 // TestUpgradeLayoutChange upgrades a gateway under traffic from a build
 // to one whose map layouts differ (edge_conn and edge_flow gained a
 // member: every connection, flow cache and exact-match cache map must be
-// converted) and back: SIGTERM, then the other build on the same pin dir
-// and config. 100 long-lived connections through a NAT service keep
+// converted) and back with other limits (map sizes): SIGTERM, then the
+// other build on the same pin dir and config. 100 long-lived connections through a NAT service keep
 // their backend (they keep echoing without an error or a stall), a ping
 // stream at 2 ms through XDP loses nothing, and the counters continue.
 func TestUpgradeLayoutChange(t *testing.T) {
@@ -199,7 +201,11 @@ func TestUpgradeLayoutChange(t *testing.T) {
 	if out, err := exec.Command(binB, "stats", "--json", "--pin-dir", a.PinDir).CombinedOutput(); err != nil {
 		t.Errorf("layout-test build's stats of its pins: %v\n%s", err, out)
 	}
-	switchTo(edgeplaneBin, "the plain build again")
+	// Back, with the maps resized as well: more rules move every
+	// service's reply rewrite to another FAR place, which the replies of
+	// the established connections must follow.
+	a.writeConfig(strings.Replace(upgradeCfg(), "limits: {flows: 65536, rules: 1024}", "limits: {flows: 32768, rules: 2048, connections: 131072}", 1))
+	switchTo(edgeplaneBin, "the plain build again, limits resized")
 
 	tr.check(t, "both upgrades")
 	// Every connection still talks to the backend that greeted it.
@@ -234,6 +240,11 @@ func TestUpgradeLayoutChange(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(a.PinDir, "next")); err == nil {
 		t.Errorf("the upgrade directory is left in %s", a.PinDir)
+	}
+	if m, err := ebpf.LoadPinnedMap(filepath.Join(a.PinDir, "edge_conns"), nil); err != nil || m.MaxEntries() != 131072 {
+		t.Errorf("pinned connection table after the resize: %v entries (%v), want 131072", m, err)
+	} else {
+		m.Close()
 	}
 	// The plain build's pins again: `edgeplane stats` reads them.
 	if s := a.stats(); s.pdr(20).Packets == 0 {
