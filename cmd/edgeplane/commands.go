@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/edgeplane/edgeplane/internal/agent"
+	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
@@ -36,10 +37,12 @@ func newAgentCmd() *cobra.Command {
 		Long: `Loads (or adopts an already pinned) XDP dataplane, attaches it to the
 configured interfaces, writes the rules and serves Prometheus metrics and
 the control API (gRPC edgeplane.v1 and REST/JSON, OpenAPI at
-/openapi.json). An API change is committed atomically and written back to
-the config file, which always holds what serves. SIGHUP re-reads the
-config and applies the difference atomically; an invalid config is
-refused and the live rules keep serving. On exit the
+/openapi.json): to root on unix sockets in /run/edgeplane/PIN-DIR/, and
+over TCP (:50051, :8080) with bearer tokens. An API change is committed
+atomically and written back to the config file, which always holds what
+serves. SIGHUP re-reads the config and applies the difference
+atomically (an invalid config is refused and the live rules keep
+serving), and re-reads the API's tokens, JWT key and certificate. On exit the
 dataplane stays attached and forwarding (pinned) unless --detach-on-exit.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -48,22 +51,41 @@ dataplane stays attached and forwarding (pinned) unless --detach-on-exit.`,
 				lvl = slog.LevelDebug
 			}
 			o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			// Without tokens the TCP API stays off unless asked for:
+			// the unix socket serves root, and a loopback port would
+			// serve every local user.
+			if o.APITokens == "" && o.APIJWTKey == "" && !o.APILoopbackNoAuth {
+				for flag, addr := range map[string]*string{"grpc-addr": &o.GRPCAddr, "rest-addr": &o.RESTAddr} {
+					if !cmd.Flags().Changed(flag) {
+						*addr = ""
+					}
+				}
+			}
 			return agent.Run(cmd.Context(), o)
 		},
 	}
-	c.Flags().StringVar(&o.ConfigPath, "config", "/etc/edgeplane/config.yaml", "config file")
-	c.Flags().StringVar(&o.PinDir, "pin-dir", defaultPinDir, "bpffs directory for pinned maps, program and links (one per gateway)")
-	c.Flags().StringVar(&o.MetricsAddr, "metrics-addr", ":9090", "Prometheus listen address (empty to disable)")
-	c.Flags().BoolVar(&o.DetachOnExit, "detach-on-exit", false, "detach XDP and remove pins when the agent exits")
-	c.Flags().StringVar(&o.GRPCAddr, "grpc-addr", ":50051", "gRPC API listen address (empty to disable; loopback only without --api-tokens/--api-jwt-key)")
-	c.Flags().StringVar(&o.RESTAddr, "rest-addr", ":8080", "REST API listen address (empty to disable; same rule)")
-	c.Flags().StringVar(&o.APITokens, "api-tokens", "", "file of accepted bearer tokens, one per line")
-	c.Flags().StringVar(&o.APIJWTKey, "api-jwt-key", "", "file with the HMAC key of accepted JWT bearer tokens (HS256/384/512, exp required)")
-	c.Flags().StringVar(&o.TLSCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM)")
-	c.Flags().StringVar(&o.TLSKey, "tls-key", "", "private key of --tls-cert (PEM)")
-	c.Flags().BoolVar(&o.NormalGracePeriods, "normal-grace-periods", false, "do not expedite the RCU grace period a commit waits for (commits take 5-20 ms instead of ~0.1 ms; no IPIs)")
-	c.Flags().BoolVar(&debug, "debug", false, "debug logging")
-	c.Flags().BoolVar(&o.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the metrics address")
+	fs := c.Flags()
+	fs.StringVar(&o.ConfigPath, "config", "/etc/edgeplane/config.yaml", "config file")
+	fs.StringVar(&o.PinDir, "pin-dir", defaultPinDir, "bpffs directory for pinned maps, program and links (one per gateway)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", "127.0.0.1:9090", "Prometheus listen address, unauthenticated: give an address beyond loopback to expose it (empty to disable)")
+	fs.BoolVar(&o.DetachOnExit, "detach-on-exit", false, "detach XDP and remove pins when the agent exits")
+	fs.StringVar(&o.GRPCAddr, "grpc-addr", ":50051", "gRPC API TCP listen address, with --api-tokens/--api-jwt-key (else off unless given with --api-loopback-no-auth; empty to disable)")
+	fs.StringVar(&o.RESTAddr, "rest-addr", ":8080", "REST API TCP listen address (same rule)")
+	fs.StringVar(&o.APISocket, "api-socket", "", "gRPC API unix socket, root only, no tokens (default "+agent.DefaultAPISocket("PIN-DIR")+", PIN-DIR the last element of --pin-dir; none to disable)")
+	fs.StringVar(&o.RESTSocket, "rest-socket", "", "REST API unix socket, root only, no tokens (default "+agent.DefaultRESTSocket("PIN-DIR")+"; none to disable)")
+	fs.BoolVar(&o.APILoopbackNoAuth, "api-loopback-no-auth", false, "serve the TCP API without tokens, on loopback only (any local user can then drive the dataplane)")
+	fs.StringVar(&o.APITokens, "api-tokens", "", "file of accepted bearer tokens, one per line (re-read on SIGHUP)")
+	fs.StringVar(&o.APIJWTKey, "api-jwt-key", "", "file with the HMAC key of accepted JWT bearer tokens (HS256/384/512, exp required; re-read on SIGHUP)")
+	fs.StringVar(&o.JWT.Audience, "api-jwt-audience", "", "accept only JWTs whose aud includes this")
+	fs.StringVar(&o.JWT.Issuer, "api-jwt-issuer", "", "accept only JWTs whose iss is this")
+	fs.DurationVar(&o.JWT.Leeway, "api-jwt-leeway", api.DefaultJWTLeeway, "clock skew allowed on a JWT's exp, nbf and iat")
+	fs.DurationVar(&o.JWT.MaxLifetime, "api-jwt-max-lifetime", api.DefaultJWTMaxLifetime, "refuse JWTs valid for longer than this (exp after iat, or after now; 0: no cap)")
+	fs.StringVar(&o.TLSCert, "tls-cert", "", "serve the TCP API over TLS with this certificate (PEM; re-read on SIGHUP)")
+	fs.StringVar(&o.TLSKey, "tls-key", "", "private key of --tls-cert (PEM)")
+	fs.BoolVar(&o.NormalGracePeriods, "normal-grace-periods", false, "do not expedite the RCU grace period a commit waits for (commits take 5-20 ms instead of ~0.1 ms; no IPIs)")
+	fs.BoolVar(&debug, "debug", false, "debug logging")
+	fs.BoolVar(&o.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --metrics-addr (which must be loopback)")
+	fs.StringVar(&o.PprofAddr, "pprof-addr", "", "serve Go profiles under /debug/pprof/ on this address, unauthenticated")
 	return c
 }
 

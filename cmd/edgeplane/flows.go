@@ -54,7 +54,7 @@ rules generation; if not, its next packet is classified again.`,
 		},
 	}
 	af.Register(c)
-	c.Flags().Uint32Var(&top, "top", 20, "how many flows (0: all)")
+	c.Flags().Uint32Var(&top, "top", 20, "how many flows (0: the agent's default, 100; at most 10000)")
 	c.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	return c
 }

@@ -7,13 +7,10 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,14 +21,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
-	"github.com/edgeplane/edgeplane/internal/metrics"
 	"github.com/edgeplane/edgeplane/internal/rules"
 )
 
@@ -41,23 +35,36 @@ type Options struct {
 	PinDir       string
 	MetricsAddr  string // empty disables the metrics server
 	DetachOnExit bool
-	// GRPCAddr and RESTAddr are the control API's listen addresses;
-	// empty disables one. Without APITokens or APIJWTKey they must be
-	// loopback addresses.
+	// GRPCAddr and RESTAddr are the control API's TCP listen
+	// addresses; empty disables one. They need APITokens or APIJWTKey,
+	// or APILoopbackNoAuth (and then serve loopback only).
 	GRPCAddr, RESTAddr string
+	// APISocket and RESTSocket are the control API's unix sockets,
+	// served without tokens to root only: "" places them in the
+	// gateway's run dir (DefaultAPISocket, DefaultRESTSocket), "none"
+	// disables one.
+	APISocket, RESTSocket string
+	// APILoopbackNoAuth lets the TCP API serve without tokens, on
+	// loopback only.
+	APILoopbackNoAuth bool
 	// APITokens is a file of static bearer tokens, APIJWTKey a file
-	// holding the HMAC key of accepted JWTs.
+	// holding the HMAC key of accepted JWTs, JWT what such a JWT must
+	// satisfy. SIGHUP re-reads both files.
 	APITokens, APIJWTKey string
-	// TLSCert and TLSKey serve the API over TLS when both are set.
+	JWT                  api.JWTRules
+	// TLSCert and TLSKey serve the API over TLS when both are set;
+	// SIGHUP re-reads them.
 	TLSCert, TLSKey string
 	// NormalGracePeriods keeps commits from expediting their RCU grace
 	// period (bpf.ExpediteGracePeriods): slower commits (5-20 ms here),
 	// no inter-processor interrupts for them.
 	NormalGracePeriods bool
 	// Pprof serves Go's profiles under /debug/pprof/ on the metrics
-	// listener.
-	Pprof bool
-	Log   *slog.Logger
+	// listener, which must then be on loopback; PprofAddr serves them
+	// on a listener of their own at any address given.
+	Pprof     bool
+	PprofAddr string
+	Log       *slog.Logger
 }
 
 // Agent is one running gateway agent.
@@ -92,6 +99,11 @@ type Agent struct {
 	backendUp *prometheus.GaugeVec
 
 	reloads *prometheus.CounterVec
+
+	// apiAuth and apiCert are the API's credentials (nil: none), re-read
+	// on SIGHUP.
+	apiAuth *api.Auth
+	apiCert *api.Cert
 }
 
 // hostResolver returns a rules.Resolver that asks the kernel for each
@@ -206,13 +218,11 @@ func Run(ctx context.Context, opts Options) error {
 	go a.healthLoop(ctx, a.backendUp)
 
 	errc := make(chan error, 1)
-	if opts.MetricsAddr != "" {
-		srv, err := a.serveMetrics(errc)
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
+	closeMetrics, err := a.serveMetrics(errc)
+	if err != nil {
+		return err
 	}
+	defer closeMetrics()
 
 	if a.journal, err = openJournal(opts.ConfigPath); err != nil {
 		return err
@@ -231,13 +241,11 @@ func Run(ctx context.Context, opts Options) error {
 	syncDone := make(chan struct{})
 	go a.syncer(syncCtx, syncDone)
 	defer func() { stopSync(); <-syncDone }()
-	if opts.GRPCAddr != "" || opts.RESTAddr != "" {
-		ls, err := a.serveAPI(errc)
-		if err != nil {
-			return err
-		}
-		defer ls.Close()
+	ls, err := a.serveAPI(errc)
+	if err != nil {
+		return err
 	}
+	defer a.closeAPI(ls)
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -250,6 +258,7 @@ func Run(ctx context.Context, opts Options) error {
 		case err := <-errc:
 			return err
 		case <-hup:
+			a.reloadCredentials()
 			if err := a.Reload(); err != nil {
 				a.reloads.WithLabelValues("error").Inc()
 				log.Error("config reload refused; the live rules keep serving", "error", err)
@@ -648,32 +657,6 @@ func (a *Agent) Flows(n int) ([]bpf.FlowStat, map[uint32]string, error) {
 	return flows, names, nil
 }
 
-func (a *Agent) serveMetrics(errc chan<- error) (*http.Server, error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewCollector(func() (*bpf.Snapshot, error) { return a.dp.Snapshot() }))
-	reg.MustRegister(a.reloads)
-	reg.MustRegister(a.backendUp)
-	reg.MustRegister(collectors.NewGoCollector())
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	if a.opts.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	ln, err := net.Listen("tcp", a.opts.MetricsAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listen metrics on %s: %w", a.opts.MetricsAddr, err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("metrics server: %w", err)
-		}
-	}()
-	return srv, nil
-}
-
 // stop releases the agent's handles. Pinned links and maps stay, so the
 // dataplane keeps forwarding, unless DetachOnExit asks to remove it.
 func (a *Agent) stop() {
@@ -724,43 +707,6 @@ func enableForwarding(ifaces []config.Interface, log *slog.Logger) error {
 		}
 	}
 	return nil
-}
-
-// serveAPI starts the gRPC and REST control API.
-func (a *Agent) serveAPI(errc chan<- error) (*api.Listeners, error) {
-	o := a.opts
-	auth, err := api.LoadAuth(o.APITokens, o.APIJWTKey)
-	if err != nil {
-		return nil, err
-	}
-	var tlsCfg *tls.Config
-	switch {
-	case o.TLSCert != "" && o.TLSKey != "":
-		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("load tls certificate: %w", err)
-		}
-		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	case o.TLSCert != "" || o.TLSKey != "":
-		return nil, errors.New("--tls-cert and --tls-key go together")
-	}
-	if auth == nil {
-		// Without auth, an address on every interface (":50051") is
-		// narrowed to loopback; one naming another host is refused.
-		o.GRPCAddr, o.RESTAddr = loopbackIfAny(o.GRPCAddr), loopbackIfAny(o.RESTAddr)
-		a.log.Warn("no API authentication configured (--api-tokens, --api-jwt-key): serving the API on loopback only")
-	}
-	return api.Serve(api.NewServer(a), api.Options{GRPCAddr: o.GRPCAddr, RESTAddr: o.RESTAddr, Auth: auth, TLS: tlsCfg, Log: a.log}, errc)
-}
-
-// loopbackIfAny turns a listen address on every interface (empty,
-// 0.0.0.0 or :: host) into the same port on 127.0.0.1.
-func loopbackIfAny(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || (host != "" && host != "0.0.0.0" && host != "::") {
-		return addr
-	}
-	return net.JoinHostPort("127.0.0.1", port)
 }
 
 // foldDelay is how long after an API change the journal is folded into

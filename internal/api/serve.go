@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -20,8 +19,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
@@ -31,56 +31,93 @@ import (
 // MaxOperations PDRs fits with room to spare.
 const MaxRequestBytes = 32 << 20
 
+// maxHeaderBytes bounds a request's headers (gRPC metadata, HTTP
+// headers), which are read before anything is authenticated: a JWT is a
+// few hundred bytes. gRPC would take 16 MiB by default, net/http 1 MiB.
+const maxHeaderBytes = 64 << 10
+
+// Limits bound what clients can make the API servers hold. The zero
+// value of a field takes the one of DefaultLimits.
+type Limits struct {
+	// MaxConns is how many connections each TCP listener keeps open at
+	// once; more are closed as they arrive.
+	MaxConns int
+	// MaxStreams is how many calls one connection runs at once (HTTP/2
+	// SETTINGS_MAX_CONCURRENT_STREAMS, gRPC and REST over TLS).
+	MaxStreams uint32
+	// Handshake is how long a new connection has to complete TLS and
+	// the HTTP/2 preface (gRPC), or to send its request headers (REST).
+	Handshake time.Duration
+	// Idle closes a connection that has had no call this long.
+	Idle time.Duration
+	// Read and Write bound a REST request's body and its response.
+	Read, Write time.Duration
+}
+
+// DefaultLimits are the limits of an agent's API servers.
+var DefaultLimits = Limits{MaxConns: 256, MaxStreams: 32, Handshake: 10 * time.Second, Idle: 2 * time.Minute,
+	Read: time.Minute, Write: time.Minute}
+
+func (l Limits) orDefault() Limits {
+	d := DefaultLimits
+	if l.MaxConns > 0 {
+		d.MaxConns = l.MaxConns
+	}
+	if l.MaxStreams > 0 {
+		d.MaxStreams = l.MaxStreams
+	}
+	for _, p := range []struct{ v, d *time.Duration }{{&l.Handshake, &d.Handshake}, {&l.Idle, &d.Idle}, {&l.Read, &d.Read}, {&l.Write, &d.Write}} {
+		if *p.v > 0 {
+			*p.d = *p.v
+		}
+	}
+	return d
+}
+
 // Options configure the API listeners.
 type Options struct {
-	// GRPCAddr and RESTAddr are listen addresses; empty disables one.
+	// GRPCAddr and RESTAddr are TCP listen addresses; empty disables
+	// one. They need Auth, or NoAuthLoopback and loopback addresses.
 	GRPCAddr, RESTAddr string
-	// Auth checks bearer tokens; nil accepts every call, and then the
-	// listeners must be on loopback addresses.
+	// GRPCSocket and RESTSocket are unix socket paths, served without
+	// bearer tokens to root only (mode 0600, and each peer's uid is
+	// checked); empty disables one.
+	GRPCSocket, RESTSocket string
+	// Auth checks bearer tokens on the TCP listeners.
 	Auth *Auth
-	// TLS, when set, serves both listeners over TLS.
-	TLS *tls.Config
-	Log *slog.Logger
+	// NoAuthLoopback lets the TCP listeners serve without Auth, on
+	// loopback addresses only: any local user can then drive the API.
+	NoAuthLoopback bool
+	// TLS, when set, serves both TCP listeners over TLS.
+	TLS    *tls.Config
+	Limits Limits
+	Log    *slog.Logger
 }
 
 // Listeners are the running API servers.
 type Listeners struct {
-	GRPC, REST net.Addr
-	grpcSrv    *grpc.Server
-	httpSrv    *http.Server
+	GRPC, REST             net.Addr
+	GRPCSocket, RESTSocket string
+	grpcSrvs               []*grpc.Server
+	httpSrvs               []*http.Server
 }
 
-// Close stops both servers, letting calls in flight finish for up to 5 s.
+// Close stops the servers, letting calls in flight finish for up to 5 s.
 func (l *Listeners) Close() {
-	if l.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = l.httpSrv.Shutdown(ctx)
-		cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range l.httpSrvs {
+		_ = s.Shutdown(ctx)
 	}
-	if l.grpcSrv != nil {
+	for _, s := range l.grpcSrvs {
 		done := make(chan struct{})
-		go func() { l.grpcSrv.GracefulStop(); close(done) }()
+		go func() { s.GracefulStop(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(5 * time.Second):
-			l.grpcSrv.Stop()
+		case <-ctx.Done():
+			s.Stop()
 		}
 	}
-}
-
-// checkLoopback refuses an unauthenticated listener beyond loopback.
-func checkLoopback(flag, addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%s %q: %w", flag, addr, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("%s %q listens beyond loopback without authentication: give --api-tokens or --api-jwt-key, or listen on 127.0.0.1", flag, addr)
 }
 
 // Serve starts the gRPC and REST listeners for srv. Serving errors after
@@ -89,76 +126,156 @@ func Serve(srv *Server, o Options, errc chan<- error) (*Listeners, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	if o.Auth == nil {
-		for flag, addr := range map[string]string{"--grpc-addr": o.GRPCAddr, "--rest-addr": o.RESTAddr} {
-			if addr == "" {
-				continue
+	lim := o.Limits.orDefault()
+	for _, a := range []struct {
+		flag string
+		addr *string
+	}{{"--grpc-addr", &o.GRPCAddr}, {"--rest-addr", &o.RESTAddr}} {
+		if *a.addr == "" {
+			continue
+		}
+		switch {
+		case o.Auth == nil && !o.NoAuthLoopback:
+			return nil, fmt.Errorf("%s %q serves TCP without authentication: give --api-tokens or --api-jwt-key, or --api-loopback-no-auth to serve loopback without it (the unix socket serves root without tokens)", a.flag, *a.addr)
+		case o.Auth == nil:
+			lo, err := loopbackAddr(*a.addr)
+			if err != nil {
+				return nil, fmt.Errorf("%s %q listens beyond loopback without authentication (%w): give --api-tokens or --api-jwt-key, or listen on 127.0.0.1", a.flag, *a.addr, err)
 			}
-			if err := checkLoopback(flag, addr); err != nil {
-				return nil, err
-			}
+			*a.addr = lo
+		case o.TLS == nil && !isLoopback(*a.addr):
+			o.Log.Warn("bearer tokens reach this API unencrypted: anyone on the path can read and replay them; give --tls-cert and --tls-key", "flag", a.flag, "addr", *a.addr)
 		}
 	}
 	l := &Listeners{}
+	fail := func(err error) (*Listeners, error) {
+		l.Close()
+		return nil, err
+	}
 	if o.GRPCAddr != "" {
-		opts := []grpc.ServerOption{
-			grpc.MaxRecvMsgSize(MaxRequestBytes),
-			grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-				var hdr string
-				if md, ok := metadata.FromIncomingContext(ctx); ok {
-					if v := md.Get("authorization"); len(v) > 0 {
-						hdr = v[0]
-					}
-				}
-				if err := o.Auth.Check(hdr); err != nil {
-					return nil, status.Error(codes.Unauthenticated, err.Error())
-				}
-				return h(ctx, req)
-			}),
-		}
-		if o.TLS != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
-		}
 		ln, err := net.Listen("tcp", o.GRPCAddr)
 		if err != nil {
-			return nil, fmt.Errorf("listen grpc on %s: %w", o.GRPCAddr, err)
+			return fail(fmt.Errorf("listen grpc on %s: %w", o.GRPCAddr, err))
 		}
-		l.grpcSrv = grpc.NewServer(opts...)
-		pb.RegisterGatewayServer(l.grpcSrv, srv)
 		l.GRPC = ln.Addr()
-		go func() {
-			if err := l.grpcSrv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-				errc <- fmt.Errorf("grpc server: %w", err)
-			}
-		}()
+		l.serveGRPC(newGRPC(srv, o.Auth, o.TLS, lim), limitConns(ln, lim.MaxConns), errc)
+	}
+	if o.GRPCSocket != "" {
+		ln, err := listenUnix(o.GRPCSocket)
+		if err != nil {
+			return fail(err)
+		}
+		l.GRPCSocket = o.GRPCSocket
+		l.serveGRPC(newGRPC(srv, nil, nil, lim), limitConns(ln, lim.MaxConns), errc)
 	}
 	if o.RESTAddr != "" {
 		h, err := RESTHandler(srv, o.Auth)
 		if err != nil {
-			l.Close()
-			return nil, err
+			return fail(err)
 		}
 		ln, err := net.Listen("tcp", o.RESTAddr)
 		if err != nil {
-			l.Close()
-			return nil, fmt.Errorf("listen rest on %s: %w", o.RESTAddr, err)
+			return fail(fmt.Errorf("listen rest on %s: %w", o.RESTAddr, err))
 		}
-		l.httpSrv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, TLSConfig: o.TLS}
 		l.REST = ln.Addr()
-		go func() {
-			var err error
-			if o.TLS != nil {
-				err = l.httpSrv.ServeTLS(ln, "", "")
-			} else {
-				err = l.httpSrv.Serve(ln)
-			}
-			if err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("rest server: %w", err)
-			}
-		}()
+		l.serveHTTP(newHTTP(h, o.TLS, lim), limitConns(ln, lim.MaxConns), errc)
 	}
-	o.Log.Info("api serving", "grpc", l.GRPC, "rest", l.REST, "auth", o.Auth != nil, "tls", o.TLS != nil)
+	if o.RESTSocket != "" {
+		h, err := RESTHandler(srv, nil)
+		if err != nil {
+			return fail(err)
+		}
+		ln, err := listenUnix(o.RESTSocket)
+		if err != nil {
+			return fail(err)
+		}
+		l.RESTSocket = o.RESTSocket
+		l.serveHTTP(newHTTP(h, nil, lim), limitConns(ln, lim.MaxConns), errc)
+	}
+	o.Log.Info("api serving", "grpc", l.GRPC, "rest", l.REST, "grpc_socket", l.GRPCSocket, "rest_socket", l.RESTSocket,
+		"auth", o.Auth != nil, "tls", o.TLS != nil)
 	return l, nil
+}
+
+// newGRPC returns a gRPC server that checks auth (nil: none) on each
+// call's headers, before any of its message is read, and bounds what a
+// connection can hold.
+func newGRPC(srv *Server, auth *Auth, tlsCfg *tls.Config, lim Limits) *grpc.Server {
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.MaxHeaderListSize(maxHeaderBytes),
+		grpc.MaxConcurrentStreams(lim.MaxStreams),
+		grpc.ConnectionTimeout(lim.Handshake),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: lim.Idle,
+			// Probe a quiet connection, so a peer that vanished
+			// does not hold its slot until the idle timeout.
+			Time: time.Minute, Timeout: 20 * time.Second,
+		}),
+		// A client may ping at most every 10 s, and only during a
+		// call; more is answered with GOAWAY (ping floods).
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second}),
+		grpc.ForceServerCodecV2(newBoundedCodec()),
+	}
+	if auth != nil {
+		// A unary interceptor would run after the generated handler
+		// has read and decoded the whole request (up to
+		// MaxRequestBytes); the tap runs on the headers, and a refused
+		// call is reset before its message is read.
+		opts = append(opts, grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+			var hdr string
+			if v := info.Header.Get("authorization"); len(v) > 0 {
+				hdr = v[0]
+			}
+			if err := auth.Check(hdr); err != nil {
+				return nil, status.Error(codes.Unauthenticated, err.Error())
+			}
+			return ctx, nil
+		}))
+	}
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	s := grpc.NewServer(opts...)
+	pb.RegisterGatewayServer(s, srv)
+	return s
+}
+
+func (l *Listeners) serveGRPC(s *grpc.Server, ln net.Listener, errc chan<- error) {
+	l.grpcSrvs = append(l.grpcSrvs, s)
+	go func() {
+		if err := s.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			errc <- fmt.Errorf("grpc server: %w", err)
+		}
+	}()
+}
+
+func newHTTP(h http.Handler, tlsCfg *tls.Config, lim Limits) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		TLSConfig:         tlsCfg,
+		ReadHeaderTimeout: lim.Handshake,
+		ReadTimeout:       lim.Read,
+		WriteTimeout:      lim.Write,
+		IdleTimeout:       lim.Idle,
+		MaxHeaderBytes:    maxHeaderBytes,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: int(lim.MaxStreams)},
+	}
+}
+
+func (l *Listeners) serveHTTP(s *http.Server, ln net.Listener, errc chan<- error) {
+	l.httpSrvs = append(l.httpSrvs, s)
+	go func() {
+		var err error
+		if s.TLSConfig != nil {
+			err = s.ServeTLS(ln, "", "")
+		} else {
+			err = s.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("rest server: %w", err)
+		}
+	}()
 }
 
 // RESTHandler maps REST/JSON onto srv (in process, no gRPC hop) and serves
@@ -209,6 +326,15 @@ func RESTHandler(srv *Server, auth *Auth) (http.Handler, error) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)
 			_, _ = fmt.Fprintf(w, `{"code":%d,"message":%q,"details":[]}`, codes.Unauthenticated, err.Error())
+			return
+		}
+		// Refuse a declared oversize body before reading any of it;
+		// one sent without a length is cut off at the limit.
+		if r.ContentLength > MaxRequestBytes {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			_, _ = fmt.Fprintf(w, `{"code":%d,"message":"request body of %d bytes, at most %d","details":[]}`, codes.ResourceExhausted, r.ContentLength, MaxRequestBytes)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)

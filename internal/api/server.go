@@ -30,6 +30,14 @@ import (
 // MaxOperations bounds one Apply batch.
 const MaxOperations = 100_000
 
+// ListFlows bounds: top 0 asks for DefaultFlows, and no call gets more
+// than MaxFlows. Without them one call would return the whole flow
+// cache (millions of entries, hundreds of MB of response).
+const (
+	DefaultFlows = 100
+	MaxFlows     = 10_000
+)
+
 // Backend is what the API drives: the agent.
 type Backend interface {
 	// Config returns the config now serving. The caller must not modify
@@ -47,8 +55,8 @@ type Backend interface {
 	Apply(ops []config.Op, dryRun bool, rec []byte) (gen uint32, err error)
 	// Snapshot reads the dataplane's counters.
 	Snapshot() (*bpf.Snapshot, error)
-	// Flows reads the top n flows by bytes (all when n is 0), with
-	// ingress interfaces named.
+	// Flows reads the top n flows by bytes (n > 0), with ingress
+	// interfaces named.
 	Flows(n int) ([]bpf.FlowStat, map[uint32]string, error)
 }
 
@@ -68,7 +76,8 @@ func (s *Server) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResp
 	if n := len(req.GetOperations()); n == 0 {
 		return nil, status.Error(codes.InvalidArgument, "operations: empty batch")
 	} else if n > MaxOperations {
-		return nil, status.Errorf(codes.InvalidArgument, "operations: %d operations, at most %d per batch", n, MaxOperations)
+		// boundedCodec decodes at most one operation more than this.
+		return nil, status.Errorf(codes.InvalidArgument, "operations: more than %d operations in one batch", MaxOperations)
 	}
 	start := time.Now()
 	ops, err := Ops(req.GetOperations())
@@ -305,7 +314,14 @@ func (s *Server) GetStats(context.Context, *pb.GetStatsRequest) (*pb.Stats, erro
 
 // ListFlows implements edgeplanev1.GatewayServer.
 func (s *Server) ListFlows(_ context.Context, req *pb.ListFlowsRequest) (*pb.ListFlowsResponse, error) {
-	flows, names, err := s.b.Flows(int(req.GetTop()))
+	top := int(req.GetTop())
+	switch {
+	case top == 0:
+		top = DefaultFlows
+	case top > MaxFlows:
+		return nil, status.Errorf(codes.InvalidArgument, "top: %d, at most %d", top, MaxFlows)
+	}
+	flows, names, err := s.b.Flows(top)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "read flows: %v", err)
 	}

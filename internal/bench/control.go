@@ -287,7 +287,10 @@ func (l *ctlLab) setup(ctx context.Context) error {
 	}
 	defer logf.Close() // the child holds its own descriptor
 	l.agent = exec.Command("nsenter", "--net=/run/netns/"+name, l.bin, "agent", "--config", cfgPath,
-		"--pin-dir", l.pinDir, "--metrics-addr", "", "--grpc-addr", ctlAddr, "--rest-addr", "")
+		"--pin-dir", l.pinDir, "--metrics-addr", "", "--grpc-addr", ctlAddr, "--rest-addr", "",
+		// TCP on loopback without tokens, as the figures always were
+		// measured; no unix sockets.
+		"--api-loopback-no-auth", "--api-socket", "none", "--rest-socket", "none")
 	l.agent.Stdout, l.agent.Stderr = logf, logf
 	if err := l.agent.Start(); err != nil {
 		l.agent = nil

@@ -32,8 +32,10 @@ import (
 )
 
 const (
-	// DefaultServer is the agent's API address when --server is not given.
-	DefaultServer = "127.0.0.1:50051"
+	// DefaultServer is the agent's API address when --server is not
+	// given: the unix socket an agent with the default pin dir serves
+	// root on (agent.DefaultAPISocket).
+	DefaultServer = "unix:///run/edgeplane/edgeplane/api.sock"
 	// TokenEnv holds the bearer token when --token is not given. The flag
 	// does not show it as its default, so --help never prints a secret.
 	TokenEnv = "EDGEPLANE_TOKEN"
@@ -57,7 +59,7 @@ var APIOnlyFlags = []string{"token", "tls", "tls-ca", "insecure-skip-verify", "t
 // Register adds the flags to command c.
 func (f *Flags) Register(c *cobra.Command) {
 	fs := c.Flags()
-	fs.StringVar(&f.Server, "server", DefaultServer, "the agent's gRPC API address (host:port)")
+	fs.StringVar(&f.Server, "server", DefaultServer, "the agent's gRPC API: host:port, or its unix socket (unix:///PATH or /PATH)")
 	fs.StringVar(&f.Token, "token", "", "bearer token (default $"+TokenEnv+")")
 	fs.BoolVar(&f.TLS, "tls", false, "connect over TLS")
 	fs.StringVar(&f.TLSCA, "tls-ca", "", "CA certificate (PEM) to verify the agent with instead of the system roots (implies --tls)")
@@ -90,9 +92,9 @@ func (f *Flags) credentials() (credentials.TransportCredentials, error) {
 }
 
 // IsLoopback reports whether a gRPC target is on this host: a loopback
-// address, localhost or a unix socket.
+// address, localhost or a unix socket (unix:// or a path).
 func IsLoopback(target string) bool {
-	if strings.HasPrefix(target, "unix:") || strings.HasPrefix(target, "unix-abstract:") {
+	if strings.HasPrefix(target, "unix:") || strings.HasPrefix(target, "unix-abstract:") || strings.HasPrefix(target, "/") {
 		return true
 	}
 	target = strings.TrimPrefix(target, "dns:///")
@@ -133,7 +135,11 @@ func (f *Flags) Connect(ctx context.Context, warn io.Writer) (*Conn, error) {
 	if token != "" && !f.Secure() && !IsLoopback(f.Server) {
 		fmt.Fprintf(warn, "warning: sending the bearer token to %s unencrypted (give --tls)\n", f.Server)
 	}
-	conn, err := grpc.NewClient(f.Server, grpc.WithTransportCredentials(creds))
+	target := f.Server
+	if strings.HasPrefix(target, "/") {
+		target = "unix://" + target
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", f.Server, err)
 	}

@@ -119,9 +119,9 @@ func Demo(ctx context.Context, bin string, out io.Writer) (err error) {
 		fmt.Fprintf(out, "    ping %-42s %d/%d replies, rtt min/avg/max %.2f/%.2f/%.2f ms\n", r.label+":", r.received, r.sent, r.min, r.avg, r.max)
 	}
 	// The busiest flows gateway A saw, over its control API (the agents
-	// serve it on loopback inside their namespaces).
+	// serve it to root on a unix socket in the lab's run dir).
 	step("top flows at gateway A (edgeplane flows --top 6, over the agent's API)")
-	if fl, err := topo.Output(ctx, l.GWA, l.Bin, "flows", "--top", "6", "--server", "127.0.0.1:50051"); err != nil {
+	if fl, err := topo.Output(ctx, l.GWA, l.Bin, "flows", "--top", "6", "--server", "unix://"+l.APISocket(l.GWA)); err != nil {
 		fmt.Fprintf(out, "    %v\n", err)
 	} else {
 		for _, line := range strings.Split(strings.TrimRight(fl, "\n"), "\n") {

@@ -26,7 +26,7 @@ type OneGateway struct {
 	Prefix      string // namespace names: Prefix+"a", Prefix+"gw", Prefix+"b"
 	A, GW, B    string
 	PinDir      string
-	MetricsAddr string // inside the gateway namespace
+	MetricsAddr string // inside the gateway namespace; empty: the agent's default
 	agent       *exec.Cmd
 }
 
@@ -117,8 +117,11 @@ func (o *OneGateway) Up() error {
 // StartAgent starts `edgeplane agent` inside the gateway's network
 // namespace only (nsenter --net), so it keeps the host's bpffs and pins.
 func (o *OneGateway) StartAgent(bin, configPath string, logf *os.File, extra ...string) error {
-	args := append([]string{"--net=/run/netns/" + o.GW, bin, "agent", "--config", configPath,
-		"--pin-dir", o.PinDir, "--metrics-addr", o.MetricsAddr}, extra...)
+	args := []string{"--net=/run/netns/" + o.GW, bin, "agent", "--config", configPath, "--pin-dir", o.PinDir}
+	if o.MetricsAddr != "" {
+		args = append(args, "--metrics-addr", o.MetricsAddr)
+	}
+	args = append(args, extra...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -127,6 +130,10 @@ func (o *OneGateway) StartAgent(bin, configPath string, logf *os.File, extra ...
 	o.agent = cmd
 	return nil
 }
+
+// APISocket is the unix socket the gateway's agent serves its gRPC API
+// on (to root, without tokens), as a --server value.
+func (o *OneGateway) APISocket() string { return "unix://" + agent.DefaultAPISocket(o.PinDir) }
 
 // Agent returns the running agent process, if any.
 func (o *OneGateway) Agent() *exec.Cmd { return o.agent }
@@ -179,4 +186,6 @@ func (o *OneGateway) Down() {
 	for _, ns := range []string{o.A, o.GW, o.B} {
 		_ = topo.DeleteNS(ns)
 	}
+	// A killed agent leaves its sockets.
+	_ = os.RemoveAll(agent.RunDir(o.PinDir))
 }

@@ -85,6 +85,12 @@ func (l *SDWAN) Namespaces() []string {
 	return []string{l.A, l.GWA, l.LinkNS("wan1"), l.LinkNS("wan2"), l.GWB, l.B}
 }
 
+// APISocket returns the unix socket a gateway's agent serves its gRPC
+// API on (to root, without tokens).
+func (l *SDWAN) APISocket(gwNS string) string {
+	return filepath.Join(l.RunDir, strings.TrimPrefix(gwNS, l.Name)+"-api.sock")
+}
+
 // PinDir returns the bpffs pin dir of a gateway namespace.
 func (l *SDWAN) PinDir(gwNS string) string { return "/sys/fs/bpf/" + gwNS }
 
@@ -134,9 +140,12 @@ func (l *SDWAN) procs() []proc {
 			Name: name, NS: gw,
 			// nsenter --net: network namespace only, so the agent keeps
 			// the host's bpffs and pins (ip netns exec remounts /sys).
+			// The API's unix sockets in the lab's run dir, which
+			// lab down removes.
 			Argv: []string{"nsenter", "--net=/run/netns/" + gw, l.Bin, "agent",
 				"--config", filepath.Join(l.RunDir, name+".yaml"),
-				"--pin-dir", pin, "--metrics-addr", labMetricsAddr},
+				"--pin-dir", pin, "--metrics-addr", labMetricsAddr,
+				"--api-socket", l.APISocket(gw), "--rest-socket", filepath.Join(l.RunDir, name+"-rest.sock")},
 			sub: "agent", flag: "--pin-dir", value: pin,
 		})
 	}

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package metrics exposes the dataplane's per-CPU counters to Prometheus,
-// summed at scrape time.
+// summed at scrape time from a snapshot at most a second old.
 package metrics
 
 import (
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -14,6 +16,30 @@ import (
 
 // Source returns the current counters.
 type Source func() (*bpf.Snapshot, error)
+
+// SnapshotEvery is how often at most a scrape reads the dataplane.
+const SnapshotEvery = time.Second
+
+// Throttle returns a Source that reads src at most once per every and
+// answers from that read in between. A read walks the connection table
+// (millions of entries, a syscall or two each), so scrapes in a tight
+// loop, or many scrapers at once, must not each cause one. Concurrent
+// callers wait for the one read under way and share its result.
+func Throttle(src Source, every time.Duration) Source {
+	var mu sync.Mutex
+	var at time.Time
+	var snap *bpf.Snapshot
+	var err error
+	return func() (*bpf.Snapshot, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if at.IsZero() || time.Since(at) >= every {
+			snap, err = src()
+			at = time.Now()
+		}
+		return snap, err
+	}
+}
 
 // Collector is a prometheus.Collector over the dataplane's maps.
 type Collector struct {

@@ -497,7 +497,7 @@ limits: {flows: 4096, rules: 64}
 		t.Fatal(err)
 	}
 	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, edgeplaneBin, "agent", "--config", path,
-		"--pin-dir", pinDir, "--metrics-addr", "", "--grpc-addr", "", "--rest-addr", "")
+		"--pin-dir", pinDir, "--metrics-addr", "", "--grpc-addr", "", "--rest-addr", "", "--api-socket", "none", "--rest-socket", "none")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ func TestLabDecapRules(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if out, err := topo.Output(ctx, l.GWB, edgeplaneBin, "apply", "-f", rule, "--server", "127.0.0.1:50051"); err != nil {
+	if out, err := topo.Output(ctx, l.GWB, edgeplaneBin, "apply", "-f", rule, "--server", "unix://"+l.APISocket(l.GWB)); err != nil {
 		t.Fatalf("apply to gateway B: %v\n%s", err, out)
 	}
 

@@ -2071,7 +2071,7 @@ func (x *BackendCounter) GetActiveConnections() uint64 {
 
 type ListFlowsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// how many flows, the most bytes first; 0: all
+	// how many flows, the most bytes first; 0: 100, at most 10000
 	Top           uint32 `protobuf:"varint,1,opt,name=top,proto3" json:"top,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

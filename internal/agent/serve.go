@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/edgeplane/edgeplane/internal/api"
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/metrics"
+)
+
+// RunRoot holds one run directory per gateway, named after its pin dir.
+const RunRoot = "/run/edgeplane"
+
+// RunDir is the run directory of the gateway pinned at pinDir: its last
+// element under RunRoot. A unix socket path is the same in every
+// network namespace, so gateways on one machine need one each, as they
+// need a pin dir each.
+func RunDir(pinDir string) string {
+	return filepath.Join(RunRoot, filepath.Base(filepath.Clean(pinDir)))
+}
+
+// DefaultAPISocket is where the agent of pinDir serves gRPC to root when
+// --api-socket is not given.
+func DefaultAPISocket(pinDir string) string { return filepath.Join(RunDir(pinDir), "api.sock") }
+
+// DefaultRESTSocket is where it serves REST to root when --rest-socket
+// is not given.
+func DefaultRESTSocket(pinDir string) string { return filepath.Join(RunDir(pinDir), "rest.sock") }
+
+func socketPath(flag, pinDir string, dflt func(string) string) string {
+	switch flag {
+	case "":
+		return dflt(pinDir)
+	case "none":
+		return ""
+	}
+	return flag
+}
+
+// serveAPI starts the control API: the unix sockets, and the TCP
+// listeners asked for.
+func (a *Agent) serveAPI(errc chan<- error) (*api.Listeners, error) {
+	o := a.opts
+	auth, err := api.LoadAuthRules(o.APITokens, o.APIJWTKey, o.JWT)
+	if err != nil {
+		return nil, err
+	}
+	var tlsCfg *tls.Config
+	switch {
+	case o.TLSCert != "" && o.TLSKey != "":
+		if a.apiCert, err = api.LoadCert(o.TLSCert, o.TLSKey); err != nil {
+			return nil, err
+		}
+		tlsCfg = a.apiCert.Config()
+	case o.TLSCert != "" || o.TLSKey != "":
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	a.apiAuth = auth
+	if auth == nil && o.APILoopbackNoAuth {
+		// An address on every interface (":50051") is narrowed to
+		// loopback; one naming another host is refused.
+		o.GRPCAddr, o.RESTAddr = loopbackIfAny(o.GRPCAddr), loopbackIfAny(o.RESTAddr)
+		if o.GRPCAddr != "" || o.RESTAddr != "" {
+			a.log.Warn("TCP API without authentication (--api-loopback-no-auth): any local user can drive it")
+		}
+	}
+	return api.Serve(api.NewServer(a), api.Options{
+		GRPCAddr: o.GRPCAddr, RESTAddr: o.RESTAddr,
+		GRPCSocket: socketPath(o.APISocket, o.PinDir, DefaultAPISocket), RESTSocket: socketPath(o.RESTSocket, o.PinDir, DefaultRESTSocket),
+		Auth: auth, NoAuthLoopback: o.APILoopbackNoAuth, TLS: tlsCfg, Log: a.log,
+	}, errc)
+}
+
+// closeAPI stops the API servers (their sockets go with them) and
+// removes the gateway's run dir when nothing else is left in it.
+func (a *Agent) closeAPI(ls *api.Listeners) {
+	ls.Close()
+	_ = os.Remove(RunDir(a.opts.PinDir))
+}
+
+// reloadCredentials re-reads the API's token and key files and its TLS
+// certificate (SIGHUP): a revoked token stops working on the next call.
+func (a *Agent) reloadCredentials() {
+	if a.apiAuth != nil {
+		if err := a.apiAuth.Reload(); err != nil {
+			a.log.Error("reload api tokens", "error", err)
+		} else {
+			a.log.Info("api tokens reloaded")
+		}
+	}
+	if a.apiCert != nil {
+		if err := a.apiCert.Reload(); err != nil {
+			a.log.Error("reload tls certificate; the one loaded before keeps serving", "error", err)
+		} else {
+			a.log.Info("tls certificate reloaded")
+		}
+	}
+}
+
+// loopbackIfAny turns a listen address on every interface (empty,
+// 0.0.0.0 or :: host) into the same port on 127.0.0.1.
+func loopbackIfAny(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || (host != "" && host != "0.0.0.0" && host != "::") {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// serveMetrics starts the metrics listener (and pprof's) when asked for;
+// the function it returns stops them.
+func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
+	o := a.opts
+	var srvs []*http.Server
+	stop := func() {
+		for _, s := range srvs {
+			s.Close()
+		}
+	}
+	if o.Pprof {
+		if o.MetricsAddr == "" {
+			return nil, errors.New("--pprof serves on --metrics-addr, which is empty: give --pprof-addr")
+		}
+		if !loopbackListen(o.MetricsAddr) {
+			return nil, fmt.Errorf("--pprof would serve profiles on --metrics-addr %s, beyond loopback: give --pprof-addr to expose them explicitly", o.MetricsAddr)
+		}
+	}
+	if o.MetricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewCollector(metrics.Throttle(func() (*bpf.Snapshot, error) { return a.dp.Snapshot() }, metrics.SnapshotEvery)))
+		reg.MustRegister(a.reloads)
+		reg.MustRegister(a.backendUp)
+		reg.MustRegister(collectors.NewGoCollector())
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		if o.Pprof {
+			handlePprof(mux)
+		}
+		srv, err := listenHTTP("metrics", o.MetricsAddr, mux, o.Pprof, errc)
+		if err != nil {
+			return nil, err
+		}
+		srvs = append(srvs, srv)
+		if !loopbackListen(o.MetricsAddr) {
+			a.log.Info("metrics served beyond loopback, without authentication", "addr", o.MetricsAddr)
+		}
+	}
+	if o.PprofAddr != "" {
+		mux := http.NewServeMux()
+		handlePprof(mux)
+		srv, err := listenHTTP("pprof", o.PprofAddr, mux, true, errc)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		srvs = append(srvs, srv)
+	}
+	return stop, nil
+}
+
+func handlePprof(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
+
+// listenHTTP serves h at addr with timeouts on every phase of a request,
+// so a slow or stalled client cannot hold a connection; long leaves
+// room for a CPU profile or trace (30 s by default) to be written.
+func listenHTTP(what, addr string, h http.Handler, long bool, errc chan<- error) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s on %s: %w", what, addr, err)
+	}
+	write := 30 * time.Second
+	if long {
+		write = 2 * time.Minute
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: write, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("%s server: %w", what, err)
+		}
+	}()
+	return srv, nil
+}
+
+// loopbackListen reports whether a listen address is a loopback address
+// (a name is not resolved here: only an address literal counts).
+func loopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}

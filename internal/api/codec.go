@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package api
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+)
+
+// boundedCodec is gRPC's proto codec with one change: an ApplyRequest
+// is decoded with at most MaxOperations+1 operations. An empty operation
+// is two bytes on the wire and a few dozen in memory, so a request of
+// MaxRequestBytes would decode into ~16M objects (~1.3 GB) before Apply
+// could count them. The operations are counted on the wire first (no
+// allocation); past the bound, only the first MaxOperations+1 are
+// decoded, which Apply then refuses as too many.
+type boundedCodec struct {
+	encoding.CodecV2
+}
+
+func newBoundedCodec() encoding.CodecV2 {
+	return boundedCodec{encoding.GetCodecV2("proto")}
+}
+
+func (c boundedCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	req, ok := v.(*pb.ApplyRequest)
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
+	end, err := opsPrefix(b, MaxOperations+1)
+	if err != nil {
+		return err
+	}
+	return proto.Unmarshal(b[:end], req)
+}
+
+// opsPrefix returns the length of the longest prefix of an encoded
+// ApplyRequest that holds at most max operations (field 1): all of b
+// when it holds no more.
+func opsPrefix(b []byte, max int) (int, error) {
+	const opsField = 1
+	n, off := 0, 0
+	for off < len(b) {
+		num, typ, tl := protowire.ConsumeTag(b[off:])
+		if tl < 0 {
+			return 0, fmt.Errorf("apply request at byte %d: %w", off, protowire.ParseError(tl))
+		}
+		vl := protowire.ConsumeFieldValue(num, typ, b[off+tl:])
+		if vl < 0 {
+			return 0, fmt.Errorf("apply request at byte %d: %w", off, protowire.ParseError(vl))
+		}
+		off += tl + vl
+		if num == opsField {
+			if n++; n == max {
+				return off, nil
+			}
+		}
+	}
+	return len(b), nil
+}
