@@ -9,13 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/edgeplane/edgeplane/internal/api"
-	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/api/apitest"
 	"github.com/edgeplane/edgeplane/internal/client"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/testutil"
@@ -89,51 +88,6 @@ func fieldErrors(t *testing.T, err error) []string {
 	return out
 }
 
-// fakeAgent is an api.Backend holding a config in memory (a
-// config.Store, as the agent does, without a dataplane).
-type fakeAgent struct {
-	mu    sync.Mutex
-	store *config.Store
-	gen   uint32
-}
-
-func (f *fakeAgent) Config() *config.Config {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.store.Config()
-}
-
-func (f *fakeAgent) View(fn func(*config.Store)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	fn(f.store)
-}
-
-func (f *fakeAgent) Apply(ops []config.Op, dryRun bool, _ []byte) (uint32, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	_, undo, err := f.store.Apply(ops)
-	if err != nil {
-		return 0, err
-	}
-	if dryRun {
-		undo()
-		return f.gen, nil
-	}
-	f.gen++
-	return f.gen, nil
-}
-
-func (f *fakeAgent) Flows(int) ([]bpf.FlowStat, map[uint32]string, error) {
-	return nil, nil, nil
-}
-
-func (f *fakeAgent) Snapshot() (*bpf.Snapshot, error) {
-	return &bpf.Snapshot{Gen: f.gen, PDRs: map[uint32]bpf.Counter{10: {Packets: 1, Bytes: 64}},
-		Verdicts: make([]bpf.Counter, len(bpf.VerdictNames)), Reasons: make([]bpf.Counter, len(bpf.ReasonNames)),
-		Paths: map[uint32]bpf.PathCounters{}}, nil
-}
-
 // TestCommandsAgainstAPI runs get, apply, delete and stats --server
 // against the API server on loopback, with a token and TLS.
 func TestCommandsAgainstAPI(t *testing.T) {
@@ -148,7 +102,7 @@ func TestCommandsAgainstAPI(t *testing.T) {
 	}
 	cert := testutil.NewTestCert(t)
 	ca, tlsCfg := cert.CertFile, cert.Server
-	agent := &fakeAgent{store: config.NewStore(agentConfig(t)), gen: 1}
+	agent := apitest.New(agentConfig(t), 1)
 	l, err := api.Serve(api.NewServer(agent), api.Options{GRPCAddr: "127.0.0.1:0", Auth: auth, TLS: tlsCfg}, make(chan error, 1))
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
 
 	"github.com/cilium/ebpf/rlimit"
@@ -61,4 +62,13 @@ func NetNS(t testing.TB, name string) *topo.NS {
 		}
 	})
 	return n
+}
+
+// RunAs runs a program as uid (and its group, the same number) and
+// returns its combined output: what an unprivileged local user could do.
+func RunAs(uid uint32, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package apitest is an api.Backend without a dataplane, for tests that
+// drive the real gRPC and REST servers: it holds the config in a
+// config.Store, as the agent does, and can hold calls back to show how
+// many run at once.
+package apitest
+
+import (
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+)
+
+// Backend implements api.Backend over a config.Store.
+type Backend struct {
+	mu    sync.Mutex
+	store *config.Store
+	gen   uint32
+	// NFlows is how many flows the flow cache holds.
+	NFlows int
+	// Hold, when set, keeps every View waiting until it is closed.
+	Hold chan struct{}
+	// InView counts Views running, Peak the most at once.
+	InView, Peak atomic.Int32
+}
+
+// New returns a Backend serving cfg as generation gen.
+func New(cfg *config.Config, gen uint32) *Backend {
+	return &Backend{store: config.NewStore(cfg), gen: gen}
+}
+
+// Config implements api.Backend.
+func (b *Backend) Config() *config.Config {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.store.Config()
+}
+
+// View implements api.Backend.
+func (b *Backend) View(fn func(*config.Store)) {
+	n := b.InView.Add(1)
+	defer b.InView.Add(-1)
+	for {
+		p := b.Peak.Load()
+		if n <= p || b.Peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	if b.Hold != nil {
+		<-b.Hold
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	fn(b.store)
+}
+
+// Apply implements api.Backend.
+func (b *Backend) Apply(ops []config.Op, dryRun bool, _ []byte) (uint32, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, undo, err := b.store.Apply(ops)
+	if err != nil {
+		return 0, err
+	}
+	if dryRun {
+		undo()
+		return b.gen, nil
+	}
+	b.gen++
+	return b.gen, nil
+}
+
+// Snapshot implements api.Backend: PDR 10 has counted one packet.
+func (b *Backend) Snapshot() (*bpf.Snapshot, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &bpf.Snapshot{Gen: b.gen, PDRs: map[uint32]bpf.Counter{10: {Packets: 1, Bytes: 64}},
+		Verdicts: make([]bpf.Counter, len(bpf.VerdictNames)), Reasons: make([]bpf.Counter, len(bpf.ReasonNames)),
+		Paths: map[uint32]bpf.PathCounters{}}, nil
+}
+
+// Flows implements api.Backend: the first n of NFlows UDP flows.
+func (b *Backend) Flows(n int) ([]bpf.FlowStat, map[uint32]string, error) {
+	if n <= 0 || n > b.NFlows {
+		n = b.NFlows
+	}
+	out := make([]bpf.FlowStat, n)
+	for i := range out {
+		out[i] = bpf.FlowStat{Src: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Dst: netip.MustParseAddr("10.2.0.2"),
+			Proto: 17, Sport: uint16(i), Dport: 53, Ifindex: 1, Packets: uint64(n - i), Bytes: uint64(64 * (n - i))}
+	}
+	return out, map[uint32]string{1: "lan0"}, nil
+}

@@ -1,0 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package api
+
+// LookupHost lets tests resolve listen addresses their own way.
+var LookupHost = &lookupHost
