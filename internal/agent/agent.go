@@ -187,6 +187,10 @@ func Run(ctx context.Context, opts Options) error {
 	if err := CheckHost(cfg); err != nil {
 		return err
 	}
+	apiOpts, apiCert, err := serveOptions(opts, log)
+	if err != nil {
+		return err
+	}
 	if err := EnsureBPFFS(opts.PinDir); err != nil {
 		return err
 	}
@@ -196,7 +200,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer pinLock.release()
 	bpf.ExpediteGracePeriods = !opts.NormalGracePeriods
-	a := &Agent{opts: opts, log: log, seq: seq}
+	a := &Agent{opts: opts, log: log, seq: seq, apiCert: apiCert}
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeplane_config_reloads_total", Help: "Config reloads by result.",
 	}, []string{"result"})
@@ -241,7 +245,7 @@ func Run(ctx context.Context, opts Options) error {
 	syncDone := make(chan struct{})
 	go a.syncer(syncCtx, syncDone)
 	defer func() { stopSync(); <-syncDone }()
-	ls, err := a.serveAPI(errc)
+	ls, err := a.serveAPI(apiOpts, errc)
 	if err != nil {
 		return err
 	}

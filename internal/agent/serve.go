@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -52,38 +53,57 @@ func socketPath(flag, pinDir string, dflt func(string) string) string {
 	return flag
 }
 
-// serveAPI starts the control API: the unix sockets, and the TCP
-// listeners asked for.
-func (a *Agent) serveAPI(errc chan<- error) (*api.Listeners, error) {
-	o := a.opts
+// serveOptions loads the API's credentials and checks its addresses and
+// the metrics and pprof ones, so a bad combination is refused before the
+// dataplane is touched.
+func serveOptions(o Options, log *slog.Logger) (api.Options, *api.Cert, error) {
+	if o.Pprof {
+		if o.MetricsAddr == "" {
+			return api.Options{}, nil, errors.New("--pprof serves on --metrics-addr, which is empty: give --pprof-addr")
+		}
+		if !loopbackListen(o.MetricsAddr) {
+			return api.Options{}, nil, fmt.Errorf("--pprof would serve profiles on --metrics-addr %s, beyond loopback: give --pprof-addr to expose them explicitly", o.MetricsAddr)
+		}
+	}
 	auth, err := api.LoadAuthRules(o.APITokens, o.APIJWTKey, o.JWT)
 	if err != nil {
-		return nil, err
+		return api.Options{}, nil, err
 	}
+	var cert *api.Cert
 	var tlsCfg *tls.Config
 	switch {
 	case o.TLSCert != "" && o.TLSKey != "":
-		if a.apiCert, err = api.LoadCert(o.TLSCert, o.TLSKey); err != nil {
-			return nil, err
+		if cert, err = api.LoadCert(o.TLSCert, o.TLSKey); err != nil {
+			return api.Options{}, nil, err
 		}
-		tlsCfg = a.apiCert.Config()
+		tlsCfg = cert.Config()
 	case o.TLSCert != "" || o.TLSKey != "":
-		return nil, errors.New("--tls-cert and --tls-key go together")
+		return api.Options{}, nil, errors.New("--tls-cert and --tls-key go together")
 	}
-	a.apiAuth = auth
 	if auth == nil && o.APILoopbackNoAuth {
 		// An address on every interface (":50051") is narrowed to
 		// loopback; one naming another host is refused.
 		o.GRPCAddr, o.RESTAddr = loopbackIfAny(o.GRPCAddr), loopbackIfAny(o.RESTAddr)
 		if o.GRPCAddr != "" || o.RESTAddr != "" {
-			a.log.Warn("TCP API without authentication (--api-loopback-no-auth): any local user can drive it")
+			log.Warn("TCP API without authentication (--api-loopback-no-auth): any local user can drive it")
 		}
 	}
-	return api.Serve(api.NewServer(a), api.Options{
+	ao := api.Options{
 		GRPCAddr: o.GRPCAddr, RESTAddr: o.RESTAddr,
 		GRPCSocket: socketPath(o.APISocket, o.PinDir, DefaultAPISocket), RESTSocket: socketPath(o.RESTSocket, o.PinDir, DefaultRESTSocket),
-		Auth: auth, NoAuthLoopback: o.APILoopbackNoAuth, TLS: tlsCfg, Log: a.log,
-	}, errc)
+		Auth: auth, NoAuthLoopback: o.APILoopbackNoAuth, TLS: tlsCfg, Log: log,
+	}
+	if err := ao.Check(); err != nil {
+		return api.Options{}, nil, err
+	}
+	return ao, cert, nil
+}
+
+// serveAPI starts the control API (serveOptions): the unix sockets, and
+// the TCP listeners asked for.
+func (a *Agent) serveAPI(o api.Options, errc chan<- error) (*api.Listeners, error) {
+	a.apiAuth = o.Auth
+	return api.Serve(api.NewServer(a), o, errc)
 }
 
 // closeAPI stops the API servers (their sockets go with them) and
@@ -122,7 +142,8 @@ func loopbackIfAny(addr string) string {
 	return net.JoinHostPort("127.0.0.1", port)
 }
 
-// serveMetrics starts the metrics listener (and pprof's) when asked for;
+// serveMetrics starts the metrics listener (and pprof's) when asked for
+// (serveOptions checked the addresses);
 // the function it returns stops them.
 func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 	o := a.opts
@@ -132,15 +153,7 @@ func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 			s.Close()
 		}
 	}
-	if o.Pprof {
-		if o.MetricsAddr == "" {
-			return nil, errors.New("--pprof serves on --metrics-addr, which is empty: give --pprof-addr")
-		}
-		if !loopbackListen(o.MetricsAddr) {
-			return nil, fmt.Errorf("--pprof would serve profiles on --metrics-addr %s, beyond loopback: give --pprof-addr to expose them explicitly", o.MetricsAddr)
-		}
-	}
-	if o.MetricsAddr != "" {
+	if o.MetricsAddr != "" { // serveOptions checked the combination
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(metrics.NewCollector(metrics.Throttle(func() (*bpf.Snapshot, error) { return a.dp.Snapshot() }, metrics.SnapshotEvery)))
 		reg.MustRegister(a.reloads)

@@ -36,6 +36,13 @@ const MaxRequestBytes = 32 << 20
 // few hundred bytes. gRPC would take 16 MiB by default, net/http 1 MiB.
 const maxHeaderBytes = 64 << 10
 
+// Flow-control windows of a gRPC stream and connection: 256 KiB moves a
+// large batch at 5 MB/s over a 50 ms round trip.
+const (
+	streamWindow = 256 << 10
+	connWindow   = 1 << 20
+)
+
 // Limits bound what clients can make the API servers hold. The zero
 // value of a field takes the one of DefaultLimits.
 type Limits struct {
@@ -52,11 +59,18 @@ type Limits struct {
 	Idle time.Duration
 	// Read and Write bound a REST request's body and its response.
 	Read, Write time.Duration
+	// AuthFailureDelay holds the answer to a call without a valid
+	// token. On gRPC the wait stops the whole connection from being
+	// read, so a client that keeps sending such calls is slowed to one
+	// per delay, and costs the agent one refusal (and at most one
+	// stream window of its request, read and thrown away) per delay,
+	// not as many as it can send.
+	AuthFailureDelay time.Duration
 }
 
 // DefaultLimits are the limits of an agent's API servers.
 var DefaultLimits = Limits{MaxConns: 256, MaxStreams: 32, Handshake: 10 * time.Second, Idle: 2 * time.Minute,
-	Read: time.Minute, Write: time.Minute}
+	Read: time.Minute, Write: time.Minute, AuthFailureDelay: 250 * time.Millisecond}
 
 func (l Limits) orDefault() Limits {
 	d := DefaultLimits
@@ -66,7 +80,7 @@ func (l Limits) orDefault() Limits {
 	if l.MaxStreams > 0 {
 		d.MaxStreams = l.MaxStreams
 	}
-	for _, p := range []struct{ v, d *time.Duration }{{&l.Handshake, &d.Handshake}, {&l.Idle, &d.Idle}, {&l.Read, &d.Read}, {&l.Write, &d.Write}} {
+	for _, p := range []struct{ v, d *time.Duration }{{&l.Handshake, &d.Handshake}, {&l.Idle, &d.Idle}, {&l.Read, &d.Read}, {&l.Write, &d.Write}, {&l.AuthFailureDelay, &d.AuthFailureDelay}} {
 		if *p.v > 0 {
 			*p.d = *p.v
 		}
@@ -92,6 +106,8 @@ type Options struct {
 	TLS    *tls.Config
 	Limits Limits
 	Log    *slog.Logger
+
+	checked bool
 }
 
 // Listeners are the running API servers.
@@ -120,13 +136,18 @@ func (l *Listeners) Close() {
 	}
 }
 
-// Serve starts the gRPC and REST listeners for srv. Serving errors after
-// the start are sent to errc.
-func Serve(srv *Server, o Options, errc chan<- error) (*Listeners, error) {
+// Check checks the TCP listen addresses against the auth configured,
+// resolves a name a listener without auth is to bind to its loopback
+// address, and warns of bearer tokens that would travel in the clear.
+// Serve calls it; the agent calls it first, to refuse a bad combination
+// before it touches the dataplane.
+func (o *Options) Check() error {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	lim := o.Limits.orDefault()
+	if o.checked {
+		return nil
+	}
 	for _, a := range []struct {
 		flag string
 		addr *string
@@ -136,17 +157,28 @@ func Serve(srv *Server, o Options, errc chan<- error) (*Listeners, error) {
 		}
 		switch {
 		case o.Auth == nil && !o.NoAuthLoopback:
-			return nil, fmt.Errorf("%s %q serves TCP without authentication: give --api-tokens or --api-jwt-key, or --api-loopback-no-auth to serve loopback without it (the unix socket serves root without tokens)", a.flag, *a.addr)
+			return fmt.Errorf("%s %q serves TCP without authentication: give --api-tokens or --api-jwt-key, or --api-loopback-no-auth to serve loopback without it (the unix socket serves root without tokens)", a.flag, *a.addr)
 		case o.Auth == nil:
 			lo, err := loopbackAddr(*a.addr)
 			if err != nil {
-				return nil, fmt.Errorf("%s %q listens beyond loopback without authentication (%w): give --api-tokens or --api-jwt-key, or listen on 127.0.0.1", a.flag, *a.addr, err)
+				return fmt.Errorf("%s %q listens beyond loopback without authentication (%w): give --api-tokens or --api-jwt-key, or listen on 127.0.0.1", a.flag, *a.addr, err)
 			}
 			*a.addr = lo
 		case o.TLS == nil && !isLoopback(*a.addr):
 			o.Log.Warn("bearer tokens reach this API unencrypted: anyone on the path can read and replay them; give --tls-cert and --tls-key", "flag", a.flag, "addr", *a.addr)
 		}
 	}
+	o.checked = true
+	return nil
+}
+
+// Serve starts the gRPC and REST listeners for srv. Serving errors after
+// the start are sent to errc.
+func Serve(srv *Server, o Options, errc chan<- error) (*Listeners, error) {
+	if err := o.Check(); err != nil {
+		return nil, err
+	}
+	lim := o.Limits.orDefault()
 	l := &Listeners{}
 	fail := func(err error) (*Listeners, error) {
 		l.Close()
@@ -169,7 +201,7 @@ func Serve(srv *Server, o Options, errc chan<- error) (*Listeners, error) {
 		l.serveGRPC(newGRPC(srv, nil, nil, lim), limitConns(ln, lim.MaxConns), errc)
 	}
 	if o.RESTAddr != "" {
-		h, err := RESTHandler(srv, o.Auth)
+		h, err := RESTHandler(srv, o.Auth, lim.AuthFailureDelay)
 		if err != nil {
 			return fail(err)
 		}
@@ -181,7 +213,7 @@ func Serve(srv *Server, o Options, errc chan<- error) (*Listeners, error) {
 		l.serveHTTP(newHTTP(h, o.TLS, lim), limitConns(ln, lim.MaxConns), errc)
 	}
 	if o.RESTSocket != "" {
-		h, err := RESTHandler(srv, nil)
+		h, err := RESTHandler(srv, nil, 0)
 		if err != nil {
 			return fail(err)
 		}
@@ -216,6 +248,13 @@ func newGRPC(srv *Server, auth *Auth, tlsCfg *tls.Config, lim Limits) *grpc.Serv
 		// call; more is answered with GOAWAY (ping floods).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second}),
 		grpc.ForceServerCodecV2(newBoundedCodec()),
+		// Fixed flow-control windows: left to grow (BDP estimation),
+		// a connection's window reached megabytes under a flood of
+		// refused calls, each of which then sent that much before its
+		// reset arrived, all read and thrown away. A refused call now
+		// costs at most one stream window.
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 	}
 	if auth != nil {
 		// A unary interceptor would run after the generated handler
@@ -228,6 +267,7 @@ func newGRPC(srv *Server, auth *Auth, tlsCfg *tls.Config, lim Limits) *grpc.Serv
 				hdr = v[0]
 			}
 			if err := auth.Check(hdr); err != nil {
+				time.Sleep(lim.AuthFailureDelay)
 				return nil, status.Error(codes.Unauthenticated, err.Error())
 			}
 			return ctx, nil
@@ -280,8 +320,9 @@ func (l *Listeners) serveHTTP(s *http.Server, ln net.Listener, errc chan<- error
 
 // RESTHandler maps REST/JSON onto srv (in process, no gRPC hop) and serves
 // the OpenAPI document at /openapi.json (without auth: it is public
-// knowledge). Every other path needs a bearer token when auth is set.
-func RESTHandler(srv *Server, auth *Auth) (http.Handler, error) {
+// knowledge). Every other path needs a bearer token when auth is set; a
+// request without a valid one is answered after failDelay.
+func RESTHandler(srv *Server, auth *Auth, failDelay time.Duration) (http.Handler, error) {
 	allow, err := allowedMethods(pb.OpenAPI)
 	if err != nil {
 		return nil, err
@@ -322,6 +363,7 @@ func RESTHandler(srv *Server, auth *Auth) (http.Handler, error) {
 	})
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := auth.Check(r.Header.Get("Authorization")); err != nil {
+			time.Sleep(failDelay)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="edgeplane"`)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)

@@ -63,3 +63,18 @@ func NewTestCert(t testing.TB) *TestCert {
 	c.Server = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
 	return c
 }
+
+// CopyTo writes the certificate and key to certFile and keyFile, as an
+// operator replacing a server's certificate would.
+func (c *TestCert) CopyTo(t testing.TB, certFile, keyFile string) {
+	t.Helper()
+	for src, dst := range map[string]string{c.CertFile: certFile, c.KeyFile: keyFile} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/edgeplane/edgeplane/internal/lab"
+	"github.com/edgeplane/edgeplane/internal/metrics"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
@@ -49,6 +50,9 @@ type gateway struct {
 	cfgPath string
 	logf    *os.File
 	readies int // "agent ready" lines expected in the log so far
+	// scraped is when the last scrape ended: the agent answers scrapes
+	// from a snapshot of the dataplane at most a second old.
+	scraped time.Time
 }
 
 // newGateway builds A -- gw -- B under a fresh prefix, writes cfg as the
@@ -185,9 +189,13 @@ func (g *gateway) stats() stats {
 }
 
 // scrape fetches /metrics from inside the gateway's namespace (the agent
-// listens there) and parses it with the Prometheus text parser.
+// listens there) and parses it with the Prometheus text parser. It waits
+// until the snapshot the last scrape got is out of date, so what it
+// returns was read after it was called.
 func (g *gateway) scrape() map[string]*dto.MetricFamily {
 	g.t.Helper()
+	time.Sleep(time.Until(g.scraped.Add(metrics.SnapshotEvery + 50*time.Millisecond)))
+	defer func() { g.scraped = time.Now() }()
 	out, err := exec.Command("ip", "netns", "exec", g.GW, "python3", "-c", pyScrape, g.MetricsAddr).Output()
 	if err != nil {
 		g.t.Fatalf("scrape metrics: %v", err)

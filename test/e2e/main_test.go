@@ -23,6 +23,10 @@ const nsPrefix = "e2"
 var edgeplaneBin string
 
 func TestMain(m *testing.M) {
+	// Re-executed as the bad clients of TestAPIBadClientsLoad.
+	if addr := os.Getenv(badClientsEnv); addr != "" {
+		os.Exit(badClients(addr))
+	}
 	os.Exit(runMain(m))
 }
 

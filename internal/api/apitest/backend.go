@@ -7,9 +7,12 @@
 package apitest
 
 import (
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+
+	"google.golang.org/grpc/mem"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
@@ -94,4 +97,37 @@ func (b *Backend) Flows(n int) ([]bpf.FlowStat, map[uint32]string, error) {
 			Proto: 17, Sport: uint16(i), Dport: 53, Ifindex: 1, Packets: uint64(n - i), Bytes: uint64(64 * (n - i))}
 	}
 	return out, map[uint32]string{1: "lan0"}, nil
+}
+
+// RawCodec sends a request already encoded (a []byte) and receives the
+// answer's bytes, so a test can send many megabytes without building
+// the message: grpc.ForceCodecV2(RawCodec{}) on the call.
+type RawCodec struct{}
+
+// Marshal implements encoding.CodecV2.
+func (RawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(v.([]byte))}, nil
+}
+
+// Unmarshal implements encoding.CodecV2.
+func (RawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*(v.(*[]byte)) = data.Materialize()
+	return nil
+}
+
+// Name implements encoding.CodecV2.
+func (RawCodec) Name() string { return "proto" }
+
+// CountingConn counts the bytes written to a connection into N: what a
+// client got to send before the server stopped reading.
+type CountingConn struct {
+	net.Conn
+	N *atomic.Int64
+}
+
+// Write implements net.Conn.
+func (c CountingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.N.Add(int64(n))
+	return n, err
 }

@@ -1,0 +1,453 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/agent"
+	"github.com/edgeplane/edgeplane/internal/api/apitest"
+	"github.com/edgeplane/edgeplane/internal/testutil"
+)
+
+// pyLocalUser runs in the gateway namespace as root, becomes uid 65534
+// and reports what an unprivileged local user reaches: each TCP port of
+// argv[1] on 127.0.0.1, then the unix socket argv[2].
+const pyLocalUser = `import json, os, socket, sys
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+out = {}
+for p in sys.argv[1].split(","):
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect(("127.0.0.1", int(p)))
+        out[p] = "connected"
+    except OSError as e:
+        out[p] = "errno %d" % e.errno
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[2])
+    out["unix"] = "connected"
+except OSError as e:
+    out["unix"] = "errno %d" % e.errno
+print(json.dumps(out))
+`
+
+// listeners returns the TCP listen addresses in the gateway namespace.
+func (g *gateway) listeners() []string {
+	g.t.Helper()
+	out, err := nsRun(g.GW, "ss", "-Hltn")
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	var addrs []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 4 {
+			addrs = append(addrs, f[3])
+		}
+	}
+	return addrs
+}
+
+// runAgent runs the agent in the gateway namespace with args until it
+// exits or timeout passes (then it is killed) and returns its output.
+func (g *gateway) runAgent(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + g.GW, edgeplaneBin, "agent",
+		"--config", g.cfgPath, "--pin-dir", g.PinDir}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestAPILocalByDefault starts an agent with no API or metrics flags: it
+// serves the API to root on a unix socket (mode 0600) and nothing on
+// TCP, and metrics on loopback only, so a local user other than root
+// cannot drive it. TCP without tokens must be asked for, and then stays
+// on loopback; pprof is not served beyond loopback by accident.
+func TestAPILocalByDefault(t *testing.T) {
+	g := newGateway(t, forwardConfig)
+	g.MetricsAddr = "" // the agent's default
+	g.start()
+	sock := agent.DefaultAPISocket(g.PinDir)
+
+	ls := g.listeners()
+	t.Logf("TCP listeners in %s: %v", g.GW, ls)
+	if !slices.Contains(ls, "127.0.0.1:9090") {
+		t.Errorf("metrics not on 127.0.0.1:9090: %v", ls)
+	}
+	for _, a := range ls {
+		if strings.HasSuffix(a, ":50051") || strings.HasSuffix(a, ":8080") || (strings.HasSuffix(a, ":9090") && a != "127.0.0.1:9090") {
+			t.Errorf("listening on %s", a)
+		}
+	}
+	for _, p := range []string{sock, agent.DefaultRESTSocket(g.PinDir)} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 || st.Uid != 0 {
+			t.Errorf("%s: mode %s uid %d, want a socket of 0600 owned by root", p, fi.Mode(), st.Uid)
+		}
+	}
+	// Root drives it through the socket, from any namespace.
+	out, err := exec.Command(edgeplaneBin, "get", "pdrs", "--server", "unix://"+sock).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "10.2.0.0/24") {
+		t.Fatalf("get pdrs over the socket: %v\n%s", err, out)
+	}
+	// Another local user reaches neither the TCP ports nor the socket.
+	out2, err := nsRun(g.GW, "/usr/bin/python3", "-c", pyLocalUser, "50051,8080", sock)
+	if err != nil {
+		t.Fatalf("probe as a local user: %v %s", err, out2)
+	}
+	var reach map[string]string
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out2)), &reach); err != nil {
+		t.Fatalf("probe: %q", out2)
+	}
+	t.Logf("uid 65534 in %s: %v", g.GW, reach)
+	for what, r := range reach {
+		if r == "connected" {
+			t.Errorf("uid 65534 connected to the API (%s)", what)
+		}
+	}
+
+	if err := g.StopAgent(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket left after the agent stopped: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"tcp without tokens", []string{"--grpc-addr", "127.0.0.1:50051"}, "--api-loopback-no-auth"},
+		{"tcp without tokens beyond loopback", []string{"--api-loopback-no-auth", "--rest-addr", "10.1.0.1:8080"}, "beyond loopback"},
+		{"pprof beyond loopback", []string{"--metrics-addr", "0.0.0.0:9090", "--pprof"}, "--pprof-addr"},
+	} {
+		out, err := g.runAgent(20*time.Second, c.args...)
+		if err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("%s: %v, want a refusal naming %s:\n%s", c.name, err, c.want, out)
+		}
+		if strings.Contains(out, "rules committed") {
+			t.Errorf("%s: the agent touched the dataplane before refusing", c.name)
+		}
+	}
+	// Asked for explicitly, TCP without tokens serves loopback.
+	g.start("--api-loopback-no-auth", "--api-socket", "none", "--rest-socket", "none")
+	if ls := g.listeners(); !slices.Contains(ls, "127.0.0.1:50051") || !slices.Contains(ls, "127.0.0.1:8080") {
+		t.Errorf("--api-loopback-no-auth: listeners %v", ls)
+	}
+	if out, err := nsRun(g.GW, edgeplaneBin, "get", "pdrs", "--server", "127.0.0.1:50051"); err != nil {
+		t.Errorf("get pdrs over loopback TCP without tokens: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("--api-socket none: socket exists (%v)", err)
+	}
+}
+
+// TestAPIReloadCredentials: SIGHUP re-reads the token file and the TLS
+// certificate; a removed token stops working on the next call, new
+// connections get the new certificate, and the agent keeps serving.
+func TestAPIReloadCredentials(t *testing.T) {
+	const revoked = "revoked-token-0123456789abcdef"
+	g := newGateway(t, forwardConfig)
+	tokens := filepath.Join(g.dir, "tokens")
+	certFile, keyFile := filepath.Join(g.dir, "cert.pem"), filepath.Join(g.dir, "key.pem")
+	install := func(c *testutil.TestCert) { c.CopyTo(t, certFile, keyFile) }
+	if err := os.WriteFile(tokens, []byte(apiToken+"\n"+revoked+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first, second := testutil.NewTestCert(t), testutil.NewTestCert(t)
+	install(first)
+	g.start("--grpc-addr", apiGRPC, "--rest-addr", "", "--api-tokens", tokens, "--tls-cert", certFile, "--tls-key", keyFile)
+	call := func(c *testutil.TestCert, token string) error {
+		conn, err := grpc.NewClient("passthrough:///"+apiGRPC, grpc.WithContextDialer(nsDial(g.GW)),
+			grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: c.Pool, ServerName: "127.0.0.1"})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := withToken(token)
+		defer cancel()
+		_, err = pb.NewGatewayClient(conn).ListPdrs(ctx, &pb.ListRequest{})
+		return err
+	}
+	if err := call(first, revoked); err != nil {
+		t.Fatalf("before the reload: %v", err)
+	}
+	if err := os.WriteFile(tokens, []byte(apiToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	install(second)
+	g.signal(syscall.SIGHUP)
+	if !waitFor(5*time.Second, func() bool {
+		return strings.Contains(g.log(), "api tokens reloaded") && strings.Contains(g.log(), "tls certificate reloaded")
+	}) {
+		t.Fatal("the agent did not log reloading its credentials within 5 s")
+	}
+	if err := call(second, revoked); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("revoked token after SIGHUP: %v, want Unauthenticated", err)
+	}
+	if err := call(second, apiToken); err != nil {
+		t.Errorf("kept token, new certificate: %v", err)
+	}
+	if err := call(first, apiToken); err == nil {
+		t.Errorf("the old certificate is still served after SIGHUP")
+	}
+}
+
+// badClientsEnv names the gRPC address a re-executed test binary attacks
+// (TestMain runs badClients instead of the tests when it is set).
+const badClientsEnv = "EDGEPLANE_E2E_BAD_CLIENTS"
+
+// badReport is what badClients did.
+type badReport struct {
+	Calls           int64  `json:"calls"`
+	Unauthenticated int64  `json:"unauthenticated"`
+	Other           int64  `json:"other"`
+	FirstOther      string `json:"first_other,omitempty"`
+	BytesSent       int64  `json:"bytes_sent"`
+}
+
+// badClients sends, from 64 connections at once, Apply requests of
+// 30 MB (15M empty operations) without a token to addr, each connection
+// one after the other, until SIGTERM; then prints a badReport.
+func badClients(addr string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	payload := bytes.Repeat([]byte{0x0a, 0x00}, 15<<20)
+	var r badReport
+	var calls, unauth, other, sent atomic.Int64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	fmt.Println("ready")
+	for i := 0; i < 64; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+					c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+					return apitest.CountingConn{Conn: c, N: &sent}, err
+				}))
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			for ctx.Err() == nil {
+				var out []byte
+				err := conn.Invoke(ctx, "/edgeplane.v1.Gateway/Apply", payload, &out, grpc.ForceCodecV2(apitest.RawCodec{}))
+				if ctx.Err() != nil {
+					return
+				}
+				calls.Add(1)
+				if status.Code(err) == codes.Unauthenticated {
+					unauth.Add(1)
+					continue
+				}
+				other.Add(1)
+				mu.Lock()
+				if r.FirstOther == "" {
+					r.FirstOther = fmt.Sprint(err)
+				}
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond) // not a hot loop on a dead agent
+			}
+		}()
+	}
+	wg.Wait()
+	r.Calls, r.Unauthenticated, r.Other, r.BytesSent = calls.Load(), unauth.Load(), other.Load(), sent.Load()
+	b, _ := json.Marshal(r)
+	fmt.Println(string(b))
+	return 0
+}
+
+// procStatusKB reads a field (VmRSS, VmHWM) of /proc/PID/status, in kB.
+func procStatusKB(pid int, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return -1
+}
+
+// procCPU is the user and system time a process has used.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may hold spaces): state is 3rd,
+	// utime 14th, stime 15th; clock ticks are 100 Hz here.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// latencies times authenticated ListPdrs calls back to back for d; it
+// stops at the first that fails.
+func latencies(gc pb.GatewayClient, d time.Duration) ([]time.Duration, error) {
+	var out []time.Duration
+	for start := time.Now(); time.Since(start) < d; {
+		ctx, cancel := withToken(apiToken)
+		t0 := time.Now()
+		_, err := gc.ListPdrs(ctx, &pb.ListRequest{})
+		el := time.Since(t0)
+		cancel()
+		if err != nil {
+			return out, fmt.Errorf("authenticated call: %w", err)
+		}
+		out = append(out, el)
+	}
+	return out, nil
+}
+
+func pctl(s []time.Duration, p float64) time.Duration {
+	return s[min(len(s)-1, int(float64(len(s))*p/100))]
+}
+
+// TestAPIBadClientsLoad attacks the agent's gRPC API on loopback with 64
+// unauthenticated Applies of 30 MB at a time, in a loop, for a bounded
+// time: its peak RSS stays under 200 MB and authenticated calls keep
+// their p99 within 2x of idle. The attackers run in their own process at
+// SCHED_IDLE, as remote clients would cost the gateway nothing but what
+// the agent does for them; the agent is killed if it passes 1 GiB, so a
+// regression fails the test without taking the machine down.
+func TestAPIBadClientsLoad(t *testing.T) {
+	testutil.RequireTool(t, "chrt")
+	const (
+		rounds   = 3
+		phase    = 2 * time.Second
+		rssLimit = 200 << 10 // kB
+		killAt   = 1 << 20   // kB
+	)
+	a := newAPIGateway(t, forwardConfig)
+	pid := a.Agent().Process.Pid
+	if _, err := latencies(a.gc, 500*time.Millisecond); err != nil { // warm up
+		t.Fatal(err)
+	}
+
+	var killed atomic.Int64
+	watchDone := make(chan struct{})
+	stopWatch := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if rss := procStatusKB(pid, "VmRSS"); rss > killAt {
+				killed.Store(rss)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				return
+			}
+		}
+	}()
+	bad := exec.Command("nsenter", "--net=/run/netns/"+a.GW, "chrt", "--idle", "0", os.Args[0])
+	bad.Env = append(os.Environ(), badClientsEnv+"="+apiGRPC)
+	stdout, err := bad.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bad.Process.Kill(); _ = bad.Wait() })
+	rd := bufio.NewReader(stdout)
+	if line, _ := rd.ReadString('\n'); strings.TrimSpace(line) != "ready" {
+		t.Fatalf("bad clients did not start: %q", line)
+	}
+	// Idle and attacked phases alternate (the bad clients stopped and
+	// continued), so a moment when the shared host is slow falls on
+	// both alike.
+	var idle, attacked []time.Duration
+	var cpuIdle, cpuAttacked time.Duration
+	var callErr error
+	for round := 0; round < rounds && callErr == nil; round++ {
+		_ = bad.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(200 * time.Millisecond) // calls in flight end
+		cpu0 := procCPU(pid)
+		l, err := latencies(a.gc, phase)
+		idle, callErr = append(idle, l...), err
+		cpuIdle += procCPU(pid) - cpu0
+		_ = bad.Process.Signal(syscall.SIGCONT)
+		time.Sleep(500 * time.Millisecond) // every connection sending again
+		cpu0 = procCPU(pid)
+		l, err = latencies(a.gc, phase)
+		attacked = append(attacked, l...)
+		callErr = cmp.Or(callErr, err)
+		cpuAttacked += procCPU(pid) - cpu0
+	}
+	_ = bad.Process.Signal(syscall.SIGTERM)
+	line, _ := rd.ReadString('\n')
+	_ = bad.Wait()
+	close(stopWatch)
+	<-watchDone
+	if k := killed.Load(); k > 0 {
+		t.Fatalf("the agent grew to %d MB under unauthenticated requests and was killed", k>>10)
+	}
+	if callErr != nil {
+		t.Fatal(callErr)
+	}
+	slices.Sort(idle)
+	slices.Sort(attacked)
+	var rep badReport
+	if err := json.Unmarshal([]byte(strings.TrimSpace(line)), &rep); err != nil {
+		t.Fatalf("bad clients' report %q: %v", line, err)
+	}
+	hwm := procStatusKB(pid, "VmHWM")
+	t.Logf("bad clients: %d unauthenticated 30 MB Applies refused (%d otherwise answered) from 64 connections over %d attacked phases of %s; they sent %d MB (%d kB a call)",
+		rep.Unauthenticated, rep.Other, rounds, phase, rep.BytesSent>>20, rep.BytesSent>>10/max(1, rep.Calls))
+	t.Logf("agent peak RSS (VmHWM) %.1f MB; agent CPU %s idle, %s under attack; bad clients' CPU %s", float64(hwm)/1024,
+		cpuIdle, cpuAttacked, bad.ProcessState.UserTime()+bad.ProcessState.SystemTime())
+	t.Logf("authenticated ListPdrs, idle: %d calls, p50 %s, p90 %s, p99 %s", len(idle), pctl(idle, 50), pctl(idle, 90), pctl(idle, 99))
+	t.Logf("authenticated ListPdrs, under attack: %d calls, p50 %s, p90 %s, p99 %s (%.2fx idle)", len(attacked), pctl(attacked, 50), pctl(attacked, 90),
+		pctl(attacked, 99), float64(pctl(attacked, 99))/float64(pctl(idle, 99)))
+	if hwm < 0 || hwm > rssLimit {
+		t.Errorf("agent peak RSS %d kB, want under %d kB", hwm, rssLimit)
+	}
+	if rep.Unauthenticated < 64 || rep.Other > 0 {
+		t.Errorf("bad clients: %+v, want every call refused as unauthenticated, at least one per connection", rep)
+	}
+	if pctl(attacked, 99) > 2*pctl(idle, 99) {
+		t.Errorf("authenticated p99 %s under attack, more than 2x idle %s", pctl(attacked, 99), pctl(idle, 99))
+	}
+}
