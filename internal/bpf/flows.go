@@ -4,6 +4,7 @@ package bpf
 
 import (
 	"cmp"
+	"container/heap"
 	"encoding/binary"
 	"fmt"
 	"math/bits"
@@ -54,28 +55,9 @@ func (dp *Dataplane) Flows(n int) ([]FlowStat, error) {
 	for _, r := range rules {
 		pdrOf[r.Stats] = uint32(r.Prio)
 	}
-	var out []FlowStat
-	index4 := map[FlowKey4]int{}
-	var k4 FlowKey4
-	var v Flow
-	it := dp.EdgeFlows4.Iterate()
-	for it.Next(&k4, &v) {
-		index4[k4] = len(out)
-		out = append(out, flowStat4(k4, v, pdrOf, gen))
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read ipv4 flows: %w", err)
-	}
-	var k FlowKey
-	it = dp.EdgeFlows.Iterate()
-	for it.Next(&k, &v) {
-		out = append(out, flowStat6(k, v, pdrOf, gen))
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read ipv6 flows: %w", err)
-	}
-	// Exact-match copies: add what each CPU counted and has not folded
-	// into the shared entry yet.
+	// Exact-match copies first (at most a slot per CPU each): what each
+	// CPU counted and has not folded into the shared entry yet.
+	pending := map[FlowKey4]Flow{}
 	if dp.EdgeEmc4 != nil {
 		var slots []EMC4
 		for i := uint32(0); i < dp.EdgeEmc4.MaxEntries(); i++ {
@@ -86,23 +68,80 @@ func (dp *Dataplane) Flows(n int) ([]FlowStat, error) {
 				if e.F.Packets == 0 {
 					continue
 				}
-				if j, ok := index4[e.K]; ok {
-					out[j].Packets += e.F.Packets
-					out[j].Bytes += e.F.Bytes
-				}
+				p := pending[e.K]
+				p.Packets += e.F.Packets
+				p.Bytes += e.F.Bytes
+				pending[e.K] = p
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b FlowStat) int {
-		if c := cmp.Compare(b.Bytes, a.Bytes); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.Packets, a.Packets)
-	})
-	if n > 0 && len(out) > n {
-		out = out[:n]
+	// Then the tables, keeping only the n largest so far: a cache of
+	// millions of flows costs a walk, not its size in memory.
+	top := &flowHeap{n: n}
+	var k4 FlowKey4
+	var v Flow
+	it := dp.EdgeFlows4.Iterate()
+	for it.Next(&k4, &v) {
+		p := pending[k4]
+		v.Packets += p.Packets
+		v.Bytes += p.Bytes
+		top.offer(v, func() FlowStat { return flowStat4(k4, v, pdrOf, gen) })
 	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read ipv4 flows: %w", err)
+	}
+	var k FlowKey
+	it = dp.EdgeFlows.Iterate()
+	for it.Next(&k, &v) {
+		top.offer(v, func() FlowStat { return flowStat6(k, v, pdrOf, gen) })
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read ipv6 flows: %w", err)
+	}
+	out := top.s
+	slices.SortFunc(out, byTraffic)
 	return out, nil
+}
+
+// byTraffic orders flows most bytes first, then most packets.
+func byTraffic(a, b FlowStat) int {
+	if c := cmp.Compare(b.Bytes, a.Bytes); c != 0 {
+		return c
+	}
+	return cmp.Compare(b.Packets, a.Packets)
+}
+
+// flowHeap keeps the n flows with the most traffic offered to it (every
+// one when n <= 0), as a min-heap on byTraffic: the least of them at the
+// top, replaced by a larger one.
+type flowHeap struct {
+	n int
+	s []FlowStat
+}
+
+func (h *flowHeap) Len() int           { return len(h.s) }
+func (h *flowHeap) Less(i, j int) bool { return byTraffic(h.s[i], h.s[j]) > 0 }
+func (h *flowHeap) Swap(i, j int)      { h.s[i], h.s[j] = h.s[j], h.s[i] }
+func (h *flowHeap) Push(x any)         { h.s = append(h.s, x.(FlowStat)) }
+func (h *flowHeap) Pop() any {
+	x := h.s[len(h.s)-1]
+	h.s = h.s[:len(h.s)-1]
+	return x
+}
+
+// offer adds the flow whose counters are v (built by stat, only when it
+// is kept).
+func (h *flowHeap) offer(v Flow, stat func() FlowStat) {
+	if h.n > 0 && len(h.s) == h.n {
+		least := h.s[0]
+		if byTraffic(FlowStat{Packets: v.Packets, Bytes: v.Bytes}, least) >= 0 {
+			return
+		}
+		h.s[0] = stat()
+		heap.Fix(h, 0)
+		return
+	}
+	heap.Push(h, stat())
 }
 
 func flowStat4(k FlowKey4, v Flow, pdrOf map[uint32]uint32, gen uint32) FlowStat {

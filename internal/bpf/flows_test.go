@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -124,5 +125,13 @@ limits: {flows: 1024, rules: 64}
 	}
 	if top, _ := h.dp.Flows(1); len(top) != 1 || top[0].Sport != 40002 {
 		t.Errorf("top 1: %+v, want the 30-packet flow", top)
+	}
+	// Every top n is the head of the whole list: the selection counts
+	// the exact-match copies before it ranks.
+	for n := 1; n <= len(got); n++ {
+		top, err := h.dp.Flows(n)
+		if err != nil || !slices.Equal(top, got[:n]) {
+			t.Errorf("top %d: %+v (%v), want %+v", n, top, err, got[:n])
+		}
 	}
 }
