@@ -112,7 +112,7 @@ const (
 	ctlSetup = "edgeplane agent (the binary under test) in a fresh network namespace with lan0 and wan0 as veths " +
 		"(both ends in the namespace), native XDP, fars {1: redirect wan0, 2: drop}, one PDR, limits {flows: 65536, rules: 65536}; " +
 		"gRPC without TLS or auth on 127.0.0.1:50051 inside the namespace, one client connection dialled into it; " +
-		"every Apply persists the config file (fsync batched in the background by the agent)"
+		"every Apply fsyncs its journal record before it answers (the config file is rewritten in the background)"
 	ctlTiming = "client wall time per call (time.Now around the unary call), nearest-rank percentiles"
 )
 
