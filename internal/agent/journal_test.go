@@ -320,3 +320,28 @@ func TestLockExclusive(t *testing.T) {
 		again.release()
 	}
 }
+
+// TestJournalTrimKeepsWhatItCannotRead: the fold's trim reads the journal
+// whole before it rewrites it; a record it cannot read (damaged while the
+// agent ran) fails the trim and the journal stays as it was, instead of
+// being rewritten without it.
+func TestJournalTrimKeepsWhatItCannotRead(t *testing.T) {
+	_, j := newJournalDir(t, t.TempDir(), 3)
+	data, err := os.ReadFile(j.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := bytes.LastIndex(data[:len(data)-1], []byte("\n")) + 1
+	data[last+20] ^= 0x01 // batch 3, after the fold's sequence number
+	if err := os.WriteFile(j.path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ce *CorruptError
+	if err := j.keepAfter(1); !errors.As(err, &ce) {
+		t.Errorf("trim of a damaged journal: %v, want a CorruptError", err)
+	}
+	after, _ := os.ReadFile(j.path)
+	if !bytes.Equal(after, data) {
+		t.Errorf("the damaged journal was rewritten: %d bytes, was %d", len(after), len(data))
+	}
+}
