@@ -28,6 +28,12 @@
 #define EDGE_EMC_SLOTS 1024
 #endif
 
+/* Interfaces the dataplane sends on and answers from (edge_tx,
+ * edge_ifaddrs): the config takes at most this many. */
+#ifndef EDGE_MAX_IFACES
+#define EDGE_MAX_IFACES 64
+#endif
+
 /* GRE paths per generation. */
 #ifndef EDGE_MAX_PATHS
 #define EDGE_MAX_PATHS 256

@@ -149,7 +149,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u32);
 	__type(value, struct edge_ifaddr);
-	__uint(max_entries, 64);
+	__uint(max_entries, EDGE_MAX_IFACES);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_ifaddrs SEC(".maps");
 
@@ -159,7 +159,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
 	__type(key, __u32);
 	__type(value, __u32);
-	__uint(max_entries, 64);
+	__uint(max_entries, EDGE_MAX_IFACES);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_tx SEC(".maps");
 

@@ -79,6 +79,7 @@ func TestConstantsMatchHeaders(t *testing.T) {
 		{"EDGE_MAX_SERVICES", MaxServices},
 		{"EDGE_MAX_MEMBERS", MaxMembers},
 		{"EDGE_MAX_SERVICES", config.MaxServices},
+		{"EDGE_MAX_IFACES", config.MaxInterfaces},
 		{"EDGE_MAX_MEMBERS - 1", config.MaxMembers},
 		{"EDGE_MAGLEV_BLOCK", MaglevBlock},
 		{"EDGE_SVC_INDEX", SvcIndexSize},

@@ -23,6 +23,10 @@ const (
 // MaxIfnameLen is the longest Linux interface name in bytes (IFNAMSIZ-1).
 const MaxIfnameLen = 15
 
+// MaxInterfaces is the dataplane's EDGE_MAX_IFACES: the interfaces its
+// transmit and address maps hold.
+const MaxInterfaces = 64
+
 // Interface is a network interface the dataplane attaches an XDP program to.
 type Interface struct {
 	// Name is the Linux interface name (1..15 bytes, no '/', ':' or
@@ -46,6 +50,12 @@ var interfaceKind = &KindOf[Interface]{
 	},
 	Check:      checkInterface,
 	AtLeastOne: true,
+	Capacity: func(n int, _ Limits) string {
+		if n > MaxInterfaces {
+			return fmt.Sprintf("%d interfaces, at most %d", n, MaxInterfaces)
+		}
+		return ""
+	},
 	Columns: []Column[Interface]{
 		{Name: "NAME", Value: func(i *Interface) string { return i.Name }},
 		{Name: "ROLE", Value: func(i *Interface) string { return i.Role }, Unset: "-"},

@@ -4,6 +4,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -207,5 +208,24 @@ func TestStoreKeepsAnInterface(t *testing.T) {
 	}
 	if got := s.Config().Interfaces; len(got) != 1 {
 		t.Errorf("refused batch left %v", got)
+	}
+}
+
+// TestInterfacesCapacity: the dataplane sends on and answers from at most
+// MaxInterfaces interfaces (its maps' size): one more is refused as a
+// problem of size, before anything is attached.
+func TestInterfacesCapacity(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("interfaces:\n")
+	for i := 0; i <= MaxInterfaces; i++ {
+		fmt.Fprintf(&b, "  - {name: eth%d, role: lan}\n", i)
+	}
+	_, err := Parse([]byte(b.String()))
+	var fe Errors
+	if !errors.As(err, &fe) || fe[0].Code != CodeCapacity || fe[0].Path != "interfaces" || !strings.Contains(fe[0].Reason, "65 interfaces, at most 64") {
+		t.Fatalf("err %v, want a capacity error at interfaces", err)
+	}
+	if _, err := Parse([]byte(strings.Replace(b.String(), fmt.Sprintf("  - {name: eth%d, role: lan}\n", MaxInterfaces), "", 1))); err != nil {
+		t.Errorf("%d interfaces: %v", MaxInterfaces, err)
 	}
 }
