@@ -118,6 +118,11 @@ func (a *Agent) upgrade(cfg *config.Config, why error) error {
 	for _, p := range prev {
 		p.Close()
 	}
+	// Interfaces that left the config lose their link now, before Finish
+	// waits the old program out: it runs nowhere after that.
+	if err := detachExcept(a.opts.PinDir, cfg.Interfaces, a.log); err != nil {
+		return fmt.Errorf("finish the upgrade (the new program forwards; the next start completes it): %w", err)
+	}
 	halt("switched")
 	if err := u.Finish(); err != nil {
 		return fmt.Errorf("finish the upgrade (the new program forwards; the next start completes it): %w", err)
