@@ -665,7 +665,7 @@ func (a *Agent) Flows(n int) ([]bpf.FlowStat, map[uint32]string, error) {
 // dataplane keeps forwarding, unless DetachOnExit asks to remove it.
 func (a *Agent) stop() {
 	if a.opts.DetachOnExit {
-		if err := Down(a.opts.PinDir); err != nil {
+		if err := down(a.opts.PinDir); err != nil {
 			a.log.Error("detach", "error", err)
 		} else {
 			a.log.Info("detached and removed pins", "pin_dir", a.opts.PinDir)

@@ -243,7 +243,24 @@ func detachPin(p string) error {
 // names is edgeplane's, and the dir goes too. Elsewhere a pin is removed
 // only when the kernel says it is edgeplane's: a program named edge_*, a
 // link running one, a map one of them uses.
+//
+// Down takes the pin dir's lock first: while an agent runs on it, its
+// pins are left alone and the error names the agent's pid (an agent
+// would otherwise go on committing into maps no program uses).
 func Down(pinDir string) error {
+	l, err := lockPath(pinDir, "pin dir", true)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("%w (edgeplane down takes the dataplane away from under a running agent only once it has stopped)", err)
+	}
+	defer l.release()
+	return down(pinDir)
+}
+
+// down is Down for the holder of pinDir's lock.
+func down(pinDir string) error {
 	entries, err := os.ReadDir(pinDir)
 	if err != nil {
 		if os.IsNotExist(err) {
@@ -259,7 +276,7 @@ func Down(pinDir string) error {
 	if marked {
 		errs = append(errs, bpf.DiscardStaged(pinDir))
 	} else if st, err := os.Stat(filepath.Join(pinDir, bpf.UpgradeDir)); err == nil && st.IsDir() {
-		errs = append(errs, Down(filepath.Join(pinDir, bpf.UpgradeDir)))
+		errs = append(errs, down(filepath.Join(pinDir, bpf.UpgradeDir)))
 	}
 	// The maps edgeplane's pinned programs use, by ID.
 	ourMaps := map[ebpf.MapID]bool{}

@@ -248,8 +248,8 @@ func TestFailClosedApplyENOSPC(t *testing.T) {
 }
 
 // TestOneAgentPerConfigAndPinDir: a second agent on the same config file
-// or the same pin dir refuses to start, naming the lock and the agent
-// holding it; the first keeps serving.
+// or the same pin dir, or edgeplane down on the pin dir, refuses, naming
+// the lock and the agent holding it; the first keeps serving.
 func TestOneAgentPerConfigAndPinDir(t *testing.T) {
 	g := newGateway(t, forwardConfig)
 	g.start()
@@ -282,6 +282,17 @@ func TestOneAgentPerConfigAndPinDir(t *testing.T) {
 	if _, err := os.Stat(g.PinDir + "x"); err == nil {
 		t.Errorf("the refused agent made pin dir %s", g.PinDir+"x")
 	}
+	// edgeplane down under a running agent leaves its pins alone.
+	out, err := exec.Command(edgeplaneBin, "down", "--pin-dir", g.PinDir).CombinedOutput()
+	if err == nil {
+		t.Errorf("edgeplane down under a running agent succeeded: %s", out)
+	}
+	for _, want := range []string{"lock pin dir " + g.PinDir, fmt.Sprintf("(pid %d)", pid)} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("edgeplane down said %q, want %q in it", out, want)
+		}
+	}
+	wantXDP(t, g, map[string]bool{"lan0": true, "wan0": true})
 	g.warmUp()
 }
 
