@@ -67,3 +67,46 @@ func opsPrefix(b []byte, max int) (int, error) {
 	}
 	return len(b), nil
 }
+
+// jsonOpsCount counts the values in the arrays that are members of the
+// top-level object of JSON b (an ApplyRequest's one array is
+// operations), up to max+1: REST's equivalent of opsPrefix, a scan that
+// allocates nothing, run before the gateway decodes the body into
+// objects. Malformed JSON is counted as far as it goes; the decoder
+// reports it after.
+func jsonOpsCount(b []byte, max int) int {
+	n, depth := 0, 0
+	inArray, expect, inString, escaped := false, false, false, false
+	for _, c := range b {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		if depth == 2 && inArray && expect && c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != ']' {
+			if n++; n > max {
+				return n
+			}
+			expect = false
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			if depth++; depth == 2 {
+				inArray, expect = c == '[', true
+			}
+		case '}', ']':
+			depth--
+		case ',':
+			expect = depth == 2
+		}
+	}
+	return n
+}

@@ -4,3 +4,6 @@ package api
 
 // LookupHost lets tests resolve listen addresses their own way.
 var LookupHost = &lookupHost
+
+// JSONOpsCount counts an Apply body's operations as REST does.
+var JSONOpsCount = jsonOpsCount

@@ -3,11 +3,13 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -365,24 +367,58 @@ func RESTHandler(srv *Server, auth *Auth, failDelay time.Duration) (http.Handler
 		if err := auth.Check(r.Header.Get("Authorization")); err != nil {
 			time.Sleep(failDelay)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="edgeplane"`)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			_, _ = fmt.Fprintf(w, `{"code":%d,"message":%q,"details":[]}`, codes.Unauthenticated, err.Error())
+			writeError(w, http.StatusUnauthorized, codes.Unauthenticated, err.Error())
 			return
 		}
 		// Refuse a declared oversize body before reading any of it;
 		// one sent without a length is cut off at the limit.
 		if r.ContentLength > MaxRequestBytes {
-			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Connection", "close")
-			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			_, _ = fmt.Fprintf(w, `{"code":%d,"message":"request body of %d bytes, at most %d","details":[]}`, codes.ResourceExhausted, r.ContentLength, MaxRequestBytes)
+			writeError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, fmt.Sprintf("request body of %d bytes, at most %d", r.ContentLength, MaxRequestBytes))
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
+		if r.Method == http.MethodPost && r.URL.Path == applyPath && !boundOps(w, r) {
+			return
+		}
 		gw.ServeHTTP(w, r)
 	}))
 	return mux, nil
+}
+
+// applyPath is Apply's REST path (api/edgeplane/v1/gateway.proto).
+const applyPath = "/v1/apply"
+
+// boundOps reads an Apply's body and refuses it (false) when it holds
+// more than MaxOperations operations, counted on the bytes before the
+// gateway decodes them: a body of MaxRequestBytes of empty operations
+// ("{},") would decode into ~11M objects. Otherwise it puts the body
+// back for the gateway.
+func boundOps(w http.ResponseWriter, r *http.Request) bool {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		code, st := codes.InvalidArgument, http.StatusBadRequest
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			code, st = codes.ResourceExhausted, http.StatusRequestEntityTooLarge
+		}
+		writeError(w, st, code, fmt.Sprintf("read request body: %v", err))
+		return false
+	}
+	if jsonOpsCount(body, MaxOperations) > MaxOperations {
+		writeError(w, http.StatusBadRequest, codes.InvalidArgument, fmt.Sprintf("operations: more than %d operations in one batch", MaxOperations))
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return true
+}
+
+// writeError answers as the gateway does: status st, a JSON body with
+// the gRPC code and message.
+func writeError(w http.ResponseWriter, st int, code codes.Code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(st)
+	_, _ = fmt.Fprintf(w, `{"code":%d,"message":%q,"details":[]}`, code, msg)
 }
 
 // allowedMethods returns a function giving the methods the OpenAPI

@@ -295,6 +295,70 @@ func TestRESTBodyLimit(t *testing.T) {
 	}
 }
 
+// TestJSONOpsCount: the count REST makes of an Apply's operations
+// before decoding it, across strings, nesting and whitespace.
+func TestJSONOpsCount(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want int
+	}{
+		{`{}`, 0},
+		{`{"operations":[]}`, 0},
+		{`{"operations": [ ] , "dryRun": true}`, 0},
+		{`{"operations":[{}]}`, 1},
+		{`{"operations":[{},{},{}]}`, 3},
+		{"{\"operations\":[\n {\"put\":{\"pdr\":{\"id\":1,\"ports\":[1,2,3]}}} ,\n\t{} ]}", 2},
+		{`{"operations":[{"put":{"pdr":{"name":"a,b],[{"}}},"x\\\",[", 7]}`, 3},
+		{`{"operations":[{},{},{},{},{}]}`, 5},
+	} {
+		if got := api.JSONOpsCount([]byte(c.body), 10); got != c.want {
+			t.Errorf("%s: %d operations, want %d", c.body, got, c.want)
+		}
+	}
+	if got := api.JSONOpsCount([]byte(`{"operations":[{},{},{},{},{}]}`), 3); got != 4 {
+		t.Errorf("bound 3: counted %d, want to stop at 4", got)
+	}
+}
+
+// TestRESTOpsBound: a REST Apply of more than MaxOperations operations
+// is refused as gRPC refuses it, from a count made on its bytes: a body
+// of empty operations up to the size limit (~11M of them) would decode
+// into well over a gigabyte of objects first.
+func TestRESTOpsBound(t *testing.T) {
+	auth, _ := tokenAuth(t, testToken)
+	l := serve(t, newBackend(t), api.Options{RESTAddr: "127.0.0.1:0", Auth: auth})
+	n := (api.MaxRequestBytes - 64) / 3
+	body := make([]byte, 0, api.MaxRequestBytes)
+	body = append(body, `{"operations":[`...)
+	for i := range n {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, "{}"...)
+	}
+	body = append(body, "]}"...)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+l.REST.String()+"/v1/apply", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	runtime.ReadMemStats(&after)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(got), "more than 100000 operations") {
+		t.Errorf("%d operations: %d %s, want 400 naming the bound", n, resp.StatusCode, got)
+	}
+	// The body itself is read once (32 MiB, doubled while it grows);
+	// decoded, its operations would take ~1 GB.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 256<<20 {
+		t.Errorf("refusing %d operations allocated %d MiB, want the body's size, not its objects'", n, alloc>>20)
+	}
+}
+
 // TestTCPWithoutAuth: TCP without tokens needs NoAuthLoopback, then only
 // on loopback, with a name resolved and checked before it is bound.
 func TestTCPWithoutAuth(t *testing.T) {
