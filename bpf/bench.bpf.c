@@ -61,24 +61,36 @@ static __always_inline void restore_ttl(struct xdp_md *ctx,
 	w[1] = s->check;
 }
 
-/* next_flow makes the frame a new flow: UDP source port from the low 16
- * bits of a per-CPU counter and the low half of the IPv4 source address
- * from the high 16, with the header checksum patched, so flows do not
- * repeat within 2^32 runs and every run misses the flow cache (or, with
- * bench_cycle set, repeat every mask + 1 runs). It is a
- * global function, verified once on its own: inlined after the pipeline,
- * its map lookup and packet writes were explored again for every state
- * the pipeline ends in, past the verifier's 1M-instruction limit. */
-__noinline int next_flow(struct xdp_md *ctx)
+/* stamp_flow makes the frame flow n: UDP source port from the low 16 bits
+ * of n and the low half of the IPv4 source address from the high 16, with
+ * the header checksum patched. */
+static __always_inline int stamp_flow(struct xdp_md *ctx, __u32 n)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u16 *w = data;
-	__u32 zero = 0, *seq, *mask, n;
 	__u16 nsrc;
 
 	if ((void *)(w + 18) > data_end) /* up to the UDP source port */
 		return -1;
+	w[17] = bpf_htons((__u16)n); /* UDP source port, offset 34 */
+	nsrc = bpf_htons((__u16)(n >> 16));
+	w[12] = csum_replace2(w[12], w[14], nsrc); /* checksum at 24 */
+	w[14] = nsrc; /* low half of the source address, offset 28 */
+	return 0;
+}
+
+/* next_flow makes the frame a new flow (stamp_flow) from a per-CPU
+ * counter, so flows do not repeat within 2^32 runs and every run misses
+ * the flow cache (or, with bench_cycle set, repeat every mask + 1 runs).
+ * It is a global function, verified once on its own: inlined after the
+ * pipeline, its map lookup and packet writes were explored again for
+ * every state the pipeline ends in, past the verifier's 1M-instruction
+ * limit. */
+__noinline int next_flow(struct xdp_md *ctx)
+{
+	__u32 zero = 0, *seq, *mask, n;
+
 	seq = bpf_map_lookup_elem(&bench_seq, &zero);
 	if (!seq)
 		return -1;
@@ -86,11 +98,32 @@ __noinline int next_flow(struct xdp_md *ctx)
 	mask = bpf_map_lookup_elem(&bench_cycle, &zero);
 	if (mask && *mask)
 		n = (n & *mask) + 1;
-	w[17] = bpf_htons((__u16)n); /* UDP source port, offset 34 */
-	nsrc = bpf_htons((__u16)(n >> 16));
-	w[12] = csum_replace2(w[12], w[14], nsrc); /* checksum at 24 */
-	w[14] = nsrc; /* low half of the source address, offset 28 */
-	return 0;
+	return stamp_flow(ctx, n);
+}
+
+/* The flood's flow counter: one for every CPU, added to atomically, so
+ * flood flows never repeat whichever CPU runs them (a per-CPU counter
+ * would make the same flows again on another CPU: hits, not new flows).
+ * Written by next_flood only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} bench_flood_seq SEC(".maps");
+
+/* next_flood makes the frame the flood's next new flow; the frame's
+ * source address keeps its high half, so a flood sent from another /16
+ * than the flows it floods never makes one of theirs. Global for the
+ * same reason as next_flow. */
+__noinline int next_flood(struct xdp_md *ctx)
+{
+	__u32 zero = 0, *seq;
+
+	seq = bpf_map_lookup_elem(&bench_flood_seq, &zero);
+	if (!seq)
+		return -1;
+	return stamp_flow(ctx, __sync_fetch_and_add(seq, 1) + 1);
 }
 
 SEC("xdp")
@@ -306,6 +339,83 @@ int bench_wrap_resize_miss(struct xdp_md *ctx)
 	if (rc == XDP_ABORTED || next_flow(ctx))
 		return XDP_ABORTED;
 	return rc;
+}
+
+/* bench_resize_flood is bench_resize_miss with the flood's flows
+ * (next_flood): the flood that the established ring is timed between. */
+SEC("xdp")
+int bench_resize_flood(struct xdp_md *ctx)
+{
+	int rc = wrap_resize(ctx, 1, 0);
+
+	if (rc == XDP_ABORTED || next_flood(ctx))
+		return XDP_ABORTED;
+	return rc;
+}
+
+/* The bare insert: what recording a new flow costs at the least, one
+ * insert of a fresh key into a full LRU hash shaped as the dataplane's
+ * IPv4 flow cache (edge_flows4: the same key and value, 65,536 entries,
+ * per-CPU LRU lists). Its own table, so no figure of the pipeline sees
+ * its entries. Written by bench_flow_insert only (and filled by it before
+ * timing, so every insert evicts). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct edge_flow_key4);
+	__type(value, struct edge_flow);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
+} bench_lru SEC(".maps");
+
+/* insert_make makes the bare insert's key and value. The key is fresh:
+ * its source address is the per-CPU counter, its ingress ifindex the CPU
+ * (so no two CPUs make the same key), written a 64-bit word at a time as
+ * the pipeline's flow_key4 writes it. The value is a new entry as
+ * flow_fresh starts it. */
+static __always_inline int insert_make(struct edge_flow_key4 *k,
+				       struct edge_flow *v)
+{
+	__u64 *w = (__u64 *)k;
+	__u32 zero = 0, *seq;
+
+	seq = bpf_map_lookup_elem(&bench_seq, &zero);
+	if (!seq)
+		return -1;
+	w[0] = ++(*seq) | (__u64)bpf_htonl(0xcb00710a) << 32; /* to 203.0.113.10 */
+	w[1] = bpf_get_smp_processor_id();
+	w[2] = bpf_htons(40000) | (__u32)bpf_htons(80) << 16 |
+	       (__u64)IPPROTO_UDP << 32;
+	w[3] = 0;
+	__builtin_memset(v, 0, sizeof(*v));
+	v->packets = 1;
+	v->bytes = 64;
+	return 0;
+}
+
+SEC("xdp")
+int bench_flow_insert(struct xdp_md *ctx)
+{
+	struct edge_flow_key4 k;
+	struct edge_flow v;
+
+	if (insert_make(&k, &v) ||
+	    bpf_map_update_elem(&bench_lru, &k, &v, BPF_ANY))
+		return XDP_ABORTED;
+	return XDP_PASS;
+}
+
+/* bench_wrap_flow_insert is bench_flow_insert without the insert. */
+SEC("xdp")
+int bench_wrap_flow_insert(struct xdp_md *ctx)
+{
+	struct edge_flow_key4 k;
+	struct edge_flow v;
+
+	if (insert_make(&k, &v))
+		return XDP_ABORTED;
+	/* Unread, the key and value would not be made at all. */
+	asm volatile("" ::"r"(&k), "r"(&v) : "memory");
+	return XDP_PASS;
 }
 
 /* How a stage joins the pipeline, timed alone: as a global function the

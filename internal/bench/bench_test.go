@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/edgeplane/edgeplane/internal/testutil"
@@ -24,7 +25,8 @@ func TestBenchRuns(t *testing.T) {
 		"classify_redirect_miss_65536", "classify_redirect_hit_65536",
 		"classify_redirect_8groups_miss_65536", "malformed_drop",
 		"gre_encap_ip4_hit", "gre_decap_ip4_hit",
-		"lb_nat_established", "lb_nat_new", "lb_dsr_gre_established", "lb_dsr_gre_new"}
+		"lb_nat_established", "lb_nat_new", "lb_dsr_gre_established", "lb_dsr_gre_new",
+		"lb_dsr_gre_established_ring", "lb_dsr_gre_established_ring_flood"}
 	for _, name := range want {
 		f := r.find(name)
 		if f.Name == "" || f.NsPerPacket <= 0 || f.Method == "" {
@@ -36,6 +38,8 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("%s: verdict %q, undo %.1f ns", name, f.Verdict, f.UndoNs)
 		}
 	}
+	checkNewFlows(t, r)
+	checkFlood(t, r)
 	if g := r.find("classify_redirect_8groups_miss_65536").Groups; g != 8 {
 		t.Errorf("8-group series used %d groups", g)
 	}
@@ -69,8 +73,54 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("ours vs kernel, %s sender: %+v", c.Sender, c)
 		}
 	}
-	if len(r.Goals) != 6 {
+	if len(r.Goals) != 12 {
 		t.Errorf("goals: %+v", r.Goals)
+	}
+}
+
+// checkNewFlows checks the bare insert and that every new-flow figure,
+// and only those, is given as a multiple of it.
+func checkNewFlows(t *testing.T, r *Report) {
+	t.Helper()
+	bare := r.find("flow_insert_bare")
+	if bare.Name == "" || bare.RawNs <= 0 || bare.UndoNs <= 0 || bare.Method == "" {
+		t.Errorf("flow_insert_bare missing or not measured: %+v", bare)
+	}
+	n := 0
+	for _, f := range r.Figures {
+		isNew := strings.HasSuffix(f.Name, "_new") || strings.Contains(f.Name, "_miss_")
+		if !isNew || bare.AboveFloor <= 0 {
+			if f.InsertMultiple != 0 {
+				t.Errorf("%s is not a new flow, yet insert_multiple %.2f", f.Name, f.InsertMultiple)
+			}
+			continue
+		}
+		n++
+		if want := f.AboveFloor / bare.AboveFloor; f.InsertMultiple != want {
+			t.Errorf("%s: insert_multiple %.3f, want %.3f", f.Name, f.InsertMultiple, want)
+		}
+	}
+	if bare.AboveFloor > 0 && n == 0 {
+		t.Error("no new-flow figure")
+	}
+}
+
+// checkFlood checks the flood part: the ring was the ring (checked by Run
+// as it establishes it) and what it reports adds up.
+func checkFlood(t *testing.T, r *Report) {
+	t.Helper()
+	f := r.Flood
+	if f == nil {
+		t.Fatal("no flood figures")
+	}
+	if f.RingFlows != 4096 || f.FloodPerRound != 65536 || f.Rounds <= 0 || f.FloodRawNs <= 0 || f.Method == "" {
+		t.Errorf("flood: %+v", f)
+	}
+	if q := r.find("lb_dsr_gre_established_ring").AboveFloor; f.QuietNs != q || f.Ratio != f.FloodNs/f.QuietNs && q > 0 {
+		t.Errorf("flood: quiet %.1f ns (figure %.1f), ratio %.2f of %.1f / %.1f", f.QuietNs, q, f.Ratio, f.FloodNs, f.QuietNs)
+	}
+	if f.RedecidedMax > f.Redecided || f.RedecidedMax > uint64(f.RingFlows) || f.Moved > f.RingFlows {
+		t.Errorf("flood: %d decided again, %d at most in a round, %d moved", f.Redecided, f.RedecidedMax, f.Moved)
 	}
 }
 
@@ -90,7 +140,7 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("figure %s missing or not measured: %+v", name, f)
 		}
 	}
-	if r.EndToEnd != nil {
-		t.Error("quick run measured end to end")
+	if r.EndToEnd != nil || r.Flood != nil {
+		t.Error("quick run measured end to end or the flood")
 	}
 }

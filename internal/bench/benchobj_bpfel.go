@@ -17,7 +17,9 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	benchobjMapBenchCycle           = "bench_cycle"
+	benchobjMapBenchFloodSeq        = "bench_flood_seq"
 	benchobjMapBenchFront           = "bench_front"
+	benchobjMapBenchLru             = "bench_lru"
 	benchobjMapBenchSeq             = "bench_seq"
 	benchobjMapBenchStageProgs      = "bench_stage_progs"
 	benchobjMapEdgeCacheStats       = "edge_cache_stats"
@@ -50,15 +52,18 @@ const (
 	benchobjMapEdgeSvcIndex         = "edge_svc_index"
 	benchobjMapEdgeTx               = "edge_tx"
 	benchobjMapEdgeVerdicts         = "edge_verdicts"
+	benchobjProgBenchFlowInsert     = "bench_flow_insert"
 	benchobjProgBenchHit            = "bench_hit"
 	benchobjProgBenchMiss           = "bench_miss"
 	benchobjProgBenchPass           = "bench_pass"
 	benchobjProgBenchResize         = "bench_resize"
+	benchobjProgBenchResizeFlood    = "bench_resize_flood"
 	benchobjProgBenchResizeMiss     = "bench_resize_miss"
 	benchobjProgBenchStageTail      = "bench_stage_tail"
 	benchobjProgBenchStagesGlobal   = "bench_stages_global"
 	benchobjProgBenchStagesInline   = "bench_stages_inline"
 	benchobjProgBenchStagesTail     = "bench_stages_tail"
+	benchobjProgBenchWrapFlowInsert = "bench_wrap_flow_insert"
 	benchobjProgBenchWrapGrow       = "bench_wrap_grow"
 	benchobjProgBenchWrapMiss       = "bench_wrap_miss"
 	benchobjProgBenchWrapPass       = "bench_wrap_pass"
@@ -112,15 +117,18 @@ type benchobjSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjProgramSpecs struct {
+	BenchFlowInsert     *ebpf.ProgramSpec `ebpf:"bench_flow_insert"`
 	BenchHit            *ebpf.ProgramSpec `ebpf:"bench_hit"`
 	BenchMiss           *ebpf.ProgramSpec `ebpf:"bench_miss"`
 	BenchPass           *ebpf.ProgramSpec `ebpf:"bench_pass"`
 	BenchResize         *ebpf.ProgramSpec `ebpf:"bench_resize"`
+	BenchResizeFlood    *ebpf.ProgramSpec `ebpf:"bench_resize_flood"`
 	BenchResizeMiss     *ebpf.ProgramSpec `ebpf:"bench_resize_miss"`
 	BenchStageTail      *ebpf.ProgramSpec `ebpf:"bench_stage_tail"`
 	BenchStagesGlobal   *ebpf.ProgramSpec `ebpf:"bench_stages_global"`
 	BenchStagesInline   *ebpf.ProgramSpec `ebpf:"bench_stages_inline"`
 	BenchStagesTail     *ebpf.ProgramSpec `ebpf:"bench_stages_tail"`
+	BenchWrapFlowInsert *ebpf.ProgramSpec `ebpf:"bench_wrap_flow_insert"`
 	BenchWrapGrow       *ebpf.ProgramSpec `ebpf:"bench_wrap_grow"`
 	BenchWrapMiss       *ebpf.ProgramSpec `ebpf:"bench_wrap_miss"`
 	BenchWrapPass       *ebpf.ProgramSpec `ebpf:"bench_wrap_pass"`
@@ -134,7 +142,9 @@ type benchobjProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjMapSpecs struct {
 	BenchCycle      *ebpf.MapSpec `ebpf:"bench_cycle"`
+	BenchFloodSeq   *ebpf.MapSpec `ebpf:"bench_flood_seq"`
 	BenchFront      *ebpf.MapSpec `ebpf:"bench_front"`
+	BenchLru        *ebpf.MapSpec `ebpf:"bench_lru"`
 	BenchSeq        *ebpf.MapSpec `ebpf:"bench_seq"`
 	BenchStageProgs *ebpf.MapSpec `ebpf:"bench_stage_progs"`
 	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
@@ -199,7 +209,9 @@ func (o *benchobjObjects) Close() error {
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjMaps struct {
 	BenchCycle      *ebpf.Map `ebpf:"bench_cycle"`
+	BenchFloodSeq   *ebpf.Map `ebpf:"bench_flood_seq"`
 	BenchFront      *ebpf.Map `ebpf:"bench_front"`
+	BenchLru        *ebpf.Map `ebpf:"bench_lru"`
 	BenchSeq        *ebpf.Map `ebpf:"bench_seq"`
 	BenchStageProgs *ebpf.Map `ebpf:"bench_stage_progs"`
 	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
@@ -237,7 +249,9 @@ type benchobjMaps struct {
 func (m *benchobjMaps) Close() error {
 	return _BenchobjClose(
 		m.BenchCycle,
+		m.BenchFloodSeq,
 		m.BenchFront,
+		m.BenchLru,
 		m.BenchSeq,
 		m.BenchStageProgs,
 		m.EdgeCacheStats,
@@ -286,15 +300,18 @@ type benchobjVariables struct {
 //
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjPrograms struct {
+	BenchFlowInsert     *ebpf.Program `ebpf:"bench_flow_insert"`
 	BenchHit            *ebpf.Program `ebpf:"bench_hit"`
 	BenchMiss           *ebpf.Program `ebpf:"bench_miss"`
 	BenchPass           *ebpf.Program `ebpf:"bench_pass"`
 	BenchResize         *ebpf.Program `ebpf:"bench_resize"`
+	BenchResizeFlood    *ebpf.Program `ebpf:"bench_resize_flood"`
 	BenchResizeMiss     *ebpf.Program `ebpf:"bench_resize_miss"`
 	BenchStageTail      *ebpf.Program `ebpf:"bench_stage_tail"`
 	BenchStagesGlobal   *ebpf.Program `ebpf:"bench_stages_global"`
 	BenchStagesInline   *ebpf.Program `ebpf:"bench_stages_inline"`
 	BenchStagesTail     *ebpf.Program `ebpf:"bench_stages_tail"`
+	BenchWrapFlowInsert *ebpf.Program `ebpf:"bench_wrap_flow_insert"`
 	BenchWrapGrow       *ebpf.Program `ebpf:"bench_wrap_grow"`
 	BenchWrapMiss       *ebpf.Program `ebpf:"bench_wrap_miss"`
 	BenchWrapPass       *ebpf.Program `ebpf:"bench_wrap_pass"`
@@ -305,15 +322,18 @@ type benchobjPrograms struct {
 
 func (p *benchobjPrograms) Close() error {
 	return _BenchobjClose(
+		p.BenchFlowInsert,
 		p.BenchHit,
 		p.BenchMiss,
 		p.BenchPass,
 		p.BenchResize,
+		p.BenchResizeFlood,
 		p.BenchResizeMiss,
 		p.BenchStageTail,
 		p.BenchStagesGlobal,
 		p.BenchStagesInline,
 		p.BenchStagesTail,
+		p.BenchWrapFlowInsert,
 		p.BenchWrapGrow,
 		p.BenchWrapMiss,
 		p.BenchWrapPass,

@@ -15,9 +15,10 @@ import (
 	"github.com/edgeplane/edgeplane/internal/rules"
 )
 
-// lbConfig puts two UDP services of the PacketNS gateway in front of ten
+// lbConfig puts UDP services of the PacketNS gateway in front of ten
 // backends each (behind wan1's neighbour): one NAT, one dsr-gre (keyed
-// GRE paths from 10.4.0.1). Host A on lan0 is the client.
+// GRE paths from 10.4.0.1), one stateless dsr-gre, and one dsr-gre for
+// the flood figures alone. Host A on lan0 is the client.
 func lbConfig() string {
 	s := "interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: wan1, role: wan}]\npaths:\n"
 	fars, nat, dsr := "", "", ""
@@ -29,9 +30,10 @@ func lbConfig() string {
 	}
 	return s + "fars:\n" + fars +
 		"lbrs:\n  - {id: 1, algorithm: maglev, members: [" + nat + "]}\n  - {id: 2, algorithm: maglev, members: [" + dsr + "]}\n" +
-		"  - {id: 3, algorithm: maglev, members: [" + dsr + "]}\n" +
+		"  - {id: 3, algorithm: maglev, members: [" + dsr + "]}\n  - {id: 4, algorithm: maglev, members: [" + dsr + "]}\n" +
 		"services:\n  - {id: 1, vip: 203.0.113.10, port: 80, proto: udp, lbr: 1}\n  - {id: 2, vip: 203.0.113.20, port: 80, proto: udp, lbr: 2}\n" +
 		"  - {id: 3, vip: 203.0.113.30, port: 80, proto: udp, lbr: 3, stateless: true}\n" +
+		"  - {id: 4, vip: 203.0.113.40, port: 80, proto: udp, lbr: 4}\n" +
 		"limits: {flows: 65536, rules: 1024}\n"
 }
 
@@ -126,7 +128,11 @@ func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc
 	b.o.Log("lb_dsr_gre_stateless_ring: %.1f ns raw (wrapper %.1f, undo %.1f)", ring, wrapRing, grow)
 	r.add(Figure{Name: "lb_dsr_gre_stateless_ring", RawNs: ring, NsPerPacket: r.FloorNs + ringDiff - grow, UndoNs: wrapRing + grow,
 		Method: methodRing, Verdict: "redirect"})
-	return progs.setCycle(0)
+	if err := progs.setCycle(0); err != nil || b.o.Quick {
+		return err
+	}
+	b.o.Log("established ring, quiet and under a flood")
+	return b.measureFlood(r, dp, progs, grow)
 }
 
 // lbGoals compares the balancer's figures with Katran's; the goal is 20 %
@@ -136,11 +142,21 @@ func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc
 // under the same conditions. A new connection that is recorded costs
 // table inserts on top (lb_*_new; see the README).
 func lbGoals(r *Report) []Goal {
-	return []Goal{
+	goals := []Goal{
 		{Name: "lb established flow above floor (ns), Katran 150 x 0.8", Value: r.find("lb_dsr_gre_established").AboveFloor, Limit: 0.8 * katranEstablishedNs},
 		{Name: "lb new flow through the Maglev table, stateless, above floor (ns), Katran 230 x 0.8",
 			Value: r.find("lb_dsr_gre_stateless_ring").AboveFloor, Limit: 0.8 * katranNewNs},
+		// A recorded new connection should cost about one insert.
+		{Name: "lb new dsr-gre connection / bare LRU insert", Value: r.find("lb_dsr_gre_new").InsertMultiple, Limit: 1.1},
+		{Name: "lb new NAT connection / bare LRU insert", Value: r.find("lb_nat_new").InsertMultiple, Limit: 1.3},
+		{Name: "lb new flow, stateless, above floor (ns)", Value: r.find("lb_dsr_gre_stateless_new").AboveFloor, Limit: 130},
 	}
+	if f := r.Flood; f != nil {
+		goals = append(goals,
+			Goal{Name: "lb established ring under a flood / quiet (ns above floor)", Value: f.Ratio, Limit: 1.5},
+			Goal{Name: "lb ring connections decided again under a flood", Value: float64(f.Redecided), Limit: 0})
+	}
+	return goals
 }
 
 // natted checks a frame the NAT service forwarded: to one of its backends
