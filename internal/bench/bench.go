@@ -301,6 +301,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, c := range r.EndToEnd.Compare {
 		r.Goals = append(r.Goals, Goal{Name: "ours / kernel Mpps end to end, " + c.Sender, Value: c.Ratio, Limit: 3, AtLeast: true})
 	}
+	r.Goals = append(r.Goals, e2eGoals(r.EndToEnd)...)
 	r.judge()
 	r.Seconds = time.Since(start).Seconds()
 	return r, nil

@@ -52,7 +52,8 @@ func TestBenchRuns(t *testing.T) {
 		t.Fatal("no end-to-end figures")
 	}
 	wantE2E := []string{"ours_live_frames", "kernel_live_frames", "ours_af_packet", "kernel_af_packet",
-		"ceiling_live_frames", "ceiling_af_packet"}
+		"ceiling_live_frames", "ceiling_af_packet", "min_forwarder_live_frames", "ours_redirect_live_frames",
+		"ours_new_flows_live_frames", "kernel_new_flows_live_frames", "min_forwarder_af_packet", "ours_redirect_af_packet"}
 	if len(e.Figures) != len(wantE2E) {
 		t.Errorf("end-to-end figures: %+v", e.Figures)
 	}
@@ -64,6 +65,20 @@ func TestBenchRuns(t *testing.T) {
 		if f.Name != name || f.Received == 0 || f.Generated == 0 || f.Mpps <= 0 || len(f.MppsSamples) != 1 || f.Method == "" {
 			t.Errorf("end-to-end figure %d, want %s: %+v", i, name, f)
 		}
+		var fwd E2EFigure
+		for _, g := range e.Figures {
+			if g.Name == "min_forwarder_"+f.Sender {
+				fwd = g
+			}
+		}
+		// One round: the median of the ratios is the ratio.
+		if want := f.Mpps / fwd.Mpps; f.OfMinForwarder <= 0 || f.OfMinForwarder != want {
+			t.Errorf("%s: of_min_forwarder %.3f, want %.3f (%s)", f.Name, f.OfMinForwarder, want, fwd.Name)
+		}
+		if newFlows := strings.Contains(name, "new_flows"); newFlows != (f.NewFlowsPerSec > 0) ||
+			newFlows && f.NewFlowsPerSec != f.Mpps*1e6 {
+			t.Errorf("%s: new flows per second %.0f at %.3f Mpps", name, f.NewFlowsPerSec, f.Mpps)
+		}
 	}
 	if len(e.Compare) != 2 {
 		t.Errorf("ours vs kernel: %+v", e.Compare)
@@ -73,7 +88,7 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("ours vs kernel, %s sender: %+v", c.Sender, c)
 		}
 	}
-	if len(r.Goals) != 12 {
+	if len(r.Goals) != 13 {
 		t.Errorf("goals: %+v", r.Goals)
 	}
 }

@@ -16,9 +16,13 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	benche2eMapFwdPass       = "fwd_pass"
 	benche2eMapGenCount      = "gen_count"
+	benche2eMapGenSeq        = "gen_seq"
 	benche2eMapSinkCount     = "sink_count"
+	benche2eProgBenchFwd     = "bench_fwd"
 	benche2eProgBenchGen     = "bench_gen"
+	benche2eProgBenchGenNew  = "bench_gen_new"
 	benche2eProgBenchSink    = "bench_sink"
 	benche2eVarGenFrame      = "gen_frame"
 	benche2eVarGenIfindex    = "gen_ifindex"
@@ -67,15 +71,19 @@ type benche2eSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benche2eProgramSpecs struct {
-	BenchGen  *ebpf.ProgramSpec `ebpf:"bench_gen"`
-	BenchSink *ebpf.ProgramSpec `ebpf:"bench_sink"`
+	BenchFwd    *ebpf.ProgramSpec `ebpf:"bench_fwd"`
+	BenchGen    *ebpf.ProgramSpec `ebpf:"bench_gen"`
+	BenchGenNew *ebpf.ProgramSpec `ebpf:"bench_gen_new"`
+	BenchSink   *ebpf.ProgramSpec `ebpf:"bench_sink"`
 }
 
 // benche2eMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benche2eMapSpecs struct {
+	FwdPass   *ebpf.MapSpec `ebpf:"fwd_pass"`
 	GenCount  *ebpf.MapSpec `ebpf:"gen_count"`
+	GenSeq    *ebpf.MapSpec `ebpf:"gen_seq"`
 	SinkCount *ebpf.MapSpec `ebpf:"sink_count"`
 }
 
@@ -108,13 +116,17 @@ func (o *benche2eObjects) Close() error {
 //
 // It can be passed to loadBenche2eObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benche2eMaps struct {
+	FwdPass   *ebpf.Map `ebpf:"fwd_pass"`
 	GenCount  *ebpf.Map `ebpf:"gen_count"`
+	GenSeq    *ebpf.Map `ebpf:"gen_seq"`
 	SinkCount *ebpf.Map `ebpf:"sink_count"`
 }
 
 func (m *benche2eMaps) Close() error {
 	return _Benche2eClose(
+		m.FwdPass,
 		m.GenCount,
+		m.GenSeq,
 		m.SinkCount,
 	)
 }
@@ -132,13 +144,17 @@ type benche2eVariables struct {
 //
 // It can be passed to loadBenche2eObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benche2ePrograms struct {
-	BenchGen  *ebpf.Program `ebpf:"bench_gen"`
-	BenchSink *ebpf.Program `ebpf:"bench_sink"`
+	BenchFwd    *ebpf.Program `ebpf:"bench_fwd"`
+	BenchGen    *ebpf.Program `ebpf:"bench_gen"`
+	BenchGenNew *ebpf.Program `ebpf:"bench_gen_new"`
+	BenchSink   *ebpf.Program `ebpf:"bench_sink"`
 }
 
 func (p *benche2ePrograms) Close() error {
 	return _Benche2eClose(
+		p.BenchFwd,
 		p.BenchGen,
+		p.BenchGenNew,
 		p.BenchSink,
 	)
 }

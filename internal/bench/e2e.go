@@ -61,7 +61,16 @@ type E2EFigure struct {
 	Generated   uint64    `json:"generated"`
 	Received    uint64    `json:"received"`
 	MppsSamples []float64 `json:"mpps_samples"`
-	Method      string    `json:"method"`
+	// OfMinForwarder is Mpps over the minimal XDP forwarder's with the
+	// same sender, the median of the per-round ratios: the minimal
+	// forwarder (parse, bpf_fib_lookup, redirect) is the ceiling of
+	// every forwarding path through this topology.
+	OfMinForwarder float64 `json:"of_min_forwarder"`
+	// NewFlowsPerSec is, where every frame is a new flow, the new flows
+	// forwarded per second: per core, as every stage runs on the
+	// sending CPU (see EndToEnd.Note).
+	NewFlowsPerSec float64 `json:"new_flows_per_sec,omitempty"`
+	Method         string  `json:"method"`
 }
 
 // E2ECompare sets ours beside the kernel's forwarding for one sender.
@@ -83,10 +92,15 @@ type E2ECompare struct {
 
 const (
 	e2eTopology = "gen eth0 (10.1.0.2) == lan0 [gateway A: 10.1.0.1, 10.2.0.1] wan0 == eth0 sink (10.2.0.2): veths between three namespaces; " +
-		"one UDP flow 10.1.0.2 -> 10.7.0.1; GRE path key 1 to 10.3.9.9; 10.3.0.0/16 and 10.7.0.0/16 routed via the sink, a static neighbour; IPv6 off"
+		"one UDP flow 10.1.0.2 -> 10.7.0.1 (or a new flow every frame); ours: a rule sends 10.7.0.0/16 into GRE path key 1 to 10.3.9.9, " +
+		"or (the redirect figures) redirects it to wan0; 10.3.0.0/16 and 10.7.0.0/16 routed via the sink, a static neighbour; IPv6 off"
 	e2eNote = "every stage (sender, gateway, sink) runs in softirq on the sending CPU: a veth hands frames to its peer's NAPI on the CPU that sent them, " +
 		"so a rate is one CPU's throughput of sender + gateway + sink, and the sender's own cost dilutes the ratios (ns_above_sender takes it out); " +
-		"the kernel forwards plain IPv4 (this kernel has no GRE) while ours also encapsulates"
+		"the kernel forwards plain IPv4 (this kernel has no GRE) while ours also encapsulates; " +
+		"the minimal XDP forwarder (parse, bpf_fib_lookup, MACs, TTL, bpf_redirect) forwards plain IPv4 too, so ours is set beside it on a plain " +
+		"redirect rule as well (ours_redirect_*: the same pipeline, the encap left out), which is the like-for-like comparison; " +
+		"of_min_forwarder is every figure over the minimal forwarder's with the same sender; ours can pass it: a flow-cache hit reuses the next hop " +
+		"cached with the flow, where the minimal forwarder calls bpf_fib_lookup for every frame"
 	methodGen = "BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES (batch 64) of a generator that stamps the whole frame from a template every run " +
 		"(live frames recycle pages the gateway rewrote) and bpf_redirect()s it into the veth toward the gateway; "
 	methodAFP    = "AF_PACKET sender (PACKET_MMAP TX ring, TPACKET_V2, PACKET_QDISC_BYPASS, 256 frames per send); "
@@ -96,7 +110,23 @@ const (
 		"so the veth builds an skb per frame and kernel IPv4 forwarding (route 10.7.0.0/16 via the sink) does the work; an XDP sink counts and drops"
 	pathKernAFP = "lan0 as the kernel sets up a veth (no XDP, no GRO: netif_rx); " + pathKern
 	pathFloor   = "an XDP program on the gateway's lan0 counts and drops: the most this sender offers"
+	pathRedir   = "the edgeplane program (native XDP on lan0 and wan0, flow-cache hit) redirects to wan0 by a redirect rule; an XDP sink counts and drops"
+	pathFwd     = "a minimal XDP forwarder (native on lan0 and wan0, as ours: parse Ethernet/IPv4, bpf_fib_lookup, rewrite MACs, decrement TTL, " +
+		"bpf_redirect, nothing else) forwards; an XDP sink counts and drops"
+	methodGenNew = "as above, and the generator makes every frame a new flow (UDP source port and destination port from a per-CPU counter and the CPU, " +
+		"UDP checksum patched; nothing the gateway routes on changes), so the gateway runs unchanged; "
+	pathRedirNew = "the edgeplane program (native XDP on lan0 and wan0) misses its flow cache on every frame: classifies by a redirect rule, " +
+		"records the flow (the cache full, so every insert evicts) and redirects to wan0; an XDP sink counts and drops"
 )
+
+// e2eRedirConfig is greConfig's gateway with a plain redirect rule for
+// 10.7.0.0/16 in place of the GRE path.
+const e2eRedirConfig = `
+interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}]
+fars: [{id: 1, action: redirect, interface: wan0}]
+pdrs: [{id: 1, precedence: 1, match: {dst: 10.7.0.0/16}, far: 1}]
+limits: {flows: 65536, rules: 1024}
+`
 
 // Sink counter indexes (enum sink_kind in bpf/bench_e2e.bpf.c).
 const (
@@ -120,6 +150,8 @@ type e2e struct {
 	sinkLink      link.Link
 	frame         []byte
 	closers       []func() error
+	alloc         rules.Allocs
+	committed     string // the config of the live generation
 }
 
 // runEndToEnd builds the topology, measures every end-to-end figure and
@@ -132,12 +164,14 @@ func runEndToEnd(ctx context.Context, o Options) (*EndToEnd, error) {
 	}
 	res := &EndToEnd{Topology: e2eTopology, FrameBytes: len(e.frame), RunSeconds: o.E2ESeconds, Rounds: o.E2ERounds, Note: e2eNote}
 	type scenario struct {
-		fig     E2EFigure
-		setup   func() error
-		send    func(time.Duration) (uint64, error)
-		kind    int
-		loss    []float64
-		offered []float64
+		fig   E2EFigure
+		setup func() error
+		send  func(time.Duration) (uint64, error)
+		kind  int
+		// newFlows: every frame a new flow
+		newFlows bool
+		loss     []float64
+		offered  []float64
 	}
 	// Ours and the kernel back to back for each sender, then the
 	// senders' ceilings, every round.
@@ -148,6 +182,12 @@ func runEndToEnd(ctx context.Context, o Options) (*EndToEnd, error) {
 		{fig: E2EFigure{Name: "kernel_af_packet", Sender: "af_packet", Path: "kernel_ip_forward", Method: methodAFP + pathKernAFP}, setup: e.detachAll, send: e.sendAFP, kind: sinkUDP},
 		{fig: E2EFigure{Name: "ceiling_live_frames", Sender: "live_frames", Path: "xdp_drop_on_lan", Method: methodGen + pathFloor}, setup: e.attachFloor, send: e.sendLive, kind: sinkUDP},
 		{fig: E2EFigure{Name: "ceiling_af_packet", Sender: "af_packet", Path: "xdp_drop_on_lan", Method: methodAFP + pathFloor}, setup: e.attachFloor, send: e.sendAFP, kind: sinkUDP},
+		{fig: E2EFigure{Name: "min_forwarder_live_frames", Sender: "live_frames", Path: "xdp_min_forwarder", Method: methodGen + pathFwd}, setup: e.attachFwd, send: e.sendLive, kind: sinkUDP},
+		{fig: E2EFigure{Name: "ours_redirect_live_frames", Sender: "live_frames", Path: "xdp_redirect", Method: methodGen + pathRedir}, setup: e.attachOursRedirect, send: e.sendLive, kind: sinkUDP},
+		{fig: E2EFigure{Name: "ours_new_flows_live_frames", Sender: "live_frames", Path: "xdp_redirect_new_flows", Method: methodGen + methodGenNew + pathRedirNew}, setup: e.attachOursRedirect, send: e.sendLiveNew, kind: sinkUDP, newFlows: true},
+		{fig: E2EFigure{Name: "kernel_new_flows_live_frames", Sender: "live_frames", Path: "kernel_ip_forward_new_flows", Method: methodGen + methodGenNew + pathKernLive}, setup: e.kernelGRO, send: e.sendLiveNew, kind: sinkUDP, newFlows: true},
+		{fig: E2EFigure{Name: "min_forwarder_af_packet", Sender: "af_packet", Path: "xdp_min_forwarder", Method: methodAFP + pathFwd}, setup: e.attachFwd, send: e.sendAFP, kind: sinkUDP},
+		{fig: E2EFigure{Name: "ours_redirect_af_packet", Sender: "af_packet", Path: "xdp_redirect", Method: methodAFP + pathRedir}, setup: e.attachOursRedirect, send: e.sendAFP, kind: sinkUDP},
 	}
 	d := time.Duration(o.E2ESeconds * float64(time.Second))
 	for round := 1; round <= o.E2ERounds; round++ {
@@ -158,9 +198,20 @@ func runEndToEnd(ctx context.Context, o Options) (*EndToEnd, error) {
 			if err := s.setup(); err != nil {
 				return nil, fmt.Errorf("%s: %w", s.fig.Name, err)
 			}
+			passed, err := sumCounter(e.objs.FwdPass, 0)
+			if err != nil {
+				return nil, err
+			}
 			m, err := e.measure(s.send, d, s.kind)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.fig.Name, err)
+			}
+			// The minimal forwarder's frames reach the sink as the
+			// kernel's do: check none went through the kernel.
+			if after, err := sumCounter(e.objs.FwdPass, 0); err != nil {
+				return nil, err
+			} else if (after-passed)*100 > m.received {
+				return nil, fmt.Errorf("%s: the forwarder left %d of %d frames to the kernel", s.fig.Name, after-passed, m.received)
 			}
 			o.Log("%s, round %d: %.3f Mpps received, %.3f offered, loss %.4f", s.fig.Name, round, m.mpps, m.offered, m.loss())
 			s.fig.MppsSamples = append(s.fig.MppsSamples, m.mpps)
@@ -175,6 +226,9 @@ func runEndToEnd(ctx context.Context, o Options) (*EndToEnd, error) {
 		s.fig.Mpps = median(s.fig.MppsSamples)
 		s.fig.Loss = median(s.loss)
 		s.fig.OfferedMpps = median(s.offered)
+		if s.newFlows {
+			s.fig.NewFlowsPerSec = s.fig.Mpps * 1e6
+		}
 		res.Figures = append(res.Figures, s.fig)
 		byName[s.fig.Name] = &res.Figures[len(res.Figures)-1]
 	}
@@ -192,7 +246,27 @@ func runEndToEnd(ctx context.Context, o Options) (*EndToEnd, error) {
 		}
 		res.Compare = append(res.Compare, c)
 	}
+	for i := range res.Figures {
+		f := &res.Figures[i]
+		fwd := byName["min_forwarder_"+f.Sender]
+		var ratios []float64
+		for j := range f.MppsSamples {
+			ratios = append(ratios, f.MppsSamples[j]/fwd.MppsSamples[j])
+		}
+		f.OfMinForwarder = median(ratios)
+	}
 	return res, nil
+}
+
+// e2eGoals sets ours beside the minimal XDP forwarder: a flow-cache hit
+// should forward at 90 % of its rate or more.
+func e2eGoals(e *EndToEnd) []Goal {
+	for _, f := range e.Figures {
+		if f.Name == "ours_redirect_live_frames" {
+			return []Goal{{Name: "ours established / minimal XDP forwarder end to end, live_frames", Value: f.OfMinForwarder, Limit: 0.9, AtLeast: true}}
+		}
+	}
+	return nil
 }
 
 func median(v []float64) float64 {
@@ -300,25 +374,9 @@ func (e *e2e) setup() error {
 	if _, err := e.dp.LoadProgram(); err != nil {
 		return err
 	}
-	cfg, err := config.Parse([]byte(greConfig))
-	if err != nil {
-		return fmt.Errorf("gre config: %w", err)
-	}
-	resolve := func(name string) (uint32, error) {
-		switch name {
-		case "lan0":
-			return e.lan, nil
-		case "wan0":
-			return e.wan, nil
-		}
-		return 0, fmt.Errorf("no interface %q", name)
-	}
-	gen0, _, err := rules.Compile(cfg, resolve, rules.NewAllocs(limits.Rules, nil, nil), limits)
-	if err != nil {
-		return fmt.Errorf("compile gre config: %w", err)
-	}
-	if _, err := e.dp.Commit(gen0); err != nil {
-		return fmt.Errorf("commit gre config: %w", err)
+	e.alloc = rules.NewAllocs(limits.Rules, nil, nil)
+	if err := e.use(greConfig); err != nil {
+		return err
 	}
 	// Devmap entries name interfaces of the namespace they are written in.
 	return e.gw.Do(func() error { return e.dp.SetTx([]uint32{e.lan, e.wan}) })
@@ -365,13 +423,66 @@ func (e *e2e) lanGRO(on bool) error {
 	return e.gw.SetGRO("lan0", on)
 }
 
-// attachOurs attaches the edgeplane program to lan0 and wan0.
+// use commits cfg to the gateway's dataplane unless it is the live one.
+func (e *e2e) use(cfg string) error {
+	if e.committed == cfg {
+		return nil
+	}
+	c, err := config.Parse([]byte(cfg))
+	if err != nil {
+		return fmt.Errorf("gateway config: %w", err)
+	}
+	resolve := func(name string) (uint32, error) {
+		switch name {
+		case "lan0":
+			return e.lan, nil
+		case "wan0":
+			return e.wan, nil
+		}
+		return 0, fmt.Errorf("no interface %q", name)
+	}
+	gen, next, err := rules.Compile(c, resolve, e.alloc, e.dp.Limits)
+	if err != nil {
+		return fmt.Errorf("compile gateway config: %w", err)
+	}
+	if _, err := e.dp.Commit(gen); err != nil {
+		return fmt.Errorf("commit gateway config: %w", err)
+	}
+	e.alloc, e.committed = next, cfg
+	return nil
+}
+
+// attachOurs attaches the edgeplane program to lan0 and wan0, with the
+// GRE path.
 func (e *e2e) attachOurs() error {
+	if err := e.use(greConfig); err != nil {
+		return err
+	}
+	return e.attachGateway(e.dp.Prog)
+}
+
+// attachOursRedirect attaches the edgeplane program to lan0 and wan0,
+// with the redirect rule.
+func (e *e2e) attachOursRedirect() error {
+	if err := e.use(e2eRedirConfig); err != nil {
+		return err
+	}
+	return e.attachGateway(e.dp.Prog)
+}
+
+// attachFwd attaches the minimal forwarder to lan0 and wan0.
+func (e *e2e) attachFwd() error {
+	return e.attachGateway(e.objs.BenchFwd)
+}
+
+// attachGateway attaches prog to lan0 and wan0, as the agent attaches
+// ours.
+func (e *e2e) attachGateway(prog *ebpf.Program) error {
 	if err := e.detachAll(); err != nil {
 		return err
 	}
 	for _, idx := range []uint32{e.lan, e.wan} {
-		l, err := e.attachXDP(e.dp.Prog, idx)
+		l, err := e.attachXDP(prog, idx)
 		if err != nil {
 			return err
 		}
@@ -396,6 +507,16 @@ func (e *e2e) attachFloor() error {
 // sendLive runs the live-frames generator for d in the generator
 // namespace; it returns the frames generated (runs of the generator).
 func (e *e2e) sendLive(d time.Duration) (uint64, error) {
+	return e.runGen(e.objs.BenchGen, d)
+}
+
+// sendLiveNew is sendLive with every frame a new flow.
+func (e *e2e) sendLiveNew(d time.Duration) (uint64, error) {
+	return e.runGen(e.objs.BenchGenNew, d)
+}
+
+// runGen runs the generator gen for d.
+func (e *e2e) runGen(gen *ebpf.Program, d time.Duration) (uint64, error) {
 	before, err := sumCounter(e.objs.GenCount, 0)
 	if err != nil {
 		return 0, err
@@ -407,7 +528,7 @@ func (e *e2e) sendLive(d time.Duration) (uint64, error) {
 			// namespace: the test run's frames arrive on its loopback.
 			// Live mode reports no verdict: what arrives at the sink
 			// is checked instead.
-			if _, err := e.objs.BenchGen.Run(&ebpf.RunOptions{Data: e.frame, Repeat: liveChunk, Flags: bpfFTestXDPLiveFrames, BatchSize: liveBatch}); err != nil {
+			if _, err := gen.Run(&ebpf.RunOptions{Data: e.frame, Repeat: liveChunk, Flags: bpfFTestXDPLiveFrames, BatchSize: liveBatch}); err != nil {
 				return fmt.Errorf("live frames: %w", err)
 			}
 		}
