@@ -89,4 +89,23 @@
 #define EDGE_KF_GRE_KEY 0x01 /* packet carries a GRE key (RFC 2890 K bit) */
 #define EDGE_KF_FRAG 0x02    /* non-first fragment: no L4 header, ports 0 */
 
+/* edge_flow.flags */
+#define EDGE_FF_CONN 0x01   /* a connection to a stateful service */
+#define EDGE_FF_REPLY 0x02  /* the reply of a NAT'd connection */
+#define EDGE_FF_CLOSED 0x04 /* EDGE_FF_CONN: the client sent FIN or RST */
+
+/* Ways per bucket of the flow table (edge_ft): a flow may sit in any
+ * way of the bucket its 5-tuple hashes to. Eight tags fill half of the
+ * bucket's line in edge_ft_meta. */
+#define EDGE_FT_WAYS 8
+
+/* edge_tick periods a flow that had more than one packet must go unused
+ * before a new flow may take its way (the agent ticks once a second). */
+#ifndef EDGE_FT_IDLE
+#define EDGE_FT_IDLE 8
+#endif
+
+/* NAT services one backend (address, port, protocol) may serve. */
+#define EDGE_NAT_USERS 8
+
 #endif

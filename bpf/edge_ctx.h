@@ -34,10 +34,10 @@ struct edge_pkt {
  * edge_nat_icmp_rewrite: map lookups need their keys in memory. */
 struct edge_lb_scratch {
 	struct edge_conn_key ck; /* the packet's connection */
-	struct edge_conn_key rk; /* its reply, for reverse NAT */
+	struct edge_conn_key fk; /* a connection to find (edge_ft_conn) */
 	struct edge_svc_key sk;
-	struct edge_conn cv;
-	struct edge_conn rv;
+	__u32 fb;                /* edge_ft_conn: fk's bucket */
+	struct edge_flow_key ek; /* an exact-match slot's key, unpacked */
 	/* edge_nat_icmp: offsets of the ICMP header (l4), the quoted IP
 	 * header (il3), its L4 header (il4) and its source address (off), and
 	 * the ICMP checksum's sum being updated */
@@ -47,6 +47,18 @@ struct edge_lb_scratch {
 	__u8 from_backend; /* toward the client, sent by the backend itself */
 };
 
+/* A connection (or NAT reply) the flow table holds for the packet's
+ * 5-tuple, as edge_ft_lookup or edge_ft_conn found it: its backend (or
+ * reply rewrite) FAR, kept under later generations while it is still at
+ * its place. flags 0: none. */
+struct edge_ft_rec {
+	__u32 flags; /* EDGE_FF_* of the entry */
+	__u32 svc;
+	__u32 far;
+	__u32 far_id;
+	__u32 stats;
+};
+
 /* struct edge_ctx is the context itself. */
 struct edge_ctx {
 	struct edge_pkt p;
@@ -54,7 +66,16 @@ struct edge_ctx {
 	struct edge_flow nf;      /* the flow entry a miss decides into */
 	struct edge_rule rule;    /* what classification or a service chose */
 	__u32 gen;                /* the rules generation read for the packet */
-	__u32 record;             /* nf goes into the flow cache after act */
+	__u32 record;             /* nf goes into the flow table after act */
+	/* Where the flow table places p.key (flowtab.h): its bucket, tag,
+	 * the bucket's version at lookup (odd: do not record), and the way
+	 * holding its entry (-1: none). */
+	__u32 ft_bucket;
+	__u32 ft_tag;
+	__u32 ft_seq;
+	__s32 ft_way;
+	__u32 ft_nh; /* the entry's fib_epoch when it was read */
+	struct edge_ft_rec rec;
 	struct edge_lb_scratch lb;
 };
 

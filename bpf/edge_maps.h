@@ -51,36 +51,54 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_fars SEC(".maps");
 
-/* Flow caches (IPv4 and IPv6): decisions and next hops per flow, tagged
- * with their generation. Written and read by packets; read by the agent.
- * Size: config (each). */
+/* The flow table: each flow's decision and next hop, and for a
+ * connection to a service its backend, tagged with their generation.
+ * Set-associative: the flow's 5-tuple (and GRE key) hashes to a bucket
+ * of EDGE_FT_WAYS ways (index bucket * EDGE_FT_WAYS + way), whose tags,
+ * last use and lock sit in one line of edge_ft_meta. A new flow costs
+ * one write into the bucket, against an LRU hash's insert that walks
+ * its lists; which way it may take is the bucket's business
+ * (flowtab.h). Written by packets; read by packets and the agent. Size:
+ * config (flows + conns, rounded up to a power of two). */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct edge_flow_key4);
-	__type(value, struct edge_flow);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_ft_way);
 	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_COMMON_LRU);
+	/* The agent maps both: it reads flows without a syscall each, and
+	 * takes a bucket's lock as packets do (an upgrade's copy). */
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} edge_flows4 SEC(".maps");
+} edge_ft SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct edge_flow_key);
-	__type(value, struct edge_flow);
-	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_COMMON_LRU);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_ft_bucket);
+	__uint(max_entries, 65536 / EDGE_FT_WAYS);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} edge_flows SEC(".maps");
+} edge_ft_meta SEC(".maps");
 
-/* Per-CPU exact-match cache in front of edge_flows4 (as Open vSwitch's EMC
+/* A coarse clock the agent advances once a second: a flow's last use in
+ * edge_ft_meta is in its ticks, so no packet reads the time. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_tick SEC(".maps");
+
+/* Per-CPU exact-match cache in front of edge_ft for IPv4 flows (as Open vSwitch's EMC
  * sits in front of its megaflow cache): a direct-mapped copy of recently
  * used IPv4 flow entries, so a packet of an active flow costs an array
  * lookup and a 24-byte compare instead of a hash-table walk. Entries are
  * validated like flow entries (generation, FIB epoch) and hold only state
  * derivable again from the rules and the FIB, and the packets and bytes
  * this CPU counted for the flow since they were last added to the flow's
- * total in edge_flows4; per-flow state that must not fork between copies
- * (fairness tokens, RTT samples) belongs in edge_flows4. Written by
+ * total in edge_ft; per-flow state that must not fork between copies
+ * (fairness tokens, RTT samples) belongs in edge_ft. Written by
  * packets; read by packets and, for the counts, the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -240,40 +258,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_lb_far SEC(".maps");
 
-/* Connection table: a balanced connection's backend, kept across rules
- * generations until the connection is evicted. Written by packets (new
- * connections), read on flow-cache misses and by the agent. Size: config. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct edge_conn_key);
-	__type(value, struct edge_conn);
-	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_COMMON_LRU);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} edge_conns SEC(".maps");
-
-/* Reverse NAT: the reply 5-tuple of a NAT'd connection (backend -> client)
- * -> its service's reply rewrite. Written with the connection's entry.
- * Size: config (as edge_conns). */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct edge_conn_key);
-	__type(value, struct edge_conn);
-	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_COMMON_LRU);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} edge_rnat SEC(".maps");
-
-/* Replies of stateless NAT services by backend: (slot, backend address,
- * port, protocol; in struct edge_svc_key's fields) -> the service's reply
- * rewrite, as edge_rnat holds it per connection. Written by the agent,
- * for backends that serve no other service, so a stateless service
- * records nothing per client and a flood of clients evicts nobody's
- * reverse entries. Read by a reply's flow-cache miss. */
+/* The NAT services each backend serves, by (slot, backend address, port,
+ * protocol; in struct edge_svc_key's fields): a reply's flow-table miss
+ * finds its service here, and the client's connection through it in the
+ * flow table (a stateless service's backend serves it alone, and its
+ * replies need no connection). So a NAT'd connection costs one flow
+ * entry on its first packet and its reply one on its own. Written by
+ * the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct edge_svc_key);
-	__type(value, struct edge_conn);
+	__type(value, struct edge_nat_backend);
 	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_SERVICES * EDGE_MAX_MEMBERS);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_nat_backends SEC(".maps");

@@ -43,7 +43,7 @@ enum edge_reason {
 	EDGE_R_FRAG_NEEDED,   /* larger than egress MTU: kernel fragments or ICMPs */
 	EDGE_R_VLAN_FWD,      /* tagged frame routed: left to the kernel */
 	EDGE_R_NO_TX,         /* egress interface not in edge_tx */
-	EDGE_R_FLOW_FULL,     /* flow cache insert failed */
+	EDGE_R_FLOW_FULL,     /* flow-table bucket all active flows: not recorded */
 	EDGE_R_NO_STATE,      /* agent has not written a generation yet */
 	EDGE_R_GRE_NO_PATH,   /* GRE to us with no path for (dst, key, src) */
 	EDGE_R_GRE_INNER,     /* decapsulated packet not IPv4/IPv6 or malformed */
@@ -51,11 +51,14 @@ enum edge_reason {
 	EDGE_R_MTU_DROP,      /* too big to encapsulate, no ICMP allowed */
 	EDGE_R_ADJUST,        /* bpf_xdp_adjust_head/tail failed */
 	EDGE_R_LB_NO_BACKEND, /* to a service with no backend of weight > 0 */
-	EDGE_R_LB_CONN_FULL,  /* connection or reverse-NAT table insert failed */
+	EDGE_R_LB_CONN_FULL,  /* unused: connections live in the flow table */
 	EDGE_R_NAT_L4,        /* NAT of a packet without its L4 header (fragment) */
 	EDGE_R_NAT_ICMP,      /* ICMP error about a NAT'd connection: translated */
 	EDGE_R_GRE_NESTED,    /* decapsulated packet's rule says decap again */
 	EDGE_R_ICMP_LIMIT,    /* too big, but XDP's ICMP errors are over their rate */
+	EDGE_R_FLOW_EVICT_COLD, /* a one-packet flow's entry taken by a new flow */
+	EDGE_R_FLOW_EVICT_IDLE, /* an idle flow's entry taken by a new flow */
+	EDGE_R_FLOW_BUSY,     /* flow-table bucket written by another CPU: not recorded */
 	EDGE_R_MAX,
 };
 
@@ -178,8 +181,8 @@ struct edge_maglev_blk {
 	__u8 m[EDGE_MAGLEV_BLOCK];
 };
 
-/* Key of edge_conns and edge_rnat: a connection's 5-tuple as its packets
- * carry it (addresses and ports in network order). */
+/* A connection's 5-tuple as its packets carry it (addresses and ports in
+ * network order): what the balancer hashes. */
 struct edge_conn_key {
 	__u8 src[16];
 	__u8 dst[16];
@@ -196,23 +199,22 @@ struct edge_member {
 	__u32 far; /* backend FAR id (0: the service's NAT replies) */
 };
 
-/* A balanced connection, pinned to its backend across rules generations
- * (per-connection consistency): the backend's FAR index and id (an index
- * given to another FAR no longer matches), and its counters. For
- * edge_rnat, far is the service's reply rewrite. */
-struct edge_conn {
-	__u32 far;
-	__u32 far_id;
-#ifdef EDGE_LAYOUT_TEST
-	/* Only in the build the upgrade test migrates to and from
-	 * (-tags edgeplane_layout_test): a member that moves the ones after
-	 * it, as a release that grows the struct would. */
-	__u64 layout_test;
-#endif
-	__u32 stats;
-	__u32 svc;    /* service id */
-	__u32 closed; /* the client sent FIN or RST (edge_conns) */
-	__u32 pad;
+/* A NAT service a backend serves, for the replies it sends: svc's reply
+ * rewrite (FAR unnat, whose address and port are the VIP's) and its
+ * counter. */
+struct edge_nat_user {
+	__u32 svc;   /* service id (0: none) */
+	__u32 unnat; /* FAR index of the reply rewrite */
+	__u32 stats; /* edge_lb_stats index of the service's replies */
+	__u32 flags; /* EDGE_SVC_STATELESS: no connection is recorded */
+};
+
+/* The NAT services a backend (address, port, protocol) serves, so its
+ * replies are told from the backend's address alone (a stateless
+ * service's, which has it to itself) or by finding the client's
+ * connection through one of them in the flow table. Agent-written. */
+struct edge_nat_backend {
+	struct edge_nat_user u[EDGE_NAT_USERS];
 };
 
 /* edge_path.flags */
@@ -274,16 +276,20 @@ struct edge_state {
 	__u64 stateless_vips[2];
 };
 
-/* Flow-cache value: the decision for a flow under generation gen, and the
+/* Flow-table value: the decision for a flow under generation gen, and the
  * next hop bpf_fib_lookup gave it under fib_epoch. A flow whose fib_epoch
- * is not the live one looks its next hop up again.
+ * is not the live one looks its next hop up again. A connection to a
+ * service (EDGE_FF_CONN) or the reply of a NAT'd one (EDGE_FF_REPLY)
+ * also names its service and its FAR's id: under a later generation it
+ * keeps that FAR while the FAR is still at its place (per-connection
+ * consistency), without a table of its own.
  *
- * packets and bytes count the flow's packets since it entered the cache
- * (carried over when a rules commit makes it reclassify). In edge_flows4
- * and edge_flows they are totals, added to atomically; in an exact-match
- * cache copy they are this CPU's packets not yet added to the total,
- * which happens when the copy is replaced. The decision fields come first:
- * in edge_emc4 they share the first cache line with the key. */
+ * packets and bytes count the flow's packets since it entered the table
+ * (carried over when a rules commit makes it reclassify). In edge_ft
+ * they are totals, added to atomically; in an exact-match cache copy
+ * they are this CPU's packets not yet added to the total, which happens
+ * when the copy is replaced. The decision fields come first: in
+ * edge_emc4 they share the first cache line with the key. */
 struct edge_flow {
 	__u32 gen;
 	__u32 far;       /* FAR index in slot gen & 1, or EDGE_NO_FAR */
@@ -293,15 +299,41 @@ struct edge_flow {
 	__u16 ok_len;    /* largest L3 length the kernel's MTU check passed */
 	__u8 dmac[6];
 	__u8 smac[6];
-	__u16 flags;     /* none yet: 0 */
+	__u16 flags;     /* EDGE_FF_* */
 	/* decap: the stable index + 1 of the path the flow's outer packets
 	 * were checked to belong to in generation gen (0: not yet) */
 	__u32 path;
+	__u32 svc;       /* EDGE_FF_CONN, EDGE_FF_REPLY: the service's id */
+	__u32 far_id;    /* EDGE_FF_CONN, EDGE_FF_REPLY: FAR far's id */
 #ifdef EDGE_LAYOUT_TEST
-	__u64 layout_test; /* as in edge_conn */
+	/* Only in the build the upgrade test migrates to and from
+	 * (-tags edgeplane_layout_test): a member that moves the ones after
+	 * it, as a release that grows the struct would. */
+	__u64 layout_test;
 #endif
 	__u64 packets;
 	__u64 bytes;
+};
+
+/* A way of the flow table edge_ft: a flow's key and entry. */
+struct edge_ft_way {
+	struct edge_flow_key k;
+	struct edge_flow f;
+	__u64 pad;
+};
+
+/* A bucket's line of edge_ft_meta: what lookups and inserts read before
+ * they touch a way. tag[i] is 0 for an empty way, else the high half of
+ * the flow's hash with the low bit set; seen[i] the edge_tick of its
+ * last use; hot[i] 1 once a packet after the first was seen (a flood of
+ * one-packet flows may only evict flows that are not). seq is the
+ * bucket's write lock and version: odd while a CPU writes the bucket. */
+struct edge_ft_bucket {
+	__u32 seq;
+	__u32 tag[EDGE_FT_WAYS];
+	__u16 seen[EDGE_FT_WAYS];
+	__u8 hot[EDGE_FT_WAYS];
+	__u32 pad;
 };
 
 /* A path's next hop as this CPU last resolved it (edge_path_nh): valid for
@@ -323,6 +355,12 @@ struct edge_path_nh {
 struct edge_emc_slot {
 	struct edge_flow_key4 k;
 	struct edge_flow f;
+	/* the edge_tick the shared entry was last marked used at, and
+	 * whether it was marked hot: a hit that finds either out of date
+	 * marks it (once per tick, not per packet) */
+	__u16 seen;
+	__u16 hot;
+	__u32 pad;
 };
 
 /* A token bucket (per CPU) of the ICMP errors XDP sends, in nanoseconds

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* L4 load balancing: a connection to a service (VIP, port, protocol) gets a
  * backend from the service's Maglev table (built by the agent) and keeps it
- * in the connection table, across rules generations and backend changes,
+ * in its flow-table entry, across rules generations and backend changes,
  * until the table evicts it (per-connection consistency, as Maglev and
- * Katran do). The balancer runs on flow-cache misses only: the flow cache
- * then holds the backend's FAR like any other decision. A service stands
+ * Katran do). The balancer runs on flow-table misses only: the entry then
+ * holds the backend's FAR like any other decision, and the connection is
+ * found by its 5-tuple for its other flows (another DSCP or ingress) and
+ * for its replies (NAT), so a new connection costs one entry. A service stands
  * among the PDRs at its precedence: when some PDR at that precedence or a
  * lower one may match its packets (EDGE_SVC_GUARDED, worked out by the
  * agent), the balancer answers EDGE_LB_GUARDED and the pipeline asks the
@@ -18,6 +20,7 @@
 #include <linux/ipv6.h>
 #include <bpf/bpf_helpers.h>
 #include "../edge_maps.h"
+#include "flowtab.h"
 #include "nat.h"
 #include "proto.h"
 #include "verdict.h"
@@ -250,57 +253,93 @@ far_current(__u32 slot, __u32 fi, __u32 id)
 	return far;
 }
 
-/* reply_entry decides a reply by its reverse-NAT entry c (NULL: none):
- * EDGE_LB_HIT with out the reply rewrite's FAR, while it is still the one
- * recorded, and counter, else EDGE_LB_NONE. */
-static __always_inline int reply_entry(const struct edge_conn *c, __u32 slot,
-				       struct edge_rule *out)
+/* addr_eq compares two 16-byte addresses (IPv4: 4 bytes, zeros after). */
+static __always_inline int addr_eq(const __u8 *x, const __u8 *y)
 {
-	const struct edge_far *far;
+	const __u64 *a = (const __u64 *)x, *b = (const __u64 *)y;
 
-	if (!c)
-		return EDGE_LB_NONE;
-	far = far_current(slot, c->far, c->far_id);
-	if (!far || far->action != EDGE_ACT_UNNAT)
-		return EDGE_LB_NONE;
-	out->far = c->far;
-	out->stats = c->stats | EDGE_STATS_LB;
+	return a[0] == b[0] && a[1] == b[1];
+}
+
+/* reply_of decides a reply by its service's reply rewrite (FAR unnat,
+ * counter stats) and marks the entry made of it a NAT reply of svc. */
+static __always_inline int reply_of(struct edge_ctx *c, __u32 svc,
+				    __u32 unnat, __u32 stats,
+				    struct edge_rule *out)
+{
+	out->far = unnat;
+	out->stats = stats | EDGE_STATS_LB;
+	c->nf.flags = EDGE_FF_REPLY;
+	c->nf.svc = svc;
+	c->nf.far_id = svc; /* a reply rewrite's FAR id is its service's */
 	return EDGE_LB_HIT;
 }
 
 /* reply_find decides the reply k (backend -> client) of a NAT'd
- * connection: by the reverse-NAT table's entry for the connection, or,
- * for a backend of a stateless service, by the entry for the backend
- * (edge_nat_backends; s->sk is its key's scratch). */
-static __always_inline int reply_find(struct edge_lb_scratch *s,
+ * connection: the backend's entry in edge_nat_backends names the NAT
+ * services it serves; a stateless one's replies are its own, another's
+ * only when the client's connection through it (client -> VIP, to this
+ * backend) is in the flow table. EDGE_LB_NONE: no such connection. */
+static __always_inline int reply_find(struct edge_ctx *c,
 				      const struct edge_conn_key *k,
 				      __u32 slot, struct edge_rule *out)
 {
-	if (reply_entry(bpf_map_lookup_elem(&edge_rnat, k), slot, out) ==
-	    EDGE_LB_HIT)
-		return EDGE_LB_HIT;
+	struct edge_lb_scratch *s = &c->lb;
+	const struct edge_nat_backend *nb;
+	const struct edge_nat_user *u;
+	const struct edge_far *far, *bf;
+	__u32 i;
+
 	__builtin_memcpy(s->sk.vip, k->src, 16);
 	s->sk.port = k->sport;
 	s->sk.proto = k->proto;
 	s->sk.family = k->family;
 	s->sk.slot = slot;
-	return reply_entry(bpf_map_lookup_elem(&edge_nat_backends, &s->sk),
-			   slot, out);
+	nb = bpf_map_lookup_elem(&edge_nat_backends, &s->sk);
+	if (!nb)
+		return EDGE_LB_NONE;
+#pragma unroll
+	for (i = 0; i < EDGE_NAT_USERS; i++) {
+		u = &nb->u[i];
+		if (!u->svc)
+			break;
+		far = far_current(slot, u->unnat, u->svc);
+		if (!far || far->action != EDGE_ACT_UNNAT)
+			continue;
+		if (!(u->flags & EDGE_SVC_STATELESS)) {
+			__builtin_memcpy(s->fk.src, k->dst, 16);
+			__builtin_memcpy(s->fk.dst, far->addr, 16);
+			s->fk.sport = k->dport;
+			s->fk.dport = far->port;
+			s->fk.proto = k->proto;
+			s->fk.family = k->family;
+			s->fk.pad = 0;
+			if (!edge_ft_conn(c, u->svc))
+				continue;
+			bf = far_current(slot, c->rec.far, c->rec.far_id);
+			if (!bf || bf->action != EDGE_ACT_NAT ||
+			    !addr_eq(bf->addr, k->src) || bf->port != k->sport)
+				continue;
+		}
+		return reply_of(c, u->svc, u->unnat, u->stats, out);
+	}
+	return EDGE_LB_NONE;
 }
 
-/* edge_balance decides a flow-cache miss that belongs to the balancer: a
- * connection to a service, known (connection table) or new (Maglev table;
- * the connection and, for NAT, its reply's reverse entry are recorded), or
- * the reply of a NAT'd connection (reverse-NAT table; looked up only with
- * EDGE_BAL_NAT: the slot has services with NAT backends). A stateless
- * service's connections are not recorded: each packet is hashed through
- * the Maglev table again, and the caller records no flow-cache entry or
- * copy (EDGE_LB_STATELESS). With EDGE_BAL_STATELESS only a stateless
- * service's packets are decided (the pipeline asks before it looks in the
- * flow cache, which never holds them); anything else is EDGE_LB_NONE.
- * It decides the packet in ctx->p into ctx->rule, in ctx->gen's slot. It
- * is a global function, verified once, and keeps its keys in the
- * per-packet context: map lookups need them in memory. */
+/* edge_balance decides a flow-table miss that belongs to the balancer: a
+ * connection to a service, known (its flow-table entry, or another of its
+ * 5-tuple's: ctx->rec) or new (Maglev table), recorded by the entry the
+ * flow gets (EDGE_FF_CONN), or the reply of a NAT'd connection (found
+ * through the client's connection: reply_find; only with EDGE_BAL_NAT:
+ * the slot has services with NAT backends). A stateless service's
+ * connections are not recorded: each packet is hashed through the
+ * Maglev table again, and the caller records no flow entry or copy
+ * (EDGE_LB_STATELESS). With EDGE_BAL_STATELESS only a stateless
+ * service's packets are decided (the pipeline asks before it looks in
+ * the flow table, which never holds them); anything else is
+ * EDGE_LB_NONE. It decides the packet in ctx->p into ctx->rule, in
+ * ctx->gen's slot. It is a global function, verified once, and keeps its
+ * keys in the per-packet context: map lookups need them in memory. */
 __noinline int edge_balance(struct edge_ctx *ctx, __u32 flags)
 {
 	const struct edge_flow_key *key;
@@ -308,7 +347,6 @@ __noinline int edge_balance(struct edge_ctx *ctx, __u32 flags)
 	struct edge_lb_scratch *s;
 	const struct edge_svc *svc;
 	struct edge_rule *out;
-	struct edge_conn *c;
 	__u32 slot, tag, stateless, fi = 0, stats = 0, known = 0;
 	__u64 *n;
 
@@ -333,25 +371,33 @@ __noinline int edge_balance(struct edge_ctx *ctx, __u32 flags)
 	if (!svc) {
 		if (!(flags & EDGE_BAL_NAT))
 			return EDGE_LB_NONE;
-		return reply_find(s, &s->ck, slot, out);
+		/* Its own entry, stale: the reply rewrite while it is still
+		 * at its place. */
+		if (ctx->rec.flags & EDGE_FF_REPLY) {
+			far = far_current(slot, ctx->rec.far, ctx->rec.far_id);
+			if (far && far->action == EDGE_ACT_UNNAT)
+				return reply_of(ctx, ctx->rec.svc, ctx->rec.far,
+						ctx->rec.stats & ~EDGE_STATS_LB, out);
+		}
+		return reply_find(ctx, &s->ck, slot, out);
 	}
 	if (guarded(svc, flags, out))
 		return EDGE_LB_GUARDED;
 	tag = svc->tag & (EDGE_MAX_SERVICES - 1);
 	stateless = svc->flags & EDGE_SVC_STATELESS;
 
+	/* The connection's backend, kept in the flow table (its own stale
+	 * entry, or another flow of its 5-tuple: edge_ft_lookup). */
 	far = NULL;
-	if (!stateless) {
-		c = bpf_map_lookup_elem(&edge_conns, &s->ck);
-		if (c && c->svc == svc->id) {
-			far = far_current(slot, c->far, c->far_id);
-			if (far && far->action != EDGE_ACT_NAT &&
-			    far->action != EDGE_ACT_ENCAP)
-				far = NULL;
-			fi = c->far;
-			stats = c->stats;
-			known = far != NULL;
-		}
+	if (!stateless && (ctx->rec.flags & EDGE_FF_CONN) &&
+	    ctx->rec.svc == svc->id) {
+		far = far_current(slot, ctx->rec.far, ctx->rec.far_id);
+		if (far && far->action != EDGE_ACT_NAT &&
+		    far->action != EDGE_ACT_ENCAP)
+			far = NULL;
+		fi = ctx->rec.far;
+		stats = ctx->rec.stats & ~EDGE_STATS_LB;
+		known = far != NULL;
 	}
 	if (!known) {
 		far = maglev_pick(svc, tag, slot, lb_hash(&s->ck), &fi, &stats);
@@ -361,46 +407,19 @@ __noinline int edge_balance(struct edge_ctx *ctx, __u32 flags)
 	out->far = fi;
 	out->stats = stats | EDGE_STATS_LB;
 
-	if (!stateless && !known) {
-		s->cv.far = fi;
-		s->cv.far_id = far->id;
-		s->cv.stats = stats;
-		s->cv.svc = svc->id;
-		s->cv.closed = 0;
-		if (bpf_map_update_elem(&edge_conns, &s->ck, &s->cv, BPF_ANY))
-			count(&edge_reasons, EDGE_R_LB_CONN_FULL, 0);
-		n = bpf_map_lookup_elem(&edge_lb_new, &stats);
-		if (n)
-			(*n)++;
-	}
-
-	/* A stateless service's replies are found by their backend
-	 * (edge_nat_backends): nothing is recorded per client. */
-	if (far->action == EDGE_ACT_NAT && svc->unnat != EDGE_NO_FAR &&
-	    !stateless) {
-		/* The backend answers from its own address and port to the
-		 * client; that reply is rewritten back to the VIP. A known
-		 * connection checks its reply is still recorded (the
-		 * reverse-NAT table evicts on its own) and records it only
-		 * when it is not. */
-		__builtin_memcpy(s->rk.src, far->addr, 16);
-		__builtin_memcpy(s->rk.dst, key->src, 16);
-		s->rk.sport = far->port;
-		s->rk.dport = key->sport;
-		s->rk.proto = key->proto;
-		s->rk.family = key->family;
-		s->rk.pad = 0;
-		s->rv.far = svc->unnat;
-		s->rv.far_id = svc->id;
-		s->rv.stats = tag * EDGE_MAX_MEMBERS + EDGE_MAX_MEMBERS - 1;
-		s->rv.svc = svc->id;
-		s->rv.closed = 0;
-		c = NULL;
+	/* The entry the flow gets records the connection: no table of
+	 * its own, and a NAT'd one's replies are found through it. */
+	if (!stateless) {
+		ctx->nf.flags = EDGE_FF_CONN;
 		if (known)
-			c = bpf_map_lookup_elem(&edge_rnat, &s->rk);
-		if ((!c || c->far != s->rv.far || c->far_id != s->rv.far_id) &&
-		    bpf_map_update_elem(&edge_rnat, &s->rk, &s->rv, BPF_ANY))
-			count(&edge_reasons, EDGE_R_LB_CONN_FULL, 0);
+			ctx->nf.flags |= ctx->rec.flags & EDGE_FF_CLOSED;
+		ctx->nf.svc = svc->id;
+		ctx->nf.far_id = far->id;
+		if (!known) {
+			n = bpf_map_lookup_elem(&edge_lb_new, &stats);
+			if (n)
+				(*n)++;
+		}
 	}
 	return stateless ? EDGE_LB_STATELESS : EDGE_LB_HIT;
 }
@@ -448,29 +467,19 @@ __noinline int edge_stateless(struct edge_ctx *ctx)
 }
 
 /* edge_conn_close marks the connection of a TCP FIN or RST from the client
- * closed in the connection table: the agent counts the entries not closed
+ * closed in its flow-table entry: the agent counts the entries not closed
  * as the backend's active connections. The entry stays, so the
  * connection's last packets still reach its backend. Called only for
  * such packets of balanced flows. */
 __noinline int edge_conn_close(struct edge_ctx *ctx)
 {
-	struct edge_conn *c;
-
 	if (!ctx)
 		return 0;
-	conn_key(&ctx->lb.ck, &ctx->p.key);
-	c = bpf_map_lookup_elem(&edge_conns, &ctx->lb.ck);
-	if (c)
-		c->closed = 1;
+	if (ctx->record) /* its entry is written after the packet is sent */
+		ctx->nf.flags |= EDGE_FF_CLOSED;
+	else
+		edge_ft_use(ctx, &ctx->p.key, 0, 0, EDGE_FF_CLOSED);
 	return 0;
-}
-
-/* addr_eq compares two 16-byte addresses (IPv4: 4 bytes, zeros after). */
-static __always_inline int addr_eq(const __u8 *x, const __u8 *y)
-{
-	const __u64 *a = (const __u64 *)x, *b = (const __u64 *)y;
-
-	return a[0] == b[0] && a[1] == b[1];
 }
 
 /* edge_nat_icmp finds the connection of a NAT service an ICMP or ICMPv6
@@ -495,7 +504,6 @@ __noinline int edge_nat_icmp(struct xdp_md *ctx, struct edge_ctx *ec,
 	const struct edge_pkt *p;
 	struct edge_lb_scratch *s;
 	struct edge_rule *out;
-	struct edge_conn *c;
 	__u8 *icmp;
 	__u32 slot, fi = 0, stats = 0;
 	__be16 *ports;
@@ -585,11 +593,11 @@ __noinline int edge_nat_icmp(struct xdp_md *ctx, struct edge_ctx *ec,
 			far = maglev_pick(svc, svc->tag & (EDGE_MAX_SERVICES - 1),
 					  slot, lb_hash(&s->ck), &fi, &stats);
 		} else {
-			c = bpf_map_lookup_elem(&edge_conns, &s->ck);
-			if (c && c->svc == svc->id) {
-				far = far_current(slot, c->far, c->far_id);
-				fi = c->far;
-				stats = c->stats;
+			s->fk = s->ck;
+			if (edge_ft_conn(ec, svc->id)) {
+				far = far_current(slot, ec->rec.far, ec->rec.far_id);
+				fi = ec->rec.far;
+				stats = ec->rec.stats & ~EDGE_STATS_LB;
 			}
 		}
 		if (!far || far->action != EDGE_ACT_NAT)
@@ -598,7 +606,7 @@ __noinline int edge_nat_icmp(struct xdp_md *ctx, struct edge_ctx *ec,
 		/* Toward the client: the quote is the client's packet as the
 		 * backend got it; reversed (ck), the key of its reply in the
 		 * reverse-NAT table (backend -> client). */
-		return reply_find(s, &s->ck, slot, out);
+		return reply_find(ec, &s->ck, slot, out);
 	}
 	out->far = fi;
 	out->stats = stats | EDGE_STATS_LB;

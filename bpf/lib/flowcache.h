@@ -2,16 +2,17 @@
 /* The flow cache: a flow's decision (FAR, counters) and its next hop,
  * made once on its first packet and reused until a rules commit (the
  * entry's generation) or a FIB change (its FIB epoch) makes it stale.
- * IPv4 flows sit in edge_flows4 under a 32-byte key, with a per-CPU
- * exact-match copy in front (edge_emc4, as Open vSwitch's EMC sits in
- * front of its megaflow cache); IPv6 flows in edge_flows. A decapsulated
- * packet's flow is its own, keyed with the path it came by. */
+ * Flows sit in the flow table (flowtab.h), one entry each; IPv4 flows
+ * have a per-CPU exact-match copy in front (edge_emc4, as Open vSwitch's
+ * EMC sits in front of its megaflow cache). A decapsulated packet's flow
+ * is its own, keyed with the path it came by. */
 #ifndef EDGE_FLOWCACHE_H
 #define EDGE_FLOWCACHE_H
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "../edge_maps.h"
+#include "flowtab.h"
 #include "verdict.h"
 
 /* emc_slot hashes a compact key to an exact-match cache slot
@@ -39,28 +40,6 @@ static __always_inline int emc_match(const struct edge_emc_slot *e,
 	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
 }
 
-/* emc_flush adds the packets an exact-match cache slot counted to its
- * flow's total in edge_flows4, before the slot is reused. A flow that
- * left edge_flows4 meanwhile loses them with the rest of its entry. It is
- * a global function, verified once on its own: inlined, its branches
- * multiplied the pipeline's verifier states past the 1M-instruction
- * limit. */
-__noinline int emc_flush(struct edge_emc_slot *e)
-{
-	struct edge_flow *lf;
-
-	if (!e || !e->f.packets)
-		return 0;
-	lf = bpf_map_lookup_elem(&edge_flows4, &e->k);
-	if (lf) {
-		__sync_fetch_and_add(&lf->packets, e->f.packets);
-		__sync_fetch_and_add(&lf->bytes, e->f.bytes);
-	}
-	e->f.packets = 0;
-	e->f.bytes = 0;
-	return 0;
-}
-
 /* flow_key4 packs an IPv4 key into the compact flow-cache key, one
  * 64-bit word at a time (little-endian, the only target built: the
  * fields in their struct order). Built from byte and half-word stores, the words that
@@ -79,6 +58,38 @@ static __always_inline void flow_key4(const struct edge_flow_key *k,
 	w[3] = k->path;
 }
 
+/* flow_unpack4 writes the full key of compact IPv4 key k4 into k. */
+static __always_inline void flow_unpack4(const struct edge_flow_key4 *k4,
+					 struct edge_flow_key *k)
+{
+	__u64 *w = (__u64 *)k;
+	const __u64 *v = (const __u64 *)k4;
+
+	w[0] = (__u32)v[0];
+	w[1] = 0;
+	w[2] = v[0] >> 32;
+	w[3] = 0;
+	w[4] = v[1];
+	/* sport, dport, proto, dscp as packed; family 4; flags */
+	w[5] = (v[2] & 0xffffffffffffull) | 4ull << 48 | (v[2] >> 48 & 0xff) << 56;
+	w[6] = v[3];
+}
+
+/* emc_flush adds the packets an exact-match cache slot counted to its
+ * flow's total in the flow table, before the slot is reused. A flow that
+ * left the table meanwhile loses them with the rest of its entry. A
+ * global function, verified once on its own. */
+__noinline int emc_flush(struct edge_ctx *c, struct edge_emc_slot *e)
+{
+	if (!c || !e || !e->f.packets)
+		return 0;
+	flow_unpack4(&e->k, &c->lb.ek);
+	edge_ft_use(c, &c->lb.ek, e->f.packets, e->f.bytes, 0);
+	e->f.packets = 0;
+	e->f.bytes = 0;
+	return 0;
+}
+
 /* flow_fresh starts ctx->nf, the entry a miss decides into, counting the
  * packet in ctx->p. */
 static __always_inline void flow_fresh(struct edge_ctx *ctx)
@@ -89,93 +100,114 @@ static __always_inline void flow_fresh(struct edge_ctx *ctx)
 	ctx->nf.bytes = ctx->p.len;
 }
 
+/* emc_fill makes exact-match slot emc this CPU's copy of entry f for
+ * ctx->k4, counting packets and bytes in it (those not yet in the
+ * table's total), marked used now (hot: after its first packet). */
+static __always_inline void emc_fill(struct edge_ctx *ctx,
+				     struct edge_emc_slot *emc,
+				     const struct edge_flow *f, __u64 packets,
+				     __u64 bytes, __u16 hot)
+{
+	emc->k = ctx->k4;
+	emc->f = *f;
+	emc->f.packets = packets;
+	emc->f.bytes = bytes;
+	emc->seen = ft_now();
+	emc->hot = hot;
+}
+
 /* flow_find returns the entry of ctx->p's flow when it holds a decision
  * of generation ctx->gen, with the packet counted: this CPU's exact-match
- * copy (IPv4; a shared entry found is copied into the slot first), or the
- * shared entry. On a miss it returns NULL with ctx->nf started
- * (flow_fresh), carrying over the counts of a stale entry of the flow: a
- * flow reclassified after a commit keeps them (the slot its copy may sit
- * in is flushed into the shared entry first). *emcp is this CPU's slot
- * for the flow (IPv4), for flow_record. */
+ * copy (IPv4; an entry found in the table is copied into the slot
+ * first), or a copy of the table's entry in ctx->nf (IPv6; counted in
+ * the table). On a miss it returns NULL with ctx->nf started
+ * (flow_fresh), carrying over the counts of a stale entry of the flow (a
+ * flow reclassified after a commit keeps them) and, in ctx->rec, the
+ * connection it was (edge_ft_lookup). *emcp is this CPU's slot for the
+ * flow (IPv4), for flow_record. */
 static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 						   struct edge_emc_slot **emcp)
 {
 	struct edge_pkt *p = &ctx->p;
 	struct edge_emc_slot *emc = NULL;
-	struct edge_flow *fl;
+	struct edge_ft_way *e;
+	__u64 packets = 0, bytes = 0;
 	__u32 slot;
+	__u16 now;
+	int way;
 
-	/* The barriers keep clang from merging the two lookups into one
-	 * call with a selected map pointer: the verifier inlines a hash
-	 * lookup only where the map is a constant. */
+	ctx->ft_way = -1;
+	ctx->rec.flags = 0;
 	if (p->key.family == 4) {
 		flow_key4(&p->key, &ctx->k4);
 		slot = emc_slot(&ctx->k4);
 		emc = bpf_map_lookup_elem(&edge_emc4, &slot);
 		*emcp = emc;
-		/* A hit counts the packet where it is found: an exact-match
-		 * copy is this CPU's alone, a shared entry is added to
-		 * atomically. */
-		if (emc && emc_match(emc, &ctx->k4) && emc->f.gen == ctx->gen) {
-			emc->f.packets++;
-			emc->f.bytes += p->len;
+		if (emc && emc_match(emc, &ctx->k4)) {
+			/* A hit counts the packet in this CPU's copy, and
+			 * marks the table's entry used once a tick. */
+			if (emc->f.gen == ctx->gen) {
+				emc->f.packets++;
+				emc->f.bytes += p->len;
+				now = ft_now();
+				if (emc->seen != now || !emc->hot) {
+					edge_ft_use(ctx, &p->key, 0, 0, 0);
+					emc->seen = now;
+					emc->hot = 1;
+				}
+				return &emc->f;
+			}
+			/* Stale: what the copy counted goes with the flow. */
+			packets = emc->f.packets;
+			bytes = emc->f.bytes;
+			emc->f.packets = 0;
+			emc->f.bytes = 0;
+		} else if (emc && emc->f.packets) {
+			emc_flush(ctx, emc);
+		}
+	}
+	way = edge_ft_lookup(ctx);
+	ctx->ft_nh = ctx->nf.fib_epoch;
+	if (way >= 0 && ctx->nf.gen == ctx->gen) {
+		if (emc) {
+			emc_fill(ctx, emc, &ctx->nf, packets + 1, bytes + p->len, 1);
 			return &emc->f;
 		}
-		fl = bpf_map_lookup_elem(&edge_flows4, &ctx->k4);
-		if (emc && fl && fl->gen == ctx->gen) {
-			if (emc->f.packets)
-				emc_flush(emc);
-			emc->k = ctx->k4;
-			emc->f = *fl;
-			emc->f.packets = 1;
-			emc->f.bytes = p->len;
-			return &emc->f;
+		e = ft_way(ctx->ft_bucket, way);
+		if (e) {
+			__sync_fetch_and_add(&e->f.packets, 1);
+			__sync_fetch_and_add(&e->f.bytes, p->len);
 		}
-		asm volatile("" ::: "memory");
-	} else {
-		fl = bpf_map_lookup_elem(&edge_flows, &p->key);
-		asm volatile("" ::: "memory");
+		return &ctx->nf;
 	}
-	if (fl && fl->gen == ctx->gen) {
-		__sync_fetch_and_add(&fl->packets, 1);
-		__sync_fetch_and_add(&fl->bytes, p->len);
-		return fl;
+	if (way >= 0) {
+		packets += ctx->nf.packets;
+		bytes += ctx->nf.bytes;
 	}
-	if (emc && emc->f.packets)
-		emc_flush(emc);
 	flow_fresh(ctx);
-	if (fl) {
-		ctx->nf.packets += fl->packets;
-		ctx->nf.bytes += fl->bytes;
-	}
+	ctx->nf.packets += packets;
+	ctx->nf.bytes += bytes;
 	return NULL;
 }
 
-/* flow_record inserts the entry a miss decided (ctx->nf) into the flow
- * cache, and into this CPU's exact-match slot emc (IPv4). A full cache
- * is counted (EDGE_R_FLOW_FULL): the packet was decided all the same. */
+/* flow_record writes the entry a miss decided (ctx->nf) into the flow
+ * table, and into this CPU's exact-match slot emc (IPv4; the copy is
+ * made even when the table has no room for the flow, counted there). */
 static __always_inline void flow_record(struct edge_ctx *ctx,
 					struct edge_emc_slot *emc)
 {
-	long err;
+	edge_ft_insert(ctx);
+	if (ctx->p.key.family == 4 && emc)
+		emc_fill(ctx, emc, &ctx->nf, 0, 0, 0);
+}
 
-	if (ctx->p.key.family == 4) {
-		err = bpf_map_update_elem(&edge_flows4, &ctx->k4, &ctx->nf,
-					  BPF_ANY);
-		if (emc) {
-			emc->k = ctx->k4;
-			emc->f = ctx->nf;
-			emc->f.packets = 0; /* the total is in the entry */
-			emc->f.bytes = 0;
-		}
-		asm volatile("" ::: "memory");
-	} else {
-		err = bpf_map_update_elem(&edge_flows, &ctx->p.key, &ctx->nf,
-					  BPF_ANY);
-		asm volatile("" ::: "memory");
-	}
-	if (err)
-		count(&edge_reasons, EDGE_R_FLOW_FULL, ctx->p.len);
+/* flow_keep writes back into the table the next hop a hit looked up
+ * again (fl: the copy it was decided from). */
+static __always_inline void flow_keep(struct edge_ctx *ctx,
+				      const struct edge_flow *fl)
+{
+	if (!ctx->record && ctx->ft_way >= 0 && fl->fib_epoch != ctx->ft_nh)
+		edge_ft_nexthop(ctx, fl);
 }
 
 #endif

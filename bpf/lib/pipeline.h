@@ -4,7 +4,7 @@
  *   parse -> decide -> [decap -> decide the inner packet] -> act -> record
  *
  * decide: ICMP errors about NAT'd connections (translated, never cached)
- *   -> stateless services (before any cache) -> flow cache; on a miss
+ *   -> stateless services (before any cache) -> flow table; on a miss
  *   classify: services, and PDRs (all of them, or for a guarded service
  *   those before it) -> the decision.
  *
@@ -13,7 +13,7 @@
  *
  *   verdict.h (context, FARs, counters) <- fib.h <- icmp.h, too_big.h
  *   <- gre.h (encap, decap) <- nat.h <- balance.h <- act.h <- pipeline.h,
- *   with parse.h, classify.h and flowcache.h beside them.
+ *   with parse.h, classify.h, flowtab.h and flowcache.h beside them.
  *
  * A new stage is a header of its own and a call here; one that needs
  * state between packets keeps it in a map, one that needs scratch space
@@ -238,6 +238,8 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	}
 	if (c->record)
 		flow_record(c, emc);
+	else
+		flow_keep(c, fl);
 	return rc;
 }
 

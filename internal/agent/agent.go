@@ -220,6 +220,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	go a.keepPathNeighbours(ctx, log)
 	go a.healthLoop(ctx, a.backendUp)
+	go tickFlows(ctx, a.dp, log)
 
 	errc := make(chan error, 1)
 	closeMetrics, err := a.serveMetrics(errc)

@@ -72,6 +72,29 @@ func (a *Agent) keepPathNeighbours(ctx context.Context, log *slog.Logger) {
 	}
 }
 
+// tickFlows advances the flow table's clock (edge_tick) once a second:
+// packets mark each flow's last use in its ticks, and a new flow may take
+// the place of one that went unused for bpf.FTIdle of them. Stopped (the
+// agent restarting), the clock stands still and no flow ages: new flows
+// then take only the places of flows that had a single packet.
+func tickFlows(ctx context.Context, dp *bpf.Dataplane, log *slog.Logger) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := dp.Tick()
+		if err != nil && !failing {
+			log.Error("flow table clock", "error", err)
+		}
+		failing = err != nil
+	}
+}
+
 func ensureNeighbour(p config.Path) error {
 	remote := net.IP(p.Remote.A.AsSlice())
 	routes, err := netlink.RouteGet(remote)

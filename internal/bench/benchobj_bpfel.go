@@ -23,13 +23,12 @@ const (
 	benchobjMapBenchSeq             = "bench_seq"
 	benchobjMapBenchStageProgs      = "bench_stage_progs"
 	benchobjMapEdgeCacheStats       = "edge_cache_stats"
-	benchobjMapEdgeConns            = "edge_conns"
 	benchobjMapEdgeCtx              = "edge_ctx"
 	benchobjMapEdgeDecaps           = "edge_decaps"
 	benchobjMapEdgeEmc4             = "edge_emc4"
 	benchobjMapEdgeFars             = "edge_fars"
-	benchobjMapEdgeFlows            = "edge_flows"
-	benchobjMapEdgeFlows4           = "edge_flows4"
+	benchobjMapEdgeFt               = "edge_ft"
+	benchobjMapEdgeFtMeta           = "edge_ft_meta"
 	benchobjMapEdgeGlobal           = "edge_global"
 	benchobjMapEdgeGroups           = "edge_groups"
 	benchobjMapEdgeIcmpBucket       = "edge_icmp_bucket"
@@ -46,10 +45,10 @@ const (
 	benchobjMapEdgePaths            = "edge_paths"
 	benchobjMapEdgePdrStats         = "edge_pdr_stats"
 	benchobjMapEdgeReasons          = "edge_reasons"
-	benchobjMapEdgeRnat             = "edge_rnat"
 	benchobjMapEdgeRules            = "edge_rules"
 	benchobjMapEdgeServices         = "edge_services"
 	benchobjMapEdgeSvcIndex         = "edge_svc_index"
+	benchobjMapEdgeTick             = "edge_tick"
 	benchobjMapEdgeTx               = "edge_tx"
 	benchobjMapEdgeVerdicts         = "edge_verdicts"
 	benchobjProgBenchFlowInsert     = "bench_flow_insert"
@@ -71,6 +70,7 @@ const (
 	benchobjProgBenchWrapResizeMiss = "bench_wrap_resize_miss"
 	benchobjProgBenchWrapShrink     = "bench_wrap_shrink"
 	benchobjVarFarStride            = "far_stride"
+	benchobjVarFtBuckets            = "ft_buckets"
 	benchobjVarMaglevBlocks         = "maglev_blocks"
 	benchobjVarMaglevSize           = "maglev_size"
 )
@@ -148,13 +148,12 @@ type benchobjMapSpecs struct {
 	BenchSeq        *ebpf.MapSpec `ebpf:"bench_seq"`
 	BenchStageProgs *ebpf.MapSpec `ebpf:"bench_stage_progs"`
 	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
-	EdgeConns       *ebpf.MapSpec `ebpf:"edge_conns"`
 	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
-	EdgeFlows       *ebpf.MapSpec `ebpf:"edge_flows"`
-	EdgeFlows4      *ebpf.MapSpec `ebpf:"edge_flows4"`
+	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
+	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
@@ -171,10 +170,10 @@ type benchobjMapSpecs struct {
 	EdgePaths       *ebpf.MapSpec `ebpf:"edge_paths"`
 	EdgePdrStats    *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
-	EdgeRnat        *ebpf.MapSpec `ebpf:"edge_rnat"`
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
 	EdgeSvcIndex    *ebpf.MapSpec `ebpf:"edge_svc_index"`
+	EdgeTick        *ebpf.MapSpec `ebpf:"edge_tick"`
 	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
@@ -184,6 +183,7 @@ type benchobjMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjVariableSpecs struct {
 	FarStride    *ebpf.VariableSpec `ebpf:"far_stride"`
+	FtBuckets    *ebpf.VariableSpec `ebpf:"ft_buckets"`
 	MaglevBlocks *ebpf.VariableSpec `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.VariableSpec `ebpf:"maglev_size"`
 }
@@ -215,13 +215,12 @@ type benchobjMaps struct {
 	BenchSeq        *ebpf.Map `ebpf:"bench_seq"`
 	BenchStageProgs *ebpf.Map `ebpf:"bench_stage_progs"`
 	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
-	EdgeConns       *ebpf.Map `ebpf:"edge_conns"`
 	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
-	EdgeFlows       *ebpf.Map `ebpf:"edge_flows"`
-	EdgeFlows4      *ebpf.Map `ebpf:"edge_flows4"`
+	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
+	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
@@ -238,10 +237,10 @@ type benchobjMaps struct {
 	EdgePaths       *ebpf.Map `ebpf:"edge_paths"`
 	EdgePdrStats    *ebpf.Map `ebpf:"edge_pdr_stats"`
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
-	EdgeRnat        *ebpf.Map `ebpf:"edge_rnat"`
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
 	EdgeSvcIndex    *ebpf.Map `ebpf:"edge_svc_index"`
+	EdgeTick        *ebpf.Map `ebpf:"edge_tick"`
 	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
 	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
 }
@@ -255,13 +254,12 @@ func (m *benchobjMaps) Close() error {
 		m.BenchSeq,
 		m.BenchStageProgs,
 		m.EdgeCacheStats,
-		m.EdgeConns,
 		m.EdgeCtx,
 		m.EdgeDecaps,
 		m.EdgeEmc4,
 		m.EdgeFars,
-		m.EdgeFlows,
-		m.EdgeFlows4,
+		m.EdgeFt,
+		m.EdgeFtMeta,
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgeIcmpBucket,
@@ -278,10 +276,10 @@ func (m *benchobjMaps) Close() error {
 		m.EdgePaths,
 		m.EdgePdrStats,
 		m.EdgeReasons,
-		m.EdgeRnat,
 		m.EdgeRules,
 		m.EdgeServices,
 		m.EdgeSvcIndex,
+		m.EdgeTick,
 		m.EdgeTx,
 		m.EdgeVerdicts,
 	)
@@ -292,6 +290,7 @@ func (m *benchobjMaps) Close() error {
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjVariables struct {
 	FarStride    *ebpf.Variable `ebpf:"far_stride"`
+	FtBuckets    *ebpf.Variable `ebpf:"ft_buckets"`
 	MaglevBlocks *ebpf.Variable `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.Variable `ebpf:"maglev_size"`
 }

@@ -473,6 +473,37 @@ func countEntries[K any](t *testing.T, m interface {
 	return n
 }
 
+// countFlows counts the flow table's entries keep chooses.
+func countFlows(t *testing.T, dp *bpf.Dataplane, keep func(*bpf.FTWay) bool) int {
+	t.Helper()
+	ws, _, err := dp.FlowWays()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := range ws {
+		if keep(&ws[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+// toAddr chooses the flows toward a.
+func toAddr(a netip.Addr) func(*bpf.FTWay) bool {
+	return func(w *bpf.FTWay) bool {
+		if a.Is4() {
+			return w.K.Family == 4 && [4]byte(w.K.Dst[:4]) == a.As4()
+		}
+		return w.K.Family == 6 && w.K.Dst == a.As16()
+	}
+}
+
+// connsOf chooses the connections of service svc.
+func connsOf(svc uint32) func(*bpf.FTWay) bool {
+	return func(w *bpf.FTWay) bool { return w.F.Flags&bpf.FlowConn != 0 && w.F.Svc == svc }
+}
+
 // TestBalanceStateless sends to stateless services: every packet picks
 // its backend from the Maglev table alone, nothing is recorded but a NAT
 // reply's reverse entry, replies still leave from the VIP, and a drained
@@ -508,8 +539,8 @@ func TestBalanceStateless(t *testing.T) {
 	}
 	vip := [4]byte{203, 0, 113, 10}
 	toVIP4 := func(k bpf.FlowKey4) bool { return k.Dst == binary.NativeEndian.Uint32(vip[:]) }
-	if n := countEntries(t, h.dp.EdgeFlows4, toVIP4); n != 0 {
-		t.Errorf("%d flow-cache entries toward the stateless VIP, want 0", n)
+	if n := countFlows(t, h.dp, toAddr(netip.AddrFrom4(vip))); n != 0 {
+		t.Errorf("%d flow-table entries toward the stateless VIP, want 0", n)
 	}
 	// Nor exact-match copies (a flood of a stateless service's flows
 	// would evict every other flow's), nor cache misses counted: its
@@ -520,27 +551,14 @@ func TestBalanceStateless(t *testing.T) {
 	if miss := cacheMisses(t, h.dp) - missBefore; miss != flows {
 		t.Errorf("%d flow-cache misses, want one per reply flow (%d; the replies are cached as usual) and none for the stateless packets", miss, flows)
 	}
-	conns := func(svc uint32) int {
-		n := 0
-		var k bpf.ConnKey
-		var c bpf.Conn
-		it := h.dp.EdgeConns.Iterate()
-		for it.Next(&k, &c) {
-			if c.Svc == svc {
-				n++
-			}
-		}
-		return n
-	}
+	conns := func(svc uint32) int { return countFlows(t, h.dp, connsOf(svc)) }
 	if n := conns(1); n != 0 {
-		t.Errorf("%d connection-table entries of the stateless service, want 0", n)
+		t.Errorf("%d connections of the stateless service recorded, want 0", n)
 	}
-	// Nor reverse-NAT entries: the replies were told apart by their
-	// backend (edge_nat_backends, one entry per backend and slot the
-	// agent wrote), so a flood of clients evicts nobody's entries.
-	if n := countEntries(t, h.dp.EdgeRnat, func(bpf.ConnKey) bool { return true }); n != 0 {
-		t.Errorf("%d reverse-NAT entries of a stateless service, want 0", n)
-	}
+	// Its replies are flows of their own (cached as any), told apart by
+	// their backend (edge_nat_backends, one entry per backend and slot
+	// the agent wrote): nothing per client on the way in, so a flood of
+	// clients evicts nobody's entries.
 	if n := countEntries(t, h.dp.EdgeNatBackends, func(bpf.SvcKey) bool { return true }); n < 2 {
 		t.Errorf("%d backend entries for the stateless NAT service's replies, want its 2 backends (in each slot)", n)
 	}
@@ -560,7 +578,7 @@ func TestBalanceStateless(t *testing.T) {
 		t.Fatalf("stateful dsr-gre: verdict %s", verdictName(v))
 	}
 	if n := conns(3); n != 1 {
-		t.Errorf("%d connection-table entries of the stateful service, want 1", n)
+		t.Errorf("%d connections of the stateful service recorded, want 1", n)
 	}
 	// IPv6, stateless dsr-gre: consistent, not recorded.
 	q6 := lbPkt{src: "fd03::5", dst: "fd0f::20", sport: 7000, dport: 9053, udp: true, smac: macWanNeigh, dmac: macWan0}
@@ -578,11 +596,11 @@ func TestBalanceStateless(t *testing.T) {
 			t.Fatalf("IPv6 stateless flow moved from %s to %s", remote, outer.DstIP)
 		}
 	}
-	if n := countEntries(t, h.dp.EdgeFlows, func(bpf.FlowKey) bool { return true }); n != 0 {
-		t.Errorf("%d IPv6 flow-cache entries, want 0", n)
+	if n := countFlows(t, h.dp, func(w *bpf.FTWay) bool { return w.K.Family == 6 }); n != 0 {
+		t.Errorf("%d IPv6 flow-table entries, want 0", n)
 	}
 	if n := conns(5); n != 0 {
-		t.Errorf("%d connection-table entries of the stateless IPv6 service, want 0", n)
+		t.Errorf("%d connections of the stateless IPv6 service recorded, want 0", n)
 	}
 
 	// Drain 10.6.0.11: with no connection table its connections move to
@@ -707,17 +725,13 @@ limits: {flows: 1024, rules: 64, maglev_table: 251, connections: 1024}
 	}
 	// The stateful service and the plain address are cached and recorded
 	// as usual; the stateless service is not.
-	to := func(a netip.Addr) func(bpf.FlowKey4) bool {
-		d := binary.NativeEndian.Uint32(a.AsSlice())
-		return func(k bpf.FlowKey4) bool { return k.Dst == d }
-	}
 	for a, want := range map[netip.Addr]int{stateless: 0, shared[0]: 3, shared[1]: 3, other: 3} {
-		if n := countEntries(t, h.dp.EdgeFlows4, to(a)); n != want {
-			t.Errorf("%s: %d flow-cache entries, want %d", a, n, want)
+		if n := countFlows(t, h.dp, toAddr(a)); n != want {
+			t.Errorf("%s: %d flow-table entries, want %d", a, n, want)
 		}
 	}
-	if n := countEntries(t, h.dp.EdgeConns, func(bpf.ConnKey) bool { return true }); n != 3 {
-		t.Errorf("%d connection-table entries, want the stateful service's 3", n)
+	if n := countFlows(t, h.dp, func(w *bpf.FTWay) bool { return w.F.Flags&bpf.FlowConn != 0 }); n != 3 {
+		t.Errorf("%d connections recorded, want the stateful service's 3", n)
 	}
 
 	cfg2, err := config.Parse([]byte(strings.Replace(cfg, ", stateless: true", "", 1)))
@@ -788,37 +802,50 @@ lbrs:
 	}
 }
 
-// TestBalanceReplyEntryRestored evicts a connection's reverse-NAT entry
-// (as the LRU may while the connection lives on in the connection table):
-// the connection's next packet the flow cache does not hold records it
-// again, so the replies still leave from the VIP.
+// TestBalanceReplyEntryRestored: a NAT'd connection costs one entry, its
+// own; its reply is found through it (no reverse entry is made on the
+// way in), gets an entry of its own, and when that entry is evicted the
+// next reply is found through the connection again, after a commit too.
 func TestBalanceReplyEntryRestored(t *testing.T) {
 	h := newHarness(t, fmt.Sprintf(lbConfig, far11, "{far: 11}, {far: 12}"))
 	q := client(3, "203.0.113.10", 80, "S")
 	_, out := h.send(q, "wan0")
 	host, _, _ := net.SplitHostPort(backendOf(t, out))
-	var k bpf.ConnKey
-	var c bpf.Conn
-	var keys []bpf.ConnKey
-	for it := h.dp.EdgeRnat.Iterate(); it.Next(&k, &c); {
-		keys = append(keys, k)
+	replies := func(w *bpf.FTWay) bool { return w.F.Flags&bpf.FlowReply != 0 }
+	if n, c := countFlows(t, h.dp, func(*bpf.FTWay) bool { return true }), countFlows(t, h.dp, connsOf(1)); n != 1 || c != 1 {
+		t.Fatalf("after the first packet: %d entries, %d connections; want the connection's one", n, c)
 	}
-	if len(keys) != 1 {
-		t.Fatalf("%d reverse-NAT entries, want 1", len(keys))
+	reply := lbPkt{src: host, dst: q.src, sport: 8080, dport: q.sport, smac: macWan1Neigh, dmac: macWan1, flags: "SA"}
+	want := reply.out("wan0", "203.0.113.10", q.src, 80, q.sport).frame(t)
+	if v, out := h.send(reply, "wan1"); v != bpf.XDPRedirect || !bytes.Equal(out, want) {
+		t.Fatalf("first reply: verdict %s\n got %x\nwant %x", verdictName(v), out, want)
 	}
-	if err := h.dp.EdgeRnat.Delete(keys[0]); err != nil {
-		t.Fatal(err)
+	if n := countFlows(t, h.dp, replies); n != 1 {
+		t.Fatalf("%d reply entries after the first reply, want 1", n)
 	}
-	// A commit makes the flow look its decision up again.
+	if n, err := h.dp.ClearFlows(replies); err != nil || n != 1 {
+		t.Fatalf("evict the reply's entry: %d, %v", n, err)
+	}
+	// A commit makes the flows look their decisions up again.
 	h.apply(lbCfg(t, far11, "{far: 11, weight: 2}, {far: 12}"))
 	q.flags = "A"
 	if _, out := h.send(q, "wan0"); backendOf(t, out) != net.JoinHostPort(host, "8080") {
 		t.Fatalf("connection moved to %s", backendOf(t, out))
 	}
-	reply := lbPkt{src: host, dst: q.src, sport: 8080, dport: q.sport, smac: macWan1Neigh, dmac: macWan1, flags: "A"}
-	v, out3 := h.send(reply, "wan1")
-	if want := reply.out("wan0", "203.0.113.10", q.src, 80, q.sport).frame(t); v != bpf.XDPRedirect || !bytes.Equal(out3, want) {
-		t.Fatalf("reply after the entry was evicted: verdict %s\n got %x\nwant %x", verdictName(v), out3, want)
+	reply.flags = "A"
+	want = reply.out("wan0", "203.0.113.10", q.src, 80, q.sport).frame(t)
+	if v, out3 := h.send(reply, "wan1"); v != bpf.XDPRedirect || !bytes.Equal(out3, want) {
+		t.Fatalf("reply after its entry was evicted: verdict %s\n got %x\nwant %x", verdictName(v), out3, want)
+	}
+	// Without the connection, a packet from the backend to the client
+	// is not a reply: it is not rewritten to come from the VIP (a commit
+	// makes the exact-match copies stale).
+	if _, err := h.dp.ClearFlows(func(*bpf.FTWay) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	h.apply(lbCfg(t, far11, "{far: 11}, {far: 12}"))
+	if v, out := h.send(reply, "wan1"); v == bpf.XDPRedirect && bytes.Equal(out, want) {
+		t.Fatalf("a backend's packet to a client with no connection left as a reply from the VIP")
 	}
 }
 

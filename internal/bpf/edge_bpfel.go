@@ -13,16 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type edgeEdgeConn struct {
-	_      structs.HostLayout
-	Far    uint32
-	FarId  uint32
-	Stats  uint32
-	Svc    uint32
-	Closed uint32
-	Pad    uint32
-}
-
 type edgeEdgeConnKey struct {
 	_      structs.HostLayout
 	Src    [16]uint8
@@ -57,9 +47,12 @@ type edgeEdgeDecapKey struct {
 }
 
 type edgeEdgeEmcSlot struct {
-	_ structs.HostLayout
-	K edgeEdgeFlowKey4
-	F edgeEdgeFlow
+	_    structs.HostLayout
+	K    edgeEdgeFlowKey4
+	F    edgeEdgeFlow
+	Seen uint16
+	Hot  uint16
+	Pad  uint32
 }
 
 type edgeEdgeFar struct {
@@ -86,6 +79,8 @@ type edgeEdgeFlow struct {
 	Smac     [6]uint8
 	Flags    uint16
 	Path     uint32
+	Svc      uint32
+	FarId    uint32
 	Packets  uint64
 	Bytes    uint64
 }
@@ -122,6 +117,22 @@ type edgeEdgeFlowKey4 struct {
 	Pad2    uint32
 }
 
+type edgeEdgeFtBucket struct {
+	_    structs.HostLayout
+	Seq  uint32
+	Tag  [8]uint32
+	Seen [8]uint16
+	Hot  [8]uint8
+	Pad  uint32
+}
+
+type edgeEdgeFtWay struct {
+	_   structs.HostLayout
+	K   edgeEdgeFlowKey
+	F   edgeEdgeFlow
+	Pad uint64
+}
+
 type edgeEdgeGroup struct {
 	_       structs.HostLayout
 	Mask    edgeEdgeFlowKey
@@ -146,6 +157,19 @@ type edgeEdgeMember struct {
 	_   structs.HostLayout
 	Svc uint32
 	Far uint32
+}
+
+type edgeEdgeNatBackend struct {
+	_ structs.HostLayout
+	U [8]edgeEdgeNatUser
+}
+
+type edgeEdgeNatUser struct {
+	_     structs.HostLayout
+	Svc   uint32
+	Unnat uint32
+	Stats uint32
+	Flags uint32
 }
 
 type edgeEdgePath struct {
@@ -218,13 +242,12 @@ type edgeEdgeSvcSlot struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	edgeMapEdgeCacheStats  = "edge_cache_stats"
-	edgeMapEdgeConns       = "edge_conns"
 	edgeMapEdgeCtx         = "edge_ctx"
 	edgeMapEdgeDecaps      = "edge_decaps"
 	edgeMapEdgeEmc4        = "edge_emc4"
 	edgeMapEdgeFars        = "edge_fars"
-	edgeMapEdgeFlows       = "edge_flows"
-	edgeMapEdgeFlows4      = "edge_flows4"
+	edgeMapEdgeFt          = "edge_ft"
+	edgeMapEdgeFtMeta      = "edge_ft_meta"
 	edgeMapEdgeGlobal      = "edge_global"
 	edgeMapEdgeGroups      = "edge_groups"
 	edgeMapEdgeIcmpBucket  = "edge_icmp_bucket"
@@ -241,14 +264,15 @@ const (
 	edgeMapEdgePaths       = "edge_paths"
 	edgeMapEdgePdrStats    = "edge_pdr_stats"
 	edgeMapEdgeReasons     = "edge_reasons"
-	edgeMapEdgeRnat        = "edge_rnat"
 	edgeMapEdgeRules       = "edge_rules"
 	edgeMapEdgeServices    = "edge_services"
 	edgeMapEdgeSvcIndex    = "edge_svc_index"
+	edgeMapEdgeTick        = "edge_tick"
 	edgeMapEdgeTx          = "edge_tx"
 	edgeMapEdgeVerdicts    = "edge_verdicts"
 	edgeProgEdgeXdp        = "edge_xdp"
 	edgeVarFarStride       = "far_stride"
+	edgeVarFtBuckets       = "ft_buckets"
 	edgeVarMaglevBlocks    = "maglev_blocks"
 	edgeVarMaglevSize      = "maglev_size"
 )
@@ -303,13 +327,12 @@ type edgeProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
 	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
-	EdgeConns       *ebpf.MapSpec `ebpf:"edge_conns"`
 	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
-	EdgeFlows       *ebpf.MapSpec `ebpf:"edge_flows"`
-	EdgeFlows4      *ebpf.MapSpec `ebpf:"edge_flows4"`
+	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
+	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
@@ -326,10 +349,10 @@ type edgeMapSpecs struct {
 	EdgePaths       *ebpf.MapSpec `ebpf:"edge_paths"`
 	EdgePdrStats    *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
-	EdgeRnat        *ebpf.MapSpec `ebpf:"edge_rnat"`
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
 	EdgeSvcIndex    *ebpf.MapSpec `ebpf:"edge_svc_index"`
+	EdgeTick        *ebpf.MapSpec `ebpf:"edge_tick"`
 	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
@@ -339,6 +362,7 @@ type edgeMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeVariableSpecs struct {
 	FarStride    *ebpf.VariableSpec `ebpf:"far_stride"`
+	FtBuckets    *ebpf.VariableSpec `ebpf:"ft_buckets"`
 	MaglevBlocks *ebpf.VariableSpec `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.VariableSpec `ebpf:"maglev_size"`
 }
@@ -364,13 +388,12 @@ func (o *edgeObjects) Close() error {
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
 	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
-	EdgeConns       *ebpf.Map `ebpf:"edge_conns"`
 	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
-	EdgeFlows       *ebpf.Map `ebpf:"edge_flows"`
-	EdgeFlows4      *ebpf.Map `ebpf:"edge_flows4"`
+	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
+	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
@@ -387,10 +410,10 @@ type edgeMaps struct {
 	EdgePaths       *ebpf.Map `ebpf:"edge_paths"`
 	EdgePdrStats    *ebpf.Map `ebpf:"edge_pdr_stats"`
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
-	EdgeRnat        *ebpf.Map `ebpf:"edge_rnat"`
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
 	EdgeSvcIndex    *ebpf.Map `ebpf:"edge_svc_index"`
+	EdgeTick        *ebpf.Map `ebpf:"edge_tick"`
 	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
 	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
 }
@@ -398,13 +421,12 @@ type edgeMaps struct {
 func (m *edgeMaps) Close() error {
 	return _EdgeClose(
 		m.EdgeCacheStats,
-		m.EdgeConns,
 		m.EdgeCtx,
 		m.EdgeDecaps,
 		m.EdgeEmc4,
 		m.EdgeFars,
-		m.EdgeFlows,
-		m.EdgeFlows4,
+		m.EdgeFt,
+		m.EdgeFtMeta,
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgeIcmpBucket,
@@ -421,10 +443,10 @@ func (m *edgeMaps) Close() error {
 		m.EdgePaths,
 		m.EdgePdrStats,
 		m.EdgeReasons,
-		m.EdgeRnat,
 		m.EdgeRules,
 		m.EdgeServices,
 		m.EdgeSvcIndex,
+		m.EdgeTick,
 		m.EdgeTx,
 		m.EdgeVerdicts,
 	)
@@ -435,6 +457,7 @@ func (m *edgeMaps) Close() error {
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeVariables struct {
 	FarStride    *ebpf.Variable `ebpf:"far_stride"`
+	FtBuckets    *ebpf.Variable `ebpf:"ft_buckets"`
 	MaglevBlocks *ebpf.Variable `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.Variable `ebpf:"maglev_size"`
 }

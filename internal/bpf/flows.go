@@ -43,7 +43,7 @@ type FlowStat struct {
 	Packets, Bytes uint64
 }
 
-// Flows reads every flow of both flow caches, adds the per-CPU counts not
+// Flows reads every flow of the flow table, adds the per-CPU counts not
 // yet folded in, and returns the top n by bytes (all when n <= 0). A read
 // races with packets: counts are a moment's, not a snapshot.
 func (dp *Dataplane) Flows(n int) ([]FlowStat, error) {
@@ -57,7 +57,7 @@ func (dp *Dataplane) Flows(n int) ([]FlowStat, error) {
 	}
 	// Exact-match copies first (at most a slot per CPU each): what each
 	// CPU counted and has not folded into the shared entry yet.
-	pending := map[FlowKey4]Flow{}
+	pending := map[FlowKey]Flow{}
 	if dp.EdgeEmc4 != nil {
 		var slots []EMC4
 		for i := uint32(0); i < dp.EdgeEmc4.MaxEntries(); i++ {
@@ -68,36 +68,32 @@ func (dp *Dataplane) Flows(n int) ([]FlowStat, error) {
 				if e.F.Packets == 0 {
 					continue
 				}
-				p := pending[e.K]
+				k := unpack4(e.K)
+				p := pending[k]
 				p.Packets += e.F.Packets
 				p.Bytes += e.F.Bytes
-				pending[e.K] = p
+				pending[k] = p
 			}
 		}
 	}
-	// Then the tables, keeping only the n largest so far: a cache of
-	// millions of flows costs a walk, not its size in memory.
+	// Then the table, from memory, keeping only the n largest so far: a
+	// table of millions of flows costs a walk, not its size in memory.
+	t, err := dp.flowTable()
+	if err != nil {
+		return nil, err
+	}
+	defer t.unmap()
 	top := &flowHeap{n: n}
-	var k4 FlowKey4
-	var v Flow
-	it := dp.EdgeFlows4.Iterate()
-	for it.Next(&k4, &v) {
-		p := pending[k4]
-		v.Packets += p.Packets
-		v.Bytes += p.Bytes
-		top.offer(v, func() FlowStat { return flowStat4(k4, v, pdrOf, gen) })
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read ipv4 flows: %w", err)
-	}
-	var k FlowKey
-	it = dp.EdgeFlows.Iterate()
-	for it.Next(&k, &v) {
-		top.offer(v, func() FlowStat { return flowStat6(k, v, pdrOf, gen) })
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read ipv6 flows: %w", err)
-	}
+	t.each(func(w *FTWay, _ bool) bool {
+		v := w.F
+		if p, ok := pending[w.K]; ok {
+			v.Packets += p.Packets
+			v.Bytes += p.Bytes
+		}
+		k := w.K
+		top.offer(v, func() FlowStat { return flowStat(k, v, pdrOf, gen) })
+		return true
+	})
 	out := top.s
 	slices.SortFunc(out, byTraffic)
 	return out, nil
@@ -144,21 +140,17 @@ func (h *flowHeap) offer(v Flow, stat func() FlowStat) {
 	heap.Push(h, stat())
 }
 
-func flowStat4(k FlowKey4, v Flow, pdrOf map[uint32]uint32, gen uint32) FlowStat {
-	var src, dst [4]byte
-	binary.LittleEndian.PutUint32(src[:], k.Src)
-	binary.LittleEndian.PutUint32(dst[:], k.Dst)
-	f := FlowStat{Src: netip.AddrFrom4(src), Dst: netip.AddrFrom4(dst), Proto: k.Proto,
-		Sport: bits.ReverseBytes16(k.Sport), Dport: bits.ReverseBytes16(k.Dport), Ifindex: k.Ifindex, DSCP: k.Dscp,
-		HasGREKey: k.Flags&KeyFlagGREKey != 0}
-	if f.HasGREKey {
-		f.GREKey = bits.ReverseBytes32(k.GreKey)
-	}
-	fillFlow(&f, v, pdrOf, gen)
-	return f
+// unpack4 is flow_unpack4 (flowcache.h): the full key of a compact
+// IPv4 key.
+func unpack4(k4 FlowKey4) FlowKey {
+	k := FlowKey{Ifindex: k4.Ifindex, GreKey: k4.GreKey, Sport: k4.Sport, Dport: k4.Dport, Proto: k4.Proto,
+		Dscp: k4.Dscp, Family: 4, Flags: k4.Flags, Path: k4.Path}
+	binary.LittleEndian.PutUint32(k.Src[:4], k4.Src)
+	binary.LittleEndian.PutUint32(k.Dst[:4], k4.Dst)
+	return k
 }
 
-func flowStat6(k FlowKey, v Flow, pdrOf map[uint32]uint32, gen uint32) FlowStat {
+func flowStat(k FlowKey, v Flow, pdrOf map[uint32]uint32, gen uint32) FlowStat {
 	f := FlowStat{Proto: k.Proto, Sport: bits.ReverseBytes16(k.Sport), Dport: bits.ReverseBytes16(k.Dport), Ifindex: k.Ifindex, DSCP: k.Dscp,
 		HasGREKey: k.Flags&KeyFlagGREKey != 0}
 	if k.Family == 4 {

@@ -20,10 +20,11 @@ import (
 
 // Limits are the map sizes taken from the config at load time.
 type Limits struct {
-	Flows uint32 // flow-cache entries
+	Flows uint32 // flows the flow table holds (with Conns: FTEntries)
 	Rules uint32 // classifier entries and FARs per generation
 	// MaglevSize is the entries of each service's Maglev table (a prime;
-	// 0: DefaultMaglevSize), Conns the connection table's (0: Flows).
+	// 0: DefaultMaglevSize), Conns the connections (0: Flows; a
+	// connection is a flow's entry, the table holds both).
 	MaglevSize uint32
 	Conns      uint32
 }
@@ -82,17 +83,18 @@ func Spec(l Limits) (*ebpf.CollectionSpec, error) {
 // benchmark wrappers).
 func ApplyLimits(spec *ebpf.CollectionSpec, l Limits) error {
 	l = l.WithDefaults()
-	spec.Maps[edgeMapEdgeFlows].MaxEntries = l.Flows
-	spec.Maps[edgeMapEdgeFlows4].MaxEntries = l.Flows
+	spec.Maps[edgeMapEdgeFt].MaxEntries = l.FTEntries()
+	spec.Maps[edgeMapEdgeFtMeta].MaxEntries = l.FTEntries() / FTWays
 	// Both slots of a generation live in one map: twice the capacity.
 	spec.Maps[edgeMapEdgeRules].MaxEntries = 2 * l.Rules
 	spec.Maps[edgeMapEdgeFars].MaxEntries = 2 * l.FARStride()
 	spec.Maps[edgeMapEdgePdrStats].MaxEntries = l.Rules
 	spec.Maps[edgeMapEdgeMaglev].MaxEntries = 2 * MaxServices * l.MaglevBlocks()
-	spec.Maps[edgeMapEdgeConns].MaxEntries = l.Conns
-	spec.Maps[edgeMapEdgeRnat].MaxEntries = l.Conns
 	if err := spec.Variables[edgeVarFarStride].Set(l.FARStride()); err != nil {
 		return fmt.Errorf("set far_stride: %w", err)
+	}
+	if err := spec.Variables[edgeVarFtBuckets].Set(l.FTEntries() / FTWays); err != nil {
+		return fmt.Errorf("set ft_buckets: %w", err)
 	}
 	if err := spec.Variables[edgeVarMaglevSize].Set(l.MaglevSize); err != nil {
 		return fmt.Errorf("set maglev_size: %w", err)
@@ -189,8 +191,9 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		edgeMapEdgeCacheStats:  dp.EdgeCacheStats,
 		edgeMapEdgeFars:        dp.EdgeFars,
-		edgeMapEdgeFlows:       dp.EdgeFlows,
-		edgeMapEdgeFlows4:      dp.EdgeFlows4,
+		edgeMapEdgeFt:          dp.EdgeFt,
+		edgeMapEdgeFtMeta:      dp.EdgeFtMeta,
+		edgeMapEdgeTick:        dp.EdgeTick,
 		edgeMapEdgeGlobal:      dp.EdgeGlobal,
 		edgeMapEdgeGroups:      dp.EdgeGroups,
 		edgeMapEdgePdrStats:    dp.EdgePdrStats,
@@ -209,8 +212,6 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgeSvcIndex:    dp.EdgeSvcIndex,
 		edgeMapEdgeMaglev:      dp.EdgeMaglev,
 		edgeMapEdgeLbFar:       dp.EdgeLbFar,
-		edgeMapEdgeConns:       dp.EdgeConns,
-		edgeMapEdgeRnat:        dp.EdgeRnat,
 		edgeMapEdgeLbStats:     dp.EdgeLbStats,
 		edgeMapEdgeLbNew:       dp.EdgeLbNew,
 		edgeMapEdgeLbMembers:   dp.EdgeLbMembers,

@@ -78,17 +78,17 @@ func readBackends(m *edgeMaps, members map[uint32]MemberRef) ([]BackendCounters,
 		return nil, nil
 	}
 	active := map[uint32]uint64{}
-	var ck ConnKey
-	var cv Conn
-	it := m.EdgeConns.Iterate()
-	for it.Next(&ck, &cv) {
-		if cv.Closed == 0 {
-			active[cv.Stats]++
-		}
-	}
-	if err := it.Err(); err != nil {
+	t, err := mapTable(m.EdgeFt, m.EdgeFtMeta)
+	if err != nil {
 		return nil, fmt.Errorf("read connections: %w", err)
 	}
+	t.each(func(w *FTWay, _ bool) bool {
+		if w.F.Flags&(FlowConn|FlowClosed) == FlowConn {
+			active[w.F.Stats&^StatsLB]++
+		}
+		return true
+	})
+	t.unmap()
 	out := make([]BackendCounters, 0, len(members))
 	for idx, ref := range members {
 		c, err := sumCtr(m.EdgeLbStats, idx)
@@ -187,8 +187,8 @@ func PinnedSnapshot(pinDir string) (*Snapshot, error) {
 	fields := map[string]**ebpf.Map{
 		edgeMapEdgeCacheStats: &m.EdgeCacheStats,
 		edgeMapEdgeFars:       &m.EdgeFars,
-		edgeMapEdgeFlows:      &m.EdgeFlows,
-		edgeMapEdgeFlows4:     &m.EdgeFlows4,
+		edgeMapEdgeFt:         &m.EdgeFt,
+		edgeMapEdgeFtMeta:     &m.EdgeFtMeta,
 		edgeMapEdgeGlobal:     &m.EdgeGlobal,
 		edgeMapEdgeGroups:     &m.EdgeGroups,
 		edgeMapEdgePdrStats:   &m.EdgePdrStats,
@@ -204,7 +204,6 @@ func PinnedSnapshot(pinDir string) (*Snapshot, error) {
 		edgeMapEdgeLbStats:    &m.EdgeLbStats,
 		edgeMapEdgeLbNew:      &m.EdgeLbNew,
 		edgeMapEdgeLbMembers:  &m.EdgeLbMembers,
-		edgeMapEdgeConns:      &m.EdgeConns,
 	}
 	spec, err := loadEdge()
 	if err != nil {

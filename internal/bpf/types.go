@@ -12,25 +12,28 @@ import (
 // Aliases for the structs bpf2go generates from bpf/edge_types.h, so callers
 // outside this package can use them.
 type (
-	FlowKey   = edgeEdgeFlowKey
-	RuleKey   = edgeEdgeRuleKey
-	Rule      = edgeEdgeRule
-	Group     = edgeEdgeGroup
-	Far       = edgeEdgeFar
-	State     = edgeEdgeState
-	Flow      = edgeEdgeFlow
-	Ctr       = edgeEdgeCtr
-	Path      = edgeEdgePath
-	DecapKey  = edgeEdgeDecapKey
-	Decap     = edgeEdgeDecap
-	IfAddr    = edgeEdgeIfaddr
-	SvcKey    = edgeEdgeSvcKey
-	Svc       = edgeEdgeSvc
-	SvcSlot   = edgeEdgeSvcSlot
-	MaglevBlk = edgeEdgeMaglevBlk
-	ConnKey   = edgeEdgeConnKey
-	Conn      = edgeEdgeConn
-	Member    = edgeEdgeMember
+	FlowKey    = edgeEdgeFlowKey
+	RuleKey    = edgeEdgeRuleKey
+	Rule       = edgeEdgeRule
+	Group      = edgeEdgeGroup
+	Far        = edgeEdgeFar
+	State      = edgeEdgeState
+	Flow       = edgeEdgeFlow
+	Ctr        = edgeEdgeCtr
+	Path       = edgeEdgePath
+	DecapKey   = edgeEdgeDecapKey
+	Decap      = edgeEdgeDecap
+	IfAddr     = edgeEdgeIfaddr
+	SvcKey     = edgeEdgeSvcKey
+	Svc        = edgeEdgeSvc
+	SvcSlot    = edgeEdgeSvcSlot
+	MaglevBlk  = edgeEdgeMaglevBlk
+	ConnKey    = edgeEdgeConnKey
+	Member     = edgeEdgeMember
+	NATUser    = edgeEdgeNatUser
+	NATBackend = edgeEdgeNatBackend
+	FTWay      = edgeEdgeFtWay
+	FTBucket   = edgeEdgeFtBucket
 )
 
 // MaxServices and MaxMembers mirror EDGE_MAX_SERVICES and
@@ -195,6 +198,9 @@ var ReasonNames = []string{
 	"nat_icmp",
 	"gre_nested",
 	"icmp_limit",
+	"flow_evict_cold",
+	"flow_evict_idle",
+	"flow_busy",
 }
 
 // Reason values used by callers and tests.
@@ -232,5 +238,8 @@ const (
 	ReasonNATICMP
 	ReasonGRENested
 	ReasonICMPLimit
+	ReasonFlowEvictCold
+	ReasonFlowEvictIdle
+	ReasonFlowBusy
 	ReasonMax
 )

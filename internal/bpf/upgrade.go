@@ -47,6 +47,10 @@ const (
 	// counter: per-CPU counters and GRE sequence numbers: copied, and
 	// after the switch what the old program counted meanwhile is added.
 	counter
+	// flows: the flow table (edge_ft with edge_ft_meta; it holds the
+	// connections): placed again by key into the new table, before and
+	// after the switch as state is copied (upgrade_flows.go).
+	flows
 )
 
 // mapRole is how a pinned map is carried over, and whether it belongs to
@@ -71,14 +75,13 @@ var mapRoles = map[string]mapRole{
 	edgeMapEdgeSvcIndex:    {rebuilt, true},
 	edgeMapEdgeMaglev:      {rebuilt, true},
 	edgeMapEdgeLbFar:       {rebuilt, true},
-	edgeMapEdgeFlows:       {cache, true},
-	edgeMapEdgeFlows4:      {cache, true},
+	edgeMapEdgeFt:          {flows, false},
+	edgeMapEdgeFtMeta:      {flows, false},
+	edgeMapEdgeTick:        {table, false},
 	edgeMapEdgeEmc4:        {cache, true},
 	edgeMapEdgeLbMembers:   {table, false},
 	edgeMapEdgeTx:          {rebuilt, false},
 	edgeMapEdgeIfaddrs:     {rebuilt, false},
-	edgeMapEdgeConns:       {state, false},
-	edgeMapEdgeRnat:        {state, false},
 	edgeMapEdgePdrStats:    {counter, false},
 	edgeMapEdgeLbStats:     {counter, false},
 	edgeMapEdgeLbNew:       {counter, false},
@@ -212,6 +215,8 @@ type Upgrade struct {
 	// Halt, when set, is called with "promoting" once the first new pin
 	// has replaced an old one: the agent's crash tests end it there.
 	Halt func(phase string)
+	// ft is the flow table's carry (nil: the table was kept).
+	ft *ftCarry
 }
 
 // mapConv copies one map's entries into the map that replaces it.
@@ -248,6 +253,7 @@ func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err 
 			u.Abort()
 		}
 	}()
+	ftMoveTogether(why)
 	genNew := false
 	for name := range why {
 		role, ok := mapRoles[name]
@@ -279,6 +285,14 @@ func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err 
 	for _, name := range slices.Sorted(maps.Keys(why)) {
 		u.fresh = append(u.fresh, name)
 		from := old[name]
+		if mapRoles[name].carry == flows {
+			if name == edgeMapEdgeFt {
+				if err := u.carryFlowsFirst(bc, byName, why[name]); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
 		if from == nil || mapRoles[name].carry == rebuilt {
 			log.Info("upgrade: new map", "map", name, "why", why[name], "copied", false)
 			continue
@@ -330,6 +344,9 @@ func (u *Upgrade) Stage() string { return u.stage }
 // first copy, just before the switch, so the window in which the new
 // program does not know them is as short as it can be.
 func (u *Upgrade) CopyAgain() error {
+	if err := u.carryFlowsAgain(); err != nil {
+		return err
+	}
 	for _, name := range u.fresh {
 		if mc := u.convs[name]; mc != nil && mapRoles[name].carry == state {
 			if _, err := mc.copyMissing(); err != nil {
@@ -346,6 +363,9 @@ func (u *Upgrade) CopyAgain() error {
 // failure leaves the pins for FinishStaged.
 func (u *Upgrade) Finish() error {
 	if err := u.dp.barrier.Sync(); err != nil {
+		return err
+	}
+	if err := u.carryFlowsAgain(); err != nil {
 		return err
 	}
 	for _, name := range u.fresh {
@@ -393,6 +413,12 @@ func (u *Upgrade) closeOld() {
 		r.m.Close()
 	}
 	u.old = nil
+	if u.ft != nil {
+		for _, r := range []*rawMap{u.ft.to, u.ft.toMeta, u.ft.tick} {
+			r.m.Close()
+		}
+		u.ft = nil
+	}
 }
 
 // Abort, before the switch, closes the new dataplane and removes its pins;
@@ -462,6 +488,19 @@ func FinishStaged(pinDir string, log *slog.Logger) error {
 			continue
 		}
 		names = append(names, e.Name())
+		if e.Name() == edgeMapEdgeFt {
+			c := &ftCarry{from: load(pinDir, edgeMapEdgeFt), fromMeta: load(pinDir, edgeMapEdgeFtMeta),
+				to: to, toMeta: load(stage, edgeMapEdgeFtMeta), tick: load(stage, edgeMapEdgeTick)}
+			if oldFars != nil && newFars != nil {
+				c.g = farGeometry{oldFars.maxEntries / 2, newFars.maxEntries / 2}
+			}
+			if c.toMeta != nil {
+				n, dropped, err := c.run()
+				log.Info("upgrade: flows the old program added meanwhile", "entries", n, "no_room", dropped, "error", err)
+			}
+			c.close()
+			continue
+		}
 		if from := load(pinDir, e.Name()); from != nil && mapRoles[e.Name()].carry == state {
 			newStride := uint32(0)
 			if newFars != nil {
@@ -513,14 +552,6 @@ func newMapConv(name string, from, to *rawMap, oldFars *rawMap, newStride uint32
 			i, ok := g.index(uintAt(k, 4))
 			putUint(k, 4, i)
 			return ok
-		}
-	case edgeMapEdgeRnat:
-		if off, size, ok := mc.value.field("far"); ok && size == 4 {
-			mc.remapValue = func(v []byte) {
-				if p, ok := g.place(uintAt(v[off:], 4)); ok {
-					putUint(v[off:], 4, p)
-				}
-			}
 		}
 	}
 	return mc, nil

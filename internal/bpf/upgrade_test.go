@@ -188,12 +188,12 @@ func TestUpgradeKeepsConnections(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(pin, bpf.UpgradeDir)); len(ents) != 0 {
 		t.Errorf("%d pins left in %s", len(ents), bpf.UpgradeDir)
 	}
-	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, "edge_conns"), nil)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, "edge_ft"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.MaxEntries() != limB.Conns {
-		t.Errorf("pinned edge_conns holds %d entries, want the new build's %d", m.MaxEntries(), limB.Conns)
+	if m.MaxEntries() != limB.FTEntries() {
+		t.Errorf("pinned edge_ft holds %d entries, want the new build's %d", m.MaxEntries(), limB.FTEntries())
 	}
 	m.Close()
 	again, err := bpf.Open(limB, pin)

@@ -41,9 +41,9 @@ type Generation struct {
 	// Services by VIP, port and protocol (SvcKey.Slot is set by Commit).
 	Services map[SvcKey]Svc
 	// NATBackends holds, by backend address, port and protocol (in a
-	// SvcKey; Slot is set by Commit), the reply rewrite of each backend
-	// of a stateless NAT service.
-	NATBackends map[SvcKey]Conn
+	// SvcKey; Slot is set by Commit), the NAT services each backend
+	// serves, for its replies.
+	NATBackends map[SvcKey]NATBackend
 	// Tables holds each service tag's Maglev table (Limits.MaglevSize
 	// entries); a tag no service uses may keep its old table.
 	Tables map[uint32][]LBSlot
@@ -98,7 +98,7 @@ type slot struct {
 	paths    map[uint32]Path
 	decaps   map[DecapKey]Decap
 	services map[SvcKey]Svc
-	backends map[SvcKey]Conn        // NATBackends
+	backends map[SvcKey]NATBackend  // NATBackends
 	index    *[SvcIndexSize]SvcSlot // nil: not known
 	tables   [MaxServices][]LBSlot  // nil: not known
 	lbFar    [MaxServices]*[MaxMembers]uint32
@@ -211,7 +211,7 @@ func (w *writer) writeMembers(g *Generation) error {
 // readSlot reads what slot t of the maps holds.
 func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
 	s := &slot{rules: map[RuleKey]Rule{}, fars: map[uint32]Far{}, paths: map[uint32]Path{}, decaps: map[DecapKey]Decap{},
-		services: map[SvcKey]Svc{}, backends: map[SvcKey]Conn{}}
+		services: map[SvcKey]Svc{}, backends: map[SvcKey]NATBackend{}}
 	stride := dp.Limits.FARStride()
 	var k RuleKey
 	var v Rule
@@ -284,7 +284,7 @@ func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
 	if err := sit.Err(); err != nil {
 		return nil, fmt.Errorf("read services: %w", err)
 	}
-	var bv Conn
+	var bv NATBackend
 	bit := dp.EdgeNatBackends.Iterate()
 	for bit.Next(&sk, &bv) {
 		if sk.Slot == t {

@@ -242,6 +242,11 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 			nat = true
 			key = "nat " + netip.AddrPortFrom(f.Address.A, f.Port).String()
 			bk := natBackendKey(&f, sv.Proto.Num)
+			if users := b.backendUsers[bk]; len(users) >= bpf.NATUsers && !slices.Contains(users, sv.ID) {
+				c.fail(at, fmt.Sprintf("far %d: backend %s serves %d NAT services already, at most %d (its replies are matched to their service by backend)",
+					f.ID, netip.AddrPortFrom(f.Address.A, f.Port), len(users), bpf.NATUsers), config.CodeInvalid)
+				return
+			}
 			for _, other := range b.backendUsers[bk] {
 				if os := b.services[other]; other != sv.ID && os != nil && (sv.Stateless || os.cfg.Stateless) {
 					c.fail(at, fmt.Sprintf("far %d: backend %s serves service %d too; a stateless service's NAT backends must serve it alone (their replies are told apart by backend)",
@@ -341,27 +346,47 @@ func natBackendKey(f *config.FAR, proto uint8) bpf.SvcKey {
 }
 
 // setBackends makes keys the NAT backends of service cs (undoably): in
-// backendUsers, and for a stateless service in the generation's
-// NATBackends, each pointing at its reply rewrite.
+// backendUsers, and in the generation's NATBackends, where each backend
+// lists the services it serves with their reply rewrites.
 func (c *Compiler) setBackends(cs *compiledService, keys []bpf.SvcKey) {
 	b := &c.lb
 	id := cs.cfg.ID
+	touched := map[bpf.SvcKey]bool{}
 	for _, k := range cs.backends {
 		users := slices.DeleteFunc(slices.Clone(b.backendUsers[k]), func(u uint32) bool { return u == id })
 		setMap(c, b.backendUsers, k, users, len(users) > 0)
-		if cur, ok := c.gen.NATBackends[k]; ok && cur.Svc == id {
-			setMap(c, c.gen.NATBackends, k, bpf.Conn{}, false)
-		}
+		touched[k] = true
 	}
 	for _, k := range keys {
 		setMap(c, b.backendUsers, k, append(slices.Clone(b.backendUsers[k]), id), true)
-		if cs.cfg.Stateless && cs.unnat != bpf.NoFAR {
-			setMap(c, c.gen.NATBackends, k, bpf.Conn{Far: cs.unnat, FarId: id, Stats: cs.tag*bpf.MaxMembers + bpf.ReplyMember, Svc: id}, true)
-		}
+		touched[k] = true
 	}
 	old := cs.backends
 	cs.backends = keys
 	c.onUndo(func() { cs.backends = old })
+	for k := range touched {
+		c.setNATBackend(k)
+	}
+}
+
+// setNATBackend writes backend k's entry in NATBackends from the NAT
+// services backendUsers lists for it (none: no entry).
+func (c *Compiler) setNATBackend(k bpf.SvcKey) {
+	var nb bpf.NATBackend
+	n := 0
+	for _, id := range c.lb.backendUsers[k] {
+		cs := c.lb.services[id]
+		if cs == nil || cs.unnat == bpf.NoFAR || n == bpf.NATUsers {
+			continue
+		}
+		var flags uint32
+		if cs.cfg.Stateless {
+			flags = bpf.SvcStateless
+		}
+		nb.U[n] = bpf.NATUser{Svc: id, Unnat: cs.unnat, Stats: cs.tag*bpf.MaxMembers + bpf.ReplyMember, Flags: flags}
+		n++
+	}
+	setMap(c, c.gen.NATBackends, k, nb, n > 0)
 }
 
 // portIn tells whether port is in r (an unset range holds every port).

@@ -143,7 +143,7 @@ func BuildDown(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.L
 			Paths:       map[uint32]bpf.Path{},
 			Decaps:      map[bpf.DecapKey]bpf.Decap{},
 			Services:    map[bpf.SvcKey]bpf.Svc{},
-			NATBackends: map[bpf.SvcKey]bpf.Conn{},
+			NATBackends: map[bpf.SvcKey]bpf.NATBackend{},
 			Tables:      map[uint32][]bpf.LBSlot{},
 			Members:     map[uint32]bpf.MemberRef{},
 			NoMatch:     verdict(cfg.Defaults.NoMatch),

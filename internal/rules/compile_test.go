@@ -251,7 +251,7 @@ func TestCompileWidePortsBounded(t *testing.T) {
 // apart by their backend alone (no per-client state), so a backend it
 // shares with another service of the same protocol is refused, naming
 // both; the same backend under another protocol, or shared by two
-// stateful services, is fine.
+// stateful services, is fine, and listed with its services.
 func TestStatelessNATBackendAlone(t *testing.T) {
 	cfg := func(stateless bool, proto2 string) string {
 		return fmt.Sprintf(`
@@ -280,8 +280,37 @@ limits: {flows: 1024, rules: 64, maglev_table: 251}
 		if err != nil {
 			t.Fatalf("stateless %t, %s: %v", c.stateless, c.proto, err)
 		}
-		if want := map[bool]int{true: 1, false: 0}[c.stateless]; len(gen.NATBackends) != want {
-			t.Errorf("stateless %t: %d backend entries, want %d", c.stateless, len(gen.NATBackends), want)
+		// Every NAT backend lists the services it serves: under two
+		// protocols, two backends of one service each; shared, one
+		// backend of both, the stateless flag with its service.
+		users := map[uint32]uint32{}
+		for _, nb := range gen.NATBackends {
+			for _, u := range nb.U {
+				if u.Svc != 0 {
+					users[u.Svc] = u.Flags
+				}
+			}
 		}
+		wantStateless := map[bool]uint32{true: bpf.SvcStateless}[c.stateless]
+		if want := map[bool]int{true: 2, false: 1}[c.stateless]; len(gen.NATBackends) != want || len(users) != 2 || users[1] != wantStateless || users[2] != 0 {
+			t.Errorf("stateless %t: %d backend entries, users %v; want %d and both services", c.stateless, len(gen.NATBackends), users, want)
+		}
+	}
+}
+
+// TestNATBackendUsersBounded: a backend serves at most bpf.NATUsers NAT
+// services (a reply looks its service up among them); one more is
+// refused, naming the backend and the bound.
+func TestNATBackendUsersBounded(t *testing.T) {
+	cfg := "interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}]\nfars:\n  - {id: 11, action: nat, address: 10.6.0.11, port: 8080}\nlbrs:\n"
+	svcs := "services:\n"
+	for i := 1; i <= bpf.NATUsers+1; i++ {
+		cfg += fmt.Sprintf("  - {id: %d, algorithm: maglev, members: [{far: 11}]}\n", i)
+		svcs += fmt.Sprintf("  - {id: %d, vip: 203.0.113.%d, port: 80, proto: tcp, lbr: %d}\n", i, 10+i, i)
+	}
+	cfg += svcs + "limits: {flows: 1024, rules: 64, maglev_table: 251}\n"
+	_, _, err := Compile(mustParse(t, cfg), resolver, NewAllocs(64, nil, nil), bpf.Limits{Flows: 1024, Rules: 64, MaglevSize: 251})
+	if err == nil || !strings.Contains(err.Error(), "backend 10.6.0.11:8080 serves 8 NAT services already, at most 8") {
+		t.Fatalf("err = %v", err)
 	}
 }

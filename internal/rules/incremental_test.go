@@ -79,8 +79,12 @@ func canon(t *testing.T, g *bpf.Generation) string {
 		}
 		svcs = append(svcs, fmt.Sprintf("service %d %x:%d/%d flags %x prec %d unnat %s table %s", sv.Id, k.Vip, k.Port, k.Proto, sv.Flags, sv.Prec, unnat, strings.Join(owners, ",")))
 	}
-	for k, c := range g.NATBackends {
-		svcs = append(svcs, fmt.Sprintf("stateless backend %x:%d/%d of service %d, rewrite %+v", k.Vip, k.Port, k.Proto, c.Svc, g.FARs[c.Far]))
+	for k, nb := range g.NATBackends {
+		for _, u := range nb.U {
+			if u.Svc != 0 {
+				svcs = append(svcs, fmt.Sprintf("nat backend %x:%d/%d of service %d (flags %x), rewrite %+v", k.Vip, k.Port, k.Proto, u.Svc, u.Flags, g.FARs[u.Unnat]))
+			}
+		}
 	}
 	slices.Sort(svcs)
 	b.WriteString("\n" + strings.Join(svcs, "\n"))

@@ -241,8 +241,9 @@ func TestUpgradeLayoutChange(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(a.PinDir, "next")); err == nil {
 		t.Errorf("the upgrade directory is left in %s", a.PinDir)
 	}
-	if m, err := ebpf.LoadPinnedMap(filepath.Join(a.PinDir, "edge_conns"), nil); err != nil || m.MaxEntries() != 131072 {
-		t.Errorf("pinned connection table after the resize: %v entries (%v), want 131072", m, err)
+	// flows 32768 + connections 131072, rounded up to a power of two.
+	if m, err := ebpf.LoadPinnedMap(filepath.Join(a.PinDir, "edge_ft"), nil); err != nil || m.MaxEntries() != 262144 {
+		t.Errorf("pinned flow table after the resize: %v entries (%v), want 262144", m, err)
 	} else {
 		m.Close()
 	}

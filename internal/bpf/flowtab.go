@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// The flow table (bpf/lib/flowtab.h): edge_ft holds FTWays ways per
+// bucket, edge_ft_meta a line per bucket with each way's tag, last use
+// and standing, and the bucket's lock. The agent maps both (they are
+// BPF_F_MMAPABLE): it reads flows and connections from memory, and when
+// it writes (an upgrade's copy) it takes a bucket's lock as packets do.
+
+// FTWays and FTIdle mirror EDGE_FT_WAYS and EDGE_FT_IDLE; the flow flags
+// mirror EDGE_FF_*.
+const (
+	FTWays = 8
+	FTIdle = 8
+
+	FlowConn   = 0x01
+	FlowReply  = 0x02
+	FlowClosed = 0x04
+
+	NATUsers = 8
+)
+
+// FTEntries is the flow table's ways for l: flows and connections (a
+// connection is a flow's entry), rounded up to a power of two, at least
+// one bucket's worth per CPU-sized test table.
+func (l Limits) FTEntries() uint32 {
+	l = l.WithDefaults()
+	n := uint64(l.Flows) + uint64(l.Conns)
+	if n < 64 {
+		n = 64
+	}
+	if n > 1<<30 {
+		n = 1 << 30
+	}
+	return uint32(1) << bits.Len64(n-1)
+}
+
+// FTHash is ft_hash of flow key k: the bucket is its low bits (masked by
+// the bucket count), the tag its high 32 bits with the low bit set.
+func FTHash(k *FlowKey) uint64 {
+	w := func(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+	ports := uint64(k.Sport) | uint64(k.Dport)<<16 | uint64(k.Proto)<<32 | uint64(k.Family)<<40
+	return ftHash(w(k.Src[:8]), w(k.Src[8:]), w(k.Dst[:8]), w(k.Dst[8:]), ports, k.GreKey)
+}
+
+func ftHash(s0, s1, d0, d1, ports uint64, greKey uint32) uint64 {
+	h := s0*0x9e3779b97f4a7c15 + s1*0xbf58476d1ce4e5b9 + d0*0x94d049bb133111eb + d1*0xd6e8feb86659fd93 +
+		ports*0xc2b2ae3d27d4eb4f + uint64(greKey)*0x165667b19e3779f9
+	h ^= h >> 31
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 29
+	return h
+}
+
+// flowTable is a mapping of a dataplane's edge_ft and edge_ft_meta.
+type flowTable struct {
+	ways, meta []byte
+	buckets    uint32
+}
+
+const (
+	ftWaySize    = uint32(unsafe.Sizeof(FTWay{}))
+	ftBucketSize = uint32(unsafe.Sizeof(FTBucket{}))
+)
+
+// mapTable maps the flow table's two maps into memory; unmap releases it.
+func mapTable(ways, meta *ebpf.Map) (*flowTable, error) {
+	if ways == nil || meta == nil {
+		return nil, fmt.Errorf("no flow table")
+	}
+	if ways.ValueSize() != ftWaySize || meta.ValueSize() != ftBucketSize {
+		return nil, fmt.Errorf("flow table of %d- and %d-byte elements, this build's %d and %d",
+			ways.ValueSize(), meta.ValueSize(), ftWaySize, ftBucketSize)
+	}
+	if ways.MaxEntries() != meta.MaxEntries()*FTWays {
+		return nil, fmt.Errorf("flow table of %d ways in %d buckets", ways.MaxEntries(), meta.MaxEntries())
+	}
+	t := &flowTable{buckets: meta.MaxEntries()}
+	var err error
+	if t.ways, err = mmapArray(ways); err != nil {
+		return nil, err
+	}
+	if t.meta, err = mmapArray(meta); err != nil {
+		t.unmap()
+		return nil, err
+	}
+	return t, nil
+}
+
+func mmapArray(m *ebpf.Map) ([]byte, error) {
+	size := int(m.ValueSize()) * int(m.MaxEntries())
+	page := unix.Getpagesize()
+	size = (size + page - 1) / page * page
+	b, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+		// Opened read-only (a snapshot without an agent): read only.
+		b, err = unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("map %d bytes of a flow-table map: %w", size, err)
+	}
+	return b, nil
+}
+
+func (t *flowTable) unmap() {
+	for _, b := range [][]byte{t.ways, t.meta} {
+		if b != nil {
+			_ = unix.Munmap(b)
+		}
+	}
+	t.ways, t.meta = nil, nil
+}
+
+func (t *flowTable) bucket(b uint32) *FTBucket {
+	return (*FTBucket)(unsafe.Pointer(&t.meta[b*ftBucketSize]))
+}
+
+func (t *flowTable) way(b, w uint32) *FTWay {
+	return (*FTWay)(unsafe.Pointer(&t.ways[(b*FTWays+w)*ftWaySize]))
+}
+
+// each calls fn with a copy of every entry of the table and whether it
+// had a packet after its first, until fn returns false. Entries written
+// meanwhile may be seen half written (skipped: their bucket moved on).
+func (t *flowTable) each(fn func(w *FTWay, hot bool) bool) {
+	for b := range t.buckets {
+		m := t.bucket(b)
+		for i := range uint32(FTWays) {
+			seq := atomic.LoadUint32(&m.Seq)
+			if atomic.LoadUint32(&m.Tag[i]) == 0 || seq&1 != 0 {
+				continue
+			}
+			w := *t.way(b, i)
+			hot := m.Hot[i] != 0
+			if atomic.LoadUint32(&m.Seq) != seq {
+				continue
+			}
+			if !fn(&w, hot) {
+				return
+			}
+		}
+	}
+}
+
+// find returns the bucket and way holding key k, or ok false.
+func (t *flowTable) find(k *FlowKey) (b, w uint32, ok bool) {
+	h := FTHash(k)
+	b, tag := uint32(h)&(t.buckets-1), uint32(h>>32)|1
+	m := t.bucket(b)
+	for i := range uint32(FTWays) {
+		if atomic.LoadUint32(&m.Tag[i]) == tag && t.way(b, i).K == *k {
+			return b, i, true
+		}
+	}
+	return 0, 0, false
+}
+
+// insert writes entry e under its key, as the dataplane would for a new
+// flow: into an empty way, else one whose flow had a single packet or
+// went idle (edge_ft_insert's choice at tick now), keeping hot. It
+// returns false when the bucket has no room, the key is there already,
+// or a packet is writing the bucket (the caller's copy then leaves it).
+func (t *flowTable) insert(e *FTWay, hot bool, now uint16) bool {
+	h := FTHash(&e.K)
+	b, tag := uint32(h)&(t.buckets-1), uint32(h>>32)|1
+	m := t.bucket(b)
+	seq := atomic.LoadUint32(&m.Seq)
+	if seq&1 != 0 || !atomic.CompareAndSwapUint32(&m.Seq, seq, seq+1) {
+		return false
+	}
+	defer atomic.StoreUint32(&m.Seq, seq+2)
+	best, top := -1, -1
+	for i := range FTWays {
+		if m.Tag[i] == tag && t.way(b, uint32(i)).K == e.K {
+			return false
+		}
+		if m.Tag[i] == 0 {
+			if top < 1<<20 {
+				best, top = i, 1<<20
+			}
+			continue
+		}
+		age := int(uint16(now - m.Seen[i]))
+		if m.Hot[i] != 0 && age < FTIdle {
+			continue
+		}
+		score := 2 * age
+		if m.Hot[i] == 0 {
+			score++
+		}
+		if score > top {
+			best, top = i, score
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	*t.way(b, uint32(best)) = *e
+	m.Seen[best] = now
+	m.Hot[best] = 0
+	if hot {
+		m.Hot[best] = 1
+	}
+	atomic.StoreUint32(&m.Tag[best], tag)
+	return true
+}
+
+// FlowTable maps dp's flow table for reading; the caller unmaps it.
+func (dp *Dataplane) flowTable() (*flowTable, error) {
+	return mapTable(dp.EdgeFt, dp.EdgeFtMeta)
+}
+
+// Tick advances the clock the flow table marks its entries' last use
+// by (edge_tick); the agent calls it once a second.
+func (dp *Dataplane) Tick() error {
+	var t uint32
+	if err := dp.EdgeTick.Lookup(uint32(0), &t); err != nil {
+		return fmt.Errorf("read edge_tick: %w", err)
+	}
+	if err := dp.EdgeTick.Update(uint32(0), t+1, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("advance edge_tick: %w", err)
+	}
+	return nil
+}
