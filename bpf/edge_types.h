@@ -355,12 +355,13 @@ struct edge_path_nh {
 struct edge_emc_slot {
 	struct edge_flow_key4 k;
 	struct edge_flow f;
-	/* the edge_tick the shared entry was last marked used at, and
-	 * whether it was marked hot: a hit that finds either out of date
-	 * marks it (once per tick, not per packet) */
+	/* the edge_tick the table's entry was last marked used at: a hit
+	 * that finds it out of date marks it (once a tick, not per packet;
+	 * a new flow's copy starts out of date, so its second packet marks
+	 * it hot) */
 	__u16 seen;
-	__u16 hot;
-	__u32 pad;
+	__u16 pad;
+	__u32 pad2;
 };
 
 /* A token bucket (per CPU) of the ICMP errors XDP sends, in nanoseconds

@@ -102,18 +102,18 @@ static __always_inline void flow_fresh(struct edge_ctx *ctx)
 
 /* emc_fill makes exact-match slot emc this CPU's copy of entry f for
  * ctx->k4, counting packets and bytes in it (those not yet in the
- * table's total), marked used now (hot: after its first packet). */
+ * table's total). marked says whether the table's entry is marked used
+ * now, after its first packet: if not, the copy's next hit marks it. */
 static __always_inline void emc_fill(struct edge_ctx *ctx,
 				     struct edge_emc_slot *emc,
 				     const struct edge_flow *f, __u64 packets,
-				     __u64 bytes, __u16 hot)
+				     __u64 bytes, int marked)
 {
 	emc->k = ctx->k4;
 	emc->f = *f;
 	emc->f.packets = packets;
 	emc->f.bytes = bytes;
-	emc->seen = ft_now();
-	emc->hot = hot;
+	emc->seen = ft_now() - !marked;
 }
 
 /* flow_find returns the entry of ctx->p's flow when it holds a decision
@@ -136,8 +136,6 @@ static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 	__u16 now;
 	int way;
 
-	ctx->ft_way = -1;
-	ctx->rec.flags = 0;
 	if (p->key.family == 4) {
 		flow_key4(&p->key, &ctx->k4);
 		slot = emc_slot(&ctx->k4);
@@ -150,10 +148,9 @@ static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 				emc->f.packets++;
 				emc->f.bytes += p->len;
 				now = ft_now();
-				if (emc->seen != now || !emc->hot) {
+				if (emc->seen != now) {
 					edge_ft_use(ctx, &p->key, 0, 0, 0);
 					emc->seen = now;
-					emc->hot = 1;
 				}
 				return &emc->f;
 			}
@@ -201,12 +198,13 @@ static __always_inline void flow_record(struct edge_ctx *ctx,
 		emc_fill(ctx, emc, &ctx->nf, 0, 0, 0);
 }
 
-/* flow_keep writes back into the table the next hop a hit looked up
- * again (fl: the copy it was decided from). */
+/* flow_keep writes back into the table the next hop an IPv6 hit looked
+ * up again (fl: the copy in ctx->nf it was decided from); an IPv4 flow
+ * keeps its own in its exact-match copy. */
 static __always_inline void flow_keep(struct edge_ctx *ctx,
 				      const struct edge_flow *fl)
 {
-	if (!ctx->record && ctx->ft_way >= 0 && fl->fib_epoch != ctx->ft_nh)
+	if (fl == &ctx->nf && !ctx->record && fl->fib_epoch != ctx->ft_nh)
 		edge_ft_nexthop(ctx, fl);
 }
 

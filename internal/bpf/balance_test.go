@@ -81,6 +81,7 @@ type lbPkt struct {
 	smac, dmac   net.HardwareAddr
 	noUDPCsum    bool // IPv4 UDP without checksum
 	flags        string
+	tos          uint8 // IPv4 TOS (DSCP << 2)
 }
 
 func (p lbPkt) frame(t testing.TB) []byte {
@@ -97,7 +98,7 @@ func (p lbPkt) frame(t testing.TB) []byte {
 		proto = layers.IPProtocolUDP
 	}
 	if s4 := src.To4(); s4 != nil {
-		ip4 := &layers.IPv4{Version: 4, IHL: 5, Id: 7, TTL: ttl, Protocol: proto, SrcIP: s4, DstIP: dst.To4()}
+		ip4 := &layers.IPv4{Version: 4, IHL: 5, Id: 7, TOS: p.tos, TTL: ttl, Protocol: proto, SrcIP: s4, DstIP: dst.To4()}
 		ls = append(ls, &layers.Ethernet{SrcMAC: p.smac, DstMAC: p.dmac, EthernetType: layers.EthernetTypeIPv4}, ip4)
 		ip = ip4
 	} else {

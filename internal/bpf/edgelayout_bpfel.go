@@ -51,8 +51,8 @@ type edgeEdgeEmcSlot struct {
 	K    edgeEdgeFlowKey4
 	F    edgeEdgeFlow
 	Seen uint16
-	Hot  uint16
-	Pad  uint32
+	Pad  uint16
+	Pad2 uint32
 }
 
 type edgeEdgeFar struct {

@@ -2,6 +2,8 @@
 
 package bpf
 
+import "fmt"
+
 // FlowWays returns a copy of every entry of dp's flow table, with
 // whether it had a packet after its first.
 func (dp *Dataplane) FlowWays() ([]FTWay, []bool, error) {
@@ -37,6 +39,34 @@ func (dp *Dataplane) ClearFlows(drop func(*FTWay) bool) (int, error) {
 				*t.way(b, i) = FTWay{}
 				n++
 			}
+		}
+	}
+	return n, nil
+}
+
+// CheckFlowPlaces fails unless every entry of dp's flow table sits in
+// the bucket FTHash gives its key, under its tag: the agent's mirror of
+// the dataplane's hash places what an upgrade carries where packets
+// look.
+func (dp *Dataplane) CheckFlowPlaces() (int, error) {
+	t, err := dp.flowTable()
+	if err != nil {
+		return 0, err
+	}
+	defer t.unmap()
+	n := 0
+	for b := range t.buckets {
+		m := t.bucket(b)
+		for i := range uint32(FTWays) {
+			if m.Tag[i] == 0 {
+				continue
+			}
+			w := t.way(b, i)
+			h := FTHash(&w.K)
+			if uint32(h)&(t.buckets-1) != b || uint32(h>>32)|1 != m.Tag[i] {
+				return n, fmt.Errorf("flow %+v in bucket %d under tag %#x; FTHash places it in %d under %#x", w.K, b, m.Tag[i], uint32(h)&(t.buckets-1), uint32(h>>32)|1)
+			}
+			n++
 		}
 	}
 	return n, nil

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf_test
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+)
+
+// smallTable is lbConfig (NAT service 1 at 203.0.113.10:80 over far 11
+// and 12) with a flow table of 2,048 entries (256 buckets).
+func smallTable(members string) string {
+	return strings.Replace(fmt.Sprintf(lbConfig, far11, members), "limits: {flows: 8192, rules: 64, maglev_table: 4099, connections: 8192}",
+		"limits: {flows: 1024, rules: 64, maglev_table: 4099, connections: 1024}", 1)
+}
+
+// spoofed is flood packet n: a SYN to the NAT service from a source
+// address and port no established connection uses.
+func spoofed(n int) lbPkt {
+	return lbPkt{src: fmt.Sprintf("10.9.%d.%d", n/250%250, 1+n%250), dst: "203.0.113.10", sport: uint16(1024 + n%50000), dport: 80,
+		smac: macWanNeigh, dmac: macWan0, flags: "S"}
+}
+
+func reason(s *bpf.Snapshot, r int) uint64 { return s.Reasons[r].Packets }
+
+// TestFlowTableFloodKeepsEstablished floods a 2,048-entry flow table
+// with 20,000 one-packet connections from spoofed sources while 300
+// established connections (two packets each) live in it: the flood
+// evicts only its own kind (flow_evict_cold), no established entry goes,
+// and after a commit that drains a backend every established connection
+// keeps its backend without being decided again. Once the established
+// connections have gone unused for FTIdle ticks, a flood may take their
+// places (flow_evict_idle).
+func TestFlowTableFloodKeepsEstablished(t *testing.T) {
+	h := newHarness(t, smallTable("{far: 11}, {far: 12}"))
+	const est, flood = 300, 20000
+	owner := make([]string, est)
+	for n := range est {
+		h.send(client(n, "203.0.113.10", 80, "S"), "wan0")
+		_, out := h.send(client(n, "203.0.113.10", 80, "A"), "wan0")
+		owner[n] = backendOf(t, out)
+	}
+	established := func(w *bpf.FTWay) bool {
+		return w.F.Flags&bpf.FlowConn != 0 && w.K.Src[0] == 10 && w.K.Src[1] == 3
+	}
+	if n := countFlows(t, h.dp, established); n != est {
+		t.Fatalf("%d established connections in the table, want %d", n, est)
+	}
+	newBefore, _ := lbCounters(t, h.dp)
+	before := snap(t, h)
+	for n := range flood {
+		if v, _ := h.send(spoofed(n), "wan0"); v != bpf.XDPRedirect {
+			t.Fatalf("flood packet %d: verdict %s", n, verdictName(v))
+		}
+	}
+	after := snap(t, h)
+	newFlood, _ := lbCounters(t, h.dp)
+	cold := reason(after, bpf.ReasonFlowEvictCold) - reason(before, bpf.ReasonFlowEvictCold)
+	idle := reason(after, bpf.ReasonFlowEvictIdle) - reason(before, bpf.ReasonFlowEvictIdle)
+	full := reason(after, bpf.ReasonFlowFull) - reason(before, bpf.ReasonFlowFull)
+	t.Logf("flood of %d: %d one-packet flows evicted, %d idle, %d not recorded (bucket all active)", flood, cold, idle, full)
+	if n := countFlows(t, h.dp, established); n != est {
+		t.Errorf("%d established connections left in the table after the flood, want all %d", n, est)
+	}
+	if cold == 0 || idle != 0 {
+		t.Errorf("flood evicted %d one-packet and %d idle flows, want some and none", cold, idle)
+	}
+	if n, err := h.dp.CheckFlowPlaces(); err != nil || n < est {
+		t.Errorf("flow places: %d entries, %v", n, err)
+	}
+
+	// Drain far 11; exact-match copies go stale with the commit, so the
+	// table answers: established connections keep their backend.
+	drained, err := config.Parse([]byte(smallTable("{far: 11, weight: 0}, {far: 12}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.apply(drained)
+	newMid, _ := lbCounters(t, h.dp)
+	for n := range est {
+		if _, out := h.send(client(n, "203.0.113.10", 80, "A"), "wan0"); backendOf(t, out) != owner[n] {
+			t.Fatalf("connection %d moved from %s to %s after the flood", n, owner[n], backendOf(t, out))
+		}
+	}
+	newAfter, _ := lbCounters(t, h.dp)
+	var flooded, again uint64
+	for i := range newAfter {
+		flooded += newFlood[i] - newBefore[i]
+		again += newAfter[i] - newMid[i]
+	}
+	if flooded != flood || again != 0 {
+		t.Errorf("%d new connections counted for the flood (want %d), %d for established ones (want 0)", flooded, flood, again)
+	}
+
+	// Unused for FTIdle ticks, established connections become idle: a
+	// flood may now take their places.
+	for range bpf.FTIdle + 1 {
+		if err := h.dp.Tick(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before = snap(t, h)
+	for n := flood; n < 2*flood; n++ {
+		h.send(spoofed(n), "wan0")
+	}
+	after = snap(t, h)
+	if idle := reason(after, bpf.ReasonFlowEvictIdle) - reason(before, bpf.ReasonFlowEvictIdle); idle == 0 {
+		t.Errorf("no idle flow evicted by a flood after %d ticks unused", bpf.FTIdle+1)
+	}
+}
+
+// TestConnKeptAcrossDSCP: a connection's packets with another DSCP are a
+// flow of their own (PDRs may tell them apart), but the same connection:
+// after a commit that drains its backend, they keep it, found by the
+// connection's 5-tuple in the same bucket, and are not counted new.
+func TestConnKeptAcrossDSCP(t *testing.T) {
+	h := newHarness(t, fmt.Sprintf(lbConfig, far11, "{far: 11}, {far: 12}"))
+	var on11 []int
+	owner := map[int]string{}
+	for n := 0; len(on11) < 5 && n < 200; n++ {
+		_, out := h.send(client(n, "203.0.113.10", 80, "S"), "wan0")
+		owner[n] = backendOf(t, out)
+		if owner[n] == "10.6.0.11:8080" {
+			on11 = append(on11, n)
+		}
+	}
+	if len(on11) == 0 {
+		t.Fatal("no connection on 10.6.0.11")
+	}
+	h.apply(lbCfg(t, far11, "{far: 11, weight: 0}, {far: 12}"))
+	newBefore, _ := lbCounters(t, h.dp)
+	for _, n := range on11 {
+		q := client(n, "203.0.113.10", 80, "A")
+		q.tos = 46 << 2 // EF
+		if _, out := h.send(q, "wan0"); backendOf(t, out) != owner[n] {
+			t.Errorf("connection %d with DSCP 46 went to %s, want its backend %s", n, backendOf(t, out), owner[n])
+		}
+	}
+	newAfter, _ := lbCounters(t, h.dp)
+	for i := range newAfter {
+		if d := newAfter[i] - newBefore[i]; d != 0 {
+			t.Errorf("counter %d: %d new connections, want none", i, d)
+		}
+	}
+	// Two entries per connection now, one per DSCP.
+	for _, n := range on11 {
+		src := net.ParseIP(client(n, "203.0.113.10", 80, "A").src).To4()
+		if c := countFlows(t, h.dp, func(w *bpf.FTWay) bool {
+			return w.F.Flags&bpf.FlowConn != 0 && [4]byte(w.K.Src[:4]) == [4]byte(src)
+		}); c != 2 {
+			t.Errorf("connection %d: %d entries, want 2 (DSCP 0 and 46)", n, c)
+		}
+	}
+}
