@@ -105,6 +105,9 @@
 #define EDGE_FT_IDLE 8
 #endif
 
+/* Slots of the per-CPU next-hop cache of NAT backends (power of two). */
+#define EDGE_FAR_NH_SLOTS 256
+
 /* NAT services one backend (address, port, protocol) may serve. */
 #define EDGE_NAT_USERS 8
 

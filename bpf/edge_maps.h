@@ -161,6 +161,18 @@ struct {
 	__uint(max_entries, EDGE_MAX_PATHS);
 } edge_path_nh SEC(".maps");
 
+/* Per-CPU next hop of NAT backends, by FAR index (modulo the slots; local
+ * and remote hold the FAR's index and id): every connection a backend
+ * gets goes to its one address, so a new one copies the next hop an
+ * earlier one resolved instead of asking the FIB. Derivable state, not
+ * pinned. Written by nat. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_path_nh);
+	__uint(max_entries, EDGE_FAR_NH_SLOTS);
+} edge_far_nh SEC(".maps");
+
 /* Interface addresses by ifindex, source of the ICMP errors XDP sends.
  * Written by the agent; read when a packet is answered from XDP. */
 struct {

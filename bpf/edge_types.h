@@ -338,7 +338,8 @@ struct edge_ft_bucket {
 
 /* A path's next hop as this CPU last resolved it (edge_path_nh): valid for
  * the FIB epoch and the path's addresses and interface it was resolved
- * for. */
+ * for; or a NAT backend's (edge_far_nh: local and remote hold its FAR's
+ * index and id). */
 struct edge_path_nh {
 	__u32 fib_epoch; /* 0: none */
 	__be32 local;

@@ -26,6 +26,7 @@ const (
 	benchobjMapEdgeCtx              = "edge_ctx"
 	benchobjMapEdgeDecaps           = "edge_decaps"
 	benchobjMapEdgeEmc4             = "edge_emc4"
+	benchobjMapEdgeFarNh            = "edge_far_nh"
 	benchobjMapEdgeFars             = "edge_fars"
 	benchobjMapEdgeFt               = "edge_ft"
 	benchobjMapEdgeFtMeta           = "edge_ft_meta"
@@ -151,6 +152,7 @@ type benchobjMapSpecs struct {
 	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
+	EdgeFarNh       *ebpf.MapSpec `ebpf:"edge_far_nh"`
 	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
@@ -218,6 +220,7 @@ type benchobjMaps struct {
 	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
+	EdgeFarNh       *ebpf.Map `ebpf:"edge_far_nh"`
 	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
@@ -257,6 +260,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeCtx,
 		m.EdgeDecaps,
 		m.EdgeEmc4,
+		m.EdgeFarNh,
 		m.EdgeFars,
 		m.EdgeFt,
 		m.EdgeFtMeta,

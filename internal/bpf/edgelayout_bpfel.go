@@ -246,6 +246,7 @@ const (
 	edgeMapEdgeCtx         = "edge_ctx"
 	edgeMapEdgeDecaps      = "edge_decaps"
 	edgeMapEdgeEmc4        = "edge_emc4"
+	edgeMapEdgeFarNh       = "edge_far_nh"
 	edgeMapEdgeFars        = "edge_fars"
 	edgeMapEdgeFt          = "edge_ft"
 	edgeMapEdgeFtMeta      = "edge_ft_meta"
@@ -331,6 +332,7 @@ type edgeMapSpecs struct {
 	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
+	EdgeFarNh       *ebpf.MapSpec `ebpf:"edge_far_nh"`
 	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
@@ -392,6 +394,7 @@ type edgeMaps struct {
 	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
+	EdgeFarNh       *ebpf.Map `ebpf:"edge_far_nh"`
 	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
@@ -425,6 +428,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeCtx,
 		m.EdgeDecaps,
 		m.EdgeEmc4,
+		m.EdgeFarNh,
 		m.EdgeFars,
 		m.EdgeFt,
 		m.EdgeFtMeta,
