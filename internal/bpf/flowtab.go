@@ -69,6 +69,7 @@ func ftHash(s0, s1, d0, d1, ports uint64, greKey uint32) uint64 {
 type flowTable struct {
 	ways, meta []byte
 	buckets    uint32
+	copied     bool // a copy (read-only maps): insert has nowhere to write
 }
 
 const (
@@ -90,11 +91,19 @@ func mapTable(ways, meta *ebpf.Map) (*flowTable, error) {
 	}
 	t := &flowTable{buckets: meta.MaxEntries()}
 	var err error
-	if t.ways, err = mmapArray(ways); err != nil {
+	if t.ways, err = mmapArray(ways); err == nil {
+		if t.meta, err = mmapArray(meta); err == nil {
+			return t, nil
+		}
+	}
+	// Opened read-only (the counters of a pin dir, without an agent): a
+	// copy, read through the map's batch calls.
+	t.unmap()
+	t.copied = true
+	if t.ways, err = readArray(ways); err != nil {
 		return nil, err
 	}
-	if t.meta, err = mmapArray(meta); err != nil {
-		t.unmap()
+	if t.meta, err = readArray(meta); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -105,20 +114,41 @@ func mmapArray(m *ebpf.Map) ([]byte, error) {
 	page := unix.Getpagesize()
 	size = (size + page - 1) / page * page
 	b, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
-		// Opened read-only (a snapshot without an agent): read only.
-		b, err = unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("map %d bytes of a flow-table map: %w", size, err)
 	}
 	return b, nil
 }
 
+// readArray copies every value of array m, in index order.
+func readArray(m *ebpf.Map) ([]byte, error) {
+	vs, n := int(m.ValueSize()), int(m.MaxEntries())
+	out := make([]byte, vs*n)
+	keys := make([]uint32, batchSize)
+	vals := make([]byte, batchSize*vs)
+	var cursor ebpf.MapBatchCursor
+	for {
+		c, err := m.BatchLookup(&cursor, keys, rawSlice(vals, batchSize, vs), nil)
+		for i := range c {
+			if int(keys[i]) < n {
+				copy(out[int(keys[i])*vs:], vals[i*vs:(i+1)*vs])
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read a flow-table map: %w", err)
+		}
+	}
+}
+
 func (t *flowTable) unmap() {
-	for _, b := range [][]byte{t.ways, t.meta} {
-		if b != nil {
-			_ = unix.Munmap(b)
+	if !t.copied {
+		for _, b := range [][]byte{t.ways, t.meta} {
+			if b != nil {
+				_ = unix.Munmap(b)
+			}
 		}
 	}
 	t.ways, t.meta = nil, nil
@@ -174,6 +204,9 @@ func (t *flowTable) find(k *FlowKey) (b, w uint32, ok bool) {
 // returns false when the bucket has no room, the key is there already,
 // or a packet is writing the bucket (the caller's copy then leaves it).
 func (t *flowTable) insert(e *FTWay, hot bool, now uint16) bool {
+	if t.copied {
+		return false
+	}
 	h := FTHash(&e.K)
 	b, tag := uint32(h)&(t.buckets-1), uint32(h>>32)|1
 	m := t.bucket(b)
