@@ -99,7 +99,7 @@
  * bucket's line in edge_ft_meta. */
 #define EDGE_FT_WAYS 8
 
-/* edge_tick periods a flow that had more than one packet must go unused
+/* Ticks (edge_state.tick) a flow that had more than one packet must go unused
  * before a new flow may take its way (the agent ticks once a second). */
 #ifndef EDGE_FT_IDLE
 #define EDGE_FT_IDLE 8

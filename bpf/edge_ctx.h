@@ -66,6 +66,7 @@ struct edge_ctx {
 	struct edge_flow nf;      /* the flow entry a miss decides into */
 	struct edge_rule rule;    /* what classification or a service chose */
 	__u32 gen;                /* the rules generation read for the packet */
+	__u32 now;                /* the agent's tick (edge_state.tick) */
 	__u32 record;             /* nf goes into the flow table after act */
 	/* Where the flow table places p.key (flowtab.h): its bucket, tag,
 	 * the bucket's version at lookup (odd: do not record), and the way

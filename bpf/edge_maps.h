@@ -80,16 +80,6 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_ft_meta SEC(".maps");
 
-/* A coarse clock the agent advances once a second: a flow's last use in
- * edge_ft_meta is in its ticks, so no packet reads the time. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, __u32);
-	__uint(max_entries, 1);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} edge_tick SEC(".maps");
-
 /* Per-CPU exact-match cache in front of edge_ft for IPv4 flows (as Open vSwitch's EMC
  * sits in front of its megaflow cache): a direct-mapped copy of recently
  * used IPv4 flow entries, so a packet of an active flow costs an array

@@ -274,6 +274,10 @@ struct edge_state {
 	 * packet whose bit is clear is no such service's, and goes to the
 	 * flow cache without a service lookup (0: no stateless service). */
 	__u64 stateless_vips[2];
+	/* A coarse clock the agent advances once a second: a flow's last use
+	 * in edge_ft_meta is in its ticks, so no packet reads the time. */
+	__u32 tick;
+	__u32 pad;
 };
 
 /* Flow-table value: the decision for a flow under generation gen, and the
@@ -324,7 +328,7 @@ struct edge_ft_way {
 
 /* A bucket's line of edge_ft_meta: what lookups and inserts read before
  * they touch a way. tag[i] is 0 for an empty way, else the high half of
- * the flow's hash with the low bit set; seen[i] the edge_tick of its
+ * the flow's hash with the low bit set; seen[i] the tick (edge_state.tick) of its
  * last use; hot[i] 1 once a packet after the first was seen (a flood of
  * one-packet flows may only evict flows that are not). seq is the
  * bucket's write lock and version: odd while a CPU writes the bucket. */
@@ -356,7 +360,7 @@ struct edge_path_nh {
 struct edge_emc_slot {
 	struct edge_flow_key4 k;
 	struct edge_flow f;
-	/* the edge_tick the table's entry was last marked used at: a hit
+	/* the tick (edge_state.tick) the table's entry was last marked used at: a hit
 	 * that finds it out of date marks it (once a tick, not per packet;
 	 * a new flow's copy starts out of date, so its second packet marks
 	 * it hot) */

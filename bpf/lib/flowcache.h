@@ -113,7 +113,7 @@ static __always_inline void emc_fill(struct edge_ctx *ctx,
 	emc->f = *f;
 	emc->f.packets = packets;
 	emc->f.bytes = bytes;
-	emc->seen = ft_now() - !marked;
+	emc->seen = ctx->now - !marked;
 }
 
 /* flow_find returns the entry of ctx->p's flow when it holds a decision
@@ -147,7 +147,7 @@ static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 			if (emc->f.gen == ctx->gen) {
 				emc->f.packets++;
 				emc->f.bytes += p->len;
-				now = ft_now();
+				now = ctx->now;
 				if (emc->seen != now) {
 					edge_ft_use(ctx, &p->key, 0, 0, 0);
 					emc->seen = now;

@@ -87,14 +87,6 @@ static __always_inline struct edge_ft_way *ft_way(__u32 bucket, __u32 way)
 	return bpf_map_lookup_elem(&edge_ft, &idx);
 }
 
-/* ft_now is the agent's tick. */
-static __always_inline __u16 ft_now(void)
-{
-	__u32 zero = 0, *t = bpf_map_lookup_elem(&edge_tick, &zero);
-
-	return t ? (__u16)*t : 0;
-}
-
 static __always_inline int ft_key_eq(const struct edge_flow_key *x,
 				     const struct edge_flow_key *y)
 {
@@ -150,7 +142,7 @@ static __always_inline void ft_mark(struct edge_ft_bucket *m, __u32 w, __u16 now
  * Either way a connection of the packet's 5-tuple found in the bucket
  * (the key's own stale entry first) is kept in c->rec. A global
  * function: verified once, called on exact-match cache misses. */
-__noinline int edge_ft_lookup(struct edge_ctx *c)
+static __always_inline int edge_ft_lookup(struct edge_ctx *c)
 {
 	struct edge_ft_bucket *m;
 	struct edge_ft_way *e;
@@ -202,7 +194,7 @@ __noinline int edge_ft_lookup(struct edge_ctx *c)
 	c->ft_way = found;
 	if (c->nf.flags & (EDGE_FF_CONN | EDGE_FF_REPLY))
 		ft_rec_from(c, &c->nf);
-	ft_mark(m, found, ft_now());
+	ft_mark(m, found, c->now);
 	return found;
 }
 
@@ -291,7 +283,7 @@ __noinline int edge_ft_use(struct edge_ctx *c, const struct edge_flow_key *k,
 		}
 		if (flags & EDGE_FF_CLOSED)
 			e->f.flags |= EDGE_FF_CLOSED;
-		ft_mark(m, i, ft_now());
+		ft_mark(m, i, c->now);
 		return 1;
 	}
 	return 0;
@@ -328,7 +320,7 @@ static __always_inline int ft_victim(const struct edge_ft_bucket *m, __u16 now)
  * (it keeps its standing), else into the way ft_victim picks. Not
  * recorded, and counted, when the bucket changed since the lookup or
  * holds only active flows. Returns the way, or -1. */
-__noinline int edge_ft_insert(struct edge_ctx *c)
+static __always_inline int edge_ft_insert(struct edge_ctx *c)
 {
 	struct edge_ft_bucket *m;
 	struct edge_ft_way *e;
@@ -344,7 +336,7 @@ __noinline int edge_ft_insert(struct edge_ctx *c)
 		count(&edge_reasons, EDGE_R_FLOW_BUSY, 0);
 		return -1;
 	}
-	now = ft_now();
+	now = c->now;
 	w = c->ft_way;
 	if (w < 0) {
 		w = ft_victim(m, now);

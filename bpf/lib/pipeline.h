@@ -206,6 +206,7 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	if (rc < 0)
 		return punt(&c->p, -rc, st->malformed_verdict);
 	c->gen = st->gen;
+	c->now = st->tick;
 	if (c->gen == 0)
 		return punt(&c->p, EDGE_R_NO_STATE, XDP_PASS);
 

@@ -72,7 +72,7 @@ func (a *Agent) keepPathNeighbours(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// tickFlows advances the flow table's clock (edge_tick) once a second:
+// tickFlows advances the flow table's clock (edge_state.tick) once a second:
 // packets mark each flow's last use in its ticks, and a new flow may take
 // the place of one that went unused for bpf.FTIdle of them. Stopped (the
 // agent restarting), the clock stands still and no flow ages: new flows

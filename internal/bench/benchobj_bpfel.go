@@ -49,7 +49,6 @@ const (
 	benchobjMapEdgeRules            = "edge_rules"
 	benchobjMapEdgeServices         = "edge_services"
 	benchobjMapEdgeSvcIndex         = "edge_svc_index"
-	benchobjMapEdgeTick             = "edge_tick"
 	benchobjMapEdgeTx               = "edge_tx"
 	benchobjMapEdgeVerdicts         = "edge_verdicts"
 	benchobjProgBenchFlowInsert     = "bench_flow_insert"
@@ -175,7 +174,6 @@ type benchobjMapSpecs struct {
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
 	EdgeSvcIndex    *ebpf.MapSpec `ebpf:"edge_svc_index"`
-	EdgeTick        *ebpf.MapSpec `ebpf:"edge_tick"`
 	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
@@ -243,7 +241,6 @@ type benchobjMaps struct {
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
 	EdgeSvcIndex    *ebpf.Map `ebpf:"edge_svc_index"`
-	EdgeTick        *ebpf.Map `ebpf:"edge_tick"`
 	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
 	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
 }
@@ -283,7 +280,6 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeRules,
 		m.EdgeServices,
 		m.EdgeSvcIndex,
-		m.EdgeTick,
 		m.EdgeTx,
 		m.EdgeVerdicts,
 	)

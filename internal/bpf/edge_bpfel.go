@@ -210,6 +210,8 @@ type edgeEdgeState struct {
 	Nservices        [2]uint32
 	Nnat             [2]uint32
 	StatelessVips    [2]uint64
+	Tick             uint32
+	Pad              uint32
 }
 
 type edgeEdgeSvc struct {
@@ -268,7 +270,6 @@ const (
 	edgeMapEdgeRules       = "edge_rules"
 	edgeMapEdgeServices    = "edge_services"
 	edgeMapEdgeSvcIndex    = "edge_svc_index"
-	edgeMapEdgeTick        = "edge_tick"
 	edgeMapEdgeTx          = "edge_tx"
 	edgeMapEdgeVerdicts    = "edge_verdicts"
 	edgeProgEdgeXdp        = "edge_xdp"
@@ -354,7 +355,6 @@ type edgeMapSpecs struct {
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
 	EdgeSvcIndex    *ebpf.MapSpec `ebpf:"edge_svc_index"`
-	EdgeTick        *ebpf.MapSpec `ebpf:"edge_tick"`
 	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
@@ -416,7 +416,6 @@ type edgeMaps struct {
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
 	EdgeSvcIndex    *ebpf.Map `ebpf:"edge_svc_index"`
-	EdgeTick        *ebpf.Map `ebpf:"edge_tick"`
 	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
 	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
 }
@@ -450,7 +449,6 @@ func (m *edgeMaps) Close() error {
 		m.EdgeRules,
 		m.EdgeServices,
 		m.EdgeSvcIndex,
-		m.EdgeTick,
 		m.EdgeTx,
 		m.EdgeVerdicts,
 	)

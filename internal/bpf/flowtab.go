@@ -257,14 +257,19 @@ func (dp *Dataplane) flowTable() (*flowTable, error) {
 }
 
 // Tick advances the clock the flow table marks its entries' last use
-// by (edge_tick); the agent calls it once a second.
+// by (edge_state.tick, which packets read with the generation); the
+// agent calls it once a second.
 func (dp *Dataplane) Tick() error {
-	var t uint32
-	if err := dp.EdgeTick.Lookup(uint32(0), &t); err != nil {
-		return fmt.Errorf("read edge_tick: %w", err)
+	w := dp.writer
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st, err := dp.State()
+	if err != nil {
+		return err
 	}
-	if err := dp.EdgeTick.Update(uint32(0), t+1, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("advance edge_tick: %w", err)
+	st.Tick++
+	if err := dp.EdgeGlobal.Put(uint32(0), st); err != nil {
+		return fmt.Errorf("advance the flow table's clock: %w", err)
 	}
 	return nil
 }

@@ -193,7 +193,6 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgeFars:        dp.EdgeFars,
 		edgeMapEdgeFt:          dp.EdgeFt,
 		edgeMapEdgeFtMeta:      dp.EdgeFtMeta,
-		edgeMapEdgeTick:        dp.EdgeTick,
 		edgeMapEdgeGlobal:      dp.EdgeGlobal,
 		edgeMapEdgeGroups:      dp.EdgeGroups,
 		edgeMapEdgePdrStats:    dp.EdgePdrStats,

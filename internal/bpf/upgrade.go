@@ -77,7 +77,6 @@ var mapRoles = map[string]mapRole{
 	edgeMapEdgeLbFar:       {rebuilt, true},
 	edgeMapEdgeFt:          {flows, false},
 	edgeMapEdgeFtMeta:      {flows, false},
-	edgeMapEdgeTick:        {table, false},
 	edgeMapEdgeEmc4:        {cache, true},
 	edgeMapEdgeLbMembers:   {table, false},
 	edgeMapEdgeTx:          {rebuilt, false},
@@ -414,7 +413,7 @@ func (u *Upgrade) closeOld() {
 	}
 	u.old = nil
 	if u.ft != nil {
-		for _, r := range []*rawMap{u.ft.to, u.ft.toMeta, u.ft.tick} {
+		for _, r := range []*rawMap{u.ft.to, u.ft.toMeta, u.ft.state} {
 			r.m.Close()
 		}
 		u.ft = nil
@@ -490,7 +489,7 @@ func FinishStaged(pinDir string, log *slog.Logger) error {
 		names = append(names, e.Name())
 		if e.Name() == edgeMapEdgeFt {
 			c := &ftCarry{from: load(pinDir, edgeMapEdgeFt), fromMeta: load(pinDir, edgeMapEdgeFtMeta),
-				to: to, toMeta: load(stage, edgeMapEdgeFtMeta), tick: load(stage, edgeMapEdgeTick)}
+				to: to, toMeta: load(stage, edgeMapEdgeFtMeta), state: load(pinDir, edgeMapEdgeGlobal)}
 			if oldFars != nil && newFars != nil {
 				c.g = farGeometry{oldFars.maxEntries / 2, newFars.maxEntries / 2}
 			}

@@ -96,25 +96,25 @@ func carryFlows(from, fromMeta, to, toMeta *rawMap, g farGeometry, now uint16) (
 // ftCarry is an upgrade's carry of the flow table: the old build's maps
 // (nil when it had none) and the new.
 type ftCarry struct {
-	from, fromMeta, to, toMeta, tick *rawMap
-	g                                farGeometry
+	from, fromMeta, to, toMeta, state *rawMap
+	g                                 farGeometry
 }
 
 // run places the old flows the new table lacks, at the new table's tick.
 func (c *ftCarry) run() (placed, dropped int, err error) {
-	var now uint32
-	if c.tick != nil {
-		if err := c.tick.m.Lookup(uint32(0), &now); err != nil {
-			return 0, 0, fmt.Errorf("read edge_tick: %w", err)
+	var st State
+	if c.state != nil {
+		if err := c.state.m.Lookup(uint32(0), &st); err != nil {
+			return 0, 0, fmt.Errorf("read the flow table's clock: %w", err)
 		}
 	}
-	return carryFlows(c.from, c.fromMeta, c.to, c.toMeta, c.g, uint16(now))
+	return carryFlows(c.from, c.fromMeta, c.to, c.toMeta, c.g, uint16(st.Tick))
 }
 
 // close closes the maps the carry opened; the upgrade's old maps are
 // closed with the rest of them.
 func (c *ftCarry) close() {
-	for _, r := range []*rawMap{c.from, c.fromMeta, c.to, c.toMeta, c.tick} {
+	for _, r := range []*rawMap{c.from, c.fromMeta, c.to, c.toMeta, c.state} {
 		if r != nil {
 			r.m.Close()
 		}
@@ -129,8 +129,14 @@ func (u *Upgrade) carryFlowsFirst(bc btfCache, byName map[string]*ebpf.Map, why 
 	for _, o := range []struct {
 		name string
 		r    **rawMap
-	}{{edgeMapEdgeFt, &c.to}, {edgeMapEdgeFtMeta, &c.toMeta}, {edgeMapEdgeTick, &c.tick}} {
-		m, err := byName[o.name].Clone()
+	}{{edgeMapEdgeFt, &c.to}, {edgeMapEdgeFtMeta, &c.toMeta}, {edgeMapEdgeGlobal, &c.state}} {
+		src := byName[o.name]
+		// The clock the old program marks its flows by: the new state
+		// takes it over later in the copy.
+		if o.name == edgeMapEdgeGlobal && u.old[o.name] != nil {
+			src = u.old[o.name].m
+		}
+		m, err := src.Clone()
 		if err != nil {
 			return fmt.Errorf("map %s: %w", o.name, err)
 		}
