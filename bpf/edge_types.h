@@ -337,7 +337,8 @@ struct edge_ft_bucket {
 	__u32 tag[EDGE_FT_WAYS];
 	__u16 seen[EDGE_FT_WAYS];
 	__u8 hot[EDGE_FT_WAYS];
-	__u32 pad;
+	__u8 next; /* the way eviction looks at first (ft_victim) */
+	__u8 pad[3];
 };
 
 /* A path's next hop as this CPU last resolved it (edge_path_nh): valid for

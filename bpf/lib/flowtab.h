@@ -294,24 +294,29 @@ __noinline int edge_ft_use(struct edge_ctx *c, const struct edge_flow_key *k,
 /* ft_victim picks the way of bucket m a new flow takes: an empty one,
  * else of those whose flow had one packet or has gone EDGE_FT_IDLE ticks
  * unused the least recently used (a one-packet flow before an idle one
- * of the same age); -1 when every way holds an active flow. */
+ * of the same age); -1 when every way holds an active flow. Ties go to
+ * the first from the bucket's cursor (m->next), which moves past each
+ * way taken: within a tick the bucket evicts in the order it filled, so
+ * two new flows sharing a bucket do not take each other's way while
+ * older one-packet flows stay. */
 static __always_inline int ft_victim(const struct edge_ft_bucket *m, __u16 now)
 {
 	int best = -1, score, top = -1;
+	__u32 i, j;
 	__u16 age;
-	__u32 i;
 
 #pragma unroll
 	for (i = 0; i < EDGE_FT_WAYS; i++) {
-		if (!m->tag[i])
-			return i;
-		age = now - m->seen[i];
-		if (m->hot[i] && age < EDGE_FT_IDLE)
+		j = (m->next + i) & (EDGE_FT_WAYS - 1);
+		if (!m->tag[j])
+			return j;
+		age = now - m->seen[j];
+		if (m->hot[j] && age < EDGE_FT_IDLE)
 			continue;
-		score = 2 * (int)age + !m->hot[i];
+		score = 2 * (int)age + !m->hot[j];
 		if (score > top) {
 			top = score;
-			best = i;
+			best = j;
 		}
 	}
 	return best;
@@ -354,6 +359,7 @@ static __always_inline int edge_ft_insert(struct edge_ctx *c)
 			count(&edge_reasons, m->hot[w] ? EDGE_R_FLOW_EVICT_IDLE :
 				      EDGE_R_FLOW_EVICT_COLD, 0);
 		m->hot[w] = 0;
+		m->next = (w + 1) & (EDGE_FT_WAYS - 1);
 	}
 	w &= EDGE_FT_WAYS - 1;
 	e = ft_way(c->ft_bucket, w);

@@ -124,7 +124,8 @@ type edgeEdgeFtBucket struct {
 	Tag  [8]uint32
 	Seen [8]uint16
 	Hot  [8]uint8
-	Pad  uint32
+	Next uint8
+	Pad  [3]uint8
 }
 
 type edgeEdgeFtWay struct {

@@ -216,7 +216,8 @@ func (t *flowTable) insert(e *FTWay, hot bool, now uint16) bool {
 	}
 	defer atomic.StoreUint32(&m.Seq, seq+2)
 	best, top := -1, -1
-	for i := range FTWays {
+	for k := range FTWays {
+		i := (int(m.Next) + k) % FTWays
 		if m.Tag[i] == tag && t.way(b, uint32(i)).K == e.K {
 			return false
 		}
@@ -240,6 +241,9 @@ func (t *flowTable) insert(e *FTWay, hot bool, now uint16) bool {
 	}
 	if best < 0 {
 		return false
+	}
+	if m.Tag[best] != 0 {
+		m.Next = uint8(best+1) % FTWays
 	}
 	*t.way(b, uint32(best)) = *e
 	m.Seen[best] = now
