@@ -59,7 +59,8 @@ struct {
  * one write into the bucket, against an LRU hash's insert that walks
  * its lists; which way it may take is the bucket's business
  * (flowtab.h). Written by packets; read by packets and the agent. Size:
- * config (flows + conns, rounded up to a power of two). */
+ * config (the larger of flows and connections, rounded up to a power of
+ * two). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);

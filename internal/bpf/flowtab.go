@@ -33,12 +33,12 @@ const (
 	NATUsers = 8
 )
 
-// FTEntries is the flow table's ways for l: flows and connections (a
-// connection is a flow's entry), rounded up to a power of two, at least
-// one bucket's worth per CPU-sized test table.
+// FTEntries is the flow table's ways for l: flows, or connections if
+// more are asked for (a connection is a flow's entry; the table holds
+// both), rounded up to a power of two.
 func (l Limits) FTEntries() uint32 {
 	l = l.WithDefaults()
-	n := uint64(l.Flows) + uint64(l.Conns)
+	n := uint64(max(l.Flows, l.Conns))
 	if n < 64 {
 		n = 64
 	}

@@ -20,11 +20,11 @@ import (
 
 // Limits are the map sizes taken from the config at load time.
 type Limits struct {
-	Flows uint32 // flows the flow table holds (with Conns: FTEntries)
+	Flows uint32 // flows the flow table holds, of both families (FTEntries)
 	Rules uint32 // classifier entries and FARs per generation
 	// MaglevSize is the entries of each service's Maglev table (a prime;
 	// 0: DefaultMaglevSize), Conns the connections (0: Flows; a
-	// connection is a flow's entry, the table holds both).
+	// connection is a flow's entry: the table holds the larger).
 	MaglevSize uint32
 	Conns      uint32
 }
