@@ -80,8 +80,8 @@ type Config struct {
 
 // Limits sizes the dataplane maps.
 type Limits struct {
-	// Flows is the number of flow-cache entries (MinFlows..MaxFlows,
-	// DefaultFlows when zero).
+	// Flows is the number of flows the flow table holds, of both
+	// families (MinFlows..MaxFlows, DefaultFlows when zero).
 	Flows uint32 `yaml:"flows"`
 	// Rules is the classifier capacity (MinRules..MaxRules, DefaultRules
 	// when zero); the number of PDRs must not exceed it.
@@ -89,8 +89,9 @@ type Limits struct {
 	// MaglevTable is the entries of each service's Maglev table (a prime,
 	// MinMaglevTable..MaxMaglevTable, DefaultMaglevTable when zero).
 	MaglevTable uint32 `yaml:"maglev_table,omitempty"`
-	// Connections is the connection table's size (MinFlows..MaxFlows;
-	// Flows when zero).
+	// Connections is how many balanced connections the flow table must
+	// hold (MinFlows..MaxFlows; Flows when zero): a connection is a
+	// flow's entry, and the table holds the larger of the two.
 	Connections uint32 `yaml:"connections,omitempty"`
 }
 
