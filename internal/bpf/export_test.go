@@ -2,7 +2,11 @@
 
 package bpf
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
 
 // FlowWays returns a copy of every entry of dp's flow table, with
 // whether it had a packet after its first.
@@ -70,4 +74,26 @@ func (dp *Dataplane) CheckFlowPlaces() (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// CarryLegacyConns places the connections of a legacy connection table
+// (edge_conns of the builds before the flow table) in dp's flow table,
+// as an upgrade from such a build does.
+func (dp *Dataplane) CarryLegacyConns(conns *ebpf.Map) (int, int, error) {
+	c, err := conns.Clone()
+	if err != nil {
+		return 0, 0, err
+	}
+	r, err := btfCache{}.open(c, legacyConns)
+	if err != nil {
+		c.Close()
+		return 0, 0, err
+	}
+	defer c.Close()
+	t, err := dp.flowTable()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer t.unmap()
+	return carryConns(r, t, farGeometry{}, 0)
 }

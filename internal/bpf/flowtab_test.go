@@ -3,10 +3,15 @@
 package bpf_test
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
@@ -154,6 +159,75 @@ func TestConnKeptAcrossDSCP(t *testing.T) {
 			return w.F.Flags&bpf.FlowConn != 0 && [4]byte(w.K.Src[:4]) == [4]byte(src)
 		}); c != 2 {
 			t.Errorf("connection %d: %d entries, want 2 (DSCP 0 and 46)", n, c)
+		}
+	}
+}
+
+// TestUpgradeFromConnectionTable: the connections of a build before the
+// flow table (its LRU connection table, edge_conns: 5-tuple -> backend
+// FAR index and id, counter, service, closed) are placed in the flow
+// table as an upgrade from it does, and keep their backend: a connection
+// recorded on the backend Maglev would not pick now goes there, and is
+// not counted new.
+func TestUpgradeFromConnectionTable(t *testing.T) {
+	h := newHarness(t, fmt.Sprintf(lbConfig, far11, "{far: 11}, {far: 12}"))
+	q := client(7, "203.0.113.10", 80, "S")
+	_, out := h.send(q, "wan0")
+	picked := backendOf(t, out)
+	other := map[string]uint32{"10.6.0.11:8080": 12, "10.6.0.12:8080": 11}[picked]
+	fars, _, err := h.dp.ActiveFARs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fi uint32
+	for i, f := range fars {
+		if f.Id == other {
+			fi = i
+		}
+	}
+	// Nothing of the connection left in this build's tables.
+	if _, err := h.dp.ClearFlows(func(*bpf.FTWay) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	h.apply(lbCfg(t, far11, "{far: 11, weight: 1}, {far: 12, weight: 1}"))
+
+	u32 := &btf.Int{Name: "__u32", Size: 4}
+	value := &btf.Struct{Name: "edge_conn", Size: 24, Members: []btf.Member{
+		{Name: "far", Type: u32, Offset: 0}, {Name: "far_id", Type: u32, Offset: 32}, {Name: "stats", Type: u32, Offset: 64},
+		{Name: "svc", Type: u32, Offset: 96}, {Name: "closed", Type: u32, Offset: 128}, {Name: "pad", Type: u32, Offset: 160}}}
+	key := &btf.Struct{Name: "edge_conn_key", Size: 40, Members: []btf.Member{
+		{Name: "bytes", Type: &btf.Array{Type: &btf.Int{Name: "__u8", Size: 1}, Index: u32, Nelems: 40}}}}
+	conns, err := ebpf.NewMap(&ebpf.MapSpec{Name: "edge_conns", Type: ebpf.LRUHash, KeySize: 40, ValueSize: 24, MaxEntries: 64,
+		Key: key, Value: value})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conns.Close()
+	var k bpf.ConnKey
+	copy(k.Src[:], net.ParseIP(q.src).To4())
+	copy(k.Dst[:], net.ParseIP(q.dst).To4())
+	k.Sport, k.Dport = bits.ReverseBytes16(q.sport), bits.ReverseBytes16(q.dport)
+	k.Proto, k.Family = 6, 4
+	v := make([]byte, 24)
+	binary.LittleEndian.PutUint32(v[0:], fi)
+	binary.LittleEndian.PutUint32(v[4:], other)
+	binary.LittleEndian.PutUint32(v[12:], 1) // service 1
+	if err := conns.Put(k, v); err != nil {
+		t.Fatal(err)
+	}
+	if placed, dropped, err := h.dp.CarryLegacyConns(conns); err != nil || placed != 1 || dropped != 0 {
+		t.Fatalf("carry: %d placed, %d without room, %v", placed, dropped, err)
+	}
+	newBefore, _ := lbCounters(t, h.dp)
+	q.flags = "A"
+	want := map[uint32]string{11: "10.6.0.11:8080", 12: "10.6.0.12:8080"}[other]
+	if _, out := h.send(q, "wan0"); backendOf(t, out) != want {
+		t.Errorf("carried connection went to %s, want its recorded backend %s (Maglev picks %s)", backendOf(t, out), want, picked)
+	}
+	newAfter, _ := lbCounters(t, h.dp)
+	for i := range newAfter {
+		if d := newAfter[i] - newBefore[i]; d != 0 {
+			t.Errorf("counter %d: %d new connections, want none", i, d)
 		}
 	}
 }

@@ -413,8 +413,10 @@ func (u *Upgrade) closeOld() {
 	}
 	u.old = nil
 	if u.ft != nil {
-		for _, r := range []*rawMap{u.ft.to, u.ft.toMeta, u.ft.state} {
-			r.m.Close()
+		for _, r := range []*rawMap{u.ft.to, u.ft.toMeta, u.ft.state, u.ft.conns} {
+			if r != nil {
+				r.m.Close()
+			}
 		}
 		u.ft = nil
 	}
@@ -490,6 +492,9 @@ func FinishStaged(pinDir string, log *slog.Logger) error {
 		if e.Name() == edgeMapEdgeFt {
 			c := &ftCarry{from: load(pinDir, edgeMapEdgeFt), fromMeta: load(pinDir, edgeMapEdgeFtMeta),
 				to: to, toMeta: load(stage, edgeMapEdgeFtMeta), state: load(pinDir, edgeMapEdgeGlobal)}
+			if c.from == nil {
+				c.conns = load(pinDir, legacyConns)
+			}
 			if oldFars != nil && newFars != nil {
 				c.g = farGeometry{oldFars.maxEntries / 2, newFars.maxEntries / 2}
 			}

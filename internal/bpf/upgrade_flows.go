@@ -4,10 +4,14 @@ package bpf
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 )
 
 // The flow table moves as one: its ways (edge_ft) and its buckets'
@@ -97,7 +101,10 @@ func carryFlows(from, fromMeta, to, toMeta *rawMap, g farGeometry, now uint16) (
 // (nil when it had none) and the new.
 type ftCarry struct {
 	from, fromMeta, to, toMeta, state *rawMap
-	g                                 farGeometry
+	// conns is the legacy connection table of a build before the flow
+	// table (nil: none).
+	conns *rawMap
+	g     farGeometry
 }
 
 // run places the old flows the new table lacks, at the new table's tick.
@@ -108,13 +115,23 @@ func (c *ftCarry) run() (placed, dropped int, err error) {
 			return 0, 0, fmt.Errorf("read the flow table's clock: %w", err)
 		}
 	}
-	return carryFlows(c.from, c.fromMeta, c.to, c.toMeta, c.g, uint16(st.Tick))
+	placed, dropped, err = carryFlows(c.from, c.fromMeta, c.to, c.toMeta, c.g, uint16(st.Tick))
+	if err != nil || c.conns == nil {
+		return placed, dropped, err
+	}
+	t, err := mapTable(c.to.m, c.toMeta.m)
+	if err != nil {
+		return placed, dropped, err
+	}
+	defer t.unmap()
+	p, d, err := carryConns(c.conns, t, c.g, uint16(st.Tick))
+	return placed + p, dropped + d, err
 }
 
 // close closes the maps the carry opened; the upgrade's old maps are
 // closed with the rest of them.
 func (c *ftCarry) close() {
-	for _, r := range []*rawMap{c.from, c.fromMeta, c.to, c.toMeta, c.state} {
+	for _, r := range []*rawMap{c.from, c.fromMeta, c.to, c.toMeta, c.state, c.conns} {
 		if r != nil {
 			r.m.Close()
 		}
@@ -148,6 +165,11 @@ func (u *Upgrade) carryFlowsFirst(bc btfCache, byName map[string]*ebpf.Map, why 
 	if f := u.old[edgeMapEdgeFars]; f != nil {
 		c.g = farGeometry{f.maxEntries / 2, u.dp.Limits.FARStride()}
 	}
+	if c.from == nil {
+		if c.conns, err = openLegacyConns(bc, u.pinDir); err != nil {
+			return err
+		}
+	}
 	u.ft = c
 	n, dropped, err := c.run()
 	if err != nil {
@@ -169,4 +191,80 @@ func (u *Upgrade) carryFlowsAgain() error {
 	}
 	u.log.Info("upgrade: flows the old program added meanwhile", "flows", n, "no_room", dropped)
 	return nil
+}
+
+// legacyConns is the connection table of the builds before the flow
+// table (edge_conns: a connection's 5-tuple -> its backend's FAR index
+// and id, its counter and service). An upgrade from such a build places
+// each connection in the flow table as a stale entry of its 5-tuple
+// (ingress 0, DSCP 0): a packet of the connection finds it by 5-tuple
+// (edge_ft_lookup's connection) and keeps its backend.
+const legacyConns = "edge_conns"
+
+// carryConns places the connections of a legacy connection table conns
+// that the flow table t lacks, and returns how many it placed and how
+// many found no room. g moves FAR places between rules limits.
+func carryConns(conns *rawMap, t *flowTable, g farGeometry, now uint16) (placed, dropped int, err error) {
+	st, ok := btf.UnderlyingType(conns.valueType).(*btf.Struct)
+	if !ok || conns.keySize != uint32(unsafe.Sizeof(ConnKey{})) {
+		return 0, 0, fmt.Errorf("map %s: no BTF of its value, or a key of %d bytes", legacyConns, conns.keySize)
+	}
+	off := map[string]uint32{}
+	for _, m := range st.Members {
+		off[m.Name] = uint32(m.Offset / 8)
+	}
+	for _, name := range []string{"far", "far_id", "stats", "svc", "closed"} {
+		if _, ok := off[name]; !ok {
+			return 0, 0, fmt.Errorf("map %s: its value has no member %s", legacyConns, name)
+		}
+	}
+	es, err := conns.readAll()
+	if err != nil {
+		return 0, 0, err
+	}
+	remap := g.oldStride != g.newStride && g.oldStride > MaxServices && g.newStride > MaxServices
+	u32 := func(v []byte, name string) uint32 { return binary.LittleEndian.Uint32(v[off[name]:]) }
+	for _, e := range es {
+		k := (*ConnKey)(unsafe.Pointer(&e.key[0]))
+		v := e.vals[0]
+		w := FTWay{K: FlowKey{Src: k.Src, Dst: k.Dst, Sport: k.Sport, Dport: k.Dport, Proto: k.Proto, Family: k.Family},
+			F: Flow{Far: u32(v, "far"), FarId: u32(v, "far_id"), Stats: u32(v, "stats") | StatsLB, Svc: u32(v, "svc"), Flags: FlowConn}}
+		if u32(v, "closed") != 0 {
+			w.F.Flags |= FlowClosed
+		}
+		if remap && w.F.Far < g.oldStride {
+			p, ok := g.place(uint64(w.F.Far))
+			if !ok {
+				continue
+			}
+			w.F.Far = uint32(p)
+		}
+		if _, _, ok := t.find(&w.K); ok {
+			continue
+		}
+		if t.insert(&w, true, now) {
+			placed++
+		} else {
+			dropped++
+		}
+	}
+	return placed, dropped, nil
+}
+
+// openLegacyConns opens the legacy connection table pinned under pinDir,
+// or returns nil when there is none.
+func openLegacyConns(bc btfCache, pinDir string) (*rawMap, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, legacyConns), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open pinned map %s: %w", legacyConns, err)
+	}
+	r, err := bc.open(m, legacyConns)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return r, nil
 }
