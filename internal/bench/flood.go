@@ -45,8 +45,38 @@ type Flood struct {
 	// Moved counts the ring's connections whose backend (GRE remote
 	// and key of the output frame) after the flood is not the one
 	// before it, all RingFlows checked.
-	Moved  int    `json:"moved"`
-	Method string `json:"method"`
+	Moved int `json:"moved"`
+	// QuietTable and FloodTable count what the flow table did in the
+	// quiet passes and in the flood rounds with their passes (reason
+	// counters: flow_evict_cold, flow_evict_idle, flow_full, flow_busy).
+	QuietTable map[string]uint64 `json:"flow_table_quiet"`
+	FloodTable map[string]uint64 `json:"flow_table_flood"`
+	Method     string            `json:"method"`
+}
+
+// tableReasons are the reasons the flow table counts.
+var tableReasons = []int{bpf.ReasonFlowEvictCold, bpf.ReasonFlowEvictIdle, bpf.ReasonFlowFull, bpf.ReasonFlowBusy}
+
+// tableCounts reads dp's flow-table reason counters.
+func tableCounts(dp *bpf.Dataplane) (map[string]uint64, error) {
+	s, err := dp.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for _, r := range tableReasons {
+		out[bpf.ReasonNames[r]] = s.Reasons[r].Packets
+	}
+	return out, nil
+}
+
+// since returns now's counts less then's.
+func since(now, then map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range now {
+		out[k] = v - then[k]
+	}
+	return out
 }
 
 // Addresses of the flood figures: the ring's service (its own, so its
@@ -70,10 +100,10 @@ const methodFlood = "the ring (4,096 dsr-gre connections to a service of their o
 	"service, from a counter shared by all CPUs) on the same CPU, untimed"
 
 // measureFlood adds the established ring quiet and under a flood, and
-// r.Flood. Everything runs on one CPU: the flow cache and the
-// connection table keep an LRU list per CPU, and a flood evicts from the
-// lists of the CPUs it runs on, which RSS spreads it over; one CPU
-// takes the chance out. undo is the resize wrappers' cost beyond the
+// r.Flood. Everything runs on one CPU: the exact-match copies are per
+// CPU (and the LRU tables of builds before the flow table kept a list
+// per CPU, which a flood evicted from where RSS spread it); one CPU takes
+// the chance out. undo is the resize wrappers' cost beyond the
 // plain save/restore (as for lb_dsr_gre).
 func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, undo float64) error {
 	cpus, err := allowedCPUs()
@@ -151,6 +181,10 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 		if before, err = b.backends(dp); err != nil {
 			return err
 		}
+		t0, err := tableCounts(dp)
+		if err != nil {
+			return err
+		}
 		for range rounds {
 			t, w, n, err := pass()
 			if err != nil {
@@ -159,6 +193,11 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 			quiet.add(t, w)
 			f.RedecidedQuiet += n
 		}
+		t1, err := tableCounts(dp)
+		if err != nil {
+			return err
+		}
+		f.QuietTable = since(t1, t0)
 		for range rounds {
 			fl, err := timeRun(progs.BenchResizeFlood, flood, bpf.XDPRedirect, floodPerRound)
 			if err != nil {
@@ -173,6 +212,11 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 			f.Redecided += n
 			f.RedecidedMax = max(f.RedecidedMax, n)
 		}
+		t2, err := tableCounts(dp)
+		if err != nil {
+			return err
+		}
+		f.FloodTable = since(t2, t1)
 		after, err = b.backends(dp)
 		return err
 	})
