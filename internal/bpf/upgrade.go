@@ -404,6 +404,22 @@ func promote(pinDir string, names []string, halt func(string)) error {
 			halt("promoting")
 		}
 	}
+	return removeLegacyPins(pinDir)
+}
+
+// legacyPins are maps of earlier builds this one has no use for: the
+// flow caches, connection and reverse-NAT tables the flow table replaced
+// (their connections were carried over: carryConns). Once the new
+// program forwards alone, their pins go, and the memory with them.
+var legacyPins = []string{"edge_flows", "edge_flows4", legacyConns, "edge_rnat"}
+
+// removeLegacyPins removes the legacyPins pinned under pinDir.
+func removeLegacyPins(pinDir string) error {
+	for _, name := range legacyPins {
+		if err := os.Remove(filepath.Join(pinDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove pin %s of an earlier build: %w", name, err)
+		}
+	}
 	return nil
 }
 

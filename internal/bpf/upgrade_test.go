@@ -77,6 +77,17 @@ func TestUpgradeKeepsConnections(t *testing.T) {
 	}
 	count(hA, 5)
 
+	// A pin an earlier build left (its reverse-NAT table, which the flow
+	// table replaced): the upgrade removes it once it is done.
+	legacy, err := ebpf.NewMap(&ebpf.MapSpec{Name: "edge_rnat", Type: ebpf.Hash, KeySize: 40, ValueSize: 24, MaxEntries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := legacy.Pin(filepath.Join(pin, "edge_rnat")); err != nil {
+		t.Fatal(err)
+	}
+	legacy.Close()
+
 	limB := bpf.Limits{Flows: 16384, Rules: 96, MaglevSize: 4099, Conns: 16384}
 	if _, err := bpf.Open(limB, pin); !errors.Is(err, bpf.ErrIncompatible) {
 		t.Fatalf("open with other sizes: %v, want ErrIncompatible", err)
@@ -187,6 +198,9 @@ func TestUpgradeKeepsConnections(t *testing.T) {
 	// The new maps replaced the old pins; the next start adopts them.
 	if ents, _ := os.ReadDir(filepath.Join(pin, bpf.UpgradeDir)); len(ents) != 0 {
 		t.Errorf("%d pins left in %s", len(ents), bpf.UpgradeDir)
+	}
+	if _, err := os.Stat(filepath.Join(pin, "edge_rnat")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the earlier build's edge_rnat pin is still there: %v", err)
 	}
 	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, "edge_ft"), nil)
 	if err != nil {
