@@ -46,28 +46,13 @@ static __always_inline int act_nat(struct xdp_md *ctx, const struct edge_pkt *p,
 	if (!src && !next_hop_ok(fl, far->ifindex, epoch, p->l3_len)) {
 		ni = fl->far & (EDGE_FAR_NH_SLOTS - 1);
 		nh = bpf_map_lookup_elem(&edge_far_nh, &ni);
-		if (nh && nh->fib_epoch == epoch && nh->local == fl->far &&
-		    nh->remote == far->id && nh->want_oif == far->ifindex &&
-		    p->l3_len <= nh->ok_len) {
-			fl->fib_epoch = epoch;
-			fl->oif = nh->oif;
-			fl->ok_len = nh->ok_len;
-			__builtin_memcpy(fl->dmac, nh->dmac, ETH_ALEN);
-			__builtin_memcpy(fl->smac, nh->smac, ETH_ALEN);
+		if (nh_take(nh, fl->far, far->id, far->ifindex, epoch,
+			    p->l3_len, fl))
 			nh = NULL;
-		}
 	}
 	rc = redirect_hop(ctx, p, far->ifindex, fl, epoch, &mtu);
-	if (nh && rc == XDP_REDIRECT) {
-		nh->fib_epoch = epoch;
-		nh->local = fl->far;
-		nh->remote = far->id;
-		nh->want_oif = far->ifindex;
-		nh->oif = fl->oif;
-		nh->ok_len = fl->ok_len;
-		__builtin_memcpy(nh->dmac, fl->dmac, ETH_ALEN);
-		__builtin_memcpy(nh->smac, fl->smac, ETH_ALEN);
-	}
+	if (nh && rc == XDP_REDIRECT)
+		nh_keep(nh, fl->far, far->id, far->ifindex, epoch, fl);
 	if (rc != -EDGE_R_FRAG_NEEDED)
 		return rc < 0 ? punt(p, -rc, XDP_PASS) : rc;
 	/* Too big for the route out: the kernel, handed the rewritten packet,

@@ -85,6 +85,42 @@ static __always_inline int next_hop_ok(const struct edge_flow *fl, __u32 oif,
 	       len3 <= fl->ok_len;
 }
 
+/* nh_take copies the next hop flows share in nh (a path's, a NAT
+ * backend's) into fl when it was resolved in this FIB epoch for the same
+ * (local, remote, want_oif) and passed the MTU check for len3: a new flow
+ * then skips the FIB. Returns 1 when taken. */
+static __always_inline int nh_take(const struct edge_path_nh *nh, __u32 local,
+				   __u32 remote, __u32 want_oif, __u32 epoch,
+				   __u32 len3, struct edge_flow *fl)
+{
+	if (!nh || nh->fib_epoch != epoch || nh->local != local ||
+	    nh->remote != remote || nh->want_oif != want_oif ||
+	    len3 > nh->ok_len)
+		return 0;
+	fl->fib_epoch = epoch;
+	fl->oif = nh->oif;
+	fl->ok_len = nh->ok_len;
+	__builtin_memcpy(fl->dmac, nh->dmac, ETH_ALEN);
+	__builtin_memcpy(fl->smac, nh->smac, ETH_ALEN);
+	return 1;
+}
+
+/* nh_keep records the next hop the FIB gave fl in nh, for the flows that
+ * share it (nh_take). */
+static __always_inline void nh_keep(struct edge_path_nh *nh, __u32 local,
+				    __u32 remote, __u32 want_oif, __u32 epoch,
+				    const struct edge_flow *fl)
+{
+	nh->fib_epoch = epoch;
+	nh->local = local;
+	nh->remote = remote;
+	nh->want_oif = want_oif;
+	nh->oif = fl->oif;
+	nh->ok_len = fl->ok_len;
+	__builtin_memcpy(nh->dmac, fl->dmac, ETH_ALEN);
+	__builtin_memcpy(nh->smac, fl->smac, ETH_ALEN);
+}
+
 /* ttl_expires tells whether forwarding the packet would take its TTL or
  * hop limit to 0 (a header too short counts as not: the caller checks). */
 static __always_inline int ttl_expires(struct xdp_md *ctx,

@@ -100,6 +100,19 @@ static __always_inline int ft_key_eq(const struct edge_flow_key *x,
  * flags) with what is not the 5-tuple's masked off. */
 #define FT_TUPLE_MASK 0x00ff00ffffffffffull
 
+/* ft_same_tuple tells whether flow keys x and y share their 5-tuple and
+ * GRE key (whatever their DSCP, ingress or path): flows of one
+ * connection. */
+static __always_inline int ft_same_tuple(const struct edge_flow_key *x,
+					 const struct edge_flow_key *y)
+{
+	const __u64 *a = (const __u64 *)x, *b = (const __u64 *)y;
+
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] &&
+	       (a[4] >> 32) == (b[4] >> 32) &&
+	       (a[5] & FT_TUPLE_MASK) == (b[5] & FT_TUPLE_MASK);
+}
+
 /* ft_tuple_eq tells whether flow key x has the 5-tuple of connection
  * key ck, GRE key 0. */
 static __always_inline int ft_tuple_eq(const struct edge_flow_key *x,
@@ -176,13 +189,7 @@ static __always_inline int edge_ft_lookup(struct edge_ctx *c)
 			break;
 		}
 		if ((e->f.flags & EDGE_FF_CONN) && !c->rec.flags &&
-		    ((const __u64 *)e->k.src)[0] == ((const __u64 *)c->p.key.src)[0] &&
-		    ((const __u64 *)e->k.src)[1] == ((const __u64 *)c->p.key.src)[1] &&
-		    ((const __u64 *)e->k.dst)[0] == ((const __u64 *)c->p.key.dst)[0] &&
-		    ((const __u64 *)e->k.dst)[1] == ((const __u64 *)c->p.key.dst)[1] &&
-		    e->k.gre_key == c->p.key.gre_key &&
-		    (((const __u64 *)&e->k)[5] & FT_TUPLE_MASK) ==
-			    (((const __u64 *)&c->p.key)[5] & FT_TUPLE_MASK))
+		    ft_same_tuple(&e->k, &c->p.key))
 			ft_rec_from(c, &e->f);
 	}
 	FT_BARRIER();

@@ -89,17 +89,10 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 	if (!next_hop_ok(fl, path->ifindex, epoch, olen)) {
 		__u32 ni = path->stats & (EDGE_MAX_PATHS - 1);
 
+		/* The path's next hop, resolved by an earlier flow. */
 		nh = bpf_map_lookup_elem(&edge_path_nh, &ni);
-		if (nh && nh->fib_epoch == epoch && nh->local == path->local &&
-		    nh->remote == path->remote &&
-		    nh->want_oif == path->ifindex && olen <= nh->ok_len) {
-			/* The path's next hop, resolved by an earlier flow. */
-			fl->fib_epoch = epoch;
-			fl->oif = nh->oif;
-			fl->ok_len = nh->ok_len;
-			__builtin_memcpy(fl->dmac, nh->dmac, ETH_ALEN);
-			__builtin_memcpy(fl->smac, nh->smac, ETH_ALEN);
-		}
+		nh_take(nh, path->local, path->remote, path->ifindex, epoch,
+			olen, fl);
 	}
 	if (!next_hop_ok(fl, path->ifindex, epoch, olen)) {
 		struct bpf_fib_lookup fib = {
@@ -123,16 +116,9 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 		 * hops resolved. */
 		if (reason)
 			return punt(p, reason, XDP_DROP);
-		if (nh) {
-			nh->fib_epoch = epoch;
-			nh->local = path->local;
-			nh->remote = path->remote;
-			nh->want_oif = path->ifindex;
-			nh->oif = fl->oif;
-			nh->ok_len = fl->ok_len;
-			__builtin_memcpy(nh->dmac, fl->dmac, ETH_ALEN);
-			__builtin_memcpy(nh->smac, fl->smac, ETH_ALEN);
-		}
+		if (nh)
+			nh_keep(nh, path->local, path->remote, path->ifindex,
+				epoch, fl);
 	}
 
 	/* Route the inner packet: one hop. */

@@ -26,26 +26,42 @@ func (dp *Dataplane) FlowWays() ([]FTWay, []bool, error) {
 	return ws, hot, nil
 }
 
-// ClearFlows empties the ways of dp's flow table whose entry drop
-// chooses, as eviction would, and returns how many.
-func (dp *Dataplane) ClearFlows(drop func(*FTWay) bool) (int, error) {
+// usedWays calls fn with each used way of dp's flow table (its bucket's
+// line, the way's index and the way, all in the mapped table) until fn
+// returns an error.
+func (dp *Dataplane) usedWays(fn func(b uint32, m *FTBucket, i uint32, w *FTWay) error) error {
 	t, err := dp.flowTable()
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer t.unmap()
-	n := 0
 	for b := range t.buckets {
 		m := t.bucket(b)
 		for i := range uint32(FTWays) {
-			if m.Tag[i] != 0 && drop(t.way(b, i)) {
-				m.Tag[i] = 0
-				*t.way(b, i) = FTWay{}
-				n++
+			if m.Tag[i] == 0 {
+				continue
+			}
+			if err := fn(b, m, i, t.way(b, i)); err != nil {
+				return err
 			}
 		}
 	}
-	return n, nil
+	return nil
+}
+
+// ClearFlows empties the ways of dp's flow table whose entry drop
+// chooses, as eviction would, and returns how many.
+func (dp *Dataplane) ClearFlows(drop func(*FTWay) bool) (int, error) {
+	n := 0
+	err := dp.usedWays(func(_ uint32, m *FTBucket, i uint32, w *FTWay) error {
+		if drop(w) {
+			m.Tag[i] = 0
+			*w = FTWay{}
+			n++
+		}
+		return nil
+	})
+	return n, err
 }
 
 // CheckFlowPlaces fails unless every entry of dp's flow table sits in
@@ -53,27 +69,16 @@ func (dp *Dataplane) ClearFlows(drop func(*FTWay) bool) (int, error) {
 // the dataplane's hash places what an upgrade carries where packets
 // look.
 func (dp *Dataplane) CheckFlowPlaces() (int, error) {
-	t, err := dp.flowTable()
-	if err != nil {
-		return 0, err
-	}
-	defer t.unmap()
 	n := 0
-	for b := range t.buckets {
-		m := t.bucket(b)
-		for i := range uint32(FTWays) {
-			if m.Tag[i] == 0 {
-				continue
-			}
-			w := t.way(b, i)
-			h := FTHash(&w.K)
-			if uint32(h)&(t.buckets-1) != b || uint32(h>>32)|1 != m.Tag[i] {
-				return n, fmt.Errorf("flow %+v in bucket %d under tag %#x; FTHash places it in %d under %#x", w.K, b, m.Tag[i], uint32(h)&(t.buckets-1), uint32(h>>32)|1)
-			}
-			n++
+	err := dp.usedWays(func(b uint32, m *FTBucket, i uint32, w *FTWay) error {
+		h := FTHash(&w.K)
+		if uint32(h)&(dp.EdgeFtMeta.MaxEntries()-1) != b || uint32(h>>32)|1 != m.Tag[i] {
+			return fmt.Errorf("flow %+v in bucket %d under tag %#x; FTHash places it under %#x", w.K, b, m.Tag[i], uint32(h>>32)|1)
 		}
-	}
-	return n, nil
+		n++
+		return nil
+	})
+	return n, err
 }
 
 // CarryLegacyConns places the connections of a legacy connection table

@@ -264,16 +264,5 @@ func (dp *Dataplane) flowTable() (*flowTable, error) {
 // by (edge_state.tick, which packets read with the generation); the
 // agent calls it once a second.
 func (dp *Dataplane) Tick() error {
-	w := dp.writer
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	st, err := dp.State()
-	if err != nil {
-		return err
-	}
-	st.Tick++
-	if err := dp.EdgeGlobal.Put(uint32(0), st); err != nil {
-		return fmt.Errorf("advance the flow table's clock: %w", err)
-	}
-	return nil
+	return dp.updateState("advance the flow table's clock", func(st *State) { st.Tick++ })
 }

@@ -878,6 +878,18 @@ func (dp *Dataplane) SetIfAddrs(addrs map[uint32]IfAddr) error {
 // BumpFIBEpoch makes every flow look its next hop up again: the agent
 // calls it when routes, neighbours, addresses or links change.
 func (dp *Dataplane) BumpFIBEpoch() error {
+	return dp.updateState("bump fib epoch", func(st *State) {
+		st.FibEpoch++
+		if st.FibEpoch == 0 {
+			st.FibEpoch = 1
+		}
+	})
+}
+
+// updateState changes the live global state with change, under the
+// writer's lock (commits write it too): one field's change leaves the
+// others as they are.
+func (dp *Dataplane) updateState(what string, change func(*State)) error {
 	w := dp.writer
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -885,12 +897,9 @@ func (dp *Dataplane) BumpFIBEpoch() error {
 	if err != nil {
 		return err
 	}
-	st.FibEpoch++
-	if st.FibEpoch == 0 {
-		st.FibEpoch = 1
-	}
+	change(&st)
 	if err := dp.EdgeGlobal.Put(uint32(0), st); err != nil {
-		return fmt.Errorf("bump fib epoch: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
