@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -253,6 +254,38 @@ func (t *flowTable) insert(e *FTWay, hot bool, now uint16) bool {
 	}
 	atomic.StoreUint32(&m.Tag[best], tag)
 	return true
+}
+
+// stuckWait is how long a bucket's lock must stay taken, with the same
+// version, to count as stuck: a packet holds one for well under a
+// microsecond.
+const stuckWait = 10 * time.Millisecond
+
+// unlockStuckBuckets releases the buckets of dp's pinned flow table an
+// agent left locked: one killed while it placed flows in the table (an
+// upgrade's copy) leaves its bucket's version odd, and packets would
+// neither find nor record a flow there again (flow_busy). A version odd
+// now and still the same stuckWait later is no packet's.
+func (dp *Dataplane) unlockStuckBuckets() error {
+	t, err := dp.flowTable()
+	if err != nil {
+		return err
+	}
+	defer t.unmap()
+	odd := map[uint32]uint32{}
+	for b := range t.buckets {
+		if seq := atomic.LoadUint32(&t.bucket(b).Seq); seq&1 != 0 {
+			odd[b] = seq
+		}
+	}
+	if len(odd) == 0 {
+		return nil
+	}
+	time.Sleep(stuckWait)
+	for b, seq := range odd {
+		atomic.CompareAndSwapUint32(&t.bucket(b).Seq, seq, seq+1)
+	}
+	return nil
 }
 
 // FlowTable maps dp's flow table for reading; the caller unmaps it.

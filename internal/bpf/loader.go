@@ -164,6 +164,12 @@ func Open(l Limits, pinDir string) (*Dataplane, error) {
 		dp.Close()
 		return nil, err
 	}
+	if pinDir != "" {
+		if err := dp.unlockStuckBuckets(); err != nil {
+			dp.Close()
+			return nil, err
+		}
+	}
 	return dp, nil
 }
 

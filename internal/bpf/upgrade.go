@@ -407,16 +407,29 @@ func promote(pinDir string, names []string, halt func(string)) error {
 	return removeLegacyPins(pinDir)
 }
 
-// legacyPins are maps of earlier builds this one has no use for: the
-// flow caches, connection and reverse-NAT tables the flow table replaced
-// (their connections were carried over: carryConns). Once the new
-// program forwards alone, their pins go, and the memory with them.
-var legacyPins = []string{"edge_flows", "edge_flows4", legacyConns, "edge_rnat"}
+// legacyPins are maps of earlier builds this one has no use for, by
+// name and key size: the flow caches, connection and reverse-NAT tables
+// the flow table replaced (their connections were carried over:
+// carryConns). Once the new program forwards alone, their pins go, and
+// the memory with them.
+var legacyPins = map[string]uint32{"edge_flows": 56, "edge_flows4": 32, legacyConns: 40, "edge_rnat": 40}
 
-// removeLegacyPins removes the legacyPins pinned under pinDir.
+// removeLegacyPins removes the legacyPins pinned under pinDir: only
+// LRU hashes of their key size, so a pin dir shared with other tools
+// keeps another's map of the same name.
 func removeLegacyPins(pinDir string) error {
-	for _, name := range legacyPins {
-		if err := os.Remove(filepath.Join(pinDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	for name, keySize := range legacyPins {
+		p := filepath.Join(pinDir, name)
+		m, err := ebpf.LoadPinnedMap(p, &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			continue // not there, or not a map
+		}
+		ours := m.Type() == ebpf.LRUHash && m.KeySize() == keySize
+		m.Close()
+		if !ours {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove pin %s of an earlier build: %w", name, err)
 		}
 	}

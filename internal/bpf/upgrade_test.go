@@ -79,7 +79,7 @@ func TestUpgradeKeepsConnections(t *testing.T) {
 
 	// A pin an earlier build left (its reverse-NAT table, which the flow
 	// table replaced): the upgrade removes it once it is done.
-	legacy, err := ebpf.NewMap(&ebpf.MapSpec{Name: "edge_rnat", Type: ebpf.Hash, KeySize: 40, ValueSize: 24, MaxEntries: 16})
+	legacy, err := ebpf.NewMap(&ebpf.MapSpec{Name: "edge_rnat", Type: ebpf.LRUHash, KeySize: 40, ValueSize: 24, MaxEntries: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
