@@ -105,8 +105,11 @@
 #define EDGE_FT_IDLE 8
 #endif
 
-/* Slots of the per-CPU next-hop cache of NAT backends (power of two). */
-#define EDGE_FAR_NH_SLOTS 256
+/* Slots of the per-CPU next-hop cache by destination (power of two). */
+#define EDGE_DST_NH_SLOTS 1024
+
+/* edge_state.fib_flags */
+#define EDGE_FIB_BY_DST 1
 
 /* NAT services one backend (address, port, protocol) may serve. */
 #define EDGE_NAT_USERS 8

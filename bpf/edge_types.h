@@ -277,7 +277,11 @@ struct edge_state {
 	/* A coarse clock the agent advances once a second: a flow's last use
 	 * in edge_ft_meta is in its ticks, so no packet reads the time. */
 	__u32 tick;
-	__u32 pad;
+	/* EDGE_FIB_BY_DST: the agent found the kernel routing by destination
+	 * alone (the default rules; no multipath, TOS or source routes), so
+	 * flows to one destination share its next hop (edge_dst_nh). Every
+	 * change of it comes with a new fib_epoch. */
+	__u32 fib_flags;
 };
 
 /* Flow-table value: the decision for a flow under generation gen, and the
@@ -341,17 +345,17 @@ struct edge_ft_bucket {
 	__u8 pad[3];
 };
 
-/* A path's next hop as this CPU last resolved it (edge_path_nh): valid for
- * the FIB epoch and the path's addresses and interface it was resolved
- * for; or a NAT backend's (edge_far_nh: local and remote hold its FAR's
- * index and id). */
-struct edge_path_nh {
+/* A next hop flows share, as this CPU last resolved it: valid for the FIB
+ * epoch, the interface asked for and the key it was resolved for. A
+ * path's (edge_path_nh) is keyed by the path's outer addresses; a
+ * destination's (edge_dst_nh), by the address, the ingress interface and
+ * the family. */
+struct edge_nh {
 	__u32 fib_epoch; /* 0: none */
-	__be32 local;
-	__be32 remote;
-	__u32 want_oif; /* the path's interface (0: where the route leads) */
-	__u32 oif;      /* the interface the route leads out of */
-	__u16 ok_len;   /* largest L3 length the kernel's MTU check passed */
+	__u32 want_oif;  /* the interface asked for (0: where the route leads) */
+	__u64 key[3];
+	__u32 oif;       /* the interface the route leads out of */
+	__u16 ok_len;    /* largest L3 length the kernel's MTU check passed */
 	__u8 dmac[6];
 	__u8 smac[6];
 	__u16 pad;

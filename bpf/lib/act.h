@@ -16,17 +16,14 @@
 
 /* act_nat rewrites a balanced packet toward its backend (nat) or a reply
  * back from the VIP (unnat) and forwards it. A new connection to a
- * backend takes the backend's next hop from edge_far_nh when this CPU
- * resolved it already: its destination is the backend's address, whoever
- * the client (routes toward a backend are taken to depend on its
- * address, not on the client's). */
+ * backend shares the backend's next hop with the earlier ones (edge_dst_nh)
+ * while the kernel routes by destination alone. */
 static __always_inline int act_nat(struct xdp_md *ctx, const struct edge_pkt *p,
 				   const struct edge_far *far,
 				   struct edge_flow *fl, __u32 epoch)
 {
-	struct edge_path_nh *nh;
 	int reason, src, rc;
-	__u32 mtu = 0, ni;
+	__u32 mtu = 0;
 
 	/* XDP cannot send on a VLAN sub-interface; the kernel would not
 	 * know the VIP: drop, counted. */
@@ -40,19 +37,7 @@ static __always_inline int act_nat(struct xdp_md *ctx, const struct edge_pkt *p,
 	reason = edge_nat_rewrite(ctx, p, far->addr, far->port, src);
 	if (reason)
 		return punt(p, reason, XDP_DROP);
-	/* Toward a backend: its next hop, if an earlier connection to it
-	 * resolved it (a reply's destination is its client: its own). */
-	nh = NULL;
-	if (!src && !next_hop_ok(fl, far->ifindex, epoch, p->l3_len)) {
-		ni = fl->far & (EDGE_FAR_NH_SLOTS - 1);
-		nh = bpf_map_lookup_elem(&edge_far_nh, &ni);
-		if (nh_take(nh, fl->far, far->id, far->ifindex, epoch,
-			    p->l3_len, fl))
-			nh = NULL;
-	}
 	rc = redirect_hop(ctx, p, far->ifindex, fl, epoch, &mtu);
-	if (nh && rc == XDP_REDIRECT)
-		nh_keep(nh, fl->far, far->id, far->ifindex, epoch, fl);
 	if (rc != -EDGE_R_FRAG_NEEDED)
 		return rc < 0 ? punt(p, -rc, XDP_PASS) : rc;
 	/* Too big for the route out: the kernel, handed the rewritten packet,

@@ -85,17 +85,17 @@ static __always_inline int next_hop_ok(const struct edge_flow *fl, __u32 oif,
 	       len3 <= fl->ok_len;
 }
 
-/* nh_take copies the next hop flows share in nh (a path's, a NAT
- * backend's) into fl when it was resolved in this FIB epoch for the same
- * (local, remote, want_oif) and passed the MTU check for len3: a new flow
+/* nh_take copies the next hop flows share in nh (a path's, a
+ * destination's) into fl when it was resolved in this FIB epoch for the
+ * same key and want_oif and passed the MTU check for len3: a new flow
  * then skips the FIB. Returns 1 when taken. */
-static __always_inline int nh_take(const struct edge_path_nh *nh, __u32 local,
-				   __u32 remote, __u32 want_oif, __u32 epoch,
-				   __u32 len3, struct edge_flow *fl)
+static __always_inline int nh_take(const struct edge_nh *nh, const __u64 *key,
+				   __u32 want_oif, __u32 epoch, __u32 len3,
+				   struct edge_flow *fl)
 {
-	if (!nh || nh->fib_epoch != epoch || nh->local != local ||
-	    nh->remote != remote || nh->want_oif != want_oif ||
-	    len3 > nh->ok_len)
+	if (!nh || nh->fib_epoch != epoch || nh->key[0] != key[0] ||
+	    nh->key[1] != key[1] || nh->key[2] != key[2] ||
+	    nh->want_oif != want_oif || len3 > nh->ok_len)
 		return 0;
 	fl->fib_epoch = epoch;
 	fl->oif = nh->oif;
@@ -107,13 +107,14 @@ static __always_inline int nh_take(const struct edge_path_nh *nh, __u32 local,
 
 /* nh_keep records the next hop the FIB gave fl in nh, for the flows that
  * share it (nh_take). */
-static __always_inline void nh_keep(struct edge_path_nh *nh, __u32 local,
-				    __u32 remote, __u32 want_oif, __u32 epoch,
+static __always_inline void nh_keep(struct edge_nh *nh, const __u64 *key,
+				    __u32 want_oif, __u32 epoch,
 				    const struct edge_flow *fl)
 {
 	nh->fib_epoch = epoch;
-	nh->local = local;
-	nh->remote = remote;
+	nh->key[0] = key[0];
+	nh->key[1] = key[1];
+	nh->key[2] = key[2];
 	nh->want_oif = want_oif;
 	nh->oif = fl->oif;
 	nh->ok_len = fl->ok_len;
@@ -184,10 +185,41 @@ static __always_inline void *hop_check(struct xdp_md *ctx,
 	return ip6;
 }
 
+/* dst_nh returns this CPU's slot in edge_dst_nh for a packet to the
+ * destination in iph or ip6 that came in by iif, with its key in key,
+ * or NULL when the kernel's routes may depend on more than the
+ * destination (then every flow asks the FIB). */
+static __always_inline struct edge_nh *dst_nh(const struct iphdr *iph,
+					      const struct ipv6hdr *ip6,
+					      __u32 iif, __u64 *key)
+{
+	const struct edge_state *st;
+	__u32 zero = 0, slot;
+	__u64 h;
+
+	st = bpf_map_lookup_elem(&edge_global, &zero);
+	if (!st || !(st->fib_flags & EDGE_FIB_BY_DST))
+		return NULL;
+	if (iph) {
+		key[0] = iph->daddr;
+		key[1] = 0;
+		key[2] = iif | 4ull << 32;
+	} else if (ip6) {
+		__builtin_memcpy(key, &ip6->daddr, 16);
+		key[2] = iif | 6ull << 32;
+	} else {
+		return NULL;
+	}
+	h = (key[0] ^ key[1] ^ key[2]) * 0x9e3779b97f4a7c15ull;
+	slot = (__u32)(h >> 32) & (EDGE_DST_NH_SLOTS - 1);
+	return bpf_map_lookup_elem(&edge_dst_nh, &slot);
+}
+
 /* redirect_hop forwards the packet out of oif (0: where the route leads)
- * to the next hop cached in fl, asking the FIB first when fl has none for
- * this epoch. Returns the verdict, or -reason when the FIB gave no next
- * hop (the packet untouched; on EDGE_R_FRAG_NEEDED *mtu is the route's). */
+ * to the next hop cached in fl, or shared by its destination (dst_nh),
+ * asking the FIB first when neither has one for this epoch. Returns the
+ * verdict, or -reason when the FIB gave no next hop (the packet
+ * untouched; on EDGE_R_FRAG_NEEDED *mtu is the route's). */
 static __always_inline int redirect_hop(struct xdp_md *ctx,
 					const struct edge_pkt *p, __u32 oif,
 					struct edge_flow *fl, __u32 epoch,
@@ -198,7 +230,9 @@ static __always_inline int redirect_hop(struct xdp_md *ctx,
 	struct ipv6hdr *ip6 = NULL;
 	__u32 len3 = p->l3_len; /* as the kernel's MTU check counts it */
 	__u8 family = p->key.family;
+	struct edge_nh *nh = NULL;
 	int rc, reason;
+	__u64 key[3];
 	void *l3;
 
 	l3 = hop_check(ctx, p, family, &rc);
@@ -209,6 +243,10 @@ static __always_inline int redirect_hop(struct xdp_md *ctx,
 	else
 		ip6 = l3;
 	hide_choice(iph, ip6);
+	if (!next_hop_ok(fl, oif, epoch, len3))
+		nh = dst_nh(iph, ip6, p->key.ifindex, key);
+	if (nh && nh_take(nh, key, oif, epoch, len3, fl))
+		nh = NULL;
 	if (!next_hop_ok(fl, oif, epoch, len3)) {
 		struct bpf_fib_lookup fib = {};
 
@@ -231,6 +269,8 @@ static __always_inline int redirect_hop(struct xdp_md *ctx,
 				     mtu);
 		if (reason)
 			return -reason;
+		if (nh)
+			nh_keep(nh, key, oif, epoch, fl);
 	}
 
 	if (iph)

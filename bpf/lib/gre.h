@@ -50,12 +50,13 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	const struct edge_path *path;
-	struct edge_path_nh *nh = NULL;
+	struct edge_nh *nh = NULL;
 	struct ethhdr *eth = data;
 	struct iphdr *iph = NULL, *outer;
 	struct ipv6hdr *ip6 = NULL;
 	__u32 pi, len3 = p->l3_len, olen, hlen = 4, mtu = 0;
 	__u8 family = p->key.family;
+	__u64 nhkey[3];
 	void *l3;
 	__be16 inner_proto;
 	__be32 *opt;
@@ -90,9 +91,11 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 		__u32 ni = path->stats & (EDGE_MAX_PATHS - 1);
 
 		/* The path's next hop, resolved by an earlier flow. */
+		nhkey[0] = path->local | (__u64)path->remote << 32;
+		nhkey[1] = 0;
+		nhkey[2] = 0;
 		nh = bpf_map_lookup_elem(&edge_path_nh, &ni);
-		nh_take(nh, path->local, path->remote, path->ifindex, epoch,
-			olen, fl);
+		nh_take(nh, nhkey, path->ifindex, epoch, olen, fl);
 	}
 	if (!next_hop_ok(fl, path->ifindex, epoch, olen)) {
 		struct bpf_fib_lookup fib = {
@@ -117,8 +120,7 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 		if (reason)
 			return punt(p, reason, XDP_DROP);
 		if (nh)
-			nh_keep(nh, path->local, path->remote, path->ifindex,
-				epoch, fl);
+			nh_keep(nh, nhkey, path->ifindex, epoch, fl);
 	}
 
 	/* Route the inner packet: one hop. */

@@ -58,6 +58,9 @@ type statsJSON struct {
 	FlowCache  map[string]uint64           `json:"flow_cache"`
 	Paths      map[string]bpf.PathCounters `json:"paths"`
 	Backends   []backendJSON               `json:"backends,omitempty"`
+	// NextHopsByDst: new flows share a destination's next hop (the
+	// kernel routes by destination alone).
+	NextHopsByDst bool `json:"next_hops_by_destination"`
 }
 
 // backendJSON is one service backend's counters (far 0: the service's
@@ -79,6 +82,8 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 		Reasons:    map[string]bpf.Counter{},
 		FlowCache:  map[string]uint64{"hit": s.CacheHit, "miss": s.CacheMiss},
 		Paths:      map[string]bpf.PathCounters{},
+
+		NextHopsByDst: s.NextHopsByDst,
 	}
 	for id, c := range s.Paths {
 		out.Paths[fmt.Sprint(id)] = c
@@ -137,6 +142,11 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 		}
 	}
 	fmt.Fprintf(w, "\t\t\t\nflow cache\thit %d\tmiss %d\t\n", s.CacheHit, s.CacheMiss)
+	shared := "no: each new flow asks the FIB"
+	if s.NextHopsByDst {
+		shared = "yes: routing is by destination alone"
+	}
+	fmt.Fprintf(w, "next hops shared by destination\t%s\t\t\n", shared)
 	return w.Flush()
 }
 

@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
@@ -24,27 +26,41 @@ import (
 // come every few seconds per neighbour and change nothing XDP uses.
 // onAddr runs on address changes (XDP's ICMP errors use the addresses).
 //
+// Route and rule changes also stop flows from sharing next hops by
+// destination (bpf.SetFIBByDst) until a scan of every rule and route
+// (bpf.RoutingByDestination), made once the changes have paused for
+// scanDelay, finds the kernel routing by destination alone again.
+//
 // A netlink subscription ends on any receive error, and a storm of
 // changes (a routing daemon loading a table, a flapping link) overflows
 // the socket's buffer: the kernel drops what does not fit and the next
 // read fails with ENOBUFS. The events lost are unknown, so the watcher
-// then resubscribes to all four, marks every cached next hop stale (bumps
+// then resubscribes to all five, marks every cached next hop stale (bumps
 // the epoch once the new subscriptions listen) and goes on; it ends only
 // with ctx. Each failure is logged once.
 func watchFIB(ctx context.Context, dp *bpf.Dataplane, log *slog.Logger, onAddr func()) error {
-	w := &fibWatch{dp: dp, log: log, onAddr: onAddr}
+	w := &fibWatch{dp: dp, log: log, onAddr: onAddr, kick: make(chan struct{}, 1)}
 	s, err := w.subscribe()
 	if err != nil {
 		return err
 	}
-	// Next hops may have changed while no agent was watching.
-	if err := dp.BumpFIBEpoch(); err != nil {
+	// Next hops, and how the kernel routes, may have changed while no
+	// agent was watching.
+	if _, err := dp.SetFIBByDst(false, nil); err != nil {
 		s.stop()
 		return err
 	}
+	w.rescan()
 	go w.run(ctx, s)
+	go w.scans(ctx)
 	return nil
 }
+
+// scanDelay is how long route and rule changes must pause before the
+// watcher reads every rule and route again to see whether flows may
+// share next hops by destination: a routing daemon's burst costs one
+// scan, not one per route.
+const scanDelay = 200 * time.Millisecond
 
 // netlinkRcvBuf is each subscription's receive buffer: 4 MiB holds a few
 // thousand events (SO_RCVBUFFORCE, so rmem_max does not cap it), enough
@@ -56,15 +72,87 @@ type fibWatch struct {
 	dp     *bpf.Dataplane
 	log    *slog.Logger
 	onAddr func()
+
+	changes atomic.Uint64 // route and rule changes seen (and losses of events)
+	kick    chan struct{} // a scan is due (buffered, 1)
+	shared  bool          // what the last scan that counted found
+	why     string        // and why not, as logged
 }
 
-// subscription is one set of the four netlink subscriptions.
+// routingChanged stops flows from sharing next hops by destination and
+// marks every cached next hop stale, then has the routing scanned again.
+func (w *fibWatch) routingChanged(why string) {
+	w.changes.Add(1)
+	if _, err := w.dp.SetFIBByDst(false, nil); err != nil {
+		w.log.Error("bump fib epoch", "error", err)
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	w.log.Debug("next hops invalidated", "cause", why)
+}
+
+// scans runs a scan after each pause in routing changes until ctx ends.
+func (w *fibWatch) scans(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kick:
+		}
+		for pending := true; pending; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.kick:
+			case <-time.After(scanDelay):
+				pending = false
+			}
+		}
+		w.rescan()
+	}
+}
+
+// rescan reads every rule and route and lets flows share next hops by
+// destination when the kernel routes by it alone, unless routing changed
+// meanwhile (the change has its own scan coming). Each change of what
+// it finds is logged once.
+func (w *fibWatch) rescan() {
+	seen := w.changes.Load()
+	ok, why, err := bpf.RoutingByDestination()
+	if err != nil {
+		ok, why = false, err.Error()
+	}
+	if ok {
+		wrote, err := w.dp.SetFIBByDst(true, func() bool { return w.changes.Load() == seen })
+		if err != nil {
+			w.log.Error("share next hops by destination", "error", err)
+			return
+		}
+		if !wrote {
+			return
+		}
+	}
+	if ok == w.shared && why == w.why {
+		return
+	}
+	w.shared, w.why = ok, why
+	if ok {
+		w.log.Info("routing is by destination alone: new flows share next hops by destination")
+	} else {
+		w.log.Info("routing may depend on more than the destination: every new flow asks the FIB", "why", why)
+	}
+}
+
+// subscription is one set of the five netlink subscriptions.
 type subscription struct {
 	done   chan struct{}
 	routes chan netlink.RouteUpdate
 	neighs chan netlink.NeighUpdate
 	links  chan netlink.LinkUpdate
 	addrs  chan netlink.AddrUpdate
+	rules  chan struct{}
 
 	mu      sync.Mutex
 	stopped bool
@@ -115,6 +203,40 @@ func (s *subscription) stop() {
 		for range s.addrs {
 		}
 	}()
+	go func() {
+		for range s.rules {
+		}
+	}()
+}
+
+// subscribeRules follows changes of either family's rules, which the
+// netlink package has no subscription for: a value on ch for each batch
+// of messages. ch closes when the socket fails (failed is told why) or
+// done closes.
+func subscribeRules(ch chan<- struct{}, done <-chan struct{}, failed func(error)) error {
+	sock, err := nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_IPV4_RULE, unix.RTNLGRP_IPV6_RULE)
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-done
+		sock.Close()
+	}()
+	go func() {
+		defer close(ch)
+		for {
+			if _, _, err := sock.Receive(); err != nil {
+				failed(err)
+				return
+			}
+			select {
+			case ch <- struct{}{}:
+			case <-done:
+				return
+			}
+		}
+	}()
+	return nil
 }
 
 func (w *fibWatch) subscribe() (*subscription, error) {
@@ -124,6 +246,7 @@ func (w *fibWatch) subscribe() (*subscription, error) {
 		neighs: make(chan netlink.NeighUpdate, 256),
 		links:  make(chan netlink.LinkUpdate, 256),
 		addrs:  make(chan netlink.AddrUpdate, 256),
+		rules:  make(chan struct{}, 16),
 	}
 	// A subscription that failed to start never closes its channel:
 	// give the drain in stop a closed one.
@@ -138,25 +261,29 @@ func (w *fibWatch) subscribe() (*subscription, error) {
 	closeNeighs := func() { close(s.neighs) }
 	closeLinks := func() { close(s.links) }
 	closeAddrs := func() { close(s.addrs) }
+	closeRules := func() { close(s.rules) }
 	if err := netlink.RouteSubscribeWithOptions(s.routes, s.done, netlink.RouteSubscribeOptions{
 		ErrorCallback: s.failed("routes"), ReceiveBufferSize: netlinkRcvBuf, ReceiveBufferForceSize: true,
 	}); err != nil {
-		return fail(fmt.Errorf("subscribe to routes: %w", err), closeRoutes, closeNeighs, closeLinks, closeAddrs)
+		return fail(fmt.Errorf("subscribe to routes: %w", err), closeRoutes, closeNeighs, closeLinks, closeAddrs, closeRules)
 	}
 	if err := netlink.NeighSubscribeWithOptions(s.neighs, s.done, netlink.NeighSubscribeOptions{
 		ErrorCallback: s.failed("neighbours"), ReceiveBufferSize: netlinkRcvBuf, ReceiveBufferForceSize: true,
 	}); err != nil {
-		return fail(fmt.Errorf("subscribe to neighbours: %w", err), closeNeighs, closeLinks, closeAddrs)
+		return fail(fmt.Errorf("subscribe to neighbours: %w", err), closeNeighs, closeLinks, closeAddrs, closeRules)
 	}
 	if err := netlink.LinkSubscribeWithOptions(s.links, s.done, netlink.LinkSubscribeOptions{
 		ErrorCallback: s.failed("links"), ReceiveBufferSize: netlinkRcvBuf, ReceiveBufferForceSize: true,
 	}); err != nil {
-		return fail(fmt.Errorf("subscribe to links: %w", err), closeLinks, closeAddrs)
+		return fail(fmt.Errorf("subscribe to links: %w", err), closeLinks, closeAddrs, closeRules)
 	}
 	if err := netlink.AddrSubscribeWithOptions(s.addrs, s.done, netlink.AddrSubscribeOptions{
 		ErrorCallback: s.failed("addresses"), ReceiveBufferSize: netlinkRcvBuf, ReceiveBufferForceSize: true,
 	}); err != nil {
-		return fail(fmt.Errorf("subscribe to addresses: %w", err), closeAddrs)
+		return fail(fmt.Errorf("subscribe to addresses: %w", err), closeAddrs, closeRules)
+	}
+	if err := subscribeRules(s.rules, s.done, s.failed("rules")); err != nil {
+		return fail(fmt.Errorf("subscribe to rules: %w", err), closeRules)
 	}
 	return s, nil
 }
@@ -178,15 +305,13 @@ func (w *fibWatch) run(ctx context.Context, s *subscription) {
 			return
 		}
 		// Whatever changed while no socket listened is unknown: every
-		// flow looks its next hop up again.
-		if err := w.dp.BumpFIBEpoch(); err != nil {
-			w.log.Error("bump fib epoch", "error", err)
-		}
+		// flow looks its next hop up again, and routing is scanned.
+		w.routingChanged("netlink events lost")
 		w.log.Info("netlink watch resubscribed; cached next hops marked stale")
 	}
 }
 
-// resubscribe retries, with a backoff up to 5 s, until it has the four
+// resubscribe retries, with a backoff up to 5 s, until it has the five
 // subscriptions again or ctx ends (nil). Repeated failures of the same
 // kind are logged once.
 func (w *fibWatch) resubscribe(ctx context.Context) *subscription {
@@ -227,7 +352,8 @@ func (w *fibWatch) follow(ctx context.Context, s *subscription) string {
 			if !ok {
 				return "route"
 			}
-			why = "route " + u.Dst.String()
+			w.routingChanged("route " + u.Dst.String())
+			continue
 		case u, ok := <-s.neighs:
 			if !ok {
 				return "neighbour"
@@ -249,6 +375,12 @@ func (w *fibWatch) follow(ctx context.Context, s *subscription) string {
 				return "link"
 			}
 			why = "link " + u.Attrs().Name
+		case _, ok := <-s.rules:
+			if !ok {
+				return "rule"
+			}
+			w.routingChanged("rule")
+			continue
 		case u, ok := <-s.addrs:
 			if !ok {
 				return "address"

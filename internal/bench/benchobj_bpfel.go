@@ -25,8 +25,8 @@ const (
 	benchobjMapEdgeCacheStats       = "edge_cache_stats"
 	benchobjMapEdgeCtx              = "edge_ctx"
 	benchobjMapEdgeDecaps           = "edge_decaps"
+	benchobjMapEdgeDstNh            = "edge_dst_nh"
 	benchobjMapEdgeEmc4             = "edge_emc4"
-	benchobjMapEdgeFarNh            = "edge_far_nh"
 	benchobjMapEdgeFars             = "edge_fars"
 	benchobjMapEdgeFt               = "edge_ft"
 	benchobjMapEdgeFtMeta           = "edge_ft_meta"
@@ -150,8 +150,8 @@ type benchobjMapSpecs struct {
 	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
+	EdgeDstNh       *ebpf.MapSpec `ebpf:"edge_dst_nh"`
 	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
-	EdgeFarNh       *ebpf.MapSpec `ebpf:"edge_far_nh"`
 	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
@@ -217,8 +217,8 @@ type benchobjMaps struct {
 	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
+	EdgeDstNh       *ebpf.Map `ebpf:"edge_dst_nh"`
 	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
-	EdgeFarNh       *ebpf.Map `ebpf:"edge_far_nh"`
 	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
@@ -256,8 +256,8 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeCacheStats,
 		m.EdgeCtx,
 		m.EdgeDecaps,
+		m.EdgeDstNh,
 		m.EdgeEmc4,
-		m.EdgeFarNh,
 		m.EdgeFars,
 		m.EdgeFt,
 		m.EdgeFtMeta,

@@ -378,8 +378,14 @@ func (e *e2e) setup() error {
 	if err := e.use(greConfig); err != nil {
 		return err
 	}
-	// Devmap entries name interfaces of the namespace they are written in.
-	return e.gw.Do(func() error { return e.dp.SetTx([]uint32{e.lan, e.wan}) })
+	// Devmap entries name interfaces of the namespace they are written in;
+	// next hops are shared by destination as an agent there would.
+	return e.gw.Do(func() error {
+		if err := e.dp.SetTx([]uint32{e.lan, e.wan}); err != nil {
+			return err
+		}
+		return shareNextHops(e.dp)
+	})
 }
 
 // attachXDP attaches prog natively to ifindex in the gateway namespace.

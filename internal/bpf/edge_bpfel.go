@@ -212,7 +212,7 @@ type edgeEdgeState struct {
 	Nnat             [2]uint32
 	StatelessVips    [2]uint64
 	Tick             uint32
-	Pad              uint32
+	FibFlags         uint32
 }
 
 type edgeEdgeSvc struct {
@@ -247,8 +247,8 @@ const (
 	edgeMapEdgeCacheStats  = "edge_cache_stats"
 	edgeMapEdgeCtx         = "edge_ctx"
 	edgeMapEdgeDecaps      = "edge_decaps"
+	edgeMapEdgeDstNh       = "edge_dst_nh"
 	edgeMapEdgeEmc4        = "edge_emc4"
-	edgeMapEdgeFarNh       = "edge_far_nh"
 	edgeMapEdgeFars        = "edge_fars"
 	edgeMapEdgeFt          = "edge_ft"
 	edgeMapEdgeFtMeta      = "edge_ft_meta"
@@ -332,8 +332,8 @@ type edgeMapSpecs struct {
 	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
+	EdgeDstNh       *ebpf.MapSpec `ebpf:"edge_dst_nh"`
 	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
-	EdgeFarNh       *ebpf.MapSpec `ebpf:"edge_far_nh"`
 	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
@@ -393,8 +393,8 @@ type edgeMaps struct {
 	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
+	EdgeDstNh       *ebpf.Map `ebpf:"edge_dst_nh"`
 	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
-	EdgeFarNh       *ebpf.Map `ebpf:"edge_far_nh"`
 	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
@@ -426,8 +426,8 @@ func (m *edgeMaps) Close() error {
 		m.EdgeCacheStats,
 		m.EdgeCtx,
 		m.EdgeDecaps,
+		m.EdgeDstNh,
 		m.EdgeEmc4,
-		m.EdgeFarNh,
 		m.EdgeFars,
 		m.EdgeFt,
 		m.EdgeFtMeta,

@@ -3,6 +3,7 @@
 package bpf_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
+	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
@@ -38,6 +40,10 @@ type harness struct {
 	dp    *bpf.Dataplane
 	idx   map[string]uint32
 	alloc rules.Allocs
+	// pin, when not 0, is 1 + the CPU every run is made on: per-CPU
+	// state (exact-match copies, shared next hops) then carries from one
+	// run to the next.
+	pin int
 }
 
 func newHarness(t testing.TB, cfgYAML string) *harness {
@@ -64,6 +70,17 @@ func newHarness(t testing.TB, cfgYAML string) *harness {
 	h.dp = dp
 	h.alloc = rules.NewAllocs(cfg.Limits.Rules, nil, nil)
 	h.apply(cfg)
+	// Flows share next hops by destination, as under an agent in a
+	// namespace routed by destination alone.
+	if err := ns.Do(func() error {
+		ok, why, err := dp.ScanRouting()
+		if err == nil && !ok {
+			t.Fatalf("the harness's namespace routes by more than the destination: %s", why)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	return h
 }
 
@@ -109,6 +126,13 @@ func (h *harness) runErr(frame []byte, inIf string, repeat int) (uint32, []byte,
 	out := make([]byte, len(frame)+256)
 	var ret uint32
 	err := h.ns.Do(func() error {
+		if h.pin != 0 {
+			var set unix.CPUSet
+			set.Set(h.pin - 1)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				return fmt.Errorf("pin to CPU %d: %w", h.pin-1, err)
+			}
+		}
 		opts := &ebpf.RunOptions{
 			Data:    frame,
 			DataOut: out,

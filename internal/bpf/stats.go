@@ -30,6 +30,10 @@ type Snapshot struct {
 	// Backends are the balancer's counters per service and backend FAR
 	// (FAR 0: the service's NAT replies).
 	Backends []BackendCounters
+	// NextHopsByDst: the kernel routes by destination alone, and new
+	// flows share a destination's next hop (SetFIBByDst); false: each
+	// new flow asks the FIB.
+	NextHopsByDst bool
 }
 
 // BackendCounters are one backend's (or a service's replies') counters.
@@ -113,6 +117,11 @@ func readBackends(m *edgeMaps, members map[uint32]MemberRef) ([]BackendCounters,
 
 func readSnapshot(m *edgeMaps, rules map[RuleKey]Rule, paths []Path, gen uint32) (*Snapshot, error) {
 	s := &Snapshot{Gen: gen, PDRs: map[uint32]Counter{}, Paths: map[uint32]PathCounters{}}
+	var st State
+	if err := m.EdgeGlobal.Lookup(uint32(0), &st); err != nil {
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	s.NextHopsByDst = st.FibFlags&fibByDst != 0
 	for _, p := range paths {
 		tx, err := sumCtr(m.EdgePathStats, 2*p.Stats)
 		if err != nil {

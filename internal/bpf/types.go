@@ -103,6 +103,9 @@ func SvcIndex(services map[SvcKey]Svc) (idx [SvcIndexSize]SvcSlot, spilled int) 
 	return idx, spilled
 }
 
+// fibByDst mirrors EDGE_FIB_BY_DST, a bit of edge_state.fib_flags.
+const fibByDst = 1
+
 // StatsLB marks an edge_flow.stats index into edge_lb_stats.
 const StatsLB = 0x80000000
 

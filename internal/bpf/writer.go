@@ -938,3 +938,30 @@ func (dp *Dataplane) ResetPDRStats(idx uint32) error {
 	}
 	return nil
 }
+
+// SetFIBByDst tells XDP whether the kernel routes by destination alone
+// (RoutingByDestination), so flows to one destination may share its next
+// hop, and marks every cached next hop stale with it. The flag is set
+// only while still() holds, checked under the writer's lock (nil: always):
+// a watcher that saw routing change since its scan began passes a check
+// that fails, so a scan older than the change never turns sharing back
+// on. It returns whether the flag was written.
+func (dp *Dataplane) SetFIBByDst(on bool, still func() bool) (bool, error) {
+	wrote := false
+	err := dp.updateState("set fib by destination", func(st *State) {
+		if on && still != nil && !still() {
+			return
+		}
+		wrote = true
+		if on {
+			st.FibFlags |= fibByDst
+		} else {
+			st.FibFlags &^= fibByDst
+		}
+		st.FibEpoch++
+		if st.FibEpoch == 0 {
+			st.FibEpoch = 1
+		}
+	})
+	return wrote, err
+}

@@ -53,6 +53,7 @@ type Collector struct {
 	lbPackets, lbBytes           *prometheus.Desc
 	lbNew, lbActive              *prometheus.Desc
 	replyPackets, replyBytes     *prometheus.Desc
+	nextHopsByDst                *prometheus.Desc
 }
 
 // NewCollector returns a collector reading from src.
@@ -80,6 +81,8 @@ func NewCollector(src Source) *Collector {
 			"Connection-table entries pinned to a backend without a FIN or RST from the client yet (approximate: an entry stays until the table evicts it).", "service", "far"),
 		replyPackets: d("service_reply_packets_total", "Packets of a NAT service's replies rewritten back to its VIP.", "service"),
 		replyBytes:   d("service_reply_bytes_total", "Bytes of a NAT service's replies.", "service"),
+		nextHopsByDst: d("next_hops_shared_by_destination",
+			"1 while the kernel routes by destination alone (default rules; no multipath, TOS or source routes) and new flows share a destination's next hop; 0 while each new flow asks the FIB."),
 	}
 }
 
@@ -87,7 +90,7 @@ func NewCollector(src Source) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.pdrPackets, c.pdrBytes, c.verdictPackets, c.verdictBytes,
 		c.reasonPackets, c.reasonBytes, c.cache, c.generation, c.scrapeErr, c.pathPackets, c.pathBytes,
-		c.lbPackets, c.lbBytes, c.lbNew, c.lbActive, c.replyPackets, c.replyBytes} {
+		c.lbPackets, c.lbBytes, c.lbNew, c.lbActive, c.replyPackets, c.replyBytes, c.nextHopsByDst} {
 		ch <- d
 	}
 }
@@ -101,6 +104,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.scrapeErr, prometheus.GaugeValue, 0)
 	ch <- prometheus.MustNewConstMetric(c.generation, prometheus.GaugeValue, float64(s.Gen))
+	byDst := 0.0
+	if s.NextHopsByDst {
+		byDst = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.nextHopsByDst, prometheus.GaugeValue, byDst)
 	for id, v := range s.PDRs {
 		l := strconv.FormatUint(uint64(id), 10)
 		ch <- prometheus.MustNewConstMetric(c.pdrPackets, prometheus.CounterValue, float64(v.Packets), l)
