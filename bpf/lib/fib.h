@@ -215,6 +215,33 @@ static __always_inline struct edge_nh *dst_nh(const struct iphdr *iph,
 	return bpf_map_lookup_elem(&edge_dst_nh, &slot);
 }
 
+/* fib_ask resolves the next hop of the packet in iph or ip6 (one of them
+ * set) out of oif into fl (fib_resolve). */
+static __always_inline int fib_ask(struct xdp_md *ctx, const struct edge_pkt *p,
+				   const struct iphdr *iph,
+				   const struct ipv6hdr *ip6, __u32 oif,
+				   struct edge_flow *fl, __u32 epoch, __u32 *mtu)
+{
+	struct bpf_fib_lookup fib = {};
+
+	fib.l4_protocol = p->key.proto;
+	fib.sport = p->key.sport;
+	fib.dport = p->key.dport;
+	fib.tot_len = p->l3_len;
+	if (iph) {
+		fib.family = AF_INET;
+		fib.tos = iph->tos;
+		fib.ipv4_src = iph->saddr;
+		fib.ipv4_dst = iph->daddr;
+	} else if (ip6) {
+		fib.family = AF_INET6;
+		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
+		__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
+		__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
+	}
+	return fib_resolve(ctx, &fib, oif, p->key.ifindex, fl, epoch, mtu);
+}
+
 /* redirect_hop forwards the packet out of oif (0: where the route leads)
  * to the next hop cached in fl, or shared by its destination (dst_nh),
  * asking the FIB first when neither has one for this epoch. Returns the
@@ -243,34 +270,15 @@ static __always_inline int redirect_hop(struct xdp_md *ctx,
 	else
 		ip6 = l3;
 	hide_choice(iph, ip6);
-	if (!next_hop_ok(fl, oif, epoch, len3))
-		nh = dst_nh(iph, ip6, p->key.ifindex, key);
-	if (nh && nh_take(nh, key, oif, epoch, len3, fl))
-		nh = NULL;
 	if (!next_hop_ok(fl, oif, epoch, len3)) {
-		struct bpf_fib_lookup fib = {};
-
-		fib.l4_protocol = p->key.proto;
-		fib.sport = p->key.sport;
-		fib.dport = p->key.dport;
-		fib.tot_len = len3;
-		if (iph) {
-			fib.family = AF_INET;
-			fib.tos = iph->tos;
-			fib.ipv4_src = iph->saddr;
-			fib.ipv4_dst = iph->daddr;
-		} else if (ip6) {
-			fib.family = AF_INET6;
-			fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
-			__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
-			__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
+		nh = dst_nh(iph, ip6, p->key.ifindex, key);
+		if (!nh_take(nh, key, oif, epoch, len3, fl)) {
+			reason = fib_ask(ctx, p, iph, ip6, oif, fl, epoch, mtu);
+			if (reason)
+				return -reason;
+			if (nh)
+				nh_keep(nh, key, oif, epoch, fl);
 		}
-		reason = fib_resolve(ctx, &fib, oif, p->key.ifindex, fl, epoch,
-				     mtu);
-		if (reason)
-			return -reason;
-		if (nh)
-			nh_keep(nh, key, oif, epoch, fl);
 	}
 
 	if (iph)
