@@ -108,6 +108,13 @@
 /* Slots of the per-CPU next-hop cache by destination (power of two). */
 #define EDGE_DST_NH_SLOTS 1024
 
+/* Path probes (struct edge_probe): GRE protocol type (IEEE 802's local
+ * experimental EtherType 1), magic ("EPRB") and kinds. */
+#define EDGE_PROBE_PROTO 0x88b5
+#define EDGE_PROBE_MAGIC 0x45505242
+#define EDGE_PROBE_REQUEST 1
+#define EDGE_PROBE_REPLY 2
+
 /* edge_state.fib_flags */
 #define EDGE_FIB_BY_DST 1
 

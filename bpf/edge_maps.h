@@ -152,6 +152,17 @@ struct {
 	__uint(max_entries, EDGE_MAX_PATHS);
 } edge_path_nh SEC(".maps");
 
+/* What the answers to each path's probes showed, by the path's stable
+ * index (struct edge_probe_rec). Written by the probe stage, read and
+ * cleared by the agent's path monitor; not pinned (an agent starting
+ * monitors afresh). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_probe_rec);
+	__uint(max_entries, EDGE_MAX_PATHS);
+} edge_path_probe SEC(".maps");
+
 /* Per-CPU next hops by destination (slot: a hash of the address and the
  * ingress interface; one entry per slot), used only while the kernel
  * routes by destination alone (edge_state.fib_flags): a new flow to a

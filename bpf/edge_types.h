@@ -5,6 +5,7 @@
 #define EDGE_TYPES_H
 
 #include <linux/types.h>
+#include <linux/bpf.h>
 #include "edge_consts.h"
 
 /* FAR actions (edge_far.action). Encap/decap and balancing slot in after
@@ -59,6 +60,9 @@ enum edge_reason {
 	EDGE_R_FLOW_EVICT_COLD, /* a one-packet flow's entry taken by a new flow */
 	EDGE_R_FLOW_EVICT_IDLE, /* an idle flow's entry taken by a new flow */
 	EDGE_R_FLOW_BUSY,     /* flow-table bucket written by another CPU: not recorded */
+	EDGE_R_PROBE_REFLECT, /* a peer's path probe, sent back to it (XDP_TX) */
+	EDGE_R_PROBE_REPLY,   /* the answer to one of our path probes, recorded */
+	EDGE_R_BAD_PROBE,     /* a path probe too short, of no known kind, or not ours */
 	EDGE_R_MAX,
 };
 
@@ -359,6 +363,36 @@ struct edge_nh {
 	__u8 dmac[6];
 	__u8 smac[6];
 	__u16 pad;
+};
+
+/* A path probe as it travels inside GRE (protocol type EDGE_PROBE_PROTO):
+ * a gateway sends a request over each of its paths, the peer's XDP sends
+ * it back unchanged but for its kind (and the outer addresses), and the
+ * sender's XDP times it. Network byte order but for sent_ns, which only
+ * its sender reads. */
+struct edge_probe {
+	__be32 magic;   /* EDGE_PROBE_MAGIC */
+	__u8 kind;      /* EDGE_PROBE_REQUEST or EDGE_PROBE_REPLY */
+	__u8 pad;
+	__be16 path;    /* the sender's stable index of the path */
+	__be32 seq;     /* the sender's sequence number, per path */
+	__u32 pad2;
+	__u64 sent_ns;  /* the sender's CLOCK_MONOTONIC when it sent it */
+};
+
+/* What the answers to a path's probes showed (edge_path_probe, by the
+ * path's stable index), written by XDP under the lock as each comes in,
+ * read by the agent's path monitor. RTTs are RFC 6298's estimators. */
+struct edge_probe_rec {
+	struct bpf_spin_lock lock;
+	__u32 hi_seq;      /* the highest sequence number answered */
+	__u64 seen;        /* bit i: hi_seq - i was answered */
+	__u64 replies;     /* answers recorded */
+	__u64 last_ns;     /* when the last one came (CLOCK_MONOTONIC) */
+	__u64 last_rtt_ns; /* its round-trip time */
+	__u64 srtt_ns;     /* smoothed RTT (gain 1/8) */
+	__u64 rttvar_ns;   /* RTT variation (gain 1/4): the jitter */
+	__u64 min_ns;      /* the smallest RTT since the agent cleared it (0: none) */
 };
 
 /* Exact-match cache slot: a per-CPU copy of one IPv4 flow entry. */

@@ -15,6 +15,7 @@
 #include "csum.h"
 #include "fib.h"
 #include "parse.h"
+#include "probe.h"
 #include "proto.h"
 #include "too_big.h"
 #include "verdict.h"
@@ -269,6 +270,8 @@ static __always_inline int edge_decap(struct xdp_md *ctx, struct edge_ctx *c,
 	proto = gre[1];
 	inner_off = (p->l4_off & 0xff) + (p->gre_hlen & 0x1f);
 	outer_end = data + ((p->l3_off + p->l3_len) & 0xffff);
+	if (proto == bpf_htons(EDGE_PROBE_PROTO))
+		return edge_probe(ctx, p, path, inner_off, outer_end);
 
 	__builtin_memset(p, 0, sizeof(*p));
 	p->len = len;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* The per-packet pipeline, stage by stage:
  *
- *   parse -> decide -> [decap -> decide the inner packet] -> act -> record
+ *   parse -> decide -> [decap (or a path probe: answered, or timed)
+ *   -> decide the inner packet] -> act -> record
  *
  * decide: ICMP errors about NAT'd connections (translated, never cached)
  *   -> stateless services (before any cache) -> flow table; on a miss
@@ -12,8 +13,9 @@
  * own headers, each including what it uses:
  *
  *   verdict.h (context, FARs, counters) <- fib.h <- icmp.h, too_big.h
- *   <- gre.h (encap, decap) <- nat.h <- balance.h <- act.h <- pipeline.h,
- *   with parse.h, classify.h, flowtab.h and flowcache.h beside them.
+ *   <- gre.h (encap, decap; probe.h answers and times path probes)
+ *   <- nat.h <- balance.h <- act.h <- pipeline.h, with parse.h,
+ *   classify.h, flowtab.h and flowcache.h beside them.
  *
  * A new stage is a header of its own and a call here; one that needs
  * state between packets keeps it in a map, one that needs scratch space

@@ -16,13 +16,18 @@ import (
 	"io"
 	"reflect"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"gopkg.in/yaml.v3"
 
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/client"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
@@ -87,7 +92,13 @@ apply -f reads back; -o json prints them as the API carries them.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), "no "+s.Plural(k))
 				return nil
 			}
-			return printObjects(cmd.OutOrStdout(), s, k, msgs, output, len(refs) == 1)
+			if err := printObjects(cmd.OutOrStdout(), s, k, msgs, output, len(refs) == 1); err != nil {
+				return err
+			}
+			if k == config.KindPath && output == outTable {
+				return printPathStatus(cmd.OutOrStdout(), conn, msgs)
+			}
+			return nil
 		},
 	}
 	c.Flags().StringVarP(&output, "output", "o", outTable, "output format: table, json or yaml")
@@ -183,4 +194,45 @@ func printYAML(w io.Writer, s *config.Schema, k config.Kind, cfg *config.Config)
 	}
 	_, err = w.Write(b)
 	return err
+}
+
+// printPathStatus prints, under the paths' table, each listed path's
+// state as the agent's monitor judges it. An agent without a monitor
+// (older) prints none.
+func printPathStatus(w io.Writer, conn *client.Conn, paths []proto.Message) error {
+	r, err := conn.ListPathStatus(conn.Ctx, &pb.ListRequest{})
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented {
+		return nil
+	}
+	if err != nil {
+		return conn.Err("path status", err)
+	}
+	listed := map[uint32]bool{}
+	for _, m := range paths {
+		if p, ok := m.(*pb.Path); ok {
+			listed[p.GetId()] = true
+		}
+	}
+	us := func(v uint64) string {
+		return (time.Duration(v) * time.Microsecond).Round(10 * time.Microsecond).String()
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nPATH\tSTATE\tRTT\tJITTER\tMIN RTT\tLOSS\tPROBES\tSINCE\tWHY")
+	for _, p := range r.GetPaths() {
+		if !listed[p.GetPath()] {
+			continue
+		}
+		if !p.GetMonitored() {
+			fmt.Fprintf(tw, "%d\t%s\t-\t-\t-\t-\t-\t-\tmonitor off\n", p.GetPath(), p.GetState())
+			continue
+		}
+		since := p.GetSince()
+		if t, err := time.Parse(time.RFC3339Nano, since); err == nil {
+			since = time.Since(t).Round(100*time.Millisecond).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%.1f%%\t%d/%d\t%s\t%s\n", p.GetPath(), p.GetState(),
+			us(p.GetRttUs()), us(p.GetJitterUs()), us(p.GetMinRttUs()), 100*p.GetLoss(),
+			p.GetProbesAnswered(), p.GetProbesSent(), since, p.GetWhy())
+	}
+	return tw.Flush()
 }

@@ -92,6 +92,7 @@ type Agent struct {
 	comp  *rules.Compiler
 	gen   uint32
 	dp    *bpf.Dataplane
+	mon   *pathMonitor // probes and judges the paths
 	// down lists the backends health checks took out; a reload's fresh
 	// compile takes them out again.
 	down map[healthKey]bool
@@ -219,6 +220,8 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	go a.keepPathNeighbours(ctx, log)
+	a.mon = newPathMonitor(a.dp, log, a.Config)
+	go a.mon.run(ctx)
 	go a.healthLoop(ctx, a.backendUp)
 	go tickFlows(ctx, a.dp, log)
 

@@ -58,6 +58,9 @@ type Backend interface {
 	// Flows reads the top n flows by bytes (n > 0), with ingress
 	// interfaces named.
 	Flows(n int) ([]bpf.FlowStat, map[uint32]string, error)
+	// PathStatus returns each path's state as the path monitor judges
+	// it, by path id.
+	PathStatus() []*pb.PathStatus
 }
 
 // Server implements edgeplanev1.GatewayServer over a Backend.
@@ -340,4 +343,9 @@ func (s *Server) ListFlows(_ context.Context, req *pb.ListFlowsRequest) (*pb.Lis
 		out.Flows = append(out.Flows, pf)
 	}
 	return out, nil
+}
+
+// ListPathStatus implements edgeplanev1.GatewayServer.
+func (s *Server) ListPathStatus(context.Context, *pb.ListRequest) (*pb.ListPathStatusResponse, error) {
+	return &pb.ListPathStatusResponse{Paths: s.b.PathStatus()}, nil
 }

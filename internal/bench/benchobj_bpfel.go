@@ -41,6 +41,7 @@ const (
 	benchobjMapEdgeMaglev           = "edge_maglev"
 	benchobjMapEdgeNatBackends      = "edge_nat_backends"
 	benchobjMapEdgePathNh           = "edge_path_nh"
+	benchobjMapEdgePathProbe        = "edge_path_probe"
 	benchobjMapEdgePathSeq          = "edge_path_seq"
 	benchobjMapEdgePathStats        = "edge_path_stats"
 	benchobjMapEdgePaths            = "edge_paths"
@@ -166,6 +167,7 @@ type benchobjMapSpecs struct {
 	EdgeMaglev      *ebpf.MapSpec `ebpf:"edge_maglev"`
 	EdgeNatBackends *ebpf.MapSpec `ebpf:"edge_nat_backends"`
 	EdgePathNh      *ebpf.MapSpec `ebpf:"edge_path_nh"`
+	EdgePathProbe   *ebpf.MapSpec `ebpf:"edge_path_probe"`
 	EdgePathSeq     *ebpf.MapSpec `ebpf:"edge_path_seq"`
 	EdgePathStats   *ebpf.MapSpec `ebpf:"edge_path_stats"`
 	EdgePaths       *ebpf.MapSpec `ebpf:"edge_paths"`
@@ -233,6 +235,7 @@ type benchobjMaps struct {
 	EdgeMaglev      *ebpf.Map `ebpf:"edge_maglev"`
 	EdgeNatBackends *ebpf.Map `ebpf:"edge_nat_backends"`
 	EdgePathNh      *ebpf.Map `ebpf:"edge_path_nh"`
+	EdgePathProbe   *ebpf.Map `ebpf:"edge_path_probe"`
 	EdgePathSeq     *ebpf.Map `ebpf:"edge_path_seq"`
 	EdgePathStats   *ebpf.Map `ebpf:"edge_path_stats"`
 	EdgePaths       *ebpf.Map `ebpf:"edge_paths"`
@@ -272,6 +275,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeMaglev,
 		m.EdgeNatBackends,
 		m.EdgePathNh,
+		m.EdgePathProbe,
 		m.EdgePathSeq,
 		m.EdgePathStats,
 		m.EdgePaths,

@@ -188,6 +188,22 @@ type edgeEdgePath struct {
 	Pad     uint8
 }
 
+type edgeEdgeProbeRec struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+	HiSeq     uint32
+	Seen      uint64
+	Replies   uint64
+	LastNs    uint64
+	LastRttNs uint64
+	SrttNs    uint64
+	RttvarNs  uint64
+	MinNs     uint64
+}
+
 type edgeEdgeRule struct {
 	_     structs.HostLayout
 	Prio  uint64
@@ -264,6 +280,7 @@ const (
 	edgeMapEdgeMaglev      = "edge_maglev"
 	edgeMapEdgeNatBackends = "edge_nat_backends"
 	edgeMapEdgePathNh      = "edge_path_nh"
+	edgeMapEdgePathProbe   = "edge_path_probe"
 	edgeMapEdgePathSeq     = "edge_path_seq"
 	edgeMapEdgePathStats   = "edge_path_stats"
 	edgeMapEdgePaths       = "edge_paths"
@@ -349,6 +366,7 @@ type edgeMapSpecs struct {
 	EdgeMaglev      *ebpf.MapSpec `ebpf:"edge_maglev"`
 	EdgeNatBackends *ebpf.MapSpec `ebpf:"edge_nat_backends"`
 	EdgePathNh      *ebpf.MapSpec `ebpf:"edge_path_nh"`
+	EdgePathProbe   *ebpf.MapSpec `ebpf:"edge_path_probe"`
 	EdgePathSeq     *ebpf.MapSpec `ebpf:"edge_path_seq"`
 	EdgePathStats   *ebpf.MapSpec `ebpf:"edge_path_stats"`
 	EdgePaths       *ebpf.MapSpec `ebpf:"edge_paths"`
@@ -410,6 +428,7 @@ type edgeMaps struct {
 	EdgeMaglev      *ebpf.Map `ebpf:"edge_maglev"`
 	EdgeNatBackends *ebpf.Map `ebpf:"edge_nat_backends"`
 	EdgePathNh      *ebpf.Map `ebpf:"edge_path_nh"`
+	EdgePathProbe   *ebpf.Map `ebpf:"edge_path_probe"`
 	EdgePathSeq     *ebpf.Map `ebpf:"edge_path_seq"`
 	EdgePathStats   *ebpf.Map `ebpf:"edge_path_stats"`
 	EdgePaths       *ebpf.Map `ebpf:"edge_paths"`
@@ -443,6 +462,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeMaglev,
 		m.EdgeNatBackends,
 		m.EdgePathNh,
+		m.EdgePathProbe,
 		m.EdgePathSeq,
 		m.EdgePathStats,
 		m.EdgePaths,

@@ -220,6 +220,7 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgeLbStats:     dp.EdgeLbStats,
 		edgeMapEdgeLbNew:       dp.EdgeLbNew,
 		edgeMapEdgeLbMembers:   dp.EdgeLbMembers,
+		edgeMapEdgePathProbe:   dp.EdgePathProbe,
 	}
 }
 

@@ -204,6 +204,9 @@ var ReasonNames = []string{
 	"flow_evict_cold",
 	"flow_evict_idle",
 	"flow_busy",
+	"probe_reflect",
+	"probe_reply",
+	"bad_probe",
 }
 
 // Reason values used by callers and tests.
@@ -244,5 +247,8 @@ const (
 	ReasonFlowEvictCold
 	ReasonFlowEvictIdle
 	ReasonFlowBusy
+	ReasonProbeReflect
+	ReasonProbeReply
+	ReasonBadProbe
 	ReasonMax
 )

@@ -38,6 +38,8 @@ type Path struct {
 	TTL uint8 `yaml:"ttl,omitempty"`
 	// DSCP of the outer header; nil copies the inner packet's.
 	DSCP *uint8 `yaml:"dscp,omitempty" max:"63"`
+	// Monitor is how the path is probed and judged (nil: the defaults).
+	Monitor *PathMonitor `yaml:"monitor,omitempty"`
 }
 
 var pathKind = &KindOf[Path]{
@@ -133,5 +135,8 @@ func checkPath(c *Check, pt *Path) {
 	}
 	if pt.Local.IsSet() && pt.Local == pt.Remote {
 		c.Add("remote", "same as local %s", pt.Local)
+	}
+	if pt.Monitor != nil {
+		checkMonitor(c, "monitor.", *pt.Monitor)
 	}
 }

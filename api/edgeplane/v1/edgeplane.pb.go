@@ -174,7 +174,9 @@ type Path struct {
 	// outer TTL; 0: the default (64)
 	Ttl uint32 `protobuf:"varint,8,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// fixed outer DSCP; absent: copied from the inner packet
-	Dscp          *uint32 `protobuf:"varint,9,opt,name=dscp,proto3,oneof" json:"dscp,omitempty"`
+	Dscp *uint32 `protobuf:"varint,9,opt,name=dscp,proto3,oneof" json:"dscp,omitempty"`
+	// how the path is probed and judged; absent: the defaults
+	Monitor       *PathMonitor `protobuf:"bytes,10,opt,name=monitor,proto3" json:"monitor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -272,6 +274,132 @@ func (x *Path) GetDscp() uint32 {
 	return 0
 }
 
+func (x *Path) GetMonitor() *PathMonitor {
+	if x != nil {
+		return x.Monitor
+	}
+	return nil
+}
+
+// PathMonitor: probes every interval, answered by the peer's XDP; down
+// after down_after unanswered in a row, up after up_after answered;
+// degraded while the smoothed RTT, jitter or loss over the last window
+// probes is past its limit.
+type PathMonitor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// no probes: the path counts as up
+	Off bool `protobuf:"varint,1,opt,name=off,proto3" json:"off,omitempty"`
+	// a duration, 10ms-10s; empty: 100ms
+	Interval string `protobuf:"bytes,2,opt,name=interval,proto3" json:"interval,omitempty"`
+	// 0: 2 and 3
+	DownAfter uint32 `protobuf:"varint,3,opt,name=down_after,json=downAfter,proto3" json:"down_after,omitempty"`
+	UpAfter   uint32 `protobuf:"varint,4,opt,name=up_after,json=upAfter,proto3" json:"up_after,omitempty"`
+	// 0: 100
+	Window uint32 `protobuf:"varint,5,opt,name=window,proto3" json:"window,omitempty"`
+	// durations; empty: no limit
+	MaxRtt    string `protobuf:"bytes,6,opt,name=max_rtt,json=maxRtt,proto3" json:"max_rtt,omitempty"`
+	MaxJitter string `protobuf:"bytes,7,opt,name=max_jitter,json=maxJitter,proto3" json:"max_jitter,omitempty"`
+	// a ratio such as "5%"; empty: no limit
+	MaxLoss string `protobuf:"bytes,8,opt,name=max_loss,json=maxLoss,proto3" json:"max_loss,omitempty"`
+	// share of each limit a measure must come back below; empty: 10%
+	Hysteresis    string `protobuf:"bytes,9,opt,name=hysteresis,proto3" json:"hysteresis,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathMonitor) Reset() {
+	*x = PathMonitor{}
+	mi := &file_edgeplane_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathMonitor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathMonitor) ProtoMessage() {}
+
+func (x *PathMonitor) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathMonitor.ProtoReflect.Descriptor instead.
+func (*PathMonitor) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PathMonitor) GetOff() bool {
+	if x != nil {
+		return x.Off
+	}
+	return false
+}
+
+func (x *PathMonitor) GetInterval() string {
+	if x != nil {
+		return x.Interval
+	}
+	return ""
+}
+
+func (x *PathMonitor) GetDownAfter() uint32 {
+	if x != nil {
+		return x.DownAfter
+	}
+	return 0
+}
+
+func (x *PathMonitor) GetUpAfter() uint32 {
+	if x != nil {
+		return x.UpAfter
+	}
+	return 0
+}
+
+func (x *PathMonitor) GetWindow() uint32 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
+}
+
+func (x *PathMonitor) GetMaxRtt() string {
+	if x != nil {
+		return x.MaxRtt
+	}
+	return ""
+}
+
+func (x *PathMonitor) GetMaxJitter() string {
+	if x != nil {
+		return x.MaxJitter
+	}
+	return ""
+}
+
+func (x *PathMonitor) GetMaxLoss() string {
+	if x != nil {
+		return x.MaxLoss
+	}
+	return ""
+}
+
+func (x *PathMonitor) GetHysteresis() string {
+	if x != nil {
+		return x.Hysteresis
+	}
+	return ""
+}
+
 // Far is a forwarding action rule.
 type Far struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -291,7 +419,7 @@ type Far struct {
 
 func (x *Far) Reset() {
 	*x = Far{}
-	mi := &file_edgeplane_proto_msgTypes[2]
+	mi := &file_edgeplane_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +431,7 @@ func (x *Far) String() string {
 func (*Far) ProtoMessage() {}
 
 func (x *Far) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[2]
+	mi := &file_edgeplane_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +444,7 @@ func (x *Far) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Far.ProtoReflect.Descriptor instead.
 func (*Far) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{2}
+	return file_edgeplane_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Far) GetId() uint32 {
@@ -378,7 +506,7 @@ type Lbr struct {
 
 func (x *Lbr) Reset() {
 	*x = Lbr{}
-	mi := &file_edgeplane_proto_msgTypes[3]
+	mi := &file_edgeplane_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +518,7 @@ func (x *Lbr) String() string {
 func (*Lbr) ProtoMessage() {}
 
 func (x *Lbr) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[3]
+	mi := &file_edgeplane_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +531,7 @@ func (x *Lbr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lbr.ProtoReflect.Descriptor instead.
 func (*Lbr) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{3}
+	return file_edgeplane_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Lbr) GetId() uint32 {
@@ -446,7 +574,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_edgeplane_proto_msgTypes[4]
+	mi := &file_edgeplane_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +586,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[4]
+	mi := &file_edgeplane_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +599,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{4}
+	return file_edgeplane_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Member) GetFar() uint32 {
@@ -512,7 +640,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_edgeplane_proto_msgTypes[5]
+	mi := &file_edgeplane_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +652,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[5]
+	mi := &file_edgeplane_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +665,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{5}
+	return file_edgeplane_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Service) GetId() uint32 {
@@ -617,7 +745,7 @@ type Health struct {
 
 func (x *Health) Reset() {
 	*x = Health{}
-	mi := &file_edgeplane_proto_msgTypes[6]
+	mi := &file_edgeplane_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +757,7 @@ func (x *Health) String() string {
 func (*Health) ProtoMessage() {}
 
 func (x *Health) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[6]
+	mi := &file_edgeplane_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +770,7 @@ func (x *Health) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Health.ProtoReflect.Descriptor instead.
 func (*Health) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{6}
+	return file_edgeplane_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Health) GetType() string {
@@ -718,7 +846,7 @@ type Match struct {
 
 func (x *Match) Reset() {
 	*x = Match{}
-	mi := &file_edgeplane_proto_msgTypes[7]
+	mi := &file_edgeplane_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +858,7 @@ func (x *Match) String() string {
 func (*Match) ProtoMessage() {}
 
 func (x *Match) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[7]
+	mi := &file_edgeplane_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +871,7 @@ func (x *Match) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Match.ProtoReflect.Descriptor instead.
 func (*Match) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{7}
+	return file_edgeplane_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Match) GetIn() string {
@@ -823,7 +951,7 @@ type Pdr struct {
 
 func (x *Pdr) Reset() {
 	*x = Pdr{}
-	mi := &file_edgeplane_proto_msgTypes[8]
+	mi := &file_edgeplane_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +963,7 @@ func (x *Pdr) String() string {
 func (*Pdr) ProtoMessage() {}
 
 func (x *Pdr) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[8]
+	mi := &file_edgeplane_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +976,7 @@ func (x *Pdr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pdr.ProtoReflect.Descriptor instead.
 func (*Pdr) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{8}
+	return file_edgeplane_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Pdr) GetId() uint32 {
@@ -897,7 +1025,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_edgeplane_proto_msgTypes[9]
+	mi := &file_edgeplane_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1037,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[9]
+	mi := &file_edgeplane_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1050,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{9}
+	return file_edgeplane_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -1038,7 +1166,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_edgeplane_proto_msgTypes[10]
+	mi := &file_edgeplane_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1178,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[10]
+	mi := &file_edgeplane_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1191,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{10}
+	return file_edgeplane_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Ref) GetKind() Kind {
@@ -1102,7 +1230,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_edgeplane_proto_msgTypes[11]
+	mi := &file_edgeplane_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1242,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[11]
+	mi := &file_edgeplane_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1255,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{11}
+	return file_edgeplane_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Operation) GetOp() isOperation_Op {
@@ -1200,7 +1328,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1340,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1353,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{12}
+	return file_edgeplane_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ApplyRequest) GetOperations() []*Operation {
@@ -1254,7 +1382,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1394,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1407,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{13}
+	return file_edgeplane_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ApplyResponse) GetGeneration() uint32 {
@@ -1304,7 +1432,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1444,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1457,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{14}
+	return file_edgeplane_proto_rawDescGZIP(), []int{15}
 }
 
 type GetByIDRequest struct {
@@ -1341,7 +1469,7 @@ type GetByIDRequest struct {
 
 func (x *GetByIDRequest) Reset() {
 	*x = GetByIDRequest{}
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1481,7 @@ func (x *GetByIDRequest) String() string {
 func (*GetByIDRequest) ProtoMessage() {}
 
 func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1494,7 @@ func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByIDRequest.ProtoReflect.Descriptor instead.
 func (*GetByIDRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{15}
+	return file_edgeplane_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetByIDRequest) GetId() uint32 {
@@ -1385,7 +1513,7 @@ type GetByNameRequest struct {
 
 func (x *GetByNameRequest) Reset() {
 	*x = GetByNameRequest{}
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1525,7 @@ func (x *GetByNameRequest) String() string {
 func (*GetByNameRequest) ProtoMessage() {}
 
 func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1538,7 @@ func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByNameRequest.ProtoReflect.Descriptor instead.
 func (*GetByNameRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{16}
+	return file_edgeplane_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetByNameRequest) GetName() string {
@@ -1429,7 +1557,7 @@ type ListInterfacesResponse struct {
 
 func (x *ListInterfacesResponse) Reset() {
 	*x = ListInterfacesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1569,7 @@ func (x *ListInterfacesResponse) String() string {
 func (*ListInterfacesResponse) ProtoMessage() {}
 
 func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1582,7 @@ func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInterfacesResponse.ProtoReflect.Descriptor instead.
 func (*ListInterfacesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{17}
+	return file_edgeplane_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListInterfacesResponse) GetInterfaces() []*Interface {
@@ -1473,7 +1601,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1613,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1626,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{18}
+	return file_edgeplane_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -1517,7 +1645,7 @@ type ListFarsResponse struct {
 
 func (x *ListFarsResponse) Reset() {
 	*x = ListFarsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1657,7 @@ func (x *ListFarsResponse) String() string {
 func (*ListFarsResponse) ProtoMessage() {}
 
 func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1670,7 @@ func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFarsResponse.ProtoReflect.Descriptor instead.
 func (*ListFarsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{19}
+	return file_edgeplane_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListFarsResponse) GetFars() []*Far {
@@ -1561,7 +1689,7 @@ type ListPdrsResponse struct {
 
 func (x *ListPdrsResponse) Reset() {
 	*x = ListPdrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1701,7 @@ func (x *ListPdrsResponse) String() string {
 func (*ListPdrsResponse) ProtoMessage() {}
 
 func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1714,7 @@ func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPdrsResponse.ProtoReflect.Descriptor instead.
 func (*ListPdrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{20}
+	return file_edgeplane_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListPdrsResponse) GetPdrs() []*Pdr {
@@ -1605,7 +1733,7 @@ type ListLbrsResponse struct {
 
 func (x *ListLbrsResponse) Reset() {
 	*x = ListLbrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1745,7 @@ func (x *ListLbrsResponse) String() string {
 func (*ListLbrsResponse) ProtoMessage() {}
 
 func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1758,7 @@ func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLbrsResponse.ProtoReflect.Descriptor instead.
 func (*ListLbrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{21}
+	return file_edgeplane_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListLbrsResponse) GetLbrs() []*Lbr {
@@ -1649,7 +1777,7 @@ type ListServicesResponse struct {
 
 func (x *ListServicesResponse) Reset() {
 	*x = ListServicesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1789,7 @@ func (x *ListServicesResponse) String() string {
 func (*ListServicesResponse) ProtoMessage() {}
 
 func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1802,7 @@ func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListServicesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{22}
+	return file_edgeplane_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListServicesResponse) GetServices() []*Service {
@@ -1692,7 +1820,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1832,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1845,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{23}
+	return file_edgeplane_proto_rawDescGZIP(), []int{24}
 }
 
 // Counter is a packets/bytes pair.
@@ -1731,7 +1859,7 @@ type Counter struct {
 
 func (x *Counter) Reset() {
 	*x = Counter{}
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1871,7 @@ func (x *Counter) String() string {
 func (*Counter) ProtoMessage() {}
 
 func (x *Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1884,7 @@ func (x *Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counter.ProtoReflect.Descriptor instead.
 func (*Counter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{24}
+	return file_edgeplane_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Counter) GetPackets() uint64 {
@@ -1783,7 +1911,7 @@ type PdrCounter struct {
 
 func (x *PdrCounter) Reset() {
 	*x = PdrCounter{}
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1923,7 @@ func (x *PdrCounter) String() string {
 func (*PdrCounter) ProtoMessage() {}
 
 func (x *PdrCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1936,7 @@ func (x *PdrCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PdrCounter.ProtoReflect.Descriptor instead.
 func (*PdrCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{25}
+	return file_edgeplane_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PdrCounter) GetId() uint32 {
@@ -1838,7 +1966,7 @@ type PathCounter struct {
 
 func (x *PathCounter) Reset() {
 	*x = PathCounter{}
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1978,7 @@ func (x *PathCounter) String() string {
 func (*PathCounter) ProtoMessage() {}
 
 func (x *PathCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +1991,7 @@ func (x *PathCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathCounter.ProtoReflect.Descriptor instead.
 func (*PathCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{26}
+	return file_edgeplane_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PathCounter) GetId() uint32 {
@@ -1906,7 +2034,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2046,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2059,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{27}
+	return file_edgeplane_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Stats) GetGeneration() uint32 {
@@ -2006,7 +2134,7 @@ type BackendCounter struct {
 
 func (x *BackendCounter) Reset() {
 	*x = BackendCounter{}
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2146,7 @@ func (x *BackendCounter) String() string {
 func (*BackendCounter) ProtoMessage() {}
 
 func (x *BackendCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2159,7 @@ func (x *BackendCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendCounter.ProtoReflect.Descriptor instead.
 func (*BackendCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{28}
+	return file_edgeplane_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BackendCounter) GetService() uint32 {
@@ -2079,7 +2207,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2219,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2232,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{29}
+	return file_edgeplane_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListFlowsRequest) GetTop() uint32 {
@@ -2141,7 +2269,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2281,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2294,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{30}
+	return file_edgeplane_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Flow) GetSrc() string {
@@ -2262,7 +2390,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[31]
+	mi := &file_edgeplane_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2402,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[31]
+	mi := &file_edgeplane_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,12 +2415,196 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{31}
+	return file_edgeplane_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
 	if x != nil {
 		return x.Flows
+	}
+	return nil
+}
+
+// PathStatus is one path's state as the agent's monitor judges it.
+type PathStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  uint32                 `protobuf:"varint,1,opt,name=path,proto3" json:"path,omitempty"`
+	// unknown | up | degraded | down
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// when it entered the state (RFC 3339)
+	Since string `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	// what the last change of state was about
+	Why string `protobuf:"bytes,4,opt,name=why,proto3" json:"why,omitempty"`
+	// RFC 6298's smoothed RTT and RTT variation (the jitter), the smallest
+	// and the last RTT, of the probes, in microseconds
+	RttUs     uint64 `protobuf:"varint,5,opt,name=rtt_us,json=rttUs,proto3" json:"rtt_us,omitempty"`
+	JitterUs  uint64 `protobuf:"varint,6,opt,name=jitter_us,json=jitterUs,proto3" json:"jitter_us,omitempty"`
+	MinRttUs  uint64 `protobuf:"varint,7,opt,name=min_rtt_us,json=minRttUs,proto3" json:"min_rtt_us,omitempty"`
+	LastRttUs uint64 `protobuf:"varint,8,opt,name=last_rtt_us,json=lastRttUs,proto3" json:"last_rtt_us,omitempty"`
+	// share of the last window of probes unanswered
+	Loss           float64 `protobuf:"fixed64,9,opt,name=loss,proto3" json:"loss,omitempty"`
+	ProbesSent     uint64  `protobuf:"varint,10,opt,name=probes_sent,json=probesSent,proto3" json:"probes_sent,omitempty"`
+	ProbesAnswered uint64  `protobuf:"varint,11,opt,name=probes_answered,json=probesAnswered,proto3" json:"probes_answered,omitempty"`
+	// false: the path's monitor is off (it counts as up)
+	Monitored     bool `protobuf:"varint,12,opt,name=monitored,proto3" json:"monitored,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathStatus) Reset() {
+	*x = PathStatus{}
+	mi := &file_edgeplane_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathStatus) ProtoMessage() {}
+
+func (x *PathStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathStatus.ProtoReflect.Descriptor instead.
+func (*PathStatus) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PathStatus) GetPath() uint32 {
+	if x != nil {
+		return x.Path
+	}
+	return 0
+}
+
+func (x *PathStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *PathStatus) GetSince() string {
+	if x != nil {
+		return x.Since
+	}
+	return ""
+}
+
+func (x *PathStatus) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
+func (x *PathStatus) GetRttUs() uint64 {
+	if x != nil {
+		return x.RttUs
+	}
+	return 0
+}
+
+func (x *PathStatus) GetJitterUs() uint64 {
+	if x != nil {
+		return x.JitterUs
+	}
+	return 0
+}
+
+func (x *PathStatus) GetMinRttUs() uint64 {
+	if x != nil {
+		return x.MinRttUs
+	}
+	return 0
+}
+
+func (x *PathStatus) GetLastRttUs() uint64 {
+	if x != nil {
+		return x.LastRttUs
+	}
+	return 0
+}
+
+func (x *PathStatus) GetLoss() float64 {
+	if x != nil {
+		return x.Loss
+	}
+	return 0
+}
+
+func (x *PathStatus) GetProbesSent() uint64 {
+	if x != nil {
+		return x.ProbesSent
+	}
+	return 0
+}
+
+func (x *PathStatus) GetProbesAnswered() uint64 {
+	if x != nil {
+		return x.ProbesAnswered
+	}
+	return 0
+}
+
+func (x *PathStatus) GetMonitored() bool {
+	if x != nil {
+		return x.Monitored
+	}
+	return false
+}
+
+type ListPathStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Paths         []*PathStatus          `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPathStatusResponse) Reset() {
+	*x = ListPathStatusResponse{}
+	mi := &file_edgeplane_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPathStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPathStatusResponse) ProtoMessage() {}
+
+func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPathStatusResponse.ProtoReflect.Descriptor instead.
+func (*ListPathStatusResponse) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ListPathStatusResponse) GetPaths() []*PathStatus {
+	if x != nil {
+		return x.Paths
 	}
 	return nil
 }
@@ -2305,7 +2617,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\tInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x10\n" +
-	"\x03xdp\x18\x03 \x01(\tR\x03xdp\"\xdb\x01\n" +
+	"\x03xdp\x18\x03 \x01(\tR\x03xdp\"\x90\x02\n" +
 	"\x04Path\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1c\n" +
@@ -2315,9 +2627,25 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x03key\x18\x06 \x01(\rH\x00R\x03key\x88\x01\x01\x12\x10\n" +
 	"\x03seq\x18\a \x01(\bR\x03seq\x12\x10\n" +
 	"\x03ttl\x18\b \x01(\rR\x03ttl\x12\x17\n" +
-	"\x04dscp\x18\t \x01(\rH\x01R\x04dscp\x88\x01\x01B\x06\n" +
+	"\x04dscp\x18\t \x01(\rH\x01R\x04dscp\x88\x01\x01\x123\n" +
+	"\amonitor\x18\n" +
+	" \x01(\v2\x19.edgeplane.v1.PathMonitorR\amonitorB\x06\n" +
 	"\x04_keyB\a\n" +
-	"\x05_dscp\"\x8d\x01\n" +
+	"\x05_dscp\"\x80\x02\n" +
+	"\vPathMonitor\x12\x10\n" +
+	"\x03off\x18\x01 \x01(\bR\x03off\x12\x1a\n" +
+	"\binterval\x18\x02 \x01(\tR\binterval\x12\x1d\n" +
+	"\n" +
+	"down_after\x18\x03 \x01(\rR\tdownAfter\x12\x19\n" +
+	"\bup_after\x18\x04 \x01(\rR\aupAfter\x12\x16\n" +
+	"\x06window\x18\x05 \x01(\rR\x06window\x12\x17\n" +
+	"\amax_rtt\x18\x06 \x01(\tR\x06maxRtt\x12\x1d\n" +
+	"\n" +
+	"max_jitter\x18\a \x01(\tR\tmaxJitter\x12\x19\n" +
+	"\bmax_loss\x18\b \x01(\tR\amaxLoss\x12\x1e\n" +
+	"\n" +
+	"hysteresis\x18\t \x01(\tR\n" +
+	"hysteresis\"\x8d\x01\n" +
 	"\x03Far\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1c\n" +
@@ -2475,7 +2803,26 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\n" +
 	"\b_gre_key\"=\n" +
 	"\x11ListFlowsResponse\x12(\n" +
-	"\x05flows\x18\x01 \x03(\v2\x12.edgeplane.v1.FlowR\x05flows*{\n" +
+	"\x05flows\x18\x01 \x03(\v2\x12.edgeplane.v1.FlowR\x05flows\"\xcc\x02\n" +
+	"\n" +
+	"PathStatus\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\rR\x04path\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05since\x18\x03 \x01(\tR\x05since\x12\x10\n" +
+	"\x03why\x18\x04 \x01(\tR\x03why\x12\x15\n" +
+	"\x06rtt_us\x18\x05 \x01(\x04R\x05rttUs\x12\x1b\n" +
+	"\tjitter_us\x18\x06 \x01(\x04R\bjitterUs\x12\x1c\n" +
+	"\n" +
+	"min_rtt_us\x18\a \x01(\x04R\bminRttUs\x12\x1e\n" +
+	"\vlast_rtt_us\x18\b \x01(\x04R\tlastRttUs\x12\x12\n" +
+	"\x04loss\x18\t \x01(\x01R\x04loss\x12\x1f\n" +
+	"\vprobes_sent\x18\n" +
+	" \x01(\x04R\n" +
+	"probesSent\x12'\n" +
+	"\x0fprobes_answered\x18\v \x01(\x04R\x0eprobesAnswered\x12\x1c\n" +
+	"\tmonitored\x18\f \x01(\bR\tmonitored\"H\n" +
+	"\x16ListPathStatusResponse\x12.\n" +
+	"\x05paths\x18\x01 \x03(\v2\x18.edgeplane.v1.PathStatusR\x05paths*{\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKIND_INTERFACE\x10\x01\x12\r\n" +
@@ -2483,7 +2830,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\bKIND_FAR\x10\x03\x12\f\n" +
 	"\bKIND_PDR\x10\x04\x12\f\n" +
 	"\bKIND_LBR\x10\x05\x12\x10\n" +
-	"\fKIND_SERVICE\x10\x062\x93\b\n" +
+	"\fKIND_SERVICE\x10\x062\xe6\b\n" +
 	"\aGateway\x12@\n" +
 	"\x05Apply\x12\x1a.edgeplane.v1.ApplyRequest\x1a\x1b.edgeplane.v1.ApplyResponse\x12Q\n" +
 	"\x0eListInterfaces\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListInterfacesResponse\x12G\n" +
@@ -2500,7 +2847,8 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\n" +
 	"GetService\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x15.edgeplane.v1.Service\x12>\n" +
 	"\bGetStats\x12\x1d.edgeplane.v1.GetStatsRequest\x1a\x13.edgeplane.v1.Stats\x12L\n" +
-	"\tListFlows\x12\x1e.edgeplane.v1.ListFlowsRequest\x1a\x1f.edgeplane.v1.ListFlowsResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
+	"\tListFlows\x12\x1e.edgeplane.v1.ListFlowsRequest\x1a\x1f.edgeplane.v1.ListFlowsResponse\x12Q\n" +
+	"\x0eListPathStatus\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListPathStatusResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
 
 var (
 	file_edgeplane_proto_rawDescOnce sync.Once
@@ -2515,112 +2863,119 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                      // 0: edgeplane.v1.Kind
 	(*Interface)(nil),              // 1: edgeplane.v1.Interface
 	(*Path)(nil),                   // 2: edgeplane.v1.Path
-	(*Far)(nil),                    // 3: edgeplane.v1.Far
-	(*Lbr)(nil),                    // 4: edgeplane.v1.Lbr
-	(*Member)(nil),                 // 5: edgeplane.v1.Member
-	(*Service)(nil),                // 6: edgeplane.v1.Service
-	(*Health)(nil),                 // 7: edgeplane.v1.Health
-	(*Match)(nil),                  // 8: edgeplane.v1.Match
-	(*Pdr)(nil),                    // 9: edgeplane.v1.Pdr
-	(*Object)(nil),                 // 10: edgeplane.v1.Object
-	(*Ref)(nil),                    // 11: edgeplane.v1.Ref
-	(*Operation)(nil),              // 12: edgeplane.v1.Operation
-	(*ApplyRequest)(nil),           // 13: edgeplane.v1.ApplyRequest
-	(*ApplyResponse)(nil),          // 14: edgeplane.v1.ApplyResponse
-	(*ListRequest)(nil),            // 15: edgeplane.v1.ListRequest
-	(*GetByIDRequest)(nil),         // 16: edgeplane.v1.GetByIDRequest
-	(*GetByNameRequest)(nil),       // 17: edgeplane.v1.GetByNameRequest
-	(*ListInterfacesResponse)(nil), // 18: edgeplane.v1.ListInterfacesResponse
-	(*ListPathsResponse)(nil),      // 19: edgeplane.v1.ListPathsResponse
-	(*ListFarsResponse)(nil),       // 20: edgeplane.v1.ListFarsResponse
-	(*ListPdrsResponse)(nil),       // 21: edgeplane.v1.ListPdrsResponse
-	(*ListLbrsResponse)(nil),       // 22: edgeplane.v1.ListLbrsResponse
-	(*ListServicesResponse)(nil),   // 23: edgeplane.v1.ListServicesResponse
-	(*GetStatsRequest)(nil),        // 24: edgeplane.v1.GetStatsRequest
-	(*Counter)(nil),                // 25: edgeplane.v1.Counter
-	(*PdrCounter)(nil),             // 26: edgeplane.v1.PdrCounter
-	(*PathCounter)(nil),            // 27: edgeplane.v1.PathCounter
-	(*Stats)(nil),                  // 28: edgeplane.v1.Stats
-	(*BackendCounter)(nil),         // 29: edgeplane.v1.BackendCounter
-	(*ListFlowsRequest)(nil),       // 30: edgeplane.v1.ListFlowsRequest
-	(*Flow)(nil),                   // 31: edgeplane.v1.Flow
-	(*ListFlowsResponse)(nil),      // 32: edgeplane.v1.ListFlowsResponse
-	nil,                            // 33: edgeplane.v1.Stats.VerdictsEntry
-	nil,                            // 34: edgeplane.v1.Stats.ReasonsEntry
+	(*PathMonitor)(nil),            // 3: edgeplane.v1.PathMonitor
+	(*Far)(nil),                    // 4: edgeplane.v1.Far
+	(*Lbr)(nil),                    // 5: edgeplane.v1.Lbr
+	(*Member)(nil),                 // 6: edgeplane.v1.Member
+	(*Service)(nil),                // 7: edgeplane.v1.Service
+	(*Health)(nil),                 // 8: edgeplane.v1.Health
+	(*Match)(nil),                  // 9: edgeplane.v1.Match
+	(*Pdr)(nil),                    // 10: edgeplane.v1.Pdr
+	(*Object)(nil),                 // 11: edgeplane.v1.Object
+	(*Ref)(nil),                    // 12: edgeplane.v1.Ref
+	(*Operation)(nil),              // 13: edgeplane.v1.Operation
+	(*ApplyRequest)(nil),           // 14: edgeplane.v1.ApplyRequest
+	(*ApplyResponse)(nil),          // 15: edgeplane.v1.ApplyResponse
+	(*ListRequest)(nil),            // 16: edgeplane.v1.ListRequest
+	(*GetByIDRequest)(nil),         // 17: edgeplane.v1.GetByIDRequest
+	(*GetByNameRequest)(nil),       // 18: edgeplane.v1.GetByNameRequest
+	(*ListInterfacesResponse)(nil), // 19: edgeplane.v1.ListInterfacesResponse
+	(*ListPathsResponse)(nil),      // 20: edgeplane.v1.ListPathsResponse
+	(*ListFarsResponse)(nil),       // 21: edgeplane.v1.ListFarsResponse
+	(*ListPdrsResponse)(nil),       // 22: edgeplane.v1.ListPdrsResponse
+	(*ListLbrsResponse)(nil),       // 23: edgeplane.v1.ListLbrsResponse
+	(*ListServicesResponse)(nil),   // 24: edgeplane.v1.ListServicesResponse
+	(*GetStatsRequest)(nil),        // 25: edgeplane.v1.GetStatsRequest
+	(*Counter)(nil),                // 26: edgeplane.v1.Counter
+	(*PdrCounter)(nil),             // 27: edgeplane.v1.PdrCounter
+	(*PathCounter)(nil),            // 28: edgeplane.v1.PathCounter
+	(*Stats)(nil),                  // 29: edgeplane.v1.Stats
+	(*BackendCounter)(nil),         // 30: edgeplane.v1.BackendCounter
+	(*ListFlowsRequest)(nil),       // 31: edgeplane.v1.ListFlowsRequest
+	(*Flow)(nil),                   // 32: edgeplane.v1.Flow
+	(*ListFlowsResponse)(nil),      // 33: edgeplane.v1.ListFlowsResponse
+	(*PathStatus)(nil),             // 34: edgeplane.v1.PathStatus
+	(*ListPathStatusResponse)(nil), // 35: edgeplane.v1.ListPathStatusResponse
+	nil,                            // 36: edgeplane.v1.Stats.VerdictsEntry
+	nil,                            // 37: edgeplane.v1.Stats.ReasonsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
-	5,  // 0: edgeplane.v1.Lbr.members:type_name -> edgeplane.v1.Member
-	7,  // 1: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
-	8,  // 2: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
-	1,  // 3: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
-	2,  // 4: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
-	3,  // 5: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
-	9,  // 6: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
-	4,  // 7: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
-	6,  // 8: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
-	0,  // 9: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
-	10, // 10: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
-	10, // 11: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
-	11, // 12: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
-	12, // 13: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
-	1,  // 14: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
-	2,  // 15: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
-	3,  // 16: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
-	9,  // 17: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
-	4,  // 18: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
-	6,  // 19: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
-	25, // 20: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
-	25, // 21: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
-	25, // 22: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
-	26, // 23: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	33, // 24: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	34, // 25: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
-	27, // 26: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
-	29, // 27: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
-	25, // 28: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
-	31, // 29: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
-	25, // 30: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	25, // 31: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	13, // 32: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	15, // 33: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	17, // 34: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	15, // 35: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	16, // 36: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	15, // 37: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	16, // 38: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	15, // 39: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	16, // 40: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	15, // 41: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	16, // 42: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	15, // 43: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	16, // 44: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	24, // 45: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	30, // 46: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	14, // 47: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	18, // 48: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	1,  // 49: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	19, // 50: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	2,  // 51: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	20, // 52: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	3,  // 53: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	21, // 54: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	9,  // 55: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	22, // 56: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	4,  // 57: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	23, // 58: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	6,  // 59: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	28, // 60: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	32, // 61: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	47, // [47:62] is the sub-list for method output_type
-	32, // [32:47] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	3,  // 0: edgeplane.v1.Path.monitor:type_name -> edgeplane.v1.PathMonitor
+	6,  // 1: edgeplane.v1.Lbr.members:type_name -> edgeplane.v1.Member
+	8,  // 2: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
+	9,  // 3: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
+	1,  // 4: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
+	2,  // 5: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
+	4,  // 6: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
+	10, // 7: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
+	5,  // 8: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
+	7,  // 9: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
+	0,  // 10: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
+	11, // 11: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
+	11, // 12: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
+	12, // 13: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
+	13, // 14: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
+	1,  // 15: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
+	2,  // 16: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
+	4,  // 17: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
+	10, // 18: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
+	5,  // 19: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
+	7,  // 20: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
+	26, // 21: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
+	26, // 22: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
+	26, // 23: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
+	27, // 24: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
+	36, // 25: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	37, // 26: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	28, // 27: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
+	30, // 28: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
+	26, // 29: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
+	32, // 30: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
+	34, // 31: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
+	26, // 32: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	26, // 33: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	14, // 34: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	16, // 35: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	18, // 36: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	16, // 37: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	17, // 38: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	16, // 39: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	17, // 40: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	16, // 41: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	17, // 42: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	16, // 43: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	17, // 44: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	16, // 45: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	17, // 46: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	25, // 47: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	31, // 48: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	16, // 49: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
+	15, // 50: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	19, // 51: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	1,  // 52: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	20, // 53: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	2,  // 54: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	21, // 55: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	4,  // 56: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	22, // 57: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	10, // 58: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	23, // 59: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	5,  // 60: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	24, // 61: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	7,  // 62: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	29, // 63: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	33, // 64: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	35, // 65: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
+	50, // [50:66] is the sub-list for method output_type
+	34, // [34:50] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -2629,10 +2984,10 @@ func file_edgeplane_proto_init() {
 		return
 	}
 	file_edgeplane_proto_msgTypes[1].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[4].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[5].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[7].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[9].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[6].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[8].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[10].OneofWrappers = []any{
 		(*Object_Interface)(nil),
 		(*Object_Path)(nil),
 		(*Object_Far)(nil),
@@ -2640,19 +2995,19 @@ func file_edgeplane_proto_init() {
 		(*Object_Lbr)(nil),
 		(*Object_Service)(nil),
 	}
-	file_edgeplane_proto_msgTypes[11].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[12].OneofWrappers = []any{
 		(*Operation_Create)(nil),
 		(*Operation_Update)(nil),
 		(*Operation_Delete)(nil),
 	}
-	file_edgeplane_proto_msgTypes[30].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[31].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,6 +44,7 @@ const (
 	Gateway_GetService_FullMethodName     = "/edgeplane.v1.Gateway/GetService"
 	Gateway_GetStats_FullMethodName       = "/edgeplane.v1.Gateway/GetStats"
 	Gateway_ListFlows_FullMethodName      = "/edgeplane.v1.Gateway/ListFlows"
+	Gateway_ListPathStatus_FullMethodName = "/edgeplane.v1.Gateway/ListPathStatus"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -77,6 +78,9 @@ type GatewayClient interface {
 	// ListFlows lists the flows in the flow cache with their counters, the
 	// most bytes first.
 	ListFlows(ctx context.Context, in *ListFlowsRequest, opts ...grpc.CallOption) (*ListFlowsResponse, error)
+	// ListPathStatus lists each path's state as the agent's path monitor
+	// judges it from the probes the peer answers, with the measures.
+	ListPathStatus(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListPathStatusResponse, error)
 }
 
 type gatewayClient struct {
@@ -237,6 +241,16 @@ func (c *gatewayClient) ListFlows(ctx context.Context, in *ListFlowsRequest, opt
 	return out, nil
 }
 
+func (c *gatewayClient) ListPathStatus(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListPathStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPathStatusResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListPathStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServer is the server API for Gateway service.
 // All implementations must embed UnimplementedGatewayServer
 // for forward compatibility.
@@ -268,6 +282,9 @@ type GatewayServer interface {
 	// ListFlows lists the flows in the flow cache with their counters, the
 	// most bytes first.
 	ListFlows(context.Context, *ListFlowsRequest) (*ListFlowsResponse, error)
+	// ListPathStatus lists each path's state as the agent's path monitor
+	// judges it from the probes the peer answers, with the measures.
+	ListPathStatus(context.Context, *ListRequest) (*ListPathStatusResponse, error)
 	mustEmbedUnimplementedGatewayServer()
 }
 
@@ -322,6 +339,9 @@ func (UnimplementedGatewayServer) GetStats(context.Context, *GetStatsRequest) (*
 }
 func (UnimplementedGatewayServer) ListFlows(context.Context, *ListFlowsRequest) (*ListFlowsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListFlows not implemented")
+}
+func (UnimplementedGatewayServer) ListPathStatus(context.Context, *ListRequest) (*ListPathStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPathStatus not implemented")
 }
 func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
 func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
@@ -614,6 +634,24 @@ func _Gateway_ListFlows_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ListPathStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListPathStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListPathStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListPathStatus(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -680,6 +718,10 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListFlows",
 			Handler:    _Gateway_ListFlows_Handler,
+		},
+		{
+			MethodName: "ListPathStatus",
+			Handler:    _Gateway_ListPathStatus_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

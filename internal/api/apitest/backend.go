@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc/mem"
 
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
@@ -130,4 +131,13 @@ func (c CountingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	c.N.Add(int64(n))
 	return n, err
+}
+
+// PathStatus implements api.Backend: every path of the config, up.
+func (b *Backend) PathStatus() []*pb.PathStatus {
+	var out []*pb.PathStatus
+	for _, p := range b.Config().Paths {
+		out = append(out, &pb.PathStatus{Path: p.ID, State: "up", Monitored: true})
+	}
+	return out
 }

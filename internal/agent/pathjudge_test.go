@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgeplane/edgeplane/internal/config"
+)
+
+// TestPathJudge walks a path through every state by its probe outcomes
+// and measures: unknown until UpAfter answers in a row, down after
+// DownAfter unanswered in a row (and only then: one loss is no outage),
+// degraded past a limit and up again only below the limit less the
+// hysteresis, UpAfter judgements in a row.
+func TestPathJudge(t *testing.T) {
+	mon := (&config.PathMonitor{
+		MaxRTT:  config.Duration{D: 50 * time.Millisecond},
+		MaxLoss: config.Ratio{V: 0.2, Set: true},
+		Window:  10,
+	}).Effective()
+	j := newPathJudge(mon)
+	ms := time.Millisecond
+	step := func(answered bool, rtt time.Duration, want PathState, wantWhy string) {
+		t.Helper()
+		j.add(answered)
+		got, why := j.judge(rtt, ms)
+		if got != want || !strings.Contains(why, wantWhy) || (wantWhy == "" && why != "") {
+			t.Fatalf("after %v at %s: %s (%q), want %s (%q)", answered, rtt, got, why, want, wantWhy)
+		}
+	}
+	step(true, 10*ms, PathUnknown, "")
+	step(true, 10*ms, PathUnknown, "")
+	step(true, 10*ms, PathUp, "3 probes in a row answered")
+	for range 7 {
+		step(true, 10*ms, PathUp, "")
+	}
+	step(false, 10*ms, PathUp, "") // one loss, 10% of the window: no outage
+	step(false, 10*ms, PathDown, "2 probes in a row unanswered")
+	step(true, 10*ms, PathDown, "")
+	step(true, 10*ms, PathDown, "")
+	step(true, 10*ms, PathUp, "3 probes in a row answered") // 20% lost: at the limit, not past it
+	step(true, 60*ms, PathDegraded, "RTT 60ms past 50ms")
+	step(true, 48*ms, PathDegraded, "") // below the limit, not below it less 10%
+	step(true, 40*ms, PathDegraded, "") // and 20% lost: not below 18%
+	step(true, 40*ms, PathDegraded, "")
+	step(true, 40*ms, PathDegraded, "")
+	step(true, 40*ms, PathDegraded, "") // one loss left in the window: calm 1
+	step(true, 40*ms, PathDegraded, "")
+	step(true, 40*ms, PathUp, "within the limits less 10% 3 times in a row")
+	step(false, 10*ms, PathUp, "")
+	step(false, 10*ms, PathDown, "2 probes in a row unanswered")
+	step(true, 10*ms, PathDown, "")
+	step(true, 10*ms, PathDown, "")
+	step(true, 10*ms, PathUp, "3 probes in a row answered")
+	step(false, 10*ms, PathDegraded, "loss 30.0% past 20.0%")
+	if l := j.loss(); l != 0.3 {
+		t.Errorf("loss %v, want 0.3 (3 of the last 10)", l)
+	}
+}

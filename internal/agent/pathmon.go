@@ -1,0 +1,368 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+)
+
+// Path monitoring. Every GRE path of the config whose monitor is not off
+// gets a probe every interval: a GRE packet (protocol type
+// bpf.ProbeProto) from the path's local address to its remote one, sent
+// by the kernel out of the path's interface through a raw socket, and
+// stamped with CLOCK_MONOTONIC just before. The peer's XDP sends it back,
+// and this gateway's XDP times the answer into edge_path_probe. The
+// monitor reads that record a few times per interval: a probe is
+// answered once the record says so, unanswered once its timeout passed
+// without (the smoothed RTT plus the larger of four times its variation,
+// half of it and 2 ms; 1 s before any answer), each outcome in the order
+// the probes went out; pathJudge turns the outcomes and the RTT
+// estimators into the path's state. Each change of state is logged once
+// and counted; the states and measures are what `edgeplane get paths`
+// and the metrics show.
+
+// PathStatus is what the monitor knows of one path.
+type PathStatus struct {
+	ID              uint32
+	State           PathState
+	Since           time.Time // when it entered State
+	SRTT, Jitter    time.Duration
+	MinRTT, LastRTT time.Duration
+	Loss            float64 // over the last Window probes
+	Sent, Answered  uint64
+	Why             string // what the last change of state was about
+	Monitored       bool   // false: monitor off (the path counts as up)
+}
+
+// probeTick is the shortest time between two looks at the probe records.
+const probeTick = 2 * time.Millisecond
+
+// firstTimeout is how long a probe may go unanswered before any has been.
+const firstTimeout = time.Second
+
+// probedPath is one path under the monitor.
+type probedPath struct {
+	cfg    config.Path
+	mon    config.PathMonitor
+	stats  uint32 // stable index: edge_path_probe's key
+	fd     int
+	seq    uint32 // the next probe's sequence number
+	sentAt []int64
+	decide uint32 // the oldest probe without an outcome
+	next   time.Time
+	judge  *pathJudge
+	status PathStatus
+}
+
+// pathMonitor probes the config's paths and keeps their states.
+type pathMonitor struct {
+	dp  *bpf.Dataplane
+	log *slog.Logger
+	cfg func() *config.Config
+
+	changes *prometheus.CounterVec
+
+	mu    sync.Mutex
+	paths map[uint32]*probedPath
+}
+
+func newPathMonitor(dp *bpf.Dataplane, log *slog.Logger, cfg func() *config.Config) *pathMonitor {
+	return &pathMonitor{
+		dp: dp, log: log, cfg: cfg, paths: map[uint32]*probedPath{},
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeplane_path_state_changes_total", Help: "Changes of a path's state as its monitor judged it, by the state entered.",
+		}, []string{"path", "state"}),
+	}
+}
+
+// Statuses returns every monitored path's status, by path id.
+func (m *pathMonitor) Statuses() map[uint32]PathStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[uint32]PathStatus, len(m.paths))
+	for id, p := range m.paths {
+		out[id] = p.status
+	}
+	return out
+}
+
+// run follows the config's paths, probes and judges them until ctx ends.
+func (m *pathMonitor) run(ctx context.Context) {
+	t := time.NewTicker(probeTick)
+	defer t.Stop()
+	defer m.closeAll()
+	var synced time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if now.Sub(synced) >= 100*time.Millisecond {
+				m.sync()
+				synced = now
+			}
+			m.step(now)
+		}
+	}
+}
+
+func (m *pathMonitor) closeAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, p := range m.paths {
+		unix.Close(p.fd)
+		delete(m.paths, id)
+	}
+}
+
+// sync starts monitoring new paths, stops removed ones and starts again
+// those whose addressing or monitor changed.
+func (m *pathMonitor) sync() {
+	active, err := m.dp.ActivePaths()
+	if err != nil {
+		m.log.Error("path monitor: read paths", "error", err)
+		return
+	}
+	stats := map[uint32]uint32{}
+	for _, p := range active {
+		stats[p.Id] = p.Stats
+	}
+	want := map[uint32]config.Path{}
+	for _, p := range m.cfg().Paths {
+		if _, ok := stats[p.ID]; ok {
+			want[p.ID] = p
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, p := range m.paths {
+		w, ok := want[id]
+		if !ok || !samePath(p.cfg, w) || p.stats != stats[id] {
+			unix.Close(p.fd)
+			delete(m.paths, id)
+		}
+	}
+	for id, c := range want {
+		if _, ok := m.paths[id]; ok {
+			continue
+		}
+		p, err := m.startPath(c, stats[id])
+		if err != nil {
+			m.log.Error("path monitor: cannot probe path", "path", id, "error", err)
+			continue
+		}
+		m.paths[id] = p
+	}
+}
+
+func samePath(a, b config.Path) bool {
+	ma, mb := a.Monitor.Effective(), b.Monitor.Effective()
+	return a.Interface == b.Interface && a.Local == b.Local && a.Remote == b.Remote &&
+		(a.Key == nil) == (b.Key == nil) && (a.Key == nil || *a.Key == *b.Key) && ma == mb
+}
+
+// startPath opens path c's probe socket: raw GRE from its local address
+// out of its interface, receiving nothing (answers end in XDP).
+func (m *pathMonitor) startPath(c config.Path, stats uint32) (*probedPath, error) {
+	mon := c.Monitor.Effective()
+	p := &probedPath{cfg: c, mon: mon, stats: stats, fd: -1, judge: newPathJudge(mon),
+		sentAt: make([]int64, 4096)}
+	p.status = PathStatus{ID: c.ID, Since: time.Now(), Monitored: !mon.Off}
+	if mon.Off {
+		p.status.State = PathUp
+		return p, nil
+	}
+	if err := m.dp.ClearPathProbe(stats); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_GRE)
+	if err != nil {
+		return nil, fmt.Errorf("raw GRE socket: %w", err)
+	}
+	// A raw GRE socket gets a copy of every GRE packet the kernel
+	// receives: take none.
+	drop := []unix.SockFilter{{Code: 0x06, K: 0}} // ret #0
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: 1, Filter: &drop[0]}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("filter on the probe socket: %w", err)
+	}
+	if err := unix.BindToDevice(fd, c.Interface); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("bind the probe socket to %s: %w", c.Interface, err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: c.Local.A.As4()}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("bind the probe socket to %s: %w", c.Local, err)
+	}
+	p.fd = fd
+	p.next = time.Now()
+	return p, nil
+}
+
+// step sends the probes that are due and judges every path.
+func (m *pathMonitor) step(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.paths {
+		if p.fd < 0 {
+			continue
+		}
+		m.judgePath(p, now)
+		if !now.Before(p.next) {
+			m.send(p)
+			p.next = p.next.Add(p.mon.Interval.D)
+			if p.next.Before(now) {
+				p.next = now.Add(p.mon.Interval.D)
+			}
+		}
+	}
+}
+
+// monotonic is CLOCK_MONOTONIC in ns, the clock XDP's bpf_ktime_get_ns reads.
+func monotonic() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// send sends path p's next probe.
+func (m *pathMonitor) send(p *probedPath) {
+	gre := make([]byte, 4, 8+bpf.ProbeLen)
+	binary.BigEndian.PutUint16(gre[2:], bpf.ProbeProto)
+	if p.cfg.Key != nil {
+		gre[0] = 0x20 // K
+		gre = binary.BigEndian.AppendUint32(gre, *p.cfg.Key)
+	}
+	now := monotonic()
+	pkt := append(gre, bpf.ProbeBody(uint16(p.stats), p.seq, uint64(now))...)
+	if err := unix.Sendto(p.fd, pkt, 0, &unix.SockaddrInet4{Addr: p.cfg.Remote.A.As4()}); err != nil {
+		// Unsent is unanswered: the judge sees it as lost.
+		m.log.Debug("path probe not sent", "path", p.cfg.ID, "error", err)
+	}
+	p.sentAt[p.seq%uint32(len(p.sentAt))] = now
+	p.seq++
+	p.status.Sent++
+}
+
+// judgePath gives every probe of p whose outcome is known its outcome,
+// in order, and judges the path.
+func (m *pathMonitor) judgePath(p *probedPath, now time.Time) {
+	rec, err := m.dp.ReadPathProbe(p.stats)
+	if err != nil {
+		m.log.Error("path monitor", "path", p.cfg.ID, "error", err)
+		return
+	}
+	srtt, jitter := time.Duration(rec.SrttNs), time.Duration(rec.RttvarNs)
+	timeout := firstTimeout
+	if rec.Replies > 0 {
+		timeout = srtt + max(4*jitter, srtt/2, 2*time.Millisecond)
+	}
+	mono := monotonic()
+	for p.decide != p.seq {
+		answered := rec.Answered(p.decide)
+		if !answered && time.Duration(mono-p.sentAt[p.decide%uint32(len(p.sentAt))]) < timeout {
+			break
+		}
+		p.judge.add(answered)
+		if answered {
+			p.status.Answered++
+		}
+		p.decide++
+	}
+	state, why := p.judge.judge(srtt, jitter)
+	s := &p.status
+	s.SRTT, s.Jitter = srtt, jitter
+	s.MinRTT, s.LastRTT = time.Duration(rec.MinNs), time.Duration(rec.LastRttNs)
+	s.Loss = p.judge.loss()
+	if why == "" {
+		return
+	}
+	from := s.State
+	s.State, s.Since, s.Why = state, now, why
+	m.changes.WithLabelValues(strconv.FormatUint(uint64(p.cfg.ID), 10), state.String()).Inc()
+	m.log.Info("path "+state.String(), "path", p.cfg.ID, "was", from.String(), "why", why,
+		"rtt", srtt.Round(10*time.Microsecond), "jitter", jitter.Round(10*time.Microsecond), "loss", fmt.Sprintf("%.1f%%", 100*s.Loss))
+}
+
+// pathMetrics exposes the monitor's view of each path at scrape time.
+type pathMetrics struct {
+	m                                 *pathMonitor
+	state, srtt, jitter, minRTT, loss *prometheus.Desc
+}
+
+func newPathMetrics(m *pathMonitor) *pathMetrics {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("edgeplane_path_"+name, help, []string{"path"}, nil)
+	}
+	return &pathMetrics{
+		m:      m,
+		state:  prometheus.NewDesc("edgeplane_path_state", "1 for a path's state as its monitor judges it (unknown, up, degraded, down), 0 for the others.", []string{"path", "state"}, nil),
+		srtt:   d("rtt_seconds", "Smoothed round-trip time of a path's probes (RFC 6298, gain 1/8)."),
+		jitter: d("jitter_seconds", "RTT variation of a path's probes (RFC 6298's RTTVAR, gain 1/4)."),
+		minRTT: d("min_rtt_seconds", "Smallest round-trip time of a path's probes."),
+		loss:   d("loss_ratio", "Share of a path's last window of probes that went unanswered."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (p *pathMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{p.state, p.srtt, p.jitter, p.minRTT, p.loss} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (p *pathMetrics) Collect(ch chan<- prometheus.Metric) {
+	for id, s := range p.m.Statuses() {
+		l := strconv.FormatUint(uint64(id), 10)
+		for st, name := range pathStateNames {
+			v := 0.0
+			if PathState(st) == s.State {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(p.state, prometheus.GaugeValue, v, l, name)
+		}
+		if !s.Monitored {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(p.srtt, prometheus.GaugeValue, s.SRTT.Seconds(), l)
+		ch <- prometheus.MustNewConstMetric(p.jitter, prometheus.GaugeValue, s.Jitter.Seconds(), l)
+		ch <- prometheus.MustNewConstMetric(p.minRTT, prometheus.GaugeValue, s.MinRTT.Seconds(), l)
+		ch <- prometheus.MustNewConstMetric(p.loss, prometheus.GaugeValue, s.Loss, l)
+	}
+}
+
+// PathStatus implements api.Backend: the monitor's view of each path, by
+// path id.
+func (a *Agent) PathStatus() []*pb.PathStatus {
+	if a.mon == nil {
+		return nil
+	}
+	st := a.mon.Statuses()
+	out := make([]*pb.PathStatus, 0, len(st))
+	for _, id := range slices.Sorted(maps.Keys(st)) {
+		s := st[id]
+		out = append(out, &pb.PathStatus{
+			Path: id, State: s.State.String(), Since: s.Since.UTC().Format(time.RFC3339Nano), Why: s.Why,
+			RttUs: uint64(s.SRTT.Microseconds()), JitterUs: uint64(s.Jitter.Microseconds()),
+			MinRttUs: uint64(s.MinRTT.Microseconds()), LastRttUs: uint64(s.LastRTT.Microseconds()),
+			Loss: s.Loss, ProbesSent: s.Sent, ProbesAnswered: s.Answered, Monitored: s.Monitored,
+		})
+	}
+	return out
+}

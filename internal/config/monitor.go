@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// PathMonitor is how a path is probed and judged: the agent sends a probe
+// over the path every Interval, the peer's XDP answers it, and the
+// answers decide the path's state. A path is down after DownAfter
+// probes in a row go unanswered and up again after UpAfter in a row are
+// answered; it is degraded while its smoothed RTT, its jitter or its
+// loss over the last Window probes is past a limit, and up again once
+// each is below its limit less Hysteresis, UpAfter probes in a row.
+type PathMonitor struct {
+	// Off: no probes (the peer does not answer them); the path counts
+	// as up.
+	Off bool `yaml:"off,omitempty"`
+	// Interval between probes: DefaultProbeInterval when unset,
+	// MinProbeInterval to MaxProbeInterval.
+	Interval Duration `yaml:"interval,omitempty"`
+	// DownAfter and UpAfter count probes in a row (defaults 2 and 3,
+	// 1-64).
+	DownAfter uint32 `yaml:"down_after,omitempty"`
+	UpAfter   uint32 `yaml:"up_after,omitempty"`
+	// Window is the probes the loss is counted over (default 100,
+	// 4-4096).
+	Window uint32 `yaml:"window,omitempty"`
+	// The limits past which the path is degraded; unset: none.
+	MaxRTT    Duration `yaml:"max_rtt,omitempty"`
+	MaxJitter Duration `yaml:"max_jitter,omitempty"`
+	MaxLoss   Ratio    `yaml:"max_loss,omitempty"`
+	// Hysteresis is the share of each limit a measure must come back
+	// below to end a degradation (default 10%).
+	Hysteresis Ratio `yaml:"hysteresis,omitempty"`
+}
+
+// Path monitor defaults and bounds.
+const (
+	DefaultProbeInterval = 100 * time.Millisecond
+	MinProbeInterval     = 10 * time.Millisecond
+	MaxProbeInterval     = 10 * time.Second
+	DefaultDownAfter     = 2
+	DefaultUpAfter       = 3
+	DefaultProbeWindow   = 100
+	DefaultHysteresis    = 0.1
+)
+
+// Effective returns m (nil: every default) with its defaults filled.
+func (m *PathMonitor) Effective() PathMonitor {
+	var e PathMonitor
+	if m != nil {
+		e = *m
+	}
+	if e.Interval.D == 0 {
+		e.Interval.D = DefaultProbeInterval
+	}
+	if e.DownAfter == 0 {
+		e.DownAfter = DefaultDownAfter
+	}
+	if e.UpAfter == 0 {
+		e.UpAfter = DefaultUpAfter
+	}
+	if e.Window == 0 {
+		e.Window = DefaultProbeWindow
+	}
+	if !e.Hysteresis.Set {
+		e.Hysteresis = Ratio{V: DefaultHysteresis, Set: true}
+	}
+	return e
+}
+
+// checkMonitor checks a path's monitor settings (fields under prefix).
+func checkMonitor(c *Check, prefix string, m PathMonitor) {
+	if d := m.Interval.D; d != 0 && (d < MinProbeInterval || d > MaxProbeInterval) {
+		c.Add(prefix+"interval", "%s is outside %s-%s", d, MinProbeInterval, MaxProbeInterval)
+	}
+	for _, f := range []struct {
+		name     string
+		v, lo, h uint32
+	}{{"down_after", m.DownAfter, 1, 64}, {"up_after", m.UpAfter, 1, 64}, {"window", m.Window, 4, 4096}} {
+		if f.v != 0 && (f.v < f.lo || f.v > f.h) {
+			c.Add(prefix+f.name, "%d is outside %d-%d", f.v, f.lo, f.h)
+		}
+	}
+	for _, r := range []struct {
+		name string
+		v    Ratio
+	}{{"max_loss", m.MaxLoss}, {"hysteresis", m.Hysteresis}} {
+		if r.v.Set && (r.v.V < 0 || r.v.V > 1) {
+			c.Add(prefix+r.name, "%s is outside 0-100%%", r.v)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{{"max_rtt", m.MaxRTT}, {"max_jitter", m.MaxJitter}} {
+		if d.v.D < 0 {
+			c.Add(prefix+d.name, "%s is negative", d.v.D)
+		}
+	}
+}
+
+// Ratio is a share written as a percentage ("5%", "0.5%") or a fraction
+// ("0.05"); Set tells an explicit 0 from none.
+type Ratio struct {
+	V   float64
+	Set bool
+}
+
+// ParseRatio parses "5%" or "0.05".
+func ParseRatio(s string) (Ratio, error) {
+	t := strings.TrimSpace(s)
+	pct := strings.HasSuffix(t, "%")
+	v, err := strconv.ParseFloat(strings.TrimSuffix(t, "%"), 64)
+	if err != nil {
+		return Ratio{}, fmt.Errorf("invalid ratio %q (want e.g. 5%% or 0.05)", s)
+	}
+	if pct {
+		v /= 100
+	}
+	return Ratio{V: v, Set: true}, nil
+}
+
+func (r Ratio) String() string {
+	if !r.Set {
+		return ""
+	}
+	return strconv.FormatFloat(r.V*100, 'g', -1, 64) + "%"
+}
+
+// SetString parses a ratio ("" unsets it).
+func (r *Ratio) SetString(s string) (err error) {
+	if s == "" {
+		*r = Ratio{}
+		return nil
+	}
+	*r, err = ParseRatio(s)
+	return err
+}
+
+// UnmarshalYAML decodes a ratio.
+func (r *Ratio) UnmarshalYAML(n *yaml.Node) error {
+	s, ok, err := scalarText(n, "a ratio")
+	if !ok {
+		*r = Ratio{}
+		return err
+	}
+	return r.SetString(s)
+}
+
+// MarshalYAML encodes the ratio as a percentage (nothing when unset).
+func (r Ratio) MarshalYAML() (any, error) {
+	if !r.Set {
+		return nil, nil
+	}
+	return r.String(), nil
+}
