@@ -93,6 +93,7 @@
 #define EDGE_FF_CONN 0x01   /* a connection to a stateful service */
 #define EDGE_FF_REPLY 0x02  /* the reply of a NAT'd connection */
 #define EDGE_FF_CLOSED 0x04 /* EDGE_FF_CONN: the client sent FIN or RST */
+#define EDGE_FF_STEERED 0x08 /* sent over a member of a steering group (svc) */
 
 /* Ways per bucket of the flow table (edge_ft): a flow may sit in any
  * way of the bucket its 5-tuple hashes to. Eight tags fill half of the
@@ -107,6 +108,15 @@
 
 /* Slots of the per-CPU next-hop cache by destination (power of two). */
 #define EDGE_DST_NH_SLOTS 1024
+
+/* Steering groups (an LBR of encap FARs over paths): at most
+ * EDGE_MAX_STEER per gateway, EDGE_STEER_MEMBERS members each, a flow
+ * picks its member from EDGE_STEER_TABLE weighted entries. */
+#define EDGE_MAX_STEER 64
+#define EDGE_STEER_MEMBERS 8
+#define EDGE_STEER_TABLE 64
+/* edge_steer.flags */
+#define EDGE_SF_PER_PACKET 1 /* each packet picks (no stickiness) */
 
 /* Path probes (struct edge_probe): GRE protocol type (IEEE 802's local
  * experimental EtherType 1), magic ("EPRB") and kinds. */

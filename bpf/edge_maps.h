@@ -152,15 +152,38 @@ struct {
 	__uint(max_entries, EDGE_MAX_PATHS);
 } edge_path_nh SEC(".maps");
 
+/* Steering groups per slot (struct edge_steer_group): members written by a
+ * commit into the slot it fills, tables by the agent into both. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_steer_group);
+	__uint(max_entries, 2 * EDGE_MAX_STEER);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_steer SEC(".maps");
+
+/* The members of each steering group a flow may stay on (bit i: member
+ * i), by the group's index: a sticky flow whose member's bit goes to 0
+ * is decided again. Written by the agent with the tables. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, EDGE_MAX_STEER);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_steer_ok SEC(".maps");
+
 /* What the answers to each path's probes showed, by the path's stable
  * index (struct edge_probe_rec). Written by the probe stage, read and
- * cleared by the agent's path monitor; not pinned (an agent starting
- * monitors afresh). */
+ * cleared by the agent's path monitor. Pinned, so an agent that adopts
+ * the running program reads what that program writes (an upgrade starts
+ * it afresh: the monitor does). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct edge_probe_rec);
 	__uint(max_entries, EDGE_MAX_PATHS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_path_probe SEC(".maps");
 
 /* Per-CPU next hops by destination (slot: a hash of the address and the

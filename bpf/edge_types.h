@@ -18,6 +18,7 @@ enum edge_action {
 	EDGE_ACT_DECAP = 4, /* GRE-decapsulate, classify the inner packet */
 	EDGE_ACT_NAT = 5,   /* rewrite destination to a backend, then forward */
 	EDGE_ACT_UNNAT = 6, /* reply of a NAT'd connection: source back to the VIP */
+	EDGE_ACT_STEER = 7, /* over a member of a steering group (path: its index) */
 	EDGE_ACT_MAX,
 };
 
@@ -63,6 +64,8 @@ enum edge_reason {
 	EDGE_R_PROBE_REFLECT, /* a peer's path probe, sent back to it (XDP_TX) */
 	EDGE_R_PROBE_REPLY,   /* the answer to one of our path probes, recorded */
 	EDGE_R_BAD_PROBE,     /* a path probe too short, of no known kind, or not ours */
+	EDGE_R_STEER_NONE,    /* a steering group with no member, or one not encap */
+	EDGE_R_STEER_MOVED,   /* a steered flow moved off a member no longer usable */
 	EDGE_R_MAX,
 };
 
@@ -315,7 +318,9 @@ struct edge_flow {
 	/* decap: the stable index + 1 of the path the flow's outer packets
 	 * were checked to belong to in generation gen (0: not yet) */
 	__u32 path;
-	__u32 svc;       /* EDGE_FF_CONN, EDGE_FF_REPLY: the service's id */
+	/* EDGE_FF_CONN, EDGE_FF_REPLY: the service's id; EDGE_FF_STEERED:
+	 * the steering group's index << 8 | the member's */
+	__u32 svc;
 	__u32 far_id;    /* EDGE_FF_CONN, EDGE_FF_REPLY: FAR far's id */
 #ifdef EDGE_LAYOUT_TEST
 	/* Only in the build the upgrade test migrates to and from
@@ -363,6 +368,18 @@ struct edge_nh {
 	__u8 dmac[6];
 	__u8 smac[6];
 	__u16 pad;
+};
+
+/* A steering group in one slot (edge_steer, slot * EDGE_MAX_STEER +
+ * the group's index): its members' FAR indexes in the slot, and which
+ * member each of EDGE_STEER_TABLE entries gives (as many entries as its
+ * share of the traffic; written by the agent from its mode and its
+ * paths' states). */
+struct edge_steer_group {
+	__u32 n;     /* members; 0: no group */
+	__u32 flags; /* EDGE_SF_* */
+	__u32 far[EDGE_STEER_MEMBERS];
+	__u8 table[EDGE_STEER_TABLE];
 };
 
 /* A path probe as it travels inside GRE (protocol type EDGE_PROBE_PROTO):

@@ -13,6 +13,7 @@
 #include <bpf/bpf_helpers.h>
 #include "../edge_maps.h"
 #include "flowtab.h"
+#include "steer.h"
 #include "verdict.h"
 
 /* emc_slot hashes a compact key to an exact-match cache slot
@@ -124,7 +125,8 @@ static __always_inline void emc_fill(struct edge_ctx *ctx,
  * (flow_fresh), carrying over the counts of a stale entry of the flow (a
  * flow reclassified after a commit keeps them) and, in ctx->rec, the
  * connection it was (edge_ft_lookup). *emcp is this CPU's slot for the
- * flow (IPv4), for flow_record. */
+ * flow (IPv4), for flow_record. A steered flow whose member left its
+ * group's usable set counts as stale (steer_moved): decided again. */
 static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 						   struct edge_emc_slot **emcp)
 {
@@ -144,7 +146,7 @@ static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 		if (emc && emc_match(emc, &ctx->k4)) {
 			/* A hit counts the packet in this CPU's copy, and
 			 * marks the table's entry used once a tick. */
-			if (emc->f.gen == ctx->gen) {
+			if (emc->f.gen == ctx->gen && !steer_moved(&emc->f)) {
 				emc->f.packets++;
 				emc->f.bytes += p->len;
 				now = ctx->now;
@@ -165,6 +167,11 @@ static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 	}
 	way = edge_ft_lookup(ctx);
 	ctx->ft_nh = ctx->nf.fib_epoch;
+	if (way >= 0 && steer_moved(&ctx->nf)) {
+		/* Decided again, and recorded over its entry. */
+		count(&edge_reasons, EDGE_R_STEER_MOVED, p->len);
+		ctx->nf.gen = 0;
+	}
 	if (way >= 0 && ctx->nf.gen == ctx->gen) {
 		if (emc) {
 			emc_fill(ctx, emc, &ctx->nf, packets + 1, bytes + p->len, 1);

@@ -2,7 +2,7 @@
 /* The per-packet pipeline, stage by stage:
  *
  *   parse -> decide -> [decap (or a path probe: answered, or timed)
- *   -> decide the inner packet] -> act -> record
+ *   -> decide the inner packet] -> [steer] -> act -> record
  *
  * decide: ICMP errors about NAT'd connections (translated, never cached)
  *   -> stateless services (before any cache) -> flow table; on a miss
@@ -15,7 +15,7 @@
  *   verdict.h (context, FARs, counters) <- fib.h <- icmp.h, too_big.h
  *   <- gre.h (encap, decap; probe.h answers and times path probes)
  *   <- nat.h <- balance.h <- act.h <- pipeline.h, with parse.h,
- *   classify.h, flowtab.h and flowcache.h beside them.
+ *   classify.h, flowtab.h, flowcache.h and steer.h beside them.
  *
  * A new stage is a header of its own and a call here; one that needs
  * state between packets keeps it in a map, one that needs scratch space
@@ -33,6 +33,7 @@
 #include "gre.h"
 #include "parse.h"
 #include "proto.h"
+#include "steer.h"
 #include "verdict.h"
 
 /* nat_icmp decides an ICMP error about a NAT'd connection: translated and
@@ -167,11 +168,20 @@ decided(struct edge_ctx *c, const struct edge_flow *fl)
 	return far_get(fl->gen, fl->far);
 }
 
-/* act carries out the decision in fl, whose FAR is far. */
+/* act carries out the decision in fl, whose FAR is far: a steering
+ * FAR's first (steer.h: the member's FAR, recorded in fl; the flow's
+ * hash is its flow-table tag, whose low bit is always set). */
 static __always_inline int act(struct xdp_md *ctx, struct edge_ctx *c,
 			       const struct edge_state *st,
 			       struct edge_flow *fl, const struct edge_far *far)
 {
+	int rc;
+
+	if (far && far->action == EDGE_ACT_STEER) {
+		far = edge_steer_pick(&c->p, far, fl, c->gen, c->ft_tag >> 1, &rc);
+		if (!far)
+			return rc;
+	}
 	if (far)
 		return edge_act(ctx, &c->p, far, fl, st->fib_epoch);
 	if (fl->far == EDGE_FAR_ROUTE)

@@ -221,6 +221,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	go a.keepPathNeighbours(ctx, log)
 	a.mon = newPathMonitor(a.dp, log, a.Config)
+	a.mon.groups = a.steerGroups
 	go a.mon.run(ctx)
 	go a.healthLoop(ctx, a.backendUp)
 	go tickFlows(ctx, a.dp, log)

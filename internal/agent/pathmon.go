@@ -76,14 +76,17 @@ type pathMonitor struct {
 	cfg func() *config.Config
 
 	changes *prometheus.CounterVec
+	// groups lists the steering groups (nil: none steered).
+	groups func() []steerGroup
 
 	mu    sync.Mutex
 	paths map[uint32]*probedPath
+	plans map[uint32]steerPlan // by steering group index
 }
 
 func newPathMonitor(dp *bpf.Dataplane, log *slog.Logger, cfg func() *config.Config) *pathMonitor {
 	return &pathMonitor{
-		dp: dp, log: log, cfg: cfg, paths: map[uint32]*probedPath{},
+		dp: dp, log: log, cfg: cfg, paths: map[uint32]*probedPath{}, plans: map[uint32]steerPlan{},
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeplane_path_state_changes_total", Help: "Changes of a path's state as its monitor judged it, by the state entered.",
 		}, []string{"path", "state"}),
@@ -214,10 +217,18 @@ func (m *pathMonitor) startPath(c config.Path, stats uint32) (*probedPath, error
 	return p, nil
 }
 
-// step sends the probes that are due and judges every path.
+// step sends the probes that are due, judges every path and steers the
+// steering groups by what it found.
 func (m *pathMonitor) step(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer func() {
+		st := make(map[uint32]PathStatus, len(m.paths))
+		for id, p := range m.paths {
+			st[id] = p.status
+		}
+		m.steer(st)
+	}()
 	for _, p := range m.paths {
 		if p.fd < 0 {
 			continue

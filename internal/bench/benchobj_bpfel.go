@@ -49,6 +49,8 @@ const (
 	benchobjMapEdgeReasons          = "edge_reasons"
 	benchobjMapEdgeRules            = "edge_rules"
 	benchobjMapEdgeServices         = "edge_services"
+	benchobjMapEdgeSteer            = "edge_steer"
+	benchobjMapEdgeSteerOk          = "edge_steer_ok"
 	benchobjMapEdgeSvcIndex         = "edge_svc_index"
 	benchobjMapEdgeTx               = "edge_tx"
 	benchobjMapEdgeVerdicts         = "edge_verdicts"
@@ -175,6 +177,8 @@ type benchobjMapSpecs struct {
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
+	EdgeSteer       *ebpf.MapSpec `ebpf:"edge_steer"`
+	EdgeSteerOk     *ebpf.MapSpec `ebpf:"edge_steer_ok"`
 	EdgeSvcIndex    *ebpf.MapSpec `ebpf:"edge_svc_index"`
 	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
@@ -243,6 +247,8 @@ type benchobjMaps struct {
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
+	EdgeSteer       *ebpf.Map `ebpf:"edge_steer"`
+	EdgeSteerOk     *ebpf.Map `ebpf:"edge_steer_ok"`
 	EdgeSvcIndex    *ebpf.Map `ebpf:"edge_svc_index"`
 	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
 	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
@@ -283,6 +289,8 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeReasons,
 		m.EdgeRules,
 		m.EdgeServices,
+		m.EdgeSteer,
+		m.EdgeSteerOk,
 		m.EdgeSvcIndex,
 		m.EdgeTx,
 		m.EdgeVerdicts,

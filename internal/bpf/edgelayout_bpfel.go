@@ -232,6 +232,14 @@ type edgeEdgeState struct {
 	FibFlags         uint32
 }
 
+type edgeEdgeSteerGroup struct {
+	_     structs.HostLayout
+	N     uint32
+	Flags uint32
+	Far   [8]uint32
+	Table [64]uint8
+}
+
 type edgeEdgeSvc struct {
 	_     structs.HostLayout
 	Tag   uint32
@@ -288,6 +296,8 @@ const (
 	edgeMapEdgeReasons     = "edge_reasons"
 	edgeMapEdgeRules       = "edge_rules"
 	edgeMapEdgeServices    = "edge_services"
+	edgeMapEdgeSteer       = "edge_steer"
+	edgeMapEdgeSteerOk     = "edge_steer_ok"
 	edgeMapEdgeSvcIndex    = "edge_svc_index"
 	edgeMapEdgeTx          = "edge_tx"
 	edgeMapEdgeVerdicts    = "edge_verdicts"
@@ -374,6 +384,8 @@ type edgeMapSpecs struct {
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
+	EdgeSteer       *ebpf.MapSpec `ebpf:"edge_steer"`
+	EdgeSteerOk     *ebpf.MapSpec `ebpf:"edge_steer_ok"`
 	EdgeSvcIndex    *ebpf.MapSpec `ebpf:"edge_svc_index"`
 	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
@@ -436,6 +448,8 @@ type edgeMaps struct {
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
+	EdgeSteer       *ebpf.Map `ebpf:"edge_steer"`
+	EdgeSteerOk     *ebpf.Map `ebpf:"edge_steer_ok"`
 	EdgeSvcIndex    *ebpf.Map `ebpf:"edge_svc_index"`
 	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
 	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
@@ -470,6 +484,8 @@ func (m *edgeMaps) Close() error {
 		m.EdgeReasons,
 		m.EdgeRules,
 		m.EdgeServices,
+		m.EdgeSteer,
+		m.EdgeSteerOk,
 		m.EdgeSvcIndex,
 		m.EdgeTx,
 		m.EdgeVerdicts,

@@ -221,6 +221,8 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgeLbNew:       dp.EdgeLbNew,
 		edgeMapEdgeLbMembers:   dp.EdgeLbMembers,
 		edgeMapEdgePathProbe:   dp.EdgePathProbe,
+		edgeMapEdgeSteer:       dp.EdgeSteer,
+		edgeMapEdgeSteerOk:     dp.EdgeSteerOk,
 	}
 }
 

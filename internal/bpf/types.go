@@ -34,6 +34,7 @@ type (
 	NATBackend = edgeEdgeNatBackend
 	FTWay      = edgeEdgeFtWay
 	FTBucket   = edgeEdgeFtBucket
+	Steer      = edgeEdgeSteerGroup
 )
 
 // MaxServices and MaxMembers mirror EDGE_MAX_SERVICES and
@@ -103,6 +104,15 @@ func SvcIndex(services map[SvcKey]Svc) (idx [SvcIndexSize]SvcSlot, spilled int) 
 	return idx, spilled
 }
 
+// Steering groups, mirroring EDGE_MAX_STEER, EDGE_STEER_MEMBERS,
+// EDGE_STEER_TABLE and EDGE_SF_PER_PACKET.
+const (
+	MaxSteer       = 64
+	SteerMembers   = 8
+	SteerTable     = 64
+	SteerPerPacket = 1
+)
+
 // fibByDst mirrors EDGE_FIB_BY_DST, a bit of edge_state.fib_flags.
 const fibByDst = 1
 
@@ -143,6 +153,7 @@ const (
 	ActDecap    = 4
 	ActNAT      = 5
 	ActUnNAT    = 6
+	ActSteer    = 7
 )
 
 // SvcStateless is edge_svc.flags' EDGE_SVC_STATELESS: the service records
@@ -207,6 +218,8 @@ var ReasonNames = []string{
 	"probe_reflect",
 	"probe_reply",
 	"bad_probe",
+	"steer_none",
+	"steer_moved",
 }
 
 // Reason values used by callers and tests.
@@ -250,5 +263,7 @@ const (
 	ReasonProbeReflect
 	ReasonProbeReply
 	ReasonBadProbe
+	ReasonSteerNone
+	ReasonSteerMoved
 	ReasonMax
 )

@@ -89,6 +89,9 @@ var mapRoles = map[string]mapRole{
 	edgeMapEdgeReasons:     {counter, false},
 	edgeMapEdgeCacheStats:  {counter, false},
 	edgeMapEdgePathSeq:     {counter, false},
+	edgeMapEdgePathProbe:   {rebuilt, false},
+	edgeMapEdgeSteer:       {rebuilt, true},
+	edgeMapEdgeSteerOk:     {rebuilt, false},
 }
 
 // differs says why a map pinned by another build cannot serve as ms

@@ -52,6 +52,9 @@ type Generation struct {
 	ResetLBStats []uint32
 	// Members names what each edge_lb_stats index counts.
 	Members map[uint32]MemberRef
+	// Steers holds each steering group's members by its index (below
+	// MaxSteer); the tables are the agent's (SetSteer).
+	Steers map[uint32]Steer
 	// Dirty, when set, lists every rule key and FAR index whose entry
 	// may differ from the generation committed before this one; the rest
 	// are known equal. Nil means anything may differ. Groups, paths and
@@ -102,6 +105,7 @@ type slot struct {
 	index    *[SvcIndexSize]SvcSlot // nil: not known
 	tables   [MaxServices][]LBSlot  // nil: not known
 	lbFar    [MaxServices]*[MaxMembers]uint32
+	steers   map[uint32]Steer // by steering group index
 }
 
 // writer commits generations: it fills the slot no packet uses, flips the
@@ -124,7 +128,11 @@ type writer struct {
 	// members is what edge_lb_members holds (one table for both slots:
 	// an index changes meaning only when its backend is long gone).
 	members map[uint32]MemberRef
-	dirty   bool // a flip happened and no grace period was started after it
+	// steerTabs is each steering group's table and usable members as
+	// last set (SetSteer, or by a commit for a new group), for the
+	// members they were set for.
+	steerTabs map[uint32]steerTab
+	dirty     bool // a flip happened and no grace period was started after it
 	// grace, when set, delivers the result of the grace period started
 	// after the last flip.
 	grace chan error
@@ -152,7 +160,7 @@ func (w *writer) awaitGrace() error {
 // newWriter learns what each slot of the (possibly adopted) maps holds,
 // so commits write differences.
 func newWriter(dp *Dataplane) (*writer, error) {
-	w := &writer{dp: dp}
+	w := &writer{dp: dp, steerTabs: map[uint32]steerTab{}}
 	st, err := dp.State()
 	if err != nil {
 		return nil, err
@@ -211,7 +219,16 @@ func (w *writer) writeMembers(g *Generation) error {
 // readSlot reads what slot t of the maps holds.
 func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
 	s := &slot{rules: map[RuleKey]Rule{}, fars: map[uint32]Far{}, paths: map[uint32]Path{}, decaps: map[DecapKey]Decap{},
-		services: map[SvcKey]Svc{}, backends: map[SvcKey]NATBackend{}}
+		services: map[SvcKey]Svc{}, backends: map[SvcKey]NATBackend{}, steers: map[uint32]Steer{}}
+	for i := uint32(0); i < MaxSteer; i++ {
+		var st Steer
+		if err := dp.EdgeSteer.Lookup(t*MaxSteer+i, &st); err != nil {
+			return nil, fmt.Errorf("read steering group %d: %w", i, err)
+		}
+		if st.N != 0 {
+			s.steers[i] = st
+		}
+	}
 	stride := dp.Limits.FARStride()
 	var k RuleKey
 	var v Rule
@@ -591,6 +608,9 @@ func (w *writer) writeSlot(t uint32, g *Generation, keys *Dirty) error {
 	if err := w.writeServices(t, g); err != nil {
 		return err
 	}
+	if err := w.writeSteers(t, g); err != nil {
+		return err
+	}
 	return w.writePaths(t, g)
 }
 
@@ -964,4 +984,117 @@ func (dp *Dataplane) SetFIBByDst(on bool, still func() bool) (bool, error) {
 		}
 	})
 	return wrote, err
+}
+
+// steerTab is a steering group's table and usable members, for the
+// member FARs it was made for.
+type steerTab struct {
+	n     uint32
+	far   [SteerMembers]uint32
+	ok    uint32
+	table [SteerTable]uint8
+}
+
+// evenTable spreads a table's entries over n members in turn.
+func evenTable(n uint32) (t [SteerTable]uint8) {
+	for i := range t {
+		t[i] = uint8(uint32(i) % max(n, 1))
+	}
+	return t
+}
+
+// writeSteers makes slot t's steering groups those of g: a group keeps
+// the table the agent set while its members stay; a new one, or one whose
+// members changed, starts even over all its members, every one usable.
+func (w *writer) writeSteers(t uint32, g *Generation) error {
+	dp := w.dp
+	cur := w.slots[t]
+	for i := uint32(0); i < MaxSteer; i++ {
+		want, ok := g.Steers[i]
+		if ok {
+			tab, known := w.steerTabs[i]
+			if !known || tab.n != want.N || tab.far != want.Far {
+				tab = steerTab{n: want.N, far: want.Far, ok: 1<<want.N - 1, table: evenTable(want.N)}
+				if err := dp.EdgeSteerOk.Put(i, tab.ok); err != nil {
+					return fmt.Errorf("write steering group %d's usable members: %w", i, err)
+				}
+				w.steerTabs[i] = tab
+			}
+			want.Table = tab.table
+		}
+		if cur.steers[i] == want {
+			continue
+		}
+		if err := dp.EdgeSteer.Put(t*MaxSteer+i, want); err != nil {
+			return fmt.Errorf("write steering group %d: %w", i, err)
+		}
+		if ok {
+			cur.steers[i] = want
+		} else {
+			delete(cur.steers, i)
+		}
+	}
+	return nil
+}
+
+// SetSteer gives steering group idx the table (member per entry) and the
+// members flows may stay on (bit i: member i), in both slots where the
+// group has the members the table was made for (members, FAR indexes).
+// The table goes first, so no flow is sent back to a member just taken
+// out. It reports whether the group has those members (false: a commit
+// changed them; the caller makes its plan again).
+func (dp *Dataplane) SetSteer(idx uint32, members []uint32, ok uint32, table [SteerTable]uint8) (bool, error) {
+	w := dp.writer
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var far [SteerMembers]uint32
+	copy(far[:], members)
+	tab, known := w.steerTabs[idx]
+	if !known || tab.n != uint32(len(members)) || tab.far != far {
+		return false, nil
+	}
+	for t := range w.slots {
+		cur, have := w.slots[t].steers[idx]
+		if !have || cur.N != tab.n || cur.Far != far || cur.Table == table {
+			continue
+		}
+		cur.Table = table
+		if err := dp.EdgeSteer.Put(uint32(t)*MaxSteer+idx, cur); err != nil {
+			return true, fmt.Errorf("write steering group %d: %w", idx, err)
+		}
+		w.slots[t].steers[idx] = cur
+	}
+	if err := dp.EdgeSteerOk.Put(idx, ok); err != nil {
+		return true, fmt.Errorf("write steering group %d's usable members: %w", idx, err)
+	}
+	tab.ok, tab.table = ok, table
+	w.steerTabs[idx] = tab
+	return true, nil
+}
+
+// SteerMembers returns steering group idx's member FAR indexes in the
+// live generation (nil: no such group).
+func (dp *Dataplane) SteerMembers(idx uint32) []uint32 {
+	w := dp.writer
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st, err := dp.State()
+	if err != nil || st.Gen == 0 {
+		return nil
+	}
+	s, ok := w.slots[st.Gen&1].steers[idx]
+	if !ok {
+		return nil
+	}
+	return slices.Clone(s.Far[:s.N])
+}
+
+// SteerIs tells whether steering group idx has usable set ok and table
+// table now (a commit that changed its members starts it afresh).
+func (dp *Dataplane) SteerIs(idx, ok uint32, table [SteerTable]uint8) bool {
+	w := dp.writer
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tab, known := w.steerTabs[idx]
+	return known && tab.ok == ok && tab.table == table
 }

@@ -31,6 +31,8 @@ const (
 	ActionDecap    = "decap"
 	// ActionNAT rewrites the destination to a backend (an LBR member).
 	ActionNAT = "nat"
+	// ActionSteer sends the flow over a member of a steering LBR.
+	ActionSteer = "steer"
 )
 
 // Limits bounds and defaults.

@@ -25,6 +25,9 @@ type FAR struct {
 	// for it, pins the egress; else the route to Address decides).
 	Address Addr   `yaml:"address,omitempty"`
 	Port    uint16 `yaml:"port,omitempty"`
+	// LBR is the steering group of ActionSteer: an LBR of a steering
+	// algorithm whose members are encap FARs.
+	LBR uint32 `yaml:"lbr,omitempty"`
 }
 
 var farKind = &KindOf[FAR]{
@@ -36,6 +39,7 @@ var farKind = &KindOf[FAR]{
 		return []Ref{
 			{Field: "interface", Kind: KindInterface, Key: NameKey(f.Interface)},
 			{Field: "path", Kind: KindPath, Key: IDKey(f.Path)},
+			{Field: "lbr", Kind: KindLBR, Key: IDKey(f.LBR), Check: steeringLBR},
 		}
 	},
 	Columns: []Column[FAR]{
@@ -43,6 +47,7 @@ var farKind = &KindOf[FAR]{
 		{Name: "ACTION", Value: func(f *FAR) string { return f.Action }, Unset: "-"},
 		{Name: "INTERFACE", Value: func(f *FAR) string { return f.Interface }, Unset: "-"},
 		{Name: "PATH", Value: func(f *FAR) string { return num(f.Path) }, Unset: "-"},
+		{Name: "LBR", Value: func(f *FAR) string { return num(f.LBR) }, Unset: "-"},
 		// The backend a nat FAR rewrites the destination to.
 		{Name: "NAT", Value: func(f *FAR) string {
 			if f.Action != ActionNAT || !f.Address.IsSet() {
@@ -54,13 +59,13 @@ var farKind = &KindOf[FAR]{
 }
 
 func checkFAR(c *Check, f *FAR) {
-	const want = "want pass, drop, redirect, encap, decap or nat"
+	const want = "want pass, drop, redirect, encap, decap, nat or steer"
 	if f.ID == 0 {
 		c.Add("id", "required")
 	}
 	knownAction := true
 	switch f.Action {
-	case ActionPass, ActionDrop, ActionRedirect, ActionEncap, ActionDecap, ActionNAT:
+	case ActionPass, ActionDrop, ActionRedirect, ActionEncap, ActionDecap, ActionNAT, ActionSteer:
 	case "":
 		knownAction = false
 		c.Add("action", "required (%s)", want)
@@ -81,6 +86,7 @@ func checkFAR(c *Check, f *FAR) {
 		{"path", f.Path != 0, ActionEncap, "", []string{ActionEncap}},
 		{"address", f.Address.IsSet(), ActionNAT, " (the backend)", []string{ActionNAT}},
 		{"port", f.Port != 0, ActionNAT, " (the backend's port)", []string{ActionNAT}},
+		{"lbr", f.LBR != 0, ActionSteer, " (the steering group)", []string{ActionSteer}},
 	} {
 		switch {
 		case f.Action == x.need && !x.set:

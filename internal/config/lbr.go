@@ -10,10 +10,37 @@ import (
 	"github.com/edgeplane/edgeplane/internal/maglev"
 )
 
-// LBR algorithms.
+// LBR algorithms: maglev balances a service's connections over
+// backends; the others steer a FAR's flows over paths (steering groups,
+// members encap FARs), by the paths' states as the path monitor judges
+// them:
+//   - active-standby: all over the first member whose path is usable,
+//     the next one while it is not (back to the first once it is);
+//   - smallest-delay: all over the usable path with the smallest RTT
+//     (another takes over once it is 10% faster);
+//   - load-balancing: each usable member a share of the flows as its
+//     weight (percentages, or any relative weights);
+//   - wrr: weighted random per packet over the usable members, as the
+//     P4 ATSSS proxy's WRR (per_packet implied).
 const (
-	AlgorithmMaglev = "maglev"
+	AlgorithmMaglev        = "maglev"
+	AlgorithmActiveStandby = "active-standby"
+	AlgorithmSmallestDelay = "smallest-delay"
+	AlgorithmLoadBalancing = "load-balancing"
+	AlgorithmWRR           = "wrr"
 )
+
+// Steering reports whether algorithm a is a steering mode.
+func Steering(a string) bool {
+	switch a {
+	case AlgorithmActiveStandby, AlgorithmSmallestDelay, AlgorithmLoadBalancing, AlgorithmWRR:
+		return true
+	}
+	return false
+}
+
+// MaxSteerMembers bounds a steering group (EDGE_STEER_MEMBERS).
+const MaxSteerMembers = 8
 
 // MaxMembers bounds an LBR, mirroring the dataplane's EDGE_MAX_MEMBERS
 // (one member index is the replies' counter).
@@ -33,6 +60,19 @@ type LBR struct {
 	// this LBR: a prime up to limits.maglev_table (0: that). More entries
 	// per backend spread more evenly and move fewer on changes.
 	TableSize uint32 `yaml:"table_size,omitempty"`
+	// PerPacket, for a steering mode, has each packet pick its member
+	// (no per-flow stickiness); wrr always does.
+	PerPacket bool `yaml:"per_packet,omitempty"`
+	// SLA, for a steering mode, limits which paths are usable: one past
+	// a limit is used only when no member's path meets them all.
+	SLA SLA `yaml:"sla,omitempty"`
+}
+
+// SLA is what a steering group asks of its paths; unset: no limit.
+type SLA struct {
+	MaxRTT    Duration `yaml:"max_rtt,omitempty"`
+	MaxJitter Duration `yaml:"max_jitter,omitempty"`
+	MaxLoss   Ratio    `yaml:"max_loss,omitempty"`
 }
 
 // Member is one FAR of an LBR and its weight.
@@ -59,7 +99,11 @@ var lbrKind = &KindOf[LBR]{
 	Refs: func(l *LBR) []Ref {
 		out := make([]Ref, len(l.Members))
 		for i, m := range l.Members {
-			out[i] = Ref{Field: "members[" + strconv.Itoa(i) + "].far", Kind: KindFAR, Key: IDKey(m.FAR), Check: memberFAR}
+			check := memberFAR
+			if Steering(l.Algorithm) {
+				check = steerMemberFAR
+			}
+			out[i] = Ref{Field: "members[" + strconv.Itoa(i) + "].far", Kind: KindFAR, Key: IDKey(m.FAR), Check: check}
 		}
 		return out
 	},
@@ -85,6 +129,32 @@ func memberFAR(target any) (field, problem string) {
 	return "", ""
 }
 
+// steerMemberFAR is what a steering LBR requires of its members' FARs.
+func steerMemberFAR(target any) (field, problem string) {
+	if f := target.(*FAR); f.Action != ActionEncap {
+		return "action", "has action " + f.Action + "; steering members need encap"
+	}
+	return "", ""
+}
+
+// steeringLBR is what a steer FAR requires of its LBR.
+func steeringLBR(target any) (field, problem string) {
+	if l := target.(*LBR); !Steering(l.Algorithm) {
+		return "algorithm", "is " + l.Algorithm + "; a steer FAR needs a steering algorithm"
+	}
+	return "", ""
+}
+
+// maglevLBR is what a service requires of its LBR.
+func maglevLBR(target any) (field, problem string) {
+	if l := target.(*LBR); Steering(l.Algorithm) {
+		return "algorithm", "is the steering mode " + l.Algorithm + "; a service needs maglev"
+	}
+	return "", ""
+}
+
+const wantAlgorithm = "want maglev, active-standby, smallest-delay, load-balancing or wrr"
+
 func checkLBR(c *Check, l *LBR) {
 	if l.ID == 0 {
 		c.Add("id", "required")
@@ -97,12 +167,26 @@ func checkLBR(c *Check, l *LBR) {
 	case !maglev.IsPrime(t):
 		c.Add("table_size", "%d is not prime", t)
 	}
-	switch l.Algorithm {
-	case AlgorithmMaglev:
-	case "":
-		c.Add("algorithm", "required (want maglev)")
+	switch {
+	case l.Algorithm == AlgorithmMaglev:
+		if l.PerPacket {
+			c.Add("per_packet", "not allowed for maglev (connections keep their backend)")
+		}
+		if l.SLA != (SLA{}) {
+			c.Add("sla", "not allowed for maglev")
+		}
+	case Steering(l.Algorithm):
+		if len(l.Members) > MaxSteerMembers {
+			c.AddCode(CodeCapacity, "members", "%d members, a steering group takes at most %d", len(l.Members), MaxSteerMembers)
+		}
+		if l.TableSize != 0 {
+			c.Add("table_size", "not allowed for %s (a Maglev setting)", l.Algorithm)
+		}
+		checkLimits(c, "sla.", l.SLA.MaxRTT, l.SLA.MaxJitter, l.SLA.MaxLoss)
+	case l.Algorithm == "":
+		c.Add("algorithm", "required (%s)", wantAlgorithm)
 	default:
-		c.Add("algorithm", "unknown algorithm %q (want maglev)", l.Algorithm)
+		c.Add("algorithm", "unknown algorithm %q (%s)", l.Algorithm, wantAlgorithm)
 	}
 	if len(l.Members) > MaxMembers {
 		c.AddCode(CodeCapacity, "members", "%d members, at most %d", len(l.Members), MaxMembers)

@@ -52,12 +52,9 @@ const (
 	DefaultHysteresis    = 0.1
 )
 
-// Effective returns m (nil: every default) with its defaults filled.
-func (m *PathMonitor) Effective() PathMonitor {
-	var e PathMonitor
-	if m != nil {
-		e = *m
-	}
+// Effective returns m with its defaults filled.
+func (m PathMonitor) Effective() PathMonitor {
+	e := m
 	if e.Interval.D == 0 {
 		e.Interval.D = DefaultProbeInterval
 	}
@@ -89,18 +86,22 @@ func checkMonitor(c *Check, prefix string, m PathMonitor) {
 			c.Add(prefix+f.name, "%d is outside %d-%d", f.v, f.lo, f.h)
 		}
 	}
-	for _, r := range []struct {
-		name string
-		v    Ratio
-	}{{"max_loss", m.MaxLoss}, {"hysteresis", m.Hysteresis}} {
-		if r.v.Set && (r.v.V < 0 || r.v.V > 1) {
-			c.Add(prefix+r.name, "%s is outside 0-100%%", r.v)
-		}
+	if m.Hysteresis.Set && (m.Hysteresis.V < 0 || m.Hysteresis.V > 1) {
+		c.Add(prefix+"hysteresis", "%s is outside 0-100%%", m.Hysteresis)
+	}
+	checkLimits(c, prefix, m.MaxRTT, m.MaxJitter, m.MaxLoss)
+}
+
+// checkLimits checks a path's or a steering group's RTT, jitter and loss
+// limits (fields under prefix).
+func checkLimits(c *Check, prefix string, rtt, jitter Duration, loss Ratio) {
+	if loss.Set && (loss.V < 0 || loss.V > 1) {
+		c.Add(prefix+"max_loss", "%s is outside 0-100%%", loss)
 	}
 	for _, d := range []struct {
 		name string
 		v    Duration
-	}{{"max_rtt", m.MaxRTT}, {"max_jitter", m.MaxJitter}} {
+	}{{"max_rtt", rtt}, {"max_jitter", jitter}} {
 		if d.v.D < 0 {
 			c.Add(prefix+d.name, "%s is negative", d.v.D)
 		}

@@ -38,8 +38,9 @@ type Path struct {
 	TTL uint8 `yaml:"ttl,omitempty"`
 	// DSCP of the outer header; nil copies the inner packet's.
 	DSCP *uint8 `yaml:"dscp,omitempty" max:"63"`
-	// Monitor is how the path is probed and judged (nil: the defaults).
-	Monitor *PathMonitor `yaml:"monitor,omitempty"`
+	// Monitor is how the path is probed and judged (unset fields: the
+	// defaults).
+	Monitor PathMonitor `yaml:"monitor,omitempty"`
 }
 
 var pathKind = &KindOf[Path]{
@@ -136,7 +137,5 @@ func checkPath(c *Check, pt *Path) {
 	if pt.Local.IsSet() && pt.Local == pt.Remote {
 		c.Add("remote", "same as local %s", pt.Local)
 	}
-	if pt.Monitor != nil {
-		checkMonitor(c, "monitor.", *pt.Monitor)
-	}
+	checkMonitor(c, "monitor.", pt.Monitor)
 }

@@ -91,7 +91,7 @@ var serviceKind = &KindOf[Service]{
 	KeyField: "id",
 	Check:    checkService,
 	Refs: func(sv *Service) []Ref {
-		return []Ref{{Field: "lbr", Kind: KindLBR, Key: IDKey(sv.LBR)}}
+		return []Ref{{Field: "lbr", Kind: KindLBR, Key: IDKey(sv.LBR), Check: maglevLBR}}
 	},
 	Unique: []Unique[Service]{{
 		Field: "vip",

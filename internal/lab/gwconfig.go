@@ -40,6 +40,10 @@ const (
 	PDRDefault6 = 13 // LAN -> remote IPv6 LAN: path 1
 	PDRDecap1   = 20 // GRE from the remote gateway on wan1: decap
 	PDRDecap2   = 21 // GRE from the remote gateway on wan2: decap
+	PDRSteered  = 14 // LAN -> remote LAN, UDP ports 7000-7099: steered
+	// SteerPorts are the UDP destination ports the lab steers over
+	// path 1 while it is up, else path 2 (active-standby).
+	SteerPortLo, SteerPortHi = 7000, 7099
 )
 
 // gwTemplate is a lab gateway's agent config. Paths 1 and 2 are GRE over
@@ -60,7 +64,13 @@ fars:
   - {id: 1, action: encap, path: 1}
   - {id: 2, action: encap, path: 2}
   - {id: 3, action: decap}
+  - {id: 4, action: steer, lbr: 1}
+lbrs:
+  # Steering group: path 1 while its monitor finds it up, else path 2.
+  - {id: 1, algorithm: active-standby, members: [{far: 1}, {far: 2}]}
 pdrs:
+  # UDP to ports 7000-7099 is steered (path 1, path 2 when 1 fails);
+  - {id: 14, precedence: 30, match: {in: lan0, dst: {{.RemoteLan}}, proto: udp, dport: 7000-7099}, far: 4}
   # Expedited forwarding (DSCP 46, ` + "`ping -Q 184`" + `) takes path 2,
   - {id: 10, precedence: 40, match: {in: lan0, dst: {{.RemoteLan}}, dscp: 46}, far: 2}
   # and so does UDP;

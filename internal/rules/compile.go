@@ -45,6 +45,7 @@ type Compiler struct {
 	// the same masked key that lose to the one in gen.Rules.
 	shadowed map[bpf.RuleKey][]bpf.Rule
 	lb       balancer
+	steerIdx map[uint32]uint32 // steering group index by LBR id
 	gen      *bpf.Generation
 
 	// State of the Apply under way.
@@ -137,6 +138,7 @@ func BuildDown(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.L
 		pdrs:     map[uint32]*compiledPDR{},
 		groups:   map[bpf.FlowKey]*group{},
 		shadowed: map[bpf.RuleKey][]bpf.Rule{},
+		steerIdx: map[uint32]uint32{},
 		gen: &bpf.Generation{
 			Rules:       map[bpf.RuleKey]bpf.Rule{},
 			FARs:        map[uint32]bpf.Far{},
@@ -265,6 +267,7 @@ func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
 		c.onUndo(func() { c.ifidx[name] = idx })
 	})
 	c.rebuildServices()
+	c.rebuildSteering()
 	if n := len(c.gen.Rules) + c.overflow; n > int(c.limits.Rules) {
 		c.errs = append(c.errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d classifier entries after port-range expansion exceed limits.rules %d", n, c.limits.Rules), Code: config.CodeCapacity})
 	}
@@ -468,6 +471,10 @@ func (c *Compiler) putFAR(at string, f *config.FAR) {
 		far.Path = cp.idx
 	case config.ActionDecap:
 		far.Action = bpf.ActDecap
+	case config.ActionSteer:
+		// The group's index: rebuildSteering, once the batch's LBRs are in.
+		far.Action = bpf.ActSteer
+		far.Path = c.steerIdx[f.LBR]
 	case config.ActionNAT:
 		far.Action = bpf.ActNAT
 		if f.Interface != "" {

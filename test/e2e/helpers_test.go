@@ -553,38 +553,48 @@ for i in range(n):
 print(json.dumps({"sent": n, "seconds": time.perf_counter() - t0, "retries": retries}))
 `
 
-// pyRecv counts UDP datagrams on argv[1]:argv[2] and the distinct sequence
-// numbers among 0..argv[3]-1, until stdin closes.
-const pyRecv = `import json, select, socket, struct, sys
-addr, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+// pyServeUDP binds a UDP socket on argv[1]:argv[2] and defines
+// serve(handle), which calls handle(datagram) for each datagram until
+// stdin closes (it prints "ready" first).
+const pyServeUDP = `import json, select, socket, struct, sys, time
+addr, port = sys.argv[1], int(sys.argv[2])
 s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, 33, 32 << 20)  # SO_RCVBUFFORCE: never the bottleneck
 s.bind((addr, port))
 s.setblocking(False)
+def serve(handle):
+    print("ready", flush=True)
+    def drain():
+        while True:
+            try:
+                d = s.recv(65535)
+            except BlockingIOError:
+                return
+            handle(d)
+    while True:
+        r, _, _ = select.select([s, sys.stdin], [], [])
+        if s in r:
+            drain()
+        if sys.stdin in r:
+            drain()
+            return
+`
+
+// pyRecv counts UDP datagrams on argv[1]:argv[2] and the distinct sequence
+// numbers among 0..argv[3]-1, until stdin closes.
+const pyRecv = pyServeUDP + `n = int(sys.argv[3])
 seen = bytearray(n)
 packets = nbytes = distinct = 0
-print("ready", flush=True)
-def drain():
+def count(d):
     global packets, nbytes, distinct
-    while True:
-        try:
-            d = s.recv(65535)
-        except BlockingIOError:
-            return
-        packets += 1
-        nbytes += len(d)
-        if len(d) >= 8:
-            q = struct.unpack_from("!Q", d)[0]
-            if q < n and not seen[q]:
-                seen[q] = 1
-                distinct += 1
-while True:
-    r, _, _ = select.select([s, sys.stdin], [], [])
-    if s in r:
-        drain()
-    if sys.stdin in r:
-        drain()
-        break
+    packets += 1
+    nbytes += len(d)
+    if len(d) >= 8:
+        q = struct.unpack_from("!Q", d)[0]
+        if q < n and not seen[q]:
+            seen[q] = 1
+            distinct += 1
+serve(count)
 missing = [i for i in range(n) if not seen[i]]
 print(json.dumps({"packets": packets, "bytes": nbytes, "distinct": distinct,
                   "missing": len(missing), "first_missing": missing[:20]}))

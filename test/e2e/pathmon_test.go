@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/lab"
 )
 
 // TestLabPathMonitor: in the two-path lab (wan1 2 ms, wan2 5 ms one way)
@@ -130,5 +131,128 @@ func TestLabPathMonitor(t *testing.T) {
 		if n := strings.Count(log, want); n != 1 {
 			t.Errorf("gateway A's log has %q %d times, want once", want, n)
 		}
+	}
+}
+
+// pyGaps receives UDP on argv[1]:argv[2] until stdin closes and reports
+// the gaps between consecutive arrivals longer than 10 ms: when (ms
+// since the first datagram), how long, and the sequence numbers around
+// them; and how many datagrams came, and how many distinct.
+const pyGaps = pyServeUDP + `first = last = None
+lastq = -1
+gaps, seen, packets = [], set(), 0
+def note(d):
+    global first, last, lastq, packets
+    now = time.monotonic()
+    q = struct.unpack_from("!Q", d)[0]
+    packets += 1
+    seen.add(q)
+    if first is None:
+        first = now
+    elif now - last > 0.010:
+        gaps.append({"at_ms": (last - first) * 1000, "ms": (now - last) * 1000, "after": lastq, "next": q})
+    last, lastq = now, q
+serve(note)
+print(json.dumps({"packets": packets, "distinct": len(seen), "gaps": gaps}))
+`
+
+type gapReport struct {
+	Packets  int `json:"packets"`
+	Distinct int `json:"distinct"`
+	Gaps     []struct {
+		AtMS  float64 `json:"at_ms"`
+		MS    float64 `json:"ms"`
+		After int     `json:"after"`
+		Next  int     `json:"next"`
+	} `json:"gaps"`
+}
+
+// TestLabSteeringFailover: the lab steers UDP to ports 7000-7099 with an
+// active-standby group (path 1, else path 2). A stream of one datagram a
+// millisecond from A to B keeps arriving when wan1 is cut: the gap until
+// its datagrams come over path 2 is under three probe intervals (300 ms);
+// once wan1 is repaired the stream goes back to path 1 without a gap.
+func TestLabSteeringFailover(t *testing.T) {
+	l := newLab(t)
+	l.mustCLI("up")
+	conn, err := grpc.NewClient("unix://"+l.APISocket(l.GWA), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	gc := pb.NewGatewayClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pathTx := func() map[uint32]uint64 {
+		t.Helper()
+		s, err := gc.GetStats(ctx, &pb.GetStatsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[uint32]uint64{}
+		for _, p := range s.GetPaths() {
+			out[p.GetId()] = p.GetTx().GetPackets()
+		}
+		return out
+	}
+	if !waitFor(10*time.Second, func() bool {
+		r, err := gc.ListPathStatus(ctx, &pb.ListRequest{})
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, p := range r.GetPaths() {
+			if p.GetState() == "up" {
+				n++
+			}
+		}
+		return n == 2
+	}) {
+		t.Fatal("paths not up within 10 s")
+	}
+
+	recv := startProc(t, l.B, pyGaps, lab.AddrB, "7000")
+	const n, rate = 5000, 1000
+	sent := make(chan sendReport, 1)
+	go func() {
+		r, err := sendUDP(ctx, l.A, lab.AddrB, 7000, n, rate, 64)
+		if err != nil {
+			t.Error(err)
+		}
+		sent <- r
+	}()
+	time.Sleep(time.Second)
+	tx0 := pathTx()
+	l.mustCLI("link", "wan1", "--loss", "100%")
+	time.Sleep(1500 * time.Millisecond)
+	tx1 := pathTx()
+	l.mustCLI("link", "wan1", "--loss", "0")
+	time.Sleep(1500 * time.Millisecond)
+	tx2 := pathTx()
+	<-sent
+	time.Sleep(200 * time.Millisecond)
+	var rep gapReport
+	recv.finish(&rep)
+
+	t.Logf("%d datagrams of %d arrived, gaps over 10 ms: %+v", rep.Distinct, n, rep.Gaps)
+	if len(rep.Gaps) == 0 {
+		t.Fatalf("no gap at all: was the stream steered over path 1 (tx %v -> %v)?", tx0, tx1)
+	}
+	worst := 0.0
+	for _, g := range rep.Gaps {
+		worst = max(worst, g.MS)
+	}
+	t.Logf("failover gap %.0f ms (goal < 300 ms at 100 ms probes)", worst)
+	if worst > 300 {
+		t.Errorf("longest gap %.0f ms, want < 300 ms", worst)
+	}
+	if len(rep.Gaps) > 1 {
+		t.Errorf("%d gaps, want one (the failover; none going back)", len(rep.Gaps))
+	}
+	if d := tx1[2] - tx0[2]; d < 1000 {
+		t.Errorf("path 2 sent %d packets while wan1 was cut, want the stream's (>= 1000)", d)
+	}
+	if d := tx2[1] - tx1[1]; d < 1000 {
+		t.Errorf("path 1 sent %d packets after wan1 was repaired, want the stream back (>= 1000)", d)
 	}
 }

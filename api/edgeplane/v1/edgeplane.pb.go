@@ -404,15 +404,17 @@ func (x *PathMonitor) GetHysteresis() string {
 type Far struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// pass | drop | redirect | encap | decap | nat
+	// pass | drop | redirect | encap | decap | nat | steer
 	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	// redirect: the egress interface; nat: optional egress (else routed)
 	Interface string `protobuf:"bytes,3,opt,name=interface,proto3" json:"interface,omitempty"`
 	// encap: the path id
 	Path uint32 `protobuf:"varint,4,opt,name=path,proto3" json:"path,omitempty"`
 	// nat: the backend's address and port
-	Address       string `protobuf:"bytes,5,opt,name=address,proto3" json:"address,omitempty"`
-	Port          uint32 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
+	Address string `protobuf:"bytes,5,opt,name=address,proto3" json:"address,omitempty"`
+	Port    uint32 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
+	// steer: the steering group (an LBR of a steering algorithm)
+	Lbr           uint32 `protobuf:"varint,7,opt,name=lbr,proto3" json:"lbr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -489,17 +491,29 @@ func (x *Far) GetPort() uint32 {
 	return 0
 }
 
+func (x *Far) GetLbr() uint32 {
+	if x != nil {
+		return x.Lbr
+	}
+	return 0
+}
+
 // Lbr is a load-balancing rule: FARs (nat or encap) one of which each
-// connection gets.
+// connection gets (maglev, for services), or a steering group: encap FARs
+// over paths one of which each flow (or packet) of a steer FAR gets.
 type Lbr struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// maglev
+	// maglev | active-standby | smallest-delay | load-balancing | wrr
 	Algorithm string    `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
 	Members   []*Member `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
 	// entries of the service's Maglev table: a prime up to the agent's
 	// limits.maglev_table; 0: that
-	TableSize     uint32 `protobuf:"varint,4,opt,name=table_size,json=tableSize,proto3" json:"table_size,omitempty"`
+	TableSize uint32 `protobuf:"varint,4,opt,name=table_size,json=tableSize,proto3" json:"table_size,omitempty"`
+	// steering: each packet picks its member (wrr always does)
+	PerPacket bool `protobuf:"varint,5,opt,name=per_packet,json=perPacket,proto3" json:"per_packet,omitempty"`
+	// steering: what a path must meet to be used while one does
+	Sla           *Sla `protobuf:"bytes,6,opt,name=sla,proto3" json:"sla,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -562,6 +576,83 @@ func (x *Lbr) GetTableSize() uint32 {
 	return 0
 }
 
+func (x *Lbr) GetPerPacket() bool {
+	if x != nil {
+		return x.PerPacket
+	}
+	return false
+}
+
+func (x *Lbr) GetSla() *Sla {
+	if x != nil {
+		return x.Sla
+	}
+	return nil
+}
+
+// Sla limits a steering group's paths; empty: no limit.
+type Sla struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// durations such as "50ms"
+	MaxRtt    string `protobuf:"bytes,1,opt,name=max_rtt,json=maxRtt,proto3" json:"max_rtt,omitempty"`
+	MaxJitter string `protobuf:"bytes,2,opt,name=max_jitter,json=maxJitter,proto3" json:"max_jitter,omitempty"`
+	// a ratio such as "1%"
+	MaxLoss       string `protobuf:"bytes,3,opt,name=max_loss,json=maxLoss,proto3" json:"max_loss,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Sla) Reset() {
+	*x = Sla{}
+	mi := &file_edgeplane_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Sla) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Sla) ProtoMessage() {}
+
+func (x *Sla) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Sla.ProtoReflect.Descriptor instead.
+func (*Sla) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Sla) GetMaxRtt() string {
+	if x != nil {
+		return x.MaxRtt
+	}
+	return ""
+}
+
+func (x *Sla) GetMaxJitter() string {
+	if x != nil {
+		return x.MaxJitter
+	}
+	return ""
+}
+
+func (x *Sla) GetMaxLoss() string {
+	if x != nil {
+		return x.MaxLoss
+	}
+	return ""
+}
+
 // Member is one FAR of an LBR.
 type Member struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -574,7 +665,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_edgeplane_proto_msgTypes[5]
+	mi := &file_edgeplane_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +677,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[5]
+	mi := &file_edgeplane_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +690,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{5}
+	return file_edgeplane_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Member) GetFar() uint32 {
@@ -640,7 +731,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_edgeplane_proto_msgTypes[6]
+	mi := &file_edgeplane_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +743,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[6]
+	mi := &file_edgeplane_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +756,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{6}
+	return file_edgeplane_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Service) GetId() uint32 {
@@ -745,7 +836,7 @@ type Health struct {
 
 func (x *Health) Reset() {
 	*x = Health{}
-	mi := &file_edgeplane_proto_msgTypes[7]
+	mi := &file_edgeplane_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +848,7 @@ func (x *Health) String() string {
 func (*Health) ProtoMessage() {}
 
 func (x *Health) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[7]
+	mi := &file_edgeplane_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +861,7 @@ func (x *Health) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Health.ProtoReflect.Descriptor instead.
 func (*Health) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{7}
+	return file_edgeplane_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Health) GetType() string {
@@ -846,7 +937,7 @@ type Match struct {
 
 func (x *Match) Reset() {
 	*x = Match{}
-	mi := &file_edgeplane_proto_msgTypes[8]
+	mi := &file_edgeplane_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +949,7 @@ func (x *Match) String() string {
 func (*Match) ProtoMessage() {}
 
 func (x *Match) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[8]
+	mi := &file_edgeplane_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +962,7 @@ func (x *Match) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Match.ProtoReflect.Descriptor instead.
 func (*Match) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{8}
+	return file_edgeplane_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Match) GetIn() string {
@@ -951,7 +1042,7 @@ type Pdr struct {
 
 func (x *Pdr) Reset() {
 	*x = Pdr{}
-	mi := &file_edgeplane_proto_msgTypes[9]
+	mi := &file_edgeplane_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1054,7 @@ func (x *Pdr) String() string {
 func (*Pdr) ProtoMessage() {}
 
 func (x *Pdr) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[9]
+	mi := &file_edgeplane_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1067,7 @@ func (x *Pdr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pdr.ProtoReflect.Descriptor instead.
 func (*Pdr) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{9}
+	return file_edgeplane_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Pdr) GetId() uint32 {
@@ -1025,7 +1116,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_edgeplane_proto_msgTypes[10]
+	mi := &file_edgeplane_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1128,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[10]
+	mi := &file_edgeplane_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1141,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{10}
+	return file_edgeplane_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -1166,7 +1257,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_edgeplane_proto_msgTypes[11]
+	mi := &file_edgeplane_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1269,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[11]
+	mi := &file_edgeplane_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1282,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{11}
+	return file_edgeplane_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Ref) GetKind() Kind {
@@ -1230,7 +1321,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1333,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1346,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{12}
+	return file_edgeplane_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Operation) GetOp() isOperation_Op {
@@ -1328,7 +1419,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1431,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1444,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{13}
+	return file_edgeplane_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ApplyRequest) GetOperations() []*Operation {
@@ -1382,7 +1473,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1485,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1498,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{14}
+	return file_edgeplane_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApplyResponse) GetGeneration() uint32 {
@@ -1432,7 +1523,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1535,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1548,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{15}
+	return file_edgeplane_proto_rawDescGZIP(), []int{16}
 }
 
 type GetByIDRequest struct {
@@ -1469,7 +1560,7 @@ type GetByIDRequest struct {
 
 func (x *GetByIDRequest) Reset() {
 	*x = GetByIDRequest{}
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1572,7 @@ func (x *GetByIDRequest) String() string {
 func (*GetByIDRequest) ProtoMessage() {}
 
 func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1585,7 @@ func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByIDRequest.ProtoReflect.Descriptor instead.
 func (*GetByIDRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{16}
+	return file_edgeplane_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetByIDRequest) GetId() uint32 {
@@ -1513,7 +1604,7 @@ type GetByNameRequest struct {
 
 func (x *GetByNameRequest) Reset() {
 	*x = GetByNameRequest{}
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1616,7 @@ func (x *GetByNameRequest) String() string {
 func (*GetByNameRequest) ProtoMessage() {}
 
 func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1629,7 @@ func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByNameRequest.ProtoReflect.Descriptor instead.
 func (*GetByNameRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{17}
+	return file_edgeplane_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetByNameRequest) GetName() string {
@@ -1557,7 +1648,7 @@ type ListInterfacesResponse struct {
 
 func (x *ListInterfacesResponse) Reset() {
 	*x = ListInterfacesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1660,7 @@ func (x *ListInterfacesResponse) String() string {
 func (*ListInterfacesResponse) ProtoMessage() {}
 
 func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1673,7 @@ func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInterfacesResponse.ProtoReflect.Descriptor instead.
 func (*ListInterfacesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{18}
+	return file_edgeplane_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListInterfacesResponse) GetInterfaces() []*Interface {
@@ -1601,7 +1692,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1704,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1717,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{19}
+	return file_edgeplane_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -1645,7 +1736,7 @@ type ListFarsResponse struct {
 
 func (x *ListFarsResponse) Reset() {
 	*x = ListFarsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1748,7 @@ func (x *ListFarsResponse) String() string {
 func (*ListFarsResponse) ProtoMessage() {}
 
 func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1761,7 @@ func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFarsResponse.ProtoReflect.Descriptor instead.
 func (*ListFarsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{20}
+	return file_edgeplane_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListFarsResponse) GetFars() []*Far {
@@ -1689,7 +1780,7 @@ type ListPdrsResponse struct {
 
 func (x *ListPdrsResponse) Reset() {
 	*x = ListPdrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1792,7 @@ func (x *ListPdrsResponse) String() string {
 func (*ListPdrsResponse) ProtoMessage() {}
 
 func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1805,7 @@ func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPdrsResponse.ProtoReflect.Descriptor instead.
 func (*ListPdrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{21}
+	return file_edgeplane_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListPdrsResponse) GetPdrs() []*Pdr {
@@ -1733,7 +1824,7 @@ type ListLbrsResponse struct {
 
 func (x *ListLbrsResponse) Reset() {
 	*x = ListLbrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1836,7 @@ func (x *ListLbrsResponse) String() string {
 func (*ListLbrsResponse) ProtoMessage() {}
 
 func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1849,7 @@ func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLbrsResponse.ProtoReflect.Descriptor instead.
 func (*ListLbrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{22}
+	return file_edgeplane_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListLbrsResponse) GetLbrs() []*Lbr {
@@ -1777,7 +1868,7 @@ type ListServicesResponse struct {
 
 func (x *ListServicesResponse) Reset() {
 	*x = ListServicesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1880,7 @@ func (x *ListServicesResponse) String() string {
 func (*ListServicesResponse) ProtoMessage() {}
 
 func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1893,7 @@ func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListServicesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{23}
+	return file_edgeplane_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListServicesResponse) GetServices() []*Service {
@@ -1820,7 +1911,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1923,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1936,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{24}
+	return file_edgeplane_proto_rawDescGZIP(), []int{25}
 }
 
 // Counter is a packets/bytes pair.
@@ -1859,7 +1950,7 @@ type Counter struct {
 
 func (x *Counter) Reset() {
 	*x = Counter{}
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +1962,7 @@ func (x *Counter) String() string {
 func (*Counter) ProtoMessage() {}
 
 func (x *Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +1975,7 @@ func (x *Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counter.ProtoReflect.Descriptor instead.
 func (*Counter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{25}
+	return file_edgeplane_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Counter) GetPackets() uint64 {
@@ -1911,7 +2002,7 @@ type PdrCounter struct {
 
 func (x *PdrCounter) Reset() {
 	*x = PdrCounter{}
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2014,7 @@ func (x *PdrCounter) String() string {
 func (*PdrCounter) ProtoMessage() {}
 
 func (x *PdrCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2027,7 @@ func (x *PdrCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PdrCounter.ProtoReflect.Descriptor instead.
 func (*PdrCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{26}
+	return file_edgeplane_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PdrCounter) GetId() uint32 {
@@ -1966,7 +2057,7 @@ type PathCounter struct {
 
 func (x *PathCounter) Reset() {
 	*x = PathCounter{}
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2069,7 @@ func (x *PathCounter) String() string {
 func (*PathCounter) ProtoMessage() {}
 
 func (x *PathCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2082,7 @@ func (x *PathCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathCounter.ProtoReflect.Descriptor instead.
 func (*PathCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{27}
+	return file_edgeplane_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PathCounter) GetId() uint32 {
@@ -2034,7 +2125,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2137,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2150,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{28}
+	return file_edgeplane_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Stats) GetGeneration() uint32 {
@@ -2134,7 +2225,7 @@ type BackendCounter struct {
 
 func (x *BackendCounter) Reset() {
 	*x = BackendCounter{}
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2237,7 @@ func (x *BackendCounter) String() string {
 func (*BackendCounter) ProtoMessage() {}
 
 func (x *BackendCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2250,7 @@ func (x *BackendCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendCounter.ProtoReflect.Descriptor instead.
 func (*BackendCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{29}
+	return file_edgeplane_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BackendCounter) GetService() uint32 {
@@ -2207,7 +2298,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2310,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2323,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{30}
+	return file_edgeplane_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListFlowsRequest) GetTop() uint32 {
@@ -2269,7 +2360,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_edgeplane_proto_msgTypes[31]
+	mi := &file_edgeplane_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2372,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[31]
+	mi := &file_edgeplane_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2385,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{31}
+	return file_edgeplane_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Flow) GetSrc() string {
@@ -2390,7 +2481,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[32]
+	mi := &file_edgeplane_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2493,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[32]
+	mi := &file_edgeplane_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2506,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{32}
+	return file_edgeplane_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -2453,7 +2544,7 @@ type PathStatus struct {
 
 func (x *PathStatus) Reset() {
 	*x = PathStatus{}
-	mi := &file_edgeplane_proto_msgTypes[33]
+	mi := &file_edgeplane_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2556,7 @@ func (x *PathStatus) String() string {
 func (*PathStatus) ProtoMessage() {}
 
 func (x *PathStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[33]
+	mi := &file_edgeplane_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2569,7 @@ func (x *PathStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStatus.ProtoReflect.Descriptor instead.
 func (*PathStatus) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{33}
+	return file_edgeplane_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PathStatus) GetPath() uint32 {
@@ -2574,7 +2665,7 @@ type ListPathStatusResponse struct {
 
 func (x *ListPathStatusResponse) Reset() {
 	*x = ListPathStatusResponse{}
-	mi := &file_edgeplane_proto_msgTypes[34]
+	mi := &file_edgeplane_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2677,7 @@ func (x *ListPathStatusResponse) String() string {
 func (*ListPathStatusResponse) ProtoMessage() {}
 
 func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[34]
+	mi := &file_edgeplane_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2690,7 @@ func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathStatusResponse.ProtoReflect.Descriptor instead.
 func (*ListPathStatusResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{34}
+	return file_edgeplane_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListPathStatusResponse) GetPaths() []*PathStatus {
@@ -2645,20 +2736,29 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\bmax_loss\x18\b \x01(\tR\amaxLoss\x12\x1e\n" +
 	"\n" +
 	"hysteresis\x18\t \x01(\tR\n" +
-	"hysteresis\"\x8d\x01\n" +
+	"hysteresis\"\x9f\x01\n" +
 	"\x03Far\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1c\n" +
 	"\tinterface\x18\x03 \x01(\tR\tinterface\x12\x12\n" +
 	"\x04path\x18\x04 \x01(\rR\x04path\x12\x18\n" +
 	"\aaddress\x18\x05 \x01(\tR\aaddress\x12\x12\n" +
-	"\x04port\x18\x06 \x01(\rR\x04port\"\x82\x01\n" +
+	"\x04port\x18\x06 \x01(\rR\x04port\x12\x10\n" +
+	"\x03lbr\x18\a \x01(\rR\x03lbr\"\xc6\x01\n" +
 	"\x03Lbr\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12.\n" +
 	"\amembers\x18\x03 \x03(\v2\x14.edgeplane.v1.MemberR\amembers\x12\x1d\n" +
 	"\n" +
-	"table_size\x18\x04 \x01(\rR\ttableSize\"B\n" +
+	"table_size\x18\x04 \x01(\rR\ttableSize\x12\x1d\n" +
+	"\n" +
+	"per_packet\x18\x05 \x01(\bR\tperPacket\x12#\n" +
+	"\x03sla\x18\x06 \x01(\v2\x11.edgeplane.v1.SlaR\x03sla\"X\n" +
+	"\x03Sla\x12\x17\n" +
+	"\amax_rtt\x18\x01 \x01(\tR\x06maxRtt\x12\x1d\n" +
+	"\n" +
+	"max_jitter\x18\x02 \x01(\tR\tmaxJitter\x12\x19\n" +
+	"\bmax_loss\x18\x03 \x01(\tR\amaxLoss\"B\n" +
 	"\x06Member\x12\x10\n" +
 	"\x03far\x18\x01 \x01(\rR\x03far\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01B\t\n" +
@@ -2863,7 +2963,7 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                      // 0: edgeplane.v1.Kind
 	(*Interface)(nil),              // 1: edgeplane.v1.Interface
@@ -2871,111 +2971,113 @@ var file_edgeplane_proto_goTypes = []any{
 	(*PathMonitor)(nil),            // 3: edgeplane.v1.PathMonitor
 	(*Far)(nil),                    // 4: edgeplane.v1.Far
 	(*Lbr)(nil),                    // 5: edgeplane.v1.Lbr
-	(*Member)(nil),                 // 6: edgeplane.v1.Member
-	(*Service)(nil),                // 7: edgeplane.v1.Service
-	(*Health)(nil),                 // 8: edgeplane.v1.Health
-	(*Match)(nil),                  // 9: edgeplane.v1.Match
-	(*Pdr)(nil),                    // 10: edgeplane.v1.Pdr
-	(*Object)(nil),                 // 11: edgeplane.v1.Object
-	(*Ref)(nil),                    // 12: edgeplane.v1.Ref
-	(*Operation)(nil),              // 13: edgeplane.v1.Operation
-	(*ApplyRequest)(nil),           // 14: edgeplane.v1.ApplyRequest
-	(*ApplyResponse)(nil),          // 15: edgeplane.v1.ApplyResponse
-	(*ListRequest)(nil),            // 16: edgeplane.v1.ListRequest
-	(*GetByIDRequest)(nil),         // 17: edgeplane.v1.GetByIDRequest
-	(*GetByNameRequest)(nil),       // 18: edgeplane.v1.GetByNameRequest
-	(*ListInterfacesResponse)(nil), // 19: edgeplane.v1.ListInterfacesResponse
-	(*ListPathsResponse)(nil),      // 20: edgeplane.v1.ListPathsResponse
-	(*ListFarsResponse)(nil),       // 21: edgeplane.v1.ListFarsResponse
-	(*ListPdrsResponse)(nil),       // 22: edgeplane.v1.ListPdrsResponse
-	(*ListLbrsResponse)(nil),       // 23: edgeplane.v1.ListLbrsResponse
-	(*ListServicesResponse)(nil),   // 24: edgeplane.v1.ListServicesResponse
-	(*GetStatsRequest)(nil),        // 25: edgeplane.v1.GetStatsRequest
-	(*Counter)(nil),                // 26: edgeplane.v1.Counter
-	(*PdrCounter)(nil),             // 27: edgeplane.v1.PdrCounter
-	(*PathCounter)(nil),            // 28: edgeplane.v1.PathCounter
-	(*Stats)(nil),                  // 29: edgeplane.v1.Stats
-	(*BackendCounter)(nil),         // 30: edgeplane.v1.BackendCounter
-	(*ListFlowsRequest)(nil),       // 31: edgeplane.v1.ListFlowsRequest
-	(*Flow)(nil),                   // 32: edgeplane.v1.Flow
-	(*ListFlowsResponse)(nil),      // 33: edgeplane.v1.ListFlowsResponse
-	(*PathStatus)(nil),             // 34: edgeplane.v1.PathStatus
-	(*ListPathStatusResponse)(nil), // 35: edgeplane.v1.ListPathStatusResponse
-	nil,                            // 36: edgeplane.v1.Stats.VerdictsEntry
-	nil,                            // 37: edgeplane.v1.Stats.ReasonsEntry
+	(*Sla)(nil),                    // 6: edgeplane.v1.Sla
+	(*Member)(nil),                 // 7: edgeplane.v1.Member
+	(*Service)(nil),                // 8: edgeplane.v1.Service
+	(*Health)(nil),                 // 9: edgeplane.v1.Health
+	(*Match)(nil),                  // 10: edgeplane.v1.Match
+	(*Pdr)(nil),                    // 11: edgeplane.v1.Pdr
+	(*Object)(nil),                 // 12: edgeplane.v1.Object
+	(*Ref)(nil),                    // 13: edgeplane.v1.Ref
+	(*Operation)(nil),              // 14: edgeplane.v1.Operation
+	(*ApplyRequest)(nil),           // 15: edgeplane.v1.ApplyRequest
+	(*ApplyResponse)(nil),          // 16: edgeplane.v1.ApplyResponse
+	(*ListRequest)(nil),            // 17: edgeplane.v1.ListRequest
+	(*GetByIDRequest)(nil),         // 18: edgeplane.v1.GetByIDRequest
+	(*GetByNameRequest)(nil),       // 19: edgeplane.v1.GetByNameRequest
+	(*ListInterfacesResponse)(nil), // 20: edgeplane.v1.ListInterfacesResponse
+	(*ListPathsResponse)(nil),      // 21: edgeplane.v1.ListPathsResponse
+	(*ListFarsResponse)(nil),       // 22: edgeplane.v1.ListFarsResponse
+	(*ListPdrsResponse)(nil),       // 23: edgeplane.v1.ListPdrsResponse
+	(*ListLbrsResponse)(nil),       // 24: edgeplane.v1.ListLbrsResponse
+	(*ListServicesResponse)(nil),   // 25: edgeplane.v1.ListServicesResponse
+	(*GetStatsRequest)(nil),        // 26: edgeplane.v1.GetStatsRequest
+	(*Counter)(nil),                // 27: edgeplane.v1.Counter
+	(*PdrCounter)(nil),             // 28: edgeplane.v1.PdrCounter
+	(*PathCounter)(nil),            // 29: edgeplane.v1.PathCounter
+	(*Stats)(nil),                  // 30: edgeplane.v1.Stats
+	(*BackendCounter)(nil),         // 31: edgeplane.v1.BackendCounter
+	(*ListFlowsRequest)(nil),       // 32: edgeplane.v1.ListFlowsRequest
+	(*Flow)(nil),                   // 33: edgeplane.v1.Flow
+	(*ListFlowsResponse)(nil),      // 34: edgeplane.v1.ListFlowsResponse
+	(*PathStatus)(nil),             // 35: edgeplane.v1.PathStatus
+	(*ListPathStatusResponse)(nil), // 36: edgeplane.v1.ListPathStatusResponse
+	nil,                            // 37: edgeplane.v1.Stats.VerdictsEntry
+	nil,                            // 38: edgeplane.v1.Stats.ReasonsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
 	3,  // 0: edgeplane.v1.Path.monitor:type_name -> edgeplane.v1.PathMonitor
-	6,  // 1: edgeplane.v1.Lbr.members:type_name -> edgeplane.v1.Member
-	8,  // 2: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
-	9,  // 3: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
-	1,  // 4: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
-	2,  // 5: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
-	4,  // 6: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
-	10, // 7: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
-	5,  // 8: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
-	7,  // 9: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
-	0,  // 10: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
-	11, // 11: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
-	11, // 12: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
-	12, // 13: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
-	13, // 14: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
-	1,  // 15: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
-	2,  // 16: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
-	4,  // 17: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
-	10, // 18: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
-	5,  // 19: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
-	7,  // 20: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
-	26, // 21: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
-	26, // 22: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
-	26, // 23: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
-	27, // 24: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	36, // 25: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	37, // 26: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
-	28, // 27: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
-	30, // 28: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
-	26, // 29: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
-	32, // 30: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
-	34, // 31: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
-	26, // 32: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	26, // 33: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	14, // 34: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	16, // 35: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	18, // 36: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	16, // 37: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	17, // 38: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	16, // 39: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	17, // 40: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	16, // 41: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	17, // 42: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	16, // 43: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	17, // 44: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	16, // 45: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	17, // 46: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	25, // 47: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	31, // 48: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	16, // 49: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
-	15, // 50: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	19, // 51: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	1,  // 52: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	20, // 53: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	2,  // 54: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	21, // 55: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	4,  // 56: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	22, // 57: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	10, // 58: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	23, // 59: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	5,  // 60: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	24, // 61: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	7,  // 62: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	29, // 63: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	33, // 64: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	35, // 65: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
-	50, // [50:66] is the sub-list for method output_type
-	34, // [34:50] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	7,  // 1: edgeplane.v1.Lbr.members:type_name -> edgeplane.v1.Member
+	6,  // 2: edgeplane.v1.Lbr.sla:type_name -> edgeplane.v1.Sla
+	9,  // 3: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
+	10, // 4: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
+	1,  // 5: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
+	2,  // 6: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
+	4,  // 7: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
+	11, // 8: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
+	5,  // 9: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
+	8,  // 10: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
+	0,  // 11: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
+	12, // 12: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
+	12, // 13: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
+	13, // 14: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
+	14, // 15: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
+	1,  // 16: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
+	2,  // 17: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
+	4,  // 18: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
+	11, // 19: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
+	5,  // 20: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
+	8,  // 21: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
+	27, // 22: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
+	27, // 23: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
+	27, // 24: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
+	28, // 25: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
+	37, // 26: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	38, // 27: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	29, // 28: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
+	31, // 29: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
+	27, // 30: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
+	33, // 31: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
+	35, // 32: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
+	27, // 33: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	27, // 34: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	15, // 35: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	17, // 36: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	19, // 37: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	17, // 38: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	18, // 39: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	17, // 40: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	18, // 41: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	17, // 42: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	18, // 43: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	17, // 44: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	18, // 45: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	17, // 46: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	18, // 47: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	26, // 48: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	32, // 49: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	17, // 50: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
+	16, // 51: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	20, // 52: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	1,  // 53: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	21, // 54: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	2,  // 55: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	22, // 56: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	4,  // 57: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	23, // 58: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	11, // 59: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	24, // 60: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	5,  // 61: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	25, // 62: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	8,  // 63: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	30, // 64: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	34, // 65: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	36, // 66: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
+	51, // [51:67] is the sub-list for method output_type
+	35, // [35:51] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -2984,10 +3086,10 @@ func file_edgeplane_proto_init() {
 		return
 	}
 	file_edgeplane_proto_msgTypes[1].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[5].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[6].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[8].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[10].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[7].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[9].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[11].OneofWrappers = []any{
 		(*Object_Interface)(nil),
 		(*Object_Path)(nil),
 		(*Object_Far)(nil),
@@ -2995,19 +3097,19 @@ func file_edgeplane_proto_init() {
 		(*Object_Lbr)(nil),
 		(*Object_Service)(nil),
 	}
-	file_edgeplane_proto_msgTypes[12].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[13].OneofWrappers = []any{
 		(*Operation_Create)(nil),
 		(*Operation_Update)(nil),
 		(*Operation_Delete)(nil),
 	}
-	file_edgeplane_proto_msgTypes[31].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

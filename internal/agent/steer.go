@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+)
+
+// Steering. A steering group (an LBR of a steering algorithm, named by
+// steer FARs) sends flows over its members, encap FARs over paths. The
+// path monitor's states and measures decide, at every look at the probe
+// records, which members are usable and how the group's table shares
+// the flows among them; the dataplane only reads the table (steer.h).
+//
+// A member is usable in the best of three tiers that has one: its path
+// up (or not monitored) and within the group's SLA; else its path not
+// down; else every member (the traffic goes somewhere, the operator sees
+// why in the path states). Within the tier the mode picks:
+// active-standby the first member in the group's order, smallest-delay
+// the one with the smallest RTT (another takes over only once 10 %
+// faster), load-balancing and wrr every usable member, each its weight's
+// share of the table's entries. A flow stays on its member while the
+// member is in the usable set; it is decided again when it leaves it.
+
+// steerGroup is a steering group as the agent's config and compiler
+// have it.
+type steerGroup struct {
+	index uint32     // its index in the dataplane (rules.Compiler.SteerGroups)
+	lbr   config.LBR // mode, members, SLA
+	paths []uint32   // each member's path id
+}
+
+// steerPlan is what a group's table and usable set are.
+type steerPlan struct {
+	ok    uint32 // bit i: member i usable
+	table [bpf.SteerTable]uint8
+	chose int    // smallest-delay: the member chosen (-1: none yet)
+	why   string // which tier the usable members are from
+}
+
+// slaMet tells whether a path's measures meet the group's SLA.
+func slaMet(sla config.SLA, s PathStatus) bool {
+	if !s.Monitored {
+		return true
+	}
+	return (sla.MaxRTT.D == 0 || s.SRTT <= sla.MaxRTT.D) &&
+		(sla.MaxJitter.D == 0 || s.Jitter <= sla.MaxJitter.D) &&
+		(!sla.MaxLoss.Set || s.Loss <= sla.MaxLoss.V)
+}
+
+// planSteer makes group g's plan from its members' path statuses (a
+// missing one counts as not monitored: usable); prev is its last plan.
+func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan) steerPlan {
+	n := len(g.lbr.Members)
+	status := func(i int) PathStatus {
+		s, ok := st[g.paths[i]]
+		if !ok {
+			return PathStatus{State: PathUp}
+		}
+		return s
+	}
+	tiers := []struct {
+		name string
+		ok   func(PathStatus) bool
+	}{
+		{"paths up within the SLA", func(s PathStatus) bool {
+			return (s.State == PathUp || s.State == PathUnknown && !s.Monitored) && slaMet(g.lbr.SLA, s)
+		}},
+		{"no path up within the SLA: paths not down", func(s PathStatus) bool { return s.State != PathDown }},
+		{"every path down: all members", func(PathStatus) bool { return true }},
+	}
+	var cand []int
+	var why string
+	for _, t := range tiers {
+		cand = cand[:0]
+		for i := range n {
+			if t.ok(status(i)) {
+				cand = append(cand, i)
+			}
+		}
+		if len(cand) > 0 {
+			why = t.name
+			break
+		}
+	}
+	p := steerPlan{chose: -1, why: why}
+	if len(cand) == 0 {
+		return p
+	}
+	weights := make([]float64, n)
+	switch g.lbr.Algorithm {
+	case config.AlgorithmActiveStandby:
+		weights[cand[0]] = 1
+	case config.AlgorithmSmallestDelay:
+		rtt := func(i int) time.Duration {
+			if s := status(i); s.Monitored && s.SRTT > 0 {
+				return s.SRTT
+			}
+			return math.MaxInt64
+		}
+		best := cand[0]
+		for _, i := range cand[1:] {
+			if rtt(i) < rtt(best) {
+				best = i
+			}
+		}
+		// The member chosen before keeps the group unless it left the
+		// usable set or another is 10 % faster.
+		if c := prev.chose; c >= 0 && c < n && slices.Contains(cand, c) && float64(rtt(best)) > 0.9*float64(rtt(c)) {
+			best = c
+		}
+		weights[best] = 1
+		p.chose = best
+	default: // load-balancing, wrr
+		for _, i := range cand {
+			weights[i] = float64(g.lbr.Members[i].EffectiveWeight())
+		}
+		if sum(weights) == 0 { // every usable member drained: share evenly
+			for _, i := range cand {
+				weights[i] = 1
+			}
+		}
+	}
+	for i, w := range weights {
+		if w > 0 {
+			p.ok |= 1 << i
+		}
+	}
+	p.table = shareTable(weights)
+	return p
+}
+
+func sum(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+// shareTable gives each member as many of the table's entries as its
+// weight's share (largest remainders for the rest), interleaved so that
+// any run of entries is mixed.
+func shareTable(weights []float64) (t [bpf.SteerTable]uint8) {
+	total := sum(weights)
+	if total == 0 {
+		return t
+	}
+	counts := make([]int, len(weights))
+	rem := make([]float64, len(weights))
+	left := bpf.SteerTable
+	for i, w := range weights {
+		exact := w / total * bpf.SteerTable
+		counts[i] = int(exact)
+		rem[i] = exact - float64(counts[i])
+		left -= counts[i]
+	}
+	for ; left > 0; left-- {
+		best := 0
+		for i := range rem {
+			if rem[i] > rem[best] {
+				best = i
+			}
+		}
+		counts[best]++
+		rem[best] = -1
+	}
+	// Entry j goes to the member furthest behind its share so far.
+	given := make([]int, len(weights))
+	for j := range t {
+		best, lag := -1, math.Inf(-1)
+		for i, c := range counts {
+			if given[i] >= c {
+				continue
+			}
+			if l := float64(c)*float64(j+1)/bpf.SteerTable - float64(given[i]); l > lag {
+				best, lag = i, l
+			}
+		}
+		t[j] = uint8(best)
+		given[best]++
+	}
+	return t
+}
+
+// steer brings every steering group's table and usable set to its plan
+// from the paths' statuses st; m.mu held.
+func (m *pathMonitor) steer(st map[uint32]PathStatus) {
+	if m.groups == nil {
+		return
+	}
+	seen := map[uint32]bool{}
+	for _, g := range m.groups() {
+		seen[g.index] = true
+		prev, had := m.plans[g.index]
+		if !had {
+			prev = steerPlan{chose: -1}
+		}
+		p := planSteer(g, st, prev)
+		if had && p.ok == prev.ok && p.table == prev.table && m.dp.SteerIs(g.index, p.ok, p.table) {
+			m.plans[g.index] = p
+			continue
+		}
+		members := m.dp.SteerMembers(g.index)
+		if len(members) != len(g.lbr.Members) {
+			continue // a commit under way: next time
+		}
+		ok, err := m.dp.SetSteer(g.index, members, p.ok, p.table)
+		if err != nil {
+			m.log.Error("steering", "lbr", g.lbr.ID, "error", err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		m.plans[g.index] = p
+		if !had || p.ok != prev.ok || p.why != prev.why {
+			m.log.Info("steering group usable members", "lbr", g.lbr.ID, "mode", g.lbr.Algorithm,
+				"members", usableFARs(g, p.ok), "why", p.why)
+		}
+	}
+	for idx := range m.plans {
+		if !seen[idx] {
+			delete(m.plans, idx)
+		}
+	}
+}
+
+// usableFARs names the usable members by FAR id, for the log.
+func usableFARs(g steerGroup, ok uint32) string {
+	var out []string
+	for i, mb := range g.lbr.Members {
+		if ok>>i&1 == 1 {
+			out = append(out, fmt.Sprint(mb.FAR))
+		}
+	}
+	return fmt.Sprint(out)
+}
+
+// steerGroups lists the steering groups the committed config has.
+func (a *Agent) steerGroups() []steerGroup {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []steerGroup
+	for id, idx := range a.comp.SteerGroups() {
+		l, ok := a.store.LBR(id)
+		if !ok {
+			continue
+		}
+		g := steerGroup{index: idx, lbr: l}
+		for _, mb := range l.Members {
+			f, _ := a.store.FAR(mb.FAR)
+			g.paths = append(g.paths, f.Path)
+		}
+		out = append(out, g)
+	}
+	return out
+}
