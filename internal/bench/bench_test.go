@@ -24,7 +24,7 @@ func TestBenchRuns(t *testing.T) {
 	want := []string{"xdp_pass_floor", "classify_redirect_miss_1", "classify_redirect_hit_1",
 		"classify_redirect_miss_65536", "classify_redirect_hit_65536",
 		"classify_redirect_8groups_miss_65536", "malformed_drop",
-		"gre_encap_ip4_hit", "gre_decap_ip4_hit",
+		"gre_encap_ip4_hit", "gre_decap_ip4_hit", "steer_per_flow_hit", "steer_per_packet_hit",
 		"lb_nat_established", "lb_nat_new", "lb_dsr_gre_established", "lb_dsr_gre_new",
 		"lb_dsr_gre_established_ring", "lb_dsr_gre_established_ring_flood"}
 	for _, name := range want {
@@ -33,7 +33,7 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("figure %s missing or zero: %+v", name, f)
 		}
 	}
-	for _, name := range []string{"gre_encap_ip4_hit", "gre_decap_ip4_hit", "lb_nat_new", "lb_dsr_gre_established"} {
+	for _, name := range []string{"gre_encap_ip4_hit", "gre_decap_ip4_hit", "steer_per_flow_hit", "steer_per_packet_hit", "lb_nat_new", "lb_dsr_gre_established"} {
 		if f := r.find(name); f.Verdict != "redirect" || f.UndoNs <= 0 {
 			t.Errorf("%s: verdict %q, undo %.1f ns", name, f.Verdict, f.UndoNs)
 		}

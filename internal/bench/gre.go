@@ -21,14 +21,29 @@ import (
 // greConfig is gateway A of a GRE overlay in the PacketNS: traffic for
 // 10.7.0.0/16 goes into a keyed GRE path toward 10.3.9.9 (routed via
 // wan0's neighbour), and GRE from that remote to our WAN address is
-// decapsulated.
+// decapsulated. 10.8.0.0/16 and 10.9.0.0/16 are steered over that path
+// and a second one (toward 10.3.9.8), per flow (active-standby) and per
+// packet (wrr); the benchmark gives both groups' tables to the first
+// path only, so every run makes the same frame.
 const greConfig = `
 interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}]
-paths: [{id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1}]
-fars: [{id: 1, action: encap, path: 1}, {id: 2, action: decap}]
+paths:
+  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1}
+  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.8, key: 2}
+fars:
+  - {id: 1, action: encap, path: 1}
+  - {id: 2, action: decap}
+  - {id: 3, action: encap, path: 2}
+  - {id: 4, action: steer, lbr: 1}
+  - {id: 5, action: steer, lbr: 2}
+lbrs:
+  - {id: 1, algorithm: active-standby, members: [{far: 1}, {far: 3}]}
+  - {id: 2, algorithm: wrr, members: [{far: 1}, {far: 3}]}
 pdrs:
   - {id: 1, precedence: 1, match: {dst: 10.7.0.0/16}, far: 1}
   - {id: 2, precedence: 2, match: {proto: gre, dst: 10.2.0.1}, far: 2}
+  - {id: 3, precedence: 1, match: {dst: 10.8.0.0/16}, far: 4}
+  - {id: 4, precedence: 1, match: {dst: 10.9.0.0/16}, far: 5}
 limits: {flows: 65536, rules: 1024}
 `
 
@@ -38,6 +53,8 @@ var (
 	greRemote = netip.MustParseAddr("10.3.9.9")
 	greKey    = uint32(1)
 	encapDst  = netip.MustParseAddr("10.7.0.1")
+	steerDst  = netip.MustParseAddr("10.8.0.1")
+	wrrDst    = netip.MustParseAddr("10.9.0.1")
 	hostA     = netip.MustParseAddr(topo.AddrHostA)
 )
 
@@ -65,7 +82,19 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 		return fmt.Errorf("commit gre config: %w", err)
 	}
 
+	// Both steering groups (indexes 0 and 1, by LBR id) send everything
+	// over their first member, path 1.
+	var first [bpf.SteerTable]uint8
+	for idx := uint32(0); idx < 2; idx++ {
+		if ok, err := dp.SetSteer(idx, dp.SteerMembers(idx), 0b01, first); err != nil || !ok {
+			return fmt.Errorf("steering group %d: %v (set %v)", idx, err, ok)
+		}
+	}
+
 	encap := udpFrame(hostA, encapDst, 5000)
+	encapped := func(dst netip.Addr) []byte {
+		return greFrame(topo.MACWan0, topo.MACWanNeigh, greLocal, greRemote, greKey, frameTTL(hostA, dst, 5000, 63, topo.MACHostA, topo.MACLan0))
+	}
 	decap := greFrame(topo.MACWanNeigh, topo.MACWan0, greRemote, greLocal, greKey, udpFrame(encapDst, hostA, 5000))
 	for _, c := range []struct {
 		name  string
@@ -73,9 +102,11 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 		want  []byte        // what the path makes of frame
 		pair  *ebpf.Program // the wrapper alone with the path's adjust_head pair
 	}{
-		{"gre_encap_ip4_hit", encap,
-			greFrame(topo.MACWan0, topo.MACWanNeigh, greLocal, greRemote, greKey, frameTTL(hostA, encapDst, 5000, 63, topo.MACHostA, topo.MACLan0)),
-			progs.BenchWrapGrow},
+		{"gre_encap_ip4_hit", encap, encapped(encapDst), progs.BenchWrapGrow},
+		// An established steered flow: its entry names the member.
+		{"steer_per_flow_hit", udpFrame(hostA, steerDst, 5000), encapped(steerDst), progs.BenchWrapGrow},
+		// Per packet: every packet picks its member (random entry).
+		{"steer_per_packet_hit", udpFrame(hostA, wrrDst, 5000), encapped(wrrDst), progs.BenchWrapGrow},
 		{"gre_decap_ip4_hit", decap, frameTTL(encapDst, hostA, 5000, 63, topo.MACLan0, topo.MACHostA), progs.BenchWrapShrink},
 	} {
 		if err := b.check(dp.Prog, c.frame, c.want); err != nil {

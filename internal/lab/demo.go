@@ -3,11 +3,13 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -25,7 +27,8 @@ const DemoName = "epd"
 
 // Demo brings the SD-WAN lab up with the default link settings, measures
 // each path's RTT with ping, pushes iperf3 TCP (path 1) and UDP (path 2)
-// through it both ways, prints per-path counters of both gateways and
+// through it both ways, prints per-path counters of both gateways, shows
+// a steered stream surviving a cut of wan1 with the path states, and
 // tears the lab down, also when a step fails.
 func Demo(ctx context.Context, bin string, out io.Writer) (err error) {
 	start := time.Now()
@@ -142,7 +145,8 @@ func Demo(ctx context.Context, bin string, out io.Writer) (err error) {
 				ls.Name, d.dir, d.s.Impairment, d.s.FramesIn, d.s.FramesOut, d.s.DroppedLoss, d.s.DroppedQueue+d.s.DroppedLimit, d.s.Pending)
 		}
 	}
-	return nil
+	step("failover: UDP to port %d (steered: path 1 while its monitor finds it up, else path 2), 1 datagram per ms, wan1 cut at 1 s and repaired at 2.5 s", SteerPortLo)
+	return l.demoFailover(ctx, out)
 }
 
 // pathRTT formats the RTT of the first ping over path id.
@@ -253,4 +257,114 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n    ")
+}
+
+// demoFailover shows steering at work: a UDP stream of one datagram a
+// millisecond from A to B on a steered port (active-standby: path 1,
+// else path 2) keeps going while wan1 is cut; the path states come from
+// gateway A's agent, and the longest gap in the stream is measured at B.
+func (l *SDWAN) demoFailover(ctx context.Context, out io.Writer) error {
+	var rx *net.UDPConn
+	if err := topo.Do(l.B, func() (err error) {
+		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(AddrB), Port: SteerPortLo})
+		return err
+	}); err != nil {
+		return fmt.Errorf("receiver in %s: %w", l.B, err)
+	}
+	defer rx.Close()
+	var tx *net.UDPConn
+	if err := topo.Do(l.A, func() (err error) {
+		tx, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(AddrB), Port: SteerPortLo})
+		return err
+	}); err != nil {
+		return fmt.Errorf("sender in %s: %w", l.A, err)
+	}
+	defer tx.Close()
+
+	type gap struct {
+		at  time.Duration
+		len time.Duration
+	}
+	got := make(chan []gap, 1)
+	var received int
+	start := time.Now()
+	go func() {
+		var gaps []gap
+		var last time.Time
+		buf := make([]byte, 64)
+		for {
+			_ = rx.SetReadDeadline(time.Now().Add(time.Second))
+			if _, err := rx.Read(buf); err != nil {
+				got <- gaps
+				return
+			}
+			now := time.Now()
+			if !last.IsZero() && now.Sub(last) > 10*time.Millisecond {
+				gaps = append(gaps, gap{last.Sub(start), now.Sub(last)})
+			}
+			last = now
+			received++
+		}
+	}()
+	const total = 4 * time.Second
+	sent := 0
+	states := func(out io.Writer, when string) {
+		s, err := topo.Output(ctx, l.GWA, l.Bin, "get", "paths", "--server", "unix://"+l.APISocket(l.GWA))
+		if err != nil {
+			fmt.Fprintf(out, "    %v\n", err)
+			return
+		}
+		fmt.Fprintf(out, "    path states at gateway A %s:\n", when)
+		lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+		for i, line := range lines {
+			if strings.HasPrefix(line, "PATH") {
+				for _, l := range lines[i:] {
+					fmt.Fprintf(out, "      %s\n", l)
+				}
+				break
+			}
+		}
+	}
+	// The link changes and the state query run beside the sender, so
+	// neither holds the stream up.
+	var events strings.Builder
+	changed := make(chan error, 1)
+	go func() {
+		time.Sleep(time.Second)
+		loss := "100%"
+		_, err := l.SetLink("wan1", wanem.Both, LinkChange{Loss: &loss})
+		fmt.Fprintf(&events, "    %.1fs: wan1 cut (100%% loss)\n", time.Since(start).Seconds())
+		time.Sleep(1500 * time.Millisecond)
+		var cutOut bytes.Buffer
+		states(&cutOut, "with wan1 cut")
+		events.Write(cutOut.Bytes())
+		loss = "0"
+		if _, rerr := l.SetLink("wan1", wanem.Both, LinkChange{Loss: &loss}); err == nil {
+			err = rerr
+		}
+		fmt.Fprintf(&events, "    %.1fs: wan1 repaired\n", time.Since(start).Seconds())
+		changed <- err
+	}()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for time.Since(start) < total {
+		<-tick.C
+		_, _ = tx.Write([]byte(strconv.Itoa(sent)))
+		sent++
+	}
+	if err := <-changed; err != nil {
+		return err
+	}
+	fmt.Fprint(out, events.String())
+	gaps := <-got
+	fmt.Fprintf(out, "    %d datagrams sent at 1 per ms, %d received\n", sent, received)
+	for _, g := range gaps {
+		fmt.Fprintf(out, "    the stream stopped at %.3fs for %d ms (failover to path 2)\n", g.at.Seconds(), g.len.Milliseconds())
+	}
+	if len(gaps) == 0 {
+		fmt.Fprintln(out, "    no gap over 10 ms")
+	}
+	time.Sleep(500 * time.Millisecond)
+	states(out, "after the repair")
+	return nil
 }
