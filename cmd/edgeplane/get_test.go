@@ -97,7 +97,7 @@ func TestPrintJSON(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(m, map[string]any{"id": 2.0, "action": "encap", "interface": "", "path": 1.0, "address": "", "port": 0.0}) {
+	if !reflect.DeepEqual(m, map[string]any{"id": 2.0, "action": "encap", "interface": "", "path": 1.0, "address": "", "port": 0.0, "lbr": 0.0}) {
 		t.Errorf("single far = %v", m)
 	}
 

@@ -173,6 +173,15 @@ func newWriter(dp *Dataplane) (*writer, error) {
 	if w.members, err = readMembers(dp.EdgeLbMembers); err != nil {
 		return nil, err
 	}
+	// The live slot's steering groups keep the tables and usable sets
+	// they have (an agent restarting goes on steering as before).
+	for i, s := range w.slots[st.Gen&1].steers {
+		tab := steerTab{n: s.N, far: s.Far, table: s.Table}
+		if err := dp.EdgeSteerOk.Lookup(i, &tab.ok); err != nil {
+			return nil, fmt.Errorf("read steering group %d's usable members: %w", i, err)
+		}
+		w.steerTabs[i] = tab
+	}
 	w.dirty = true
 	return w, nil
 }

@@ -123,11 +123,21 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate interface", "interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: lan0, role: wan}]", `interfaces[2].name: duplicate name "lan0" (first at interfaces[0])`},
 
 		// FARs.
-		{"unknown action", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: fwd}]", `fars[0].action: unknown action "fwd" (want pass, drop, redirect, encap, decap or nat)`},
-		{"action missing", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1}]", `fars[0].action: required (want pass, drop, redirect, encap, decap or nat)`},
+		{"unknown action", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: fwd}]", `fars[0].action: unknown action "fwd" (want pass, drop, redirect, encap, decap, nat or steer)`},
+		{"action missing", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1}]", `fars[0].action: required (want pass, drop, redirect, encap, decap, nat or steer)`},
 		{"encap without path", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: encap}]", `fars[0].path: required for action encap`},
 		{"encap to unknown path", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: encap, path: 4}]", `fars[0].path: no path with id 4`},
 		{"path on drop", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: drop, path: 4}]", `fars[0].path: not allowed for action drop`},
+		// Steering.
+		{"steer without lbr", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: steer}]", `fars[0].lbr: required for action steer (the steering group)`},
+		{"lbr on drop", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: drop, lbr: 4}]", `fars[0].lbr: not allowed for action drop`},
+		{"steer to a maglev lbr", steerCfg("maglev", "encap", ""), `fars[1].lbr: lbr 5 is maglev; a steer FAR needs a steering algorithm`},
+		{"steering member not encap", steerCfg("active-standby", "drop", ""), `lbrs[0].members[0].far: far 1 has action drop; steering members need encap`},
+		{"steering with table size", steerCfg("wrr", "encap", ", table_size: 251"), `lbrs[0].table_size: not allowed for wrr (a Maglev setting)`},
+		{"steering sla loss", steerCfg("load-balancing", "encap", ", sla: {max_loss: 120%}"), `lbrs[0].sla.max_loss: 120% is outside 0-100%`},
+		{"unknown steering mode", steerCfg("fastest", "encap", ""), `lbrs[0].algorithm: unknown algorithm "fastest" (want maglev, active-standby, smallest-delay, load-balancing or wrr)`},
+		{"path monitor interval", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {interval: 5ms}}]", `paths[0].monitor.interval: 5ms is outside 10ms-10s`},
+		{"path monitor down_after", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {down_after: 99}}]", `paths[0].monitor.down_after: 99 is outside 1-64`},
 		{"path type", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: vxlan, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2}]", `paths[0].type: unknown type "vxlan" (want gre)`},
 		{"path ipv6 outer", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: \"2001:db8::1\", remote: 192.0.2.2}]", `paths[0].local: 2001:db8::1 is not IPv4 (outer headers are IPv4)`},
 		{"path bad address", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 192.0.2.300, remote: 192.0.2.2}]", `paths[0].local: invalid IP address "192.0.2.300"`},
@@ -197,7 +207,7 @@ limits: {flows: 100}
 		`interfaces[0].xdp: unknown mode "fast" (want native, generic or auto)`,
 		`interfaces[1].name: duplicate name "lan0" (first at interfaces[0])`,
 		`fars[0].interface: unknown interface "wan9"`,
-		`fars[1].action: unknown action "fwd" (want pass, drop, redirect, encap, decap or nat)`,
+		`fars[1].action: unknown action "fwd" (want pass, drop, redirect, encap, decap, nat or steer)`,
 		`pdrs[0].precedence: must be an unsigned integer, got "abc"`,
 		`pdrs[0].match.in: unknown interface "lan9"`,
 		`pdrs[0].match.dst: host bits set; did you mean 10.2.0.0/16?`,
@@ -590,4 +600,17 @@ func TestPlainToken(t *testing.T) {
 			t.Errorf("plainToken(%q) = %v, want %v", v, got, want)
 		}
 	}
+}
+
+// steerCfg is a steering group (lbr 5, algorithm alg plus extra fields)
+// over FAR 1 (action member) and a steer FAR 2 naming it.
+func steerCfg(alg, member, extra string) string {
+	f1 := "{id: 1, action: encap, path: 1}"
+	if member != "encap" {
+		f1 = "{id: 1, action: " + member + "}"
+	}
+	return "interfaces: [{name: wan0, role: wan}]\n" +
+		"paths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2}]\n" +
+		"fars: [" + f1 + ", {id: 2, action: steer, lbr: 5}]\n" +
+		"lbrs: [{id: 5, algorithm: " + alg + ", members: [{far: 1}]" + extra + "}]"
 }

@@ -47,7 +47,7 @@ var farKind = &KindOf[FAR]{
 		{Name: "ACTION", Value: func(f *FAR) string { return f.Action }, Unset: "-"},
 		{Name: "INTERFACE", Value: func(f *FAR) string { return f.Interface }, Unset: "-"},
 		{Name: "PATH", Value: func(f *FAR) string { return num(f.Path) }, Unset: "-"},
-		{Name: "LBR", Value: func(f *FAR) string { return num(f.LBR) }, Unset: "-"},
+		{Name: "LBR", Value: func(f *FAR) string { return num(f.LBR) }, Unset: "-", Optional: true},
 		// The backend a nat FAR rewrites the destination to.
 		{Name: "NAT", Value: func(f *FAR) string {
 			if f.Action != ActionNAT || !f.Address.IsSet() {

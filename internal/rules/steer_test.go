@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package rules
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+)
+
+// steerBase has two paths, their encap FARs (11, 12) and n steering
+// groups (LBRs 100.., each over 11 and 12, the second per packet) each
+// named by a steer FAR (200..).
+func steerBase(n int) string {
+	var b strings.Builder
+	b.WriteString(`
+interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}]
+paths:
+  - {id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.1.1}
+  - {id: 2, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.1.2, key: 2}
+fars:
+  - {id: 11, action: encap, path: 1}
+  - {id: 12, action: encap, path: 2}
+`)
+	for i := range n {
+		fmt.Fprintf(&b, "  - {id: %d, action: steer, lbr: %d}\n", 200+i, 100+i)
+	}
+	b.WriteString("lbrs:\n")
+	for i := range n {
+		alg, extra := "active-standby", ""
+		if i == 1 {
+			alg, extra = "load-balancing", ", per_packet: true"
+		}
+		fmt.Fprintf(&b, "  - {id: %d, algorithm: %s, members: [{far: 12}, {far: 11}]%s}\n", 100+i, alg, extra)
+	}
+	b.WriteString("limits: {flows: 1024, rules: 1024}\n")
+	return b.String()
+}
+
+// TestCompileSteering: each steering group named by a steer FAR gets an
+// index, its members' FAR indexes in its order and its per-packet flag;
+// the steer FAR holds the index. An LBR no steer FAR names gets none.
+// More groups than the dataplane holds is a capacity error.
+func TestCompileSteering(t *testing.T) {
+	cfg := mustParse(t, strings.Replace(steerBase(2), "limits:", "  - {id: 102, algorithm: wrr, members: [{far: 11}]}\nlimits:", 1))
+	comp, err := Build(cfg, resolver, NewAllocs(1024, nil, nil), bpf.Limits{Flows: 1024, Rules: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := comp.Generation()
+	idx := comp.SteerGroups()
+	if len(idx) != 2 || len(g.Steers) != 2 {
+		t.Fatalf("groups %v, steers %v: want LBRs 100 and 101 only", idx, g.Steers)
+	}
+	for i, want := range []struct {
+		lbr   uint32
+		far   uint32
+		flags uint32
+	}{{100, 200, 0}, {101, 201, bpf.SteerPerPacket}} {
+		s, ok := g.Steers[idx[want.lbr]]
+		if !ok {
+			t.Fatalf("group %d: no steering entry at %d", i, idx[want.lbr])
+		}
+		if s.N != 2 || s.Far[0] != comp.fars[12] || s.Far[1] != comp.fars[11] || s.Flags != want.flags {
+			t.Errorf("lbr %d: %+v, want members FAR 12 (%d) then 11 (%d), flags %d", want.lbr, s, comp.fars[12], comp.fars[11], want.flags)
+		}
+		if f := g.FARs[comp.fars[want.far]]; f.Action != bpf.ActSteer || f.Path != idx[want.lbr] {
+			t.Errorf("steer FAR %d: %+v, want action steer and group %d", want.far, f, idx[want.lbr])
+		}
+	}
+
+	if _, _, err := Compile(mustParse(t, steerBase(bpf.MaxSteer+1)), resolver, NewAllocs(1024, nil, nil), bpf.Limits{Flows: 1024, Rules: 1024}); err == nil ||
+		!strings.Contains(err.Error(), fmt.Sprintf("more than %d steering groups", bpf.MaxSteer)) {
+		t.Errorf("%d steering groups compiled: %v", bpf.MaxSteer+1, err)
+	}
+	if _, _, err := Compile(mustParse(t, steerBase(bpf.MaxSteer)), resolver, NewAllocs(1024, nil, nil), bpf.Limits{Flows: 1024, Rules: 1024}); err != nil {
+		t.Errorf("%d steering groups: %v", bpf.MaxSteer, err)
+	}
+}
