@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -254,5 +255,100 @@ func TestLabSteeringFailover(t *testing.T) {
 	}
 	if d := tx2[1] - tx1[1]; d < 1000 {
 		t.Errorf("path 1 sent %d packets after wan1 was repaired, want the stream back (>= 1000)", d)
+	}
+}
+
+// labGateway is gateway A's control API in a lab.
+func labGateway(t *testing.T, l *sdwanLab) (pb.GatewayClient, context.Context) {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+l.APISocket(l.GWA), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return pb.NewGatewayClient(conn), ctx
+}
+
+// steerLBR makes the lab's steering group (LBR 1 over FARs 1 and 2, paths
+// 1 and 2) algorithm alg with weights w1 and w2.
+func steerLBR(t *testing.T, gc pb.GatewayClient, ctx context.Context, alg string, w1, w2 uint32) {
+	t.Helper()
+	l := &pb.Lbr{Id: 1, Algorithm: alg, Members: []*pb.Member{{Far: 1, Weight: u32(w1)}, {Far: 2, Weight: u32(w2)}}}
+	if _, err := gc.Apply(ctx, &pb.ApplyRequest{Operations: []*pb.Operation{updateOp(&pb.Object{Kind: &pb.Object_Lbr{Lbr: l}})}}); err != nil {
+		t.Fatalf("update lbr 1 to %s: %v", alg, err)
+	}
+}
+
+// pathTxOf reads how many packets gateway A encapsulated onto each path.
+func pathTxOf(t *testing.T, gc pb.GatewayClient, ctx context.Context) map[uint32]uint64 {
+	t.Helper()
+	s, err := gc.GetStats(ctx, &pb.GetStatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint32]uint64{}
+	for _, p := range s.GetPaths() {
+		out[p.GetId()] = p.GetTx().GetPackets()
+	}
+	return out
+}
+
+// pySpread sends one datagram from each of argv[3] source ports (10000
+// up) to argv[1]:argv[2]: that many new flows.
+const pySpread = `import socket, sys
+dst, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for i in range(n):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("", 10000 + i))
+    s.sendto(b"x" * 32, (dst, port))
+    s.close()
+`
+
+// TestLabSteeringModes: load-balancing 70/30 gives path 1 70 % of 2,000
+// new flows (±5 %); smallest-delay takes the path with the smaller RTT
+// and moves when the links' delays are swapped.
+func TestLabSteeringModes(t *testing.T) {
+	l := newLab(t)
+	l.mustCLI("up")
+	gc, ctx := labGateway(t, l)
+	spread := func(n int) map[uint32]uint64 {
+		t.Helper()
+		before := pathTxOf(t, gc, ctx)
+		if out, err := exec.Command("ip", "netns", "exec", l.A, "python3", "-c", pySpread, lab.AddrB, "7000", strconv.Itoa(n)).CombinedOutput(); err != nil {
+			t.Fatalf("spread: %v\n%s", err, out)
+		}
+		after := pathTxOf(t, gc, ctx)
+		return map[uint32]uint64{1: after[1] - before[1], 2: after[2] - before[2]}
+	}
+	if !waitFor(10*time.Second, func() bool {
+		r, err := gc.ListPathStatus(ctx, &pb.ListRequest{})
+		return err == nil && len(r.GetPaths()) == 2 && r.GetPaths()[0].GetState() == "up" && r.GetPaths()[1].GetState() == "up"
+	}) {
+		t.Fatal("paths not up within 10 s")
+	}
+
+	steerLBR(t, gc, ctx, "load-balancing", 70, 30)
+	time.Sleep(100 * time.Millisecond) // the agent's next look at the group
+	d := spread(2000)
+	share := float64(d[1]) / float64(d[1]+d[2])
+	t.Logf("load-balancing 70/30: path 1 %d, path 2 %d flows (%.1f %%)", d[1], d[2], 100*share)
+	if d[1]+d[2] < 1900 || share < 0.65 || share > 0.75 {
+		t.Errorf("load-balancing 70/30 gave path 1 %.1f %% of %d flows, want 65-75 %%", 100*share, d[1]+d[2])
+	}
+
+	steerLBR(t, gc, ctx, "smallest-delay", 1, 1)
+	time.Sleep(100 * time.Millisecond)
+	if d := spread(200); d[1] < 190 {
+		t.Errorf("smallest-delay with wan1 faster (2 ms vs 5 ms): path 1 got %d of 200 flows (%v)", d[1], d)
+	}
+	l.mustCLI("link", "wan1", "--delay", "20ms")
+	moved := waitFor(10*time.Second, func() bool { return spread(20)[2] == 20 })
+	if !moved {
+		t.Fatalf("smallest-delay did not move to path 2 within 10 s of wan1 going to 20 ms")
+	}
+	if d := spread(200); d[2] < 190 {
+		t.Errorf("smallest-delay with wan2 faster: path 2 got %d of 200 flows (%v)", d[2], d)
 	}
 }
