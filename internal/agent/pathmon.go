@@ -29,8 +29,9 @@ import (
 // and this gateway's XDP times the answer into edge_path_probe. The
 // monitor reads that record a few times per interval: a probe is
 // answered once the record says so, unanswered once its timeout passed
-// without (the smoothed RTT plus the larger of four times its variation,
-// half of it and 2 ms; 1 s before any answer), each outcome in the order
+// without (the largest of SRTT + 4 RTTVAR, twice SRTT, half the probe
+// interval and 2 ms, so a queue building up on the path shows as RTT
+// before it shows as loss; 1 s before any answer), each outcome in the order
 // the probes went out; pathJudge turns the outcomes and the RTT
 // estimators into the path's state. Each change of state is logged once
 // and counted; the states and measures are what `edgeplane get paths`
@@ -281,7 +282,7 @@ func (m *pathMonitor) judgePath(p *probedPath, now time.Time) {
 	srtt, jitter := time.Duration(rec.SrttNs), time.Duration(rec.RttvarNs)
 	timeout := firstTimeout
 	if rec.Replies > 0 {
-		timeout = srtt + max(4*jitter, srtt/2, 2*time.Millisecond)
+		timeout = max(srtt+4*jitter, 2*srtt, p.mon.Interval.D/2, 2*time.Millisecond)
 	}
 	mono := monotonic()
 	for p.decide != p.seq {

@@ -42,6 +42,25 @@ type steerPlan struct {
 	table [bpf.SteerTable]uint8
 	chose int    // smallest-delay: the member chosen (-1: none yet)
 	why   string // which tier the usable members are from
+	// The adaptive modes' state, stepped every adaptEvery: rtt's and
+	// dwrr's weight per member, priority's share spilled past the first
+	// usable member, and each member's loss at the last step.
+	weights  []float64
+	spill    float64
+	loss     []float64
+	adjusted time.Time
+}
+
+// The adaptive modes step their weights every adaptEvery. A path is
+// congested when its smoothed RTT is past congestedRTT times its
+// minimum (RTTMon's target of 1.5 × min RTT).
+const (
+	adaptEvery   = 100 * time.Millisecond
+	congestedRTT = 1.5
+)
+
+func congested(s PathStatus) bool {
+	return s.Monitored && s.MinRTT > 0 && float64(s.SRTT) > congestedRTT*float64(s.MinRTT)
 }
 
 // slaMet tells whether a path's measures meet the group's SLA.
@@ -55,8 +74,9 @@ func slaMet(sla config.SLA, s PathStatus) bool {
 }
 
 // planSteer makes group g's plan from its members' path statuses (a
-// missing one counts as not monitored: usable); prev is its last plan.
-func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan) steerPlan {
+// missing one counts as not monitored: usable) at time now; prev is its
+// last plan.
+func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.Time) steerPlan {
 	n := len(g.lbr.Members)
 	status := func(i int) PathStatus {
 		s, ok := st[g.paths[i]]
@@ -89,10 +109,24 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan) steerPlan
 			break
 		}
 	}
-	p := steerPlan{chose: -1, why: why}
+	p := steerPlan{chose: -1, why: why, weights: prev.weights, spill: prev.spill, loss: prev.loss, adjusted: prev.adjusted}
 	if len(cand) == 0 {
 		return p
 	}
+	if len(p.weights) != n || len(p.loss) != n {
+		p.weights, p.loss = make([]float64, n), make([]float64, n)
+		for i, mb := range g.lbr.Members {
+			p.weights[i] = max(float64(mb.EffectiveWeight()), 1)
+		}
+	}
+	step := now.Sub(p.adjusted) >= adaptEvery
+	if step {
+		p.weights, p.loss = slices.Clone(p.weights), slices.Clone(p.loss)
+		p.adjusted = now
+	}
+	// lossRose tells whether member i lost more of its window than at
+	// the last step.
+	lossRose := func(i int) bool { return status(i).Loss > p.loss[i] }
 	weights := make([]float64, n)
 	switch g.lbr.Algorithm {
 	case config.AlgorithmActiveStandby:
@@ -117,6 +151,57 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan) steerPlan
 		}
 		weights[best] = 1
 		p.chose = best
+	case config.AlgorithmRTT:
+		// RTTMon, with its blind spot closed by the tiers (a path down
+		// is out): a congested member's weight halves every step, down
+		// to 1/20 of its configured one; an uncongested one regains a
+		// tenth of it a step.
+		for _, i := range cand {
+			base := max(float64(g.lbr.Members[i].EffectiveWeight()), 1)
+			if step {
+				if congested(status(i)) {
+					p.weights[i] = max(p.weights[i]/2, base/20)
+				} else {
+					p.weights[i] = min(p.weights[i]+base/10, base)
+				}
+			}
+			weights[i] = p.weights[i]
+		}
+	case config.AlgorithmDWRR:
+		// The P4 proxy's DWRR raises each weight step by step until loss
+		// shows and never lowers it; here a member's weight grows by its
+		// configured one a step while its path loses no more and is not
+		// congested, and halves (down to that configured weight) when it
+		// loses more or is congested: additive increase, multiplicative
+		// decrease, per path.
+		for _, i := range cand {
+			base := max(float64(g.lbr.Members[i].EffectiveWeight()), 1)
+			if step {
+				if lossRose(i) || congested(status(i)) {
+					p.weights[i] = max(p.weights[i]/2, base)
+				} else {
+					p.weights[i] = min(p.weights[i]+base, 64*base)
+				}
+			}
+			weights[i] = p.weights[i]
+		}
+	case config.AlgorithmPriority:
+		// Everything over the first usable member until it is
+		// congested or loses more; then a share spills over to the
+		// next, growing a tenth a step (up to nine tenths) while that
+		// lasts and shrinking a tenth a step once it is over.
+		first := cand[0]
+		if step {
+			if len(cand) > 1 && (congested(status(first)) || lossRose(first)) {
+				p.spill = min(p.spill+0.1, 0.9)
+			} else {
+				p.spill = max(p.spill-0.1, 0)
+			}
+		}
+		weights[first] = 1 - p.spill
+		if len(cand) > 1 {
+			weights[cand[1]] = p.spill
+		}
 	default: // load-balancing, wrr
 		for _, i := range cand {
 			weights[i] = float64(g.lbr.Members[i].EffectiveWeight())
@@ -127,8 +212,13 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan) steerPlan
 			}
 		}
 	}
+	if step {
+		for i := range n {
+			p.loss[i] = status(i).Loss
+		}
+	}
 	for i, w := range weights {
-		if w > 0 {
+		if w > 0 || g.lbr.Algorithm == config.AlgorithmPriority && slices.Contains(cand, i) {
 			p.ok |= 1 << i
 		}
 	}
@@ -202,7 +292,7 @@ func (m *pathMonitor) steer(st map[uint32]PathStatus) {
 		if !had {
 			prev = steerPlan{chose: -1}
 		}
-		p := planSteer(g, st, prev)
+		p := planSteer(g, st, prev, time.Now())
 		if had && p.ok == prev.ok && p.table == prev.table && m.dp.SteerIs(g.index, p.ok, p.table) {
 			m.plans[g.index] = p
 			continue

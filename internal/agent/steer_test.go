@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,7 @@ func TestPlanSteer(t *testing.T) {
 			map[uint32]PathStatus{}, none, 0b11, map[uint8]int{0: 32, 1: 32}, "paths up"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := planSteer(c.g, c.st, c.prev)
+			p := planSteer(c.g, c.st, c.prev, time.Time{})
 			if p.ok != c.ok {
 				t.Errorf("usable %b, want %b", p.ok, c.ok)
 			}
@@ -93,10 +94,10 @@ func TestPlanSteer(t *testing.T) {
 	// The SLA: a path past it is used only when none meets it.
 	g := group(config.AlgorithmActiveStandby, 1, 1)
 	g.lbr.SLA = config.SLA{MaxRTT: config.Duration{D: 20 * ms}}
-	if p := planSteer(g, map[uint32]PathStatus{1: up(30 * ms), 2: up(15 * ms)}, none); p.ok != 0b10 {
+	if p := planSteer(g, map[uint32]PathStatus{1: up(30 * ms), 2: up(15 * ms)}, none, time.Time{}); p.ok != 0b10 {
 		t.Errorf("SLA: usable %b, want the second (within 20 ms)", p.ok)
 	}
-	if p := planSteer(g, map[uint32]PathStatus{1: up(30 * ms), 2: up(25 * ms)}, none); p.ok != 0b01 || !strings.Contains(p.why, "no path up within the SLA") {
+	if p := planSteer(g, map[uint32]PathStatus{1: up(30 * ms), 2: up(25 * ms)}, none, time.Time{}); p.ok != 0b01 || !strings.Contains(p.why, "no path up within the SLA") {
 		t.Errorf("SLA met by none: usable %b (%s), want the first, not down", p.ok, p.why)
 	}
 }
@@ -115,5 +116,74 @@ func TestShareTable(t *testing.T) {
 		if n < 10 || n > 12 {
 			t.Errorf("entries %d-%d: %d of 16 to member 0, want 11±1", start, start+15, n)
 		}
+	}
+}
+
+// TestPlanSteerAdaptive steps the adaptive modes through congestion and
+// recovery, 100 ms at a time (and checks nothing moves in between).
+func TestPlanSteerAdaptive(t *testing.T) {
+	ms := time.Millisecond
+	t0 := time.Unix(1000, 0)
+	ok := PathStatus{State: PathUp, Monitored: true, SRTT: 10 * ms, MinRTT: 10 * ms}
+	slow := PathStatus{State: PathUp, Monitored: true, SRTT: 30 * ms, MinRTT: 10 * ms} // past 1.5 × min
+	lossy := func(l float64) PathStatus { s := ok; s.Loss = l; return s }
+	run := func(g steerGroup, p steerPlan, steps int, st map[uint32]PathStatus) steerPlan {
+		for range steps {
+			t0 = t0.Add(adaptEvery)
+			p = planSteer(g, st, p, t0)
+			if q := planSteer(g, st, p, t0.Add(adaptEvery/2)); !slices.Equal(q.weights, p.weights) || q.spill != p.spill {
+				t.Fatalf("a plan 50 ms after a step changed the weights: %v -> %v", p.weights, q.weights)
+			}
+		}
+		return p
+	}
+
+	g := group(config.AlgorithmRTT, 1, 1)
+	p := run(g, steerPlan{chose: -1}, 1, map[uint32]PathStatus{1: ok, 2: ok})
+	if s := shares(p.table); s[0] != 32 || s[1] != 32 {
+		t.Fatalf("rtt, both fine: %v, want 32/32", s)
+	}
+	p = run(g, p, 6, map[uint32]PathStatus{1: slow, 2: ok})
+	if p.weights[0] != 0.05 || p.weights[1] != 1 {
+		t.Errorf("rtt after 6 congested steps: weights %v, want [0.05 1] (halved to the 1/20 floor)", p.weights)
+	}
+	if s := shares(p.table); s[0] > 4 || p.ok != 0b11 {
+		t.Errorf("rtt, path 1 congested: %v entries to it, usable %b; want at most 4, both usable", s[0], p.ok)
+	}
+	p = run(g, p, 10, map[uint32]PathStatus{1: ok, 2: ok})
+	if s := shares(p.table); s[0] != 32 {
+		t.Errorf("rtt, 10 steps after recovery: %v, want back to 32/32", s)
+	}
+
+	g = group(config.AlgorithmDWRR, 1, 1)
+	p = run(g, steerPlan{chose: -1}, 5, map[uint32]PathStatus{1: ok, 2: ok})
+	if p.weights[0] != 6 || p.weights[1] != 6 {
+		t.Errorf("dwrr, 5 clean steps: %v, want [6 6] (+1 a step from 1)", p.weights)
+	}
+	p = run(g, p, 1, map[uint32]PathStatus{1: lossy(0.05), 2: ok})
+	if p.weights[0] != 3 || p.weights[1] != 7 {
+		t.Errorf("dwrr, loss on path 1: %v, want [3 7] (halved, the other still growing)", p.weights)
+	}
+	p = run(g, p, 1, map[uint32]PathStatus{1: lossy(0.05), 2: slow})
+	if p.weights[0] != 4 || p.weights[1] != 3.5 {
+		t.Errorf("dwrr, path 1 loss steady, path 2 congested: %v, want [4 3.5]", p.weights)
+	}
+
+	g = group(config.AlgorithmPriority, 1, 1)
+	p = run(g, steerPlan{chose: -1}, 2, map[uint32]PathStatus{1: ok, 2: ok})
+	if s := shares(p.table); s[0] != 64 || p.ok != 0b11 {
+		t.Errorf("priority, the first fine: %v (usable %b), want all on it, both usable", s, p.ok)
+	}
+	p = run(g, p, 3, map[uint32]PathStatus{1: slow, 2: ok})
+	if s := shares(p.table); s[1] < 18 || s[1] > 20 {
+		t.Errorf("priority, 3 congested steps: %v, want 30%% (19 entries) spilled", s)
+	}
+	p = run(g, p, 20, map[uint32]PathStatus{1: slow, 2: ok})
+	if p.spill < 0.89 || p.spill > 0.91 {
+		t.Errorf("priority spill after 23 congested steps: %v, want 0.9 at most", p.spill)
+	}
+	p = run(g, p, 9, map[uint32]PathStatus{1: ok, 2: ok})
+	if s := shares(p.table); s[0] != 64 {
+		t.Errorf("priority, 9 steps after: %v, want all back on the first", s)
 	}
 }

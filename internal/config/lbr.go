@@ -21,19 +21,26 @@ import (
 //   - load-balancing: each usable member a share of the flows as its
 //     weight (percentages, or any relative weights);
 //   - wrr: weighted random per packet over the usable members, as the
-//     P4 ATSSS proxy's WRR (per_packet implied).
+//     P4 ATSSS proxy's WRR (per_packet implied);
+//   - rtt, dwrr, priority: weights the agent adapts every 100 ms from
+//     each path's RTT against its minimum and its loss (README,
+//     "Steering groups", has the rules).
 const (
 	AlgorithmMaglev        = "maglev"
 	AlgorithmActiveStandby = "active-standby"
 	AlgorithmSmallestDelay = "smallest-delay"
 	AlgorithmLoadBalancing = "load-balancing"
 	AlgorithmWRR           = "wrr"
+	AlgorithmRTT           = "rtt"
+	AlgorithmDWRR          = "dwrr"
+	AlgorithmPriority      = "priority"
 )
 
 // Steering reports whether algorithm a is a steering mode.
 func Steering(a string) bool {
 	switch a {
-	case AlgorithmActiveStandby, AlgorithmSmallestDelay, AlgorithmLoadBalancing, AlgorithmWRR:
+	case AlgorithmActiveStandby, AlgorithmSmallestDelay, AlgorithmLoadBalancing, AlgorithmWRR,
+		AlgorithmRTT, AlgorithmDWRR, AlgorithmPriority:
 		return true
 	}
 	return false
@@ -153,7 +160,7 @@ func maglevLBR(target any) (field, problem string) {
 	return "", ""
 }
 
-const wantAlgorithm = "want maglev, active-standby, smallest-delay, load-balancing or wrr"
+const wantAlgorithm = "want maglev, active-standby, smallest-delay, load-balancing, wrr, rtt, dwrr or priority"
 
 func checkLBR(c *Check, l *LBR) {
 	if l.ID == 0 {

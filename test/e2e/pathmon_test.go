@@ -295,39 +295,60 @@ func pathTxOf(t *testing.T, gc pb.GatewayClient, ctx context.Context) map[uint32
 	return out
 }
 
-// pySpread sends one datagram from each of argv[3] source ports (10000
+// pySpread sends one datagram from each of argv[3] source ports (argv[4]
 // up) to argv[1]:argv[2]: that many new flows.
 const pySpread = `import socket, sys
-dst, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+dst, port, n, base = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 for i in range(n):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("", 10000 + i))
+    s.bind(("", base + i))
     s.sendto(b"x" * 32, (dst, port))
     s.close()
 `
 
-// TestLabSteeringModes: load-balancing 70/30 gives path 1 70 % of 2,000
-// new flows (±5 %); smallest-delay takes the path with the smaller RTT
-// and moves when the links' delays are swapped.
-func TestLabSteeringModes(t *testing.T) {
+// steeredLab is the lab up, both paths up, with gateway A's API and a
+// way to send new flows to the steered port.
+type steeredLab struct {
+	*sdwanLab
+	gc   pb.GatewayClient
+	ctx  context.Context
+	base int // the next unused source port
+}
+
+func newSteeredLab(t *testing.T) *steeredLab {
+	t.Helper()
 	l := newLab(t)
 	l.mustCLI("up")
 	gc, ctx := labGateway(t, l)
-	spread := func(n int) map[uint32]uint64 {
-		t.Helper()
-		before := pathTxOf(t, gc, ctx)
-		if out, err := exec.Command("ip", "netns", "exec", l.A, "python3", "-c", pySpread, lab.AddrB, "7000", strconv.Itoa(n)).CombinedOutput(); err != nil {
-			t.Fatalf("spread: %v\n%s", err, out)
-		}
-		after := pathTxOf(t, gc, ctx)
-		return map[uint32]uint64{1: after[1] - before[1], 2: after[2] - before[2]}
-	}
 	if !waitFor(10*time.Second, func() bool {
 		r, err := gc.ListPathStatus(ctx, &pb.ListRequest{})
 		return err == nil && len(r.GetPaths()) == 2 && r.GetPaths()[0].GetState() == "up" && r.GetPaths()[1].GetState() == "up"
 	}) {
 		t.Fatal("paths not up within 10 s")
 	}
+	return &steeredLab{sdwanLab: l, gc: gc, ctx: ctx, base: 10000}
+}
+
+// spread sends n new flows (new source ports every time, not sticky old
+// ones) from A to B's steered port and returns how many packets gateway
+// A encapsulated onto each path meanwhile.
+func (s *steeredLab) spread(n int) map[uint32]uint64 {
+	s.t.Helper()
+	before := pathTxOf(s.t, s.gc, s.ctx)
+	s.base += n
+	if out, err := exec.Command("ip", "netns", "exec", s.A, "python3", "-c", pySpread, lab.AddrB, "7000", strconv.Itoa(n), strconv.Itoa(s.base)).CombinedOutput(); err != nil {
+		s.t.Fatalf("spread: %v\n%s", err, out)
+	}
+	after := pathTxOf(s.t, s.gc, s.ctx)
+	return map[uint32]uint64{1: after[1] - before[1], 2: after[2] - before[2]}
+}
+
+// TestLabSteeringModes: load-balancing 70/30 gives path 1 70 % of 2,000
+// new flows (±5 %); smallest-delay takes the path with the smaller RTT
+// and moves when the links' delays are swapped.
+func TestLabSteeringModes(t *testing.T) {
+	s := newSteeredLab(t)
+	l, gc, ctx, spread := s.sdwanLab, s.gc, s.ctx, s.spread
 
 	steerLBR(t, gc, ctx, "load-balancing", 70, 30)
 	time.Sleep(100 * time.Millisecond) // the agent's next look at the group
@@ -351,4 +372,67 @@ func TestLabSteeringModes(t *testing.T) {
 	if d := spread(200); d[2] < 190 {
 		t.Errorf("smallest-delay with wan2 faster: path 2 got %d of 200 flows (%v)", d[2], d)
 	}
+}
+
+// TestLabSteeringAdaptive: rtt moves new flows off a path whose RTT rose
+// past 1.5 × its minimum and back once it is down again; priority keeps
+// everything on path 1 until a stream fills wan1 (rate-limited), then
+// spills new flows to path 2 while path 1 stays up (congested, not
+// failed), and takes them back once the stream stops.
+func TestLabSteeringAdaptive(t *testing.T) {
+	st := newSteeredLab(t)
+	l, gc, ctx := st.sdwanLab, st.gc, st.ctx
+	spread := func(n int) (float64, map[uint32]uint64) {
+		d := st.spread(n)
+		return float64(d[1]) / float64(max(d[1]+d[2], 1)), d
+	}
+	// until polls spread(100) until path 1's share satisfies ok.
+	until := func(what string, ok func(float64) bool) {
+		t.Helper()
+		var last map[uint32]uint64
+		if !waitFor(15*time.Second, func() bool {
+			var share float64
+			share, last = spread(100)
+			return ok(share)
+		}) {
+			t.Fatalf("%s: path 1 / path 2 new flows %v", what, last)
+		}
+		t.Logf("%s: path 1 / path 2 new flows %v", what, last)
+	}
+
+	steerLBR(t, gc, ctx, "rtt", 1, 1)
+	until("rtt, both paths at their minimum", func(s float64) bool { return s > 0.3 && s < 0.7 })
+	l.mustCLI("link", "wan1", "--delay", "10ms") // RTT 4 -> 20 ms, past 1.5 × 4
+	until("rtt, wan1 slowed down", func(s float64) bool { return s < 0.1 })
+	l.mustCLI("link", "wan1", "--delay", "2ms")
+	until("rtt, wan1 back", func(s float64) bool { return s > 0.3 && s < 0.7 })
+
+	steerLBR(t, gc, ctx, "priority", 1, 1)
+	until("priority, path 1 idle", func(s float64) bool { return s == 1 })
+	// A stream of 4.4 Mbit/s into wan1 held to 4 Mbit/s with a 4 MB
+	// queue: the queue grows by 100 ms a second, dropping nothing, and
+	// with it path 1's RTT. Gateway A's kernel sends it to gateway B's
+	// wan1 address, past XDP: the path counters count only new flows.
+	if out, err := exec.Command(edgeplaneBin, "wanem", "set", "--control", l.Socket("wan1"), "--rate", "4mbit", "--queue", "4000000").CombinedOutput(); err != nil {
+		t.Fatalf("wanem set: %v\n%s", err, out)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = sendUDP(sctx, l.GWA, lab.WanAddr(1, 'b'), 9, 20000, 360, 1500)
+	}()
+	until("priority, wan1 full", func(s float64) bool { return s < 0.3 })
+	if r, err := gc.ListPathStatus(ctx, &pb.ListRequest{}); err == nil {
+		for _, p := range r.GetPaths() {
+			t.Logf("path %d while wan1 is full: %s, RTT %d µs (min %d), loss %.1f %%, %s", p.GetPath(), p.GetState(),
+				p.GetRttUs(), p.GetMinRttUs(), 100*p.GetLoss(), p.GetWhy())
+			if p.GetPath() == 1 && p.GetState() != "up" {
+				t.Errorf("path 1 is %s while wan1 is full: priority should spill by congestion, not fail over", p.GetState())
+			}
+		}
+	}
+	stop()
+	<-done
+	until("priority, the stream stopped", func(s float64) bool { return s == 1 })
 }
