@@ -46,6 +46,7 @@ type PathStatus struct {
 	MinRTT, LastRTT time.Duration
 	Loss            float64 // over the last Window probes
 	Sent, Answered  uint64
+	TxBytes         uint64 // encapsulated onto the path so far (cmon's measure)
 	Why             string // what the last change of state was about
 	Monitored       bool   // false: monitor off (the path counts as up)
 }
@@ -301,6 +302,9 @@ func (m *pathMonitor) judgePath(p *probedPath, now time.Time) {
 	s.SRTT, s.Jitter = srtt, jitter
 	s.MinRTT, s.LastRTT = time.Duration(rec.MinNs), time.Duration(rec.LastRttNs)
 	s.Loss = p.judge.loss()
+	if tx, err := m.dp.PathTx(p.stats); err == nil {
+		s.TxBytes = tx.Bytes
+	}
 	if why == "" {
 		return
 	}

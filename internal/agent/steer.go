@@ -49,14 +49,19 @@ type steerPlan struct {
 	spill    float64
 	loss     []float64
 	adjusted time.Time
+	// cmon: the preferred member's window (bytes a step) and every
+	// member's bytes sent at the last step.
+	window float64
+	tx     []uint64
 }
 
 // The adaptive modes step their weights every adaptEvery. A path is
 // congested when its smoothed RTT is past congestedRTT times its
 // minimum (RTTMon's target of 1.5 × min RTT).
 const (
-	adaptEvery   = 100 * time.Millisecond
-	congestedRTT = 1.5
+	adaptEvery    = 100 * time.Millisecond
+	congestedRTT  = 1.5
+	cmonMinWindow = 12500 // bytes a step: 1 Mbit/s
 )
 
 func congested(s PathStatus) bool {
@@ -109,19 +114,23 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.
 			break
 		}
 	}
-	p := steerPlan{chose: -1, why: why, weights: prev.weights, spill: prev.spill, loss: prev.loss, adjusted: prev.adjusted}
+	p := steerPlan{chose: -1, why: why, weights: prev.weights, spill: prev.spill, loss: prev.loss, adjusted: prev.adjusted,
+		window: prev.window, tx: prev.tx}
 	if len(cand) == 0 {
 		return p
 	}
-	if len(p.weights) != n || len(p.loss) != n {
-		p.weights, p.loss = make([]float64, n), make([]float64, n)
+	if len(p.weights) != n || len(p.loss) != n || len(p.tx) != n {
+		p.weights, p.loss, p.tx = make([]float64, n), make([]float64, n), make([]uint64, n)
+		for i := range n {
+			p.tx[i] = status(i).TxBytes
+		}
 		for i, mb := range g.lbr.Members {
 			p.weights[i] = max(float64(mb.EffectiveWeight()), 1)
 		}
 	}
 	step := now.Sub(p.adjusted) >= adaptEvery
 	if step {
-		p.weights, p.loss = slices.Clone(p.weights), slices.Clone(p.loss)
+		p.weights, p.loss, p.tx = slices.Clone(p.weights), slices.Clone(p.loss), slices.Clone(p.tx)
 		p.adjusted = now
 	}
 	// lossRose tells whether member i lost more of its window than at
@@ -202,6 +211,38 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.
 		if len(cand) > 1 {
 			weights[cand[1]] = p.spill
 		}
+	case config.AlgorithmCMon:
+		// A congestion window on the first usable member: what it may
+		// carry a step (100 ms). Packets go to it while the window has
+		// room, the excess to the next: the share it gets is the window
+		// over what the group sent last step. The window grows by an
+		// eighth a step (and to what the member carried) while its path
+		// loses no more and is not congested, and halves when it loses
+		// more or is congested, not below 12.5 kB (1 Mbit/s).
+		first := cand[0]
+		if step {
+			sent, total := 0.0, 0.0
+			for i := range n {
+				d := float64(status(i).TxBytes - p.tx[i])
+				total += d
+				if i == first {
+					sent = d
+				}
+			}
+			if congested(status(first)) || lossRose(first) {
+				p.window = max(p.window/2, cmonMinWindow)
+			} else {
+				p.window = max(p.window+p.window/8, sent, cmonMinWindow)
+			}
+			p.spill = 0
+			if total > p.window {
+				p.spill = 1 - p.window/total
+			}
+		}
+		weights[first] = 1 - p.spill
+		if len(cand) > 1 {
+			weights[cand[1]] = p.spill
+		}
 	default: // load-balancing, wrr
 		for _, i := range cand {
 			weights[i] = float64(g.lbr.Members[i].EffectiveWeight())
@@ -215,10 +256,11 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.
 	if step {
 		for i := range n {
 			p.loss[i] = status(i).Loss
+			p.tx[i] = status(i).TxBytes
 		}
 	}
 	for i, w := range weights {
-		if w > 0 || g.lbr.Algorithm == config.AlgorithmPriority && slices.Contains(cand, i) {
+		if w > 0 || (g.lbr.Algorithm == config.AlgorithmPriority || g.lbr.Algorithm == config.AlgorithmCMon) && slices.Contains(cand, i) {
 			p.ok |= 1 << i
 		}
 	}

@@ -186,4 +186,30 @@ func TestPlanSteerAdaptive(t *testing.T) {
 	if s := shares(p.table); s[0] != 64 {
 		t.Errorf("priority, 9 steps after: %v, want all back on the first", s)
 	}
+
+	// cmon: the window follows what the first member carries, halves on
+	// congestion, and the excess over it goes to the second.
+	g = group(config.AlgorithmCMon, 1, 1)
+	tx := func(a, b uint64, first PathStatus) map[uint32]PathStatus {
+		first.TxBytes = a
+		second := ok
+		second.TxBytes = b
+		return map[uint32]PathStatus{1: first, 2: second}
+	}
+	p = run(g, steerPlan{chose: -1}, 1, tx(0, 0, ok))
+	p = run(g, p, 1, tx(50000, 0, ok))
+	if p.window != 50000 || p.spill != 0 {
+		t.Errorf("cmon, 50 kB on the first: window %v spill %v, want 50000 and 0", p.window, p.spill)
+	}
+	p = run(g, p, 1, tx(150000, 0, slow))
+	if p.window != 25000 || p.spill != 0.75 {
+		t.Errorf("cmon, 100 kB into a congested first: window %v spill %v, want 25000 and 0.75", p.window, p.spill)
+	}
+	if p.ok != 0b11 {
+		t.Errorf("cmon usable %b, want both", p.ok)
+	}
+	p = run(g, p, 1, tx(175000, 75000, ok))
+	if p.window != 28125 || p.spill != 0.71875 {
+		t.Errorf("cmon, recovering: window %v spill %v, want 28125 and 0.71875", p.window, p.spill)
+	}
 }

@@ -64,3 +64,9 @@ func ProbeBody(stats uint16, seq uint32, sentNS uint64) []byte {
 	binary.NativeEndian.PutUint64(b[16:], sentNS)
 	return b
 }
+
+// PathTx returns what path stats (its stable index) has sent:
+// encapsulated packets and their bytes, summed over CPUs.
+func (dp *Dataplane) PathTx(stats uint32) (Counter, error) {
+	return sumCtr(dp.EdgePathStats, 2*(stats%MaxPaths))
+}

@@ -135,7 +135,7 @@ func TestParseErrors(t *testing.T) {
 		{"steering member not encap", steerCfg("active-standby", "drop", ""), `lbrs[0].members[0].far: far 1 has action drop; steering members need encap`},
 		{"steering with table size", steerCfg("wrr", "encap", ", table_size: 251"), `lbrs[0].table_size: not allowed for wrr (a Maglev setting)`},
 		{"steering sla loss", steerCfg("load-balancing", "encap", ", sla: {max_loss: 120%}"), `lbrs[0].sla.max_loss: 120% is outside 0-100%`},
-		{"unknown steering mode", steerCfg("fastest", "encap", ""), `lbrs[0].algorithm: unknown algorithm "fastest" (want maglev, active-standby, smallest-delay, load-balancing, wrr, rtt, dwrr or priority)`},
+		{"unknown steering mode", steerCfg("fastest", "encap", ""), `lbrs[0].algorithm: unknown algorithm "fastest" (want maglev, active-standby, smallest-delay, load-balancing, wrr, rtt, dwrr, priority or cmon)`},
 		{"path monitor interval", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {interval: 5ms}}]", `paths[0].monitor.interval: 5ms is outside 10ms-10s`},
 		{"path monitor down_after", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {down_after: 99}}]", `paths[0].monitor.down_after: 99 is outside 1-64`},
 		{"path type", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: vxlan, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2}]", `paths[0].type: unknown type "vxlan" (want gre)`},

@@ -22,7 +22,7 @@ import (
 //     weight (percentages, or any relative weights);
 //   - wrr: weighted random per packet over the usable members, as the
 //     P4 ATSSS proxy's WRR (per_packet implied);
-//   - rtt, dwrr, priority: weights the agent adapts every 100 ms from
+//   - rtt, dwrr, priority, cmon: weights the agent adapts every 100 ms from
 //     each path's RTT against its minimum and its loss (README,
 //     "Steering groups", has the rules).
 const (
@@ -34,13 +34,14 @@ const (
 	AlgorithmRTT           = "rtt"
 	AlgorithmDWRR          = "dwrr"
 	AlgorithmPriority      = "priority"
+	AlgorithmCMon          = "cmon"
 )
 
 // Steering reports whether algorithm a is a steering mode.
 func Steering(a string) bool {
 	switch a {
 	case AlgorithmActiveStandby, AlgorithmSmallestDelay, AlgorithmLoadBalancing, AlgorithmWRR,
-		AlgorithmRTT, AlgorithmDWRR, AlgorithmPriority:
+		AlgorithmRTT, AlgorithmDWRR, AlgorithmPriority, AlgorithmCMon:
 		return true
 	}
 	return false
@@ -160,7 +161,7 @@ func maglevLBR(target any) (field, problem string) {
 	return "", ""
 }
 
-const wantAlgorithm = "want maglev, active-standby, smallest-delay, load-balancing, wrr, rtt, dwrr or priority"
+const wantAlgorithm = "want maglev, active-standby, smallest-delay, load-balancing, wrr, rtt, dwrr, priority or cmon"
 
 func checkLBR(c *Check, l *LBR) {
 	if l.ID == 0 {

@@ -58,7 +58,7 @@ func (c *Compiler) rebuildSteering() {
 			continue // the config's checks refuse it first
 		}
 		s := bpf.Steer{N: uint32(min(len(l.Members), bpf.SteerMembers))}
-		if l.PerPacket || l.Algorithm == config.AlgorithmWRR {
+		if l.PerPacket || l.Algorithm == config.AlgorithmWRR || l.Algorithm == config.AlgorithmCMon {
 			s.Flags |= bpf.SteerPerPacket
 		}
 		for i, m := range l.Members[:s.N] {
