@@ -105,6 +105,7 @@ const (
 		"(live frames recycle pages the gateway rewrote) and bpf_redirect()s it into the veth toward the gateway; "
 	methodAFP    = "AF_PACKET sender (PACKET_MMAP TX ring, TPACKET_V2, PACKET_QDISC_BYPASS, 256 frames per send); "
 	pathOurs     = "the edgeplane program (native XDP on lan0 and wan0, flow-cache hit) encapsulates and redirects to wan0; an XDP sink counts and drops"
+	pathSteered  = "as ours_*, the frames to a prefix a steer FAR sends over an active-standby steering group (table on path 1): an established steered flow"
 	pathKern     = "the gateway's XDP detached, kernel IPv4 forwarding (route 10.7.0.0/16 via the sink) does the work; an XDP sink counts and drops"
 	pathKernLive = "the gateway's XDP detached and GRO on lan0 (a veth takes redirected frames only when its peer runs NAPI: GRO turns it on), " +
 		"so the veth builds an skb per frame and kernel IPv4 forwarding (route 10.7.0.0/16 via the sink) does the work; an XDP sink counts and drops"
@@ -179,6 +180,7 @@ func runEndToEnd(ctx context.Context, o Options) (*EndToEnd, error) {
 		{fig: E2EFigure{Name: "ours_live_frames", Sender: "live_frames", Path: "xdp_gre_encap", Method: methodGen + pathOurs}, setup: e.attachOurs, send: e.sendLive, kind: sinkGRE},
 		{fig: E2EFigure{Name: "kernel_live_frames", Sender: "live_frames", Path: "kernel_ip_forward", Method: methodGen + pathKernLive}, setup: e.kernelGRO, send: e.sendLive, kind: sinkUDP},
 		{fig: E2EFigure{Name: "ours_af_packet", Sender: "af_packet", Path: "xdp_gre_encap", Method: methodAFP + pathOurs}, setup: e.attachOurs, send: e.sendAFP, kind: sinkGRE},
+		{fig: E2EFigure{Name: "ours_steered_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_steered", Method: methodGen + pathSteered}, setup: e.attachOursSteered, send: e.sendLiveSteered, kind: sinkGRE},
 		{fig: E2EFigure{Name: "kernel_af_packet", Sender: "af_packet", Path: "kernel_ip_forward", Method: methodAFP + pathKernAFP}, setup: e.detachAll, send: e.sendAFP, kind: sinkUDP},
 		{fig: E2EFigure{Name: "ceiling_live_frames", Sender: "live_frames", Path: "xdp_drop_on_lan", Method: methodGen + pathFloor}, setup: e.attachFloor, send: e.sendLive, kind: sinkUDP},
 		{fig: E2EFigure{Name: "ceiling_af_packet", Sender: "af_packet", Path: "xdp_drop_on_lan", Method: methodAFP + pathFloor}, setup: e.attachFloor, send: e.sendAFP, kind: sinkUDP},
@@ -465,6 +467,30 @@ func (e *e2e) attachOurs() error {
 		return err
 	}
 	return e.attachGateway(e.dp.Prog)
+}
+
+// attachOursSteered is attachOurs with both steering groups of
+// greConfig sending everything over their first member (path 1).
+func (e *e2e) attachOursSteered() error {
+	if err := e.use(greConfig); err != nil {
+		return err
+	}
+	var first [bpf.SteerTable]uint8
+	for idx := uint32(0); idx < 2; idx++ {
+		if ok, err := e.dp.SetSteer(idx, e.dp.SteerMembers(idx), 0b01, first); err != nil || !ok {
+			return fmt.Errorf("steering group %d: %v (set %v)", idx, err, ok)
+		}
+	}
+	return e.attachGateway(e.dp.Prog)
+}
+
+// sendLiveSteered is sendLive with the frame to greConfig's per-flow
+// steered prefix.
+func (e *e2e) sendLiveSteered(d time.Duration) (uint64, error) {
+	plain := e.frame
+	e.frame = udpFrame(hostA, steerDst, 5000)
+	defer func() { e.frame = plain }()
+	return e.sendLive(d)
 }
 
 // attachOursRedirect attaches the edgeplane program to lan0 and wan0,
