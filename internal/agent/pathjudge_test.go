@@ -60,3 +60,24 @@ func TestPathJudge(t *testing.T) {
 		t.Errorf("loss %v, want 0.3 (3 of the last 10)", l)
 	}
 }
+
+// TestMinWindow: the minimum RTT forgets samples older than two
+// windows, so a path whose base delay rose for good gets a new minimum.
+func TestMinWindow(t *testing.T) {
+	var w minWindow
+	t0 := time.Unix(1000, 0)
+	ms := time.Millisecond
+	w.add(10*ms, t0)
+	w.add(30*ms, t0.Add(5*time.Second))
+	if m := w.min(t0.Add(9 * time.Second)); m != 10*ms {
+		t.Errorf("in the first window: %s, want 10ms", m)
+	}
+	w.add(40*ms, t0.Add(12*time.Second)) // second window
+	if m := w.min(t0.Add(15 * time.Second)); m != 10*ms {
+		t.Errorf("in the second window: %s, want the first's 10ms", m)
+	}
+	w.add(40*ms, t0.Add(22*time.Second)) // third: the first is gone
+	if m := w.min(t0.Add(25 * time.Second)); m != 40*ms {
+		t.Errorf("in the third window: %s, want 40ms (the base delay rose)", m)
+	}
+}

@@ -59,16 +59,57 @@ const firstTimeout = time.Second
 
 // probedPath is one path under the monitor.
 type probedPath struct {
-	cfg    config.Path
-	mon    config.PathMonitor
-	stats  uint32 // stable index: edge_path_probe's key
-	fd     int
-	seq    uint32 // the next probe's sequence number
-	sentAt []int64
-	decide uint32 // the oldest probe without an outcome
-	next   time.Time
-	judge  *pathJudge
-	status PathStatus
+	cfg     config.Path
+	mon     config.PathMonitor
+	stats   uint32 // stable index: edge_path_probe's key
+	fd      int
+	seq     uint32 // the next probe's sequence number
+	sentAt  []int64
+	decide  uint32 // the oldest probe without an outcome
+	next    time.Time
+	judge   *pathJudge
+	status  PathStatus
+	minRTT  minWindow
+	replies uint64 // answers seen so far
+}
+
+// minRTTWindow is how long one window of the minimum RTT lasts.
+const minRTTWindow = 10 * time.Second
+
+// minWindow is a windowed minimum: the smallest sample of the current
+// window and of the one before (minRTTWindow each), so a path whose base
+// delay grows for good stops counting as congested within two windows.
+type minWindow struct {
+	cur, prev time.Duration
+	since     time.Time
+}
+
+// add records sample v at now.
+func (w *minWindow) add(v time.Duration, now time.Time) {
+	w.roll(now)
+	if w.cur == 0 || v < w.cur {
+		w.cur = v
+	}
+}
+
+// roll starts a new window when the current one is over.
+func (w *minWindow) roll(now time.Time) {
+	if w.since.IsZero() {
+		w.since = now
+	}
+	if now.Sub(w.since) >= minRTTWindow {
+		w.prev, w.cur, w.since = w.cur, 0, now
+	}
+}
+
+// min is the smallest sample of the two windows (0: none).
+func (w *minWindow) min(now time.Time) time.Duration {
+	w.roll(now)
+	m := w.prev
+	if w.cur != 0 && (m == 0 || w.cur < m) {
+		m = w.cur
+	}
+	return m
 }
 
 // pathMonitor probes the config's paths and keeps their states.
@@ -300,7 +341,12 @@ func (m *pathMonitor) judgePath(p *probedPath, now time.Time) {
 	state, why := p.judge.judge(srtt, jitter)
 	s := &p.status
 	s.SRTT, s.Jitter = srtt, jitter
-	s.MinRTT, s.LastRTT = time.Duration(rec.MinNs), time.Duration(rec.LastRttNs)
+	s.LastRTT = time.Duration(rec.LastRttNs)
+	if rec.Replies != p.replies {
+		p.replies = rec.Replies
+		p.minRTT.add(s.LastRTT, now)
+	}
+	s.MinRTT = p.minRTT.min(now)
 	s.Loss = p.judge.loss()
 	if tx, err := m.dp.PathTx(p.stats); err == nil {
 		s.TxBytes = tx.Bytes
@@ -330,7 +376,7 @@ func newPathMetrics(m *pathMonitor) *pathMetrics {
 		state:  prometheus.NewDesc("edgeplane_path_state", "1 for a path's state as its monitor judges it (unknown, up, degraded, down), 0 for the others.", []string{"path", "state"}, nil),
 		srtt:   d("rtt_seconds", "Smoothed round-trip time of a path's probes (RFC 6298, gain 1/8)."),
 		jitter: d("jitter_seconds", "RTT variation of a path's probes (RFC 6298's RTTVAR, gain 1/4)."),
-		minRTT: d("min_rtt_seconds", "Smallest round-trip time of a path's probes."),
+		minRTT: d("min_rtt_seconds", "Smallest round-trip time of a path's probes over the last 10-20 s (two 10 s windows)."),
 		loss:   d("loss_ratio", "Share of a path's last window of probes that went unanswered."),
 	}
 }
