@@ -335,15 +335,8 @@ func (m *pathMonitor) steer(st map[uint32]PathStatus) {
 			prev = steerPlan{chose: -1}
 		}
 		p := planSteer(g, st, prev, time.Now())
-		if had && p.ok == prev.ok && p.table == prev.table && m.dp.SteerIs(g.index, p.ok, p.table) {
-			m.plans[g.index] = p
-			continue
-		}
-		members := m.dp.SteerMembers(g.index)
-		if len(members) != len(g.lbr.Members) {
-			continue // a commit under way: next time
-		}
-		ok, err := m.dp.SetSteer(g.index, members, p.ok, p.table)
+		// A no-op while the group already has the plan's table.
+		ok, err := m.dp.SetSteer(g.index, len(g.lbr.Members), p.ok, p.table)
 		if err != nil {
 			m.log.Error("steering", "lbr", g.lbr.ID, "error", err)
 			continue

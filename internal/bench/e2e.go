@@ -477,7 +477,7 @@ func (e *e2e) attachOursSteered() error {
 	}
 	var first [bpf.SteerTable]uint8
 	for idx := uint32(0); idx < 2; idx++ {
-		if ok, err := e.dp.SetSteer(idx, e.dp.SteerMembers(idx), 0b01, first); err != nil || !ok {
+		if ok, err := e.dp.SetSteer(idx, 2, 0b01, first); err != nil || !ok {
 			return fmt.Errorf("steering group %d: %v (set %v)", idx, err, ok)
 		}
 	}

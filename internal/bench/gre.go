@@ -86,7 +86,7 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 	// over their first member, path 1.
 	var first [bpf.SteerTable]uint8
 	for idx := uint32(0); idx < 2; idx++ {
-		if ok, err := dp.SetSteer(idx, dp.SteerMembers(idx), 0b01, first); err != nil || !ok {
+		if ok, err := dp.SetSteer(idx, 2, 0b01, first); err != nil || !ok {
 			return fmt.Errorf("steering group %d: %v (set %v)", idx, err, ok)
 		}
 	}

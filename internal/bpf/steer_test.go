@@ -66,7 +66,7 @@ func steerSet(t *testing.T, h *harness, idx, ok uint32, members ...uint8) {
 	for i := range table {
 		table[i] = members[i%len(members)]
 	}
-	set, err := h.dp.SetSteer(idx, h.dp.SteerMembers(idx), ok, table)
+	set, err := h.dp.SetSteer(idx, len(h.dp.SteerMembers(idx)), ok, table)
 	if err != nil || !set {
 		t.Fatalf("set steering group %d: %v (set %v)", idx, err, set)
 	}

@@ -1048,23 +1048,24 @@ func (w *writer) writeSteers(t uint32, g *Generation) error {
 
 // SetSteer gives steering group idx the table (member per entry) and the
 // members flows may stay on (bit i: member i), in both slots where the
-// group has the members the table was made for (members, FAR indexes).
-// The table goes first, so no flow is sent back to a member just taken
-// out. It reports whether the group has those members (false: a commit
-// changed them; the caller makes its plan again).
-func (dp *Dataplane) SetSteer(idx uint32, members []uint32, ok uint32, table [SteerTable]uint8) (bool, error) {
+// group has the members it has now. The table goes first, so no flow is
+// sent back to a member just taken out. n is how many members the plan
+// was made for: it reports false, writing nothing, when the group has
+// another number (a commit changed it; the caller plans again).
+func (dp *Dataplane) SetSteer(idx uint32, n int, ok uint32, table [SteerTable]uint8) (bool, error) {
 	w := dp.writer
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var far [SteerMembers]uint32
-	copy(far[:], members)
 	tab, known := w.steerTabs[idx]
-	if !known || tab.n != uint32(len(members)) || tab.far != far {
+	if !known || tab.n != uint32(n) {
 		return false, nil
+	}
+	if tab.ok == ok && tab.table == table {
+		return true, nil // as it is
 	}
 	for t := range w.slots {
 		cur, have := w.slots[t].steers[idx]
-		if !have || cur.N != tab.n || cur.Far != far || cur.Table == table {
+		if !have || cur.N != tab.n || cur.Far != tab.far || cur.Table == table {
 			continue
 		}
 		cur.Table = table
@@ -1096,14 +1097,4 @@ func (dp *Dataplane) SteerMembers(idx uint32) []uint32 {
 		return nil
 	}
 	return slices.Clone(s.Far[:s.N])
-}
-
-// SteerIs tells whether steering group idx has usable set ok and table
-// table now (a commit that changed its members starts it afresh).
-func (dp *Dataplane) SteerIs(idx, ok uint32, table [SteerTable]uint8) bool {
-	w := dp.writer
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	tab, known := w.steerTabs[idx]
-	return known && tab.ok == ok && tab.table == table
 }

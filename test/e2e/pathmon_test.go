@@ -33,12 +33,7 @@ func TestLabPathMonitor(t *testing.T) {
 	l := newLab(t)
 	l.mustCLI("up")
 	sock := l.APISocket(l.GWA)
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	gc := pb.NewGatewayClient(conn)
+	gc, _ := labGateway(t, l)
 	states := func() map[uint32]*pb.PathStatus {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -177,43 +172,9 @@ type gapReport struct {
 // its datagrams come over path 2 is under three probe intervals (300 ms);
 // once wan1 is repaired the stream goes back to path 1 without a gap.
 func TestLabSteeringFailover(t *testing.T) {
-	l := newLab(t)
-	l.mustCLI("up")
-	conn, err := grpc.NewClient("unix://"+l.APISocket(l.GWA), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	gc := pb.NewGatewayClient(conn)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pathTx := func() map[uint32]uint64 {
-		t.Helper()
-		s, err := gc.GetStats(ctx, &pb.GetStatsRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[uint32]uint64{}
-		for _, p := range s.GetPaths() {
-			out[p.GetId()] = p.GetTx().GetPackets()
-		}
-		return out
-	}
-	if !waitFor(10*time.Second, func() bool {
-		r, err := gc.ListPathStatus(ctx, &pb.ListRequest{})
-		if err != nil {
-			return false
-		}
-		n := 0
-		for _, p := range r.GetPaths() {
-			if p.GetState() == "up" {
-				n++
-			}
-		}
-		return n == 2
-	}) {
-		t.Fatal("paths not up within 10 s")
-	}
+	st := newSteeredLab(t)
+	l, gc, ctx := st.sdwanLab, st.gc, st.ctx
+	pathTx := func() map[uint32]uint64 { return pathTxOf(t, gc, ctx) }
 
 	recv := startProc(t, l.B, pyGaps, lab.AddrB, "7000")
 	const n, rate = 5000, 1000
