@@ -117,6 +117,16 @@
 #define EDGE_STEER_TABLE 64
 /* edge_steer.flags */
 #define EDGE_SF_PER_PACKET 1 /* each packet picks (no stickiness) */
+#define EDGE_SF_REDUNDANT 2  /* each packet goes over every usable member */
+
+/* Redundant groups: the receiving gateway's de-duplication window of GRE
+ * sequence numbers, in 64-number words (RFC 6479's block bitmap): a copy
+ * is told from a new packet while fewer than (EDGE_DEDUP_WORDS - 1) * 64
+ * packets separate it from the newest (16,320: 16 ms of path delay
+ * difference at 1 Mpps). After EDGE_DEDUP_RESYNC packets in a row older
+ * than that, the sender is taken to have restarted its numbers. */
+#define EDGE_DEDUP_WORDS 256
+#define EDGE_DEDUP_RESYNC 32
 
 /* Path probes (struct edge_probe): GRE protocol type (IEEE 802's local
  * experimental EtherType 1), magic ("EPRB") and kinds. */

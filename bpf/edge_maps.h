@@ -144,12 +144,16 @@ struct {
 /* Per-CPU next hop of each path, by its stable index (edge_path.stats, as
  * edge_path_seq; the same in both slots, so a commit leaves it warm): a
  * new flow over a path copies it instead of asking the FIB (~0.2 us
- * here). Derivable state, not pinned. Written by encap. */
+ * here), and a redundant group's copies take their paths' from it
+ * (dup.h). Derivable state, pinned only so the copies' program, which
+ * an agent loads beside a running XDP program it adopts, reads the one
+ * that program writes. Written by encap. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
 	__type(value, struct edge_nh);
 	__uint(max_entries, EDGE_MAX_PATHS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_path_nh SEC(".maps");
 
 /* Steering groups per slot (struct edge_steer_group): members written by a
@@ -172,6 +176,59 @@ struct {
 	__uint(max_entries, EDGE_MAX_STEER);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_steer_ok SEC(".maps");
+
+/* A redundant group's GRE sequence numbers, by the group's index: both
+ * copies of a packet carry one number, which the receiving gateway
+ * de-duplicates by (edge_dedup). Written by encap. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, EDGE_MAX_STEER);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_dup_seq SEC(".maps");
+
+/* Where a redundant group's packets are broadcast (bpf_redirect_map with
+ * BPF_F_BROADCAST), by the group's index: a devmap of its members'
+ * egress interfaces, each entry running edge_xdp_dup, which turns its
+ * copy into one for the member on that interface. Inner maps built by
+ * the agent. */
+struct edge_dup_devmap {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct bpf_devmap_val));
+	__uint(max_entries, EDGE_STEER_MEMBERS);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__type(key, __u32);
+	__uint(max_entries, EDGE_MAX_STEER);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__array(values, struct edge_dup_devmap);
+} edge_dup_tx SEC(".maps");
+
+/* Which de-duplication window (edge_dedup's index + 1; 0: none) a GRE
+ * packet with a sequence number that arrives over a path joins, by slot *
+ * EDGE_MAX_PATHS + the path's stable index: the receiving side of a
+ * redundant group over its paths. Written by a commit into its slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_PATHS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_path_dedup SEC(".maps");
+
+/* The de-duplication windows of redundant groups (struct edge_dedup_win), by
+ * the group's index. Written by decap. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_dedup_win);
+	__uint(max_entries, EDGE_MAX_STEER);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_dedup SEC(".maps");
 
 /* What the answers to each path's probes showed, by the path's stable
  * index (struct edge_probe_rec). Written by the probe stage, read and

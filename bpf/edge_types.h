@@ -66,6 +66,9 @@ enum edge_reason {
 	EDGE_R_BAD_PROBE,     /* a path probe too short, of no known kind, or not ours */
 	EDGE_R_STEER_NONE,    /* a steering group with no member, or one not encap */
 	EDGE_R_STEER_MOVED,   /* a steered flow moved off a member no longer usable */
+	EDGE_R_DUP_SEEN,      /* a redundant copy whose twin came first: dropped */
+	EDGE_R_DUP_LATE,      /* a redundant copy older than the de-duplication window */
+	EDGE_R_DUP_NO_COPY,   /* a redundant copy not sent: member down, or no next hop */
 	EDGE_R_MAX,
 };
 
@@ -410,6 +413,18 @@ struct edge_probe_rec {
 	__u64 srtt_ns;     /* smoothed RTT (gain 1/8) */
 	__u64 rttvar_ns;   /* RTT variation (gain 1/4): the jitter */
 	__u64 min_ns;      /* the smallest RTT since the agent cleared it (0: none) */
+};
+
+/* A redundant group's de-duplication window at the receiving gateway
+ * (edge_dedup, by the group's index), RFC 6479's block bitmap: GRE
+ * sequence numbers extended to 64 bits from the newest seen (top), word
+ * (n / 64) % EDGE_DEDUP_WORDS holding block n / 64's bits. Written under
+ * the lock by every copy that arrives over one of the group's paths. */
+struct edge_dedup_win {
+	struct bpf_spin_lock lock;
+	__u32 late;  /* packets in a row older than the window */
+	__u64 top;   /* the newest extended number (0: none yet) */
+	__u64 bits[EDGE_DEDUP_WORDS];
 };
 
 /* Exact-match cache slot: a per-CPU copy of one IPv4 flow entry. */

@@ -10,4 +10,12 @@ int edge_xdp(struct xdp_md *ctx)
 	return edge_pipeline(ctx);
 }
 
+/* Run by the kernel on each copy of a redundant group's packet as it
+ * leaves by one of the group's interfaces (lib/dup.h). */
+SEC("xdp/devmap")
+int edge_xdp_dup(struct xdp_md *ctx)
+{
+	return edge_dup_out(ctx, ctx->egress_ifindex);
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

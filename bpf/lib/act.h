@@ -50,10 +50,10 @@ static __always_inline int act_nat(struct xdp_md *ctx, const struct edge_pkt *p,
 }
 
 /* edge_act carries out FAR far on the packet, with fl the flow's entry
- * (its next hop cache). */
+ * (its next hop cache); dup: redundant group index + 1 (dup.h), or 0. */
 static __always_inline int edge_act(struct xdp_md *ctx, const struct edge_pkt *p,
 				    const struct edge_far *far,
-				    struct edge_flow *fl, __u32 epoch)
+				    struct edge_flow *fl, __u32 epoch, __u32 dup)
 {
 	switch (far->action) {
 	case EDGE_ACT_PASS:
@@ -61,7 +61,7 @@ static __always_inline int edge_act(struct xdp_md *ctx, const struct edge_pkt *p
 	case EDGE_ACT_REDIRECT:
 		return edge_redirect(ctx, p, far->ifindex, fl, epoch);
 	case EDGE_ACT_ENCAP:
-		return edge_encap(ctx, p, far, fl, epoch);
+		return edge_encap(ctx, p, far, fl, epoch, dup);
 	case EDGE_ACT_NAT:
 	case EDGE_ACT_UNNAT:
 		return act_nat(ctx, p, far, fl, epoch);

@@ -13,6 +13,7 @@
 #include <bpf/bpf_endian.h>
 #include "../edge_maps.h"
 #include "csum.h"
+#include "dedup.h"
 #include "fib.h"
 #include "parse.h"
 #include "probe.h"
@@ -21,10 +22,10 @@
 #include "verdict.h"
 
 /* ip4_csum_gre is the header checksum of the outer IPv4 header encap
- * writes (no options, id 0, DF, protocol GRE), summed from the values
+ * writes (no options, DF, protocol GRE), summed from the values
  * rather than read back: 16-bit words as they lie in memory. */
-static __always_inline __u16 ip4_csum_gre(__u8 tos, __be16 tot_len, __u8 ttl,
-					  __be32 saddr, __be32 daddr)
+static __always_inline __u16 ip4_csum_gre(__u8 tos, __be16 tot_len, __be16 id,
+					  __u8 ttl, __be32 saddr, __be32 daddr)
 {
 	const union {
 		__u8 b[2];
@@ -32,9 +33,28 @@ static __always_inline __u16 ip4_csum_gre(__u8 tos, __be16 tot_len, __u8 ttl,
 	} vt = {.b = {0x45, tos}}, tp = {.b = {ttl, IPPROTO_GRE}};
 	__u32 sum;
 
-	sum = vt.w + tot_len + IP4_DF + tp.w + (saddr & 0xffff) +
+	sum = vt.w + tot_len + id + IP4_DF + tp.w + (saddr & 0xffff) +
 	      (saddr >> 16) + (daddr & 0xffff) + (daddr >> 16);
 	return csum_fold(sum);
+}
+
+/* path_resolve asks the FIB for the next hop of path's outer packets of
+ * olen bytes, as fib_resolve (iif: the packet's ingress), into fl. */
+static __always_inline int path_resolve(struct xdp_md *ctx,
+					const struct edge_path *path,
+					__u32 olen, __u32 iif,
+					struct edge_flow *fl, __u32 epoch,
+					__u32 *mtu)
+{
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET,
+		.l4_protocol = IPPROTO_GRE,
+		.tot_len = olen,
+		.ipv4_src = path->local,
+		.ipv4_dst = path->remote,
+	};
+
+	return fib_resolve(ctx, &fib, path->ifindex, iif, fl, epoch, mtu);
 }
 
 /* edge_encap puts the packet into GRE toward far's path: outer IPv4 from
@@ -42,11 +62,16 @@ static __always_inline __u16 ip4_csum_gre(__u8 tos, __be16 tot_len, __u8 ttl,
  * from the inner packet (or fixed by the path) and ECN copied (RFC 6040
  * normal mode), DF set. The inner packet is routed like any other (TTL or
  * hop limit decremented). The outer next hop is cached in the flow. A
- * packet too big for the path is answered with ICMP too-big. */
+ * packet too big for the path is answered with ICMP too-big.
+ *
+ * dup, when not 0, is a redundant group's index + 1 (dup.h): the packet
+ * gets the group's sequence number, the index in the outer IPv4 id, and
+ * is broadcast to the group's devmap. */
 static __always_inline int edge_encap(struct xdp_md *ctx,
 				      const struct edge_pkt *p,
 				      const struct edge_far *far,
-				      struct edge_flow *fl, __u32 epoch)
+				      struct edge_flow *fl, __u32 epoch,
+				      __u32 dup)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -56,8 +81,9 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 	struct iphdr *iph = NULL, *outer;
 	struct ipv6hdr *ip6 = NULL;
 	__u32 pi, len3 = p->l3_len, olen, hlen = 4, mtu = 0;
-	__u8 family = p->key.family;
+	__u8 family = p->key.family, seq_on;
 	__u64 nhkey[3];
+	void *tx;
 	void *l3;
 	__be16 inner_proto;
 	__be32 *opt;
@@ -84,7 +110,8 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 	hide_choice(iph, ip6);
 	if (path->flags & EDGE_PF_KEY)
 		hlen += 4;
-	if (path->flags & EDGE_PF_SEQ)
+	seq_on = dup || (path->flags & EDGE_PF_SEQ);
+	if (seq_on)
 		hlen += 4;
 	olen = sizeof(struct iphdr) + hlen + len3;
 
@@ -99,16 +126,8 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 		nh_take(nh, nhkey, path->ifindex, epoch, olen, fl);
 	}
 	if (!next_hop_ok(fl, path->ifindex, epoch, olen)) {
-		struct bpf_fib_lookup fib = {
-			.family = AF_INET,
-			.l4_protocol = IPPROTO_GRE,
-			.tot_len = olen,
-			.ipv4_src = path->local,
-			.ipv4_dst = path->remote,
-		};
-
-		reason = fib_resolve(ctx, &fib, path->ifindex, p->key.ifindex,
-				     fl, epoch, &mtu);
+		reason = path_resolve(ctx, path, olen, p->key.ifindex, fl,
+				      epoch, &mtu);
 		if (reason == EDGE_R_FRAG_NEEDED) {
 			/* The inner packet may be at most the route's MTU
 			 * less what encapsulation adds. */
@@ -160,30 +179,41 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 		tos = (path->dscp << 2) | (tos & 3);
 	outer->tos = tos;
 	outer->tot_len = bpf_htons(olen);
-	outer->id = 0;
+	/* 0, or a redundant group's mark (dup.h) */
+	outer->id = bpf_htons(dup & 0xffff);
 	outer->frag_off = IP4_DF;
 	outer->ttl = path->ttl;
 	outer->protocol = IPPROTO_GRE;
 	outer->saddr = path->local;
 	outer->daddr = path->remote;
-	outer->check = ip4_csum_gre(tos, bpf_htons(olen), path->ttl,
+	outer->check = ip4_csum_gre(tos, bpf_htons(olen), bpf_htons(dup & 0xffff), path->ttl,
 				    path->local, path->remote);
 
 	((__be16 *)opt)[0] = ((path->flags & EDGE_PF_KEY) ? GRE_F_KEY : 0) |
-			     ((path->flags & EDGE_PF_SEQ) ? GRE_F_SEQ : 0);
+			     (seq_on ? GRE_F_SEQ : 0);
 	((__be16 *)opt)[1] = inner_proto;
 	opt++;
 	if (path->flags & EDGE_PF_KEY)
 		*opt++ = path->key;
-	if (path->flags & EDGE_PF_SEQ) {
+	if (seq_on) {
 		__u32 si = path->stats & (EDGE_MAX_PATHS - 1);
-		__u32 *seq = bpf_map_lookup_elem(&edge_path_seq, &si);
+		__u32 *seq = dup ? bpf_map_lookup_elem(&edge_dup_seq, &(__u32){(dup - 1) & (EDGE_MAX_STEER - 1)})
+				 : bpf_map_lookup_elem(&edge_path_seq, &si);
 
 		if (opt + 1 > (__be32 *)data_end)
 			return punt(p, EDGE_R_ADJUST, XDP_DROP);
 		*opt = bpf_htonl(seq ? __sync_fetch_and_add(seq, 1) : 0);
 	}
 
+	if (dup) {
+		/* Each copy is counted with its path as it leaves. */
+		tx = bpf_map_lookup_elem(&edge_dup_tx,
+					 &(__u32){(dup - 1) & (EDGE_MAX_STEER - 1)});
+		if (!tx || bpf_redirect_map(tx, 0, BPF_F_BROADCAST) !=
+				   XDP_REDIRECT)
+			return punt(p, EDGE_R_NO_TX, XDP_DROP);
+		return verdict(p, XDP_REDIRECT);
+	}
 	count(&edge_path_stats, (path->stats & (EDGE_MAX_PATHS - 1)) * 2,
 	      sizeof(*eth) + olen);
 	if (bpf_redirect_map(&edge_tx, fl->oif, XDP_ABORTED) != XDP_REDIRECT)
@@ -272,6 +302,9 @@ static __always_inline int edge_decap(struct xdp_md *ctx, struct edge_ctx *c,
 	outer_end = data + ((p->l3_off + p->l3_len) & 0xffff);
 	if (proto == bpf_htons(EDGE_PROBE_PROTO))
 		return edge_probe(ctx, p, path, inner_off, outer_end);
+	rc = edge_dedup_check(p, gre, data_end, c->gen, path);
+	if (rc != EDGE_GO_ON)
+		return rc;
 
 	__builtin_memset(p, 0, sizeof(*p));
 	p->len = len;

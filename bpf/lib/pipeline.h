@@ -169,21 +169,22 @@ decided(struct edge_ctx *c, const struct edge_flow *fl)
 }
 
 /* act carries out the decision in fl, whose FAR is far: a steering
- * FAR's first (steer.h: the member's FAR, recorded in fl; the flow's
- * hash is its flow-table tag, whose low bit is always set). */
+ * FAR's first (steer.h: the member's FAR, recorded in fl; or every
+ * usable member's, for a redundant group: dup). */
 static __always_inline int act(struct xdp_md *ctx, struct edge_ctx *c,
 			       const struct edge_state *st,
 			       struct edge_flow *fl, const struct edge_far *far)
 {
+	__u32 dup = 0;
 	int rc;
 
 	if (far && far->action == EDGE_ACT_STEER) {
-		far = edge_steer_pick(&c->p, far, fl, c->gen, c->ft_tag >> 1, &rc);
+		far = edge_steer_pick(ctx, c, far, fl, st->fib_epoch, &dup, &rc);
 		if (!far)
 			return rc;
 	}
 	if (far)
-		return edge_act(ctx, &c->p, far, fl, st->fib_epoch);
+		return edge_act(ctx, &c->p, far, fl, st->fib_epoch, dup);
 	if (fl->far == EDGE_FAR_ROUTE)
 		return edge_redirect(ctx, &c->p, 0, fl, st->fib_epoch);
 	if (fl->far == EDGE_NO_FAR)

@@ -13,6 +13,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "../edge_maps.h"
+#include "dup.h"
 #include "verdict.h"
 
 /* steer_moved tells whether flow entry f was steered to a member its
@@ -31,20 +32,28 @@ static __always_inline int steer_moved(const struct edge_flow *f)
 /* edge_steer_pick returns the FAR of the member of steering FAR far's
  * group the packet goes over, recording the choice in fl (per flow: the
  * member's FAR, marked EDGE_FF_STEERED; per packet: fl keeps the steer
- * FAR, so every packet picks); hash is the flow's. NULL: the packet is
- * done, *rc its verdict. */
+ * FAR, so every packet picks); the flow's hash is its flow-table tag. A
+ * redundant group's packet goes over every usable member: *dup is set to
+ * the group's index + 1 and the FAR returned is the first's (dup.h).
+ * NULL: the packet is done, *rc its verdict. */
 static __always_inline const struct edge_far *
-edge_steer_pick(const struct edge_pkt *p, const struct edge_far *far,
-		struct edge_flow *fl, __u32 gen, __u32 hash, int *rc)
+edge_steer_pick(struct xdp_md *ctx, struct edge_ctx *c,
+		const struct edge_far *far, struct edge_flow *fl, __u32 epoch,
+		__u32 *dup, int *rc)
 {
+	const struct edge_pkt *p = &c->p;
 	const struct edge_steer_group *s;
 	const struct edge_far *m;
-	__u32 g = far->path & (EDGE_MAX_STEER - 1);
-	__u32 si = (gen & 1) * EDGE_MAX_STEER + g, i, idx;
+	__u32 g = far->path & (EDGE_MAX_STEER - 1), gen = c->gen;
+	__u32 si = (gen & 1) * EDGE_MAX_STEER + g, i, idx, hash = c->ft_tag >> 1;
 
 	s = bpf_map_lookup_elem(&edge_steer, &si);
 	if (!s || !s->n)
 		goto none;
+	if (s->flags & EDGE_SF_REDUNDANT) {
+		*dup = g + 1;
+		return edge_dup_first(ctx, c, s, g, epoch, rc);
+	}
 	if (s->flags & EDGE_SF_PER_PACKET)
 		hash = bpf_get_prandom_u32();
 	i = s->table[hash & (EDGE_STEER_TABLE - 1)] & (EDGE_STEER_MEMBERS - 1);

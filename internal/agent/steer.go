@@ -114,6 +114,19 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.
 			break
 		}
 	}
+	if g.lbr.Algorithm == config.AlgorithmRedundant && len(cand) < 2 {
+		// Redundancy needs two paths: a path outside the SLA but not
+		// down carries copies too, rather than none.
+		var alive []int
+		for i := range n {
+			if status(i).State != PathDown {
+				alive = append(alive, i)
+			}
+		}
+		if len(alive) > len(cand) {
+			cand, why = alive, "fewer than two paths up within the SLA: paths not down"
+		}
+	}
 	p := steerPlan{chose: -1, why: why, weights: prev.weights, spill: prev.spill, loss: prev.loss, adjusted: prev.adjusted,
 		window: prev.window, tx: prev.tx}
 	if len(cand) == 0 {
@@ -242,6 +255,11 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.
 		weights[first] = 1 - p.spill
 		if len(cand) > 1 {
 			weights[cand[1]] = p.spill
+		}
+	case config.AlgorithmRedundant:
+		// Every packet over every usable member (the table is unused).
+		for _, i := range cand {
+			weights[i] = 1
 		}
 	default: // load-balancing, wrr
 		for _, i := range cand {

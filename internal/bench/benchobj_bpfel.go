@@ -25,7 +25,10 @@ const (
 	benchobjMapEdgeCacheStats       = "edge_cache_stats"
 	benchobjMapEdgeCtx              = "edge_ctx"
 	benchobjMapEdgeDecaps           = "edge_decaps"
+	benchobjMapEdgeDedup            = "edge_dedup"
 	benchobjMapEdgeDstNh            = "edge_dst_nh"
+	benchobjMapEdgeDupSeq           = "edge_dup_seq"
+	benchobjMapEdgeDupTx            = "edge_dup_tx"
 	benchobjMapEdgeEmc4             = "edge_emc4"
 	benchobjMapEdgeFars             = "edge_fars"
 	benchobjMapEdgeFt               = "edge_ft"
@@ -40,6 +43,7 @@ const (
 	benchobjMapEdgeLbStats          = "edge_lb_stats"
 	benchobjMapEdgeMaglev           = "edge_maglev"
 	benchobjMapEdgeNatBackends      = "edge_nat_backends"
+	benchobjMapEdgePathDedup        = "edge_path_dedup"
 	benchobjMapEdgePathNh           = "edge_path_nh"
 	benchobjMapEdgePathProbe        = "edge_path_probe"
 	benchobjMapEdgePathSeq          = "edge_path_seq"
@@ -153,7 +157,10 @@ type benchobjMapSpecs struct {
 	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
+	EdgeDedup       *ebpf.MapSpec `ebpf:"edge_dedup"`
 	EdgeDstNh       *ebpf.MapSpec `ebpf:"edge_dst_nh"`
+	EdgeDupSeq      *ebpf.MapSpec `ebpf:"edge_dup_seq"`
+	EdgeDupTx       *ebpf.MapSpec `ebpf:"edge_dup_tx"`
 	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
@@ -168,6 +175,7 @@ type benchobjMapSpecs struct {
 	EdgeLbStats     *ebpf.MapSpec `ebpf:"edge_lb_stats"`
 	EdgeMaglev      *ebpf.MapSpec `ebpf:"edge_maglev"`
 	EdgeNatBackends *ebpf.MapSpec `ebpf:"edge_nat_backends"`
+	EdgePathDedup   *ebpf.MapSpec `ebpf:"edge_path_dedup"`
 	EdgePathNh      *ebpf.MapSpec `ebpf:"edge_path_nh"`
 	EdgePathProbe   *ebpf.MapSpec `ebpf:"edge_path_probe"`
 	EdgePathSeq     *ebpf.MapSpec `ebpf:"edge_path_seq"`
@@ -223,7 +231,10 @@ type benchobjMaps struct {
 	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
+	EdgeDedup       *ebpf.Map `ebpf:"edge_dedup"`
 	EdgeDstNh       *ebpf.Map `ebpf:"edge_dst_nh"`
+	EdgeDupSeq      *ebpf.Map `ebpf:"edge_dup_seq"`
+	EdgeDupTx       *ebpf.Map `ebpf:"edge_dup_tx"`
 	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
@@ -238,6 +249,7 @@ type benchobjMaps struct {
 	EdgeLbStats     *ebpf.Map `ebpf:"edge_lb_stats"`
 	EdgeMaglev      *ebpf.Map `ebpf:"edge_maglev"`
 	EdgeNatBackends *ebpf.Map `ebpf:"edge_nat_backends"`
+	EdgePathDedup   *ebpf.Map `ebpf:"edge_path_dedup"`
 	EdgePathNh      *ebpf.Map `ebpf:"edge_path_nh"`
 	EdgePathProbe   *ebpf.Map `ebpf:"edge_path_probe"`
 	EdgePathSeq     *ebpf.Map `ebpf:"edge_path_seq"`
@@ -265,7 +277,10 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeCacheStats,
 		m.EdgeCtx,
 		m.EdgeDecaps,
+		m.EdgeDedup,
 		m.EdgeDstNh,
+		m.EdgeDupSeq,
+		m.EdgeDupTx,
 		m.EdgeEmc4,
 		m.EdgeFars,
 		m.EdgeFt,
@@ -280,6 +295,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeLbStats,
 		m.EdgeMaglev,
 		m.EdgeNatBackends,
+		m.EdgePathDedup,
 		m.EdgePathNh,
 		m.EdgePathProbe,
 		m.EdgePathSeq,

@@ -272,7 +272,10 @@ const (
 	edgeMapEdgeCacheStats  = "edge_cache_stats"
 	edgeMapEdgeCtx         = "edge_ctx"
 	edgeMapEdgeDecaps      = "edge_decaps"
+	edgeMapEdgeDedup       = "edge_dedup"
 	edgeMapEdgeDstNh       = "edge_dst_nh"
+	edgeMapEdgeDupSeq      = "edge_dup_seq"
+	edgeMapEdgeDupTx       = "edge_dup_tx"
 	edgeMapEdgeEmc4        = "edge_emc4"
 	edgeMapEdgeFars        = "edge_fars"
 	edgeMapEdgeFt          = "edge_ft"
@@ -287,6 +290,7 @@ const (
 	edgeMapEdgeLbStats     = "edge_lb_stats"
 	edgeMapEdgeMaglev      = "edge_maglev"
 	edgeMapEdgeNatBackends = "edge_nat_backends"
+	edgeMapEdgePathDedup   = "edge_path_dedup"
 	edgeMapEdgePathNh      = "edge_path_nh"
 	edgeMapEdgePathProbe   = "edge_path_probe"
 	edgeMapEdgePathSeq     = "edge_path_seq"
@@ -302,6 +306,7 @@ const (
 	edgeMapEdgeTx          = "edge_tx"
 	edgeMapEdgeVerdicts    = "edge_verdicts"
 	edgeProgEdgeXdp        = "edge_xdp"
+	edgeProgEdgeXdpDup     = "edge_xdp_dup"
 	edgeVarFarStride       = "far_stride"
 	edgeVarFtBuckets       = "ft_buckets"
 	edgeVarMaglevBlocks    = "maglev_blocks"
@@ -350,7 +355,8 @@ type edgeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeProgramSpecs struct {
-	EdgeXdp *ebpf.ProgramSpec `ebpf:"edge_xdp"`
+	EdgeXdp    *ebpf.ProgramSpec `ebpf:"edge_xdp"`
+	EdgeXdpDup *ebpf.ProgramSpec `ebpf:"edge_xdp_dup"`
 }
 
 // edgeMapSpecs contains maps before they are loaded into the kernel.
@@ -360,7 +366,10 @@ type edgeMapSpecs struct {
 	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
+	EdgeDedup       *ebpf.MapSpec `ebpf:"edge_dedup"`
 	EdgeDstNh       *ebpf.MapSpec `ebpf:"edge_dst_nh"`
+	EdgeDupSeq      *ebpf.MapSpec `ebpf:"edge_dup_seq"`
+	EdgeDupTx       *ebpf.MapSpec `ebpf:"edge_dup_tx"`
 	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
@@ -375,6 +384,7 @@ type edgeMapSpecs struct {
 	EdgeLbStats     *ebpf.MapSpec `ebpf:"edge_lb_stats"`
 	EdgeMaglev      *ebpf.MapSpec `ebpf:"edge_maglev"`
 	EdgeNatBackends *ebpf.MapSpec `ebpf:"edge_nat_backends"`
+	EdgePathDedup   *ebpf.MapSpec `ebpf:"edge_path_dedup"`
 	EdgePathNh      *ebpf.MapSpec `ebpf:"edge_path_nh"`
 	EdgePathProbe   *ebpf.MapSpec `ebpf:"edge_path_probe"`
 	EdgePathSeq     *ebpf.MapSpec `ebpf:"edge_path_seq"`
@@ -424,7 +434,10 @@ type edgeMaps struct {
 	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
+	EdgeDedup       *ebpf.Map `ebpf:"edge_dedup"`
 	EdgeDstNh       *ebpf.Map `ebpf:"edge_dst_nh"`
+	EdgeDupSeq      *ebpf.Map `ebpf:"edge_dup_seq"`
+	EdgeDupTx       *ebpf.Map `ebpf:"edge_dup_tx"`
 	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
@@ -439,6 +452,7 @@ type edgeMaps struct {
 	EdgeLbStats     *ebpf.Map `ebpf:"edge_lb_stats"`
 	EdgeMaglev      *ebpf.Map `ebpf:"edge_maglev"`
 	EdgeNatBackends *ebpf.Map `ebpf:"edge_nat_backends"`
+	EdgePathDedup   *ebpf.Map `ebpf:"edge_path_dedup"`
 	EdgePathNh      *ebpf.Map `ebpf:"edge_path_nh"`
 	EdgePathProbe   *ebpf.Map `ebpf:"edge_path_probe"`
 	EdgePathSeq     *ebpf.Map `ebpf:"edge_path_seq"`
@@ -460,7 +474,10 @@ func (m *edgeMaps) Close() error {
 		m.EdgeCacheStats,
 		m.EdgeCtx,
 		m.EdgeDecaps,
+		m.EdgeDedup,
 		m.EdgeDstNh,
+		m.EdgeDupSeq,
+		m.EdgeDupTx,
 		m.EdgeEmc4,
 		m.EdgeFars,
 		m.EdgeFt,
@@ -475,6 +492,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeLbStats,
 		m.EdgeMaglev,
 		m.EdgeNatBackends,
+		m.EdgePathDedup,
 		m.EdgePathNh,
 		m.EdgePathProbe,
 		m.EdgePathSeq,
@@ -506,12 +524,14 @@ type edgeVariables struct {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgePrograms struct {
-	EdgeXdp *ebpf.Program `ebpf:"edge_xdp"`
+	EdgeXdp    *ebpf.Program `ebpf:"edge_xdp"`
+	EdgeXdpDup *ebpf.Program `ebpf:"edge_xdp_dup"`
 }
 
 func (p *edgePrograms) Close() error {
 	return _EdgeClose(
 		p.EdgeXdp,
+		p.EdgeXdpDup,
 	)
 }
 

@@ -91,7 +91,9 @@ func (h *harness) apply(cfg *config.Config) {
 	if err != nil {
 		h.t.Fatalf("compile: %v", err)
 	}
-	if _, err := h.dp.Commit(gen); err != nil {
+	// In the namespace, as an agent commits: devmaps (a redundant
+	// group's) name its interfaces.
+	if err := h.ns.Do(func() error { _, err := h.dp.Commit(gen); return err }); err != nil {
 		h.t.Fatalf("commit: %v", err)
 	}
 	h.alloc = alloc

@@ -121,6 +121,7 @@ type Dataplane struct {
 	Limits Limits
 	Prog   *ebpf.Program
 
+	dupProg *ebpf.Program // see dupProgram
 	spec    *ebpf.CollectionSpec
 	barrier *barrier
 	writer  *writer
@@ -191,6 +192,30 @@ func (dp *Dataplane) LoadProgram() (*ebpf.Program, error) {
 	return dp.Prog, nil
 }
 
+// dupProgram loads (once) the program the kernel runs on each copy of a
+// redundant group's packet as it leaves (edge_xdp_dup), against dp's
+// maps. It is loaded apart from the XDP program, which an agent may
+// adopt from its pin instead of loading; each redundant group's devmap
+// holds a reference to it.
+func (dp *Dataplane) dupProgram() (*ebpf.Program, error) {
+	if dp.dupProg != nil {
+		return dp.dupProg, nil
+	}
+	var p struct {
+		Prog *ebpf.Program `ebpf:"edge_xdp_dup"`
+	}
+	opts := &ebpf.CollectionOptions{MapReplacements: dp.MapReplacements()}
+	if err := dp.spec.LoadAndAssign(&p, opts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load redundant copies' program: %+v", ve)
+		}
+		return nil, fmt.Errorf("load redundant copies' program: %w", err)
+	}
+	dp.dupProg = p.Prog
+	return p.Prog, nil
+}
+
 // MapReplacements returns dp's maps by name, for loading other programs
 // (benchmark wrappers) against them.
 func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
@@ -223,6 +248,11 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgePathProbe:   dp.EdgePathProbe,
 		edgeMapEdgeSteer:       dp.EdgeSteer,
 		edgeMapEdgeSteerOk:     dp.EdgeSteerOk,
+		edgeMapEdgeDupSeq:      dp.EdgeDupSeq,
+		edgeMapEdgeDupTx:       dp.EdgeDupTx,
+		edgeMapEdgePathDedup:   dp.EdgePathDedup,
+		edgeMapEdgeDedup:       dp.EdgeDedup,
+		edgeMapEdgePathNh:      dp.EdgePathNh,
 	}
 }
 
@@ -242,6 +272,9 @@ func (dp *Dataplane) Close() error {
 	var errs []error
 	if dp.Prog != nil {
 		errs = append(errs, dp.Prog.Close())
+	}
+	if dp.dupProg != nil {
+		errs = append(errs, dp.dupProg.Close())
 	}
 	if dp.barrier != nil {
 		if dp.writer != nil {

@@ -105,12 +105,13 @@ func SvcIndex(services map[SvcKey]Svc) (idx [SvcIndexSize]SvcSlot, spilled int) 
 }
 
 // Steering groups, mirroring EDGE_MAX_STEER, EDGE_STEER_MEMBERS,
-// EDGE_STEER_TABLE and EDGE_SF_PER_PACKET.
+// EDGE_STEER_TABLE and EDGE_SF_*.
 const (
 	MaxSteer       = 64
 	SteerMembers   = 8
 	SteerTable     = 64
 	SteerPerPacket = 1
+	SteerRedundant = 2
 )
 
 // fibByDst mirrors EDGE_FIB_BY_DST, a bit of edge_state.fib_flags.
@@ -220,6 +221,9 @@ var ReasonNames = []string{
 	"bad_probe",
 	"steer_none",
 	"steer_moved",
+	"dup_seen",
+	"dup_late",
+	"dup_no_copy",
 }
 
 // Reason values used by callers and tests.
@@ -265,5 +269,8 @@ const (
 	ReasonBadProbe
 	ReasonSteerNone
 	ReasonSteerMoved
+	ReasonDupSeen
+	ReasonDupLate
+	ReasonDupNoCopy
 	ReasonMax
 )

@@ -92,6 +92,11 @@ var mapRoles = map[string]mapRole{
 	edgeMapEdgePathProbe:   {rebuilt, false},
 	edgeMapEdgeSteer:       {rebuilt, true},
 	edgeMapEdgeSteerOk:     {rebuilt, false},
+	edgeMapEdgeDupSeq:      {counter, false},
+	edgeMapEdgeDupTx:       {rebuilt, false},
+	edgeMapEdgePathDedup:   {table, true},
+	edgeMapEdgeDedup:       {rebuilt, false},
+	edgeMapEdgePathNh:      {rebuilt, false},
 }
 
 // differs says why a map pinned by another build cannot serve as ms

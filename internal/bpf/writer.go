@@ -105,7 +105,8 @@ type slot struct {
 	index    *[SvcIndexSize]SvcSlot // nil: not known
 	tables   [MaxServices][]LBSlot  // nil: not known
 	lbFar    [MaxServices]*[MaxMembers]uint32
-	steers   map[uint32]Steer // by steering group index
+	steers   map[uint32]Steer  // by steering group index
+	dedup    map[uint32]uint32 // edge_path_dedup by path index (0s left out)
 }
 
 // writer commits generations: it fills the slot no packet uses, flips the
@@ -132,7 +133,10 @@ type writer struct {
 	// last set (SetSteer, or by a commit for a new group), for the
 	// members they were set for.
 	steerTabs map[uint32]steerTab
-	dirty     bool // a flip happened and no grace period was started after it
+	// dupTx is the interfaces each redundant group's devmap in edge_dup_tx
+	// holds, as this writer built it (a restarted agent builds them again).
+	dupTx map[uint32][]uint32
+	dirty bool // a flip happened and no grace period was started after it
 	// grace, when set, delivers the result of the grace period started
 	// after the last flip.
 	grace chan error
@@ -160,7 +164,7 @@ func (w *writer) awaitGrace() error {
 // newWriter learns what each slot of the (possibly adopted) maps holds,
 // so commits write differences.
 func newWriter(dp *Dataplane) (*writer, error) {
-	w := &writer{dp: dp, steerTabs: map[uint32]steerTab{}}
+	w := &writer{dp: dp, steerTabs: map[uint32]steerTab{}, dupTx: map[uint32][]uint32{}}
 	st, err := dp.State()
 	if err != nil {
 		return nil, err
@@ -228,7 +232,17 @@ func (w *writer) writeMembers(g *Generation) error {
 // readSlot reads what slot t of the maps holds.
 func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
 	s := &slot{rules: map[RuleKey]Rule{}, fars: map[uint32]Far{}, paths: map[uint32]Path{}, decaps: map[DecapKey]Decap{},
-		services: map[SvcKey]Svc{}, backends: map[SvcKey]NATBackend{}, steers: map[uint32]Steer{}}
+		services: map[SvcKey]Svc{}, backends: map[SvcKey]NATBackend{}, steers: map[uint32]Steer{},
+		dedup: map[uint32]uint32{}}
+	for i := uint32(0); i < MaxPaths; i++ {
+		var win uint32
+		if err := dp.EdgePathDedup.Lookup(t*MaxPaths+i, &win); err != nil {
+			return nil, fmt.Errorf("read path %d's de-duplication window: %w", i, err)
+		}
+		if win != 0 {
+			s.dedup[i] = win
+		}
+	}
 	for i := uint32(0); i < MaxSteer; i++ {
 		var st Steer
 		if err := dp.EdgeSteer.Lookup(t*MaxSteer+i, &st); err != nil {
@@ -620,7 +634,100 @@ func (w *writer) writeSlot(t uint32, g *Generation, keys *Dirty) error {
 	if err := w.writeSteers(t, g); err != nil {
 		return err
 	}
-	return w.writePaths(t, g)
+	if err := w.writePaths(t, g); err != nil {
+		return err
+	}
+	return w.writeRedundant(t, g)
+}
+
+// writeRedundant gives g's redundant groups (slot t) what their packets
+// need beyond the group: a devmap of their members' interfaces to be
+// broadcast to, and at the receiving end each member path's
+// de-duplication window (the group's). A devmap goes once neither slot
+// has the group.
+func (w *writer) writeRedundant(t uint32, g *Generation) error {
+	dp := w.dp
+	cur := w.slots[t]
+	dedup := map[uint32]uint32{}
+	for i, s := range g.Steers {
+		if s.Flags&SteerRedundant == 0 {
+			continue
+		}
+		var ifs []uint32
+		for _, fi := range s.Far[:min(s.N, SteerMembers)] {
+			far := g.FARs[fi]
+			dedup[far.Path] = i + 1
+			if p, ok := g.Paths[far.Path]; ok && p.Ifindex != 0 && !slices.Contains(ifs, p.Ifindex) {
+				ifs = append(ifs, p.Ifindex)
+			}
+		}
+		slices.Sort(ifs)
+		if slices.Equal(w.dupTx[i], ifs) {
+			continue
+		}
+		if err := w.putDupTx(i, ifs); err != nil {
+			return err
+		}
+	}
+	for i := range w.dupTx {
+		if s, ok := g.Steers[i]; ok && s.Flags&SteerRedundant != 0 {
+			continue
+		}
+		if s, ok := w.slots[t^1].steers[i]; ok && s.Flags&SteerRedundant != 0 {
+			continue // the live slot still broadcasts through it
+		}
+		if err := dp.EdgeDupTx.Delete(i); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove redundant group %d's devmap: %w", i, err)
+		}
+		delete(w.dupTx, i)
+	}
+	for i := range uint32(MaxPaths) {
+		if dedup[i] == cur.dedup[i] {
+			continue
+		}
+		if err := dp.EdgePathDedup.Put(t*MaxPaths+i, dedup[i]); err != nil {
+			return fmt.Errorf("write path %d's de-duplication window: %w", i, err)
+		}
+		if dedup[i] == 0 {
+			delete(cur.dedup, i)
+		} else {
+			cur.dedup[i] = dedup[i]
+		}
+	}
+	return nil
+}
+
+// devmapVal mirrors struct bpf_devmap_val: an interface and the program
+// run on frames as they leave by it.
+type devmapVal struct {
+	Ifindex uint32
+	ProgFD  int32
+}
+
+// putDupTx makes redundant group i's broadcast devmap one of interfaces
+// ifs, each running the copies' program.
+func (w *writer) putDupTx(i uint32, ifs []uint32) error {
+	dp := w.dp
+	prog, err := dp.dupProgram()
+	if err != nil {
+		return err
+	}
+	inner := dp.spec.Maps[edgeMapEdgeDupTx].InnerMap.Copy()
+	m, err := ebpf.NewMap(inner)
+	if err != nil {
+		return fmt.Errorf("create redundant group %d's devmap: %w", i, err)
+	}
+	defer m.Close()
+	for _, ifi := range ifs {
+		if err := m.Put(ifi, devmapVal{Ifindex: ifi, ProgFD: int32(prog.FD())}); err != nil {
+			return fmt.Errorf("redundant group %d: add interface %d to its devmap: %w", i, ifi, err)
+		}
+	}
+	if err := dp.EdgeDupTx.Put(i, m); err != nil {
+		return fmt.Errorf("install redundant group %d's devmap: %w", i, err)
+	}
+	w.dupTx[i] = ifs
+	return nil
 }
 
 // writeTables brings slot t's Maglev tables to g's: those of the tags in

@@ -24,7 +24,11 @@ import (
 //     P4 ATSSS proxy's WRR (per_packet implied);
 //   - rtt, dwrr, priority, cmon: weights the agent adapts every 100 ms from
 //     each path's RTT against its minimum and its loss (README,
-//     "Steering groups", has the rules).
+//     "Steering groups", has the rules);
+//   - redundant: every packet over every usable member (at least two,
+//     each path on an interface of its own), with the group's GRE
+//     sequence numbers; the receiving gateway's group of the same paths
+//     lets the first copy of each through.
 const (
 	AlgorithmMaglev        = "maglev"
 	AlgorithmActiveStandby = "active-standby"
@@ -35,13 +39,14 @@ const (
 	AlgorithmDWRR          = "dwrr"
 	AlgorithmPriority      = "priority"
 	AlgorithmCMon          = "cmon"
+	AlgorithmRedundant     = "redundant"
 )
 
 // Steering reports whether algorithm a is a steering mode.
 func Steering(a string) bool {
 	switch a {
 	case AlgorithmActiveStandby, AlgorithmSmallestDelay, AlgorithmLoadBalancing, AlgorithmWRR,
-		AlgorithmRTT, AlgorithmDWRR, AlgorithmPriority, AlgorithmCMon:
+		AlgorithmRTT, AlgorithmDWRR, AlgorithmPriority, AlgorithmCMon, AlgorithmRedundant:
 		return true
 	}
 	return false
@@ -161,7 +166,7 @@ func maglevLBR(target any) (field, problem string) {
 	return "", ""
 }
 
-const wantAlgorithm = "want maglev, active-standby, smallest-delay, load-balancing, wrr, rtt, dwrr, priority or cmon"
+const wantAlgorithm = "want maglev, active-standby, smallest-delay, load-balancing, wrr, rtt, dwrr, priority, cmon or redundant"
 
 func checkLBR(c *Check, l *LBR) {
 	if l.ID == 0 {
@@ -191,6 +196,14 @@ func checkLBR(c *Check, l *LBR) {
 			c.Add("table_size", "not allowed for %s (a Maglev setting)", l.Algorithm)
 		}
 		checkLimits(c, "sla.", l.SLA.MaxRTT, l.SLA.MaxJitter, l.SLA.MaxLoss)
+		if l.Algorithm == AlgorithmRedundant {
+			if len(l.Members) < 2 {
+				c.Add("members", "%d member(s); redundant sends each packet over two or more", len(l.Members))
+			}
+			if l.PerPacket {
+				c.Add("per_packet", "not allowed for redundant (every packet goes over every path)")
+			}
+		}
 	case l.Algorithm == "":
 		c.Add("algorithm", "required (%s)", wantAlgorithm)
 	default:

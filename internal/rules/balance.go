@@ -36,6 +36,7 @@ type compiledService struct {
 // balancer is the Compiler's state for L4 services.
 type balancer struct {
 	lbrs     map[uint32]config.LBR
+	lbrAt    map[uint32]string           // where each LBR was last put, for errors
 	services map[uint32]*compiledService // by service id
 	byLBR    map[uint32]uint32           // lbr id -> service id
 	fars     map[uint32]config.FAR       // every FAR, by id (member keys)
@@ -54,7 +55,7 @@ type balancer struct {
 }
 
 func newBalancer() balancer {
-	return balancer{lbrs: map[uint32]config.LBR{}, services: map[uint32]*compiledService{},
+	return balancer{lbrs: map[uint32]config.LBR{}, lbrAt: map[uint32]string{}, services: map[uint32]*compiledService{},
 		byLBR: map[uint32]uint32{}, fars: map[uint32]config.FAR{}, down: map[uint32]map[uint32]bool{},
 		backendUsers: map[bpf.SvcKey][]uint32{}}
 }
@@ -111,11 +112,13 @@ func (c *Compiler) markLBR(at string, id uint32) {
 
 func (c *Compiler) putLBR(at string, l *config.LBR) {
 	setMap(c, c.lb.lbrs, l.ID, *l, true)
+	setMap(c, c.lb.lbrAt, l.ID, at, true)
 	c.markLBR(at, l.ID)
 }
 
 func (c *Compiler) removeLBR(id uint32) {
 	setMap(c, c.lb.lbrs, id, config.LBR{}, false)
+	setMap(c, c.lb.lbrAt, id, "", false)
 }
 
 func (c *Compiler) putService(at string, sv *config.Service) {

@@ -59,6 +59,8 @@ func resolver(name string) (uint32, error) {
 		return 2, nil
 	case "wan0":
 		return 3, nil
+	case "wan1":
+		return 4, nil
 	}
 	return 0, fmt.Errorf("no interface %q", name)
 }

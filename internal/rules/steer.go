@@ -64,6 +64,12 @@ func (c *Compiler) rebuildSteering() {
 		for i, m := range l.Members[:s.N] {
 			s.Far[i] = c.fars[m.FAR]
 		}
+		if l.Algorithm == config.AlgorithmRedundant {
+			s.Flags |= bpf.SteerRedundant
+			if !c.checkRedundant(id, l, s) {
+				continue
+			}
+		}
 		steers[idx] = s
 	}
 	old := c.gen.Steers
@@ -83,6 +89,46 @@ func (c *Compiler) rebuildSteering() {
 			c.setFAR(idx, far, true)
 		}
 	}
+}
+
+// checkRedundant tells whether redundant group l (compiled into s) can
+// send: its copies are made by a devmap broadcast, one per interface, and
+// rewritten for each member's path, so every member's path must leave by
+// an interface of its own and carry a key if another does (the GRE
+// header keeps its length).
+func (c *Compiler) checkRedundant(id uint32, l config.LBR, s bpf.Steer) bool {
+	at := c.lb.lbrAt[id]
+	if at == "" {
+		at = "lbrs"
+	}
+	ifs := map[uint32]int{}
+	keyed := -1
+	ok := true
+	for i := range s.N {
+		mp := fmt.Sprintf("%s.members[%d].far", at, i)
+		far, have := c.gen.FARs[s.Far[i]]
+		p, havePath := c.gen.Paths[far.Path]
+		if !have || !havePath {
+			ok = false // the FAR's or path's own errors say why
+			continue
+		}
+		if first, dup := ifs[p.Ifindex]; dup {
+			c.fail(mp, fmt.Sprintf("path %d leaves by the interface of members[%d]'s path; a redundant group sends one copy per interface", p.Id, first), config.CodeInvalid)
+			ok = false
+		} else {
+			ifs[p.Ifindex] = int(i)
+		}
+		k := int(p.Flags & bpf.PathFlagKey)
+		if keyed >= 0 && k != keyed {
+			has := map[bool]string{true: "a key and members[0]'s path has none", false: "no key and members[0]'s path has one"}[k != 0]
+			c.fail(mp, fmt.Sprintf("path %d has %s; a redundant group's paths all have one or none", p.Id, has), config.CodeInvalid)
+			ok = false
+		}
+		if keyed < 0 {
+			keyed = k
+		}
+	}
+	return ok
 }
 
 // SteerGroups returns the index of every steering group in use, by its

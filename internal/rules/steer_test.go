@@ -79,3 +79,45 @@ func TestCompileSteering(t *testing.T) {
 		t.Errorf("%d steering groups: %v", bpf.MaxSteer, err)
 	}
 }
+
+// redundantCfg is a redundant group (LBR 7, steer FAR 20) over encap FARs
+// 1 and 2, into paths 1 and 2 as given.
+func redundantCfg(path1, path2 string) string {
+	return `
+interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: wan1, role: wan}]
+paths:
+  - {id: 1, type: gre, local: 10.0.0.1, remote: 10.0.1.1` + path1 + `}
+  - {id: 2, type: gre, local: 10.0.2.1, remote: 10.0.3.1` + path2 + `}
+fars:
+  - {id: 1, action: encap, path: 1}
+  - {id: 2, action: encap, path: 2}
+  - {id: 20, action: steer, lbr: 7}
+lbrs:
+  - {id: 7, algorithm: redundant, members: [{far: 1}, {far: 2}]}
+limits: {flows: 1024, rules: 1024}
+`
+}
+
+// TestCompileRedundant: a redundant group is flagged so; its copies are
+// made one per interface and rewritten in place, so a member whose path
+// shares another member's interface, or differs in having a
+// GRE key is refused, naming the member and why.
+func TestCompileRedundant(t *testing.T) {
+	lim := bpf.Limits{Flows: 1024, Rules: 1024}
+	comp, err := Build(mustParse(t, redundantCfg(", interface: wan0, key: 1", ", interface: wan1, key: 2")), resolver, NewAllocs(1024, nil, nil), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := comp.Generation().Steers[comp.SteerGroups()[7]]; s.N != 2 || s.Flags != bpf.SteerRedundant {
+		t.Errorf("redundant group: %+v, want 2 members, flags %d", s, bpf.SteerRedundant)
+	}
+	for _, c := range []struct{ name, p1, p2, want string }{
+		{"one interface", ", interface: wan0", ", interface: wan0", "lbrs[0].members[1].far: path 2 leaves by the interface of members[0]'s path; a redundant group sends one copy per interface"},
+		{"key on one", ", interface: wan0, key: 1", ", interface: wan1", "lbrs[0].members[1].far: path 2 has no key and members[0]'s path has one; a redundant group's paths all have one or none"},
+	} {
+		_, _, err := Compile(mustParse(t, redundantCfg(c.p1, c.p2)), resolver, NewAllocs(1024, nil, nil), lim)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+}
