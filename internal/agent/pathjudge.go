@@ -4,6 +4,7 @@ package agent
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/edgeplane/edgeplane/internal/config"
@@ -77,6 +78,26 @@ func (j *pathJudge) loss() float64 {
 	return float64(j.lost) / float64(j.n)
 }
 
+// downAfter is how many unanswered probes in a row take the path down:
+// the configured number, or more on a path that loses probes at random
+// anyway, so that its own loss (before the run) makes such a run rarer
+// than once in 1,000 probes. A clean path is down after DownAfter
+// whatever its loss up to 3 %; one losing 19 % of its probes (10 % each
+// way) after 5, not after 2 with a 3.6 % chance at every probe. At most
+// 4 × DownAfter.
+func (j *pathJudge) downAfter() uint32 {
+	k := j.mon.DownAfter
+	n, lost := j.n-int(j.lostRun), j.lost-int(j.lostRun)
+	if n < 20 || lost <= 0 {
+		return k
+	}
+	l := float64(lost) / float64(n)
+	for k < 4*j.mon.DownAfter && math.Pow(l, float64(k)) >= 0.001 {
+		k++
+	}
+	return k
+}
+
 // over names the first limit the measures are past, each limit scaled
 // by scale (1, or 1 - hysteresis to come back); "" when none is.
 func (j *pathJudge) over(srtt, jitter time.Duration, scale float64) string {
@@ -99,7 +120,7 @@ func (j *pathJudge) judge(srtt, jitter time.Duration) (PathState, string) {
 	prev := j.state
 	var why string
 	switch {
-	case j.lostRun >= j.mon.DownAfter:
+	case j.lostRun >= j.downAfter():
 		j.state, j.calm = PathDown, 0
 		why = fmt.Sprintf("%d probes in a row unanswered", j.lostRun)
 	case prev == PathUnknown || prev == PathDown:

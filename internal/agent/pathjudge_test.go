@@ -61,6 +61,35 @@ func TestPathJudge(t *testing.T) {
 	}
 }
 
+// TestPathJudgeLossyPath: a path that loses probes at random is not
+// taken down by a run its own loss makes likely: at 20 % loss (before
+// the run) it takes 5 in a row (0.2^5 < 0.1 %), not the configured 2; a
+// clean one still goes down after 2.
+func TestPathJudgeLossyPath(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name     string
+		every    int // one probe in every lost before the run (0: none)
+		downAtNo int // the unanswered probe in a row that takes it down
+	}{{"clean", 0, 2}, {"1 % loss", 100, 2}, {"20 % loss", 5, 5}} {
+		j := newPathJudge((&config.PathMonitor{}).Effective())
+		for i := range 200 {
+			j.add(c.every == 0 || i%c.every != 0)
+			j.judge(10*ms, ms)
+		}
+		if st, _ := j.judge(10*ms, ms); st != PathUp {
+			t.Fatalf("%s: %s after 200 probes, want up", c.name, st)
+		}
+		for k := 1; k <= c.downAtNo; k++ {
+			j.add(false)
+			st, why := j.judge(10*ms, ms)
+			if want := k == c.downAtNo; (st == PathDown) != want {
+				t.Fatalf("%s: %s (%q) after %d unanswered in a row, want down only at %d", c.name, st, why, k, c.downAtNo)
+			}
+		}
+	}
+}
+
 // TestMinWindow: the minimum RTT forgets samples older than two
 // windows, so a path whose base delay rose for good gets a new minimum.
 func TestMinWindow(t *testing.T) {

@@ -34,16 +34,21 @@ func WanAddr(n int, side byte) string {
 
 // PDR ids of the lab's gateway configs, the same on both gateways.
 const (
-	PDRDSCP46   = 10 // LAN -> remote LAN, DSCP 46 (EF): path 2
-	PDRUDP      = 11 // LAN -> remote LAN, UDP: path 2
-	PDRDefault  = 12 // LAN -> remote LAN, everything else: path 1
-	PDRDefault6 = 13 // LAN -> remote IPv6 LAN: path 1
-	PDRDecap1   = 20 // GRE from the remote gateway on wan1: decap
-	PDRDecap2   = 21 // GRE from the remote gateway on wan2: decap
-	PDRSteered  = 14 // LAN -> remote LAN, UDP ports 7000-7099: steered
+	PDRDSCP46    = 10 // LAN -> remote LAN, DSCP 46 (EF): path 2
+	PDRUDP       = 11 // LAN -> remote LAN, UDP: path 2
+	PDRDefault   = 12 // LAN -> remote LAN, everything else: path 1
+	PDRDefault6  = 13 // LAN -> remote IPv6 LAN: path 1
+	PDRDecap1    = 20 // GRE from the remote gateway on wan1: decap
+	PDRDecap2    = 21 // GRE from the remote gateway on wan2: decap
+	PDRSteered   = 14 // LAN -> remote LAN, UDP ports 7000-7099: steered
+	PDRRedundant = 15 // LAN -> remote LAN, UDP ports 7100-7199: over both paths
 	// SteerPorts are the UDP destination ports the lab steers over
 	// path 1 while it is up, else path 2 (active-standby).
 	SteerPortLo, SteerPortHi = 7000, 7099
+	// RedundantPorts are the UDP destination ports the lab sends over
+	// both paths at once (redundant), the copies de-duplicated at the
+	// other gateway.
+	RedundantPortLo, RedundantPortHi = 7100, 7199
 )
 
 // gwTemplate is a lab gateway's agent config. Paths 1 and 2 are GRE over
@@ -65,12 +70,18 @@ fars:
   - {id: 2, action: encap, path: 2}
   - {id: 3, action: decap}
   - {id: 4, action: steer, lbr: 1}
+  - {id: 5, action: steer, lbr: 2}
 lbrs:
   # Steering group: path 1 while its monitor finds it up, else path 2.
   - {id: 1, algorithm: active-standby, members: [{far: 1}, {far: 2}]}
+  # Every packet over both paths; the other gateway's group of the same
+  # paths lets the first copy through.
+  - {id: 2, algorithm: redundant, members: [{far: 1}, {far: 2}]}
 pdrs:
   # UDP to ports 7000-7099 is steered (path 1, path 2 when 1 fails);
   - {id: 14, precedence: 30, match: {in: lan0, dst: {{.RemoteLan}}, proto: udp, dport: 7000-7099}, far: 4}
+  # UDP to ports 7100-7199 goes over both paths;
+  - {id: 15, precedence: 30, match: {in: lan0, dst: {{.RemoteLan}}, proto: udp, dport: 7100-7199}, far: 5}
   # Expedited forwarding (DSCP 46, ` + "`ping -Q 184`" + `) takes path 2,
   - {id: 10, precedence: 40, match: {in: lan0, dst: {{.RemoteLan}}, dscp: 46}, far: 2}
   # and so does UDP;

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -230,7 +231,13 @@ func TestLabSteeringFailover(t *testing.T) {
 // labGateway is gateway A's control API in a lab.
 func labGateway(t *testing.T, l *sdwanLab) (pb.GatewayClient, context.Context) {
 	t.Helper()
-	conn, err := grpc.NewClient("unix://"+l.APISocket(l.GWA), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return labGatewayIn(t, l, l.GWA)
+}
+
+// labGatewayIn is the control API of the lab's gateway in namespace gw.
+func labGatewayIn(t *testing.T, l *sdwanLab, gw string) (pb.GatewayClient, context.Context) {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+l.APISocket(gw), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,4 +411,74 @@ func TestLabSteeringAdaptive(t *testing.T) {
 	stop()
 	<-done
 	until("priority, the stream stopped", func(s float64) bool { return s == 1 })
+}
+
+// TestLabRedundant: with 10 % loss on each WAN link, a stream of one
+// datagram a millisecond to the lab's redundant ports (every packet over
+// both paths) reaches B with about 1 % loss (both copies lost) and no
+// datagram twice: gateway B's XDP drops every later copy (dup_seen). A
+// stream beside it over one path (the steered ports, path 1) loses about
+// 10 %.
+func TestLabRedundant(t *testing.T) {
+	st := newSteeredLab(t)
+	l, gc, ctx := st.sdwanLab, st.gc, st.ctx
+	gb, ctxb := labGatewayIn(t, l, l.GWB)
+	dupSeen := func() uint64 {
+		s, err := gb.GetStats(ctxb, &pb.GetStatsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.GetReasons()["dup_seen"].GetPackets()
+	}
+	l.mustCLI("link", "wan1", "--loss", "10%")
+	l.mustCLI("link", "wan2", "--loss", "10%")
+	port := strconv.Itoa(lab.RedundantPortLo)
+	both := startProc(t, l.B, pyGaps, lab.AddrB, port)
+	one := startProc(t, l.B, pyGaps, lab.AddrB, "7000")
+	const n, rate = 5000, 1000
+	tx0, seen0 := pathTxOf(t, gc, ctx), dupSeen()
+	errs := make(chan error, 2)
+	for _, p := range []int{lab.RedundantPortLo, lab.SteerPortLo} {
+		go func() {
+			r, err := sendUDP(ctx, l.A, lab.AddrB, p, n, rate, 64)
+			if err == nil && r.Sent != n {
+				err = fmt.Errorf("port %d: sent %d of %d", p, r.Sent, n)
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the slower path's last copies
+	var rb, r1 gapReport
+	both.finish(&rb)
+	one.finish(&r1)
+	tx1, seen1 := pathTxOf(t, gc, ctx), dupSeen()
+
+	lossBoth := 1 - float64(rb.Distinct)/n
+	lossOne := 1 - float64(r1.Distinct)/n
+	t.Logf("redundant: %d of %d datagrams arrived (loss %.2f %%), %d twice; B dropped %d later copies (dup_seen)",
+		rb.Distinct, n, 100*lossBoth, rb.Packets-rb.Distinct, seen1-seen0)
+	t.Logf("one path: %d of %d arrived (loss %.2f %%); A sent %d over path 1, %d over path 2",
+		r1.Distinct, n, 100*lossOne, tx1[1]-tx0[1], tx1[2]-tx0[2])
+	if rb.Packets != rb.Distinct {
+		t.Errorf("host B received %d datagrams twice, want none", rb.Packets-rb.Distinct)
+	}
+	// Both copies lost: 1 % (10 % × 10 %; one standard deviation over
+	// 5,000 is 0.14 %).
+	if lossBoth > 0.02 {
+		t.Errorf("redundant stream lost %.2f %%, want about 1 %% (< 2 %%)", 100*lossBoth)
+	}
+	if lossOne < 0.05 {
+		t.Errorf("the one-path stream lost %.2f %%: is wan1 losing 10 %%?", 100*lossOne)
+	}
+	if d := seen1 - seen0; d < n/2 {
+		t.Errorf("gateway B dropped %d later copies, want most of the %d datagrams' (about 81 %%)", d, n)
+	}
+	if d1, d2 := tx1[1]-tx0[1], tx1[2]-tx0[2]; d1 < n || d2 < n*8/10 {
+		t.Errorf("A sent %d over path 1 and %d over path 2: want every datagram over both (and path 1's stream)", d1, d2)
+	}
 }
