@@ -31,13 +31,16 @@
 
 /* Set from Go before load. */
 volatile const __u32 gen_ifindex;            /* veth toward the gateway */
-volatile const __u64 gen_frame[GEN_LEN / 8]; /* the frame every run sends */
+/* The frame every run sends; set from Go before each run (a global in
+ * memory Go maps, so each figure sends its own frame). */
+volatile __u64 gen_frame[GEN_LEN / 8];
 volatile const __be32 sink_gre_remote;       /* outer destination of our GRE */
+volatile const __be32 sink_gre_remote2;      /* and of a redundant group's second path */
 
 /* Sink counters (index enum sink_kind); per CPU, summed in Go. */
 enum sink_kind {
 	SINK_ALL,
-	SINK_GRE,   /* IPv4 GRE toward sink_gre_remote: through our encap */
+	SINK_GRE,   /* IPv4 GRE toward sink_gre_remote(2): through our encap */
 	SINK_UDP,   /* plain IPv4 UDP: forwarded by the kernel, or dropped on
 		     * the gateway's LAN side by the floor run */
 	SINK_OTHER,
@@ -154,7 +157,8 @@ int bench_sink(struct xdp_md *ctx)
 	if ((void *)(iph + 1) <= data_end &&
 	    eth->h_proto == bpf_htons(ETH_P_IP)) {
 		if (iph->protocol == IPPROTO_GRE &&
-		    iph->daddr == sink_gre_remote)
+		    (iph->daddr == sink_gre_remote ||
+		     iph->daddr == sink_gre_remote2))
 			kind = SINK_GRE;
 		else if (iph->protocol == IPPROTO_UDP)
 			kind = SINK_UDP;

@@ -24,7 +24,7 @@ func TestBenchRuns(t *testing.T) {
 	want := []string{"xdp_pass_floor", "classify_redirect_miss_1", "classify_redirect_hit_1",
 		"classify_redirect_miss_65536", "classify_redirect_hit_65536",
 		"classify_redirect_8groups_miss_65536", "malformed_drop",
-		"gre_encap_ip4_hit", "gre_decap_ip4_hit", "steer_per_flow_hit", "steer_per_packet_hit",
+		"gre_encap_ip4_hit", "gre_decap_ip4_hit", "steer_per_flow_hit", "steer_per_packet_hit", "steer_redundant_hit",
 		"lb_nat_established", "lb_nat_new", "lb_dsr_gre_established", "lb_dsr_gre_new",
 		"lb_dsr_gre_established_ring", "lb_dsr_gre_established_ring_flood"}
 	for _, name := range want {
@@ -33,7 +33,7 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("figure %s missing or zero: %+v", name, f)
 		}
 	}
-	for _, name := range []string{"gre_encap_ip4_hit", "gre_decap_ip4_hit", "steer_per_flow_hit", "steer_per_packet_hit", "lb_nat_new", "lb_dsr_gre_established"} {
+	for _, name := range []string{"gre_encap_ip4_hit", "gre_decap_ip4_hit", "steer_per_flow_hit", "steer_per_packet_hit", "steer_redundant_hit", "lb_nat_new", "lb_dsr_gre_established"} {
 		if f := r.find(name); f.Verdict != "redirect" || f.UndoNs <= 0 {
 			t.Errorf("%s: verdict %q, undo %.1f ns", name, f.Verdict, f.UndoNs)
 		}
@@ -51,7 +51,7 @@ func TestBenchRuns(t *testing.T) {
 	if e == nil {
 		t.Fatal("no end-to-end figures")
 	}
-	wantE2E := []string{"ours_live_frames", "kernel_live_frames", "ours_af_packet", "ours_steered_live_frames", "kernel_af_packet",
+	wantE2E := []string{"ours_live_frames", "kernel_live_frames", "ours_af_packet", "ours_steered_live_frames", "ours_redundant_live_frames", "kernel_af_packet",
 		"ceiling_live_frames", "ceiling_af_packet", "min_forwarder_live_frames", "ours_redirect_live_frames",
 		"ours_new_flows_live_frames", "kernel_new_flows_live_frames", "min_forwarder_af_packet", "ours_redirect_af_packet"}
 	if len(e.Figures) != len(wantE2E) {
@@ -74,6 +74,11 @@ func TestBenchRuns(t *testing.T) {
 		// One round: the median of the ratios is the ratio.
 		if want := f.Mpps / fwd.Mpps; f.OfMinForwarder <= 0 || f.OfMinForwarder != want {
 			t.Errorf("%s: of_min_forwarder %.3f, want %.3f (%s)", f.Name, f.OfMinForwarder, want, fwd.Name)
+		}
+		// Redundant: both copies of every packet reach the sink (one
+		// of two missing would be a loss of 0.5).
+		if name == "ours_redundant_live_frames" && f.Loss > 0.1 {
+			t.Errorf("%s: loss %.3f: copies missing", name, f.Loss)
 		}
 		if newFlows := strings.Contains(name, "new_flows"); newFlows != (f.NewFlowsPerSec > 0) ||
 			newFlows && f.NewFlowsPerSec != f.Mpps*1e6 {

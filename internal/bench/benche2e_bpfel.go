@@ -16,17 +16,18 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	benche2eMapFwdPass       = "fwd_pass"
-	benche2eMapGenCount      = "gen_count"
-	benche2eMapGenSeq        = "gen_seq"
-	benche2eMapSinkCount     = "sink_count"
-	benche2eProgBenchFwd     = "bench_fwd"
-	benche2eProgBenchGen     = "bench_gen"
-	benche2eProgBenchGenNew  = "bench_gen_new"
-	benche2eProgBenchSink    = "bench_sink"
-	benche2eVarGenFrame      = "gen_frame"
-	benche2eVarGenIfindex    = "gen_ifindex"
-	benche2eVarSinkGreRemote = "sink_gre_remote"
+	benche2eMapFwdPass        = "fwd_pass"
+	benche2eMapGenCount       = "gen_count"
+	benche2eMapGenSeq         = "gen_seq"
+	benche2eMapSinkCount      = "sink_count"
+	benche2eProgBenchFwd      = "bench_fwd"
+	benche2eProgBenchGen      = "bench_gen"
+	benche2eProgBenchGenNew   = "bench_gen_new"
+	benche2eProgBenchSink     = "bench_sink"
+	benche2eVarGenFrame       = "gen_frame"
+	benche2eVarGenIfindex     = "gen_ifindex"
+	benche2eVarSinkGreRemote  = "sink_gre_remote"
+	benche2eVarSinkGreRemote2 = "sink_gre_remote2"
 )
 
 // loadBenche2e returns the embedded CollectionSpec for benche2e.
@@ -91,9 +92,10 @@ type benche2eMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benche2eVariableSpecs struct {
-	GenFrame      *ebpf.VariableSpec `ebpf:"gen_frame"`
-	GenIfindex    *ebpf.VariableSpec `ebpf:"gen_ifindex"`
-	SinkGreRemote *ebpf.VariableSpec `ebpf:"sink_gre_remote"`
+	GenFrame       *ebpf.VariableSpec `ebpf:"gen_frame"`
+	GenIfindex     *ebpf.VariableSpec `ebpf:"gen_ifindex"`
+	SinkGreRemote  *ebpf.VariableSpec `ebpf:"sink_gre_remote"`
+	SinkGreRemote2 *ebpf.VariableSpec `ebpf:"sink_gre_remote2"`
 }
 
 // benche2eObjects contains all objects after they have been loaded into the kernel.
@@ -135,9 +137,10 @@ func (m *benche2eMaps) Close() error {
 //
 // It can be passed to loadBenche2eObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benche2eVariables struct {
-	GenFrame      *ebpf.Variable `ebpf:"gen_frame"`
-	GenIfindex    *ebpf.Variable `ebpf:"gen_ifindex"`
-	SinkGreRemote *ebpf.Variable `ebpf:"sink_gre_remote"`
+	GenFrame       *ebpf.Variable `ebpf:"gen_frame"`
+	GenIfindex     *ebpf.Variable `ebpf:"gen_ifindex"`
+	SinkGreRemote  *ebpf.Variable `ebpf:"sink_gre_remote"`
+	SinkGreRemote2 *ebpf.Variable `ebpf:"sink_gre_remote2"`
 }
 
 // benche2ePrograms contains all programs after they have been loaded into the kernel.

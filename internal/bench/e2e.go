@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"sort"
 	"time"
@@ -103,9 +104,12 @@ const (
 		"cached with the flow, where the minimal forwarder calls bpf_fib_lookup for every frame"
 	methodGen = "BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES (batch 64) of a generator that stamps the whole frame from a template every run " +
 		"(live frames recycle pages the gateway rewrote) and bpf_redirect()s it into the veth toward the gateway; "
-	methodAFP    = "AF_PACKET sender (PACKET_MMAP TX ring, TPACKET_V2, PACKET_QDISC_BYPASS, 256 frames per send); "
-	pathOurs     = "the edgeplane program (native XDP on lan0 and wan0, flow-cache hit) encapsulates and redirects to wan0; an XDP sink counts and drops"
-	pathSteered  = "as ours_*, the frames to a prefix a steer FAR sends over an active-standby steering group (table on path 1): an established steered flow"
+	methodAFP     = "AF_PACKET sender (PACKET_MMAP TX ring, TPACKET_V2, PACKET_QDISC_BYPASS, 256 frames per send); "
+	pathOurs      = "the edgeplane program (native XDP on lan0 and wan0, flow-cache hit) encapsulates and redirects to wan0; an XDP sink counts and drops"
+	pathSteered   = "as ours_*, the frames to a prefix a steer FAR sends over an active-standby steering group (table on path 1): an established steered flow"
+	pathRedundant = "as ours_*, the frames to a prefix a steer FAR sends over a redundant group of path 1 (wan0) and a path out of wan1 (a second veth to the sink): " +
+		"XDP encapsulates once and broadcasts through the group's devmap, the kernel copies the frame for wan1 and runs the copies' program (edge_xdp_dup) " +
+		"on each, which rewrites the outer headers for its path; the sink counts both copies, the rate is of packets (copies / 2)"
 	pathKern     = "the gateway's XDP detached, kernel IPv4 forwarding (route 10.7.0.0/16 via the sink) does the work; an XDP sink counts and drops"
 	pathKernLive = "the gateway's XDP detached and GRO on lan0 (a veth takes redirected frames only when its peer runs NAPI: GRO turns it on), " +
 		"so the veth builds an skb per frame and kernel IPv4 forwarding (route 10.7.0.0/16 via the sink) does the work; an XDP sink counts and drops"
@@ -143,12 +147,13 @@ type e2e struct {
 	gen, gw, sink *topo.NS
 	genIf         uint32 // gen eth0
 	lan, wan      uint32 // gateway lan0, wan0
+	wan1          uint32 // gateway wan1 (a redundant group's second path)
 	sinkIf        uint32 // sink eth0
+	sinkIf1       uint32 // sink eth1, wan1's peer
 	dp            *bpf.Dataplane
 	objs          benche2eObjects
 	gwLinks       []link.Link // lan0, wan0 while ours is attached
 	floorLink     link.Link   // the drop program on lan0
-	sinkLink      link.Link
 	frame         []byte
 	closers       []func() error
 	alloc         rules.Allocs
@@ -171,8 +176,10 @@ func runEndToEnd(ctx context.Context, o Options) (*EndToEnd, error) {
 		kind  int
 		// newFlows: every frame a new flow
 		newFlows bool
-		loss     []float64
-		offered  []float64
+		// copies: frames the sink gets per packet sent (0: 1)
+		copies  uint64
+		loss    []float64
+		offered []float64
 	}
 	// Ours and the kernel back to back for each sender, then the
 	// senders' ceilings, every round.
@@ -180,7 +187,8 @@ func runEndToEnd(ctx context.Context, o Options) (*EndToEnd, error) {
 		{fig: E2EFigure{Name: "ours_live_frames", Sender: "live_frames", Path: "xdp_gre_encap", Method: methodGen + pathOurs}, setup: e.attachOurs, send: e.sendLive, kind: sinkGRE},
 		{fig: E2EFigure{Name: "kernel_live_frames", Sender: "live_frames", Path: "kernel_ip_forward", Method: methodGen + pathKernLive}, setup: e.kernelGRO, send: e.sendLive, kind: sinkUDP},
 		{fig: E2EFigure{Name: "ours_af_packet", Sender: "af_packet", Path: "xdp_gre_encap", Method: methodAFP + pathOurs}, setup: e.attachOurs, send: e.sendAFP, kind: sinkGRE},
-		{fig: E2EFigure{Name: "ours_steered_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_steered", Method: methodGen + pathSteered}, setup: e.attachOursSteered, send: e.sendLiveSteered, kind: sinkGRE},
+		{fig: E2EFigure{Name: "ours_steered_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_steered", Method: methodGen + pathSteered}, setup: e.attachOursSteered, send: e.sendLiveTo(steerDst), kind: sinkGRE},
+		{fig: E2EFigure{Name: "ours_redundant_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_redundant", Method: methodGen + pathRedundant}, setup: e.attachOurs, send: e.sendLiveTo(dupDst), kind: sinkGRE, copies: 2},
 		{fig: E2EFigure{Name: "kernel_af_packet", Sender: "af_packet", Path: "kernel_ip_forward", Method: methodAFP + pathKernAFP}, setup: e.detachAll, send: e.sendAFP, kind: sinkUDP},
 		{fig: E2EFigure{Name: "ceiling_live_frames", Sender: "live_frames", Path: "xdp_drop_on_lan", Method: methodGen + pathFloor}, setup: e.attachFloor, send: e.sendLive, kind: sinkUDP},
 		{fig: E2EFigure{Name: "ceiling_af_packet", Sender: "af_packet", Path: "xdp_drop_on_lan", Method: methodAFP + pathFloor}, setup: e.attachFloor, send: e.sendAFP, kind: sinkUDP},
@@ -207,6 +215,20 @@ func runEndToEnd(ctx context.Context, o Options) (*EndToEnd, error) {
 			m, err := e.measure(s.send, d, s.kind)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.fig.Name, err)
+			}
+			if s.copies > 1 {
+				if snap, err := e.dp.Snapshot(); err == nil {
+					for i, r := range snap.Reasons {
+						if r.Packets > 0 {
+							o.Log("DEBUG reason %s %d", bpf.ReasonNames[i], r.Packets)
+						}
+					}
+					for id, p := range snap.Paths {
+						o.Log("DEBUG path %d tx %d", id, p.Tx.Packets)
+					}
+				}
+				m.received /= s.copies
+				m.mpps /= float64(s.copies)
 			}
 			// The minimal forwarder's frames reach the sink as the
 			// kernel's do: check none went through the kernel.
@@ -315,14 +337,28 @@ func (e *e2e) setup() error {
 	); err != nil {
 		return err
 	}
+	// A second WAN link to the sink, for the redundant group's second
+	// path.
+	if err := topo.AddVeth(
+		topo.End{NS: e.sink, Name: "eth1", MAC: topo.MACWan1Neigh, Addrs: []string{"10.4.0.2/24"}},
+		topo.End{NS: e.gw, Name: "wan1", MAC: topo.MACWan1, Addrs: []string{"10.4.0.1/24"}},
+	); err != nil {
+		return err
+	}
 	// The sink drops ARP too.
 	if err := e.gw.SetNeigh("wan0", topo.AddrWanNeigh, topo.MACWanNeigh); err != nil {
+		return err
+	}
+	if err := e.gw.SetNeigh("wan1", "10.4.0.2", topo.MACWan1Neigh); err != nil {
 		return err
 	}
 	for _, dst := range []string{"10.3.0.0/16", "10.7.0.0/16"} {
 		if err := e.gw.AddRoute(dst, topo.AddrWanNeigh, "wan0"); err != nil {
 			return err
 		}
+	}
+	if err := e.gw.AddRoute("10.6.0.0/16", "10.4.0.2", "wan1"); err != nil {
+		return err
 	}
 	var err error
 	if e.genIf, err = e.gen.Ifindex("eth0"); err != nil {
@@ -337,19 +373,23 @@ func (e *e2e) setup() error {
 	if e.sinkIf, err = e.sink.Ifindex("eth0"); err != nil {
 		return err
 	}
+	if e.wan1, err = e.gw.Ifindex("wan1"); err != nil {
+		return err
+	}
+	if e.sinkIf1, err = e.sink.Ifindex("eth1"); err != nil {
+		return err
+	}
 
 	// Generator and sink.
 	spec, err := loadBenche2e()
 	if err != nil {
 		return err
 	}
-	var tmpl [64]byte
-	copy(tmpl[:], e.frame)
 	remote := greRemote.As4()
 	for name, v := range map[string]any{
-		benche2eVarGenIfindex:    e.genIf,
-		benche2eVarGenFrame:      tmpl,
-		benche2eVarSinkGreRemote: remote,
+		benche2eVarGenIfindex:     e.genIf,
+		benche2eVarSinkGreRemote:  remote,
+		benche2eVarSinkGreRemote2: dupRemote.As4(),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("set %s: %w", name, err)
@@ -359,13 +399,16 @@ func (e *e2e) setup() error {
 		return fmt.Errorf("load generator and sink: %w", err)
 	}
 	e.closers = append(e.closers, e.objs.Close)
-	if err := e.sink.Do(func() (err error) {
-		e.sinkLink, err = link.AttachXDP(link.XDPOptions{Program: e.objs.BenchSink, Interface: int(e.sinkIf), Flags: link.XDPDriverMode})
-		return err
-	}); err != nil {
-		return fmt.Errorf("attach sink: %w", err)
+	for _, ifi := range []uint32{e.sinkIf, e.sinkIf1} {
+		var l link.Link
+		if err := e.sink.Do(func() (err error) {
+			l, err = link.AttachXDP(link.XDPOptions{Program: e.objs.BenchSink, Interface: int(ifi), Flags: link.XDPDriverMode})
+			return err
+		}); err != nil {
+			return fmt.Errorf("attach sink: %w", err)
+		}
+		e.closers = append(e.closers, l.Close)
 	}
-	e.closers = append(e.closers, e.sinkLink.Close)
 
 	// Gateway A: the real program, its maps and a compiled config.
 	limits := bpf.Limits{Flows: 65536, Rules: 1024}
@@ -383,7 +426,7 @@ func (e *e2e) setup() error {
 	// Devmap entries name interfaces of the namespace they are written in;
 	// next hops are shared by destination as an agent there would.
 	return e.gw.Do(func() error {
-		if err := e.dp.SetTx([]uint32{e.lan, e.wan}); err != nil {
+		if err := e.dp.SetTx([]uint32{e.lan, e.wan, e.wan1}); err != nil {
 			return err
 		}
 		return shareNextHops(e.dp)
@@ -446,6 +489,8 @@ func (e *e2e) use(cfg string) error {
 			return e.lan, nil
 		case "wan0":
 			return e.wan, nil
+		case "wan1":
+			return e.wan1, nil
 		}
 		return 0, fmt.Errorf("no interface %q", name)
 	}
@@ -453,7 +498,9 @@ func (e *e2e) use(cfg string) error {
 	if err != nil {
 		return fmt.Errorf("compile gateway config: %w", err)
 	}
-	if _, err := e.dp.Commit(gen); err != nil {
+	// In the gateway's namespace: a redundant group's devmap names its
+	// interfaces.
+	if err := e.gw.Do(func() error { _, err := e.dp.Commit(gen); return err }); err != nil {
 		return fmt.Errorf("commit gateway config: %w", err)
 	}
 	e.alloc, e.committed = next, cfg
@@ -484,13 +531,15 @@ func (e *e2e) attachOursSteered() error {
 	return e.attachGateway(e.dp.Prog)
 }
 
-// sendLiveSteered is sendLive with the frame to greConfig's per-flow
-// steered prefix.
-func (e *e2e) sendLiveSteered(d time.Duration) (uint64, error) {
-	plain := e.frame
-	e.frame = udpFrame(hostA, steerDst, 5000)
-	defer func() { e.frame = plain }()
-	return e.sendLive(d)
+// sendLiveTo is sendLive with the frame to dst (a steered prefix of
+// greConfig).
+func (e *e2e) sendLiveTo(dst netip.Addr) func(time.Duration) (uint64, error) {
+	return func(d time.Duration) (uint64, error) {
+		plain := e.frame
+		e.frame = udpFrame(hostA, dst, 5000)
+		defer func() { e.frame = plain }()
+		return e.sendLive(d)
+	}
 }
 
 // attachOursRedirect attaches the edgeplane program to lan0 and wan0,
@@ -507,13 +556,16 @@ func (e *e2e) attachFwd() error {
 	return e.attachGateway(e.objs.BenchFwd)
 }
 
-// attachGateway attaches prog to lan0 and wan0, as the agent attaches
-// ours.
+// attachGateway attaches prog to lan0, wan0 and wan1, as the agent
+// attaches ours to every interface it is given. (On wan1 it also makes
+// the veth advertise that it takes redirected frames: its NDO_XMIT
+// feature follows its peer's XDP program only when its own XDP or
+// features change, and a devmap broadcast skips a device without it.)
 func (e *e2e) attachGateway(prog *ebpf.Program) error {
 	if err := e.detachAll(); err != nil {
 		return err
 	}
-	for _, idx := range []uint32{e.lan, e.wan} {
+	for _, idx := range []uint32{e.lan, e.wan, e.wan1} {
 		l, err := e.attachXDP(prog, idx)
 		if err != nil {
 			return err
@@ -547,8 +599,13 @@ func (e *e2e) sendLiveNew(d time.Duration) (uint64, error) {
 	return e.runGen(e.objs.BenchGenNew, d)
 }
 
-// runGen runs the generator gen for d.
+// runGen runs the generator gen for d, sending e.frame.
 func (e *e2e) runGen(gen *ebpf.Program, d time.Duration) (uint64, error) {
+	var tmpl [64]byte
+	copy(tmpl[:], e.frame)
+	if err := e.objs.GenFrame.Set(tmpl); err != nil {
+		return 0, fmt.Errorf("set the generator's frame: %w", err)
+	}
 	before, err := sumCounter(e.objs.GenCount, 0)
 	if err != nil {
 		return 0, err

@@ -24,26 +24,33 @@ import (
 // decapsulated. 10.8.0.0/16 and 10.9.0.0/16 are steered over that path
 // and a second one (toward 10.3.9.8), per flow (active-standby) and per
 // packet (wrr); the benchmark gives both groups' tables to the first
-// path only, so every run makes the same frame.
+// path only, so every run makes the same frame. 10.10.0.0/16 goes over
+// path 1 and a third path out of wan1 (toward 10.6.9.9) at once
+// (redundant).
 const greConfig = `
-interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}]
+interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: wan1, role: wan}]
 paths:
   - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1}
   - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.8, key: 2}
+  - {id: 3, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.9.9, key: 3}
 fars:
   - {id: 1, action: encap, path: 1}
   - {id: 2, action: decap}
   - {id: 3, action: encap, path: 2}
   - {id: 4, action: steer, lbr: 1}
   - {id: 5, action: steer, lbr: 2}
+  - {id: 6, action: encap, path: 3}
+  - {id: 7, action: steer, lbr: 3}
 lbrs:
   - {id: 1, algorithm: active-standby, members: [{far: 1}, {far: 3}]}
   - {id: 2, algorithm: wrr, members: [{far: 1}, {far: 3}]}
+  - {id: 3, algorithm: redundant, members: [{far: 1}, {far: 6}]}
 pdrs:
   - {id: 1, precedence: 1, match: {dst: 10.7.0.0/16}, far: 1}
   - {id: 2, precedence: 2, match: {proto: gre, dst: 10.2.0.1}, far: 2}
   - {id: 3, precedence: 1, match: {dst: 10.8.0.0/16}, far: 4}
   - {id: 4, precedence: 1, match: {dst: 10.9.0.0/16}, far: 5}
+  - {id: 5, precedence: 1, match: {dst: 10.10.0.0/16}, far: 7}
 limits: {flows: 65536, rules: 1024}
 `
 
@@ -55,6 +62,9 @@ var (
 	encapDst  = netip.MustParseAddr("10.7.0.1")
 	steerDst  = netip.MustParseAddr("10.8.0.1")
 	wrrDst    = netip.MustParseAddr("10.9.0.1")
+	dupDst    = netip.MustParseAddr("10.10.0.1")
+	// dupRemote is the redundant group's second path's remote (wan1).
+	dupRemote = netip.MustParseAddr("10.6.9.9")
 	hostA     = netip.MustParseAddr(topo.AddrHostA)
 )
 
@@ -78,7 +88,8 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 	if err != nil {
 		return fmt.Errorf("compile gre config: %w", err)
 	}
-	if _, err := dp.Commit(gen); err != nil {
+	// In the namespace: a redundant group's devmap names its interfaces.
+	if err := b.ns.Do(func() error { _, err := dp.Commit(gen); return err }); err != nil {
 		return fmt.Errorf("commit gre config: %w", err)
 	}
 
@@ -101,15 +112,30 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 		frame []byte
 		want  []byte        // what the path makes of frame
 		pair  *ebpf.Program // the wrapper alone with the path's adjust_head pair
+		// ok checks the output in place of want (nil: want)
+		ok     func([]byte) error
+		method string // added to the figure's method
 	}{
-		{"gre_encap_ip4_hit", encap, encapped(encapDst), progs.BenchWrapGrow},
+		{name: "gre_encap_ip4_hit", frame: encap, want: encapped(encapDst), pair: progs.BenchWrapGrow},
 		// An established steered flow: its entry names the member.
-		{"steer_per_flow_hit", udpFrame(hostA, steerDst, 5000), encapped(steerDst), progs.BenchWrapGrow},
+		{name: "steer_per_flow_hit", frame: udpFrame(hostA, steerDst, 5000), want: encapped(steerDst), pair: progs.BenchWrapGrow},
 		// Per packet: every packet picks its member (random entry).
-		{"steer_per_packet_hit", udpFrame(hostA, wrrDst, 5000), encapped(wrrDst), progs.BenchWrapGrow},
-		{"gre_decap_ip4_hit", decap, frameTTL(encapDst, hostA, 5000, 63, topo.MACLan0, topo.MACHostA), progs.BenchWrapShrink},
+		{name: "steer_per_packet_hit", frame: udpFrame(hostA, wrrDst, 5000), want: encapped(wrrDst), pair: progs.BenchWrapGrow},
+		// Redundant: encapsulated for the first member with the group's
+		// sequence number (one more every run) and broadcast.
+		{name: "steer_redundant_hit", frame: udpFrame(hostA, dupDst, 5000), pair: progs.BenchWrapGrow,
+			ok: redundantOut(frameTTL(hostA, dupDst, 5000, 63, topo.MACHostA, topo.MACLan0)),
+			method: "; the XDP program's part only: the broadcast's copies and their per-interface rewrite (edge_xdp_dup) run after it, " +
+				"in the devmap flush, and are in ours_redundant_live_frames"},
+		{name: "gre_decap_ip4_hit", frame: decap, want: frameTTL(encapDst, hostA, 5000, 63, topo.MACLan0, topo.MACHostA), pair: progs.BenchWrapShrink},
 	} {
-		if err := b.check(dp.Prog, c.frame, c.want); err != nil {
+		var err error
+		if c.ok != nil {
+			err = b.checkOut(dp.Prog, c.frame, c.ok)
+		} else {
+			err = b.check(dp.Prog, c.frame, c.want)
+		}
+		if err != nil {
 			return fmt.Errorf("%s, the dataplane program: %w", c.name, err)
 		}
 		if err := b.check(progs.BenchResize, c.frame, c.frame); err != nil {
@@ -130,9 +156,31 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 		undo := (w0 + w2) / 2
 		b.o.Log("%s: %.1f ns raw, undo %.1f ns (wrapper %.1f, with adjust_head pair %.1f)", c.name, raw, undo, w0, w2)
 		r.add(Figure{Name: c.name, RawNs: raw, NsPerPacket: r.FloorNs + raw - undo, UndoNs: undo,
-			Rules: len(cfg.PDRs), Groups: len(gen.Groups), Method: methodResize, Verdict: "redirect"})
+			Rules: len(cfg.PDRs), Groups: len(gen.Groups), Method: methodResize + c.method, Verdict: "redirect"})
 	}
 	return nil
+}
+
+// redundantOut checks what XDP makes of a redundant group's packet
+// before the broadcast: inner (an Ethernet frame) in GRE over path 1
+// (key 1) with a sequence number and the group's mark in the outer id.
+func redundantOut(inner []byte) func([]byte) error {
+	return func(out []byte) error {
+		pkt := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+		ip, _ := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		gre, _ := pkt.Layer(layers.LayerTypeGRE).(*layers.GRE)
+		switch {
+		case ip == nil || gre == nil:
+			return fmt.Errorf("not GRE: %v", pkt)
+		case ip.DstIP.String() != greRemote.String() || !gre.KeyPresent || gre.Key != greKey:
+			return fmt.Errorf("to %s key %d, want path 1's", ip.DstIP, gre.Key)
+		case !gre.SeqPresent || ip.Id == 0:
+			return fmt.Errorf("no sequence number (%v) or group mark (id %d)", gre.SeqPresent, ip.Id)
+		case !bytes.Equal(gre.Payload, inner[14:]):
+			return fmt.Errorf("inner packet\n%x\nwant\n%x", gre.Payload, inner[14:])
+		}
+		return nil
+	}
 }
 
 // check runs prog once on frame and fails unless it redirects and
