@@ -42,6 +42,8 @@ func newBenchCmd() *cobra.Command {
 	c.Flags().IntVar(&o.ControlOps, "control-ops", 1000, "single-PDR creates, updates and deletes (each) over gRPC, and gRPC floor calls; 0 skips the control part")
 	c.Flags().IntVar(&o.ControlPaced, "control-paced", 200, "single-PDR creates paced at one per 20 ms")
 	c.Flags().IntVar(&o.ControlBatch, "control-batch", 10_000, "PDRs created, then deleted, by one Apply each")
+	c.Flags().IntVar(&o.FailoverRounds, "failover-rounds", 3, "failovers measured in an SD-WAN lab of the bench's own; 0 skips the failover part")
+	c.Flags().BoolVar(&o.OnlyFailover, "only-failover", false, "only the failover figure")
 	c.Flags().BoolVar(&o.Quick, "quick", false, "only the floor, 1-rule and GRE figures; no end to end, no control")
 	_ = c.Flags().MarkHidden("quick")
 	c.Flags().BoolVar(&o.OnlyControl, "only-control", false, "only the control figures (agent over gRPC)")

@@ -37,8 +37,10 @@ func (s PathState) String() string {
 type pathJudge struct {
 	mon     config.PathMonitor // Effective
 	window  []bool             // ring of the last outcomes: true answered
+	onset   []bool             // beside it: unanswered after an answered one
 	n, next int
 	lost    int    // unanswered among the n in window
+	onsets  int    // onsets among the n in window
 	okRun   uint32 // answered in a row
 	lostRun uint32 // unanswered in a row
 	calm    uint32 // judgements in a row within the limits less the hysteresis
@@ -46,7 +48,7 @@ type pathJudge struct {
 }
 
 func newPathJudge(mon config.PathMonitor) *pathJudge {
-	return &pathJudge{mon: mon, window: make([]bool, mon.Window)}
+	return &pathJudge{mon: mon, window: make([]bool, mon.Window), onset: make([]bool, mon.Window)}
 }
 
 // add records one probe's outcome.
@@ -55,10 +57,17 @@ func (j *pathJudge) add(answered bool) {
 		if !j.window[j.next] {
 			j.lost--
 		}
+		if j.onset[j.next] {
+			j.onsets--
+		}
 	} else {
 		j.n++
 	}
 	j.window[j.next] = answered
+	j.onset[j.next] = !answered && j.lostRun == 0 && j.n > 1
+	if j.onset[j.next] {
+		j.onsets++
+	}
 	j.next = (j.next + 1) % len(j.window)
 	if answered {
 		j.okRun++
@@ -80,19 +89,27 @@ func (j *pathJudge) loss() float64 {
 
 // downAfter is how many unanswered probes in a row take the path down:
 // the configured number, or more on a path that loses probes at random
-// anyway, so that its own loss (before the run) makes such a run rarer
-// than once in 1,000 probes. A clean path is down after DownAfter
-// whatever its loss up to 3 %; one losing 19 % of its probes (10 % each
-// way) after 5, not after 2 with a 3.6 % chance at every probe. At most
-// 4 × DownAfter.
+// anyway, so that its own random loss makes such a run rarer than once
+// in 1,000 probes. A clean path is down after DownAfter whatever its
+// loss up to 3 %; one losing 19 % of its probes (10 % each way) after 5,
+// not after 2 with a 3.6 % chance at every probe. At most 4 × DownAfter.
+//
+// The random loss p is told from the onsets (a probe unanswered after an
+// answered one), not from all the probes lost: random loss has p(1 - p)
+// onsets a probe, an outage one however long it lasted, so an outage in
+// the window does not slow the next one's detection.
 func (j *pathJudge) downAfter() uint32 {
 	k := j.mon.DownAfter
-	n, lost := j.n-int(j.lostRun), j.lost-int(j.lostRun)
-	if n < 20 || lost <= 0 {
+	n, onsets := j.n-int(j.lostRun), j.onsets
+	if j.lostRun > 0 && onsets > 0 {
+		onsets-- // the current run's own
+	}
+	if n < 20 || onsets <= 0 {
 		return k
 	}
-	l := float64(lost) / float64(n)
-	for k < 4*j.mon.DownAfter && math.Pow(l, float64(k)) >= 0.001 {
+	o := min(float64(onsets)/float64(n), 0.25)
+	p := (1 - math.Sqrt(1-4*o)) / 2
+	for k < 4*j.mon.DownAfter && math.Pow(p, float64(k)) >= 0.001 {
 		k++
 	}
 	return k

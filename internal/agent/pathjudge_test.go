@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -62,29 +63,50 @@ func TestPathJudge(t *testing.T) {
 }
 
 // TestPathJudgeLossyPath: a path that loses probes at random is not
-// taken down by a run its own loss makes likely: at 20 % loss (before
-// the run) it takes 5 in a row (0.2^5 < 0.1 %), not the configured 2; a
-// clean one still goes down after 2.
+// taken down by a run its own loss makes likely: at 19 % random loss it
+// takes 4 or 5 in a row (0.19^5 < 0.1 %; the loss is estimated from 100
+// probes), not the configured 2; a clean one,
+// or one with 1 % loss, still goes down after 2, and so does one whose
+// window holds an earlier outage (15 probes lost in a row: loss, but not
+// random loss).
 func TestPathJudgeLossyPath(t *testing.T) {
 	ms := time.Millisecond
+	rng := rand.New(rand.NewPCG(1, 2))
 	for _, c := range []struct {
-		name     string
-		every    int // one probe in every lost before the run (0: none)
-		downAtNo int // the unanswered probe in a row that takes it down
-	}{{"clean", 0, 2}, {"1 % loss", 100, 2}, {"20 % loss", 5, 5}} {
+		name string
+		lost func(i int) bool // whether probe i of the 200 before the run is lost
+		// the run of unanswered probes takes it down at no fewer than
+		// from and no more than to in a row
+		from, to int
+	}{
+		{"clean", func(int) bool { return false }, 2, 2},
+		{"1 % loss", func(i int) bool { return i%100 == 7 }, 2, 2},
+		{"19 % random loss", func(int) bool { return rng.Float64() < 0.19 }, 4, 5},
+		{"an outage in the window", func(i int) bool { return i >= 150 && i < 165 }, 2, 2},
+	} {
 		j := newPathJudge((&config.PathMonitor{}).Effective())
 		for i := range 200 {
-			j.add(c.every == 0 || i%c.every != 0)
+			j.add(!c.lost(i))
+			j.judge(10*ms, ms)
+		}
+		for range 5 { // the run starts from an answered probe
+			j.add(true)
 			j.judge(10*ms, ms)
 		}
 		if st, _ := j.judge(10*ms, ms); st != PathUp {
 			t.Fatalf("%s: %s after 200 probes, want up", c.name, st)
 		}
-		for k := 1; k <= c.downAtNo; k++ {
+		for k := 1; k <= c.to; k++ {
 			j.add(false)
 			st, why := j.judge(10*ms, ms)
-			if want := k == c.downAtNo; (st == PathDown) != want {
-				t.Fatalf("%s: %s (%q) after %d unanswered in a row, want down only at %d", c.name, st, why, k, c.downAtNo)
+			if st == PathDown {
+				if k < c.from {
+					t.Errorf("%s: down (%q) after %d unanswered in a row, want %d to %d", c.name, why, k, c.from, c.to)
+				}
+				break
+			}
+			if k == c.to {
+				t.Errorf("%s: %s after %d unanswered in a row, want down", c.name, st, k)
 			}
 		}
 	}

@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -46,8 +47,13 @@ type Options struct {
 	// OnlyLB measures the floor and the balancer's per-packet figures
 	// alone.
 	OnlyLB bool
-	// EdgeplaneBin is the edgeplane binary the control part runs as its
-	// agent; empty: this process's own executable.
+	// FailoverRounds is the failovers the failover part measures in the
+	// SD-WAN lab; 0 leaves it out.
+	FailoverRounds int
+	// OnlyFailover measures the failover part alone.
+	OnlyFailover bool
+	// EdgeplaneBin is the edgeplane binary the control and failover
+	// parts run as their agents; empty: this process's own executable.
 	EdgeplaneBin string
 	Log          func(format string, a ...any)
 }
@@ -91,9 +97,11 @@ type Report struct {
 	// new flows; absent in quick runs.
 	Flood *Flood `json:"flood,omitempty"`
 	// Control is absent in quick runs and with no control ops.
-	Control *Control  `json:"control,omitempty"`
-	Started time.Time `json:"started"`
-	Seconds float64   `json:"seconds"`
+	Control *Control `json:"control,omitempty"`
+	// Failover is absent in quick runs and with no failover rounds.
+	Failover *Failover `json:"failover,omitempty"`
+	Started  time.Time `json:"started"`
+	Seconds  float64   `json:"seconds"`
 }
 
 // Goal states one target of the issue against the measured figures.
@@ -143,6 +151,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r := &Report{CPUs: runtime.NumCPU(), Repeat: o.Repeat, Rounds: o.Rounds, Started: start}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		r.Kernel = strings.TrimSpace(string(b))
+	}
+	if o.OnlyFailover {
+		if o.FailoverRounds <= 0 {
+			return nil, errors.New("no failover rounds to measure")
+		}
+		r.Repeat, r.Rounds = 0, 0
+		var err error
+		if r.Failover, err = runFailover(ctx, o, o.FailoverRounds); err != nil {
+			return nil, fmt.Errorf("failover: %w", err)
+		}
+		r.Goals = failoverGoals(r.Failover)
+		r.judge()
+		r.Seconds = time.Since(start).Seconds()
+		return r, nil
 	}
 	if o.OnlyControl {
 		if o.ControlOps <= 0 {
@@ -296,6 +318,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, fmt.Errorf("control: %w", err)
 		}
 	}
+	if o.FailoverRounds > 0 {
+		o.Log("failover: %d rounds in the SD-WAN lab", o.FailoverRounds)
+		if r.Failover, err = runFailover(ctx, o, o.FailoverRounds); err != nil {
+			return nil, fmt.Errorf("failover: %w", err)
+		}
+	}
 	missAt := func(name string) float64 { return r.find(name).NsPerPacket }
 	r.Goals = []Goal{
 		{Name: "miss cost at 65536 rules / at 1 rule", Value: missAt("classify_redirect_miss_65536") / missAt("classify_redirect_miss_1"), Limit: 1.5},
@@ -307,6 +335,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.Goals = append(r.Goals, Goal{Name: "ours / kernel Mpps end to end, " + c.Sender, Value: c.Ratio, Limit: 3, AtLeast: true})
 	}
 	r.Goals = append(r.Goals, e2eGoals(r.EndToEnd)...)
+	r.Goals = append(r.Goals, failoverGoals(r.Failover)...)
 	r.judge()
 	r.Seconds = time.Since(start).Seconds()
 	return r, nil
@@ -620,6 +649,10 @@ func (r *Report) Text() string {
 		for _, b := range []Batch{c.BatchCreate, c.BatchDelete} {
 			fmt.Fprintf(&sb, "%-36s %6d ops in one Apply: %.1f ms (agent %.1f ms)\n", b.Name, b.Ops, b.Ms, b.ServerCommitMs)
 		}
+	}
+	if f := r.Failover; f != nil {
+		fmt.Fprintf(&sb, "failover at %.0f ms probes: gap %.0f ms (rounds %v), back gap %.0f ms; %d of %d datagrams\n",
+			f.ProbeIntervalMs, f.GapMs, f.GapsMs, f.BackGapMs, f.Received, f.Sent)
 	}
 	for _, g := range r.Goals {
 		bound := "limit"

@@ -259,17 +259,46 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n    ")
 }
 
-// demoFailover shows steering at work: a UDP stream of one datagram a
-// millisecond from A to B on a steered port (active-standby: path 1,
-// else path 2) keeps going while wan1 is cut; the path states come from
-// gateway A's agent, and the longest gap in the stream is measured at B.
-func (l *SDWAN) demoFailover(ctx context.Context, out io.Writer) error {
+// Gap is a pause of a stream: when it began (from the stream's start)
+// and how long it lasted.
+type Gap struct {
+	At, Len time.Duration
+}
+
+// FailoverRun is what host B saw of a stream through a failover.
+type FailoverRun struct {
+	Sent, Received int
+	// Gaps are the stream's pauses over 10 ms.
+	Gaps []Gap
+	// CutAt and RepairAt are when wan1 was cut and repaired.
+	CutAt, RepairAt time.Duration
+}
+
+// Longest returns the longest gap that began in [from, to) (0: none).
+func (r FailoverRun) Longest(from, to time.Duration) time.Duration {
+	var d time.Duration
+	for _, g := range r.Gaps {
+		if g.At >= from && g.At < to {
+			d = max(d, g.Len)
+		}
+	}
+	return d
+}
+
+// Failover sends a UDP stream of one datagram a millisecond from A to B
+// on a steered port (active-standby: path 1, else path 2) for 4 s, cuts
+// wan1 (100 % loss) after 1 s and repairs it 1.5 s later, calling
+// whileCut (if set) just before the repair; host B times the stream's
+// pauses. The link changes run beside the sender, so neither holds the
+// stream up.
+func (l *SDWAN) Failover(ctx context.Context, whileCut func()) (FailoverRun, error) {
+	var run FailoverRun
 	var rx *net.UDPConn
 	if err := topo.Do(l.B, func() (err error) {
 		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(AddrB), Port: SteerPortLo})
 		return err
 	}); err != nil {
-		return fmt.Errorf("receiver in %s: %w", l.B, err)
+		return run, fmt.Errorf("receiver in %s: %w", l.B, err)
 	}
 	defer rx.Close()
 	var tx *net.UDPConn
@@ -277,19 +306,14 @@ func (l *SDWAN) demoFailover(ctx context.Context, out io.Writer) error {
 		tx, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(AddrB), Port: SteerPortLo})
 		return err
 	}); err != nil {
-		return fmt.Errorf("sender in %s: %w", l.A, err)
+		return run, fmt.Errorf("sender in %s: %w", l.A, err)
 	}
 	defer tx.Close()
 
-	type gap struct {
-		at  time.Duration
-		len time.Duration
-	}
-	got := make(chan []gap, 1)
-	var received int
+	got := make(chan []Gap, 1)
 	start := time.Now()
 	go func() {
-		var gaps []gap
+		var gaps []Gap
 		var last time.Time
 		buf := make([]byte, 64)
 		for {
@@ -300,14 +324,45 @@ func (l *SDWAN) demoFailover(ctx context.Context, out io.Writer) error {
 			}
 			now := time.Now()
 			if !last.IsZero() && now.Sub(last) > 10*time.Millisecond {
-				gaps = append(gaps, gap{last.Sub(start), now.Sub(last)})
+				gaps = append(gaps, Gap{last.Sub(start), now.Sub(last)})
 			}
 			last = now
-			received++
+			run.Received++
 		}
 	}()
 	const total = 4 * time.Second
-	sent := 0
+	changed := make(chan error, 1)
+	go func() {
+		time.Sleep(time.Second)
+		loss := "100%"
+		_, err := l.SetLink("wan1", wanem.Both, LinkChange{Loss: &loss})
+		run.CutAt = time.Since(start)
+		time.Sleep(1500 * time.Millisecond)
+		if whileCut != nil {
+			whileCut()
+		}
+		loss = "0"
+		if _, rerr := l.SetLink("wan1", wanem.Both, LinkChange{Loss: &loss}); err == nil {
+			err = rerr
+		}
+		run.RepairAt = time.Since(start)
+		changed <- err
+	}()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for time.Since(start) < total {
+		<-tick.C
+		_, _ = tx.Write([]byte(strconv.Itoa(run.Sent)))
+		run.Sent++
+	}
+	err := <-changed
+	run.Gaps = <-got
+	return run, err
+}
+
+// demoFailover shows steering at work: a stream keeps going while wan1
+// is cut (Failover); the path states come from gateway A's agent.
+func (l *SDWAN) demoFailover(ctx context.Context, out io.Writer) error {
 	states := func(out io.Writer, when string) {
 		s, err := topo.Output(ctx, l.GWA, l.Bin, "get", "paths", "--server", "unix://"+l.APISocket(l.GWA))
 		if err != nil {
@@ -325,43 +380,19 @@ func (l *SDWAN) demoFailover(ctx context.Context, out io.Writer) error {
 			}
 		}
 	}
-	// The link changes and the state query run beside the sender, so
-	// neither holds the stream up.
-	var events strings.Builder
-	changed := make(chan error, 1)
-	go func() {
-		time.Sleep(time.Second)
-		loss := "100%"
-		_, err := l.SetLink("wan1", wanem.Both, LinkChange{Loss: &loss})
-		fmt.Fprintf(&events, "    %.1fs: wan1 cut (100%% loss)\n", time.Since(start).Seconds())
-		time.Sleep(1500 * time.Millisecond)
-		var cutOut bytes.Buffer
-		states(&cutOut, "with wan1 cut")
-		events.Write(cutOut.Bytes())
-		loss = "0"
-		if _, rerr := l.SetLink("wan1", wanem.Both, LinkChange{Loss: &loss}); err == nil {
-			err = rerr
-		}
-		fmt.Fprintf(&events, "    %.1fs: wan1 repaired\n", time.Since(start).Seconds())
-		changed <- err
-	}()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for time.Since(start) < total {
-		<-tick.C
-		_, _ = tx.Write([]byte(strconv.Itoa(sent)))
-		sent++
-	}
-	if err := <-changed; err != nil {
+	var cutOut bytes.Buffer
+	run, err := l.Failover(ctx, func() { states(&cutOut, "with wan1 cut") })
+	if err != nil {
 		return err
 	}
-	fmt.Fprint(out, events.String())
-	gaps := <-got
-	fmt.Fprintf(out, "    %d datagrams sent at 1 per ms, %d received\n", sent, received)
-	for _, g := range gaps {
-		fmt.Fprintf(out, "    the stream stopped at %.3fs for %d ms (failover to path 2)\n", g.at.Seconds(), g.len.Milliseconds())
+	fmt.Fprintf(out, "    %.1fs: wan1 cut (100%% loss)\n", run.CutAt.Seconds())
+	out.Write(cutOut.Bytes())
+	fmt.Fprintf(out, "    %.1fs: wan1 repaired\n", run.RepairAt.Seconds())
+	fmt.Fprintf(out, "    %d datagrams sent at 1 per ms, %d received\n", run.Sent, run.Received)
+	for _, g := range run.Gaps {
+		fmt.Fprintf(out, "    the stream stopped at %.3fs for %d ms (failover to path 2)\n", g.At.Seconds(), g.Len.Milliseconds())
 	}
-	if len(gaps) == 0 {
+	if len(run.Gaps) == 0 {
 		fmt.Fprintln(out, "    no gap over 10 ms")
 	}
 	time.Sleep(500 * time.Millisecond)

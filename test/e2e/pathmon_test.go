@@ -413,9 +413,10 @@ func TestLabSteeringAdaptive(t *testing.T) {
 	until("priority, the stream stopped", func(s float64) bool { return s == 1 })
 }
 
-// TestLabRedundant: with 10 % loss on each WAN link, a stream of one
-// datagram a millisecond to the lab's redundant ports (every packet over
-// both paths) reaches B with about 1 % loss (both copies lost) and no
+// TestLabRedundant: with 10 % loss on each WAN link (for 8 s, so the path
+// monitors know it), a stream of one datagram a millisecond to the lab's
+// redundant ports (every packet over both paths) reaches B with about
+// 1 % loss (both copies lost) and no
 // datagram twice: gateway B's XDP drops every later copy (dup_seen). A
 // stream beside it over one path (the steered ports, path 1) loses about
 // 10 %.
@@ -432,6 +433,10 @@ func TestLabRedundant(t *testing.T) {
 	}
 	l.mustCLI("link", "wan1", "--loss", "10%")
 	l.mustCLI("link", "wan2", "--loss", "10%")
+	// The monitors learn the paths' random loss over their window (100
+	// probes, 10 s): until then a chance run of lost probes takes a
+	// path down as after 2, and its copies stop for 300 ms.
+	time.Sleep(8 * time.Second)
 	port := strconv.Itoa(lab.RedundantPortLo)
 	both := startProc(t, l.B, pyGaps, lab.AddrB, port)
 	one := startProc(t, l.B, pyGaps, lab.AddrB, "7000")
