@@ -487,3 +487,125 @@ func TestLabRedundant(t *testing.T) {
 		t.Errorf("A sent %d over path 1 and %d over path 2: want every datagram over both (and path 1's stream)", d1, d2)
 	}
 }
+
+// TestLabSteeringUnderTCP: the adaptive modes move load that is flowing —
+// TCP streams (iperf3) to the lab's steered ports, split per packet — away
+// from a path whose delay or loss is raised, and back once it recovers;
+// the two flaws of the P4 ATSSS proxy's schedulers are shown fixed: dwrr
+// lowers the weight of a path that starts losing (the proxy's DWRR only
+// ever raises weights), and rtt leaves a path that fails outright (the
+// proxy's RTTMon sees no RTT from it, so none too high, and keeps it).
+func TestLabSteeringUnderTCP(t *testing.T) {
+	st := newSteeredLab(t)
+	l, gc, ctx := st.sdwanLab, st.gc, st.ctx
+	// TCP to the steered ports takes the steering group too, and so do
+	// its ACKs at gateway B (its group: active-standby), which would
+	// otherwise take path 1 whatever its state.
+	if _, err := gc.Apply(ctx, &pb.ApplyRequest{Operations: []*pb.Operation{createOp(pdrObj(&pb.Pdr{Id: 16, Precedence: 30, Far: 4,
+		Match: &pb.Match{In: "lan0", Dst: lab.LanB, Proto: "tcp", Dport: "7000-7099"}}))}}); err != nil {
+		t.Fatal(err)
+	}
+	gb, ctxb := labGatewayIn(t, l, l.GWB)
+	if _, err := gb.Apply(ctxb, &pb.ApplyRequest{Operations: []*pb.Operation{createOp(pdrObj(&pb.Pdr{Id: 16, Precedence: 30, Far: 4,
+		Match: &pb.Match{In: "lan0", Dst: lab.LanA, Proto: "tcp", Sport: "7000-7099"}}))}}); err != nil {
+		t.Fatal(err)
+	}
+	srv := exec.Command("ip", "netns", "exec", l.B, "iperf3", "-s", "-p", "7000")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	if !waitFor(5*time.Second, func() bool {
+		out, _ := nsRun(l.B, "ss", "-Hltn", "sport = :7000")
+		return strings.TrimSpace(out) != ""
+	}) {
+		t.Fatal("iperf3 server not listening")
+	}
+	// share is path 1's part of what gateway A sent over the two paths
+	// in the next half second.
+	share := func() (float64, map[uint32]uint64) {
+		a := pathTxOf(t, gc, ctx)
+		time.Sleep(500 * time.Millisecond)
+		b := pathTxOf(t, gc, ctx)
+		d := map[uint32]uint64{1: b[1] - a[1], 2: b[2] - a[2]}
+		return float64(d[1]) / float64(max(d[1]+d[2], 1)), d
+	}
+	until := func(what string, ok func(float64) bool) float64 {
+		t.Helper()
+		var s float64
+		var d map[uint32]uint64
+		if !waitFor(12*time.Second, func() bool {
+			s, d = share()
+			return d[1]+d[2] > 100 && ok(s)
+		}) {
+			t.Fatalf("%s: path 1 carries %.0f %% (packets %v)", what, 100*s, d)
+		}
+		t.Logf("%s: path 1 carries %.0f %% (packets %v)", what, 100*s, d)
+		return s
+	}
+	lbr := func(alg string, perPacket bool) {
+		t.Helper()
+		l := &pb.Lbr{Id: 1, Algorithm: alg, PerPacket: perPacket, Members: []*pb.Member{{Far: 1}, {Far: 2}}}
+		if _, err := gc.Apply(ctx, &pb.ApplyRequest{Operations: []*pb.Operation{updateOp(&pb.Object{Kind: &pb.Object_Lbr{Lbr: l}})}}); err != nil {
+			t.Fatalf("lbr 1 to %s: %v", alg, err)
+		}
+	}
+	// load runs two TCP streams from A to B, each held to rate (iperf3's
+	// -b; "0": as fast as they go), until the returned stop.
+	load := func(rate string) (stop func()) {
+		cctx, cancel := context.WithCancel(ctx)
+		cmd := exec.CommandContext(cctx, "ip", "netns", "exec", l.A, "iperf3", "-c", lab.AddrB, "-p", "7000", "-t", "60", "-P", "2", "-b", rate)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			cancel()
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("iperf3: %s", out.String())
+			}
+			time.Sleep(300 * time.Millisecond) // the server takes its next client
+		}
+	}
+	link := func(args ...string) { l.mustCLI(append([]string{"link", "wan1"}, args...)...) }
+	mid := func(s float64) bool { return s > 0.25 && s < 0.75 }
+
+	t.Run("rtt", func(t *testing.T) {
+		lbr("rtt", true)
+		stop := load("0")
+		defer stop()
+		until("rtt, both paths at their minimum", mid)
+		link("--delay", "15ms") // RTT 4 -> 30 ms, past 1.5 × 4
+		until("rtt, wan1 slowed down", func(s float64) bool { return s < 0.15 })
+		link("--delay", "2ms")
+		until("rtt, wan1 back", mid)
+		link("--loss", "100%")
+		until("rtt, wan1 cut: path 1 left at once (RTTMon would stay)", func(s float64) bool { return s < 0.02 })
+		link("--loss", "0")
+		until("rtt, wan1 repaired", mid)
+	})
+	t.Run("dwrr", func(t *testing.T) {
+		lbr("dwrr", true)
+		stop := load("0")
+		defer stop()
+		clean := until("dwrr, both paths clean", func(s float64) bool { return s > 0.15 && s < 0.85 })
+		link("--loss", "5%")
+		lossy := until("dwrr, wan1 losing 5 %: its weight shrinks (the proxy's never does)", func(s float64) bool { return s < clean/2 })
+		link("--loss", "0")
+		until("dwrr, wan1 clean again", func(s float64) bool { return s > 2*lossy && s > 0.15 })
+	})
+	t.Run("cmon", func(t *testing.T) {
+		// Streams path 1 carries without congestion (20 Mbit/s): its
+		// window grows to take them all.
+		lbr("cmon", false)
+		stop := load("10M")
+		defer stop()
+		until("cmon, path 1's window takes it all", func(s float64) bool { return s > 0.8 })
+		link("--delay", "15ms")
+		until("cmon, wan1 slowed down: the window shrinks, the rest spills to path 2", func(s float64) bool { return s < 0.4 })
+		link("--delay", "2ms")
+		until("cmon, wan1 back: the window grows again", func(s float64) bool { return s > 0.8 })
+	})
+}
