@@ -505,7 +505,7 @@ type Lbr struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// maglev | active-standby | smallest-delay | load-balancing | wrr |
-	// rtt | dwrr | priority | cmon
+	// rtt | dwrr | priority | cmon | redundant
 	Algorithm string    `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
 	Members   []*Member `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
 	// entries of the service's Maglev table: a prime up to the agent's
