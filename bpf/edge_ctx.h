@@ -65,6 +65,7 @@ struct edge_ctx {
 	struct edge_flow_key4 k4; /* p.key packed (IPv4): the flow-cache key */
 	struct edge_flow nf;      /* the flow entry a miss decides into */
 	struct edge_flow hop;     /* scratch: a redundant member's next hop */
+	__u32 tsval, tsecr;       /* scratch: a TCP packet's timestamps (tcprtt.h) */
 	struct edge_rule rule;    /* what classification or a service chose */
 	__u32 gen;                /* the rules generation read for the packet */
 	__u32 now;                /* the agent's tick (edge_state.tick) */

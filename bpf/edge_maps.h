@@ -177,6 +177,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_steer_ok SEC(".maps");
 
+/* Passive RTT per path from TCP timestamps (struct edge_tcp_rtt), by the
+ * path's stable index. Written by encap and decap (tcprtt.h), read and
+ * cleared by the agent's path monitor. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_tcp_rtt);
+	__uint(max_entries, EDGE_MAX_PATHS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_path_tcp_rtt SEC(".maps");
+
 /* A redundant group's GRE sequence numbers, by the group's index: both
  * copies of a packet carry one number, which the receiving gateway
  * de-duplicates by (edge_dedup). Written by encap. */

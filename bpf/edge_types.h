@@ -415,6 +415,24 @@ struct edge_probe_rec {
 	__u64 min_ns;      /* the smallest RTT since the agent cleared it (0: none) */
 };
 
+/* Passive RTT of a path from the TCP timestamps (RFC 7323) of the flows
+ * it carries (edge_path_tcp_rtt, by the path's stable index; tcprtt.h):
+ * one sample in flight at a time, a TCP packet encapsulated onto the
+ * path whose TSval the echo coming back over it must carry. Written
+ * under the lock; read by the agent's path monitor. */
+struct edge_tcp_rtt {
+	struct bpf_spin_lock lock;
+	__u32 tsval; /* the sample's TSval (host order) */
+	__u32 flow;  /* its flow: the xor of its addresses' words */
+	__u32 ports; /* its ports, source << 16 | destination (host order) */
+	__u32 taken; /* the agent's tick + 1 when it was taken; 0: none in flight */
+	__u64 sent_ns;   /* when it left (CLOCK_MONOTONIC) */
+	__u64 samples;   /* RTTs measured */
+	__u64 last_ns;   /* the last one */
+	__u64 srtt_ns;   /* smoothed (gain 1/8) */
+	__u64 min_ns;    /* the smallest since the agent cleared it (0: none) */
+};
+
 /* A redundant group's de-duplication window at the receiving gateway
  * (edge_dedup, by the group's index), RFC 6479's block bitmap: GRE
  * sequence numbers extended to 64 bits from the newest seen (top), word

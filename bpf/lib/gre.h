@@ -18,6 +18,7 @@
 #include "parse.h"
 #include "probe.h"
 #include "proto.h"
+#include "tcprtt.h"
 #include "too_big.h"
 #include "verdict.h"
 
@@ -95,6 +96,9 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 	path = bpf_map_lookup_elem(&edge_paths, &pi);
 	if (!path)
 		return punt(p, EDGE_R_NO_STATE, XDP_DROP);
+	/* TCP: the path's passive RTT sample, while none is in flight. */
+	if (p->key.proto == IPPROTO_TCP && p->l4_off)
+		edge_tcp_rtt_out(ctx, edge_ctx_get(), path->stats);
 	l3 = hop_check(ctx, p, family, &reason);
 	if (!l3)
 		return reason;

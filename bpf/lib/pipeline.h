@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* The per-packet pipeline, stage by stage:
  *
- *   parse -> decide -> [decap (or a path probe: answered, or timed)
+ *   parse -> decide -> [decap (or a path probe: answered, or timed;
+ *   or a redundant copy already seen: dropped) -> a TCP echo timed
  *   -> decide the inner packet] -> [steer] -> act -> record
  *
  * decide: ICMP errors about NAT'd connections (translated, never cached)
@@ -13,9 +14,11 @@
  * own headers, each including what it uses:
  *
  *   verdict.h (context, FARs, counters) <- fib.h <- icmp.h, too_big.h
- *   <- gre.h (encap, decap; probe.h answers and times path probes)
- *   <- nat.h <- balance.h <- act.h <- pipeline.h, with parse.h,
- *   classify.h, flowtab.h, flowcache.h and steer.h beside them.
+ *   <- gre.h (encap, decap; probe.h answers and times path probes,
+ *   dedup.h drops a redundant group's later copies, tcprtt.h times TCP
+ *   echoes) <- nat.h <- balance.h <- act.h <- pipeline.h, with parse.h,
+ *   classify.h, flowtab.h, flowcache.h and steer.h (dup.h: a redundant
+ *   group's broadcast) beside them.
  *
  * A new stage is a header of its own and a call here; one that needs
  * state between packets keeps it in a map, one that needs scratch space
@@ -238,6 +241,9 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 		rc = edge_decap(ctx, c, path);
 		if (rc != EDGE_GO_ON)
 			return rc;
+		/* TCP: the echo that ends the path's passive RTT sample? */
+		if (c->p.key.proto == IPPROTO_TCP && c->p.l4_off)
+			edge_tcp_rtt_in(ctx, c, path - 1);
 		emc = NULL;
 		fl = decide(ctx, c, st, &emc, &rc);
 		if (!fl)

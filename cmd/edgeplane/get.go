@@ -217,22 +217,28 @@ func printPathStatus(w io.Writer, conn *client.Conn, paths []proto.Message) erro
 		return (time.Duration(v) * time.Microsecond).Round(10 * time.Microsecond).String()
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nPATH\tSTATE\tRTT\tJITTER\tMIN RTT\tLOSS\tPROBES\tSINCE\tWHY")
+	fmt.Fprintln(tw, "\nPATH\tSTATE\tRTT\tJITTER\tMIN RTT\tLOSS\tPROBES\tTCP RTT\tSINCE\tWHY")
 	for _, p := range r.GetPaths() {
 		if !listed[p.GetPath()] {
 			continue
 		}
+		// The passive RTT from the flows' TCP timestamps, with its
+		// samples; "-" before the first.
+		tcp := "-"
+		if n := p.GetTcpRttSamples(); n > 0 {
+			tcp = fmt.Sprintf("%s (%d)", us(p.GetTcpRttUs()), n)
+		}
 		if !p.GetMonitored() {
-			fmt.Fprintf(tw, "%d\t%s\t-\t-\t-\t-\t-\t-\tmonitor off\n", p.GetPath(), p.GetState())
+			fmt.Fprintf(tw, "%d\t%s\t-\t-\t-\t-\t-\t%s\t-\tmonitor off\n", p.GetPath(), p.GetState(), tcp)
 			continue
 		}
 		since := p.GetSince()
 		if t, err := time.Parse(time.RFC3339Nano, since); err == nil {
 			since = time.Since(t).Round(100*time.Millisecond).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%.1f%%\t%d/%d\t%s\t%s\n", p.GetPath(), p.GetState(),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%.1f%%\t%d/%d\t%s\t%s\t%s\n", p.GetPath(), p.GetState(),
 			us(p.GetRttUs()), us(p.GetJitterUs()), us(p.GetMinRttUs()), 100*p.GetLoss(),
-			p.GetProbesAnswered(), p.GetProbesSent(), since, p.GetWhy())
+			p.GetProbesAnswered(), p.GetProbesSent(), tcp, since, p.GetWhy())
 	}
 	return tw.Flush()
 }

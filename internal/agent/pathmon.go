@@ -47,8 +47,13 @@ type PathStatus struct {
 	Loss            float64 // over the last Window probes
 	Sent, Answered  uint64
 	TxBytes         uint64 // encapsulated onto the path so far (cmon's measure)
-	Why             string // what the last change of state was about
-	Monitored       bool   // false: monitor off (the path counts as up)
+	// TCPRTT and TCPMinRTT are the passive RTT from the TCP timestamps of
+	// the flows the path carries, smoothed and smallest, over
+	// TCPSamples samples (0: none yet).
+	TCPRTT, TCPMinRTT time.Duration
+	TCPSamples        uint64
+	Why               string // what the last change of state was about
+	Monitored         bool   // false: monitor off (the path counts as up)
 }
 
 // probeTick is the shortest time between two looks at the probe records.
@@ -67,6 +72,7 @@ type probedPath struct {
 	sentAt  []int64
 	decide  uint32 // the oldest probe without an outcome
 	next    time.Time
+	tcpNext time.Time // when to read the passive RTT next
 	judge   *pathJudge
 	status  PathStatus
 	minRTT  minWindow
@@ -229,6 +235,9 @@ func (m *pathMonitor) startPath(c config.Path, stats uint32) (*probedPath, error
 	p := &probedPath{cfg: c, mon: mon, stats: stats, fd: -1, judge: newPathJudge(mon),
 		sentAt: make([]int64, 4096)}
 	p.status = PathStatus{ID: c.ID, Since: time.Now(), Monitored: !mon.Off}
+	if err := m.dp.ClearPathTCPRTT(stats); err != nil {
+		return nil, err
+	}
 	if mon.Off {
 		p.status.State = PathUp
 		return p, nil
@@ -273,6 +282,10 @@ func (m *pathMonitor) step(now time.Time) {
 		m.steer(st)
 	}()
 	for _, p := range m.paths {
+		if !now.Before(p.tcpNext) {
+			m.readTCPRTT(p)
+			p.tcpNext = now.Add(tcpRTTEvery)
+		}
 		if p.fd < 0 {
 			continue
 		}
@@ -285,6 +298,21 @@ func (m *pathMonitor) step(now time.Time) {
 			}
 		}
 	}
+}
+
+// tcpRTTEvery is how often the monitor reads a path's passive RTT.
+const tcpRTTEvery = 100 * time.Millisecond
+
+// readTCPRTT reads path p's passive RTT into its status (a path whose
+// monitor is off has one too: its flows' timestamps need no peer).
+func (m *pathMonitor) readTCPRTT(p *probedPath) {
+	r, err := m.dp.ReadPathTCPRTT(p.stats)
+	if err != nil {
+		m.log.Error("path monitor", "path", p.cfg.ID, "error", err)
+		return
+	}
+	p.status.TCPRTT, p.status.TCPMinRTT = time.Duration(r.SrttNs), time.Duration(r.MinNs)
+	p.status.TCPSamples = r.Samples
 }
 
 // monotonic is CLOCK_MONOTONIC in ns, the clock XDP's bpf_ktime_get_ns reads.
@@ -363,8 +391,8 @@ func (m *pathMonitor) judgePath(p *probedPath, now time.Time) {
 
 // pathMetrics exposes the monitor's view of each path at scrape time.
 type pathMetrics struct {
-	m                                 *pathMonitor
-	state, srtt, jitter, minRTT, loss *prometheus.Desc
+	m                                         *pathMonitor
+	state, srtt, jitter, minRTT, loss, tcpRTT *prometheus.Desc
 }
 
 func newPathMetrics(m *pathMonitor) *pathMetrics {
@@ -378,12 +406,13 @@ func newPathMetrics(m *pathMonitor) *pathMetrics {
 		jitter: d("jitter_seconds", "RTT variation of a path's probes (RFC 6298's RTTVAR, gain 1/4)."),
 		minRTT: d("min_rtt_seconds", "Smallest round-trip time of a path's probes over the last 10-20 s (two 10 s windows)."),
 		loss:   d("loss_ratio", "Share of a path's last window of probes that went unanswered."),
+		tcpRTT: d("tcp_rtt_seconds", "Passive round-trip time of a path from the TCP timestamps of the flows it carries, far-end hosts included (smoothed, gain 1/8); absent before the first sample."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (p *pathMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{p.state, p.srtt, p.jitter, p.minRTT, p.loss} {
+	for _, d := range []*prometheus.Desc{p.state, p.srtt, p.jitter, p.minRTT, p.loss, p.tcpRTT} {
 		ch <- d
 	}
 }
@@ -398,6 +427,9 @@ func (p *pathMetrics) Collect(ch chan<- prometheus.Metric) {
 				v = 1
 			}
 			ch <- prometheus.MustNewConstMetric(p.state, prometheus.GaugeValue, v, l, name)
+		}
+		if s.TCPSamples > 0 {
+			ch <- prometheus.MustNewConstMetric(p.tcpRTT, prometheus.GaugeValue, s.TCPRTT.Seconds(), l)
 		}
 		if !s.Monitored {
 			continue
@@ -424,6 +456,7 @@ func (a *Agent) PathStatus() []*pb.PathStatus {
 			RttUs: uint64(s.SRTT.Microseconds()), JitterUs: uint64(s.Jitter.Microseconds()),
 			MinRttUs: uint64(s.MinRTT.Microseconds()), LastRttUs: uint64(s.LastRTT.Microseconds()),
 			Loss: s.Loss, ProbesSent: s.Sent, ProbesAnswered: s.Answered, Monitored: s.Monitored,
+			TcpRttUs: uint64(s.TCPRTT.Microseconds()), TcpMinRttUs: uint64(s.TCPMinRTT.Microseconds()), TcpRttSamples: s.TCPSamples,
 		})
 	}
 	return out

@@ -48,6 +48,7 @@ const (
 	benchobjMapEdgePathProbe        = "edge_path_probe"
 	benchobjMapEdgePathSeq          = "edge_path_seq"
 	benchobjMapEdgePathStats        = "edge_path_stats"
+	benchobjMapEdgePathTcpRtt       = "edge_path_tcp_rtt"
 	benchobjMapEdgePaths            = "edge_paths"
 	benchobjMapEdgePdrStats         = "edge_pdr_stats"
 	benchobjMapEdgeReasons          = "edge_reasons"
@@ -180,6 +181,7 @@ type benchobjMapSpecs struct {
 	EdgePathProbe   *ebpf.MapSpec `ebpf:"edge_path_probe"`
 	EdgePathSeq     *ebpf.MapSpec `ebpf:"edge_path_seq"`
 	EdgePathStats   *ebpf.MapSpec `ebpf:"edge_path_stats"`
+	EdgePathTcpRtt  *ebpf.MapSpec `ebpf:"edge_path_tcp_rtt"`
 	EdgePaths       *ebpf.MapSpec `ebpf:"edge_paths"`
 	EdgePdrStats    *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
@@ -254,6 +256,7 @@ type benchobjMaps struct {
 	EdgePathProbe   *ebpf.Map `ebpf:"edge_path_probe"`
 	EdgePathSeq     *ebpf.Map `ebpf:"edge_path_seq"`
 	EdgePathStats   *ebpf.Map `ebpf:"edge_path_stats"`
+	EdgePathTcpRtt  *ebpf.Map `ebpf:"edge_path_tcp_rtt"`
 	EdgePaths       *ebpf.Map `ebpf:"edge_paths"`
 	EdgePdrStats    *ebpf.Map `ebpf:"edge_pdr_stats"`
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
@@ -300,6 +303,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgePathProbe,
 		m.EdgePathSeq,
 		m.EdgePathStats,
+		m.EdgePathTcpRtt,
 		m.EdgePaths,
 		m.EdgePdrStats,
 		m.EdgeReasons,

@@ -265,6 +265,24 @@ type edgeEdgeSvcSlot struct {
 	V edgeEdgeSvc
 }
 
+type edgeEdgeTcpRtt struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+	Tsval   uint32
+	Flow    uint32
+	Ports   uint32
+	Taken   uint32
+	_       [4]byte
+	SentNs  uint64
+	Samples uint64
+	LastNs  uint64
+	SrttNs  uint64
+	MinNs   uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -295,6 +313,7 @@ const (
 	edgeMapEdgePathProbe   = "edge_path_probe"
 	edgeMapEdgePathSeq     = "edge_path_seq"
 	edgeMapEdgePathStats   = "edge_path_stats"
+	edgeMapEdgePathTcpRtt  = "edge_path_tcp_rtt"
 	edgeMapEdgePaths       = "edge_paths"
 	edgeMapEdgePdrStats    = "edge_pdr_stats"
 	edgeMapEdgeReasons     = "edge_reasons"
@@ -389,6 +408,7 @@ type edgeMapSpecs struct {
 	EdgePathProbe   *ebpf.MapSpec `ebpf:"edge_path_probe"`
 	EdgePathSeq     *ebpf.MapSpec `ebpf:"edge_path_seq"`
 	EdgePathStats   *ebpf.MapSpec `ebpf:"edge_path_stats"`
+	EdgePathTcpRtt  *ebpf.MapSpec `ebpf:"edge_path_tcp_rtt"`
 	EdgePaths       *ebpf.MapSpec `ebpf:"edge_paths"`
 	EdgePdrStats    *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
@@ -457,6 +477,7 @@ type edgeMaps struct {
 	EdgePathProbe   *ebpf.Map `ebpf:"edge_path_probe"`
 	EdgePathSeq     *ebpf.Map `ebpf:"edge_path_seq"`
 	EdgePathStats   *ebpf.Map `ebpf:"edge_path_stats"`
+	EdgePathTcpRtt  *ebpf.Map `ebpf:"edge_path_tcp_rtt"`
 	EdgePaths       *ebpf.Map `ebpf:"edge_paths"`
 	EdgePdrStats    *ebpf.Map `ebpf:"edge_pdr_stats"`
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
@@ -497,6 +518,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgePathProbe,
 		m.EdgePathSeq,
 		m.EdgePathStats,
+		m.EdgePathTcpRtt,
 		m.EdgePaths,
 		m.EdgePdrStats,
 		m.EdgeReasons,

@@ -253,6 +253,7 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgePathDedup:   dp.EdgePathDedup,
 		edgeMapEdgeDedup:       dp.EdgeDedup,
 		edgeMapEdgePathNh:      dp.EdgePathNh,
+		edgeMapEdgePathTcpRtt:  dp.EdgePathTcpRtt,
 	}
 }
 

@@ -70,3 +70,26 @@ func ProbeBody(stats uint16, seq uint32, sentNS uint64) []byte {
 func (dp *Dataplane) PathTx(stats uint32) (Counter, error) {
 	return sumCtr(dp.EdgePathStats, 2*(stats%MaxPaths))
 }
+
+// PathTCPRTT is a path's passive RTT record (struct edge_tcp_rtt): what
+// the TCP timestamps of the flows it carries showed.
+type PathTCPRTT = edgeEdgeTcpRtt
+
+// ReadPathTCPRTT reads path stats's passive RTT record (its stable
+// index), under the record's lock.
+func (dp *Dataplane) ReadPathTCPRTT(stats uint32) (PathTCPRTT, error) {
+	var r PathTCPRTT
+	if err := dp.EdgePathTcpRtt.LookupWithFlags(stats, &r, ebpf.LookupLock); err != nil {
+		return r, fmt.Errorf("read passive RTT record of path %d: %w", stats, err)
+	}
+	return r, nil
+}
+
+// ClearPathTCPRTT empties path stats's passive RTT record: a path new to
+// the monitor starts from no samples.
+func (dp *Dataplane) ClearPathTCPRTT(stats uint32) error {
+	if err := dp.EdgePathTcpRtt.Update(stats, PathTCPRTT{}, ebpf.UpdateLock); err != nil {
+		return fmt.Errorf("clear passive RTT record of path %d: %w", stats, err)
+	}
+	return nil
+}

@@ -97,6 +97,7 @@ var mapRoles = map[string]mapRole{
 	edgeMapEdgePathDedup:   {table, true},
 	edgeMapEdgeDedup:       {rebuilt, false},
 	edgeMapEdgePathNh:      {rebuilt, false},
+	edgeMapEdgePathTcpRtt:  {rebuilt, false},
 }
 
 // differs says why a map pinned by another build cannot serve as ms

@@ -609,3 +609,52 @@ func TestLabSteeringUnderTCP(t *testing.T) {
 		until("cmon, wan1 back: the window grows again", func(s float64) bool { return s > 0.8 })
 	})
 }
+
+// TestLabPassiveRTT: TCP flowing over path 1 (iperf3 from A to B, whose
+// segments and ACKs both take path 1) gives the path a passive RTT from
+// its timestamps: in `edgeplane get paths`, the API and the metrics, no
+// smaller than the probes' (the echo crosses the path both ways and
+// host B's stack) and not far above it; path 2, carrying no TCP, has
+// none.
+func TestLabPassiveRTT(t *testing.T) {
+	st := newSteeredLab(t)
+	l, gc, ctx := st.sdwanLab, st.gc, st.ctx
+	r := iperf(t, l.B, l.A, lab.AddrB, 5201, "-t", "2")
+	if r.End.SumReceived.Bytes == 0 {
+		t.Fatal("iperf3 moved nothing")
+	}
+	time.Sleep(300 * time.Millisecond) // the monitor reads it every 100 ms
+	ps, err := gc.ListPathStatus(ctx, &pb.ListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps.GetPaths() {
+		t.Logf("path %d: probes RTT %d µs (min %d); TCP RTT %d µs (min %d) over %d samples", p.GetPath(), p.GetRttUs(), p.GetMinRttUs(),
+			p.GetTcpRttUs(), p.GetTcpMinRttUs(), p.GetTcpRttSamples())
+		switch p.GetPath() {
+		case 1:
+			if p.GetTcpRttSamples() < 5 {
+				t.Errorf("path 1: %d passive RTT samples from 2 s of TCP, want several", p.GetTcpRttSamples())
+			}
+			if min, probe := p.GetTcpMinRttUs(), p.GetMinRttUs(); min < probe*8/10 || min > probe+50_000 {
+				t.Errorf("path 1: smallest TCP RTT %d µs against the probes' %d µs", min, probe)
+			}
+		case 2:
+			if p.GetTcpRttSamples() != 0 {
+				t.Errorf("path 2 carried no TCP but has %d passive RTT samples", p.GetTcpRttSamples())
+			}
+		}
+	}
+	out, err := exec.Command(edgeplaneBin, "get", "paths", "--server", "unix://"+l.APISocket(l.GWA)).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "TCP RTT") {
+		t.Errorf("get paths shows no TCP RTT column: %v\n%s", err, out)
+	}
+	t.Logf("get paths:\n%s", out)
+	raw, err := exec.Command("ip", "netns", "exec", l.GWA, "python3", "-c", pyScrape, "127.0.0.1:9090").Output()
+	if err != nil {
+		t.Fatalf("scrape gateway A: %v", err)
+	}
+	if m := string(raw); !strings.Contains(m, `edgeplane_path_tcp_rtt_seconds{path="1"}`) || strings.Contains(m, `edgeplane_path_tcp_rtt_seconds{path="2"}`) {
+		t.Errorf("metrics: want edgeplane_path_tcp_rtt_seconds for path 1 only")
+	}
+}

@@ -2538,7 +2538,13 @@ type PathStatus struct {
 	ProbesSent     uint64  `protobuf:"varint,10,opt,name=probes_sent,json=probesSent,proto3" json:"probes_sent,omitempty"`
 	ProbesAnswered uint64  `protobuf:"varint,11,opt,name=probes_answered,json=probesAnswered,proto3" json:"probes_answered,omitempty"`
 	// false: the path's monitor is off (it counts as up)
-	Monitored     bool `protobuf:"varint,12,opt,name=monitored,proto3" json:"monitored,omitempty"`
+	Monitored bool `protobuf:"varint,12,opt,name=monitored,proto3" json:"monitored,omitempty"`
+	// passive RTT from the TCP timestamps of the flows the path carries
+	// (its far end's hosts included): smoothed and smallest, in
+	// microseconds, over tcp_rtt_samples samples (0: none yet)
+	TcpRttUs      uint64 `protobuf:"varint,13,opt,name=tcp_rtt_us,json=tcpRttUs,proto3" json:"tcp_rtt_us,omitempty"`
+	TcpMinRttUs   uint64 `protobuf:"varint,14,opt,name=tcp_min_rtt_us,json=tcpMinRttUs,proto3" json:"tcp_min_rtt_us,omitempty"`
+	TcpRttSamples uint64 `protobuf:"varint,15,opt,name=tcp_rtt_samples,json=tcpRttSamples,proto3" json:"tcp_rtt_samples,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2655,6 +2661,27 @@ func (x *PathStatus) GetMonitored() bool {
 		return x.Monitored
 	}
 	return false
+}
+
+func (x *PathStatus) GetTcpRttUs() uint64 {
+	if x != nil {
+		return x.TcpRttUs
+	}
+	return 0
+}
+
+func (x *PathStatus) GetTcpMinRttUs() uint64 {
+	if x != nil {
+		return x.TcpMinRttUs
+	}
+	return 0
+}
+
+func (x *PathStatus) GetTcpRttSamples() uint64 {
+	if x != nil {
+		return x.TcpRttSamples
+	}
+	return 0
 }
 
 type ListPathStatusResponse struct {
@@ -2904,7 +2931,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\n" +
 	"\b_gre_key\"=\n" +
 	"\x11ListFlowsResponse\x12(\n" +
-	"\x05flows\x18\x01 \x03(\v2\x12.edgeplane.v1.FlowR\x05flows\"\xcc\x02\n" +
+	"\x05flows\x18\x01 \x03(\v2\x12.edgeplane.v1.FlowR\x05flows\"\xb7\x03\n" +
 	"\n" +
 	"PathStatus\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\rR\x04path\x12\x14\n" +
@@ -2921,7 +2948,11 @@ const file_edgeplane_proto_rawDesc = "" +
 	" \x01(\x04R\n" +
 	"probesSent\x12'\n" +
 	"\x0fprobes_answered\x18\v \x01(\x04R\x0eprobesAnswered\x12\x1c\n" +
-	"\tmonitored\x18\f \x01(\bR\tmonitored\"H\n" +
+	"\tmonitored\x18\f \x01(\bR\tmonitored\x12\x1c\n" +
+	"\n" +
+	"tcp_rtt_us\x18\r \x01(\x04R\btcpRttUs\x12#\n" +
+	"\x0etcp_min_rtt_us\x18\x0e \x01(\x04R\vtcpMinRttUs\x12&\n" +
+	"\x0ftcp_rtt_samples\x18\x0f \x01(\x04R\rtcpRttSamples\"H\n" +
 	"\x16ListPathStatusResponse\x12.\n" +
 	"\x05paths\x18\x01 \x03(\v2\x18.edgeplane.v1.PathStatusR\x05paths*{\n" +
 	"\x04Kind\x12\x14\n" +
