@@ -651,8 +651,10 @@ func (r *Report) Text() string {
 		}
 	}
 	if f := r.Failover; f != nil {
-		fmt.Fprintf(&sb, "failover at %.0f ms probes: gap %.0f ms (rounds %v), back gap %.0f ms; %d of %d datagrams\n",
-			f.ProbeIntervalMs, f.GapMs, f.GapsMs, f.BackGapMs, f.Received, f.Sent)
+		for _, s := range f.Series {
+			fmt.Fprintf(&sb, "failover at %.0f ms probes: gap %.0f ms (rounds %.0f; switch %.0f ms + %.0f ms longer flight), back gap %.0f ms; %d of %d datagrams\n",
+				s.ProbeIntervalMs, s.GapMs, s.GapsMs, s.SwitchMs, s.DelayDiffMs, s.BackGapMs, s.Received, s.Sent)
+		}
 	}
 	for _, g := range r.Goals {
 		bound := "limit"

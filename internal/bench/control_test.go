@@ -116,9 +116,10 @@ func goTool() string {
 }
 
 // TestBenchFailover keeps the failover part of `edgeplane bench` working:
-// one round in a lab of its own with an agent built from this tree; the
-// stream paused when wan1 was cut (the figure times a failover) and came
-// through otherwise, and the goal is reported. It asserts no speed.
+// one round at each probe interval (100 and 10 ms) in a lab of its own
+// with an agent built from this tree; the stream paused when wan1 was
+// cut (the figure times a failover) and came through otherwise, and the
+// goals are reported. It asserts no speed.
 func TestBenchFailover(t *testing.T) {
 	testutil.RequireRoot(t)
 	for _, tool := range []string{"ip", "nsenter"} {
@@ -134,13 +135,25 @@ func TestBenchFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := r.Failover
-	if f == nil || len(f.GapsMs) != 1 || f.GapMs <= 10 || f.GapMs != f.GapsMs[0] || f.ProbeIntervalMs != 100 || f.Method == "" {
+	if f == nil || f.Method == "" || len(f.Series) != 2 {
 		t.Fatalf("failover figure: %+v", f)
 	}
-	if f.Sent < 3000 || f.Received < f.Sent/2 || f.Received > f.Sent {
-		t.Errorf("stream: %d of %d datagrams arrived", f.Received, f.Sent)
-	}
-	if len(r.Goals) != 1 || r.Goals[0].Value != f.GapMs || r.Goals[0].Limit != 300 {
+	if len(r.Goals) != 2 {
 		t.Errorf("goals: %+v", r.Goals)
+	}
+	for i, want := range []struct{ interval, limit float64 }{{100, 300}, {10, 50}} {
+		s := f.Series[i]
+		if s.ProbeIntervalMs != want.interval || len(s.GapsMs) != 1 || s.GapMs <= 10 || s.GapMs != s.GapsMs[0] {
+			t.Errorf("series %d, want %.0f ms probes: %+v", i, want.interval, s)
+		}
+		if s.Sent < 3000 || s.Received < s.Sent/2 || s.Received > s.Sent {
+			t.Errorf("%.0f ms probes: %d of %d datagrams arrived", s.ProbeIntervalMs, s.Received, s.Sent)
+		}
+		if s.DelayDiffMs != 25 || s.SwitchMs != s.GapMs-25 {
+			t.Errorf("%.0f ms probes: switch %.1f ms, delay difference %.1f ms (the lab's 30 - 5)", s.ProbeIntervalMs, s.SwitchMs, s.DelayDiffMs)
+		}
+		if i < len(r.Goals) && (r.Goals[i].Value != s.SwitchMs || r.Goals[i].Limit != want.limit) {
+			t.Errorf("goal %d: %+v, want series %+v against %.0f", i, r.Goals[i], s, want.limit)
+		}
 	}
 }

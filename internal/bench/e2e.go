@@ -107,6 +107,7 @@ const (
 	methodAFP     = "AF_PACKET sender (PACKET_MMAP TX ring, TPACKET_V2, PACKET_QDISC_BYPASS, 256 frames per send); "
 	pathOurs      = "the edgeplane program (native XDP on lan0 and wan0, flow-cache hit) encapsulates and redirects to wan0; an XDP sink counts and drops"
 	pathSteered   = "as ours_*, the frames to a prefix a steer FAR sends over an active-standby steering group (table on path 1): an established steered flow"
+	pathSteeredPP = "as ours_*, the frames to a prefix a steer FAR sends over a wrr steering group (table on path 1): every packet picks its member"
 	pathRedundant = "as ours_*, the frames to a prefix a steer FAR sends over a redundant group of path 1 (wan0) and a path out of wan1 (a second veth to the sink): " +
 		"XDP encapsulates once and broadcasts through the group's devmap, the kernel copies the frame for wan1 and runs the copies' program (edge_xdp_dup) " +
 		"on each, which rewrites the outer headers for its path; the sink counts both copies, the rate is of packets (copies / 2)"
@@ -188,6 +189,7 @@ func runEndToEnd(ctx context.Context, o Options) (*EndToEnd, error) {
 		{fig: E2EFigure{Name: "kernel_live_frames", Sender: "live_frames", Path: "kernel_ip_forward", Method: methodGen + pathKernLive}, setup: e.kernelGRO, send: e.sendLive, kind: sinkUDP},
 		{fig: E2EFigure{Name: "ours_af_packet", Sender: "af_packet", Path: "xdp_gre_encap", Method: methodAFP + pathOurs}, setup: e.attachOurs, send: e.sendAFP, kind: sinkGRE},
 		{fig: E2EFigure{Name: "ours_steered_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_steered", Method: methodGen + pathSteered}, setup: e.attachOursSteered, send: e.sendLiveTo(steerDst), kind: sinkGRE},
+		{fig: E2EFigure{Name: "ours_steered_per_packet_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_steered_per_packet", Method: methodGen + pathSteeredPP}, setup: e.attachOursSteered, send: e.sendLiveTo(wrrDst), kind: sinkGRE},
 		{fig: E2EFigure{Name: "ours_redundant_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_redundant", Method: methodGen + pathRedundant}, setup: e.attachOurs, send: e.sendLiveTo(dupDst), kind: sinkGRE, copies: 2},
 		{fig: E2EFigure{Name: "kernel_af_packet", Sender: "af_packet", Path: "kernel_ip_forward", Method: methodAFP + pathKernAFP}, setup: e.detachAll, send: e.sendAFP, kind: sinkUDP},
 		{fig: E2EFigure{Name: "ceiling_live_frames", Sender: "live_frames", Path: "xdp_drop_on_lan", Method: methodGen + pathFloor}, setup: e.attachFloor, send: e.sendLive, kind: sinkUDP},
