@@ -213,4 +213,35 @@ pass:
 	return XDP_PASS;
 }
 
+/* The two ways to send a packet out of two interfaces, timed bare (no
+ * encap, no rules) for redundant steering's choice: a devmap broadcast
+ * from XDP (the kernel copies the xdp_frame per interface), or TC's
+ * bpf_clone_redirect on the skb the kernel built (an skb clone, then the
+ * original redirected). Each sends the frame as it came to wan0 and wan1;
+ * the sink counts both copies. */
+volatile const __u32 dup_if0; /* wan0 */
+volatile const __u32 dup_if1; /* wan1 */
+
+/* The broadcast's interfaces (wan0 and wan1), written by Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 2);
+} dup_tx SEC(".maps");
+
+SEC("xdp")
+int bench_dup_bcast(struct xdp_md *ctx)
+{
+	return bpf_redirect_map(&dup_tx, 0, BPF_F_BROADCAST);
+}
+
+SEC("tc")
+int bench_dup_clone(struct __sk_buff *skb)
+{
+	if (bpf_clone_redirect(skb, dup_if1, 0))
+		return 2; /* TC_ACT_SHOT */
+	return bpf_redirect(dup_if0, 0);
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

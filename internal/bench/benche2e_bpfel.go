@@ -16,14 +16,19 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	benche2eMapDupTx          = "dup_tx"
 	benche2eMapFwdPass        = "fwd_pass"
 	benche2eMapGenCount       = "gen_count"
 	benche2eMapGenSeq         = "gen_seq"
 	benche2eMapSinkCount      = "sink_count"
+	benche2eProgBenchDupBcast = "bench_dup_bcast"
+	benche2eProgBenchDupClone = "bench_dup_clone"
 	benche2eProgBenchFwd      = "bench_fwd"
 	benche2eProgBenchGen      = "bench_gen"
 	benche2eProgBenchGenNew   = "bench_gen_new"
 	benche2eProgBenchSink     = "bench_sink"
+	benche2eVarDupIf0         = "dup_if0"
+	benche2eVarDupIf1         = "dup_if1"
 	benche2eVarGenFrame       = "gen_frame"
 	benche2eVarGenIfindex     = "gen_ifindex"
 	benche2eVarSinkGreRemote  = "sink_gre_remote"
@@ -72,16 +77,19 @@ type benche2eSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benche2eProgramSpecs struct {
-	BenchFwd    *ebpf.ProgramSpec `ebpf:"bench_fwd"`
-	BenchGen    *ebpf.ProgramSpec `ebpf:"bench_gen"`
-	BenchGenNew *ebpf.ProgramSpec `ebpf:"bench_gen_new"`
-	BenchSink   *ebpf.ProgramSpec `ebpf:"bench_sink"`
+	BenchDupBcast *ebpf.ProgramSpec `ebpf:"bench_dup_bcast"`
+	BenchDupClone *ebpf.ProgramSpec `ebpf:"bench_dup_clone"`
+	BenchFwd      *ebpf.ProgramSpec `ebpf:"bench_fwd"`
+	BenchGen      *ebpf.ProgramSpec `ebpf:"bench_gen"`
+	BenchGenNew   *ebpf.ProgramSpec `ebpf:"bench_gen_new"`
+	BenchSink     *ebpf.ProgramSpec `ebpf:"bench_sink"`
 }
 
 // benche2eMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benche2eMapSpecs struct {
+	DupTx     *ebpf.MapSpec `ebpf:"dup_tx"`
 	FwdPass   *ebpf.MapSpec `ebpf:"fwd_pass"`
 	GenCount  *ebpf.MapSpec `ebpf:"gen_count"`
 	GenSeq    *ebpf.MapSpec `ebpf:"gen_seq"`
@@ -92,6 +100,8 @@ type benche2eMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benche2eVariableSpecs struct {
+	DupIf0         *ebpf.VariableSpec `ebpf:"dup_if0"`
+	DupIf1         *ebpf.VariableSpec `ebpf:"dup_if1"`
 	GenFrame       *ebpf.VariableSpec `ebpf:"gen_frame"`
 	GenIfindex     *ebpf.VariableSpec `ebpf:"gen_ifindex"`
 	SinkGreRemote  *ebpf.VariableSpec `ebpf:"sink_gre_remote"`
@@ -118,6 +128,7 @@ func (o *benche2eObjects) Close() error {
 //
 // It can be passed to loadBenche2eObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benche2eMaps struct {
+	DupTx     *ebpf.Map `ebpf:"dup_tx"`
 	FwdPass   *ebpf.Map `ebpf:"fwd_pass"`
 	GenCount  *ebpf.Map `ebpf:"gen_count"`
 	GenSeq    *ebpf.Map `ebpf:"gen_seq"`
@@ -126,6 +137,7 @@ type benche2eMaps struct {
 
 func (m *benche2eMaps) Close() error {
 	return _Benche2eClose(
+		m.DupTx,
 		m.FwdPass,
 		m.GenCount,
 		m.GenSeq,
@@ -137,6 +149,8 @@ func (m *benche2eMaps) Close() error {
 //
 // It can be passed to loadBenche2eObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benche2eVariables struct {
+	DupIf0         *ebpf.Variable `ebpf:"dup_if0"`
+	DupIf1         *ebpf.Variable `ebpf:"dup_if1"`
 	GenFrame       *ebpf.Variable `ebpf:"gen_frame"`
 	GenIfindex     *ebpf.Variable `ebpf:"gen_ifindex"`
 	SinkGreRemote  *ebpf.Variable `ebpf:"sink_gre_remote"`
@@ -147,14 +161,18 @@ type benche2eVariables struct {
 //
 // It can be passed to loadBenche2eObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benche2ePrograms struct {
-	BenchFwd    *ebpf.Program `ebpf:"bench_fwd"`
-	BenchGen    *ebpf.Program `ebpf:"bench_gen"`
-	BenchGenNew *ebpf.Program `ebpf:"bench_gen_new"`
-	BenchSink   *ebpf.Program `ebpf:"bench_sink"`
+	BenchDupBcast *ebpf.Program `ebpf:"bench_dup_bcast"`
+	BenchDupClone *ebpf.Program `ebpf:"bench_dup_clone"`
+	BenchFwd      *ebpf.Program `ebpf:"bench_fwd"`
+	BenchGen      *ebpf.Program `ebpf:"bench_gen"`
+	BenchGenNew   *ebpf.Program `ebpf:"bench_gen_new"`
+	BenchSink     *ebpf.Program `ebpf:"bench_sink"`
 }
 
 func (p *benche2ePrograms) Close() error {
 	return _Benche2eClose(
+		p.BenchDupBcast,
+		p.BenchDupClone,
 		p.BenchFwd,
 		p.BenchGen,
 		p.BenchGenNew,

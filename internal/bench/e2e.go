@@ -104,9 +104,13 @@ const (
 		"cached with the flow, where the minimal forwarder calls bpf_fib_lookup for every frame"
 	methodGen = "BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES (batch 64) of a generator that stamps the whole frame from a template every run " +
 		"(live frames recycle pages the gateway rewrote) and bpf_redirect()s it into the veth toward the gateway; "
-	methodAFP     = "AF_PACKET sender (PACKET_MMAP TX ring, TPACKET_V2, PACKET_QDISC_BYPASS, 256 frames per send); "
-	pathOurs      = "the edgeplane program (native XDP on lan0 and wan0, flow-cache hit) encapsulates and redirects to wan0; an XDP sink counts and drops"
-	pathSteered   = "as ours_*, the frames to a prefix a steer FAR sends over an active-standby steering group (table on path 1): an established steered flow"
+	methodAFP   = "AF_PACKET sender (PACKET_MMAP TX ring, TPACKET_V2, PACKET_QDISC_BYPASS, 256 frames per send); "
+	pathOurs    = "the edgeplane program (native XDP on lan0 and wan0, flow-cache hit) encapsulates and redirects to wan0; an XDP sink counts and drops"
+	pathSteered = "as ours_*, the frames to a prefix a steer FAR sends over an active-standby steering group (table on path 1): an established steered flow"
+	pathBcast   = "redundant steering's copy mechanism bare: an XDP program on lan0 redirects every frame with BPF_F_BROADCAST to a devmap of wan0 and wan1 " +
+		"(the kernel copies the xdp_frame for one), nothing else; the sink counts both copies, the rate is of packets (copies / 2)"
+	pathClone = "the other way to copy, bare: lan0 with GRO (so the veth builds an skb per frame, as for the kernel), a TC ingress program (tcx) " +
+		"bpf_clone_redirect()s the skb to wan1 and bpf_redirect()s it to wan0; the sink counts both copies, the rate is of packets (copies / 2)"
 	pathSteeredPP = "as ours_*, the frames to a prefix a steer FAR sends over a wrr steering group (table on path 1): every packet picks its member"
 	pathRedundant = "as ours_*, the frames to a prefix a steer FAR sends over a redundant group of path 1 (wan0) and a path out of wan1 (a second veth to the sink): " +
 		"XDP encapsulates once and broadcasts through the group's devmap, the kernel copies the frame for wan1 and runs the copies' program (edge_xdp_dup) " +
@@ -155,6 +159,7 @@ type e2e struct {
 	objs          benche2eObjects
 	gwLinks       []link.Link // lan0, wan0 while ours is attached
 	floorLink     link.Link   // the drop program on lan0
+	tcLink        link.Link   // the clone program on lan0's TC ingress
 	frame         []byte
 	closers       []func() error
 	alloc         rules.Allocs
@@ -191,6 +196,8 @@ func runEndToEnd(ctx context.Context, o Options) (*EndToEnd, error) {
 		{fig: E2EFigure{Name: "ours_steered_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_steered", Method: methodGen + pathSteered}, setup: e.attachOursSteered, send: e.sendLiveTo(steerDst), kind: sinkGRE},
 		{fig: E2EFigure{Name: "ours_steered_per_packet_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_steered_per_packet", Method: methodGen + pathSteeredPP}, setup: e.attachOursSteered, send: e.sendLiveTo(wrrDst), kind: sinkGRE},
 		{fig: E2EFigure{Name: "ours_redundant_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_redundant", Method: methodGen + pathRedundant}, setup: e.attachOurs, send: e.sendLiveTo(dupDst), kind: sinkGRE, copies: 2},
+		{fig: E2EFigure{Name: "xdp_broadcast_live_frames", Sender: "live_frames", Path: "xdp_devmap_broadcast", Method: methodGen + pathBcast}, setup: e.attachBcast, send: e.sendLive, kind: sinkUDP, copies: 2},
+		{fig: E2EFigure{Name: "tc_clone_live_frames", Sender: "live_frames", Path: "tc_clone_redirect", Method: methodGen + pathClone}, setup: e.attachClone, send: e.sendLive, kind: sinkUDP, copies: 2},
 		{fig: E2EFigure{Name: "kernel_af_packet", Sender: "af_packet", Path: "kernel_ip_forward", Method: methodAFP + pathKernAFP}, setup: e.detachAll, send: e.sendAFP, kind: sinkUDP},
 		{fig: E2EFigure{Name: "ceiling_live_frames", Sender: "live_frames", Path: "xdp_drop_on_lan", Method: methodGen + pathFloor}, setup: e.attachFloor, send: e.sendLive, kind: sinkUDP},
 		{fig: E2EFigure{Name: "ceiling_af_packet", Sender: "af_packet", Path: "xdp_drop_on_lan", Method: methodAFP + pathFloor}, setup: e.attachFloor, send: e.sendAFP, kind: sinkUDP},
@@ -392,6 +399,8 @@ func (e *e2e) setup() error {
 		benche2eVarGenIfindex:     e.genIf,
 		benche2eVarSinkGreRemote:  remote,
 		benche2eVarSinkGreRemote2: dupRemote.As4(),
+		benche2eVarDupIf0:         e.wan,
+		benche2eVarDupIf1:         e.wan1,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("set %s: %w", name, err)
@@ -428,6 +437,11 @@ func (e *e2e) setup() error {
 	// Devmap entries name interfaces of the namespace they are written in;
 	// next hops are shared by destination as an agent there would.
 	return e.gw.Do(func() error {
+		for _, ifi := range []uint32{e.wan, e.wan1} {
+			if err := e.objs.DupTx.Put(ifi, ifi); err != nil {
+				return fmt.Errorf("broadcast devmap: %w", err)
+			}
+		}
 		if err := e.dp.SetTx([]uint32{e.lan, e.wan, e.wan1}); err != nil {
 			return err
 		}
@@ -459,6 +473,10 @@ func (e *e2e) detachAll() error {
 	if e.floorLink != nil {
 		errs = append(errs, e.floorLink.Close())
 		e.floorLink = nil
+	}
+	if e.tcLink != nil {
+		errs = append(errs, e.tcLink.Close())
+		e.tcLink = nil
 	}
 	return errors.Join(errs...)
 }
@@ -575,6 +593,40 @@ func (e *e2e) attachGateway(prog *ebpf.Program) error {
 		e.gwLinks = append(e.gwLinks, l)
 	}
 	return nil
+}
+
+// attachBcast puts the bare broadcast on lan0 (and, as for ours, an XDP
+// program on wan0 and wan1: the sink's, which nothing reaches there).
+func (e *e2e) attachBcast() error {
+	if err := e.detachAll(); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		prog *ebpf.Program
+		idx  uint32
+	}{{e.objs.BenchDupBcast, e.lan}, {e.objs.BenchSink, e.wan}, {e.objs.BenchSink, e.wan1}} {
+		l, err := e.attachXDP(c.prog, c.idx)
+		if err != nil {
+			return err
+		}
+		e.gwLinks = append(e.gwLinks, l)
+	}
+	return nil
+}
+
+// attachClone leaves lan0 to the kernel with GRO on and puts the bare
+// clone on its TC ingress.
+func (e *e2e) attachClone() error {
+	if err := e.kernelGRO(); err != nil {
+		return err
+	}
+	return e.gw.Do(func() (err error) {
+		e.tcLink, err = link.AttachTCX(link.TCXOptions{Program: e.objs.BenchDupClone, Interface: int(e.lan), Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			err = fmt.Errorf("attach tc clone to lan0: %w", err)
+		}
+		return err
+	})
 }
 
 // attachFloor puts the counting drop program on lan0: frames end there.
