@@ -95,7 +95,8 @@ func (c *Compiler) rebuildSteering() {
 // send: its copies are made by a devmap broadcast, one per interface, and
 // rewritten for each member's path, so every member's path must leave by
 // an interface of its own and carry a key if another does (the GRE
-// header keeps its length).
+// header keeps its length); and none numbers its own packets (seq), as
+// the group's numbers are what the receiving end de-duplicates by.
 func (c *Compiler) checkRedundant(id uint32, l config.LBR, s bpf.Steer) bool {
 	at := c.lb.lbrAt[id]
 	if at == "" {
@@ -117,6 +118,10 @@ func (c *Compiler) checkRedundant(id uint32, l config.LBR, s bpf.Steer) bool {
 			ok = false
 		} else {
 			ifs[p.Ifindex] = int(i)
+		}
+		if p.Flags&bpf.PathFlagSeq != 0 {
+			c.fail(mp, fmt.Sprintf("path %d numbers its own packets (seq); a redundant group's paths carry the group's numbers, which the receiving gateway de-duplicates by", p.Id), config.CodeInvalid)
+			ok = false
 		}
 		k := int(p.Flags & bpf.PathFlagKey)
 		if keyed >= 0 && k != keyed {

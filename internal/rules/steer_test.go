@@ -100,8 +100,8 @@ limits: {flows: 1024, rules: 1024}
 
 // TestCompileRedundant: a redundant group is flagged so; its copies are
 // made one per interface and rewritten in place, so a member whose path
-// shares another member's interface, or differs in having a
-// GRE key is refused, naming the member and why.
+// shares another member's interface, numbers its own packets, or differs
+// in having a GRE key is refused, naming the member and why.
 func TestCompileRedundant(t *testing.T) {
 	lim := bpf.Limits{Flows: 1024, Rules: 1024}
 	comp, err := Build(mustParse(t, redundantCfg(", interface: wan0, key: 1", ", interface: wan1, key: 2")), resolver, NewAllocs(1024, nil, nil), lim)
@@ -114,6 +114,7 @@ func TestCompileRedundant(t *testing.T) {
 	for _, c := range []struct{ name, p1, p2, want string }{
 		{"one interface", ", interface: wan0", ", interface: wan0", "lbrs[0].members[1].far: path 2 leaves by the interface of members[0]'s path; a redundant group sends one copy per interface"},
 		{"key on one", ", interface: wan0, key: 1", ", interface: wan1", "lbrs[0].members[1].far: path 2 has no key and members[0]'s path has one; a redundant group's paths all have one or none"},
+		{"own numbers", ", interface: wan0, seq: true", ", interface: wan1", "lbrs[0].members[0].far: path 1 numbers its own packets (seq); a redundant group's paths carry the group's numbers"},
 	} {
 		_, _, err := Compile(mustParse(t, redundantCfg(c.p1, c.p2)), resolver, NewAllocs(1024, nil, nil), lim)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
