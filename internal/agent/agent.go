@@ -98,6 +98,9 @@ type Agent struct {
 	down map[healthKey]bool
 
 	backendUp *prometheus.GaugeVec
+	// dupTxReady: whether each interface redundant groups broadcast to
+	// takes redirected frames (watchDupTx).
+	dupTxReady *prometheus.GaugeVec
 
 	reloads *prometheus.CounterVec
 
@@ -208,6 +211,9 @@ func Run(ctx context.Context, opts Options) error {
 	a.backendUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "edgeplane_service_backend_up", Help: "1 if a service's backend passes its health checks (or has none), 0 while they took it out.",
 	}, []string{"service", "far"})
+	a.dupTxReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "edgeplane_redundant_tx_ready", Help: "1 if an interface a redundant group broadcasts copies to takes redirected frames (ndo_xdp_xmit), 0 if the kernel drops them there uncounted.",
+	}, []string{"interface"})
 	a.down = map[healthKey]bool{}
 	// Present from the start at 0, so alerts on reload errors have a series.
 	a.reloads.WithLabelValues("ok")
@@ -225,6 +231,7 @@ func Run(ctx context.Context, opts Options) error {
 	go a.mon.run(ctx)
 	go a.healthLoop(ctx, a.backendUp)
 	go tickFlows(ctx, a.dp, log)
+	go watchDupTx(ctx, a.dp, log, a.dupTxReady)
 
 	errc := make(chan error, 1)
 	closeMetrics, err := a.serveMetrics(errc)

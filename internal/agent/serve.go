@@ -158,6 +158,7 @@ func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 		reg.MustRegister(metrics.NewCollector(metrics.Throttle(func() (*bpf.Snapshot, error) { return a.dp.Snapshot() }, metrics.SnapshotEvery)))
 		reg.MustRegister(a.reloads)
 		reg.MustRegister(a.backendUp)
+		reg.MustRegister(a.dupTxReady)
 		reg.MustRegister(a.mon.changes, newPathMetrics(a.mon))
 		reg.MustRegister(collectors.NewGoCollector())
 		mux := http.NewServeMux()

@@ -382,3 +382,34 @@ func TestDedupWindow(t *testing.T) {
 		step("path in no group", 2, 1, fresh)
 	}
 }
+
+// TestXDPFeatures: the netdev netlink family's answer, which the agent
+// reads to tell whether a redundant group's copies can leave by an
+// interface: a veth takes redirected frames (ndo_xdp_xmit) only while
+// its peer runs NAPI, here turned on and off by GRO on the peer.
+func TestXDPFeatures(t *testing.T) {
+	h := newHarness(t, dupConfig)
+	xmit := func() bool {
+		t.Helper()
+		var f uint64
+		if err := h.ns.Do(func() (err error) { f, err = bpf.XDPFeatures(h.idx["wan1"]); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return f&bpf.XDPActNDOXmit != 0
+	}
+	if xmit() {
+		t.Fatal("wan1 takes redirected frames while its peer has neither XDP nor GRO")
+	}
+	if err := h.ns.SetGRO("wan1p", true); err != nil {
+		t.Fatal(err)
+	}
+	if !xmit() {
+		t.Error("wan1 takes no redirected frames with GRO on its peer")
+	}
+	if err := h.ns.SetGRO("wan1p", false); err != nil {
+		t.Fatal(err)
+	}
+	if xmit() {
+		t.Error("wan1 still takes redirected frames with GRO off its peer again")
+	}
+}

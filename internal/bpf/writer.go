@@ -697,6 +697,19 @@ func (w *writer) writeRedundant(t uint32, g *Generation) error {
 	return nil
 }
 
+// RedundantInterfaces returns the interfaces each redundant group's
+// broadcast devmap holds, by the group's index.
+func (dp *Dataplane) RedundantInterfaces() map[uint32][]uint32 {
+	w := dp.writer
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[uint32][]uint32, len(w.dupTx))
+	for g, ifs := range w.dupTx {
+		out[g] = slices.Clone(ifs)
+	}
+	return out
+}
+
 // devmapVal mirrors struct bpf_devmap_val: an interface and the program
 // run on frames as they leave by it.
 type devmapVal struct {

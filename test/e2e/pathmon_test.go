@@ -516,6 +516,17 @@ func TestLabRedundant(t *testing.T) {
 	if d1, d2 := tx1[1]-tx0[1], tx1[2]-tx0[2]; d1 < n || d2 < n*8/10 {
 		t.Errorf("A sent %d over path 1 and %d over path 2: want every datagram over both (and path 1's stream)", d1, d2)
 	}
+	// Both interfaces the copies leave by take redirected frames, as the
+	// agent reports.
+	raw, err := exec.Command("ip", "netns", "exec", l.GWA, "python3", "-c", pyScrape, "127.0.0.1:9090").Output()
+	if err != nil {
+		t.Fatalf("scrape gateway A: %v", err)
+	}
+	for _, itf := range []string{"wan1", "wan2"} {
+		if want := `edgeplane_redundant_tx_ready{interface="` + itf + `"} 1`; !strings.Contains(string(raw), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 // TestLabSteeringUnderTCP: the adaptive modes move load that is flowing —
