@@ -35,6 +35,9 @@ fars:
 pdrs:
   - {id: 10, precedence: 100, match: {in: lan0, dst: 10.2.0.0/16}, far: 2}
   - {id: 20, precedence: 10, match: {proto: udp, dport: 5000-5100, dscp: 46}, far: 1}
+qos_classes:
+  - {id: 1, name: control, type: urllc, dscp: 46}
+  - {id: 2, type: embb, dscp: "10,12,14,26", rate: 200mbit, quantum: 3000}
 lbrs:
   - {id: 1, algorithm: maglev, members: [{far: 4}, {far: 5, weight: 3}]}
 services:

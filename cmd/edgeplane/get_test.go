@@ -187,7 +187,7 @@ func TestPrintYAMLFeedsApply(t *testing.T) {
 			order = append(order, schema.Plural(c.kind))
 		}
 	}
-	if want := []string{"interfaces", "paths", "fars", "lbrs", "services", "pdrs"}; !reflect.DeepEqual(order, want) {
+	if want := []string{"interfaces", "paths", "fars", "lbrs", "services", "qos_classes", "pdrs"}; !reflect.DeepEqual(order, want) {
 		t.Errorf("created in the order %q, want %q", order, want)
 	}
 	var b bytes.Buffer

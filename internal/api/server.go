@@ -301,6 +301,16 @@ func (s *Server) ListServices(context.Context, *pb.ListRequest) (*pb.ListService
 	return list[*pb.ListServicesResponse](s, config.KindService)
 }
 
+// ListQosClasses implements edgeplanev1.GatewayServer.
+func (s *Server) ListQosClasses(context.Context, *pb.ListRequest) (*pb.ListQosClassesResponse, error) {
+	return list[*pb.ListQosClassesResponse](s, config.KindQoSClass)
+}
+
+// GetQosClass implements edgeplanev1.GatewayServer.
+func (s *Server) GetQosClass(_ context.Context, req *pb.GetByIDRequest) (*pb.QosClass, error) {
+	return get[*pb.QosClass](s, config.KindQoSClass, config.IDKey(req.GetId()))
+}
+
 // GetService implements edgeplanev1.GatewayServer.
 func (s *Server) GetService(_ context.Context, req *pb.GetByIDRequest) (*pb.Service, error) {
 	return get[*pb.Service](s, config.KindService, config.IDKey(req.GetId()))

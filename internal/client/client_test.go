@@ -24,13 +24,14 @@ func TestParseKind(t *testing.T) {
 		"pdr": config.KindPDR, "pdrs": config.KindPDR, "PDRs": config.KindPDR, "far": config.KindFAR, "fars": config.KindFAR,
 		"path": config.KindPath, "paths": config.KindPath, "interface": config.KindInterface, "interfaces": config.KindInterface,
 		"lbr": config.KindLBR, "LBRs": config.KindLBR, "service": config.KindService, "services": config.KindService,
+		"qos_class": config.KindQoSClass, "qos_classes": config.KindQoSClass,
 	} {
 		got, err := ParseKind(schema, in)
 		if err != nil || got != want {
 			t.Errorf("parseKind(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	const want = `unknown kind "rules" (want pdrs, services, lbrs, fars, paths or interfaces)`
+	const want = `unknown kind "rules" (want pdrs, qos_classes, services, lbrs, fars, paths or interfaces)`
 	if _, err := ParseKind(schema, "rules"); err == nil || err.Error() != want {
 		t.Errorf("parseKind(rules) error = %v, want %s", err, want)
 	}
@@ -109,7 +110,8 @@ func fieldStatus(t *testing.T, code codes.Code, msg string) error {
 	return st.Err()
 }
 
-// oldAgent is the API of an agent that predates LBRs and services.
+// oldAgent is the API of an agent that predates LBRs, services and QoS
+// classes.
 type oldAgent struct {
 	pb.GatewayClient
 }
@@ -138,11 +140,15 @@ func (oldAgent) ListServices(context.Context, *pb.ListRequest, ...grpc.CallOptio
 	return nil, status.Error(codes.Unimplemented, "unknown method ListServices")
 }
 
+func (oldAgent) ListQosClasses(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListQosClassesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "unknown method ListQosClasses")
+}
+
 func TestListAllOldAgent(t *testing.T) {
 	c := &Conn{GatewayClient: oldAgent{}, Ctx: context.Background(), flags: &Flags{Server: DefaultServer, Timeout: time.Second}}
 	o, err := c.ListAll(schema, "apply")
-	if err != nil || len(o[config.KindFAR]) != 1 || len(o[config.KindLBR])+len(o[config.KindService]) != 0 {
-		t.Errorf("listAll = %+v, %v; want far 1 and no lbrs or services", o, err)
+	if err != nil || len(o[config.KindFAR]) != 1 || len(o[config.KindLBR])+len(o[config.KindService])+len(o[config.KindQoSClass]) != 0 {
+		t.Errorf("listAll = %+v, %v; want far 1 and no lbrs, services or qos classes", o, err)
 	}
 }
 
@@ -158,7 +164,7 @@ func TestParseKindNotInAPI(t *testing.T) {
 	if k, ok := s.Lookup("gadgets"); !ok || k != "gadget" {
 		t.Fatalf("schema lacks gadgets")
 	}
-	const want = `unknown kind "gadgets" (want pdrs, services, lbrs, fars, paths or interfaces)`
+	const want = `unknown kind "gadgets" (want pdrs, qos_classes, services, lbrs, fars, paths or interfaces)`
 	if _, err := ParseKind(s, "gadgets"); err == nil || err.Error() != want {
 		t.Errorf("ParseKind(gadgets) = %v, want %s", err, want)
 	}

@@ -25,6 +25,7 @@ const (
 	KindPDR       Kind = "pdr"
 	KindLBR       Kind = "lbr"
 	KindService   Kind = "service"
+	KindQoSClass  Kind = "qos_class"
 )
 
 func (k Kind) String() string { return string(k) }

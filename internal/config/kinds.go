@@ -13,5 +13,6 @@ var builtin = NewSchema(
 	farKind,
 	lbrKind,
 	serviceKind,
+	qosKind,
 	pdrKind,
 )

@@ -15,6 +15,9 @@ type PDR struct {
 	Match Match `yaml:"match,flow"`
 	// FAR is the ID of the FAR applied to matching packets (required).
 	FAR uint32 `yaml:"far"`
+	// QoS is the id of the QoS class matching packets are in, whatever
+	// their DSCP (0: the class of their DSCP, if any).
+	QoS uint32 `yaml:"qos,omitempty"`
 }
 
 // Match is the packet classifier of a PDR. Every field is optional; an
@@ -49,6 +52,7 @@ var pdrKind = &KindOf[PDR]{
 			{Field: "match.in", Kind: KindInterface, Key: NameKey(p.Match.In)},
 			{Field: "match.in_path", Kind: KindPath, Key: IDKey(p.Match.InPath)},
 			{Field: "far", Kind: KindFAR, Key: IDKey(p.FAR)},
+			{Field: "qos", Kind: KindQoSClass, Key: IDKey(p.QoS)},
 		}
 	},
 	Capacity: func(n int, l Limits) string {

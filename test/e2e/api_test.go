@@ -122,6 +122,21 @@ func (a *apiGateway) apply(t *testing.T, ops ...*pb.Operation) (*pb.ApplyRespons
 	return a.gc.Apply(ctx, &pb.ApplyRequest{Operations: ops})
 }
 
+// rest sends a REST request with the test's token and returns the
+// status and the body.
+func (a *apiGateway) rest(t *testing.T, method, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, "http://"+apiREST+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+apiToken)
+	resp, err := a.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 func (a *apiGateway) mustApply(t *testing.T, ops ...*pb.Operation) *pb.ApplyResponse {
 	t.Helper()
 	r, err := a.apply(t, ops...)
@@ -463,17 +478,7 @@ func mustLoad(t *testing.T, path string) *config.Config {
 // path, unknown objects to 404, and JSON fields by their proto names.
 func TestAPIRESTErrors(t *testing.T) {
 	a := newAPIGateway(t, forwardConfig)
-	do := func(method, path, body string) (int, string) {
-		req, _ := http.NewRequest(method, "http://"+apiREST+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+apiToken)
-		resp, err := a.http.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	do := func(method, path, body string) (int, string) { return a.rest(t, method, path, body) }
 	code, body := do(http.MethodPost, "/v1/apply", `{"operations":[{"create":{"pdr":{"id":500,"precedence":1,"far":1,"match":{"in":"lan0","dst":"10.9.0.0/33"}}}}]}`)
 	if code != http.StatusBadRequest || !strings.Contains(body, "operations[0].create.pdr.match.dst") {
 		t.Errorf("bad CIDR: %d %s, want 400 naming operations[0].create.pdr.match.dst", code, body)
@@ -616,5 +621,36 @@ func TestAPIFlows(t *testing.T) {
 	}
 	if !strings.Contains(out, "PACKETS") || !regexp.MustCompile(fmt.Sprintf(`\s25\s+%d\n`, 25*udp4Frame(payload))).MatchString(out) {
 		t.Errorf("edgeplane flows --top 3: want the 25-packet flow's counters:\n%s", out)
+	}
+}
+
+// TestAPIQoSClasses: QoS classes are objects of the API like the others:
+// created over REST, read back over gRPC with their fields as written,
+// listed at /v1/qos-classes; a bad field is refused naming it; a PDR
+// names a class; a class a PDR names cannot be deleted.
+func TestAPIQoSClasses(t *testing.T) {
+	a := newAPIGateway(t, forwardConfig)
+	ctx, cancel := withToken(apiToken)
+	defer cancel()
+	do := func(method, path, body string) (int, string) { return a.rest(t, method, path, body) }
+	code, body := do(http.MethodPost, "/v1/apply", `{"operations":[{"create":{"qos_class":{"id":2,"type":"embb","dscp":"10,12,14","rate":"200mbit","quantum":3000}}}]}`)
+	if code != http.StatusOK {
+		t.Fatalf("create qos class: %d %s", code, body)
+	}
+	want := &pb.QosClass{Id: 2, Type: "embb", Dscp: "10,12,14", Rate: "200mbit", Quantum: 3000}
+	got, err := a.gc.GetQosClass(ctx, &pb.GetByIDRequest{Id: 2})
+	if err != nil || !proto.Equal(got, want) {
+		t.Errorf("get qos class: %v, %v; want %v", got, err, want)
+	}
+	if code, body := do(http.MethodGet, "/v1/qos-classes", ""); code != http.StatusOK || !strings.Contains(body, `"200mbit"`) {
+		t.Errorf("GET /v1/qos-classes: %d %s", code, body)
+	}
+	code, body = do(http.MethodPost, "/v1/apply", `{"operations":[{"create":{"qos_class":{"id":3,"type":"urllc","dscp":"12"}}}]}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "operations[0].create.qos_class.dscp") || !strings.Contains(body, "dscp 12 is already") {
+		t.Errorf("a code point in two classes: %d %s, want 400 naming the field", code, body)
+	}
+	a.mustApply(t, createOp(pdrObj(&pb.Pdr{Id: 88, Precedence: 3, Far: 1, Qos: 2, Match: &pb.Match{In: "lan0", Dst: "10.88.0.0/16"}})))
+	if _, err := a.apply(t, deleteOp(pb.Kind_KIND_QOS_CLASS, 2, "")); err == nil || !strings.Contains(err.Error(), "pdr 88") {
+		t.Errorf("deleting a class a PDR names: %v, want refused naming pdr 88", err)
 	}
 }

@@ -42,6 +42,7 @@ const (
 	Kind_KIND_PDR         Kind = 4
 	Kind_KIND_LBR         Kind = 5
 	Kind_KIND_SERVICE     Kind = 6
+	Kind_KIND_QOS_CLASS   Kind = 7
 )
 
 // Enum value maps for Kind.
@@ -54,6 +55,7 @@ var (
 		4: "KIND_PDR",
 		5: "KIND_LBR",
 		6: "KIND_SERVICE",
+		7: "KIND_QOS_CLASS",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -63,6 +65,7 @@ var (
 		"KIND_PDR":         4,
 		"KIND_LBR":         5,
 		"KIND_SERVICE":     6,
+		"KIND_QOS_CLASS":   7,
 	}
 )
 
@@ -1032,11 +1035,14 @@ func (x *Match) GetInPath() uint32 {
 // Pdr is a packet detection rule: the lowest precedence that matches wins
 // (equal precedence: the lower id), and its FAR is carried out.
 type Pdr struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Precedence    uint32                 `protobuf:"varint,2,opt,name=precedence,proto3" json:"precedence,omitempty"`
-	Match         *Match                 `protobuf:"bytes,3,opt,name=match,proto3" json:"match,omitempty"`
-	Far           uint32                 `protobuf:"varint,4,opt,name=far,proto3" json:"far,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Precedence uint32                 `protobuf:"varint,2,opt,name=precedence,proto3" json:"precedence,omitempty"`
+	Match      *Match                 `protobuf:"bytes,3,opt,name=match,proto3" json:"match,omitempty"`
+	Far        uint32                 `protobuf:"varint,4,opt,name=far,proto3" json:"far,omitempty"`
+	// id of the QoS class matching packets are in, whatever their DSCP; 0:
+	// the class of their DSCP, if any
+	Qos           uint32 `protobuf:"varint,5,opt,name=qos,proto3" json:"qos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1099,6 +1105,124 @@ func (x *Pdr) GetFar() uint32 {
 	return 0
 }
 
+func (x *Pdr) GetQos() uint32 {
+	if x != nil {
+		return x.Qos
+	}
+	return 0
+}
+
+// QosClass is a class of traffic for the fairness stage: a packet is in
+// the class its PDR names, else the class its DSCP is in. Each flow gets
+// `quantum` bytes a round (DRR), the class's flows together at most
+// `rate`, bursting to `burst` bytes; a flow over its share is ECN-marked
+// or dropped (`over`). A urllc class is never held back by the others.
+type QosClass struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// urllc | embb | mmtc | custom
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// code points such as "46", "10,12,14" or "40-47"
+	Dscp string `protobuf:"bytes,4,opt,name=dscp,proto3" json:"dscp,omitempty"`
+	// such as "100mbit"; empty: no limit
+	Rate string `protobuf:"bytes,5,opt,name=rate,proto3" json:"rate,omitempty"`
+	// bytes; 0: 16 quanta (with a rate)
+	Burst uint32 `protobuf:"varint,6,opt,name=burst,proto3" json:"burst,omitempty"`
+	// bytes, 64-65535; 0: 1514 (mmtc: 256)
+	Quantum uint32 `protobuf:"varint,7,opt,name=quantum,proto3" json:"quantum,omitempty"`
+	// ecn (mark CE when ECN-capable, else drop) | drop; empty: ecn
+	Over          string `protobuf:"bytes,8,opt,name=over,proto3" json:"over,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QosClass) Reset() {
+	*x = QosClass{}
+	mi := &file_edgeplane_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QosClass) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QosClass) ProtoMessage() {}
+
+func (x *QosClass) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QosClass.ProtoReflect.Descriptor instead.
+func (*QosClass) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *QosClass) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QosClass) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *QosClass) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *QosClass) GetDscp() string {
+	if x != nil {
+		return x.Dscp
+	}
+	return ""
+}
+
+func (x *QosClass) GetRate() string {
+	if x != nil {
+		return x.Rate
+	}
+	return ""
+}
+
+func (x *QosClass) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *QosClass) GetQuantum() uint32 {
+	if x != nil {
+		return x.Quantum
+	}
+	return 0
+}
+
+func (x *QosClass) GetOver() string {
+	if x != nil {
+		return x.Over
+	}
+	return ""
+}
+
 // Object is one object of any kind.
 type Object struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1110,6 +1234,7 @@ type Object struct {
 	//	*Object_Pdr
 	//	*Object_Lbr
 	//	*Object_Service
+	//	*Object_QosClass
 	Kind          isObject_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1117,7 +1242,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_edgeplane_proto_msgTypes[11]
+	mi := &file_edgeplane_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1254,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[11]
+	mi := &file_edgeplane_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1267,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{11}
+	return file_edgeplane_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -1206,6 +1331,15 @@ func (x *Object) GetService() *Service {
 	return nil
 }
 
+func (x *Object) GetQosClass() *QosClass {
+	if x != nil {
+		if x, ok := x.Kind.(*Object_QosClass); ok {
+			return x.QosClass
+		}
+	}
+	return nil
+}
+
 type isObject_Kind interface {
 	isObject_Kind()
 }
@@ -1234,6 +1368,10 @@ type Object_Service struct {
 	Service *Service `protobuf:"bytes,6,opt,name=service,proto3,oneof"`
 }
 
+type Object_QosClass struct {
+	QosClass *QosClass `protobuf:"bytes,7,opt,name=qos_class,json=qosClass,proto3,oneof"`
+}
+
 func (*Object_Interface) isObject_Kind() {}
 
 func (*Object_Path) isObject_Kind() {}
@@ -1245,6 +1383,8 @@ func (*Object_Pdr) isObject_Kind() {}
 func (*Object_Lbr) isObject_Kind() {}
 
 func (*Object_Service) isObject_Kind() {}
+
+func (*Object_QosClass) isObject_Kind() {}
 
 // Ref names one object: interfaces by name, the others by id.
 type Ref struct {
@@ -1258,7 +1398,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1410,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1423,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{12}
+	return file_edgeplane_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Ref) GetKind() Kind {
@@ -1322,7 +1462,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1474,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1487,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{13}
+	return file_edgeplane_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Operation) GetOp() isOperation_Op {
@@ -1420,7 +1560,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1572,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1585,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{14}
+	return file_edgeplane_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApplyRequest) GetOperations() []*Operation {
@@ -1474,7 +1614,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1626,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1639,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{15}
+	return file_edgeplane_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApplyResponse) GetGeneration() uint32 {
@@ -1524,7 +1664,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1676,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1689,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{16}
+	return file_edgeplane_proto_rawDescGZIP(), []int{17}
 }
 
 type GetByIDRequest struct {
@@ -1561,7 +1701,7 @@ type GetByIDRequest struct {
 
 func (x *GetByIDRequest) Reset() {
 	*x = GetByIDRequest{}
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1713,7 @@ func (x *GetByIDRequest) String() string {
 func (*GetByIDRequest) ProtoMessage() {}
 
 func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1726,7 @@ func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByIDRequest.ProtoReflect.Descriptor instead.
 func (*GetByIDRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{17}
+	return file_edgeplane_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetByIDRequest) GetId() uint32 {
@@ -1605,7 +1745,7 @@ type GetByNameRequest struct {
 
 func (x *GetByNameRequest) Reset() {
 	*x = GetByNameRequest{}
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1757,7 @@ func (x *GetByNameRequest) String() string {
 func (*GetByNameRequest) ProtoMessage() {}
 
 func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1770,7 @@ func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByNameRequest.ProtoReflect.Descriptor instead.
 func (*GetByNameRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{18}
+	return file_edgeplane_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetByNameRequest) GetName() string {
@@ -1649,7 +1789,7 @@ type ListInterfacesResponse struct {
 
 func (x *ListInterfacesResponse) Reset() {
 	*x = ListInterfacesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1801,7 @@ func (x *ListInterfacesResponse) String() string {
 func (*ListInterfacesResponse) ProtoMessage() {}
 
 func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1814,7 @@ func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInterfacesResponse.ProtoReflect.Descriptor instead.
 func (*ListInterfacesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{19}
+	return file_edgeplane_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListInterfacesResponse) GetInterfaces() []*Interface {
@@ -1693,7 +1833,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1845,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1858,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{20}
+	return file_edgeplane_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -1737,7 +1877,7 @@ type ListFarsResponse struct {
 
 func (x *ListFarsResponse) Reset() {
 	*x = ListFarsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1889,7 @@ func (x *ListFarsResponse) String() string {
 func (*ListFarsResponse) ProtoMessage() {}
 
 func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1902,7 @@ func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFarsResponse.ProtoReflect.Descriptor instead.
 func (*ListFarsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{21}
+	return file_edgeplane_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListFarsResponse) GetFars() []*Far {
@@ -1781,7 +1921,7 @@ type ListPdrsResponse struct {
 
 func (x *ListPdrsResponse) Reset() {
 	*x = ListPdrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1933,7 @@ func (x *ListPdrsResponse) String() string {
 func (*ListPdrsResponse) ProtoMessage() {}
 
 func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1946,7 @@ func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPdrsResponse.ProtoReflect.Descriptor instead.
 func (*ListPdrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{22}
+	return file_edgeplane_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListPdrsResponse) GetPdrs() []*Pdr {
@@ -1825,7 +1965,7 @@ type ListLbrsResponse struct {
 
 func (x *ListLbrsResponse) Reset() {
 	*x = ListLbrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1977,7 @@ func (x *ListLbrsResponse) String() string {
 func (*ListLbrsResponse) ProtoMessage() {}
 
 func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1990,7 @@ func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLbrsResponse.ProtoReflect.Descriptor instead.
 func (*ListLbrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{23}
+	return file_edgeplane_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListLbrsResponse) GetLbrs() []*Lbr {
@@ -1869,7 +2009,7 @@ type ListServicesResponse struct {
 
 func (x *ListServicesResponse) Reset() {
 	*x = ListServicesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2021,7 @@ func (x *ListServicesResponse) String() string {
 func (*ListServicesResponse) ProtoMessage() {}
 
 func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,12 +2034,56 @@ func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListServicesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{24}
+	return file_edgeplane_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListServicesResponse) GetServices() []*Service {
 	if x != nil {
 		return x.Services
+	}
+	return nil
+}
+
+type ListQosClassesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	QosClasses    []*QosClass            `protobuf:"bytes,1,rep,name=qos_classes,json=qosClasses,proto3" json:"qos_classes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQosClassesResponse) Reset() {
+	*x = ListQosClassesResponse{}
+	mi := &file_edgeplane_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQosClassesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQosClassesResponse) ProtoMessage() {}
+
+func (x *ListQosClassesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQosClassesResponse.ProtoReflect.Descriptor instead.
+func (*ListQosClassesResponse) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListQosClassesResponse) GetQosClasses() []*QosClass {
+	if x != nil {
+		return x.QosClasses
 	}
 	return nil
 }
@@ -1912,7 +2096,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2108,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2121,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{25}
+	return file_edgeplane_proto_rawDescGZIP(), []int{27}
 }
 
 // Counter is a packets/bytes pair.
@@ -1951,7 +2135,7 @@ type Counter struct {
 
 func (x *Counter) Reset() {
 	*x = Counter{}
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2147,7 @@ func (x *Counter) String() string {
 func (*Counter) ProtoMessage() {}
 
 func (x *Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2160,7 @@ func (x *Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counter.ProtoReflect.Descriptor instead.
 func (*Counter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{26}
+	return file_edgeplane_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Counter) GetPackets() uint64 {
@@ -2003,7 +2187,7 @@ type PdrCounter struct {
 
 func (x *PdrCounter) Reset() {
 	*x = PdrCounter{}
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2199,7 @@ func (x *PdrCounter) String() string {
 func (*PdrCounter) ProtoMessage() {}
 
 func (x *PdrCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2212,7 @@ func (x *PdrCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PdrCounter.ProtoReflect.Descriptor instead.
 func (*PdrCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{27}
+	return file_edgeplane_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PdrCounter) GetId() uint32 {
@@ -2058,7 +2242,7 @@ type PathCounter struct {
 
 func (x *PathCounter) Reset() {
 	*x = PathCounter{}
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2254,7 @@ func (x *PathCounter) String() string {
 func (*PathCounter) ProtoMessage() {}
 
 func (x *PathCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2267,7 @@ func (x *PathCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathCounter.ProtoReflect.Descriptor instead.
 func (*PathCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{28}
+	return file_edgeplane_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PathCounter) GetId() uint32 {
@@ -2126,7 +2310,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2322,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2335,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{29}
+	return file_edgeplane_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Stats) GetGeneration() uint32 {
@@ -2226,7 +2410,7 @@ type BackendCounter struct {
 
 func (x *BackendCounter) Reset() {
 	*x = BackendCounter{}
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2422,7 @@ func (x *BackendCounter) String() string {
 func (*BackendCounter) ProtoMessage() {}
 
 func (x *BackendCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2435,7 @@ func (x *BackendCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendCounter.ProtoReflect.Descriptor instead.
 func (*BackendCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{30}
+	return file_edgeplane_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BackendCounter) GetService() uint32 {
@@ -2299,7 +2483,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[31]
+	mi := &file_edgeplane_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2495,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[31]
+	mi := &file_edgeplane_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2508,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{31}
+	return file_edgeplane_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListFlowsRequest) GetTop() uint32 {
@@ -2361,7 +2545,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_edgeplane_proto_msgTypes[32]
+	mi := &file_edgeplane_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2557,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[32]
+	mi := &file_edgeplane_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2570,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{32}
+	return file_edgeplane_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Flow) GetSrc() string {
@@ -2482,7 +2666,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[33]
+	mi := &file_edgeplane_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2678,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[33]
+	mi := &file_edgeplane_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2691,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{33}
+	return file_edgeplane_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -2551,7 +2735,7 @@ type PathStatus struct {
 
 func (x *PathStatus) Reset() {
 	*x = PathStatus{}
-	mi := &file_edgeplane_proto_msgTypes[34]
+	mi := &file_edgeplane_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2747,7 @@ func (x *PathStatus) String() string {
 func (*PathStatus) ProtoMessage() {}
 
 func (x *PathStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[34]
+	mi := &file_edgeplane_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2760,7 @@ func (x *PathStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStatus.ProtoReflect.Descriptor instead.
 func (*PathStatus) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{34}
+	return file_edgeplane_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PathStatus) GetPath() uint32 {
@@ -2693,7 +2877,7 @@ type ListPathStatusResponse struct {
 
 func (x *ListPathStatusResponse) Reset() {
 	*x = ListPathStatusResponse{}
-	mi := &file_edgeplane_proto_msgTypes[35]
+	mi := &file_edgeplane_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2889,7 @@ func (x *ListPathStatusResponse) String() string {
 func (*ListPathStatusResponse) ProtoMessage() {}
 
 func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[35]
+	mi := &file_edgeplane_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2902,7 @@ func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathStatusResponse.ProtoReflect.Descriptor instead.
 func (*ListPathStatusResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{35}
+	return file_edgeplane_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListPathStatusResponse) GetPaths() []*PathStatus {
@@ -2823,21 +3007,32 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\ain_path\x18\t \x01(\rR\x06inPathB\a\n" +
 	"\x05_dscpB\n" +
 	"\n" +
-	"\b_gre_key\"r\n" +
+	"\b_gre_key\"\x84\x01\n" +
 	"\x03Pdr\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1e\n" +
 	"\n" +
 	"precedence\x18\x02 \x01(\rR\n" +
 	"precedence\x12)\n" +
 	"\x05match\x18\x03 \x01(\v2\x13.edgeplane.v1.MatchR\x05match\x12\x10\n" +
-	"\x03far\x18\x04 \x01(\rR\x03far\"\x9b\x02\n" +
+	"\x03far\x18\x04 \x01(\rR\x03far\x12\x10\n" +
+	"\x03qos\x18\x05 \x01(\rR\x03qos\"\xae\x01\n" +
+	"\bQosClass\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x12\n" +
+	"\x04dscp\x18\x04 \x01(\tR\x04dscp\x12\x12\n" +
+	"\x04rate\x18\x05 \x01(\tR\x04rate\x12\x14\n" +
+	"\x05burst\x18\x06 \x01(\rR\x05burst\x12\x18\n" +
+	"\aquantum\x18\a \x01(\rR\aquantum\x12\x12\n" +
+	"\x04over\x18\b \x01(\tR\x04over\"\xd2\x02\n" +
 	"\x06Object\x127\n" +
 	"\tinterface\x18\x01 \x01(\v2\x17.edgeplane.v1.InterfaceH\x00R\tinterface\x12(\n" +
 	"\x04path\x18\x02 \x01(\v2\x12.edgeplane.v1.PathH\x00R\x04path\x12%\n" +
 	"\x03far\x18\x03 \x01(\v2\x11.edgeplane.v1.FarH\x00R\x03far\x12%\n" +
 	"\x03pdr\x18\x04 \x01(\v2\x11.edgeplane.v1.PdrH\x00R\x03pdr\x12%\n" +
 	"\x03lbr\x18\x05 \x01(\v2\x11.edgeplane.v1.LbrH\x00R\x03lbr\x121\n" +
-	"\aservice\x18\x06 \x01(\v2\x15.edgeplane.v1.ServiceH\x00R\aserviceB\x06\n" +
+	"\aservice\x18\x06 \x01(\v2\x15.edgeplane.v1.ServiceH\x00R\aservice\x125\n" +
+	"\tqos_class\x18\a \x01(\v2\x16.edgeplane.v1.QosClassH\x00R\bqosClassB\x06\n" +
 	"\x04kind\"Q\n" +
 	"\x03Ref\x12&\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x12.edgeplane.v1.KindR\x04kind\x12\x0e\n" +
@@ -2876,7 +3071,10 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x10ListLbrsResponse\x12%\n" +
 	"\x04lbrs\x18\x01 \x03(\v2\x11.edgeplane.v1.LbrR\x04lbrs\"I\n" +
 	"\x14ListServicesResponse\x121\n" +
-	"\bservices\x18\x01 \x03(\v2\x15.edgeplane.v1.ServiceR\bservices\"\x11\n" +
+	"\bservices\x18\x01 \x03(\v2\x15.edgeplane.v1.ServiceR\bservices\"Q\n" +
+	"\x16ListQosClassesResponse\x127\n" +
+	"\vqos_classes\x18\x01 \x03(\v2\x16.edgeplane.v1.QosClassR\n" +
+	"qosClasses\"\x11\n" +
 	"\x0fGetStatsRequest\"9\n" +
 	"\aCounter\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
@@ -2954,7 +3152,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x0etcp_min_rtt_us\x18\x0e \x01(\x04R\vtcpMinRttUs\x12&\n" +
 	"\x0ftcp_rtt_samples\x18\x0f \x01(\x04R\rtcpRttSamples\"H\n" +
 	"\x16ListPathStatusResponse\x12.\n" +
-	"\x05paths\x18\x01 \x03(\v2\x18.edgeplane.v1.PathStatusR\x05paths*{\n" +
+	"\x05paths\x18\x01 \x03(\v2\x18.edgeplane.v1.PathStatusR\x05paths*\x8f\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKIND_INTERFACE\x10\x01\x12\r\n" +
@@ -2962,7 +3160,8 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\bKIND_FAR\x10\x03\x12\f\n" +
 	"\bKIND_PDR\x10\x04\x12\f\n" +
 	"\bKIND_LBR\x10\x05\x12\x10\n" +
-	"\fKIND_SERVICE\x10\x062\xe6\b\n" +
+	"\fKIND_SERVICE\x10\x06\x12\x12\n" +
+	"\x0eKIND_QOS_CLASS\x10\a2\xfe\t\n" +
 	"\aGateway\x12@\n" +
 	"\x05Apply\x12\x1a.edgeplane.v1.ApplyRequest\x1a\x1b.edgeplane.v1.ApplyResponse\x12Q\n" +
 	"\x0eListInterfaces\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListInterfacesResponse\x12G\n" +
@@ -2977,7 +3176,9 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x06GetLbr\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x11.edgeplane.v1.Lbr\x12M\n" +
 	"\fListServices\x12\x19.edgeplane.v1.ListRequest\x1a\".edgeplane.v1.ListServicesResponse\x12A\n" +
 	"\n" +
-	"GetService\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x15.edgeplane.v1.Service\x12>\n" +
+	"GetService\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x15.edgeplane.v1.Service\x12Q\n" +
+	"\x0eListQosClasses\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListQosClassesResponse\x12C\n" +
+	"\vGetQosClass\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x16.edgeplane.v1.QosClass\x12>\n" +
 	"\bGetStats\x12\x1d.edgeplane.v1.GetStatsRequest\x1a\x13.edgeplane.v1.Stats\x12L\n" +
 	"\tListFlows\x12\x1e.edgeplane.v1.ListFlowsRequest\x1a\x1f.edgeplane.v1.ListFlowsResponse\x12Q\n" +
 	"\x0eListPathStatus\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListPathStatusResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
@@ -2995,7 +3196,7 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                      // 0: edgeplane.v1.Kind
 	(*Interface)(nil),              // 1: edgeplane.v1.Interface
@@ -3009,33 +3210,35 @@ var file_edgeplane_proto_goTypes = []any{
 	(*Health)(nil),                 // 9: edgeplane.v1.Health
 	(*Match)(nil),                  // 10: edgeplane.v1.Match
 	(*Pdr)(nil),                    // 11: edgeplane.v1.Pdr
-	(*Object)(nil),                 // 12: edgeplane.v1.Object
-	(*Ref)(nil),                    // 13: edgeplane.v1.Ref
-	(*Operation)(nil),              // 14: edgeplane.v1.Operation
-	(*ApplyRequest)(nil),           // 15: edgeplane.v1.ApplyRequest
-	(*ApplyResponse)(nil),          // 16: edgeplane.v1.ApplyResponse
-	(*ListRequest)(nil),            // 17: edgeplane.v1.ListRequest
-	(*GetByIDRequest)(nil),         // 18: edgeplane.v1.GetByIDRequest
-	(*GetByNameRequest)(nil),       // 19: edgeplane.v1.GetByNameRequest
-	(*ListInterfacesResponse)(nil), // 20: edgeplane.v1.ListInterfacesResponse
-	(*ListPathsResponse)(nil),      // 21: edgeplane.v1.ListPathsResponse
-	(*ListFarsResponse)(nil),       // 22: edgeplane.v1.ListFarsResponse
-	(*ListPdrsResponse)(nil),       // 23: edgeplane.v1.ListPdrsResponse
-	(*ListLbrsResponse)(nil),       // 24: edgeplane.v1.ListLbrsResponse
-	(*ListServicesResponse)(nil),   // 25: edgeplane.v1.ListServicesResponse
-	(*GetStatsRequest)(nil),        // 26: edgeplane.v1.GetStatsRequest
-	(*Counter)(nil),                // 27: edgeplane.v1.Counter
-	(*PdrCounter)(nil),             // 28: edgeplane.v1.PdrCounter
-	(*PathCounter)(nil),            // 29: edgeplane.v1.PathCounter
-	(*Stats)(nil),                  // 30: edgeplane.v1.Stats
-	(*BackendCounter)(nil),         // 31: edgeplane.v1.BackendCounter
-	(*ListFlowsRequest)(nil),       // 32: edgeplane.v1.ListFlowsRequest
-	(*Flow)(nil),                   // 33: edgeplane.v1.Flow
-	(*ListFlowsResponse)(nil),      // 34: edgeplane.v1.ListFlowsResponse
-	(*PathStatus)(nil),             // 35: edgeplane.v1.PathStatus
-	(*ListPathStatusResponse)(nil), // 36: edgeplane.v1.ListPathStatusResponse
-	nil,                            // 37: edgeplane.v1.Stats.VerdictsEntry
-	nil,                            // 38: edgeplane.v1.Stats.ReasonsEntry
+	(*QosClass)(nil),               // 12: edgeplane.v1.QosClass
+	(*Object)(nil),                 // 13: edgeplane.v1.Object
+	(*Ref)(nil),                    // 14: edgeplane.v1.Ref
+	(*Operation)(nil),              // 15: edgeplane.v1.Operation
+	(*ApplyRequest)(nil),           // 16: edgeplane.v1.ApplyRequest
+	(*ApplyResponse)(nil),          // 17: edgeplane.v1.ApplyResponse
+	(*ListRequest)(nil),            // 18: edgeplane.v1.ListRequest
+	(*GetByIDRequest)(nil),         // 19: edgeplane.v1.GetByIDRequest
+	(*GetByNameRequest)(nil),       // 20: edgeplane.v1.GetByNameRequest
+	(*ListInterfacesResponse)(nil), // 21: edgeplane.v1.ListInterfacesResponse
+	(*ListPathsResponse)(nil),      // 22: edgeplane.v1.ListPathsResponse
+	(*ListFarsResponse)(nil),       // 23: edgeplane.v1.ListFarsResponse
+	(*ListPdrsResponse)(nil),       // 24: edgeplane.v1.ListPdrsResponse
+	(*ListLbrsResponse)(nil),       // 25: edgeplane.v1.ListLbrsResponse
+	(*ListServicesResponse)(nil),   // 26: edgeplane.v1.ListServicesResponse
+	(*ListQosClassesResponse)(nil), // 27: edgeplane.v1.ListQosClassesResponse
+	(*GetStatsRequest)(nil),        // 28: edgeplane.v1.GetStatsRequest
+	(*Counter)(nil),                // 29: edgeplane.v1.Counter
+	(*PdrCounter)(nil),             // 30: edgeplane.v1.PdrCounter
+	(*PathCounter)(nil),            // 31: edgeplane.v1.PathCounter
+	(*Stats)(nil),                  // 32: edgeplane.v1.Stats
+	(*BackendCounter)(nil),         // 33: edgeplane.v1.BackendCounter
+	(*ListFlowsRequest)(nil),       // 34: edgeplane.v1.ListFlowsRequest
+	(*Flow)(nil),                   // 35: edgeplane.v1.Flow
+	(*ListFlowsResponse)(nil),      // 36: edgeplane.v1.ListFlowsResponse
+	(*PathStatus)(nil),             // 37: edgeplane.v1.PathStatus
+	(*ListPathStatusResponse)(nil), // 38: edgeplane.v1.ListPathStatusResponse
+	nil,                            // 39: edgeplane.v1.Stats.VerdictsEntry
+	nil,                            // 40: edgeplane.v1.Stats.ReasonsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
 	3,  // 0: edgeplane.v1.Path.monitor:type_name -> edgeplane.v1.PathMonitor
@@ -3049,67 +3252,73 @@ var file_edgeplane_proto_depIdxs = []int32{
 	11, // 8: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
 	5,  // 9: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
 	8,  // 10: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
-	0,  // 11: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
-	12, // 12: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
-	12, // 13: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
-	13, // 14: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
-	14, // 15: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
-	1,  // 16: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
-	2,  // 17: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
-	4,  // 18: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
-	11, // 19: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
-	5,  // 20: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
-	8,  // 21: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
-	27, // 22: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
-	27, // 23: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
-	27, // 24: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
-	28, // 25: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	37, // 26: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	38, // 27: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
-	29, // 28: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
-	31, // 29: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
-	27, // 30: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
-	33, // 31: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
-	35, // 32: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
-	27, // 33: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	27, // 34: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	15, // 35: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	17, // 36: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	19, // 37: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	17, // 38: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	18, // 39: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	17, // 40: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	18, // 41: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	17, // 42: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	18, // 43: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	17, // 44: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	18, // 45: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	17, // 46: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	18, // 47: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	26, // 48: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	32, // 49: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	17, // 50: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
-	16, // 51: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	20, // 52: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	1,  // 53: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	21, // 54: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	2,  // 55: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	22, // 56: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	4,  // 57: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	23, // 58: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	11, // 59: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	24, // 60: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	5,  // 61: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	25, // 62: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	8,  // 63: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	30, // 64: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	34, // 65: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	36, // 66: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
-	51, // [51:67] is the sub-list for method output_type
-	35, // [35:51] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	12, // 11: edgeplane.v1.Object.qos_class:type_name -> edgeplane.v1.QosClass
+	0,  // 12: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
+	13, // 13: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
+	13, // 14: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
+	14, // 15: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
+	15, // 16: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
+	1,  // 17: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
+	2,  // 18: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
+	4,  // 19: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
+	11, // 20: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
+	5,  // 21: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
+	8,  // 22: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
+	12, // 23: edgeplane.v1.ListQosClassesResponse.qos_classes:type_name -> edgeplane.v1.QosClass
+	29, // 24: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
+	29, // 25: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
+	29, // 26: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
+	30, // 27: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
+	39, // 28: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	40, // 29: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	31, // 30: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
+	33, // 31: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
+	29, // 32: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
+	35, // 33: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
+	37, // 34: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
+	29, // 35: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	29, // 36: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	16, // 37: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	18, // 38: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	20, // 39: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	18, // 40: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	19, // 41: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	18, // 42: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	19, // 43: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	18, // 44: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	19, // 45: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	18, // 46: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	19, // 47: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	18, // 48: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	19, // 49: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	18, // 50: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
+	19, // 51: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
+	28, // 52: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	34, // 53: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	18, // 54: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
+	17, // 55: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	21, // 56: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	1,  // 57: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	22, // 58: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	2,  // 59: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	23, // 60: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	4,  // 61: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	24, // 62: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	11, // 63: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	25, // 64: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	5,  // 65: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	26, // 66: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	8,  // 67: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	27, // 68: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
+	12, // 69: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
+	32, // 70: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	36, // 71: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	38, // 72: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
+	55, // [55:73] is the sub-list for method output_type
+	37, // [37:55] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -3121,27 +3330,28 @@ func file_edgeplane_proto_init() {
 	file_edgeplane_proto_msgTypes[6].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[7].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[9].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[11].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[12].OneofWrappers = []any{
 		(*Object_Interface)(nil),
 		(*Object_Path)(nil),
 		(*Object_Far)(nil),
 		(*Object_Pdr)(nil),
 		(*Object_Lbr)(nil),
 		(*Object_Service)(nil),
+		(*Object_QosClass)(nil),
 	}
-	file_edgeplane_proto_msgTypes[13].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[14].OneofWrappers = []any{
 		(*Operation_Create)(nil),
 		(*Operation_Update)(nil),
 		(*Operation_Delete)(nil),
 	}
-	file_edgeplane_proto_msgTypes[32].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,8 @@ const (
 	Gateway_GetLbr_FullMethodName         = "/edgeplane.v1.Gateway/GetLbr"
 	Gateway_ListServices_FullMethodName   = "/edgeplane.v1.Gateway/ListServices"
 	Gateway_GetService_FullMethodName     = "/edgeplane.v1.Gateway/GetService"
+	Gateway_ListQosClasses_FullMethodName = "/edgeplane.v1.Gateway/ListQosClasses"
+	Gateway_GetQosClass_FullMethodName    = "/edgeplane.v1.Gateway/GetQosClass"
 	Gateway_GetStats_FullMethodName       = "/edgeplane.v1.Gateway/GetStats"
 	Gateway_ListFlows_FullMethodName      = "/edgeplane.v1.Gateway/ListFlows"
 	Gateway_ListPathStatus_FullMethodName = "/edgeplane.v1.Gateway/ListPathStatus"
@@ -73,6 +75,8 @@ type GatewayClient interface {
 	GetLbr(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*Lbr, error)
 	ListServices(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListServicesResponse, error)
 	GetService(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*Service, error)
+	ListQosClasses(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListQosClassesResponse, error)
+	GetQosClass(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*QosClass, error)
 	// GetStats reads every dataplane counter (summed over CPUs).
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*Stats, error)
 	// ListFlows lists the flows in the flow cache with their counters, the
@@ -221,6 +225,26 @@ func (c *gatewayClient) GetService(ctx context.Context, in *GetByIDRequest, opts
 	return out, nil
 }
 
+func (c *gatewayClient) ListQosClasses(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListQosClassesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListQosClassesResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListQosClasses_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) GetQosClass(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*QosClass, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QosClass)
+	err := c.cc.Invoke(ctx, Gateway_GetQosClass_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *gatewayClient) GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*Stats, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Stats)
@@ -277,6 +301,8 @@ type GatewayServer interface {
 	GetLbr(context.Context, *GetByIDRequest) (*Lbr, error)
 	ListServices(context.Context, *ListRequest) (*ListServicesResponse, error)
 	GetService(context.Context, *GetByIDRequest) (*Service, error)
+	ListQosClasses(context.Context, *ListRequest) (*ListQosClassesResponse, error)
+	GetQosClass(context.Context, *GetByIDRequest) (*QosClass, error)
 	// GetStats reads every dataplane counter (summed over CPUs).
 	GetStats(context.Context, *GetStatsRequest) (*Stats, error)
 	// ListFlows lists the flows in the flow cache with their counters, the
@@ -333,6 +359,12 @@ func (UnimplementedGatewayServer) ListServices(context.Context, *ListRequest) (*
 }
 func (UnimplementedGatewayServer) GetService(context.Context, *GetByIDRequest) (*Service, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetService not implemented")
+}
+func (UnimplementedGatewayServer) ListQosClasses(context.Context, *ListRequest) (*ListQosClassesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListQosClasses not implemented")
+}
+func (UnimplementedGatewayServer) GetQosClass(context.Context, *GetByIDRequest) (*QosClass, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetQosClass not implemented")
 }
 func (UnimplementedGatewayServer) GetStats(context.Context, *GetStatsRequest) (*Stats, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
@@ -598,6 +630,42 @@ func _Gateway_GetService_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ListQosClasses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListQosClasses(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListQosClasses_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListQosClasses(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_GetQosClass_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetByIDRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).GetQosClass(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_GetQosClass_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).GetQosClass(ctx, req.(*GetByIDRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Gateway_GetStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetStatsRequest)
 	if err := dec(in); err != nil {
@@ -710,6 +778,14 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetService",
 			Handler:    _Gateway_GetService_Handler,
+		},
+		{
+			MethodName: "ListQosClasses",
+			Handler:    _Gateway_ListQosClasses_Handler,
+		},
+		{
+			MethodName: "GetQosClass",
+			Handler:    _Gateway_GetQosClass_Handler,
 		},
 		{
 			MethodName: "GetStats",
