@@ -52,6 +52,12 @@ type Options struct {
 	FailoverRounds int
 	// OnlyFailover measures the failover part alone.
 	OnlyFailover bool
+	// Scenario, when "flowopt", runs the flowopt scenario alone:
+	// FlowOptFlows eMBB flow counts (nil: 20, 50 and 200) for
+	// FlowOptSeconds each (0: 10).
+	Scenario       string
+	FlowOptFlows   []int
+	FlowOptSeconds float64
 	// EdgeplaneBin is the edgeplane binary the control and failover
 	// parts run as their agents; empty: this process's own executable.
 	EdgeplaneBin string
@@ -100,8 +106,10 @@ type Report struct {
 	Control *Control `json:"control,omitempty"`
 	// Failover is absent in quick runs and with no failover rounds.
 	Failover *Failover `json:"failover,omitempty"`
-	Started  time.Time `json:"started"`
-	Seconds  float64   `json:"seconds"`
+	// FlowOpt is the flowopt scenario's (--scenario flowopt).
+	FlowOpt *FlowOpt  `json:"flowopt,omitempty"`
+	Started time.Time `json:"started"`
+	Seconds float64   `json:"seconds"`
 }
 
 // Goal states one target of the issue against the measured figures.
@@ -151,6 +159,25 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r := &Report{CPUs: runtime.NumCPU(), Repeat: o.Repeat, Rounds: o.Rounds, Started: start}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		r.Kernel = strings.TrimSpace(string(b))
+	}
+	if o.Scenario != "" {
+		if o.Scenario != "flowopt" {
+			return nil, fmt.Errorf("unknown scenario %q (want flowopt)", o.Scenario)
+		}
+		flows, secs := o.FlowOptFlows, o.FlowOptSeconds
+		if len(flows) == 0 {
+			flows = FlowOptFlows
+		}
+		if secs <= 0 {
+			secs = 10
+		}
+		r.Repeat, r.Rounds = 0, 0
+		var err error
+		if r.FlowOpt, err = runFlowOpt(ctx, o, flows, time.Duration(secs*float64(time.Second))); err != nil {
+			return nil, fmt.Errorf("flowopt: %w", err)
+		}
+		r.Seconds = time.Since(start).Seconds()
+		return r, nil
 	}
 	if o.OnlyFailover {
 		if o.FailoverRounds <= 0 {
@@ -648,6 +675,12 @@ func (r *Report) Text() string {
 		}
 		for _, b := range []Batch{c.BatchCreate, c.BatchDelete} {
 			fmt.Fprintf(&sb, "%-36s %6d ops in one Apply: %.1f ms (agent %.1f ms)\n", b.Name, b.Ops, b.Ms, b.ServerCommitMs)
+		}
+	}
+	if f := r.FlowOpt; f != nil {
+		for _, x := range f.Runs {
+			fmt.Fprintf(&sb, "flowopt %s, %d eMBB flows through %s: %.1f Mbit/s, Jain %.3f; URLLC mean %.2f ms p50 %.2f ms p99 %.2f ms (%d of %d answered); mMTC %d of %d; softirq spread %.2f\n",
+				x.Mode, x.EMBBFlows, f.Rate, x.EMBBMbps, x.Jain, x.URLLCMeanMs, x.URLLCP50Ms, x.URLLCP99Ms, x.URLLCAnswer, x.URLLCSent, x.MMTCReceived, x.MMTCSent, x.SoftirqSpread)
 		}
 	}
 	if f := r.Failover; f != nil {

@@ -157,3 +157,41 @@ func TestBenchFailover(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchFlowOpt keeps the flowopt scenario working: one short run of
+// the mixed workload (4 eMBB flows) in a lab of its own with an agent
+// built from this tree; every measure is there and consistent (Jain's
+// index within 1/n-1, percentiles in order, answers and receipts at most
+// what was sent). It asserts no speed.
+func TestBenchFlowOpt(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, tool := range []string{"ip", "nsenter", "iperf3"} {
+		testutil.RequireTool(t, tool)
+	}
+	bin := filepath.Join(t.TempDir(), "edgeplane")
+	build := exec.Command(goTool(), "build", "-buildvcs=false", "-o", bin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build edgeplane: %v\n%s", err, out)
+	}
+	r, err := Run(context.Background(), Options{Scenario: "flowopt", FlowOptFlows: []int{4}, FlowOptSeconds: 3, EdgeplaneBin: bin, Log: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := r.FlowOpt
+	if f == nil || f.Method == "" || len(f.Runs) != 1 {
+		t.Fatalf("flowopt: %+v", f)
+	}
+	x := f.Runs[0]
+	if x.Mode != "off" || x.EMBBFlows != 4 || x.EMBBMbps <= 0 || x.Jain < 0.25 || x.Jain > 1.000001 {
+		t.Errorf("eMBB: %+v", x)
+	}
+	if x.URLLCSent < 1000 || x.URLLCAnswer == 0 || x.URLLCAnswer > x.URLLCSent || x.URLLCP50Ms <= 0 || x.URLLCP99Ms < x.URLLCP50Ms {
+		t.Errorf("URLLC: %+v", x)
+	}
+	if x.MMTCSent == 0 || x.MMTCReceived == 0 || x.MMTCReceived > x.MMTCSent || x.MMTCSources != 100 {
+		t.Errorf("mMTC: %+v", x)
+	}
+	if len(x.SoftirqMs) == 0 || x.SoftirqSpread < 1 {
+		t.Errorf("softirq: %v, spread %.2f", x.SoftirqMs, x.SoftirqSpread)
+	}
+}

@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -55,23 +56,16 @@ const methodFailover = "the SD-WAN lab (two agents, the WAN emulator; wan1 5 ms,
 // runFailover brings up a lab of its own, measures rounds failovers and
 // takes the lab down.
 func runFailover(ctx context.Context, o Options, rounds int) (f *Failover, err error) {
-	bin := o.EdgeplaneBin
-	if bin == "" {
-		if bin, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("find the edgeplane binary: %w", err)
-		}
+	l, err := ownLab(ctx, o, "bf")
+	if err != nil {
+		return nil, err
 	}
-	cfg := lab.DefaultConfig()
-	cfg.Name = fmt.Sprintf("bf%d", os.Getpid()%1000)
-	l := lab.NewSDWAN(cfg, bin)
+	cfg := l.Cfg
 	defer func() {
 		if derr := l.Down(); derr != nil && err == nil {
 			err = fmt.Errorf("lab down: %w", derr)
 		}
 	}()
-	if _, err := l.Up(ctx); err != nil {
-		return nil, fmt.Errorf("lab up: %w", err)
-	}
 	conn, err := grpc.NewClient("unix://"+l.APISocket(l.GWA), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
@@ -181,4 +175,24 @@ func failoverGoals(f *Failover) []Goal {
 			Value: s.SwitchMs, Limit: max(3*s.ProbeIntervalMs, 50)})
 	}
 	return g
+}
+
+// ownLab brings up an SD-WAN lab of the bench's own with the lab's
+// defaults, named prefix and this process's id (the agents run o's
+// edgeplane binary, or this one); the caller takes it down.
+func ownLab(ctx context.Context, o Options, prefix string) (*lab.SDWAN, error) {
+	bin := o.EdgeplaneBin
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find the edgeplane binary: %w", err)
+		}
+	}
+	cfg := lab.DefaultConfig()
+	cfg.Name = fmt.Sprintf("%s%d", prefix, os.Getpid()%1000)
+	l := lab.NewSDWAN(cfg, bin)
+	if _, err := l.Up(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("lab up: %w", err), l.Down())
+	}
+	return l, nil
 }

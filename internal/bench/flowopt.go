@@ -1,0 +1,403 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edgeplane/edgeplane/internal/lab"
+	"github.com/edgeplane/edgeplane/internal/topo"
+	"github.com/edgeplane/edgeplane/internal/wanem"
+)
+
+// FlowOpt is the flowopt scenario (issue 16): a mixed 5G workload through
+// the lab's wan1, rate-limited so the emulator's queue is the bottleneck,
+// at each count of eMBB flows. Runs are by mode; this build has FlowOpt's
+// modules still to come, so every run is "off": the baseline the modules
+// will be set beside in the same run.
+type FlowOpt struct {
+	Method string       `json:"method"`
+	Rate   string       `json:"bottleneck_rate"`
+	Runs   []FlowOptRun `json:"runs"`
+}
+
+// FlowOptRun is one run of the workload.
+type FlowOptRun struct {
+	Mode      string  `json:"mode"`
+	EMBBFlows int     `json:"embb_flows"`
+	Seconds   float64 `json:"seconds"`
+	// eMBB: TCP streams (iperf3) A -> B; their aggregate goodput and
+	// Jain's fairness index over the streams' goodputs.
+	EMBBMbps float64 `json:"embb_mbps"`
+	Jain     float64 `json:"jain"`
+	// URLLC: 64-byte UDP requests at 1 kHz, answered by B; round trips.
+	URLLCSent   int     `json:"urllc_sent"`
+	URLLCAnswer int     `json:"urllc_answered"`
+	URLLCMeanMs float64 `json:"urllc_mean_ms"`
+	URLLCP50Ms  float64 `json:"urllc_p50_ms"`
+	URLLCP99Ms  float64 `json:"urllc_p99_ms"`
+	// mMTC: Poisson bursts of 64-byte UDP datagrams from many source
+	// addresses.
+	MMTCSources  int `json:"mmtc_sources"`
+	MMTCSent     int `json:"mmtc_sent"`
+	MMTCReceived int `json:"mmtc_received"`
+	// SoftirqMs is each CPU's softirq time during the run (every
+	// namespace's: the lab shares the machine's CPUs), SoftirqSpread the
+	// largest over the smallest.
+	SoftirqMs     []float64 `json:"softirq_ms"`
+	SoftirqSpread float64   `json:"softirq_spread"`
+}
+
+const methodFlowOpt = "the SD-WAN lab (defaults: wan1 5 ms, wan2 30 ms one way) with wan1 held to the bottleneck rate both ways " +
+	"(the emulator's queue); eMBB: iperf3 TCP streams from host A to B (default PDR: path 1, at most 100 a client); URLLC: 64-byte UDP " +
+	"requests at 1 kHz from A (source port 7050) to an echo on B (port 7000), both ways over path 1 (the lab's steered ports), " +
+	"round trips timed at A; mMTC: Poisson bursts (20 a second, 20 datagrams of 64 bytes each) from 100 addresses of host A to B " +
+	"port 7001 (path 1); softirq time per CPU from /proc/stat"
+
+// FlowOptFlows are the eMBB flow counts of the scenario.
+var FlowOptFlows = []int{20, 50, 200}
+
+// runFlowOpt brings up a lab of its own, runs the workload at each count
+// of eMBB flows for d and takes the lab down.
+func runFlowOpt(ctx context.Context, o Options, flows []int, d time.Duration) (f *FlowOpt, err error) {
+	l, err := ownLab(ctx, o, "bo")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if derr := l.Down(); derr != nil && err == nil {
+			err = fmt.Errorf("lab down: %w", derr)
+		}
+	}()
+	const rate = "50mbit"
+	r := rate
+	if _, err := l.SetLink("wan1", wanem.Both, lab.LinkChange{Rate: &r}); err != nil {
+		return nil, err
+	}
+	// mMTC's sources: addresses of host A.
+	const sources = 100
+	for i := range sources {
+		if _, err := topo.Output(ctx, l.A, "ip", "addr", "add", fmt.Sprintf("10.1.0.%d/24", 100+i), "dev", lab.HostIf); err != nil {
+			return nil, fmt.Errorf("mmtc source address: %w", err)
+		}
+	}
+	f = &FlowOpt{Method: methodFlowOpt, Rate: rate}
+	for _, n := range flows {
+		run, err := flowOptRun(ctx, l, n, sources, d)
+		if err != nil {
+			return nil, fmt.Errorf("%d eMBB flows: %w", n, err)
+		}
+		o.Log("flowopt off, %d eMBB flows: %.1f Mbit/s, Jain %.3f; URLLC p50 %.2f ms p99 %.2f ms (%d/%d); mMTC %d/%d",
+			n, run.EMBBMbps, run.Jain, run.URLLCP50Ms, run.URLLCP99Ms, run.URLLCAnswer, run.URLLCSent, run.MMTCReceived, run.MMTCSent)
+		f.Runs = append(f.Runs, *run)
+	}
+	return f, nil
+}
+
+// flowOptRun runs the workload once with n eMBB flows.
+func flowOptRun(ctx context.Context, l *lab.SDWAN, n, sources int, d time.Duration) (*FlowOptRun, error) {
+	run := &FlowOptRun{Mode: "off", EMBBFlows: n, Seconds: d.Seconds(), MMTCSources: sources}
+	// Receivers on B: the URLLC echo and the mMTC sink.
+	var echo, sink *net.UDPConn
+	if err := topo.Do(l.B, func() (err error) {
+		if echo, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(lab.AddrB), Port: 7000}); err != nil {
+			return err
+		}
+		sink, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(lab.AddrB), Port: 7001})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("receivers on B: %w", err)
+	}
+	defer echo.Close()
+	defer sink.Close()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			m, from, err := echo.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			_, _ = echo.WriteToUDP(buf[:m], from)
+		}
+	}()
+	var sunk int
+	var sunkMu sync.Mutex
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, err := sink.Read(buf); err != nil {
+				return
+			}
+			sunkMu.Lock()
+			sunk++
+			sunkMu.Unlock()
+		}
+	}()
+
+	// eMBB servers: one iperf3 per 100 flows.
+	var chunks []int
+	for left := n; left > 0; left -= 100 {
+		chunks = append(chunks, min(left, 100))
+	}
+	for i := range chunks {
+		srv := exec.CommandContext(ctx, "ip", "netns", "exec", l.B, "iperf3", "-s", "-1", "-p", strconv.Itoa(5301+i))
+		if err := srv.Start(); err != nil {
+			return nil, err
+		}
+		defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	}
+	time.Sleep(300 * time.Millisecond) // the servers listen
+
+	soft0, err := softirqMs()
+	if err != nil {
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(chunks)+2)
+	rates := make([][]float64, len(chunks))
+	for i, c := range chunks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := exec.CommandContext(ctx, "ip", "netns", "exec", l.A, "iperf3", "-c", lab.AddrB, "-p", strconv.Itoa(5301+i),
+				"-P", strconv.Itoa(c), "-t", strconv.Itoa(int(d.Seconds())), "-J").Output()
+			if err != nil {
+				errs <- fmt.Errorf("iperf3: %w (%s)", err, firstLine(out))
+				return
+			}
+			rates[i], err = iperfStreams(out)
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	var rtts []time.Duration
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		var err error
+		run.URLLCSent, rtts, err = urllc(l, d)
+		if err != nil {
+			errs <- err
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		var err error
+		if run.MMTCSent, err = mmtc(l, sources, d); err != nil {
+			errs <- err
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return nil, err
+	}
+	time.Sleep(200 * time.Millisecond) // the last mMTC datagrams
+	soft1, err := softirqMs()
+	if err != nil {
+		return nil, err
+	}
+
+	var all []float64
+	for _, r := range rates {
+		all = append(all, r...)
+	}
+	if len(all) != n {
+		return nil, fmt.Errorf("iperf3 reported %d streams, want %d", len(all), n)
+	}
+	sum, sq := 0.0, 0.0
+	for _, x := range all {
+		sum += x
+		sq += x * x
+	}
+	run.EMBBMbps = sum / 1e6
+	if sq > 0 {
+		run.Jain = sum * sum / (float64(len(all)) * sq)
+	}
+	run.URLLCAnswer = len(rtts)
+	if len(rtts) > 0 {
+		sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
+		var tot time.Duration
+		for _, r := range rtts {
+			tot += r
+		}
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		run.URLLCMeanMs = ms(tot / time.Duration(len(rtts)))
+		run.URLLCP50Ms = ms(rtts[len(rtts)/2])
+		run.URLLCP99Ms = ms(rtts[min(len(rtts)-1, len(rtts)*99/100)])
+	}
+	sunkMu.Lock()
+	run.MMTCReceived = sunk
+	sunkMu.Unlock()
+	lo, hi := math.Inf(1), 0.0
+	for i := range soft1 {
+		v := soft1[i] - soft0[i]
+		run.SoftirqMs = append(run.SoftirqMs, v)
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	if lo > 0 {
+		run.SoftirqSpread = hi / lo
+	}
+	return run, nil
+}
+
+// urllc sends a 64-byte request every millisecond for d from host A
+// (source port 7050) to B's echo and returns the requests sent and the
+// round trips of those answered.
+func urllc(l *lab.SDWAN, d time.Duration) (int, []time.Duration, error) {
+	var c *net.UDPConn
+	if err := topo.Do(l.A, func() (err error) {
+		c, err = net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(lab.AddrA), Port: 7050}, &net.UDPAddr{IP: net.ParseIP(lab.AddrB), Port: 7000})
+		return err
+	}); err != nil {
+		return 0, nil, fmt.Errorf("urllc client: %w", err)
+	}
+	defer c.Close()
+	start := time.Now()
+	var mu sync.Mutex
+	var rtts []time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 128)
+		for {
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			m, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if m >= 8 {
+				sent := time.Duration(binary.BigEndian.Uint64(buf))
+				mu.Lock()
+				rtts = append(rtts, time.Since(start)-sent)
+				mu.Unlock()
+			}
+		}
+	}()
+	req := make([]byte, 64)
+	sent := 0
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for time.Since(start) < d {
+		<-tick.C
+		binary.BigEndian.PutUint64(req, uint64(time.Since(start)))
+		if _, err := c.Write(req); err == nil {
+			sent++
+		}
+	}
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	return sent, rtts, nil
+}
+
+// mmtc sends Poisson bursts (20 a second on average) of 20 datagrams of
+// 64 bytes, each from one of sources addresses of host A, to B's port
+// 7001 for d, and returns the datagrams sent.
+func mmtc(l *lab.SDWAN, sources int, d time.Duration) (int, error) {
+	conns := make([]*net.UDPConn, sources)
+	if err := topo.Do(l.A, func() error {
+		for i := range conns {
+			c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(fmt.Sprintf("10.1.0.%d", 100+i))}, &net.UDPAddr{IP: net.ParseIP(lab.AddrB), Port: 7001})
+			if err != nil {
+				return err
+			}
+			conns[i] = c
+		}
+		return nil
+	}); err != nil {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return 0, fmt.Errorf("mmtc senders: %w", err)
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	rng := rand.New(rand.NewPCG(16, 5))
+	msg := make([]byte, 64)
+	sent := 0
+	for start := time.Now(); time.Since(start) < d; {
+		time.Sleep(time.Duration(rng.ExpFloat64() * float64(50*time.Millisecond)))
+		for range 20 {
+			if _, err := conns[rng.IntN(sources)].Write(msg); err == nil {
+				sent++
+			}
+		}
+	}
+	return sent, nil
+}
+
+// iperfStreams returns each stream's goodput (bits per second at the
+// receiver) from an iperf3 -J report.
+func iperfStreams(out []byte) ([]float64, error) {
+	var r struct {
+		Error string `json:"error"`
+		End   struct {
+			Streams []struct {
+				Receiver struct {
+					BitsPerSecond float64 `json:"bits_per_second"`
+				} `json:"receiver"`
+			} `json:"streams"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return nil, fmt.Errorf("iperf3 report: %w", err)
+	}
+	if r.Error != "" {
+		return nil, errors.New("iperf3: " + r.Error)
+	}
+	var v []float64
+	for _, s := range r.End.Streams {
+		v = append(v, s.Receiver.BitsPerSecond)
+	}
+	return v, nil
+}
+
+// softirqMs returns each CPU's softirq time so far, in ms (/proc/stat).
+func softirqMs() ([]float64, error) {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []float64
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fs := strings.Fields(s.Text())
+		if len(fs) < 8 || !strings.HasPrefix(fs[0], "cpu") || fs[0] == "cpu" {
+			continue
+		}
+		v, err := strconv.ParseFloat(fs[7], 64)
+		if err != nil {
+			return nil, fmt.Errorf("/proc/stat %s: %w", fs[0], err)
+		}
+		out = append(out, v*1000/100) // USER_HZ is 100 on Linux
+	}
+	return out, s.Err()
+}
+
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(string(b), "\n")
+	return s
+}
