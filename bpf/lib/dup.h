@@ -43,15 +43,15 @@ static __always_inline const struct edge_path *dup_path(__u32 gen, __u32 fi)
 }
 
 /* dup_hop_fresh tells whether nh is path's next hop for this FIB epoch
- * and an outer packet of olen bytes. */
+ * and an outer packet of olen bytes (nh_valid, keyed as encap keys a
+ * path's next hop). */
 static __always_inline int dup_hop_fresh(const struct edge_nh *nh,
 					 const struct edge_path *path,
 					 __u32 epoch, __u32 olen)
 {
-	return nh && nh->fib_epoch == epoch &&
-	       nh->key[0] == (path->local | (__u64)path->remote << 32) &&
-	       !nh->key[1] && !nh->key[2] && nh->want_oif == path->ifindex &&
-	       olen <= nh->ok_len;
+	__u64 key[3] = {path->local | (__u64)path->remote << 32, 0, 0};
+
+	return nh_valid(nh, key, path->ifindex, epoch, olen);
 }
 
 /* edge_dup_hops makes the next hop of each member in ok of redundant

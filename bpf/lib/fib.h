@@ -89,13 +89,21 @@ static __always_inline int next_hop_ok(const struct edge_flow *fl, __u32 oif,
  * destination's) into fl when it was resolved in this FIB epoch for the
  * same key and want_oif and passed the MTU check for len3: a new flow
  * then skips the FIB. Returns 1 when taken. */
+/* nh_valid tells whether nh holds the next hop for key and want_oif,
+ * resolved in this FIB epoch, that passed the MTU check for len3. */
+static __always_inline int nh_valid(const struct edge_nh *nh, const __u64 *key,
+				    __u32 want_oif, __u32 epoch, __u32 len3)
+{
+	return nh && nh->fib_epoch == epoch && nh->key[0] == key[0] &&
+	       nh->key[1] == key[1] && nh->key[2] == key[2] &&
+	       nh->want_oif == want_oif && len3 <= nh->ok_len;
+}
+
 static __always_inline int nh_take(const struct edge_nh *nh, const __u64 *key,
 				   __u32 want_oif, __u32 epoch, __u32 len3,
 				   struct edge_flow *fl)
 {
-	if (!nh || nh->fib_epoch != epoch || nh->key[0] != key[0] ||
-	    nh->key[1] != key[1] || nh->key[2] != key[2] ||
-	    nh->want_oif != want_oif || len3 > nh->ok_len)
+	if (!nh_valid(nh, key, want_oif, epoch, len3))
 		return 0;
 	fl->fib_epoch = epoch;
 	fl->oif = nh->oif;

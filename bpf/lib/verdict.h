@@ -18,6 +18,16 @@ static __always_inline struct edge_ctx *edge_ctx_get(void)
 	return bpf_map_lookup_elem(&edge_ctx, &zero);
 }
 
+/* edge_ctx_of returns the context whose packet p is (p is its first
+ * member): a stage given only the packet reaches its context without
+ * another map lookup. */
+static __always_inline struct edge_ctx *edge_ctx_of(const struct edge_pkt *p)
+{
+	_Static_assert(__builtin_offsetof(struct edge_ctx, p) == 0,
+		       "edge_ctx_of: p is edge_ctx's first member");
+	return (struct edge_ctx *)p;
+}
+
 /* FAR slot stride (limits.rules), set by the agent before load: FAR i of
  * slot s is edge_fars[s * far_stride + i]. */
 volatile const __u32 far_stride = 65536;

@@ -24,12 +24,7 @@ func TestBenchControl(t *testing.T) {
 	for _, tool := range []string{"ip", "nsenter"} {
 		testutil.RequireTool(t, tool)
 	}
-	// The test binary is not edgeplane: build the real one for the agent.
-	bin := filepath.Join(t.TempDir(), "edgeplane")
-	build := exec.Command(goTool(), "build", "-buildvcs=false", "-o", bin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build edgeplane: %v\n%s", err, out)
-	}
+	bin := buildEdgeplane(t)
 
 	const ops, paced, batch = 50, 10, 1000
 	r, err := Run(context.Background(), Options{OnlyControl: true, ControlOps: ops, ControlPaced: paced, ControlBatch: batch,
@@ -125,11 +120,7 @@ func TestBenchFailover(t *testing.T) {
 	for _, tool := range []string{"ip", "nsenter"} {
 		testutil.RequireTool(t, tool)
 	}
-	bin := filepath.Join(t.TempDir(), "edgeplane")
-	build := exec.Command(goTool(), "build", "-buildvcs=false", "-o", bin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build edgeplane: %v\n%s", err, out)
-	}
+	bin := buildEdgeplane(t)
 	r, err := Run(context.Background(), Options{OnlyFailover: true, FailoverRounds: 1, EdgeplaneBin: bin, Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)
@@ -168,11 +159,7 @@ func TestBenchFlowOpt(t *testing.T) {
 	for _, tool := range []string{"ip", "nsenter", "iperf3"} {
 		testutil.RequireTool(t, tool)
 	}
-	bin := filepath.Join(t.TempDir(), "edgeplane")
-	build := exec.Command(goTool(), "build", "-buildvcs=false", "-o", bin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build edgeplane: %v\n%s", err, out)
-	}
+	bin := buildEdgeplane(t)
 	r, err := Run(context.Background(), Options{Scenario: "flowopt", FlowOptFlows: []int{4}, FlowOptSeconds: 3, EdgeplaneBin: bin, Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)
@@ -194,4 +181,16 @@ func TestBenchFlowOpt(t *testing.T) {
 	if len(x.SoftirqMs) == 0 || x.SoftirqSpread < 1 {
 		t.Errorf("softirq: %v, spread %.2f", x.SoftirqMs, x.SoftirqSpread)
 	}
+}
+
+// buildEdgeplane builds the edgeplane binary from this tree for the
+// agents a part of the bench runs (the test binary is not edgeplane).
+func buildEdgeplane(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "edgeplane")
+	build := exec.Command(goTool(), "build", "-buildvcs=false", "-o", bin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build edgeplane: %v\n%s", err, out)
+	}
+	return bin
 }

@@ -52,6 +52,11 @@ type QoSClass struct {
 	Over string `yaml:"over,omitempty"`
 }
 
+// MaxQoSClasses bounds the classes: as many as there are DSCP code
+// points, each a flow's class index in a byte of the dataplane's flow
+// entry.
+const MaxQoSClasses = 64
+
 // Quantum bounds and defaults: a full Ethernet frame a round for bulk
 // flows, a small one for mMTC sources.
 const (
@@ -86,6 +91,12 @@ var qosKind = func() *KindOf[QoSClass] {
 		Plural:   "qos_classes",
 		KeyField: "id",
 		Check:    checkQoSClass,
+		Capacity: func(n int, _ Limits) string {
+			if n > MaxQoSClasses {
+				return fmt.Sprintf("%d qos classes, at most %d", n, MaxQoSClasses)
+			}
+			return ""
+		},
 		Columns: []Column[QoSClass]{
 			{Name: "ID", Value: func(c *QoSClass) string { return always(c.ID) }},
 			{Name: "NAME", Value: func(c *QoSClass) string { return c.Name }, Unset: "-"},

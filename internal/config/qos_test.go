@@ -3,6 +3,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -68,6 +69,13 @@ pdrs:
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
+	}
+	var many strings.Builder
+	for i := range MaxQoSClasses + 1 {
+		fmt.Fprintf(&many, "{id: %d, type: custom}, ", i+1)
+	}
+	if _, err := Parse([]byte(qosBase + "qos_classes: [" + many.String() + "]\n")); err == nil || !strings.Contains(err.Error(), "65 qos classes, at most 64") {
+		t.Errorf("65 classes: %v, want refused", err)
 	}
 	if _, err := Parse([]byte(qosBase + "pdrs: [{id: 10, far: 1, qos: 9}]\n")); err == nil || !strings.Contains(err.Error(), "pdrs[0].qos: no qos_class with id 9") {
 		t.Errorf("a PDR naming no class: %v", err)
