@@ -66,7 +66,8 @@ build: deps
 ## test: every test, as root; fails if any test skipped.
 test: build
 	@rm -f $(TESTLOG)
-	set -o pipefail; $(GO) test $(GOFLAGS) -count=1 -p 1 -timeout 30m -v ./... 2>&1 | tee $(TESTLOG) | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' | grep -v '^=== RUN'
+	set -o pipefail; $(GO) test $(GOFLAGS) -count=1 -p 1 -timeout 30m -v ./... 2>&1 | tee $(TESTLOG) | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' | grep -v '^=== RUN' \
+		|| { awk -f .ci/failures.awk $(TESTLOG); exit 1; }
 	$(MAKE) --no-print-directory fuzz
 	@skips=$$(grep -c -- '--- SKIP' $(TESTLOG) || true); \
 	if [ "$$skips" != "0" ]; then echo "FAIL: $$skips test(s) skipped:"; grep -A2 -- '--- SKIP' $(TESTLOG); exit 1; fi

@@ -90,14 +90,21 @@ func (j *pathJudge) loss() float64 {
 // downAfter is how many unanswered probes in a row take the path down:
 // the configured number, or more on a path that loses probes at random
 // anyway, so that its own random loss makes such a run rarer than once
-// in 1,000 probes. A clean path is down after DownAfter whatever its
-// loss up to 3 %; one losing 19 % of its probes (10 % each way) after 5,
-// not after 2 with a 3.6 % chance at every probe. At most 4 × DownAfter.
+// in 5,000 probes (at 10 probes a second, a false outage every ~8
+// minutes at most; once in 1,000 made one in ten 5-second lab runs over
+// two paths losing 10 % each way see a path go down). A clean path is
+// down after DownAfter (2) whatever its loss up to 1.4 %; one losing
+// 19 % of its probes (10 % each way) after 6, not after 2 with a 3.6 %
+// chance at every probe. At most 4 × DownAfter.
 //
 // The random loss p is told from the onsets (a probe unanswered after an
 // answered one), not from all the probes lost: random loss has p(1 - p)
 // onsets a probe, an outage one however long it lasted, so an outage in
 // the window does not slow the next one's detection.
+// falseDownRate bounds how often a path's random loss alone may take it
+// down: at most once in this many probes' time.
+const falseDownRate = 1.0 / 5000
+
 func (j *pathJudge) downAfter() uint32 {
 	k := j.mon.DownAfter
 	n, onsets := j.n-int(j.lostRun), j.onsets
@@ -109,7 +116,7 @@ func (j *pathJudge) downAfter() uint32 {
 	}
 	o := min(float64(onsets)/float64(n), 0.25)
 	p := (1 - math.Sqrt(1-4*o)) / 2
-	for k < 4*j.mon.DownAfter && math.Pow(p, float64(k)) >= 0.001 {
+	for k < 4*j.mon.DownAfter && math.Pow(p, float64(k)) >= falseDownRate {
 		k++
 	}
 	return k
