@@ -135,6 +135,30 @@
 #define EDGE_PROBE_REQUEST 1
 #define EDGE_PROBE_REPLY 2
 
+/* FlowOpt (lib/flowopt.h). QoS classes per gateway: a flow's class is
+ * its index + 1 in the top byte of edge_flow.flags (EDGE_FF_QOS_SHIFT),
+ * an index the agent keeps for the class's life. CPUs the relief stage
+ * places flows on. */
+#define EDGE_MAX_QOS 64
+#define EDGE_FF_QOS_SHIFT 8
+#ifndef EDGE_MAX_CPUS
+#define EDGE_MAX_CPUS 64
+#endif
+/* edge_state.fo_flags: the modules that are on */
+#define EDGE_FO_PROBE 1
+#define EDGE_FO_FAIR 2
+#define EDGE_FO_RELIEF 4
+/* edge_qos_class.flags */
+#define EDGE_QF_URLLC 1 /* never held back */
+#define EDGE_QF_DROP 2  /* over its share: dropped, even when ECN-capable */
+/* A flow direction's activity is counted once a period of 2^26 ns
+ * (67 ms): the agent divides by the periods to get active flows. */
+#define EDGE_FO_PERIOD_SHIFT 26
+/* Connections (edge_fo) a flood of new ones may not evict: seen in the
+ * last EDGE_FO_IDLE_NS with at least EDGE_FO_WARM packets. */
+#define EDGE_FO_IDLE_NS 2000000000ull
+#define EDGE_FO_WARM 4
+
 /* edge_state.fib_flags */
 #define EDGE_FIB_BY_DST 1
 

@@ -89,8 +89,8 @@ struct {
  * derivable again from the rules and the FIB, and the packets and bytes
  * this CPU counted for the flow since they were last added to the flow's
  * total in edge_ft; per-flow state that must not fork between copies
- * (fairness tokens, RTT samples) belongs in edge_ft. Written by
- * packets; read by packets and, for the counts, the agent. */
+ * (FlowOpt's tokens and RTT samples) lives elsewhere (edge_fo). Written
+ * by packets; read by packets and, for the counts, the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
@@ -436,5 +436,69 @@ struct {
 	__uint(max_entries, 2);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_cache_stats SEC(".maps");
+
+/* FlowOpt (lib/flowopt.h). Connections' state: RTT samples, rate
+ * estimates, fairness tokens and the CPU relief placed them on, both
+ * directions in one element at the pair of slots the connection's
+ * direction-free hash names, so a packet of either direction finds the
+ * other's sample without a second flow-table lookup. Written by packets;
+ * read by the agent (mapped). Size: config (limits.flows, a power of
+ * two). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_fo_conn);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_fo SEC(".maps");
+
+/* QoS classes of both slots, slot * EDGE_MAX_QOS + index. Written by the
+ * agent (commits; round_ns also in the live slot as it adjusts it). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_qos_class);
+	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_QOS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_qos SEC(".maps");
+
+/* The class of each DSCP code point in both slots, slot * 64 + dscp:
+ * its index + 1 (0: none). Written by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, EDGE_SLOTS * 64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_qos_dscp SEC(".maps");
+
+/* Per class (index) counters. Written by packets; read by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_qos_ctr);
+	__uint(max_entries, EDGE_MAX_QOS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_qos_stats SEC(".maps");
+
+/* Each CPU's load as the agent judged it, for relief. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_cpu_load);
+	__uint(max_entries, EDGE_MAX_CPUS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_cpu_loads SEC(".maps");
+
+/* The CPUs relief hands flows to, each entry running edge_xdp_cpu on its
+ * CPU. Written by the agent while relief is on. */
+struct {
+	__uint(type, BPF_MAP_TYPE_CPUMAP);
+	__type(key, __u32);
+	__type(value, struct bpf_cpumap_val);
+	__uint(max_entries, EDGE_MAX_CPUS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_cpus SEC(".maps");
 
 #endif

@@ -69,6 +69,10 @@ enum edge_reason {
 	EDGE_R_DUP_SEEN,      /* a redundant copy whose twin came first: dropped */
 	EDGE_R_DUP_LATE,      /* a redundant copy older than the de-duplication window */
 	EDGE_R_DUP_NO_COPY,   /* a redundant copy not sent: member down, or no next hop */
+	EDGE_R_FO_DROP,       /* over its flow's fair share, not ECN-capable: dropped */
+	EDGE_R_FO_FULL,       /* no FlowOpt state: both of its slots held by active connections */
+	EDGE_R_FO_EVICT,      /* a cold or idle connection's FlowOpt state taken by a new one */
+	EDGE_R_CPU_MOVED,     /* relief: handed to the CPU its flow was placed on (cpumap) */
 	EDGE_R_MAX,
 };
 
@@ -124,6 +128,8 @@ struct edge_rule {
 	__u64 prio;
 	__u32 far;   /* index into the slot's FARs */
 	__u32 stats; /* index into edge_pdr_stats */
+	__u32 qos;   /* the PDR's QoS class index + 1 (0: by DSCP) */
+	__u32 pad;
 };
 
 /* One mask group (tuple-space subtable). min_prio is the best prio of any
@@ -292,6 +298,14 @@ struct edge_state {
 	 * flows to one destination share its next hop (edge_dst_nh). Every
 	 * change of it comes with a new fib_epoch. */
 	__u32 fib_flags;
+	/* FlowOpt, per slot: the modules that are on (EDGE_FO_*), and the
+	 * probe's congestion factor k in 1/16 (a flow is congested when its
+	 * smoothed RTT is over k × its minimum). */
+	__u32 fo_flags[2];
+	__u32 fo_k16[2];
+	/* relief: the CPUs flows may be placed on (0..ncpus-1) */
+	__u32 ncpus;
+	__u32 pad;
 };
 
 /* Flow-table value: the decision for a flow under generation gen, and the
@@ -443,6 +457,68 @@ struct edge_dedup_win {
 	__u32 late;  /* packets in a row older than the window */
 	__u64 top;   /* the newest extended number (0: none yet) */
 	__u64 bits[EDGE_DEDUP_WORDS];
+};
+
+/* A QoS class in one slot (edge_qos, slot * EDGE_MAX_QOS + index): how
+ * the fairness stage serves its flows. Each flow earns quantum bytes a
+ * round of round_ns, up to depth; the agent sets round_ns from the
+ * class's rate and its active flows (0: no limit) and keeps adjusting it
+ * in the live slot. */
+struct edge_qos_class {
+	__u64 round_ns;
+	__u32 quantum;
+	__u32 depth;
+	__u32 flags; /* EDGE_QF_* */
+	__u32 id;
+};
+
+/* A class's counters (edge_qos_stats, per CPU, by index). */
+struct edge_qos_ctr {
+	__u64 packets;  /* passed (marked ones included) */
+	__u64 bytes;
+	__u64 marked;   /* over their share, ECN-marked (CE) */
+	__u64 dropped;  /* over their share, dropped */
+	__u64 flows;    /* flow directions active, once a period each */
+	__u64 hinted;   /* packets of flows with the congestion hint */
+};
+
+/* One direction of a connection's FlowOpt state (direction 0: from the
+ * lower address and port to the higher). */
+struct edge_fo_dir {
+	__u64 sent_ns;    /* probe: when the sampled segment passed (0: none) */
+	__u32 tsval;      /* its TSval */
+	__u32 srtt_us;    /* RTT of this direction's segments to their echo, smoothed (1/8) */
+	__u32 min_us;     /* the smallest (0: no sample yet) */
+	__u32 samples;
+	__s64 tokens;     /* fairness: bytes of credit */
+	__u64 refill_ns;  /* when they were last refilled */
+	__u64 rate_ns;    /* rate estimate: the window's start */
+	__u32 rate_bytes; /* bytes in the window */
+	__u32 rate;       /* the estimate, bytes a second (windows of >= 67 ms, gain 1/4) */
+	__u16 period;     /* the last period the direction was counted active */
+	__u8 cpu;         /* relief: the CPU + 1 it is handled on (0: not placed) */
+	__u8 hint;        /* congestion: srtt over k × min */
+	__u32 last_tsval; /* the last TSval seen (a sample starts on a new one) */
+};
+
+/* A connection's FlowOpt state (edge_fo), found by both directions at
+ * one place: the pair of slots its direction-free hash names. */
+struct edge_fo_conn {
+	__u32 check;   /* the hash's high half | 1 (0: empty) */
+	__u32 packets; /* both directions (saturating) */
+	__u64 last_ns; /* the last packet */
+	__u64 syn_ns;  /* handshake: when its last packet passed */
+	__u8 syn_dir;  /* the SYN's direction */
+	__u8 hs;       /* 1: SYN seen, 2: SYN-ACK, 3: done */
+	__u16 pad;
+	__u32 pad2;
+	struct edge_fo_dir d[2];
+};
+
+/* A CPU's load as the agent last judged it (edge_cpu_loads), for relief. */
+struct edge_cpu_load {
+	__u32 pps;  /* packets a second through the dataplane on it */
+	__u32 hot;  /* 1: new flows arriving on it are placed elsewhere */
 };
 
 /* Exact-match cache slot: a per-CPU copy of one IPv4 flow entry. */

@@ -18,4 +18,17 @@ int edge_xdp_dup(struct xdp_md *ctx)
 	return edge_dup_out(ctx, ctx->egress_ifindex);
 }
 
+/* Run by the kernel on a packet relief handed to another CPU (edge_cpus,
+ * lib/flowopt.h): the pipeline, there. A cpumap program cannot send a
+ * packet back out of its interface with XDP_TX: it redirects it there. */
+SEC("xdp/cpumap")
+int edge_xdp_cpu(struct xdp_md *ctx)
+{
+	int rc = edge_pipeline_on(ctx, 1);
+
+	if (rc == XDP_TX)
+		return bpf_redirect(ctx->ingress_ifindex, 0);
+	return rc;
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

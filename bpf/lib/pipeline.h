@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* The per-packet pipeline, stage by stage:
  *
- *   parse -> decide -> [decap (or a path probe: answered, or timed;
- *   or a redundant copy already seen: dropped) -> a TCP echo timed
- *   -> decide the inner packet] -> [steer] -> act -> record
+ *   parse -> [relief: to the flow's CPU] -> decide -> [decap (or a path
+ *   probe: answered, or timed; or a redundant copy already seen:
+ *   dropped) -> a TCP echo timed -> decide the inner packet] -> [probe,
+ *   fairness] -> [steer] -> act -> record
  *
  * decide: ICMP errors about NAT'd connections (translated, never cached)
  *   -> stateless services (before any cache) -> flow table; on a miss
@@ -17,8 +18,9 @@
  *   <- gre.h (encap, decap; probe.h answers and times path probes,
  *   dedup.h drops a redundant group's later copies, tcprtt.h times TCP
  *   echoes) <- nat.h <- balance.h <- act.h <- pipeline.h, with parse.h,
- *   classify.h, flowtab.h, flowcache.h and steer.h (dup.h: a redundant
- *   group's broadcast) beside them.
+ *   classify.h, flowtab.h, flowcache.h, steer.h (dup.h: a redundant
+ *   group's broadcast) and flowopt.h (FlowOpt's relief, probe and
+ *   fairness stages) beside them.
  *
  * A new stage is a header of its own and a call here; one that needs
  * state between packets keeps it in a map, one that needs scratch space
@@ -33,6 +35,7 @@
 #include "balance.h"
 #include "classify.h"
 #include "flowcache.h"
+#include "flowopt.h"
 #include "gre.h"
 #include "parse.h"
 #include "proto.h"
@@ -138,6 +141,9 @@ decide(struct xdp_md *ctx, struct edge_ctx *c, const struct edge_state *st,
 		*rc = punt(p, EDGE_R_LB_NO_BACKEND, XDP_DROP);
 		return NULL;
 	}
+	/* A service's decision names no QoS class: its flows' DSCP does. */
+	if (lb == EDGE_LB_HIT || lb == EDGE_LB_STATELESS)
+		c->rule.qos = 0;
 	if (lb == EDGE_LB_HIT || lb == EDGE_LB_STATELESS || lb == EDGE_LB_PDR ||
 	    edge_classify(c, st, EDGE_PRIO_ANY)) {
 		c->nf.far = c->rule.far;
@@ -147,7 +153,11 @@ decide(struct xdp_md *ctx, struct edge_ctx *c, const struct edge_state *st,
 		 * the route the FIB gives it. */
 		c->nf.far = p->key.path ? EDGE_FAR_ROUTE : EDGE_NO_FAR;
 		c->nf.stats = EDGE_NO_PDR;
+		c->rule.qos = 0;
 	}
+	/* The flow's QoS class, for fairness. */
+	if (st->fo_flags[slot] & EDGE_FO_FAIR)
+		c->nf.flags |= fo_class(c, c->rule.qos) << EDGE_FF_QOS_SHIFT;
 	/* A stateless service's flow is recorded nowhere. */
 	c->record = !stateless;
 	return &c->nf;
@@ -178,9 +188,15 @@ static __always_inline int act(struct xdp_md *ctx, struct edge_ctx *c,
 			       const struct edge_state *st,
 			       struct edge_flow *fl, const struct edge_far *far)
 {
-	__u32 dup = 0;
+	__u32 dup = 0, fo = st->fo_flags[c->gen & 1];
 	int rc;
 
+	if (fo) {
+		rc = edge_fo_act(ctx, c, fo, st->fo_k16[c->gen & 1],
+				 fl->flags >> EDGE_FF_QOS_SHIFT);
+		if (rc != EDGE_GO_ON)
+			return rc;
+	}
 	if (far && far->action == EDGE_ACT_STEER) {
 		far = edge_steer_pick(ctx, c, far, fl, st->fib_epoch, &dup, &rc);
 		if (!far)
@@ -195,9 +211,11 @@ static __always_inline int act(struct xdp_md *ctx, struct edge_ctx *c,
 	return punt(&c->p, EDGE_R_NO_STATE, XDP_PASS);
 }
 
-/* edge_pipeline is the whole per-packet path; entry programs (and the
- * benchmark wrappers) call it. */
-static __always_inline int edge_pipeline(struct xdp_md *ctx)
+/* edge_pipeline_on is the whole per-packet path; entry programs (and
+ * the benchmark wrappers) call it, through edge_pipeline but for
+ * edge_xdp_cpu. placed: the packet was handed to this CPU by relief, so
+ * it is not placed again. */
+static __always_inline int edge_pipeline_on(struct xdp_md *ctx, int placed)
 {
 	struct edge_emc_slot *emc = NULL;
 	const struct edge_state *st;
@@ -225,6 +243,11 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	c->now = st->tick;
 	if (c->gen == 0)
 		return punt(&c->p, EDGE_R_NO_STATE, XDP_PASS);
+	if (!placed && (st->fo_flags[c->gen & 1] & EDGE_FO_RELIEF)) {
+		rc = edge_fo_relief(c, st->ncpus);
+		if (rc != EDGE_GO_ON)
+			return rc;
+	}
 
 	fl = decide(ctx, c, st, &emc, &rc);
 	if (!fl)
@@ -261,6 +284,11 @@ static __always_inline int edge_pipeline(struct xdp_md *ctx)
 	else
 		flow_keep(c, fl);
 	return rc;
+}
+
+static __always_inline int edge_pipeline(struct xdp_md *ctx)
+{
+	return edge_pipeline_on(ctx, 0);
 }
 
 #endif

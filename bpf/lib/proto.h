@@ -54,6 +54,7 @@
 #define TCP_F_FIN 0x01
 #define TCP_F_SYN 0x02
 #define TCP_F_RST 0x04
+#define TCP_F_ACK 0x10
 
 /* The part of linux/icmp.h used here. That header pulls libc's
  * sys/socket.h in through linux/if.h, and libc's headers want the 32-bit

@@ -24,6 +24,12 @@ type edgeEdgeConnKey struct {
 	Pad    uint16
 }
 
+type edgeEdgeCpuLoad struct {
+	_   structs.HostLayout
+	Pps uint32
+	Hot uint32
+}
+
 type edgeEdgeCtr struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -117,6 +123,37 @@ type edgeEdgeFlowKey4 struct {
 	Pad2    uint32
 }
 
+type edgeEdgeFoConn struct {
+	_       structs.HostLayout
+	Check   uint32
+	Packets uint32
+	LastNs  uint64
+	SynNs   uint64
+	SynDir  uint8
+	Hs      uint8
+	Pad     uint16
+	Pad2    uint32
+	D       [2]edgeEdgeFoDir
+}
+
+type edgeEdgeFoDir struct {
+	_         structs.HostLayout
+	SentNs    uint64
+	Tsval     uint32
+	SrttUs    uint32
+	MinUs     uint32
+	Samples   uint32
+	Tokens    int64
+	RefillNs  uint64
+	RateNs    uint64
+	RateBytes uint32
+	Rate      uint32
+	Period    uint16
+	Cpu       uint8
+	Hint      uint8
+	LastTsval uint32
+}
+
 type edgeEdgeFtBucket struct {
 	_    structs.HostLayout
 	Seq  uint32
@@ -203,11 +240,32 @@ type edgeEdgeProbeRec struct {
 	MinNs     uint64
 }
 
+type edgeEdgeQosClass struct {
+	_       structs.HostLayout
+	RoundNs uint64
+	Quantum uint32
+	Depth   uint32
+	Flags   uint32
+	Id      uint32
+}
+
+type edgeEdgeQosCtr struct {
+	_       structs.HostLayout
+	Packets uint64
+	Bytes   uint64
+	Marked  uint64
+	Dropped uint64
+	Flows   uint64
+	Hinted  uint64
+}
+
 type edgeEdgeRule struct {
 	_     structs.HostLayout
 	Prio  uint64
 	Far   uint32
 	Stats uint32
+	Qos   uint32
+	Pad   uint32
 }
 
 type edgeEdgeRuleKey struct {
@@ -229,6 +287,10 @@ type edgeEdgeState struct {
 	StatelessVips    [2]uint64
 	Tick             uint32
 	FibFlags         uint32
+	FoFlags          [2]uint32
+	FoK16            [2]uint32
+	Ncpus            uint32
+	Pad              uint32
 }
 
 type edgeEdgeSteerGroup struct {
@@ -287,6 +349,8 @@ type edgeEdgeTcpRtt struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	edgeMapEdgeCacheStats  = "edge_cache_stats"
+	edgeMapEdgeCpuLoads    = "edge_cpu_loads"
+	edgeMapEdgeCpus        = "edge_cpus"
 	edgeMapEdgeCtx         = "edge_ctx"
 	edgeMapEdgeDecaps      = "edge_decaps"
 	edgeMapEdgeDedup       = "edge_dedup"
@@ -295,6 +359,7 @@ const (
 	edgeMapEdgeDupTx       = "edge_dup_tx"
 	edgeMapEdgeEmc4        = "edge_emc4"
 	edgeMapEdgeFars        = "edge_fars"
+	edgeMapEdgeFo          = "edge_fo"
 	edgeMapEdgeFt          = "edge_ft"
 	edgeMapEdgeFtMeta      = "edge_ft_meta"
 	edgeMapEdgeGlobal      = "edge_global"
@@ -315,6 +380,9 @@ const (
 	edgeMapEdgePathTcpRtt  = "edge_path_tcp_rtt"
 	edgeMapEdgePaths       = "edge_paths"
 	edgeMapEdgePdrStats    = "edge_pdr_stats"
+	edgeMapEdgeQos         = "edge_qos"
+	edgeMapEdgeQosDscp     = "edge_qos_dscp"
+	edgeMapEdgeQosStats    = "edge_qos_stats"
 	edgeMapEdgeReasons     = "edge_reasons"
 	edgeMapEdgeRules       = "edge_rules"
 	edgeMapEdgeServices    = "edge_services"
@@ -324,8 +392,10 @@ const (
 	edgeMapEdgeTx          = "edge_tx"
 	edgeMapEdgeVerdicts    = "edge_verdicts"
 	edgeProgEdgeXdp        = "edge_xdp"
+	edgeProgEdgeXdpCpu     = "edge_xdp_cpu"
 	edgeProgEdgeXdpDup     = "edge_xdp_dup"
 	edgeVarFarStride       = "far_stride"
+	edgeVarFoSlots         = "fo_slots"
 	edgeVarFtBuckets       = "ft_buckets"
 	edgeVarMaglevBlocks    = "maglev_blocks"
 	edgeVarMaglevSize      = "maglev_size"
@@ -374,6 +444,7 @@ type edgeSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeProgramSpecs struct {
 	EdgeXdp    *ebpf.ProgramSpec `ebpf:"edge_xdp"`
+	EdgeXdpCpu *ebpf.ProgramSpec `ebpf:"edge_xdp_cpu"`
 	EdgeXdpDup *ebpf.ProgramSpec `ebpf:"edge_xdp_dup"`
 }
 
@@ -382,6 +453,8 @@ type edgeProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
 	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
+	EdgeCpuLoads    *ebpf.MapSpec `ebpf:"edge_cpu_loads"`
+	EdgeCpus        *ebpf.MapSpec `ebpf:"edge_cpus"`
 	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeDedup       *ebpf.MapSpec `ebpf:"edge_dedup"`
@@ -390,6 +463,7 @@ type edgeMapSpecs struct {
 	EdgeDupTx       *ebpf.MapSpec `ebpf:"edge_dup_tx"`
 	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
+	EdgeFo          *ebpf.MapSpec `ebpf:"edge_fo"`
 	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
@@ -410,6 +484,9 @@ type edgeMapSpecs struct {
 	EdgePathTcpRtt  *ebpf.MapSpec `ebpf:"edge_path_tcp_rtt"`
 	EdgePaths       *ebpf.MapSpec `ebpf:"edge_paths"`
 	EdgePdrStats    *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
+	EdgeQos         *ebpf.MapSpec `ebpf:"edge_qos"`
+	EdgeQosDscp     *ebpf.MapSpec `ebpf:"edge_qos_dscp"`
+	EdgeQosStats    *ebpf.MapSpec `ebpf:"edge_qos_stats"`
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
@@ -425,6 +502,7 @@ type edgeMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeVariableSpecs struct {
 	FarStride    *ebpf.VariableSpec `ebpf:"far_stride"`
+	FoSlots      *ebpf.VariableSpec `ebpf:"fo_slots"`
 	FtBuckets    *ebpf.VariableSpec `ebpf:"ft_buckets"`
 	MaglevBlocks *ebpf.VariableSpec `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.VariableSpec `ebpf:"maglev_size"`
@@ -451,6 +529,8 @@ func (o *edgeObjects) Close() error {
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
 	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
+	EdgeCpuLoads    *ebpf.Map `ebpf:"edge_cpu_loads"`
+	EdgeCpus        *ebpf.Map `ebpf:"edge_cpus"`
 	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeDedup       *ebpf.Map `ebpf:"edge_dedup"`
@@ -459,6 +539,7 @@ type edgeMaps struct {
 	EdgeDupTx       *ebpf.Map `ebpf:"edge_dup_tx"`
 	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
+	EdgeFo          *ebpf.Map `ebpf:"edge_fo"`
 	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
@@ -479,6 +560,9 @@ type edgeMaps struct {
 	EdgePathTcpRtt  *ebpf.Map `ebpf:"edge_path_tcp_rtt"`
 	EdgePaths       *ebpf.Map `ebpf:"edge_paths"`
 	EdgePdrStats    *ebpf.Map `ebpf:"edge_pdr_stats"`
+	EdgeQos         *ebpf.Map `ebpf:"edge_qos"`
+	EdgeQosDscp     *ebpf.Map `ebpf:"edge_qos_dscp"`
+	EdgeQosStats    *ebpf.Map `ebpf:"edge_qos_stats"`
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
@@ -492,6 +576,8 @@ type edgeMaps struct {
 func (m *edgeMaps) Close() error {
 	return _EdgeClose(
 		m.EdgeCacheStats,
+		m.EdgeCpuLoads,
+		m.EdgeCpus,
 		m.EdgeCtx,
 		m.EdgeDecaps,
 		m.EdgeDedup,
@@ -500,6 +586,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeDupTx,
 		m.EdgeEmc4,
 		m.EdgeFars,
+		m.EdgeFo,
 		m.EdgeFt,
 		m.EdgeFtMeta,
 		m.EdgeGlobal,
@@ -520,6 +607,9 @@ func (m *edgeMaps) Close() error {
 		m.EdgePathTcpRtt,
 		m.EdgePaths,
 		m.EdgePdrStats,
+		m.EdgeQos,
+		m.EdgeQosDscp,
+		m.EdgeQosStats,
 		m.EdgeReasons,
 		m.EdgeRules,
 		m.EdgeServices,
@@ -536,6 +626,7 @@ func (m *edgeMaps) Close() error {
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeVariables struct {
 	FarStride    *ebpf.Variable `ebpf:"far_stride"`
+	FoSlots      *ebpf.Variable `ebpf:"fo_slots"`
 	FtBuckets    *ebpf.Variable `ebpf:"ft_buckets"`
 	MaglevBlocks *ebpf.Variable `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.Variable `ebpf:"maglev_size"`
@@ -546,12 +637,14 @@ type edgeVariables struct {
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgePrograms struct {
 	EdgeXdp    *ebpf.Program `ebpf:"edge_xdp"`
+	EdgeXdpCpu *ebpf.Program `ebpf:"edge_xdp_cpu"`
 	EdgeXdpDup *ebpf.Program `ebpf:"edge_xdp_dup"`
 }
 
 func (p *edgePrograms) Close() error {
 	return _EdgeClose(
 		p.EdgeXdp,
+		p.EdgeXdpCpu,
 		p.EdgeXdpDup,
 	)
 }

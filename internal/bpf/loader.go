@@ -84,6 +84,7 @@ func Spec(l Limits) (*ebpf.CollectionSpec, error) {
 func ApplyLimits(spec *ebpf.CollectionSpec, l Limits) error {
 	l = l.WithDefaults()
 	spec.Maps[edgeMapEdgeFt].MaxEntries = l.FTEntries()
+	spec.Maps[edgeMapEdgeFo].MaxEntries = l.FOEntries()
 	spec.Maps[edgeMapEdgeFtMeta].MaxEntries = l.FTEntries() / FTWays
 	// Both slots of a generation live in one map: twice the capacity.
 	spec.Maps[edgeMapEdgeRules].MaxEntries = 2 * l.Rules
@@ -95,6 +96,9 @@ func ApplyLimits(spec *ebpf.CollectionSpec, l Limits) error {
 	}
 	if err := spec.Variables[edgeVarFtBuckets].Set(l.FTEntries() / FTWays); err != nil {
 		return fmt.Errorf("set ft_buckets: %w", err)
+	}
+	if err := spec.Variables[edgeVarFoSlots].Set(l.FOEntries()); err != nil {
+		return fmt.Errorf("set fo_slots: %w", err)
 	}
 	if err := spec.Variables[edgeVarMaglevSize].Set(l.MaglevSize); err != nil {
 		return fmt.Errorf("set maglev_size: %w", err)
@@ -122,6 +126,7 @@ type Dataplane struct {
 	Prog   *ebpf.Program
 
 	dupProg *ebpf.Program // see dupProgram
+	cpuProg *ebpf.Program // see cpuProgram
 	spec    *ebpf.CollectionSpec
 	barrier *barrier
 	writer  *writer
@@ -176,7 +181,9 @@ func Open(l Limits, pinDir string) (*Dataplane, error) {
 
 // LoadProgram loads the XDP program against dp's maps.
 func (dp *Dataplane) LoadProgram() (*ebpf.Program, error) {
-	var progs edgePrograms
+	var progs struct {
+		EdgeXdp *ebpf.Program `ebpf:"edge_xdp"`
+	}
 	opts := &ebpf.CollectionOptions{MapReplacements: dp.MapReplacements()}
 	if err := dp.spec.LoadAndAssign(&progs, opts); err != nil {
 		var ve *ebpf.VerifierError
@@ -254,6 +261,12 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgeDedup:       dp.EdgeDedup,
 		edgeMapEdgePathNh:      dp.EdgePathNh,
 		edgeMapEdgePathTcpRtt:  dp.EdgePathTcpRtt,
+		edgeMapEdgeFo:          dp.EdgeFo,
+		edgeMapEdgeQos:         dp.EdgeQos,
+		edgeMapEdgeQosDscp:     dp.EdgeQosDscp,
+		edgeMapEdgeQosStats:    dp.EdgeQosStats,
+		edgeMapEdgeCpuLoads:    dp.EdgeCpuLoads,
+		edgeMapEdgeCpus:        dp.EdgeCpus,
 	}
 }
 
@@ -273,6 +286,9 @@ func (dp *Dataplane) Close() error {
 	var errs []error
 	if dp.Prog != nil {
 		errs = append(errs, dp.Prog.Close())
+	}
+	if dp.cpuProg != nil {
+		errs = append(errs, dp.cpuProg.Close())
 	}
 	if dp.dupProg != nil {
 		errs = append(errs, dp.dupProg.Close())

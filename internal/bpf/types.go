@@ -224,6 +224,10 @@ var ReasonNames = []string{
 	"dup_seen",
 	"dup_late",
 	"dup_no_copy",
+	"fo_drop",
+	"fo_full",
+	"fo_evict",
+	"cpu_moved",
 }
 
 // Reason values used by callers and tests.
@@ -272,5 +276,9 @@ const (
 	ReasonDupSeen
 	ReasonDupLate
 	ReasonDupNoCopy
+	ReasonFODrop
+	ReasonFOFull
+	ReasonFOEvict
+	ReasonCPUMoved
 	ReasonMax
 )

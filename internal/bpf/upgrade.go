@@ -98,6 +98,14 @@ var mapRoles = map[string]mapRole{
 	edgeMapEdgeDedup:       {rebuilt, false},
 	edgeMapEdgePathNh:      {rebuilt, false},
 	edgeMapEdgePathTcpRtt:  {rebuilt, false},
+	// FlowOpt's connections: soft state (samples, tokens, placements),
+	// copied once like the exact-match cache.
+	edgeMapEdgeFo:       {cache, false},
+	edgeMapEdgeQos:      {rebuilt, true},
+	edgeMapEdgeQosDscp:  {rebuilt, true},
+	edgeMapEdgeQosStats: {counter, false},
+	edgeMapEdgeCpuLoads: {rebuilt, false},
+	edgeMapEdgeCpus:     {rebuilt, false},
 }
 
 // differs says why a map pinned by another build cannot serve as ms

@@ -55,6 +55,15 @@ type Generation struct {
 	// Steers holds each steering group's members by its index (below
 	// MaxSteer); the tables are the agent's (SetSteer).
 	Steers map[uint32]Steer
+	// QoS holds the QoS classes by index (below MaxQoS; an index stays
+	// with its class while it lives), QoSDSCP the class index + 1 of
+	// each DSCP code point (0: none). FlowOpt is the modules that are on
+	// (FOProbe, FOFair, FORelief), FlowOptK16 the probe's congestion
+	// factor in 1/16.
+	QoS        map[uint32]QoSClassEntry
+	QoSDSCP    [64]uint32
+	FlowOpt    uint32
+	FlowOptK16 uint32
 	// Dirty, when set, lists every rule key and FAR index whose entry
 	// may differ from the generation committed before this one; the rest
 	// are known equal. Nil means anything may differ. Groups, paths and
@@ -107,6 +116,11 @@ type slot struct {
 	lbFar    [MaxServices]*[MaxMembers]uint32
 	steers   map[uint32]Steer  // by steering group index
 	dedup    map[uint32]uint32 // edge_path_dedup by path index (0s left out)
+	// qos and qosDSCP are edge_qos's and edge_qos_dscp's entries of the
+	// slot, once qosKnown (written by this writer).
+	qos      [MaxQoS]QoSClassEntry
+	qosDSCP  [64]uint32
+	qosKnown bool
 }
 
 // writer commits generations: it fills the slot no packet uses, flips the
@@ -136,7 +150,9 @@ type writer struct {
 	// dupTx is the interfaces each redundant group's devmap in edge_dup_tx
 	// holds, as this writer built it (a restarted agent builds them again).
 	dupTx map[uint32][]uint32
-	dirty bool // a flip happened and no grace period was started after it
+	// qosRounds is the round the agent last set for each class index.
+	qosRounds map[uint32]qosRound
+	dirty     bool // a flip happened and no grace period was started after it
 	// grace, when set, delivers the result of the grace period started
 	// after the last flip.
 	grace chan error
@@ -164,7 +180,7 @@ func (w *writer) awaitGrace() error {
 // newWriter learns what each slot of the (possibly adopted) maps holds,
 // so commits write differences.
 func newWriter(dp *Dataplane) (*writer, error) {
-	w := &writer{dp: dp, steerTabs: map[uint32]steerTab{}, dupTx: map[uint32][]uint32{}}
+	w := &writer{dp: dp, steerTabs: map[uint32]steerTab{}, dupTx: map[uint32][]uint32{}, qosRounds: map[uint32]qosRound{}}
 	st, err := dp.State()
 	if err != nil {
 		return nil, err
@@ -547,6 +563,8 @@ func (dp *Dataplane) Commit(g *Generation) (uint32, error) {
 	}
 	want.NomatchVerdict = g.NoMatch
 	want.MalformedVerdict = g.Malformed
+	want.FoFlags[t], want.FoK16[t] = g.FlowOpt, g.FlowOptK16
+	want.Ncpus = ReliefCPUs()
 	if want != st {
 		if err := dp.EdgeGlobal.Put(uint32(0), want); err != nil {
 			return notLive(fmt.Errorf("write state: %w", err))
@@ -632,6 +650,9 @@ func (w *writer) writeSlot(t uint32, g *Generation, keys *Dirty) error {
 		return err
 	}
 	if err := w.writeSteers(t, g); err != nil {
+		return err
+	}
+	if err := w.writeQoS(t, g); err != nil {
 		return err
 	}
 	if err := w.writePaths(t, g); err != nil {

@@ -46,6 +46,9 @@ type Compiler struct {
 	shadowed map[bpf.RuleKey][]bpf.Rule
 	lb       balancer
 	steerIdx map[uint32]uint32 // steering group index by LBR id
+	qos      map[uint32]config.QoSClass // by id
+	qosIdx   map[uint32]uint32          // a class's index by its id
+	flowopt  map[string]config.FlowOptModule
 	gen      *bpf.Generation
 
 	// State of the Apply under way.
@@ -139,6 +142,9 @@ func BuildDown(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.L
 		groups:   map[bpf.FlowKey]*group{},
 		shadowed: map[bpf.RuleKey][]bpf.Rule{},
 		steerIdx: map[uint32]uint32{},
+		qos:      map[uint32]config.QoSClass{},
+		qosIdx:   map[uint32]uint32{},
+		flowopt:  map[string]config.FlowOptModule{},
 		gen: &bpf.Generation{
 			Rules:       map[bpf.RuleKey]bpf.Rule{},
 			FARs:        map[uint32]bpf.Far{},
@@ -206,6 +212,8 @@ func changesOf(cfg *config.Config) *config.Changes {
 		PDRs:       created("pdrs", cfg.PDRs),
 		LBRs:       created("lbrs", cfg.LBRs),
 		Services:   created("services", cfg.Services),
+		QoSClasses: created("qos_classes", cfg.QoSClasses),
+		FlowOpt:    created("flowopt", cfg.FlowOpt),
 	}
 }
 
@@ -240,6 +248,8 @@ func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
 	puts(ch.FARs, c.putFAR)
 	puts(ch.LBRs, c.putLBR)
 	puts(ch.Services, c.putService)
+	puts(ch.QoSClasses, c.putQoS)
+	puts(ch.FlowOpt, func(_ string, m *config.FlowOptModule) { setMap(c, c.flowopt, m.Module, *m, true) })
 	c.freeing, c.overflow = 0, 0
 	for _, d := range ch.PDRs {
 		if d.Old != nil {
@@ -257,6 +267,8 @@ func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
 		}
 	}
 	removals(ch.Services, func(sv *config.Service) { c.removeService(sv.ID) })
+	removals(ch.QoSClasses, func(q *config.QoSClass) { c.removeQoS(q.ID) })
+	removals(ch.FlowOpt, func(m *config.FlowOptModule) { setMap(c, c.flowopt, m.Module, config.FlowOptModule{}, false) })
 	removals(ch.LBRs, func(l *config.LBR) { c.removeLBR(l.ID) })
 	removals(ch.FARs, func(f *config.FAR) { c.removeFAR(f.ID) })
 	removals(ch.Paths, func(p *config.Path) { c.removePath(p.ID) })
@@ -268,6 +280,7 @@ func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
 	})
 	c.rebuildServices()
 	c.rebuildSteering()
+	c.rebuildQoS()
 	if n := len(c.gen.Rules) + c.overflow; n > int(c.limits.Rules) {
 		c.errs = append(c.errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d classifier entries after port-range expansion exceed limits.rules %d", n, c.limits.Rules), Code: config.CodeCapacity})
 	}
@@ -583,7 +596,7 @@ func (c *Compiler) putPDR(at string, p *config.PDR) {
 			c.gen.ResetStats = append(c.gen.ResetStats, stats)
 		}
 	}
-	cp := &compiledPDR{rule: bpf.Rule{Prio: uint64(p.Precedence)<<32 | uint64(p.ID), Far: fi, Stats: stats},
+	cp := &compiledPDR{rule: bpf.Rule{Prio: uint64(p.Precedence)<<32 | uint64(p.ID), Far: fi, Stats: stats, Qos: c.qosOf(p.QoS)},
 		match: p.Match, prec: p.Precedence}
 	key, mask := baseKey(p.Match, in, inPath)
 	// Its masked keys, one per pair of port blocks (at most 30 x 30).

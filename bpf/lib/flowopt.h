@@ -1,0 +1,427 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* FlowOpt: three stages for mixed 5G traffic, each switched on and off
+ * with the rules (edge_state.fo_flags, per slot), sharing one record per
+ * connection (edge_fo):
+ *
+ *   relief   (at entry, before decide): a new flow arriving on a CPU the
+ *            agent found hot is placed on the less loaded of two CPUs
+ *            drawn at random (power of two choices) and handed to it
+ *            through a cpumap (edge_cpus), where edge_xdp_cpu runs the
+ *            pipeline; every later packet of the flow follows it there,
+ *            so a flow is never split over two CPUs (never reordered by
+ *            it). XDP cannot move a packet to another RX queue; a cpumap
+ *            moves the work after the first few instructions.
+ *   probe    (before act): passive RTT of both directions of a TCP
+ *            connection, from the handshake (SYN to SYN-ACK, SYN-ACK to
+ *            ACK) and from TCP timestamps (RFC 7323) as pping takes them:
+ *            a segment of one direction with a new TSval is the sample,
+ *            the first packet of the other direction echoing it ends it.
+ *            A sample is given up when an echo goes past it (a
+ *            retransmission or a delayed ACK: never timed from the wrong
+ *            segment); TSvals compare by serial arithmetic, so their wrap
+ *            does not matter. Per direction: smoothed and minimum RTT,
+ *            a rate estimate, and a congestion hint when the smoothed RTT
+ *            is over k × the minimum (edge_state.fo_k16).
+ *   fairness (before act): each flow of a QoS class earns its class's
+ *            quantum of bytes every round (DRR's quantum, as a token
+ *            bucket refilled at quantum / round), up to the class's
+ *            depth. A packet that finds too few tokens is over its share:
+ *            ECN-marked (CE) when ECN-capable, dropped otherwise (or when
+ *            the class says drop, or the flow is a whole depth in debt:
+ *            marks it ignores). The agent sets the round from the class's
+ *            rate and its active flows and keeps adjusting it. A urllc
+ *            class is never held back; a new connection starts with one
+ *            quantum, so a burst of new mMTC sources takes no more than
+ *            one each.
+ *
+ * The record sits at the pair of slots (a two-way bucket) the
+ * connection's direction-free hash names: both directions find it, so a
+ * TCP echo finds its sample without a second flow-table lookup. A new
+ * connection takes an empty slot of the pair, else one whose connection
+ * is cold (fewer than EDGE_FO_WARM packets) or idle for EDGE_FO_IDLE_NS,
+ * else none (counted EDGE_R_FO_FULL): a flood of new flows cannot evict
+ * an established one's state. Two CPUs may write one record at once (the
+ * two directions of a connection); a lost update costs a sample or a few
+ * tokens, never a wrong verdict on another flow. */
+#ifndef EDGE_FLOWOPT_H
+#define EDGE_FLOWOPT_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_helpers.h>
+#include "../edge_maps.h"
+#include "csum.h"
+#include "flowtab.h"
+#include "proto.h"
+#include "tcprtt.h"
+#include "verdict.h"
+
+/* Slots of edge_fo, set by the agent before load (a power of two). */
+volatile const __u32 fo_slots = 65536;
+
+/* Tokens are kept in 1/1024 bytes, so a refill between two packets a few
+ * microseconds apart is not rounded away. */
+#define FO_TOKEN_SHIFT 10
+/* A sample, or a flow's idle credit, counts at most a second. */
+#define FO_MAX_NS 1000000000ull
+/* Rate estimate windows: at least 2^26 ns (67 ms). */
+#define FO_RATE_NS (1ull << 26)
+
+/* fo_place puts the packet's connection at its pair of slots: *idx (even)
+ * and *check (the hash's high half | 1). The hash takes the two endpoints
+ * in a fixed order, so both directions place it alike; the return value
+ * is the packet's direction (0: from the lower endpoint). */
+static __always_inline __u32 fo_place(const struct edge_pkt *p, __u32 *idx,
+				      __u32 *check)
+{
+	const __u64 *s = (const __u64 *)p->key.src, *d = (const __u64 *)p->key.dst;
+	__u64 a0 = s[0], a1 = s[1], b0 = d[0], b1 = d[1], t, h;
+	__u16 ap = p->key.sport, bp = p->key.dport, tp;
+	__u32 dir = 0;
+
+	if (a0 > b0 || (a0 == b0 && (a1 > b1 || (a1 == b1 && ap > bp)))) {
+		t = a0, a0 = b0, b0 = t;
+		t = a1, a1 = b1, b1 = t;
+		tp = ap, ap = bp, bp = tp;
+		dir = 1;
+	}
+	h = ft_hash(a0, a1, b0, b1,
+		    (__u64)ap | (__u64)bp << 16 | (__u64)p->key.proto << 32 |
+			    (__u64)p->key.family << 40, 0);
+	*idx = (__u32)h & (fo_slots - 1) & ~1u;
+	*check = (__u32)(h >> 32) | 1;
+	return dir;
+}
+
+/* fo_get returns the record of the packet's connection, taking a slot for
+ * a new one (see above), or NULL; *dir is the packet's direction. */
+static __always_inline struct edge_fo_conn *fo_get(struct edge_ctx *c,
+						   __u64 now, __u32 *dir)
+{
+	struct edge_fo_conn *e0, *e1, *v;
+	__u32 idx, idx1, check;
+
+	*dir = fo_place(&c->p, &idx, &check);
+	idx1 = idx + 1;
+	e0 = bpf_map_lookup_elem(&edge_fo, &idx);
+	e1 = bpf_map_lookup_elem(&edge_fo, &idx1);
+	if (!e0 || !e1)
+		return NULL;
+	if (e0->check == check)
+		return e0;
+	if (e1->check == check)
+		return e1;
+	/* A new connection: an empty slot, else the older of the cold or
+	 * idle ones. */
+	if (!e0->check)
+		v = e0;
+	else if (!e1->check)
+		v = e1;
+	else {
+		int c0 = e0->packets < EDGE_FO_WARM || now - e0->last_ns > EDGE_FO_IDLE_NS;
+		int c1 = e1->packets < EDGE_FO_WARM || now - e1->last_ns > EDGE_FO_IDLE_NS;
+
+		if (c0 && (!c1 || e0->last_ns <= e1->last_ns))
+			v = e0;
+		else if (c1)
+			v = e1;
+		else {
+			count(&edge_reasons, EDGE_R_FO_FULL, c->p.len);
+			return NULL;
+		}
+		count(&edge_reasons, EDGE_R_FO_EVICT, c->p.len);
+	}
+	__builtin_memset(v, 0, sizeof(*v));
+	v->check = check;
+	v->last_ns = now;
+	return v;
+}
+
+/* fo_sample adds an RTT sample of rtt_ns to direction d and judges its
+ * congestion hint (k16: k in 1/16; 0: none). */
+static __always_inline void fo_sample(struct edge_fo_dir *d, __u64 rtt_ns,
+				      __u32 k16)
+{
+	__u32 us;
+
+	if (rtt_ns > FO_MAX_NS)
+		return;
+	us = (__u32)(rtt_ns / 1000) | 1;
+	d->samples++;
+	if (!d->min_us || us < d->min_us)
+		d->min_us = us;
+	d->srtt_us = d->srtt_us ? d->srtt_us - (d->srtt_us >> 3) + (us >> 3) : us;
+	d->hint = k16 && (__u64)d->srtt_us * 16 > (__u64)d->min_us * k16;
+}
+
+/* fo_rate counts len bytes into d's rate estimate. */
+static __always_inline void fo_rate(struct edge_fo_dir *d, __u32 len, __u64 now)
+{
+	__u64 el = now - d->rate_ns, r;
+
+	if (!d->rate_ns || el > FO_MAX_NS * 4) {
+		d->rate_ns = now;
+		d->rate_bytes = len;
+		return;
+	}
+	if (el < FO_RATE_NS) {
+		d->rate_bytes += len;
+		return;
+	}
+	r = (__u64)d->rate_bytes * 1000000000ull / el;
+	d->rate = d->rate ? (__u32)((3 * (__u64)d->rate + r) >> 2) : (__u32)r;
+	d->rate_ns = now;
+	d->rate_bytes = len;
+}
+
+/* tcp_payload tells whether the TCP segment in c->p carries data, a SYN
+ * or a FIN: what its receiver answers at once (a pure ACK's TSval may
+ * wait long for the next data to echo it). */
+static __always_inline int tcp_payload(struct xdp_md *ctx, const struct edge_pkt *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct tcphdr *th = data + (p->l4_off & 0x3ff);
+
+	if (p->tcp_flags & (TCP_F_SYN | TCP_F_FIN))
+		return 1;
+	if ((void *)(th + 1) > data_end)
+		return 0;
+	return p->l3_len > (__u32)(p->l4_off - p->l3_off) + th->doff * 4;
+}
+
+/* fo_probe takes the TCP packet in c->p (direction me, the other one
+ * other) into its connection's RTT samples. */
+static __always_inline void fo_probe(struct xdp_md *ctx, struct edge_ctx *c,
+				     struct edge_fo_conn *e, __u32 dir,
+				     struct edge_fo_dir *me,
+				     struct edge_fo_dir *other, __u64 now,
+				     __u32 k16)
+{
+	__u8 fl = c->p.tcp_flags & (TCP_F_SYN | TCP_F_ACK);
+
+	/* The handshake: each of its answers ends the other direction's
+	 * sample (SYN to SYN-ACK, SYN-ACK to ACK). */
+	if (fl == TCP_F_SYN) {
+		e->syn_ns = now;
+		e->syn_dir = dir;
+		e->hs = 1;
+	} else if (fl == (TCP_F_SYN | TCP_F_ACK)) {
+		if (e->hs == 1 && e->syn_dir != dir) {
+			fo_sample(other, now - e->syn_ns, k16);
+			e->syn_ns = now;
+			e->hs = 2;
+		}
+	} else if (e->hs == 2 && e->syn_dir == dir && fl == TCP_F_ACK) {
+		fo_sample(other, now - e->syn_ns, k16);
+		e->hs = 3;
+	}
+	if (!tcp_ts(ctx, c))
+		return;
+	if (other->sent_ns) {
+		if (c->tsecr == other->tsval) {
+			fo_sample(other, now - other->sent_ns, k16);
+			other->sent_ns = 0;
+		} else if ((__s32)(c->tsecr - other->tsval) > 0) {
+			other->sent_ns = 0; /* echoed past: never timed */
+		}
+	}
+	/* The first segment with a new TSval (segments of one clock tick
+	 * share it; the first one's echo comes first). */
+	if (c->tsval != me->last_tsval && (!me->sent_ns || now - me->sent_ns > FO_MAX_NS) &&
+	    tcp_payload(ctx, &c->p)) {
+		me->tsval = c->tsval;
+		me->sent_ns = now;
+	}
+	me->last_tsval = c->tsval;
+}
+
+/* fo_ecn_mark marks the packet in c->p Congestion Experienced when it is
+ * ECN-capable (RFC 3168): 1, or 0 when it is not. */
+static __always_inline int fo_ecn_mark(struct xdp_md *ctx, const struct edge_pkt *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	void *l3 = data + (p->l3_off & 0x3ff);
+	__u16 old;
+
+	if (p->key.family == 4) {
+		struct iphdr *iph = l3;
+
+		if ((void *)(iph + 1) > data_end || !(iph->tos & 3))
+			return 0;
+		if ((iph->tos & 3) == 3)
+			return 1;
+		old = *(__u16 *)iph;
+		iph->tos |= 3;
+		iph->check = csum_replace2(iph->check, old, *(__u16 *)iph);
+		return 1;
+	}
+	{
+		struct ipv6hdr *ip6 = l3;
+
+		if ((void *)(ip6 + 1) > data_end || !(ip6->flow_lbl[0] & 0x30))
+			return 0;
+		ip6->flow_lbl[0] |= 0x30;
+		return 1;
+	}
+}
+
+/* fo_fair serves the packet in c->p of flow direction d, in class q (its
+ * counters qc): 1 when it is to be dropped, else 0 (perhaps marked). */
+static __always_inline int fo_fair(struct xdp_md *ctx, struct edge_ctx *c,
+				   struct edge_fo_dir *d, const struct edge_qos_class *q,
+				   struct edge_qos_ctr *qc, __u64 now)
+{
+	__s64 len = (__s64)c->p.len << FO_TOKEN_SHIFT;
+	__s64 depth = (__s64)q->depth << FO_TOKEN_SHIFT;
+	__u16 period = (__u16)(now >> EDGE_FO_PERIOD_SHIFT);
+	__u64 el;
+
+	if (d->period != period) {
+		d->period = period;
+		qc->flows++;
+	}
+	if (d->hint)
+		qc->hinted++;
+	if ((q->flags & EDGE_QF_URLLC) || !q->round_ns)
+		goto pass;
+	if (!d->refill_ns) {
+		d->tokens = (__s64)q->quantum << FO_TOKEN_SHIFT;
+		d->refill_ns = now;
+	}
+	el = now - d->refill_ns;
+	if (el > FO_MAX_NS)
+		el = FO_MAX_NS;
+	d->refill_ns = now;
+	d->tokens += (__s64)((el * q->quantum << FO_TOKEN_SHIFT) / q->round_ns);
+	if (d->tokens > depth)
+		d->tokens = depth;
+	d->tokens -= len;
+	if (d->tokens >= 0)
+		goto pass;
+	if (!(q->flags & EDGE_QF_DROP) && d->tokens >= -depth && fo_ecn_mark(ctx, &c->p)) {
+		qc->marked++;
+		goto pass;
+	}
+	d->tokens += len; /* a dropped packet costs nothing */
+	qc->dropped++;
+	return 1;
+pass:
+	qc->packets++;
+	qc->bytes += c->p.len;
+	return 0;
+}
+
+/* edge_fo_act runs the probe and fairness stages (those st's fo_flags
+ * has on) on the packet in c->p, of a flow in class cls (index + 1; 0:
+ * none): EDGE_GO_ON, or the verdict of a packet over its share. A global
+ * function: verified once. */
+__noinline int edge_fo_act(struct xdp_md *ctx, struct edge_ctx *c, __u32 fo,
+			   __u32 k16, __u32 cls)
+{
+	struct edge_fo_dir *me, *other;
+	struct edge_qos_ctr *qc;
+	const struct edge_qos_class *q;
+	struct edge_fo_conn *e;
+	__u32 dir, k;
+	__u64 now;
+
+	if (!c)
+		return EDGE_GO_ON;
+	if (!(fo & EDGE_FO_PROBE) && !(cls && (fo & EDGE_FO_FAIR)))
+		return EDGE_GO_ON;
+	now = bpf_ktime_get_ns();
+	e = fo_get(c, now, &dir);
+	if (!e)
+		return EDGE_GO_ON;
+	e->last_ns = now;
+	if (e->packets < 0xffffffffu)
+		e->packets++;
+	if (dir) {
+		me = &e->d[1];
+		other = &e->d[0];
+	} else {
+		me = &e->d[0];
+		other = &e->d[1];
+	}
+	if (fo & EDGE_FO_PROBE) {
+		fo_rate(me, c->p.len, now);
+		if (c->p.key.proto == IPPROTO_TCP && c->p.l4_off &&
+		    !(c->p.key.flags & EDGE_KF_FRAG))
+			fo_probe(ctx, c, e, dir, me, other, now, k16);
+	}
+	if (!cls || !(fo & EDGE_FO_FAIR))
+		return EDGE_GO_ON;
+	k = (c->gen & 1) * EDGE_MAX_QOS + ((cls - 1) & (EDGE_MAX_QOS - 1));
+	q = bpf_map_lookup_elem(&edge_qos, &k);
+	k = (cls - 1) & (EDGE_MAX_QOS - 1);
+	qc = bpf_map_lookup_elem(&edge_qos_stats, &k);
+	if (!q || !qc)
+		return EDGE_GO_ON;
+	if (fo_fair(ctx, c, me, q, qc, now))
+		return punt(&c->p, EDGE_R_FO_DROP, XDP_DROP);
+	return EDGE_GO_ON;
+}
+
+/* edge_fo_relief places the flow of the packet in c->p on a CPU when it
+ * has none yet (this one, or when this one is hot the cooler of two drawn
+ * at random) and hands the packet to that CPU when it is another:
+ * XDP_REDIRECT (counted EDGE_R_CPU_MOVED), else EDGE_GO_ON. GRE packets
+ * from a peer stay: their inner flows are not known yet. ncpus: the
+ * CPUs flows may go to. A global function. */
+__noinline int edge_fo_relief(struct edge_ctx *c, __u32 ncpus)
+{
+	struct edge_cpu_load *here, *la, *lb;
+	struct edge_fo_conn *e;
+	struct edge_fo_dir *d;
+	__u32 cpu, a, b, dir;
+	__u64 now;
+
+	if (!c || c->p.key.proto == IPPROTO_GRE || ncpus < 2)
+		return EDGE_GO_ON;
+	now = bpf_ktime_get_ns();
+	e = fo_get(c, now, &dir);
+	if (!e)
+		return EDGE_GO_ON;
+	e->last_ns = now;
+	d = dir ? &e->d[1] : &e->d[0];
+	cpu = bpf_get_smp_processor_id();
+	if (!d->cpu) {
+		d->cpu = cpu + 1;
+		here = bpf_map_lookup_elem(&edge_cpu_loads, &cpu);
+		if (here && here->hot && e->packets < EDGE_FO_WARM) {
+			a = bpf_get_prandom_u32() % ncpus;
+			b = bpf_get_prandom_u32() % ncpus;
+			la = bpf_map_lookup_elem(&edge_cpu_loads, &a);
+			lb = bpf_map_lookup_elem(&edge_cpu_loads, &b);
+			if (la && lb)
+				d->cpu = (la->pps <= lb->pps ? a : b) + 1;
+		}
+	}
+	if (d->cpu - 1 == cpu)
+		return EDGE_GO_ON;
+	if (bpf_redirect_map(&edge_cpus, d->cpu - 1, 0) != XDP_REDIRECT) {
+		d->cpu = cpu + 1; /* no such CPU in the map: stays here */
+		return EDGE_GO_ON;
+	}
+	return punt(&c->p, EDGE_R_CPU_MOVED, XDP_REDIRECT);
+}
+
+/* fo_class is the class (index + 1, 0: none) of the flow decided into
+ * c->nf: its PDR's (qos, 0 when it has none or a service decided it),
+ * else its DSCP's. */
+static __always_inline __u32 fo_class(const struct edge_ctx *c, __u32 qos)
+{
+	__u32 k = (c->gen & 1) * 64 + (c->p.key.dscp & 63), *v;
+
+	if (qos)
+		return qos;
+	v = bpf_map_lookup_elem(&edge_qos_dscp, &k);
+	return v ? *v : 0;
+}
+
+#endif

@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// FlowOpt's dataplane side (bpf/lib/flowopt.h): the QoS classes and the
+// modules' switches a generation carries, the rounds the agent keeps
+// adjusting in the live slot, relief's cpumap and CPU loads, and the
+// counters.
+
+type (
+	// QoSClassEntry is a QoS class as one slot of edge_qos holds it.
+	QoSClassEntry = edgeEdgeQosClass
+	// QoSCounters are a class's counters (edge_qos_stats).
+	QoSCounters = edgeEdgeQosCtr
+	// FOConn is a connection's FlowOpt state (edge_fo).
+	FOConn = edgeEdgeFoConn
+	// CPULoad is a CPU's load as relief reads it (edge_cpu_loads).
+	CPULoad = edgeEdgeCpuLoad
+)
+
+// Limits and flags of bpf/edge_consts.h (TestHeaderConstants).
+const (
+	MaxQoS     = 64
+	MaxCPUs    = 64
+	FFQoSShift = 8
+
+	FOProbe  = 1 // edge_state.fo_flags: the probe stage is on
+	FOFair   = 2 // fairness
+	FORelief = 4 // relief
+
+	QoSFlagURLLC = 1 // edge_qos_class.flags: never held back
+	QoSFlagDrop  = 2 // over its share: dropped, even when ECN-capable
+)
+
+// FOMaxEntries bounds edge_fo: FlowOpt follows at most this many
+// connections (160 bytes each: 40 MiB), however large the flow table.
+const FOMaxEntries = 1 << 18
+
+// FOEntries is edge_fo's size for l: the flow table's, at most
+// FOMaxEntries.
+func (l Limits) FOEntries() uint32 {
+	return min(l.FTEntries(), FOMaxEntries)
+}
+
+// qosRound is the round the agent last set for a class index, and the
+// class it set it for.
+type qosRound struct {
+	id    uint32
+	round uint64
+}
+
+// writeQoS makes slot t's QoS classes and DSCP classes those of g. A
+// class keeps the round the agent set for it (SetQoSRound) while its
+// entry says it has a rate.
+func (w *writer) writeQoS(t uint32, g *Generation) error {
+	dp := w.dp
+	cur := w.slots[t]
+	for i := uint32(0); i < MaxQoS; i++ {
+		want := g.QoS[i]
+		if r, ok := w.qosRounds[i]; ok && r.id == want.Id && want.RoundNs != 0 {
+			want.RoundNs = r.round
+		}
+		if cur.qosKnown && cur.qos[i] == want {
+			continue
+		}
+		if err := dp.EdgeQos.Put(t*MaxQoS+i, want); err != nil {
+			return fmt.Errorf("write qos class %d: %w", i, err)
+		}
+		cur.qos[i] = want
+	}
+	for d := uint32(0); d < 64; d++ {
+		if cur.qosKnown && cur.qosDSCP[d] == g.QoSDSCP[d] {
+			continue
+		}
+		if err := dp.EdgeQosDscp.Put(t*64+d, g.QoSDSCP[d]); err != nil {
+			return fmt.Errorf("write the class of dscp %d: %w", d, err)
+		}
+		cur.qosDSCP[d] = g.QoSDSCP[d]
+	}
+	cur.qosKnown = true
+	return nil
+}
+
+// SetQoSRound sets the round (ns in which each flow earns a quantum) of
+// class index idx, the class id's, in both slots where it has a rate.
+func (dp *Dataplane) SetQoSRound(idx, id uint32, round uint64) error {
+	w := dp.writer
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if idx >= MaxQoS || round == 0 {
+		return fmt.Errorf("qos class index %d, round %d: out of range", idx, round)
+	}
+	for t, s := range w.slots {
+		e := s.qos[idx]
+		if !s.qosKnown || e.Id != id || e.RoundNs == 0 || e.RoundNs == round {
+			continue
+		}
+		e.RoundNs = round
+		if err := dp.EdgeQos.Put(uint32(t)*MaxQoS+idx, e); err != nil {
+			return fmt.Errorf("write qos class %d's round: %w", idx, err)
+		}
+		s.qos[idx] = e
+	}
+	w.qosRounds[idx] = qosRound{id: id, round: round}
+	return nil
+}
+
+// QoSStats returns each class index's counters, summed over the CPUs.
+func (dp *Dataplane) QoSStats() ([MaxQoS]QoSCounters, error) {
+	var out [MaxQoS]QoSCounters
+	var per []QoSCounters
+	for i := uint32(0); i < MaxQoS; i++ {
+		if err := dp.EdgeQosStats.Lookup(i, &per); err != nil {
+			return out, fmt.Errorf("read qos class %d's counters: %w", i, err)
+		}
+		for _, c := range per {
+			o := &out[i]
+			o.Packets += c.Packets
+			o.Bytes += c.Bytes
+			o.Marked += c.Marked
+			o.Dropped += c.Dropped
+			o.Flows += c.Flows
+			o.Hinted += c.Hinted
+		}
+	}
+	return out, nil
+}
+
+// CPUPackets returns the packets the dataplane has handled on each CPU
+// (every verdict's, summed), the load relief balances.
+func (dp *Dataplane) CPUPackets() ([]uint64, error) {
+	var out []uint64
+	var per []Ctr
+	for v := uint32(0); v < 8; v++ {
+		if err := dp.EdgeVerdicts.Lookup(v, &per); err != nil {
+			return nil, fmt.Errorf("read verdict %d's counters: %w", v, err)
+		}
+		if out == nil {
+			out = make([]uint64, len(per))
+		}
+		for cpu, c := range per {
+			out[cpu] += c.Packets
+		}
+	}
+	return out, nil
+}
+
+// SetCPULoads writes each CPU's load for relief (index: the CPU).
+func (dp *Dataplane) SetCPULoads(loads []CPULoad) error {
+	for cpu, l := range loads[:min(len(loads), MaxCPUs)] {
+		if err := dp.EdgeCpuLoads.Put(uint32(cpu), l); err != nil {
+			return fmt.Errorf("write cpu %d's load: %w", cpu, err)
+		}
+	}
+	return nil
+}
+
+// ReliefCPUs is how many CPUs relief may place flows on: the possible
+// CPUs, at most MaxCPUs.
+func ReliefCPUs() uint32 {
+	n, err := ebpf.PossibleCPU()
+	if err != nil || n < 1 {
+		return 1
+	}
+	return uint32(min(n, MaxCPUs))
+}
+
+// cpumapVal is struct bpf_cpumap_val: the queue size and the program the
+// CPU runs on what it is handed.
+type cpumapVal struct {
+	Qsize  uint32
+	ProgFD int32
+}
+
+// cpumapQueue is each CPU's queue of handed packets (the kernel's
+// samples use 2048; a burst of 64 per NAPI poll fits many times).
+const cpumapQueue = 2048
+
+// SetRelief fills edge_cpus with every CPU relief may place flows on,
+// each running edge_xdp_cpu, or empties it (on false): with no entry for
+// its CPU a placed flow is handled where it arrives.
+func (dp *Dataplane) SetRelief(on bool) error {
+	n := ReliefCPUs()
+	if !on {
+		for cpu := range n {
+			if err := dp.EdgeCpus.Delete(cpu); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("remove cpu %d from relief: %w", cpu, err)
+			}
+		}
+		return nil
+	}
+	prog, err := dp.cpuProgram()
+	if err != nil {
+		return err
+	}
+	for cpu := range n {
+		if err := dp.EdgeCpus.Put(cpu, cpumapVal{Qsize: cpumapQueue, ProgFD: int32(prog.FD())}); err != nil {
+			return fmt.Errorf("give cpu %d to relief: %w", cpu, err)
+		}
+	}
+	return nil
+}
+
+// cpuProgram loads (once) edge_xdp_cpu, the pipeline a CPU runs on the
+// packets relief hands it, against dp's maps.
+func (dp *Dataplane) cpuProgram() (*ebpf.Program, error) {
+	if dp.cpuProg != nil {
+		return dp.cpuProg, nil
+	}
+	var p struct {
+		Prog *ebpf.Program `ebpf:"edge_xdp_cpu"`
+	}
+	opts := &ebpf.CollectionOptions{MapReplacements: dp.MapReplacements()}
+	if err := dp.spec.LoadAndAssign(&p, opts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load relief's cpu program: %+v", ve)
+		}
+		return nil, fmt.Errorf("load relief's cpu program: %w", err)
+	}
+	dp.cpuProg = p.Prog
+	return dp.cpuProg, nil
+}
+
+// FOPlace is where edge_fo holds the connection of a packet with key k
+// (fo_place): the first of its two slots, the check its entry carries,
+// and the packet's direction (0: from the lower endpoint).
+func FOPlace(k FlowKey, slots uint32) (idx, check uint32, dir int) {
+	w := func(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+	a0, a1, b0, b1 := w(k.Src[:8]), w(k.Src[8:]), w(k.Dst[:8]), w(k.Dst[8:])
+	ap, bp := k.Sport, k.Dport
+	if a0 > b0 || (a0 == b0 && (a1 > b1 || (a1 == b1 && ap > bp))) {
+		a0, b0, a1, b1, ap, bp = b0, a0, b1, a1, bp, ap
+		dir = 1
+	}
+	h := ftHash(a0, a1, b0, b1, uint64(ap)|uint64(bp)<<16|uint64(k.Proto)<<32|uint64(k.Family)<<40, 0)
+	return uint32(h) & (slots - 1) &^ 1, uint32(h>>32) | 1, dir
+}
+
+// FOLookup returns the FlowOpt state of the connection of key k, and the
+// direction k is of it; false when edge_fo has none.
+func (dp *Dataplane) FOLookup(k FlowKey) (FOConn, int, bool, error) {
+	idx, check, dir := FOPlace(k, dp.Limits.FOEntries())
+	var e FOConn
+	for i := idx; i < idx+2; i++ {
+		if err := dp.EdgeFo.Lookup(i, &e); err != nil {
+			return e, dir, false, fmt.Errorf("read flowopt slot %d: %w", i, err)
+		}
+		if e.Check == check {
+			return e, dir, true, nil
+		}
+	}
+	return FOConn{}, dir, false, nil
+}
