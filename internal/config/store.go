@@ -76,6 +76,7 @@ type Changes struct {
 	PDRs       []Diff[PDR]
 	LBRs       []Diff[LBR]
 	Services   []Diff[Service]
+	QoSClasses []Diff[QoSClass]
 	// Other holds the changes of kinds without a field above, a
 	// []Diff[T] each: the dataplane compiles none of them.
 	Other map[Kind]any
