@@ -535,6 +535,32 @@ func TestParseHelpers(t *testing.T) {
 	}
 }
 
+// TestRatio: a ratio reads as a percentage or a fraction, is written as
+// the shortest percentage that reads back the same (110%, not the
+// 110.00000000000001% of 1.1*100), and refuses what no range check
+// could (NaN compares false with every bound).
+func TestRatio(t *testing.T) {
+	for in, want := range map[string]string{
+		"110%": "110%", "1.1": "110%", "0.7%": "0.7%", "5%": "5%", "0.05": "5%", "1000%": "1000%", "0": "0%", "12.3456789012345%": "12.3456789012345%",
+	} {
+		r, err := ParseRatio(in)
+		if err != nil || r.String() != want {
+			t.Errorf("ParseRatio(%q) = %q, %v; want %q", in, r.String(), err, want)
+		}
+		if back, err := ParseRatio(r.String()); err != nil || back != r {
+			t.Errorf("%q reads back as %v, %v; want %v", r.String(), back, err, r)
+		}
+	}
+	for _, bad := range []string{"NaN", "inf%", "-Inf", "5 %%", "five"} {
+		if r, err := ParseRatio(bad); err == nil {
+			t.Errorf("ParseRatio(%q) = %v, want an error", bad, r)
+		}
+	}
+	if _, err := ParseRatio("nan"); err == nil || err.Error() != `invalid ratio "nan" (want e.g. 5% or 0.05)` {
+		t.Errorf("ParseRatio(nan) error = %v", err)
+	}
+}
+
 func TestFieldErrorString(t *testing.T) {
 	e := Errors{{Path: "a", Reason: "b"}, {Path: "c.d", Reason: "e f"}}
 	if got := e.Error(); got != "a: b\nc.d: e f" {
