@@ -77,6 +77,7 @@ type Changes struct {
 	LBRs       []Diff[LBR]
 	Services   []Diff[Service]
 	QoSClasses []Diff[QoSClass]
+	FlowOpt    []Diff[FlowOptModule]
 	// Other holds the changes of kinds without a field above, a
 	// []Diff[T] each: the dataplane compiles none of them.
 	Other map[Kind]any

@@ -248,18 +248,22 @@ func TestBuiltinKindsTyped(t *testing.T) {
 const typedDoc = qosBase + `qos_classes:
   - {id: 1, type: urllc, dscp: 46}
   - {id: 2, type: embb, dscp: "10,12", rate: 100mbit}
+flowopt:
+  - {module: probe, rtt_factor: 1.5}
+  - {module: relief, hot: 110%, min_pps: 5000, off: true}
 `
 
-// TestTypedKindsRoundTrip: QoS classes land in Config.QoSClasses, not
-// Objects, and read back the same from AppendCompact and yaml.Marshal;
-// a store batch's changes of them land in Changes.QoSClasses.
+// TestTypedKindsRoundTrip: QoS classes and FlowOpt modules land in
+// Config.QoSClasses and Config.FlowOpt, not Objects, and read back the
+// same from AppendCompact and yaml.Marshal; a store batch's changes of
+// them land in Changes.QoSClasses and Changes.FlowOpt.
 func TestTypedKindsRoundTrip(t *testing.T) {
 	c, err := Parse([]byte(typedDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.QoSClasses) != 2 || c.Objects != nil {
-		t.Fatalf("qos classes %+v, objects %+v; want 2 classes, no objects", c.QoSClasses, c.Objects)
+	if len(c.QoSClasses) != 2 || len(c.FlowOpt) != 2 || c.Objects != nil {
+		t.Fatalf("qos classes %+v, flowopt %+v, objects %+v; want 2 classes, 2 modules, no objects", c.QoSClasses, c.FlowOpt, c.Objects)
 	}
 	marshalled, err := yaml.Marshal(c)
 	if err != nil {
@@ -276,14 +280,26 @@ func TestTypedKindsRoundTrip(t *testing.T) {
 	ch, _, err := s.Apply([]Op{
 		{At: "operations[0].create.qos_class", Verb: Create, Kind: KindQoSClass, Object: QoSClass{ID: 3, Type: QoSMMTC, DSCP: DSCPSet{Bits: 1 << 8}}},
 		{At: "operations[1].delete", Verb: Delete, Kind: KindQoSClass, ID: 1},
+		{At: "operations[2].create.flowopt", Verb: Create, Kind: KindFlowOpt, Object: FlowOptModule{Module: ModuleFairness}},
+		{At: "operations[3].update.flowopt", Verb: Update, Kind: KindFlowOpt, Object: FlowOptModule{Module: ModuleRelief, Hot: Ratio{V: 2, Set: true}}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ch.QoSClasses) != 2 || ch.QoSClasses[0].New.ID != 3 || ch.QoSClasses[1].Old.ID != 1 || ch.QoSClasses[1].New != nil || ch.Other != nil || ch.Len() != 2 {
+	if len(ch.QoSClasses) != 2 || ch.QoSClasses[0].New.ID != 3 || ch.QoSClasses[1].Old.ID != 1 || ch.QoSClasses[1].New != nil || ch.Other != nil || ch.Len() != 4 {
 		t.Errorf("changes: qos classes %+v, other %+v; want class 3 created and 1 deleted", ch.QoSClasses, ch.Other)
+	}
+	if f := ch.FlowOpt; len(f) != 2 || f[0].Old != nil || f[0].New.Module != ModuleFairness || !f[1].Old.Off || f[1].New.Off || f[1].New.Hot.V != 2 {
+		t.Errorf("changes: flowopt %+v; want fairness created and relief switched on at 200%%", f)
 	}
 	if got := s.Config().QoSClasses; len(got) != 2 || got[0].ID != 2 || got[1].ID != 3 {
 		t.Errorf("store's classes %+v, want 2 and 3", got)
+	}
+	if got := s.Config().FlowOpt; len(got) != 3 || got[1].Module != ModuleRelief || got[1].Off || got[2].Module != ModuleFairness {
+		t.Errorf("store's modules %+v, want probe, relief on, fairness", got)
+	}
+	const want = "operations[0].update.flowopt.rtt_factor: not for module relief (only probe)"
+	if _, _, err := s.Apply([]Op{{At: "operations[0].update.flowopt", Verb: Update, Kind: KindFlowOpt, Object: FlowOptModule{Module: ModuleRelief, RTTFactor: Factor{V: 2, Set: true}}}}); err == nil || err.Error() != want {
+		t.Errorf("an RTT factor on relief: %v, want %s", err, want)
 	}
 }
