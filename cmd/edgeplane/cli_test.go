@@ -38,6 +38,10 @@ pdrs:
 qos_classes:
   - {id: 1, name: control, type: urllc, dscp: 46}
   - {id: 2, type: embb, dscp: "10,12,14,26", rate: 200mbit, quantum: 3000}
+flowopt:
+  - {module: fairness}
+  - {module: probe, rtt_factor: 2}
+  - {module: relief, off: true, hot: 200%}
 lbrs:
   - {id: 1, algorithm: maglev, members: [{far: 4}, {far: 5, weight: 3}]}
 services:
@@ -226,6 +230,36 @@ fars:
 	out, err = ctl("", "stats", "--json")
 	if err != nil || !strings.Contains(out, `"generation": 7`) || !strings.Contains(out, `"10": {`) {
 		t.Errorf("stats --server: %q, %v", out, err)
+	}
+
+	// FlowOpt modules are switched at runtime: get shows each with its
+	// settings' defaults, apply turns relief on, delete takes probe out.
+	out, err = ctl("", "get", "flowopt")
+	if err != nil || out != "MODULE    STATE  SETTINGS\nfairness  on     -\nprobe     on     rtt_factor 2\nrelief    off    hot 200% min_pps 20000\n" {
+		t.Errorf("get flowopt: %q, %v", out, err)
+	}
+	out, err = ctl("flowopt:\n  - {module: relief, hot: 200%}\n", "apply", "-f", "-")
+	if err != nil || !strings.HasPrefix(out, "flowopt relief configured\ngeneration 8 (committed in ") {
+		t.Errorf("apply relief on: %q, %v", out, err)
+	}
+	out, err = ctl("", "get", "flowopt", "relief")
+	if err != nil || out != "MODULE  STATE  SETTINGS\nrelief  on     hot 200% min_pps 20000\n" {
+		t.Errorf("get flowopt relief: %q, %v", out, err)
+	}
+	_, err = ctl("flowopt:\n  - {module: probe, hot: 200%}\n", "apply", "-f", "-")
+	if err == nil || err.Error() != "flowopt[0].hot: not for module probe (only relief)" {
+		t.Errorf("apply hot on probe: %v, want refused before it is sent", err)
+	}
+	out, err = ctl("", "delete", "flowopt", "probe")
+	if err != nil || !strings.HasPrefix(out, "flowopt probe deleted\ngeneration 9 (committed in ") {
+		t.Errorf("delete flowopt probe: %q, %v", out, err)
+	}
+	_, err = ctl("", "get", "flowopt", "probe")
+	if err == nil || err.Error() != `get flowopt probe: NotFound: no flowopt "probe"` {
+		t.Errorf("get flowopt probe after delete: %v", err)
+	}
+	if c := agent.Config(); len(c.FlowOpt) != 2 || c.FlowOpt[1].Module != config.ModuleRelief || c.FlowOpt[1].Off {
+		t.Errorf("agent's flowopt: %+v", c.FlowOpt)
 	}
 
 	// Without the token, or without TLS.

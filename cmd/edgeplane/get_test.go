@@ -46,6 +46,11 @@ func TestPrintTable(t *testing.T) {
 lan0  lan   auto
 wan0  wan   auto
 `},
+		{config.KindFlowOpt, `MODULE    STATE  SETTINGS
+fairness  on     -
+probe     on     rtt_factor 2
+relief    off    hot 200% min_pps 20000
+`},
 	} {
 		wantTable(t, o, tc.k, tc.want)
 	}
@@ -157,6 +162,12 @@ func TestPrintYAMLFeedsApply(t *testing.T) {
 		if n := file.Services; k == config.KindService && !reflect.DeepEqual(n, cur.Services) {
 			t.Errorf("services back = %+v", n)
 		}
+		if n := file.QoSClasses; k == config.KindQoSClass && !reflect.DeepEqual(n, cur.QoSClasses) {
+			t.Errorf("qos classes back = %+v", n)
+		}
+		if n := file.FlowOpt; k == config.KindFlowOpt && !reflect.DeepEqual(n, cur.FlowOpt) {
+			t.Errorf("flowopt back = %+v", n)
+		}
 		changes := planApply(schema, file, cur)
 		if len(changes) != len(o[k]) {
 			t.Errorf("%s: %d changes, want %d", schema.Plural(k), len(changes), len(o[k]))
@@ -175,7 +186,8 @@ func TestPrintYAMLFeedsApply(t *testing.T) {
 	}
 	if !reflect.DeepEqual(file.Interfaces, cur.Interfaces) || !reflect.DeepEqual(file.Paths, cur.Paths) ||
 		!reflect.DeepEqual(file.FARs, cur.FARs) || !reflect.DeepEqual(file.PDRs, cur.PDRs) ||
-		!reflect.DeepEqual(file.LBRs, cur.LBRs) || !reflect.DeepEqual(file.Services, cur.Services) {
+		!reflect.DeepEqual(file.LBRs, cur.LBRs) || !reflect.DeepEqual(file.Services, cur.Services) ||
+		!reflect.DeepEqual(file.QoSClasses, cur.QoSClasses) || !reflect.DeepEqual(file.FlowOpt, cur.FlowOpt) {
 		t.Errorf("all kinds back = %+v\nwant %+v", file, cur)
 	}
 	var order []string
@@ -187,7 +199,7 @@ func TestPrintYAMLFeedsApply(t *testing.T) {
 			order = append(order, schema.Plural(c.kind))
 		}
 	}
-	if want := []string{"interfaces", "paths", "fars", "lbrs", "services", "qos_classes", "pdrs"}; !reflect.DeepEqual(order, want) {
+	if want := []string{"interfaces", "paths", "fars", "lbrs", "services", "qos_classes", "flowopt", "pdrs"}; !reflect.DeepEqual(order, want) {
 		t.Errorf("created in the order %q, want %q", order, want)
 	}
 	var b bytes.Buffer

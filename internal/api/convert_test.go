@@ -26,7 +26,14 @@ fars:
 pdrs:
   - {id: 10, precedence: 100, match: {in: lan0, src: "2001:db8::/48", dst: "2001:db8:1::/48", proto: tcp, sport: 1-1024, dport: 443, dscp: 0, in_path: 1}, far: 2}
   - {id: 11, match: {}, far: 1}
-  - {id: 12, match: {gre_key: 5}, far: 1}
+  - {id: 12, match: {gre_key: 5}, far: 1, qos: 2}
+qos_classes:
+  - {id: 1, name: control, type: urllc, dscp: 46}
+  - {id: 2, type: embb, dscp: "10,12", rate: 200mbit, burst: 30000, quantum: 3000, over: drop}
+flowopt:
+  - {module: probe, rtt_factor: 1.25}
+  - {module: fairness, off: true}
+  - {module: relief, hot: 110%, min_pps: 5000}
 lbrs:
   - {id: 1, algorithm: maglev, table_size: 251, members: [{far: 4}, {far: 2, weight: 0}]}
 services:
@@ -96,6 +103,10 @@ func TestFromPBErrors(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	_, errs = FromPB(s, config.KindFlowOpt, &pb.FlowOptModule{Module: "probe", RttFactor: "fast", Hot: "warm"}, "flowopt")
+	if len(errs) != 2 || errs[0].Error() != `flowopt.rtt_factor: invalid factor "fast" (want a number such as 1.5)` || errs[1].Error() != `flowopt.hot: invalid ratio "warm" (want e.g. 5% or 0.05)` {
+		t.Errorf("flowopt errors: %v", errs)
 	}
 	_, errs = FromPB(s, config.KindPDR, &pb.Pdr{Id: 1, Match: &pb.Match{Dscp: proto.Uint32(64), Dst: "10.0.0.0/33"}}, "pdr")
 	if len(errs) != 2 || errs[0].Error() != `pdr.match.dst: invalid CIDR "10.0.0.0/33"` || errs[1].Error() != "pdr.match.dscp: must be 0-63, got 64" {

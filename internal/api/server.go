@@ -311,6 +311,16 @@ func (s *Server) GetQosClass(_ context.Context, req *pb.GetByIDRequest) (*pb.Qos
 	return get[*pb.QosClass](s, config.KindQoSClass, config.IDKey(req.GetId()))
 }
 
+// ListFlowOpt implements edgeplanev1.GatewayServer.
+func (s *Server) ListFlowOpt(context.Context, *pb.ListRequest) (*pb.ListFlowOptResponse, error) {
+	return list[*pb.ListFlowOptResponse](s, config.KindFlowOpt)
+}
+
+// GetFlowOpt implements edgeplanev1.GatewayServer.
+func (s *Server) GetFlowOpt(_ context.Context, req *pb.GetByNameRequest) (*pb.FlowOptModule, error) {
+	return get[*pb.FlowOptModule](s, config.KindFlowOpt, config.NameKey(req.GetName()))
+}
+
 // GetService implements edgeplanev1.GatewayServer.
 func (s *Server) GetService(_ context.Context, req *pb.GetByIDRequest) (*pb.Service, error) {
 	return get[*pb.Service](s, config.KindService, config.IDKey(req.GetId()))

@@ -24,14 +24,14 @@ func TestParseKind(t *testing.T) {
 		"pdr": config.KindPDR, "pdrs": config.KindPDR, "PDRs": config.KindPDR, "far": config.KindFAR, "fars": config.KindFAR,
 		"path": config.KindPath, "paths": config.KindPath, "interface": config.KindInterface, "interfaces": config.KindInterface,
 		"lbr": config.KindLBR, "LBRs": config.KindLBR, "service": config.KindService, "services": config.KindService,
-		"qos_class": config.KindQoSClass, "qos_classes": config.KindQoSClass,
+		"qos_class": config.KindQoSClass, "qos_classes": config.KindQoSClass, "flowopt": config.KindFlowOpt, "FlowOpt": config.KindFlowOpt,
 	} {
 		got, err := ParseKind(schema, in)
 		if err != nil || got != want {
 			t.Errorf("parseKind(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	const want = `unknown kind "rules" (want pdrs, qos_classes, services, lbrs, fars, paths or interfaces)`
+	const want = `unknown kind "rules" (want pdrs, flowopt, qos_classes, services, lbrs, fars, paths or interfaces)`
 	if _, err := ParseKind(schema, "rules"); err == nil || err.Error() != want {
 		t.Errorf("parseKind(rules) error = %v, want %s", err, want)
 	}
@@ -110,8 +110,8 @@ func fieldStatus(t *testing.T, code codes.Code, msg string) error {
 	return st.Err()
 }
 
-// oldAgent is the API of an agent that predates LBRs, services and QoS
-// classes.
+// oldAgent is the API of an agent that predates LBRs, services, QoS
+// classes and FlowOpt modules.
 type oldAgent struct {
 	pb.GatewayClient
 }
@@ -144,11 +144,15 @@ func (oldAgent) ListQosClasses(context.Context, *pb.ListRequest, ...grpc.CallOpt
 	return nil, status.Error(codes.Unimplemented, "unknown method ListQosClasses")
 }
 
+func (oldAgent) ListFlowOpt(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListFlowOptResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "unknown method ListFlowOpt")
+}
+
 func TestListAllOldAgent(t *testing.T) {
 	c := &Conn{GatewayClient: oldAgent{}, Ctx: context.Background(), flags: &Flags{Server: DefaultServer, Timeout: time.Second}}
 	o, err := c.ListAll(schema, "apply")
-	if err != nil || len(o[config.KindFAR]) != 1 || len(o[config.KindLBR])+len(o[config.KindService])+len(o[config.KindQoSClass]) != 0 {
-		t.Errorf("listAll = %+v, %v; want far 1 and no lbrs, services or qos classes", o, err)
+	if err != nil || len(o[config.KindFAR]) != 1 || len(o[config.KindLBR])+len(o[config.KindService])+len(o[config.KindQoSClass])+len(o[config.KindFlowOpt]) != 0 {
+		t.Errorf("listAll = %+v, %v; want far 1 and no lbrs, services, qos classes or flowopt modules", o, err)
 	}
 }
 
@@ -164,7 +168,7 @@ func TestParseKindNotInAPI(t *testing.T) {
 	if k, ok := s.Lookup("gadgets"); !ok || k != "gadget" {
 		t.Fatalf("schema lacks gadgets")
 	}
-	const want = `unknown kind "gadgets" (want pdrs, qos_classes, services, lbrs, fars, paths or interfaces)`
+	const want = `unknown kind "gadgets" (want pdrs, flowopt, qos_classes, services, lbrs, fars, paths or interfaces)`
 	if _, err := ParseKind(s, "gadgets"); err == nil || err.Error() != want {
 		t.Errorf("ParseKind(gadgets) = %v, want %s", err, want)
 	}

@@ -75,6 +75,11 @@ type Config struct {
 	Services   []Service   `yaml:"services,omitempty"`
 	Limits     Limits      `yaml:"limits"`
 	Defaults   Defaults    `yaml:"defaults"`
+	// QoSClasses come after Limits and Defaults, where the file had them
+	// while they were in Objects: the file's shape, the order problems
+	// are listed in and the top-level error stay as they were.
+	QoSClasses []QoSClass      `yaml:"qos_classes,omitempty"`
+	FlowOpt    []FlowOptModule `yaml:"flowopt,omitempty"`
 	// Objects holds, by their list's name, the objects (a []T) of kinds
 	// that have no field above.
 	Objects map[string]any `yaml:",inline"`

@@ -174,8 +174,8 @@ func TestParseErrors(t *testing.T) {
 		{"comments only", "# nothing here\n", `interfaces: at least one interface required`},
 		{"no interfaces", "fars: [{id: 2, action: drop}]", `interfaces: at least one interface required`},
 		{"empty interfaces", "interfaces: []", `interfaces: at least one interface required`},
-		{"top level list", "- name: lan0\n", `config: top level must be a mapping of interfaces, paths, fars, pdrs, lbrs, services, limits, defaults and qos_classes, got a list`},
-		{"top level scalar", "hello\n", `config: top level must be a mapping of interfaces, paths, fars, pdrs, lbrs, services, limits, defaults and qos_classes, got "hello"`},
+		{"top level list", "- name: lan0\n", `config: top level must be a mapping of interfaces, paths, fars, pdrs, lbrs, services, limits, defaults, qos_classes and flowopt, got a list`},
+		{"top level scalar", "hello\n", `config: top level must be a mapping of interfaces, paths, fars, pdrs, lbrs, services, limits, defaults, qos_classes and flowopt, got "hello"`},
 		{"syntax error", "interfaces: [\n", `config: invalid YAML: line 1: did not find expected node content`},
 		{"two documents", head + "---\n" + head, `config: multiple YAML documents are not supported`},
 	}
@@ -532,6 +532,32 @@ func TestParseHelpers(t *testing.T) {
 	}
 	if (Prefix{}).IsSet() || (Prefix{}).String() != "" || (Proto{}).String() != "" || (PortRange{}).String() != "" {
 		t.Error("zero values should be unset with empty strings")
+	}
+}
+
+// TestRatio: a ratio reads as a percentage or a fraction, is written as
+// the shortest percentage that reads back the same (110%, not the
+// 110.00000000000001% of 1.1*100), and refuses what no range check
+// could (NaN compares false with every bound).
+func TestRatio(t *testing.T) {
+	for in, want := range map[string]string{
+		"110%": "110%", "1.1": "110%", "0.7%": "0.7%", "5%": "5%", "0.05": "5%", "1000%": "1000%", "0": "0%", "12.3456789012345%": "12.3456789012345%",
+	} {
+		r, err := ParseRatio(in)
+		if err != nil || r.String() != want {
+			t.Errorf("ParseRatio(%q) = %q, %v; want %q", in, r.String(), err, want)
+		}
+		if back, err := ParseRatio(r.String()); err != nil || back != r {
+			t.Errorf("%q reads back as %v, %v; want %v", r.String(), back, err, r)
+		}
+	}
+	for _, bad := range []string{"NaN", "inf%", "-Inf", "5 %%", "five"} {
+		if r, err := ParseRatio(bad); err == nil {
+			t.Errorf("ParseRatio(%q) = %v, want an error", bad, r)
+		}
+	}
+	if _, err := ParseRatio("nan"); err == nil || err.Error() != `invalid ratio "nan" (want e.g. 5% or 0.05)` {
+		t.Errorf("ParseRatio(nan) error = %v", err)
 	}
 }
 

@@ -16,8 +16,8 @@ import (
 type Kind string
 
 // The kinds of the gateway's config, declared in one file each
-// (interface.go, path.go, far.go, lbr.go, service.go, pdr.go) and
-// registered in kinds.go.
+// (interface.go, path.go, far.go, lbr.go, service.go, qos.go,
+// flowopt.go, pdr.go) and registered in kinds.go.
 const (
 	KindInterface Kind = "interface"
 	KindPath      Kind = "path"
@@ -26,6 +26,7 @@ const (
 	KindLBR       Kind = "lbr"
 	KindService   Kind = "service"
 	KindQoSClass  Kind = "qos_class"
+	KindFlowOpt   Kind = "flowopt"
 )
 
 func (k Kind) String() string { return string(k) }

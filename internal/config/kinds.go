@@ -14,5 +14,6 @@ var builtin = NewSchema(
 	lbrKind,
 	serviceKind,
 	qosKind,
+	flowOptKind,
 	pdrKind,
 )

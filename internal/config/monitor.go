@@ -4,6 +4,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -120,7 +121,8 @@ func ParseRatio(s string) (Ratio, error) {
 	t := strings.TrimSpace(s)
 	pct := strings.HasSuffix(t, "%")
 	v, err := strconv.ParseFloat(strings.TrimSuffix(t, "%"), 64)
-	if err != nil {
+	// NaN would pass every range check (each comparison is false).
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
 		return Ratio{}, fmt.Errorf("invalid ratio %q (want e.g. 5%% or 0.05)", s)
 	}
 	if pct {
@@ -129,11 +131,21 @@ func ParseRatio(s string) (Ratio, error) {
 	return Ratio{V: v, Set: true}, nil
 }
 
+// String writes the ratio as the shortest percentage that reads back as
+// it: V*100 carries float rounding (110% is 110.00000000000001 times
+// 0.01), which the API and the CLI would show.
 func (r Ratio) String() string {
 	if !r.Set {
 		return ""
 	}
-	return strconv.FormatFloat(r.V*100, 'g', -1, 64) + "%"
+	pct := r.V * 100
+	for d := range 16 {
+		s := strconv.FormatFloat(pct, 'f', d, 64)
+		if v, err := strconv.ParseFloat(s, 64); err == nil && v/100 == r.V {
+			return s + "%"
+		}
+	}
+	return strconv.FormatFloat(pct, 'g', -1, 64) + "%"
 }
 
 // SetString parses a ratio ("" unsets it).

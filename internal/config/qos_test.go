@@ -29,9 +29,9 @@ pdrs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := c.Objects["qos_classes"].([]QoSClass)
+	st := c.QoSClasses
 	if len(st) != 3 {
-		t.Fatalf("classes: %+v", c.Objects["qos_classes"])
+		t.Fatalf("classes: %+v", st)
 	}
 	for i, want := range []struct {
 		dscp           string

@@ -76,6 +76,8 @@ type Changes struct {
 	PDRs       []Diff[PDR]
 	LBRs       []Diff[LBR]
 	Services   []Diff[Service]
+	QoSClasses []Diff[QoSClass]
+	FlowOpt    []Diff[FlowOptModule]
 	// Other holds the changes of kinds without a field above, a
 	// []Diff[T] each: the dataplane compiles none of them.
 	Other map[Kind]any

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 func mustStore(t *testing.T) *Store {
@@ -227,5 +229,77 @@ func TestInterfacesCapacity(t *testing.T) {
 	}
 	if _, err := Parse([]byte(strings.Replace(b.String(), fmt.Sprintf("  - {name: eth%d, role: lan}\n", MaxInterfaces), "", 1))); err != nil {
 		t.Errorf("%d interfaces: %v", MaxInterfaces, err)
+	}
+}
+
+// TestBuiltinKindsTyped: every built-in kind has a field of its own in
+// Config and in Changes, so the compiler reads each kind's objects and
+// changes typed; none is left in Config.Objects or Changes.Other.
+func TestBuiltinKindsTyped(t *testing.T) {
+	for _, k := range builtin.kinds {
+		if m := k.meta(); m.configIndex < 0 || m.changesIndex < 0 {
+			t.Errorf("kind %s: Config field %d, Changes field %d; want both", m.kind, m.configIndex, m.changesIndex)
+		}
+	}
+}
+
+// typedDoc is a config with objects of the kinds that were in
+// Config.Objects until the compiler needed them typed.
+const typedDoc = qosBase + `qos_classes:
+  - {id: 1, type: urllc, dscp: 46}
+  - {id: 2, type: embb, dscp: "10,12", rate: 100mbit}
+flowopt:
+  - {module: probe, rtt_factor: 1.5}
+  - {module: relief, hot: 110%, min_pps: 5000, off: true}
+`
+
+// TestTypedKindsRoundTrip: QoS classes and FlowOpt modules land in
+// Config.QoSClasses and Config.FlowOpt, not Objects, and read back the
+// same from AppendCompact and yaml.Marshal; a store batch's changes of
+// them land in Changes.QoSClasses and Changes.FlowOpt.
+func TestTypedKindsRoundTrip(t *testing.T) {
+	c, err := Parse([]byte(typedDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.QoSClasses) != 2 || len(c.FlowOpt) != 2 || c.Objects != nil {
+		t.Fatalf("qos classes %+v, flowopt %+v, objects %+v; want 2 classes, 2 modules, no objects", c.QoSClasses, c.FlowOpt, c.Objects)
+	}
+	marshalled, err := yaml.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, doc := range map[string][]byte{"AppendCompact": AppendCompact(nil, c), "yaml.Marshal": marshalled} {
+		back, err := Parse(doc)
+		if err != nil || !reflect.DeepEqual(back, c) {
+			t.Errorf("%s round trip: %v\n%+v\nwant %+v\n%s", name, err, back, c, doc)
+		}
+	}
+
+	s := NewStore(c)
+	ch, _, err := s.Apply([]Op{
+		{At: "operations[0].create.qos_class", Verb: Create, Kind: KindQoSClass, Object: QoSClass{ID: 3, Type: QoSMMTC, DSCP: DSCPSet{Bits: 1 << 8}}},
+		{At: "operations[1].delete", Verb: Delete, Kind: KindQoSClass, ID: 1},
+		{At: "operations[2].create.flowopt", Verb: Create, Kind: KindFlowOpt, Object: FlowOptModule{Module: ModuleFairness}},
+		{At: "operations[3].update.flowopt", Verb: Update, Kind: KindFlowOpt, Object: FlowOptModule{Module: ModuleRelief, Hot: Ratio{V: 2, Set: true}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ch.QoSClasses) != 2 || ch.QoSClasses[0].New.ID != 3 || ch.QoSClasses[1].Old.ID != 1 || ch.QoSClasses[1].New != nil || ch.Other != nil || ch.Len() != 4 {
+		t.Errorf("changes: qos classes %+v, other %+v; want class 3 created and 1 deleted", ch.QoSClasses, ch.Other)
+	}
+	if f := ch.FlowOpt; len(f) != 2 || f[0].Old != nil || f[0].New.Module != ModuleFairness || !f[1].Old.Off || f[1].New.Off || f[1].New.Hot.V != 2 {
+		t.Errorf("changes: flowopt %+v; want fairness created and relief switched on at 200%%", f)
+	}
+	if got := s.Config().QoSClasses; len(got) != 2 || got[0].ID != 2 || got[1].ID != 3 {
+		t.Errorf("store's classes %+v, want 2 and 3", got)
+	}
+	if got := s.Config().FlowOpt; len(got) != 3 || got[1].Module != ModuleRelief || got[1].Off || got[2].Module != ModuleFairness {
+		t.Errorf("store's modules %+v, want probe, relief on, fairness", got)
+	}
+	const want = "operations[0].update.flowopt.rtt_factor: not for module relief (only probe)"
+	if _, _, err := s.Apply([]Op{{At: "operations[0].update.flowopt", Verb: Update, Kind: KindFlowOpt, Object: FlowOptModule{Module: ModuleRelief, RTTFactor: Factor{V: 2, Set: true}}}}); err == nil || err.Error() != want {
+		t.Errorf("an RTT factor on relief: %v, want %s", err, want)
 	}
 }

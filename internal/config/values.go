@@ -441,3 +441,54 @@ func FormatRate(bps uint64) string {
 	}
 	return strconv.FormatUint(bps, 10) + "bit"
 }
+
+// Factor is a multiplier written as a plain number ("1.5"); Set tells
+// an explicit 0 from none.
+type Factor struct {
+	V   float64
+	Set bool
+}
+
+// ParseFactor parses a finite number such as "1.5".
+func ParseFactor(s string) (Factor, error) {
+	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return Factor{}, fmt.Errorf("invalid factor %q (want a number such as 1.5)", s)
+	}
+	return Factor{V: v, Set: true}, nil
+}
+
+func (f Factor) String() string {
+	if !f.Set {
+		return ""
+	}
+	return strconv.FormatFloat(f.V, 'g', -1, 64)
+}
+
+// SetString parses a factor ("" unsets it).
+func (f *Factor) SetString(s string) (err error) {
+	if s == "" {
+		*f = Factor{}
+		return nil
+	}
+	*f, err = ParseFactor(s)
+	return err
+}
+
+// UnmarshalYAML decodes a factor.
+func (f *Factor) UnmarshalYAML(n *yaml.Node) error {
+	s, ok, err := scalarText(n, "a number such as 1.5")
+	if !ok {
+		*f = Factor{}
+		return err
+	}
+	return f.SetString(s)
+}
+
+// MarshalYAML encodes the factor as a string (nothing when unset).
+func (f Factor) MarshalYAML() (any, error) {
+	if !f.Set {
+		return nil, nil
+	}
+	return f.String(), nil
+}

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
@@ -652,5 +653,74 @@ func TestAPIQoSClasses(t *testing.T) {
 	a.mustApply(t, createOp(pdrObj(&pb.Pdr{Id: 88, Precedence: 3, Far: 1, Qos: 2, Match: &pb.Match{In: "lan0", Dst: "10.88.0.0/16"}})))
 	if _, err := a.apply(t, deleteOp(pb.Kind_KIND_QOS_CLASS, 2, "")); err == nil || !strings.Contains(err.Error(), "pdr 88") {
 		t.Errorf("deleting a class a PDR names: %v, want refused naming pdr 88", err)
+	}
+}
+
+// TestAPIFlowOpt: FlowOpt modules are objects of the API like the
+// others, named by their module: created over REST, read back over gRPC
+// with their fields as written, listed at /v1/flowopt and got at
+// /v1/flowopt/{module}; switched off and on at runtime by an update and
+// taken out by a delete by name; a setting on a module it is not for,
+// or out of its range, is refused naming the field.
+func TestAPIFlowOpt(t *testing.T) {
+	a := newAPIGateway(t, forwardConfig)
+	ctx, cancel := withToken(apiToken)
+	defer cancel()
+	do := func(method, path, body string) (int, string) { return a.rest(t, method, path, body) }
+	code, body := do(http.MethodPost, "/v1/apply", `{"operations":[`+
+		`{"create":{"flowopt":{"module":"probe","rtt_factor":"2"}}},`+
+		`{"create":{"flowopt":{"module":"relief","hot":"200%","min_pps":5000}}}]}`)
+	if code != http.StatusOK {
+		t.Fatalf("create flowopt modules: %d %s", code, body)
+	}
+	want := &pb.FlowOptModule{Module: "relief", Hot: "200%", MinPps: 5000}
+	got, err := a.gc.GetFlowOpt(ctx, &pb.GetByNameRequest{Name: "relief"})
+	if err != nil || !proto.Equal(got, want) {
+		t.Errorf("get flowopt relief: %v, %v; want %v", got, err, want)
+	}
+	// protojson spaces its output at random: compare messages, not text.
+	probe := &pb.FlowOptModule{Module: "probe", RttFactor: "2"}
+	var list pb.ListFlowOptResponse
+	code, body = do(http.MethodGet, "/v1/flowopt", "")
+	if err := protojson.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil ||
+		!proto.Equal(&list, &pb.ListFlowOptResponse{Flowopt: []*pb.FlowOptModule{probe, want}}) {
+		t.Errorf("GET /v1/flowopt: %d %s (%v)", code, body, err)
+	}
+	var one pb.FlowOptModule
+	code, body = do(http.MethodGet, "/v1/flowopt/probe", "")
+	if err := protojson.Unmarshal([]byte(body), &one); code != http.StatusOK || err != nil || !proto.Equal(&one, probe) {
+		t.Errorf("GET /v1/flowopt/probe: %d %s (%v)", code, body, err)
+	}
+	if code, body := do(http.MethodGet, "/v1/flowopt/fairness", ""); code != http.StatusNotFound {
+		t.Errorf("GET /v1/flowopt/fairness (not listed): %d %s, want 404", code, body)
+	}
+
+	// Switched off at runtime, and on again.
+	off := &pb.FlowOptModule{Module: "relief", Off: true, Hot: "200%", MinPps: 5000}
+	a.mustApply(t, updateOp(&pb.Object{Kind: &pb.Object_Flowopt{Flowopt: off}}))
+	if got, err := a.gc.GetFlowOpt(ctx, &pb.GetByNameRequest{Name: "relief"}); err != nil || !got.GetOff() {
+		t.Errorf("relief after switching it off: %v, %v", got, err)
+	}
+	a.mustApply(t, updateOp(&pb.Object{Kind: &pb.Object_Flowopt{Flowopt: want}}))
+	if got, err := a.gc.GetFlowOpt(ctx, &pb.GetByNameRequest{Name: "relief"}); err != nil || got.GetOff() {
+		t.Errorf("relief after switching it on: %v, %v", got, err)
+	}
+
+	code, body = do(http.MethodPost, "/v1/apply", `{"operations":[{"create":{"flowopt":{"module":"fairness","hot":"150%"}}}]}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "operations[0].create.flowopt.hot") || !strings.Contains(body, "not for module fairness") {
+		t.Errorf("hot on fairness: %d %s, want 400 naming the field", code, body)
+	}
+	code, body = do(http.MethodPost, "/v1/apply", `{"operations":[{"update":{"flowopt":{"module":"probe","rtt_factor":"20"}}}]}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "operations[0].update.flowopt.rtt_factor") || !strings.Contains(body, "20 is outside 1.1-10") {
+		t.Errorf("rtt_factor 20: %d %s, want 400 naming the field and the range", code, body)
+	}
+	code, body = do(http.MethodPost, "/v1/apply", `{"operations":[{"create":{"flowopt":{"module":"pacing"}}}]}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "operations[0].create.flowopt.module") || !strings.Contains(body, "want probe, fairness or relief") {
+		t.Errorf("unknown module: %d %s, want 400 listing the modules", code, body)
+	}
+
+	a.mustApply(t, deleteOp(pb.Kind_KIND_FLOWOPT, 0, "probe"))
+	if _, err := a.gc.GetFlowOpt(ctx, &pb.GetByNameRequest{Name: "probe"}); status.Code(err) != codes.NotFound {
+		t.Errorf("get flowopt probe after delete: %v, want NotFound", err)
 	}
 }

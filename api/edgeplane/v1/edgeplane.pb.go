@@ -43,6 +43,7 @@ const (
 	Kind_KIND_LBR         Kind = 5
 	Kind_KIND_SERVICE     Kind = 6
 	Kind_KIND_QOS_CLASS   Kind = 7
+	Kind_KIND_FLOWOPT     Kind = 8
 )
 
 // Enum value maps for Kind.
@@ -56,6 +57,7 @@ var (
 		5: "KIND_LBR",
 		6: "KIND_SERVICE",
 		7: "KIND_QOS_CLASS",
+		8: "KIND_FLOWOPT",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -66,6 +68,7 @@ var (
 		"KIND_LBR":         5,
 		"KIND_SERVICE":     6,
 		"KIND_QOS_CLASS":   7,
+		"KIND_FLOWOPT":     8,
 	}
 )
 
@@ -1223,6 +1226,93 @@ func (x *QosClass) GetOver() string {
 	return ""
 }
 
+// FlowOptModule is one FlowOpt module, named by `module`: it runs while
+// it is listed and not `off`, and is switched at runtime by updating it.
+// Each setting belongs to one module and is refused on the others.
+type FlowOptModule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// probe (RTT congestion hints) | fairness (per-flow DRR within the QoS
+	// classes) | relief (hot receive-CPU relief)
+	Module string `protobuf:"bytes,1,opt,name=module,proto3" json:"module,omitempty"`
+	// kept but not running
+	Off bool `protobuf:"varint,2,opt,name=off,proto3" json:"off,omitempty"`
+	// probe: a flow whose RTT exceeds rtt_factor times its min RTT raises
+	// a congestion hint; such as "1.5", 1.1-10; empty: 1.5
+	RttFactor string `protobuf:"bytes,3,opt,name=rtt_factor,json=rttFactor,proto3" json:"rtt_factor,omitempty"`
+	// relief: a receive CPU is hot when its packet rate exceeds this share
+	// of the CPUs' mean; such as "150%", 110%-1000%; empty: 150%
+	Hot string `protobuf:"bytes,4,opt,name=hot,proto3" json:"hot,omitempty"`
+	// relief: packets a second under which a CPU is never hot; 0: 20000
+	MinPps        uint32 `protobuf:"varint,5,opt,name=min_pps,json=minPps,proto3" json:"min_pps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowOptModule) Reset() {
+	*x = FlowOptModule{}
+	mi := &file_edgeplane_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowOptModule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowOptModule) ProtoMessage() {}
+
+func (x *FlowOptModule) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowOptModule.ProtoReflect.Descriptor instead.
+func (*FlowOptModule) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *FlowOptModule) GetModule() string {
+	if x != nil {
+		return x.Module
+	}
+	return ""
+}
+
+func (x *FlowOptModule) GetOff() bool {
+	if x != nil {
+		return x.Off
+	}
+	return false
+}
+
+func (x *FlowOptModule) GetRttFactor() string {
+	if x != nil {
+		return x.RttFactor
+	}
+	return ""
+}
+
+func (x *FlowOptModule) GetHot() string {
+	if x != nil {
+		return x.Hot
+	}
+	return ""
+}
+
+func (x *FlowOptModule) GetMinPps() uint32 {
+	if x != nil {
+		return x.MinPps
+	}
+	return 0
+}
+
 // Object is one object of any kind.
 type Object struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1235,6 +1325,7 @@ type Object struct {
 	//	*Object_Lbr
 	//	*Object_Service
 	//	*Object_QosClass
+	//	*Object_Flowopt
 	Kind          isObject_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1242,7 +1333,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1345,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1358,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{12}
+	return file_edgeplane_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -1340,6 +1431,15 @@ func (x *Object) GetQosClass() *QosClass {
 	return nil
 }
 
+func (x *Object) GetFlowopt() *FlowOptModule {
+	if x != nil {
+		if x, ok := x.Kind.(*Object_Flowopt); ok {
+			return x.Flowopt
+		}
+	}
+	return nil
+}
+
 type isObject_Kind interface {
 	isObject_Kind()
 }
@@ -1372,6 +1472,10 @@ type Object_QosClass struct {
 	QosClass *QosClass `protobuf:"bytes,7,opt,name=qos_class,json=qosClass,proto3,oneof"`
 }
 
+type Object_Flowopt struct {
+	Flowopt *FlowOptModule `protobuf:"bytes,8,opt,name=flowopt,proto3,oneof"`
+}
+
 func (*Object_Interface) isObject_Kind() {}
 
 func (*Object_Path) isObject_Kind() {}
@@ -1386,7 +1490,10 @@ func (*Object_Service) isObject_Kind() {}
 
 func (*Object_QosClass) isObject_Kind() {}
 
-// Ref names one object: interfaces by name, the others by id.
+func (*Object_Flowopt) isObject_Kind() {}
+
+// Ref names one object: interfaces by name, FlowOpt modules by module
+// (in name), the others by id.
 type Ref struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          Kind                   `protobuf:"varint,1,opt,name=kind,proto3,enum=edgeplane.v1.Kind" json:"kind,omitempty"`
@@ -1398,7 +1505,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1517,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1530,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{13}
+	return file_edgeplane_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Ref) GetKind() Kind {
@@ -1462,7 +1569,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1581,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1594,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{14}
+	return file_edgeplane_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Operation) GetOp() isOperation_Op {
@@ -1560,7 +1667,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1679,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1692,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{15}
+	return file_edgeplane_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApplyRequest) GetOperations() []*Operation {
@@ -1614,7 +1721,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1733,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1746,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{16}
+	return file_edgeplane_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApplyResponse) GetGeneration() uint32 {
@@ -1664,7 +1771,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1783,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1796,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{17}
+	return file_edgeplane_proto_rawDescGZIP(), []int{18}
 }
 
 type GetByIDRequest struct {
@@ -1701,7 +1808,7 @@ type GetByIDRequest struct {
 
 func (x *GetByIDRequest) Reset() {
 	*x = GetByIDRequest{}
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1820,7 @@ func (x *GetByIDRequest) String() string {
 func (*GetByIDRequest) ProtoMessage() {}
 
 func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1833,7 @@ func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByIDRequest.ProtoReflect.Descriptor instead.
 func (*GetByIDRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{18}
+	return file_edgeplane_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetByIDRequest) GetId() uint32 {
@@ -1745,7 +1852,7 @@ type GetByNameRequest struct {
 
 func (x *GetByNameRequest) Reset() {
 	*x = GetByNameRequest{}
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1864,7 @@ func (x *GetByNameRequest) String() string {
 func (*GetByNameRequest) ProtoMessage() {}
 
 func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1877,7 @@ func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByNameRequest.ProtoReflect.Descriptor instead.
 func (*GetByNameRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{19}
+	return file_edgeplane_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetByNameRequest) GetName() string {
@@ -1789,7 +1896,7 @@ type ListInterfacesResponse struct {
 
 func (x *ListInterfacesResponse) Reset() {
 	*x = ListInterfacesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1908,7 @@ func (x *ListInterfacesResponse) String() string {
 func (*ListInterfacesResponse) ProtoMessage() {}
 
 func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1921,7 @@ func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInterfacesResponse.ProtoReflect.Descriptor instead.
 func (*ListInterfacesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{20}
+	return file_edgeplane_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListInterfacesResponse) GetInterfaces() []*Interface {
@@ -1833,7 +1940,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1952,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1965,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{21}
+	return file_edgeplane_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -1877,7 +1984,7 @@ type ListFarsResponse struct {
 
 func (x *ListFarsResponse) Reset() {
 	*x = ListFarsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +1996,7 @@ func (x *ListFarsResponse) String() string {
 func (*ListFarsResponse) ProtoMessage() {}
 
 func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2009,7 @@ func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFarsResponse.ProtoReflect.Descriptor instead.
 func (*ListFarsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{22}
+	return file_edgeplane_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListFarsResponse) GetFars() []*Far {
@@ -1921,7 +2028,7 @@ type ListPdrsResponse struct {
 
 func (x *ListPdrsResponse) Reset() {
 	*x = ListPdrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2040,7 @@ func (x *ListPdrsResponse) String() string {
 func (*ListPdrsResponse) ProtoMessage() {}
 
 func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2053,7 @@ func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPdrsResponse.ProtoReflect.Descriptor instead.
 func (*ListPdrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{23}
+	return file_edgeplane_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListPdrsResponse) GetPdrs() []*Pdr {
@@ -1965,7 +2072,7 @@ type ListLbrsResponse struct {
 
 func (x *ListLbrsResponse) Reset() {
 	*x = ListLbrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2084,7 @@ func (x *ListLbrsResponse) String() string {
 func (*ListLbrsResponse) ProtoMessage() {}
 
 func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2097,7 @@ func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLbrsResponse.ProtoReflect.Descriptor instead.
 func (*ListLbrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{24}
+	return file_edgeplane_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListLbrsResponse) GetLbrs() []*Lbr {
@@ -2009,7 +2116,7 @@ type ListServicesResponse struct {
 
 func (x *ListServicesResponse) Reset() {
 	*x = ListServicesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2128,7 @@ func (x *ListServicesResponse) String() string {
 func (*ListServicesResponse) ProtoMessage() {}
 
 func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2141,7 @@ func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListServicesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{25}
+	return file_edgeplane_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListServicesResponse) GetServices() []*Service {
@@ -2053,7 +2160,7 @@ type ListQosClassesResponse struct {
 
 func (x *ListQosClassesResponse) Reset() {
 	*x = ListQosClassesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2172,7 @@ func (x *ListQosClassesResponse) String() string {
 func (*ListQosClassesResponse) ProtoMessage() {}
 
 func (x *ListQosClassesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,12 +2185,56 @@ func (x *ListQosClassesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQosClassesResponse.ProtoReflect.Descriptor instead.
 func (*ListQosClassesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{26}
+	return file_edgeplane_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListQosClassesResponse) GetQosClasses() []*QosClass {
 	if x != nil {
 		return x.QosClasses
+	}
+	return nil
+}
+
+type ListFlowOptResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Flowopt       []*FlowOptModule       `protobuf:"bytes,1,rep,name=flowopt,proto3" json:"flowopt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFlowOptResponse) Reset() {
+	*x = ListFlowOptResponse{}
+	mi := &file_edgeplane_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFlowOptResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFlowOptResponse) ProtoMessage() {}
+
+func (x *ListFlowOptResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFlowOptResponse.ProtoReflect.Descriptor instead.
+func (*ListFlowOptResponse) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListFlowOptResponse) GetFlowopt() []*FlowOptModule {
+	if x != nil {
+		return x.Flowopt
 	}
 	return nil
 }
@@ -2096,7 +2247,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2259,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2272,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{27}
+	return file_edgeplane_proto_rawDescGZIP(), []int{29}
 }
 
 // Counter is a packets/bytes pair.
@@ -2135,7 +2286,7 @@ type Counter struct {
 
 func (x *Counter) Reset() {
 	*x = Counter{}
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2298,7 @@ func (x *Counter) String() string {
 func (*Counter) ProtoMessage() {}
 
 func (x *Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2311,7 @@ func (x *Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counter.ProtoReflect.Descriptor instead.
 func (*Counter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{28}
+	return file_edgeplane_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Counter) GetPackets() uint64 {
@@ -2187,7 +2338,7 @@ type PdrCounter struct {
 
 func (x *PdrCounter) Reset() {
 	*x = PdrCounter{}
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2350,7 @@ func (x *PdrCounter) String() string {
 func (*PdrCounter) ProtoMessage() {}
 
 func (x *PdrCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2363,7 @@ func (x *PdrCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PdrCounter.ProtoReflect.Descriptor instead.
 func (*PdrCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{29}
+	return file_edgeplane_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PdrCounter) GetId() uint32 {
@@ -2242,7 +2393,7 @@ type PathCounter struct {
 
 func (x *PathCounter) Reset() {
 	*x = PathCounter{}
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2405,7 @@ func (x *PathCounter) String() string {
 func (*PathCounter) ProtoMessage() {}
 
 func (x *PathCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2418,7 @@ func (x *PathCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathCounter.ProtoReflect.Descriptor instead.
 func (*PathCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{30}
+	return file_edgeplane_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PathCounter) GetId() uint32 {
@@ -2310,7 +2461,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_edgeplane_proto_msgTypes[31]
+	mi := &file_edgeplane_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2473,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[31]
+	mi := &file_edgeplane_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2486,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{31}
+	return file_edgeplane_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Stats) GetGeneration() uint32 {
@@ -2410,7 +2561,7 @@ type BackendCounter struct {
 
 func (x *BackendCounter) Reset() {
 	*x = BackendCounter{}
-	mi := &file_edgeplane_proto_msgTypes[32]
+	mi := &file_edgeplane_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2573,7 @@ func (x *BackendCounter) String() string {
 func (*BackendCounter) ProtoMessage() {}
 
 func (x *BackendCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[32]
+	mi := &file_edgeplane_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2586,7 @@ func (x *BackendCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendCounter.ProtoReflect.Descriptor instead.
 func (*BackendCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{32}
+	return file_edgeplane_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *BackendCounter) GetService() uint32 {
@@ -2483,7 +2634,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[33]
+	mi := &file_edgeplane_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2495,7 +2646,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[33]
+	mi := &file_edgeplane_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2508,7 +2659,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{33}
+	return file_edgeplane_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListFlowsRequest) GetTop() uint32 {
@@ -2545,7 +2696,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_edgeplane_proto_msgTypes[34]
+	mi := &file_edgeplane_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2708,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[34]
+	mi := &file_edgeplane_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2721,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{34}
+	return file_edgeplane_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Flow) GetSrc() string {
@@ -2666,7 +2817,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[35]
+	mi := &file_edgeplane_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2829,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[35]
+	mi := &file_edgeplane_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2842,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{35}
+	return file_edgeplane_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -2735,7 +2886,7 @@ type PathStatus struct {
 
 func (x *PathStatus) Reset() {
 	*x = PathStatus{}
-	mi := &file_edgeplane_proto_msgTypes[36]
+	mi := &file_edgeplane_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2898,7 @@ func (x *PathStatus) String() string {
 func (*PathStatus) ProtoMessage() {}
 
 func (x *PathStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[36]
+	mi := &file_edgeplane_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2911,7 @@ func (x *PathStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStatus.ProtoReflect.Descriptor instead.
 func (*PathStatus) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{36}
+	return file_edgeplane_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PathStatus) GetPath() uint32 {
@@ -2877,7 +3028,7 @@ type ListPathStatusResponse struct {
 
 func (x *ListPathStatusResponse) Reset() {
 	*x = ListPathStatusResponse{}
-	mi := &file_edgeplane_proto_msgTypes[37]
+	mi := &file_edgeplane_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +3040,7 @@ func (x *ListPathStatusResponse) String() string {
 func (*ListPathStatusResponse) ProtoMessage() {}
 
 func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[37]
+	mi := &file_edgeplane_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +3053,7 @@ func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathStatusResponse.ProtoReflect.Descriptor instead.
 func (*ListPathStatusResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{37}
+	return file_edgeplane_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListPathStatusResponse) GetPaths() []*PathStatus {
@@ -3024,7 +3175,14 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x04rate\x18\x05 \x01(\tR\x04rate\x12\x14\n" +
 	"\x05burst\x18\x06 \x01(\rR\x05burst\x12\x18\n" +
 	"\aquantum\x18\a \x01(\rR\aquantum\x12\x12\n" +
-	"\x04over\x18\b \x01(\tR\x04over\"\xd2\x02\n" +
+	"\x04over\x18\b \x01(\tR\x04over\"\x83\x01\n" +
+	"\rFlowOptModule\x12\x16\n" +
+	"\x06module\x18\x01 \x01(\tR\x06module\x12\x10\n" +
+	"\x03off\x18\x02 \x01(\bR\x03off\x12\x1d\n" +
+	"\n" +
+	"rtt_factor\x18\x03 \x01(\tR\trttFactor\x12\x10\n" +
+	"\x03hot\x18\x04 \x01(\tR\x03hot\x12\x17\n" +
+	"\amin_pps\x18\x05 \x01(\rR\x06minPps\"\x8b\x03\n" +
 	"\x06Object\x127\n" +
 	"\tinterface\x18\x01 \x01(\v2\x17.edgeplane.v1.InterfaceH\x00R\tinterface\x12(\n" +
 	"\x04path\x18\x02 \x01(\v2\x12.edgeplane.v1.PathH\x00R\x04path\x12%\n" +
@@ -3032,7 +3190,8 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x03pdr\x18\x04 \x01(\v2\x11.edgeplane.v1.PdrH\x00R\x03pdr\x12%\n" +
 	"\x03lbr\x18\x05 \x01(\v2\x11.edgeplane.v1.LbrH\x00R\x03lbr\x121\n" +
 	"\aservice\x18\x06 \x01(\v2\x15.edgeplane.v1.ServiceH\x00R\aservice\x125\n" +
-	"\tqos_class\x18\a \x01(\v2\x16.edgeplane.v1.QosClassH\x00R\bqosClassB\x06\n" +
+	"\tqos_class\x18\a \x01(\v2\x16.edgeplane.v1.QosClassH\x00R\bqosClass\x127\n" +
+	"\aflowopt\x18\b \x01(\v2\x1b.edgeplane.v1.FlowOptModuleH\x00R\aflowoptB\x06\n" +
 	"\x04kind\"Q\n" +
 	"\x03Ref\x12&\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x12.edgeplane.v1.KindR\x04kind\x12\x0e\n" +
@@ -3074,7 +3233,9 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\bservices\x18\x01 \x03(\v2\x15.edgeplane.v1.ServiceR\bservices\"Q\n" +
 	"\x16ListQosClassesResponse\x127\n" +
 	"\vqos_classes\x18\x01 \x03(\v2\x16.edgeplane.v1.QosClassR\n" +
-	"qosClasses\"\x11\n" +
+	"qosClasses\"L\n" +
+	"\x13ListFlowOptResponse\x125\n" +
+	"\aflowopt\x18\x01 \x03(\v2\x1b.edgeplane.v1.FlowOptModuleR\aflowopt\"\x11\n" +
 	"\x0fGetStatsRequest\"9\n" +
 	"\aCounter\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
@@ -3152,7 +3313,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x0etcp_min_rtt_us\x18\x0e \x01(\x04R\vtcpMinRttUs\x12&\n" +
 	"\x0ftcp_rtt_samples\x18\x0f \x01(\x04R\rtcpRttSamples\"H\n" +
 	"\x16ListPathStatusResponse\x12.\n" +
-	"\x05paths\x18\x01 \x03(\v2\x18.edgeplane.v1.PathStatusR\x05paths*\x8f\x01\n" +
+	"\x05paths\x18\x01 \x03(\v2\x18.edgeplane.v1.PathStatusR\x05paths*\xa1\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKIND_INTERFACE\x10\x01\x12\r\n" +
@@ -3161,7 +3322,8 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\bKIND_PDR\x10\x04\x12\f\n" +
 	"\bKIND_LBR\x10\x05\x12\x10\n" +
 	"\fKIND_SERVICE\x10\x06\x12\x12\n" +
-	"\x0eKIND_QOS_CLASS\x10\a2\xfe\t\n" +
+	"\x0eKIND_QOS_CLASS\x10\a\x12\x10\n" +
+	"\fKIND_FLOWOPT\x10\b2\x96\v\n" +
 	"\aGateway\x12@\n" +
 	"\x05Apply\x12\x1a.edgeplane.v1.ApplyRequest\x1a\x1b.edgeplane.v1.ApplyResponse\x12Q\n" +
 	"\x0eListInterfaces\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListInterfacesResponse\x12G\n" +
@@ -3178,7 +3340,10 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\n" +
 	"GetService\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x15.edgeplane.v1.Service\x12Q\n" +
 	"\x0eListQosClasses\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListQosClassesResponse\x12C\n" +
-	"\vGetQosClass\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x16.edgeplane.v1.QosClass\x12>\n" +
+	"\vGetQosClass\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x16.edgeplane.v1.QosClass\x12K\n" +
+	"\vListFlowOpt\x12\x19.edgeplane.v1.ListRequest\x1a!.edgeplane.v1.ListFlowOptResponse\x12I\n" +
+	"\n" +
+	"GetFlowOpt\x12\x1e.edgeplane.v1.GetByNameRequest\x1a\x1b.edgeplane.v1.FlowOptModule\x12>\n" +
 	"\bGetStats\x12\x1d.edgeplane.v1.GetStatsRequest\x1a\x13.edgeplane.v1.Stats\x12L\n" +
 	"\tListFlows\x12\x1e.edgeplane.v1.ListFlowsRequest\x1a\x1f.edgeplane.v1.ListFlowsResponse\x12Q\n" +
 	"\x0eListPathStatus\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListPathStatusResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
@@ -3196,7 +3361,7 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                      // 0: edgeplane.v1.Kind
 	(*Interface)(nil),              // 1: edgeplane.v1.Interface
@@ -3211,34 +3376,36 @@ var file_edgeplane_proto_goTypes = []any{
 	(*Match)(nil),                  // 10: edgeplane.v1.Match
 	(*Pdr)(nil),                    // 11: edgeplane.v1.Pdr
 	(*QosClass)(nil),               // 12: edgeplane.v1.QosClass
-	(*Object)(nil),                 // 13: edgeplane.v1.Object
-	(*Ref)(nil),                    // 14: edgeplane.v1.Ref
-	(*Operation)(nil),              // 15: edgeplane.v1.Operation
-	(*ApplyRequest)(nil),           // 16: edgeplane.v1.ApplyRequest
-	(*ApplyResponse)(nil),          // 17: edgeplane.v1.ApplyResponse
-	(*ListRequest)(nil),            // 18: edgeplane.v1.ListRequest
-	(*GetByIDRequest)(nil),         // 19: edgeplane.v1.GetByIDRequest
-	(*GetByNameRequest)(nil),       // 20: edgeplane.v1.GetByNameRequest
-	(*ListInterfacesResponse)(nil), // 21: edgeplane.v1.ListInterfacesResponse
-	(*ListPathsResponse)(nil),      // 22: edgeplane.v1.ListPathsResponse
-	(*ListFarsResponse)(nil),       // 23: edgeplane.v1.ListFarsResponse
-	(*ListPdrsResponse)(nil),       // 24: edgeplane.v1.ListPdrsResponse
-	(*ListLbrsResponse)(nil),       // 25: edgeplane.v1.ListLbrsResponse
-	(*ListServicesResponse)(nil),   // 26: edgeplane.v1.ListServicesResponse
-	(*ListQosClassesResponse)(nil), // 27: edgeplane.v1.ListQosClassesResponse
-	(*GetStatsRequest)(nil),        // 28: edgeplane.v1.GetStatsRequest
-	(*Counter)(nil),                // 29: edgeplane.v1.Counter
-	(*PdrCounter)(nil),             // 30: edgeplane.v1.PdrCounter
-	(*PathCounter)(nil),            // 31: edgeplane.v1.PathCounter
-	(*Stats)(nil),                  // 32: edgeplane.v1.Stats
-	(*BackendCounter)(nil),         // 33: edgeplane.v1.BackendCounter
-	(*ListFlowsRequest)(nil),       // 34: edgeplane.v1.ListFlowsRequest
-	(*Flow)(nil),                   // 35: edgeplane.v1.Flow
-	(*ListFlowsResponse)(nil),      // 36: edgeplane.v1.ListFlowsResponse
-	(*PathStatus)(nil),             // 37: edgeplane.v1.PathStatus
-	(*ListPathStatusResponse)(nil), // 38: edgeplane.v1.ListPathStatusResponse
-	nil,                            // 39: edgeplane.v1.Stats.VerdictsEntry
-	nil,                            // 40: edgeplane.v1.Stats.ReasonsEntry
+	(*FlowOptModule)(nil),          // 13: edgeplane.v1.FlowOptModule
+	(*Object)(nil),                 // 14: edgeplane.v1.Object
+	(*Ref)(nil),                    // 15: edgeplane.v1.Ref
+	(*Operation)(nil),              // 16: edgeplane.v1.Operation
+	(*ApplyRequest)(nil),           // 17: edgeplane.v1.ApplyRequest
+	(*ApplyResponse)(nil),          // 18: edgeplane.v1.ApplyResponse
+	(*ListRequest)(nil),            // 19: edgeplane.v1.ListRequest
+	(*GetByIDRequest)(nil),         // 20: edgeplane.v1.GetByIDRequest
+	(*GetByNameRequest)(nil),       // 21: edgeplane.v1.GetByNameRequest
+	(*ListInterfacesResponse)(nil), // 22: edgeplane.v1.ListInterfacesResponse
+	(*ListPathsResponse)(nil),      // 23: edgeplane.v1.ListPathsResponse
+	(*ListFarsResponse)(nil),       // 24: edgeplane.v1.ListFarsResponse
+	(*ListPdrsResponse)(nil),       // 25: edgeplane.v1.ListPdrsResponse
+	(*ListLbrsResponse)(nil),       // 26: edgeplane.v1.ListLbrsResponse
+	(*ListServicesResponse)(nil),   // 27: edgeplane.v1.ListServicesResponse
+	(*ListQosClassesResponse)(nil), // 28: edgeplane.v1.ListQosClassesResponse
+	(*ListFlowOptResponse)(nil),    // 29: edgeplane.v1.ListFlowOptResponse
+	(*GetStatsRequest)(nil),        // 30: edgeplane.v1.GetStatsRequest
+	(*Counter)(nil),                // 31: edgeplane.v1.Counter
+	(*PdrCounter)(nil),             // 32: edgeplane.v1.PdrCounter
+	(*PathCounter)(nil),            // 33: edgeplane.v1.PathCounter
+	(*Stats)(nil),                  // 34: edgeplane.v1.Stats
+	(*BackendCounter)(nil),         // 35: edgeplane.v1.BackendCounter
+	(*ListFlowsRequest)(nil),       // 36: edgeplane.v1.ListFlowsRequest
+	(*Flow)(nil),                   // 37: edgeplane.v1.Flow
+	(*ListFlowsResponse)(nil),      // 38: edgeplane.v1.ListFlowsResponse
+	(*PathStatus)(nil),             // 39: edgeplane.v1.PathStatus
+	(*ListPathStatusResponse)(nil), // 40: edgeplane.v1.ListPathStatusResponse
+	nil,                            // 41: edgeplane.v1.Stats.VerdictsEntry
+	nil,                            // 42: edgeplane.v1.Stats.ReasonsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
 	3,  // 0: edgeplane.v1.Path.monitor:type_name -> edgeplane.v1.PathMonitor
@@ -3253,72 +3420,78 @@ var file_edgeplane_proto_depIdxs = []int32{
 	5,  // 9: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
 	8,  // 10: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
 	12, // 11: edgeplane.v1.Object.qos_class:type_name -> edgeplane.v1.QosClass
-	0,  // 12: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
-	13, // 13: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
-	13, // 14: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
-	14, // 15: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
-	15, // 16: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
-	1,  // 17: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
-	2,  // 18: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
-	4,  // 19: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
-	11, // 20: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
-	5,  // 21: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
-	8,  // 22: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
-	12, // 23: edgeplane.v1.ListQosClassesResponse.qos_classes:type_name -> edgeplane.v1.QosClass
-	29, // 24: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
-	29, // 25: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
-	29, // 26: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
-	30, // 27: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	39, // 28: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	40, // 29: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
-	31, // 30: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
-	33, // 31: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
-	29, // 32: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
-	35, // 33: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
-	37, // 34: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
-	29, // 35: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	29, // 36: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	16, // 37: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	18, // 38: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	20, // 39: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	18, // 40: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	19, // 41: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	18, // 42: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	19, // 43: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	18, // 44: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	19, // 45: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	18, // 46: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	19, // 47: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	18, // 48: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	19, // 49: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	18, // 50: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
-	19, // 51: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
-	28, // 52: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	34, // 53: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	18, // 54: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
-	17, // 55: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	21, // 56: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	1,  // 57: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	22, // 58: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	2,  // 59: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	23, // 60: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	4,  // 61: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	24, // 62: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	11, // 63: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	25, // 64: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	5,  // 65: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	26, // 66: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	8,  // 67: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	27, // 68: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
-	12, // 69: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
-	32, // 70: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	36, // 71: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	38, // 72: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
-	55, // [55:73] is the sub-list for method output_type
-	37, // [37:55] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	13, // 12: edgeplane.v1.Object.flowopt:type_name -> edgeplane.v1.FlowOptModule
+	0,  // 13: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
+	14, // 14: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
+	14, // 15: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
+	15, // 16: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
+	16, // 17: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
+	1,  // 18: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
+	2,  // 19: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
+	4,  // 20: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
+	11, // 21: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
+	5,  // 22: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
+	8,  // 23: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
+	12, // 24: edgeplane.v1.ListQosClassesResponse.qos_classes:type_name -> edgeplane.v1.QosClass
+	13, // 25: edgeplane.v1.ListFlowOptResponse.flowopt:type_name -> edgeplane.v1.FlowOptModule
+	31, // 26: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
+	31, // 27: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
+	31, // 28: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
+	32, // 29: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
+	41, // 30: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	42, // 31: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	33, // 32: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
+	35, // 33: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
+	31, // 34: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
+	37, // 35: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
+	39, // 36: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
+	31, // 37: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	31, // 38: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	17, // 39: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	19, // 40: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	21, // 41: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	19, // 42: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	20, // 43: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	19, // 44: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	20, // 45: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	19, // 46: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	20, // 47: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	19, // 48: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	20, // 49: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	19, // 50: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	20, // 51: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	19, // 52: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
+	20, // 53: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
+	19, // 54: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
+	21, // 55: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
+	30, // 56: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	36, // 57: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	19, // 58: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
+	18, // 59: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	22, // 60: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	1,  // 61: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	23, // 62: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	2,  // 63: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	24, // 64: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	4,  // 65: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	25, // 66: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	11, // 67: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	26, // 68: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	5,  // 69: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	27, // 70: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	8,  // 71: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	28, // 72: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
+	12, // 73: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
+	29, // 74: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
+	13, // 75: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
+	34, // 76: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	38, // 77: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	40, // 78: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
+	59, // [59:79] is the sub-list for method output_type
+	39, // [39:59] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -3330,7 +3503,7 @@ func file_edgeplane_proto_init() {
 	file_edgeplane_proto_msgTypes[6].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[7].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[9].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[12].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[13].OneofWrappers = []any{
 		(*Object_Interface)(nil),
 		(*Object_Path)(nil),
 		(*Object_Far)(nil),
@@ -3338,20 +3511,21 @@ func file_edgeplane_proto_init() {
 		(*Object_Lbr)(nil),
 		(*Object_Service)(nil),
 		(*Object_QosClass)(nil),
+		(*Object_Flowopt)(nil),
 	}
-	file_edgeplane_proto_msgTypes[14].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[15].OneofWrappers = []any{
 		(*Operation_Create)(nil),
 		(*Operation_Update)(nil),
 		(*Operation_Delete)(nil),
 	}
-	file_edgeplane_proto_msgTypes[34].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[36].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   40,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,6 +44,8 @@ const (
 	Gateway_GetService_FullMethodName     = "/edgeplane.v1.Gateway/GetService"
 	Gateway_ListQosClasses_FullMethodName = "/edgeplane.v1.Gateway/ListQosClasses"
 	Gateway_GetQosClass_FullMethodName    = "/edgeplane.v1.Gateway/GetQosClass"
+	Gateway_ListFlowOpt_FullMethodName    = "/edgeplane.v1.Gateway/ListFlowOpt"
+	Gateway_GetFlowOpt_FullMethodName     = "/edgeplane.v1.Gateway/GetFlowOpt"
 	Gateway_GetStats_FullMethodName       = "/edgeplane.v1.Gateway/GetStats"
 	Gateway_ListFlows_FullMethodName      = "/edgeplane.v1.Gateway/ListFlows"
 	Gateway_ListPathStatus_FullMethodName = "/edgeplane.v1.Gateway/ListPathStatus"
@@ -77,6 +79,8 @@ type GatewayClient interface {
 	GetService(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*Service, error)
 	ListQosClasses(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListQosClassesResponse, error)
 	GetQosClass(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*QosClass, error)
+	ListFlowOpt(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListFlowOptResponse, error)
+	GetFlowOpt(ctx context.Context, in *GetByNameRequest, opts ...grpc.CallOption) (*FlowOptModule, error)
 	// GetStats reads every dataplane counter (summed over CPUs).
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*Stats, error)
 	// ListFlows lists the flows in the flow cache with their counters, the
@@ -245,6 +249,26 @@ func (c *gatewayClient) GetQosClass(ctx context.Context, in *GetByIDRequest, opt
 	return out, nil
 }
 
+func (c *gatewayClient) ListFlowOpt(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListFlowOptResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFlowOptResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListFlowOpt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) GetFlowOpt(ctx context.Context, in *GetByNameRequest, opts ...grpc.CallOption) (*FlowOptModule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FlowOptModule)
+	err := c.cc.Invoke(ctx, Gateway_GetFlowOpt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *gatewayClient) GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*Stats, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Stats)
@@ -303,6 +327,8 @@ type GatewayServer interface {
 	GetService(context.Context, *GetByIDRequest) (*Service, error)
 	ListQosClasses(context.Context, *ListRequest) (*ListQosClassesResponse, error)
 	GetQosClass(context.Context, *GetByIDRequest) (*QosClass, error)
+	ListFlowOpt(context.Context, *ListRequest) (*ListFlowOptResponse, error)
+	GetFlowOpt(context.Context, *GetByNameRequest) (*FlowOptModule, error)
 	// GetStats reads every dataplane counter (summed over CPUs).
 	GetStats(context.Context, *GetStatsRequest) (*Stats, error)
 	// ListFlows lists the flows in the flow cache with their counters, the
@@ -365,6 +391,12 @@ func (UnimplementedGatewayServer) ListQosClasses(context.Context, *ListRequest) 
 }
 func (UnimplementedGatewayServer) GetQosClass(context.Context, *GetByIDRequest) (*QosClass, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetQosClass not implemented")
+}
+func (UnimplementedGatewayServer) ListFlowOpt(context.Context, *ListRequest) (*ListFlowOptResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFlowOpt not implemented")
+}
+func (UnimplementedGatewayServer) GetFlowOpt(context.Context, *GetByNameRequest) (*FlowOptModule, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFlowOpt not implemented")
 }
 func (UnimplementedGatewayServer) GetStats(context.Context, *GetStatsRequest) (*Stats, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
@@ -666,6 +698,42 @@ func _Gateway_GetQosClass_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ListFlowOpt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListFlowOpt(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListFlowOpt_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListFlowOpt(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_GetFlowOpt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetByNameRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).GetFlowOpt(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_GetFlowOpt_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).GetFlowOpt(ctx, req.(*GetByNameRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Gateway_GetStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetStatsRequest)
 	if err := dec(in); err != nil {
@@ -786,6 +854,14 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetQosClass",
 			Handler:    _Gateway_GetQosClass_Handler,
+		},
+		{
+			MethodName: "ListFlowOpt",
+			Handler:    _Gateway_ListFlowOpt_Handler,
+		},
+		{
+			MethodName: "GetFlowOpt",
+			Handler:    _Gateway_GetFlowOpt_Handler,
 		},
 		{
 			MethodName: "GetStats",
