@@ -177,16 +177,19 @@ static __always_inline void fo_rate(struct edge_fo_dir *d, __u32 len, __u64 now)
 	d->rate_bytes = len;
 }
 
-/* tcp_payload tells whether the TCP segment in c->p carries data, a SYN
- * or a FIN: what its receiver answers at once (a pure ACK's TSval may
- * wait long for the next data to echo it). */
+/* tcp_payload tells whether the TCP segment in c->p carries data or a
+ * FIN: what its receiver answers at once (a pure ACK's TSval may wait
+ * long for the next data to echo it; a SYN's and a SYN-ACK's are timed
+ * by the handshake). */
 static __always_inline int tcp_payload(struct xdp_md *ctx, const struct edge_pkt *p)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct tcphdr *th = data + (p->l4_off & 0x3ff);
 
-	if (p->tcp_flags & (TCP_F_SYN | TCP_F_FIN))
+	if (p->tcp_flags & TCP_F_SYN)
+		return 0;
+	if (p->tcp_flags & TCP_F_FIN)
 		return 1;
 	if ((void *)(th + 1) > data_end)
 		return 0;

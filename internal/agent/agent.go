@@ -103,6 +103,8 @@ type Agent struct {
 	dupTxReady *prometheus.GaugeVec
 
 	reloads *prometheus.CounterVec
+	// fo is FlowOpt's control loop (fairness rounds, relief).
+	fo *foLoop
 
 	// apiAuth and apiCert are the API's credentials (nil: none), re-read
 	// on SIGHUP.
@@ -232,6 +234,11 @@ func Run(ctx context.Context, opts Options) error {
 	go a.healthLoop(ctx, a.backendUp)
 	go tickFlows(ctx, a.dp, log)
 	go watchDupTx(ctx, a.dp, log, a.dupTxReady)
+	a.fo = &foLoop{classes: map[uint32]*foClass{}}
+	foDone := make(chan struct{})
+	foCtx, stopFO := context.WithCancel(ctx)
+	go func() { a.runFlowOpt(foCtx, a.fo, log); close(foDone) }()
+	defer func() { stopFO(); <-foDone }()
 
 	errc := make(chan error, 1)
 	closeMetrics, err := a.serveMetrics(errc)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
-	"github.com/edgeplane/edgeplane/internal/rules"
 )
 
 // foEvery is how often FlowOpt's control loop looks at the counters.
@@ -23,7 +23,7 @@ const foEvery = 100 * time.Millisecond
 
 // foPeriod is the dataplane's activity period (EDGE_FO_PERIOD_SHIFT): a
 // flow direction is counted once in each it is active in.
-const foPeriod = float64(1<<26) * float64(time.Nanosecond)
+const foPeriod = time.Duration(1 << 26)
 
 // foClass is a QoS class as the control loop serves it.
 type foClass struct {
@@ -273,7 +273,7 @@ func (m foMetrics) Collect(ch chan<- prometheus.Metric) {
 	for _, name := range []string{config.ModuleProbe, config.ModuleFairness, config.ModuleRelief} {
 		gauge(foModuleDesc, b2f(m.l.on[name]), name)
 	}
-	for _, id := range sortedKeys(m.l.classes) {
+	for _, id := range slices.Sorted(maps.Keys(m.l.classes)) {
 		c := m.l.classes[id]
 		label := strconv.FormatUint(uint64(id), 10)
 		if err == nil {
@@ -295,10 +295,3 @@ func (m foMetrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(foHotDesc, b2f(m.l.hot[cpu]), label)
 	}
 }
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[uint32]V) []uint32 {
-	return sortedOf(maps.Keys(m))
-}
-
-var _ = rules.InitialRound

@@ -23,6 +23,8 @@ const (
 	benchobjMapBenchSeq             = "bench_seq"
 	benchobjMapBenchStageProgs      = "bench_stage_progs"
 	benchobjMapEdgeCacheStats       = "edge_cache_stats"
+	benchobjMapEdgeCpuLoads         = "edge_cpu_loads"
+	benchobjMapEdgeCpus             = "edge_cpus"
 	benchobjMapEdgeCtx              = "edge_ctx"
 	benchobjMapEdgeDecaps           = "edge_decaps"
 	benchobjMapEdgeDedup            = "edge_dedup"
@@ -31,6 +33,7 @@ const (
 	benchobjMapEdgeDupTx            = "edge_dup_tx"
 	benchobjMapEdgeEmc4             = "edge_emc4"
 	benchobjMapEdgeFars             = "edge_fars"
+	benchobjMapEdgeFo               = "edge_fo"
 	benchobjMapEdgeFt               = "edge_ft"
 	benchobjMapEdgeFtMeta           = "edge_ft_meta"
 	benchobjMapEdgeGlobal           = "edge_global"
@@ -51,6 +54,9 @@ const (
 	benchobjMapEdgePathTcpRtt       = "edge_path_tcp_rtt"
 	benchobjMapEdgePaths            = "edge_paths"
 	benchobjMapEdgePdrStats         = "edge_pdr_stats"
+	benchobjMapEdgeQos              = "edge_qos"
+	benchobjMapEdgeQosDscp          = "edge_qos_dscp"
+	benchobjMapEdgeQosStats         = "edge_qos_stats"
 	benchobjMapEdgeReasons          = "edge_reasons"
 	benchobjMapEdgeRules            = "edge_rules"
 	benchobjMapEdgeServices         = "edge_services"
@@ -78,6 +84,7 @@ const (
 	benchobjProgBenchWrapResizeMiss = "bench_wrap_resize_miss"
 	benchobjProgBenchWrapShrink     = "bench_wrap_shrink"
 	benchobjVarFarStride            = "far_stride"
+	benchobjVarFoSlots              = "fo_slots"
 	benchobjVarFtBuckets            = "ft_buckets"
 	benchobjVarMaglevBlocks         = "maglev_blocks"
 	benchobjVarMaglevSize           = "maglev_size"
@@ -156,6 +163,8 @@ type benchobjMapSpecs struct {
 	BenchSeq        *ebpf.MapSpec `ebpf:"bench_seq"`
 	BenchStageProgs *ebpf.MapSpec `ebpf:"bench_stage_progs"`
 	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
+	EdgeCpuLoads    *ebpf.MapSpec `ebpf:"edge_cpu_loads"`
+	EdgeCpus        *ebpf.MapSpec `ebpf:"edge_cpus"`
 	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeDedup       *ebpf.MapSpec `ebpf:"edge_dedup"`
@@ -164,6 +173,7 @@ type benchobjMapSpecs struct {
 	EdgeDupTx       *ebpf.MapSpec `ebpf:"edge_dup_tx"`
 	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
+	EdgeFo          *ebpf.MapSpec `ebpf:"edge_fo"`
 	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
@@ -184,6 +194,9 @@ type benchobjMapSpecs struct {
 	EdgePathTcpRtt  *ebpf.MapSpec `ebpf:"edge_path_tcp_rtt"`
 	EdgePaths       *ebpf.MapSpec `ebpf:"edge_paths"`
 	EdgePdrStats    *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
+	EdgeQos         *ebpf.MapSpec `ebpf:"edge_qos"`
+	EdgeQosDscp     *ebpf.MapSpec `ebpf:"edge_qos_dscp"`
+	EdgeQosStats    *ebpf.MapSpec `ebpf:"edge_qos_stats"`
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
@@ -199,6 +212,7 @@ type benchobjMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjVariableSpecs struct {
 	FarStride    *ebpf.VariableSpec `ebpf:"far_stride"`
+	FoSlots      *ebpf.VariableSpec `ebpf:"fo_slots"`
 	FtBuckets    *ebpf.VariableSpec `ebpf:"ft_buckets"`
 	MaglevBlocks *ebpf.VariableSpec `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.VariableSpec `ebpf:"maglev_size"`
@@ -231,6 +245,8 @@ type benchobjMaps struct {
 	BenchSeq        *ebpf.Map `ebpf:"bench_seq"`
 	BenchStageProgs *ebpf.Map `ebpf:"bench_stage_progs"`
 	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
+	EdgeCpuLoads    *ebpf.Map `ebpf:"edge_cpu_loads"`
+	EdgeCpus        *ebpf.Map `ebpf:"edge_cpus"`
 	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeDedup       *ebpf.Map `ebpf:"edge_dedup"`
@@ -239,6 +255,7 @@ type benchobjMaps struct {
 	EdgeDupTx       *ebpf.Map `ebpf:"edge_dup_tx"`
 	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
+	EdgeFo          *ebpf.Map `ebpf:"edge_fo"`
 	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
@@ -259,6 +276,9 @@ type benchobjMaps struct {
 	EdgePathTcpRtt  *ebpf.Map `ebpf:"edge_path_tcp_rtt"`
 	EdgePaths       *ebpf.Map `ebpf:"edge_paths"`
 	EdgePdrStats    *ebpf.Map `ebpf:"edge_pdr_stats"`
+	EdgeQos         *ebpf.Map `ebpf:"edge_qos"`
+	EdgeQosDscp     *ebpf.Map `ebpf:"edge_qos_dscp"`
+	EdgeQosStats    *ebpf.Map `ebpf:"edge_qos_stats"`
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
@@ -278,6 +298,8 @@ func (m *benchobjMaps) Close() error {
 		m.BenchSeq,
 		m.BenchStageProgs,
 		m.EdgeCacheStats,
+		m.EdgeCpuLoads,
+		m.EdgeCpus,
 		m.EdgeCtx,
 		m.EdgeDecaps,
 		m.EdgeDedup,
@@ -286,6 +308,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeDupTx,
 		m.EdgeEmc4,
 		m.EdgeFars,
+		m.EdgeFo,
 		m.EdgeFt,
 		m.EdgeFtMeta,
 		m.EdgeGlobal,
@@ -306,6 +329,9 @@ func (m *benchobjMaps) Close() error {
 		m.EdgePathTcpRtt,
 		m.EdgePaths,
 		m.EdgePdrStats,
+		m.EdgeQos,
+		m.EdgeQosDscp,
+		m.EdgeQosStats,
 		m.EdgeReasons,
 		m.EdgeRules,
 		m.EdgeServices,
@@ -322,6 +348,7 @@ func (m *benchobjMaps) Close() error {
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjVariables struct {
 	FarStride    *ebpf.Variable `ebpf:"far_stride"`
+	FoSlots      *ebpf.Variable `ebpf:"fo_slots"`
 	FtBuckets    *ebpf.Variable `ebpf:"ft_buckets"`
 	MaglevBlocks *ebpf.Variable `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.Variable `ebpf:"maglev_size"`

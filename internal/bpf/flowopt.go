@@ -20,8 +20,10 @@ type (
 	QoSClassEntry = edgeEdgeQosClass
 	// QoSCounters are a class's counters (edge_qos_stats).
 	QoSCounters = edgeEdgeQosCtr
-	// FOConn is a connection's FlowOpt state (edge_fo).
+	// FOConn is a connection's FlowOpt state (edge_fo), FODir one of
+	// its directions.
 	FOConn = edgeEdgeFoConn
+	FODir  = edgeEdgeFoDir
 	// CPULoad is a CPU's load as relief reads it (edge_cpu_loads).
 	CPULoad = edgeEdgeCpuLoad
 )
