@@ -3,10 +3,8 @@
 package bpf_test
 
 import (
-	"encoding/binary"
 	"testing"
 
-	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
@@ -16,17 +14,7 @@ import (
 // option (NOP, NOP, TS as Linux sends it) with tsval and tsecr, or no
 // option at all when ts is false.
 func tcpTS(sport, dport uint16, ts bool, tsval, tsecr uint32) upper {
-	return func() (layers.IPProtocol, []gopacket.SerializableLayer) {
-		tcp := &layers.TCP{SrcPort: layers.TCPPort(sport), DstPort: layers.TCPPort(dport), Seq: 1, Ack: 1, ACK: true, Window: 500}
-		if ts {
-			v := make([]byte, 8)
-			binary.BigEndian.PutUint32(v, tsval)
-			binary.BigEndian.PutUint32(v[4:], tsecr)
-			tcp.Options = []layers.TCPOption{{OptionType: layers.TCPOptionKindNop}, {OptionType: layers.TCPOptionKindNop},
-				{OptionType: layers.TCPOptionKindTimestamps, OptionLength: 10, OptionData: v}}
-		}
-		return layers.IPProtocolTCP, []gopacket.SerializableLayer{tcp, gopacket.Payload("edgeplane tcp")}
-	}
+	return tcpSeg(sport, dport, false, true, ts, tsval, tsecr, len("edgeplane tcp"))
 }
 
 // TestTCPRTT: a path's passive RTT from TCP timestamps. A TCP packet

@@ -45,7 +45,7 @@ type Compiler struct {
 	// the same masked key that lose to the one in gen.Rules.
 	shadowed map[bpf.RuleKey][]bpf.Rule
 	lb       balancer
-	steerIdx map[uint32]uint32 // steering group index by LBR id
+	steerIdx map[uint32]uint32          // steering group index by LBR id
 	qos      map[uint32]config.QoSClass // by id
 	qosIdx   map[uint32]uint32          // a class's index by its id
 	flowopt  map[string]config.FlowOptModule
