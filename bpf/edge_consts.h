@@ -148,6 +148,9 @@
 #define EDGE_FO_PROBE 1
 #define EDGE_FO_FAIR 2
 #define EDGE_FO_RELIEF 4
+/* edge_fo_dir.flags */
+#define EDGE_FOD_HINT 1 /* congested: the latest RTT sample over k × min */
+#define EDGE_FOD_ECN 2  /* ECN-capable: a packet of it was ECT */
 /* edge_qos_class.flags */
 #define EDGE_QF_URLLC 1 /* never held back */
 #define EDGE_QF_DROP 2  /* over its share: dropped, even when ECN-capable */

@@ -473,6 +473,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_qos_dscp SEC(".maps");
 
+/* Per class (index) phantom queues. Written by packets. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_qos_vq);
+	__uint(max_entries, EDGE_MAX_QOS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_qos_vqs SEC(".maps");
+
 /* Per class (index) counters. Written by packets; read by the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

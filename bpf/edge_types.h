@@ -466,10 +466,23 @@ struct edge_dedup_win {
  * in the live slot. */
 struct edge_qos_class {
 	__u64 round_ns;
+	__u64 rate;    /* bytes a second the class's phantom queue drains at (0: none) */
 	__u32 quantum;
 	__u32 depth;
 	__u32 flags; /* EDGE_QF_* */
 	__u32 id;
+};
+
+/* A class's phantom queue (edge_qos_vqs, by index), as HULL's (Alizadeh et
+ * al., NSDI 2012): a counter of the bytes the class has sent that drains
+ * at its rate, so the class's aggregate is judged against the rate
+ * without holding a packet. Written under the lock by every packet of
+ * the class. */
+struct edge_qos_vq {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 backlog; /* bytes */
+	__u64 last_ns; /* when it was last drained */
 };
 
 /* A class's counters (edge_qos_stats, per CPU, by index). */
@@ -480,6 +493,9 @@ struct edge_qos_ctr {
 	__u64 dropped;  /* over their share, dropped */
 	__u64 flows;    /* flow directions active, once a period each */
 	__u64 hinted;   /* packets of flows with the congestion hint */
+	/* within their share, ECN-marked (CE) or dropped for congestion:
+	 * the class's phantom queue over its depth, or the flow's hint */
+	__u64 congested;
 };
 
 /* One direction of a connection's FlowOpt state (direction 0: from the
@@ -497,7 +513,7 @@ struct edge_fo_dir {
 	__u32 rate;       /* the estimate, bytes a second (windows of >= 67 ms, gain 1/4) */
 	__u16 period;     /* the last period the direction was counted active */
 	__u8 cpu;         /* relief: the CPU + 1 it is handled on (0: not placed) */
-	__u8 hint;        /* congestion: srtt over k × min */
+	__u8 flags;       /* EDGE_FOD_* */
 	__u32 last_tsval; /* the last TSval seen (a sample starts on a new one) */
 };
 

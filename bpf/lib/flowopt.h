@@ -3,14 +3,19 @@
  * with the rules (edge_state.fo_flags, per slot), sharing one record per
  * connection (edge_fo):
  *
- *   relief   (at entry, before decide): a new flow arriving on a CPU the
- *            agent found hot is placed on the less loaded of two CPUs
- *            drawn at random (power of two choices) and handed to it
- *            through a cpumap (edge_cpus), where edge_xdp_cpu runs the
- *            pipeline; every later packet of the flow follows it there,
- *            so a flow is never split over two CPUs (never reordered by
- *            it). XDP cannot move a packet to another RX queue; a cpumap
- *            moves the work after the first few instructions.
+ *   relief   (after decide, before the packet is counted): a new flow
+ *            arriving on a CPU the agent found hot is placed on the less
+ *            loaded of two CPUs drawn at random (power of two choices) and
+ *            handed to it through a cpumap (edge_cpus), where edge_xdp_cpu
+ *            runs the pipeline; every later packet of the flow follows it
+ *            there, so a placed flow is never split over two CPUs (never
+ *            reordered by it). Flows that start while their CPU is not
+ *            hot are not placed, and are never moved: a handover costs a
+ *            wake-up of the cpumap's kthread, which under load is
+ *            milliseconds. URLLC flows are never placed. XDP cannot move a
+ *            packet to another RX queue; a cpumap moves the work after
+ *            the flow lookup. GRE packets from a peer are not placed:
+ *            their inner flows are not known yet.
  *   probe    (before act): passive RTT of both directions of a TCP
  *            connection, from the handshake (SYN to SYN-ACK, SYN-ACK to
  *            ACK) and from TCP timestamps (RFC 7323) as pping takes them:
@@ -20,15 +25,35 @@
  *            retransmission or a delayed ACK: never timed from the wrong
  *            segment); TSvals compare by serial arithmetic, so their wrap
  *            does not matter. Per direction: smoothed and minimum RTT,
- *            a rate estimate, and a congestion hint when the smoothed RTT
- *            is over k × the minimum (edge_state.fo_k16).
- *   fairness (before act): each flow of a QoS class earns its class's
+ *            a rate estimate, and a congestion hint while the latest
+ *            sample is over k × the minimum (edge_state.fo_k16): a queue
+ *            building beyond the gateway now (the smoothed RTT would say
+ *            so eight round trips late).
+ *   fairness (before act): a class with a rate has a phantom queue (HULL,
+ *            Alizadeh et al., NSDI 2012): the class's bytes counted into a
+ *            backlog that drains at the rate. Past the class's depth its
+ *            ECN-capable packets are marked CE (others pass: SYNs and
+ *            retransmissions are not ECN-capable), past twice the depth
+ *            those of flows using their share are dropped, past four
+ *            times every packet: the class's
+ *            aggregate is held to its rate with a burst of one depth, so
+ *            set a little under a bottleneck beyond the gateway it keeps
+ *            that bottleneck's queue, which URLLC waits in, short; the
+ *            per-flow tokens alone let every flow burst at once.
+ *            Within it, each flow of a QoS class earns its class's
  *            quantum of bytes every round (DRR's quantum, as a token
  *            bucket refilled at quantum / round), up to the class's
  *            depth. A packet that finds too few tokens is over its share:
- *            ECN-marked (CE) when ECN-capable, dropped otherwise (or when
- *            the class says drop, or the flow is a whole depth in debt:
- *            marks it ignores). The agent sets the round from the class's
+ *            ECN-marked (CE) when ECN-capable; a packet that is not
+ *            ECN-capable of a flow that is (a retransmission) passes in
+ *            debt; others are dropped (and every packet when the class
+ *            says drop, or the flow is a whole depth in debt: marks it
+ *            ignores). With the probe on, a flow with the
+ *            congestion hint has its ECN-capable packets marked even
+ *            within its share: the queue beyond the gateway is told to
+ *            its senders, which the gateway's own tokens cannot see (a
+ *            bottleneck slower than the class's rate, or bursts within
+ *            it). The agent sets the round from the class's
  *            rate and its active flows and keeps adjusting it. A urllc
  *            class is never held back; a new connection starts with one
  *            quantum, so a burst of new mMTC sources takes no more than
@@ -154,7 +179,10 @@ static __always_inline void fo_sample(struct edge_fo_dir *d, __u64 rtt_ns,
 	if (!d->min_us || us < d->min_us)
 		d->min_us = us;
 	d->srtt_us = d->srtt_us ? d->srtt_us - (d->srtt_us >> 3) + (us >> 3) : us;
-	d->hint = k16 && (__u64)d->srtt_us * 16 > (__u64)d->min_us * k16;
+	if (k16 && (__u64)us * 16 > (__u64)d->min_us * k16)
+		d->flags |= EDGE_FOD_HINT;
+	else
+		d->flags &= ~EDGE_FOD_HINT;
 }
 
 /* fo_rate counts len bytes into d's rate estimate. */
@@ -242,6 +270,25 @@ static __always_inline void fo_probe(struct xdp_md *ctx, struct edge_ctx *c,
 	me->last_tsval = c->tsval;
 }
 
+/* fo_ect tells whether the packet in c->p is ECN-capable (ECT or CE). */
+static __always_inline int fo_ect(struct xdp_md *ctx, const struct edge_pkt *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	void *l3 = data + (p->l3_off & 0x3ff);
+
+	if (p->key.family == 4) {
+		struct iphdr *iph = l3;
+
+		return (void *)(iph + 1) <= data_end && (iph->tos & 3);
+	}
+	{
+		struct ipv6hdr *ip6 = l3;
+
+		return (void *)(ip6 + 1) <= data_end && (ip6->flow_lbl[0] & 0x30);
+	}
+}
+
 /* fo_ecn_mark marks the packet in c->p Congestion Experienced when it is
  * ECN-capable (RFC 3168): 1, or 0 when it is not. */
 static __always_inline int fo_ecn_mark(struct xdp_md *ctx, const struct edge_pkt *p)
@@ -273,44 +320,114 @@ static __always_inline int fo_ecn_mark(struct xdp_md *ctx, const struct edge_pkt
 	}
 }
 
-/* fo_fair serves the packet in c->p of flow direction d, in class q (its
- * counters qc): 1 when it is to be dropped, else 0 (perhaps marked). */
+/* Verdicts of a class's phantom queue on a packet. */
+#define FO_VQ_PASS 0
+#define FO_VQ_MARK 1 /* congested: to be ECN-marked (CE) */
+#define FO_VQ_DROP 2
+
+/* fo_vq judges a packet of len bytes of class idx by the class's phantom
+ * queue, which drains at rate bytes a second: past depth bytes of
+ * backlog a packet is to be marked (in a drop class, a busy flow's
+ * dropped); past twice the depth a busy flow's (one using its share:
+ * its tokens under half the depth) dropped, past four times any. Flows
+ * under their share are not dropped before the queue is past four
+ * depths: the losses fall on the flows that make them. A packet dropped
+ * is not counted into the backlog. */
+static __always_inline int fo_vq(__u32 idx, const struct edge_qos_class *q,
+				 __u32 len, int busy, __u64 now)
+{
+	__u64 el, drain, b, d = q->depth;
+	struct edge_qos_vq *vq;
+	int v = FO_VQ_PASS;
+
+	vq = bpf_map_lookup_elem(&edge_qos_vqs, &idx);
+	if (!vq)
+		return FO_VQ_PASS;
+	bpf_spin_lock(&vq->lock);
+	el = now > vq->last_ns ? now - vq->last_ns : 0;
+	if (el > FO_MAX_NS)
+		el = FO_MAX_NS;
+	vq->last_ns = now;
+	drain = el * q->rate / 1000000000ull;
+	b = vq->backlog > drain ? vq->backlog - drain : 0;
+	if (b > 4 * d || (busy && (b > 2 * d || (b > d && (q->flags & EDGE_QF_DROP)))))
+		v = FO_VQ_DROP;
+	else if (b > d && !(q->flags & EDGE_QF_DROP))
+		v = FO_VQ_MARK;
+	vq->backlog = v == FO_VQ_DROP ? b : b + len;
+	bpf_spin_unlock(&vq->lock);
+	return v;
+}
+
+/* fo_fair serves the packet in c->p of flow direction d, in class q (index
+ * idx, its counters qc): 1 when it is to be dropped, else 0 (perhaps
+ * marked). */
 static __always_inline int fo_fair(struct xdp_md *ctx, struct edge_ctx *c,
 				   struct edge_fo_dir *d, const struct edge_qos_class *q,
-				   struct edge_qos_ctr *qc, __u64 now)
+				   __u32 idx, struct edge_qos_ctr *qc, __u64 now)
 {
 	__s64 len = (__s64)c->p.len << FO_TOKEN_SHIFT;
 	__s64 depth = (__s64)q->depth << FO_TOKEN_SHIFT;
 	__u16 period = (__u16)(now >> EDGE_FO_PERIOD_SHIFT);
+	int busy = 1, vq;
 	__u64 el;
 
 	if (d->period != period) {
 		d->period = period;
 		qc->flows++;
 	}
-	if (d->hint)
+	if (!(d->flags & EDGE_FOD_ECN) && fo_ect(ctx, &c->p))
+		d->flags |= EDGE_FOD_ECN;
+	if (d->flags & EDGE_FOD_HINT)
 		qc->hinted++;
-	if ((q->flags & EDGE_QF_URLLC) || !q->round_ns)
+	if (q->flags & EDGE_QF_URLLC)
 		goto pass;
-	if (!d->refill_ns) {
-		d->tokens = (__s64)q->quantum << FO_TOKEN_SHIFT;
+	if (q->round_ns) {
+		if (!d->refill_ns) {
+			d->tokens = (__s64)q->quantum << FO_TOKEN_SHIFT;
+			d->refill_ns = now;
+		}
+		el = now - d->refill_ns;
+		if (el > FO_MAX_NS)
+			el = FO_MAX_NS;
 		d->refill_ns = now;
+		d->tokens += (__s64)((el * q->quantum << FO_TOKEN_SHIFT) / q->round_ns);
+		if (d->tokens > depth)
+			d->tokens = depth;
+		d->tokens -= len;
+		busy = d->tokens < depth / 2;
 	}
-	el = now - d->refill_ns;
-	if (el > FO_MAX_NS)
-		el = FO_MAX_NS;
-	d->refill_ns = now;
-	d->tokens += (__s64)((el * q->quantum << FO_TOKEN_SHIFT) / q->round_ns);
-	if (d->tokens > depth)
-		d->tokens = depth;
-	d->tokens -= len;
-	if (d->tokens >= 0)
+	vq = q->rate ? fo_vq(idx, q, c->p.len, busy, now) : FO_VQ_PASS;
+	if (vq == FO_VQ_DROP)
+		goto drop_congested;
+	if (vq == FO_VQ_MARK && fo_ecn_mark(ctx, &c->p))
+		qc->congested++;
+	else
+		vq = FO_VQ_PASS;
+	if (!q->round_ns || d->tokens >= 0) {
+		if ((d->flags & EDGE_FOD_HINT) && vq == FO_VQ_PASS && !(q->flags & EDGE_QF_DROP) &&
+		    fo_ecn_mark(ctx, &c->p))
+			qc->congested++;
 		goto pass;
-	if (!(q->flags & EDGE_QF_DROP) && d->tokens >= -depth && fo_ecn_mark(ctx, &c->p)) {
-		qc->marked++;
-		goto pass;
+	}
+	/* Over its share: marked, or when the packet is not ECN-capable
+	 * but its flow is (a retransmission: RFC 3168 sends them not
+	 * ECN-capable), passed in debt; dropped a whole depth in debt. */
+	if (!(q->flags & EDGE_QF_DROP) && d->tokens >= -depth) {
+		if (vq == FO_VQ_MARK || fo_ecn_mark(ctx, &c->p)) {
+			qc->marked++;
+			goto pass;
+		}
+		if (d->flags & EDGE_FOD_ECN)
+			goto pass;
 	}
 	d->tokens += len; /* a dropped packet costs nothing */
+	qc->dropped++;
+	return 1;
+drop_congested:
+	if (q->round_ns)
+		d->tokens += len;
+	qc->congested++;
 	qc->dropped++;
 	return 1;
 pass:
@@ -365,50 +482,63 @@ __noinline int edge_fo_act(struct xdp_md *ctx, struct edge_ctx *c, __u32 fo,
 	qc = bpf_map_lookup_elem(&edge_qos_stats, &k);
 	if (!q || !qc)
 		return EDGE_GO_ON;
-	if (fo_fair(ctx, c, me, q, qc, now))
+	if (fo_fair(ctx, c, me, q, k, qc, now))
 		return punt(&c->p, EDGE_R_FO_DROP, XDP_DROP);
 	return EDGE_GO_ON;
 }
 
-/* edge_fo_relief places the flow of the packet in c->p on a CPU when it
- * has none yet (this one, or when this one is hot the cooler of two drawn
- * at random) and hands the packet to that CPU when it is another:
- * XDP_REDIRECT (counted EDGE_R_CPU_MOVED), else EDGE_GO_ON. GRE packets
- * from a peer stay: their inner flows are not known yet. ncpus: the
- * CPUs flows may go to. A global function. */
-__noinline int edge_fo_relief(struct edge_ctx *c, __u32 ncpus)
+/* edge_fo_relief places the flow of the packet in c->p, of class cls
+ * (index + 1; 0: none), on a CPU when it is new and arrived on a CPU the
+ * agent found hot (the cooler of two drawn at random), and hands the
+ * packet to its flow's CPU when that is another: XDP_REDIRECT (counted
+ * EDGE_R_CPU_MOVED), else EDGE_GO_ON. ncpus: the CPUs flows may go to;
+ * alone: no other FlowOpt stage counts the connection's packets. A
+ * global function. */
+__noinline int edge_fo_relief(struct edge_ctx *c, __u32 ncpus, __u32 cls,
+			      __u32 alone)
 {
 	struct edge_cpu_load *here, *la, *lb;
+	const struct edge_qos_class *q;
 	struct edge_fo_conn *e;
 	struct edge_fo_dir *d;
-	__u32 cpu, a, b, dir;
+	__u32 cpu, a, b, dir, k;
 	__u64 now;
 
 	if (!c || c->p.key.proto == IPPROTO_GRE || ncpus < 2)
 		return EDGE_GO_ON;
+	if (cls) {
+		k = (c->gen & 1) * EDGE_MAX_QOS + ((cls - 1) & (EDGE_MAX_QOS - 1));
+		q = bpf_map_lookup_elem(&edge_qos, &k);
+		if (q && (q->flags & EDGE_QF_URLLC))
+			return EDGE_GO_ON;
+	}
 	now = bpf_ktime_get_ns();
 	e = fo_get(c, now, &dir);
 	if (!e)
 		return EDGE_GO_ON;
-	e->last_ns = now;
+	if (alone) {
+		e->last_ns = now;
+		if (e->packets < 0xffffffffu)
+			e->packets++;
+	}
 	d = dir ? &e->d[1] : &e->d[0];
 	cpu = bpf_get_smp_processor_id();
 	if (!d->cpu) {
-		d->cpu = cpu + 1;
 		here = bpf_map_lookup_elem(&edge_cpu_loads, &cpu);
-		if (here && here->hot && e->packets < EDGE_FO_WARM) {
-			a = bpf_get_prandom_u32() % ncpus;
-			b = bpf_get_prandom_u32() % ncpus;
-			la = bpf_map_lookup_elem(&edge_cpu_loads, &a);
-			lb = bpf_map_lookup_elem(&edge_cpu_loads, &b);
-			if (la && lb)
-				d->cpu = (la->pps <= lb->pps ? a : b) + 1;
-		}
+		if (!here || !here->hot || e->packets > EDGE_FO_WARM)
+			return EDGE_GO_ON;
+		a = bpf_get_prandom_u32() % ncpus;
+		b = bpf_get_prandom_u32() % ncpus;
+		la = bpf_map_lookup_elem(&edge_cpu_loads, &a);
+		lb = bpf_map_lookup_elem(&edge_cpu_loads, &b);
+		if (!la || !lb)
+			return EDGE_GO_ON;
+		d->cpu = (la->pps <= lb->pps ? a : b) + 1;
 	}
 	if (d->cpu - 1 == cpu)
 		return EDGE_GO_ON;
 	if (bpf_redirect_map(&edge_cpus, d->cpu - 1, 0) != XDP_REDIRECT) {
-		d->cpu = cpu + 1; /* no such CPU in the map: stays here */
+		d->cpu = 0; /* no such CPU in the map: not placed */
 		return EDGE_GO_ON;
 	}
 	return punt(&c->p, EDGE_R_CPU_MOVED, XDP_REDIRECT);

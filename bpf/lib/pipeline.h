@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* The per-packet pipeline, stage by stage:
  *
- *   parse -> [relief: to the flow's CPU] -> decide -> [decap (or a path
+ *   parse -> decide -> [relief: to the flow's CPU] -> [decap (or a path
  *   probe: answered, or timed; or a redundant copy already seen:
  *   dropped) -> a TCP echo timed -> decide the inner packet] -> [probe,
  *   fairness] -> [steer] -> act -> record
@@ -155,8 +155,8 @@ decide(struct xdp_md *ctx, struct edge_ctx *c, const struct edge_state *st,
 		c->nf.stats = EDGE_NO_PDR;
 		c->rule.qos = 0;
 	}
-	/* The flow's QoS class, for fairness. */
-	if (st->fo_flags[slot] & EDGE_FO_FAIR)
+	/* The flow's QoS class, for fairness and relief. */
+	if (st->fo_flags[slot] & (EDGE_FO_FAIR | EDGE_FO_RELIEF))
 		c->nf.flags |= fo_class(c, c->rule.qos) << EDGE_FF_QOS_SHIFT;
 	/* A stateless service's flow is recorded nowhere. */
 	c->record = !stateless;
@@ -222,7 +222,7 @@ static __always_inline int edge_pipeline_on(struct xdp_md *ctx, int placed)
 	const struct edge_far *far;
 	struct edge_flow *fl;
 	struct edge_ctx *c;
-	__u32 zero = 0, path;
+	__u32 zero = 0, path, fo;
 	int rc;
 
 	c = edge_ctx_get();
@@ -243,15 +243,22 @@ static __always_inline int edge_pipeline_on(struct xdp_md *ctx, int placed)
 	c->now = st->tick;
 	if (c->gen == 0)
 		return punt(&c->p, EDGE_R_NO_STATE, XDP_PASS);
-	if (!placed && (st->fo_flags[c->gen & 1] & EDGE_FO_RELIEF)) {
-		rc = edge_fo_relief(c, st->ncpus);
-		if (rc != EDGE_GO_ON)
-			return rc;
-	}
 
 	fl = decide(ctx, c, st, &emc, &rc);
 	if (!fl)
 		return rc;
+	fo = st->fo_flags[c->gen & 1];
+	if (!placed && (fo & EDGE_FO_RELIEF)) {
+		/* Handed to its flow's CPU: decided and counted there (a new
+		 * flow's decision recorded here first, found there). */
+		rc = edge_fo_relief(c, st->ncpus, fl->flags >> EDGE_FF_QOS_SHIFT,
+				    !(fo & (EDGE_FO_PROBE | EDGE_FO_FAIR)));
+		if (rc != EDGE_GO_ON) {
+			if (c->record)
+				flow_record(c, emc);
+			return rc;
+		}
+	}
 	far = decided(c, fl);
 	if (far && far->action == EDGE_ACT_DECAP) {
 		/* The outer packet's flow is recorded before decap parses

@@ -21,6 +21,10 @@ import (
 // foEvery is how often FlowOpt's control loop looks at the counters.
 const foEvery = 100 * time.Millisecond
 
+// foTarget is the share of a class's rate its flows' fair shares add up
+// to.
+const foTarget = 0.98
+
 // foPeriod is the dataplane's activity period (EDGE_FO_PERIOD_SHIFT): a
 // flow direction is counted once in each it is active in.
 const foPeriod = time.Duration(1 << 26)
@@ -34,9 +38,9 @@ type foClass struct {
 	share, flows float64
 	// last: the counters at the last look; rate the bytes a second the
 	// class passed then, held its marked and dropped packets.
-	last        bpf.QoSCounters
-	rate        float64
-	held, hints float64
+	last                   bpf.QoSCounters
+	rate                   float64
+	held, hints, congested float64
 }
 
 // foLoop is FlowOpt's control loop state, read by its metrics.
@@ -182,22 +186,33 @@ func judgeCPUs(now, before []uint64, dt, hot, minPPS float64) ([]bpf.CPULoad, []
 	return loads, pps, hots
 }
 
-// fairShare sets class c's round from what it passed in the last dt
-// seconds (counters now): each flow's share starts at the class's rate
-// over its active flows and moves, as CSFQ's fair-share estimate does,
-// so the class passes its rate: down when it passed more, up when it
-// passed less while holding flows back (flows that need less leave their
-// part to the others: max-min fairness), and down by a tenth while most
-// of its packets carry the probe's congestion hint (a bottleneck beyond
-// the gateway slower than the rate: its queue grows).
+// fairShare sets class c's round from what it did in the last dt seconds
+// (counters now): each flow's share starts at the class's target (98 % of
+// its rate: its phantom queue, draining at the rate, then only catches
+// bursts) over its active flows and moves, as CSFQ's fair-share estimate
+// does, so the class passes its target (and back to even parts at once
+// while its phantom queue is past its depth): down when it passed more, up
+// when it passed less while holding flows back (flows that need less
+// leave their part to the others: max-min fairness), and down by 3 %
+// while most of its packets carry the probe's congestion hint (a
+// bottleneck beyond the gateway slower than the rate: its queue grows).
 func (a *Agent) fairShare(c *foClass, now bpf.QoSCounters, dt float64) error {
 	d := bpf.QoSCounters{
 		Packets: now.Packets - c.last.Packets, Bytes: now.Bytes - c.last.Bytes,
 		Marked: now.Marked - c.last.Marked, Dropped: now.Dropped - c.last.Dropped,
 		Flows: now.Flows - c.last.Flows, Hinted: now.Hinted - c.last.Hinted,
+		Congested: now.Congested - c.last.Congested,
 	}
 	c.last = now
 	if dt <= 0 || c.q.Rate.BPS == 0 || c.q.Type == config.QoSURLLC {
+		return nil
+	}
+	if d.Packets+d.Dropped == 0 {
+		// Idle (or fairness off): nothing to judge by; the share starts
+		// afresh from the flows when packets come again (a share kept
+		// from long ago, or raised to the floor of one flow's, would let
+		// a new crowd of flows past the rate at once).
+		c.share, c.flows = 0, 0
 		return nil
 	}
 	flows := float64(d.Flows) * foPeriod.Seconds() / dt
@@ -209,19 +224,21 @@ func (a *Agent) fairShare(c *foClass, now bpf.QoSCounters, dt float64) error {
 	rate := float64(c.q.Rate.BPS) / 8
 	c.rate = float64(d.Bytes) / dt
 	c.held = float64(d.Marked+d.Dropped) / dt
-	c.hints = 0
-	if d.Packets+d.Dropped > 0 {
-		c.hints = float64(d.Hinted) / float64(d.Packets+d.Dropped)
-	}
+	all := float64(d.Packets + d.Dropped)
+	c.hints = float64(d.Hinted) / all
+	c.congested = float64(d.Congested) / all
+	target := foTarget * rate
 	switch {
-	case c.share == 0:
-		c.share = rate / n
+	case c.share == 0, c.congested > 0.01 && c.share > target/n:
+		// New, or the phantom queue past its depth with every flow
+		// allowed more than an even part: even parts, at once.
+		c.share = target / n
 	case c.hints > 0.5:
-		c.share *= 0.9
-	case c.rate > rate*1.02:
-		c.share *= max(0.8, rate/c.rate)
-	case c.held > 0 && c.rate < rate*0.98:
-		c.share *= min(1.2, rate/max(c.rate, rate/2))
+		c.share *= 0.97
+	case c.rate > target*1.02:
+		c.share *= max(0.8, target/c.rate)
+	case c.held > 0 && c.rate < target*0.98:
+		c.share *= min(1.2, target/max(c.rate, target/2))
 	}
 	c.share = min(max(c.share, rate/(4*n)), rate)
 	round := uint64(float64(c.q.Quantum) * 1e9 / c.share)
@@ -242,6 +259,7 @@ var (
 	foMarkedDesc  = prometheus.NewDesc("edgeplane_qos_class_marked_total", "Packets over their flow's fair share, ECN-marked (CE).", []string{"class"}, nil)
 	foDroppedDesc = prometheus.NewDesc("edgeplane_qos_class_dropped_total", "Packets over their flow's fair share, dropped.", []string{"class"}, nil)
 	foHintedDesc  = prometheus.NewDesc("edgeplane_qos_class_hinted_total", "Packets of flows whose RTT was over k times their minimum (the probe's congestion hint).", []string{"class"}, nil)
+	foCongDesc    = prometheus.NewDesc("edgeplane_qos_class_congestion_marked_total", "Packets within their flow's share ECN-marked (CE) for the probe's congestion hint.", []string{"class"}, nil)
 	foFlowsDesc   = prometheus.NewDesc("edgeplane_qos_class_active_flows", "Flows of a QoS class active lately (smoothed).", []string{"class"}, nil)
 	foShareDesc   = prometheus.NewDesc("edgeplane_qos_class_fair_share_bytes_per_second", "What each flow of a QoS class may send.", []string{"class"}, nil)
 	foCPUDesc     = prometheus.NewDesc("edgeplane_cpu_packets_per_second", "Packets a second the dataplane handled on a CPU.", []string{"cpu"}, nil)
@@ -249,7 +267,7 @@ var (
 )
 
 func (m foMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{foModuleDesc, foPacketsDesc, foBytesDesc, foMarkedDesc, foDroppedDesc, foHintedDesc, foFlowsDesc, foShareDesc, foCPUDesc, foHotDesc} {
+	for _, d := range []*prometheus.Desc{foModuleDesc, foPacketsDesc, foBytesDesc, foMarkedDesc, foDroppedDesc, foHintedDesc, foCongDesc, foFlowsDesc, foShareDesc, foCPUDesc, foHotDesc} {
 		ch <- d
 	}
 }
@@ -283,6 +301,7 @@ func (m foMetrics) Collect(ch chan<- prometheus.Metric) {
 			counter(foMarkedDesc, s.Marked, label)
 			counter(foDroppedDesc, s.Dropped, label)
 			counter(foHintedDesc, s.Hinted, label)
+			counter(foCongDesc, s.Congested, label)
 		}
 		gauge(foFlowsDesc, c.flows, label)
 		if c.share > 0 {

@@ -326,6 +326,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := b.measureGRE(r, dp, progs, alloc); err != nil {
 		return nil, err
 	}
+	o.Log("FlowOpt: each module on an encapsulated flow")
+	if err := b.measureFlowOpt(r, dp, progs, alloc); err != nil {
+		return nil, err
+	}
 	o.Log("L4 balancer: NAT and dsr-gre, established and new connections")
 	if err := b.measureLB(r, dp, progs, alloc); err != nil {
 		return nil, err

@@ -26,14 +26,16 @@ func TestBenchRuns(t *testing.T) {
 		"classify_redirect_8groups_miss_65536", "malformed_drop",
 		"gre_encap_ip4_hit", "gre_decap_ip4_hit", "steer_per_flow_hit", "steer_per_packet_hit", "steer_redundant_hit",
 		"lb_nat_established", "lb_nat_new", "lb_dsr_gre_established", "lb_dsr_gre_new",
-		"lb_dsr_gre_established_ring", "lb_dsr_gre_established_ring_flood"}
+		"lb_dsr_gre_established_ring", "lb_dsr_gre_established_ring_flood",
+		"flowopt_probe_hit", "flowopt_fairness_hit", "flowopt_relief_hit", "flowopt_all_hit"}
 	for _, name := range want {
 		f := r.find(name)
 		if f.Name == "" || f.NsPerPacket <= 0 || f.Method == "" {
 			t.Errorf("figure %s missing or zero: %+v", name, f)
 		}
 	}
-	for _, name := range []string{"gre_encap_ip4_hit", "gre_decap_ip4_hit", "steer_per_flow_hit", "steer_per_packet_hit", "steer_redundant_hit", "lb_nat_new", "lb_dsr_gre_established"} {
+	for _, name := range []string{"gre_encap_ip4_hit", "gre_decap_ip4_hit", "steer_per_flow_hit", "steer_per_packet_hit", "steer_redundant_hit", "lb_nat_new", "lb_dsr_gre_established",
+		"flowopt_probe_hit", "flowopt_fairness_hit", "flowopt_relief_hit", "flowopt_all_hit"} {
 		if f := r.find(name); f.Verdict != "redirect" || f.UndoNs <= 0 {
 			t.Errorf("%s: verdict %q, undo %.1f ns", name, f.Verdict, f.UndoNs)
 		}

@@ -57,6 +57,7 @@ const (
 	benchobjMapEdgeQos              = "edge_qos"
 	benchobjMapEdgeQosDscp          = "edge_qos_dscp"
 	benchobjMapEdgeQosStats         = "edge_qos_stats"
+	benchobjMapEdgeQosVqs           = "edge_qos_vqs"
 	benchobjMapEdgeReasons          = "edge_reasons"
 	benchobjMapEdgeRules            = "edge_rules"
 	benchobjMapEdgeServices         = "edge_services"
@@ -197,6 +198,7 @@ type benchobjMapSpecs struct {
 	EdgeQos         *ebpf.MapSpec `ebpf:"edge_qos"`
 	EdgeQosDscp     *ebpf.MapSpec `ebpf:"edge_qos_dscp"`
 	EdgeQosStats    *ebpf.MapSpec `ebpf:"edge_qos_stats"`
+	EdgeQosVqs      *ebpf.MapSpec `ebpf:"edge_qos_vqs"`
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
@@ -279,6 +281,7 @@ type benchobjMaps struct {
 	EdgeQos         *ebpf.Map `ebpf:"edge_qos"`
 	EdgeQosDscp     *ebpf.Map `ebpf:"edge_qos_dscp"`
 	EdgeQosStats    *ebpf.Map `ebpf:"edge_qos_stats"`
+	EdgeQosVqs      *ebpf.Map `ebpf:"edge_qos_vqs"`
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
@@ -332,6 +335,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeQos,
 		m.EdgeQosDscp,
 		m.EdgeQosStats,
+		m.EdgeQosVqs,
 		m.EdgeReasons,
 		m.EdgeRules,
 		m.EdgeServices,

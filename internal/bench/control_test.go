@@ -160,16 +160,27 @@ func TestBenchFlowOpt(t *testing.T) {
 		testutil.RequireTool(t, tool)
 	}
 	bin := buildEdgeplane(t)
-	r, err := Run(context.Background(), Options{Scenario: "flowopt", FlowOptFlows: []int{4}, FlowOptSeconds: 3, EdgeplaneBin: bin, Log: t.Logf})
+	r, err := Run(context.Background(), Options{Scenario: "flowopt", FlowOptFlows: []int{4}, FlowOptSeconds: 2, EdgeplaneBin: bin, Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := r.FlowOpt
-	if f == nil || f.Method == "" || len(f.Runs) != 1 {
+	if f == nil || f.Method == "" || f.Classes == "" || len(f.Runs) != len(FlowOptModes) {
 		t.Fatalf("flowopt: %+v", f)
 	}
-	x := f.Runs[0]
-	if x.Mode != "off" || x.EMBBFlows != 4 || x.EMBBMbps <= 0 || x.Jain < 0.25 || x.Jain > 1.000001 {
+	for i, x := range f.Runs {
+		if x.Mode != FlowOptModes[i].Name {
+			t.Errorf("run %d: mode %q, want %q", i, x.Mode, FlowOptModes[i].Name)
+		}
+		checkFlowOptRun(t, x)
+	}
+}
+
+// checkFlowOptRun checks that a run of the flowopt scenario measured
+// what it reports.
+func checkFlowOptRun(t *testing.T, x FlowOptRun) {
+	t.Helper()
+	if x.EMBBFlows != 4 || x.EMBBMbps <= 0 || x.Jain < 0.25 || x.Jain > 1.000001 {
 		t.Errorf("eMBB: %+v", x)
 	}
 	if x.URLLCSent < 1000 || x.URLLCAnswer == 0 || x.URLLCAnswer > x.URLLCSent || x.URLLCP50Ms <= 0 || x.URLLCP99Ms < x.URLLCP50Ms {

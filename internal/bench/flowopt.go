@@ -20,6 +20,11 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/topo"
 	"github.com/edgeplane/edgeplane/internal/wanem"
@@ -27,13 +32,16 @@ import (
 
 // FlowOpt is the flowopt scenario (issue 16): a mixed 5G workload through
 // the lab's wan1, rate-limited so the emulator's queue is the bottleneck,
-// at each count of eMBB flows. Runs are by mode; this build has FlowOpt's
-// modules still to come, so every run is "off": the baseline the modules
-// will be set beside in the same run.
+// at each count of eMBB flows, with FlowOpt off, each module alone and
+// all on, one after the other in one lab. Gateway A has the three QoS
+// classes the whole time (by PDR: eMBB's TCP ports, URLLC's and mMTC's
+// UDP ports); the modes switch the modules through its API.
 type FlowOpt struct {
-	Method string       `json:"method"`
-	Rate   string       `json:"bottleneck_rate"`
-	Runs   []FlowOptRun `json:"runs"`
+	Method string `json:"method"`
+	Rate   string `json:"bottleneck_rate"`
+	// Classes is what gateway A's QoS classes were.
+	Classes string       `json:"classes"`
+	Runs    []FlowOptRun `json:"runs"`
 }
 
 // FlowOptRun is one run of the workload.
@@ -61,9 +69,45 @@ type FlowOptRun struct {
 	// largest over the smallest.
 	SoftirqMs     []float64 `json:"softirq_ms"`
 	SoftirqSpread float64   `json:"softirq_spread"`
+	// Gateway is what gateway A's FlowOpt did meanwhile (its metrics).
+	Gateway FlowOptGateway `json:"gateway"`
 }
 
-const methodFlowOpt = "the SD-WAN lab (defaults: wan1 5 ms, wan2 30 ms one way) with wan1 held to the bottleneck rate both ways " +
+// FlowOptGateway is what gateway A's FlowOpt did in a run: the eMBB
+// class's packets passed, marked CE and dropped over their share by the
+// fairness stage, those carrying the probe's congestion hint, and the
+// packets relief
+// handed to another CPU.
+type FlowOptGateway struct {
+	EMBBPackets float64 `json:"embb_packets"`
+	EMBBMarked  float64 `json:"embb_marked"`
+	EMBBDropped float64 `json:"embb_dropped"`
+	EMBBHinted  float64 `json:"embb_hinted"`
+	// EMBBCongestionMarked: marked CE within their share, for the hint.
+	EMBBCongestionMarked float64 `json:"embb_congestion_marked"`
+	CPUMoved             float64 `json:"cpu_moved"`
+}
+
+// gatewayMetrics scrapes gateway A's metrics: each series (name and
+// labels, as exposed) with its value; none when the scrape fails.
+func gatewayMetrics(ctx context.Context, l *lab.SDWAN) map[string]float64 {
+	out := map[string]float64{}
+	body, err := topo.Output(ctx, l.GWA, "curl", "-sf", "http://"+lab.MetricsAddr+"/metrics")
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if i := strings.LastIndexByte(line, ' '); i > 0 && !strings.HasPrefix(line, "#") {
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				out[line[:i]] = v
+			}
+		}
+	}
+	return out
+}
+
+const methodFlowOpt = "ECN on at hosts A and B (net.ipv4.tcp_ecn=1) in every mode; measured after a warm-up of 2 s " +
+	"(the eMBB streams' slow starts; iperf3 -O; URLLC and mMTC start after it); the SD-WAN lab (defaults: wan1 5 ms, wan2 30 ms one way) with wan1 held to the bottleneck rate both ways " +
 	"(the emulator's queue); eMBB: iperf3 TCP streams from host A to B (default PDR: path 1, at most 100 a client); URLLC: 64-byte UDP " +
 	"requests at 1 kHz from A (source port 7050) to an echo on B (port 7000), both ways over path 1 (the lab's steered ports), " +
 	"round trips timed at A; mMTC: Poisson bursts (20 a second, 20 datagrams of 64 bytes each) from 100 addresses of host A to B " +
@@ -96,22 +140,127 @@ func runFlowOpt(ctx context.Context, o Options, flows []int, d time.Duration) (f
 			return nil, fmt.Errorf("mmtc source address: %w", err)
 		}
 	}
-	f = &FlowOpt{Method: methodFlowOpt, Rate: rate}
-	for _, n := range flows {
-		run, err := flowOptRun(ctx, l, n, sources, d)
-		if err != nil {
-			return nil, fmt.Errorf("%d eMBB flows: %w", n, err)
+	for _, ns := range []string{l.A, l.B} {
+		if _, err := topo.Output(ctx, ns, "sysctl", "-qw", "net.ipv4.tcp_ecn=1"); err != nil {
+			return nil, fmt.Errorf("ecn on: %w", err)
 		}
-		o.Log("flowopt off, %d eMBB flows: %.1f Mbit/s, Jain %.3f; URLLC p50 %.2f ms p99 %.2f ms (%d/%d); mMTC %d/%d",
-			n, run.EMBBMbps, run.Jain, run.URLLCP50Ms, run.URLLCP99Ms, run.URLLCAnswer, run.URLLCSent, run.MMTCReceived, run.MMTCSent)
-		f.Runs = append(f.Runs, *run)
 	}
-	return f, nil
+	conn, err := grpc.NewClient("unix://"+l.APISocket(l.GWA), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	gc := pb.NewGatewayClient(conn)
+	if _, err := gc.Apply(ctx, &pb.ApplyRequest{Operations: flowOptClasses()}); err != nil {
+		return nil, fmt.Errorf("qos classes: %w", err)
+	}
+	f = &FlowOpt{Method: methodFlowOpt, Rate: rate, Classes: classesFlowOpt}
+	for _, n := range flows {
+		for _, m := range FlowOptModes {
+			if err := setModules(ctx, gc, m.Modules); err != nil {
+				return nil, fmt.Errorf("mode %s: %w", m.Name, err)
+			}
+			// The agent's loop counts the flows of the classes and the
+			// emulator's queue drains from the run before.
+			time.Sleep(time.Second)
+			before := gatewayMetrics(ctx, l)
+			run, err := flowOptRun(ctx, l, n, sources, d)
+			if err != nil {
+				return nil, fmt.Errorf("%d eMBB flows, %s: %w", n, m.Name, err)
+			}
+			run.Mode = m.Name
+			after := gatewayMetrics(ctx, l)
+			run.Gateway = FlowOptGateway{
+				EMBBPackets: after[`edgeplane_qos_class_packets_total{class="2"}`] - before[`edgeplane_qos_class_packets_total{class="2"}`],
+				EMBBMarked:  after[`edgeplane_qos_class_marked_total{class="2"}`] - before[`edgeplane_qos_class_marked_total{class="2"}`],
+				EMBBDropped: after[`edgeplane_qos_class_dropped_total{class="2"}`] - before[`edgeplane_qos_class_dropped_total{class="2"}`],
+				EMBBHinted:  after[`edgeplane_qos_class_hinted_total{class="2"}`] - before[`edgeplane_qos_class_hinted_total{class="2"}`],
+				EMBBCongestionMarked: after[`edgeplane_qos_class_congestion_marked_total{class="2"}`] -
+					before[`edgeplane_qos_class_congestion_marked_total{class="2"}`],
+				CPUMoved: after[`edgeplane_reason_packets_total{reason="cpu_moved"}`] - before[`edgeplane_reason_packets_total{reason="cpu_moved"}`],
+			}
+			o.Log("  gateway A: eMBB class %+v", run.Gateway)
+			o.Log("flowopt %s, %d eMBB flows: %.1f Mbit/s, Jain %.3f; URLLC p50 %.2f ms p99 %.2f ms (%d/%d); mMTC %d/%d",
+				m.Name, n, run.EMBBMbps, run.Jain, run.URLLCP50Ms, run.URLLCP99Ms, run.URLLCAnswer, run.URLLCSent, run.MMTCReceived, run.MMTCSent)
+			f.Runs = append(f.Runs, *run)
+		}
+	}
+	return f, setModules(ctx, gc, nil)
+}
+
+// FlowOptModes are the scenario's modes: FlowOpt off, each module alone,
+// all on.
+var FlowOptModes = []struct {
+	Name    string
+	Modules []string
+}{
+	{"off", nil},
+	{"probe", []string{config.ModuleProbe}},
+	{"fairness", []string{config.ModuleFairness}},
+	{"relief", []string{config.ModuleRelief}},
+	{"all", []string{config.ModuleProbe, config.ModuleFairness, config.ModuleRelief}},
+}
+
+// classesFlowOpt describes flowOptClasses.
+const classesFlowOpt = "urllc (class 1: UDP to B port 7000), embb at 47 Mbit/s (class 2: TCP to B ports 5301-5500; " +
+	"the 48 Mbit/s the emulator passes at its 50 (the off runs), less GRE's 28 bytes a packet, URLLC and mMTC), mmtc at 1 Mbit/s, dropped over its share (class 3: UDP to B port 7001)"
+
+// flowOptClasses are the operations giving gateway A the scenario's QoS
+// classes and the PDRs that put the workload's flows in them (before the
+// lab's own, with their FARs).
+func flowOptClasses() []*pb.Operation {
+	lan := lab.LanB
+	objs := []*pb.Object{
+		{Kind: &pb.Object_QosClass{QosClass: &pb.QosClass{Id: 1, Name: "urllc", Type: config.QoSURLLC}}},
+		{Kind: &pb.Object_QosClass{QosClass: &pb.QosClass{Id: 2, Name: "embb", Type: config.QoSEMBB, Rate: "47mbit"}}},
+		{Kind: &pb.Object_QosClass{QosClass: &pb.QosClass{Id: 3, Name: "mmtc", Type: config.QoSMMTC, Rate: "1mbit", Over: config.OverDrop}}},
+		{Kind: &pb.Object_Pdr{Pdr: &pb.Pdr{Id: 60, Precedence: 20, Far: 4, Qos: 1,
+			Match: &pb.Match{In: "lan0", Dst: lan, Proto: "udp", Dport: "7000"}}}},
+		{Kind: &pb.Object_Pdr{Pdr: &pb.Pdr{Id: 61, Precedence: 20, Far: 1, Qos: 2,
+			Match: &pb.Match{In: "lan0", Dst: lan, Proto: "tcp", Dport: "5301-5500"}}}},
+		{Kind: &pb.Object_Pdr{Pdr: &pb.Pdr{Id: 62, Precedence: 20, Far: 4, Qos: 3,
+			Match: &pb.Match{In: "lan0", Dst: lan, Proto: "udp", Dport: "7001"}}}},
+	}
+	ops := make([]*pb.Operation, len(objs))
+	for i, o := range objs {
+		ops[i] = &pb.Operation{Op: &pb.Operation_Create{Create: o}}
+	}
+	return ops
+}
+
+// setModules makes gateway A's FlowOpt modules exactly mods (on), in one
+// batch.
+func setModules(ctx context.Context, gc pb.GatewayClient, mods []string) error {
+	have, err := gc.ListFlowOpt(ctx, &pb.ListRequest{})
+	if err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	for _, m := range mods {
+		want[m] = true
+	}
+	var ops []*pb.Operation
+	for _, m := range have.GetFlowopt() {
+		if !want[m.GetModule()] {
+			ops = append(ops, &pb.Operation{Op: &pb.Operation_Delete{Delete: &pb.Ref{Kind: pb.Kind_KIND_FLOWOPT, Name: m.GetModule()}}})
+		}
+		delete(want, m.GetModule())
+	}
+	for _, m := range mods {
+		if want[m] {
+			ops = append(ops, &pb.Operation{Op: &pb.Operation_Create{Create: &pb.Object{Kind: &pb.Object_Flowopt{Flowopt: &pb.FlowOptModule{Module: m}}}}})
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	_, err = gc.Apply(ctx, &pb.ApplyRequest{Operations: ops})
+	return err
 }
 
 // flowOptRun runs the workload once with n eMBB flows.
 func flowOptRun(ctx context.Context, l *lab.SDWAN, n, sources int, d time.Duration) (*FlowOptRun, error) {
-	run := &FlowOptRun{Mode: "off", EMBBFlows: n, Seconds: d.Seconds(), MMTCSources: sources}
+	run := &FlowOptRun{EMBBFlows: n, Seconds: d.Seconds(), MMTCSources: sources}
 	// Receivers on B: the URLLC echo and the mMTC sink.
 	var echo, sink *net.UDPConn
 	if err := topo.Do(l.B, func() (err error) {
@@ -167,6 +316,10 @@ func flowOptRun(ctx context.Context, l *lab.SDWAN, n, sources int, d time.Durati
 	if err != nil {
 		return nil, err
 	}
+	// The eMBB streams start together: their slow starts fill the
+	// bottleneck's queue whatever the mode. What is measured is the
+	// steady state after it (iperf3 -O: those seconds not counted).
+	warm := flowOptWarmup(d)
 	var wg sync.WaitGroup
 	errs := make(chan error, len(chunks)+2)
 	rates := make([][]float64, len(chunks))
@@ -175,7 +328,7 @@ func flowOptRun(ctx context.Context, l *lab.SDWAN, n, sources int, d time.Durati
 		go func() {
 			defer wg.Done()
 			out, err := exec.CommandContext(ctx, "ip", "netns", "exec", l.A, "iperf3", "-c", lab.AddrB, "-p", strconv.Itoa(5301+i),
-				"-P", strconv.Itoa(c), "-t", strconv.Itoa(int(d.Seconds())), "-J").Output()
+				"-P", strconv.Itoa(c), "-t", strconv.Itoa(int(d.Seconds())), "-O", strconv.Itoa(int(warm.Seconds())), "-J").Output()
 			if err != nil {
 				errs <- fmt.Errorf("iperf3: %w (%s)", err, firstLine(out))
 				return
@@ -190,6 +343,7 @@ func flowOptRun(ctx context.Context, l *lab.SDWAN, n, sources int, d time.Durati
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
+		time.Sleep(warm)
 		var err error
 		run.URLLCSent, rtts, err = urllc(l, d)
 		if err != nil {
@@ -198,6 +352,7 @@ func flowOptRun(ctx context.Context, l *lab.SDWAN, n, sources int, d time.Durati
 	}()
 	go func() {
 		defer wg.Done()
+		time.Sleep(warm)
 		var err error
 		if run.MMTCSent, err = mmtc(l, sources, d); err != nil {
 			errs <- err
@@ -255,6 +410,12 @@ func flowOptRun(ctx context.Context, l *lab.SDWAN, n, sources int, d time.Durati
 		run.SoftirqSpread = hi / lo
 	}
 	return run, nil
+}
+
+// flowOptWarmup is the warm-up before a run of d is measured: 2 s, at
+// most a quarter of d, whole seconds (iperf3's -O).
+func flowOptWarmup(d time.Duration) time.Duration {
+	return min(2*time.Second, (d / 4).Truncate(time.Second))
 }
 
 // urllc sends a 64-byte request every millisecond for d from host A

@@ -151,7 +151,7 @@ type edgeEdgeFoDir struct {
 	Rate      uint32
 	Period    uint16
 	Cpu       uint8
-	Hint      uint8
+	Flags     uint8
 	LastTsval uint32
 }
 
@@ -244,6 +244,7 @@ type edgeEdgeProbeRec struct {
 type edgeEdgeQosClass struct {
 	_       structs.HostLayout
 	RoundNs uint64
+	Rate    uint64
 	Quantum uint32
 	Depth   uint32
 	Flags   uint32
@@ -251,13 +252,14 @@ type edgeEdgeQosClass struct {
 }
 
 type edgeEdgeQosCtr struct {
-	_       structs.HostLayout
-	Packets uint64
-	Bytes   uint64
-	Marked  uint64
-	Dropped uint64
-	Flows   uint64
-	Hinted  uint64
+	_         structs.HostLayout
+	Packets   uint64
+	Bytes     uint64
+	Marked    uint64
+	Dropped   uint64
+	Flows     uint64
+	Hinted    uint64
+	Congested uint64
 }
 
 type edgeEdgeRule struct {
@@ -384,6 +386,7 @@ const (
 	edgeMapEdgeQos         = "edge_qos"
 	edgeMapEdgeQosDscp     = "edge_qos_dscp"
 	edgeMapEdgeQosStats    = "edge_qos_stats"
+	edgeMapEdgeQosVqs      = "edge_qos_vqs"
 	edgeMapEdgeReasons     = "edge_reasons"
 	edgeMapEdgeRules       = "edge_rules"
 	edgeMapEdgeServices    = "edge_services"
@@ -488,6 +491,7 @@ type edgeMapSpecs struct {
 	EdgeQos         *ebpf.MapSpec `ebpf:"edge_qos"`
 	EdgeQosDscp     *ebpf.MapSpec `ebpf:"edge_qos_dscp"`
 	EdgeQosStats    *ebpf.MapSpec `ebpf:"edge_qos_stats"`
+	EdgeQosVqs      *ebpf.MapSpec `ebpf:"edge_qos_vqs"`
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
@@ -564,6 +568,7 @@ type edgeMaps struct {
 	EdgeQos         *ebpf.Map `ebpf:"edge_qos"`
 	EdgeQosDscp     *ebpf.Map `ebpf:"edge_qos_dscp"`
 	EdgeQosStats    *ebpf.Map `ebpf:"edge_qos_stats"`
+	EdgeQosVqs      *ebpf.Map `ebpf:"edge_qos_vqs"`
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
@@ -611,6 +616,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeQos,
 		m.EdgeQosDscp,
 		m.EdgeQosStats,
+		m.EdgeQosVqs,
 		m.EdgeReasons,
 		m.EdgeRules,
 		m.EdgeServices,

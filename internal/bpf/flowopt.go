@@ -131,6 +131,7 @@ func (dp *Dataplane) QoSStats() ([MaxQoS]QoSCounters, error) {
 			o.Dropped += c.Dropped
 			o.Flows += c.Flows
 			o.Hinted += c.Hinted
+			o.Congested += c.Congested
 		}
 	}
 	return out, nil

@@ -17,9 +17,12 @@ import (
 
 // foConfig sends lan0's traffic to 10.7.0.0/16 over GRE path 1 and takes
 // path 1's back; UDP to ports 5000-5999 is in eMBB class 2 (a flow earns
-// its 1,000-byte quantum a second: nothing refills while a test runs),
-// to 7001 in mMTC class 3 (dropped over its share), DSCP 46 in URLLC
-// class 1 (never held).
+// its 1,000-byte quantum a second: nothing refills while a test runs;
+// the class's phantom queue takes 2,000 bytes before it marks), to 5500
+// in class 5 (the same), to 7001 in mMTC class 3 (dropped over its
+// share), to 7002 in class 6 (flows' shares of 3,000 bytes, the class's
+// burst as much), DSCP 46 in URLLC class 1 (never held), TCP in eMBB
+// class 4 (a rate no test reaches).
 const foConfig = `
 interfaces:
   - {name: lan0, role: lan}
@@ -34,7 +37,13 @@ qos_classes:
   - {id: 1, type: urllc, dscp: "46"}
   - {id: 2, type: embb, rate: 8kbit, quantum: 1000, burst: 2000}
   - {id: 3, type: mmtc, rate: 8kbit, quantum: 256, burst: 256, over: drop}
+  - {id: 4, type: embb, rate: 10gbit}
+  - {id: 5, type: embb, rate: 8kbit, quantum: 1000, burst: 2000}
+  - {id: 6, type: custom, rate: 8kbit, quantum: 3000, burst: 3000}
 pdrs:
+  - {id: 14, precedence: 5, match: {in: lan0, dst: 10.7.0.0/16, proto: udp, dport: 5500}, far: 1, qos: 5}
+  - {id: 15, precedence: 5, match: {in: lan0, dst: 10.7.0.0/16, proto: udp, dport: 7002}, far: 1, qos: 6}
+  - {id: 13, precedence: 15, match: {in: lan0, dst: 10.7.0.0/16, proto: tcp}, far: 1, qos: 4}
   - {id: 10, precedence: 10, match: {in: lan0, dst: 10.7.0.0/16, proto: udp, dport: 5000-5999}, far: 1, qos: 2}
   - {id: 11, precedence: 10, match: {in: lan0, dst: 10.7.0.0/16, proto: udp, dport: 7001}, far: 1, qos: 3}
   - {id: 12, precedence: 20, match: {in: lan0, dst: 10.7.0.0/16}, far: 1}
@@ -83,7 +92,9 @@ func tcpSeg(sport, dport uint16, syn, ack bool, ts bool, tsval, tsecr uint32, pa
 // (a new TSval while the first is in flight) is not timed from the
 // first: the echo of the retransmission goes past the sample, which is
 // given up. TSvals across the 32-bit wrap compare by serial arithmetic.
-// A sample far over the minimum raises the congestion hint.
+// A sample far over the minimum raises the congestion hint, and the
+// fairness stage then marks the flow's ECN-capable packets CE though it
+// is within its share.
 func TestFlowOptRTT(t *testing.T) {
 	h := newHarness(t, foConfig)
 	greLanNeighbours(t, h)
@@ -165,11 +176,23 @@ func TestFlowOptRTT(t *testing.T) {
 	}
 	o, _ = state()
 	t.Logf("after slow echoes: srtt %d us, min %d us, %d samples", o.SrttUs, o.MinUs, o.Samples)
-	if o.Hint == 0 || uint64(o.SrttUs) < 3*uint64(o.MinUs)/2 {
-		t.Fatalf("four 30 ms echoes over a minimum of %d us: srtt %d us, hint %d; want the hint", o.MinUs, o.SrttUs, o.Hint)
+	if o.Flags&1 == 0 || uint64(o.SrttUs) < 3*uint64(o.MinUs)/2 {
+		t.Fatalf("four 30 ms echoes over a minimum of %d us: srtt %d us, flags %#x; want the hint", o.MinUs, o.SrttUs, o.Flags)
 	}
 	if o.Rate == 0 && o.RateBytes == 0 {
 		t.Fatalf("no rate estimate: %+v", o)
+	}
+	for _, c := range []struct {
+		tos  uint8
+		want uint8
+	}{{0x02, 3}, {0x00, 0}} { // ECT(0): marked CE; not ECN-capable: as it was
+		ret, f := h.run(serialize(t, v4("10.7.1.1", tcpSeg(sport, dport, false, true, true, 20, 510, 100), func(d *pktDesc) { d.tos = c.tos })()), "lan0")
+		if ret != bpf.XDPRedirect {
+			t.Fatalf("a congested flow's packet within its share: verdict %s, want redirect", verdictName(ret))
+		}
+		if ecn := f[14+20+8+1] & 3; ecn != c.want {
+			t.Errorf("a congested flow's packet with ECN %d went out with ECN %d, want %d", c.tos&3, ecn, c.want)
+		}
 	}
 }
 
@@ -180,7 +203,7 @@ func foUDP(t *testing.T, sport, dport uint16, tos uint8) []byte {
 }
 
 // qosCtr returns class id's counters (the class index is its order here:
-// classes 1, 2, 3 take indexes 0, 1, 2).
+// classes 1 to 6 take indexes 0 to 5).
 func qosCtr(t *testing.T, h *harness, id uint32) bpf.QoSCounters {
 	t.Helper()
 	st, err := h.dp.QoSStats()
@@ -196,9 +219,11 @@ func qosCtr(t *testing.T, h *harness, id uint32) bpf.QoSCounters {
 // checksum still right, the outer header copying the mark) until the
 // flow is a whole burst in debt, then dropped; a flow that is not
 // ECN-capable is dropped at once. The mMTC class drops even ECN-capable
-// packets over the share, and a new mMTC source takes no more than one
-// quantum. URLLC (DSCP 46) is never held back. With fairness off, no
-// packet is.
+// packets over the share, and a burst of new mMTC sources takes no more
+// than one quantum each and the class's burst in all (its phantom
+// queue). Flows each within their share are marked once their class
+// together is past its burst. URLLC (DSCP 46) is never held back. With
+// fairness off, no packet is.
 func TestFlowOptFairness(t *testing.T) {
 	h := newHarness(t, foConfig)
 	greLanNeighbours(t, h)
@@ -261,9 +286,10 @@ func TestFlowOptFairness(t *testing.T) {
 		t.Errorf("class 2 counters %+v: want %d passed, %d marked, %d dropped", c, passed, marked, 60-passed)
 	}
 
-	// Not ECN-capable: dropped once spent, counted.
+	// Not ECN-capable (class 5: its phantom queue empty): dropped once
+	// spent, counted.
 	before := snap(t, h).Reasons[bpf.ReasonFODrop].Packets
-	passed, marked = send(41001, 5000, 0, 30)
+	passed, marked = send(41001, 5500, 0, 30)
 	if marked != 0 || passed < quantum || passed > quantum+1 {
 		t.Errorf("not-ECT flow: %d passed (%d marked), want %d unmarked", passed, marked, quantum)
 	}
@@ -272,11 +298,47 @@ func TestFlowOptFairness(t *testing.T) {
 	}
 
 	// mMTC: ECT or not, dropped over its 256-byte quantum; each new
-	// source (port) gets one quantum, no more.
+	// source (port) gets one quantum at most, and all of them together
+	// four times the class's burst (its phantom queue's hard limit: new
+	// sources are within their share; the rate adds 1 byte a
+	// millisecond).
+	start, total := time.Now(), 0
 	for sport := uint16(42000); sport < 42020; sport++ {
-		if passed, marked = send(sport, 7001, 0x02, 10); passed != 256/frame || marked != 0 {
-			t.Fatalf("mMTC source %d: %d of 10 passed (%d marked), want %d unmarked", sport, passed, marked, 256/frame)
+		passed, marked = send(sport, 7001, 0x02, 10)
+		if passed > 256/frame || marked != 0 {
+			t.Fatalf("mMTC source %d: %d of 10 passed (%d marked), want at most %d, unmarked", sport, passed, marked, 256/frame)
 		}
+		total += passed
+	}
+	if most := (4*256+int(time.Since(start).Milliseconds()))/frame + 1; total < 256/frame || total > most {
+		t.Errorf("20 new mMTC sources: %d packets passed, want %d to %d (four bursts of the class)", total, 256/frame, most)
+	}
+
+	// Class 6 (shares and burst of 3,000 bytes): two light flows, then a
+	// heavy one that takes the class's phantom queue past its burst:
+	// from there every ECN-capable packet is marked, light or heavy,
+	// within their shares; past two bursts the heavy flow (using its
+	// share) loses packets, the light ones none.
+	for sport := uint16(43001); sport < 43003; sport++ {
+		if passed, marked = send(sport, 7002, 0x02, 10); passed != 10 || marked != 0 {
+			t.Fatalf("light flow %d: %d of 10 passed, %d marked", sport, passed, marked)
+		}
+	}
+	passed, marked = send(43000, 7002, 0x02, 50)
+	if want := 50 - (3000-1200)/frame; passed != 50 || marked < want-1 || marked > want+1 {
+		t.Errorf("a heavy flow past the class's burst: %d of 50 passed, %d marked; want all, %d marked", passed, marked, want)
+	}
+	if passed, marked = send(43001, 7002, 0x02, 5); passed != 5 || marked != 5 {
+		t.Errorf("a light flow while the class is past its burst: %d of 5 passed, %d marked; want all, marked", passed, marked)
+	}
+	if c := qosCtr(t, h, 6); c.Marked != 0 || c.Dropped != 0 {
+		t.Errorf("class 6 counters %+v: want no flow over its share yet", c)
+	}
+	if passed, _ = send(43000, 7002, 0x02, 60); passed == 60 {
+		t.Errorf("the heavy flow past two bursts: all 60 passed, want losses")
+	}
+	if passed, marked = send(43002, 7002, 0x02, 5); passed != 5 || marked != 5 {
+		t.Errorf("a light flow past two bursts: %d of 5 passed, %d marked; want all, marked", passed, marked)
 	}
 
 	// URLLC by DSCP (46), to a port no class's PDR names (a PDR's class
@@ -292,7 +354,7 @@ func TestFlowOptFairness(t *testing.T) {
 	cfg := mustParse(t, foConfig)
 	cfg.FlowOpt = cfg.FlowOpt[:1]
 	h.apply(cfg)
-	if passed, marked = send(41001, 5000, 0, 20); passed != 20 || marked != 0 {
+	if passed, marked = send(41001, 5500, 0, 20); passed != 20 || marked != 0 {
 		t.Errorf("fairness off: %d of 20 passed, %d marked", passed, marked)
 	}
 }
@@ -394,14 +456,28 @@ func TestFlowOptRelief(t *testing.T) {
 			}
 		}
 	}
-	// Not hot: new flows stay.
+	// Not hot: new flows stay, and are not placed: once established
+	// they stay when the CPU turns hot.
 	loads(0)
 	before := snap(t, h).Reasons[bpf.ReasonCPUMoved].Packets
 	for p := uint16(45000); p < 45020; p++ {
-		h.run(foUDP(t, p, 5000, 0), "lan0")
+		for range 6 {
+			h.run(foUDP(t, p, 6000, 0), "lan0")
+		}
 	}
 	if d := snap(t, h).Reasons[bpf.ReasonCPUMoved].Packets - before; d != 0 {
-		t.Errorf("CPU 0 not hot: %d new flows handed on, want none", d)
+		t.Errorf("CPU 0 not hot: %d packets of new flows handed on, want none", d)
+	}
+	loads(1)
+	for p := uint16(45000); p < 45020; p++ {
+		h.run(foUDP(t, p, 6000, 0), "lan0")
+	}
+	// URLLC (DSCP 46): never placed, hot or not.
+	for p := uint16(46000); p < 46020; p++ {
+		h.run(foUDP(t, p, 6000, 46<<2), "lan0")
+	}
+	if d := snap(t, h).Reasons[bpf.ReasonCPUMoved].Packets - before; d != 0 {
+		t.Errorf("CPU 0 hot: %d packets of established or URLLC flows handed on, want none", d)
 	}
 }
 

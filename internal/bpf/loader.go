@@ -265,6 +265,7 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgeQos:         dp.EdgeQos,
 		edgeMapEdgeQosDscp:     dp.EdgeQosDscp,
 		edgeMapEdgeQosStats:    dp.EdgeQosStats,
+		edgeMapEdgeQosVqs:      dp.EdgeQosVqs,
 		edgeMapEdgeCpuLoads:    dp.EdgeCpuLoads,
 		edgeMapEdgeCpus:        dp.EdgeCpus,
 	}

@@ -104,6 +104,7 @@ var mapRoles = map[string]mapRole{
 	edgeMapEdgeQos:      {rebuilt, true},
 	edgeMapEdgeQosDscp:  {rebuilt, true},
 	edgeMapEdgeQosStats: {counter, false},
+	edgeMapEdgeQosVqs:   {rebuilt, false},
 	edgeMapEdgeCpuLoads: {rebuilt, false},
 	edgeMapEdgeCpus:     {rebuilt, false},
 }

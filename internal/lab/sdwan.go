@@ -64,7 +64,9 @@ const (
 )
 
 // Lab agents' metrics address, inside each gateway's namespace.
-const labMetricsAddr = "127.0.0.1:9090"
+// MetricsAddr is where each gateway's agent serves its metrics, in the
+// gateway's namespace.
+const MetricsAddr = "127.0.0.1:9090"
 
 // NewSDWAN names the lab of cfg; Up builds it. bin is the edgeplane binary
 // to run the agents and emulators with.
@@ -144,7 +146,7 @@ func (l *SDWAN) procs() []proc {
 			// lab down removes.
 			Argv: []string{"nsenter", "--net=/run/netns/" + gw, l.Bin, "agent",
 				"--config", filepath.Join(l.RunDir, name+".yaml"),
-				"--pin-dir", pin, "--metrics-addr", labMetricsAddr,
+				"--pin-dir", pin, "--metrics-addr", MetricsAddr,
 				"--api-socket", l.APISocket(gw), "--rest-socket", filepath.Join(l.RunDir, name+"-rest.sock")},
 			sub: "agent", flag: "--pin-dir", value: pin,
 		})

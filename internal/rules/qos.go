@@ -76,6 +76,9 @@ func (c *Compiler) rebuildQoS() {
 	for _, id := range slices.Sorted(maps.Keys(c.qos)) {
 		q, idx := c.qos[id].Effective(), c.qosIdx[id]
 		e := bpf.QoSClassEntry{Id: id, Quantum: q.Quantum, Depth: q.Burst, RoundNs: InitialRound(q)}
+		if q.Type != config.QoSURLLC {
+			e.Rate = q.Rate.BPS / 8
+		}
 		if q.Type == config.QoSURLLC {
 			e.Flags |= bpf.QoSFlagURLLC
 		}
