@@ -16,7 +16,7 @@ import (
 )
 
 // TestLabFlowOptSwitch: FlowOpt's modules switched on and off through the
-// API, fifteen times in three seconds, while a stream of a datagram a
+// API, every 150 ms for three seconds, while a stream of a datagram a
 // millisecond in an eMBB class (whose rate it stays well under) crosses
 // gateway A: every datagram arrives, once; the metrics say which
 // modules are on.
