@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/client"
+	"github.com/edgeplane/edgeplane/internal/config"
 )
 
 func newFlowsCmd() *cobra.Command {
@@ -62,7 +64,7 @@ rules generation; if not, its next packet is classified again.`,
 // printFlows writes flows as a table.
 func printFlows(w io.Writer, flows []*pb.Flow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SRC\tSPORT\tDST\tDPORT\tPROTO\tIN\tDSCP\tGRE_KEY\tPDR\tLIVE\tPACKETS\tBYTES")
+	fmt.Fprintln(tw, "SRC\tSPORT\tDST\tDPORT\tPROTO\tIN\tDSCP\tGRE_KEY\tPDR\tLIVE\tPACKETS\tBYTES\tRTT\tRATE")
 	for _, f := range flows {
 		key := "-"
 		if f.GreKey != nil {
@@ -72,8 +74,20 @@ func printFlows(w io.Writer, flows []*pb.Flow) error {
 		if f.GetPdr() != 0 {
 			pdr = fmt.Sprint(f.GetPdr())
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%v\t%d\t%d\n", f.GetSrc(), f.GetSport(), f.GetDst(), f.GetDport(),
-			f.GetProto(), f.GetIn(), f.GetDscp(), key, pdr, f.GetLive(), f.GetPackets(), f.GetBytes())
+		// RTT and rate: FlowOpt's probe's, "-" when it has not timed
+		// the flow; "!" marks its congestion hint.
+		rtt, rate := "-", "-"
+		if f.GetRttSamples() > 0 {
+			rtt = (time.Duration(f.GetRttUs()) * time.Microsecond).Round(10 * time.Microsecond).String()
+			if f.GetCongested() {
+				rtt += "!"
+			}
+		}
+		if f.GetRateBps() > 0 {
+			rate = config.FormatRate(f.GetRateBps())
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%v\t%d\t%d\t%s\t%s\n", f.GetSrc(), f.GetSport(), f.GetDst(), f.GetDport(),
+			f.GetProto(), f.GetIn(), f.GetDscp(), key, pdr, f.GetLive(), f.GetPackets(), f.GetBytes(), rtt, rate)
 	}
 	return tw.Flush()
 }

@@ -352,7 +352,8 @@ func (s *Server) ListFlows(_ context.Context, req *pb.ListFlowsRequest) (*pb.Lis
 	for _, f := range flows {
 		pf := &pb.Flow{Src: f.Src.String(), Dst: f.Dst.String(), Proto: config.Proto{Num: f.Proto, Set: true}.String(),
 			Sport: uint32(f.Sport), Dport: uint32(f.Dport), In: names[f.Ifindex], Dscp: uint32(f.DSCP),
-			Pdr: f.PDR, Live: f.Live, Packets: f.Packets, Bytes: f.Bytes}
+			Pdr: f.PDR, Live: f.Live, Packets: f.Packets, Bytes: f.Bytes,
+			RttUs: f.RTTUs, MinRttUs: f.MinRTTUs, RttSamples: f.RTTSamples, RateBps: uint64(f.Rate) * 8, Congested: f.Congested}
 		if pf.In == "" {
 			pf.In = fmt.Sprintf("ifindex %d", f.Ifindex)
 		}

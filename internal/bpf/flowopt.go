@@ -40,6 +40,9 @@ const (
 
 	QoSFlagURLLC = 1 // edge_qos_class.flags: never held back
 	QoSFlagDrop  = 2 // over its share: dropped, even when ECN-capable
+
+	FODHint = 1 // edge_fo_dir.flags: the congestion hint
+	FODECN  = 2 // the direction is ECN-capable
 )
 
 // FOMaxEntries bounds edge_fo: FlowOpt follows at most this many

@@ -41,6 +41,13 @@ type FlowStat struct {
 	// shared entry's total plus what each CPU's exact-match copy has
 	// counted since it was last added in.
 	Packets, Bytes uint64
+	// FlowOpt's probe, from its connection's record (zeros: none): the
+	// direction's smoothed and smallest RTT (µs), samples, rate (bytes a
+	// second) and congestion hint.
+	RTTUs, MinRTTUs, RTTSamples uint32
+	Rate                        uint32
+	Congested                   bool
+	key                         FlowKey
 }
 
 // Flows reads every flow of the flow table, adds the per-CPU counts not
@@ -96,6 +103,17 @@ func (dp *Dataplane) Flows(n int) ([]FlowStat, error) {
 	})
 	out := top.s
 	slices.SortFunc(out, byTraffic)
+	for i := range out {
+		e, dir, ok, err := dp.FOLookup(out[i].key)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			d := e.D[dir]
+			out[i].RTTUs, out[i].MinRTTUs, out[i].RTTSamples = d.SrttUs, d.MinUs, d.Samples
+			out[i].Rate, out[i].Congested = d.Rate, d.Flags&FODHint != 0
+		}
+	}
 	return out, nil
 }
 
@@ -163,6 +181,7 @@ func flowStat(k FlowKey, v Flow, pdrOf map[uint32]uint32, gen uint32) FlowStat {
 		f.GREKey = bits.ReverseBytes32(k.GreKey)
 	}
 	fillFlow(&f, v, pdrOf, gen)
+	f.key = k
 	return f
 }
 

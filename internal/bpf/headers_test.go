@@ -110,6 +110,8 @@ func TestConstantsMatchHeaders(t *testing.T) {
 		{"EDGE_FO_RELIEF", FORelief},
 		{"EDGE_QF_URLLC", QoSFlagURLLC},
 		{"EDGE_QF_DROP", QoSFlagDrop},
+		{"EDGE_FOD_HINT", FODHint},
+		{"EDGE_FOD_ECN", FODECN},
 		{"XDP_ABORTED", XDPAborted},
 		{"XDP_DROP", XDPDrop},
 		{"XDP_PASS", XDPPass},

@@ -82,6 +82,37 @@ func TestLabFlowOptSwitch(t *testing.T) {
 	if !strings.Contains(string(raw), `edgeplane_qos_class_packets_total{class="2"}`) {
 		t.Errorf("metrics lack class 2's packets")
 	}
+
+	// The probe's RTT of a TCP flow, in the flows listing: its handshake
+	// and timestamps over the test lab's wan1 (2 ms each way).
+	srv := exec.Command("ip", "netns", "exec", l.B, "iperf3", "-s", "-1", "-p", "5301")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	time.Sleep(300 * time.Millisecond)
+	if out, err := exec.Command("ip", "netns", "exec", l.A, "iperf3", "-c", lab.AddrB, "-p", "5301", "-t", "1", "-b", "2M").CombinedOutput(); err != nil {
+		t.Fatalf("iperf3: %v\n%s", err, out)
+	}
+	fl, err := gc.ListFlows(ctx, &pb.ListFlowsRequest{Top: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The data connection (iperf3's control one answers when it pleases).
+	var data *pb.Flow
+	for _, f := range fl.GetFlows() {
+		if f.GetProto() == "tcp" && f.GetDst() == lab.AddrB && f.GetDport() == 5301 && (data == nil || f.GetBytes() > data.GetBytes()) {
+			data = f
+		}
+	}
+	if data == nil || data.GetRttSamples() == 0 {
+		t.Fatalf("the TCP data flow to B:5301 not timed by the probe: %v", data)
+	}
+	rtt := time.Duration(data.GetRttUs()) * time.Microsecond
+	t.Logf("TCP %s:%d -> 5301: RTT %s (min %d us, %d samples), %d bit/s", data.GetSrc(), data.GetSport(), rtt, data.GetMinRttUs(), data.GetRttSamples(), data.GetRateBps())
+	if rtt < 3500*time.Microsecond || rtt > 200*time.Millisecond || data.GetMinRttUs() < 3500 || data.GetRateBps() == 0 {
+		t.Errorf("TCP data flow: RTT %s, min %d us, rate %d; want wan1's round trip (4 ms) or more, and a rate", rtt, data.GetMinRttUs(), data.GetRateBps())
+	}
 }
 
 // switchModules makes gateway gc's FlowOpt modules exactly mods, in one

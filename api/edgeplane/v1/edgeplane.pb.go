@@ -2687,9 +2687,18 @@ type Flow struct {
 	Pdr uint32 `protobuf:"varint,9,opt,name=pdr,proto3" json:"pdr,omitempty"`
 	// classified under the serving generation (else its next packet is
 	// classified again)
-	Live          bool   `protobuf:"varint,10,opt,name=live,proto3" json:"live,omitempty"`
-	Packets       uint64 `protobuf:"varint,11,opt,name=packets,proto3" json:"packets,omitempty"`
-	Bytes         uint64 `protobuf:"varint,12,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Live    bool   `protobuf:"varint,10,opt,name=live,proto3" json:"live,omitempty"`
+	Packets uint64 `protobuf:"varint,11,opt,name=packets,proto3" json:"packets,omitempty"`
+	Bytes   uint64 `protobuf:"varint,12,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// FlowOpt's probe: the smoothed and the smallest RTT of the flow's
+	// segments to their echo (microseconds), the samples taken (0: none),
+	// its rate (bits a second), and whether its latest sample was over
+	// rtt_factor times the smallest (the congestion hint)
+	RttUs         uint32 `protobuf:"varint,13,opt,name=rtt_us,json=rttUs,proto3" json:"rtt_us,omitempty"`
+	MinRttUs      uint32 `protobuf:"varint,14,opt,name=min_rtt_us,json=minRttUs,proto3" json:"min_rtt_us,omitempty"`
+	RttSamples    uint32 `protobuf:"varint,15,opt,name=rtt_samples,json=rttSamples,proto3" json:"rtt_samples,omitempty"`
+	RateBps       uint64 `protobuf:"varint,16,opt,name=rate_bps,json=rateBps,proto3" json:"rate_bps,omitempty"`
+	Congested     bool   `protobuf:"varint,17,opt,name=congested,proto3" json:"congested,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2806,6 +2815,41 @@ func (x *Flow) GetBytes() uint64 {
 		return x.Bytes
 	}
 	return 0
+}
+
+func (x *Flow) GetRttUs() uint32 {
+	if x != nil {
+		return x.RttUs
+	}
+	return 0
+}
+
+func (x *Flow) GetMinRttUs() uint32 {
+	if x != nil {
+		return x.MinRttUs
+	}
+	return 0
+}
+
+func (x *Flow) GetRttSamples() uint32 {
+	if x != nil {
+		return x.RttSamples
+	}
+	return 0
+}
+
+func (x *Flow) GetRateBps() uint64 {
+	if x != nil {
+		return x.RateBps
+	}
+	return 0
+}
+
+func (x *Flow) GetCongested() bool {
+	if x != nil {
+		return x.Congested
+	}
+	return false
 }
 
 type ListFlowsResponse struct {
@@ -3272,7 +3316,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x0fnew_connections\x18\x04 \x01(\x04R\x0enewConnections\x12-\n" +
 	"\x12active_connections\x18\x05 \x01(\x04R\x11activeConnections\"$\n" +
 	"\x10ListFlowsRequest\x12\x10\n" +
-	"\x03top\x18\x01 \x01(\rR\x03top\"\x90\x02\n" +
+	"\x03top\x18\x01 \x01(\rR\x03top\"\x9f\x03\n" +
 	"\x04Flow\x12\x10\n" +
 	"\x03src\x18\x01 \x01(\tR\x03src\x12\x10\n" +
 	"\x03dst\x18\x02 \x01(\tR\x03dst\x12\x14\n" +
@@ -3286,7 +3330,14 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x04live\x18\n" +
 	" \x01(\bR\x04live\x12\x18\n" +
 	"\apackets\x18\v \x01(\x04R\apackets\x12\x14\n" +
-	"\x05bytes\x18\f \x01(\x04R\x05bytesB\n" +
+	"\x05bytes\x18\f \x01(\x04R\x05bytes\x12\x15\n" +
+	"\x06rtt_us\x18\r \x01(\rR\x05rttUs\x12\x1c\n" +
+	"\n" +
+	"min_rtt_us\x18\x0e \x01(\rR\bminRttUs\x12\x1f\n" +
+	"\vrtt_samples\x18\x0f \x01(\rR\n" +
+	"rttSamples\x12\x19\n" +
+	"\brate_bps\x18\x10 \x01(\x04R\arateBps\x12\x1c\n" +
+	"\tcongested\x18\x11 \x01(\bR\tcongestedB\n" +
 	"\n" +
 	"\b_gre_key\"=\n" +
 	"\x11ListFlowsResponse\x12(\n" +
