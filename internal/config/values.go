@@ -492,3 +492,101 @@ func (f Factor) MarshalYAML() (any, error) {
 	}
 	return f.String(), nil
 }
+
+// MaxCPUs bounds the CPUs a CPUList names (0 to MaxCPUs-1).
+const MaxCPUs = 1024
+
+// CPUList is a set of CPUs written as a Linux cpulist: numbers and
+// ranges, "0,2-3" (as cpuset.cpus and /sys/devices/system/cpu/online
+// show them), ascending and without overlaps; the zero value is none.
+type CPUList struct {
+	Bits [MaxCPUs / 64]uint64
+}
+
+// Has tells whether cpu is in the list.
+func (l CPUList) Has(cpu int) bool {
+	return cpu >= 0 && cpu < MaxCPUs && l.Bits[cpu/64]>>(cpu%64)&1 == 1
+}
+
+// IsZero reports an empty list.
+func (l CPUList) IsZero() bool { return l == CPUList{} }
+
+// String writes the list as the kernel does: runs of two or more as
+// ranges ("0,2-3"), "" when empty.
+func (l CPUList) String() string {
+	var parts []string
+	for c := 0; c < MaxCPUs; {
+		if !l.Has(c) {
+			c++
+			continue
+		}
+		e := c
+		for l.Has(e + 1) {
+			e++
+		}
+		if e > c {
+			parts = append(parts, strconv.Itoa(c)+"-"+strconv.Itoa(e))
+		} else {
+			parts = append(parts, strconv.Itoa(c))
+		}
+		c = e + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseCPUList parses a cpulist such as "0,2-3"; "" is none.
+func ParseCPUList(s string) (CPUList, error) {
+	var l CPUList
+	if strings.TrimSpace(s) == "" {
+		return l, nil
+	}
+	next := 0 // the lowest CPU the next part may start at
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err1 := strconv.ParseUint(lo, 10, 32)
+		b := a
+		var err2 error
+		if isRange {
+			b, err2 = strconv.ParseUint(hi, 10, 32)
+		}
+		switch {
+		case err1 != nil || err2 != nil:
+			return CPUList{}, fmt.Errorf("invalid cpu list %q (want CPUs and ranges such as 0,2-3)", s)
+		case b >= MaxCPUs:
+			return CPUList{}, fmt.Errorf("cpu list %q: cpu %d is outside 0-%d", s, b, MaxCPUs-1)
+		case b < a:
+			return CPUList{}, fmt.Errorf("cpu list %q: range %d-%d is reversed", s, a, b)
+		case int(a) < next:
+			return CPUList{}, fmt.Errorf("cpu list %q: %s overlaps or comes before cpu %d (want ascending, without overlaps)", s, strings.TrimSpace(part), next-1)
+		}
+		for c := a; c <= b; c++ {
+			l.Bits[c/64] |= 1 << (c % 64)
+		}
+		next = int(b) + 1
+	}
+	return l, nil
+}
+
+// SetString parses a cpulist.
+func (l *CPUList) SetString(s string) (err error) {
+	*l, err = ParseCPUList(s)
+	return err
+}
+
+// UnmarshalYAML decodes a cpulist string, or one CPU as a number.
+func (l *CPUList) UnmarshalYAML(n *yaml.Node) error {
+	s, ok, err := scalarText(n, "a cpu list such as 0,2-3")
+	if !ok {
+		*l = CPUList{}
+		return err
+	}
+	return l.SetString(s)
+}
+
+// MarshalYAML encodes the list as a string (nothing when empty).
+func (l CPUList) MarshalYAML() (any, error) {
+	if l.IsZero() {
+		return nil, nil
+	}
+	return l.String(), nil
+}

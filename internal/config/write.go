@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -166,6 +167,20 @@ func (w *compact) value(v reflect.Value) {
 			w.value(v.Index(i))
 		}
 		w.raw("]")
+	case reflect.Map:
+		// Keys sorted: the same map is written the same way each time.
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
+		w.raw("{")
+		for i, k := range keys {
+			if i > 0 {
+				w.raw(", ")
+			}
+			w.str(k.String())
+			w.raw(": ")
+			w.value(v.MapIndex(k))
+		}
+		w.raw("}")
 	case reflect.Struct:
 		w.raw("{")
 		first := true
