@@ -238,6 +238,8 @@ func fieldPlanOf(t, mt reflect.Type, f config.Field, j int) fieldPlan {
 		return nested(t.Elem(), mt.Elem(), i, j, name, true)
 	case t.Kind() == reflect.Struct:
 		return nested(t, mt.Elem(), i, j, name, false)
+	case t == mt && (t.Kind() == reflect.Slice || t.Kind() == reflect.Map) && t.Elem().Kind() == reflect.String:
+		return copied(i, j)
 	case t.Kind() == reflect.Slice:
 		return repeated(t.Elem(), mt.Elem().Elem(), i, j, name)
 	}
@@ -309,6 +311,30 @@ func scalar(t, mt reflect.Type, f config.Field, j int) fieldPlan {
 			}
 			set(x, y)
 		},
+	}
+}
+
+// copied converts a list of strings or a map of them ([]string,
+// map[string]string), which the message holds as the same Go type: a
+// copy, so neither side shares what the other may change.
+func copied(i, j int) fieldPlan {
+	cp := func(dst, src reflect.Value) {
+		if src.Len() == 0 {
+			return
+		}
+		if src.Kind() == reflect.Slice {
+			dst.Set(reflect.AppendSlice(reflect.MakeSlice(src.Type(), 0, src.Len()), src))
+			return
+		}
+		m := reflect.MakeMapWithSize(src.Type(), src.Len())
+		for it := src.MapRange(); it.Next(); {
+			m.SetMapIndex(it.Key(), it.Value())
+		}
+		dst.Set(m)
+	}
+	return fieldPlan{
+		to:   func(v, m reflect.Value) { cp(m.Field(j), v.Field(i)) },
+		from: func(m, v reflect.Value, _ *config.Errors) { cp(v.Field(i), m.Field(j)) },
 	}
 }
 
