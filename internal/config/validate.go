@@ -172,10 +172,9 @@ func (k *KindOf[T]) validateAll(v *validation, list reflect.Value, w world) {
 	m := k.meta()
 	objs := list.Interface().([]T)
 	firstKey := map[Key]int{}
+	// A unique value's holders are indexed once one has it: a kind may
+	// declare many (a strategy's every CPU) that few objects use.
 	first := make([]map[any]int, len(k.Unique))
-	for i := range first {
-		first[i] = map[any]int{}
-	}
 	at := func(i int) string { return m.plural + "[" + strconv.Itoa(i) + "]" }
 	for i := range objs {
 		x := &objs[i]
@@ -192,9 +191,12 @@ func (k *KindOf[T]) validateAll(v *validation, list reflect.Value, w world) {
 			if !ok {
 				continue
 			}
-			if j, dup := first[u][val]; dup {
+			switch j, dup := first[u][val]; {
+			case dup:
 				c.Add(un.Field, "%s", un.Clash(x, at(j)))
-			} else {
+			case first[u] == nil:
+				first[u] = map[any]int{val: i}
+			default:
 				first[u][val] = i
 			}
 		}
