@@ -20,6 +20,12 @@ import (
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
+// strategiesTable is get's table of agentYAML's strategies.
+const strategiesTable = `ID  NAME  MATCH                          POLICY           CPUS  STATE
+1   gnb   regex ^nr-gnb$ labels app=gnb  fifo 50          2-3   -
+2   -     user open5gs                   weight others 2  -     -
+`
+
 // agentYAML is what the agent of these tests serves.
 const agentYAML = `
 interfaces:
@@ -42,6 +48,9 @@ flowopt:
   - {module: fairness}
   - {module: probe, rtt_factor: 2}
   - {module: relief, off: true, hot: 200%}
+strategies:
+  - {id: 1, name: gnb, command_regex: "^nr-gnb$", selectors: {pod_labels: {app: gnb}}, priority: true, cpus: "2-3", irq_affinity: [wan0]}
+  - {id: 2, selectors: {user: open5gs}, others_weight: 2}
 lbrs:
   - {id: 1, algorithm: maglev, members: [{far: 4}, {far: 5, weight: 3}]}
 services:
@@ -260,6 +269,44 @@ fars:
 	}
 	if c := agent.Config(); len(c.FlowOpt) != 2 || c.FlowOpt[1].Module != config.ModuleRelief || c.FlowOpt[1].Off {
 		t.Errorf("agent's flowopt: %+v", c.FlowOpt)
+	}
+
+	// Strategies: get shows what each matches and its policy with the
+	// defaults; apply adds one, a CPU another has is refused before it
+	// is sent, delete takes one out.
+	out, err = ctl("", "get", "strategies")
+	if err != nil || out != strategiesTable {
+		t.Errorf("get strategies: %q, %v", out, err)
+	}
+	out, err = ctl("strategies:\n  - {id: 3, command_regex: upf, priority: true, policy: deadline, execution_time: 200us, cpus: 4}\n", "apply", "-f", "-")
+	if err != nil || !strings.HasPrefix(out, "strategy 3 created\ngeneration 10 (committed in ") {
+		t.Errorf("apply strategy 3: %q, %v", out, err)
+	}
+	out, err = ctl("", "get", "strategy", "3")
+	if err != nil || out != "ID  NAME  MATCH      POLICY              CPUS  STATE\n3   -     regex upf  deadline 200µs/1ms  4     -\n" {
+		t.Errorf("get strategy 3: %q, %v", out, err)
+	}
+	_, err = ctl("strategies:\n  - {id: 4, command_regex: ue, cpus: 3-4}\n", "apply", "-f", "-")
+	// The file's strategy is checked first, so the clash is reported at
+	// the agent's strategies, which the message names.
+	if err == nil || err.Error() != "strategies[1].cpus: cpu 3 is already dedicated to strategies[0] (strategies[1] is the agent's strategy 1, not in the file)\n"+
+		"strategies[3].cpus: cpu 4 is already dedicated to strategies[0] (strategies[3] is the agent's strategy 3, not in the file)" {
+		t.Errorf("apply cpus 3-4: %v, want refused before it is sent", err)
+	}
+	_, err = ctl("strategies:\n  - {id: 4, command_regex: ue, priority: true, execution_time: 1ms}\n", "apply", "-f", "-")
+	if err == nil || err.Error() != "strategies[0].execution_time: not for policy fifo (FIFO and RR have no budget: a task runs until it blocks or yields; use deadline)" {
+		t.Errorf("apply execution_time on fifo: %v, want refused before it is sent", err)
+	}
+	out, err = ctl("", "delete", "strategy", "3")
+	if err != nil || !strings.HasPrefix(out, "strategy 3 deleted\ngeneration 11 (committed in ") {
+		t.Errorf("delete strategy 3: %q, %v", out, err)
+	}
+	_, err = ctl("", "get", "strategy", "3")
+	if err == nil || err.Error() != "get strategy 3: NotFound: no strategy 3" {
+		t.Errorf("get strategy 3 after delete: %v", err)
+	}
+	if c := agent.Config(); len(c.Strategies) != 2 || c.Strategies[0].Name != "gnb" || c.Strategies[0].Selectors.PodLabels["app"] != "gnb" {
+		t.Errorf("agent's strategies: %+v", c.Strategies)
 	}
 
 	// Without the token, or without TLS.

@@ -51,6 +51,7 @@ fairness  on     -
 probe     on     rtt_factor 2
 relief    off    hot 200% min_pps 20000
 `},
+		{config.KindStrategy, strategiesTable},
 	} {
 		wantTable(t, o, tc.k, tc.want)
 	}
@@ -168,6 +169,9 @@ func TestPrintYAMLFeedsApply(t *testing.T) {
 		if n := file.FlowOpt; k == config.KindFlowOpt && !reflect.DeepEqual(n, cur.FlowOpt) {
 			t.Errorf("flowopt back = %+v", n)
 		}
+		if n := file.Strategies; k == config.KindStrategy && !reflect.DeepEqual(n, cur.Strategies) {
+			t.Errorf("strategies back = %+v", n)
+		}
 		changes := planApply(schema, file, cur)
 		if len(changes) != len(o[k]) {
 			t.Errorf("%s: %d changes, want %d", schema.Plural(k), len(changes), len(o[k]))
@@ -187,7 +191,8 @@ func TestPrintYAMLFeedsApply(t *testing.T) {
 	if !reflect.DeepEqual(file.Interfaces, cur.Interfaces) || !reflect.DeepEqual(file.Paths, cur.Paths) ||
 		!reflect.DeepEqual(file.FARs, cur.FARs) || !reflect.DeepEqual(file.PDRs, cur.PDRs) ||
 		!reflect.DeepEqual(file.LBRs, cur.LBRs) || !reflect.DeepEqual(file.Services, cur.Services) ||
-		!reflect.DeepEqual(file.QoSClasses, cur.QoSClasses) || !reflect.DeepEqual(file.FlowOpt, cur.FlowOpt) {
+		!reflect.DeepEqual(file.QoSClasses, cur.QoSClasses) || !reflect.DeepEqual(file.FlowOpt, cur.FlowOpt) ||
+		!reflect.DeepEqual(file.Strategies, cur.Strategies) {
 		t.Errorf("all kinds back = %+v\nwant %+v", file, cur)
 	}
 	var order []string
@@ -199,7 +204,7 @@ func TestPrintYAMLFeedsApply(t *testing.T) {
 			order = append(order, schema.Plural(c.kind))
 		}
 	}
-	if want := []string{"interfaces", "paths", "fars", "lbrs", "services", "qos_classes", "flowopt", "pdrs"}; !reflect.DeepEqual(order, want) {
+	if want := []string{"interfaces", "paths", "fars", "lbrs", "services", "qos_classes", "flowopt", "strategies", "pdrs"}; !reflect.DeepEqual(order, want) {
 		t.Errorf("created in the order %q, want %q", order, want)
 	}
 	var b bytes.Buffer

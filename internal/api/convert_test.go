@@ -34,6 +34,10 @@ flowopt:
   - {module: probe, rtt_factor: 1.25}
   - {module: fairness, off: true}
   - {module: relief, hot: 110%, min_pps: 5000}
+strategies:
+  - {id: 1, name: gnb, command_regex: "^nr-gnb$", selectors: {pod_labels: {app: gnb, tier: ran}, cgroup: /kubepods.slice, user: "0", env: A=1},
+     priority: true, policy: rr, rt_priority: 60, cpus: "0,2-3", irq_affinity: [lan0, wan0], others_weight: 2}
+  - {id: 2, command_regex: upf, priority: true, policy: deadline, execution_time: 300us, period: 2ms}
 lbrs:
   - {id: 1, algorithm: maglev, table_size: 251, members: [{far: 4}, {far: 2, weight: 0}]}
 services:
@@ -107,6 +111,10 @@ func TestFromPBErrors(t *testing.T) {
 	_, errs = FromPB(s, config.KindFlowOpt, &pb.FlowOptModule{Module: "probe", RttFactor: "fast", Hot: "warm"}, "flowopt")
 	if len(errs) != 2 || errs[0].Error() != `flowopt.rtt_factor: invalid factor "fast" (want a number such as 1.5)` || errs[1].Error() != `flowopt.hot: invalid ratio "warm" (want e.g. 5% or 0.05)` {
 		t.Errorf("flowopt errors: %v", errs)
+	}
+	_, errs = FromPB(s, config.KindStrategy, &pb.Strategy{Id: 1, ExecutionTime: "soon", Cpus: "3-1", Selectors: &pb.Selectors{PodLabels: map[string]string{"app": "gnb"}}}, "strategy")
+	if len(errs) != 2 || errs[0].Error() != `strategy.execution_time: invalid duration "soon" (want e.g. 500ms or 2s)` || errs[1].Error() != `strategy.cpus: cpu list "3-1": range 3-1 is reversed` {
+		t.Errorf("strategy errors: %v", errs)
 	}
 	_, errs = FromPB(s, config.KindPDR, &pb.Pdr{Id: 1, Match: &pb.Match{Dscp: proto.Uint32(64), Dst: "10.0.0.0/33"}}, "pdr")
 	if len(errs) != 2 || errs[0].Error() != `pdr.match.dst: invalid CIDR "10.0.0.0/33"` || errs[1].Error() != "pdr.match.dscp: must be 0-63, got 64" {

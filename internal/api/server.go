@@ -321,6 +321,16 @@ func (s *Server) GetFlowOpt(_ context.Context, req *pb.GetByNameRequest) (*pb.Fl
 	return get[*pb.FlowOptModule](s, config.KindFlowOpt, config.NameKey(req.GetName()))
 }
 
+// ListStrategies implements edgeplanev1.GatewayServer.
+func (s *Server) ListStrategies(context.Context, *pb.ListRequest) (*pb.ListStrategiesResponse, error) {
+	return list[*pb.ListStrategiesResponse](s, config.KindStrategy)
+}
+
+// GetStrategy implements edgeplanev1.GatewayServer.
+func (s *Server) GetStrategy(_ context.Context, req *pb.GetByIDRequest) (*pb.Strategy, error) {
+	return get[*pb.Strategy](s, config.KindStrategy, config.IDKey(req.GetId()))
+}
+
 // GetService implements edgeplanev1.GatewayServer.
 func (s *Server) GetService(_ context.Context, req *pb.GetByIDRequest) (*pb.Service, error) {
 	return get[*pb.Service](s, config.KindService, config.IDKey(req.GetId()))

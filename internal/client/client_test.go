@@ -25,13 +25,14 @@ func TestParseKind(t *testing.T) {
 		"path": config.KindPath, "paths": config.KindPath, "interface": config.KindInterface, "interfaces": config.KindInterface,
 		"lbr": config.KindLBR, "LBRs": config.KindLBR, "service": config.KindService, "services": config.KindService,
 		"qos_class": config.KindQoSClass, "qos_classes": config.KindQoSClass, "flowopt": config.KindFlowOpt, "FlowOpt": config.KindFlowOpt,
+		"strategy": config.KindStrategy, "Strategies": config.KindStrategy,
 	} {
 		got, err := ParseKind(schema, in)
 		if err != nil || got != want {
 			t.Errorf("parseKind(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	const want = `unknown kind "rules" (want pdrs, flowopt, qos_classes, services, lbrs, fars, paths or interfaces)`
+	const want = `unknown kind "rules" (want pdrs, strategies, flowopt, qos_classes, services, lbrs, fars, paths or interfaces)`
 	if _, err := ParseKind(schema, "rules"); err == nil || err.Error() != want {
 		t.Errorf("parseKind(rules) error = %v, want %s", err, want)
 	}
@@ -111,7 +112,7 @@ func fieldStatus(t *testing.T, code codes.Code, msg string) error {
 }
 
 // oldAgent is the API of an agent that predates LBRs, services, QoS
-// classes and FlowOpt modules.
+// classes, FlowOpt modules and strategies.
 type oldAgent struct {
 	pb.GatewayClient
 }
@@ -148,11 +149,15 @@ func (oldAgent) ListFlowOpt(context.Context, *pb.ListRequest, ...grpc.CallOption
 	return nil, status.Error(codes.Unimplemented, "unknown method ListFlowOpt")
 }
 
+func (oldAgent) ListStrategies(context.Context, *pb.ListRequest, ...grpc.CallOption) (*pb.ListStrategiesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "unknown method ListStrategies")
+}
+
 func TestListAllOldAgent(t *testing.T) {
 	c := &Conn{GatewayClient: oldAgent{}, Ctx: context.Background(), flags: &Flags{Server: DefaultServer, Timeout: time.Second}}
 	o, err := c.ListAll(schema, "apply")
-	if err != nil || len(o[config.KindFAR]) != 1 || len(o[config.KindLBR])+len(o[config.KindService])+len(o[config.KindQoSClass])+len(o[config.KindFlowOpt]) != 0 {
-		t.Errorf("listAll = %+v, %v; want far 1 and no lbrs, services, qos classes or flowopt modules", o, err)
+	if err != nil || len(o[config.KindFAR]) != 1 || len(o[config.KindLBR])+len(o[config.KindService])+len(o[config.KindQoSClass])+len(o[config.KindFlowOpt])+len(o[config.KindStrategy]) != 0 {
+		t.Errorf("listAll = %+v, %v; want far 1 and no lbrs, services, qos classes, flowopt modules or strategies", o, err)
 	}
 }
 
@@ -168,7 +173,7 @@ func TestParseKindNotInAPI(t *testing.T) {
 	if k, ok := s.Lookup("gadgets"); !ok || k != "gadget" {
 		t.Fatalf("schema lacks gadgets")
 	}
-	const want = `unknown kind "gadgets" (want pdrs, flowopt, qos_classes, services, lbrs, fars, paths or interfaces)`
+	const want = `unknown kind "gadgets" (want pdrs, strategies, flowopt, qos_classes, services, lbrs, fars, paths or interfaces)`
 	if _, err := ParseKind(s, "gadgets"); err == nil || err.Error() != want {
 		t.Errorf("ParseKind(gadgets) = %v, want %s", err, want)
 	}

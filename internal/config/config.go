@@ -80,6 +80,7 @@ type Config struct {
 	// are listed in and the top-level error stay as they were.
 	QoSClasses []QoSClass      `yaml:"qos_classes,omitempty"`
 	FlowOpt    []FlowOptModule `yaml:"flowopt,omitempty"`
+	Strategies []Strategy      `yaml:"strategies,omitempty"`
 	// Objects holds, by their list's name, the objects (a []T) of kinds
 	// that have no field above.
 	Objects map[string]any `yaml:",inline"`

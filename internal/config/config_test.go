@@ -174,8 +174,8 @@ func TestParseErrors(t *testing.T) {
 		{"comments only", "# nothing here\n", `interfaces: at least one interface required`},
 		{"no interfaces", "fars: [{id: 2, action: drop}]", `interfaces: at least one interface required`},
 		{"empty interfaces", "interfaces: []", `interfaces: at least one interface required`},
-		{"top level list", "- name: lan0\n", `config: top level must be a mapping of interfaces, paths, fars, pdrs, lbrs, services, limits, defaults, qos_classes and flowopt, got a list`},
-		{"top level scalar", "hello\n", `config: top level must be a mapping of interfaces, paths, fars, pdrs, lbrs, services, limits, defaults, qos_classes and flowopt, got "hello"`},
+		{"top level list", "- name: lan0\n", `config: top level must be a mapping of interfaces, paths, fars, pdrs, lbrs, services, limits, defaults, qos_classes, flowopt and strategies, got a list`},
+		{"top level scalar", "hello\n", `config: top level must be a mapping of interfaces, paths, fars, pdrs, lbrs, services, limits, defaults, qos_classes, flowopt and strategies, got "hello"`},
 		{"syntax error", "interfaces: [\n", `config: invalid YAML: line 1: did not find expected node content`},
 		{"two documents", head + "---\n" + head, `config: multiple YAML documents are not supported`},
 	}

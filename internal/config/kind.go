@@ -17,7 +17,7 @@ type Kind string
 
 // The kinds of the gateway's config, declared in one file each
 // (interface.go, path.go, far.go, lbr.go, service.go, qos.go,
-// flowopt.go, pdr.go) and registered in kinds.go.
+// flowopt.go, strategy.go, pdr.go) and registered in kinds.go.
 const (
 	KindInterface Kind = "interface"
 	KindPath      Kind = "path"
@@ -27,6 +27,7 @@ const (
 	KindService   Kind = "service"
 	KindQoSClass  Kind = "qos_class"
 	KindFlowOpt   Kind = "flowopt"
+	KindStrategy  Kind = "strategy"
 )
 
 func (k Kind) String() string { return string(k) }

@@ -15,5 +15,6 @@ var builtin = NewSchema(
 	serviceKind,
 	qosKind,
 	flowOptKind,
+	strategyKind,
 	pdrKind,
 )

@@ -78,6 +78,7 @@ type Changes struct {
 	Services   []Diff[Service]
 	QoSClasses []Diff[QoSClass]
 	FlowOpt    []Diff[FlowOptModule]
+	Strategies []Diff[Strategy]
 	// Other holds the changes of kinds without a field above, a
 	// []Diff[T] each: the dataplane compiles none of them.
 	Other map[Kind]any

@@ -244,26 +244,30 @@ func TestBuiltinKindsTyped(t *testing.T) {
 }
 
 // typedDoc is a config with objects of the kinds that were in
-// Config.Objects until the compiler needed them typed.
+// Config.Objects until the compiler needed them typed, and of the kinds
+// typed from the start (strategies: a map, a CPU list, a list of names).
 const typedDoc = qosBase + `qos_classes:
   - {id: 1, type: urllc, dscp: 46}
   - {id: 2, type: embb, dscp: "10,12", rate: 100mbit}
 flowopt:
   - {module: probe, rtt_factor: 1.5}
   - {module: relief, hot: 110%, min_pps: 5000, off: true}
+strategies:
+  - {id: 1, command_regex: "^gnb$", selectors: {pod_labels: {app: gnb, "example.com/tier": ""}, user: "0"}, priority: true, cpus: "0,2-3", irq_affinity: [lan0]}
+  - {id: 2, selectors: {env: A=b c}, priority: true, policy: deadline, execution_time: 100us, period: 2ms}
 `
 
-// TestTypedKindsRoundTrip: QoS classes and FlowOpt modules land in
-// Config.QoSClasses and Config.FlowOpt, not Objects, and read back the
-// same from AppendCompact and yaml.Marshal; a store batch's changes of
+// TestTypedKindsRoundTrip: QoS classes, FlowOpt modules and strategies
+// land in Config.QoSClasses, Config.FlowOpt and Config.Strategies, not
+// Objects, and read back the same from AppendCompact and yaml.Marshal; a store batch's changes of
 // them land in Changes.QoSClasses and Changes.FlowOpt.
 func TestTypedKindsRoundTrip(t *testing.T) {
 	c, err := Parse([]byte(typedDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.QoSClasses) != 2 || len(c.FlowOpt) != 2 || c.Objects != nil {
-		t.Fatalf("qos classes %+v, flowopt %+v, objects %+v; want 2 classes, 2 modules, no objects", c.QoSClasses, c.FlowOpt, c.Objects)
+	if len(c.QoSClasses) != 2 || len(c.FlowOpt) != 2 || len(c.Strategies) != 2 || c.Objects != nil {
+		t.Fatalf("qos classes %+v, flowopt %+v, strategies %+v, objects %+v; want 2 classes, 2 modules, 2 strategies, no objects", c.QoSClasses, c.FlowOpt, c.Strategies, c.Objects)
 	}
 	marshalled, err := yaml.Marshal(c)
 	if err != nil {

@@ -90,7 +90,7 @@ func TestWidgetDecodeErrors(t *testing.T) {
 		t.Errorf("errors:\n%v\nwant:\n%s", err, strings.Join(want, "\n"))
 	}
 	_, err = widgetSchema.Parse([]byte("- 1\n"))
-	if err == nil || err.Error() != "config: top level must be a mapping of interfaces, paths, fars, pdrs, lbrs, services, limits, defaults, qos_classes, flowopt and widgets, got a list" {
+	if err == nil || err.Error() != "config: top level must be a mapping of interfaces, paths, fars, pdrs, lbrs, services, limits, defaults, qos_classes, flowopt, strategies and widgets, got a list" {
 		t.Errorf("a list: %v", err)
 	}
 }

@@ -725,3 +725,71 @@ func TestAPIFlowOpt(t *testing.T) {
 		t.Errorf("get flowopt probe after delete: %v, want NotFound", err)
 	}
 }
+
+// TestAPIStrategies: CPU strategies are objects of the API like the
+// others: created over REST with their selectors (pod labels a map),
+// read back over gRPC with their fields as written, listed at
+// /v1/strategies and got at /v1/strategies/{id}; updated and deleted by
+// id; a setting of another policy, a dedicated CPU another strategy has
+// or a regex that does not compile is refused naming the field.
+func TestAPIStrategies(t *testing.T) {
+	a := newAPIGateway(t, forwardConfig)
+	ctx, cancel := withToken(apiToken)
+	defer cancel()
+	do := func(method, path, body string) (int, string) { return a.rest(t, method, path, body) }
+	code, body := do(http.MethodPost, "/v1/apply", `{"operations":[`+
+		`{"create":{"strategy":{"id":1,"name":"gnb","command_regex":"^nr-gnb$","selectors":{"pod_labels":{"app":"gnb"}},"priority":true,"cpus":"2-3","irq_affinity":["lan0"]}}},`+
+		`{"create":{"strategy":{"id":2,"selectors":{"user":"open5gs"},"priority":true,"policy":"deadline","execution_time":"500us"}}}]}`)
+	if code != http.StatusOK {
+		t.Fatalf("create strategies: %d %s", code, body)
+	}
+	gnb := &pb.Strategy{Id: 1, Name: "gnb", CommandRegex: "^nr-gnb$", Selectors: &pb.Selectors{PodLabels: map[string]string{"app": "gnb"}},
+		Priority: true, Cpus: "2-3", IrqAffinity: []string{"lan0"}}
+	got, err := a.gc.GetStrategy(ctx, &pb.GetByIDRequest{Id: 1})
+	if err != nil || !proto.Equal(got, gnb) {
+		t.Errorf("get strategy 1: %v, %v; want %v", got, err, gnb)
+	}
+	// protojson spaces its output at random: compare messages, not text.
+	upf := &pb.Strategy{Id: 2, Selectors: &pb.Selectors{User: "open5gs"}, Priority: true, Policy: "deadline", ExecutionTime: "500µs"}
+	var list pb.ListStrategiesResponse
+	code, body = do(http.MethodGet, "/v1/strategies", "")
+	if err := protojson.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil ||
+		!proto.Equal(&list, &pb.ListStrategiesResponse{Strategies: []*pb.Strategy{gnb, upf}}) {
+		t.Errorf("GET /v1/strategies: %d %s (%v)", code, body, err)
+	}
+	var one pb.Strategy
+	code, body = do(http.MethodGet, "/v1/strategies/2", "")
+	if err := protojson.Unmarshal([]byte(body), &one); code != http.StatusOK || err != nil || !proto.Equal(&one, upf) {
+		t.Errorf("GET /v1/strategies/2: %d %s (%v)", code, body, err)
+	}
+	if code, body := do(http.MethodGet, "/v1/strategies/3", ""); code != http.StatusNotFound {
+		t.Errorf("GET /v1/strategies/3 (none): %d %s, want 404", code, body)
+	}
+
+	// Updated: round robin at 20, the CPUs given up.
+	rr := &pb.Strategy{Id: 1, Name: "gnb", CommandRegex: "^nr-gnb$", Priority: true, Policy: "rr", RtPriority: 20}
+	a.mustApply(t, updateOp(&pb.Object{Kind: &pb.Object_Strategy{Strategy: rr}}))
+	if got, err := a.gc.GetStrategy(ctx, &pb.GetByIDRequest{Id: 1}); err != nil || !proto.Equal(got, rr) {
+		t.Errorf("strategy 1 after the update: %v, %v; want %v", got, err, rr)
+	}
+
+	code, body = do(http.MethodPost, "/v1/apply", `{"operations":[{"create":{"strategy":{"id":3,"command_regex":"ue","priority":true,"execution_time":"1ms"}}}]}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "operations[0].create.strategy.execution_time") || !strings.Contains(body, "FIFO and RR have no budget") {
+		t.Errorf("execution_time on fifo: %d %s, want 400 naming the field and why", code, body)
+	}
+	code, body = do(http.MethodPost, "/v1/apply", `{"operations":[`+
+		`{"create":{"strategy":{"id":3,"command_regex":"ue","cpus":"4-5"}}},`+
+		`{"create":{"strategy":{"id":4,"command_regex":"ru","cpus":"5"}}}]}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "operations[1].create.strategy.cpus") || !strings.Contains(body, "cpu 5 is already dedicated to strategy 3") {
+		t.Errorf("cpu 5 in two strategies: %d %s, want 400 naming the field and the strategy", code, body)
+	}
+	code, body = do(http.MethodPost, "/v1/apply", `{"operations":[{"create":{"strategy":{"id":3,"command_regex":"(ue"}}}]}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "operations[0].create.strategy.command_regex") || !strings.Contains(body, "invalid RE2 expression") {
+		t.Errorf("a regex that does not compile: %d %s, want 400 naming the field", code, body)
+	}
+
+	a.mustApply(t, deleteOp(pb.Kind_KIND_STRATEGY, 2, ""))
+	if _, err := a.gc.GetStrategy(ctx, &pb.GetByIDRequest{Id: 2}); status.Code(err) != codes.NotFound {
+		t.Errorf("get strategy 2 after delete: %v, want NotFound", err)
+	}
+}

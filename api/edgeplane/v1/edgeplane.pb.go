@@ -44,6 +44,7 @@ const (
 	Kind_KIND_SERVICE     Kind = 6
 	Kind_KIND_QOS_CLASS   Kind = 7
 	Kind_KIND_FLOWOPT     Kind = 8
+	Kind_KIND_STRATEGY    Kind = 9
 )
 
 // Enum value maps for Kind.
@@ -58,6 +59,7 @@ var (
 		6: "KIND_SERVICE",
 		7: "KIND_QOS_CLASS",
 		8: "KIND_FLOWOPT",
+		9: "KIND_STRATEGY",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -69,6 +71,7 @@ var (
 		"KIND_SERVICE":     6,
 		"KIND_QOS_CLASS":   7,
 		"KIND_FLOWOPT":     8,
+		"KIND_STRATEGY":    9,
 	}
 )
 
@@ -1313,6 +1316,236 @@ func (x *FlowOptModule) GetMinPps() uint32 {
 	return 0
 }
 
+// Strategy is a set of processes, matched by `command_regex` and
+// `selectors`, and how they are kept fast when every CPU is loaded: a
+// real-time policy, dedicated CPUs with the named interfaces' IRQs, a
+// lower CPU weight for everything else. A setting of another policy is
+// refused.
+type Strategy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// a label for people
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// RE2, matched against a process's comm and its full command line;
+	// required without selectors
+	CommandRegex string `protobuf:"bytes,3,opt,name=command_regex,json=commandRegex,proto3" json:"command_regex,omitempty"`
+	// each one set must match, besides command_regex
+	Selectors *Selectors `protobuf:"bytes,4,opt,name=selectors,proto3" json:"selectors,omitempty"`
+	// protect the processes with the real-time policy `policy` names
+	Priority bool `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	// fifo | rr (SCHED_FIFO/RR at rt_priority) | deadline (SCHED_DEADLINE:
+	// execution_time each period) | weight (everything else at
+	// others_weight); empty: fifo with priority, else weight; fifo, rr and
+	// deadline need priority
+	Policy string `protobuf:"bytes,6,opt,name=policy,proto3" json:"policy,omitempty"`
+	// fifo, rr: 1-99; 0: 50
+	RtPriority uint32 `protobuf:"varint,7,opt,name=rt_priority,json=rtPriority,proto3" json:"rt_priority,omitempty"`
+	// deadline (required): the runtime each period, such as "500us",
+	// 10us up to the period; FIFO and RR have no budget, a weight is a
+	// share: neither takes one
+	ExecutionTime string `protobuf:"bytes,8,opt,name=execution_time,json=executionTime,proto3" json:"execution_time,omitempty"`
+	// deadline: the period and the deadline, 100us-4.194304s; empty: 1ms
+	Period string `protobuf:"bytes,9,opt,name=period,proto3" json:"period,omitempty"`
+	// dedicated CPUs as a Linux cpulist, such as "0,2-3": ascending,
+	// below 1024, no CPU in two strategies
+	Cpus string `protobuf:"bytes,10,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	// interfaces whose IRQs (on veth, whose XDP work) go to cpus
+	IrqAffinity []string `protobuf:"bytes,11,rep,name=irq_affinity,json=irqAffinity,proto3" json:"irq_affinity,omitempty"`
+	// the cgroup v2 cpu.weight (1-10000) of everything the strategy does
+	// not protect; 0: left as it is
+	OthersWeight  uint32 `protobuf:"varint,12,opt,name=others_weight,json=othersWeight,proto3" json:"others_weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Strategy) Reset() {
+	*x = Strategy{}
+	mi := &file_edgeplane_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Strategy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Strategy) ProtoMessage() {}
+
+func (x *Strategy) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Strategy.ProtoReflect.Descriptor instead.
+func (*Strategy) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Strategy) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Strategy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Strategy) GetCommandRegex() string {
+	if x != nil {
+		return x.CommandRegex
+	}
+	return ""
+}
+
+func (x *Strategy) GetSelectors() *Selectors {
+	if x != nil {
+		return x.Selectors
+	}
+	return nil
+}
+
+func (x *Strategy) GetPriority() bool {
+	if x != nil {
+		return x.Priority
+	}
+	return false
+}
+
+func (x *Strategy) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Strategy) GetRtPriority() uint32 {
+	if x != nil {
+		return x.RtPriority
+	}
+	return 0
+}
+
+func (x *Strategy) GetExecutionTime() string {
+	if x != nil {
+		return x.ExecutionTime
+	}
+	return ""
+}
+
+func (x *Strategy) GetPeriod() string {
+	if x != nil {
+		return x.Period
+	}
+	return ""
+}
+
+func (x *Strategy) GetCpus() string {
+	if x != nil {
+		return x.Cpus
+	}
+	return ""
+}
+
+func (x *Strategy) GetIrqAffinity() []string {
+	if x != nil {
+		return x.IrqAffinity
+	}
+	return nil
+}
+
+func (x *Strategy) GetOthersWeight() uint32 {
+	if x != nil {
+		return x.OthersWeight
+	}
+	return 0
+}
+
+// Selectors choose processes by where and as whom they run.
+type Selectors struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Kubernetes pod labels the process's pod has
+	PodLabels map[string]string `protobuf:"bytes,1,rep,name=pod_labels,json=podLabels,proto3" json:"pod_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// the cgroup v2 path the process is in, such as
+	// "/system.slice/open5gs-upfd.service"
+	Cgroup string `protobuf:"bytes,2,opt,name=cgroup,proto3" json:"cgroup,omitempty"`
+	// the user name or numeric uid the process runs as
+	User string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	// NAME=VALUE the process's environment holds
+	Env           string `protobuf:"bytes,4,opt,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Selectors) Reset() {
+	*x = Selectors{}
+	mi := &file_edgeplane_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Selectors) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Selectors) ProtoMessage() {}
+
+func (x *Selectors) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Selectors.ProtoReflect.Descriptor instead.
+func (*Selectors) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Selectors) GetPodLabels() map[string]string {
+	if x != nil {
+		return x.PodLabels
+	}
+	return nil
+}
+
+func (x *Selectors) GetCgroup() string {
+	if x != nil {
+		return x.Cgroup
+	}
+	return ""
+}
+
+func (x *Selectors) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *Selectors) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
 // Object is one object of any kind.
 type Object struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1326,6 +1559,7 @@ type Object struct {
 	//	*Object_Service
 	//	*Object_QosClass
 	//	*Object_Flowopt
+	//	*Object_Strategy
 	Kind          isObject_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1333,7 +1567,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1579,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1592,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{13}
+	return file_edgeplane_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -1440,6 +1674,15 @@ func (x *Object) GetFlowopt() *FlowOptModule {
 	return nil
 }
 
+func (x *Object) GetStrategy() *Strategy {
+	if x != nil {
+		if x, ok := x.Kind.(*Object_Strategy); ok {
+			return x.Strategy
+		}
+	}
+	return nil
+}
+
 type isObject_Kind interface {
 	isObject_Kind()
 }
@@ -1476,6 +1719,10 @@ type Object_Flowopt struct {
 	Flowopt *FlowOptModule `protobuf:"bytes,8,opt,name=flowopt,proto3,oneof"`
 }
 
+type Object_Strategy struct {
+	Strategy *Strategy `protobuf:"bytes,9,opt,name=strategy,proto3,oneof"`
+}
+
 func (*Object_Interface) isObject_Kind() {}
 
 func (*Object_Path) isObject_Kind() {}
@@ -1492,6 +1739,8 @@ func (*Object_QosClass) isObject_Kind() {}
 
 func (*Object_Flowopt) isObject_Kind() {}
 
+func (*Object_Strategy) isObject_Kind() {}
+
 // Ref names one object: interfaces by name, FlowOpt modules by module
 // (in name), the others by id.
 type Ref struct {
@@ -1505,7 +1754,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1766,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1779,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{14}
+	return file_edgeplane_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Ref) GetKind() Kind {
@@ -1569,7 +1818,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1830,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1843,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{15}
+	return file_edgeplane_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Operation) GetOp() isOperation_Op {
@@ -1667,7 +1916,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1928,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1941,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{16}
+	return file_edgeplane_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ApplyRequest) GetOperations() []*Operation {
@@ -1721,7 +1970,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1982,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1995,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{17}
+	return file_edgeplane_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApplyResponse) GetGeneration() uint32 {
@@ -1771,7 +2020,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +2032,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +2045,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{18}
+	return file_edgeplane_proto_rawDescGZIP(), []int{20}
 }
 
 type GetByIDRequest struct {
@@ -1808,7 +2057,7 @@ type GetByIDRequest struct {
 
 func (x *GetByIDRequest) Reset() {
 	*x = GetByIDRequest{}
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2069,7 @@ func (x *GetByIDRequest) String() string {
 func (*GetByIDRequest) ProtoMessage() {}
 
 func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2082,7 @@ func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByIDRequest.ProtoReflect.Descriptor instead.
 func (*GetByIDRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{19}
+	return file_edgeplane_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetByIDRequest) GetId() uint32 {
@@ -1852,7 +2101,7 @@ type GetByNameRequest struct {
 
 func (x *GetByNameRequest) Reset() {
 	*x = GetByNameRequest{}
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +2113,7 @@ func (x *GetByNameRequest) String() string {
 func (*GetByNameRequest) ProtoMessage() {}
 
 func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +2126,7 @@ func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByNameRequest.ProtoReflect.Descriptor instead.
 func (*GetByNameRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{20}
+	return file_edgeplane_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetByNameRequest) GetName() string {
@@ -1896,7 +2145,7 @@ type ListInterfacesResponse struct {
 
 func (x *ListInterfacesResponse) Reset() {
 	*x = ListInterfacesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2157,7 @@ func (x *ListInterfacesResponse) String() string {
 func (*ListInterfacesResponse) ProtoMessage() {}
 
 func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2170,7 @@ func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInterfacesResponse.ProtoReflect.Descriptor instead.
 func (*ListInterfacesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{21}
+	return file_edgeplane_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListInterfacesResponse) GetInterfaces() []*Interface {
@@ -1940,7 +2189,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2201,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2214,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{22}
+	return file_edgeplane_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -1984,7 +2233,7 @@ type ListFarsResponse struct {
 
 func (x *ListFarsResponse) Reset() {
 	*x = ListFarsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2245,7 @@ func (x *ListFarsResponse) String() string {
 func (*ListFarsResponse) ProtoMessage() {}
 
 func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2258,7 @@ func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFarsResponse.ProtoReflect.Descriptor instead.
 func (*ListFarsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{23}
+	return file_edgeplane_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListFarsResponse) GetFars() []*Far {
@@ -2028,7 +2277,7 @@ type ListPdrsResponse struct {
 
 func (x *ListPdrsResponse) Reset() {
 	*x = ListPdrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2289,7 @@ func (x *ListPdrsResponse) String() string {
 func (*ListPdrsResponse) ProtoMessage() {}
 
 func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2302,7 @@ func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPdrsResponse.ProtoReflect.Descriptor instead.
 func (*ListPdrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{24}
+	return file_edgeplane_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListPdrsResponse) GetPdrs() []*Pdr {
@@ -2072,7 +2321,7 @@ type ListLbrsResponse struct {
 
 func (x *ListLbrsResponse) Reset() {
 	*x = ListLbrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2333,7 @@ func (x *ListLbrsResponse) String() string {
 func (*ListLbrsResponse) ProtoMessage() {}
 
 func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2346,7 @@ func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLbrsResponse.ProtoReflect.Descriptor instead.
 func (*ListLbrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{25}
+	return file_edgeplane_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListLbrsResponse) GetLbrs() []*Lbr {
@@ -2116,7 +2365,7 @@ type ListServicesResponse struct {
 
 func (x *ListServicesResponse) Reset() {
 	*x = ListServicesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2377,7 @@ func (x *ListServicesResponse) String() string {
 func (*ListServicesResponse) ProtoMessage() {}
 
 func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2390,7 @@ func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListServicesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{26}
+	return file_edgeplane_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListServicesResponse) GetServices() []*Service {
@@ -2160,7 +2409,7 @@ type ListQosClassesResponse struct {
 
 func (x *ListQosClassesResponse) Reset() {
 	*x = ListQosClassesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2421,7 @@ func (x *ListQosClassesResponse) String() string {
 func (*ListQosClassesResponse) ProtoMessage() {}
 
 func (x *ListQosClassesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2434,7 @@ func (x *ListQosClassesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQosClassesResponse.ProtoReflect.Descriptor instead.
 func (*ListQosClassesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{27}
+	return file_edgeplane_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListQosClassesResponse) GetQosClasses() []*QosClass {
@@ -2204,7 +2453,7 @@ type ListFlowOptResponse struct {
 
 func (x *ListFlowOptResponse) Reset() {
 	*x = ListFlowOptResponse{}
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2465,7 @@ func (x *ListFlowOptResponse) String() string {
 func (*ListFlowOptResponse) ProtoMessage() {}
 
 func (x *ListFlowOptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,12 +2478,56 @@ func (x *ListFlowOptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowOptResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowOptResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{28}
+	return file_edgeplane_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListFlowOptResponse) GetFlowopt() []*FlowOptModule {
 	if x != nil {
 		return x.Flowopt
+	}
+	return nil
+}
+
+type ListStrategiesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Strategies    []*Strategy            `protobuf:"bytes,1,rep,name=strategies,proto3" json:"strategies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStrategiesResponse) Reset() {
+	*x = ListStrategiesResponse{}
+	mi := &file_edgeplane_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStrategiesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStrategiesResponse) ProtoMessage() {}
+
+func (x *ListStrategiesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStrategiesResponse.ProtoReflect.Descriptor instead.
+func (*ListStrategiesResponse) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListStrategiesResponse) GetStrategies() []*Strategy {
+	if x != nil {
+		return x.Strategies
 	}
 	return nil
 }
@@ -2247,7 +2540,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2552,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2565,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{29}
+	return file_edgeplane_proto_rawDescGZIP(), []int{32}
 }
 
 // Counter is a packets/bytes pair.
@@ -2286,7 +2579,7 @@ type Counter struct {
 
 func (x *Counter) Reset() {
 	*x = Counter{}
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2591,7 @@ func (x *Counter) String() string {
 func (*Counter) ProtoMessage() {}
 
 func (x *Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2604,7 @@ func (x *Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counter.ProtoReflect.Descriptor instead.
 func (*Counter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{30}
+	return file_edgeplane_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Counter) GetPackets() uint64 {
@@ -2338,7 +2631,7 @@ type PdrCounter struct {
 
 func (x *PdrCounter) Reset() {
 	*x = PdrCounter{}
-	mi := &file_edgeplane_proto_msgTypes[31]
+	mi := &file_edgeplane_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2643,7 @@ func (x *PdrCounter) String() string {
 func (*PdrCounter) ProtoMessage() {}
 
 func (x *PdrCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[31]
+	mi := &file_edgeplane_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2656,7 @@ func (x *PdrCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PdrCounter.ProtoReflect.Descriptor instead.
 func (*PdrCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{31}
+	return file_edgeplane_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PdrCounter) GetId() uint32 {
@@ -2393,7 +2686,7 @@ type PathCounter struct {
 
 func (x *PathCounter) Reset() {
 	*x = PathCounter{}
-	mi := &file_edgeplane_proto_msgTypes[32]
+	mi := &file_edgeplane_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2405,7 +2698,7 @@ func (x *PathCounter) String() string {
 func (*PathCounter) ProtoMessage() {}
 
 func (x *PathCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[32]
+	mi := &file_edgeplane_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2418,7 +2711,7 @@ func (x *PathCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathCounter.ProtoReflect.Descriptor instead.
 func (*PathCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{32}
+	return file_edgeplane_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PathCounter) GetId() uint32 {
@@ -2461,7 +2754,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_edgeplane_proto_msgTypes[33]
+	mi := &file_edgeplane_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +2766,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[33]
+	mi := &file_edgeplane_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +2779,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{33}
+	return file_edgeplane_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Stats) GetGeneration() uint32 {
@@ -2561,7 +2854,7 @@ type BackendCounter struct {
 
 func (x *BackendCounter) Reset() {
 	*x = BackendCounter{}
-	mi := &file_edgeplane_proto_msgTypes[34]
+	mi := &file_edgeplane_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2866,7 @@ func (x *BackendCounter) String() string {
 func (*BackendCounter) ProtoMessage() {}
 
 func (x *BackendCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[34]
+	mi := &file_edgeplane_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2879,7 @@ func (x *BackendCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendCounter.ProtoReflect.Descriptor instead.
 func (*BackendCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{34}
+	return file_edgeplane_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BackendCounter) GetService() uint32 {
@@ -2634,7 +2927,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[35]
+	mi := &file_edgeplane_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +2939,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[35]
+	mi := &file_edgeplane_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +2952,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{35}
+	return file_edgeplane_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListFlowsRequest) GetTop() uint32 {
@@ -2705,7 +2998,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_edgeplane_proto_msgTypes[36]
+	mi := &file_edgeplane_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2717,7 +3010,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[36]
+	mi := &file_edgeplane_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2730,7 +3023,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{36}
+	return file_edgeplane_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Flow) GetSrc() string {
@@ -2861,7 +3154,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[37]
+	mi := &file_edgeplane_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +3166,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[37]
+	mi := &file_edgeplane_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3179,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{37}
+	return file_edgeplane_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -2930,7 +3223,7 @@ type PathStatus struct {
 
 func (x *PathStatus) Reset() {
 	*x = PathStatus{}
-	mi := &file_edgeplane_proto_msgTypes[38]
+	mi := &file_edgeplane_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3235,7 @@ func (x *PathStatus) String() string {
 func (*PathStatus) ProtoMessage() {}
 
 func (x *PathStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[38]
+	mi := &file_edgeplane_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3248,7 @@ func (x *PathStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStatus.ProtoReflect.Descriptor instead.
 func (*PathStatus) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{38}
+	return file_edgeplane_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PathStatus) GetPath() uint32 {
@@ -3072,7 +3365,7 @@ type ListPathStatusResponse struct {
 
 func (x *ListPathStatusResponse) Reset() {
 	*x = ListPathStatusResponse{}
-	mi := &file_edgeplane_proto_msgTypes[39]
+	mi := &file_edgeplane_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3377,7 @@ func (x *ListPathStatusResponse) String() string {
 func (*ListPathStatusResponse) ProtoMessage() {}
 
 func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[39]
+	mi := &file_edgeplane_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3390,7 @@ func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathStatusResponse.ProtoReflect.Descriptor instead.
 func (*ListPathStatusResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{39}
+	return file_edgeplane_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListPathStatusResponse) GetPaths() []*PathStatus {
@@ -3226,7 +3519,31 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\n" +
 	"rtt_factor\x18\x03 \x01(\tR\trttFactor\x12\x10\n" +
 	"\x03hot\x18\x04 \x01(\tR\x03hot\x12\x17\n" +
-	"\amin_pps\x18\x05 \x01(\rR\x06minPps\"\x8b\x03\n" +
+	"\amin_pps\x18\x05 \x01(\rR\x06minPps\"\xfa\x02\n" +
+	"\bStrategy\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12#\n" +
+	"\rcommand_regex\x18\x03 \x01(\tR\fcommandRegex\x125\n" +
+	"\tselectors\x18\x04 \x01(\v2\x17.edgeplane.v1.SelectorsR\tselectors\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\bR\bpriority\x12\x16\n" +
+	"\x06policy\x18\x06 \x01(\tR\x06policy\x12\x1f\n" +
+	"\vrt_priority\x18\a \x01(\rR\n" +
+	"rtPriority\x12%\n" +
+	"\x0eexecution_time\x18\b \x01(\tR\rexecutionTime\x12\x16\n" +
+	"\x06period\x18\t \x01(\tR\x06period\x12\x12\n" +
+	"\x04cpus\x18\n" +
+	" \x01(\tR\x04cpus\x12!\n" +
+	"\firq_affinity\x18\v \x03(\tR\virqAffinity\x12#\n" +
+	"\rothers_weight\x18\f \x01(\rR\fothersWeight\"\xce\x01\n" +
+	"\tSelectors\x12E\n" +
+	"\n" +
+	"pod_labels\x18\x01 \x03(\v2&.edgeplane.v1.Selectors.PodLabelsEntryR\tpodLabels\x12\x16\n" +
+	"\x06cgroup\x18\x02 \x01(\tR\x06cgroup\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x10\n" +
+	"\x03env\x18\x04 \x01(\tR\x03env\x1a<\n" +
+	"\x0ePodLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x03\n" +
 	"\x06Object\x127\n" +
 	"\tinterface\x18\x01 \x01(\v2\x17.edgeplane.v1.InterfaceH\x00R\tinterface\x12(\n" +
 	"\x04path\x18\x02 \x01(\v2\x12.edgeplane.v1.PathH\x00R\x04path\x12%\n" +
@@ -3235,7 +3552,8 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x03lbr\x18\x05 \x01(\v2\x11.edgeplane.v1.LbrH\x00R\x03lbr\x121\n" +
 	"\aservice\x18\x06 \x01(\v2\x15.edgeplane.v1.ServiceH\x00R\aservice\x125\n" +
 	"\tqos_class\x18\a \x01(\v2\x16.edgeplane.v1.QosClassH\x00R\bqosClass\x127\n" +
-	"\aflowopt\x18\b \x01(\v2\x1b.edgeplane.v1.FlowOptModuleH\x00R\aflowoptB\x06\n" +
+	"\aflowopt\x18\b \x01(\v2\x1b.edgeplane.v1.FlowOptModuleH\x00R\aflowopt\x124\n" +
+	"\bstrategy\x18\t \x01(\v2\x16.edgeplane.v1.StrategyH\x00R\bstrategyB\x06\n" +
 	"\x04kind\"Q\n" +
 	"\x03Ref\x12&\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x12.edgeplane.v1.KindR\x04kind\x12\x0e\n" +
@@ -3279,7 +3597,11 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\vqos_classes\x18\x01 \x03(\v2\x16.edgeplane.v1.QosClassR\n" +
 	"qosClasses\"L\n" +
 	"\x13ListFlowOptResponse\x125\n" +
-	"\aflowopt\x18\x01 \x03(\v2\x1b.edgeplane.v1.FlowOptModuleR\aflowopt\"\x11\n" +
+	"\aflowopt\x18\x01 \x03(\v2\x1b.edgeplane.v1.FlowOptModuleR\aflowopt\"P\n" +
+	"\x16ListStrategiesResponse\x126\n" +
+	"\n" +
+	"strategies\x18\x01 \x03(\v2\x16.edgeplane.v1.StrategyR\n" +
+	"strategies\"\x11\n" +
 	"\x0fGetStatsRequest\"9\n" +
 	"\aCounter\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
@@ -3364,7 +3686,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x0etcp_min_rtt_us\x18\x0e \x01(\x04R\vtcpMinRttUs\x12&\n" +
 	"\x0ftcp_rtt_samples\x18\x0f \x01(\x04R\rtcpRttSamples\"H\n" +
 	"\x16ListPathStatusResponse\x12.\n" +
-	"\x05paths\x18\x01 \x03(\v2\x18.edgeplane.v1.PathStatusR\x05paths*\xa1\x01\n" +
+	"\x05paths\x18\x01 \x03(\v2\x18.edgeplane.v1.PathStatusR\x05paths*\xb4\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKIND_INTERFACE\x10\x01\x12\r\n" +
@@ -3374,7 +3696,8 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\bKIND_LBR\x10\x05\x12\x10\n" +
 	"\fKIND_SERVICE\x10\x06\x12\x12\n" +
 	"\x0eKIND_QOS_CLASS\x10\a\x12\x10\n" +
-	"\fKIND_FLOWOPT\x10\b2\x96\v\n" +
+	"\fKIND_FLOWOPT\x10\b\x12\x11\n" +
+	"\rKIND_STRATEGY\x10\t2\xae\f\n" +
 	"\aGateway\x12@\n" +
 	"\x05Apply\x12\x1a.edgeplane.v1.ApplyRequest\x1a\x1b.edgeplane.v1.ApplyResponse\x12Q\n" +
 	"\x0eListInterfaces\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListInterfacesResponse\x12G\n" +
@@ -3394,7 +3717,9 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\vGetQosClass\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x16.edgeplane.v1.QosClass\x12K\n" +
 	"\vListFlowOpt\x12\x19.edgeplane.v1.ListRequest\x1a!.edgeplane.v1.ListFlowOptResponse\x12I\n" +
 	"\n" +
-	"GetFlowOpt\x12\x1e.edgeplane.v1.GetByNameRequest\x1a\x1b.edgeplane.v1.FlowOptModule\x12>\n" +
+	"GetFlowOpt\x12\x1e.edgeplane.v1.GetByNameRequest\x1a\x1b.edgeplane.v1.FlowOptModule\x12Q\n" +
+	"\x0eListStrategies\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListStrategiesResponse\x12C\n" +
+	"\vGetStrategy\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x16.edgeplane.v1.Strategy\x12>\n" +
 	"\bGetStats\x12\x1d.edgeplane.v1.GetStatsRequest\x1a\x13.edgeplane.v1.Stats\x12L\n" +
 	"\tListFlows\x12\x1e.edgeplane.v1.ListFlowsRequest\x1a\x1f.edgeplane.v1.ListFlowsResponse\x12Q\n" +
 	"\x0eListPathStatus\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListPathStatusResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
@@ -3412,7 +3737,7 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                      // 0: edgeplane.v1.Kind
 	(*Interface)(nil),              // 1: edgeplane.v1.Interface
@@ -3428,35 +3753,39 @@ var file_edgeplane_proto_goTypes = []any{
 	(*Pdr)(nil),                    // 11: edgeplane.v1.Pdr
 	(*QosClass)(nil),               // 12: edgeplane.v1.QosClass
 	(*FlowOptModule)(nil),          // 13: edgeplane.v1.FlowOptModule
-	(*Object)(nil),                 // 14: edgeplane.v1.Object
-	(*Ref)(nil),                    // 15: edgeplane.v1.Ref
-	(*Operation)(nil),              // 16: edgeplane.v1.Operation
-	(*ApplyRequest)(nil),           // 17: edgeplane.v1.ApplyRequest
-	(*ApplyResponse)(nil),          // 18: edgeplane.v1.ApplyResponse
-	(*ListRequest)(nil),            // 19: edgeplane.v1.ListRequest
-	(*GetByIDRequest)(nil),         // 20: edgeplane.v1.GetByIDRequest
-	(*GetByNameRequest)(nil),       // 21: edgeplane.v1.GetByNameRequest
-	(*ListInterfacesResponse)(nil), // 22: edgeplane.v1.ListInterfacesResponse
-	(*ListPathsResponse)(nil),      // 23: edgeplane.v1.ListPathsResponse
-	(*ListFarsResponse)(nil),       // 24: edgeplane.v1.ListFarsResponse
-	(*ListPdrsResponse)(nil),       // 25: edgeplane.v1.ListPdrsResponse
-	(*ListLbrsResponse)(nil),       // 26: edgeplane.v1.ListLbrsResponse
-	(*ListServicesResponse)(nil),   // 27: edgeplane.v1.ListServicesResponse
-	(*ListQosClassesResponse)(nil), // 28: edgeplane.v1.ListQosClassesResponse
-	(*ListFlowOptResponse)(nil),    // 29: edgeplane.v1.ListFlowOptResponse
-	(*GetStatsRequest)(nil),        // 30: edgeplane.v1.GetStatsRequest
-	(*Counter)(nil),                // 31: edgeplane.v1.Counter
-	(*PdrCounter)(nil),             // 32: edgeplane.v1.PdrCounter
-	(*PathCounter)(nil),            // 33: edgeplane.v1.PathCounter
-	(*Stats)(nil),                  // 34: edgeplane.v1.Stats
-	(*BackendCounter)(nil),         // 35: edgeplane.v1.BackendCounter
-	(*ListFlowsRequest)(nil),       // 36: edgeplane.v1.ListFlowsRequest
-	(*Flow)(nil),                   // 37: edgeplane.v1.Flow
-	(*ListFlowsResponse)(nil),      // 38: edgeplane.v1.ListFlowsResponse
-	(*PathStatus)(nil),             // 39: edgeplane.v1.PathStatus
-	(*ListPathStatusResponse)(nil), // 40: edgeplane.v1.ListPathStatusResponse
-	nil,                            // 41: edgeplane.v1.Stats.VerdictsEntry
-	nil,                            // 42: edgeplane.v1.Stats.ReasonsEntry
+	(*Strategy)(nil),               // 14: edgeplane.v1.Strategy
+	(*Selectors)(nil),              // 15: edgeplane.v1.Selectors
+	(*Object)(nil),                 // 16: edgeplane.v1.Object
+	(*Ref)(nil),                    // 17: edgeplane.v1.Ref
+	(*Operation)(nil),              // 18: edgeplane.v1.Operation
+	(*ApplyRequest)(nil),           // 19: edgeplane.v1.ApplyRequest
+	(*ApplyResponse)(nil),          // 20: edgeplane.v1.ApplyResponse
+	(*ListRequest)(nil),            // 21: edgeplane.v1.ListRequest
+	(*GetByIDRequest)(nil),         // 22: edgeplane.v1.GetByIDRequest
+	(*GetByNameRequest)(nil),       // 23: edgeplane.v1.GetByNameRequest
+	(*ListInterfacesResponse)(nil), // 24: edgeplane.v1.ListInterfacesResponse
+	(*ListPathsResponse)(nil),      // 25: edgeplane.v1.ListPathsResponse
+	(*ListFarsResponse)(nil),       // 26: edgeplane.v1.ListFarsResponse
+	(*ListPdrsResponse)(nil),       // 27: edgeplane.v1.ListPdrsResponse
+	(*ListLbrsResponse)(nil),       // 28: edgeplane.v1.ListLbrsResponse
+	(*ListServicesResponse)(nil),   // 29: edgeplane.v1.ListServicesResponse
+	(*ListQosClassesResponse)(nil), // 30: edgeplane.v1.ListQosClassesResponse
+	(*ListFlowOptResponse)(nil),    // 31: edgeplane.v1.ListFlowOptResponse
+	(*ListStrategiesResponse)(nil), // 32: edgeplane.v1.ListStrategiesResponse
+	(*GetStatsRequest)(nil),        // 33: edgeplane.v1.GetStatsRequest
+	(*Counter)(nil),                // 34: edgeplane.v1.Counter
+	(*PdrCounter)(nil),             // 35: edgeplane.v1.PdrCounter
+	(*PathCounter)(nil),            // 36: edgeplane.v1.PathCounter
+	(*Stats)(nil),                  // 37: edgeplane.v1.Stats
+	(*BackendCounter)(nil),         // 38: edgeplane.v1.BackendCounter
+	(*ListFlowsRequest)(nil),       // 39: edgeplane.v1.ListFlowsRequest
+	(*Flow)(nil),                   // 40: edgeplane.v1.Flow
+	(*ListFlowsResponse)(nil),      // 41: edgeplane.v1.ListFlowsResponse
+	(*PathStatus)(nil),             // 42: edgeplane.v1.PathStatus
+	(*ListPathStatusResponse)(nil), // 43: edgeplane.v1.ListPathStatusResponse
+	nil,                            // 44: edgeplane.v1.Selectors.PodLabelsEntry
+	nil,                            // 45: edgeplane.v1.Stats.VerdictsEntry
+	nil,                            // 46: edgeplane.v1.Stats.ReasonsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
 	3,  // 0: edgeplane.v1.Path.monitor:type_name -> edgeplane.v1.PathMonitor
@@ -3464,85 +3793,93 @@ var file_edgeplane_proto_depIdxs = []int32{
 	6,  // 2: edgeplane.v1.Lbr.sla:type_name -> edgeplane.v1.Sla
 	9,  // 3: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
 	10, // 4: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
-	1,  // 5: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
-	2,  // 6: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
-	4,  // 7: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
-	11, // 8: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
-	5,  // 9: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
-	8,  // 10: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
-	12, // 11: edgeplane.v1.Object.qos_class:type_name -> edgeplane.v1.QosClass
-	13, // 12: edgeplane.v1.Object.flowopt:type_name -> edgeplane.v1.FlowOptModule
-	0,  // 13: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
-	14, // 14: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
-	14, // 15: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
-	15, // 16: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
-	16, // 17: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
-	1,  // 18: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
-	2,  // 19: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
-	4,  // 20: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
-	11, // 21: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
-	5,  // 22: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
-	8,  // 23: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
-	12, // 24: edgeplane.v1.ListQosClassesResponse.qos_classes:type_name -> edgeplane.v1.QosClass
-	13, // 25: edgeplane.v1.ListFlowOptResponse.flowopt:type_name -> edgeplane.v1.FlowOptModule
-	31, // 26: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
-	31, // 27: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
-	31, // 28: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
-	32, // 29: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	41, // 30: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	42, // 31: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
-	33, // 32: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
-	35, // 33: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
-	31, // 34: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
-	37, // 35: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
-	39, // 36: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
-	31, // 37: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	31, // 38: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	17, // 39: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	19, // 40: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	21, // 41: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	19, // 42: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	20, // 43: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	19, // 44: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	20, // 45: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	19, // 46: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	20, // 47: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	19, // 48: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	20, // 49: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	19, // 50: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	20, // 51: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	19, // 52: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
-	20, // 53: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
-	19, // 54: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
-	21, // 55: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
-	30, // 56: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	36, // 57: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	19, // 58: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
-	18, // 59: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	22, // 60: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	1,  // 61: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	23, // 62: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	2,  // 63: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	24, // 64: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	4,  // 65: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	25, // 66: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	11, // 67: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	26, // 68: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	5,  // 69: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	27, // 70: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	8,  // 71: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	28, // 72: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
-	12, // 73: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
-	29, // 74: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
-	13, // 75: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
-	34, // 76: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	38, // 77: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	40, // 78: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
-	59, // [59:79] is the sub-list for method output_type
-	39, // [39:59] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	15, // 5: edgeplane.v1.Strategy.selectors:type_name -> edgeplane.v1.Selectors
+	44, // 6: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
+	1,  // 7: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
+	2,  // 8: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
+	4,  // 9: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
+	11, // 10: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
+	5,  // 11: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
+	8,  // 12: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
+	12, // 13: edgeplane.v1.Object.qos_class:type_name -> edgeplane.v1.QosClass
+	13, // 14: edgeplane.v1.Object.flowopt:type_name -> edgeplane.v1.FlowOptModule
+	14, // 15: edgeplane.v1.Object.strategy:type_name -> edgeplane.v1.Strategy
+	0,  // 16: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
+	16, // 17: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
+	16, // 18: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
+	17, // 19: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
+	18, // 20: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
+	1,  // 21: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
+	2,  // 22: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
+	4,  // 23: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
+	11, // 24: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
+	5,  // 25: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
+	8,  // 26: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
+	12, // 27: edgeplane.v1.ListQosClassesResponse.qos_classes:type_name -> edgeplane.v1.QosClass
+	13, // 28: edgeplane.v1.ListFlowOptResponse.flowopt:type_name -> edgeplane.v1.FlowOptModule
+	14, // 29: edgeplane.v1.ListStrategiesResponse.strategies:type_name -> edgeplane.v1.Strategy
+	34, // 30: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
+	34, // 31: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
+	34, // 32: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
+	35, // 33: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
+	45, // 34: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	46, // 35: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	36, // 36: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
+	38, // 37: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
+	34, // 38: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
+	40, // 39: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
+	42, // 40: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
+	34, // 41: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	34, // 42: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	19, // 43: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	21, // 44: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	23, // 45: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	21, // 46: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	22, // 47: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 48: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	22, // 49: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 50: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	22, // 51: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 52: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	22, // 53: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 54: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	22, // 55: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 56: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
+	22, // 57: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 58: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
+	23, // 59: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
+	21, // 60: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
+	22, // 61: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
+	33, // 62: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	39, // 63: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	21, // 64: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
+	20, // 65: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	24, // 66: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	1,  // 67: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	25, // 68: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	2,  // 69: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	26, // 70: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	4,  // 71: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	27, // 72: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	11, // 73: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	28, // 74: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	5,  // 75: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	29, // 76: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	8,  // 77: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	30, // 78: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
+	12, // 79: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
+	31, // 80: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
+	13, // 81: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
+	32, // 82: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
+	14, // 83: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
+	37, // 84: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	41, // 85: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	43, // 86: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
+	65, // [65:87] is the sub-list for method output_type
+	43, // [43:65] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -3554,7 +3891,7 @@ func file_edgeplane_proto_init() {
 	file_edgeplane_proto_msgTypes[6].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[7].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[9].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[13].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[15].OneofWrappers = []any{
 		(*Object_Interface)(nil),
 		(*Object_Path)(nil),
 		(*Object_Far)(nil),
@@ -3563,20 +3900,21 @@ func file_edgeplane_proto_init() {
 		(*Object_Service)(nil),
 		(*Object_QosClass)(nil),
 		(*Object_Flowopt)(nil),
+		(*Object_Strategy)(nil),
 	}
-	file_edgeplane_proto_msgTypes[15].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[17].OneofWrappers = []any{
 		(*Operation_Create)(nil),
 		(*Operation_Update)(nil),
 		(*Operation_Delete)(nil),
 	}
-	file_edgeplane_proto_msgTypes[36].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[39].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,8 @@ const (
 	Gateway_GetQosClass_FullMethodName    = "/edgeplane.v1.Gateway/GetQosClass"
 	Gateway_ListFlowOpt_FullMethodName    = "/edgeplane.v1.Gateway/ListFlowOpt"
 	Gateway_GetFlowOpt_FullMethodName     = "/edgeplane.v1.Gateway/GetFlowOpt"
+	Gateway_ListStrategies_FullMethodName = "/edgeplane.v1.Gateway/ListStrategies"
+	Gateway_GetStrategy_FullMethodName    = "/edgeplane.v1.Gateway/GetStrategy"
 	Gateway_GetStats_FullMethodName       = "/edgeplane.v1.Gateway/GetStats"
 	Gateway_ListFlows_FullMethodName      = "/edgeplane.v1.Gateway/ListFlows"
 	Gateway_ListPathStatus_FullMethodName = "/edgeplane.v1.Gateway/ListPathStatus"
@@ -81,6 +83,8 @@ type GatewayClient interface {
 	GetQosClass(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*QosClass, error)
 	ListFlowOpt(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListFlowOptResponse, error)
 	GetFlowOpt(ctx context.Context, in *GetByNameRequest, opts ...grpc.CallOption) (*FlowOptModule, error)
+	ListStrategies(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListStrategiesResponse, error)
+	GetStrategy(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*Strategy, error)
 	// GetStats reads every dataplane counter (summed over CPUs).
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*Stats, error)
 	// ListFlows lists the flows in the flow cache with their counters, the
@@ -269,6 +273,26 @@ func (c *gatewayClient) GetFlowOpt(ctx context.Context, in *GetByNameRequest, op
 	return out, nil
 }
 
+func (c *gatewayClient) ListStrategies(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListStrategiesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListStrategiesResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListStrategies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) GetStrategy(ctx context.Context, in *GetByIDRequest, opts ...grpc.CallOption) (*Strategy, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Strategy)
+	err := c.cc.Invoke(ctx, Gateway_GetStrategy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *gatewayClient) GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*Stats, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Stats)
@@ -329,6 +353,8 @@ type GatewayServer interface {
 	GetQosClass(context.Context, *GetByIDRequest) (*QosClass, error)
 	ListFlowOpt(context.Context, *ListRequest) (*ListFlowOptResponse, error)
 	GetFlowOpt(context.Context, *GetByNameRequest) (*FlowOptModule, error)
+	ListStrategies(context.Context, *ListRequest) (*ListStrategiesResponse, error)
+	GetStrategy(context.Context, *GetByIDRequest) (*Strategy, error)
 	// GetStats reads every dataplane counter (summed over CPUs).
 	GetStats(context.Context, *GetStatsRequest) (*Stats, error)
 	// ListFlows lists the flows in the flow cache with their counters, the
@@ -397,6 +423,12 @@ func (UnimplementedGatewayServer) ListFlowOpt(context.Context, *ListRequest) (*L
 }
 func (UnimplementedGatewayServer) GetFlowOpt(context.Context, *GetByNameRequest) (*FlowOptModule, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetFlowOpt not implemented")
+}
+func (UnimplementedGatewayServer) ListStrategies(context.Context, *ListRequest) (*ListStrategiesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListStrategies not implemented")
+}
+func (UnimplementedGatewayServer) GetStrategy(context.Context, *GetByIDRequest) (*Strategy, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStrategy not implemented")
 }
 func (UnimplementedGatewayServer) GetStats(context.Context, *GetStatsRequest) (*Stats, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
@@ -734,6 +766,42 @@ func _Gateway_GetFlowOpt_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ListStrategies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListStrategies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListStrategies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListStrategies(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_GetStrategy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetByIDRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).GetStrategy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_GetStrategy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).GetStrategy(ctx, req.(*GetByIDRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Gateway_GetStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetStatsRequest)
 	if err := dec(in); err != nil {
@@ -862,6 +930,14 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetFlowOpt",
 			Handler:    _Gateway_GetFlowOpt_Handler,
+		},
+		{
+			MethodName: "ListStrategies",
+			Handler:    _Gateway_ListStrategies_Handler,
+		},
+		{
+			MethodName: "GetStrategy",
+			Handler:    _Gateway_GetStrategy_Handler,
 		},
 		{
 			MethodName: "GetStats",
