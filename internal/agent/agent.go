@@ -27,6 +27,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/rules"
+	"github.com/edgeplane/edgeplane/internal/sched"
 )
 
 // Options configure an agent.
@@ -105,6 +106,8 @@ type Agent struct {
 	reloads *prometheus.CounterVec
 	// fo is FlowOpt's control loop (fairness rounds, relief).
 	fo *foLoop
+	// strategyThreads: the threads each CPU strategy holds.
+	strategyThreads *prometheus.GaugeVec
 
 	// apiAuth and apiCert are the API's credentials (nil: none), re-read
 	// on SIGHUP.
@@ -239,6 +242,19 @@ func Run(ctx context.Context, opts Options) error {
 	foCtx, stopFO := context.WithCancel(ctx)
 	go func() { a.runFlowOpt(foCtx, a.fo, log); close(foDone) }()
 	defer func() { stopFO(); <-foDone }()
+	// CPU strategies: first give back what a crashed agent left applied.
+	if n, err := sched.Recover("/proc", strategyState(opts.ConfigPath)); err != nil {
+		log.Warn("cpu strategies: give back a previous run's", "error", err)
+	} else if n > 0 {
+		log.Info("cpu strategies: gave back what a previous run left applied", "threads", n)
+	}
+	a.strategyThreads = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "edgeplane_strategy_threads", Help: "Threads a CPU strategy holds (its policy and CPUs applied).",
+	}, []string{"strategy"})
+	stDone := make(chan struct{})
+	stCtx, stopST := context.WithCancel(ctx)
+	go func() { a.runStrategies(stCtx, log, a.strategyThreads); close(stDone) }()
+	defer func() { stopST(); <-stDone }()
 
 	errc := make(chan error, 1)
 	closeMetrics, err := a.serveMetrics(errc)

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package sched_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/sched"
+	"github.com/edgeplane/edgeplane/internal/testutil"
+)
+
+// sleeper starts `sleep 60` whose command line carries tag (exec -a),
+// ended with the test.
+func sleeper(t *testing.T, tag string) int {
+	t.Helper()
+	cmd := exec.Command("bash", "-c", "exec -a "+tag+" sleep 60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	time.Sleep(50 * time.Millisecond) // exec'd
+	return cmd.Process.Pid
+}
+
+func policyOf(t *testing.T, pid int) (uint32, uint32) {
+	t.Helper()
+	a, err := unix.SchedGetAttr(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Policy, a.Priority
+}
+
+func strategy(t *testing.T, y string) config.Strategy {
+	t.Helper()
+	cfg, err := config.Parse([]byte("interfaces: [{name: lo, role: lan}]\nstrategies:\n  - " + y + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Strategies[0]
+}
+
+// TestEngine: a strategy takes exactly the processes its regex matches —
+// one started before it and one after — and gives each back what it had
+// when the strategy goes; a dedicated CPU set is applied and given back;
+// the state file lets a new engine (after a crash) give back what the old
+// one held, and only to the same processes.
+func TestEngine(t *testing.T) {
+	testutil.RequireRoot(t)
+	tag := "edgeplane-sched-" + testutil.UniqueName("t")
+	before := sleeper(t, tag+"-a")
+	other := sleeper(t, "edgeplane-unrelated-"+tag)
+	state := filepath.Join(t.TempDir(), "sched.json")
+	e := sched.New("/proc", state)
+	s := strategy(t, `{id: 1, command_regex: "^`+tag+`", priority: true, policy: fifo, rt_priority: 20, cpus: "0"}`)
+
+	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 {
+		t.Fatalf("sync: %d taken, %v; want the one process", taken, err)
+	}
+	if p, prio := policyOf(t, before); p != unix.SCHED_FIFO || prio != 20 {
+		t.Errorf("matching process: policy %d priority %d, want FIFO 20", p, prio)
+	}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(before, &set); err != nil || set.Count() != 1 || !set.IsSet(0) {
+		t.Errorf("matching process's CPUs: %v (%v), want only 0", set, err)
+	}
+	if p, _ := policyOf(t, other); p != unix.SCHED_NORMAL {
+		t.Errorf("a process the regex does not match got policy %d", p)
+	}
+	after := sleeper(t, tag+"-b")
+	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 {
+		t.Fatalf("sync after a new process: %d taken, %v", taken, err)
+	}
+	if p, _ := policyOf(t, after); p != unix.SCHED_FIFO {
+		t.Errorf("a process started after the strategy: policy %d, want FIFO", p)
+	}
+	if h := e.Holdings()[1]; len(h) != 2 {
+		t.Errorf("holdings: %+v, want two threads", h)
+	}
+	if _, err := os.Stat(state); err != nil {
+		t.Errorf("no state file: %v", err)
+	}
+
+	// The strategy removed: both given back.
+	if _, given, err := e.Sync(nil); err != nil || given != 2 {
+		t.Fatalf("sync without the strategy: %d given back, %v", given, err)
+	}
+	for _, pid := range []int{before, after} {
+		if p, _ := policyOf(t, pid); p != unix.SCHED_NORMAL {
+			t.Errorf("process %d after removal: policy %d, want OTHER", pid, p)
+		}
+		if err := unix.SchedGetaffinity(pid, &set); err != nil || set.Count() < 2 {
+			t.Errorf("process %d after removal: CPUs %v, want all back", pid, set)
+		}
+	}
+
+	// A crash: a new engine gives back what the state file says.
+	if _, _, err := e.Sync([]config.Strategy{s}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := sched.Recover("/proc", state)
+	if err != nil || n != 2 {
+		t.Fatalf("recover: %d given back, %v; want 2", n, err)
+	}
+	if p, _ := policyOf(t, before); p != unix.SCHED_NORMAL {
+		t.Errorf("after recovery: policy %d, want OTHER", p)
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("state file left after recovery: %v", err)
+	}
+}
+
+// TestEngineDeadline: SCHED_DEADLINE with execution_time as runtime each
+// period, given back on RevertAll; a runtime no CPU can give is refused
+// with the admission error named.
+func TestEngineDeadline(t *testing.T) {
+	testutil.RequireRoot(t)
+	tag := "edgeplane-dl-" + testutil.UniqueName("t")
+	pid := sleeper(t, tag)
+	e := sched.New("/proc", "")
+	s := strategy(t, `{id: 2, command_regex: "^`+tag+`", priority: true, policy: deadline, execution_time: 100us, period: 1ms}`)
+	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 {
+		t.Fatalf("deadline: %d taken, %v (%v)", taken, err, e.Errors)
+	}
+	a, err := unix.SchedGetAttr(pid, 0)
+	if err != nil || a.Policy != unix.SCHED_DEADLINE || a.Runtime != 100000 || a.Period != 1000000 {
+		t.Fatalf("deadline: %+v (%v), want runtime 100us each 1ms", a, err)
+	}
+	if err := e.RevertAll(); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := policyOf(t, pid); p != unix.SCHED_NORMAL {
+		t.Errorf("after RevertAll: policy %d", p)
+	}
+	// 990 us of every 1 ms for one process more than there are CPUs:
+	// past what the kernel admits (95 % of each CPU by default), so at
+	// least one is refused, with the admission named.
+	s = strategy(t, `{id: 2, command_regex: "^`+tag+`", priority: true, policy: deadline, execution_time: 990us, period: 1ms}`)
+	for i := range runtime.NumCPU() {
+		sleeper(t, tag+"-"+strconv.Itoa(i))
+	}
+	if _, _, err := e.Sync([]config.Strategy{s}); err != nil {
+		t.Fatal(err)
+	}
+	if msg := e.Errors[2]; !strings.Contains(msg, "deadline admission refused") {
+		t.Errorf("%d processes at 990us/1ms on %d CPUs: error %q, want the admission refused", runtime.NumCPU()+1, runtime.NumCPU(), msg)
+	}
+	if err := e.RevertAll(); err != nil {
+		t.Fatal(err)
+	}
+}
