@@ -66,7 +66,7 @@ func runFailover(ctx context.Context, o Options, rounds int) (f *Failover, err e
 			err = fmt.Errorf("lab down: %w", derr)
 		}
 	}()
-	conn, err := grpc.NewClient("unix://"+l.APISocket(l.GWA), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := dialGatewayA(l)
 	if err != nil {
 		return nil, err
 	}
@@ -195,4 +195,10 @@ func ownLab(ctx context.Context, o Options, prefix string) (*lab.SDWAN, error) {
 		return nil, errors.Join(fmt.Errorf("lab up: %w", err), l.Down())
 	}
 	return l, nil
+}
+
+// dialGatewayA connects to the API of lab l's gateway A (its unix
+// socket, no credentials).
+func dialGatewayA(l *lab.SDWAN) (*grpc.ClientConn, error) {
+	return grpc.NewClient("unix://"+l.APISocket(l.GWA), grpc.WithTransportCredentials(insecure.NewCredentials()))
 }

@@ -20,9 +20,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/lab"
@@ -145,7 +142,7 @@ func runFlowOpt(ctx context.Context, o Options, flows []int, d time.Duration) (f
 			return nil, fmt.Errorf("ecn on: %w", err)
 		}
 	}
-	conn, err := grpc.NewClient("unix://"+l.APISocket(l.GWA), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := dialGatewayA(l)
 	if err != nil {
 		return nil, err
 	}

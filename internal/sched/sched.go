@@ -9,6 +9,7 @@
 package sched
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -334,7 +335,9 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 	if err != nil {
 		return 0, 0, err
 	}
-	slices.SortFunc(strategies, func(a, b config.Strategy) int { return int(a.ID) - int(b.ID) })
+	// A copy: the caller's list is the serving config's, shared.
+	strategies = slices.Clone(strategies)
+	slices.SortFunc(strategies, func(a, b config.Strategy) int { return cmp.Compare(a.ID, b.ID) })
 	res := make([]*regexp.Regexp, len(strategies))
 	for i, s := range strategies {
 		if s.CommandRegex != "" {
