@@ -270,7 +270,7 @@ type FailoverRun struct {
 	Sent, Received int
 	// Gaps are the stream's pauses over 10 ms.
 	Gaps []Gap
-	// CutAt and RepairAt are when wan1 was cut and repaired.
+	// CutAt and RepairAt are when wan1's cut and repair were asked for.
 	CutAt, RepairAt time.Duration
 }
 
@@ -334,18 +334,21 @@ func (l *SDWAN) Failover(ctx context.Context, whileCut func()) (FailoverRun, err
 	changed := make(chan error, 1)
 	go func() {
 		time.Sleep(time.Second)
+		// The times are taken before the changes: the first direction's
+		// change takes effect before the second's returns, and under load
+		// the stream's last datagram over wan1 may land in between.
+		run.CutAt = time.Since(start)
 		loss := "100%"
 		_, err := l.SetLink("wan1", wanem.Both, LinkChange{Loss: &loss})
-		run.CutAt = time.Since(start)
 		time.Sleep(1500 * time.Millisecond)
 		if whileCut != nil {
 			whileCut()
 		}
+		run.RepairAt = time.Since(start)
 		loss = "0"
 		if _, rerr := l.SetLink("wan1", wanem.Both, LinkChange{Loss: &loss}); err == nil {
 			err = rerr
 		}
-		run.RepairAt = time.Since(start)
 		changed <- err
 	}()
 	tick := time.NewTicker(time.Millisecond)
