@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,6 +30,7 @@ import (
 // Proc is what a strategy matches a process by.
 type Proc struct {
 	PID     int
+	PPID    int
 	Start   uint64 // start time (clock ticks since boot): a PID reused is another process
 	Comm    string
 	Cmdline string // arguments joined by spaces
@@ -55,6 +57,7 @@ func ReadProc(root string, pid int) (Proc, error) {
 	if len(fields) < 20 {
 		return p, fmt.Errorf("%s/stat: %d fields after comm", dir, len(fields))
 	}
+	p.PPID, _ = strconv.Atoi(fields[1])
 	if p.Start, err = strconv.ParseUint(fields[19], 10, 64); err != nil {
 		return p, fmt.Errorf("%s/stat: start time: %w", dir, err)
 	}
@@ -178,12 +181,43 @@ type Held struct {
 	Applied  string `json:"applied"`
 }
 
+// Moved is a thread of another process moved off a strategy's dedicated
+// CPUs: the CPUs it had before.
+type Moved struct {
+	PID    int    `json:"pid"`
+	TID    int    `json:"tid"`
+	Start  uint64 `json:"start"`
+	Before []int  `json:"before"`
+	// Removed are the dedicated CPUs it was moved off; a thread or
+	// child process it makes inherits its CPUs less those, and is
+	// given them back with it.
+	Removed []int `json:"removed"`
+}
+
+// state is what the state file keeps: all the engine changed.
+type state struct {
+	Held []Held `json:"held,omitempty"`
+	// Weights are the groups whose weight was lowered, with the value
+	// they had; Groups those made for root-level processes.
+	Weights map[string]string `json:"weights,omitempty"`
+	Groups  []string          `json:"groups,omitempty"`
+	Moved   []Moved           `json:"moved,omitempty"`
+}
+
 // Engine applies strategies and remembers what it changed.
 type Engine struct {
 	mu    sync.Mutex
 	root  string // /proc
 	state string // the state file ("" : none)
 	held  map[int]*Held
+	// The weight mechanism: the cpu hierarchy (found when first
+	// needed), the groups lowered (their weight before) and the
+	// strategies' groups of root-level processes.
+	hier    *hier
+	weights map[string]string
+	groups  map[uint32]string
+	// moved are other processes' threads moved off dedicated CPUs.
+	moved map[int]*Moved
 	// Errors of the last Sync, by strategy: why a matching process was
 	// not given what the strategy says.
 	Errors map[uint32]string
@@ -192,31 +226,52 @@ type Engine struct {
 // New returns an engine over /proc-like root keeping its state in the
 // file state.
 func New(root, state string) *Engine {
-	return &Engine{root: root, state: state, held: map[int]*Held{}, Errors: map[uint32]string{}}
+	return &Engine{root: root, state: state, held: map[int]*Held{}, weights: map[string]string{}, groups: map[uint32]string{},
+		moved: map[int]*Moved{}, Errors: map[uint32]string{}}
 }
 
-// Recover puts back what a previous engine (a crashed agent) held, from
-// its state file, for the threads still the same processes; then clears
-// the file.
-func Recover(root, state string) (int, error) {
-	b, err := os.ReadFile(state)
+// Recover puts back what a previous engine (a crashed agent) changed,
+// from its state file: the threads still the same processes get their
+// scheduling and CPUs back, lowered groups their weight, and its groups
+// are dissolved. Then it clears the file. It returns how many threads of
+// the strategies' processes it gave back.
+func Recover(root, statePath string) (int, error) {
+	b, err := os.ReadFile(statePath)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	var held []Held
-	if err := json.Unmarshal(b, &held); err != nil {
-		return 0, fmt.Errorf("%s: %w", state, err)
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		// The first engines kept the held threads alone, as a list.
+		if lerr := json.Unmarshal(b, &st.Held); lerr != nil {
+			return 0, fmt.Errorf("%s: %w", statePath, err)
+		}
 	}
 	n := 0
-	for _, h := range held {
-		if p, err := ReadProc(root, h.PID); err == nil && p.Start == h.Start && restore(h) == nil {
+	same := func(pid int, start uint64) bool { p, err := ReadProc(root, pid); return err == nil && p.Start == start }
+	for _, h := range st.Held {
+		if same(h.PID, h.Start) && restore(h) == nil {
 			n++
 		}
 	}
-	return n, os.Remove(state)
+	for _, m := range st.Moved {
+		if same(m.PID, m.Start) {
+			_ = setCPUs(m.TID, m.Before)
+		}
+	}
+	var errs []error
+	if len(st.Weights) > 0 || len(st.Groups) > 0 {
+		h, err := cpuHier(filepath.Join(root, "self", "mountinfo"))
+		if err != nil {
+			return n, err
+		}
+		errs = append(errs, h.undo(st.Weights, st.Groups))
+	}
+	errs = append(errs, os.Remove(statePath))
+	return n, errors.Join(errs...)
 }
 
 // getAttr reads thread tid's scheduling and affinity.
@@ -226,14 +281,7 @@ func getAttr(tid int) (Attr, error) {
 		return Attr{}, err
 	}
 	out := Attr{Policy: a.Policy, Priority: a.Priority, Nice: a.Nice, Runtime: a.Runtime, Deadline: a.Deadline, Period: a.Period}
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(tid, &set); err == nil {
-		for c := range 1024 {
-			if set.IsSet(c) {
-				out.CPUs = append(out.CPUs, c)
-			}
-		}
-	}
+	out.CPUs, _ = cpusOf(tid)
 	return out, nil
 }
 
@@ -244,16 +292,40 @@ func restore(h Held) error {
 		Runtime: b.Runtime, Deadline: b.Deadline, Period: b.Period}
 	err := unix.SchedSetAttr(h.TID, &a, 0)
 	if len(b.CPUs) > 0 {
-		var set unix.CPUSet
-		for _, c := range b.CPUs {
-			set.Set(c)
-		}
-		err = errors.Join(err, unix.SchedSetaffinity(h.TID, &set))
+		err = errors.Join(err, setCPUs(h.TID, b.CPUs))
 	}
 	if errors.Is(err, unix.ESRCH) {
 		return nil // gone
 	}
 	return err
+}
+
+// setCPUs sets thread tid's affinity to cpus; a thread gone is no
+// error.
+func setCPUs(tid int, cpus []int) error {
+	var set unix.CPUSet
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+// cpusOf reads thread tid's affinity.
+func cpusOf(tid int) ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(tid, &set); err != nil {
+		return nil, err
+	}
+	var out []int
+	for c := range 1024 {
+		if set.IsSet(c) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
 }
 
 // apply gives thread tid strategy s's scheduling and CPUs.
@@ -325,9 +397,9 @@ func policyError(s config.Strategy, err error) error {
 
 // Sync makes the holdings those of strategies now: every thread of every
 // process a strategy matches (the first by id) gets it, those no longer
-// matched (or of removed strategies) get back what they had; the state
-// file follows. It returns how many threads were newly taken and given
-// back.
+// matched (or of removed strategies) get back what they had; the others'
+// weight and the dedicated CPUs follow, and the state file. It returns
+// how many threads were newly taken and given back.
 func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -338,16 +410,22 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 	// A copy: the caller's list is the serving config's, shared.
 	strategies = slices.Clone(strategies)
 	slices.SortFunc(strategies, func(a, b config.Strategy) int { return cmp.Compare(a.ID, b.ID) })
+	byID := map[uint32]config.Strategy{}
 	res := make([]*regexp.Regexp, len(strategies))
 	for i, s := range strategies {
+		strategies[i] = s.Effective()
+		byID[s.ID] = strategies[i]
 		if s.CommandRegex != "" {
 			res[i], _ = regexp.Compile(s.CommandRegex)
 		}
 	}
 	e.Errors = map[uint32]string{}
 	want := map[int]*Held{}
+	pids := map[uint32][]int{}
+	ppid := map[int]int{}
 	self := os.Getpid()
 	for _, p := range procs {
+		ppid[p.PID] = p.PPID
 		if p.PID == self {
 			continue
 		}
@@ -355,15 +433,26 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 			if !Matches(s, res[i], e.root, p) {
 				continue
 			}
-			tasks, _ := os.ReadDir(filepath.Join(e.root, strconv.Itoa(p.PID), "task"))
-			for _, t := range tasks {
-				tid, err := strconv.Atoi(t.Name())
-				if err != nil {
-					continue
-				}
+			pids[s.ID] = append(pids[s.ID], p.PID)
+			for _, tid := range e.tasks(p.PID) {
 				want[tid] = &Held{Strategy: s.ID, PID: p.PID, TID: tid, Start: p.Start}
 			}
 			break
+		}
+	}
+	// A thread moved off dedicated CPUs that a strategy now takes gets
+	// its CPUs back first, so that what it had is what it gets back;
+	// so does one made by a moved process, which inherited the CPUs
+	// less the dedicated ones.
+	removedBy := e.removedBy()
+	for tid, w := range want {
+		if m, ok := e.moved[tid]; ok {
+			_ = setCPUs(tid, m.Before)
+			delete(e.moved, tid)
+		} else if r := inherited(removedBy, w.PID, ppid[w.PID]); r != nil {
+			if cpus, err := cpusOf(tid); err == nil && !intersects(cpus, r) {
+				_ = setCPUs(tid, union(cpus, r))
+			}
 		}
 	}
 	// Give back first: a CPU set or a deadline bandwidth another
@@ -386,12 +475,7 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 		if err != nil {
 			continue // gone
 		}
-		var s config.Strategy
-		for _, x := range strategies {
-			if x.ID == w.Strategy {
-				s = x
-			}
-		}
+		s := byID[w.Strategy]
 		w.Before = before
 		applied, err := apply(s, tid)
 		if err != nil {
@@ -403,10 +487,239 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 		e.held[tid] = w
 		taken++
 	}
+	e.syncWeights(strategies, pids)
+	e.syncDedicated(strategies, procs)
 	return taken, given, e.save()
 }
 
-// RevertAll gives every thread back what it had, and removes the state
+// tasks lists process pid's threads.
+func (e *Engine) tasks(pid int) []int {
+	ents, _ := os.ReadDir(filepath.Join(e.root, strconv.Itoa(pid), "task"))
+	out := make([]int, 0, len(ents))
+	for _, t := range ents {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			out = append(out, tid)
+		}
+	}
+	return out
+}
+
+// syncWeights lowers the weight of the groups holding none of the
+// processes of strategies with others_weight (pids, by strategy), moving
+// root-level ones into a group of their strategy's first, and undoes
+// what no strategy wants any more.
+func (e *Engine) syncWeights(strategies []config.Strategy, pids map[uint32][]int) {
+	var weighted []config.Strategy
+	for _, s := range strategies {
+		if s.OthersWeight > 0 && len(pids[s.ID]) > 0 {
+			weighted = append(weighted, s)
+		}
+	}
+	if len(weighted) == 0 && len(e.weights) == 0 && len(e.groups) == 0 {
+		return
+	}
+	if e.hier == nil {
+		h, err := cpuHier(filepath.Join(e.root, "self", "mountinfo"))
+		if err != nil {
+			for _, s := range weighted {
+				e.Errors[s.ID] = "others_weight: " + err.Error()
+			}
+			return
+		}
+		e.hier = &h
+	}
+	h := *e.hier
+	var protected []string
+	lowest := uint32(config.MaxCPUWeight)
+	keep := map[uint32]bool{}
+	for _, s := range weighted {
+		lowest = min(lowest, s.OthersWeight)
+		for _, pid := range pids[s.ID] {
+			cg, err := h.cgroupOf(e.root, pid)
+			if err != nil {
+				continue // gone
+			}
+			if cg == "/" || strings.HasPrefix(cg, "/"+groupPrefix) {
+				g, err := h.ensureGroup(s.ID, raised(s.OthersWeight))
+				if err == nil && cg != g {
+					err = h.moveTo(g, pid)
+				}
+				if g != "" {
+					e.groups[s.ID], keep[s.ID] = g, true
+				}
+				if err != nil && !errors.Is(err, unix.ESRCH) {
+					e.Errors[s.ID] = fmt.Sprintf("process %d: others_weight: %v", pid, err)
+					continue
+				}
+				cg = g
+			}
+			protected = append(protected, cg)
+		}
+	}
+	var errs []error
+	for id, g := range e.groups {
+		if !keep[id] {
+			errs = append(errs, h.dissolve(g))
+			delete(e.groups, id)
+		}
+	}
+	lower := map[string]bool{}
+	if len(protected) > 0 {
+		v := h.value(uint64(lowest))
+		for _, g := range h.others(protected) {
+			lower[g] = true
+			if _, ok := e.weights[g]; !ok {
+				old, err := h.readWeight(g)
+				if err != nil {
+					continue // gone
+				}
+				e.weights[g] = old
+			}
+			if cur, _ := h.readWeight(g); cur != v {
+				errs = append(errs, h.writeWeight(g, v))
+			}
+		}
+	}
+	for g, old := range e.weights {
+		if !lower[g] {
+			if err := h.writeWeight(g, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			delete(e.weights, g)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, s := range weighted {
+			e.Errors[s.ID] = "others_weight: " + err.Error()
+		}
+	}
+}
+
+// undo gives the groups in weights their weight back and dissolves the
+// groups.
+func (h hier) undo(weights map[string]string, groups []string) error {
+	var errs []error
+	for g, old := range weights {
+		if err := h.writeWeight(g, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	for _, g := range groups {
+		errs = append(errs, h.dissolve(g))
+	}
+	return errors.Join(errs...)
+}
+
+// syncDedicated moves every thread of procs that no strategy holds off
+// the strategies' dedicated CPUs (where it may run elsewhere), takes in
+// those a moved process made since (they inherited its CPUs), and gives
+// the moved the CPUs no longer dedicated back.
+func (e *Engine) syncDedicated(strategies []config.Strategy, procs []Proc) {
+	var dedicated []int
+	var owners []uint32 // the strategies with dedicated CPUs, for messages
+	for _, s := range strategies {
+		for c := range 1024 {
+			if s.CPUs.Has(c) {
+				dedicated = append(dedicated, c)
+				if !slices.Contains(owners, s.ID) {
+					owners = append(owners, s.ID)
+				}
+			}
+		}
+	}
+	if len(dedicated) == 0 && len(e.moved) == 0 {
+		return
+	}
+	removedBy := e.removedBy()
+	seen := map[int]bool{}
+	pinned := 0
+	for _, p := range procs {
+		for _, tid := range e.tasks(p.PID) {
+			if _, held := e.held[tid]; held {
+				continue
+			}
+			seen[tid] = true
+			cpus, err := cpusOf(tid)
+			if err != nil {
+				continue
+			}
+			m := e.moved[tid]
+			if r := inherited(removedBy, p.PID, p.PPID); m == nil && r != nil && !intersects(cpus, r) {
+				m = &Moved{PID: p.PID, TID: tid, Start: p.Start, Before: union(cpus, r), Removed: r}
+				e.moved[tid] = m
+			}
+			base := cpus // what it may run on, were no CPU dedicated
+			if m != nil {
+				base = m.Before
+			}
+			target := slices.DeleteFunc(slices.Clone(base), func(c int) bool { return slices.Contains(dedicated, c) })
+			if len(target) == 0 {
+				pinned++ // it asked for dedicated CPUs alone: left there
+				continue
+			}
+			if !slices.Equal(target, cpus) {
+				if err := setCPUs(tid, target); err != nil {
+					pinned++
+					continue
+				}
+			}
+			switch {
+			case m == nil && len(target) < len(cpus):
+				removed := slices.DeleteFunc(slices.Clone(cpus), func(c int) bool { return !slices.Contains(dedicated, c) })
+				e.moved[tid] = &Moved{PID: p.PID, TID: tid, Start: p.Start, Before: cpus, Removed: removed}
+				removedBy[p.PID] = removed
+			case m != nil && len(target) == len(m.Before):
+				delete(e.moved, tid) // none of its CPUs is dedicated now: given back
+			}
+		}
+	}
+	for tid := range e.moved {
+		if !seen[tid] {
+			delete(e.moved, tid) // gone, or held now
+		}
+	}
+	if pinned > 0 {
+		for _, id := range owners {
+			e.Errors[id] = fmt.Sprintf("%d threads of other processes may run on no CPU but dedicated ones, and stay there", pinned)
+		}
+	}
+}
+
+// removedBy maps a process with moved threads to the CPUs they were
+// moved off.
+func (e *Engine) removedBy() map[int][]int {
+	out := map[int][]int{}
+	for _, m := range e.moved {
+		out[m.PID] = m.Removed
+	}
+	return out
+}
+
+// inherited returns the CPUs a thread of process pid (whose parent is
+// ppid) lost by inheriting them from a moved process or thread, or nil.
+func inherited(removedBy map[int][]int, pid, ppid int) []int {
+	if r := removedBy[pid]; len(r) > 0 {
+		return r
+	}
+	if r := removedBy[ppid]; len(r) > 0 {
+		return r
+	}
+	return nil
+}
+
+func intersects(a, b []int) bool {
+	return slices.ContainsFunc(a, func(c int) bool { return slices.Contains(b, c) })
+}
+
+// union returns the sorted CPUs in a or b.
+func union(a, b []int) []int {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// RevertAll gives every thread back what it had, the lowered groups
+// their weight, dissolves the engine's groups and removes the state
 // file.
 func (e *Engine) RevertAll() error {
 	e.mu.Lock()
@@ -415,6 +728,14 @@ func (e *Engine) RevertAll() error {
 	for tid, h := range e.held {
 		errs = append(errs, restore(*h))
 		delete(e.held, tid)
+	}
+	for tid, m := range e.moved {
+		errs = append(errs, setCPUs(tid, m.Before))
+		delete(e.moved, tid)
+	}
+	if e.hier != nil {
+		errs = append(errs, e.hier.undo(e.weights, slices.Collect(maps.Values(e.groups))))
+		e.weights, e.groups = map[string]string{}, map[uint32]string{}
 	}
 	if e.state != "" {
 		if err := os.Remove(e.state); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -435,23 +756,26 @@ func (e *Engine) Holdings() map[uint32][]Held {
 	return out
 }
 
-// save writes the holdings to the state file (atomically), or removes it
-// when there are none.
+// save writes what the engine changed to the state file (atomically), or
+// removes it when it changed nothing.
 func (e *Engine) save() error {
 	if e.state == "" {
 		return nil
 	}
-	if len(e.held) == 0 {
+	if len(e.held) == 0 && len(e.weights) == 0 && len(e.groups) == 0 && len(e.moved) == 0 {
 		if err := os.Remove(e.state); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		return nil
 	}
-	var held []Held
+	st := state{Weights: e.weights, Groups: slices.Sorted(maps.Values(e.groups))}
 	for _, h := range e.held {
-		held = append(held, *h)
+		st.Held = append(st.Held, *h)
 	}
-	b, err := json.Marshal(held)
+	for _, m := range e.moved {
+		st.Moved = append(st.Moved, *m)
+	}
+	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}

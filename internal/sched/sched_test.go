@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -157,5 +158,173 @@ func TestEngineDeadline(t *testing.T) {
 	}
 	if err := e.RevertAll(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// cpuCgroup returns process pid's group in the cpu hierarchy as
+// /proc/PID/cgroup says (a v1 line with cpu, else v2's).
+func cpuCgroup(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if slices.Contains(strings.Split(f[1], ","), "cpu") {
+			return f[2]
+		}
+		if f[0] == "0" {
+			v2 = f[2]
+		}
+	}
+	return v2
+}
+
+// TestEngineWeight: others_weight with a process in the root group (as
+// on these machines) moves it into the strategy's group, weighing
+// 100/others_weight root tasks, and only it; the strategy removed, it is
+// back in the root and the group gone; after a crash, Recover does the
+// same from the state file.
+func TestEngineWeight(t *testing.T) {
+	testutil.RequireRoot(t)
+	tag := "edgeplane-weight-" + testutil.UniqueName("t")
+	pid := sleeper(t, tag)
+	other := sleeper(t, "edgeplane-unrelated-"+tag)
+	before := cpuCgroup(t, pid)
+	if before != "/" {
+		t.Fatalf("this test needs processes in the root cpu group (as on these machines), not %q", before)
+	}
+	state := filepath.Join(t.TempDir(), "sched.json")
+	e := sched.New("/proc", state)
+	s := strategy(t, `{id: 7, command_regex: "^`+tag+`", policy: weight, others_weight: 2}`)
+	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 || len(e.Errors) > 0 {
+		t.Fatalf("sync: %d taken, %v, %v", taken, err, e.Errors)
+	}
+	if g := cpuCgroup(t, pid); g != "/edgeplane-strategy-7" {
+		t.Fatalf("the protected process is in %q, want /edgeplane-strategy-7", g)
+	}
+	if g := cpuCgroup(t, other); g != "/" {
+		t.Errorf("an unrelated process moved to %q", g)
+	}
+	dir := ""
+	for _, d := range []string{"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup"} {
+		if _, err := os.Stat(filepath.Join(d, "edgeplane-strategy-7")); err == nil {
+			dir = filepath.Join(d, "edgeplane-strategy-7")
+		}
+	}
+	for file, want := range map[string]string{"cpu.shares": "51200", "cpu.weight": "5000"} {
+		if b, err := os.ReadFile(filepath.Join(dir, file)); err == nil && strings.TrimSpace(string(b)) != want {
+			t.Errorf("%s/%s = %s, want %s (100/2 root tasks' weight)", dir, file, strings.TrimSpace(string(b)), want)
+		}
+	}
+	if _, err := os.Stat(state); err != nil {
+		t.Errorf("no state file: %v", err)
+	}
+	if _, given, err := e.Sync(nil); err != nil || given != 1 {
+		t.Fatalf("sync without the strategy: %d given back, %v", given, err)
+	}
+	if g := cpuCgroup(t, pid); g != "/" {
+		t.Errorf("after removal the process is in %q, want the root", g)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the strategy's group %s is left: %v", dir, err)
+	}
+	// A crash: the next start's Recover moves it back.
+	if _, _, err := e.Sync([]config.Strategy{s}); err != nil || cpuCgroup(t, pid) != "/edgeplane-strategy-7" {
+		t.Fatalf("sync again: %v, in %q", err, cpuCgroup(t, pid))
+	}
+	if _, err := sched.Recover("/proc", state); err != nil {
+		t.Fatal(err)
+	}
+	if g := cpuCgroup(t, pid); g != "/" {
+		t.Errorf("after recovery the process is in %q", g)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the group %s is left after recovery: %v", dir, err)
+	}
+}
+
+// TestEngineDedicated: a strategy's dedicated CPU is left to its
+// processes — another process's threads are moved off it, one pinned to
+// it alone stays and is reported — and each gets its CPUs back when the
+// strategy goes, or after a crash from the state file.
+func TestEngineDedicated(t *testing.T) {
+	testutil.RequireRoot(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs two CPUs")
+	}
+	last := runtime.NumCPU() - 1
+	tag := "edgeplane-ded-" + testutil.UniqueName("t")
+	mine := sleeper(t, tag)
+	other := sleeper(t, "edgeplane-unrelated-"+tag)
+	pinned := sleeper(t, "edgeplane-pinned-"+tag)
+	var one unix.CPUSet
+	one.Set(last)
+	if err := unix.SchedSetaffinity(pinned, &one); err != nil {
+		t.Fatal(err)
+	}
+	cpus := func(pid int) unix.CPUSet {
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(pid, &set); err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	state := filepath.Join(t.TempDir(), "sched.json")
+	e := sched.New("/proc", state)
+	s := strategy(t, `{id: 8, command_regex: "^`+tag+`", cpus: "`+strconv.Itoa(last)+`"}`)
+	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 {
+		t.Fatalf("sync: %d taken, %v", taken, err)
+	}
+	if c := cpus(mine); c.Count() != 1 || !c.IsSet(last) {
+		t.Errorf("the strategy's process runs on %v, want CPU %d alone", c, last)
+	}
+	if c := cpus(other); c.IsSet(last) || c.Count() != runtime.NumCPU()-1 {
+		t.Errorf("another process may run on %v, want every CPU but %d", c, last)
+	}
+	if c := cpus(os.Getpid()); c.IsSet(last) {
+		t.Errorf("the test itself, another process, still may run on CPU %d", last)
+	}
+	if c := cpus(pinned); c.Count() != 1 || !c.IsSet(last) {
+		t.Errorf("a process pinned to CPU %d alone: %v, want it left", last, c)
+	}
+	if msg := e.Errors[8]; !strings.Contains(msg, "no CPU but dedicated ones") {
+		t.Errorf("the pinned process is not reported: %q", msg)
+	}
+	// Started by a moved process (the test), it inherits its CPUs, and
+	// gets the dedicated one back with it.
+	late := sleeper(t, "edgeplane-late-"+tag)
+	if c := cpus(late); c.IsSet(last) {
+		t.Errorf("a process the test started may run on %v", c)
+	}
+	if _, _, err := e.Sync([]config.Strategy{s}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.Sync(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range []int{mine, other, late, os.Getpid()} {
+		if c := cpus(pid); c.Count() != runtime.NumCPU() {
+			t.Errorf("process %d after removal: CPUs %v, want all", pid, c)
+		}
+	}
+	if _, _, err := e.Sync([]config.Strategy{s}); err != nil {
+		t.Fatal(err)
+	}
+	if c := cpus(other); c.IsSet(last) {
+		t.Fatalf("sync again: another process may run on %v", c)
+	}
+	if n, err := sched.Recover("/proc", state); err != nil || n != 1 {
+		t.Fatalf("recover: %d threads, %v; want the strategy's one", n, err)
+	}
+	for _, pid := range []int{mine, other} {
+		if c := cpus(pid); c.Count() != runtime.NumCPU() {
+			t.Errorf("process %d after recovery: CPUs %v, want all", pid, c)
+		}
 	}
 }
