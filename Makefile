@@ -9,7 +9,7 @@ GOFLAGS   ?= -buildvcs=false
 FUZZTIME  ?= 30s
 TESTLOG   ?= /tmp/edgeplane-test.log
 DEB_PKGS  := clang llvm libbpf-dev bpftool linux-libc-dev iproute2 ethtool \
-             iperf3 tshark iputils-ping util-linux procps python3 python3-venv curl \
+             iperf3 tshark iputils-ping util-linux procps python3 python3-venv curl stress-ng \
              protobuf-compiler
 # schemathesis (the REST API e2e test) in a venv of Debian's python3, with
 # everything it pulls in pinned, so the test's results do not move when

@@ -55,9 +55,13 @@ type Options struct {
 	// Scenario, when "flowopt", runs the flowopt scenario alone:
 	// FlowOptFlows eMBB flow counts (nil: 20, 50 and 200) for
 	// FlowOptSeconds each (0: 10).
+	// When "cpu", it runs the cpu scenario alone: CPUSeconds each mode
+	// (0: 5) at CPURate requests a second (0: 500).
 	Scenario       string
 	FlowOptFlows   []int
 	FlowOptSeconds float64
+	CPUSeconds     float64
+	CPURate        int
 	// EdgeplaneBin is the edgeplane binary the control and failover
 	// parts run as their agents; empty: this process's own executable.
 	EdgeplaneBin string
@@ -107,7 +111,9 @@ type Report struct {
 	// Failover is absent in quick runs and with no failover rounds.
 	Failover *Failover `json:"failover,omitempty"`
 	// FlowOpt is the flowopt scenario's (--scenario flowopt).
-	FlowOpt *FlowOpt  `json:"flowopt,omitempty"`
+	FlowOpt *FlowOpt `json:"flowopt,omitempty"`
+	// CPU is the cpu scenario's (--scenario cpu).
+	CPU     *CPU      `json:"cpu,omitempty"`
 	Started time.Time `json:"started"`
 	Seconds float64   `json:"seconds"`
 }
@@ -160,9 +166,27 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		r.Kernel = strings.TrimSpace(string(b))
 	}
+	if o.Scenario == "cpu" {
+		secs, rate := o.CPUSeconds, o.CPURate
+		if secs <= 0 {
+			secs = 5
+		}
+		if rate <= 0 {
+			rate = 500
+		}
+		r.Repeat, r.Rounds = 0, 0
+		var err error
+		if r.CPU, err = runCPU(ctx, o, time.Duration(secs*float64(time.Second)), rate); err != nil {
+			return nil, fmt.Errorf("cpu: %w", err)
+		}
+		r.Goals = cpuGoals(r.CPU)
+		r.judge()
+		r.Seconds = time.Since(start).Seconds()
+		return r, nil
+	}
 	if o.Scenario != "" {
 		if o.Scenario != "flowopt" {
-			return nil, fmt.Errorf("unknown scenario %q (want flowopt)", o.Scenario)
+			return nil, fmt.Errorf("unknown scenario %q (want flowopt or cpu)", o.Scenario)
 		}
 		flows, secs := o.FlowOptFlows, o.FlowOptSeconds
 		if len(flows) == 0 {

@@ -176,6 +176,48 @@ func TestBenchFlowOpt(t *testing.T) {
 	}
 }
 
+// TestBenchCPU keeps the cpu scenario working: one short run of every
+// mode in a lab of its own with an agent built from this tree; each mode
+// measured both probes, the responder had what the mode's strategy asks
+// while measured (and nothing in the unloaded and loaded modes), and a
+// goal stands for each loaded mode. It asserts no speed.
+func TestBenchCPU(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, tool := range []string{"ip", "nsenter", "stress-ng", "python3", "ping"} {
+		testutil.RequireTool(t, tool)
+	}
+	bin := buildEdgeplane(t)
+	r, err := Run(context.Background(), Options{Scenario: "cpu", CPUSeconds: 1, CPURate: 200, EdgeplaneBin: bin, Log: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.CPU
+	if c == nil || c.Method == "" || c.RateHz != 200 || len(c.Modes) != len(cpuModes) {
+		t.Fatalf("cpu: %+v", c)
+	}
+	applied := map[string]string{"unloaded": "normal, cpus 0,", "loaded": "normal, cpus 0,", "fifo": "fifo 50,", "deadline": "deadline,",
+		"weight": "cgroup /edgeplane-strategy-", "dedicated_cpu": fmt.Sprintf(", cpus %d,", numCPU()-1)}
+	for i, m := range c.Modes {
+		if m.Name != cpuModes[i].name || m.Loaded != (i > 0) || (m.Strategy == "") != (i < 2) {
+			t.Errorf("mode %d: %+v", i, m)
+		}
+		if !strings.Contains(m.Applied, applied[m.Name]) {
+			t.Errorf("%s: the responder had %q, want %q in it", m.Name, m.Applied, applied[m.Name])
+		}
+		for _, p := range []struct {
+			name string
+			rt   RoundTrips
+		}{{"udp echo", m.Echo}, {"ping", m.Ping}} {
+			if p.rt.Sent != 200 || p.rt.Answered < 150 || p.rt.Answered > p.rt.Sent || p.rt.P50Ms <= 0 || p.rt.P99Ms < p.rt.P50Ms || p.rt.MaxMs < p.rt.P99Ms {
+				t.Errorf("%s, %s: %+v", m.Name, p.name, p.rt)
+			}
+		}
+	}
+	if len(r.Goals) != len(cpuModes)-1 || r.Goals[0].Limit != 2*c.Modes[0].Echo.P99Ms || r.Goals[0].Value != c.Modes[1].Echo.P99Ms {
+		t.Errorf("goals: %+v", r.Goals)
+	}
+}
+
 // checkFlowOptRun checks that a run of the flowopt scenario measured
 // what it reports.
 func checkFlowOptRun(t *testing.T, x FlowOptRun) {

@@ -80,7 +80,8 @@ type Strategy struct {
 	// protect: the groups holding none of its processes, at every level
 	// above theirs. Its processes in the root group are moved into a
 	// group of their own instead, weighing 100/OthersWeight root tasks.
-	// 0 leaves the weights (with policy weight: DefaultOthersWeight).
+	// 0 leaves the weights (with policy weight named:
+	// DefaultOthersWeight).
 	OthersWeight uint32 `yaml:"others_weight,omitempty"`
 }
 
@@ -119,8 +120,12 @@ const (
 
 // Effective returns s with its defaults filled: the policy, the
 // real-time priority of fifo and rr, the period of deadline, the others'
-// weight of weight.
+// weight of a policy weight named (a strategy with no policy and no
+// priority, only cpus say, changes no weight).
 func (s Strategy) Effective() Strategy {
+	if s.Policy == PolicyWeight && s.OthersWeight == 0 {
+		s.OthersWeight = DefaultOthersWeight // asked for by name only
+	}
 	if s.Policy == "" {
 		s.Policy = PolicyWeight
 		if s.Priority {
@@ -135,10 +140,6 @@ func (s Strategy) Effective() Strategy {
 	case PolicyDeadline:
 		if s.Period.D == 0 {
 			s.Period.D = DefaultPeriod
-		}
-	case PolicyWeight:
-		if s.OthersWeight == 0 {
-			s.OthersWeight = DefaultOthersWeight
 		}
 	}
 	return s

@@ -110,6 +110,32 @@ func (h hier) cgroupOf(root string, pid int) (string, error) {
 	return "", fmt.Errorf("process %d has no cgroup in the cpu hierarchy", pid)
 }
 
+// CPUCgroup returns process pid's group where the cpu controller is: its
+// cgroup v1 cpu hierarchy's, else its v2 one ("/" for the root).
+func CPUCgroup(pid int) (string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return "", err
+	}
+	v2, ok := "", false
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if slices.Contains(strings.Split(f[1], ","), "cpu") {
+			return f[2], nil
+		}
+		if f[0] == "0" && f[1] == "" {
+			v2, ok = f[2], true
+		}
+	}
+	if !ok {
+		return "", fmt.Errorf("process %d is in no cgroup with the cpu controller", pid)
+	}
+	return v2, nil
+}
+
 // weightFile is the file of a group's weight: cpu.weight (v2) or
 // cpu.shares (v1).
 func (h hier) weightFile(group string) string {

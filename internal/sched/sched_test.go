@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -161,28 +160,14 @@ func TestEngineDeadline(t *testing.T) {
 	}
 }
 
-// cpuCgroup returns process pid's group in the cpu hierarchy as
-// /proc/PID/cgroup says (a v1 line with cpu, else v2's).
+// cpuCgroup returns process pid's group in the cpu hierarchy.
 func cpuCgroup(t *testing.T, pid int) string {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	g, err := sched.CPUCgroup(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v2 := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		if slices.Contains(strings.Split(f[1], ","), "cpu") {
-			return f[2]
-		}
-		if f[0] == "0" {
-			v2 = f[2]
-		}
-	}
-	return v2
+	return g
 }
 
 // TestEngineWeight: others_weight with a process in the root group (as
