@@ -21,9 +21,17 @@ import (
 )
 
 // strategiesTable is get's table of agentYAML's strategies.
-const strategiesTable = `ID  NAME  MATCH                          POLICY           CPUS  STATE
-1   gnb   regex ^nr-gnb$ labels app=gnb  fifo 50          2-3   -
-2   -     user open5gs                   weight others 2  -     -
+const strategiesTable = `ID  NAME  MATCH                          POLICY           CPUS
+1   gnb   regex ^nr-gnb$ labels app=gnb  fifo 50          2-3
+2   -     user open5gs                   weight others 2  -
+`
+
+// strategiesStatus is what get prints under strategiesTable: the test
+// backend applies none.
+const strategiesStatus = `
+STRATEGY  PID  COMM  THREADS  APPLIED  RAN ON
+1         -    -     0        -        -
+2         -    -     0        -        -
 `
 
 // agentYAML is what the agent of these tests serves.
@@ -275,7 +283,7 @@ fars:
 	// defaults; apply adds one, a CPU another has is refused before it
 	// is sent, delete takes one out.
 	out, err = ctl("", "get", "strategies")
-	if err != nil || out != strategiesTable {
+	if err != nil || out != strategiesTable+strategiesStatus {
 		t.Errorf("get strategies: %q, %v", out, err)
 	}
 	out, err = ctl("strategies:\n  - {id: 3, command_regex: upf, priority: true, policy: deadline, execution_time: 200us, cpus: 4}\n", "apply", "-f", "-")
@@ -283,7 +291,7 @@ fars:
 		t.Errorf("apply strategy 3: %q, %v", out, err)
 	}
 	out, err = ctl("", "get", "strategy", "3")
-	if err != nil || out != "ID  NAME  MATCH      POLICY              CPUS  STATE\n3   -     regex upf  deadline 200µs/1ms  4     -\n" {
+	if err != nil || out != "ID  NAME  MATCH      POLICY              CPUS\n3   -     regex upf  deadline 200µs/1ms  4\n\nSTRATEGY  PID  COMM  THREADS  APPLIED  RAN ON\n3         -    -     0        -        -\n" {
 		t.Errorf("get strategy 3: %q, %v", out, err)
 	}
 	_, err = ctl("strategies:\n  - {id: 4, command_regex: ue, cpus: 3-4}\n", "apply", "-f", "-")

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -97,6 +98,9 @@ apply -f reads back; -o json prints them as the API carries them.`,
 			}
 			if k == config.KindPath && output == outTable {
 				return printPathStatus(cmd.OutOrStdout(), conn, msgs)
+			}
+			if k == config.KindStrategy && output == outTable {
+				return printStrategyStatus(cmd.OutOrStdout(), conn, msgs)
 			}
 			return nil
 		},
@@ -196,6 +200,71 @@ func printYAML(w io.Writer, s *config.Schema, k config.Kind, cfg *config.Config)
 	return err
 }
 
+// printStrategyStatus prints, under the strategies' table, the processes
+// each listed strategy holds with what was applied and the CPUs they ran
+// on, what it changed for the others, and why it could not apply. An
+// agent that does not say (older) prints none.
+func printStrategyStatus(w io.Writer, conn *client.Conn, strategies []proto.Message) error {
+	r, err := conn.ListStrategyStatus(conn.Ctx, &pb.ListRequest{})
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented {
+		return nil
+	}
+	if err != nil {
+		return conn.Err("strategy status", err)
+	}
+	listed := listedIDs(strategies)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nSTRATEGY\tPID\tCOMM\tTHREADS\tAPPLIED\tRAN ON")
+	var notes []string
+	for _, st := range r.GetStrategies() {
+		if !listed[st.GetStrategy()] {
+			continue
+		}
+		if len(st.GetProcesses()) == 0 {
+			fmt.Fprintf(tw, "%d\t-\t-\t0\t-\t-\n", st.GetStrategy())
+		}
+		for _, p := range st.GetProcesses() {
+			var cpus []string
+			for _, c := range p.GetRanOn() {
+				cpus = append(cpus, strconv.FormatUint(uint64(c), 10))
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\n", st.GetStrategy(), p.GetPid(), p.GetComm(), p.GetThreads(),
+				orDash(p.GetApplied()), orDash(strings.Join(cpus, ",")))
+		}
+		if o := st.GetOthers(); o != "" {
+			notes = append(notes, fmt.Sprintf("strategy %d: %s", st.GetStrategy(), o))
+		}
+		if e := st.GetError(); e != "" {
+			notes = append(notes, fmt.Sprintf("strategy %d not applied: %s", st.GetStrategy(), e))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	return nil
+}
+
+// listedIDs returns the ids of the objects listed.
+func listedIDs(msgs []proto.Message) map[uint32]bool {
+	out := map[uint32]bool{}
+	for _, m := range msgs {
+		if o, ok := m.(interface{ GetId() uint32 }); ok {
+			out[o.GetId()] = true
+		}
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 // printPathStatus prints, under the paths' table, each listed path's
 // state as the agent's monitor judges it. An agent without a monitor
 // (older) prints none.
@@ -207,12 +276,7 @@ func printPathStatus(w io.Writer, conn *client.Conn, paths []proto.Message) erro
 	if err != nil {
 		return conn.Err("path status", err)
 	}
-	listed := map[uint32]bool{}
-	for _, m := range paths {
-		if p, ok := m.(*pb.Path); ok {
-			listed[p.GetId()] = true
-		}
-	}
+	listed := listedIDs(paths)
 	us := func(v uint64) string {
 		return (time.Duration(v) * time.Microsecond).Round(10 * time.Microsecond).String()
 	}

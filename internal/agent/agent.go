@@ -106,8 +106,11 @@ type Agent struct {
 	reloads *prometheus.CounterVec
 	// fo is FlowOpt's control loop (fairness rounds, relief).
 	fo *foLoop
-	// strategyThreads: the threads each CPU strategy holds.
-	strategyThreads *prometheus.GaugeVec
+	// strategyThreads: the threads each CPU strategy holds;
+	// strategyRanOn: the CPUs its processes were seen on.
+	strategyThreads, strategyRanOn *prometheus.GaugeVec
+	// strategies applies the CPU strategies (runStrategies).
+	strategies *sched.Engine
 
 	// apiAuth and apiCert are the API's credentials (nil: none), re-read
 	// on SIGHUP.
@@ -251,9 +254,14 @@ func Run(ctx context.Context, opts Options) error {
 	a.strategyThreads = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "edgeplane_strategy_threads", Help: "Threads a CPU strategy holds (its policy and CPUs applied).",
 	}, []string{"strategy"})
+	a.strategyRanOn = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "edgeplane_strategy_ran_on",
+		Help: "1 for each CPU a CPU strategy's processes were seen running on (each thread's last CPU at the agent's scans, every second).",
+	}, []string{"strategy", "cpu"})
+	a.strategies = sched.New("/proc", strategyState(opts.ConfigPath))
 	stDone := make(chan struct{})
 	stCtx, stopST := context.WithCancel(ctx)
-	go func() { a.runStrategies(stCtx, log, a.strategyThreads); close(stDone) }()
+	go func() { a.runStrategies(stCtx, log); close(stDone) }()
 	defer func() { stopST(); <-stDone }()
 
 	errc := make(chan error, 1)

@@ -160,7 +160,7 @@ func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 		reg.MustRegister(a.backendUp)
 		reg.MustRegister(a.dupTxReady)
 		reg.MustRegister(foMetrics{a: a, l: a.fo})
-		reg.MustRegister(a.strategyThreads)
+		reg.MustRegister(a.strategyThreads, a.strategyRanOn)
 		reg.MustRegister(a.mon.changes, newPathMetrics(a.mon))
 		reg.MustRegister(collectors.NewGoCollector())
 		mux := http.NewServeMux()

@@ -8,9 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/edgeplane/edgeplane/internal/sched"
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 )
 
 // strategyEvery is how often the agent looks for processes its CPU
@@ -25,8 +23,8 @@ func strategyState(configPath string) string { return configPath + ".sched" }
 // runStrategies applies the config's CPU strategies every strategyEvery
 // until ctx ends, then gives every thread back what it had. Errors (a
 // policy the kernel refuses) are logged once each as they change.
-func (a *Agent) runStrategies(ctx context.Context, log *slog.Logger, threads *prometheus.GaugeVec) {
-	e := sched.New("/proc", strategyState(a.opts.ConfigPath))
+func (a *Agent) runStrategies(ctx context.Context, log *slog.Logger) {
+	e := a.strategies
 	defer func() {
 		if err := e.RevertAll(); err != nil {
 			log.Warn("cpu strategies: give back", "error", err)
@@ -53,9 +51,20 @@ func (a *Agent) runStrategies(ctx context.Context, log *slog.Logger, threads *pr
 				}
 			}
 			said = e.Errors
-			threads.Reset()
-			for id, hs := range e.Holdings() {
-				threads.WithLabelValues(strconv.FormatUint(uint64(id), 10)).Set(float64(len(hs)))
+			a.strategyThreads.Reset()
+			a.strategyRanOn.Reset()
+			for _, st := range e.Status() {
+				id := strconv.FormatUint(uint64(st.Strategy), 10)
+				n := 0
+				for _, p := range st.Procs {
+					n += p.Threads
+					for _, cpu := range p.RanOn {
+						a.strategyRanOn.WithLabelValues(id, strconv.Itoa(cpu)).Set(1)
+					}
+				}
+				if n > 0 {
+					a.strategyThreads.WithLabelValues(id).Set(float64(n))
+				}
 			}
 		}
 		select {
@@ -64,4 +73,24 @@ func (a *Agent) runStrategies(ctx context.Context, log *slog.Logger, threads *pr
 		case <-t.C:
 		}
 	}
+}
+
+// StrategyStatus implements api.Backend: what each CPU strategy holds.
+func (a *Agent) StrategyStatus() []*pb.StrategyStatus {
+	if a.strategies == nil {
+		return nil
+	}
+	var out []*pb.StrategyStatus
+	for _, st := range a.strategies.Status() {
+		ps := &pb.StrategyStatus{Strategy: st.Strategy, Error: st.Error, Others: st.Others}
+		for _, p := range st.Procs {
+			pp := &pb.StrategyProcess{Pid: int32(p.PID), Comm: p.Comm, Threads: uint32(p.Threads), Applied: p.Applied}
+			for _, c := range p.RanOn {
+				pp.RanOn = append(pp.RanOn, uint32(c))
+			}
+			ps.Processes = append(ps.Processes, pp)
+		}
+		out = append(out, ps)
+	}
+	return out
 }

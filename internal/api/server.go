@@ -61,6 +61,8 @@ type Backend interface {
 	// PathStatus returns each path's state as the path monitor judges
 	// it, by path id.
 	PathStatus() []*pb.PathStatus
+	// StrategyStatus returns what each CPU strategy holds.
+	StrategyStatus() []*pb.StrategyStatus
 }
 
 // Server implements edgeplanev1.GatewayServer over a Backend.
@@ -374,6 +376,11 @@ func (s *Server) ListFlows(_ context.Context, req *pb.ListFlowsRequest) (*pb.Lis
 		out.Flows = append(out.Flows, pf)
 	}
 	return out, nil
+}
+
+// ListStrategyStatus implements edgeplanev1.GatewayServer.
+func (s *Server) ListStrategyStatus(context.Context, *pb.ListRequest) (*pb.ListStrategyStatusResponse, error) {
+	return &pb.ListStrategyStatusResponse{Strategies: s.b.StrategyStatus()}, nil
 }
 
 // ListPathStatus implements edgeplanev1.GatewayServer.

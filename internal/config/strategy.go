@@ -162,9 +162,6 @@ var strategyKind = func() *KindOf[Strategy] {
 			{Name: "MATCH", Value: func(s *Strategy) string { return s.matchText() }, Unset: "-"},
 			{Name: "POLICY", Value: func(s *Strategy) string { return s.Effective().policyText() }},
 			{Name: "CPUS", Value: func(s *Strategy) string { return s.CPUs.String() }, Unset: "-"},
-			// What the agent holds and applied, once it applies
-			// strategies.
-			{Name: "STATE", Value: func(*Strategy) string { return "" }, Unset: "-"},
 		},
 	}
 	// A dedicated CPU belongs to one strategy.

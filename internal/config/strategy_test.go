@@ -57,11 +57,11 @@ func TestStrategies(t *testing.T) {
 	if err := builtin.WriteTable(&b, KindStrategy, builtin.Objects(c, KindStrategy)); err != nil {
 		t.Fatal(err)
 	}
-	const table = `ID  NAME  MATCH                                                                                              POLICY              CPUS  STATE
-1   gnb   regex ^(nr-gnb|open5gs-upfd)$ labels app=gnb,app.kubernetes.io/part-of=ran cgroup /kubepods.slice  fifo 50             2-3   -
-2   -     user open5gs env EDGEPLANE_CLASS=urllc                                                             deadline 500µs/1ms  -     -
-3   -     regex iperf3                                                                                       rr 10               5     -
-4   -     cgroup /system.slice/open5gs-upfd.service                                                          weight others 2     -     -
+	const table = `ID  NAME  MATCH                                                                                              POLICY              CPUS
+1   gnb   regex ^(nr-gnb|open5gs-upfd)$ labels app=gnb,app.kubernetes.io/part-of=ran cgroup /kubepods.slice  fifo 50             2-3
+2   -     user open5gs env EDGEPLANE_CLASS=urllc                                                             deadline 500µs/1ms  -
+3   -     regex iperf3                                                                                       rr 10               5
+4   -     cgroup /system.slice/open5gs-upfd.service                                                          weight others 2     -
 `
 	if b.String() != table {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), table)

@@ -216,8 +216,12 @@ type Engine struct {
 	hier    *hier
 	weights map[string]string
 	groups  map[uint32]string
+	lowered []uint32 // the strategies the lowered weights are for
 	// moved are other processes' threads moved off dedicated CPUs.
 	moved map[int]*Moved
+	// ranOn is, by held process, the CPUs its threads were seen on at
+	// the scans since it was taken.
+	ranOn map[int]map[int]bool
 	// Errors of the last Sync, by strategy: why a matching process was
 	// not given what the strategy says.
 	Errors map[uint32]string
@@ -227,7 +231,7 @@ type Engine struct {
 // file state.
 func New(root, state string) *Engine {
 	return &Engine{root: root, state: state, held: map[int]*Held{}, weights: map[string]string{}, groups: map[uint32]string{},
-		moved: map[int]*Moved{}, Errors: map[uint32]string{}}
+		moved: map[int]*Moved{}, ranOn: map[int]map[int]bool{}, Errors: map[uint32]string{}}
 }
 
 // Recover puts back what a previous engine (a crashed agent) changed,
@@ -489,7 +493,122 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 	}
 	e.syncWeights(strategies, pids)
 	e.syncDedicated(strategies, procs)
+	e.sampleCPUs()
 	return taken, given, e.save()
+}
+
+// sampleCPUs notes the CPU each held thread last ran on, and forgets
+// the processes no longer held.
+func (e *Engine) sampleCPUs() {
+	live := map[int]bool{}
+	for tid, h := range e.held {
+		live[h.PID] = true
+		cpu, err := lastCPU(e.root, h.PID, tid)
+		if err != nil {
+			continue
+		}
+		if e.ranOn[h.PID] == nil {
+			e.ranOn[h.PID] = map[int]bool{}
+		}
+		e.ranOn[h.PID][cpu] = true
+	}
+	for pid := range e.ranOn {
+		if !live[pid] {
+			delete(e.ranOn, pid)
+		}
+	}
+}
+
+// lastCPU reads the CPU thread tid of process pid last ran on (field 39
+// of its stat).
+func lastCPU(root string, pid, tid int) (int, error) {
+	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "task", strconv.Itoa(tid), "stat"))
+	if err != nil {
+		return 0, err
+	}
+	end := strings.LastIndexByte(string(b), ')')
+	if end < 0 {
+		return 0, fmt.Errorf("thread %d: no comm in its stat", tid)
+	}
+	f := strings.Fields(string(b[end+1:]))
+	if len(f) < 37 {
+		return 0, fmt.Errorf("thread %d: %d fields in its stat", tid, len(f))
+	}
+	return strconv.Atoi(f[36])
+}
+
+// Status is what the engine holds for one strategy.
+type Status struct {
+	Strategy uint32
+	Procs    []ProcStatus
+	// Error is why a matching process was not given what the strategy
+	// says ("" none); Others what it changed beyond its processes.
+	Error  string
+	Others string
+}
+
+// ProcStatus is a process a strategy holds.
+type ProcStatus struct {
+	PID     int
+	Comm    string
+	Threads int
+	Applied string
+	RanOn   []int
+}
+
+// Status returns what the engine holds for each strategy of the last
+// Sync (those with processes, an error or changes to others), by id.
+func (e *Engine) Status() []Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	by := map[uint32]*Status{}
+	get := func(id uint32) *Status {
+		if by[id] == nil {
+			by[id] = &Status{Strategy: id}
+		}
+		return by[id]
+	}
+	procs := map[int]*ProcStatus{}
+	for _, h := range e.held {
+		p := procs[h.PID]
+		if p == nil {
+			p = &ProcStatus{PID: h.PID, Applied: h.Applied, RanOn: slices.Sorted(maps.Keys(e.ranOn[h.PID]))}
+			if pr, err := ReadProc(e.root, h.PID); err == nil {
+				p.Comm = pr.Comm
+			}
+			procs[h.PID] = p
+			st := get(h.Strategy)
+			st.Procs = append(st.Procs, *p)
+		}
+		p.Threads++
+	}
+	for id, msg := range e.Errors {
+		get(id).Error = msg
+	}
+	for id, g := range e.groups {
+		get(id).Others = "its root-level processes in group " + g
+	}
+	var out []Status
+	for _, id := range slices.Sorted(maps.Keys(by)) {
+		st := by[id]
+		for i := range st.Procs {
+			st.Procs[i] = *procs[st.Procs[i].PID]
+		}
+		slices.SortFunc(st.Procs, func(a, b ProcStatus) int { return cmp.Compare(a.PID, b.PID) })
+		var others []string
+		if st.Others != "" {
+			others = append(others, st.Others)
+		}
+		if len(e.weights) > 0 && slices.Contains(e.lowered, id) {
+			others = append(others, fmt.Sprintf("%d groups' weight lowered", len(e.weights)))
+		}
+		if len(e.moved) > 0 && slices.ContainsFunc(st.Procs, func(p ProcStatus) bool { return strings.Contains(p.Applied, "cpus ") }) {
+			others = append(others, fmt.Sprintf("%d threads of other processes moved off its CPUs", len(e.moved)))
+		}
+		st.Others = strings.Join(others, "; ")
+		out = append(out, *st)
+	}
+	return out
 }
 
 // tasks lists process pid's threads.
@@ -514,6 +633,10 @@ func (e *Engine) syncWeights(strategies []config.Strategy, pids map[uint32][]int
 		if s.OthersWeight > 0 && len(pids[s.ID]) > 0 {
 			weighted = append(weighted, s)
 		}
+	}
+	e.lowered = nil
+	for _, s := range weighted {
+		e.lowered = append(e.lowered, s.ID)
 	}
 	if len(weighted) == 0 && len(e.weights) == 0 && len(e.groups) == 0 {
 		return

@@ -87,6 +87,17 @@ func TestEngine(t *testing.T) {
 	if h := e.Holdings()[1]; len(h) != 2 {
 		t.Errorf("holdings: %+v, want two threads", h)
 	}
+	st := e.Status()
+	if len(st) != 1 || st[0].Strategy != 1 || len(st[0].Procs) != 2 || !strings.Contains(st[0].Others, "threads of other processes moved off its CPUs") {
+		t.Fatalf("status: %+v, want strategy 1 holding two processes, the others moved off CPU 0", st)
+	}
+	for _, p := range st[0].Procs {
+		// A sleeping thread's last CPU is where it last ran, which
+		// may be before its CPUs were set.
+		if p.Comm != "sleep" || p.Threads != 1 || p.Applied != "fifo 20, cpus 0" || len(p.RanOn) != 1 {
+			t.Errorf("status of process %d: %+v, want sleep, one thread, fifo 20 with cpus 0, one CPU seen", p.PID, p)
+		}
+	}
 	if _, err := os.Stat(state); err != nil {
 		t.Errorf("no state file: %v", err)
 	}

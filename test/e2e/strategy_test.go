@@ -3,13 +3,16 @@
 package e2e
 
 import (
+	"fmt"
 	"os/exec"
+	"regexp"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/edgeplane/edgeplane/internal/agent"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -41,6 +44,24 @@ func TestAgentStrategy(t *testing.T) {
 	g.start()
 	if !waitFor(3*time.Second, isFIFO) {
 		t.Fatalf("the matching process's policy %d 3 s after the agent started, want FIFO", policy())
+	}
+	// It says what it holds — the process, what it applied, the CPUs
+	// it ran on — in the CLI (over the API) and the metrics.
+	held := regexp.MustCompile(fmt.Sprintf(`(?m)^1\s+%d\s+sleep\s+1\s+fifo 10\s+\d`, pid))
+	var out []byte
+	if !waitFor(3*time.Second, func() bool {
+		out, _ = exec.Command(edgeplaneBin, "get", "strategies", "--server", "unix://"+agent.DefaultAPISocket(g.PinDir)).CombinedOutput()
+		return held.Match(out)
+	}) {
+		t.Errorf("get strategies does not show process %d held with fifo 10 and its CPU:\n%s", pid, out)
+	}
+	t.Logf("get strategies:\n%s", out)
+	fams := g.scrape()
+	if n, _ := metricValue(fams, "edgeplane_strategy_threads", map[string]string{"strategy": "1"}); n != 1 {
+		t.Errorf("edgeplane_strategy_threads{strategy=1} = %v, want 1", n)
+	}
+	if len(fams["edgeplane_strategy_ran_on"].GetMetric()) == 0 {
+		t.Error("no edgeplane_strategy_ran_on series")
 	}
 	if err := g.StopAgent(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

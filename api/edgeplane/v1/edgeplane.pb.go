@@ -3400,6 +3400,205 @@ func (x *ListPathStatusResponse) GetPaths() []*PathStatus {
 	return nil
 }
 
+// StrategyStatus is what the agent holds for one CPU strategy.
+type StrategyStatus struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Strategy  uint32                 `protobuf:"varint,1,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	Processes []*StrategyProcess     `protobuf:"bytes,2,rep,name=processes,proto3" json:"processes,omitempty"`
+	// why a matching process was not given what the strategy says, or
+	// what of the rest failed ("": nothing)
+	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// what the strategy changed beyond its processes: the group its
+	// root-level processes were moved into, the groups whose weight it
+	// lowered, the threads of other processes moved off its CPUs
+	Others        string `protobuf:"bytes,4,opt,name=others,proto3" json:"others,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StrategyStatus) Reset() {
+	*x = StrategyStatus{}
+	mi := &file_edgeplane_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StrategyStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StrategyStatus) ProtoMessage() {}
+
+func (x *StrategyStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StrategyStatus.ProtoReflect.Descriptor instead.
+func (*StrategyStatus) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *StrategyStatus) GetStrategy() uint32 {
+	if x != nil {
+		return x.Strategy
+	}
+	return 0
+}
+
+func (x *StrategyStatus) GetProcesses() []*StrategyProcess {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
+func (x *StrategyStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *StrategyStatus) GetOthers() string {
+	if x != nil {
+		return x.Others
+	}
+	return ""
+}
+
+// StrategyProcess is a process a strategy holds.
+type StrategyProcess struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pid   int32                  `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	Comm  string                 `protobuf:"bytes,2,opt,name=comm,proto3" json:"comm,omitempty"`
+	// its threads the strategy holds
+	Threads uint32 `protobuf:"varint,3,opt,name=threads,proto3" json:"threads,omitempty"`
+	// what was applied to them, such as "fifo 50, cpus 1"
+	Applied string `protobuf:"bytes,4,opt,name=applied,proto3" json:"applied,omitempty"`
+	// the CPUs its threads were seen on, at each of the agent's scans
+	// since the strategy took it (each thread's last CPU, from /proc)
+	RanOn         []uint32 `protobuf:"varint,5,rep,packed,name=ran_on,json=ranOn,proto3" json:"ran_on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StrategyProcess) Reset() {
+	*x = StrategyProcess{}
+	mi := &file_edgeplane_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StrategyProcess) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StrategyProcess) ProtoMessage() {}
+
+func (x *StrategyProcess) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StrategyProcess.ProtoReflect.Descriptor instead.
+func (*StrategyProcess) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *StrategyProcess) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *StrategyProcess) GetComm() string {
+	if x != nil {
+		return x.Comm
+	}
+	return ""
+}
+
+func (x *StrategyProcess) GetThreads() uint32 {
+	if x != nil {
+		return x.Threads
+	}
+	return 0
+}
+
+func (x *StrategyProcess) GetApplied() string {
+	if x != nil {
+		return x.Applied
+	}
+	return ""
+}
+
+func (x *StrategyProcess) GetRanOn() []uint32 {
+	if x != nil {
+		return x.RanOn
+	}
+	return nil
+}
+
+type ListStrategyStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Strategies    []*StrategyStatus      `protobuf:"bytes,1,rep,name=strategies,proto3" json:"strategies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStrategyStatusResponse) Reset() {
+	*x = ListStrategyStatusResponse{}
+	mi := &file_edgeplane_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStrategyStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStrategyStatusResponse) ProtoMessage() {}
+
+func (x *ListStrategyStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStrategyStatusResponse.ProtoReflect.Descriptor instead.
+func (*ListStrategyStatusResponse) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ListStrategyStatusResponse) GetStrategies() []*StrategyStatus {
+	if x != nil {
+		return x.Strategies
+	}
+	return nil
+}
+
 var File_edgeplane_proto protoreflect.FileDescriptor
 
 const file_edgeplane_proto_rawDesc = "" +
@@ -3686,7 +3885,22 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x0etcp_min_rtt_us\x18\x0e \x01(\x04R\vtcpMinRttUs\x12&\n" +
 	"\x0ftcp_rtt_samples\x18\x0f \x01(\x04R\rtcpRttSamples\"H\n" +
 	"\x16ListPathStatusResponse\x12.\n" +
-	"\x05paths\x18\x01 \x03(\v2\x18.edgeplane.v1.PathStatusR\x05paths*\xb4\x01\n" +
+	"\x05paths\x18\x01 \x03(\v2\x18.edgeplane.v1.PathStatusR\x05paths\"\x97\x01\n" +
+	"\x0eStrategyStatus\x12\x1a\n" +
+	"\bstrategy\x18\x01 \x01(\rR\bstrategy\x12;\n" +
+	"\tprocesses\x18\x02 \x03(\v2\x1d.edgeplane.v1.StrategyProcessR\tprocesses\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
+	"\x06others\x18\x04 \x01(\tR\x06others\"\x82\x01\n" +
+	"\x0fStrategyProcess\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x12\n" +
+	"\x04comm\x18\x02 \x01(\tR\x04comm\x12\x18\n" +
+	"\athreads\x18\x03 \x01(\rR\athreads\x12\x18\n" +
+	"\aapplied\x18\x04 \x01(\tR\aapplied\x12\x15\n" +
+	"\x06ran_on\x18\x05 \x03(\rR\x05ranOn\"Z\n" +
+	"\x1aListStrategyStatusResponse\x12<\n" +
+	"\n" +
+	"strategies\x18\x01 \x03(\v2\x1c.edgeplane.v1.StrategyStatusR\n" +
+	"strategies*\xb4\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKIND_INTERFACE\x10\x01\x12\r\n" +
@@ -3697,7 +3911,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\fKIND_SERVICE\x10\x06\x12\x12\n" +
 	"\x0eKIND_QOS_CLASS\x10\a\x12\x10\n" +
 	"\fKIND_FLOWOPT\x10\b\x12\x11\n" +
-	"\rKIND_STRATEGY\x10\t2\xae\f\n" +
+	"\rKIND_STRATEGY\x10\t2\x89\r\n" +
 	"\aGateway\x12@\n" +
 	"\x05Apply\x12\x1a.edgeplane.v1.ApplyRequest\x1a\x1b.edgeplane.v1.ApplyResponse\x12Q\n" +
 	"\x0eListInterfaces\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListInterfacesResponse\x12G\n" +
@@ -3722,7 +3936,8 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\vGetStrategy\x12\x1c.edgeplane.v1.GetByIDRequest\x1a\x16.edgeplane.v1.Strategy\x12>\n" +
 	"\bGetStats\x12\x1d.edgeplane.v1.GetStatsRequest\x1a\x13.edgeplane.v1.Stats\x12L\n" +
 	"\tListFlows\x12\x1e.edgeplane.v1.ListFlowsRequest\x1a\x1f.edgeplane.v1.ListFlowsResponse\x12Q\n" +
-	"\x0eListPathStatus\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListPathStatusResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
+	"\x0eListPathStatus\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListPathStatusResponse\x12Y\n" +
+	"\x12ListStrategyStatus\x12\x19.edgeplane.v1.ListRequest\x1a(.edgeplane.v1.ListStrategyStatusResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
 
 var (
 	file_edgeplane_proto_rawDescOnce sync.Once
@@ -3737,55 +3952,58 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_edgeplane_proto_goTypes = []any{
-	(Kind)(0),                      // 0: edgeplane.v1.Kind
-	(*Interface)(nil),              // 1: edgeplane.v1.Interface
-	(*Path)(nil),                   // 2: edgeplane.v1.Path
-	(*PathMonitor)(nil),            // 3: edgeplane.v1.PathMonitor
-	(*Far)(nil),                    // 4: edgeplane.v1.Far
-	(*Lbr)(nil),                    // 5: edgeplane.v1.Lbr
-	(*Sla)(nil),                    // 6: edgeplane.v1.Sla
-	(*Member)(nil),                 // 7: edgeplane.v1.Member
-	(*Service)(nil),                // 8: edgeplane.v1.Service
-	(*Health)(nil),                 // 9: edgeplane.v1.Health
-	(*Match)(nil),                  // 10: edgeplane.v1.Match
-	(*Pdr)(nil),                    // 11: edgeplane.v1.Pdr
-	(*QosClass)(nil),               // 12: edgeplane.v1.QosClass
-	(*FlowOptModule)(nil),          // 13: edgeplane.v1.FlowOptModule
-	(*Strategy)(nil),               // 14: edgeplane.v1.Strategy
-	(*Selectors)(nil),              // 15: edgeplane.v1.Selectors
-	(*Object)(nil),                 // 16: edgeplane.v1.Object
-	(*Ref)(nil),                    // 17: edgeplane.v1.Ref
-	(*Operation)(nil),              // 18: edgeplane.v1.Operation
-	(*ApplyRequest)(nil),           // 19: edgeplane.v1.ApplyRequest
-	(*ApplyResponse)(nil),          // 20: edgeplane.v1.ApplyResponse
-	(*ListRequest)(nil),            // 21: edgeplane.v1.ListRequest
-	(*GetByIDRequest)(nil),         // 22: edgeplane.v1.GetByIDRequest
-	(*GetByNameRequest)(nil),       // 23: edgeplane.v1.GetByNameRequest
-	(*ListInterfacesResponse)(nil), // 24: edgeplane.v1.ListInterfacesResponse
-	(*ListPathsResponse)(nil),      // 25: edgeplane.v1.ListPathsResponse
-	(*ListFarsResponse)(nil),       // 26: edgeplane.v1.ListFarsResponse
-	(*ListPdrsResponse)(nil),       // 27: edgeplane.v1.ListPdrsResponse
-	(*ListLbrsResponse)(nil),       // 28: edgeplane.v1.ListLbrsResponse
-	(*ListServicesResponse)(nil),   // 29: edgeplane.v1.ListServicesResponse
-	(*ListQosClassesResponse)(nil), // 30: edgeplane.v1.ListQosClassesResponse
-	(*ListFlowOptResponse)(nil),    // 31: edgeplane.v1.ListFlowOptResponse
-	(*ListStrategiesResponse)(nil), // 32: edgeplane.v1.ListStrategiesResponse
-	(*GetStatsRequest)(nil),        // 33: edgeplane.v1.GetStatsRequest
-	(*Counter)(nil),                // 34: edgeplane.v1.Counter
-	(*PdrCounter)(nil),             // 35: edgeplane.v1.PdrCounter
-	(*PathCounter)(nil),            // 36: edgeplane.v1.PathCounter
-	(*Stats)(nil),                  // 37: edgeplane.v1.Stats
-	(*BackendCounter)(nil),         // 38: edgeplane.v1.BackendCounter
-	(*ListFlowsRequest)(nil),       // 39: edgeplane.v1.ListFlowsRequest
-	(*Flow)(nil),                   // 40: edgeplane.v1.Flow
-	(*ListFlowsResponse)(nil),      // 41: edgeplane.v1.ListFlowsResponse
-	(*PathStatus)(nil),             // 42: edgeplane.v1.PathStatus
-	(*ListPathStatusResponse)(nil), // 43: edgeplane.v1.ListPathStatusResponse
-	nil,                            // 44: edgeplane.v1.Selectors.PodLabelsEntry
-	nil,                            // 45: edgeplane.v1.Stats.VerdictsEntry
-	nil,                            // 46: edgeplane.v1.Stats.ReasonsEntry
+	(Kind)(0),                          // 0: edgeplane.v1.Kind
+	(*Interface)(nil),                  // 1: edgeplane.v1.Interface
+	(*Path)(nil),                       // 2: edgeplane.v1.Path
+	(*PathMonitor)(nil),                // 3: edgeplane.v1.PathMonitor
+	(*Far)(nil),                        // 4: edgeplane.v1.Far
+	(*Lbr)(nil),                        // 5: edgeplane.v1.Lbr
+	(*Sla)(nil),                        // 6: edgeplane.v1.Sla
+	(*Member)(nil),                     // 7: edgeplane.v1.Member
+	(*Service)(nil),                    // 8: edgeplane.v1.Service
+	(*Health)(nil),                     // 9: edgeplane.v1.Health
+	(*Match)(nil),                      // 10: edgeplane.v1.Match
+	(*Pdr)(nil),                        // 11: edgeplane.v1.Pdr
+	(*QosClass)(nil),                   // 12: edgeplane.v1.QosClass
+	(*FlowOptModule)(nil),              // 13: edgeplane.v1.FlowOptModule
+	(*Strategy)(nil),                   // 14: edgeplane.v1.Strategy
+	(*Selectors)(nil),                  // 15: edgeplane.v1.Selectors
+	(*Object)(nil),                     // 16: edgeplane.v1.Object
+	(*Ref)(nil),                        // 17: edgeplane.v1.Ref
+	(*Operation)(nil),                  // 18: edgeplane.v1.Operation
+	(*ApplyRequest)(nil),               // 19: edgeplane.v1.ApplyRequest
+	(*ApplyResponse)(nil),              // 20: edgeplane.v1.ApplyResponse
+	(*ListRequest)(nil),                // 21: edgeplane.v1.ListRequest
+	(*GetByIDRequest)(nil),             // 22: edgeplane.v1.GetByIDRequest
+	(*GetByNameRequest)(nil),           // 23: edgeplane.v1.GetByNameRequest
+	(*ListInterfacesResponse)(nil),     // 24: edgeplane.v1.ListInterfacesResponse
+	(*ListPathsResponse)(nil),          // 25: edgeplane.v1.ListPathsResponse
+	(*ListFarsResponse)(nil),           // 26: edgeplane.v1.ListFarsResponse
+	(*ListPdrsResponse)(nil),           // 27: edgeplane.v1.ListPdrsResponse
+	(*ListLbrsResponse)(nil),           // 28: edgeplane.v1.ListLbrsResponse
+	(*ListServicesResponse)(nil),       // 29: edgeplane.v1.ListServicesResponse
+	(*ListQosClassesResponse)(nil),     // 30: edgeplane.v1.ListQosClassesResponse
+	(*ListFlowOptResponse)(nil),        // 31: edgeplane.v1.ListFlowOptResponse
+	(*ListStrategiesResponse)(nil),     // 32: edgeplane.v1.ListStrategiesResponse
+	(*GetStatsRequest)(nil),            // 33: edgeplane.v1.GetStatsRequest
+	(*Counter)(nil),                    // 34: edgeplane.v1.Counter
+	(*PdrCounter)(nil),                 // 35: edgeplane.v1.PdrCounter
+	(*PathCounter)(nil),                // 36: edgeplane.v1.PathCounter
+	(*Stats)(nil),                      // 37: edgeplane.v1.Stats
+	(*BackendCounter)(nil),             // 38: edgeplane.v1.BackendCounter
+	(*ListFlowsRequest)(nil),           // 39: edgeplane.v1.ListFlowsRequest
+	(*Flow)(nil),                       // 40: edgeplane.v1.Flow
+	(*ListFlowsResponse)(nil),          // 41: edgeplane.v1.ListFlowsResponse
+	(*PathStatus)(nil),                 // 42: edgeplane.v1.PathStatus
+	(*ListPathStatusResponse)(nil),     // 43: edgeplane.v1.ListPathStatusResponse
+	(*StrategyStatus)(nil),             // 44: edgeplane.v1.StrategyStatus
+	(*StrategyProcess)(nil),            // 45: edgeplane.v1.StrategyProcess
+	(*ListStrategyStatusResponse)(nil), // 46: edgeplane.v1.ListStrategyStatusResponse
+	nil,                                // 47: edgeplane.v1.Selectors.PodLabelsEntry
+	nil,                                // 48: edgeplane.v1.Stats.VerdictsEntry
+	nil,                                // 49: edgeplane.v1.Stats.ReasonsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
 	3,  // 0: edgeplane.v1.Path.monitor:type_name -> edgeplane.v1.PathMonitor
@@ -3794,7 +4012,7 @@ var file_edgeplane_proto_depIdxs = []int32{
 	9,  // 3: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
 	10, // 4: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
 	15, // 5: edgeplane.v1.Strategy.selectors:type_name -> edgeplane.v1.Selectors
-	44, // 6: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
+	47, // 6: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
 	1,  // 7: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
 	2,  // 8: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
 	4,  // 9: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
@@ -3822,64 +4040,68 @@ var file_edgeplane_proto_depIdxs = []int32{
 	34, // 31: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
 	34, // 32: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
 	35, // 33: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	45, // 34: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	46, // 35: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	48, // 34: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	49, // 35: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
 	36, // 36: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
 	38, // 37: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
 	34, // 38: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
 	40, // 39: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
 	42, // 40: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
-	34, // 41: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	34, // 42: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	19, // 43: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	21, // 44: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	23, // 45: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	21, // 46: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	22, // 47: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 48: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	22, // 49: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 50: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	22, // 51: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 52: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	22, // 53: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 54: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	22, // 55: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 56: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
-	22, // 57: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 58: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
-	23, // 59: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
-	21, // 60: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
-	22, // 61: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
-	33, // 62: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	39, // 63: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	21, // 64: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
-	20, // 65: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	24, // 66: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	1,  // 67: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	25, // 68: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	2,  // 69: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	26, // 70: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	4,  // 71: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	27, // 72: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	11, // 73: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	28, // 74: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	5,  // 75: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	29, // 76: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	8,  // 77: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	30, // 78: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
-	12, // 79: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
-	31, // 80: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
-	13, // 81: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
-	32, // 82: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
-	14, // 83: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
-	37, // 84: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	41, // 85: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	43, // 86: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
-	65, // [65:87] is the sub-list for method output_type
-	43, // [43:65] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	45, // 41: edgeplane.v1.StrategyStatus.processes:type_name -> edgeplane.v1.StrategyProcess
+	44, // 42: edgeplane.v1.ListStrategyStatusResponse.strategies:type_name -> edgeplane.v1.StrategyStatus
+	34, // 43: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	34, // 44: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	19, // 45: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	21, // 46: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	23, // 47: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	21, // 48: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	22, // 49: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 50: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	22, // 51: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 52: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	22, // 53: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 54: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	22, // 55: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 56: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	22, // 57: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 58: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
+	22, // 59: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 60: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
+	23, // 61: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
+	21, // 62: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
+	22, // 63: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
+	33, // 64: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	39, // 65: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	21, // 66: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
+	21, // 67: edgeplane.v1.Gateway.ListStrategyStatus:input_type -> edgeplane.v1.ListRequest
+	20, // 68: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	24, // 69: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	1,  // 70: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	25, // 71: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	2,  // 72: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	26, // 73: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	4,  // 74: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	27, // 75: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	11, // 76: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	28, // 77: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	5,  // 78: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	29, // 79: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	8,  // 80: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	30, // 81: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
+	12, // 82: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
+	31, // 83: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
+	13, // 84: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
+	32, // 85: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
+	14, // 86: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
+	37, // 87: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	41, // 88: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	43, // 89: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
+	46, // 90: edgeplane.v1.Gateway.ListStrategyStatus:output_type -> edgeplane.v1.ListStrategyStatusResponse
+	68, // [68:91] is the sub-list for method output_type
+	45, // [45:68] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -3914,7 +4136,7 @@ func file_edgeplane_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   46,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

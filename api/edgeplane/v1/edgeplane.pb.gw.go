@@ -679,6 +679,27 @@ func local_request_Gateway_ListPathStatus_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
+func request_Gateway_ListStrategyStatus_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListRequest
+		metadata runtime.ServerMetadata
+	)
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ListStrategyStatus(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_Gateway_ListStrategyStatus_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListRequest
+		metadata runtime.ServerMetadata
+	)
+	msg, err := server.ListStrategyStatus(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterGatewayHandlerServer registers the http handlers for service Gateway to "mux".
 // UnaryRPC     :call GatewayServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -1125,6 +1146,26 @@ func RegisterGatewayHandlerServer(ctx context.Context, mux *runtime.ServeMux, se
 		}
 		forward_Gateway_ListPathStatus_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_Gateway_ListStrategyStatus_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/edgeplane.v1.Gateway/ListStrategyStatus", runtime.WithHTTPPathPattern("/v1/strategy-status"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_Gateway_ListStrategyStatus_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_Gateway_ListStrategyStatus_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 
 	return nil
 }
@@ -1539,55 +1580,74 @@ func RegisterGatewayHandlerClient(ctx context.Context, mux *runtime.ServeMux, cl
 		}
 		forward_Gateway_ListPathStatus_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_Gateway_ListStrategyStatus_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/edgeplane.v1.Gateway/ListStrategyStatus", runtime.WithHTTPPathPattern("/v1/strategy-status"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_Gateway_ListStrategyStatus_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_Gateway_ListStrategyStatus_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_Gateway_Apply_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "apply"}, ""))
-	pattern_Gateway_ListInterfaces_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "interfaces"}, ""))
-	pattern_Gateway_GetInterface_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "interfaces", "name"}, ""))
-	pattern_Gateway_ListPaths_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "paths"}, ""))
-	pattern_Gateway_GetPath_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "paths", "id"}, ""))
-	pattern_Gateway_ListFars_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "fars"}, ""))
-	pattern_Gateway_GetFar_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "fars", "id"}, ""))
-	pattern_Gateway_ListPdrs_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "pdrs"}, ""))
-	pattern_Gateway_GetPdr_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "pdrs", "id"}, ""))
-	pattern_Gateway_ListLbrs_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "lbrs"}, ""))
-	pattern_Gateway_GetLbr_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "lbrs", "id"}, ""))
-	pattern_Gateway_ListServices_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "services"}, ""))
-	pattern_Gateway_GetService_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "services", "id"}, ""))
-	pattern_Gateway_ListQosClasses_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "qos-classes"}, ""))
-	pattern_Gateway_GetQosClass_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "qos-classes", "id"}, ""))
-	pattern_Gateway_ListFlowOpt_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "flowopt"}, ""))
-	pattern_Gateway_GetFlowOpt_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "flowopt", "name"}, ""))
-	pattern_Gateway_ListStrategies_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "strategies"}, ""))
-	pattern_Gateway_GetStrategy_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "strategies", "id"}, ""))
-	pattern_Gateway_GetStats_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "stats"}, ""))
-	pattern_Gateway_ListFlows_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "flows"}, ""))
-	pattern_Gateway_ListPathStatus_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "path-status"}, ""))
+	pattern_Gateway_Apply_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "apply"}, ""))
+	pattern_Gateway_ListInterfaces_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "interfaces"}, ""))
+	pattern_Gateway_GetInterface_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "interfaces", "name"}, ""))
+	pattern_Gateway_ListPaths_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "paths"}, ""))
+	pattern_Gateway_GetPath_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "paths", "id"}, ""))
+	pattern_Gateway_ListFars_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "fars"}, ""))
+	pattern_Gateway_GetFar_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "fars", "id"}, ""))
+	pattern_Gateway_ListPdrs_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "pdrs"}, ""))
+	pattern_Gateway_GetPdr_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "pdrs", "id"}, ""))
+	pattern_Gateway_ListLbrs_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "lbrs"}, ""))
+	pattern_Gateway_GetLbr_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "lbrs", "id"}, ""))
+	pattern_Gateway_ListServices_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "services"}, ""))
+	pattern_Gateway_GetService_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "services", "id"}, ""))
+	pattern_Gateway_ListQosClasses_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "qos-classes"}, ""))
+	pattern_Gateway_GetQosClass_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "qos-classes", "id"}, ""))
+	pattern_Gateway_ListFlowOpt_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "flowopt"}, ""))
+	pattern_Gateway_GetFlowOpt_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "flowopt", "name"}, ""))
+	pattern_Gateway_ListStrategies_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "strategies"}, ""))
+	pattern_Gateway_GetStrategy_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "strategies", "id"}, ""))
+	pattern_Gateway_GetStats_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "stats"}, ""))
+	pattern_Gateway_ListFlows_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "flows"}, ""))
+	pattern_Gateway_ListPathStatus_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "path-status"}, ""))
+	pattern_Gateway_ListStrategyStatus_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "strategy-status"}, ""))
 )
 
 var (
-	forward_Gateway_Apply_0          = runtime.ForwardResponseMessage
-	forward_Gateway_ListInterfaces_0 = runtime.ForwardResponseMessage
-	forward_Gateway_GetInterface_0   = runtime.ForwardResponseMessage
-	forward_Gateway_ListPaths_0      = runtime.ForwardResponseMessage
-	forward_Gateway_GetPath_0        = runtime.ForwardResponseMessage
-	forward_Gateway_ListFars_0       = runtime.ForwardResponseMessage
-	forward_Gateway_GetFar_0         = runtime.ForwardResponseMessage
-	forward_Gateway_ListPdrs_0       = runtime.ForwardResponseMessage
-	forward_Gateway_GetPdr_0         = runtime.ForwardResponseMessage
-	forward_Gateway_ListLbrs_0       = runtime.ForwardResponseMessage
-	forward_Gateway_GetLbr_0         = runtime.ForwardResponseMessage
-	forward_Gateway_ListServices_0   = runtime.ForwardResponseMessage
-	forward_Gateway_GetService_0     = runtime.ForwardResponseMessage
-	forward_Gateway_ListQosClasses_0 = runtime.ForwardResponseMessage
-	forward_Gateway_GetQosClass_0    = runtime.ForwardResponseMessage
-	forward_Gateway_ListFlowOpt_0    = runtime.ForwardResponseMessage
-	forward_Gateway_GetFlowOpt_0     = runtime.ForwardResponseMessage
-	forward_Gateway_ListStrategies_0 = runtime.ForwardResponseMessage
-	forward_Gateway_GetStrategy_0    = runtime.ForwardResponseMessage
-	forward_Gateway_GetStats_0       = runtime.ForwardResponseMessage
-	forward_Gateway_ListFlows_0      = runtime.ForwardResponseMessage
-	forward_Gateway_ListPathStatus_0 = runtime.ForwardResponseMessage
+	forward_Gateway_Apply_0              = runtime.ForwardResponseMessage
+	forward_Gateway_ListInterfaces_0     = runtime.ForwardResponseMessage
+	forward_Gateway_GetInterface_0       = runtime.ForwardResponseMessage
+	forward_Gateway_ListPaths_0          = runtime.ForwardResponseMessage
+	forward_Gateway_GetPath_0            = runtime.ForwardResponseMessage
+	forward_Gateway_ListFars_0           = runtime.ForwardResponseMessage
+	forward_Gateway_GetFar_0             = runtime.ForwardResponseMessage
+	forward_Gateway_ListPdrs_0           = runtime.ForwardResponseMessage
+	forward_Gateway_GetPdr_0             = runtime.ForwardResponseMessage
+	forward_Gateway_ListLbrs_0           = runtime.ForwardResponseMessage
+	forward_Gateway_GetLbr_0             = runtime.ForwardResponseMessage
+	forward_Gateway_ListServices_0       = runtime.ForwardResponseMessage
+	forward_Gateway_GetService_0         = runtime.ForwardResponseMessage
+	forward_Gateway_ListQosClasses_0     = runtime.ForwardResponseMessage
+	forward_Gateway_GetQosClass_0        = runtime.ForwardResponseMessage
+	forward_Gateway_ListFlowOpt_0        = runtime.ForwardResponseMessage
+	forward_Gateway_GetFlowOpt_0         = runtime.ForwardResponseMessage
+	forward_Gateway_ListStrategies_0     = runtime.ForwardResponseMessage
+	forward_Gateway_GetStrategy_0        = runtime.ForwardResponseMessage
+	forward_Gateway_GetStats_0           = runtime.ForwardResponseMessage
+	forward_Gateway_ListFlows_0          = runtime.ForwardResponseMessage
+	forward_Gateway_ListPathStatus_0     = runtime.ForwardResponseMessage
+	forward_Gateway_ListStrategyStatus_0 = runtime.ForwardResponseMessage
 )

@@ -29,28 +29,29 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Gateway_Apply_FullMethodName          = "/edgeplane.v1.Gateway/Apply"
-	Gateway_ListInterfaces_FullMethodName = "/edgeplane.v1.Gateway/ListInterfaces"
-	Gateway_GetInterface_FullMethodName   = "/edgeplane.v1.Gateway/GetInterface"
-	Gateway_ListPaths_FullMethodName      = "/edgeplane.v1.Gateway/ListPaths"
-	Gateway_GetPath_FullMethodName        = "/edgeplane.v1.Gateway/GetPath"
-	Gateway_ListFars_FullMethodName       = "/edgeplane.v1.Gateway/ListFars"
-	Gateway_GetFar_FullMethodName         = "/edgeplane.v1.Gateway/GetFar"
-	Gateway_ListPdrs_FullMethodName       = "/edgeplane.v1.Gateway/ListPdrs"
-	Gateway_GetPdr_FullMethodName         = "/edgeplane.v1.Gateway/GetPdr"
-	Gateway_ListLbrs_FullMethodName       = "/edgeplane.v1.Gateway/ListLbrs"
-	Gateway_GetLbr_FullMethodName         = "/edgeplane.v1.Gateway/GetLbr"
-	Gateway_ListServices_FullMethodName   = "/edgeplane.v1.Gateway/ListServices"
-	Gateway_GetService_FullMethodName     = "/edgeplane.v1.Gateway/GetService"
-	Gateway_ListQosClasses_FullMethodName = "/edgeplane.v1.Gateway/ListQosClasses"
-	Gateway_GetQosClass_FullMethodName    = "/edgeplane.v1.Gateway/GetQosClass"
-	Gateway_ListFlowOpt_FullMethodName    = "/edgeplane.v1.Gateway/ListFlowOpt"
-	Gateway_GetFlowOpt_FullMethodName     = "/edgeplane.v1.Gateway/GetFlowOpt"
-	Gateway_ListStrategies_FullMethodName = "/edgeplane.v1.Gateway/ListStrategies"
-	Gateway_GetStrategy_FullMethodName    = "/edgeplane.v1.Gateway/GetStrategy"
-	Gateway_GetStats_FullMethodName       = "/edgeplane.v1.Gateway/GetStats"
-	Gateway_ListFlows_FullMethodName      = "/edgeplane.v1.Gateway/ListFlows"
-	Gateway_ListPathStatus_FullMethodName = "/edgeplane.v1.Gateway/ListPathStatus"
+	Gateway_Apply_FullMethodName              = "/edgeplane.v1.Gateway/Apply"
+	Gateway_ListInterfaces_FullMethodName     = "/edgeplane.v1.Gateway/ListInterfaces"
+	Gateway_GetInterface_FullMethodName       = "/edgeplane.v1.Gateway/GetInterface"
+	Gateway_ListPaths_FullMethodName          = "/edgeplane.v1.Gateway/ListPaths"
+	Gateway_GetPath_FullMethodName            = "/edgeplane.v1.Gateway/GetPath"
+	Gateway_ListFars_FullMethodName           = "/edgeplane.v1.Gateway/ListFars"
+	Gateway_GetFar_FullMethodName             = "/edgeplane.v1.Gateway/GetFar"
+	Gateway_ListPdrs_FullMethodName           = "/edgeplane.v1.Gateway/ListPdrs"
+	Gateway_GetPdr_FullMethodName             = "/edgeplane.v1.Gateway/GetPdr"
+	Gateway_ListLbrs_FullMethodName           = "/edgeplane.v1.Gateway/ListLbrs"
+	Gateway_GetLbr_FullMethodName             = "/edgeplane.v1.Gateway/GetLbr"
+	Gateway_ListServices_FullMethodName       = "/edgeplane.v1.Gateway/ListServices"
+	Gateway_GetService_FullMethodName         = "/edgeplane.v1.Gateway/GetService"
+	Gateway_ListQosClasses_FullMethodName     = "/edgeplane.v1.Gateway/ListQosClasses"
+	Gateway_GetQosClass_FullMethodName        = "/edgeplane.v1.Gateway/GetQosClass"
+	Gateway_ListFlowOpt_FullMethodName        = "/edgeplane.v1.Gateway/ListFlowOpt"
+	Gateway_GetFlowOpt_FullMethodName         = "/edgeplane.v1.Gateway/GetFlowOpt"
+	Gateway_ListStrategies_FullMethodName     = "/edgeplane.v1.Gateway/ListStrategies"
+	Gateway_GetStrategy_FullMethodName        = "/edgeplane.v1.Gateway/GetStrategy"
+	Gateway_GetStats_FullMethodName           = "/edgeplane.v1.Gateway/GetStats"
+	Gateway_ListFlows_FullMethodName          = "/edgeplane.v1.Gateway/ListFlows"
+	Gateway_ListPathStatus_FullMethodName     = "/edgeplane.v1.Gateway/ListPathStatus"
+	Gateway_ListStrategyStatus_FullMethodName = "/edgeplane.v1.Gateway/ListStrategyStatus"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -93,6 +94,10 @@ type GatewayClient interface {
 	// ListPathStatus lists each path's state as the agent's path monitor
 	// judges it from the probes the peer answers, with the measures.
 	ListPathStatus(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListPathStatusResponse, error)
+	// ListStrategyStatus lists what each CPU strategy holds: the processes
+	// it found, what it applied to them, the CPUs they ran on, and why it
+	// could not apply what it says.
+	ListStrategyStatus(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListStrategyStatusResponse, error)
 }
 
 type gatewayClient struct {
@@ -323,6 +328,16 @@ func (c *gatewayClient) ListPathStatus(ctx context.Context, in *ListRequest, opt
 	return out, nil
 }
 
+func (c *gatewayClient) ListStrategyStatus(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListStrategyStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListStrategyStatusResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListStrategyStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServer is the server API for Gateway service.
 // All implementations must embed UnimplementedGatewayServer
 // for forward compatibility.
@@ -363,6 +378,10 @@ type GatewayServer interface {
 	// ListPathStatus lists each path's state as the agent's path monitor
 	// judges it from the probes the peer answers, with the measures.
 	ListPathStatus(context.Context, *ListRequest) (*ListPathStatusResponse, error)
+	// ListStrategyStatus lists what each CPU strategy holds: the processes
+	// it found, what it applied to them, the CPUs they ran on, and why it
+	// could not apply what it says.
+	ListStrategyStatus(context.Context, *ListRequest) (*ListStrategyStatusResponse, error)
 	mustEmbedUnimplementedGatewayServer()
 }
 
@@ -438,6 +457,9 @@ func (UnimplementedGatewayServer) ListFlows(context.Context, *ListFlowsRequest) 
 }
 func (UnimplementedGatewayServer) ListPathStatus(context.Context, *ListRequest) (*ListPathStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPathStatus not implemented")
+}
+func (UnimplementedGatewayServer) ListStrategyStatus(context.Context, *ListRequest) (*ListStrategyStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListStrategyStatus not implemented")
 }
 func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
 func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
@@ -856,6 +878,24 @@ func _Gateway_ListPathStatus_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ListStrategyStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListStrategyStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListStrategyStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListStrategyStatus(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -950,6 +990,10 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListPathStatus",
 			Handler:    _Gateway_ListPathStatus_Handler,
+		},
+		{
+			MethodName: "ListStrategyStatus",
+			Handler:    _Gateway_ListStrategyStatus_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -133,6 +133,16 @@ func (c CountingConn) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// StrategyStatus implements api.Backend: each strategy of the config,
+// holding nothing (the backend applies none).
+func (b *Backend) StrategyStatus() []*pb.StrategyStatus {
+	var out []*pb.StrategyStatus
+	for _, s := range b.Config().Strategies {
+		out = append(out, &pb.StrategyStatus{Strategy: s.ID})
+	}
+	return out
+}
+
 // PathStatus implements api.Backend: every path of the config, up.
 func (b *Backend) PathStatus() []*pb.PathStatus {
 	var out []*pb.PathStatus
