@@ -65,7 +65,10 @@ type Options struct {
 	// on a listener of their own at any address given.
 	Pprof     bool
 	PprofAddr string
-	Log       *slog.Logger
+	// PodList is where CPU strategies' pod_labels are read (a URL, such
+	// as the kubelet's /pods, or a file); "": none.
+	PodList string
+	Log     *slog.Logger
 }
 
 // Agent is one running gateway agent.
@@ -259,6 +262,13 @@ func Run(ctx context.Context, opts Options) error {
 		Help: "1 for each CPU a CPU strategy's processes were seen running on (each thread's last CPU at the agent's scans, every second).",
 	}, []string{"strategy", "cpu"})
 	a.strategies = sched.New("/proc", strategyState(opts.ConfigPath))
+	if opts.PodList != "" {
+		pods, err := sched.NewPods(opts.PodList, podListEvery)
+		if err != nil {
+			return fmt.Errorf("--pod-list: %w", err)
+		}
+		a.strategies.SetPods(pods)
+	}
 	stDone := make(chan struct{})
 	stCtx, stopST := context.WithCancel(ctx)
 	go func() { a.runStrategies(stCtx, log); close(stDone) }()

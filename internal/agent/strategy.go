@@ -9,20 +9,31 @@ import (
 	"time"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/sched"
 )
 
 // strategyEvery is how often the agent looks for processes its CPU
-// strategies match (new ones, gone ones) and applies or gives back.
+// strategies match (new ones, gone ones) and applies or gives back, when
+// no event wakes it sooner.
 const strategyEvery = time.Second
+
+// strategySettle is how long the agent waits after a process event for
+// more before it scans: an exec or a burst of clones is one scan.
+const strategySettle = 5 * time.Millisecond
+
+// podListEvery is how often the pod list (pod labels) is read again, at
+// most.
+const podListEvery = 5 * time.Second
 
 // strategyState is where the agent keeps what its strategies changed
 // (beside the config file, as the journal is), so that the next start
 // after a crash gives it back.
 func strategyState(configPath string) string { return configPath + ".sched" }
 
-// runStrategies applies the config's CPU strategies every strategyEvery
-// until ctx ends, then gives every thread back what it had. Errors (a
-// policy the kernel refuses) are logged once each as they change.
+// runStrategies applies the config's CPU strategies every strategyEvery,
+// and as soon as a process event says one may have appeared, until ctx
+// ends; then it gives every thread back what it had. Errors (a policy
+// the kernel refuses) are logged once each as they change.
 func (a *Agent) runStrategies(ctx context.Context, log *slog.Logger) {
 	e := a.strategies
 	defer func() {
@@ -34,9 +45,25 @@ func (a *Agent) runStrategies(ctx context.Context, log *slog.Logger) {
 	}()
 	t := time.NewTicker(strategyEvery)
 	defer t.Stop()
+	var events <-chan struct{}
+	var ev *sched.Events
+	defer func() {
+		if ev != nil {
+			_ = ev.Close()
+		}
+	}()
 	said := map[uint32]string{}
 	for {
 		cfg := a.Config()
+		if len(cfg.Strategies) > 0 && ev == nil && events == nil {
+			var err error
+			if ev, err = sched.OpenEvents(); err != nil {
+				log.Info("cpu strategies: no process events; new processes are found at the scan every second", "why", err)
+				events = make(chan struct{}) // never: tried once
+			} else {
+				events = ev.C
+			}
+		}
 		if len(cfg.Strategies) > 0 || len(e.Holdings()) > 0 {
 			taken, given, err := e.Sync(cfg.Strategies)
 			if err != nil {
@@ -45,32 +72,59 @@ func (a *Agent) runStrategies(ctx context.Context, log *slog.Logger) {
 			if taken+given > 0 {
 				log.Info("cpu strategies", "threads_taken", taken, "threads_given_back", given)
 			}
+			if ev != nil {
+				if err := ev.Watch(e.HeldPIDs()); err != nil {
+					log.Warn("cpu strategies: watch the held processes' forks", "error", err)
+				}
+			}
 			for id, msg := range e.Errors {
 				if said[id] != msg {
 					log.Warn("cpu strategy not applied", "strategy", id, "error", msg)
 				}
 			}
 			said = e.Errors
-			a.strategyThreads.Reset()
-			a.strategyRanOn.Reset()
-			for _, st := range e.Status() {
-				id := strconv.FormatUint(uint64(st.Strategy), 10)
-				n := 0
-				for _, p := range st.Procs {
-					n += p.Threads
-					for _, cpu := range p.RanOn {
-						a.strategyRanOn.WithLabelValues(id, strconv.Itoa(cpu)).Set(1)
-					}
-				}
-				if n > 0 {
-					a.strategyThreads.WithLabelValues(id).Set(float64(n))
-				}
-			}
+			a.strategyMetrics(e)
 		}
+		if !a.nextScan(ctx, t.C, events, ev) {
+			return
+		}
+	}
+}
+
+// nextScan waits for the time of the next scan: the ticker's, or an
+// event's whose processes a scan would change (Engine.Wanted); false
+// when ctx ends.
+func (a *Agent) nextScan(ctx context.Context, tick <-chan time.Time, events <-chan struct{}, ev *sched.Events) bool {
+	for {
 		select {
 		case <-ctx.Done():
-			return
-		case <-t.C:
+			return false
+		case <-tick:
+			return true
+		case <-events:
+			time.Sleep(strategySettle)
+			if a.strategies.Wanted(a.Config().Strategies, ev.Take()) {
+				return true
+			}
+		}
+	}
+}
+
+// strategyMetrics sets the strategies' gauges from what e holds.
+func (a *Agent) strategyMetrics(e *sched.Engine) {
+	a.strategyThreads.Reset()
+	a.strategyRanOn.Reset()
+	for _, st := range e.Status() {
+		id := strconv.FormatUint(uint64(st.Strategy), 10)
+		n := 0
+		for _, p := range st.Procs {
+			n += p.Threads
+			for _, cpu := range p.RanOn {
+				a.strategyRanOn.WithLabelValues(id, strconv.Itoa(cpu)).Set(1)
+			}
+		}
+		if n > 0 {
+			a.strategyThreads.WithLabelValues(id).Set(float64(n))
 		}
 	}
 }

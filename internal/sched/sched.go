@@ -110,20 +110,17 @@ func Procs(root string) ([]Proc, error) {
 	return out, nil
 }
 
-// Matches tells whether strategy s takes process p: its command_regex
+// matches tells whether strategy s takes process p: its command_regex
 // matches the comm or the command line, and every selector given holds.
-// Pod labels need the kubelet's view, which this build does not read: a
-// strategy with them matches nothing (ErrPodLabels from Check).
-func Matches(s config.Strategy, re *regexp.Regexp, root string, p Proc) bool {
+// Pod labels need the engine's pod list (SetPods): without one, a
+// strategy with them matches nothing, and says why.
+func (e *Engine) matches(s config.Strategy, re *regexp.Regexp, p Proc) bool {
 	if re != nil && !re.MatchString(p.Comm) && !re.MatchString(p.Cmdline) {
 		return false
 	}
 	sel := s.Selectors
 	if sel == nil {
 		return re != nil
-	}
-	if len(sel.PodLabels) > 0 {
-		return false
 	}
 	if sel.Cgroup != "" && p.Cgroup != sel.Cgroup && !strings.HasPrefix(p.Cgroup, strings.TrimSuffix(sel.Cgroup, "/")+"/") {
 		return false
@@ -132,12 +129,39 @@ func Matches(s config.Strategy, re *regexp.Regexp, root string, p Proc) bool {
 		return false
 	}
 	if sel.Env != "" {
-		env, err := os.ReadFile(filepath.Join(root, strconv.Itoa(p.PID), "environ"))
+		env, err := os.ReadFile(filepath.Join(e.root, strconv.Itoa(p.PID), "environ"))
 		if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), sel.Env) {
 			return false
 		}
 	}
+	if len(sel.PodLabels) > 0 {
+		if e.pods == nil {
+			e.Errors[s.ID] = errNoPods.Error()
+			return false
+		}
+		uid := PodUID(p.Cgroup)
+		if uid == "" {
+			return false
+		}
+		labels, err := e.pods.Labels(uid)
+		if err != nil {
+			e.Errors[s.ID] = "pod_labels: " + err.Error()
+		}
+		for k, v := range sel.PodLabels {
+			if have, ok := labels[k]; !ok || have != v {
+				return false
+			}
+		}
+	}
 	return true
+}
+
+// SetPods gives the engine the pod list that strategies' pod_labels
+// are matched against.
+func (e *Engine) SetPods(p *Pods) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pods = p
 }
 
 // userIs tells whether user (a name or a numeric uid) is uid.
@@ -168,6 +192,7 @@ type Attr struct {
 	Runtime  uint64 `json:"runtime,omitempty"`
 	Deadline uint64 `json:"deadline,omitempty"`
 	Period   uint64 `json:"period,omitempty"`
+	Flags    uint64 `json:"flags,omitempty"` // SCHED_FLAG_RESET_ON_FORK
 	CPUs     []int  `json:"cpus,omitempty"`
 }
 
@@ -202,12 +227,15 @@ type state struct {
 	Weights map[string]string `json:"weights,omitempty"`
 	Groups  []string          `json:"groups,omitempty"`
 	Moved   []Moved           `json:"moved,omitempty"`
+	// IRQs are the IRQs steered, with their affinity before.
+	IRQs map[int]string `json:"irqs,omitempty"`
 }
 
 // Engine applies strategies and remembers what it changed.
 type Engine struct {
 	mu    sync.Mutex
 	root  string // /proc
+	sys   string // /sys
 	state string // the state file ("" : none)
 	held  map[int]*Held
 	// The weight mechanism: the cpu hierarchy (found when first
@@ -219,6 +247,12 @@ type Engine struct {
 	lowered []uint32 // the strategies the lowered weights are for
 	// moved are other processes' threads moved off dedicated CPUs.
 	moved map[int]*Moved
+	// irqs are the IRQs steered to strategies' CPUs, with their
+	// affinity before.
+	irqs  map[int]string
+	irqBy map[uint32][]int // the IRQs each strategy steers
+	// pods gives pod labels (nil: none).
+	pods *Pods
 	// ranOn is, by held process, the CPUs its threads were seen on at
 	// the scans since it was taken.
 	ranOn map[int]map[int]bool
@@ -230,8 +264,8 @@ type Engine struct {
 // New returns an engine over /proc-like root keeping its state in the
 // file state.
 func New(root, state string) *Engine {
-	return &Engine{root: root, state: state, held: map[int]*Held{}, weights: map[string]string{}, groups: map[uint32]string{},
-		moved: map[int]*Moved{}, ranOn: map[int]map[int]bool{}, Errors: map[uint32]string{}}
+	return &Engine{root: root, sys: "/sys", state: state, held: map[int]*Held{}, weights: map[string]string{}, groups: map[uint32]string{},
+		moved: map[int]*Moved{}, irqs: map[int]string{}, irqBy: map[uint32][]int{}, ranOn: map[int]map[int]bool{}, Errors: map[uint32]string{}}
 }
 
 // Recover puts back what a previous engine (a crashed agent) changed,
@@ -267,6 +301,9 @@ func Recover(root, statePath string) (int, error) {
 		}
 	}
 	var errs []error
+	for irq, before := range st.IRQs {
+		errs = append(errs, restoreIRQ(root, irq, before))
+	}
 	if len(st.Weights) > 0 || len(st.Groups) > 0 {
 		h, err := cpuHier(filepath.Join(root, "self", "mountinfo"))
 		if err != nil {
@@ -284,7 +321,8 @@ func getAttr(tid int) (Attr, error) {
 	if err != nil {
 		return Attr{}, err
 	}
-	out := Attr{Policy: a.Policy, Priority: a.Priority, Nice: a.Nice, Runtime: a.Runtime, Deadline: a.Deadline, Period: a.Period}
+	out := Attr{Policy: a.Policy, Priority: a.Priority, Nice: a.Nice, Runtime: a.Runtime, Deadline: a.Deadline, Period: a.Period,
+		Flags: a.Flags & unix.SCHED_FLAG_RESET_ON_FORK}
 	out.CPUs, _ = cpusOf(tid)
 	return out, nil
 }
@@ -293,7 +331,7 @@ func getAttr(tid int) (Attr, error) {
 func restore(h Held) error {
 	b := h.Before
 	a := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: b.Policy, Priority: b.Priority, Nice: b.Nice,
-		Runtime: b.Runtime, Deadline: b.Deadline, Period: b.Period}
+		Runtime: b.Runtime, Deadline: b.Deadline, Period: b.Period, Flags: b.Flags}
 	err := unix.SchedSetAttr(h.TID, &a, 0)
 	if len(b.CPUs) > 0 {
 		err = errors.Join(err, setCPUs(h.TID, b.CPUs))
@@ -354,6 +392,13 @@ func apply(s config.Strategy, tid int) (string, error) {
 			what = append(what, fmt.Sprintf("deadline %s/%s", s.ExecutionTime.D, s.Period.D))
 		}
 		if a.Policy != 0 {
+			// What a held thread makes (a thread, a child) starts
+			// back at SCHED_OTHER: a real-time policy spreads only
+			// to what the strategy matches (the next scan takes it),
+			// and a deadline task may fork at all (without the flag
+			// the kernel refuses a SCHED_DEADLINE task's fork with
+			// EAGAIN).
+			a.Flags = unix.SCHED_FLAG_RESET_ON_FORK
 			if err := unix.SchedSetAttr(tid, &a, 0); err != nil {
 				return "", policyError(s, err)
 			}
@@ -434,7 +479,7 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 			continue
 		}
 		for i, s := range strategies {
-			if !Matches(s, res[i], e.root, p) {
+			if !e.matches(s, res[i], p) {
 				continue
 			}
 			pids[s.ID] = append(pids[s.ID], p.PID)
@@ -493,6 +538,7 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 	}
 	e.syncWeights(strategies, pids)
 	e.syncDedicated(strategies, procs)
+	e.syncIRQs(strategies)
 	e.sampleCPUs()
 	return taken, given, e.save()
 }
@@ -588,6 +634,9 @@ func (e *Engine) Status() []Status {
 	for id, g := range e.groups {
 		get(id).Others = "its root-level processes in group " + g
 	}
+	for id := range e.irqBy {
+		get(id)
+	}
 	var out []Status
 	for _, id := range slices.Sorted(maps.Keys(by)) {
 		st := by[id]
@@ -604,6 +653,13 @@ func (e *Engine) Status() []Status {
 		}
 		if len(e.moved) > 0 && slices.ContainsFunc(st.Procs, func(p ProcStatus) bool { return strings.Contains(p.Applied, "cpus ") }) {
 			others = append(others, fmt.Sprintf("%d threads of other processes moved off its CPUs", len(e.moved)))
+		}
+		if irqs := e.irqBy[id]; len(irqs) > 0 {
+			var n []string
+			for _, irq := range slices.Sorted(slices.Values(irqs)) {
+				n = append(n, strconv.Itoa(irq))
+			}
+			others = append(others, "IRQs "+strings.Join(n, ",")+" on its CPUs")
 		}
 		st.Others = strings.Join(others, "; ")
 		out = append(out, *st)
@@ -856,6 +912,10 @@ func (e *Engine) RevertAll() error {
 		errs = append(errs, setCPUs(tid, m.Before))
 		delete(e.moved, tid)
 	}
+	for irq, before := range e.irqs {
+		errs = append(errs, restoreIRQ(e.root, irq, before))
+		delete(e.irqs, irq)
+	}
 	if e.hier != nil {
 		errs = append(errs, e.hier.undo(e.weights, slices.Collect(maps.Values(e.groups))))
 		e.weights, e.groups = map[string]string{}, map[uint32]string{}
@@ -866,6 +926,52 @@ func (e *Engine) RevertAll() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Wanted tells whether any of processes pids is one a scan would change:
+// held (its new threads), or matched by a strategy. It reads only those
+// processes, so an exec that no strategy wants costs no scan.
+func (e *Engine) Wanted(strategies []config.Strategy, pids []int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	held := map[int]bool{}
+	for _, h := range e.held {
+		held[h.PID] = true
+	}
+	res := make([]*regexp.Regexp, len(strategies))
+	for i, s := range strategies {
+		if s.CommandRegex != "" {
+			res[i], _ = regexp.Compile(s.CommandRegex)
+		}
+	}
+	for _, pid := range pids {
+		if held[pid] {
+			return true
+		}
+		p, err := ReadProc(e.root, pid)
+		if err != nil || p.Cmdline == "" {
+			continue
+		}
+		for i, s := range strategies {
+			if e.matches(s, res[i], p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// HeldPIDs returns the processes the strategies hold.
+func (e *Engine) HeldPIDs() []int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []int
+	for _, h := range e.held {
+		if !slices.Contains(out, h.PID) {
+			out = append(out, h.PID)
+		}
+	}
+	return out
 }
 
 // Holdings returns the threads each strategy holds.
@@ -885,13 +991,13 @@ func (e *Engine) save() error {
 	if e.state == "" {
 		return nil
 	}
-	if len(e.held) == 0 && len(e.weights) == 0 && len(e.groups) == 0 && len(e.moved) == 0 {
+	if len(e.held) == 0 && len(e.weights) == 0 && len(e.groups) == 0 && len(e.moved) == 0 && len(e.irqs) == 0 {
 		if err := os.Remove(e.state); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		return nil
 	}
-	st := state{Weights: e.weights, Groups: slices.Sorted(maps.Values(e.groups))}
+	st := state{Weights: e.weights, Groups: slices.Sorted(maps.Values(e.groups)), IRQs: e.irqs}
 	for _, h := range e.held {
 		st.Held = append(st.Held, *h)
 	}

@@ -7,8 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,6 +154,50 @@ func TestEngineDeadline(t *testing.T) {
 	}
 	if p, _ := policyOf(t, pid); p != unix.SCHED_NORMAL {
 		t.Errorf("after RevertAll: policy %d", p)
+	}
+	// A deadline process that forks: the kernel refuses a
+	// SCHED_DEADLINE task's fork (EAGAIN) unless its children reset to
+	// SCHED_OTHER, which the engine asks for; the children of a held
+	// process run SCHED_OTHER until a scan takes those that match.
+	forker := exec.Command("bash", "-c", "exec -a "+tag+"-forker bash -c 'while :; do /bin/sleep 0.05; done'")
+	if err := forker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = forker.Process.Kill(); _ = forker.Wait() })
+	time.Sleep(50 * time.Millisecond)
+	s = strategy(t, `{id: 2, command_regex: "^`+tag+`-forker", priority: true, policy: deadline, execution_time: 100us, period: 1ms}`)
+	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 || len(e.Errors) > 0 {
+		t.Fatalf("deadline on a forking process: %d taken, %v, %v", taken, err, e.Errors)
+	}
+	if p, _ := policyOf(t, forker.Process.Pid); p != unix.SCHED_DEADLINE {
+		t.Fatalf("forker: policy %d", p)
+	}
+	children := func() []int {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(forker.Process.Pid) + "/task/" + strconv.Itoa(forker.Process.Pid) + "/children")
+		var out []int
+		for _, f := range strings.Fields(string(b)) {
+			n, _ := strconv.Atoi(f)
+			out = append(out, n)
+		}
+		return out
+	}
+	var child int
+	for deadline := time.Now().Add(2 * time.Second); child == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if c := children(); len(c) > 0 {
+			child = c[0]
+		}
+	}
+	if child == 0 {
+		t.Fatal("the deadline process made no child in 2 s: its forks are refused")
+	}
+	if a, err := unix.SchedGetAttr(child, 0); err == nil && a.Policy != unix.SCHED_NORMAL {
+		t.Errorf("a child of the deadline process runs policy %d, want SCHED_OTHER", a.Policy)
+	}
+	if err := forker.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the forking process died: %v", err)
+	}
+	if err := e.RevertAll(); err != nil {
+		t.Fatal(err)
 	}
 	// 990 us of every 1 ms for one process more than there are CPUs:
 	// past what the kernel admits (95 % of each CPU by default), so at
@@ -322,5 +368,60 @@ func TestEngineDedicated(t *testing.T) {
 		if c := cpus(pid); c.Count() != runtime.NumCPU() {
 			t.Errorf("process %d after recovery: CPUs %v, want all", pid, c)
 		}
+	}
+}
+
+// TestEvents: an exec anywhere is reported with its process, at once; a
+// fork only by a watched process.
+func TestEvents(t *testing.T) {
+	testutil.RequireRoot(t)
+	ev, err := sched.OpenEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	took := func(pid int) (time.Duration, bool) {
+		start := time.Now()
+		for time.Since(start) < 2*time.Second {
+			select {
+			case <-ev.C:
+				if slices.Contains(ev.Take(), pid) {
+					return time.Since(start), true
+				}
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		return 0, false
+	}
+	_ = ev.Take()
+	tag := "edgeplane-ev-" + testutil.UniqueName("t")
+	// bash execs sleep: the exec is reported in sleep's (bash's) pid.
+	pid := sleeper(t, tag)
+	if _, ok := took(pid); !ok {
+		t.Fatalf("no exec event for process %d", pid)
+	}
+	// A process forking every 50 ms: its forks are reported once it
+	// is watched, and not before.
+	forker := exec.Command("bash", "-c", "while :; do /bin/true; sleep 0.05; done")
+	if err := forker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = forker.Process.Kill(); _ = forker.Wait() })
+	time.Sleep(100 * time.Millisecond)
+	_ = ev.Take()
+	time.Sleep(200 * time.Millisecond)
+	// Its children exec (true, sleep) in their own pids; the forker's
+	// own pid comes only from a fork.
+	if slices.Contains(ev.Take(), forker.Process.Pid) {
+		t.Error("an unwatched process's forks were reported")
+	}
+	if err := ev.Watch([]int{forker.Process.Pid}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := took(forker.Process.Pid); !ok {
+		t.Error("a watched process's forks are not reported")
+	}
+	if err := ev.Watch(nil); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -62,6 +63,29 @@ func TestAgentStrategy(t *testing.T) {
 	}
 	if len(fams["edgeplane_strategy_ran_on"].GetMetric()) == 0 {
 		t.Error("no edgeplane_strategy_ran_on series")
+	}
+	// A process started while the agent runs is taken at its exec (the
+	// agent's BPF process events), not at the scan a second later:
+	// five in a row each within 400 ms (by the scans alone, all five
+	// would be about one chance in a hundred).
+	for i := range 5 {
+		late := exec.Command("bash", "-c", "exec -a "+tag+"-late"+strconv.Itoa(i)+" sleep 60")
+		start := time.Now()
+		if err := late.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = late.Process.Kill(); _ = late.Wait() })
+		if !waitFor(3*time.Second, func() bool {
+			a, err := unix.SchedGetAttr(late.Process.Pid, 0)
+			return err == nil && a.Policy == unix.SCHED_FIFO
+		}) {
+			t.Fatalf("a process started after the agent: not FIFO within 3 s")
+		}
+		if took := time.Since(start); took > 400*time.Millisecond {
+			t.Errorf("process %d started while the agent runs: FIFO after %s, want at its exec", i, took.Round(time.Millisecond))
+		} else {
+			t.Logf("process %d started while the agent runs: FIFO after %s", i, took.Round(time.Millisecond))
+		}
 	}
 	if err := g.StopAgent(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
