@@ -34,6 +34,10 @@
 #define EDGE_MAX_IFACES 64
 #endif
 
+/* Slots of edge_if_cpu: an interface counts in slot ifindex mod this (a
+ * power of two); the agent knows its interfaces' slots. */
+#define EDGE_IF_SLOTS 1024
+
 /* GRE paths per generation. */
 #ifndef EDGE_MAX_PATHS
 #define EDGE_MAX_PATHS 256

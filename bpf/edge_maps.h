@@ -428,6 +428,18 @@ struct {
 	__uint(max_entries, 1);
 } edge_icmp_bucket SEC(".maps");
 
+/* Packets the pipeline ran on, per CPU, by the ingress interface's
+ * ifindex mod EDGE_IF_SLOTS: which CPU does each interface's XDP work
+ * (on veth, the sender's; relief's handovers count on both CPUs).
+ * Written by packets; read by the agent and `edgeplane stats`. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, EDGE_IF_SLOTS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_if_cpu SEC(".maps");
+
 /* Flow-cache hits [0] and misses [1] (packets only). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -225,6 +225,12 @@ static __always_inline int edge_pipeline_on(struct xdp_md *ctx, int placed)
 	__u32 zero = 0, path, fo;
 	int rc;
 
+	__u32 ifslot = ctx->ingress_ifindex & (EDGE_IF_SLOTS - 1);
+	__u64 *on_cpu;
+
+	on_cpu = bpf_map_lookup_elem(&edge_if_cpu, &ifslot);
+	if (on_cpu)
+		(*on_cpu)++;
 	c = edge_ctx_get();
 	if (!c)
 		return XDP_PASS;

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -61,6 +62,8 @@ type statsJSON struct {
 	// NextHopsByDst: new flows share a destination's next hop (the
 	// kernel routes by destination alone).
 	NextHopsByDst bool `json:"next_hops_by_destination"`
+	// XDPCPU: by interface, the packets its XDP work ran on each CPU.
+	XDPCPU map[string][]uint64 `json:"xdp_cpu,omitempty"`
 }
 
 // backendJSON is one service backend's counters (far 0: the service's
@@ -84,6 +87,7 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 		Paths:      map[string]bpf.PathCounters{},
 
 		NextHopsByDst: s.NextHopsByDst,
+		XDPCPU:        s.XDPCPU,
 	}
 	for id, c := range s.Paths {
 		out.Paths[fmt.Sprint(id)] = c
@@ -139,6 +143,25 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 				name = fmt.Sprintf("%d/replies", b.Service)
 			}
 			fmt.Fprintf(w, "%s\t%d / %d\t%d / %d\t\n", name, b.Packets, b.Bytes, b.NewConns, b.Active)
+		}
+	}
+	if len(s.XDPCPU) > 0 {
+		// Which CPU does each interface's XDP work: its packets per
+		// CPU, with the share.
+		fmt.Fprintln(w, "\t\t\t\nINTERFACE\tXDP PACKETS BY CPU\t\t")
+		for _, name := range slices.Sorted(maps.Keys(s.XDPCPU)) {
+			per := s.XDPCPU[name]
+			var total uint64
+			for _, v := range per {
+				total += v
+			}
+			var parts []string
+			for cpu, v := range per {
+				if v > 0 {
+					parts = append(parts, fmt.Sprintf("cpu%d %d (%.0f%%)", cpu, v, 100*float64(v)/float64(max(total, 1))))
+				}
+			}
+			fmt.Fprintf(w, "%s\t%s\t\t\n", name, strings.Join(parts, ", "))
 		}
 	}
 	fmt.Fprintf(w, "\t\t\t\nflow cache\thit %d\tmiss %d\t\n", s.CacheHit, s.CacheMiss)
@@ -213,6 +236,12 @@ func statsFromPB(p *pb.Stats) *bpf.Snapshot {
 	for _, b := range p.GetBackends() {
 		s.Backends = append(s.Backends, bpf.BackendCounters{Service: b.GetService(), FAR: b.GetFar(), Counter: ctr(b.GetCounter()),
 			NewConns: b.GetNewConnections(), Active: b.GetActiveConnections()})
+	}
+	for name, c := range p.GetXdpCpu() {
+		if s.XDPCPU == nil {
+			s.XDPCPU = map[string][]uint64{}
+		}
+		s.XDPCPU[name] = c.GetPackets()
 	}
 	return s
 }

@@ -450,5 +450,11 @@ func statsToPB(s *bpf.Snapshot) *pb.Stats {
 		out.Backends = append(out.Backends, &pb.BackendCounter{Service: b.Service, Far: b.FAR, Counter: ctr(b.Counter),
 			NewConnections: b.NewConns, ActiveConnections: b.Active})
 	}
+	if len(s.XDPCPU) > 0 {
+		out.XdpCpu = map[string]*pb.CpuPackets{}
+		for name, per := range s.XDPCPU {
+			out.XdpCpu[name] = &pb.CpuPackets{Packets: per}
+		}
+	}
 	return out
 }

@@ -39,6 +39,7 @@ const (
 	benchobjMapEdgeGlobal           = "edge_global"
 	benchobjMapEdgeGroups           = "edge_groups"
 	benchobjMapEdgeIcmpBucket       = "edge_icmp_bucket"
+	benchobjMapEdgeIfCpu            = "edge_if_cpu"
 	benchobjMapEdgeIfaddrs          = "edge_ifaddrs"
 	benchobjMapEdgeLbFar            = "edge_lb_far"
 	benchobjMapEdgeLbMembers        = "edge_lb_members"
@@ -180,6 +181,7 @@ type benchobjMapSpecs struct {
 	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
+	EdgeIfCpu       *ebpf.MapSpec `ebpf:"edge_if_cpu"`
 	EdgeIfaddrs     *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
 	EdgeLbFar       *ebpf.MapSpec `ebpf:"edge_lb_far"`
 	EdgeLbMembers   *ebpf.MapSpec `ebpf:"edge_lb_members"`
@@ -263,6 +265,7 @@ type benchobjMaps struct {
 	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
+	EdgeIfCpu       *ebpf.Map `ebpf:"edge_if_cpu"`
 	EdgeIfaddrs     *ebpf.Map `ebpf:"edge_ifaddrs"`
 	EdgeLbFar       *ebpf.Map `ebpf:"edge_lb_far"`
 	EdgeLbMembers   *ebpf.Map `ebpf:"edge_lb_members"`
@@ -317,6 +320,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgeIcmpBucket,
+		m.EdgeIfCpu,
 		m.EdgeIfaddrs,
 		m.EdgeLbFar,
 		m.EdgeLbMembers,

@@ -368,6 +368,7 @@ const (
 	edgeMapEdgeGlobal      = "edge_global"
 	edgeMapEdgeGroups      = "edge_groups"
 	edgeMapEdgeIcmpBucket  = "edge_icmp_bucket"
+	edgeMapEdgeIfCpu       = "edge_if_cpu"
 	edgeMapEdgeIfaddrs     = "edge_ifaddrs"
 	edgeMapEdgeLbFar       = "edge_lb_far"
 	edgeMapEdgeLbMembers   = "edge_lb_members"
@@ -473,6 +474,7 @@ type edgeMapSpecs struct {
 	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
+	EdgeIfCpu       *ebpf.MapSpec `ebpf:"edge_if_cpu"`
 	EdgeIfaddrs     *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
 	EdgeLbFar       *ebpf.MapSpec `ebpf:"edge_lb_far"`
 	EdgeLbMembers   *ebpf.MapSpec `ebpf:"edge_lb_members"`
@@ -550,6 +552,7 @@ type edgeMaps struct {
 	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
+	EdgeIfCpu       *ebpf.Map `ebpf:"edge_if_cpu"`
 	EdgeIfaddrs     *ebpf.Map `ebpf:"edge_ifaddrs"`
 	EdgeLbFar       *ebpf.Map `ebpf:"edge_lb_far"`
 	EdgeLbMembers   *ebpf.Map `ebpf:"edge_lb_members"`
@@ -598,6 +601,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgeIcmpBucket,
+		m.EdgeIfCpu,
 		m.EdgeIfaddrs,
 		m.EdgeLbFar,
 		m.EdgeLbMembers,

@@ -228,6 +228,7 @@ func (dp *Dataplane) dupProgram() (*ebpf.Program, error) {
 func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		edgeMapEdgeCacheStats:  dp.EdgeCacheStats,
+		edgeMapEdgeIfCpu:       dp.EdgeIfCpu,
 		edgeMapEdgeFars:        dp.EdgeFars,
 		edgeMapEdgeFt:          dp.EdgeFt,
 		edgeMapEdgeFtMeta:      dp.EdgeFtMeta,

@@ -6,10 +6,14 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 )
 
 // Counter is a packets/bytes pair summed over CPUs.
@@ -34,6 +38,11 @@ type Snapshot struct {
 	// flows share a destination's next hop (SetFIBByDst); false: each
 	// new flow asks the FIB.
 	NextHopsByDst bool
+	// XDPCPU is, by interface name (of this network namespace), the
+	// packets the pipeline ran on each CPU for frames that came in by
+	// it: the CPU doing the interface's XDP work. Interfaces without
+	// any are left out.
+	XDPCPU map[string][]uint64
 }
 
 // BackendCounters are one backend's (or a service's replies') counters.
@@ -72,8 +81,62 @@ func (dp *Dataplane) Snapshot() (*Snapshot, error) {
 	if s.Backends, err = readBackends(&dp.edgeMaps, dp.ActiveMembers()); err != nil {
 		return nil, err
 	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("list interfaces: %w", err)
+	}
+	names := map[uint32]string{}
+	for _, itf := range ifs {
+		names[uint32(itf.Index)] = itf.Name
+	}
+	if s.XDPCPU, err = readXDPCPU(dp.EdgeIfCpu, names); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
+
+// readXDPCPU reads edge_if_cpu for the interfaces names gives by
+// ifindex (the agent's network namespace's).
+func readXDPCPU(m *ebpf.Map, names map[uint32]string) (map[string][]uint64, error) {
+	out := map[string][]uint64{}
+	for idx, name := range names {
+		var per []uint64
+		if err := m.Lookup(idx&(IfSlots-1), &per); err != nil {
+			return nil, fmt.Errorf("xdp cpu of %s: %w", name, err)
+		}
+		if slices.ContainsFunc(per, func(v uint64) bool { return v > 0 }) {
+			out[name] = per
+		}
+	}
+	return out, nil
+}
+
+// pinnedInterfaces names the interfaces of the XDP links pinned in
+// pinDir (link_NAME) by their ifindex: the agent's own, whatever network
+// namespace the caller is in.
+func pinnedInterfaces(pinDir string) map[uint32]string {
+	out := map[uint32]string{}
+	ents, _ := os.ReadDir(pinDir)
+	for _, e := range ents {
+		name, ok := strings.CutPrefix(e.Name(), "link_")
+		if !ok {
+			continue
+		}
+		l, err := link.LoadPinnedLink(filepath.Join(pinDir, e.Name()), nil)
+		if err != nil {
+			continue
+		}
+		if info, err := l.Info(); err == nil && info.XDP() != nil {
+			out[info.XDP().Ifindex] = name
+		}
+		l.Close()
+	}
+	return out
+}
+
+// IfSlots is edge_if_cpu's size (EDGE_IF_SLOTS): an interface counts in
+// slot ifindex mod IfSlots.
+const IfSlots = 1024
 
 // readBackends reads the balancer's counters of members and counts the
 // open entries of the connection table per backend.
@@ -277,6 +340,16 @@ func PinnedSnapshot(pinDir string) (*Snapshot, error) {
 	}
 	if s.Backends, err = readBackends(&m, members); err != nil {
 		return nil, err
+	}
+	// An agent of a build before edge_if_cpu pins none.
+	ifc, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, edgeMapEdgeIfCpu), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err == nil {
+		defer ifc.Close()
+		if s.XDPCPU, err = readXDPCPU(ifc, pinnedInterfaces(pinDir)); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open pinned %s: %w", edgeMapEdgeIfCpu, err)
 	}
 	return s, nil
 }

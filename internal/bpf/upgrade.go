@@ -88,6 +88,7 @@ var mapRoles = map[string]mapRole{
 	edgeMapEdgeVerdicts:    {counter, false},
 	edgeMapEdgeReasons:     {counter, false},
 	edgeMapEdgeCacheStats:  {counter, false},
+	edgeMapEdgeIfCpu:       {counter, false},
 	edgeMapEdgePathSeq:     {counter, false},
 	edgeMapEdgePathProbe:   {rebuilt, false},
 	edgeMapEdgeSteer:       {rebuilt, true},

@@ -54,6 +54,7 @@ type Collector struct {
 	lbNew, lbActive              *prometheus.Desc
 	replyPackets, replyBytes     *prometheus.Desc
 	nextHopsByDst                *prometheus.Desc
+	xdpCPU                       *prometheus.Desc
 }
 
 // NewCollector returns a collector reading from src.
@@ -83,6 +84,8 @@ func NewCollector(src Source) *Collector {
 		replyBytes:   d("service_reply_bytes_total", "Bytes of a NAT service's replies.", "service"),
 		nextHopsByDst: d("next_hops_shared_by_destination",
 			"1 while the kernel routes by destination alone (default rules; no multipath, TOS or source routes) and new flows share a destination's next hop; 0 while each new flow asks the FIB."),
+		xdpCPU: d("xdp_cpu_packets_total",
+			"Packets the XDP pipeline ran on, by the interface they came in by and the CPU: which CPU does each interface's XDP work (on veth, the sending process's).", "interface", "cpu"),
 	}
 }
 
@@ -90,7 +93,7 @@ func NewCollector(src Source) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.pdrPackets, c.pdrBytes, c.verdictPackets, c.verdictBytes,
 		c.reasonPackets, c.reasonBytes, c.cache, c.generation, c.scrapeErr, c.pathPackets, c.pathBytes,
-		c.lbPackets, c.lbBytes, c.lbNew, c.lbActive, c.replyPackets, c.replyBytes, c.nextHopsByDst} {
+		c.lbPackets, c.lbBytes, c.lbNew, c.lbActive, c.replyPackets, c.replyBytes, c.nextHopsByDst, c.xdpCPU} {
 		ch <- d
 	}
 }
@@ -144,6 +147,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.lbBytes, prometheus.CounterValue, float64(b.Bytes), svc, far)
 		ch <- prometheus.MustNewConstMetric(c.lbNew, prometheus.CounterValue, float64(b.NewConns), svc, far)
 		ch <- prometheus.MustNewConstMetric(c.lbActive, prometheus.GaugeValue, float64(b.Active), svc, far)
+	}
+	for name, per := range s.XDPCPU {
+		for cpu, v := range per {
+			ch <- prometheus.MustNewConstMetric(c.xdpCPU, prometheus.CounterValue, float64(v), name, strconv.Itoa(cpu))
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.CounterValue, float64(s.CacheHit), "hit")
 	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.CounterValue, float64(s.CacheMiss), "miss")

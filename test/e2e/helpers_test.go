@@ -146,11 +146,12 @@ type counter struct {
 
 // stats is the output of `edgeplane stats --json`.
 type stats struct {
-	Generation uint32             `json:"generation"`
-	PDRs       map[string]counter `json:"pdrs"`
-	Verdicts   map[string]counter `json:"verdicts"`
-	Reasons    map[string]counter `json:"reasons"`
-	FlowCache  map[string]uint64  `json:"flow_cache"`
+	Generation uint32              `json:"generation"`
+	PDRs       map[string]counter  `json:"pdrs"`
+	Verdicts   map[string]counter  `json:"verdicts"`
+	Reasons    map[string]counter  `json:"reasons"`
+	FlowCache  map[string]uint64   `json:"flow_cache"`
+	XDPCPU     map[string][]uint64 `json:"xdp_cpu"`
 	Backends   []struct {
 		Service  uint32 `json:"service"`
 		FAR      uint32 `json:"far"`

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/agent"
+	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -108,5 +109,45 @@ func TestAgentStrategy(t *testing.T) {
 	g.start()
 	if p := policy(); p != unix.SCHED_NORMAL {
 		t.Errorf("the next start after a crash: policy %d, want given back (NORMAL) by the time it is ready", p)
+	}
+}
+
+// TestXDPCPU: the dataplane counts, per interface, the packets its XDP
+// work ran on each CPU, in `edgeplane stats` and the metrics — and on
+// veth that CPU is the sender's: pings from host A pinned to one CPU
+// (taskset) are handled, by lan0's XDP and on the way back wan0's, on
+// that CPU, then on the other when pinned there.
+func TestXDPCPU(t *testing.T) {
+	testutil.RequireTool(t, "taskset")
+	g := newGateway(t, forwardConfig)
+	g.start()
+	g.warmUp()
+	for _, cpu := range []int{1, 0} {
+		before := g.stats()
+		out, err := nsRun(g.A, "taskset", "-c", strconv.Itoa(cpu), "ping", "-n", "-q", "-c", "50", "-i", "0.005", "-W", "1", lab.AddrB)
+		if err != nil {
+			t.Fatalf("ping from A on CPU %d: %v\n%s", cpu, err, out)
+		}
+		after := g.stats()
+		for _, itf := range []string{lab.LanName, lab.WanName} {
+			at := func(s stats, c int) uint64 {
+				if per := s.XDPCPU[itf]; c < len(per) {
+					return per[c]
+				}
+				return 0
+			}
+			on, off := at(after, cpu)-at(before, cpu), at(after, 1-cpu)-at(before, 1-cpu)
+			t.Logf("pings sent from CPU %d: %s's XDP ran %d packets on CPU %d, %d on CPU %d", cpu, itf, on, cpu, off, 1-cpu)
+			if on < 50 || off >= 10 {
+				t.Errorf("pings sent from CPU %d: %s's XDP ran %d packets there and %d on CPU %d; want the 50 on the sender's CPU", cpu, itf, on, off, 1-cpu)
+			}
+		}
+	}
+	if v, ok := metricValue(g.scrape(), "edgeplane_xdp_cpu_packets_total", map[string]string{"interface": lab.LanName, "cpu": "1"}); !ok || v < 50 {
+		t.Errorf("edgeplane_xdp_cpu_packets_total{interface=lan0,cpu=1} = %v (%v), want at least the 50 pings", v, ok)
+	}
+	out, err := exec.Command(edgeplaneBin, "stats", "--pin-dir", g.PinDir).CombinedOutput()
+	if err != nil || !regexp.MustCompile(`(?m)^\s*`+lab.LanName+`\s+cpu0 \d+ \(\d+%\), cpu1 \d+`).Match(out) {
+		t.Errorf("edgeplane stats does not show lan0's XDP packets by CPU (%v):\n%s", err, out)
 	}
 }

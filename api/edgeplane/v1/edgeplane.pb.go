@@ -2747,7 +2747,11 @@ type Stats struct {
 	FlowCacheHits   uint64              `protobuf:"varint,6,opt,name=flow_cache_hits,json=flowCacheHits,proto3" json:"flow_cache_hits,omitempty"`
 	FlowCacheMisses uint64              `protobuf:"varint,7,opt,name=flow_cache_misses,json=flowCacheMisses,proto3" json:"flow_cache_misses,omitempty"`
 	// per service and backend FAR (far 0: a NAT service's replies)
-	Backends      []*BackendCounter `protobuf:"bytes,8,rep,name=backends,proto3" json:"backends,omitempty"`
+	Backends []*BackendCounter `protobuf:"bytes,8,rep,name=backends,proto3" json:"backends,omitempty"`
+	// by interface name: the packets the pipeline ran on each CPU (index)
+	// for frames that came in by it, the CPU doing its XDP work;
+	// interfaces without any left out
+	XdpCpu        map[string]*CpuPackets `protobuf:"bytes,9,rep,name=xdp_cpu,json=xdpCpu,proto3" json:"xdp_cpu,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2838,6 +2842,58 @@ func (x *Stats) GetBackends() []*BackendCounter {
 	return nil
 }
 
+func (x *Stats) GetXdpCpu() map[string]*CpuPackets {
+	if x != nil {
+		return x.XdpCpu
+	}
+	return nil
+}
+
+// CpuPackets are packets per CPU, the CPU the index.
+type CpuPackets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Packets       []uint64               `protobuf:"varint,1,rep,packed,name=packets,proto3" json:"packets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CpuPackets) Reset() {
+	*x = CpuPackets{}
+	mi := &file_edgeplane_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CpuPackets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CpuPackets) ProtoMessage() {}
+
+func (x *CpuPackets) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CpuPackets.ProtoReflect.Descriptor instead.
+func (*CpuPackets) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *CpuPackets) GetPackets() []uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return nil
+}
+
 // BackendCounter is a service's traffic to one backend.
 type BackendCounter struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -2854,7 +2910,7 @@ type BackendCounter struct {
 
 func (x *BackendCounter) Reset() {
 	*x = BackendCounter{}
-	mi := &file_edgeplane_proto_msgTypes[37]
+	mi := &file_edgeplane_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +2922,7 @@ func (x *BackendCounter) String() string {
 func (*BackendCounter) ProtoMessage() {}
 
 func (x *BackendCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[37]
+	mi := &file_edgeplane_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +2935,7 @@ func (x *BackendCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendCounter.ProtoReflect.Descriptor instead.
 func (*BackendCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{37}
+	return file_edgeplane_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BackendCounter) GetService() uint32 {
@@ -2927,7 +2983,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[38]
+	mi := &file_edgeplane_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +2995,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[38]
+	mi := &file_edgeplane_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3008,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{38}
+	return file_edgeplane_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListFlowsRequest) GetTop() uint32 {
@@ -2998,7 +3054,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_edgeplane_proto_msgTypes[39]
+	mi := &file_edgeplane_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +3066,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[39]
+	mi := &file_edgeplane_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3079,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{39}
+	return file_edgeplane_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Flow) GetSrc() string {
@@ -3154,7 +3210,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[40]
+	mi := &file_edgeplane_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3222,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[40]
+	mi := &file_edgeplane_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3235,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{40}
+	return file_edgeplane_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -3223,7 +3279,7 @@ type PathStatus struct {
 
 func (x *PathStatus) Reset() {
 	*x = PathStatus{}
-	mi := &file_edgeplane_proto_msgTypes[41]
+	mi := &file_edgeplane_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3291,7 @@ func (x *PathStatus) String() string {
 func (*PathStatus) ProtoMessage() {}
 
 func (x *PathStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[41]
+	mi := &file_edgeplane_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3304,7 @@ func (x *PathStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStatus.ProtoReflect.Descriptor instead.
 func (*PathStatus) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{41}
+	return file_edgeplane_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PathStatus) GetPath() uint32 {
@@ -3365,7 +3421,7 @@ type ListPathStatusResponse struct {
 
 func (x *ListPathStatusResponse) Reset() {
 	*x = ListPathStatusResponse{}
-	mi := &file_edgeplane_proto_msgTypes[42]
+	mi := &file_edgeplane_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3377,7 +3433,7 @@ func (x *ListPathStatusResponse) String() string {
 func (*ListPathStatusResponse) ProtoMessage() {}
 
 func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[42]
+	mi := &file_edgeplane_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3390,7 +3446,7 @@ func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathStatusResponse.ProtoReflect.Descriptor instead.
 func (*ListPathStatusResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{42}
+	return file_edgeplane_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListPathStatusResponse) GetPaths() []*PathStatus {
@@ -3418,7 +3474,7 @@ type StrategyStatus struct {
 
 func (x *StrategyStatus) Reset() {
 	*x = StrategyStatus{}
-	mi := &file_edgeplane_proto_msgTypes[43]
+	mi := &file_edgeplane_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3430,7 +3486,7 @@ func (x *StrategyStatus) String() string {
 func (*StrategyStatus) ProtoMessage() {}
 
 func (x *StrategyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[43]
+	mi := &file_edgeplane_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3443,7 +3499,7 @@ func (x *StrategyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StrategyStatus.ProtoReflect.Descriptor instead.
 func (*StrategyStatus) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{43}
+	return file_edgeplane_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StrategyStatus) GetStrategy() uint32 {
@@ -3492,7 +3548,7 @@ type StrategyProcess struct {
 
 func (x *StrategyProcess) Reset() {
 	*x = StrategyProcess{}
-	mi := &file_edgeplane_proto_msgTypes[44]
+	mi := &file_edgeplane_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3560,7 @@ func (x *StrategyProcess) String() string {
 func (*StrategyProcess) ProtoMessage() {}
 
 func (x *StrategyProcess) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[44]
+	mi := &file_edgeplane_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3573,7 @@ func (x *StrategyProcess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StrategyProcess.ProtoReflect.Descriptor instead.
 func (*StrategyProcess) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{44}
+	return file_edgeplane_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StrategyProcess) GetPid() int32 {
@@ -3564,7 +3620,7 @@ type ListStrategyStatusResponse struct {
 
 func (x *ListStrategyStatusResponse) Reset() {
 	*x = ListStrategyStatusResponse{}
-	mi := &file_edgeplane_proto_msgTypes[45]
+	mi := &file_edgeplane_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3576,7 +3632,7 @@ func (x *ListStrategyStatusResponse) String() string {
 func (*ListStrategyStatusResponse) ProtoMessage() {}
 
 func (x *ListStrategyStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[45]
+	mi := &file_edgeplane_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3589,7 +3645,7 @@ func (x *ListStrategyStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStrategyStatusResponse.ProtoReflect.Descriptor instead.
 func (*ListStrategyStatusResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{45}
+	return file_edgeplane_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListStrategyStatusResponse) GetStrategies() []*StrategyStatus {
@@ -3812,7 +3868,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\vPathCounter\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12%\n" +
 	"\x02tx\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x02tx\x12%\n" +
-	"\x02rx\x18\x03 \x01(\v2\x15.edgeplane.v1.CounterR\x02rx\"\xb6\x04\n" +
+	"\x02rx\x18\x03 \x01(\v2\x15.edgeplane.v1.CounterR\x02rx\"\xc5\x05\n" +
 	"\x05Stats\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\rR\n" +
@@ -3823,13 +3879,20 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x05paths\x18\x05 \x03(\v2\x19.edgeplane.v1.PathCounterR\x05paths\x12&\n" +
 	"\x0fflow_cache_hits\x18\x06 \x01(\x04R\rflowCacheHits\x12*\n" +
 	"\x11flow_cache_misses\x18\a \x01(\x04R\x0fflowCacheMisses\x128\n" +
-	"\bbackends\x18\b \x03(\v2\x1c.edgeplane.v1.BackendCounterR\bbackends\x1aR\n" +
+	"\bbackends\x18\b \x03(\v2\x1c.edgeplane.v1.BackendCounterR\bbackends\x128\n" +
+	"\axdp_cpu\x18\t \x03(\v2\x1f.edgeplane.v1.Stats.XdpCpuEntryR\x06xdpCpu\x1aR\n" +
 	"\rVerdictsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
 	"\x05value\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x05value:\x028\x01\x1aQ\n" +
 	"\fReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
-	"\x05value\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x05value:\x028\x01\"\xc5\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x05value:\x028\x01\x1aS\n" +
+	"\vXdpCpuEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.edgeplane.v1.CpuPacketsR\x05value:\x028\x01\"&\n" +
+	"\n" +
+	"CpuPackets\x12\x18\n" +
+	"\apackets\x18\x01 \x03(\x04R\apackets\"\xc5\x01\n" +
 	"\x0eBackendCounter\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\rR\aservice\x12\x10\n" +
 	"\x03far\x18\x02 \x01(\rR\x03far\x12/\n" +
@@ -3952,7 +4015,7 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                          // 0: edgeplane.v1.Kind
 	(*Interface)(nil),                  // 1: edgeplane.v1.Interface
@@ -3992,18 +4055,20 @@ var file_edgeplane_proto_goTypes = []any{
 	(*PdrCounter)(nil),                 // 35: edgeplane.v1.PdrCounter
 	(*PathCounter)(nil),                // 36: edgeplane.v1.PathCounter
 	(*Stats)(nil),                      // 37: edgeplane.v1.Stats
-	(*BackendCounter)(nil),             // 38: edgeplane.v1.BackendCounter
-	(*ListFlowsRequest)(nil),           // 39: edgeplane.v1.ListFlowsRequest
-	(*Flow)(nil),                       // 40: edgeplane.v1.Flow
-	(*ListFlowsResponse)(nil),          // 41: edgeplane.v1.ListFlowsResponse
-	(*PathStatus)(nil),                 // 42: edgeplane.v1.PathStatus
-	(*ListPathStatusResponse)(nil),     // 43: edgeplane.v1.ListPathStatusResponse
-	(*StrategyStatus)(nil),             // 44: edgeplane.v1.StrategyStatus
-	(*StrategyProcess)(nil),            // 45: edgeplane.v1.StrategyProcess
-	(*ListStrategyStatusResponse)(nil), // 46: edgeplane.v1.ListStrategyStatusResponse
-	nil,                                // 47: edgeplane.v1.Selectors.PodLabelsEntry
-	nil,                                // 48: edgeplane.v1.Stats.VerdictsEntry
-	nil,                                // 49: edgeplane.v1.Stats.ReasonsEntry
+	(*CpuPackets)(nil),                 // 38: edgeplane.v1.CpuPackets
+	(*BackendCounter)(nil),             // 39: edgeplane.v1.BackendCounter
+	(*ListFlowsRequest)(nil),           // 40: edgeplane.v1.ListFlowsRequest
+	(*Flow)(nil),                       // 41: edgeplane.v1.Flow
+	(*ListFlowsResponse)(nil),          // 42: edgeplane.v1.ListFlowsResponse
+	(*PathStatus)(nil),                 // 43: edgeplane.v1.PathStatus
+	(*ListPathStatusResponse)(nil),     // 44: edgeplane.v1.ListPathStatusResponse
+	(*StrategyStatus)(nil),             // 45: edgeplane.v1.StrategyStatus
+	(*StrategyProcess)(nil),            // 46: edgeplane.v1.StrategyProcess
+	(*ListStrategyStatusResponse)(nil), // 47: edgeplane.v1.ListStrategyStatusResponse
+	nil,                                // 48: edgeplane.v1.Selectors.PodLabelsEntry
+	nil,                                // 49: edgeplane.v1.Stats.VerdictsEntry
+	nil,                                // 50: edgeplane.v1.Stats.ReasonsEntry
+	nil,                                // 51: edgeplane.v1.Stats.XdpCpuEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
 	3,  // 0: edgeplane.v1.Path.monitor:type_name -> edgeplane.v1.PathMonitor
@@ -4012,7 +4077,7 @@ var file_edgeplane_proto_depIdxs = []int32{
 	9,  // 3: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
 	10, // 4: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
 	15, // 5: edgeplane.v1.Strategy.selectors:type_name -> edgeplane.v1.Selectors
-	47, // 6: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
+	48, // 6: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
 	1,  // 7: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
 	2,  // 8: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
 	4,  // 9: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
@@ -4040,68 +4105,70 @@ var file_edgeplane_proto_depIdxs = []int32{
 	34, // 31: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
 	34, // 32: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
 	35, // 33: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	48, // 34: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	49, // 35: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	49, // 34: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	50, // 35: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
 	36, // 36: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
-	38, // 37: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
-	34, // 38: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
-	40, // 39: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
-	42, // 40: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
-	45, // 41: edgeplane.v1.StrategyStatus.processes:type_name -> edgeplane.v1.StrategyProcess
-	44, // 42: edgeplane.v1.ListStrategyStatusResponse.strategies:type_name -> edgeplane.v1.StrategyStatus
-	34, // 43: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	34, // 44: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	19, // 45: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	21, // 46: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	23, // 47: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	21, // 48: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	22, // 49: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 50: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	22, // 51: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 52: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	22, // 53: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 54: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	22, // 55: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 56: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	22, // 57: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 58: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
-	22, // 59: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 60: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
-	23, // 61: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
-	21, // 62: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
-	22, // 63: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
-	33, // 64: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	39, // 65: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	21, // 66: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
-	21, // 67: edgeplane.v1.Gateway.ListStrategyStatus:input_type -> edgeplane.v1.ListRequest
-	20, // 68: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	24, // 69: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	1,  // 70: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	25, // 71: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	2,  // 72: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	26, // 73: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	4,  // 74: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	27, // 75: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	11, // 76: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	28, // 77: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	5,  // 78: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	29, // 79: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	8,  // 80: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	30, // 81: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
-	12, // 82: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
-	31, // 83: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
-	13, // 84: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
-	32, // 85: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
-	14, // 86: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
-	37, // 87: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	41, // 88: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	43, // 89: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
-	46, // 90: edgeplane.v1.Gateway.ListStrategyStatus:output_type -> edgeplane.v1.ListStrategyStatusResponse
-	68, // [68:91] is the sub-list for method output_type
-	45, // [45:68] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	39, // 37: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
+	51, // 38: edgeplane.v1.Stats.xdp_cpu:type_name -> edgeplane.v1.Stats.XdpCpuEntry
+	34, // 39: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
+	41, // 40: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
+	43, // 41: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
+	46, // 42: edgeplane.v1.StrategyStatus.processes:type_name -> edgeplane.v1.StrategyProcess
+	45, // 43: edgeplane.v1.ListStrategyStatusResponse.strategies:type_name -> edgeplane.v1.StrategyStatus
+	34, // 44: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	34, // 45: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	38, // 46: edgeplane.v1.Stats.XdpCpuEntry.value:type_name -> edgeplane.v1.CpuPackets
+	19, // 47: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	21, // 48: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	23, // 49: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	21, // 50: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	22, // 51: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 52: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	22, // 53: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 54: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	22, // 55: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 56: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	22, // 57: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 58: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	22, // 59: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 60: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
+	22, // 61: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
+	21, // 62: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
+	23, // 63: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
+	21, // 64: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
+	22, // 65: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
+	33, // 66: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	40, // 67: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	21, // 68: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
+	21, // 69: edgeplane.v1.Gateway.ListStrategyStatus:input_type -> edgeplane.v1.ListRequest
+	20, // 70: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	24, // 71: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	1,  // 72: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	25, // 73: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	2,  // 74: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	26, // 75: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	4,  // 76: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	27, // 77: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	11, // 78: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	28, // 79: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	5,  // 80: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	29, // 81: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	8,  // 82: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	30, // 83: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
+	12, // 84: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
+	31, // 85: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
+	13, // 86: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
+	32, // 87: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
+	14, // 88: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
+	37, // 89: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	42, // 90: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	44, // 91: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
+	47, // 92: edgeplane.v1.Gateway.ListStrategyStatus:output_type -> edgeplane.v1.ListStrategyStatusResponse
+	70, // [70:93] is the sub-list for method output_type
+	47, // [47:70] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -4129,14 +4196,14 @@ func file_edgeplane_proto_init() {
 		(*Operation_Update)(nil),
 		(*Operation_Delete)(nil),
 	}
-	file_edgeplane_proto_msgTypes[39].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[40].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
