@@ -9,7 +9,7 @@ GOFLAGS   ?= -buildvcs=false
 FUZZTIME  ?= 30s
 TESTLOG   ?= /tmp/edgeplane-test.log
 DEB_PKGS  := clang llvm libbpf-dev bpftool linux-libc-dev iproute2 ethtool \
-             iperf3 tshark iputils-ping util-linux procps python3 python3-venv curl stress-ng \
+             iperf3 tshark iputils-ping util-linux procps python3 python3-venv curl stress-ng qemu-system-x86 \
              protobuf-compiler
 # schemathesis (the REST API e2e test) in a venv of Debian's python3, with
 # everything it pulls in pinned, so the test's results do not move when
@@ -23,14 +23,14 @@ ST_PKGS   := schemathesis==$(ST_VER) anyio==4.16.0 certifi==2026.10.18 \
              packaging==26.3 pluggy==1.7.0 Pygments==2.21.0 pyrate-limiter==4.5.1 \
              pytest==9.2.0 PyYAML==6.0.3 requests==2.34.2 rich==15.0.0 \
              sortedcontainers==2.4.0 typing_extensions==4.16.0 urllib3==2.8.0 Werkzeug==3.1.9
-GEN_PKGS  := ./internal/bpf ./internal/bpf/icmptest ./internal/bench ./internal/sched ./api/edgeplane/v1
+GEN_PKGS  := ./internal/bpf ./internal/bpf/icmptest ./internal/bench ./internal/sched ./internal/scx ./api/edgeplane/v1
 GENERATED := '*_bpfel.go' '*_bpfel.o' '*.pb.go' '*.pb.gw.go' '*.swagger.json'
 PROTOC_PLUGINS := google.golang.org/protobuf/cmd/protoc-gen-go \
              google.golang.org/grpc/cmd/protoc-gen-go-grpc \
              github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway \
              github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2
 
-.PHONY: all deps bpffs generate check-generate build test test-go fuzz bench demo lint clean
+.PHONY: all deps scx-kernel bpffs generate check-generate build test test-go fuzz bench demo lint clean
 
 all: build
 
@@ -45,7 +45,13 @@ deps:
 	@{ test -x $(ST_VENV)/bin/schemathesis && ls -d $(ST_VENV)/lib/python3*/site-packages/schemathesis-$(ST_VER).dist-info; } >/dev/null 2>&1 || { \
 		echo "installing schemathesis $(ST_VER) in $(ST_VENV)"; \
 		/usr/bin/python3 -m venv $(ST_VENV) && $(ST_VENV)/bin/pip install -q $(ST_PKGS); }
-	@$(MAKE) --no-print-directory bpffs
+	@$(MAKE) --no-print-directory bpffs scx-kernel
+
+## scx-kernel: a kernel with sched_ext (Debian trixie-backports' cloud
+## kernel) for the sched_ext scheduler's test under qemu.
+SCX_KERNEL ?= /var/cache/edgeplane/scx/vmlinuz
+scx-kernel:
+	@test -s $(SCX_KERNEL) || scripts/scx-kernel.sh $(SCX_KERNEL)
 
 bpffs:
 	@mountpoint -q /sys/fs/bpf || mount -t bpf bpffs /sys/fs/bpf

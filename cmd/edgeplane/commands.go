@@ -86,6 +86,7 @@ dataplane stays attached and forwarding (pinned) unless --detach-on-exit.`,
 	fs.BoolVar(&debug, "debug", false, "debug logging")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --metrics-addr (which must be loopback)")
 	fs.StringVar(&o.PprofAddr, "pprof-addr", "", "serve Go profiles under /debug/pprof/ on this address, unauthenticated")
+	fs.BoolVar(&o.SchedExt, "sched-ext", false, "schedule every task with edgeplane's sched_ext scheduler, priority strategies' processes first with their execution_time as slice (kernels with CONFIG_SCHED_CLASS_EXT; without it the agent says so and uses real-time policies)")
 	fs.StringVar(&o.PodList, "pod-list", "", "where CPU strategies' pod_labels are read: the kubelet's pod list (https://127.0.0.1:10250/pods, with the service account's token and CA when mounted) or a file holding a v1 PodList")
 	return c
 }

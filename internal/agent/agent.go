@@ -28,6 +28,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/sched"
+	"github.com/edgeplane/edgeplane/internal/scx"
 )
 
 // Options configure an agent.
@@ -68,7 +69,12 @@ type Options struct {
 	// PodList is where CPU strategies' pod_labels are read (a URL, such
 	// as the kubelet's /pods, or a file); "": none.
 	PodList string
-	Log     *slog.Logger
+	// SchedExt schedules every task with edgeplane's sched_ext
+	// scheduler (internal/scx), priority strategies' processes first;
+	// without sched_ext in the kernel the agent says so once and keeps
+	// to the real-time policies.
+	SchedExt bool
+	Log      *slog.Logger
 }
 
 // Agent is one running gateway agent.
@@ -268,6 +274,21 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("--pod-list: %w", err)
 		}
 		a.strategies.SetPods(pods)
+	}
+	if opts.SchedExt {
+		if x, err := scx.Load(); err != nil {
+			log.Warn("cpu strategies: no sched_ext scheduler; priority strategies use real-time policies", "why", err)
+		} else {
+			log.Info("cpu strategies: sched_ext scheduler loaded; priority strategies' processes run first", "ops", scx.Ops())
+			a.strategies.SetExt(x)
+			// Unloaded after the strategies are given back (defers
+			// run last first).
+			defer func() {
+				if err := x.Close(); err != nil {
+					log.Warn("cpu strategies: unload the sched_ext scheduler", "error", err)
+				}
+			}()
+		}
 	}
 	stDone := make(chan struct{})
 	stCtx, stopST := context.WithCancel(ctx)

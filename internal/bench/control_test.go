@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -100,14 +99,6 @@ func TestBenchControl(t *testing.T) {
 			t.Errorf("%s left behind", p)
 		}
 	}
-}
-
-// goTool finds the go command that runs this test.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 // TestBenchFailover keeps the failover part of `edgeplane bench` working:
@@ -241,7 +232,7 @@ func checkFlowOptRun(t *testing.T, x FlowOptRun) {
 func buildEdgeplane(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "edgeplane")
-	build := exec.Command(goTool(), "build", "-buildvcs=false", "-o", bin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
+	build := exec.Command(testutil.GoTool(), "build", "-buildvcs=false", "-o", bin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build edgeplane: %v\n%s", err, out)
 	}

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -156,6 +157,56 @@ func (e *Engine) matches(s config.Strategy, re *regexp.Regexp, p Proc) bool {
 	return true
 }
 
+// Ext is a sched_ext scheduler (internal/scx): it runs the tasks of the
+// processes given first, each with its slice.
+type Ext interface {
+	SetPriority(map[int]time.Duration) error
+}
+
+// SetExt makes the engine give priority strategies' processes to x
+// instead of a real-time policy (nil: back to the policies). Set it
+// before the first Sync.
+func (e *Engine) SetExt(x Ext) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ext = x
+}
+
+// DefaultExtSlice is the sched_ext slice of a priority strategy that
+// names no execution_time (fifo, rr): a quarter of the scheduler's
+// default 20 ms.
+const DefaultExtSlice = 5 * time.Millisecond
+
+// ExtSlice is strategy s's slice under the sched_ext scheduler: its
+// execution_time, else DefaultExtSlice.
+func ExtSlice(s config.Strategy) time.Duration {
+	if s.ExecutionTime.D > 0 {
+		return s.ExecutionTime.D
+	}
+	return DefaultExtSlice
+}
+
+// syncExt gives the sched_ext scheduler the held processes of priority
+// strategies.
+func (e *Engine) syncExt(byID map[uint32]config.Strategy) {
+	if e.ext == nil {
+		return
+	}
+	prio := map[int]time.Duration{}
+	for _, h := range e.held {
+		if s, ok := byID[h.Strategy]; ok && s.Priority {
+			prio[h.PID] = ExtSlice(s)
+		}
+	}
+	if err := e.ext.SetPriority(prio); err != nil {
+		for id, s := range byID {
+			if s.Priority {
+				e.addError(id, "sched_ext: "+err.Error())
+			}
+		}
+	}
+}
+
 // SetPods gives the engine the pod list that strategies' pod_labels
 // are matched against.
 func (e *Engine) SetPods(p *Pods) {
@@ -253,6 +304,9 @@ type Engine struct {
 	irqBy map[uint32][]int // the IRQs each strategy steers
 	// pods gives pod labels (nil: none).
 	pods *Pods
+	// ext is the sched_ext scheduler priority strategies use instead of
+	// a real-time policy (nil: none).
+	ext Ext
 	// ranOn is, by held process, the CPUs its threads were seen on at
 	// the scans since it was taken.
 	ranOn map[int]map[int]bool
@@ -371,10 +425,14 @@ func cpusOf(tid int) ([]int, error) {
 }
 
 // apply gives thread tid strategy s's scheduling and CPUs.
-func apply(s config.Strategy, tid int) (string, error) {
+func apply(s config.Strategy, tid int, ext bool) (string, error) {
 	s = s.Effective()
 	var what []string
-	if s.Priority {
+	if s.Priority && ext {
+		// The sched_ext scheduler runs it first (syncExt): its policy
+		// stays.
+		what = append(what, "sched_ext priority, slice "+ExtSlice(s).String())
+	} else if s.Priority {
 		a := unix.SchedAttr{Size: unix.SizeofSchedAttr}
 		switch s.Policy {
 		case config.PolicyFIFO, config.PolicyRR:
@@ -526,7 +584,7 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 		}
 		s := byID[w.Strategy]
 		w.Before = before
-		applied, err := apply(s, tid)
+		applied, err := apply(s, tid, e.ext != nil)
 		if err != nil {
 			e.Errors[s.ID] = fmt.Sprintf("process %d: %v", w.PID, err)
 			_ = restore(*w) // what was applied before the error
@@ -539,6 +597,7 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 	e.syncWeights(strategies, pids)
 	e.syncDedicated(strategies, procs)
 	e.syncIRQs(strategies)
+	e.syncExt(byID)
 	e.sampleCPUs()
 	return taken, given, e.save()
 }
@@ -915,6 +974,9 @@ func (e *Engine) RevertAll() error {
 	for irq, before := range e.irqs {
 		errs = append(errs, restoreIRQ(e.root, irq, before))
 		delete(e.irqs, irq)
+	}
+	if e.ext != nil {
+		errs = append(errs, e.ext.SetPriority(nil))
 	}
 	if e.hier != nil {
 		errs = append(errs, e.hier.undo(e.weights, slices.Collect(maps.Values(e.groups))))

@@ -11,6 +11,8 @@ import (
 	"encoding/hex"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 
@@ -71,4 +73,13 @@ func RunAs(uid uint32, name string, args ...string) (string, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// GoTool finds the go command that runs this test: on PATH, else in
+// GOROOT.
+func GoTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }

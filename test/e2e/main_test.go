@@ -7,12 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
 // nsPrefix starts every namespace (and so every pin dir) these tests
@@ -40,7 +41,7 @@ func runMain(m *testing.M) int {
 	edgeplaneBin = filepath.Join(dir, "edgeplane")
 	// No VCS stamp: the binary does not use it, and git refuses a
 	// checkout owned by another user (a non-root run that then skips).
-	build := exec.Command(goTool(), "build", "-buildvcs=false", "-o", edgeplaneBin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
+	build := exec.Command(testutil.GoTool(), "build", "-buildvcs=false", "-o", edgeplaneBin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: build edgeplane: %v\n%s", err, out)
 		return 1
@@ -81,14 +82,6 @@ func runMain(m *testing.M) int {
 		}
 	}
 	return code
-}
-
-// goTool finds the go command that runs this test.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 func ourNamespaces() map[string]bool {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -43,9 +44,14 @@ func TestAgentStrategy(t *testing.T) {
   - {id: 1, name: e2e, command_regex: "^` + tag + `", priority: true, policy: fifo, rt_priority: 10}
 `
 	g := newGateway(t, withStrategy)
-	g.start()
+	// Asked for the sched_ext scheduler on a kernel without sched_ext
+	// (this one), the agent says so once and uses FIFO.
+	g.start("--sched-ext")
 	if !waitFor(3*time.Second, isFIFO) {
 		t.Fatalf("the matching process's policy %d 3 s after the agent started, want FIFO", policy())
+	}
+	if n := strings.Count(g.log(), "no sched_ext scheduler"); n != 1 {
+		t.Errorf("the agent said %d times that it has no sched_ext scheduler, want once", n)
 	}
 	// It says what it holds — the process, what it applied, the CPUs
 	// it ran on — in the CLI (over the API) and the metrics.

@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/edgeplane/edgeplane/internal/lab"
+	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
 // upgradeCfg is lbConfig with PDRs that forward A <-> B in XDP, so the
@@ -46,7 +47,7 @@ func layoutBinary(t *testing.T) string {
 	t.Helper()
 	layoutBinOnce.Do(func() {
 		layoutBin = filepath.Join(filepath.Dir(edgeplaneBin), "edgeplane-layout-test")
-		out, err := exec.Command(goTool(), "build", "-buildvcs=false", "-tags", "edgeplane_layout_test", "-o", layoutBin,
+		out, err := exec.Command(testutil.GoTool(), "build", "-buildvcs=false", "-tags", "edgeplane_layout_test", "-o", layoutBin,
 			"github.com/edgeplane/edgeplane/cmd/edgeplane").CombinedOutput()
 		if err != nil {
 			layoutBinErr = fmt.Errorf("build edgeplane -tags edgeplane_layout_test: %w\n%s", err, out)
