@@ -440,6 +440,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_if_cpu SEC(".maps");
 
+/* The CPU (+ 1; 0: none) each interface's XDP work is handed to, by
+ * ifindex mod EDGE_IF_SLOTS: a CPU strategy's irq_affinity for an
+ * interface without IRQs (veth), where the work runs on the sender's
+ * CPU. The pipeline redirects such a frame into edge_cpus, whose program
+ * runs it on that CPU. Written by the agent; read at every entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, EDGE_IF_SLOTS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_if_steer SEC(".maps");
+
 /* Flow-cache hits [0] and misses [1] (packets only). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

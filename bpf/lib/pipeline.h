@@ -226,8 +226,15 @@ static __always_inline int edge_pipeline_on(struct xdp_md *ctx, int placed)
 	int rc;
 
 	__u32 ifslot = ctx->ingress_ifindex & (EDGE_IF_SLOTS - 1);
+	__u32 *steer;
 	__u64 *on_cpu;
 
+	/* The interface's XDP work belongs on another CPU (edge_if_steer):
+	 * hand the frame over; its pipeline runs there (edge_xdp_cpu). */
+	steer = placed ? NULL : bpf_map_lookup_elem(&edge_if_steer, &ifslot);
+	if (steer && *steer && *steer - 1 != bpf_get_smp_processor_id() &&
+	    bpf_redirect_map(&edge_cpus, *steer - 1, 0) == XDP_REDIRECT)
+		return XDP_REDIRECT;
 	on_cpu = bpf_map_lookup_elem(&edge_if_cpu, &ifslot);
 	if (on_cpu)
 		(*on_cpu)++;

@@ -268,6 +268,18 @@ func Run(ctx context.Context, opts Options) error {
 		Help: "1 for each CPU a CPU strategy's processes were seen running on (each thread's last CPU at the agent's scans, every second).",
 	}, []string{"strategy", "cpu"})
 	a.strategies = sched.New("/proc", strategyState(opts.ConfigPath))
+	// irq_affinity of an interface without IRQs (veth) hands its XDP
+	// work to the strategy's CPU; a crashed agent's hand-overs go first.
+	if err := a.dp.ClearIfSteer(); err != nil {
+		log.Warn("cpu strategies: clear a previous run's XDP hand-overs", "error", err)
+	}
+	a.strategies.SetXDPSteer(func(name string, cpu int) error {
+		itf, err := net.InterfaceByName(name)
+		if err != nil {
+			return err
+		}
+		return a.dp.SetIfSteer(uint32(itf.Index), cpu)
+	})
 	if opts.PodList != "" {
 		pods, err := sched.NewPods(opts.PodList, podListEvery)
 		if err != nil {

@@ -40,6 +40,7 @@ const (
 	benchobjMapEdgeGroups           = "edge_groups"
 	benchobjMapEdgeIcmpBucket       = "edge_icmp_bucket"
 	benchobjMapEdgeIfCpu            = "edge_if_cpu"
+	benchobjMapEdgeIfSteer          = "edge_if_steer"
 	benchobjMapEdgeIfaddrs          = "edge_ifaddrs"
 	benchobjMapEdgeLbFar            = "edge_lb_far"
 	benchobjMapEdgeLbMembers        = "edge_lb_members"
@@ -182,6 +183,7 @@ type benchobjMapSpecs struct {
 	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
 	EdgeIfCpu       *ebpf.MapSpec `ebpf:"edge_if_cpu"`
+	EdgeIfSteer     *ebpf.MapSpec `ebpf:"edge_if_steer"`
 	EdgeIfaddrs     *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
 	EdgeLbFar       *ebpf.MapSpec `ebpf:"edge_lb_far"`
 	EdgeLbMembers   *ebpf.MapSpec `ebpf:"edge_lb_members"`
@@ -266,6 +268,7 @@ type benchobjMaps struct {
 	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
 	EdgeIfCpu       *ebpf.Map `ebpf:"edge_if_cpu"`
+	EdgeIfSteer     *ebpf.Map `ebpf:"edge_if_steer"`
 	EdgeIfaddrs     *ebpf.Map `ebpf:"edge_ifaddrs"`
 	EdgeLbFar       *ebpf.Map `ebpf:"edge_lb_far"`
 	EdgeLbMembers   *ebpf.Map `ebpf:"edge_lb_members"`
@@ -321,6 +324,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeGroups,
 		m.EdgeIcmpBucket,
 		m.EdgeIfCpu,
+		m.EdgeIfSteer,
 		m.EdgeIfaddrs,
 		m.EdgeLbFar,
 		m.EdgeLbMembers,

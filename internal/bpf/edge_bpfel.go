@@ -368,6 +368,7 @@ const (
 	edgeMapEdgeGroups      = "edge_groups"
 	edgeMapEdgeIcmpBucket  = "edge_icmp_bucket"
 	edgeMapEdgeIfCpu       = "edge_if_cpu"
+	edgeMapEdgeIfSteer     = "edge_if_steer"
 	edgeMapEdgeIfaddrs     = "edge_ifaddrs"
 	edgeMapEdgeLbFar       = "edge_lb_far"
 	edgeMapEdgeLbMembers   = "edge_lb_members"
@@ -474,6 +475,7 @@ type edgeMapSpecs struct {
 	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
 	EdgeIfCpu       *ebpf.MapSpec `ebpf:"edge_if_cpu"`
+	EdgeIfSteer     *ebpf.MapSpec `ebpf:"edge_if_steer"`
 	EdgeIfaddrs     *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
 	EdgeLbFar       *ebpf.MapSpec `ebpf:"edge_lb_far"`
 	EdgeLbMembers   *ebpf.MapSpec `ebpf:"edge_lb_members"`
@@ -552,6 +554,7 @@ type edgeMaps struct {
 	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
 	EdgeIfCpu       *ebpf.Map `ebpf:"edge_if_cpu"`
+	EdgeIfSteer     *ebpf.Map `ebpf:"edge_if_steer"`
 	EdgeIfaddrs     *ebpf.Map `ebpf:"edge_ifaddrs"`
 	EdgeLbFar       *ebpf.Map `ebpf:"edge_lb_far"`
 	EdgeLbMembers   *ebpf.Map `ebpf:"edge_lb_members"`
@@ -601,6 +604,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeGroups,
 		m.EdgeIcmpBucket,
 		m.EdgeIfCpu,
+		m.EdgeIfSteer,
 		m.EdgeIfaddrs,
 		m.EdgeLbFar,
 		m.EdgeLbMembers,

@@ -127,9 +127,14 @@ type Dataplane struct {
 
 	dupProg *ebpf.Program // see dupProgram
 	cpuProg *ebpf.Program // see cpuProgram
-	spec    *ebpf.CollectionSpec
-	barrier *barrier
-	writer  *writer
+	// cpuMu guards the cpumap's users: relief (all CPUs while on) and
+	// the interfaces steered to a CPU (SetIfSteer, by ifindex slot).
+	cpuMu    sync.Mutex
+	reliefOn bool
+	steered  map[uint32]int
+	spec     *ebpf.CollectionSpec
+	barrier  *barrier
+	writer   *writer
 }
 
 // Open creates the dataplane's maps, or reuses those pinned under pinDir
@@ -229,6 +234,7 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		edgeMapEdgeCacheStats:  dp.EdgeCacheStats,
 		edgeMapEdgeIfCpu:       dp.EdgeIfCpu,
+		edgeMapEdgeIfSteer:     dp.EdgeIfSteer,
 		edgeMapEdgeFars:        dp.EdgeFars,
 		edgeMapEdgeFt:          dp.EdgeFt,
 		edgeMapEdgeFtMeta:      dp.EdgeFtMeta,

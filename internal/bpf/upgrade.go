@@ -89,6 +89,7 @@ var mapRoles = map[string]mapRole{
 	edgeMapEdgeReasons:     {counter, false},
 	edgeMapEdgeCacheStats:  {counter, false},
 	edgeMapEdgeIfCpu:       {counter, false},
+	edgeMapEdgeIfSteer:     {rebuilt, false},
 	edgeMapEdgePathSeq:     {counter, false},
 	edgeMapEdgePathProbe:   {rebuilt, false},
 	edgeMapEdgeSteer:       {rebuilt, true},

@@ -511,6 +511,16 @@ func (l CPUList) Has(cpu int) bool {
 // IsZero reports an empty list.
 func (l CPUList) IsZero() bool { return l == CPUList{} }
 
+// First returns the lowest CPU of l, -1 when it has none.
+func (l CPUList) First() int {
+	for c := range MaxCPUs {
+		if l.Has(c) {
+			return c
+		}
+	}
+	return -1
+}
+
 // String writes the list as the kernel does: runs of two or more as
 // ranges ("0,2-3"), "" when empty.
 func (l CPUList) String() string {

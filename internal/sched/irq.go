@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,8 +39,13 @@ func irqsOf(sys, proc, name string) ([]int, error) {
 			return out, nil
 		}
 	}
+	// sysfs shows the network namespace of whoever mounted it, which
+	// need not be this process's (nsenter): the interface is looked up
+	// here, and /proc/interrupts, which is the machine's, decides.
 	if _, err := os.Stat(filepath.Join(sys, "class", "net", name)); err != nil {
-		return nil, fmt.Errorf("no interface %s", name)
+		if _, err := net.InterfaceByName(name); err != nil {
+			return nil, fmt.Errorf("no interface %s", name)
+		}
 	}
 	f, err := os.Open(filepath.Join(proc, "interrupts"))
 	if err != nil {
@@ -71,7 +77,9 @@ func irqsOf(sys, proc, name string) ([]int, error) {
 // no strategy steers any more.
 func (e *Engine) syncIRQs(strategies []config.Strategy) {
 	want := map[int]string{}
+	steer := map[string]int{} // interfaces without IRQs: their XDP work's CPU
 	clear(e.irqBy)
+	clear(e.steerBy)
 	for _, s := range strategies {
 		if len(s.IRQAffinity) == 0 || s.CPUs.IsZero() {
 			continue
@@ -83,7 +91,11 @@ func (e *Engine) syncIRQs(strategies []config.Strategy) {
 				e.addError(s.ID, "irq_affinity: "+err.Error())
 				continue
 			}
-			if len(irqs) == 0 {
+			if len(irqs) == 0 && e.xdpSteer != nil {
+				cpu := s.CPUs.First()
+				steer[name] = cpu
+				e.steerBy[s.ID] = append(e.steerBy[s.ID], fmt.Sprintf("%s on CPU %d", name, cpu))
+			} else if len(irqs) == 0 {
 				none = append(none, name)
 			}
 			for _, irq := range irqs {
@@ -119,6 +131,22 @@ func (e *Engine) syncIRQs(strategies []config.Strategy) {
 			delete(e.irqs, irq)
 		}
 	}
+	for name, cpu := range steer {
+		if had, ok := e.steered[name]; ok && had == cpu {
+			continue
+		}
+		if err := e.xdpSteer(name, cpu); err != nil {
+			errs = append(errs, fmt.Errorf("steer %s's XDP work to CPU %d: %w", name, cpu, err))
+			continue
+		}
+		e.steered[name] = cpu
+	}
+	for name := range e.steered {
+		if _, ok := steer[name]; !ok {
+			errs = append(errs, e.xdpSteer(name, -1))
+			delete(e.steered, name)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		for _, s := range strategies {
 			if len(s.IRQAffinity) > 0 {
@@ -126,6 +154,16 @@ func (e *Engine) syncIRQs(strategies []config.Strategy) {
 			}
 		}
 	}
+}
+
+// SetXDPSteer gives the engine the dataplane's hand-over of an
+// interface's XDP work to a CPU (-1: back to the receiving CPU), for
+// irq_affinity's interfaces without IRQs (veth). Without it, such an
+// interface is named in the strategy's error.
+func (e *Engine) SetXDPSteer(fn func(ifname string, cpu int) error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.xdpSteer = fn
 }
 
 // restoreIRQ gives IRQ irq its affinity before; an IRQ gone is no error.

@@ -302,6 +302,12 @@ type Engine struct {
 	// affinity before.
 	irqs  map[int]string
 	irqBy map[uint32][]int // the IRQs each strategy steers
+	// xdpSteer hands an interface's XDP work to a CPU (nil: none);
+	// steered are the interfaces handed, steerBy what each strategy
+	// steers, for Status.
+	xdpSteer func(ifname string, cpu int) error
+	steered  map[string]int
+	steerBy  map[uint32][]string
 	// pods gives pod labels (nil: none).
 	pods *Pods
 	// ext is the sched_ext scheduler priority strategies use instead of
@@ -319,7 +325,7 @@ type Engine struct {
 // file state.
 func New(root, state string) *Engine {
 	return &Engine{root: root, sys: "/sys", state: state, held: map[int]*Held{}, weights: map[string]string{}, groups: map[uint32]string{},
-		moved: map[int]*Moved{}, irqs: map[int]string{}, irqBy: map[uint32][]int{}, ranOn: map[int]map[int]bool{}, Errors: map[uint32]string{}}
+		moved: map[int]*Moved{}, irqs: map[int]string{}, irqBy: map[uint32][]int{}, steered: map[string]int{}, steerBy: map[uint32][]string{}, ranOn: map[int]map[int]bool{}, Errors: map[uint32]string{}}
 }
 
 // Recover puts back what a previous engine (a crashed agent) changed,
@@ -696,6 +702,9 @@ func (e *Engine) Status() []Status {
 	for id := range e.irqBy {
 		get(id)
 	}
+	for id := range e.steerBy {
+		get(id)
+	}
 	var out []Status
 	for _, id := range slices.Sorted(maps.Keys(by)) {
 		st := by[id]
@@ -719,6 +728,9 @@ func (e *Engine) Status() []Status {
 				n = append(n, strconv.Itoa(irq))
 			}
 			others = append(others, "IRQs "+strings.Join(n, ",")+" on its CPUs")
+		}
+		if s := e.steerBy[id]; len(s) > 0 {
+			others = append(others, "XDP work of "+strings.Join(s, ", "))
 		}
 		st.Others = strings.Join(others, "; ")
 		out = append(out, *st)
@@ -977,6 +989,10 @@ func (e *Engine) RevertAll() error {
 	}
 	if e.ext != nil {
 		errs = append(errs, e.ext.SetPriority(nil))
+	}
+	for name := range e.steered {
+		errs = append(errs, e.xdpSteer(name, -1))
+		delete(e.steered, name)
 	}
 	if e.hier != nil {
 		errs = append(errs, e.hier.undo(e.weights, slices.Collect(maps.Values(e.groups))))

@@ -157,3 +157,59 @@ func TestXDPCPU(t *testing.T) {
 		t.Errorf("edgeplane stats does not show lan0's XDP packets by CPU (%v):\n%s", err, out)
 	}
 }
+
+// TestXDPSteer: a strategy's irq_affinity on a veth (no IRQs: its XDP
+// work runs on the sender's CPU) hands the interface's XDP work to the
+// strategy's CPU through the cpumap — pings sent from CPU 0 are handled
+// by lan0's XDP on CPU 1, and still answered — and says so in get
+// strategies; once the agent stops (giving everything back) lan0's work
+// is on the sender's CPU again.
+func TestXDPSteer(t *testing.T) {
+	testutil.RequireTool(t, "taskset")
+	g := newGateway(t, forwardConfig+`strategies:
+  - {id: 2, command_regex: "^edgeplane-none$", cpus: "1", irq_affinity: [lan0]}
+`)
+	g.start()
+	// Stopped, not killed, whatever happens: the strategy moved every
+	// process of the machine off CPU 1, and only its agent gives that
+	// back (a killed one's next start would, from a state file this
+	// test's end removes).
+	t.Cleanup(func() { _ = g.StopAgent(syscall.SIGTERM) })
+	g.warmUp()
+	pings := func() (on0, on1 uint64) {
+		t.Helper()
+		at := func(s stats, c int) uint64 {
+			if per := s.XDPCPU[lab.LanName]; c < len(per) {
+				return per[c]
+			}
+			return 0
+		}
+		before := g.stats()
+		out, err := nsRun(g.A, "taskset", "-c", "0", "ping", "-n", "-q", "-c", "50", "-i", "0.005", "-W", "1", lab.AddrB)
+		if err != nil || !strings.Contains(out, " 50 received") {
+			t.Fatalf("pings from A on CPU 0: %v\n%s", err, out)
+		}
+		after := g.stats()
+		return at(after, 0) - at(before, 0), at(after, 1) - at(before, 1)
+	}
+	var out []byte
+	if !waitFor(3*time.Second, func() bool {
+		out, _ = exec.Command(edgeplaneBin, "get", "strategies", "--server", "unix://"+agent.DefaultAPISocket(g.PinDir)).CombinedOutput()
+		return strings.Contains(string(out), "XDP work of lan0 on CPU 1")
+	}) {
+		t.Fatalf("get strategies does not show lan0's XDP work handed to CPU 1:\n%s", out)
+	}
+	on0, on1 := pings()
+	t.Logf("steered: lan0's XDP ran %d of 50 pings on CPU 0, %d on CPU 1", on0, on1)
+	if on1 < 50 || on0 >= 10 {
+		t.Errorf("steered to CPU 1: lan0's XDP ran %d pings on CPU 0 and %d on CPU 1, want the 50 on CPU 1", on0, on1)
+	}
+	if err := g.StopAgent(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	on0, on1 = pings()
+	t.Logf("given back: lan0's XDP ran %d of 50 pings on CPU 0, %d on CPU 1", on0, on1)
+	if on0 < 50 || on1 >= 10 {
+		t.Errorf("given back: lan0's XDP ran %d pings on CPU 0 and %d on CPU 1, want the 50 on the sender's CPU 0", on0, on1)
+	}
+}
