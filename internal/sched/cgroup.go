@@ -158,12 +158,15 @@ func (h hier) value(w uint64) string {
 // to one of the root's tasks (weight 100) as 100 to others.
 func raised(others uint32) uint64 { return 100 * 100 / uint64(max(others, 1)) }
 
+// groupOf is the path of strategy id's group of root-level processes.
+func groupOf(id uint32) string { return "/" + groupPrefix + strconv.FormatUint(uint64(id), 10) }
+
 // ensureGroup makes strategy id's group with weight w, and lets
 // real-time tasks in where the kernel has RT group scheduling (a v1
 // group's cpu.rt_runtime_us starts at 0, where FIFO and RR are refused):
 // it asks the root's runtime, then less.
 func (h hier) ensureGroup(id uint32, w uint64) (string, error) {
-	g := "/" + groupPrefix + strconv.FormatUint(uint64(id), 10)
+	g := groupOf(id)
 	dir := filepath.Join(h.mount, g)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("make cgroup %s: %w", dir, err)

@@ -109,15 +109,25 @@ func (e *Engine) syncIRQs(strategies []config.Strategy) {
 		}
 	}
 	var errs []error
-	for irq, cpus := range want {
-		file := filepath.Join(e.root, "irq", strconv.Itoa(irq), "smp_affinity_list")
+	added := false
+	for irq := range want {
 		if _, ok := e.irqs[irq]; !ok {
-			b, err := os.ReadFile(file)
+			b, err := os.ReadFile(filepath.Join(e.root, "irq", strconv.Itoa(irq), "smp_affinity_list"))
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			e.irqs[irq] = strings.TrimSpace(string(b))
+			e.irqs[irq], added = strings.TrimSpace(string(b)), true
+		}
+	}
+	// Written down before they are steered (see Sync).
+	if added {
+		errs = append(errs, e.save())
+	}
+	for irq, cpus := range want {
+		file := filepath.Join(e.root, "irq", strconv.Itoa(irq), "smp_affinity_list")
+		if _, ok := e.irqs[irq]; !ok {
+			continue
 		}
 		if b, _ := os.ReadFile(file); strings.TrimSpace(string(b)) != cpus {
 			if err := os.WriteFile(file, []byte(cpus), 0); err != nil {

@@ -580,6 +580,11 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 		delete(e.held, tid)
 		given++
 	}
+	// What the new threads have is written down before anything is
+	// applied to them: an agent killed in between leaves a state file
+	// its next start gives back from (restoring what a thread still
+	// has is harmless).
+	var fresh []*Held
 	for tid, w := range want {
 		if _, ok := e.held[tid]; ok {
 			continue
@@ -588,16 +593,25 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 		if err != nil {
 			continue // gone
 		}
-		s := byID[w.Strategy]
 		w.Before = before
-		applied, err := apply(s, tid, e.ext != nil)
+		e.held[tid] = w
+		fresh = append(fresh, w)
+	}
+	if len(fresh) > 0 {
+		if err := e.save(); err != nil {
+			return taken, given, err
+		}
+	}
+	for _, w := range fresh {
+		s := byID[w.Strategy]
+		applied, err := apply(s, w.TID, e.ext != nil)
 		if err != nil {
 			e.Errors[s.ID] = fmt.Sprintf("process %d: %v", w.PID, err)
 			_ = restore(*w) // what was applied before the error
+			delete(e.held, w.TID)
 			continue
 		}
 		w.Applied = applied
-		e.held[tid] = w
 		taken++
 	}
 	e.syncWeights(strategies, pids)
@@ -790,6 +804,14 @@ func (e *Engine) syncWeights(strategies []config.Strategy, pids map[uint32][]int
 				continue // gone
 			}
 			if cg == "/" || strings.HasPrefix(cg, "/"+groupPrefix) {
+				// Written down before it is made (see Sync).
+				if _, ok := e.groups[s.ID]; !ok {
+					e.groups[s.ID] = groupOf(s.ID)
+					if err := e.save(); err != nil {
+						e.Errors[s.ID] = "state file: " + err.Error()
+						continue
+					}
+				}
 				g, err := h.ensureGroup(s.ID, raised(s.OthersWeight))
 				if err == nil && cg != g {
 					err = h.moveTo(g, pid)
@@ -816,14 +838,25 @@ func (e *Engine) syncWeights(strategies []config.Strategy, pids map[uint32][]int
 	lower := map[string]bool{}
 	if len(protected) > 0 {
 		v := h.value(uint64(lowest))
-		for _, g := range h.others(protected) {
+		others := h.others(protected)
+		added := false
+		for _, g := range others {
 			lower[g] = true
 			if _, ok := e.weights[g]; !ok {
 				old, err := h.readWeight(g)
 				if err != nil {
 					continue // gone
 				}
-				e.weights[g] = old
+				e.weights[g], added = old, true
+			}
+		}
+		// Written down before they are lowered (see Sync).
+		if added {
+			errs = append(errs, e.save())
+		}
+		for _, g := range others {
+			if _, ok := e.weights[g]; !ok {
+				continue
 			}
 			if cur, _ := h.readWeight(g); cur != v {
 				errs = append(errs, h.writeWeight(g, v))
@@ -883,6 +916,12 @@ func (e *Engine) syncDedicated(strategies []config.Strategy, procs []Proc) {
 	removedBy := e.removedBy()
 	seen := map[int]bool{}
 	pinned := 0
+	type move struct {
+		tid  int
+		cpus []int
+	}
+	var moves []move
+	var back []int
 	for _, p := range procs {
 		for _, tid := range e.tasks(p.PID) {
 			if _, held := e.held[tid]; held {
@@ -907,19 +946,17 @@ func (e *Engine) syncDedicated(strategies []config.Strategy, procs []Proc) {
 				pinned++ // it asked for dedicated CPUs alone: left there
 				continue
 			}
-			if !slices.Equal(target, cpus) {
-				if err := setCPUs(tid, target); err != nil {
-					pinned++
-					continue
-				}
-			}
-			switch {
-			case m == nil && len(target) < len(cpus):
+			if m == nil && len(target) < len(cpus) {
 				removed := slices.DeleteFunc(slices.Clone(cpus), func(c int) bool { return !slices.Contains(dedicated, c) })
-				e.moved[tid] = &Moved{PID: p.PID, TID: tid, Start: p.Start, Before: cpus, Removed: removed}
+				m = &Moved{PID: p.PID, TID: tid, Start: p.Start, Before: cpus, Removed: removed}
+				e.moved[tid] = m
 				removedBy[p.PID] = removed
-			case m != nil && len(target) == len(m.Before):
-				delete(e.moved, tid) // none of its CPUs is dedicated now: given back
+			}
+			if !slices.Equal(target, cpus) {
+				moves = append(moves, move{tid, target})
+			}
+			if m != nil && len(target) == len(m.Before) {
+				back = append(back, tid) // none of its CPUs is dedicated now
 			}
 		}
 	}
@@ -927,6 +964,23 @@ func (e *Engine) syncDedicated(strategies []config.Strategy, procs []Proc) {
 		if !seen[tid] {
 			delete(e.moved, tid) // gone, or held now
 		}
+	}
+	// Written down before the threads are moved (see Sync).
+	if len(moves) > 0 {
+		if err := e.save(); err != nil {
+			for _, id := range owners {
+				e.addError(id, "state file: "+err.Error())
+			}
+			return
+		}
+	}
+	for _, mv := range moves {
+		if err := setCPUs(mv.tid, mv.cpus); err != nil {
+			pinned++
+		}
+	}
+	for _, tid := range back {
+		delete(e.moved, tid) // given back: forgotten once it has its CPUs
 	}
 	if pinned > 0 {
 		for _, id := range owners {
