@@ -425,3 +425,41 @@ func TestEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEngineRTGroup: with CONFIG_RT_GROUP_SCHED (these machines'), a
+// process in a cpu cgroup whose cpu.rt_runtime_us is 0 cannot be given
+// FIFO: the strategy's error says so, naming the setting.
+func TestEngineRTGroup(t *testing.T) {
+	testutil.RequireRoot(t)
+	mnt := "/sys/fs/cgroup/cpu"
+	if _, err := os.Stat(filepath.Join(mnt, "cpu.rt_runtime_us")); err != nil {
+		t.Fatalf("this test needs cgroup v1's cpu controller with RT group scheduling at %s (these machines'): %v", mnt, err)
+	}
+	group := filepath.Join(mnt, "edgeplane-rt-"+testutil.UniqueName("g"))
+	if err := os.Mkdir(group, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tag := "edgeplane-rtg-" + testutil.UniqueName("t")
+	pid := sleeper(t, tag)
+	t.Cleanup(func() {
+		_ = os.WriteFile(filepath.Join(mnt, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+		_ = os.Remove(group)
+	})
+	if b, err := os.ReadFile(filepath.Join(group, "cpu.rt_runtime_us")); err != nil || strings.TrimSpace(string(b)) != "0" {
+		t.Fatalf("a new group's cpu.rt_runtime_us: %q, %v; want 0", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(group, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	e := sched.New("/proc", "")
+	s := strategy(t, `{id: 3, command_regex: "^`+tag+`", priority: true, policy: fifo}`)
+	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 0 {
+		t.Fatalf("sync: %d taken, %v; want none", taken, err)
+	}
+	if msg := e.Errors[3]; !strings.Contains(msg, "cpu.rt_runtime_us above 0") {
+		t.Errorf("error %q, want the cgroup's cpu.rt_runtime_us named", msg)
+	}
+	if p, _ := policyOf(t, pid); p != unix.SCHED_NORMAL {
+		t.Errorf("policy %d, want unchanged", p)
+	}
+}
