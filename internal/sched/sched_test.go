@@ -463,3 +463,72 @@ func TestEngineRTGroup(t *testing.T) {
 		t.Errorf("policy %d, want unchanged", p)
 	}
 }
+
+// TestSelectors: each selector takes exactly the processes it names,
+// beside ones that differ only in it — env (NAME=VALUE in the
+// environment), user (a name, here nobody), cgroup (a real cgroup v2
+// group and those under it) — with a regex both match.
+func TestSelectors(t *testing.T) {
+	testutil.RequireRoot(t)
+	tag := "edgeplane-sel-" + testutil.UniqueName("t")
+	start := func(env []string, cred *syscall.Credential) int {
+		t.Helper()
+		cmd := exec.Command("bash", "-c", "exec -a "+tag+" sleep 60")
+		cmd.Env = env
+		if cred != nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd.Process.Pid
+	}
+	urllc := start([]string{"EDGEPLANE_CLASS=urllc"}, nil)
+	embb := start([]string{"EDGEPLANE_CLASS=embb"}, nil)
+	nobody := start(nil, &syscall.Credential{Uid: 65534, Gid: 65534})
+	rootOne := start(nil, nil)
+	unified := "/sys/fs/cgroup/unified"
+	if _, err := os.Stat(filepath.Join(unified, "cgroup.procs")); err != nil {
+		unified = "/sys/fs/cgroup"
+	}
+	name := "edgeplane-sel-" + testutil.UniqueName("g")
+	group := filepath.Join(unified, name, "inner")
+	if err := os.MkdirAll(group, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inGroup := start(nil, nil)
+	t.Cleanup(func() {
+		_ = os.WriteFile(filepath.Join(unified, "cgroup.procs"), []byte(strconv.Itoa(inGroup)), 0)
+		_ = os.Remove(group)
+		_ = os.Remove(filepath.Dir(group))
+	})
+	if err := os.WriteFile(filepath.Join(group, "cgroup.procs"), []byte(strconv.Itoa(inGroup)), 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // exec'd
+	for _, c := range []struct {
+		sel  string
+		want []int
+	}{
+		{`env: EDGEPLANE_CLASS=urllc`, []int{urllc}},
+		{`user: nobody`, []int{nobody}},
+		{`user: "65534"`, []int{nobody}},
+		{`cgroup: /` + name, []int{inGroup}},
+	} {
+		e := sched.New("/proc", "")
+		s := strategy(t, `{id: 4, command_regex: "^`+tag+` ", selectors: {`+c.sel+`}, priority: true, policy: fifo, rt_priority: 3}`)
+		if _, _, err := e.Sync([]config.Strategy{s}); err != nil {
+			t.Fatal(err)
+		}
+		for _, pid := range []int{urllc, embb, nobody, rootOne, inGroup} {
+			p, _ := policyOf(t, pid)
+			if want := slices.Contains(c.want, pid); want != (p == unix.SCHED_FIFO) {
+				t.Errorf("selector %s: process %d has policy %d, taken %v", c.sel, pid, p, want)
+			}
+		}
+		if err := e.RevertAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
