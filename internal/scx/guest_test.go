@@ -141,8 +141,12 @@ func guestChecks() error {
 	if st.Priority == 0 || st.Rest == 0 || st.ExitKind != 0 {
 		return fmt.Errorf("scheduler stats %+v: want priority and other enqueues, no exit", st)
 	}
-	if prio[1]*2 > rest[1] {
-		return fmt.Errorf("the priority waker's p99 lateness %s is not under half of %s without priority", prio[1], rest[1])
+	// The median: under TCG, with both vCPUs on one host thread, a
+	// p99 also holds the emulator's own stalls (27 ms in one run of a
+	// loaded CI, against 54 without priority). The medians are ~1 ms
+	// against ~50 ms.
+	if prio[0]*4 > rest[0] {
+		return fmt.Errorf("the priority waker's median lateness %s is not under a quarter of %s without priority", prio[0], rest[0])
 	}
 	if err := e.RevertAll(); err != nil {
 		return err

@@ -28,7 +28,8 @@ const (
 // this machine's kernel has no sched_ext) with this test binary as its
 // init, the scheduler loads, the strategy engine applies a priority
 // strategy through it, the priority task's wake-ups beside CPU hogs are
-// less late than without priority, and it unloads cleanly
+// less late than without priority (median under a quarter), and it
+// unloads cleanly
 // (guestChecks). Latency figures that count come from the host kernel
 // (`edgeplane bench --scenario cpu`): these are TCG's.
 func TestSchedExtQEMU(t *testing.T) {
