@@ -21,6 +21,11 @@ const strategyEvery = time.Second
 // more before it scans: an exec or a burst of clones is one scan.
 const strategySettle = 5 * time.Millisecond
 
+// strategyEventGap is the least time between two scans an event asks
+// for: a local user who execs matching processes in a loop gets at most
+// 20 full scans of /proc a second out of the agent, not one per exec.
+const strategyEventGap = 50 * time.Millisecond
+
 // podListEvery is how often the pod list (pod labels) is read again, at
 // most.
 const podListEvery = 5 * time.Second
@@ -85,7 +90,8 @@ func (a *Agent) runStrategies(ctx context.Context, log *slog.Logger) {
 			said = e.Errors
 			a.strategyMetrics(e)
 		}
-		if !a.nextScan(ctx, t.C, events, ev) {
+		scanned := time.Now()
+		if !a.nextScan(ctx, t.C, events, ev, scanned) {
 			return
 		}
 	}
@@ -94,7 +100,7 @@ func (a *Agent) runStrategies(ctx context.Context, log *slog.Logger) {
 // nextScan waits for the time of the next scan: the ticker's, or an
 // event's whose processes a scan would change (Engine.Wanted); false
 // when ctx ends.
-func (a *Agent) nextScan(ctx context.Context, tick <-chan time.Time, events <-chan struct{}, ev *sched.Events) bool {
+func (a *Agent) nextScan(ctx context.Context, tick <-chan time.Time, events <-chan struct{}, ev *sched.Events, last time.Time) bool {
 	for {
 		select {
 		case <-ctx.Done():
@@ -104,6 +110,7 @@ func (a *Agent) nextScan(ctx context.Context, tick <-chan time.Time, events <-ch
 		case <-events:
 			time.Sleep(strategySettle)
 			if a.strategies.Wanted(a.Config().Strategies, ev.Take()) {
+				time.Sleep(time.Until(last.Add(strategyEventGap)))
 				return true
 			}
 		}

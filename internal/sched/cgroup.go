@@ -97,17 +97,26 @@ func (h hier) cgroupOf(root string, pid int) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if g, ok := cgroupIn(b, h.v1); ok {
+		return g, nil
+	}
+	return "", fmt.Errorf("process %d has no cgroup in the cpu hierarchy", pid)
+}
+
+// cgroupIn finds, in a /proc/PID/cgroup, the path in the v1 hierarchy
+// with the cpu controller (v1) or the v2 one.
+func cgroupIn(b []byte, v1 bool) (string, bool) {
 	for _, line := range strings.Split(string(b), "\n") {
 		// hierarchy-id:controllers:path
 		f := strings.SplitN(line, ":", 3)
 		if len(f) != 3 {
 			continue
 		}
-		if (!h.v1 && f[0] == "0" && f[1] == "") || (h.v1 && slices.Contains(strings.Split(f[1], ","), "cpu")) {
-			return f[2], nil
+		if (!v1 && f[0] == "0" && f[1] == "") || (v1 && slices.Contains(strings.Split(f[1], ","), "cpu")) {
+			return f[2], true
 		}
 	}
-	return "", fmt.Errorf("process %d has no cgroup in the cpu hierarchy", pid)
+	return "", false
 }
 
 // CPUCgroup returns process pid's group where the cpu controller is: its
@@ -117,23 +126,13 @@ func CPUCgroup(pid int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	v2, ok := "", false
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		if slices.Contains(strings.Split(f[1], ","), "cpu") {
-			return f[2], nil
-		}
-		if f[0] == "0" && f[1] == "" {
-			v2, ok = f[2], true
-		}
+	if g, ok := cgroupIn(b, true); ok {
+		return g, nil
 	}
-	if !ok {
-		return "", fmt.Errorf("process %d is in no cgroup with the cpu controller", pid)
+	if g, ok := cgroupIn(b, false); ok {
+		return g, nil
 	}
-	return v2, nil
+	return "", fmt.Errorf("process %d is in no cgroup with the cpu controller", pid)
 }
 
 // weightFile is the file of a group's weight: cpu.weight (v2) or
