@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -288,6 +289,9 @@ func TestBalanceLongLived(t *testing.T) {
 		start[lc.backend]++
 	}
 	t.Logf("%d long-lived connections: %v", lbConns, start)
+	// greeted counts every connection by the backend that greeted it,
+	// to compare with each backend's counter.
+	greeted := maps.Clone(start)
 	if len(start) != 2 {
 		t.Fatalf("connections went to %v, want both backends", start)
 	}
@@ -332,6 +336,9 @@ func TestBalanceLongLived(t *testing.T) {
 		t.Logf("%s: generation %d, commit %d us", ph.name, r.GetGeneration(), r.GetCommitMicros())
 		if len(ph.avoid) > 0 {
 			got := spread(t, a.gateway, 60)
+			for b, n := range got {
+				greeted[b] += n
+			}
 			for _, b := range ph.avoid {
 				if got[b] > 0 {
 					t.Errorf("%s: %d new connections went to %s", ph.name, got[b], b)
@@ -343,6 +350,9 @@ func TestBalanceLongLived(t *testing.T) {
 
 	const n = 2000
 	got := spread(t, a.gateway, n)
+	for b, n := range got {
+		greeted[b] += n
+	}
 	want := map[string]float64{"be1": 0.25, "be2": 0.5, "be3": 0.25}
 	for b, w := range want {
 		share := float64(got[b]) / n
@@ -366,6 +376,7 @@ func TestBalanceLongLived(t *testing.T) {
 	// ones are still open (the short ones ended with a FIN).
 	opened := float64(lbConns + 2*60 + n)
 	var newConns, active float64
+	perFAR := map[string]float64{}
 	ok := waitFor(3*time.Second, func() bool {
 		fams := a.scrape()
 		newConns, active = 0, 0
@@ -373,6 +384,7 @@ func TestBalanceLongLived(t *testing.T) {
 			l := map[string]string{"service": "1", "far": fmt.Sprint(far)}
 			v, _ := metricValue(fams, "edgeplane_service_backend_new_connections_total", l)
 			newConns += v
+			perFAR[fmt.Sprintf("be%d", far)] = v
 			v, _ = metricValue(fams, "edgeplane_service_backend_active_connections", l)
 			active += v
 		}
@@ -380,7 +392,7 @@ func TestBalanceLongLived(t *testing.T) {
 	})
 	t.Logf("metrics: %.0f new connections (opened %.0f), %.0f active", newConns, opened, active)
 	if !ok {
-		t.Errorf("metrics: %.0f new connections, want %.0f; %.0f active, want %d", newConns, opened, active, lbConns)
+		t.Errorf("metrics: %.0f new connections, want %.0f; %.0f active, want %d; by backend: counted %v, greeted %v", newConns, opened, active, lbConns, perFAR, greeted)
 	}
 
 	// `edgeplane stats` from the pins, without the agent, says the same.
