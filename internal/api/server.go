@@ -65,15 +65,59 @@ type Backend interface {
 	StrategyStatus() []*pb.StrategyStatus
 }
 
+// Fleet is what a controller's Backend adds: objects kept per Target,
+// and the gateways that take them. Its View and Apply are those of the
+// target that names all gateways.
+type Fleet interface {
+	// ViewTarget runs fn on the store of t's objects.
+	ViewTarget(t *pb.Target, fn func(*config.Store)) error
+	// ApplyTo applies a batch to t's objects, as Backend.Apply does to
+	// an agent's, and returns the etcd revision that holds it.
+	ApplyTo(t *pb.Target, ops []config.Op, dryRun bool) (rev uint64, err error)
+	// Gateways lists the gateways whose labels hold selector's pairs.
+	Gateways(selector map[string]string) ([]*pb.GatewayStatus, error)
+}
+
+// ErrNoDataplane is what a controller's Backend answers for what only
+// a gateway's dataplane knows (counters, flows, path and CPU status).
+var ErrNoDataplane = errors.New("a controller has no dataplane: ask a gateway (edgeplane get gateways lists them)")
+
 // Server implements edgeplanev1.GatewayServer over a Backend.
 type Server struct {
 	pb.UnimplementedGatewayServer
-	b Backend
+	b     Backend
+	fleet Fleet // b, when it is a controller's
 }
 
 // NewServer returns a Server driving b.
 func NewServer(b Backend) *Server {
-	return &Server{b: b}
+	f, _ := b.(Fleet)
+	return &Server{b: b, fleet: f}
+}
+
+// noTarget reports whether t names no gateway (nil or empty): at an
+// agent, the agent itself; at a controller, all gateways.
+func noTarget(t *pb.Target) bool {
+	return t.GetGateway() == "" && len(t.GetSelector()) == 0
+}
+
+// errAgentTarget refuses a target at an agent.
+var errAgentTarget = status.Error(codes.InvalidArgument, "target: an agent serves only itself; targets are for a controller (edgeplane controller)")
+
+// view runs fn on the store of target t: the agent's own (t empty), or a
+// controller's per-target store.
+func (s *Server) view(t *pb.Target, fn func(*config.Store)) error {
+	if s.fleet != nil {
+		if err := s.fleet.ViewTarget(t, fn); err != nil {
+			return applyStatus(err)
+		}
+		return nil
+	}
+	if !noTarget(t) {
+		return errAgentTarget
+	}
+	s.b.View(fn)
+	return nil
 }
 
 // Apply implements edgeplanev1.GatewayServer.
@@ -94,6 +138,16 @@ func (s *Server) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResp
 		if rec, err = protojson.Marshal(req); err != nil {
 			return nil, status.Errorf(codes.Internal, "record the batch: %v", err)
 		}
+	}
+	if s.fleet != nil {
+		rev, err := s.fleet.ApplyTo(req.GetTarget(), ops, req.GetDryRun())
+		if err != nil {
+			return nil, applyStatus(err)
+		}
+		return &pb.ApplyResponse{Revision: rev, CommitMicros: uint64(time.Since(start).Microseconds())}, nil
+	}
+	if !noTarget(req.GetTarget()) {
+		return nil, errAgentTarget
 	}
 	gen, err := s.b.Apply(ops, req.GetDryRun(), rec)
 	if err != nil {
@@ -217,10 +271,12 @@ func fieldStatus(code codes.Code, fe config.Errors) error {
 
 // list answers a List: every object of kind k the serving store holds,
 // in R, the kind's list response (one repeated field).
-func list[R proto.Message](s *Server, k config.Kind) (R, error) {
+func list[R proto.Message](s *Server, t *pb.Target, k config.Kind) (R, error) {
 	var objs []any
-	s.b.View(func(st *config.Store) { objs = st.List(k) })
 	var zero R
+	if err := s.view(t, func(st *config.Store) { objs = st.List(k) }); err != nil {
+		return zero, err
+	}
 	m := zero.ProtoReflect().Type().New()
 	fd := m.Descriptor().Fields().Get(0)
 	l := m.Mutable(fd).List()
@@ -231,12 +287,14 @@ func list[R proto.Message](s *Server, k config.Kind) (R, error) {
 }
 
 // get answers a Get: the object of kind k with key, or NotFound.
-func get[P proto.Message](s *Server, k config.Kind, key config.Key) (P, error) {
+func get[P proto.Message](s *Server, t *pb.Target, k config.Kind, key config.Key) (P, error) {
 	var obj any
 	var ok bool
-	s.b.View(func(st *config.Store) { obj, ok = st.Get(k, key) })
+	var zero P
+	if err := s.view(t, func(st *config.Store) { obj, ok = st.Get(k, key) }); err != nil {
+		return zero, err
+	}
 	if !ok {
-		var zero P
 		if key.ID == 0 {
 			return zero, status.Errorf(codes.NotFound, "no %s %q", k, key.Name)
 		}
@@ -249,98 +307,101 @@ func get[P proto.Message](s *Server, k config.Kind, key config.Key) (P, error) {
 // generated service asks for, each a line over list and get.
 
 // ListInterfaces implements edgeplanev1.GatewayServer.
-func (s *Server) ListInterfaces(context.Context, *pb.ListRequest) (*pb.ListInterfacesResponse, error) {
-	return list[*pb.ListInterfacesResponse](s, config.KindInterface)
+func (s *Server) ListInterfaces(_ context.Context, req *pb.ListRequest) (*pb.ListInterfacesResponse, error) {
+	return list[*pb.ListInterfacesResponse](s, req.GetTarget(), config.KindInterface)
 }
 
 // GetInterface implements edgeplanev1.GatewayServer.
 func (s *Server) GetInterface(_ context.Context, req *pb.GetByNameRequest) (*pb.Interface, error) {
-	return get[*pb.Interface](s, config.KindInterface, config.NameKey(req.GetName()))
+	return get[*pb.Interface](s, req.GetTarget(), config.KindInterface, config.NameKey(req.GetName()))
 }
 
 // ListPaths implements edgeplanev1.GatewayServer.
-func (s *Server) ListPaths(context.Context, *pb.ListRequest) (*pb.ListPathsResponse, error) {
-	return list[*pb.ListPathsResponse](s, config.KindPath)
+func (s *Server) ListPaths(_ context.Context, req *pb.ListRequest) (*pb.ListPathsResponse, error) {
+	return list[*pb.ListPathsResponse](s, req.GetTarget(), config.KindPath)
 }
 
 // GetPath implements edgeplanev1.GatewayServer.
 func (s *Server) GetPath(_ context.Context, req *pb.GetByIDRequest) (*pb.Path, error) {
-	return get[*pb.Path](s, config.KindPath, config.IDKey(req.GetId()))
+	return get[*pb.Path](s, req.GetTarget(), config.KindPath, config.IDKey(req.GetId()))
 }
 
 // ListFars implements edgeplanev1.GatewayServer.
-func (s *Server) ListFars(context.Context, *pb.ListRequest) (*pb.ListFarsResponse, error) {
-	return list[*pb.ListFarsResponse](s, config.KindFAR)
+func (s *Server) ListFars(_ context.Context, req *pb.ListRequest) (*pb.ListFarsResponse, error) {
+	return list[*pb.ListFarsResponse](s, req.GetTarget(), config.KindFAR)
 }
 
 // GetFar implements edgeplanev1.GatewayServer.
 func (s *Server) GetFar(_ context.Context, req *pb.GetByIDRequest) (*pb.Far, error) {
-	return get[*pb.Far](s, config.KindFAR, config.IDKey(req.GetId()))
+	return get[*pb.Far](s, req.GetTarget(), config.KindFAR, config.IDKey(req.GetId()))
 }
 
 // ListPdrs implements edgeplanev1.GatewayServer.
-func (s *Server) ListPdrs(context.Context, *pb.ListRequest) (*pb.ListPdrsResponse, error) {
-	return list[*pb.ListPdrsResponse](s, config.KindPDR)
+func (s *Server) ListPdrs(_ context.Context, req *pb.ListRequest) (*pb.ListPdrsResponse, error) {
+	return list[*pb.ListPdrsResponse](s, req.GetTarget(), config.KindPDR)
 }
 
 // GetPdr implements edgeplanev1.GatewayServer.
 func (s *Server) GetPdr(_ context.Context, req *pb.GetByIDRequest) (*pb.Pdr, error) {
-	return get[*pb.Pdr](s, config.KindPDR, config.IDKey(req.GetId()))
+	return get[*pb.Pdr](s, req.GetTarget(), config.KindPDR, config.IDKey(req.GetId()))
 }
 
 // ListLbrs implements edgeplanev1.GatewayServer.
-func (s *Server) ListLbrs(context.Context, *pb.ListRequest) (*pb.ListLbrsResponse, error) {
-	return list[*pb.ListLbrsResponse](s, config.KindLBR)
+func (s *Server) ListLbrs(_ context.Context, req *pb.ListRequest) (*pb.ListLbrsResponse, error) {
+	return list[*pb.ListLbrsResponse](s, req.GetTarget(), config.KindLBR)
 }
 
 // GetLbr implements edgeplanev1.GatewayServer.
 func (s *Server) GetLbr(_ context.Context, req *pb.GetByIDRequest) (*pb.Lbr, error) {
-	return get[*pb.Lbr](s, config.KindLBR, config.IDKey(req.GetId()))
+	return get[*pb.Lbr](s, req.GetTarget(), config.KindLBR, config.IDKey(req.GetId()))
 }
 
 // ListServices implements edgeplanev1.GatewayServer.
-func (s *Server) ListServices(context.Context, *pb.ListRequest) (*pb.ListServicesResponse, error) {
-	return list[*pb.ListServicesResponse](s, config.KindService)
+func (s *Server) ListServices(_ context.Context, req *pb.ListRequest) (*pb.ListServicesResponse, error) {
+	return list[*pb.ListServicesResponse](s, req.GetTarget(), config.KindService)
 }
 
 // ListQosClasses implements edgeplanev1.GatewayServer.
-func (s *Server) ListQosClasses(context.Context, *pb.ListRequest) (*pb.ListQosClassesResponse, error) {
-	return list[*pb.ListQosClassesResponse](s, config.KindQoSClass)
+func (s *Server) ListQosClasses(_ context.Context, req *pb.ListRequest) (*pb.ListQosClassesResponse, error) {
+	return list[*pb.ListQosClassesResponse](s, req.GetTarget(), config.KindQoSClass)
 }
 
 // GetQosClass implements edgeplanev1.GatewayServer.
 func (s *Server) GetQosClass(_ context.Context, req *pb.GetByIDRequest) (*pb.QosClass, error) {
-	return get[*pb.QosClass](s, config.KindQoSClass, config.IDKey(req.GetId()))
+	return get[*pb.QosClass](s, req.GetTarget(), config.KindQoSClass, config.IDKey(req.GetId()))
 }
 
 // ListFlowOpt implements edgeplanev1.GatewayServer.
-func (s *Server) ListFlowOpt(context.Context, *pb.ListRequest) (*pb.ListFlowOptResponse, error) {
-	return list[*pb.ListFlowOptResponse](s, config.KindFlowOpt)
+func (s *Server) ListFlowOpt(_ context.Context, req *pb.ListRequest) (*pb.ListFlowOptResponse, error) {
+	return list[*pb.ListFlowOptResponse](s, req.GetTarget(), config.KindFlowOpt)
 }
 
 // GetFlowOpt implements edgeplanev1.GatewayServer.
 func (s *Server) GetFlowOpt(_ context.Context, req *pb.GetByNameRequest) (*pb.FlowOptModule, error) {
-	return get[*pb.FlowOptModule](s, config.KindFlowOpt, config.NameKey(req.GetName()))
+	return get[*pb.FlowOptModule](s, req.GetTarget(), config.KindFlowOpt, config.NameKey(req.GetName()))
 }
 
 // ListStrategies implements edgeplanev1.GatewayServer.
-func (s *Server) ListStrategies(context.Context, *pb.ListRequest) (*pb.ListStrategiesResponse, error) {
-	return list[*pb.ListStrategiesResponse](s, config.KindStrategy)
+func (s *Server) ListStrategies(_ context.Context, req *pb.ListRequest) (*pb.ListStrategiesResponse, error) {
+	return list[*pb.ListStrategiesResponse](s, req.GetTarget(), config.KindStrategy)
 }
 
 // GetStrategy implements edgeplanev1.GatewayServer.
 func (s *Server) GetStrategy(_ context.Context, req *pb.GetByIDRequest) (*pb.Strategy, error) {
-	return get[*pb.Strategy](s, config.KindStrategy, config.IDKey(req.GetId()))
+	return get[*pb.Strategy](s, req.GetTarget(), config.KindStrategy, config.IDKey(req.GetId()))
 }
 
 // GetService implements edgeplanev1.GatewayServer.
 func (s *Server) GetService(_ context.Context, req *pb.GetByIDRequest) (*pb.Service, error) {
-	return get[*pb.Service](s, config.KindService, config.IDKey(req.GetId()))
+	return get[*pb.Service](s, req.GetTarget(), config.KindService, config.IDKey(req.GetId()))
 }
 
 // GetStats implements edgeplanev1.GatewayServer.
 func (s *Server) GetStats(context.Context, *pb.GetStatsRequest) (*pb.Stats, error) {
 	snap, err := s.b.Snapshot()
+	if errors.Is(err, ErrNoDataplane) {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "read counters: %v", err)
 	}
@@ -357,6 +418,9 @@ func (s *Server) ListFlows(_ context.Context, req *pb.ListFlowsRequest) (*pb.Lis
 		return nil, status.Errorf(codes.InvalidArgument, "top: %d, at most %d", top, MaxFlows)
 	}
 	flows, names, err := s.b.Flows(top)
+	if errors.Is(err, ErrNoDataplane) {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "read flows: %v", err)
 	}
@@ -380,10 +444,31 @@ func (s *Server) ListFlows(_ context.Context, req *pb.ListFlowsRequest) (*pb.Lis
 
 // ListStrategyStatus implements edgeplanev1.GatewayServer.
 func (s *Server) ListStrategyStatus(context.Context, *pb.ListRequest) (*pb.ListStrategyStatusResponse, error) {
+	if s.fleet != nil {
+		return nil, status.Error(codes.FailedPrecondition, ErrNoDataplane.Error())
+	}
 	return &pb.ListStrategyStatusResponse{Strategies: s.b.StrategyStatus()}, nil
 }
 
 // ListPathStatus implements edgeplanev1.GatewayServer.
 func (s *Server) ListPathStatus(context.Context, *pb.ListRequest) (*pb.ListPathStatusResponse, error) {
+	if s.fleet != nil {
+		return nil, status.Error(codes.FailedPrecondition, ErrNoDataplane.Error())
+	}
 	return &pb.ListPathStatusResponse{Paths: s.b.PathStatus()}, nil
+}
+
+// ListGateways implements edgeplanev1.GatewayServer.
+func (s *Server) ListGateways(_ context.Context, req *pb.ListRequest) (*pb.ListGatewaysResponse, error) {
+	if s.fleet == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this is an agent, not a controller: it lists no gateways (edgeplane controller does)")
+	}
+	if req.GetTarget().GetGateway() != "" {
+		return nil, status.Error(codes.InvalidArgument, "target.gateway: gateways are listed by selector")
+	}
+	gws, err := s.fleet.Gateways(req.GetTarget().GetSelector())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "read the gateways from etcd: %v", err)
+	}
+	return &pb.ListGatewaysResponse{Gateways: gws}, nil
 }

@@ -102,6 +102,64 @@ func (Kind) EnumDescriptor() ([]byte, []int) {
 	return file_edgeplane_proto_rawDescGZIP(), []int{0}
 }
 
+// Target says which gateways of a fleet an object belongs to, at a
+// controller (an agent refuses one): the gateway called gateway, or the
+// gateways whose labels hold every pair of selector, or all of them when
+// both are empty. Objects of one target are kept apart from another's:
+// the same id may name different objects for different targets, as long
+// as no gateway is targeted by both.
+type Target struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Gateway       string                 `protobuf:"bytes,1,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	Selector      map[string]string      `protobuf:"bytes,2,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Target) Reset() {
+	*x = Target{}
+	mi := &file_edgeplane_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Target) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Target) ProtoMessage() {}
+
+func (x *Target) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Target.ProtoReflect.Descriptor instead.
+func (*Target) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Target) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *Target) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
 // Interface is a network interface the agent attaches its XDP program to.
 type Interface struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -116,7 +174,7 @@ type Interface struct {
 
 func (x *Interface) Reset() {
 	*x = Interface{}
-	mi := &file_edgeplane_proto_msgTypes[0]
+	mi := &file_edgeplane_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -128,7 +186,7 @@ func (x *Interface) String() string {
 func (*Interface) ProtoMessage() {}
 
 func (x *Interface) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[0]
+	mi := &file_edgeplane_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -141,7 +199,7 @@ func (x *Interface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interface.ProtoReflect.Descriptor instead.
 func (*Interface) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{0}
+	return file_edgeplane_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Interface) GetName() string {
@@ -192,7 +250,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_edgeplane_proto_msgTypes[1]
+	mi := &file_edgeplane_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -204,7 +262,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[1]
+	mi := &file_edgeplane_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -217,7 +275,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{1}
+	return file_edgeplane_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Path) GetId() uint32 {
@@ -318,7 +376,7 @@ type PathMonitor struct {
 
 func (x *PathMonitor) Reset() {
 	*x = PathMonitor{}
-	mi := &file_edgeplane_proto_msgTypes[2]
+	mi := &file_edgeplane_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +388,7 @@ func (x *PathMonitor) String() string {
 func (*PathMonitor) ProtoMessage() {}
 
 func (x *PathMonitor) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[2]
+	mi := &file_edgeplane_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +401,7 @@ func (x *PathMonitor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathMonitor.ProtoReflect.Descriptor instead.
 func (*PathMonitor) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{2}
+	return file_edgeplane_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PathMonitor) GetOff() bool {
@@ -430,7 +488,7 @@ type Far struct {
 
 func (x *Far) Reset() {
 	*x = Far{}
-	mi := &file_edgeplane_proto_msgTypes[3]
+	mi := &file_edgeplane_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +500,7 @@ func (x *Far) String() string {
 func (*Far) ProtoMessage() {}
 
 func (x *Far) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[3]
+	mi := &file_edgeplane_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +513,7 @@ func (x *Far) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Far.ProtoReflect.Descriptor instead.
 func (*Far) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{3}
+	return file_edgeplane_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Far) GetId() uint32 {
@@ -530,7 +588,7 @@ type Lbr struct {
 
 func (x *Lbr) Reset() {
 	*x = Lbr{}
-	mi := &file_edgeplane_proto_msgTypes[4]
+	mi := &file_edgeplane_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +600,7 @@ func (x *Lbr) String() string {
 func (*Lbr) ProtoMessage() {}
 
 func (x *Lbr) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[4]
+	mi := &file_edgeplane_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +613,7 @@ func (x *Lbr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lbr.ProtoReflect.Descriptor instead.
 func (*Lbr) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{4}
+	return file_edgeplane_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Lbr) GetId() uint32 {
@@ -614,7 +672,7 @@ type Sla struct {
 
 func (x *Sla) Reset() {
 	*x = Sla{}
-	mi := &file_edgeplane_proto_msgTypes[5]
+	mi := &file_edgeplane_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +684,7 @@ func (x *Sla) String() string {
 func (*Sla) ProtoMessage() {}
 
 func (x *Sla) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[5]
+	mi := &file_edgeplane_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +697,7 @@ func (x *Sla) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sla.ProtoReflect.Descriptor instead.
 func (*Sla) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{5}
+	return file_edgeplane_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Sla) GetMaxRtt() string {
@@ -675,7 +733,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_edgeplane_proto_msgTypes[6]
+	mi := &file_edgeplane_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +745,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[6]
+	mi := &file_edgeplane_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +758,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{6}
+	return file_edgeplane_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Member) GetFar() uint32 {
@@ -741,7 +799,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_edgeplane_proto_msgTypes[7]
+	mi := &file_edgeplane_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +811,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[7]
+	mi := &file_edgeplane_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +824,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{7}
+	return file_edgeplane_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Service) GetId() uint32 {
@@ -846,7 +904,7 @@ type Health struct {
 
 func (x *Health) Reset() {
 	*x = Health{}
-	mi := &file_edgeplane_proto_msgTypes[8]
+	mi := &file_edgeplane_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +916,7 @@ func (x *Health) String() string {
 func (*Health) ProtoMessage() {}
 
 func (x *Health) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[8]
+	mi := &file_edgeplane_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +929,7 @@ func (x *Health) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Health.ProtoReflect.Descriptor instead.
 func (*Health) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{8}
+	return file_edgeplane_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Health) GetType() string {
@@ -947,7 +1005,7 @@ type Match struct {
 
 func (x *Match) Reset() {
 	*x = Match{}
-	mi := &file_edgeplane_proto_msgTypes[9]
+	mi := &file_edgeplane_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1017,7 @@ func (x *Match) String() string {
 func (*Match) ProtoMessage() {}
 
 func (x *Match) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[9]
+	mi := &file_edgeplane_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1030,7 @@ func (x *Match) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Match.ProtoReflect.Descriptor instead.
 func (*Match) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{9}
+	return file_edgeplane_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Match) GetIn() string {
@@ -1055,7 +1113,7 @@ type Pdr struct {
 
 func (x *Pdr) Reset() {
 	*x = Pdr{}
-	mi := &file_edgeplane_proto_msgTypes[10]
+	mi := &file_edgeplane_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1125,7 @@ func (x *Pdr) String() string {
 func (*Pdr) ProtoMessage() {}
 
 func (x *Pdr) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[10]
+	mi := &file_edgeplane_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1138,7 @@ func (x *Pdr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pdr.ProtoReflect.Descriptor instead.
 func (*Pdr) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{10}
+	return file_edgeplane_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Pdr) GetId() uint32 {
@@ -1145,7 +1203,7 @@ type QosClass struct {
 
 func (x *QosClass) Reset() {
 	*x = QosClass{}
-	mi := &file_edgeplane_proto_msgTypes[11]
+	mi := &file_edgeplane_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1215,7 @@ func (x *QosClass) String() string {
 func (*QosClass) ProtoMessage() {}
 
 func (x *QosClass) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[11]
+	mi := &file_edgeplane_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1228,7 @@ func (x *QosClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QosClass.ProtoReflect.Descriptor instead.
 func (*QosClass) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{11}
+	return file_edgeplane_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QosClass) GetId() uint32 {
@@ -1253,7 +1311,7 @@ type FlowOptModule struct {
 
 func (x *FlowOptModule) Reset() {
 	*x = FlowOptModule{}
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1323,7 @@ func (x *FlowOptModule) String() string {
 func (*FlowOptModule) ProtoMessage() {}
 
 func (x *FlowOptModule) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[12]
+	mi := &file_edgeplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1336,7 @@ func (x *FlowOptModule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowOptModule.ProtoReflect.Descriptor instead.
 func (*FlowOptModule) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{12}
+	return file_edgeplane_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FlowOptModule) GetModule() string {
@@ -1360,7 +1418,7 @@ type Strategy struct {
 
 func (x *Strategy) Reset() {
 	*x = Strategy{}
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1430,7 @@ func (x *Strategy) String() string {
 func (*Strategy) ProtoMessage() {}
 
 func (x *Strategy) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[13]
+	mi := &file_edgeplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1443,7 @@ func (x *Strategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Strategy.ProtoReflect.Descriptor instead.
 func (*Strategy) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{13}
+	return file_edgeplane_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Strategy) GetId() uint32 {
@@ -1490,7 +1548,7 @@ type Selectors struct {
 
 func (x *Selectors) Reset() {
 	*x = Selectors{}
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1560,7 @@ func (x *Selectors) String() string {
 func (*Selectors) ProtoMessage() {}
 
 func (x *Selectors) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[14]
+	mi := &file_edgeplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1573,7 @@ func (x *Selectors) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selectors.ProtoReflect.Descriptor instead.
 func (*Selectors) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{14}
+	return file_edgeplane_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Selectors) GetPodLabels() map[string]string {
@@ -1567,7 +1625,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1637,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[15]
+	mi := &file_edgeplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1650,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{15}
+	return file_edgeplane_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -1754,7 +1812,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1824,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[16]
+	mi := &file_edgeplane_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1837,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{16}
+	return file_edgeplane_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Ref) GetKind() Kind {
@@ -1818,7 +1876,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1888,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[17]
+	mi := &file_edgeplane_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1901,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{17}
+	return file_edgeplane_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Operation) GetOp() isOperation_Op {
@@ -1909,14 +1967,16 @@ type ApplyRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Operations []*Operation           `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
 	// validate only: report what would fail, change nothing
-	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	DryRun bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// at a controller: the gateways the batch is for (see Target)
+	Target        *Target `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +1988,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[18]
+	mi := &file_edgeplane_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2001,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{18}
+	return file_edgeplane_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApplyRequest) GetOperations() []*Operation {
@@ -1958,19 +2018,29 @@ func (x *ApplyRequest) GetDryRun() bool {
 	return false
 }
 
+func (x *ApplyRequest) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
 type ApplyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// the rules generation now serving (unchanged for a dry run)
 	Generation uint32 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	// how long validating, compiling and committing took, in microseconds
-	CommitMicros  uint64 `protobuf:"varint,2,opt,name=commit_micros,json=commitMicros,proto3" json:"commit_micros,omitempty"`
+	CommitMicros uint64 `protobuf:"varint,2,opt,name=commit_micros,json=commitMicros,proto3" json:"commit_micros,omitempty"`
+	// at a controller: the etcd revision that holds the batch; a gateway
+	// has it once its committed_revision (ListGateways) reaches it
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2052,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[19]
+	mi := &file_edgeplane_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2065,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{19}
+	return file_edgeplane_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApplyResponse) GetGeneration() uint32 {
@@ -2012,15 +2082,25 @@ func (x *ApplyResponse) GetCommitMicros() uint64 {
 	return 0
 }
 
+func (x *ApplyResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type ListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// at a controller: the target whose objects to list (ListGateways:
+	// the selector picks gateways)
+	Target        *Target `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2112,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[20]
+	mi := &file_edgeplane_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,19 +2125,28 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{20}
+	return file_edgeplane_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListRequest) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
 }
 
 type GetByIDRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// at a controller: the target the object belongs to
+	Target        *Target `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetByIDRequest) Reset() {
 	*x = GetByIDRequest{}
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2158,7 @@ func (x *GetByIDRequest) String() string {
 func (*GetByIDRequest) ProtoMessage() {}
 
 func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[21]
+	mi := &file_edgeplane_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2171,7 @@ func (x *GetByIDRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByIDRequest.ProtoReflect.Descriptor instead.
 func (*GetByIDRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{21}
+	return file_edgeplane_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetByIDRequest) GetId() uint32 {
@@ -2092,16 +2181,25 @@ func (x *GetByIDRequest) GetId() uint32 {
 	return 0
 }
 
+func (x *GetByIDRequest) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
 type GetByNameRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// at a controller: the target the object belongs to
+	Target        *Target `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetByNameRequest) Reset() {
 	*x = GetByNameRequest{}
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2211,7 @@ func (x *GetByNameRequest) String() string {
 func (*GetByNameRequest) ProtoMessage() {}
 
 func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[22]
+	mi := &file_edgeplane_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2224,7 @@ func (x *GetByNameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetByNameRequest.ProtoReflect.Descriptor instead.
 func (*GetByNameRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{22}
+	return file_edgeplane_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetByNameRequest) GetName() string {
@@ -2134,6 +2232,13 @@ func (x *GetByNameRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *GetByNameRequest) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
 }
 
 type ListInterfacesResponse struct {
@@ -2145,7 +2250,7 @@ type ListInterfacesResponse struct {
 
 func (x *ListInterfacesResponse) Reset() {
 	*x = ListInterfacesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2262,7 @@ func (x *ListInterfacesResponse) String() string {
 func (*ListInterfacesResponse) ProtoMessage() {}
 
 func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[23]
+	mi := &file_edgeplane_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2275,7 @@ func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInterfacesResponse.ProtoReflect.Descriptor instead.
 func (*ListInterfacesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{23}
+	return file_edgeplane_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListInterfacesResponse) GetInterfaces() []*Interface {
@@ -2189,7 +2294,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2306,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[24]
+	mi := &file_edgeplane_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2319,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{24}
+	return file_edgeplane_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -2233,7 +2338,7 @@ type ListFarsResponse struct {
 
 func (x *ListFarsResponse) Reset() {
 	*x = ListFarsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2350,7 @@ func (x *ListFarsResponse) String() string {
 func (*ListFarsResponse) ProtoMessage() {}
 
 func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[25]
+	mi := &file_edgeplane_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2363,7 @@ func (x *ListFarsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFarsResponse.ProtoReflect.Descriptor instead.
 func (*ListFarsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{25}
+	return file_edgeplane_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListFarsResponse) GetFars() []*Far {
@@ -2277,7 +2382,7 @@ type ListPdrsResponse struct {
 
 func (x *ListPdrsResponse) Reset() {
 	*x = ListPdrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2289,7 +2394,7 @@ func (x *ListPdrsResponse) String() string {
 func (*ListPdrsResponse) ProtoMessage() {}
 
 func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[26]
+	mi := &file_edgeplane_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2302,7 +2407,7 @@ func (x *ListPdrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPdrsResponse.ProtoReflect.Descriptor instead.
 func (*ListPdrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{26}
+	return file_edgeplane_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListPdrsResponse) GetPdrs() []*Pdr {
@@ -2321,7 +2426,7 @@ type ListLbrsResponse struct {
 
 func (x *ListLbrsResponse) Reset() {
 	*x = ListLbrsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2438,7 @@ func (x *ListLbrsResponse) String() string {
 func (*ListLbrsResponse) ProtoMessage() {}
 
 func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[27]
+	mi := &file_edgeplane_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2451,7 @@ func (x *ListLbrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLbrsResponse.ProtoReflect.Descriptor instead.
 func (*ListLbrsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{27}
+	return file_edgeplane_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListLbrsResponse) GetLbrs() []*Lbr {
@@ -2365,7 +2470,7 @@ type ListServicesResponse struct {
 
 func (x *ListServicesResponse) Reset() {
 	*x = ListServicesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2482,7 @@ func (x *ListServicesResponse) String() string {
 func (*ListServicesResponse) ProtoMessage() {}
 
 func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[28]
+	mi := &file_edgeplane_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2495,7 @@ func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListServicesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{28}
+	return file_edgeplane_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListServicesResponse) GetServices() []*Service {
@@ -2409,7 +2514,7 @@ type ListQosClassesResponse struct {
 
 func (x *ListQosClassesResponse) Reset() {
 	*x = ListQosClassesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2526,7 @@ func (x *ListQosClassesResponse) String() string {
 func (*ListQosClassesResponse) ProtoMessage() {}
 
 func (x *ListQosClassesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[29]
+	mi := &file_edgeplane_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2539,7 @@ func (x *ListQosClassesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQosClassesResponse.ProtoReflect.Descriptor instead.
 func (*ListQosClassesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{29}
+	return file_edgeplane_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListQosClassesResponse) GetQosClasses() []*QosClass {
@@ -2453,7 +2558,7 @@ type ListFlowOptResponse struct {
 
 func (x *ListFlowOptResponse) Reset() {
 	*x = ListFlowOptResponse{}
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2570,7 @@ func (x *ListFlowOptResponse) String() string {
 func (*ListFlowOptResponse) ProtoMessage() {}
 
 func (x *ListFlowOptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[30]
+	mi := &file_edgeplane_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2583,7 @@ func (x *ListFlowOptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowOptResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowOptResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{30}
+	return file_edgeplane_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListFlowOptResponse) GetFlowopt() []*FlowOptModule {
@@ -2497,7 +2602,7 @@ type ListStrategiesResponse struct {
 
 func (x *ListStrategiesResponse) Reset() {
 	*x = ListStrategiesResponse{}
-	mi := &file_edgeplane_proto_msgTypes[31]
+	mi := &file_edgeplane_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2614,7 @@ func (x *ListStrategiesResponse) String() string {
 func (*ListStrategiesResponse) ProtoMessage() {}
 
 func (x *ListStrategiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[31]
+	mi := &file_edgeplane_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2627,7 @@ func (x *ListStrategiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStrategiesResponse.ProtoReflect.Descriptor instead.
 func (*ListStrategiesResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{31}
+	return file_edgeplane_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListStrategiesResponse) GetStrategies() []*Strategy {
@@ -2540,7 +2645,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[32]
+	mi := &file_edgeplane_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2657,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[32]
+	mi := &file_edgeplane_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2670,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{32}
+	return file_edgeplane_proto_rawDescGZIP(), []int{33}
 }
 
 // Counter is a packets/bytes pair.
@@ -2579,7 +2684,7 @@ type Counter struct {
 
 func (x *Counter) Reset() {
 	*x = Counter{}
-	mi := &file_edgeplane_proto_msgTypes[33]
+	mi := &file_edgeplane_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2696,7 @@ func (x *Counter) String() string {
 func (*Counter) ProtoMessage() {}
 
 func (x *Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[33]
+	mi := &file_edgeplane_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2709,7 @@ func (x *Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counter.ProtoReflect.Descriptor instead.
 func (*Counter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{33}
+	return file_edgeplane_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Counter) GetPackets() uint64 {
@@ -2631,7 +2736,7 @@ type PdrCounter struct {
 
 func (x *PdrCounter) Reset() {
 	*x = PdrCounter{}
-	mi := &file_edgeplane_proto_msgTypes[34]
+	mi := &file_edgeplane_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2748,7 @@ func (x *PdrCounter) String() string {
 func (*PdrCounter) ProtoMessage() {}
 
 func (x *PdrCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[34]
+	mi := &file_edgeplane_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2761,7 @@ func (x *PdrCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PdrCounter.ProtoReflect.Descriptor instead.
 func (*PdrCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{34}
+	return file_edgeplane_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PdrCounter) GetId() uint32 {
@@ -2686,7 +2791,7 @@ type PathCounter struct {
 
 func (x *PathCounter) Reset() {
 	*x = PathCounter{}
-	mi := &file_edgeplane_proto_msgTypes[35]
+	mi := &file_edgeplane_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2698,7 +2803,7 @@ func (x *PathCounter) String() string {
 func (*PathCounter) ProtoMessage() {}
 
 func (x *PathCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[35]
+	mi := &file_edgeplane_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2711,7 +2816,7 @@ func (x *PathCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathCounter.ProtoReflect.Descriptor instead.
 func (*PathCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{35}
+	return file_edgeplane_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PathCounter) GetId() uint32 {
@@ -2758,7 +2863,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_edgeplane_proto_msgTypes[36]
+	mi := &file_edgeplane_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2770,7 +2875,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[36]
+	mi := &file_edgeplane_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2783,7 +2888,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{36}
+	return file_edgeplane_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Stats) GetGeneration() uint32 {
@@ -2859,7 +2964,7 @@ type CpuPackets struct {
 
 func (x *CpuPackets) Reset() {
 	*x = CpuPackets{}
-	mi := &file_edgeplane_proto_msgTypes[37]
+	mi := &file_edgeplane_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +2976,7 @@ func (x *CpuPackets) String() string {
 func (*CpuPackets) ProtoMessage() {}
 
 func (x *CpuPackets) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[37]
+	mi := &file_edgeplane_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +2989,7 @@ func (x *CpuPackets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CpuPackets.ProtoReflect.Descriptor instead.
 func (*CpuPackets) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{37}
+	return file_edgeplane_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CpuPackets) GetPackets() []uint64 {
@@ -2910,7 +3015,7 @@ type BackendCounter struct {
 
 func (x *BackendCounter) Reset() {
 	*x = BackendCounter{}
-	mi := &file_edgeplane_proto_msgTypes[38]
+	mi := &file_edgeplane_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +3027,7 @@ func (x *BackendCounter) String() string {
 func (*BackendCounter) ProtoMessage() {}
 
 func (x *BackendCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[38]
+	mi := &file_edgeplane_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +3040,7 @@ func (x *BackendCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendCounter.ProtoReflect.Descriptor instead.
 func (*BackendCounter) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{38}
+	return file_edgeplane_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BackendCounter) GetService() uint32 {
@@ -2983,7 +3088,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[39]
+	mi := &file_edgeplane_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3100,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[39]
+	mi := &file_edgeplane_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3113,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{39}
+	return file_edgeplane_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListFlowsRequest) GetTop() uint32 {
@@ -3054,7 +3159,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_edgeplane_proto_msgTypes[40]
+	mi := &file_edgeplane_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3171,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[40]
+	mi := &file_edgeplane_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3184,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{40}
+	return file_edgeplane_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Flow) GetSrc() string {
@@ -3210,7 +3315,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[41]
+	mi := &file_edgeplane_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3222,7 +3327,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[41]
+	mi := &file_edgeplane_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3235,7 +3340,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{41}
+	return file_edgeplane_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -3279,7 +3384,7 @@ type PathStatus struct {
 
 func (x *PathStatus) Reset() {
 	*x = PathStatus{}
-	mi := &file_edgeplane_proto_msgTypes[42]
+	mi := &file_edgeplane_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3396,7 @@ func (x *PathStatus) String() string {
 func (*PathStatus) ProtoMessage() {}
 
 func (x *PathStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[42]
+	mi := &file_edgeplane_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3409,7 @@ func (x *PathStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStatus.ProtoReflect.Descriptor instead.
 func (*PathStatus) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{42}
+	return file_edgeplane_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PathStatus) GetPath() uint32 {
@@ -3421,7 +3526,7 @@ type ListPathStatusResponse struct {
 
 func (x *ListPathStatusResponse) Reset() {
 	*x = ListPathStatusResponse{}
-	mi := &file_edgeplane_proto_msgTypes[43]
+	mi := &file_edgeplane_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3538,7 @@ func (x *ListPathStatusResponse) String() string {
 func (*ListPathStatusResponse) ProtoMessage() {}
 
 func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[43]
+	mi := &file_edgeplane_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3551,7 @@ func (x *ListPathStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathStatusResponse.ProtoReflect.Descriptor instead.
 func (*ListPathStatusResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{43}
+	return file_edgeplane_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListPathStatusResponse) GetPaths() []*PathStatus {
@@ -3474,7 +3579,7 @@ type StrategyStatus struct {
 
 func (x *StrategyStatus) Reset() {
 	*x = StrategyStatus{}
-	mi := &file_edgeplane_proto_msgTypes[44]
+	mi := &file_edgeplane_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +3591,7 @@ func (x *StrategyStatus) String() string {
 func (*StrategyStatus) ProtoMessage() {}
 
 func (x *StrategyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[44]
+	mi := &file_edgeplane_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +3604,7 @@ func (x *StrategyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StrategyStatus.ProtoReflect.Descriptor instead.
 func (*StrategyStatus) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{44}
+	return file_edgeplane_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StrategyStatus) GetStrategy() uint32 {
@@ -3548,7 +3653,7 @@ type StrategyProcess struct {
 
 func (x *StrategyProcess) Reset() {
 	*x = StrategyProcess{}
-	mi := &file_edgeplane_proto_msgTypes[45]
+	mi := &file_edgeplane_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3560,7 +3665,7 @@ func (x *StrategyProcess) String() string {
 func (*StrategyProcess) ProtoMessage() {}
 
 func (x *StrategyProcess) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[45]
+	mi := &file_edgeplane_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3573,7 +3678,7 @@ func (x *StrategyProcess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StrategyProcess.ProtoReflect.Descriptor instead.
 func (*StrategyProcess) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{45}
+	return file_edgeplane_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StrategyProcess) GetPid() int32 {
@@ -3620,7 +3725,7 @@ type ListStrategyStatusResponse struct {
 
 func (x *ListStrategyStatusResponse) Reset() {
 	*x = ListStrategyStatusResponse{}
-	mi := &file_edgeplane_proto_msgTypes[46]
+	mi := &file_edgeplane_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3632,7 +3737,7 @@ func (x *ListStrategyStatusResponse) String() string {
 func (*ListStrategyStatusResponse) ProtoMessage() {}
 
 func (x *ListStrategyStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[46]
+	mi := &file_edgeplane_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3645,7 +3750,7 @@ func (x *ListStrategyStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStrategyStatusResponse.ProtoReflect.Descriptor instead.
 func (*ListStrategyStatusResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{46}
+	return file_edgeplane_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListStrategyStatusResponse) GetStrategies() []*StrategyStatus {
@@ -3655,11 +3760,213 @@ func (x *ListStrategyStatusResponse) GetStrategies() []*StrategyStatus {
 	return nil
 }
 
+// GatewayStatus is one gateway of a fleet, from the status its agent
+// keeps in etcd under a lease.
+type GatewayStatus struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Labels map[string]string      `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// its lease is alive: it heartbeat within the lease's TTL
+	Reachable bool `protobuf:"varint,3,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	// when it last wrote its status, in Unix milliseconds
+	HeartbeatUnixMs int64 `protobuf:"varint,4,opt,name=heartbeat_unix_ms,json=heartbeatUnixMs,proto3" json:"heartbeat_unix_ms,omitempty"`
+	// the etcd revision of the desired state it serves
+	CommittedRevision uint64 `protobuf:"varint,5,opt,name=committed_revision,json=committedRevision,proto3" json:"committed_revision,omitempty"`
+	// its rules generation
+	Generation uint32 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
+	// converged, behind (a change it has not committed yet), failing (its
+	// desired state does not commit: see error) or disconnected (it lost
+	// etcd and serves its last committed state)
+	State string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	Error string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	// its committed revision is older than the last change meant for it
+	Drift bool `protobuf:"varint,9,opt,name=drift,proto3" json:"drift,omitempty"`
+	// the dataplane answered its last read of the counters
+	DataplaneOk bool   `protobuf:"varint,10,opt,name=dataplane_ok,json=dataplaneOk,proto3" json:"dataplane_ok,omitempty"`
+	PathsUp     uint32 `protobuf:"varint,11,opt,name=paths_up,json=pathsUp,proto3" json:"paths_up,omitempty"`
+	PathsDown   uint32 `protobuf:"varint,12,opt,name=paths_down,json=pathsDown,proto3" json:"paths_down,omitempty"`
+	// the objects it serves
+	Objects       uint32 `protobuf:"varint,13,opt,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GatewayStatus) Reset() {
+	*x = GatewayStatus{}
+	mi := &file_edgeplane_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewayStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewayStatus) ProtoMessage() {}
+
+func (x *GatewayStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewayStatus.ProtoReflect.Descriptor instead.
+func (*GatewayStatus) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *GatewayStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GatewayStatus) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *GatewayStatus) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *GatewayStatus) GetHeartbeatUnixMs() int64 {
+	if x != nil {
+		return x.HeartbeatUnixMs
+	}
+	return 0
+}
+
+func (x *GatewayStatus) GetCommittedRevision() uint64 {
+	if x != nil {
+		return x.CommittedRevision
+	}
+	return 0
+}
+
+func (x *GatewayStatus) GetGeneration() uint32 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *GatewayStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *GatewayStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *GatewayStatus) GetDrift() bool {
+	if x != nil {
+		return x.Drift
+	}
+	return false
+}
+
+func (x *GatewayStatus) GetDataplaneOk() bool {
+	if x != nil {
+		return x.DataplaneOk
+	}
+	return false
+}
+
+func (x *GatewayStatus) GetPathsUp() uint32 {
+	if x != nil {
+		return x.PathsUp
+	}
+	return 0
+}
+
+func (x *GatewayStatus) GetPathsDown() uint32 {
+	if x != nil {
+		return x.PathsDown
+	}
+	return 0
+}
+
+func (x *GatewayStatus) GetObjects() uint32 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
+type ListGatewaysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Gateways      []*GatewayStatus       `protobuf:"bytes,1,rep,name=gateways,proto3" json:"gateways,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGatewaysResponse) Reset() {
+	*x = ListGatewaysResponse{}
+	mi := &file_edgeplane_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGatewaysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGatewaysResponse) ProtoMessage() {}
+
+func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGatewaysResponse.ProtoReflect.Descriptor instead.
+func (*ListGatewaysResponse) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ListGatewaysResponse) GetGateways() []*GatewayStatus {
+	if x != nil {
+		return x.Gateways
+	}
+	return nil
+}
+
 var File_edgeplane_proto protoreflect.FileDescriptor
 
 const file_edgeplane_proto_rawDesc = "" +
 	"\n" +
-	"\x0fedgeplane.proto\x12\fedgeplane.v1\"E\n" +
+	"\x0fedgeplane.proto\x12\fedgeplane.v1\"\x9f\x01\n" +
+	"\x06Target\x12\x18\n" +
+	"\agateway\x18\x01 \x01(\tR\agateway\x12>\n" +
+	"\bselector\x18\x02 \x03(\v2\".edgeplane.v1.Target.SelectorEntryR\bselector\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +
 	"\tInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x10\n" +
@@ -3818,22 +4125,27 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x06create\x18\x01 \x01(\v2\x14.edgeplane.v1.ObjectH\x00R\x06create\x12.\n" +
 	"\x06update\x18\x02 \x01(\v2\x14.edgeplane.v1.ObjectH\x00R\x06update\x12+\n" +
 	"\x06delete\x18\x03 \x01(\v2\x11.edgeplane.v1.RefH\x00R\x06deleteB\x04\n" +
-	"\x02op\"`\n" +
+	"\x02op\"\x8e\x01\n" +
 	"\fApplyRequest\x127\n" +
 	"\n" +
 	"operations\x18\x01 \x03(\v2\x17.edgeplane.v1.OperationR\n" +
 	"operations\x12\x17\n" +
-	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"T\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12,\n" +
+	"\x06target\x18\x03 \x01(\v2\x14.edgeplane.v1.TargetR\x06target\"p\n" +
 	"\rApplyResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\rR\n" +
 	"generation\x12#\n" +
-	"\rcommit_micros\x18\x02 \x01(\x04R\fcommitMicros\"\r\n" +
-	"\vListRequest\" \n" +
+	"\rcommit_micros\x18\x02 \x01(\x04R\fcommitMicros\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\";\n" +
+	"\vListRequest\x12,\n" +
+	"\x06target\x18\x01 \x01(\v2\x14.edgeplane.v1.TargetR\x06target\"N\n" +
 	"\x0eGetByIDRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\rR\x02id\"&\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12,\n" +
+	"\x06target\x18\x02 \x01(\v2\x14.edgeplane.v1.TargetR\x06target\"T\n" +
 	"\x10GetByNameRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"Q\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
+	"\x06target\x18\x02 \x01(\v2\x14.edgeplane.v1.TargetR\x06target\"Q\n" +
 	"\x16ListInterfacesResponse\x127\n" +
 	"\n" +
 	"interfaces\x18\x01 \x03(\v2\x17.edgeplane.v1.InterfaceR\n" +
@@ -3963,7 +4275,30 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x1aListStrategyStatusResponse\x12<\n" +
 	"\n" +
 	"strategies\x18\x01 \x03(\v2\x1c.edgeplane.v1.StrategyStatusR\n" +
-	"strategies*\xb4\x01\n" +
+	"strategies\"\xf1\x03\n" +
+	"\rGatewayStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12?\n" +
+	"\x06labels\x18\x02 \x03(\v2'.edgeplane.v1.GatewayStatus.LabelsEntryR\x06labels\x12\x1c\n" +
+	"\treachable\x18\x03 \x01(\bR\treachable\x12*\n" +
+	"\x11heartbeat_unix_ms\x18\x04 \x01(\x03R\x0fheartbeatUnixMs\x12-\n" +
+	"\x12committed_revision\x18\x05 \x01(\x04R\x11committedRevision\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x06 \x01(\rR\n" +
+	"generation\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x12\x14\n" +
+	"\x05drift\x18\t \x01(\bR\x05drift\x12!\n" +
+	"\fdataplane_ok\x18\n" +
+	" \x01(\bR\vdataplaneOk\x12\x19\n" +
+	"\bpaths_up\x18\v \x01(\rR\apathsUp\x12\x1d\n" +
+	"\n" +
+	"paths_down\x18\f \x01(\rR\tpathsDown\x12\x18\n" +
+	"\aobjects\x18\r \x01(\rR\aobjects\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
+	"\x14ListGatewaysResponse\x127\n" +
+	"\bgateways\x18\x01 \x03(\v2\x1b.edgeplane.v1.GatewayStatusR\bgateways*\xb4\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKIND_INTERFACE\x10\x01\x12\r\n" +
@@ -3974,7 +4309,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\fKIND_SERVICE\x10\x06\x12\x12\n" +
 	"\x0eKIND_QOS_CLASS\x10\a\x12\x10\n" +
 	"\fKIND_FLOWOPT\x10\b\x12\x11\n" +
-	"\rKIND_STRATEGY\x10\t2\x89\r\n" +
+	"\rKIND_STRATEGY\x10\t2\xd8\r\n" +
 	"\aGateway\x12@\n" +
 	"\x05Apply\x12\x1a.edgeplane.v1.ApplyRequest\x1a\x1b.edgeplane.v1.ApplyResponse\x12Q\n" +
 	"\x0eListInterfaces\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListInterfacesResponse\x12G\n" +
@@ -4000,7 +4335,8 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\bGetStats\x12\x1d.edgeplane.v1.GetStatsRequest\x1a\x13.edgeplane.v1.Stats\x12L\n" +
 	"\tListFlows\x12\x1e.edgeplane.v1.ListFlowsRequest\x1a\x1f.edgeplane.v1.ListFlowsResponse\x12Q\n" +
 	"\x0eListPathStatus\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListPathStatusResponse\x12Y\n" +
-	"\x12ListStrategyStatus\x12\x19.edgeplane.v1.ListRequest\x1a(.edgeplane.v1.ListStrategyStatusResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
+	"\x12ListStrategyStatus\x12\x19.edgeplane.v1.ListRequest\x1a(.edgeplane.v1.ListStrategyStatusResponse\x12M\n" +
+	"\fListGateways\x12\x19.edgeplane.v1.ListRequest\x1a\".edgeplane.v1.ListGatewaysResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
 
 var (
 	file_edgeplane_proto_rawDescOnce sync.Once
@@ -4015,160 +4351,174 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                          // 0: edgeplane.v1.Kind
-	(*Interface)(nil),                  // 1: edgeplane.v1.Interface
-	(*Path)(nil),                       // 2: edgeplane.v1.Path
-	(*PathMonitor)(nil),                // 3: edgeplane.v1.PathMonitor
-	(*Far)(nil),                        // 4: edgeplane.v1.Far
-	(*Lbr)(nil),                        // 5: edgeplane.v1.Lbr
-	(*Sla)(nil),                        // 6: edgeplane.v1.Sla
-	(*Member)(nil),                     // 7: edgeplane.v1.Member
-	(*Service)(nil),                    // 8: edgeplane.v1.Service
-	(*Health)(nil),                     // 9: edgeplane.v1.Health
-	(*Match)(nil),                      // 10: edgeplane.v1.Match
-	(*Pdr)(nil),                        // 11: edgeplane.v1.Pdr
-	(*QosClass)(nil),                   // 12: edgeplane.v1.QosClass
-	(*FlowOptModule)(nil),              // 13: edgeplane.v1.FlowOptModule
-	(*Strategy)(nil),                   // 14: edgeplane.v1.Strategy
-	(*Selectors)(nil),                  // 15: edgeplane.v1.Selectors
-	(*Object)(nil),                     // 16: edgeplane.v1.Object
-	(*Ref)(nil),                        // 17: edgeplane.v1.Ref
-	(*Operation)(nil),                  // 18: edgeplane.v1.Operation
-	(*ApplyRequest)(nil),               // 19: edgeplane.v1.ApplyRequest
-	(*ApplyResponse)(nil),              // 20: edgeplane.v1.ApplyResponse
-	(*ListRequest)(nil),                // 21: edgeplane.v1.ListRequest
-	(*GetByIDRequest)(nil),             // 22: edgeplane.v1.GetByIDRequest
-	(*GetByNameRequest)(nil),           // 23: edgeplane.v1.GetByNameRequest
-	(*ListInterfacesResponse)(nil),     // 24: edgeplane.v1.ListInterfacesResponse
-	(*ListPathsResponse)(nil),          // 25: edgeplane.v1.ListPathsResponse
-	(*ListFarsResponse)(nil),           // 26: edgeplane.v1.ListFarsResponse
-	(*ListPdrsResponse)(nil),           // 27: edgeplane.v1.ListPdrsResponse
-	(*ListLbrsResponse)(nil),           // 28: edgeplane.v1.ListLbrsResponse
-	(*ListServicesResponse)(nil),       // 29: edgeplane.v1.ListServicesResponse
-	(*ListQosClassesResponse)(nil),     // 30: edgeplane.v1.ListQosClassesResponse
-	(*ListFlowOptResponse)(nil),        // 31: edgeplane.v1.ListFlowOptResponse
-	(*ListStrategiesResponse)(nil),     // 32: edgeplane.v1.ListStrategiesResponse
-	(*GetStatsRequest)(nil),            // 33: edgeplane.v1.GetStatsRequest
-	(*Counter)(nil),                    // 34: edgeplane.v1.Counter
-	(*PdrCounter)(nil),                 // 35: edgeplane.v1.PdrCounter
-	(*PathCounter)(nil),                // 36: edgeplane.v1.PathCounter
-	(*Stats)(nil),                      // 37: edgeplane.v1.Stats
-	(*CpuPackets)(nil),                 // 38: edgeplane.v1.CpuPackets
-	(*BackendCounter)(nil),             // 39: edgeplane.v1.BackendCounter
-	(*ListFlowsRequest)(nil),           // 40: edgeplane.v1.ListFlowsRequest
-	(*Flow)(nil),                       // 41: edgeplane.v1.Flow
-	(*ListFlowsResponse)(nil),          // 42: edgeplane.v1.ListFlowsResponse
-	(*PathStatus)(nil),                 // 43: edgeplane.v1.PathStatus
-	(*ListPathStatusResponse)(nil),     // 44: edgeplane.v1.ListPathStatusResponse
-	(*StrategyStatus)(nil),             // 45: edgeplane.v1.StrategyStatus
-	(*StrategyProcess)(nil),            // 46: edgeplane.v1.StrategyProcess
-	(*ListStrategyStatusResponse)(nil), // 47: edgeplane.v1.ListStrategyStatusResponse
-	nil,                                // 48: edgeplane.v1.Selectors.PodLabelsEntry
-	nil,                                // 49: edgeplane.v1.Stats.VerdictsEntry
-	nil,                                // 50: edgeplane.v1.Stats.ReasonsEntry
-	nil,                                // 51: edgeplane.v1.Stats.XdpCpuEntry
+	(*Target)(nil),                     // 1: edgeplane.v1.Target
+	(*Interface)(nil),                  // 2: edgeplane.v1.Interface
+	(*Path)(nil),                       // 3: edgeplane.v1.Path
+	(*PathMonitor)(nil),                // 4: edgeplane.v1.PathMonitor
+	(*Far)(nil),                        // 5: edgeplane.v1.Far
+	(*Lbr)(nil),                        // 6: edgeplane.v1.Lbr
+	(*Sla)(nil),                        // 7: edgeplane.v1.Sla
+	(*Member)(nil),                     // 8: edgeplane.v1.Member
+	(*Service)(nil),                    // 9: edgeplane.v1.Service
+	(*Health)(nil),                     // 10: edgeplane.v1.Health
+	(*Match)(nil),                      // 11: edgeplane.v1.Match
+	(*Pdr)(nil),                        // 12: edgeplane.v1.Pdr
+	(*QosClass)(nil),                   // 13: edgeplane.v1.QosClass
+	(*FlowOptModule)(nil),              // 14: edgeplane.v1.FlowOptModule
+	(*Strategy)(nil),                   // 15: edgeplane.v1.Strategy
+	(*Selectors)(nil),                  // 16: edgeplane.v1.Selectors
+	(*Object)(nil),                     // 17: edgeplane.v1.Object
+	(*Ref)(nil),                        // 18: edgeplane.v1.Ref
+	(*Operation)(nil),                  // 19: edgeplane.v1.Operation
+	(*ApplyRequest)(nil),               // 20: edgeplane.v1.ApplyRequest
+	(*ApplyResponse)(nil),              // 21: edgeplane.v1.ApplyResponse
+	(*ListRequest)(nil),                // 22: edgeplane.v1.ListRequest
+	(*GetByIDRequest)(nil),             // 23: edgeplane.v1.GetByIDRequest
+	(*GetByNameRequest)(nil),           // 24: edgeplane.v1.GetByNameRequest
+	(*ListInterfacesResponse)(nil),     // 25: edgeplane.v1.ListInterfacesResponse
+	(*ListPathsResponse)(nil),          // 26: edgeplane.v1.ListPathsResponse
+	(*ListFarsResponse)(nil),           // 27: edgeplane.v1.ListFarsResponse
+	(*ListPdrsResponse)(nil),           // 28: edgeplane.v1.ListPdrsResponse
+	(*ListLbrsResponse)(nil),           // 29: edgeplane.v1.ListLbrsResponse
+	(*ListServicesResponse)(nil),       // 30: edgeplane.v1.ListServicesResponse
+	(*ListQosClassesResponse)(nil),     // 31: edgeplane.v1.ListQosClassesResponse
+	(*ListFlowOptResponse)(nil),        // 32: edgeplane.v1.ListFlowOptResponse
+	(*ListStrategiesResponse)(nil),     // 33: edgeplane.v1.ListStrategiesResponse
+	(*GetStatsRequest)(nil),            // 34: edgeplane.v1.GetStatsRequest
+	(*Counter)(nil),                    // 35: edgeplane.v1.Counter
+	(*PdrCounter)(nil),                 // 36: edgeplane.v1.PdrCounter
+	(*PathCounter)(nil),                // 37: edgeplane.v1.PathCounter
+	(*Stats)(nil),                      // 38: edgeplane.v1.Stats
+	(*CpuPackets)(nil),                 // 39: edgeplane.v1.CpuPackets
+	(*BackendCounter)(nil),             // 40: edgeplane.v1.BackendCounter
+	(*ListFlowsRequest)(nil),           // 41: edgeplane.v1.ListFlowsRequest
+	(*Flow)(nil),                       // 42: edgeplane.v1.Flow
+	(*ListFlowsResponse)(nil),          // 43: edgeplane.v1.ListFlowsResponse
+	(*PathStatus)(nil),                 // 44: edgeplane.v1.PathStatus
+	(*ListPathStatusResponse)(nil),     // 45: edgeplane.v1.ListPathStatusResponse
+	(*StrategyStatus)(nil),             // 46: edgeplane.v1.StrategyStatus
+	(*StrategyProcess)(nil),            // 47: edgeplane.v1.StrategyProcess
+	(*ListStrategyStatusResponse)(nil), // 48: edgeplane.v1.ListStrategyStatusResponse
+	(*GatewayStatus)(nil),              // 49: edgeplane.v1.GatewayStatus
+	(*ListGatewaysResponse)(nil),       // 50: edgeplane.v1.ListGatewaysResponse
+	nil,                                // 51: edgeplane.v1.Target.SelectorEntry
+	nil,                                // 52: edgeplane.v1.Selectors.PodLabelsEntry
+	nil,                                // 53: edgeplane.v1.Stats.VerdictsEntry
+	nil,                                // 54: edgeplane.v1.Stats.ReasonsEntry
+	nil,                                // 55: edgeplane.v1.Stats.XdpCpuEntry
+	nil,                                // 56: edgeplane.v1.GatewayStatus.LabelsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
-	3,  // 0: edgeplane.v1.Path.monitor:type_name -> edgeplane.v1.PathMonitor
-	7,  // 1: edgeplane.v1.Lbr.members:type_name -> edgeplane.v1.Member
-	6,  // 2: edgeplane.v1.Lbr.sla:type_name -> edgeplane.v1.Sla
-	9,  // 3: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
-	10, // 4: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
-	15, // 5: edgeplane.v1.Strategy.selectors:type_name -> edgeplane.v1.Selectors
-	48, // 6: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
-	1,  // 7: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
-	2,  // 8: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
-	4,  // 9: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
-	11, // 10: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
-	5,  // 11: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
-	8,  // 12: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
-	12, // 13: edgeplane.v1.Object.qos_class:type_name -> edgeplane.v1.QosClass
-	13, // 14: edgeplane.v1.Object.flowopt:type_name -> edgeplane.v1.FlowOptModule
-	14, // 15: edgeplane.v1.Object.strategy:type_name -> edgeplane.v1.Strategy
-	0,  // 16: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
-	16, // 17: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
-	16, // 18: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
-	17, // 19: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
-	18, // 20: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
-	1,  // 21: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
-	2,  // 22: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
-	4,  // 23: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
-	11, // 24: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
-	5,  // 25: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
-	8,  // 26: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
-	12, // 27: edgeplane.v1.ListQosClassesResponse.qos_classes:type_name -> edgeplane.v1.QosClass
-	13, // 28: edgeplane.v1.ListFlowOptResponse.flowopt:type_name -> edgeplane.v1.FlowOptModule
-	14, // 29: edgeplane.v1.ListStrategiesResponse.strategies:type_name -> edgeplane.v1.Strategy
-	34, // 30: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
-	34, // 31: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
-	34, // 32: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
-	35, // 33: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	49, // 34: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	50, // 35: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
-	36, // 36: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
-	39, // 37: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
-	51, // 38: edgeplane.v1.Stats.xdp_cpu:type_name -> edgeplane.v1.Stats.XdpCpuEntry
-	34, // 39: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
-	41, // 40: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
-	43, // 41: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
-	46, // 42: edgeplane.v1.StrategyStatus.processes:type_name -> edgeplane.v1.StrategyProcess
-	45, // 43: edgeplane.v1.ListStrategyStatusResponse.strategies:type_name -> edgeplane.v1.StrategyStatus
-	34, // 44: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	34, // 45: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	38, // 46: edgeplane.v1.Stats.XdpCpuEntry.value:type_name -> edgeplane.v1.CpuPackets
-	19, // 47: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	21, // 48: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	23, // 49: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	21, // 50: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	22, // 51: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 52: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	22, // 53: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 54: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	22, // 55: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 56: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	22, // 57: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 58: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	22, // 59: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 60: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
-	22, // 61: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
-	21, // 62: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
-	23, // 63: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
-	21, // 64: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
-	22, // 65: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
-	33, // 66: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	40, // 67: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	21, // 68: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
-	21, // 69: edgeplane.v1.Gateway.ListStrategyStatus:input_type -> edgeplane.v1.ListRequest
-	20, // 70: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	24, // 71: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	1,  // 72: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	25, // 73: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	2,  // 74: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	26, // 75: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	4,  // 76: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	27, // 77: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	11, // 78: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	28, // 79: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	5,  // 80: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	29, // 81: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	8,  // 82: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	30, // 83: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
-	12, // 84: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
-	31, // 85: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
-	13, // 86: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
-	32, // 87: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
-	14, // 88: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
-	37, // 89: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	42, // 90: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	44, // 91: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
-	47, // 92: edgeplane.v1.Gateway.ListStrategyStatus:output_type -> edgeplane.v1.ListStrategyStatusResponse
-	70, // [70:93] is the sub-list for method output_type
-	47, // [47:70] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	51, // 0: edgeplane.v1.Target.selector:type_name -> edgeplane.v1.Target.SelectorEntry
+	4,  // 1: edgeplane.v1.Path.monitor:type_name -> edgeplane.v1.PathMonitor
+	8,  // 2: edgeplane.v1.Lbr.members:type_name -> edgeplane.v1.Member
+	7,  // 3: edgeplane.v1.Lbr.sla:type_name -> edgeplane.v1.Sla
+	10, // 4: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
+	11, // 5: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
+	16, // 6: edgeplane.v1.Strategy.selectors:type_name -> edgeplane.v1.Selectors
+	52, // 7: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
+	2,  // 8: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
+	3,  // 9: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
+	5,  // 10: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
+	12, // 11: edgeplane.v1.Object.pdr:type_name -> edgeplane.v1.Pdr
+	6,  // 12: edgeplane.v1.Object.lbr:type_name -> edgeplane.v1.Lbr
+	9,  // 13: edgeplane.v1.Object.service:type_name -> edgeplane.v1.Service
+	13, // 14: edgeplane.v1.Object.qos_class:type_name -> edgeplane.v1.QosClass
+	14, // 15: edgeplane.v1.Object.flowopt:type_name -> edgeplane.v1.FlowOptModule
+	15, // 16: edgeplane.v1.Object.strategy:type_name -> edgeplane.v1.Strategy
+	0,  // 17: edgeplane.v1.Ref.kind:type_name -> edgeplane.v1.Kind
+	17, // 18: edgeplane.v1.Operation.create:type_name -> edgeplane.v1.Object
+	17, // 19: edgeplane.v1.Operation.update:type_name -> edgeplane.v1.Object
+	18, // 20: edgeplane.v1.Operation.delete:type_name -> edgeplane.v1.Ref
+	19, // 21: edgeplane.v1.ApplyRequest.operations:type_name -> edgeplane.v1.Operation
+	1,  // 22: edgeplane.v1.ApplyRequest.target:type_name -> edgeplane.v1.Target
+	1,  // 23: edgeplane.v1.ListRequest.target:type_name -> edgeplane.v1.Target
+	1,  // 24: edgeplane.v1.GetByIDRequest.target:type_name -> edgeplane.v1.Target
+	1,  // 25: edgeplane.v1.GetByNameRequest.target:type_name -> edgeplane.v1.Target
+	2,  // 26: edgeplane.v1.ListInterfacesResponse.interfaces:type_name -> edgeplane.v1.Interface
+	3,  // 27: edgeplane.v1.ListPathsResponse.paths:type_name -> edgeplane.v1.Path
+	5,  // 28: edgeplane.v1.ListFarsResponse.fars:type_name -> edgeplane.v1.Far
+	12, // 29: edgeplane.v1.ListPdrsResponse.pdrs:type_name -> edgeplane.v1.Pdr
+	6,  // 30: edgeplane.v1.ListLbrsResponse.lbrs:type_name -> edgeplane.v1.Lbr
+	9,  // 31: edgeplane.v1.ListServicesResponse.services:type_name -> edgeplane.v1.Service
+	13, // 32: edgeplane.v1.ListQosClassesResponse.qos_classes:type_name -> edgeplane.v1.QosClass
+	14, // 33: edgeplane.v1.ListFlowOptResponse.flowopt:type_name -> edgeplane.v1.FlowOptModule
+	15, // 34: edgeplane.v1.ListStrategiesResponse.strategies:type_name -> edgeplane.v1.Strategy
+	35, // 35: edgeplane.v1.PdrCounter.counter:type_name -> edgeplane.v1.Counter
+	35, // 36: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
+	35, // 37: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
+	36, // 38: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
+	53, // 39: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	54, // 40: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	37, // 41: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
+	40, // 42: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
+	55, // 43: edgeplane.v1.Stats.xdp_cpu:type_name -> edgeplane.v1.Stats.XdpCpuEntry
+	35, // 44: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
+	42, // 45: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
+	44, // 46: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
+	47, // 47: edgeplane.v1.StrategyStatus.processes:type_name -> edgeplane.v1.StrategyProcess
+	46, // 48: edgeplane.v1.ListStrategyStatusResponse.strategies:type_name -> edgeplane.v1.StrategyStatus
+	56, // 49: edgeplane.v1.GatewayStatus.labels:type_name -> edgeplane.v1.GatewayStatus.LabelsEntry
+	49, // 50: edgeplane.v1.ListGatewaysResponse.gateways:type_name -> edgeplane.v1.GatewayStatus
+	35, // 51: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	35, // 52: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	39, // 53: edgeplane.v1.Stats.XdpCpuEntry.value:type_name -> edgeplane.v1.CpuPackets
+	20, // 54: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	22, // 55: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	24, // 56: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	22, // 57: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	23, // 58: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 59: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	23, // 60: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 61: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	23, // 62: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 63: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	23, // 64: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 65: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	23, // 66: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 67: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
+	23, // 68: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 69: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
+	24, // 70: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
+	22, // 71: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
+	23, // 72: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
+	34, // 73: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	41, // 74: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	22, // 75: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
+	22, // 76: edgeplane.v1.Gateway.ListStrategyStatus:input_type -> edgeplane.v1.ListRequest
+	22, // 77: edgeplane.v1.Gateway.ListGateways:input_type -> edgeplane.v1.ListRequest
+	21, // 78: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	25, // 79: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	2,  // 80: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	26, // 81: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	3,  // 82: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	27, // 83: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	5,  // 84: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	28, // 85: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	12, // 86: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	29, // 87: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	6,  // 88: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	30, // 89: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	9,  // 90: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	31, // 91: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
+	13, // 92: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
+	32, // 93: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
+	14, // 94: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
+	33, // 95: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
+	15, // 96: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
+	38, // 97: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	43, // 98: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	45, // 99: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
+	48, // 100: edgeplane.v1.Gateway.ListStrategyStatus:output_type -> edgeplane.v1.ListStrategyStatusResponse
+	50, // 101: edgeplane.v1.Gateway.ListGateways:output_type -> edgeplane.v1.ListGatewaysResponse
+	78, // [78:102] is the sub-list for method output_type
+	54, // [54:78] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -4176,11 +4526,11 @@ func file_edgeplane_proto_init() {
 	if File_edgeplane_proto != nil {
 		return
 	}
-	file_edgeplane_proto_msgTypes[1].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[6].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[2].OneofWrappers = []any{}
 	file_edgeplane_proto_msgTypes[7].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[9].OneofWrappers = []any{}
-	file_edgeplane_proto_msgTypes[15].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[8].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[10].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[16].OneofWrappers = []any{
 		(*Object_Interface)(nil),
 		(*Object_Path)(nil),
 		(*Object_Far)(nil),
@@ -4191,19 +4541,19 @@ func file_edgeplane_proto_init() {
 		(*Object_Flowopt)(nil),
 		(*Object_Strategy)(nil),
 	}
-	file_edgeplane_proto_msgTypes[17].OneofWrappers = []any{
+	file_edgeplane_proto_msgTypes[18].OneofWrappers = []any{
 		(*Operation_Create)(nil),
 		(*Operation_Update)(nil),
 		(*Operation_Delete)(nil),
 	}
-	file_edgeplane_proto_msgTypes[40].OneofWrappers = []any{}
+	file_edgeplane_proto_msgTypes[41].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   51,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,7 @@ const (
 	Gateway_ListFlows_FullMethodName          = "/edgeplane.v1.Gateway/ListFlows"
 	Gateway_ListPathStatus_FullMethodName     = "/edgeplane.v1.Gateway/ListPathStatus"
 	Gateway_ListStrategyStatus_FullMethodName = "/edgeplane.v1.Gateway/ListStrategyStatus"
+	Gateway_ListGateways_FullMethodName       = "/edgeplane.v1.Gateway/ListGateways"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -98,6 +99,12 @@ type GatewayClient interface {
 	// it found, what it applied to them, the CPUs they ran on, and why it
 	// could not apply what it says.
 	ListStrategyStatus(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListStrategyStatusResponse, error)
+	// ListGateways lists the gateways of a fleet as a controller sees them
+	// (the target's selector, when given, picks by labels): their labels,
+	// heartbeat, the etcd revision each has committed, drift, dataplane and
+	// path health. An agent answers FAILED_PRECONDITION: it is no
+	// controller.
+	ListGateways(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListGatewaysResponse, error)
 }
 
 type gatewayClient struct {
@@ -338,6 +345,16 @@ func (c *gatewayClient) ListStrategyStatus(ctx context.Context, in *ListRequest,
 	return out, nil
 }
 
+func (c *gatewayClient) ListGateways(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListGatewaysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListGatewaysResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListGateways_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServer is the server API for Gateway service.
 // All implementations must embed UnimplementedGatewayServer
 // for forward compatibility.
@@ -382,6 +399,12 @@ type GatewayServer interface {
 	// it found, what it applied to them, the CPUs they ran on, and why it
 	// could not apply what it says.
 	ListStrategyStatus(context.Context, *ListRequest) (*ListStrategyStatusResponse, error)
+	// ListGateways lists the gateways of a fleet as a controller sees them
+	// (the target's selector, when given, picks by labels): their labels,
+	// heartbeat, the etcd revision each has committed, drift, dataplane and
+	// path health. An agent answers FAILED_PRECONDITION: it is no
+	// controller.
+	ListGateways(context.Context, *ListRequest) (*ListGatewaysResponse, error)
 	mustEmbedUnimplementedGatewayServer()
 }
 
@@ -460,6 +483,9 @@ func (UnimplementedGatewayServer) ListPathStatus(context.Context, *ListRequest) 
 }
 func (UnimplementedGatewayServer) ListStrategyStatus(context.Context, *ListRequest) (*ListStrategyStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListStrategyStatus not implemented")
+}
+func (UnimplementedGatewayServer) ListGateways(context.Context, *ListRequest) (*ListGatewaysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListGateways not implemented")
 }
 func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
 func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
@@ -896,6 +922,24 @@ func _Gateway_ListStrategyStatus_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ListGateways_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListGateways(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListGateways_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListGateways(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -994,6 +1038,10 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListStrategyStatus",
 			Handler:    _Gateway_ListStrategyStatus_Handler,
+		},
+		{
+			MethodName: "ListGateways",
+			Handler:    _Gateway_ListGateways_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,467 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/api"
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
+)
+
+// Controller serves the v1 API over a fleet's desired state in etcd
+// (api.Backend and api.Fleet): objects per target, each Apply one etcd
+// transaction. Several controllers may serve one fleet: each reads
+// again when another has written, and their transactions compare the
+// revision key, so none writes over a batch it has not seen.
+type Controller struct {
+	cli *clientv3.Client
+	k   keys
+	log *slog.Logger
+
+	mu sync.Mutex
+	// objs holds every object by etcd key, as of the revision key's mod
+	// revision seen (seen); scopeRev is each scope's last change.
+	objs     map[string]*object
+	seen     int64
+	scopeRev map[string]int64
+	// gateways are the labels of the gateways last listed, for checking
+	// a batch against each gateway it reaches.
+	gateways map[string]map[string]string
+	// stores caches each scope's store for reads, until the next change.
+	stores map[string]*config.Store
+}
+
+// NewController returns a controller of the fleet under prefix, writing
+// the layout version if etcd has none (refusing another version).
+func NewController(ctx context.Context, cli *clientv3.Client, prefix string, log *slog.Logger) (*Controller, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Controller{cli: cli, k: newKeys(cmp.Or(prefix, DefaultPrefix)), log: log, seen: -1}
+	tx, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(c.k.layout()), "=", 0)).
+		Then(clientv3.OpPut(c.k.layout(), LayoutVersion)).Else(clientv3.OpGet(c.k.layout())).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	if !tx.Succeeded {
+		if v := string(tx.Responses[0].GetResponseRange().Kvs[0].Value); v != LayoutVersion {
+			return nil, fmt.Errorf("%s holds layout %q; this controller writes %q", c.k.layout(), v, LayoutVersion)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.refresh(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// refresh reads the objects again if another Apply has written since the
+// last read; c.mu held.
+func (c *Controller) refresh(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := c.cli.Get(rctx, c.k.revision())
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	mod := int64(0)
+	if len(r.Kvs) > 0 {
+		mod = r.Kvs[0].ModRevision
+	}
+	if mod == c.seen {
+		return nil
+	}
+	// One transaction: the objects, scopes and revision key of one
+	// revision.
+	tx, err := c.cli.Txn(rctx).Then(
+		clientv3.OpGet(c.k.revision()),
+		clientv3.OpGet(c.k.objects(), clientv3.WithPrefix()),
+		clientv3.OpGet(c.k.scopes(), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	objs := map[string]*object{}
+	for _, kv := range tx.Responses[1].GetResponseRange().Kvs {
+		scope, _, err := c.k.parseObject(string(kv.Key))
+		if err == nil {
+			var o *object
+			if o, err = decodeObject(scope, kv.Value, kv.CreateRevision); err == nil {
+				objs[string(kv.Key)] = o
+				continue
+			}
+		}
+		c.log.Error("fleet: unreadable object skipped", "key", string(kv.Key), "error", err)
+	}
+	scopeRev := map[string]int64{}
+	for _, kv := range tx.Responses[2].GetResponseRange().Kvs {
+		scopeRev[string(kv.Value)] = kv.ModRevision
+	}
+	c.objs, c.scopeRev, c.stores = objs, scopeRev, map[string]*config.Store{}
+	c.seen = 0
+	if kvs := tx.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		c.seen = kvs[0].ModRevision
+	}
+	return nil
+}
+
+// inScope returns the objects of scope s; c.mu held.
+func (c *Controller) inScope(s string) []*object {
+	var out []*object
+	for _, o := range c.objs {
+		if o.scope == s {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// ViewTarget implements api.Fleet.
+func (c *Controller) ViewTarget(t *pb.Target, fn func(*config.Store)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.refresh(context.Background()); err != nil {
+		return err
+	}
+	s := ScopeOf(t)
+	st, ok := c.stores[s]
+	if !ok {
+		st = config.NewStore(configOf(c.inScope(s)))
+		c.stores[s] = st
+	}
+	fn(st)
+	return nil
+}
+
+// View implements api.Backend: the objects for all gateways.
+func (c *Controller) View(fn func(*config.Store)) {
+	if err := c.ViewTarget(nil, fn); err != nil {
+		c.log.Error("fleet: read etcd", "error", err)
+		fn(config.NewStore(&config.Config{}))
+	}
+}
+
+// Config implements api.Backend: the objects for all gateways.
+func (c *Controller) Config() *config.Config {
+	var cfg *config.Config
+	c.View(func(s *config.Store) { cfg = s.Config() })
+	return cfg
+}
+
+// Apply implements api.Backend: a batch for all gateways.
+func (c *Controller) Apply(ops []config.Op, dryRun bool, _ []byte) (uint32, error) {
+	_, err := c.ApplyTo(nil, ops, dryRun)
+	return 0, err
+}
+
+// errConflict is a transaction that lost to another controller's.
+var errConflict = errors.New("another controller changed the fleet meanwhile")
+
+// ApplyTo implements api.Fleet. It checks the batch as each gateway the
+// target reaches would (against everything else it is given, so an id
+// two targets of one gateway both give is refused as existing), or, when
+// no known gateway is reached, against the target's objects and those
+// for all gateways; then writes it in one transaction.
+func (c *Controller) ApplyTo(t *pb.Target, ops []config.Op, dryRun bool) (uint64, error) {
+	if t.GetGateway() != "" && len(t.GetSelector()) > 0 {
+		return 0, config.Errors{{Path: "target", Reason: "give a gateway or a selector, not both"}}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Lost to another controller: read what it wrote and check the
+	// batch again, for up to a few seconds of contention.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rev, err := c.applyOnce(t, ops, dryRun)
+		if !errors.Is(err, errConflict) || time.Now().After(deadline) {
+			return rev, err
+		}
+		time.Sleep(time.Duration(rand.IntN(5000)) * time.Microsecond)
+	}
+}
+
+func (c *Controller) applyOnce(t *pb.Target, ops []config.Op, dryRun bool) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.refresh(ctx); err != nil {
+		return 0, err
+	}
+	if err := c.readGateways(ctx); err != nil {
+		return 0, err
+	}
+	scope := ScopeOf(t)
+	// The scope after the batch: a store of its objects alone, applied
+	// without reference checks (they are the gateways' to make).
+	mine := c.inScope(scope)
+	after, err := applyScope(mine, ops)
+	if err != nil {
+		return 0, err
+	}
+	var reached []string
+	for name, labels := range c.gateways {
+		if Targets(t, name, labels) {
+			reached = append(reached, name)
+		}
+	}
+	slices.Sort(reached)
+	check := func(what string, others []*object) error {
+		st := config.NewStore(configOf(append(others, mine...)))
+		if _, _, err := st.Apply(ops); err != nil {
+			var fe config.Errors
+			if errors.As(err, &fe) {
+				for i := range fe {
+					fe[i].Reason = what + ": " + fe[i].Reason
+				}
+				return fe
+			}
+			return err
+		}
+		return nil
+	}
+	if len(reached) == 0 {
+		var others []*object
+		if scope != "all" {
+			others = c.inScope("all")
+		}
+		if err := check("for "+scope, others); err != nil {
+			return 0, err
+		}
+	}
+	for _, name := range reached {
+		var others []*object
+		for _, o := range c.objs {
+			if o.scope == scope {
+				continue
+			}
+			if ot, err := ParseScope(o.scope); err == nil && Targets(ot, name, c.gateways[name]) {
+				others = append(others, o)
+			}
+		}
+		if err := check("gateway "+name, others); err != nil {
+			return 0, err
+		}
+	}
+	if dryRun {
+		return uint64(c.seen), nil
+	}
+
+	// One transaction: the objects the batch leaves changed, the scope's
+	// change mark and the revision key, if nobody wrote since we read.
+	var txOps []clientv3.Op
+	before := map[objKey]*object{}
+	for _, o := range mine {
+		before[o.objKey] = o
+	}
+	touched := map[objKey]bool{}
+	for _, op := range ops {
+		touched[opKey(op)] = true
+	}
+	for k := range touched {
+		v, ok := after[k]
+		if !ok {
+			txOps = append(txOps, clientv3.OpDelete(c.k.object(scope, k.kind, k.key)))
+			continue
+		}
+		val, err := encodeObject(k.kind, v)
+		if err != nil {
+			return 0, err
+		}
+		txOps = append(txOps, clientv3.OpPut(c.k.object(scope, k.kind, k.key), val))
+	}
+	n := strconv.FormatInt(c.seen+1, 10)
+	txOps = append(txOps, clientv3.OpPut(c.k.scope(scope), scope), clientv3.OpPut(c.k.revision(), n))
+	tx, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(c.k.revision()), "=", c.seen)).Then(txOps...).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("etcd: %w", err)
+	}
+	if !tx.Succeeded {
+		c.seen = -1 // read everything again
+		return 0, errConflict
+	}
+	rev := tx.Header.Revision
+	// What we wrote is what etcd holds: the cache follows without a read.
+	for k := range touched {
+		key := c.k.object(scope, k.kind, k.key)
+		v, ok := after[k]
+		if !ok {
+			delete(c.objs, key)
+			continue
+		}
+		created := rev
+		if old, ok := before[k]; ok {
+			created = old.created
+		}
+		c.objs[key] = &object{scope: scope, objKey: k, obj: v, created: created}
+	}
+	c.scopeRev[scope] = rev
+	c.seen = rev
+	c.stores = map[string]*config.Store{}
+	return uint64(rev), nil
+}
+
+// opKey returns the object op changes.
+func opKey(op config.Op) objKey {
+	if op.Verb == config.Delete {
+		return objKey{op.Kind, config.Key{Name: op.Name, ID: op.ID}}
+	}
+	return objKey{op.Kind, config.Builtin().KeyOf(op.Kind, op.Object)}
+}
+
+// applyScope returns what a scope holds after ops: creates must not
+// exist in it, updates and deletes must, as in an agent's store.
+func applyScope(objs []*object, ops []config.Op) (map[objKey]any, error) {
+	out := map[objKey]any{}
+	for _, o := range objs {
+		out[o.objKey] = o.obj
+	}
+	var fe config.Errors
+	for _, op := range ops {
+		k := opKey(op)
+		_, exists := out[k]
+		switch {
+		case op.Verb == config.Create && exists:
+			fe = append(fe, config.FieldError{Path: op.At, Reason: k.String() + " exists", Code: config.CodeExists})
+		case op.Verb != config.Create && !exists:
+			fe = append(fe, config.FieldError{Path: op.At, Reason: "no " + k.String(), Code: config.CodeNotFound})
+		case op.Verb == config.Delete:
+			delete(out, k)
+		default:
+			out[k] = op.Object
+		}
+	}
+	if len(fe) > 0 {
+		return nil, fe
+	}
+	return out, nil
+}
+
+// readGateways reads the gateways' labels; c.mu held.
+func (c *Controller) readGateways(ctx context.Context) error {
+	gws, err := c.list(ctx, false)
+	if err != nil {
+		return err
+	}
+	c.gateways = map[string]map[string]string{}
+	for _, g := range gws {
+		c.gateways[g.Name] = g.Labels
+	}
+	return nil
+}
+
+// Gateways implements api.Fleet.
+func (c *Controller) Gateways(selector map[string]string) ([]*pb.GatewayStatus, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.refresh(ctx); err != nil {
+		return nil, err
+	}
+	gws, err := c.list(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	c.gateways = map[string]map[string]string{}
+	var out []*pb.GatewayStatus
+	for _, g := range gws {
+		c.gateways[g.Name] = g.Labels
+		if Targets(&pb.Target{Selector: selector}, g.Name, g.Labels) {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+// list reads every gateway's status (with beats, its last lease renewal:
+// one request per gateway); c.mu held, objects fresh.
+func (c *Controller) list(ctx context.Context, beats bool) ([]*pb.GatewayStatus, error) {
+	r, err := c.cli.Get(ctx, c.k.gateways(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	byName := map[string]*pb.GatewayStatus{}
+	leases := map[string]clientv3.LeaseID{}
+	for _, kv := range r.Kvs {
+		name, leaf, ok := c.k.parseGateway(string(kv.Key))
+		if !ok {
+			continue
+		}
+		g := byName[name]
+		if g == nil {
+			g = &pb.GatewayStatus{Name: name, State: StateDisconnected}
+			byName[name] = g
+		}
+		switch leaf {
+		case "alive":
+			g.Reachable = true
+			leases[name] = clientv3.LeaseID(kv.Lease)
+		case "status":
+			var st Status
+			if err := json.Unmarshal(kv.Value, &st); err != nil {
+				g.Error = "unreadable status: " + err.Error()
+				continue
+			}
+			g.Labels, g.CommittedRevision, g.Generation = st.Labels, uint64(st.Committed), st.Generation
+			g.State, g.Error, g.DataplaneOk = st.State, st.Error, st.DataplaneOK
+			g.PathsUp, g.PathsDown, g.Objects = st.PathsUp, st.PathsDown, st.Objects
+			g.HeartbeatUnixMs = st.Written
+		}
+	}
+	for name, g := range byName {
+		if !g.Reachable {
+			g.State = StateDisconnected
+		} else if id := leases[name]; beats && id != 0 {
+			// The last renewal: the lease's TTL minus what is left of it.
+			if ttl, err := c.cli.TimeToLive(ctx, id); err == nil && ttl.TTL > 0 {
+				last := time.Now().Add(-time.Duration(ttl.GrantedTTL-ttl.TTL) * time.Second).UnixMilli()
+				g.HeartbeatUnixMs = max(g.HeartbeatUnixMs, last)
+			}
+		}
+		// In drift: a change to one of its targets after what it
+		// committed.
+		for s, rev := range c.scopeRev {
+			if t, err := ParseScope(s); err == nil && Targets(t, name, g.Labels) && uint64(rev) > g.CommittedRevision {
+				g.Drift = true
+			}
+		}
+		if g.Drift && g.State == StateConverged {
+			g.State = StateBehind
+		}
+	}
+	return slices.SortedFunc(maps.Values(byName), func(a, b *pb.GatewayStatus) int {
+		return strings.Compare(a.Name, b.Name)
+	}), nil
+}
+
+// Snapshot implements api.Backend: a controller has no counters.
+func (c *Controller) Snapshot() (*bpf.Snapshot, error) { return nil, api.ErrNoDataplane }
+
+// Flows implements api.Backend: a controller has no flows.
+func (c *Controller) Flows(int) ([]bpf.FlowStat, map[uint32]string, error) {
+	return nil, nil, api.ErrNoDataplane
+}
+
+// PathStatus implements api.Backend (the server refuses the call first).
+func (c *Controller) PathStatus() []*pb.PathStatus { return nil }
+
+// StrategyStatus implements api.Backend (the server refuses the call
+// first).
+func (c *Controller) StrategyStatus() []*pb.StrategyStatus { return nil }

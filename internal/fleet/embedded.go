@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Cluster is an etcd cluster of embedded members (etcd's own server,
+// go.etcd.io/etcd/server/v3/embed), peers on loopback: for the lab, the
+// tests and the bench on one machine, where a separately installed etcd
+// is not at hand. Production fleets run etcd of their own.
+type Cluster struct {
+	dir     string
+	names   []string
+	peer    []url.URL
+	client  []url.URL
+	host    string
+	initial string
+	members []*embed.Etcd
+}
+
+// StartCluster starts n members keeping their data under dir, serving
+// clients on host (an address to listen on, such as 127.0.0.1 or
+// 0.0.0.0 to be reached from network namespaces) at free ports, and
+// waits until they have a leader.
+func StartCluster(dir string, n int, host string) (*Cluster, error) {
+	c := &Cluster{dir: dir, host: host, members: make([]*embed.Etcd, n)}
+	var initial []string
+	for i := range n {
+		pp, err := freePort("127.0.0.1")
+		if err != nil {
+			return nil, err
+		}
+		cp, err := freePort(host)
+		if err != nil {
+			return nil, err
+		}
+		name := fmt.Sprintf("m%d", i)
+		c.names = append(c.names, name)
+		c.peer = append(c.peer, url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", pp)})
+		c.client = append(c.client, url.URL{Scheme: "http", Host: net.JoinHostPort(host, cp)})
+		initial = append(initial, name+"="+c.peer[i].String())
+	}
+	c.initial = strings.Join(initial, ",")
+	errc := make(chan error, n)
+	for i := range n {
+		go func() { errc <- c.start(i, "new") }()
+	}
+	var errs []error
+	for range n {
+		errs = append(errs, <-errc)
+	}
+	if err := errors.Join(errs...); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// freePort returns a port free on host now.
+func freePort(host string) (string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	_, p, err := net.SplitHostPort(ln.Addr().String())
+	return p, err
+}
+
+// start starts member i and waits until it serves.
+func (c *Cluster) start(i int, state string) error {
+	cfg := embed.NewConfig()
+	cfg.Name = c.names[i]
+	cfg.Dir = filepath.Join(c.dir, c.names[i])
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{c.peer[i]}, []url.URL{c.peer[i]}
+	cfg.ListenClientUrls = []url.URL{c.client[i]}
+	cfg.AdvertiseClientUrls = []url.URL{c.client[i]}
+	cfg.InitialCluster, cfg.ClusterState, cfg.InitialClusterToken = c.initial, state, "edgeplane-lab"
+	// Loopback peers: a short tick elects a new leader within ~0.5 s of
+	// one being killed.
+	cfg.TickMs, cfg.ElectionMs = 50, 500
+	cfg.LogLevel = "error"
+	cfg.LogOutputs = []string{filepath.Join(c.dir, c.names[i]+".log")}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return fmt.Errorf("etcd member %s: %w", c.names[i], err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return fmt.Errorf("etcd member %s: %w", c.names[i], err)
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return fmt.Errorf("etcd member %s: not ready within 30s", c.names[i])
+	}
+	c.members[i] = e
+	return nil
+}
+
+// Endpoints returns the members' client URLs, comma-separated, with
+// host replaced by at (the address clients reach the members at; "":
+// host).
+func (c *Cluster) Endpoints(at string) string {
+	var out []string
+	for _, u := range c.client {
+		if at != "" {
+			_, p, _ := net.SplitHostPort(u.Host)
+			u.Host = net.JoinHostPort(at, p)
+		}
+		out = append(out, u.String())
+	}
+	return strings.Join(out, ",")
+}
+
+// Stop stops member i, as a crash of it would for the others.
+func (c *Cluster) Stop(i int) {
+	if e := c.members[i]; e != nil {
+		e.Close()
+		c.members[i] = nil
+	}
+}
+
+// Restart starts member i again on its data.
+func (c *Cluster) Restart(i int) error {
+	if c.members[i] != nil {
+		return nil
+	}
+	return c.start(i, "existing")
+}
+
+// Close stops every member.
+func (c *Cluster) Close() {
+	for i := range c.members {
+		c.Stop(i)
+	}
+}

@@ -1,0 +1,410 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/api"
+	"github.com/edgeplane/edgeplane/internal/config"
+)
+
+// Gateway is what a member drives: the agent (its serving config, and
+// Apply with the same atomic generation flip and journal as an API
+// batch), or, for the fleet bench, a store that writes no dataplane.
+type Gateway interface {
+	Config() *config.Config
+	Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error)
+}
+
+// Health is what a member reports of its gateway besides the rules.
+type Health struct {
+	DataplaneOK        bool
+	PathsUp, PathsDown uint32
+}
+
+// MemberOptions configure a Member.
+type MemberOptions struct {
+	Name   string
+	Labels map[string]string
+	Prefix string
+	// StateFile keeps the revision last committed across restarts
+	// ("": not kept).
+	StateFile string
+	// TTL is the lease's: a gateway that has not renewed it for this
+	// long is unreachable (default 5 s).
+	TTL time.Duration
+	// Health is asked at each heartbeat (nil: dataplane OK, no paths).
+	Health func() Health
+	Log    *slog.Logger
+}
+
+// Member keeps one gateway in step with its desired state in etcd.
+type Member struct {
+	o   MemberOptions
+	cli *clientv3.Client
+	gw  Gateway
+	k   keys
+
+	// cache holds every object of the fleet at rev, by etcd key. Only
+	// Run's goroutine touches them.
+	cache map[string]*object
+	rev   int64
+
+	mu        sync.Mutex
+	st        Status
+	connected bool
+	wrote     Status // the status etcd holds, as last written
+	changed   chan struct{}
+}
+
+// NewMember returns a member keeping gw in step through cli.
+func NewMember(cli *clientv3.Client, gw Gateway, o MemberOptions) *Member {
+	o.TTL = cmp.Or(o.TTL, 5*time.Second)
+	o.Prefix = cmp.Or(o.Prefix, DefaultPrefix)
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	m := &Member{o: o, cli: cli, gw: gw, k: newKeys(o.Prefix), changed: make(chan struct{}, 1)}
+	// Behind until the first read: it serves what it last committed.
+	m.st = Status{Labels: o.Labels, State: StateBehind}
+	if c, err := readState(o.StateFile); err == nil {
+		m.st.Committed = c
+	} else if !errors.Is(err, os.ErrNotExist) {
+		o.Log.Error("fleet state file unreadable; starting from a full read", "file", o.StateFile, "error", err)
+	}
+	return m
+}
+
+// memberState is the state file.
+type memberState struct {
+	Committed int64 `json:"committed_revision"`
+}
+
+func readState(path string) (int64, error) {
+	if path == "" {
+		return 0, os.ErrNotExist
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var s memberState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return s.Committed, nil
+}
+
+// Status returns the member's status now, and whether it reaches etcd.
+func (m *Member) Status() (Status, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.st, m.connected
+}
+
+// set changes the status under m.mu and wakes the status writer.
+func (m *Member) set(fn func(*Status)) {
+	m.mu.Lock()
+	fn(&m.st)
+	m.mu.Unlock()
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run keeps the gateway in step until ctx ends: it reads the objects,
+// commits those meant for the gateway, and follows the changes with a
+// watch, resuming after a disconnect from the revision it has (a full
+// read when etcd has compacted it away). Meanwhile it heartbeats and
+// writes the status.
+func (m *Member) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { m.heartbeat(ctx) })
+	defer wg.Wait()
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := m.follow(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		m.o.Log.Warn("fleet: lost the watch; serving the last committed state", "revision", m.rev, "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// follow reads (when it has nothing, or etcd compacted what it has) and
+// watches until the watch fails.
+func (m *Member) follow(ctx context.Context) error {
+	if m.cache == nil {
+		if err := m.read(ctx); err != nil {
+			return err
+		}
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	// The objects alone: the gateways' statuses change all the time and
+	// are none of a member's business.
+	wc := m.cli.Watch(wctx, m.k.objects(), clientv3.WithPrefix(), clientv3.WithRev(m.rev+1))
+	for resp := range wc {
+		if resp.CompactRevision > 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+			m.o.Log.Info("fleet: etcd compacted the revisions after ours; reading everything again", "revision", m.rev, "compacted", resp.CompactRevision)
+			m.cache = nil
+			return m.read(ctx)
+		}
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		for _, ev := range resp.Events {
+			key := string(ev.Kv.Key)
+			if ev.Type == mvccpb.DELETE {
+				delete(m.cache, key)
+				continue
+			}
+			o, err := m.decode(ev.Kv)
+			if err != nil {
+				m.o.Log.Error("fleet: unreadable object skipped", "key", key, "error", err)
+				continue
+			}
+			m.cache[key] = o
+		}
+		if rev := resp.Header.Revision; rev > m.rev && len(resp.Events) > 0 {
+			m.rev = rev
+			m.commit()
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errors.New("watch closed (etcd lost its leader or is unreachable)")
+}
+
+func (m *Member) decode(kv *mvccpb.KeyValue) (*object, error) {
+	scope, _, err := m.k.parseObject(string(kv.Key))
+	if err != nil {
+		return nil, err
+	}
+	return decodeObject(scope, kv.Value, kv.CreateRevision)
+}
+
+// read reads every object and the layout at one revision and commits
+// what is meant for the gateway.
+func (m *Member) read(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := m.cli.Txn(rctx).Then(
+		clientv3.OpGet(m.k.layout()),
+		clientv3.OpGet(m.k.objects(), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return err
+	}
+	m.rev = resp.Header.Revision
+	lay := resp.Responses[0].GetResponseRange().Kvs
+	if len(lay) == 0 || string(lay[0].Value) != LayoutVersion {
+		got := "nothing"
+		if len(lay) > 0 {
+			got = fmt.Sprintf("%q", lay[0].Value)
+		}
+		m.set(func(s *Status) {
+			s.State = StateWaiting
+			s.Error = fmt.Sprintf("%s holds %s, want %q: no controller has set this fleet up; serving the last committed state", m.k.layout(), got, LayoutVersion)
+		})
+		m.cache = map[string]*object{}
+		return nil
+	}
+	m.cache = map[string]*object{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		o, err := m.decode(kv)
+		if err != nil {
+			m.o.Log.Error("fleet: unreadable object skipped", "key", string(kv.Key), "error", err)
+			continue
+		}
+		m.cache[string(kv.Key)] = o
+	}
+	m.commit()
+	return nil
+}
+
+// desired returns the objects meant for the gateway, or an error naming
+// an object two of its targets both give.
+func (m *Member) desired() (map[objKey]*object, error) {
+	want := map[objKey]*object{}
+	var clash []string
+	for _, o := range m.cache {
+		t, err := ParseScope(o.scope)
+		if err != nil || !Targets(t, m.o.Name, m.o.Labels) {
+			continue
+		}
+		if prev, ok := want[o.objKey]; ok {
+			a, b := prev.scope, o.scope
+			if a > b {
+				a, b = b, a
+			}
+			clash = append(clash, fmt.Sprintf("%s is given by both %s and %s", o.objKey, a, b))
+			continue
+		}
+		want[o.objKey] = o
+	}
+	if len(clash) > 0 {
+		slices.Sort(clash)
+		return nil, errors.New(strings.Join(clash, "; "))
+	}
+	return want, nil
+}
+
+// commit commits the desired state at m.rev, as one generation.
+func (m *Member) commit() {
+	want, err := m.desired()
+	if err != nil {
+		m.fail(err)
+		return
+	}
+	ops := diffOps(m.gw.Config(), want)
+	gen := uint32(0)
+	if len(ops) > 0 {
+		req := &pb.ApplyRequest{Operations: ops}
+		rec, err := protojson.Marshal(req)
+		if err != nil {
+			m.fail(err)
+			return
+		}
+		cops, err := api.Ops(ops)
+		if err != nil {
+			m.fail(err)
+			return
+		}
+		if gen, err = m.gw.Apply(cops, false, rec); err != nil {
+			m.fail(err)
+			return
+		}
+		m.o.Log.Info("fleet: committed", "revision", m.rev, "generation", gen, "operations", len(ops))
+	}
+	if err := m.saveState(); err != nil {
+		m.o.Log.Error("fleet: keep the committed revision", "file", m.o.StateFile, "error", err)
+	}
+	m.set(func(s *Status) {
+		s.Committed, s.State, s.Error, s.Objects = m.rev, StateConverged, "", uint32(len(want))
+		if gen != 0 {
+			s.Generation = gen
+		}
+	})
+}
+
+func (m *Member) fail(err error) {
+	m.o.Log.Error("fleet: the desired state does not commit; serving the last committed state", "revision", m.rev, "error", err)
+	m.set(func(s *Status) { s.State, s.Error = StateFailing, err.Error() })
+}
+
+func (m *Member) saveState() error {
+	if m.o.StateFile == "" {
+		return nil
+	}
+	b, _ := json.Marshal(memberState{Committed: m.rev})
+	return config.ReplaceFile(m.o.StateFile, b, 0o600, true)
+}
+
+// heartbeat keeps the member's lease and alive key, and writes the
+// status whenever it changes (and the health with each beat).
+func (m *Member) heartbeat(ctx context.Context) {
+	var lease clientv3.LeaseID
+	tick := time.NewTicker(m.o.TTL / 3)
+	defer tick.Stop()
+	for {
+		err := m.beat(ctx, &lease)
+		m.mu.Lock()
+		was := m.connected
+		m.connected = err == nil
+		m.mu.Unlock()
+		if was && err != nil {
+			m.o.Log.Warn("fleet: etcd unreachable; serving the last committed state", "error", err)
+		} else if !was && err == nil {
+			m.o.Log.Info("fleet: reached etcd", "lease", fmt.Sprintf("%x", lease))
+		}
+		select {
+		case <-ctx.Done():
+			if lease != 0 {
+				rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, _ = m.cli.Revoke(rctx, lease)
+				cancel()
+			}
+			return
+		case <-tick.C:
+		case <-m.changed:
+		}
+	}
+}
+
+// beat renews the lease (granting one, with the alive key, when there is
+// none or it expired) and writes the status if it changed.
+func (m *Member) beat(ctx context.Context, lease *clientv3.LeaseID) error {
+	rctx, cancel := context.WithTimeout(ctx, m.o.TTL/3)
+	defer cancel()
+	if *lease != 0 {
+		if _, err := m.cli.KeepAliveOnce(rctx, *lease); err != nil {
+			if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return err
+			}
+			*lease = 0 // expired while we were away: a new one
+		}
+	}
+	if *lease == 0 {
+		g, err := m.cli.Grant(rctx, int64(m.o.TTL/time.Second))
+		if err != nil {
+			return err
+		}
+		if _, err := m.cli.Put(rctx, m.k.alive(m.o.Name), fmt.Sprintf("%x", g.ID), clientv3.WithLease(g.ID)); err != nil {
+			return err
+		}
+		*lease = g.ID
+	}
+	h := Health{DataplaneOK: true}
+	if m.o.Health != nil {
+		h = m.o.Health()
+	}
+	m.mu.Lock()
+	m.st.DataplaneOK, m.st.PathsUp, m.st.PathsDown = h.DataplaneOK, h.PathsUp, h.PathsDown
+	st := m.st
+	m.mu.Unlock()
+	st.Written = 0
+	if st.equal(m.wrote) {
+		return nil
+	}
+	st.Written = time.Now().UnixMilli()
+	b, _ := json.Marshal(st)
+	if _, err := m.cli.Put(rctx, m.k.status(m.o.Name), string(b)); err != nil {
+		return err
+	}
+	m.wrote = st
+	return nil
+}
+
+// equal compares statuses but for when they were written.
+func (s Status) equal(o Status) bool {
+	s.Written, o.Written = 0, 0
+	a, _ := json.Marshal(s)
+	b, _ := json.Marshal(o)
+	return string(a) == string(b)
+}
