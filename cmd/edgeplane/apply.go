@@ -75,7 +75,7 @@ so problems are reported at their paths in the file.`,
 			if len(changes) == 0 {
 				return errors.New("no " + client.KindList(s, "or") + " to apply")
 			}
-			req := &pb.ApplyRequest{DryRun: dryRun}
+			req := &pb.ApplyRequest{DryRun: dryRun, Target: conn.Target}
 			var names []string
 			for _, ch := range changes {
 				if ch.op != nil {
@@ -143,11 +143,19 @@ func readInput(stdin io.Reader, file string) ([]byte, error) {
 
 // applyResult prints the outcome of an Apply.
 func applyResult(w io.Writer, r *pb.ApplyResponse, dryRun bool) {
+	took := time.Duration(r.GetCommitMicros()) * time.Microsecond
+	if r.GetRevision() != 0 { // a controller's answer
+		if dryRun {
+			fmt.Fprintf(w, "dry run: valid for every gateway it reaches, nothing changed (etcd revision %d)\n", r.GetRevision())
+			return
+		}
+		fmt.Fprintf(w, "etcd revision %d (written in %s; edgeplane get gateways shows who has committed it)\n", r.GetRevision(), took)
+		return
+	}
 	if dryRun {
 		fmt.Fprintf(w, "dry run: valid, nothing changed (generation %d serving)\n", r.GetGeneration())
 		return
 	}
-	took := time.Duration(r.GetCommitMicros()) * time.Microsecond
 	fmt.Fprintf(w, "generation %d (committed in %s)\n", r.GetGeneration(), took)
 }
 

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/edgeplane/edgeplane/internal/agent"
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/fleet"
 )
 
 const defaultPinDir = "/sys/fs/bpf/edgeplane"
@@ -24,13 +27,14 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newAgentCmd(), newValidateCmd(), newStatsCmd(), newDownCmd(), newBenchCmd(), newDemoCmd(), newLabCmd(), newWanemCmd(),
-		newGetCmd(), newApplyCmd(), newDeleteCmd(), newFlowsCmd())
+		newGetCmd(), newApplyCmd(), newDeleteCmd(), newFlowsCmd(), newControllerCmd())
 	return root
 }
 
 func newAgentCmd() *cobra.Command {
 	var o agent.Options
 	var debug bool
+	var finishFleet func() error
 	c := &cobra.Command{
 		Use:   "agent --config FILE",
 		Short: "Load the dataplane on the configured interfaces and serve it",
@@ -51,15 +55,9 @@ dataplane stays attached and forwarding (pinned) unless --detach-on-exit.`,
 				lvl = slog.LevelDebug
 			}
 			o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-			// Without tokens the TCP API stays off unless asked for:
-			// the unix socket serves root, and a loopback port would
-			// serve every local user.
-			if o.APITokens == "" && o.APIJWTKey == "" && !o.APILoopbackNoAuth {
-				for flag, addr := range map[string]*string{"grpc-addr": &o.GRPCAddr, "rest-addr": &o.RESTAddr} {
-					if !cmd.Flags().Changed(flag) {
-						*addr = ""
-					}
-				}
+			tcpOffWithoutAuth(cmd, &o)
+			if err := finishFleet(); err != nil {
+				return err
 			}
 			return agent.Run(cmd.Context(), o)
 		},
@@ -69,24 +67,13 @@ dataplane stays attached and forwarding (pinned) unless --detach-on-exit.`,
 	fs.StringVar(&o.PinDir, "pin-dir", defaultPinDir, "bpffs directory for pinned maps, program and links (one per gateway)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "127.0.0.1:9090", "Prometheus listen address, unauthenticated: give an address beyond loopback to expose it (empty to disable)")
 	fs.BoolVar(&o.DetachOnExit, "detach-on-exit", false, "detach XDP and remove pins when the agent exits")
-	fs.StringVar(&o.GRPCAddr, "grpc-addr", ":50051", "gRPC API TCP listen address, with --api-tokens/--api-jwt-key (else off unless given with --api-loopback-no-auth; empty to disable)")
-	fs.StringVar(&o.RESTAddr, "rest-addr", ":8080", "REST API TCP listen address (same rule)")
-	fs.StringVar(&o.APISocket, "api-socket", "", "gRPC API unix socket, root only, no tokens (default "+agent.DefaultAPISocket("PIN-DIR")+", PIN-DIR the last element of --pin-dir; none to disable)")
-	fs.StringVar(&o.RESTSocket, "rest-socket", "", "REST API unix socket, root only, no tokens (default "+agent.DefaultRESTSocket("PIN-DIR")+"; none to disable)")
-	fs.BoolVar(&o.APILoopbackNoAuth, "api-loopback-no-auth", false, "serve the TCP API without tokens, on loopback only (any local user can then drive the dataplane)")
-	fs.StringVar(&o.APITokens, "api-tokens", "", "file of accepted bearer tokens, one per line (re-read on SIGHUP)")
-	fs.StringVar(&o.APIJWTKey, "api-jwt-key", "", "file with the HMAC key of accepted JWT bearer tokens (HS256/384/512, exp required; re-read on SIGHUP)")
-	fs.StringVar(&o.JWT.Audience, "api-jwt-audience", "", "accept only JWTs whose aud includes this")
-	fs.StringVar(&o.JWT.Issuer, "api-jwt-issuer", "", "accept only JWTs whose iss is this")
-	fs.DurationVar(&o.JWT.Leeway, "api-jwt-leeway", api.DefaultJWTLeeway, "clock skew allowed on a JWT's exp, nbf and iat")
-	fs.DurationVar(&o.JWT.MaxLifetime, "api-jwt-max-lifetime", api.DefaultJWTMaxLifetime, "refuse JWTs valid for longer than this (exp after iat, or after now; 0: no cap)")
-	fs.StringVar(&o.TLSCert, "tls-cert", "", "serve the TCP API over TLS with this certificate (PEM; re-read on SIGHUP)")
-	fs.StringVar(&o.TLSKey, "tls-key", "", "private key of --tls-cert (PEM)")
+	addAPIFlags(fs, &o, agent.DefaultAPISocket("PIN-DIR")+", PIN-DIR the last element of --pin-dir", agent.DefaultRESTSocket("PIN-DIR"))
 	fs.BoolVar(&o.NormalGracePeriods, "normal-grace-periods", false, "do not expedite the RCU grace period a commit waits for (commits take 5-20 ms instead of ~0.1 ms; no IPIs)")
 	fs.BoolVar(&debug, "debug", false, "debug logging")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --metrics-addr (which must be loopback)")
 	fs.StringVar(&o.PprofAddr, "pprof-addr", "", "serve Go profiles under /debug/pprof/ on this address, unauthenticated")
 	fs.BoolVar(&o.SchedExt, "sched-ext", false, "schedule every task with edgeplane's sched_ext scheduler, priority strategies' processes first with their execution_time as slice (kernels with CONFIG_SCHED_CLASS_EXT; without it the agent says so and uses real-time policies)")
+	finishFleet = addFleetFlags(fs, &o.Fleet)
 	fs.StringVar(&o.PodList, "pod-list", "", "where CPU strategies' pod_labels are read: the kubelet's pod list (https://127.0.0.1:10250/pods, with the service account's token and CA when mounted) or a file holding a v1 PodList")
 	return c
 }
@@ -136,4 +123,87 @@ func newDownCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&pinDir, "pin-dir", defaultPinDir, "bpffs directory of the gateway")
 	return c
+}
+
+// addAPIFlags declares the control API's flags of o (the agent's and the
+// controller's), the unix sockets' defaults named as given.
+func addAPIFlags(fs *pflag.FlagSet, o *agent.Options, grpcSock, restSock string) {
+	fs.StringVar(&o.GRPCAddr, "grpc-addr", ":50051", "gRPC API TCP listen address, with --api-tokens/--api-jwt-key (else off unless given with --api-loopback-no-auth; empty to disable)")
+	fs.StringVar(&o.RESTAddr, "rest-addr", ":8080", "REST API TCP listen address (same rule)")
+	fs.StringVar(&o.APISocket, "api-socket", "", "gRPC API unix socket, root only, no tokens (default "+grpcSock+"; none to disable)")
+	fs.StringVar(&o.RESTSocket, "rest-socket", "", "REST API unix socket, root only, no tokens (default "+restSock+"; none to disable)")
+	fs.BoolVar(&o.APILoopbackNoAuth, "api-loopback-no-auth", false, "serve the TCP API without tokens, on loopback only (any local user can then drive the dataplane)")
+	fs.StringVar(&o.APITokens, "api-tokens", "", "file of accepted bearer tokens, one per line (re-read on SIGHUP)")
+	fs.StringVar(&o.APIJWTKey, "api-jwt-key", "", "file with the HMAC key of accepted JWT bearer tokens (HS256/384/512, exp required; re-read on SIGHUP)")
+	fs.StringVar(&o.JWT.Audience, "api-jwt-audience", "", "accept only JWTs whose aud includes this")
+	fs.StringVar(&o.JWT.Issuer, "api-jwt-issuer", "", "accept only JWTs whose iss is this")
+	fs.DurationVar(&o.JWT.Leeway, "api-jwt-leeway", api.DefaultJWTLeeway, "clock skew allowed on a JWT's exp, nbf and iat")
+	fs.DurationVar(&o.JWT.MaxLifetime, "api-jwt-max-lifetime", api.DefaultJWTMaxLifetime, "refuse JWTs valid for longer than this (exp after iat, or after now; 0: no cap)")
+	fs.StringVar(&o.TLSCert, "tls-cert", "", "serve the TCP API over TLS with this certificate (PEM; re-read on SIGHUP)")
+	fs.StringVar(&o.TLSKey, "tls-key", "", "private key of --tls-cert (PEM)")
+}
+
+// tcpOffWithoutAuth turns the TCP API off when no tokens are given and
+// its addresses were left at their defaults: the unix socket serves
+// root, and a loopback port would serve every local user.
+func tcpOffWithoutAuth(cmd *cobra.Command, o *agent.Options) {
+	if o.APITokens == "" && o.APIJWTKey == "" && !o.APILoopbackNoAuth {
+		for flag, addr := range map[string]*string{"grpc-addr": &o.GRPCAddr, "rest-addr": &o.RESTAddr} {
+			if !cmd.Flags().Changed(flag) {
+				*addr = ""
+			}
+		}
+	}
+}
+
+// etcdFlags are the flags that reach etcd, the agent's and the
+// controller's.
+type etcdFlags struct {
+	endpoints string
+	client    fleet.ClientOptions
+	prefix    string
+}
+
+func (e *etcdFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&e.endpoints, "etcd", "", "etcd endpoints, comma-separated (http://10.0.0.1:2379,...)")
+	fs.StringVar(&e.prefix, "etcd-prefix", fleet.DefaultPrefix, "the fleet's keys in etcd live under PREFIX/v1/")
+	fs.StringVar(&e.client.CA, "etcd-ca", "", "CA certificate (PEM) that verifies etcd's members")
+	fs.StringVar(&e.client.Cert, "etcd-cert", "", "client certificate (PEM) for etcd's mutual TLS")
+	fs.StringVar(&e.client.Key, "etcd-key", "", "private key of --etcd-cert")
+	fs.StringVar(&e.client.User, "etcd-user", "", "etcd user (auth enabled; a gateway's own user may write only its status: see README)")
+	fs.StringVar(&e.client.PasswordFile, "etcd-password-file", "", "file holding --etcd-user's password")
+}
+
+func (e *etcdFlags) options() fleet.ClientOptions {
+	o := e.client
+	for _, ep := range strings.Split(e.endpoints, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			o.Endpoints = append(o.Endpoints, ep)
+		}
+	}
+	return o
+}
+
+// addFleetFlags declares the agent's fleet flags and returns what sets
+// *f from them once parsed (when --etcd is given).
+func addFleetFlags(fs *pflag.FlagSet, f **agent.FleetOptions) func() error {
+	e := &etcdFlags{}
+	e.add(fs)
+	fo := &agent.FleetOptions{}
+	var labels string
+	fs.StringVar(&fo.Name, "gateway", "", "the gateway's name in the fleet (default: the host name)")
+	fs.StringVar(&labels, "labels", "", "the gateway's labels, KEY=VALUE,... (targets select gateways by them)")
+	fs.StringVar(&fo.LabelsFromNode, "labels-from-node", "", "add the labels of this Kubernetes node (read with the pod's service account), or of the v1 Node in this file")
+	return func() error {
+		if e.endpoints == "" {
+			return nil
+		}
+		l, err := fleet.ParseLabels(labels, false)
+		if err != nil {
+			return fmt.Errorf("--labels: %w", err)
+		}
+		fo.Labels, fo.Client, fo.Prefix = l, e.options(), e.prefix
+		*f = fo
+		return nil
+	}
 }

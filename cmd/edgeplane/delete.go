@@ -38,17 +38,17 @@ what uses it first).`,
 			if err != nil {
 				return err
 			}
-			req := &pb.ApplyRequest{DryRun: dryRun}
-			var names []string
-			for _, r := range refs {
-				req.Operations = append(req.Operations, &pb.Operation{Op: &pb.Operation_Delete{Delete: r}})
-				names = append(names, string(k)+" "+client.RefKey(r))
-			}
 			conn, err := af.Connect(cmd.Context(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			defer conn.Close()
+			req := &pb.ApplyRequest{DryRun: dryRun, Target: conn.Target}
+			var names []string
+			for _, r := range refs {
+				req.Operations = append(req.Operations, &pb.Operation{Op: &pb.Operation_Delete{Delete: r}})
+				names = append(names, string(k)+" "+client.RefKey(r))
+			}
 			r, err := conn.Apply(conn.Ctx, req)
 			if err != nil {
 				return batchErr(conn, "delete", err, names)

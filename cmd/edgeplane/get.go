@@ -12,9 +12,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -52,7 +55,7 @@ func newGetCmd() *cobra.Command {
 	var output string
 	s := config.Builtin()
 	c := &cobra.Command{
-		Use:   "get " + strings.Join(client.CompletionKinds(s), "|") + " [ID|NAME...]",
+		Use:   "get " + strings.Join(client.CompletionKinds(s), "|") + "|gateways [ID|NAME...]",
 		Short: "Show a gateway's objects, read from its agent's control API",
 		Long: `Lists the objects of one kind the agent serves, or the ones named (by id;
 interfaces by name). -o yaml prints them in the config file's shape, which
@@ -60,15 +63,20 @@ apply -f reads back; -o json prints them as the API carries them.`,
 		Example: `  edgeplane get pdrs
   edgeplane get pdr 10 -o yaml > pdr10.yaml
   edgeplane get services
-  edgeplane get interfaces --server 10.0.0.1:50051 --tls --tls-ca ca.pem`,
+  edgeplane get interfaces --server 10.0.0.1:50051 --tls --tls-ca ca.pem
+  edgeplane get gateways --server controller:50051 --selector site=factory
+  edgeplane get pdrs --server controller:50051 --selector site=factory`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: completeKind,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			k, err := client.ParseKind(s, args[0])
-			if err != nil {
+			if err := checkOutput(output); err != nil {
 				return err
 			}
-			if err := checkOutput(output); err != nil {
+			if args[0] == "gateways" || args[0] == "gateway" {
+				return getGateways(cmd, &af, output, args[1:])
+			}
+			k, err := client.ParseKind(s, args[0])
+			if err != nil {
 				return err
 			}
 			refs, err := client.ParseRefs(s, k, args[1:])
@@ -305,4 +313,85 @@ func printPathStatus(w io.Writer, conn *client.Conn, paths []proto.Message) erro
 			p.GetProbesAnswered(), p.GetProbesSent(), tcp, since, p.GetWhy())
 	}
 	return tw.Flush()
+}
+
+// getGateways prints a controller's gateways (those named, or all the
+// selector picks).
+func getGateways(cmd *cobra.Command, af *client.Flags, output string, names []string) error {
+	if output == outYAML {
+		return errors.New("gateways print as a table or json")
+	}
+	conn, err := af.Connect(cmd.Context(), cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	r, err := conn.ListGateways(conn.Ctx, &pb.ListRequest{Target: conn.Target})
+	if err != nil {
+		return conn.Err("get gateways", err)
+	}
+	if len(names) > 0 {
+		want := map[string]bool{}
+		for _, n := range names {
+			want[n] = true
+		}
+		var keep []*pb.GatewayStatus
+		for _, g := range r.GetGateways() {
+			if want[g.GetName()] {
+				keep = append(keep, g)
+				delete(want, g.GetName())
+			}
+		}
+		if len(want) > 0 {
+			return fmt.Errorf("no gateway %s", strings.Join(slices.Sorted(maps.Keys(want)), ", "))
+		}
+		r.Gateways = keep
+	}
+	w := cmd.OutOrStdout()
+	if output == outJSON {
+		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(r)
+		if err != nil {
+			return err
+		}
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, b, "", "  "); err != nil {
+			return err
+		}
+		buf.WriteByte('\n')
+		_, err = w.Write(buf.Bytes())
+		return err
+	}
+	if len(r.GetGateways()) == 0 {
+		fmt.Fprintln(cmd.ErrOrStderr(), "no gateways")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tREACHABLE\tSTATE\tCOMMITTED\tDRIFT\tHEARTBEAT\tDATAPLANE\tPATHS UP/DOWN\tOBJECTS\tLABELS")
+	var notes []string
+	for _, g := range r.GetGateways() {
+		beat := "-"
+		if ms := g.GetHeartbeatUnixMs(); ms > 0 {
+			beat = time.Since(time.UnixMilli(ms)).Round(100*time.Millisecond).String() + " ago"
+		}
+		dp := "ok"
+		if !g.GetDataplaneOk() {
+			dp = "FAILING"
+		}
+		var labels []string
+		for _, k := range slices.Sorted(maps.Keys(g.GetLabels())) {
+			labels = append(labels, k+"="+g.GetLabels()[k])
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%v\t%s\t%s\t%d/%d\t%d\t%s\n", g.GetName(), g.GetReachable(), g.GetState(),
+			g.GetCommittedRevision(), g.GetDrift(), beat, dp, g.GetPathsUp(), g.GetPathsDown(), g.GetObjects(), orDash(strings.Join(labels, ",")))
+		if e := g.GetError(); e != "" {
+			notes = append(notes, g.GetName()+": "+e)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/fleet"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/sched"
 	"github.com/edgeplane/edgeplane/internal/scx"
@@ -74,7 +75,10 @@ type Options struct {
 	// without sched_ext in the kernel the agent says so once and keeps
 	// to the real-time policies.
 	SchedExt bool
-	Log      *slog.Logger
+	// Fleet joins the agent to a fleet in etcd (nil: the config file
+	// and the API are its only sources).
+	Fleet *FleetOptions
+	Log   *slog.Logger
 }
 
 // Agent is one running gateway agent.
@@ -120,6 +124,9 @@ type Agent struct {
 	strategyThreads, strategyRanOn *prometheus.GaugeVec
 	// strategies applies the CPU strategies (runStrategies).
 	strategies *sched.Engine
+
+	// member keeps the agent in step with its fleet (nil: none).
+	member *fleet.Member
 
 	// apiAuth and apiCert are the API's credentials (nil: none), re-read
 	// on SIGHUP.
@@ -208,7 +215,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := CheckHost(cfg); err != nil {
 		return err
 	}
-	apiOpts, apiCert, err := serveOptions(opts, log)
+	apiOpts, apiCert, err := APIOptions(opts, log)
 	if err != nil {
 		return err
 	}
@@ -307,6 +314,21 @@ func Run(ctx context.Context, opts Options) error {
 	go func() { a.runStrategies(stCtx, log); close(stDone) }()
 	defer func() { stopST(); <-stDone }()
 
+	if a.journal, err = openJournal(opts.ConfigPath); err != nil {
+		return err
+	}
+	defer a.journal.close()
+	a.syncReq = make(chan struct{}, 1)
+	if opts.Fleet != nil {
+		// After the journal (the member commits through Apply), before
+		// the metrics (which show it).
+		fleetCtx, stopFleet := context.WithCancel(ctx)
+		defer stopFleet()
+		if a.member, err = a.joinFleet(fleetCtx, opts.Fleet); err != nil {
+			return err
+		}
+	}
+
 	errc := make(chan error, 1)
 	closeMetrics, err := a.serveMetrics(errc)
 	if err != nil {
@@ -314,11 +336,6 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer closeMetrics()
 
-	if a.journal, err = openJournal(opts.ConfigPath); err != nil {
-		return err
-	}
-	defer a.journal.close()
-	a.syncReq = make(chan struct{}, 1)
 	// The fold drops the skipped batches from the journal: keep them
 	// where an operator finds them first.
 	if err := keepSkipped(opts.ConfigPath, skipped); err != nil {

@@ -53,10 +53,10 @@ func socketPath(flag, pinDir string, dflt func(string) string) string {
 	return flag
 }
 
-// serveOptions loads the API's credentials and checks its addresses and
+// APIOptions loads the API's credentials and checks its addresses and
 // the metrics and pprof ones, so a bad combination is refused before the
 // dataplane is touched.
-func serveOptions(o Options, log *slog.Logger) (api.Options, *api.Cert, error) {
+func APIOptions(o Options, log *slog.Logger) (api.Options, *api.Cert, error) {
 	if o.Pprof {
 		if o.MetricsAddr == "" {
 			return api.Options{}, nil, errors.New("--pprof serves on --metrics-addr, which is empty: give --pprof-addr")
@@ -99,10 +99,13 @@ func serveOptions(o Options, log *slog.Logger) (api.Options, *api.Cert, error) {
 	return ao, cert, nil
 }
 
-// serveAPI starts the control API (serveOptions): the unix sockets, and
+// serveAPI starts the control API (APIOptions): the unix sockets, and
 // the TCP listeners asked for.
 func (a *Agent) serveAPI(o api.Options, errc chan<- error) (*api.Listeners, error) {
 	a.apiAuth = o.Auth
+	if a.member != nil {
+		return api.Serve(api.NewServer(fleetManaged{a}), o, errc)
+	}
 	return api.Serve(api.NewServer(a), o, errc)
 }
 
@@ -143,7 +146,7 @@ func loopbackIfAny(addr string) string {
 }
 
 // serveMetrics starts the metrics listener (and pprof's) when asked for
-// (serveOptions checked the addresses);
+// (APIOptions checked the addresses);
 // the function it returns stops them.
 func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 	o := a.opts
@@ -153,7 +156,7 @@ func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 			s.Close()
 		}
 	}
-	if o.MetricsAddr != "" { // serveOptions checked the combination
+	if o.MetricsAddr != "" { // APIOptions checked the combination
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(metrics.NewCollector(metrics.Throttle(func() (*bpf.Snapshot, error) { return a.dp.Snapshot() }, metrics.SnapshotEvery)))
 		reg.MustRegister(a.reloads)
@@ -162,6 +165,9 @@ func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 		reg.MustRegister(foMetrics{a: a, l: a.fo})
 		reg.MustRegister(a.strategyThreads, a.strategyRanOn)
 		reg.MustRegister(a.mon.changes, newPathMetrics(a.mon))
+		if a.member != nil {
+			reg.MustRegister(newFleetMetrics(a.member))
+		}
 		reg.MustRegister(collectors.NewGoCollector())
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

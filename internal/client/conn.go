@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/fleet"
 )
 
 const (
@@ -50,6 +52,9 @@ type Flags struct {
 	TLSCA              string
 	InsecureSkipVerify bool
 	Timeout            time.Duration
+	// Gateway and Selector target a controller's objects (see
+	// edgeplane.v1.Target): one gateway, or KEY=VALUE,... labels.
+	Gateway, Selector string
 }
 
 // APIOnlyFlags are the flags that mean nothing without --server on a
@@ -65,6 +70,8 @@ func (f *Flags) Register(c *cobra.Command) {
 	fs.StringVar(&f.TLSCA, "tls-ca", "", "CA certificate (PEM) to verify the agent with instead of the system roots (implies --tls)")
 	fs.BoolVar(&f.InsecureSkipVerify, "insecure-skip-verify", false, "do not verify the agent's certificate (implies --tls; for tests only)")
 	fs.DurationVar(&f.Timeout, "timeout", 10*time.Second, "give up after this long")
+	fs.StringVar(&f.Gateway, "gateway", "", "at a controller: the objects of this gateway alone")
+	fs.StringVar(&f.Selector, "selector", "", "at a controller: the objects of the gateways whose labels hold KEY=VALUE,... (get gateways: which to list)")
 }
 
 // Secure reports whether the connection uses TLS.
@@ -118,6 +125,8 @@ type Conn struct {
 	conn     *grpc.ClientConn
 	flags    *Flags
 	hasToken bool
+	// Target is what --gateway and --selector name (nil: neither).
+	Target *pb.Target
 }
 
 // Connect returns a client of the agent at --server; warn gets a warning
@@ -127,6 +136,17 @@ func (f *Flags) Connect(ctx context.Context, warn io.Writer) (*Conn, error) {
 	creds, err := f.credentials()
 	if err != nil {
 		return nil, err
+	}
+	var scope *pb.Target
+	if f.Gateway != "" || f.Selector != "" {
+		if f.Gateway != "" && f.Selector != "" {
+			return nil, errors.New("--gateway and --selector: give one")
+		}
+		sel, err := fleet.ParseLabels(f.Selector, false)
+		if err != nil {
+			return nil, fmt.Errorf("--selector: %w", err)
+		}
+		scope = &pb.Target{Gateway: f.Gateway, Selector: sel}
 	}
 	token := f.Token
 	if token == "" {
@@ -150,7 +170,7 @@ func (f *Flags) Connect(ctx context.Context, warn io.Writer) (*Conn, error) {
 	if token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	}
-	return &Conn{GatewayClient: pb.NewGatewayClient(conn), Ctx: ctx, cancel: cancel, conn: conn, flags: f, hasToken: token != ""}, nil
+	return &Conn{GatewayClient: pb.NewGatewayClient(conn), Ctx: ctx, cancel: cancel, conn: conn, flags: f, hasToken: token != "", Target: scope}, nil
 }
 
 // Close ends the connection.

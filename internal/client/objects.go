@@ -134,7 +134,7 @@ func newRequest(m protoreflect.MethodDescriptor) proto.Message {
 // errors.
 func (c *Conn) List(s *config.Schema, op string, k config.Kind) ([]proto.Message, error) {
 	list, _ := rpcs(k)
-	r, err := c.call(list, newRequest(list))
+	r, err := c.call(list, &pb.ListRequest{Target: c.Target})
 	if err != nil {
 		return nil, c.Err(op, err)
 	}
@@ -176,6 +176,9 @@ func (c *Conn) Get(k config.Kind, refs []*pb.Ref) ([]proto.Message, error) {
 	for _, r := range refs {
 		req := newRequest(get)
 		fields := req.ProtoReflect().Descriptor().Fields()
+		if c.Target != nil {
+			req.ProtoReflect().Set(fields.ByName("target"), protoreflect.ValueOfMessage(c.Target.ProtoReflect()))
+		}
 		if fd := fields.ByName("name"); fd != nil {
 			req.ProtoReflect().Set(fd, protoreflect.ValueOfString(r.GetName()))
 		} else {

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Cluster is an etcd cluster of embedded members (etcd's own server,
@@ -26,6 +29,9 @@ type Cluster struct {
 	host    string
 	initial string
 	members []*embed.Etcd
+	// logs are the members' log files, closed with them (etcd's own
+	// sinks outlive its Close).
+	logs []*os.File
 }
 
 // StartCluster starts n members keeping their data under dir, serving
@@ -33,7 +39,7 @@ type Cluster struct {
 // 0.0.0.0 to be reached from network namespaces) at free ports, and
 // waits until they have a leader.
 func StartCluster(dir string, n int, host string) (*Cluster, error) {
-	c := &Cluster{dir: dir, host: host, members: make([]*embed.Etcd, n)}
+	c := &Cluster{dir: dir, host: host, members: make([]*embed.Etcd, n), logs: make([]*os.File, n)}
 	var initial []string
 	for i := range n {
 		pp, err := freePort("127.0.0.1")
@@ -89,22 +95,32 @@ func (c *Cluster) start(i int, state string) error {
 	// Loopback peers: a short tick elects a new leader within ~0.5 s of
 	// one being killed.
 	cfg.TickMs, cfg.ElectionMs = 50, 500
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{filepath.Join(c.dir, c.names[i]+".log")}
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(c.dir, c.names[i]+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(zapcore.NewCore(
+		zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(f), zap.ErrorLevel)))
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
+		f.Close()
 		return fmt.Errorf("etcd member %s: %w", c.names[i], err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		e.Close()
+		f.Close()
 		return fmt.Errorf("etcd member %s: %w", c.names[i], err)
 	case <-time.After(30 * time.Second):
 		e.Close()
+		f.Close()
 		return fmt.Errorf("etcd member %s: not ready within 30s", c.names[i])
 	}
-	c.members[i] = e
+	c.members[i], c.logs[i] = e, f
 	return nil
 }
 
@@ -127,16 +143,29 @@ func (c *Cluster) Endpoints(at string) string {
 func (c *Cluster) Stop(i int) {
 	if e := c.members[i]; e != nil {
 		e.Close()
-		c.members[i] = nil
+		c.logs[i].Close()
+		c.members[i], c.logs[i] = nil, nil
 	}
 }
 
-// Restart starts member i again on its data.
-func (c *Cluster) Restart(i int) error {
-	if c.members[i] != nil {
-		return nil
+// Restart starts the members given again on their data, at once: a
+// member serves only once a quorum of them is up.
+func (c *Cluster) Restart(ids ...int) error {
+	errc := make(chan error, len(ids))
+	for _, i := range ids {
+		go func() {
+			if c.members[i] != nil {
+				errc <- nil
+				return
+			}
+			errc <- c.start(i, "existing")
+		}()
 	}
-	return c.start(i, "existing")
+	var errs []error
+	for range ids {
+		errs = append(errs, <-errc)
+	}
+	return errors.Join(errs...)
 }
 
 // Close stops every member.

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/edgeplane/edgeplane/internal/agent"
+	"github.com/edgeplane/edgeplane/internal/api"
+	"github.com/edgeplane/edgeplane/internal/fleet"
+)
+
+func newControllerCmd() *cobra.Command {
+	var o agent.Options
+	e := &etcdFlags{}
+	var debug bool
+	c := &cobra.Command{
+		Use:   "controller --etcd ENDPOINTS",
+		Short: "Serve the v1 API for a fleet of gateways, over their desired state in etcd",
+		Long: `Serves the same control API as an agent (gRPC edgeplane.v1 and REST/JSON,
+same objects, errors and auth) over a fleet's desired state in etcd.
+Each Apply names its target: a gateway (--gateway), the gateways whose
+labels match a selector (--selector KEY=VALUE,...), or all; it is checked
+against every known gateway it reaches and written as one etcd
+transaction, which each gateway's agent (agent --etcd) commits as one
+rules generation. edgeplane get gateways lists the gateways with their
+heartbeat, committed revision, drift and health. Several controllers may
+serve one fleet. The TCP API needs --api-tokens or --api-jwt-key (or
+--api-loopback-no-auth); unix sockets are off unless given.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lvl := slog.LevelInfo
+			if debug {
+				lvl = slog.LevelDebug
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			tcpOffWithoutAuth(cmd, &o)
+			for _, s := range []*string{&o.APISocket, &o.RESTSocket} {
+				if *s == "" {
+					*s = "none"
+				}
+			}
+			co := e.options()
+			if len(co.Endpoints) == 0 {
+				return fmt.Errorf("--etcd: give the endpoints of the fleet's etcd")
+			}
+			ao, cert, err := agent.APIOptions(o, log)
+			if err != nil {
+				return err
+			}
+			cli, err := fleet.NewClient(co)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			ctl, err := fleet.NewController(cmd.Context(), cli, e.prefix, log)
+			if err != nil {
+				return err
+			}
+			errc := make(chan error, 1)
+			ls, err := api.Serve(api.NewServer(ctl), ao, errc)
+			if err != nil {
+				return err
+			}
+			defer ls.Close()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			log.Info("controller ready", "etcd", co.Endpoints, "prefix", e.prefix, "grpc", ls.GRPC, "rest", ls.REST)
+			for {
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case err := <-errc:
+					return err
+				case <-hup:
+					if ao.Auth != nil {
+						if err := ao.Auth.Reload(); err != nil {
+							log.Error("reload api tokens", "error", err)
+						}
+					}
+					if cert != nil {
+						if err := cert.Reload(); err != nil {
+							log.Error("reload tls certificate; the one loaded before keeps serving", "error", err)
+						}
+					}
+				}
+			}
+		},
+	}
+	fs := c.Flags()
+	e.add(fs)
+	addAPIFlags(fs, &o, "none", "none")
+	fs.BoolVar(&debug, "debug", false, "debug logging")
+	return c
+}

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/fleet"
+)
+
+// FleetOptions join the agent to a fleet (--etcd): its objects come from
+// etcd, not from API calls to it.
+type FleetOptions struct {
+	Client fleet.ClientOptions
+	Prefix string
+	// Name is the gateway's (default: the host name); Labels its labels,
+	// to which LabelsFromNode adds the Kubernetes node's.
+	Name           string
+	Labels         map[string]string
+	LabelsFromNode string
+}
+
+// fleetManaged is the agent as its API serves it in a fleet: the
+// controller is where changes are made, so an Apply here (but a dry run)
+// is refused instead of being undone at the next reconcile.
+type fleetManaged struct{ *Agent }
+
+func (f fleetManaged) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) {
+	if !dryRun {
+		return 0, config.Errors{{Path: "operations", Code: config.CodeInUse,
+			Reason: "this gateway is run by a fleet controller (agent --etcd): apply at the controller"}}
+	}
+	return f.Agent.Apply(ops, dryRun, rec)
+}
+
+// fleetStateFile is where the agent keeps the etcd revision it last
+// committed, beside its config file.
+func fleetStateFile(configPath string) string { return configPath + ".fleet" }
+
+// joinFleet starts the agent's fleet member: it returns once the member
+// runs, and the member stops with ctx.
+func (a *Agent) joinFleet(ctx context.Context, o *FleetOptions) (*fleet.Member, error) {
+	name := o.Name
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("gateway name: %w", err)
+		}
+		name = h
+	}
+	labels := map[string]string{}
+	if o.LabelsFromNode != "" {
+		nl, err := fleet.NodeLabels(ctx, o.LabelsFromNode)
+		if err != nil {
+			return nil, fmt.Errorf("--labels-from-node: %w", err)
+		}
+		for k, v := range nl {
+			labels[k] = v
+		}
+	}
+	for k, v := range o.Labels {
+		labels[k] = v
+	}
+	cli, err := fleet.NewClient(o.Client)
+	if err != nil {
+		return nil, err
+	}
+	m := fleet.NewMember(cli, a, fleet.MemberOptions{
+		Name: name, Labels: labels, Prefix: o.Prefix, StateFile: fleetStateFile(a.opts.ConfigPath),
+		Health: a.fleetHealth, Log: a.log.With("fleet", strings.Join(o.Client.Endpoints, ",")),
+	})
+	go func() {
+		m.Run(ctx)
+		cli.Close()
+	}()
+	a.log.Info("fleet: joined", "gateway", name, "labels", labels, "etcd", o.Client.Endpoints)
+	return m, nil
+}
+
+// fleetHealth is what the member reports besides the rules.
+func (a *Agent) fleetHealth() fleet.Health {
+	_, err := a.dp.Snapshot()
+	h := fleet.Health{DataplaneOK: err == nil}
+	for _, p := range a.PathStatus() {
+		if p.GetState() == "down" {
+			h.PathsDown++
+		} else {
+			h.PathsUp++ // up, degraded (still carrying), or not judged yet
+		}
+	}
+	return h
+}
+
+// fleetMetrics exposes a member's state.
+type fleetMetrics struct {
+	m                          *fleet.Member
+	connected, committed, info *prometheus.Desc
+}
+
+func newFleetMetrics(m *fleet.Member) *fleetMetrics {
+	return &fleetMetrics{m: m,
+		connected: prometheus.NewDesc("edgeplane_fleet_connected", "1 while the agent reaches etcd (its lease renews), 0 while it serves its last committed state without it.", nil, nil),
+		committed: prometheus.NewDesc("edgeplane_fleet_committed_revision", "The etcd revision of the fleet's desired state the gateway serves.", nil, nil),
+		info:      prometheus.NewDesc("edgeplane_fleet_state", "1 for the gateway's fleet state: converged, behind, failing or waiting.", []string{"state"}, nil),
+	}
+}
+
+func (f *fleetMetrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- f.connected
+	ch <- f.committed
+	ch <- f.info
+}
+
+func (f *fleetMetrics) Collect(ch chan<- prometheus.Metric) {
+	st, ok := f.m.Status()
+	c := 0.0
+	if ok {
+		c = 1
+	}
+	ch <- prometheus.MustNewConstMetric(f.connected, prometheus.GaugeValue, c)
+	ch <- prometheus.MustNewConstMetric(f.committed, prometheus.GaugeValue, float64(st.Committed))
+	for _, s := range []string{fleet.StateConverged, fleet.StateBehind, fleet.StateFailing, fleet.StateWaiting} {
+		v := 0.0
+		if s == st.State {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(f.info, prometheus.GaugeValue, v, s)
+	}
+}
