@@ -30,7 +30,7 @@ PROTOC_PLUGINS := google.golang.org/protobuf/cmd/protoc-gen-go \
              github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway \
              github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2
 
-.PHONY: all deps scx-kernel bpffs generate check-generate build test test-go fuzz bench demo lint clean
+.PHONY: all deps scx-kernel bpffs generate check-generate build test test-go fuzz bench demo fleet lint clean
 
 all: build
 
@@ -90,6 +90,10 @@ bench: build
 ## demo: the SD-WAN lab demo (ping, TCP, UDP over two GRE paths through XDP gateways).
 demo: build
 	$(BIN) demo
+
+## fleet: the lab run as a fleet (etcd, a controller, both gateways joined), until interrupted.
+fleet: build
+	$(BIN) lab fleet
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -8,9 +8,12 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/wanem"
 )
@@ -79,7 +82,7 @@ The built-in config (--config FILE overrides only the fields it sets):
 		Args: cobra.NoArgs,
 	}
 	f.register(c)
-	c.AddCommand(newLabUpCmd(&f), newLabDownCmd(&f), newLabStatusCmd(&f), newLabLinkCmd(&f))
+	c.AddCommand(newLabUpCmd(&f), newLabDownCmd(&f), newLabStatusCmd(&f), newLabLinkCmd(&f), newLabFleetCmd(&f))
 	return c
 }
 
@@ -294,5 +297,83 @@ only gateway A -> gateway B, ba the reverse, both (default) each.
 	c.Flags().StringVar(&jitter, "jitter", "", "jitter around the delay, e.g. 2ms")
 	c.Flags().StringVar(&loss, "loss", "", "loss in percent, e.g. 1%")
 	c.Flags().StringVar(&rate, "rate", "", "rate limit, e.g. 50mbit (0: unlimited)")
+	return c
+}
+
+func newLabFleetCmd(f *labFlags) *cobra.Command {
+	var hold time.Duration
+	c := &cobra.Command{
+		Use:   "fleet",
+		Short: "Run the lab as a fleet: etcd, a controller and the two gateways under it",
+		Long: `Starts a 3-member etcd cluster and a controller in this process, writes
+each gateway's objects to etcd for it alone (gateway=NAMEgwa, labels
+site=a; NAMEgwb, site=b), and brings the lab up with its agents joined
+(agent --etcd, over a management link from the host to each gateway
+namespace: 10.252.0.0/30 and 10.252.1.0/30). It then applies a rule to
+both gateways by label, waits until both have committed it, and serves
+the controller's API on ` + lab.FleetAPI + ` (no tokens, loopback) until
+interrupted or --for has passed:
+
+  edgeplane get gateways --server ` + lab.FleetAPI + `
+  edgeplane get pdrs --server ` + lab.FleetAPI + ` --gateway epgwa
+  edgeplane apply -f rule.yaml --server ` + lab.FleetAPI + ` --selector lab=ep
+
+When it stops, etcd and the controller go; the lab stays up and its
+agents keep serving their last committed state (edgeplane lab down
+removes it).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := f.lab()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			l.Progress = out
+			ctx := cmd.Context()
+			fl, err := lab.StartFleet(ctx, l)
+			if err != nil {
+				return err
+			}
+			defer fl.Stop()
+			// A rule for every gateway of the lab, by label: UDP to the
+			// discard port dropped at both LANs.
+			ops, err := api.Ops([]*pb.Operation{{Op: &pb.Operation_Create{Create: &pb.Object{Kind: &pb.Object_Pdr{Pdr: &pb.Pdr{
+				Id: 90, Precedence: 1, Far: 3, Match: &pb.Match{In: "lan0", Proto: "udp", Dport: "9"}}}}}}})
+			if err != nil {
+				return err
+			}
+			sel := &pb.Target{Selector: map[string]string{"lab": l.Name}}
+			t0 := time.Now()
+			rev, err := fl.Ctl.ApplyTo(sel, ops, false)
+			if err != nil {
+				return fmt.Errorf("apply to lab=%s: %w", l.Name, err)
+			}
+			if err := fl.WaitConverged(ctx, 10*time.Second); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "applied pdr 90 (drop UDP to port 9) to lab=%s: etcd revision %d, committed by both gateways within %s\n",
+				l.Name, rev, time.Since(t0).Round(time.Millisecond))
+			if err := fl.PrintGateways(out); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "try: edgeplane get gateways --server %s\n     edgeplane get pdrs --server %s --selector lab=%s\n", lab.FleetAPI, lab.FleetAPI, l.Name)
+			if hold > 0 {
+				fmt.Fprintf(out, "serving for %s (Ctrl-C stops sooner)\n", hold)
+			} else {
+				fmt.Fprintln(out, "serving until interrupted (Ctrl-C)")
+			}
+			var timeout <-chan time.Time
+			if hold > 0 {
+				timeout = time.After(hold)
+			}
+			select {
+			case <-ctx.Done():
+			case <-timeout:
+			}
+			fmt.Fprintf(out, "stopping etcd and the controller; the lab stays up, its agents serving their last state (edgeplane lab down%s removes it)\n", nameArg(l))
+			return nil
+		},
+	}
+	c.Flags().DurationVar(&hold, "for", 0, "stop after this long (0: when interrupted)")
 	return c
 }

@@ -309,3 +309,39 @@ func TestFleetConcurrentControllers(t *testing.T) {
 		t.Errorf("%d FARs after 40 creates from two controllers", n)
 	}
 }
+
+// TestFleetNoLayout: a member pointed at a prefix no controller has set
+// up commits nothing (its gateway keeps what it serves) and says why.
+func TestFleetNoLayout(t *testing.T) {
+	f := newTestFleet(t)
+	gw := NewNoDataplane()
+	ops, err := api.Ops([]*pb.Operation{farOp("create", 5, "drop")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gw.Apply(ops, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	m := NewMember(f.client(), gw, MemberOptions{Name: "gw1", Prefix: "/elsewhere", TTL: 2 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, _ := m.Status()
+		if st.State == StateWaiting {
+			if !strings.Contains(st.Error, "/elsewhere/v1/layout") {
+				t.Errorf("waiting, but the error does not name the layout key: %q", st.Error)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a member on an empty prefix: state %q, want %q", st.State, StateWaiting)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := fars(gw); len(got) != 1 || got[5] != "drop" {
+		t.Errorf("the gateway's FARs after a member on an empty prefix: %v, want FAR 5 kept", got)
+	}
+}

@@ -54,6 +54,12 @@ type SDWAN struct {
 	Progress io.Writer
 	// KeepOnFailure leaves what a failed Up built in place, to debug it.
 	KeepOnFailure bool
+	// AgentArgs are more arguments for each gateway's agent, by gateway
+	// namespace (the fleet lab's --etcd ...).
+	AgentArgs map[string][]string
+	// AfterBuild runs once the namespaces and links are built, before
+	// the processes start (the fleet lab's management links).
+	AfterBuild func() error
 }
 
 // Interface names inside the lab's namespaces.
@@ -138,16 +144,15 @@ func (l *SDWAN) procs() []proc {
 	for _, gw := range []string{l.GWA, l.GWB} {
 		name := strings.TrimPrefix(gw, l.Name)
 		pin := l.PinDir(gw)
+		// nsenter --net: network namespace only, so the agent keeps the
+		// host's bpffs and pins (ip netns exec remounts /sys). The API's
+		// unix sockets in the lab's run dir, which lab down removes.
+		argv := []string{"nsenter", "--net=/run/netns/" + gw, l.Bin, "agent",
+			"--config", filepath.Join(l.RunDir, name+".yaml"),
+			"--pin-dir", pin, "--metrics-addr", MetricsAddr,
+			"--api-socket", l.APISocket(gw), "--rest-socket", filepath.Join(l.RunDir, name+"-rest.sock")}
 		ps = append(ps, proc{
-			Name: name, NS: gw,
-			// nsenter --net: network namespace only, so the agent keeps
-			// the host's bpffs and pins (ip netns exec remounts /sys).
-			// The API's unix sockets in the lab's run dir, which
-			// lab down removes.
-			Argv: []string{"nsenter", "--net=/run/netns/" + gw, l.Bin, "agent",
-				"--config", filepath.Join(l.RunDir, name+".yaml"),
-				"--pin-dir", pin, "--metrics-addr", MetricsAddr,
-				"--api-socket", l.APISocket(gw), "--rest-socket", filepath.Join(l.RunDir, name+"-rest.sock")},
+			Name: name, NS: gw, Argv: append(argv, l.AgentArgs[gw]...),
 			sub: "agent", flag: "--pin-dir", value: pin,
 		})
 	}
@@ -212,6 +217,11 @@ func (l *SDWAN) Up(ctx context.Context) (rebuilt bool, err error) {
 	l.step("building namespaces %s", strings.Join(l.Namespaces(), ", "))
 	if err := l.build(ctx); err != nil {
 		return true, err
+	}
+	if l.AfterBuild != nil {
+		if err := l.AfterBuild(); err != nil {
+			return true, err
+		}
 	}
 	for _, p := range l.procs() {
 		if p.sub == "wanem" {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
@@ -232,6 +233,15 @@ func TestFleet(t *testing.T) {
 	}
 	all := []string{"gw1", "gw2", "gw3"}
 	converged("joined", 0, all...)
+
+	// A gateway's own API refuses changes: they belong at the controller.
+	local, err := grpc.NewClient(gws[0].APISocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pb.NewGatewayClient(local).Apply(ctx, &pb.ApplyRequest{Operations: []*pb.Operation{createOp(dropPDR(49, 7009))}})
+	wantCode(t, "apply at a fleet gateway's own API", err, codes.FailedPrecondition)
+	local.Close()
 
 	// A rule for the factory gateways reaches both, and only them.
 	factory := &pb.Target{Selector: map[string]string{"site": "factory"}}
