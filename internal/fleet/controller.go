@@ -245,13 +245,38 @@ func (c *Controller) applyOnce(t *pb.Target, ops []config.Op, dryRun bool) (uint
 			return 0, err
 		}
 	}
+	// Gateways given the same targets get the same objects: check the
+	// batch once per distinct set of targets, not once per gateway (a
+	// hundred gateways of one site are one check).
+	scopes := map[string]*pb.Target{}
+	for _, o := range c.objs {
+		if _, ok := scopes[o.scope]; !ok && o.scope != scope {
+			if ot, err := ParseScope(o.scope); err == nil {
+				scopes[o.scope] = ot
+			}
+		}
+	}
+	checked := map[string]bool{}
 	for _, name := range reached {
+		var set []string
+		for sc, ot := range scopes {
+			if Targets(ot, name, c.gateways[name]) {
+				set = append(set, sc)
+			}
+		}
+		slices.Sort(set)
+		id := strings.Join(set, "\n")
+		if checked[id] {
+			continue
+		}
+		checked[id] = true
+		in := map[string]bool{}
+		for _, sc := range set {
+			in[sc] = true
+		}
 		var others []*object
 		for _, o := range c.objs {
-			if o.scope == scope {
-				continue
-			}
-			if ot, err := ParseScope(o.scope); err == nil && Targets(ot, name, c.gateways[name]) {
+			if in[o.scope] {
 				others = append(others, o)
 			}
 		}
