@@ -57,11 +57,16 @@ type Options struct {
 	// FlowOptSeconds each (0: 10).
 	// When "cpu", it runs the cpu scenario alone: CPUSeconds each mode
 	// (0: 5) at CPURate requests a second (0: 500).
+	// When "fleet", it runs the fleet scenario alone: FleetApplies
+	// Applies (0: 50) to three real gateways, then to FleetAgents members
+	// without a dataplane (0: 100).
 	Scenario       string
 	FlowOptFlows   []int
 	FlowOptSeconds float64
 	CPUSeconds     float64
 	CPURate        int
+	FleetApplies   int
+	FleetAgents    int
 	// EdgeplaneBin is the edgeplane binary the control and failover
 	// parts run as their agents; empty: this process's own executable.
 	EdgeplaneBin string
@@ -113,7 +118,9 @@ type Report struct {
 	// FlowOpt is the flowopt scenario's (--scenario flowopt).
 	FlowOpt *FlowOpt `json:"flowopt,omitempty"`
 	// CPU is the cpu scenario's (--scenario cpu).
-	CPU     *CPU      `json:"cpu,omitempty"`
+	CPU *CPU `json:"cpu,omitempty"`
+	// Fleet is the fleet scenario's (--scenario fleet).
+	Fleet   *Fleet    `json:"fleet,omitempty"`
 	Started time.Time `json:"started"`
 	Seconds float64   `json:"seconds"`
 }
@@ -184,9 +191,27 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.Seconds = time.Since(start).Seconds()
 		return r, nil
 	}
+	if o.Scenario == "fleet" {
+		applies, agents := o.FleetApplies, o.FleetAgents
+		if applies <= 0 {
+			applies = 50
+		}
+		if agents <= 0 {
+			agents = 100
+		}
+		r.Repeat, r.Rounds = 0, 0
+		var err error
+		if r.Fleet, err = runFleet(ctx, o, applies, agents); err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+		r.Goals = fleetGoals(r.Fleet)
+		r.judge()
+		r.Seconds = time.Since(start).Seconds()
+		return r, nil
+	}
 	if o.Scenario != "" {
 		if o.Scenario != "flowopt" {
-			return nil, fmt.Errorf("unknown scenario %q (want flowopt or cpu)", o.Scenario)
+			return nil, fmt.Errorf("unknown scenario %q (want flowopt, cpu or fleet)", o.Scenario)
 		}
 		flows, secs := o.FlowOptFlows, o.FlowOptSeconds
 		if len(flows) == 0 {
@@ -709,6 +734,16 @@ func (r *Report) Text() string {
 		for _, x := range f.Runs {
 			fmt.Fprintf(&sb, "flowopt %s, %d eMBB flows through %s: %.1f Mbit/s, Jain %.3f; URLLC mean %.2f ms p50 %.2f ms p99 %.2f ms (%d of %d answered); mMTC %d of %d; softirq spread %.2f\n",
 				x.Mode, x.EMBBFlows, f.Rate, x.EMBBMbps, x.Jain, x.URLLCMeanMs, x.URLLCP50Ms, x.URLLCP99Ms, x.URLLCAnswer, x.URLLCSent, x.MMTCReceived, x.MMTCSent, x.SoftirqSpread)
+		}
+	}
+	if f := r.Fleet; f != nil {
+		fmt.Fprintf(&sb, "fleet: etcd Put floor (%d back to back): p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", f.Floor.Puts, f.Floor.P50Ms, f.Floor.P99Ms, f.Floor.MaxMs)
+		for _, s := range []FleetSeries{f.Gateways, f.NoDataplane} {
+			what, _, _ := strings.Cut(s.What, ":")
+			fmt.Fprintf(&sb, "fleet, %d %s, %d Applies, until all committed: p50 %.1f ms (%.1fx floor), p99 %.1f ms (%.1fx), max %.1f ms (%.1fx); "+
+				"ApplyTo p50 %.1f ms; etcd writes per Apply %.1f (transaction %.1f, statuses %.1f, other %.1f), revisions %.1f\n",
+				s.Members, what, s.Applies, s.P50Ms, s.RatioFloor.P50, s.P99Ms, s.RatioFloor.P99, s.MaxMs, s.RatioFloor.Max,
+				s.ApplyCallP50Ms, s.WritesPerApply, s.TxnWritesPerApply, s.StatusWritesPerApply, s.OtherWritesPerApply, s.RevisionsPerApply)
 		}
 	}
 	if f := r.Failover; f != nil {

@@ -5,9 +5,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -237,4 +239,101 @@ func buildEdgeplane(t *testing.T) string {
 		t.Fatalf("build edgeplane: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// TestBenchFleet keeps the fleet scenario working, small: ten Applies to
+// three gateways whose agents are built from this tree, then to twenty
+// members without a dataplane. Every Apply was seen committed by every
+// member, the percentiles are in order, each Apply cost at least its
+// transaction's writes and one status per member, the floor was
+// measured, and nothing is left behind. It asserts no speed.
+func TestBenchFleet(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, tool := range []string{"ip", "nsenter"} {
+		testutil.RequireTool(t, tool)
+	}
+	bin := buildEdgeplane(t)
+	before := fleetLeftovers()
+	const applies, agents = 10, 20
+	r, err := Run(context.Background(), Options{Scenario: "fleet", FleetApplies: applies, FleetAgents: agents, EdgeplaneBin: bin, Log: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := r.Fleet
+	if f == nil || f.Method == "" || f.Etcd == "" {
+		t.Fatalf("fleet: %+v", f)
+	}
+	if fl := f.Floor; fl.Puts != 200 || !(fl.P50Ms > 0 && fl.P50Ms <= fl.P99Ms && fl.P99Ms <= fl.MaxMs) || fl.Method == "" {
+		t.Errorf("etcd floor: %+v", fl)
+	}
+	// Each Apply's transaction writes 3 keys: the PDR, the scope mark
+	// and the revision key.
+	const txnWrites = 3
+	for _, tc := range []struct {
+		s       FleetSeries
+		name    string
+		members int
+	}{{f.Gateways, "gateways", 3}, {f.NoDataplane, "members_without_dataplane", agents}} {
+		s := tc.s
+		if s.Name != tc.name || s.What == "" || s.Members != tc.members || s.Applies != applies {
+			t.Errorf("%s: %+v", tc.name, s)
+			continue
+		}
+		if s.AppliesCommitted != applies || s.ListedConverged != tc.members {
+			t.Errorf("%s: %d of %d Applies committed by all; %d of %d members listed converged", tc.name, s.AppliesCommitted, applies, s.ListedConverged, tc.members)
+		}
+		if !(s.P50Ms > 0 && s.P50Ms <= s.P99Ms && s.P99Ms <= s.MaxMs && s.MeanMs <= s.MaxMs) {
+			t.Errorf("%s: percentiles out of order or zero: %+v", tc.name, s)
+		}
+		if s.ApplyCallP50Ms <= 0 || s.ApplyCallP50Ms > s.MaxMs {
+			t.Errorf("%s: ApplyTo p50 %.2f ms, max until committed %.2f ms", tc.name, s.ApplyCallP50Ms, s.MaxMs)
+		}
+		if want := s.P50Ms / f.Floor.P50Ms; s.RatioFloor.P50 != want || s.RatioFloor.Max < s.RatioFloor.P99 {
+			t.Errorf("%s: ratios %+v, want p50 %.3f", tc.name, s.RatioFloor, want)
+		}
+		if s.TxnWritesPerApply != txnWrites || s.StatusWritesPerApply < float64(tc.members) ||
+			s.WritesPerApply != s.TxnWritesPerApply+s.StatusWritesPerApply+s.OtherWritesPerApply ||
+			s.WritesPerApply < txnWrites+float64(tc.members) {
+			t.Errorf("%s: etcd writes per Apply %.2f (transaction %.2f, statuses %.2f, other %.2f), want at least %d + %d",
+				tc.name, s.WritesPerApply, s.TxnWritesPerApply, s.StatusWritesPerApply, s.OtherWritesPerApply, txnWrites, tc.members)
+		}
+		// One revision for the transaction, one for each status write.
+		if s.RevisionsPerApply < 1+float64(tc.members) {
+			t.Errorf("%s: %.2f etcd revisions per Apply, want at least %d", tc.name, s.RevisionsPerApply, 1+tc.members)
+		}
+	}
+	if !strings.Contains(f.NoDataplane.What, "without a dataplane") || !strings.Contains(r.Text(), "members without a dataplane (reconcile loop against a no-op writer)") {
+		t.Errorf("the members without a dataplane are not labelled so: %q", f.NoDataplane.What)
+	}
+	if len(r.Goals) != 0 {
+		t.Errorf("goals at %d members (the goal is at 100): %+v", agents, r.Goals)
+	}
+	// Nothing outlives the run: no namespace, pin dir or link of its
+	// gateways that was not there before it.
+	for _, name := range fleetLeftovers() {
+		if !slices.Contains(before, name) {
+			t.Errorf("%s left behind", name)
+		}
+	}
+}
+
+// fleetLeftovers lists what the fleet scenario's gateways would leave
+// behind: namespaces, pin dirs and links named bfl*.
+func fleetLeftovers() []string {
+	var out []string
+	for _, dir := range []string{"/run/netns", "/sys/fs/bpf"} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "bfl") {
+				out = append(out, filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	links, _ := net.Interfaces()
+	for _, l := range links {
+		if strings.HasPrefix(l.Name, "bfl") {
+			out = append(out, "link "+l.Name)
+		}
+	}
+	return out
 }
