@@ -366,6 +366,12 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		case <-hup:
 			a.reloadCredentials()
+			if a.member != nil {
+				// The fleet's objects serve: applying the file would
+				// only drift from them until the next change came.
+				log.Info("config file not re-read: in a fleet (--etcd) the controller's objects serve; credentials re-read")
+				continue
+			}
 			if err := a.Reload(); err != nil {
 				a.reloads.WithLabelValues("error").Inc()
 				log.Error("config reload refused; the live rules keep serving", "error", err)

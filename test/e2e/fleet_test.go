@@ -242,6 +242,11 @@ func TestFleet(t *testing.T) {
 	_, err = pb.NewGatewayClient(local).Apply(ctx, &pb.ApplyRequest{Operations: []*pb.Operation{createOp(dropPDR(49, 7009))}})
 	wantCode(t, "apply at a fleet gateway's own API", err, codes.FailedPrecondition)
 	local.Close()
+	// Nor does SIGHUP apply its config file: it would drift from etcd.
+	gws[0].signal(syscall.SIGHUP)
+	if !waitFor(5*time.Second, func() bool { return strings.Contains(gws[0].log(), "config file not re-read") }) {
+		t.Errorf("SIGHUP to a fleet agent: no word that its config file is not re-read")
+	}
 
 	// A rule for the factory gateways reaches both, and only them.
 	factory := &pb.Target{Selector: map[string]string{"site": "factory"}}
