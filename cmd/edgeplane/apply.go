@@ -64,7 +64,19 @@ so problems are reported at their paths in the file.`,
 			if err != nil {
 				return err
 			}
-			want, notes, err := fileObjects(s, data, cur)
+			var want *config.Config
+			var notes []string
+			if isController(conn) {
+				// A target's objects are checked by the controller as
+				// each gateway it reaches holds them (with what its
+				// other targets give it): here only that they decode.
+				var parsed *config.Config
+				if parsed, err = s.ParseObjects(data); err == nil {
+					want = objectsOnly(s, parsed, nil)
+				}
+			} else {
+				want, notes, err = fileObjects(s, data, cur)
+			}
 			for _, n := range notes {
 				fmt.Fprintln(cmd.ErrOrStderr(), "note:", n)
 			}
@@ -139,6 +151,13 @@ func readInput(stdin io.Reader, file string) ([]byte, error) {
 		return nil, fmt.Errorf("read objects: %w", err)
 	}
 	return b, nil
+}
+
+// isController reports whether conn is to a fleet controller: one that
+// lists gateways.
+func isController(conn *client.Conn) bool {
+	_, err := conn.ListGateways(conn.Ctx, &pb.ListRequest{})
+	return err == nil
 }
 
 // applyResult prints the outcome of an Apply.

@@ -229,6 +229,25 @@ func Parse(data []byte) (*Config, error) { return builtin.Parse(data) }
 
 // Parse is the package's Parse for a config of s's kinds.
 func (s *Schema) Parse(data []byte) (*Config, error) {
+	c, d, err := s.decode(data)
+	if err != nil {
+		return nil, err
+	}
+	all := d.errs
+	for _, e := range s.validate(c) {
+		if !d.suppressed(e.Path) {
+			all = append(all, e)
+		}
+	}
+	if len(all) == 0 {
+		return c, nil
+	}
+	d.sort(all)
+	return nil, all
+}
+
+// decode decodes and normalizes data, keeping the decoder's errors.
+func (s *Schema) decode(data []byte) (*Config, *decoder, error) {
 	var c Config
 	d := newDecoder(DecodeOptions{})
 	root, err := parseDocument(data)
@@ -240,20 +259,27 @@ func (s *Schema) Parse(data []byte) (*Config, error) {
 		}
 	}
 	if err != nil {
-		return nil, Errors{{Path: docPath, Reason: err.Error()}}
+		return nil, nil, Errors{{Path: docPath, Reason: err.Error()}}
 	}
 	s.Normalize(&c)
-	all := d.errs
-	for _, e := range s.validate(&c) {
-		if !d.suppressed(e.Path) {
-			all = append(all, e)
-		}
+	return &c, d, nil
+}
+
+// ParseObjects reads a file's objects as Parse does (unknown fields and
+// values that do not decode are errors at their paths) but checks
+// nothing of what they mean together: for a fleet controller's target,
+// whose objects are checked as each gateway they reach holds them, with
+// what its other targets give it.
+func (s *Schema) ParseObjects(data []byte) (*Config, error) {
+	c, d, err := s.decode(data)
+	if err != nil {
+		return nil, err
 	}
-	if len(all) == 0 {
-		return &c, nil
+	if len(d.errs) > 0 {
+		d.sort(d.errs)
+		return nil, d.errs
 	}
-	d.sort(all)
-	return nil, all
+	return c, nil
 }
 
 // rootFields are the top-level keys of the file: Config's fields, then the
