@@ -46,6 +46,9 @@ serve one fleet. The TCP API needs --api-tokens or --api-jwt-key (or
 					*s = "none"
 				}
 			}
+			if o.GRPCAddr == "" && o.RESTAddr == "" && o.APISocket == "none" && o.RESTSocket == "none" {
+				return fmt.Errorf("the controller would serve nothing: give --api-tokens or --api-jwt-key (TCP), --api-loopback-no-auth, or --api-socket PATH")
+			}
 			co := e.options()
 			if len(co.Endpoints) == 0 {
 				return fmt.Errorf("--etcd: give the endpoints of the fleet's etcd")

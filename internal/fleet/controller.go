@@ -55,10 +55,14 @@ func NewController(ctx context.Context, cli *clientv3.Client, prefix string, log
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Controller{cli: cli, k: newKeys(cmp.Or(prefix, DefaultPrefix)), log: log, seen: -1}
+	// Bounded: a controller started while etcd is away says so and
+	// exits (to be restarted) rather than hanging without a word.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	tx, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(c.k.layout()), "=", 0)).
 		Then(clientv3.OpPut(c.k.layout(), LayoutVersion)).Else(clientv3.OpGet(c.k.layout())).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("etcd: %w", err)
+		return nil, fmt.Errorf("etcd %s: %w", strings.Join(cli.Endpoints(), ","), err)
 	}
 	if !tx.Succeeded {
 		if v := string(tx.Responses[0].GetResponseRange().Kvs[0].Value); v != LayoutVersion {
