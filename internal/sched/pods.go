@@ -37,7 +37,7 @@ type Pods struct {
 
 // serviceAccount is where a pod's service account credentials are
 // mounted (the agent's own, under a DaemonSet).
-const serviceAccount = "/var/run/secrets/kubernetes.io/serviceaccount"
+var serviceAccount = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // NewPods reads pod labels from src: a URL (such as the kubelet's
 // https://127.0.0.1:10250/pods, authenticated by the service account's
@@ -45,7 +45,9 @@ const serviceAccount = "/var/run/secrets/kubernetes.io/serviceaccount"
 func NewPods(src string, every time.Duration) (*Pods, error) {
 	p := &Pods{src: src, every: every, client: &http.Client{Timeout: 5 * time.Second}}
 	if strings.HasPrefix(src, "https://") || strings.HasPrefix(src, "http://") {
-		if b, err := os.ReadFile(serviceAccount + "/token"); err == nil {
+		// The service account's token only over TLS: over http:// it
+		// would cross the wire in clear, to whoever answers.
+		if b, err := os.ReadFile(serviceAccount + "/token"); err == nil && strings.HasPrefix(src, "https://") {
 			p.token = strings.TrimSpace(string(b))
 		}
 		if ca, err := os.ReadFile(serviceAccount + "/ca.crt"); err == nil {

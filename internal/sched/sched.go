@@ -284,11 +284,15 @@ type state struct {
 
 // Engine applies strategies and remembers what it changed.
 type Engine struct {
-	mu    sync.Mutex
-	root  string // /proc
-	sys   string // /sys
-	state string // the state file ("" : none)
-	held  map[int]*Held
+	mu sync.Mutex
+	// regexps are the strategies' command_regex, compiled once each
+	// (they changed only with the config; a scan a second and an exec
+	// event each compiled them all again).
+	regexps map[string]*regexp.Regexp
+	root    string // /proc
+	sys     string // /sys
+	state   string // the state file ("" : none)
+	held    map[int]*Held
 	// The weight mechanism: the cpu hierarchy (found when first
 	// needed), the groups lowered (their weight before) and the
 	// strategies' groups of root-level processes.
@@ -524,13 +528,10 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 	strategies = slices.Clone(strategies)
 	slices.SortFunc(strategies, func(a, b config.Strategy) int { return cmp.Compare(a.ID, b.ID) })
 	byID := map[uint32]config.Strategy{}
-	res := make([]*regexp.Regexp, len(strategies))
+	res := e.compile(strategies)
 	for i, s := range strategies {
 		strategies[i] = s.Effective()
 		byID[s.ID] = strategies[i]
-		if s.CommandRegex != "" {
-			res[i], _ = regexp.Compile(s.CommandRegex)
-		}
 	}
 	e.Errors = map[uint32]string{}
 	want := map[int]*Held{}
@@ -1070,12 +1071,7 @@ func (e *Engine) Wanted(strategies []config.Strategy, pids []int) bool {
 	for _, h := range e.held {
 		held[h.PID] = true
 	}
-	res := make([]*regexp.Regexp, len(strategies))
-	for i, s := range strategies {
-		if s.CommandRegex != "" {
-			res[i], _ = regexp.Compile(s.CommandRegex)
-		}
-	}
+	res := e.compile(strategies)
 	for _, pid := range pids {
 		if held[pid] {
 			return true
@@ -1145,4 +1141,33 @@ func (e *Engine) save() error {
 		return err
 	}
 	return os.Rename(tmp, e.state)
+}
+
+// compile returns each strategy's command_regex compiled (nil: none),
+// from the engine's cache; e.mu held. Patterns no strategy has any more
+// are dropped. The config checked them, so none fails here.
+func (e *Engine) compile(strategies []config.Strategy) []*regexp.Regexp {
+	if e.regexps == nil {
+		e.regexps = map[string]*regexp.Regexp{}
+	}
+	res := make([]*regexp.Regexp, len(strategies))
+	used := map[string]bool{}
+	for i, s := range strategies {
+		if s.CommandRegex == "" {
+			continue
+		}
+		used[s.CommandRegex] = true
+		re, ok := e.regexps[s.CommandRegex]
+		if !ok {
+			re, _ = regexp.Compile(s.CommandRegex)
+			e.regexps[s.CommandRegex] = re
+		}
+		res[i] = re
+	}
+	for pat := range e.regexps {
+		if !used[pat] {
+			delete(e.regexps, pat)
+		}
+	}
+	return res
 }
