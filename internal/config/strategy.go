@@ -150,12 +150,23 @@ func realTime(p string) bool {
 	return p == PolicyFIFO || p == PolicyRR || p == PolicyDeadline
 }
 
+// MaxStrategies bounds the strategies: the agent's scan every second
+// costs processes × strategies (their regexes and selectors), and a
+// gateway protects a handful of processes, not hundreds.
+const MaxStrategies = 64
+
 var strategyKind = func() *KindOf[Strategy] {
 	k := &KindOf[Strategy]{
 		Kind:     KindStrategy,
 		Plural:   "strategies",
 		KeyField: "id",
 		Check:    checkStrategy,
+		Capacity: func(n int, _ Limits) string {
+			if n > MaxStrategies {
+				return fmt.Sprintf("%d strategies, at most %d", n, MaxStrategies)
+			}
+			return ""
+		},
 		Columns: []Column[Strategy]{
 			{Name: "ID", Value: func(s *Strategy) string { return always(s.ID) }},
 			{Name: "NAME", Value: func(s *Strategy) string { return s.Name }, Unset: "-"},

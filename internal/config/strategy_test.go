@@ -4,7 +4,9 @@ package config
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -122,6 +124,13 @@ func TestStrategyErrors(t *testing.T) {
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%s: %v, want %s", tc.name, err, tc.want)
 		}
+	}
+	var many strings.Builder
+	for i := range MaxStrategies + 1 {
+		fmt.Fprintf(&many, "{id: %d, command_regex: gnb%d}, ", i+1, i)
+	}
+	if _, err := Parse([]byte(qosBase + "strategies: [" + many.String() + "]\n")); err == nil || !strings.Contains(err.Error(), "65 strategies, at most 64") {
+		t.Errorf("65 strategies: %v, want refused", err)
 	}
 }
 
