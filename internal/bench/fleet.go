@@ -312,16 +312,8 @@ func runFleetGateways(ctx context.Context, o Options, bin, dir string, etcd *fle
 			return s, fmt.Errorf("%s up: %w", g.name, err)
 		}
 		host, peer := fmt.Sprintf("%s.%d.1", fleetMgmtNet, nets[i]), fmt.Sprintf("%s.%d.2", fleetMgmtNet, nets[i])
-		for _, c := range [][]string{
-			{"ip", "link", "add", g.mgmt, "type", "veth", "peer", "name", "mgmt0", "netns", g.GW},
-			{"ip", "addr", "add", host + "/30", "dev", g.mgmt},
-			{"ip", "link", "set", g.mgmt, "up"},
-			{"ip", "-n", g.GW, "addr", "add", peer + "/30", "dev", "mgmt0"},
-			{"ip", "-n", g.GW, "link", "set", "mgmt0", "up"},
-		} {
-			if out, err := exec.CommandContext(ctx, c[0], c[1:]...).CombinedOutput(); err != nil {
-				return s, fmt.Errorf("%s management link: %v: %w: %s", g.name, c, err, strings.TrimSpace(string(out)))
-			}
+		if err := lab.LinkManagement(g.GW, g.mgmt, host, peer); err != nil {
+			return s, fmt.Errorf("%s: %w", g.name, err)
 		}
 		// A config file each: an agent locks its own.
 		cfgPath := filepath.Join(dir, g.name+".yaml")

@@ -132,19 +132,28 @@ func (f *Fleet) linkManagement() error {
 		if side == 'b' {
 			gw, host = f.GWB, f.Name+"mgb"
 		}
-		// The link of an earlier run outlives its namespace for a while
-		// (the kernel frees namespaces asynchronously).
-		_ = exec.Command("ip", "link", "del", host).Run()
-		for _, c := range [][]string{
-			{"ip", "link", "add", host, "type", "veth", "peer", "name", "mgmt0", "netns", gw},
-			{"ip", "addr", "add", mgmtAddr(side, true) + "/30", "dev", host},
-			{"ip", "link", "set", host, "up"},
-			{"ip", "-n", gw, "addr", "add", mgmtAddr(side, false) + "/30", "dev", "mgmt0"},
-			{"ip", "-n", gw, "link", "set", "mgmt0", "up"},
-		} {
-			if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-				return fmt.Errorf("management link of %s: %v: %w: %s", gw, c, err, out)
-			}
+		if err := LinkManagement(gw, host, mgmtAddr(side, true), mgmtAddr(side, false)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LinkManagement links gateway namespace gw to the host by a veth: host
+// (the host's end, hostAddr/30) to mgmt0 (gwAddr/30) in gw. A link of
+// that name an earlier run left is removed first (the kernel frees a
+// deleted namespace, and the links into it, asynchronously).
+func LinkManagement(gw, host, hostAddr, gwAddr string) error {
+	_ = exec.Command("ip", "link", "del", host).Run()
+	for _, c := range [][]string{
+		{"ip", "link", "add", host, "type", "veth", "peer", "name", "mgmt0", "netns", gw},
+		{"ip", "addr", "add", hostAddr + "/30", "dev", host},
+		{"ip", "link", "set", host, "up"},
+		{"ip", "-n", gw, "addr", "add", gwAddr + "/30", "dev", "mgmt0"},
+		{"ip", "-n", gw, "link", "set", "mgmt0", "up"},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("management link of %s: %v: %w: %s", gw, c, err, strings.TrimSpace(string(out)))
 		}
 	}
 	return nil

@@ -164,16 +164,8 @@ func TestFleet(t *testing.T) {
 				_ = exec.Command("ip", "link", "del", f[2]).Run()
 			}
 		}
-		for _, c := range [][]string{
-			{"ip", "link", "add", fg.mgmt, "type", "veth", "peer", "name", "mgmt0", "netns", fg.GW},
-			{"ip", "addr", "add", host + "/30", "dev", fg.mgmt},
-			{"ip", "link", "set", fg.mgmt, "up"},
-			{"ip", "-n", fg.GW, "addr", "add", peer + "/30", "dev", "mgmt0"},
-			{"ip", "-n", fg.GW, "link", "set", "mgmt0", "up"},
-		} {
-			if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-				t.Fatalf("%v: %v: %s", c, err, out)
-			}
+		if err := lab.LinkManagement(fg.GW, fg.mgmt, host, peer); err != nil {
+			t.Fatal(err)
 		}
 		mgmt := fg.mgmt
 		t.Cleanup(func() { _ = exec.Command("ip", "link", "del", mgmt).Run() })
