@@ -345,3 +345,44 @@ func TestFleetNoLayout(t *testing.T) {
 		t.Errorf("the gateway's FARs after a member on an empty prefix: %v, want FAR 5 kept", got)
 	}
 }
+
+// TestFleetUnreadableObject: an object a member cannot read (a newer
+// controller's field, a damaged value) stops it from committing, rather
+// than committing a state without it; the gateway keeps what it served.
+func TestFleetUnreadableObject(t *testing.T) {
+	f := newTestFleet(t)
+	tm := f.join("gw1", nil, "")
+	rev, err := f.apply(nil, farOp("create", 1, "drop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitCommitted(rev, "gw1")
+	k := newKeys(DefaultPrefix)
+	cli := f.client()
+	if _, err := cli.Put(context.Background(), k.object("all", "far", config.IDKey(1)), `{"far":{"id":1,"action":"drop","from_the_future":true}}`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, _ := tm.m.Status()
+		if st.State == StateFailing && strings.Contains(st.Error, "unreadable object") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a member given an unreadable object: %+v, want failing", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := fars(tm.gw); got[1] != "drop" {
+		t.Errorf("the gateway's FARs with an unreadable object: %v, want FAR 1 kept", got)
+	}
+	// Readable again: converged.
+	rev, err = f.apply(nil, farOp("update", 1, "pass"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitCommitted(rev, "gw1")
+	if got := fars(tm.gw); got[1] != "pass" {
+		t.Errorf("after the object was rewritten: %v, want FAR 1 pass", got)
+	}
+}

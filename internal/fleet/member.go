@@ -184,12 +184,7 @@ func (m *Member) follow(ctx context.Context) error {
 				delete(m.cache, key)
 				continue
 			}
-			o, err := m.decode(ev.Kv)
-			if err != nil {
-				m.o.Log.Error("fleet: unreadable object skipped", "key", key, "error", err)
-				continue
-			}
-			m.cache[key] = o
+			m.cache[key] = m.decode(ev.Kv)
 		}
 		if rev := resp.Header.Revision; rev > m.rev && len(resp.Events) > 0 {
 			m.rev = rev
@@ -202,12 +197,21 @@ func (m *Member) follow(ctx context.Context) error {
 	return errors.New("watch closed (etcd lost its leader or is unreachable)")
 }
 
-func (m *Member) decode(kv *mvccpb.KeyValue) (*object, error) {
-	scope, _, err := m.k.parseObject(string(kv.Key))
+// decode reads an object of the watch or a read. One that does not
+// decode is kept as such (err set): a state without it is not the
+// desired one, and committing it would delete what the gateway serves
+// under that key.
+func (m *Member) decode(kv *mvccpb.KeyValue) *object {
+	scope, kind, err := m.k.parseObject(string(kv.Key))
 	if err != nil {
-		return nil, err
+		return &object{err: err}
 	}
-	return decodeObject(scope, kv.Value, kv.CreateRevision)
+	o, err := decodeObject(scope, kv.Value, kv.CreateRevision)
+	if err != nil {
+		m.o.Log.Error("fleet: unreadable object", "key", string(kv.Key), "error", err)
+		return &object{scope: scope, objKey: objKey{kind: kind}, err: fmt.Errorf("%s: %w", kv.Key, err)}
+	}
+	return o
 }
 
 // read reads every object and the layout at one revision and commits
@@ -238,12 +242,7 @@ func (m *Member) read(ctx context.Context) error {
 	}
 	m.cache = map[string]*object{}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		o, err := m.decode(kv)
-		if err != nil {
-			m.o.Log.Error("fleet: unreadable object skipped", "key", string(kv.Key), "error", err)
-			continue
-		}
-		m.cache[string(kv.Key)] = o
+		m.cache[string(kv.Key)] = m.decode(kv)
 	}
 	m.commit()
 	return nil
@@ -257,6 +256,10 @@ func (m *Member) desired() (map[objKey]*object, error) {
 	for _, o := range m.cache {
 		t, err := ParseScope(o.scope)
 		if err != nil || !Targets(t, m.o.Name, m.o.Labels) {
+			continue
+		}
+		if o.err != nil {
+			clash = append(clash, "unreadable object "+o.err.Error())
 			continue
 		}
 		if prev, ok := want[o.objKey]; ok {

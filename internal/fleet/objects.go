@@ -38,6 +38,9 @@ type object struct {
 	objKey
 	obj     any
 	created int64
+	// err: the value did not decode (a member keeps it, to refuse the
+	// state it is missing from).
+	err error
 }
 
 // decodeObject reads an object's etcd value.
