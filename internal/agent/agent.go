@@ -194,6 +194,15 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer cfgLock.release()
+	// CPU strategies first: give back what a crashed agent left applied
+	// (real-time policies, lowered weights, moved threads, IRQs) before
+	// anything below can fail, so a restart that fails still gives it
+	// back. The config lock says no other agent holds it.
+	if n, err := sched.Recover("/proc", strategyState(opts.ConfigPath)); err != nil {
+		log.Warn("cpu strategies: give back a previous run's", "error", err)
+	} else if n > 0 {
+		log.Info("cpu strategies: gave back what a previous run left applied", "threads", n)
+	}
 	cut, err := repairJournal(opts.ConfigPath)
 	if err != nil {
 		return err
@@ -261,12 +270,6 @@ func Run(ctx context.Context, opts Options) error {
 	foCtx, stopFO := context.WithCancel(ctx)
 	go func() { a.runFlowOpt(foCtx, a.fo, log); close(foDone) }()
 	defer func() { stopFO(); <-foDone }()
-	// CPU strategies: first give back what a crashed agent left applied.
-	if n, err := sched.Recover("/proc", strategyState(opts.ConfigPath)); err != nil {
-		log.Warn("cpu strategies: give back a previous run's", "error", err)
-	} else if n > 0 {
-		log.Info("cpu strategies: gave back what a previous run left applied", "threads", n)
-	}
 	a.strategyThreads = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "edgeplane_strategy_threads", Help: "Threads a CPU strategy holds (its policy and CPUs applied).",
 	}, []string{"strategy"})

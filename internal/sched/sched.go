@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -338,7 +339,7 @@ func New(root, state string) *Engine {
 // are dissolved. Then it clears the file. It returns how many threads of
 // the strategies' processes it gave back.
 func Recover(root, statePath string) (int, error) {
-	b, err := os.ReadFile(statePath)
+	b, err := readState(statePath)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
@@ -1136,11 +1137,45 @@ func (e *Engine) save() error {
 	if err != nil {
 		return err
 	}
-	tmp := e.state + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	return writeState(e.state, b)
+}
+
+// writeState writes b to path atomically: into a temporary file of a
+// name nobody can guess, made with O_EXCL (os.CreateTemp), so a symlink
+// planted at a predictable name ("CONFIG.sched.tmp") by whoever can write
+// the config's directory is never followed, then renamed over path
+// (rename replaces a link at path itself, not its target).
+func writeState(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, e.state)
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
+}
+
+// readState reads the state file at path, not through a symlink: what
+// it says is given back as root, so it must be the file the engine
+// wrote.
+func readState(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 64<<20))
 }
 
 // compile returns each strategy's command_regex compiled (nil: none),

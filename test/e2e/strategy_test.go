@@ -3,8 +3,11 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/agent"
 	"github.com/edgeplane/edgeplane/internal/lab"
+	"github.com/edgeplane/edgeplane/internal/sched"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -211,5 +215,53 @@ func TestXDPSteer(t *testing.T) {
 	t.Logf("given back: lan0's XDP ran %d of 50 pings on CPU 0, %d on CPU 1", on0, on1)
 	if on0 < 50 || on1 >= 10 {
 		t.Errorf("given back: lan0's XDP ran %d pings on CPU 0 and %d on CPU 1, want the 50 on the sender's CPU 0", on0, on1)
+	}
+}
+
+// TestStrategyRecoverFirst: a crashed agent left a process at SCHED_FIFO
+// (its state file says what the process had before); the next start has
+// a config whose interface this host lacks, so it fails its start-up
+// check — and still gives the process back first, and clears the state
+// file, rather than leaving the policy applied for good.
+func TestStrategyRecoverFirst(t *testing.T) {
+	testutil.RequireRoot(t)
+	tag := "edgeplane-e2e-" + testutil.UniqueName("rf")
+	cmd := exec.Command("bash", "-c", "exec -a "+tag+" sleep 120")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	time.Sleep(50 * time.Millisecond) // exec'd
+	p, err := sched.ReadProc("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a strategy did before the crash, and wrote down first.
+	fifo := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 7}
+	if err := unix.SchedSetAttr(pid, &fifo, 0); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(cfg, []byte("interfaces:\n  - {name: edgeplane-none0, role: lan}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := fmt.Sprintf(`{"held":[{"strategy":1,"pid":%d,"tid":%d,"start":%d,"before":{"policy":0},"applied":"fifo 7"}]}`, pid, pid, p.Start)
+	if err := os.WriteFile(cfg+".sched", []byte(state), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, edgeplaneBin, "agent", "--config", cfg, "--pin-dir", "/sys/fs/bpf/"+testutil.UniqueName("eprf")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "edgeplane-none0") {
+		t.Fatalf("the agent with a missing interface: %v, want it to refuse naming the interface:\n%s", err, out)
+	}
+	a, err := unix.SchedGetAttr(pid, 0)
+	if err != nil || a.Policy != unix.SCHED_NORMAL {
+		t.Errorf("after the failed start: policy %d (%v), want given back (NORMAL)\n%s", a.Policy, err, out)
+	}
+	if _, err := os.Stat(cfg + ".sched"); !os.IsNotExist(err) {
+		t.Errorf("state file left after the failed start: %v", err)
 	}
 }
