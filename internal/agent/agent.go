@@ -132,6 +132,14 @@ type Agent struct {
 	// on SIGHUP.
 	apiAuth *api.Auth
 	apiCert *api.Cert
+
+	// held keeps the XDP links attached whatever happens to their pins;
+	// guard checks them and the pins against the kernel (guard.go).
+	// pinLock is the pin dir's lock, taken again by the guard when it
+	// makes a removed pin dir again (commitMu held).
+	held    *heldLinks
+	guard   *guard
+	pinLock *lock
 }
 
 // hostResolver returns a rules.Resolver that asks the kernel for each
@@ -235,9 +243,13 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	defer pinLock.release()
 	bpf.ExpediteGracePeriods = !opts.NormalGracePeriods
-	a := &Agent{opts: opts, log: log, seq: seq, apiCert: apiCert}
+	a := &Agent{opts: opts, log: log, seq: seq, apiCert: apiCert, pinLock: pinLock, held: newHeldLinks(), guard: newGuard()}
+	defer func() {
+		a.commitMu.Lock()
+		defer a.commitMu.Unlock()
+		a.pinLock.release()
+	}()
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeplane_config_reloads_total", Help: "Config reloads by result.",
 	}, []string{"result"})
@@ -252,9 +264,17 @@ func Run(ctx context.Context, opts Options) error {
 	a.reloads.WithLabelValues("ok")
 	a.reloads.WithLabelValues("error")
 	if err := a.start(cfg); err != nil {
+		a.held.closeAll()
 		return err
 	}
 	defer a.stop()
+	// The first check before the agent says it is ready, so health is
+	// known from then on; then every guardEvery.
+	a.guardOnce()
+	guardDone := make(chan struct{})
+	guardStopped := make(chan struct{})
+	go func() { a.guardLoop(guardDone); close(guardStopped) }()
+	defer func() { close(guardDone); <-guardStopped }()
 	if err := watchFIB(ctx, a.dp, log, a.refreshIfAddrs); err != nil {
 		return err
 	}
@@ -432,7 +452,7 @@ func (a *Agent) start(cfg *config.Config) error {
 				pinned = append(pinned, itf)
 			}
 		}
-		if _, err := attach(dp, a.opts.PinDir, pinned, true, a.log); err != nil {
+		if _, err := attach(dp, a.opts.PinDir, pinned, true, a.held, a.log); err != nil {
 			dp.Close()
 			return err
 		}
@@ -445,11 +465,11 @@ func (a *Agent) start(cfg *config.Config) error {
 	// packet to the kernel, and a start that then failed would leave it
 	// so. An adopted link kept running the last committed generation
 	// until this one flipped.
-	if _, err := attach(dp, a.opts.PinDir, cfg.Interfaces, false, a.log); err != nil {
+	if _, err := attach(dp, a.opts.PinDir, cfg.Interfaces, false, a.held, a.log); err != nil {
 		dp.Close()
 		return err
 	}
-	if err := detachExcept(a.opts.PinDir, cfg.Interfaces, a.log); err != nil {
+	if err := detachExcept(a.opts.PinDir, cfg.Interfaces, a.held, a.log); err != nil {
 		dp.Close()
 		return err
 	}
@@ -610,7 +630,7 @@ func (a *Agent) Reload() error {
 		a.restoreInterfaces(old, added)
 		return err
 	}
-	if err := detachExcept(a.opts.PinDir, cfg.Interfaces, a.log); err != nil {
+	if err := detachExcept(a.opts.PinDir, cfg.Interfaces, a.held, a.log); err != nil {
 		a.log.Error("detach interfaces no longer in config", "error", err)
 	}
 	// The file now lags what serves by the journal's batches (and a
@@ -634,7 +654,7 @@ func (a *Agent) links(old, ifaces []config.Interface) ([]string, error) {
 	if err := enableForwarding(ifaces, a.log); err != nil {
 		return nil, err
 	}
-	return attach(a.dp, a.opts.PinDir, ifaces, false, a.log)
+	return attach(a.dp, a.opts.PinDir, ifaces, false, a.held, a.log)
 }
 
 // restoreInterfaces puts the interfaces back as they were before a
@@ -644,7 +664,7 @@ func (a *Agent) restoreInterfaces(old []config.Interface, added []string) {
 	if err := a.setInterfaces(old); err != nil {
 		a.log.Error("restore interfaces", "error", err)
 	}
-	detachAdded(added, a.log)
+	detachAdded(added, a.held, a.log)
 }
 
 // Config returns the config now serving (api.Backend). It is replaced,
@@ -731,7 +751,7 @@ func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) 
 		a.syncSoon()
 	}
 	if len(ch.Interfaces) > 0 {
-		if err := detachExcept(a.opts.PinDir, a.store.Interfaces(), a.log); err != nil {
+		if err := detachExcept(a.opts.PinDir, a.store.Interfaces(), a.held, a.log); err != nil {
 			a.log.Error("detach interfaces no longer in config", "error", err)
 		}
 	}
@@ -776,13 +796,31 @@ func (a *Agent) Flows(n int) ([]bpf.FlowStat, map[uint32]string, error) {
 // stop releases the agent's handles. Pinned links and maps stay, so the
 // dataplane keeps forwarding, unless DetachOnExit asks to remove it.
 func (a *Agent) stop() {
+	a.commitMu.Lock()
+	defer a.commitMu.Unlock()
 	if a.opts.DetachOnExit {
 		if err := down(a.opts.PinDir); err != nil {
 			a.log.Error("detach", "error", err)
 		} else {
 			a.log.Info("detached and removed pins", "pin_dir", a.opts.PinDir)
 		}
+	} else {
+		// Pins removed since the last check are made again first: a
+		// link whose pin is gone would go with the fd closed below.
+		var c guardCheck
+		if a.checkPins(&c, true) {
+			for _, name := range a.held.names() {
+				a.checkLinkPin(&c, name, true)
+			}
+		}
+		for _, r := range c.repairs {
+			a.log.Warn("dataplane: repaired what was taken away behind the agent's back", "what", r.What)
+		}
+		for _, p := range c.problems {
+			a.log.Error("dataplane: stopping with a pin missing: what it holds goes with the agent", "problem", p)
+		}
 	}
+	a.held.closeAll()
 	a.dp.Close()
 }
 

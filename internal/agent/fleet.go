@@ -86,7 +86,7 @@ func (a *Agent) joinFleet(ctx context.Context, o *FleetOptions) (*fleet.Member, 
 // fleetHealth is what the member reports besides the rules.
 func (a *Agent) fleetHealth() fleet.Health {
 	_, err := a.dp.Snapshot()
-	h := fleet.Health{DataplaneOK: err == nil}
+	h := fleet.Health{DataplaneOK: err == nil && a.Health().OK}
 	for _, p := range a.PathStatus() {
 		if p.GetState() == "down" {
 			h.PathsDown++

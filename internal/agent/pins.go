@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -109,23 +110,101 @@ func removeStalePrograms(pinDir string, dp *bpf.Dataplane) {
 	}
 }
 
+// heldLinks holds an open fd of each interface's XDP link for the
+// agent's life. A link lives while a pin or an fd refers to it: with
+// only the pin, removing the pin dir (rm -rf) detached XDP at once and
+// the interface passed every packet unfiltered while the agent went on
+// reporting its rules. Held, a link goes only when the agent takes it
+// off (detachPin: a change that removed its interface, --detach-on-exit,
+// edgeplane down), and the guard (guard.go) pins it again. A nil
+// *heldLinks holds nothing: what it is given is closed.
+type heldLinks struct {
+	mu sync.Mutex
+	m  map[string]link.Link // by interface name
+}
+
+func newHeldLinks() *heldLinks { return &heldLinks{m: map[string]link.Link{}} }
+
+// keep holds l as name's link, closing the one held before.
+func (h *heldLinks) keep(name string, l link.Link) {
+	if h == nil {
+		l.Close()
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if old := h.m[name]; old != nil && old != l {
+		old.Close()
+	}
+	h.m[name] = l
+}
+
+// get returns name's held link (nil: none).
+func (h *heldLinks) get(name string) link.Link {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m[name]
+}
+
+// drop closes name's held link (detachPin has taken it off, or is about
+// to).
+func (h *heldLinks) drop(name string) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l := h.m[name]; l != nil {
+		l.Close()
+		delete(h.m, name)
+	}
+}
+
+// names lists the interfaces whose links are held.
+func (h *heldLinks) names() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.m))
+	for n := range h.m {
+		out = append(out, n)
+	}
+	return out
+}
+
+// closeAll closes every held fd: the links stay as long as their pins.
+func (h *heldLinks) closeAll() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for n, l := range h.m {
+		l.Close()
+		delete(h.m, n)
+	}
+}
+
 // attach makes every configured interface run dp.Prog through a pinned XDP
-// link: an existing link is adopted (and atomically switched to the new
-// program if one was loaded), a missing one is created. It returns the
-// pins of the links it created. It detaches nothing: interfaces that left
-// the config keep their link until detachExcept, after the change that
-// removed them has committed, so a change that fails leaves every
-// interface with XDP and the last committed generation. When it fails,
-// it takes off the links it created itself.
-func attach(dp *bpf.Dataplane, pinDir string, ifaces []config.Interface, newProg bool, log *slog.Logger) ([]string, error) {
+// link, held in held: an existing link is adopted (and atomically
+// switched to the new program if one was loaded), a missing one is
+// created. It returns the pins of the links it created. It detaches
+// nothing: interfaces that left the config keep their link until
+// detachExcept, after the change that removed them has committed, so a
+// change that fails leaves every interface with XDP and the last
+// committed generation. When it fails, it takes off the links it created
+// itself.
+func attach(dp *bpf.Dataplane, pinDir string, ifaces []config.Interface, newProg bool, held *heldLinks, log *slog.Logger) ([]string, error) {
 	var added []string
 	for _, itf := range ifaces {
-		created, err := attachOne(dp, pinDir, itf, newProg, log)
+		created, err := attachOne(dp, pinDir, itf, newProg, held, log)
 		if created {
 			added = append(added, filepath.Join(pinDir, linkPrefix+itf.Name))
 		}
 		if err != nil {
-			detachAdded(added, log)
+			detachAdded(added, held, log)
 			return nil, fmt.Errorf("attach xdp to %s: %w", itf.Name, err)
 		}
 	}
@@ -134,8 +213,9 @@ func attach(dp *bpf.Dataplane, pinDir string, ifaces []config.Interface, newProg
 
 // detachAdded takes off the links a failed change created, so the
 // interfaces are as they were before it.
-func detachAdded(pins []string, log *slog.Logger) {
+func detachAdded(pins []string, held *heldLinks, log *slog.Logger) {
 	for _, p := range pins {
+		held.drop(strings.TrimPrefix(filepath.Base(p), linkPrefix))
 		if err := detachPin(p); err != nil {
 			log.Error("take off a link a failed change attached", "pin", p, "error", err)
 		}
@@ -144,7 +224,7 @@ func detachAdded(pins []string, log *slog.Logger) {
 
 // detachExcept detaches the links of interfaces not in ifaces: the last
 // step of a change that removed them, once it has committed.
-func detachExcept(pinDir string, ifaces []config.Interface, log *slog.Logger) error {
+func detachExcept(pinDir string, ifaces []config.Interface, held *heldLinks, log *slog.Logger) error {
 	want := map[string]bool{}
 	for _, itf := range ifaces {
 		want[itf.Name] = true
@@ -156,38 +236,55 @@ func detachExcept(pinDir string, ifaces []config.Interface, log *slog.Logger) er
 		if want[name] {
 			continue
 		}
+		held.drop(name)
 		if err := detachPin(p); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		log.Info("detached interface no longer in config", "interface", name)
 	}
+	// A held link whose pin is gone is taken off all the same.
+	if held != nil {
+		for _, name := range held.names() {
+			if !want[name] {
+				if l := held.get(name); l != nil {
+					_ = l.Detach()
+				}
+				held.drop(name)
+				log.Info("detached interface no longer in config", "interface", name)
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 
 // attachOne reports whether it created a link (an adopted one is not).
-func attachOne(dp *bpf.Dataplane, pinDir string, itf config.Interface, newProg bool, log *slog.Logger) (bool, error) {
+// The link it adopts or creates is held in held.
+func attachOne(dp *bpf.Dataplane, pinDir string, itf config.Interface, newProg bool, held *heldLinks, log *slog.Logger) (bool, error) {
 	nif, err := net.InterfaceByName(itf.Name)
 	if err != nil {
 		return false, err
 	}
 	pinPath := filepath.Join(pinDir, linkPrefix+itf.Name)
 	if l, err := link.LoadPinnedLink(pinPath, nil); err == nil {
-		defer l.Close()
 		info, ierr := l.Info()
 		if ierr == nil && info.XDP() != nil && int(info.XDP().Ifindex) == nif.Index {
 			if newProg {
 				if err := l.Update(dp.Prog); err != nil {
+					l.Close()
 					return false, fmt.Errorf("replace program through link: %w", err)
 				}
 				log.Info("replaced program on interface", "interface", itf.Name)
-			} else {
+			} else if held.get(itf.Name) == nil {
 				log.Info("adopted XDP link", "interface", itf.Name)
 			}
+			held.keep(itf.Name, l)
 			return false, nil
 		}
-		// The interface was recreated: its old link is defunct.
+		// The interface was recreated, or the link detached: it is
+		// defunct.
 		_ = l.Unpin()
+		l.Close()
 	}
 	modes := []struct {
 		name  string
@@ -216,20 +313,27 @@ func attachOne(dp *bpf.Dataplane, pinDir string, itf config.Interface, newProg b
 	if err != nil {
 		return false, err
 	}
-	defer l.Close()
 	if err := l.Pin(pinPath); err != nil {
-		// Unpinned, the link goes with its last fd (the deferred Close).
+		// Unpinned, the link goes with its last fd.
+		l.Close()
 		return false, fmt.Errorf("pin link: %w", err)
 	}
+	held.keep(itf.Name, l)
 	return true, nil
 }
 
+// detachPin takes the link pinned at p off its interface and removes the
+// pin. The link is detached (BPF_LINK_DETACH), not only unpinned: an fd
+// the agent holds would otherwise keep it attached.
 func detachPin(p string) error {
 	l, err := link.LoadPinnedLink(p, nil)
 	if err != nil {
 		return os.Remove(p)
 	}
 	defer l.Close()
+	if err := l.Detach(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("detach %s: %w", p, err)
+	}
 	if err := l.Unpin(); err != nil {
 		return fmt.Errorf("unpin %s: %w", p, err)
 	}

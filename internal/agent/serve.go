@@ -165,12 +165,14 @@ func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 		reg.MustRegister(foMetrics{a: a, l: a.fo})
 		reg.MustRegister(a.strategyThreads, a.strategyRanOn)
 		reg.MustRegister(a.mon.changes, newPathMetrics(a.mon))
+		reg.MustRegister(a.guard.collectors()...)
 		if a.member != nil {
 			reg.MustRegister(newFleetMetrics(a.member))
 		}
 		reg.MustRegister(collectors.NewGoCollector())
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", a.serveHealth)
 		if o.Pprof {
 			handlePprof(mux)
 		}

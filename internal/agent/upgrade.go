@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -109,7 +110,7 @@ func (a *Agent) upgrade(cfg *config.Config, why error) error {
 	})
 	if err == nil {
 		// Interfaces new in the config get their link now.
-		_, err = attach(dp, a.opts.PinDir, cfg.Interfaces, false, a.log)
+		_, err = attach(dp, a.opts.PinDir, cfg.Interfaces, false, a.held, a.log)
 	}
 	if err != nil {
 		a.restoreLinks(prev)
@@ -120,7 +121,7 @@ func (a *Agent) upgrade(cfg *config.Config, why error) error {
 	}
 	// Interfaces that left the config lose their link now, before Finish
 	// waits the old program out: it runs nowhere after that.
-	if err := detachExcept(a.opts.PinDir, cfg.Interfaces, a.log); err != nil {
+	if err := detachExcept(a.opts.PinDir, cfg.Interfaces, a.held, a.log); err != nil {
 		return fmt.Errorf("finish the upgrade (the new program forwards; the next start completes it): %w", err)
 	}
 	halt("switched")
@@ -216,6 +217,7 @@ func (a *Agent) restoreLinks(prev map[string]*ebpf.Program) {
 	for _, p := range pins {
 		prog, ok := prev[p]
 		if !ok {
+			a.held.drop(strings.TrimPrefix(filepath.Base(p), linkPrefix))
 			if err := detachPin(p); err != nil {
 				a.log.Error("upgrade: remove a link the switch created", "link", p, "error", err)
 			}
