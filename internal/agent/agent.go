@@ -64,9 +64,13 @@ type Options struct {
 	NormalGracePeriods bool
 	// Pprof serves Go's profiles under /debug/pprof/ on the metrics
 	// listener, which must then be on loopback; PprofAddr serves them
-	// on a listener of their own at any address given.
-	Pprof     bool
-	PprofAddr string
+	// on a listener of their own, on loopback unless
+	// PprofBeyondLoopback: profiles are unauthenticated, show what the
+	// agent's memory holds (heap, goroutine stacks with their
+	// arguments) and cost CPU on demand (30 s CPU profiles, traces).
+	Pprof               bool
+	PprofAddr           string
+	PprofBeyondLoopback bool
 	// PodList is where CPU strategies' pod_labels are read (a URL, such
 	// as the kubelet's /pods, or a file); "": none.
 	PodList string

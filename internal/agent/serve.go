@@ -62,8 +62,11 @@ func APIOptions(o Options, log *slog.Logger) (api.Options, *api.Cert, error) {
 			return api.Options{}, nil, errors.New("--pprof serves on --metrics-addr, which is empty: give --pprof-addr")
 		}
 		if !loopbackListen(o.MetricsAddr) {
-			return api.Options{}, nil, fmt.Errorf("--pprof would serve profiles on --metrics-addr %s, beyond loopback: give --pprof-addr to expose them explicitly", o.MetricsAddr)
+			return api.Options{}, nil, fmt.Errorf("--pprof would serve profiles on --metrics-addr %s, beyond loopback: give --pprof-addr (with --pprof-beyond-loopback to expose them beyond loopback)", o.MetricsAddr)
 		}
+	}
+	if _, err := pprofListen(o); err != nil {
+		return api.Options{}, nil, err
 	}
 	auth, err := api.LoadAuthRules(o.APITokens, o.APIJWTKey, o.JWT)
 	if err != nil {
@@ -186,16 +189,39 @@ func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 		}
 	}
 	if o.PprofAddr != "" {
+		addr, err := pprofListen(o)
+		if err != nil {
+			stop()
+			return nil, err
+		}
 		mux := http.NewServeMux()
 		handlePprof(mux)
-		srv, err := listenHTTP("pprof", o.PprofAddr, mux, true, errc)
+		srv, err := listenHTTP("pprof", addr, mux, true, errc)
 		if err != nil {
 			stop()
 			return nil, err
 		}
 		srvs = append(srvs, srv)
+		if o.PprofBeyondLoopback && !loopbackListen(addr) {
+			a.log.Warn("Go profiles served beyond loopback, without authentication (--pprof-beyond-loopback)", "addr", addr)
+		}
 	}
 	return stop, nil
+}
+
+// pprofListen returns the address --pprof-addr listens on: a loopback
+// address (a name is resolved, and every address it gives must be
+// loopback; the one checked is the one bound), or with
+// --pprof-beyond-loopback the address as given.
+func pprofListen(o Options) (string, error) {
+	if o.PprofAddr == "" || o.PprofBeyondLoopback {
+		return o.PprofAddr, nil
+	}
+	addr, err := api.LoopbackAddr(o.PprofAddr)
+	if err != nil {
+		return "", fmt.Errorf("--pprof-addr %q: %w: Go profiles are unauthenticated and show the agent's memory; listen on 127.0.0.1, or give --pprof-beyond-loopback to expose them there", o.PprofAddr, err)
+	}
+	return addr, nil
 }
 
 func handlePprof(mux *http.ServeMux) {

@@ -166,26 +166,26 @@ var lookupHost = func(ctx context.Context, host string) ([]netip.Addr, error) {
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
 
-// errNotLoopback is a listen address that reaches beyond this host.
-var errNotLoopback = errors.New("not a loopback address")
+// ErrNotLoopback is a listen address that reaches beyond this host.
+var ErrNotLoopback = errors.New("not a loopback address")
 
-// loopbackAddr returns addr with its host resolved to a loopback address,
-// or errNotLoopback. A name (localhost) is resolved here and the address
+// LoopbackAddr returns addr with its host resolved to a loopback address,
+// or ErrNotLoopback. A name (localhost) is resolved here and the address
 // it gave is what the caller listens on, so what was checked is what is
 // bound: every address the name resolves to must be loopback.
-func loopbackAddr(addr string) (string, error) {
+func LoopbackAddr(addr string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", err
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		if !a.IsLoopback() {
-			return "", errNotLoopback
+			return "", ErrNotLoopback
 		}
 		return addr, nil
 	}
 	if host == "" {
-		return "", errNotLoopback // every interface
+		return "", ErrNotLoopback // every interface
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -198,7 +198,7 @@ func loopbackAddr(addr string) (string, error) {
 	}
 	for _, a := range addrs {
 		if !a.Unmap().IsLoopback() {
-			return "", fmt.Errorf("%s resolves to %s: %w", host, a, errNotLoopback)
+			return "", fmt.Errorf("%s resolves to %s: %w", host, a, ErrNotLoopback)
 		}
 	}
 	return net.JoinHostPort(addrs[0].Unmap().String(), port), nil
@@ -207,6 +207,6 @@ func loopbackAddr(addr string) (string, error) {
 // isLoopback reports whether a listen address stays on this host (a
 // loopback address, or a name that resolves to loopback addresses only).
 func isLoopback(addr string) bool {
-	_, err := loopbackAddr(addr)
+	_, err := LoopbackAddr(addr)
 	return err == nil
 }

@@ -161,7 +161,7 @@ func (o *Options) Check() error {
 		case o.Auth == nil && !o.NoAuthLoopback:
 			return fmt.Errorf("%s %q serves TCP without authentication: give --api-tokens or --api-jwt-key, or --api-loopback-no-auth to serve loopback without it (the unix socket serves root without tokens)", a.flag, *a.addr)
 		case o.Auth == nil:
-			lo, err := loopbackAddr(*a.addr)
+			lo, err := LoopbackAddr(*a.addr)
 			if err != nil {
 				return fmt.Errorf("%s %q listens beyond loopback without authentication (%w): give --api-tokens or --api-jwt-key, or listen on 127.0.0.1", a.flag, *a.addr, err)
 			}

@@ -33,6 +33,7 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/agent"
 	"github.com/edgeplane/edgeplane/internal/api/apitest"
+	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -152,6 +153,8 @@ func TestAPILocalByDefault(t *testing.T) {
 		{"tcp without tokens", []string{"--grpc-addr", "127.0.0.1:50051"}, "--api-loopback-no-auth"},
 		{"tcp without tokens beyond loopback", []string{"--api-loopback-no-auth", "--rest-addr", "10.1.0.1:8080"}, "beyond loopback"},
 		{"pprof beyond loopback", []string{"--metrics-addr", "0.0.0.0:9090", "--pprof"}, "--pprof-addr"},
+		{"pprof-addr beyond loopback", []string{"--pprof-addr", lab.GWLan + ":6060"}, "--pprof-beyond-loopback"},
+		{"pprof-addr on every interface", []string{"--pprof-addr", ":6060"}, "--pprof-beyond-loopback"},
 	} {
 		out, err := g.runAgent(20*time.Second, c.args...)
 		if err == nil || !strings.Contains(out, c.want) {
@@ -161,16 +164,28 @@ func TestAPILocalByDefault(t *testing.T) {
 			t.Errorf("%s: the agent touched the dataplane before refusing", c.name)
 		}
 	}
-	// Asked for explicitly, TCP without tokens serves loopback.
-	g.start("--api-loopback-no-auth", "--api-socket", "none", "--rest-socket", "none")
-	if ls := g.listeners(); !slices.Contains(ls, "127.0.0.1:50051") || !slices.Contains(ls, "127.0.0.1:8080") {
-		t.Errorf("--api-loopback-no-auth: listeners %v", ls)
+	// Asked for explicitly, TCP without tokens serves loopback; a name
+	// for pprof is resolved, and loopback is what it binds.
+	g.start("--api-loopback-no-auth", "--api-socket", "none", "--rest-socket", "none", "--pprof-addr", "localhost:6060")
+	if ls := g.listeners(); !slices.Contains(ls, "127.0.0.1:50051") || !slices.Contains(ls, "127.0.0.1:8080") || !slices.Contains(ls, "127.0.0.1:6060") {
+		t.Errorf("--api-loopback-no-auth, --pprof-addr localhost:6060: listeners %v", ls)
 	}
 	if out, err := nsRun(g.GW, edgeplaneBin, "get", "pdrs", "--server", "127.0.0.1:50051"); err != nil {
 		t.Errorf("get pdrs over loopback TCP without tokens: %v\n%s", err, out)
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Errorf("--api-socket none: socket exists (%v)", err)
+	}
+	// Profiles beyond loopback only when told so, and then said so.
+	if err := g.StopAgent(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	g.start("--pprof-addr", lab.GWLan+":6060", "--pprof-beyond-loopback")
+	if ls := g.listeners(); !slices.Contains(ls, lab.GWLan+":6060") {
+		t.Errorf("--pprof-beyond-loopback: listeners %v", ls)
+	}
+	if !strings.Contains(g.log(), "Go profiles served beyond loopback") {
+		t.Errorf("--pprof-beyond-loopback: the agent did not warn that profiles are exposed")
 	}
 }
 
