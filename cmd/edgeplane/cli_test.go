@@ -286,22 +286,22 @@ fars:
 	if err != nil || out != strategiesTable+strategiesStatus {
 		t.Errorf("get strategies: %q, %v", out, err)
 	}
-	out, err = ctl("strategies:\n  - {id: 3, command_regex: upf, priority: true, policy: deadline, execution_time: 200us, cpus: 4}\n", "apply", "-f", "-")
+	out, err = ctl("strategies:\n  - {id: 3, command_regex: upf, selectors: {user: upf}, priority: true, policy: deadline, execution_time: 200us, cpus: 4}\n", "apply", "-f", "-")
 	if err != nil || !strings.HasPrefix(out, "strategy 3 created\ngeneration 10 (committed in ") {
 		t.Errorf("apply strategy 3: %q, %v", out, err)
 	}
 	out, err = ctl("", "get", "strategy", "3")
-	if err != nil || out != "ID  NAME  MATCH      POLICY              CPUS\n3   -     regex upf  deadline 200µs/1ms  4\n\nSTRATEGY  PID  COMM  THREADS  APPLIED  RAN ON\n3         -    -     0        -        -\n" {
+	if err != nil || out != "ID  NAME  MATCH               POLICY              CPUS\n3   -     regex upf user upf  deadline 200µs/1ms  4\n\nSTRATEGY  PID  COMM  THREADS  APPLIED  RAN ON\n3         -    -     0        -        -\n" {
 		t.Errorf("get strategy 3: %q, %v", out, err)
 	}
-	_, err = ctl("strategies:\n  - {id: 4, command_regex: ue, cpus: 3-4}\n", "apply", "-f", "-")
+	_, err = ctl("strategies:\n  - {id: 4, command_regex: ue, selectors: {user: ue}, cpus: 3-4}\n", "apply", "-f", "-")
 	// The file's strategy is checked first, so the clash is reported at
 	// the agent's strategies, which the message names.
 	if err == nil || err.Error() != "strategies[1].cpus: cpu 3 is already dedicated to strategies[0] (strategies[1] is the agent's strategy 1, not in the file)\n"+
 		"strategies[3].cpus: cpu 4 is already dedicated to strategies[0] (strategies[3] is the agent's strategy 3, not in the file)" {
 		t.Errorf("apply cpus 3-4: %v, want refused before it is sent", err)
 	}
-	_, err = ctl("strategies:\n  - {id: 4, command_regex: ue, priority: true, execution_time: 1ms}\n", "apply", "-f", "-")
+	_, err = ctl("strategies:\n  - {id: 4, command_regex: ue, selectors: {user: ue}, priority: true, execution_time: 1ms}\n", "apply", "-f", "-")
 	if err == nil || err.Error() != "strategies[0].execution_time: not for policy fifo (FIFO and RR have no budget: a task runs until it blocks or yields; use deadline)" {
 		t.Errorf("apply execution_time on fifo: %v, want refused before it is sent", err)
 	}

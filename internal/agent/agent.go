@@ -190,6 +190,15 @@ func limitsOf(cfg *config.Config) bpf.Limits {
 // CheckHost compiles cfg against this host's interfaces without touching the
 // dataplane: what `edgeplane validate` and the agent check before loading.
 func CheckHost(cfg *config.Config) error {
+	if err := checkHostRules(cfg); err != nil {
+		return err
+	}
+	return checkFileStrategies(cfg, nil)
+}
+
+// checkHostRules is CheckHost without the strategies: what the
+// dataplane needs of the host.
+func checkHostRules(cfg *config.Config) error {
 	_, _, err := rules.Compile(cfg, hostResolver(), rules.NewAllocs(cfg.Limits.Rules, nil, nil), limitsOf(cfg))
 	return err
 }
@@ -233,8 +242,14 @@ func Run(ctx context.Context, opts Options) error {
 		log.Error("journal batch skipped: the config file no longer takes it (kept in "+journalPath(opts.ConfigPath)+".skipped)", "error", s.err)
 	}
 	// Check everything the host must provide before touching the kernel.
-	if err := CheckHost(cfg); err != nil {
+	if err := checkHostRules(cfg); err != nil {
 		return err
+	}
+	// What the host refuses of the strategies (RT throttling switched
+	// off since they were applied, say) does not keep the dataplane
+	// from starting: the engine takes nothing for them, and says why.
+	if err := checkFileStrategies(cfg, nil); err != nil {
+		log.Warn("cpu strategies this host refuses now; they take no process", "error", err)
 	}
 	apiOpts, apiCert, err := APIOptions(opts, log)
 	if err != nil {
@@ -621,8 +636,13 @@ func (a *Agent) Reload() error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	// Check the whole change against the host before touching links.
-	if err := CheckHost(cfg); err != nil {
+	// Check the whole change against the host before touching links
+	// (the strategies it changes: one the host now refuses that the
+	// file keeps as it was refuses no reload).
+	if err := checkHostRules(cfg); err != nil {
+		return err
+	}
+	if err := checkFileStrategies(cfg, a.store.List(config.KindStrategy)); err != nil {
 		return err
 	}
 	old := a.store.Interfaces()
@@ -700,6 +720,10 @@ func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) 
 	oldIfaces := a.store.Interfaces()
 	ch, undoStore, err := a.store.Apply(ops)
 	if err != nil {
+		return 0, err
+	}
+	if err := checkAppliedStrategies(a.store, ch); err != nil {
+		undoStore()
 		return 0, err
 	}
 	t1 := time.Now()

@@ -4,11 +4,15 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"reflect"
+	"slices"
 	"strconv"
 	"time"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/sched"
 )
 
@@ -154,4 +158,75 @@ func (a *Agent) StrategyStatus() []*pb.StrategyStatus {
 		out = append(out, ps)
 	}
 	return out
+}
+
+// checkStrategiesHost refuses what this host cannot give strategies
+// without risking itself (sched.Host.Problems: a real-time policy while
+// RT throttling is off, deadline runtimes past what real-time tasks may
+// have of a CPU, no CPU left undedicated, fifo or rr with no CPU but
+// the housekeeping one). Only the problems of strategies report
+// accepts are reported, each at at(id) + "." + field; the others are
+// checked first, so a problem of the set falls on a strategy reported.
+func checkStrategiesHost(others, checked []config.Strategy, at func(id uint32) string) error {
+	if len(checked) == 0 {
+		return nil
+	}
+	host, err := sched.ReadHost("/proc", "/sys")
+	if err != nil {
+		return fmt.Errorf("cpu strategies: read the host's real-time limits and CPUs: %w", err)
+	}
+	mine := map[uint32]bool{}
+	for _, s := range checked {
+		mine[s.ID] = true
+	}
+	var errs config.Errors
+	for _, p := range host.Problems(append(slices.Clone(others), checked...)) {
+		if mine[p.ID] {
+			errs = append(errs, config.FieldError{Path: at(p.ID) + "." + p.Field, Reason: p.Reason})
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// checkFileStrategies is checkStrategiesHost for a whole config, each
+// strategy named by its place in the file: those not in live (the
+// strategies that serve, a reload's) exactly as they are.
+func checkFileStrategies(cfg *config.Config, live []any) error {
+	at := map[uint32]string{}
+	var checked, others []config.Strategy
+	for i, s := range cfg.Strategies {
+		if slices.ContainsFunc(live, func(o any) bool { return reflect.DeepEqual(o, s) }) {
+			others = append(others, s)
+			continue
+		}
+		at[s.ID] = "strategies[" + strconv.Itoa(i) + "]"
+		checked = append(checked, s)
+	}
+	return checkStrategiesHost(others, checked, func(id uint32) string { return at[id] })
+}
+
+// checkAppliedStrategies is checkStrategiesHost for a store batch that
+// changed strategies (ch): those it created or updated, named by their
+// operation, against the store's others.
+func checkAppliedStrategies(st *config.Store, ch *config.Changes) error {
+	if len(ch.Strategies) == 0 {
+		return nil
+	}
+	at := map[uint32]string{}
+	var checked, others []config.Strategy
+	for _, d := range ch.Strategies {
+		if d.New != nil {
+			at[d.New.ID] = d.At
+			checked = append(checked, *d.New)
+		}
+	}
+	for _, o := range st.List(config.KindStrategy) {
+		if s := o.(config.Strategy); at[s.ID] == "" {
+			others = append(others, s)
+		}
+	}
+	return checkStrategiesHost(others, checked, func(id uint32) string { return at[id] })
 }

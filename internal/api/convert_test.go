@@ -37,7 +37,7 @@ flowopt:
 strategies:
   - {id: 1, name: gnb, command_regex: "^nr-gnb$", selectors: {pod_labels: {app: gnb, tier: ran}, cgroup: /kubepods.slice, user: "0", env: A=1},
      priority: true, policy: rr, rt_priority: 60, cpus: "0,2-3", irq_affinity: [lan0, wan0], others_weight: 2}
-  - {id: 2, command_regex: upf, priority: true, policy: deadline, execution_time: 300us, period: 2ms}
+  - {id: 2, command_regex: upf, selectors: {user: upf}, priority: true, policy: deadline, execution_time: 300us, period: 2ms}
 lbrs:
   - {id: 1, algorithm: maglev, table_size: 251, members: [{far: 4}, {far: 2, weight: 0}]}
 services:

@@ -181,7 +181,10 @@ func runCPU(ctx context.Context, o Options, d time.Duration, rate int) (c *CPU, 
 		}
 		mode := CPUMode{Name: m.name, Loaded: m.loaded}
 		if s != nil {
+			// The responder runs as root: user 0 selects it, the
+			// regex narrows it to this run's.
 			s.Id, s.Name, s.CommandRegex = uint32(100+i), "bench-"+m.name, regexp.QuoteMeta(tag)
+			s.Selectors = &pb.Selectors{User: "0"}
 			mode.Strategy = strategyText(s)
 			if _, err := gb.Apply(ctx, &pb.ApplyRequest{Operations: []*pb.Operation{{Op: &pb.Operation_Create{
 				Create: &pb.Object{Kind: &pb.Object_Strategy{Strategy: s}}}}}}); err != nil {

@@ -254,7 +254,7 @@ flowopt:
   - {module: relief, hot: 110%, min_pps: 5000, off: true}
 strategies:
   - {id: 1, command_regex: "^gnb$", selectors: {pod_labels: {app: gnb, "example.com/tier": ""}, user: "0"}, priority: true, cpus: "0,2-3", irq_affinity: [lan0]}
-  - {id: 2, selectors: {env: A=b c}, priority: true, policy: deadline, execution_time: 100us, period: 2ms}
+  - {id: 2, selectors: {env: A=b c, user: ran}, priority: true, policy: deadline, execution_time: 100us, period: 2ms}
 `
 
 // TestTypedKindsRoundTrip: QoS classes, FlowOpt modules and strategies

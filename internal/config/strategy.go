@@ -5,6 +5,7 @@ package config
 import (
 	"fmt"
 	"maps"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -45,11 +46,13 @@ type Strategy struct {
 	Name string `yaml:"name,omitempty"`
 	// CommandRegex (RE2) is matched against a process's comm and its
 	// full command line (arguments joined by spaces): either matching
-	// selects it.
+	// selects it. A process names itself, so in a strategy that
+	// changes anything it only narrows what Selectors choose.
 	CommandRegex string `yaml:"command_regex,omitempty"`
 	// Selectors a process must all match, besides CommandRegex. A
 	// strategy has CommandRegex or a selector, or it would take every
-	// process.
+	// process; one that changes anything has user, cgroup or
+	// pod_labels (Selectors.Trusted).
 	Selectors *Selectors `yaml:"selectors,omitempty"`
 	// Priority protects the processes with the real-time policy Policy
 	// names.
@@ -88,11 +91,15 @@ type Strategy struct {
 // Selectors choose processes by where and as whom they run; each one
 // set must match.
 type Selectors struct {
-	// PodLabels are Kubernetes pod labels the process's pod has (read
-	// from its cgroup path or the kubelet's pod files).
+	// PodLabels are Kubernetes pod labels the process's pod has: the
+	// pod whose UID names the process's cgroup where the kubelet makes
+	// pods (/kubepods/..., /kubepods.slice/...), labels from the
+	// kubelet's pod list.
 	PodLabels map[string]string `yaml:"pod_labels,omitempty"`
 	// Cgroup is the cgroup v2 path the process is in ("/system.slice/
-	// open5gs-upfd.service").
+	// open5gs-upfd.service"), or one above it. The agent takes a
+	// process in it only while every group from the root down to the
+	// process's is root's and not delegated.
 	Cgroup string `yaml:"cgroup,omitempty"`
 	// User is the user name or numeric uid the process runs as.
 	User string `yaml:"user,omitempty"`
@@ -149,6 +156,55 @@ func (s Strategy) Effective() Strategy {
 func realTime(p string) bool {
 	return p == PolicyFIFO || p == PolicyRR || p == PolicyDeadline
 }
+
+// RealTime reports whether s runs its processes under a real-time
+// policy (fifo, rr or deadline).
+func (s Strategy) RealTime() bool { return s.Priority && realTime(s.Effective().Policy) }
+
+// Changes reports whether s changes anything: it raises its processes'
+// priority, dedicates CPUs to them or lowers the others' weight. Such a
+// strategy must select by what a process cannot choose itself
+// (Selectors.Trusted).
+func (s Strategy) Changes() bool {
+	return s.Priority || !s.CPUs.IsZero() || s.Effective().OthersWeight > 0
+}
+
+// Trusted reports whether sel selects by something a process cannot
+// choose itself: the user it runs as, a cgroup (root-owned and not
+// delegated, which the agent checks when it matches), or its pod (found
+// where the kubelet puts pods). A process names itself (command_regex)
+// and sets its own environment (env): those only narrow a selection.
+func (sel *Selectors) Trusted() bool {
+	return sel != nil && (sel.User != "" || sel.Cgroup != "" || len(sel.PodLabels) > 0)
+}
+
+// SystemProcesses are the names (as a comm and as a command line) of
+// processes no strategy may take: init, the kernel's threads, the
+// daemons a host is reached and run by, shells, container runtimes and
+// the agent. A strategy that changes anything is refused when its
+// command_regex matches one of them, or anyProcess: such a pattern
+// would take the system's processes, with a real-time policy or its
+// CPUs, once selected by root's uid or a broad cgroup.
+var SystemProcesses = []string{
+	"init", "/sbin/init", "systemd", "/lib/systemd/systemd --system --deserialize 30",
+	"systemd-journald", "systemd-udevd", "systemd-logind", "systemd-networkd", "systemd-resolved", "systemd-timesyncd",
+	"dbus-daemon", "dbus-broker", "polkitd", "udevd", "sshd", "/usr/sbin/sshd -D", "sshd: root@pts/0",
+	"agetty", "login", "getty", "cron", "crond", "atd", "rsyslogd", "chronyd", "ntpd",
+	"containerd", "dockerd", "crio", "kubelet", "kube-proxy", "containerd-shim-runc-v2", "runc",
+	"bash", "-bash", "sh", "su", "sudo",
+	"edgeplane", "/usr/local/bin/edgeplane agent --config /etc/edgeplane/gateway.yaml",
+	"kthreadd", "ksoftirqd/0", "migration/0", "rcu_preempt", "kworker/0:1-events", "irq/24-eth0",
+}
+
+// anyProcess is a name no operator targets: a command_regex that
+// matches it matches names at large ("." , "^", "[a-z]").
+const anyProcess = "q7-unnamed-process"
+
+// broadCgroups hold the system's processes, or many services or pods
+// of it: selected by one of these (or by root's uid), a strategy must
+// name its processes with a command_regex too.
+var broadCgroups = []string{"/system.slice", "/user.slice", "/machine.slice", "/kubepods", "/kubepods/burstable", "/kubepods/besteffort",
+	"/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", "/kubepods.slice/kubepods-besteffort.slice"}
 
 // MaxStrategies bounds the strategies: the agent's scan every second
 // costs processes × strategies (their regexes and selectors), and a
@@ -233,6 +289,7 @@ func checkStrategy(c *Check, s *Strategy) {
 		c.Add("id", "required")
 	}
 	checkSelection(c, s)
+	checkPrivilege(c, s)
 	want := joinWords(strategyPolicies, "or")
 	switch {
 	case s.Policy != "" && !slices.Contains(strategyPolicies, s.Policy):
@@ -289,8 +346,11 @@ func checkPolicySettings(c *Check, e Strategy) {
 		switch {
 		case rt == 0:
 			c.Add("execution_time", "required with policy deadline (the runtime each period)")
-		case rt < MinExecutionTime || rt > p:
-			c.Add("execution_time", "%s is outside %s-%s (the period)", rt, MinExecutionTime, p)
+		case rt < MinExecutionTime || rt >= p:
+			// A runtime of the whole period leaves the CPU to nothing
+			// else while the task runs (with RT throttling off the
+			// kernel admits it).
+			c.Add("execution_time", "%s is outside %s up to below %s (the period: the rest of each period is the other tasks')", rt, MinExecutionTime, p)
 		}
 	case PolicyWeight:
 		if e.ExecutionTime.D != 0 {
@@ -343,6 +403,47 @@ func checkSelection(c *Check, s *Strategy) {
 	}
 }
 
+// checkPrivilege checks what a strategy that changes something selects:
+// processes that cannot name themselves into it, and none of the
+// system's.
+func checkPrivilege(c *Check, s *Strategy) {
+	if !s.Changes() || c.bad["command_regex"] {
+		return
+	}
+	sel := s.Selectors
+	if !sel.Trusted() {
+		c.Add("selectors", "a strategy that raises priority, dedicates cpus or lowers others_weight needs user, cgroup or pod_labels "+
+			"(any user can name a process to match command_regex and set its env: those only narrow)")
+		return
+	}
+	if s.CommandRegex != "" {
+		re := regexp.MustCompile(s.CommandRegex) // checkSelection compiled it
+		for _, name := range append(SystemProcesses, anyProcess) {
+			if re.MatchString(name) {
+				what := "a system process's name"
+				if name == anyProcess {
+					what = "a name nobody chose for it (it matches process names at large)"
+				}
+				c.Add("command_regex", "%q matches %q, %s: a strategy never takes the system's processes", s.CommandRegex, name, what)
+				return
+			}
+		}
+	}
+	if sel.Cgroup != "" {
+		switch g := path.Clean(sel.Cgroup); {
+		case g == "/" || g == "/init.scope":
+			c.Add("selectors.cgroup", "%q holds init or every process: name the group of the processes to protect", sel.Cgroup)
+			return
+		case slices.Contains(broadCgroups, g) && s.CommandRegex == "":
+			c.Add("selectors.cgroup", "%q holds many services or pods, the system's among them: name one, or narrow it with command_regex", sel.Cgroup)
+			return
+		}
+	}
+	if isRoot(sel.User) && s.CommandRegex == "" {
+		c.Add("selectors.user", "%s's processes are the system's (init, sshd, the agent): narrow them with command_regex", sel.User)
+	}
+}
+
 // Patterns of names the selectors take: a Kubernetes label's name part
 // and value (63 bytes at most, checked apart), a DNS subdomain (a label
 // key's prefix), a user name as useradd takes it (32 bytes at most,
@@ -370,6 +471,12 @@ func labelProblem(key, value string) string {
 		return fmt.Sprintf("label %s value %q: want at most 63 letters, digits, -, _ or ., starting and ending with a letter or digit", key, value)
 	}
 	return ""
+}
+
+// isRoot reports whether user u (a name or a uid) is root.
+func isRoot(u string) bool {
+	id, err := strconv.ParseUint(u, 10, 32)
+	return u == "root" || (err == nil && id == 0)
 }
 
 // validUser reports whether u is a user name or a uid ((uid_t)-1 is

@@ -21,8 +21,8 @@ import (
 // Pods gives the labels of the pods on this node, by pod UID, from the
 // kubelet's pod list (its /pods endpoint, as `kubectl get --raw
 // /api/v1/nodes/NODE/proxy/pods` shows it) or a file holding one. A
-// process's pod is the UID in its cgroup path, which the kubelet names
-// under both cgroup drivers.
+// process's pod is the UID its cgroup is named by where the kubelet
+// makes pods (PodUID), under both cgroup drivers.
 type Pods struct {
 	src    string // an http(s) URL or a file
 	client *http.Client
@@ -126,20 +126,52 @@ func (p *Pods) read() (map[string]map[string]string, error) {
 	return out, nil
 }
 
-// podCgroup finds a pod UID in a cgroup path: "pod<uid>" under the
-// cgroupfs driver (/kubepods/burstable/pod1234-.../ctr), and with the
-// UID's dashes as underscores under systemd's
-// (kubepods-burstable-pod1234_....slice).
-var podCgroup = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?(?:/|$)`)
-
 // PodUID returns the UID of the pod whose cgroup path cgroup is, or "".
+// A pod is found only where the kubelet makes pods, at the cgroup root
+// (its default --cgroup-root): /kubepods[/burstable|/besteffort]/pod<uid>
+// under the cgroupfs driver, /kubepods.slice[/kubepods-<qos>.slice]/
+// kubepods[-<qos>]-pod<uid with _ for ->.slice under systemd's. Those
+// are root's to make; a "pod<uid>" segment anywhere else (a user's
+// delegated cgroup, a group inside a container) names nothing.
 func PodUID(cgroup string) string {
-	m := podCgroup.FindAllStringSubmatch(cgroup, -1)
-	if len(m) == 0 {
+	seg := strings.Split(strings.TrimPrefix(cgroup, "/"), "/")
+	if len(seg) < 2 {
 		return ""
 	}
-	return strings.ReplaceAll(m[len(m)-1][1], "_", "-")
+	switch seg[0] {
+	case "kubepods":
+		i := 1
+		if seg[1] == "burstable" || seg[1] == "besteffort" {
+			i = 2
+		}
+		if i < len(seg) {
+			if u, ok := strings.CutPrefix(seg[i], "pod"); ok && podUID.MatchString(u) {
+				return u
+			}
+		}
+	case "kubepods.slice":
+		i, prefix := 1, "kubepods-pod"
+		for _, qos := range []string{"burstable", "besteffort"} {
+			if seg[1] == "kubepods-"+qos+".slice" {
+				i, prefix = 2, "kubepods-"+qos+"-pod"
+			}
+		}
+		if i < len(seg) {
+			u, ok := strings.CutPrefix(seg[i], prefix)
+			if u, ok2 := strings.CutSuffix(u, ".slice"); ok && ok2 && podUIDSystemd.MatchString(u) {
+				return strings.ReplaceAll(u, "_", "-")
+			}
+		}
+	}
+	return ""
 }
+
+// A pod's UID: a UUID, or the 32 hex digits of a static pod's hash; in
+// a systemd slice name, with its dashes as underscores.
+var (
+	podUID        = regexp.MustCompile(`^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$`)
+	podUIDSystemd = regexp.MustCompile(`^([0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12}|[0-9a-f]{32})$`)
+)
 
 // errNoPods is a strategy's error when it names pod labels and the
 // agent has no pod list.

@@ -21,21 +21,56 @@ import (
 )
 
 // TestPodUID: the pod UID in a cgroup path under both of the kubelet's
-// cgroup drivers, the innermost when nested; none outside a pod.
+// cgroup drivers, only where the kubelet makes pods (the kubepods
+// hierarchy at the root); none outside a pod.
 func TestPodUID(t *testing.T) {
 	const uid = "0b7e6a3c-1f2d-4c5e-9a8b-7c6d5e4f3a2b"
+	const other = "11111111-2222-4333-8444-555555555555"
 	for path, want := range map[string]string{
 		"/kubepods/burstable/pod" + uid + "/3f9a0c": uid,
 		"/kubepods/pod" + uid:                       uid,
 		"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-3f.scope": uid,
-		"/system.slice/open5gs-upfd.service": "",
-		"/kubepods/burstable/podnot-a-uid/x": "",
-		"/user.slice/pod" + uid + "x/ctr":    "",
+		"/system.slice/open5gs-upfd.service":                        "",
+		"/kubepods/burstable/podnot-a-uid/x":                        "",
+		"/user.slice/pod" + uid + "x/ctr":                           "",
+		"/kubepods/pod" + strings.ReplaceAll(uid, "-", "") + "/ctr": strings.ReplaceAll(uid, "-", ""), // a static pod's hash
+		// Only where the kubelet makes pods, at the root: not in a
+		// user's delegated group, nor a group a pod made inside its own.
+		"/user.slice/user-1000.slice/user@1000.service/pod" + uid:                                                         "",
+		"/user.slice/user-1000.slice/user@1000.service/kubepods/burstable/pod" + uid + "/c":                               "",
+		"/edgeplane-test/kubepods/pod" + uid:                                                                              "",
+		"/kubepods/burstable/pod" + uid + "/ctr/pod" + other:                                                              uid,
+		"/kubepods.slice/kubepods-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/x":                                   uid,
+		"/kubepods.slice/kubepods-burstable.slice/kubepods-besteffort-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice": "",
+		"/kubepods/guaranteed/pod" + uid:                                                                                  "",
 	} {
 		if got := sched.PodUID(path); got != want {
 			t.Errorf("%s: %q, want %q", path, got, want)
 		}
 	}
+}
+
+// kubepodsGroup makes a container's group of pod uid where the kubelet
+// (cgroupfs driver) makes it in the cgroup v2 hierarchy at unified:
+// /kubepods/burstable/pod<uid>/ctr. It is removed with the test, with
+// the kubepods groups above it once empty, after the processes in it
+// are moved back to the root.
+func kubepodsGroup(t *testing.T, unified, uid string) string {
+	t.Helper()
+	group := filepath.Join(unified, "kubepods", "burstable", "pod"+uid, "ctr")
+	if err := os.MkdirAll(group, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b, _ := os.ReadFile(filepath.Join(group, "cgroup.procs"))
+		for _, pid := range strings.Fields(string(b)) {
+			_ = os.WriteFile(filepath.Join(unified, "cgroup.procs"), []byte(pid), 0)
+		}
+		for d := group; d != unified; d = filepath.Dir(d) {
+			_ = os.Remove(d) // fails while not empty: another test's
+		}
+	})
+	return group
 }
 
 // podList is a v1 PodList of one pod with labels.
@@ -57,23 +92,14 @@ func TestPodLabels(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(unified, "cgroup.procs")); err != nil {
 		unified = "/sys/fs/cgroup" // a cgroup v2 host
 	}
-	group := filepath.Join(unified, "edgeplane-test-"+testutil.UniqueName("k"), "kubepods", "burstable", "pod"+uid, "ctr")
-	if err := os.MkdirAll(group, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	group := kubepodsGroup(t, unified, uid)
 	tag := "edgeplane-pod-" + testutil.UniqueName("t")
 	cmd := exec.Command("bash", "-c", "exec -a "+tag+" sleep 60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		for d := group; strings.HasPrefix(d, unified+"/edgeplane-test-"); d = filepath.Dir(d) {
-			_ = os.Remove(d)
-		}
-	})
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	if err := os.WriteFile(filepath.Join(group, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,11 @@ type Proc struct {
 	Cmdline string // arguments joined by spaces
 	UID     uint32
 	Cgroup  string // the cgroup v2 path (the "0::" line), "" on a v1-only host
+	// Kernel: a kernel thread (PF_KTHREAD), which no strategy takes.
+	Kernel bool
+	// Pod is the UID of the pod the process is in, found where the
+	// kubelet makes pods (PodUID) in any of its hierarchies, or "".
+	Pod string
 }
 
 // ReadProc reads process pid's identity from /proc.
@@ -60,6 +65,8 @@ func ReadProc(root string, pid int) (Proc, error) {
 		return p, fmt.Errorf("%s/stat: %d fields after comm", dir, len(fields))
 	}
 	p.PPID, _ = strconv.Atoi(fields[1])
+	flags, _ := strconv.ParseUint(fields[6], 10, 64)
+	p.Kernel = flags&pfKthread != 0
 	if p.Start, err = strconv.ParseUint(fields[19], 10, 64); err != nil {
 		return p, fmt.Errorf("%s/stat: start time: %w", dir, err)
 	}
@@ -81,17 +88,27 @@ func ReadProc(root string, pid int) (Proc, error) {
 		}
 	}
 	if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
-		for _, line := range strings.Split(string(cg), "\n") {
+		lines := strings.Split(string(cg), "\n")
+		for _, line := range lines {
 			if v, ok := strings.CutPrefix(line, "0::"); ok {
 				p.Cgroup = v
+			}
+		}
+		// The kubelet makes a pod's group in every hierarchy (v2, or
+		// each v1 controller's): the v2 one first.
+		p.Pod = PodUID(p.Cgroup)
+		for _, line := range lines {
+			if f := strings.SplitN(line, ":", 3); len(f) == 3 && p.Pod == "" {
+				p.Pod = PodUID(f[2])
 			}
 		}
 	}
 	return p, nil
 }
 
-// Procs reads every user process of /proc (kernel threads, which have no
-// command line, left out), skipping those gone meanwhile.
+// Procs reads every user process of /proc (kernel threads left out,
+// known by their flag: a process may empty its own command line),
+// skipping those gone meanwhile.
 func Procs(root string) ([]Proc, error) {
 	ents, err := os.ReadDir(root)
 	if err != nil {
@@ -104,7 +121,7 @@ func Procs(root string) ([]Proc, error) {
 			continue
 		}
 		p, err := ReadProc(root, pid)
-		if err != nil || p.Cmdline == "" {
+		if err != nil || p.Kernel {
 			continue
 		}
 		out = append(out, p)
@@ -114,17 +131,24 @@ func Procs(root string) ([]Proc, error) {
 
 // matches tells whether strategy s takes process p: its command_regex
 // matches the comm or the command line, and every selector given holds.
-// Pod labels need the engine's pod list (SetPods): without one, a
-// strategy with them matches nothing, and says why.
+// A strategy that changes anything must select by what a process cannot
+// choose (config.Selectors.Trusted), and a cgroup selector holds only
+// while the process's group is root's and not delegated. Pod labels
+// need the engine's pod list (SetPods): without one, a strategy with
+// them matches nothing, and says why.
 func (e *Engine) matches(s config.Strategy, re *regexp.Regexp, p Proc) bool {
 	if re != nil && !re.MatchString(p.Comm) && !re.MatchString(p.Cmdline) {
 		return false
 	}
 	sel := s.Selectors
+	if s.Changes() && !sel.Trusted() {
+		e.Errors[s.ID] = errUntrusted.Error()
+		return false
+	}
 	if sel == nil {
 		return re != nil
 	}
-	if sel.Cgroup != "" && p.Cgroup != sel.Cgroup && !strings.HasPrefix(p.Cgroup, strings.TrimSuffix(sel.Cgroup, "/")+"/") {
+	if sel.Cgroup != "" && !under(p.Cgroup, sel.Cgroup) {
 		return false
 	}
 	if sel.User != "" && !userIs(sel.User, p.UID) {
@@ -141,11 +165,10 @@ func (e *Engine) matches(s config.Strategy, re *regexp.Regexp, p Proc) bool {
 			e.Errors[s.ID] = errNoPods.Error()
 			return false
 		}
-		uid := PodUID(p.Cgroup)
-		if uid == "" {
+		if p.Pod == "" {
 			return false
 		}
-		labels, err := e.pods.Labels(uid)
+		labels, err := e.pods.Labels(p.Pod)
 		if err != nil {
 			e.Errors[s.ID] = "pod_labels: " + err.Error()
 		}
@@ -153,6 +176,16 @@ func (e *Engine) matches(s config.Strategy, re *regexp.Regexp, p Proc) bool {
 			if have, ok := labels[k]; !ok || have != v {
 				return false
 			}
+		}
+	}
+	if sel.Cgroup != "" {
+		if e.v2 == nil {
+			m := v2Mount(filepath.Join(e.root, "self", "mountinfo"))
+			e.v2 = &m
+		}
+		if why := delegated(*e.v2, p.Cgroup); why != "" {
+			e.Errors[s.ID] = fmt.Sprintf("process %d not taken: %s", p.PID, why)
+			return false
 		}
 	}
 	return true
@@ -254,17 +287,22 @@ type Held struct {
 	PID      int    `json:"pid"`
 	TID      int    `json:"tid"`
 	Start    uint64 `json:"start"`
-	Before   Attr   `json:"before"`
-	Applied  string `json:"applied"`
+	// ThreadStart is the thread's own start time: a thread id reused
+	// (by a thread, or a process) is another thread, never given
+	// anything back (0: not known, from an older state file).
+	ThreadStart uint64 `json:"thread_start,omitempty"`
+	Before      Attr   `json:"before"`
+	Applied     string `json:"applied"`
 }
 
 // Moved is a thread of another process moved off a strategy's dedicated
 // CPUs: the CPUs it had before.
 type Moved struct {
-	PID    int    `json:"pid"`
-	TID    int    `json:"tid"`
-	Start  uint64 `json:"start"`
-	Before []int  `json:"before"`
+	PID         int    `json:"pid"`
+	TID         int    `json:"tid"`
+	Start       uint64 `json:"start"`
+	ThreadStart uint64 `json:"thread_start,omitempty"`
+	Before      []int  `json:"before"`
 	// Removed are the dedicated CPUs it was moved off; a thread or
 	// child process it makes inherits its CPUs less those, and is
 	// given them back with it.
@@ -321,6 +359,10 @@ type Engine struct {
 	// ranOn is, by held process, the CPUs its threads were seen on at
 	// the scans since it was taken.
 	ranOn map[int]map[int]bool
+	// v2 is where the cgroup v2 hierarchy is mounted ("": none; nil:
+	// not looked for yet); me the agent (untouchable).
+	v2 *string
+	me *self
 	// Errors of the last Sync, by strategy: why a matching process was
 	// not given what the strategy says.
 	Errors map[uint32]string
@@ -354,14 +396,13 @@ func Recover(root, statePath string) (int, error) {
 		}
 	}
 	n := 0
-	same := func(pid int, start uint64) bool { p, err := ReadProc(root, pid); return err == nil && p.Start == start }
 	for _, h := range st.Held {
-		if same(h.PID, h.Start) && restore(h) == nil {
+		if sameThread(root, h.PID, h.TID, h.Start, h.ThreadStart) && restore(h) == nil {
 			n++
 		}
 	}
 	for _, m := range st.Moved {
-		if same(m.PID, m.Start) {
+		if sameThread(root, m.PID, m.TID, m.Start, m.ThreadStart) {
 			_ = setCPUs(m.TID, m.Before)
 		}
 	}
@@ -378,6 +419,52 @@ func Recover(root, statePath string) (int, error) {
 	}
 	errs = append(errs, os.Remove(statePath))
 	return n, errors.Join(errs...)
+}
+
+// sameThread tells whether thread tid of process pid is still the one
+// that started at threadStart in the process that started at start (a
+// threadStart of 0: the process alone is checked). Between a thread's
+// exit and a give-back its id may go to a new thread or process, of
+// any user's, which must get nothing.
+func sameThread(root string, pid, tid int, start, threadStart uint64) bool {
+	p, err := ReadProc(root, pid)
+	if err != nil || p.Start != start {
+		return false
+	}
+	if threadStart == 0 {
+		return true
+	}
+	ts, err := taskStart(root, pid, tid)
+	return err == nil && ts == threadStart
+}
+
+// taskStart reads thread tid's start time (field 22 of its stat, clock
+// ticks since boot).
+func taskStart(root string, pid, tid int) (uint64, error) {
+	f, err := taskStat(root, pid, tid, 22)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(f, 10, 64)
+}
+
+// taskStat reads field n (1-based, as proc(5) numbers them; n > 2) of
+// thread tid's stat.
+func taskStat(root string, pid, tid, n int) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "task", strconv.Itoa(tid), "stat"))
+	if err != nil {
+		return "", err
+	}
+	// The comm (field 2) is in parentheses and may hold either.
+	end := strings.LastIndexByte(string(b), ')')
+	if end < 0 {
+		return "", fmt.Errorf("thread %d: no comm in its stat", tid)
+	}
+	f := strings.Fields(string(b[end+1:]))
+	if len(f) < n-2 {
+		return "", fmt.Errorf("thread %d: %d fields in its stat", tid, len(f)+2)
+	}
+	return f[n-3], nil
 }
 
 // getAttr reads thread tid's scheduling and affinity.
@@ -435,8 +522,10 @@ func cpusOf(tid int) ([]int, error) {
 	return out, nil
 }
 
-// apply gives thread tid strategy s's scheduling and CPUs.
-func apply(s config.Strategy, tid int, ext bool) (string, error) {
+// apply gives thread tid strategy s's scheduling and CPUs. A fifo or rr
+// strategy without cpus runs on rtCPUs (every CPU but the housekeeping
+// one, Host.RTCPUs).
+func apply(s config.Strategy, tid int, ext bool, rtCPUs []int) (string, error) {
 	s = s.Effective()
 	var what []string
 	if s.Priority && ext {
@@ -455,7 +544,20 @@ func apply(s config.Strategy, tid int, ext bool) (string, error) {
 				a.Policy = unix.SCHED_RR
 			}
 			what = append(what, fmt.Sprintf("%s %d", s.Policy, s.RTPriority))
+			if s.CPUs.IsZero() {
+				// Off the housekeeping CPU before it is real-time.
+				if len(rtCPUs) == 0 {
+					return "", errNoRTCPU
+				}
+				if err := setCPUs(tid, rtCPUs); err != nil {
+					return "", fmt.Errorf("keep it off the housekeeping CPU: %w", err)
+				}
+				what[len(what)-1] += " (CPUs " + listText(rtCPUs) + ")"
+			}
 		case config.PolicyDeadline:
+			if rtThrottleOff() {
+				return "", errRTUnbounded
+			}
 			a.Policy = unix.SCHED_DEADLINE
 			a.Runtime, a.Deadline, a.Period = uint64(s.ExecutionTime.D), uint64(s.Period.D), uint64(s.Period.D)
 			what = append(what, fmt.Sprintf("deadline %s/%s", s.ExecutionTime.D, s.Period.D))
@@ -488,10 +590,27 @@ func apply(s config.Strategy, tid int, ext bool) (string, error) {
 	return strings.Join(what, ", "), nil
 }
 
-// errRTUnbounded refuses FIFO and RR while the kernel's real-time
-// throttling is off: a runaway real-time task would hold its CPU for
-// good.
-var errRTUnbounded = errors.New("real-time throttling is off (kernel.sched_rt_runtime_us = -1): a runaway FIFO or RR task could lock its CPU; not applied (set it back, e.g. to 950000)")
+// keepOffHousekeeping puts a held thread of fifo or rr strategy s
+// without cpus back on rtCPUs when it left them (a thread may set its
+// own affinity): no real-time thread takes the housekeeping CPU.
+func keepOffHousekeeping(s config.Strategy, tid int, ext bool, rtCPUs []int) {
+	if ext || !s.Priority || !s.CPUs.IsZero() || (s.Policy != config.PolicyFIFO && s.Policy != config.PolicyRR) || len(rtCPUs) == 0 {
+		return
+	}
+	if cpus, err := cpusOf(tid); err == nil && slices.ContainsFunc(cpus, func(c int) bool { return !slices.Contains(rtCPUs, c) }) {
+		_ = setCPUs(tid, rtCPUs)
+	}
+}
+
+// errRTUnbounded refuses every real-time policy while the kernel's
+// real-time throttling is off: a runaway FIFO or RR task would hold its
+// CPU for good, and deadline admission is off with it (a runtime of the
+// whole period would be admitted).
+var errRTUnbounded = errors.New("real-time throttling is off (kernel.sched_rt_runtime_us = -1): a runaway real-time task could lock its CPU; not applied (set it back, e.g. to 950000)")
+
+// errNoRTCPU refuses fifo and rr without cpus where every CPU but the
+// housekeeping one is dedicated.
+var errNoRTCPU = errors.New("no CPU for it: every CPU but the housekeeping one, which no real-time thread takes, is dedicated to strategies")
 
 // rtThrottleOff tells whether real-time throttling is off.
 func rtThrottleOff() bool {
@@ -535,22 +654,47 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 		byID[s.ID] = strategies[i]
 	}
 	e.Errors = map[uint32]string{}
+	// What the host refuses now (RT throttling switched off, CPUs gone
+	// offline since the config was checked) takes nothing: a strategy
+	// with a problem holds no thread.
+	host, herr := ReadHost(e.root, e.sys)
+	refused := map[uint32]bool{}
+	if herr != nil {
+		for _, s := range strategies {
+			if s.RealTime() || !s.CPUs.IsZero() {
+				refused[s.ID] = true
+				e.addError(s.ID, "read the host's real-time limits and CPUs: "+herr.Error())
+			}
+		}
+	}
+	for _, pr := range host.Problems(strategies) {
+		refused[pr.ID] = true
+		e.addError(pr.ID, pr.Field+": "+pr.Reason)
+	}
+	rtCPUs := host.RTCPUs(strategies)
+	if e.me == nil {
+		me := selfOf(e.root)
+		e.me = &me
+	}
 	want := map[int]*Held{}
 	pids := map[uint32][]int{}
 	ppid := map[int]int{}
-	self := os.Getpid()
 	for _, p := range procs {
 		ppid[p.PID] = p.PPID
-		if p.PID == self {
+		if e.me.untouchable(p) {
 			continue
 		}
 		for i, s := range strategies {
-			if !e.matches(s, res[i], p) {
+			if refused[s.ID] || !e.matches(s, res[i], p) {
 				continue
 			}
 			pids[s.ID] = append(pids[s.ID], p.PID)
 			for _, tid := range e.tasks(p.PID) {
-				want[tid] = &Held{Strategy: s.ID, PID: p.PID, TID: tid, Start: p.Start}
+				ts, err := taskStart(e.root, p.PID, tid)
+				if err != nil {
+					continue // gone
+				}
+				want[tid] = &Held{Strategy: s.ID, PID: p.PID, TID: tid, Start: p.Start, ThreadStart: ts}
 			}
 			break
 		}
@@ -573,11 +717,14 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 	// Give back first: a CPU set or a deadline bandwidth another
 	// strategy now wants may be freed by it.
 	for tid, h := range e.held {
-		if w, ok := want[tid]; ok && w.Strategy == h.Strategy && w.Start == h.Start {
+		if w, ok := want[tid]; ok && w.Strategy == h.Strategy && w.Start == h.Start && w.ThreadStart == h.ThreadStart {
+			keepOffHousekeeping(byID[h.Strategy], tid, e.ext != nil, rtCPUs)
 			continue
 		}
-		if err := restore(*h); err != nil {
-			e.Errors[h.Strategy] = fmt.Sprintf("give back thread %d: %v", tid, err)
+		if sameThread(e.root, h.PID, tid, h.Start, h.ThreadStart) {
+			if err := restore(*h); err != nil {
+				e.Errors[h.Strategy] = fmt.Sprintf("give back thread %d: %v", tid, err)
+			}
 		}
 		delete(e.held, tid)
 		given++
@@ -606,7 +753,7 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 	}
 	for _, w := range fresh {
 		s := byID[w.Strategy]
-		applied, err := apply(s, w.TID, e.ext != nil)
+		applied, err := apply(s, w.TID, e.ext != nil, rtCPUs)
 		if err != nil {
 			e.Errors[s.ID] = fmt.Sprintf("process %d: %v", w.PID, err)
 			_ = restore(*w) // what was applied before the error
@@ -649,19 +796,11 @@ func (e *Engine) sampleCPUs() {
 // lastCPU reads the CPU thread tid of process pid last ran on (field 39
 // of its stat).
 func lastCPU(root string, pid, tid int) (int, error) {
-	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "task", strconv.Itoa(tid), "stat"))
+	f, err := taskStat(root, pid, tid, 39)
 	if err != nil {
 		return 0, err
 	}
-	end := strings.LastIndexByte(string(b), ')')
-	if end < 0 {
-		return 0, fmt.Errorf("thread %d: no comm in its stat", tid)
-	}
-	f := strings.Fields(string(b[end+1:]))
-	if len(f) < 37 {
-		return 0, fmt.Errorf("thread %d: %d fields in its stat", tid, len(f))
-	}
-	return strconv.Atoi(f[36])
+	return strconv.Atoi(f)
 }
 
 // Status is what the engine holds for one strategy.
@@ -830,6 +969,14 @@ func (e *Engine) syncWeights(strategies []config.Strategy, pids map[uint32][]int
 			protected = append(protected, cg)
 		}
 	}
+	// Never the agent's own group (nor those above it): the agent that
+	// gives everything back must not starve itself. At the root it is
+	// a root task, which no weight lowers.
+	if len(protected) > 0 {
+		if cg, err := h.cgroupOf(e.root, e.me.pid); err == nil && cg != "/" {
+			protected = append(protected, cg)
+		}
+	}
 	var errs []error
 	for id, g := range e.groups {
 		if !keep[id] {
@@ -936,7 +1083,8 @@ func (e *Engine) syncDedicated(strategies []config.Strategy, procs []Proc) {
 			}
 			m := e.moved[tid]
 			if r := inherited(removedBy, p.PID, p.PPID); m == nil && r != nil && !intersects(cpus, r) {
-				m = &Moved{PID: p.PID, TID: tid, Start: p.Start, Before: union(cpus, r), Removed: r}
+				ts, _ := taskStart(e.root, p.PID, tid)
+				m = &Moved{PID: p.PID, TID: tid, Start: p.Start, ThreadStart: ts, Before: union(cpus, r), Removed: r}
 				e.moved[tid] = m
 			}
 			base := cpus // what it may run on, were no CPU dedicated
@@ -950,7 +1098,8 @@ func (e *Engine) syncDedicated(strategies []config.Strategy, procs []Proc) {
 			}
 			if m == nil && len(target) < len(cpus) {
 				removed := slices.DeleteFunc(slices.Clone(cpus), func(c int) bool { return !slices.Contains(dedicated, c) })
-				m = &Moved{PID: p.PID, TID: tid, Start: p.Start, Before: cpus, Removed: removed}
+				ts, _ := taskStart(e.root, p.PID, tid)
+				m = &Moved{PID: p.PID, TID: tid, Start: p.Start, ThreadStart: ts, Before: cpus, Removed: removed}
 				e.moved[tid] = m
 				removedBy[p.PID] = removed
 			}
@@ -1032,11 +1181,15 @@ func (e *Engine) RevertAll() error {
 	defer e.mu.Unlock()
 	var errs []error
 	for tid, h := range e.held {
-		errs = append(errs, restore(*h))
+		if sameThread(e.root, h.PID, tid, h.Start, h.ThreadStart) {
+			errs = append(errs, restore(*h))
+		}
 		delete(e.held, tid)
 	}
 	for tid, m := range e.moved {
-		errs = append(errs, setCPUs(tid, m.Before))
+		if sameThread(e.root, m.PID, tid, m.Start, m.ThreadStart) {
+			errs = append(errs, setCPUs(tid, m.Before))
+		}
 		delete(e.moved, tid)
 	}
 	for irq, before := range e.irqs {
@@ -1078,7 +1231,7 @@ func (e *Engine) Wanted(strategies []config.Strategy, pids []int) bool {
 			return true
 		}
 		p, err := ReadProc(e.root, pid)
-		if err != nil || p.Cmdline == "" {
+		if err != nil || p.Kernel {
 			continue
 		}
 		for i, s := range strategies {

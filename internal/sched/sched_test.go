@@ -64,7 +64,7 @@ func TestEngine(t *testing.T) {
 	other := sleeper(t, "edgeplane-unrelated-"+tag)
 	state := filepath.Join(t.TempDir(), "sched.json")
 	e := sched.New("/proc", state)
-	s := strategy(t, `{id: 1, command_regex: "^`+tag+`", priority: true, policy: fifo, rt_priority: 20, cpus: "0"}`)
+	s := strategy(t, `{id: 1, command_regex: "^`+tag+`", selectors: {user: "0"}, priority: true, policy: fifo, rt_priority: 20, cpus: "0"}`)
 
 	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 {
 		t.Fatalf("sync: %d taken, %v; want the one process", taken, err)
@@ -141,7 +141,7 @@ func TestEngineDeadline(t *testing.T) {
 	tag := "edgeplane-dl-" + testutil.UniqueName("t")
 	pid := sleeper(t, tag)
 	e := sched.New("/proc", "")
-	s := strategy(t, `{id: 2, command_regex: "^`+tag+`", priority: true, policy: deadline, execution_time: 100us, period: 1ms}`)
+	s := strategy(t, `{id: 2, command_regex: "^`+tag+`", selectors: {user: "0"}, priority: true, policy: deadline, execution_time: 100us, period: 1ms}`)
 	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 {
 		t.Fatalf("deadline: %d taken, %v (%v)", taken, err, e.Errors)
 	}
@@ -165,7 +165,7 @@ func TestEngineDeadline(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = forker.Process.Kill(); _ = forker.Wait() })
 	time.Sleep(50 * time.Millisecond)
-	s = strategy(t, `{id: 2, command_regex: "^`+tag+`-forker", priority: true, policy: deadline, execution_time: 100us, period: 1ms}`)
+	s = strategy(t, `{id: 2, command_regex: "^`+tag+`-forker", selectors: {user: "0"}, priority: true, policy: deadline, execution_time: 100us, period: 1ms}`)
 	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 || len(e.Errors) > 0 {
 		t.Fatalf("deadline on a forking process: %d taken, %v, %v", taken, err, e.Errors)
 	}
@@ -199,10 +199,17 @@ func TestEngineDeadline(t *testing.T) {
 	if err := e.RevertAll(); err != nil {
 		t.Fatal(err)
 	}
-	// 990 us of every 1 ms for one process more than there are CPUs:
-	// past what the kernel admits (95 % of each CPU by default), so at
-	// least one is refused, with the admission named.
-	s = strategy(t, `{id: 2, command_regex: "^`+tag+`", priority: true, policy: deadline, execution_time: 990us, period: 1ms}`)
+	// 990 us of every 1 ms: past what real-time tasks may have of a CPU
+	// (95 % by default), refused before the kernel is asked.
+	s = strategy(t, `{id: 2, command_regex: "^`+tag+`", selectors: {user: "0"}, priority: true, policy: deadline, execution_time: 990us, period: 1ms}`)
+	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 0 || !strings.Contains(e.Errors[2], "over the 95.0% the kernel lets real-time tasks have") {
+		t.Errorf("990us/1ms: %d taken, %v, error %q; want refused for its bandwidth", taken, err, e.Errors[2])
+	}
+	// 900 us of every 1 ms for one process more than there are CPUs:
+	// each fits a CPU, together they do not fit the CPUs (the kernel's
+	// admission: 95 % of each), so at least one is refused, with the
+	// admission named.
+	s = strategy(t, `{id: 2, command_regex: "^`+tag+`", selectors: {user: "0"}, priority: true, policy: deadline, execution_time: 900us, period: 1ms}`)
 	for i := range runtime.NumCPU() {
 		sleeper(t, tag+"-"+strconv.Itoa(i))
 	}
@@ -210,7 +217,7 @@ func TestEngineDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	if msg := e.Errors[2]; !strings.Contains(msg, "deadline admission refused") {
-		t.Errorf("%d processes at 990us/1ms on %d CPUs: error %q, want the admission refused", runtime.NumCPU()+1, runtime.NumCPU(), msg)
+		t.Errorf("%d processes at 900us/1ms on %d CPUs: error %q, want the admission refused", runtime.NumCPU()+1, runtime.NumCPU(), msg)
 	}
 	if err := e.RevertAll(); err != nil {
 		t.Fatal(err)
@@ -243,7 +250,7 @@ func TestEngineWeight(t *testing.T) {
 	}
 	state := filepath.Join(t.TempDir(), "sched.json")
 	e := sched.New("/proc", state)
-	s := strategy(t, `{id: 7, command_regex: "^`+tag+`", policy: weight, others_weight: 2}`)
+	s := strategy(t, `{id: 7, command_regex: "^`+tag+`", selectors: {user: "0"}, policy: weight, others_weight: 2}`)
 	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 || len(e.Errors) > 0 {
 		t.Fatalf("sync: %d taken, %v, %v", taken, err, e.Errors)
 	}
@@ -319,7 +326,7 @@ func TestEngineDedicated(t *testing.T) {
 	}
 	state := filepath.Join(t.TempDir(), "sched.json")
 	e := sched.New("/proc", state)
-	s := strategy(t, `{id: 8, command_regex: "^`+tag+`", cpus: "`+strconv.Itoa(last)+`"}`)
+	s := strategy(t, `{id: 8, command_regex: "^`+tag+`", selectors: {user: "0"}, cpus: "`+strconv.Itoa(last)+`"}`)
 	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 {
 		t.Fatalf("sync: %d taken, %v", taken, err)
 	}
@@ -452,7 +459,7 @@ func TestEngineRTGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := sched.New("/proc", "")
-	s := strategy(t, `{id: 3, command_regex: "^`+tag+`", priority: true, policy: fifo}`)
+	s := strategy(t, `{id: 3, command_regex: "^`+tag+`", selectors: {user: "0"}, priority: true, policy: fifo}`)
 	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 0 {
 		t.Fatalf("sync: %d taken, %v; want none", taken, err)
 	}
@@ -511,7 +518,7 @@ func TestSelectors(t *testing.T) {
 		sel  string
 		want []int
 	}{
-		{`env: EDGEPLANE_CLASS=urllc`, []int{urllc}},
+		{`env: EDGEPLANE_CLASS=urllc, user: "0"`, []int{urllc}},
 		{`user: nobody`, []int{nobody}},
 		{`user: "65534"`, []int{nobody}},
 		{`cgroup: /` + name, []int{inGroup}},

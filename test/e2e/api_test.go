@@ -767,7 +767,7 @@ func TestAPIStrategies(t *testing.T) {
 	}
 
 	// Updated: round robin at 20, the CPUs given up.
-	rr := &pb.Strategy{Id: 1, Name: "gnb", CommandRegex: "^nr-gnb$", Priority: true, Policy: "rr", RtPriority: 20}
+	rr := &pb.Strategy{Id: 1, Name: "gnb", CommandRegex: "^nr-gnb$", Selectors: &pb.Selectors{User: "0"}, Priority: true, Policy: "rr", RtPriority: 20}
 	a.mustApply(t, updateOp(&pb.Object{Kind: &pb.Object_Strategy{Strategy: rr}}))
 	if got, err := a.gc.GetStrategy(ctx, &pb.GetByIDRequest{Id: 1}); err != nil || !proto.Equal(got, rr) {
 		t.Errorf("strategy 1 after the update: %v, %v; want %v", got, err, rr)

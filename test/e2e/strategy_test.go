@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +46,7 @@ func TestAgentStrategy(t *testing.T) {
 	}
 	isFIFO := func() bool { return policy() == unix.SCHED_FIFO }
 	withStrategy := forwardConfig + `strategies:
-  - {id: 1, name: e2e, command_regex: "^` + tag + `", priority: true, policy: fifo, rt_priority: 10}
+  - {id: 1, name: e2e, command_regex: "^` + tag + `", selectors: {user: "0"}, priority: true, policy: fifo, rt_priority: 10}
 `
 	g := newGateway(t, withStrategy)
 	// Asked for the sched_ext scheduler on a kernel without sched_ext
@@ -59,7 +60,7 @@ func TestAgentStrategy(t *testing.T) {
 	}
 	// It says what it holds — the process, what it applied, the CPUs
 	// it ran on — in the CLI (over the API) and the metrics.
-	held := regexp.MustCompile(fmt.Sprintf(`(?m)^1\s+%d\s+sleep\s+1\s+fifo 10\s+\d`, pid))
+	held := regexp.MustCompile(fmt.Sprintf(`(?m)^1\s+%d\s+sleep\s+1\s+fifo 10 \(CPUs \d+\)\s+\d`, pid))
 	var out []byte
 	if !waitFor(3*time.Second, func() bool {
 		out, _ = exec.Command(edgeplaneBin, "get", "strategies", "--server", "unix://"+agent.DefaultAPISocket(g.PinDir)).CombinedOutput()
@@ -171,7 +172,7 @@ func TestXDPCPU(t *testing.T) {
 func TestXDPSteer(t *testing.T) {
 	testutil.RequireTool(t, "taskset")
 	g := newGateway(t, forwardConfig+`strategies:
-  - {id: 2, command_regex: "^edgeplane-none$", cpus: "1", irq_affinity: [lan0]}
+  - {id: 2, command_regex: "^edgeplane-none$", selectors: {user: "0"}, cpus: "1", irq_affinity: [lan0]}
 `)
 	g.start()
 	// Stopped, not killed, whatever happens: the strategy moved every
@@ -263,5 +264,56 @@ func TestStrategyRecoverFirst(t *testing.T) {
 	}
 	if _, err := os.Stat(cfg + ".sched"); !os.IsNotExist(err) {
 		t.Errorf("state file left after the failed start: %v", err)
+	}
+}
+
+// TestAPIStrategyRefusals: an API client asks for what would take the
+// host down or hand real-time to processes that name themselves: FIFO
+// 99 for every process by name, or for root's every process; every CPU
+// dedicated; a deadline runtime of the whole period, or deadlines that
+// together pass what real-time tasks may have of a CPU; any real-time
+// policy while the kernel's RT throttling is off. Each is refused
+// (400), naming the field and why, and nothing is applied.
+func TestAPIStrategyRefusals(t *testing.T) {
+	a := newAPIGateway(t, forwardConfig)
+	for _, c := range []struct {
+		name, ops, path, reason string
+	}{
+		{"fifo 99 by name", `{"create":{"strategy":{"id":1,"command_regex":".*","priority":true,"rt_priority":99}}}`,
+			"operations[0].create.strategy.selectors", "needs user, cgroup or pod_labels"},
+		{"root's every process", `{"create":{"strategy":{"id":1,"command_regex":".*","selectors":{"user":"0"},"priority":true,"rt_priority":99}}}`,
+			"operations[0].create.strategy.command_regex", "a system process's name"},
+		{"root by uid alone", `{"create":{"strategy":{"id":1,"selectors":{"user":"root"},"cpus":"1"}}}`,
+			"operations[0].create.strategy.selectors.user", "narrow them with command_regex"},
+		{"every CPU", `{"create":{"strategy":{"id":1,"command_regex":"^gnb$","selectors":{"user":"0"},"cpus":"0-1023"}}}`,
+			"operations[0].create.strategy.cpus", "leave at least one to the rest of the system"},
+		{"deadline of the whole period", `{"create":{"strategy":{"id":1,"selectors":{"user":"gnb"},"priority":true,"policy":"deadline","execution_time":"1ms","period":"1ms"}}}`,
+			"operations[0].create.strategy.execution_time", "up to below 1ms"},
+		{"deadlines past a CPU", `{"create":{"strategy":{"id":1,"selectors":{"user":"gnb"},"priority":true,"policy":"deadline","execution_time":"500us"}}},` +
+			`{"create":{"strategy":{"id":2,"selectors":{"user":"upf"},"priority":true,"policy":"deadline","execution_time":"500us"}}}`,
+			"operations[1].create.strategy.execution_time", "over the 95.0% the kernel lets real-time tasks have"},
+	} {
+		code, body := a.rest(t, http.MethodPost, "/v1/apply", `{"operations":[`+c.ops+`]}`)
+		if code != http.StatusBadRequest || !strings.Contains(body, c.path) || !strings.Contains(body, c.reason) {
+			t.Errorf("%s: %d %s, want 400 with %s: ...%s", c.name, code, body, c.path, c.reason)
+		}
+	}
+	rt := "/proc/sys/kernel/sched_rt_runtime_us"
+	old, err := os.ReadFile(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rt, []byte("-1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	code, body := a.rest(t, http.MethodPost, "/v1/apply", `{"operations":[{"create":{"strategy":{"id":1,"selectors":{"user":"gnb"},"priority":true,"policy":"rr"}}}]}`)
+	if err := os.WriteFile(rt, old, 0); err != nil {
+		t.Errorf("put %s back: %v", rt, err)
+	}
+	if code != http.StatusBadRequest || !strings.Contains(body, "operations[0].create.strategy.policy") || !strings.Contains(body, "throttling is off") {
+		t.Errorf("rr with RT throttling off: %d %s, want 400 naming policy and why", code, body)
+	}
+	if code, body := a.rest(t, http.MethodGet, "/v1/strategies", ""); code != http.StatusOK || strings.Contains(body, `"id"`) {
+		t.Errorf("strategies after the refusals: %d %s, want none", code, body)
 	}
 }
