@@ -136,6 +136,8 @@ type Agent struct {
 	// on SIGHUP.
 	apiAuth *api.Auth
 	apiCert *api.Cert
+	// apiRefused counts what the TCP API refuses (by source budget too).
+	apiRefused *prometheus.CounterVec
 
 	// held keeps the XDP links attached whatever happens to their pins;
 	// guard checks them and the pins against the kernel (guard.go).
@@ -263,7 +265,8 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	bpf.ExpediteGracePeriods = !opts.NormalGracePeriods
-	a := &Agent{opts: opts, log: log, seq: seq, apiCert: apiCert, pinLock: pinLock, held: newHeldLinks(), guard: newGuard()}
+	a := &Agent{opts: opts, log: log, seq: seq, apiCert: apiCert, pinLock: pinLock, held: newHeldLinks(), guard: newGuard(),
+		apiRefused: api.NewRefusedCounter()}
 	defer func() {
 		a.commitMu.Lock()
 		defer a.commitMu.Unlock()

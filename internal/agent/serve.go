@@ -106,6 +106,7 @@ func APIOptions(o Options, log *slog.Logger) (api.Options, *api.Cert, error) {
 // the TCP listeners asked for.
 func (a *Agent) serveAPI(o api.Options, errc chan<- error) (*api.Listeners, error) {
 	a.apiAuth = o.Auth
+	o.Refused = a.apiRefused
 	if a.member != nil {
 		return api.Serve(api.NewServer(fleetManaged{a}), o, errc)
 	}
@@ -169,6 +170,7 @@ func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 		reg.MustRegister(a.strategyThreads, a.strategyRanOn)
 		reg.MustRegister(a.mon.changes, newPathMetrics(a.mon))
 		reg.MustRegister(a.guard.collectors()...)
+		reg.MustRegister(a.apiRefused)
 		if a.member != nil {
 			reg.MustRegister(newFleetMetrics(a.member))
 		}

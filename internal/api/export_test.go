@@ -7,3 +7,6 @@ var LookupHost = &lookupHost
 
 // JSONOpsCount counts an Apply body's operations as REST does.
 var JSONOpsCount = jsonOpsCount
+
+// SourceOf is what a client address's connections are counted under.
+var SourceOf = sourceOf

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
 
@@ -124,13 +125,24 @@ func peerUID(c *net.UnixConn) (uint32, error) {
 // the servers buffers and a goroutine, and a client that opens thousands
 // must not grow the agent without bound. Closing at once (rather than
 // leaving them in the kernel's backlog) tells such a client right away.
+// With src set it also closes the connections of a source past its share
+// (sources), so one source cannot take every place.
 type limitListener struct {
 	net.Listener
-	sem chan struct{}
+	sem     chan struct{}
+	name    string
+	src     *sources
+	refused *prometheus.CounterVec
 }
 
 func limitConns(ln net.Listener, max int) net.Listener {
 	return &limitListener{Listener: ln, sem: make(chan struct{}, max)}
+}
+
+// limitSources is limitConns for a TCP listener called name, whose
+// clients are held to their share by src, its refusals counted.
+func limitSources(ln net.Listener, max int, name string, src *sources) net.Listener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, max), name: name, src: src, refused: src.refused}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -141,10 +153,24 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		select {
 		case l.sem <- struct{}{}:
-			return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
 		default:
+			if l.refused != nil {
+				l.refused.WithLabelValues(l.name, RefusedConns).Inc()
+			}
 			c.Close()
+			continue
 		}
+		lc := &limitConn{Conn: c, release: func() { <-l.sem }}
+		if l.src == nil {
+			return lc, nil
+		}
+		done, ok := l.src.admit(l.name, lc)
+		if !ok {
+			lc.Close()
+			continue
+		}
+		lc.release = func() { done(); <-l.sem }
+		return lc, nil
 	}
 }
 

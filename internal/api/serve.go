@@ -18,10 +18,12 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -68,11 +70,23 @@ type Limits struct {
 	// stream window of its request, read and thrown away) per delay,
 	// not as many as it can send.
 	AuthFailureDelay time.Duration
+	// MaxConnsPerSource is how many connections one source (an IPv4
+	// address, an IPv6 /64) keeps open at once on each TCP listener, so
+	// that one source cannot take every place of MaxConns.
+	MaxConnsPerSource int
+	// RefusedBurst and RefusedRate are each source's budget of refused
+	// calls (calls without a valid token) on the TCP listeners: a token
+	// bucket of RefusedBurst, refilled at RefusedRate a second. A call
+	// refused past it closes its connection unanswered, and the source's
+	// new connections are closed on arrival until the budget refills.
+	RefusedBurst int
+	RefusedRate  float64
 }
 
 // DefaultLimits are the limits of an agent's API servers.
 var DefaultLimits = Limits{MaxConns: 256, MaxStreams: 32, Handshake: 10 * time.Second, Idle: 2 * time.Minute,
-	Read: time.Minute, Write: time.Minute, AuthFailureDelay: 250 * time.Millisecond}
+	Read: time.Minute, Write: time.Minute, AuthFailureDelay: 250 * time.Millisecond,
+	MaxConnsPerSource: 32, RefusedBurst: 20, RefusedRate: 2}
 
 func (l Limits) orDefault() Limits {
 	d := DefaultLimits
@@ -81,6 +95,15 @@ func (l Limits) orDefault() Limits {
 	}
 	if l.MaxStreams > 0 {
 		d.MaxStreams = l.MaxStreams
+	}
+	if l.MaxConnsPerSource > 0 {
+		d.MaxConnsPerSource = l.MaxConnsPerSource
+	}
+	if l.RefusedBurst > 0 {
+		d.RefusedBurst = l.RefusedBurst
+	}
+	if l.RefusedRate > 0 {
+		d.RefusedRate = l.RefusedRate
 	}
 	for _, p := range []struct{ v, d *time.Duration }{{&l.Handshake, &d.Handshake}, {&l.Idle, &d.Idle}, {&l.Read, &d.Read}, {&l.Write, &d.Write}, {&l.AuthFailureDelay, &d.AuthFailureDelay}} {
 		if *p.v > 0 {
@@ -107,7 +130,10 @@ type Options struct {
 	// TLS, when set, serves both TCP listeners over TLS.
 	TLS    *tls.Config
 	Limits Limits
-	Log    *slog.Logger
+	// Refused counts what the TCP listeners refuse (NewRefusedCounter);
+	// nil: counted nowhere else.
+	Refused *prometheus.CounterVec
+	Log     *slog.Logger
 
 	checked bool
 }
@@ -181,6 +207,13 @@ func Serve(srv *Server, o Options, errc chan<- error) (*Listeners, error) {
 		return nil, err
 	}
 	lim := o.Limits.orDefault()
+	refused := o.Refused
+	if refused == nil {
+		refused = NewRefusedCounter()
+	}
+	// One account per source across both TCP listeners: a source
+	// refused on one is refused on the other.
+	src := newSources(lim, refused)
 	l := &Listeners{}
 	fail := func(err error) (*Listeners, error) {
 		l.Close()
@@ -192,7 +225,7 @@ func Serve(srv *Server, o Options, errc chan<- error) (*Listeners, error) {
 			return fail(fmt.Errorf("listen grpc on %s: %w", o.GRPCAddr, err))
 		}
 		l.GRPC = ln.Addr()
-		l.serveGRPC(newGRPC(srv, o.Auth, o.TLS, lim), limitConns(ln, lim.MaxConns), errc)
+		l.serveGRPC(newGRPC(srv, o.Auth, o.TLS, lim, src), limitSources(ln, lim.MaxConns, "grpc", src), errc)
 	}
 	if o.GRPCSocket != "" {
 		ln, err := listenUnix(o.GRPCSocket)
@@ -200,10 +233,10 @@ func Serve(srv *Server, o Options, errc chan<- error) (*Listeners, error) {
 			return fail(err)
 		}
 		l.GRPCSocket = o.GRPCSocket
-		l.serveGRPC(newGRPC(srv, nil, nil, lim), limitConns(ln, lim.MaxConns), errc)
+		l.serveGRPC(newGRPC(srv, nil, nil, lim, nil), limitConns(ln, lim.MaxConns), errc)
 	}
 	if o.RESTAddr != "" {
-		h, err := RESTHandler(srv, o.Auth, lim.AuthFailureDelay)
+		h, err := restHandler(srv, o.Auth, lim.AuthFailureDelay, src)
 		if err != nil {
 			return fail(err)
 		}
@@ -212,7 +245,7 @@ func Serve(srv *Server, o Options, errc chan<- error) (*Listeners, error) {
 			return fail(fmt.Errorf("listen rest on %s: %w", o.RESTAddr, err))
 		}
 		l.REST = ln.Addr()
-		l.serveHTTP(newHTTP(h, o.TLS, lim), limitConns(ln, lim.MaxConns), errc)
+		l.serveHTTP(newHTTP(h, o.TLS, lim), limitSources(ln, lim.MaxConns, "rest", src), errc)
 	}
 	if o.RESTSocket != "" {
 		h, err := RESTHandler(srv, nil, 0)
@@ -233,8 +266,9 @@ func Serve(srv *Server, o Options, errc chan<- error) (*Listeners, error) {
 
 // newGRPC returns a gRPC server that checks auth (nil: none) on each
 // call's headers, before any of its message is read, and bounds what a
-// connection can hold.
-func newGRPC(srv *Server, auth *Auth, tlsCfg *tls.Config, lim Limits) *grpc.Server {
+// connection can hold; src (nil: none) holds each source to its budget
+// of refused calls.
+func newGRPC(srv *Server, auth *Auth, tlsCfg *tls.Config, lim Limits, src *sources) *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxHeaderListSize(maxHeaderBytes),
@@ -269,6 +303,11 @@ func newGRPC(srv *Server, auth *Auth, tlsCfg *tls.Config, lim Limits) *grpc.Serv
 				hdr = v[0]
 			}
 			if err := auth.Check(hdr); err != nil {
+				if p, ok := peer.FromContext(ctx); ok && src != nil && p.LocalAddr != nil &&
+					!src.refuse("grpc", p.LocalAddr.String(), p.Addr.String()) {
+					// Cut off: the connection is closed already.
+					return nil, status.Error(codes.Unavailable, "too many refused calls from this source")
+				}
 				time.Sleep(lim.AuthFailureDelay)
 				return nil, status.Error(codes.Unauthenticated, err.Error())
 			}
@@ -325,6 +364,12 @@ func (l *Listeners) serveHTTP(s *http.Server, ln net.Listener, errc chan<- error
 // knowledge). Every other path needs a bearer token when auth is set; a
 // request without a valid one is answered after failDelay.
 func RESTHandler(srv *Server, auth *Auth, failDelay time.Duration) (http.Handler, error) {
+	return restHandler(srv, auth, failDelay, nil)
+}
+
+// restHandler is RESTHandler holding each source to its budget of
+// refused calls (src; nil: none).
+func restHandler(srv *Server, auth *Auth, failDelay time.Duration, src *sources) (http.Handler, error) {
 	allow, err := allowedMethods(pb.OpenAPI)
 	if err != nil {
 		return nil, err
@@ -365,6 +410,11 @@ func RESTHandler(srv *Server, auth *Auth, failDelay time.Duration) (http.Handler
 	})
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := auth.Check(r.Header.Get("Authorization")); err != nil {
+			if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && src != nil &&
+				!src.refuse("rest", local.String(), r.RemoteAddr) {
+				// Cut off: the connection is closed already.
+				return
+			}
 			time.Sleep(failDelay)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="edgeplane"`)
 			writeError(w, http.StatusUnauthorized, codes.Unauthenticated, err.Error())

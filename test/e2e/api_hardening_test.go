@@ -5,12 +5,13 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -32,6 +33,7 @@ import (
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/agent"
+	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/api/apitest"
 	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/testutil"
@@ -240,38 +242,68 @@ func TestAPIReloadCredentials(t *testing.T) {
 	}
 }
 
-// badClientsEnv names the gRPC address a re-executed test binary attacks
-// (TestMain runs badClients instead of the tests when it is set).
+// badClientsEnv holds the badSpec of a re-executed test binary's bad
+// clients (TestMain runs badClients instead of the tests when it is set).
 const badClientsEnv = "EDGEPLANE_E2E_BAD_CLIENTS"
 
-// badReport is what badClients did.
+// badSpec is what the bad clients do: Conns gRPC connections at once
+// send Applies of Payload bytes (empty operations) without a token to
+// GRPC, each connection one after the other, and RESTConns connections
+// send GETs without a token to REST (""): none), from the source address
+// From ("": the kernel's choice).
+type badSpec struct {
+	GRPC      string `json:"grpc"`
+	REST      string `json:"rest,omitempty"`
+	From      string `json:"from,omitempty"`
+	Conns     int    `json:"conns"`
+	RESTConns int    `json:"rest_conns,omitempty"`
+	Payload   int    `json:"payload"`
+}
+
+// badReport is what badClients did: calls refused as unauthenticated,
+// cut off (the connection closed: a source over its budget or its
+// connections), otherwise answered.
 type badReport struct {
 	Calls           int64  `json:"calls"`
 	Unauthenticated int64  `json:"unauthenticated"`
+	Cut             int64  `json:"cut"`
 	Other           int64  `json:"other"`
 	FirstOther      string `json:"first_other,omitempty"`
 	BytesSent       int64  `json:"bytes_sent"`
+	RESTCalls       int64  `json:"rest_calls"`
+	RESTRefused     int64  `json:"rest_refused"`
+	RESTCut         int64  `json:"rest_cut"`
+	RESTOther       int64  `json:"rest_other"`
 }
 
-// badClients sends, from 64 connections at once, Apply requests of
-// 30 MB (15M empty operations) without a token to addr, each connection
-// one after the other, until SIGTERM; then prints a badReport.
-func badClients(addr string) int {
+// badClients runs the badSpec in spec until SIGTERM, then prints a
+// badReport. A connection cut off is made again at once (its reconnect
+// backoff reset): the clients press as hard as they can.
+func badClients(spec string) int {
+	var b badSpec
+	if err := json.Unmarshal([]byte(spec), &b); err != nil {
+		fmt.Fprintln(os.Stderr, "bad clients:", err)
+		return 1
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	payload := bytes.Repeat([]byte{0x0a, 0x00}, 15<<20)
+	payload := bytes.Repeat([]byte{0x0a, 0x00}, b.Payload/2)
+	dialer := &net.Dialer{}
+	if b.From != "" {
+		dialer.LocalAddr = &net.TCPAddr{IP: net.ParseIP(b.From)}
+	}
 	var r badReport
-	var calls, unauth, other, sent atomic.Int64
+	var calls, unauth, cut, other, sent, rcalls, rrefused, rcut, rother atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	fmt.Println("ready")
-	for i := 0; i < 64; i++ {
+	for i := 0; i < b.Conns; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			conn, err := grpc.NewClient("passthrough:///"+b.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()),
 				grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-					c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+					c, err := dialer.DialContext(ctx, "tcp", addr)
 					return apitest.CountingConn{Conn: c, N: &sent}, err
 				}))
 			if err != nil {
@@ -285,8 +317,14 @@ func badClients(addr string) int {
 					return
 				}
 				calls.Add(1)
-				if status.Code(err) == codes.Unauthenticated {
+				switch status.Code(err) {
+				case codes.Unauthenticated:
 					unauth.Add(1)
+					continue
+				case codes.Unavailable:
+					cut.Add(1)
+					conn.ResetConnectBackoff()
+					time.Sleep(time.Millisecond)
 					continue
 				}
 				other.Add(1)
@@ -299,11 +337,87 @@ func badClients(addr string) int {
 			}
 		}()
 	}
+	if b.REST != "" {
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: b.RESTConns}}
+		for i := 0; i < b.RESTConns; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.REST+"/v1/pdrs", nil)
+					req.Header.Set("Authorization", "Bearer not-the-token-0123456789")
+					resp, err := hc.Do(req)
+					if ctx.Err() != nil {
+						return
+					}
+					rcalls.Add(1)
+					switch {
+					case err != nil:
+						rcut.Add(1)
+						time.Sleep(time.Millisecond)
+						continue
+					case resp.StatusCode == http.StatusUnauthorized:
+						rrefused.Add(1)
+					default:
+						rother.Add(1)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+		}
+	}
 	wg.Wait()
-	r.Calls, r.Unauthenticated, r.Other, r.BytesSent = calls.Load(), unauth.Load(), other.Load(), sent.Load()
-	b, _ := json.Marshal(r)
-	fmt.Println(string(b))
+	r.Calls, r.Unauthenticated, r.Cut, r.Other, r.BytesSent = calls.Load(), unauth.Load(), cut.Load(), other.Load(), sent.Load()
+	r.RESTCalls, r.RESTRefused, r.RESTCut, r.RESTOther = rcalls.Load(), rrefused.Load(), rcut.Load(), rother.Load()
+	out, _ := json.Marshal(r)
+	fmt.Println(string(out))
 	return 0
+}
+
+// badProc is a running badClients process.
+type badProc struct {
+	cmd *exec.Cmd
+	rd  *bufio.Reader
+}
+
+// startBad runs badClients as spec says in ns, at SCHED_IDLE: remote
+// clients would cost the gateway nothing but what the agent does for
+// them.
+func startBad(t *testing.T, ns string, spec badSpec) *badProc {
+	t.Helper()
+	testutil.RequireTool(t, "chrt")
+	js, _ := json.Marshal(spec)
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, "chrt", "--idle", "0", os.Args[0])
+	cmd.Env = append(os.Environ(), badClientsEnv+"="+string(js))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	rd := bufio.NewReader(stdout)
+	if line, _ := rd.ReadString('\n'); strings.TrimSpace(line) != "ready" {
+		t.Fatalf("bad clients did not start: %q", line)
+	}
+	return &badProc{cmd: cmd, rd: rd}
+}
+
+// stop ends the bad clients and returns their report.
+func (b *badProc) stop(t *testing.T) badReport {
+	t.Helper()
+	_ = b.cmd.Process.Signal(syscall.SIGCONT)
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	line, _ := b.rd.ReadString('\n')
+	_ = b.cmd.Wait()
+	var rep badReport
+	if err := json.Unmarshal([]byte(strings.TrimSpace(line)), &rep); err != nil {
+		t.Fatalf("bad clients' report %q: %v", line, err)
+	}
+	return rep
 }
 
 // procStatusKB reads a field (VmRSS, VmHWM) of /proc/PID/status, in kB.
@@ -365,7 +479,6 @@ func pctl(s []time.Duration, p float64) time.Duration {
 // the agent does for them; the agent is killed if it passes 1 GiB, so a
 // regression fails the test without taking the machine down.
 func TestAPIBadClientsLoad(t *testing.T) {
-	testutil.RequireTool(t, "chrt")
 	const (
 		rounds   = 3
 		phase    = 2 * time.Second
@@ -396,44 +509,22 @@ func TestAPIBadClientsLoad(t *testing.T) {
 			}
 		}
 	}()
-	bad := exec.Command("nsenter", "--net=/run/netns/"+a.GW, "chrt", "--idle", "0", os.Args[0])
-	bad.Env = append(os.Environ(), badClientsEnv+"="+apiGRPC)
-	stdout, err := bad.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bad.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bad.Process.Kill(); _ = bad.Wait() })
-	rd := bufio.NewReader(stdout)
-	if line, _ := rd.ReadString('\n'); strings.TrimSpace(line) != "ready" {
-		t.Fatalf("bad clients did not start: %q", line)
-	}
-	// Idle and attacked phases alternate (the bad clients stopped and
-	// continued), so a moment when the shared host is slow falls on
-	// both alike.
+	// From a source of their own: the agent holds each source to its
+	// budget of refused calls, and the good client is another source.
+	bad := startBad(t, a.GW, badSpec{GRPC: apiGRPC, From: "127.0.0.2", Conns: 64, Payload: 30 << 20})
 	var idle, attacked []time.Duration
 	var cpuIdle, cpuAttacked time.Duration
-	var callErr error
-	for round := 0; round < rounds && callErr == nil; round++ {
-		_ = bad.Process.Signal(syscall.SIGSTOP)
-		time.Sleep(200 * time.Millisecond) // calls in flight end
+	callErr := bad.phases(rounds, func(under bool) error {
 		cpu0 := procCPU(pid)
 		l, err := latencies(a.gc, phase)
-		idle, callErr = append(idle, l...), err
-		cpuIdle += procCPU(pid) - cpu0
-		_ = bad.Process.Signal(syscall.SIGCONT)
-		time.Sleep(500 * time.Millisecond) // every connection sending again
-		cpu0 = procCPU(pid)
-		l, err = latencies(a.gc, phase)
-		attacked = append(attacked, l...)
-		callErr = cmp.Or(callErr, err)
-		cpuAttacked += procCPU(pid) - cpu0
-	}
-	_ = bad.Process.Signal(syscall.SIGTERM)
-	line, _ := rd.ReadString('\n')
-	_ = bad.Wait()
+		if under {
+			attacked, cpuAttacked = append(attacked, l...), cpuAttacked+procCPU(pid)-cpu0
+		} else {
+			idle, cpuIdle = append(idle, l...), cpuIdle+procCPU(pid)-cpu0
+		}
+		return err
+	})
+	rep := bad.stop(t)
 	close(stopWatch)
 	<-watchDone
 	if k := killed.Load(); k > 0 {
@@ -444,25 +535,134 @@ func TestAPIBadClientsLoad(t *testing.T) {
 	}
 	slices.Sort(idle)
 	slices.Sort(attacked)
-	var rep badReport
-	if err := json.Unmarshal([]byte(strings.TrimSpace(line)), &rep); err != nil {
-		t.Fatalf("bad clients' report %q: %v", line, err)
-	}
 	hwm := procStatusKB(pid, "VmHWM")
-	t.Logf("bad clients: %d unauthenticated 30 MB Applies refused (%d otherwise answered) from 64 connections over %d attacked phases of %s; they sent %d MB (%d kB a call)",
-		rep.Unauthenticated, rep.Other, rounds, phase, rep.BytesSent>>20, rep.BytesSent>>10/max(1, rep.Calls))
+	t.Logf("bad clients: %d unauthenticated 30 MB Applies refused, %d cut off (%d otherwise answered) from 64 connections over %d attacked phases of %s; they sent %d MB (%d kB a call)",
+		rep.Unauthenticated, rep.Cut, rep.Other, rounds, phase, rep.BytesSent>>20, rep.BytesSent>>10/max(1, rep.Calls))
 	t.Logf("agent peak RSS (VmHWM) %.1f MB; agent CPU %s idle, %s under attack; bad clients' CPU %s", float64(hwm)/1024,
-		cpuIdle, cpuAttacked, bad.ProcessState.UserTime()+bad.ProcessState.SystemTime())
+		cpuIdle, cpuAttacked, bad.cmd.ProcessState.UserTime()+bad.cmd.ProcessState.SystemTime())
 	t.Logf("authenticated ListPdrs, idle: %d calls, p50 %s, p90 %s, p99 %s", len(idle), pctl(idle, 50), pctl(idle, 90), pctl(idle, 99))
 	t.Logf("authenticated ListPdrs, under attack: %d calls, p50 %s, p90 %s, p99 %s (%.2fx idle)", len(attacked), pctl(attacked, 50), pctl(attacked, 90),
 		pctl(attacked, 99), float64(pctl(attacked, 99))/float64(pctl(idle, 99)))
 	if hwm < 0 || hwm > rssLimit {
 		t.Errorf("agent peak RSS %d kB, want under %d kB", hwm, rssLimit)
 	}
-	if rep.Unauthenticated < 64 || rep.Other > 0 {
-		t.Errorf("bad clients: %+v, want every call refused as unauthenticated, at least one per connection", rep)
+	if rep.Unauthenticated < int64(api.DefaultLimits.RefusedBurst) || rep.Other > 0 {
+		t.Errorf("bad clients: %+v, want every call refused as unauthenticated or cut off, at least a budget's worth answered", rep)
 	}
 	if pctl(attacked, 99) > 2*pctl(idle, 99) {
 		t.Errorf("authenticated p99 %s under attack, more than 2x idle %s", pctl(attacked, 99), pctl(idle, 99))
+	}
+}
+
+// phases alternates idle phases (the bad clients stopped) and attacked
+// ones (continued), rounds times, so a moment when the shared host is
+// slow falls on both alike; measure runs in each. It stops at measure's
+// first error.
+func (b *badProc) phases(rounds int, measure func(attacked bool) error) error {
+	for round := 0; round < rounds; round++ {
+		_ = b.cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(200 * time.Millisecond) // calls in flight end
+		if err := measure(false); err != nil {
+			return fmt.Errorf("idle phase %d: %w", round, err)
+		}
+		_ = b.cmd.Process.Signal(syscall.SIGCONT)
+		time.Sleep(500 * time.Millisecond) // every connection sending again
+		if err := measure(true); err != nil {
+			return fmt.Errorf("attacked phase %d: %w", round, err)
+		}
+	}
+	return nil
+}
+
+// TestAPIRefusedPerSource floods the TCP API from one source
+// (127.0.0.2): 300 gRPC connections, more than a listener keeps (256),
+// and 64 REST ones send calls with a wrong token in a loop, reconnecting
+// at once when cut off. Another source (127.0.0.1), on fresh connections
+// in every phase, gets every valid call answered, at its idle p99 (at
+// most 2x), and its own calls with a wrong token still answered
+// UNAUTHENTICATED: each source spends its own budget and its own share
+// of connections. The flood's source is cut off, and counted.
+func TestAPIRefusedPerSource(t *testing.T) {
+	const (
+		rounds = 3
+		phase  = 2 * time.Second
+	)
+	a := newAPIGateway(t, forwardConfig)
+	if _, err := latencies(a.gc, 500*time.Millisecond); err != nil { // warm up
+		t.Fatal(err)
+	}
+	dial := nsDial(a.GW)
+	bad := startBad(t, a.GW, badSpec{GRPC: apiGRPC, REST: apiREST, From: "127.0.0.2", Conns: 300, RESTConns: 64, Payload: 64})
+	var idle, attacked []time.Duration
+	var ownRefused int
+	err := bad.phases(rounds, func(under bool) error {
+		// Fresh connections: a flood must not keep new clients out.
+		conn, err := grpc.NewClient("passthrough:///"+apiGRPC, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dial))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		gc := pb.NewGatewayClient(conn)
+		l, err := latencies(gc, phase)
+		if under {
+			attacked = append(attacked, l...)
+		} else {
+			idle = append(idle, l...)
+		}
+		if err != nil {
+			return err
+		}
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) }}}
+		req, _ := http.NewRequest(http.MethodGet, "http://"+apiREST+"/v1/pdrs", nil)
+		req.Header.Set("Authorization", "Bearer "+apiToken)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("rest GET /v1/pdrs: %w", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("rest GET /v1/pdrs: %s", resp.Status)
+		}
+		for i := 0; i < 2; i++ {
+			ctx, cancel := withToken("not-the-token-0123456789")
+			_, err := gc.ListPdrs(ctx, &pb.ListRequest{})
+			cancel()
+			if status.Code(err) != codes.Unauthenticated {
+				return fmt.Errorf("a call with a wrong token from another source: %v, want Unauthenticated", err)
+			}
+			ownRefused++
+		}
+		return nil
+	})
+	rep := bad.stop(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(idle)
+	slices.Sort(attacked)
+	fams := a.scrape()
+	refused := func(listener, reason string) float64 {
+		v, _ := metricValue(fams, "edgeplane_api_refused_total", map[string]string{"listener": listener, "reason": reason})
+		return v
+	}
+	t.Logf("flood from 127.0.0.2: gRPC %d calls, %d answered unauthenticated, %d cut off, %d other; REST %d calls, %d answered 401, %d cut off, %d other",
+		rep.Calls, rep.Unauthenticated, rep.Cut, rep.Other, rep.RESTCalls, rep.RESTRefused, rep.RESTCut, rep.RESTOther)
+	t.Logf("edgeplane_api_refused_total: grpc unauthenticated %.0f, source_limit %.0f, source_conns %.0f, conns %.0f; rest unauthenticated %.0f, source_limit %.0f, source_conns %.0f",
+		refused("grpc", "unauthenticated"), refused("grpc", "source_limit"), refused("grpc", "source_conns"), refused("grpc", "conns"),
+		refused("rest", "unauthenticated"), refused("rest", "source_limit"), refused("rest", "source_conns"))
+	t.Logf("valid ListPdrs from 127.0.0.1, idle: %d calls, p50 %s, p99 %s; under the flood: %d calls, p50 %s, p99 %s (%.2fx idle)",
+		len(idle), pctl(idle, 50), pctl(idle, 99), len(attacked), pctl(attacked, 50), pctl(attacked, 99), float64(pctl(attacked, 99))/float64(pctl(idle, 99)))
+	if pctl(attacked, 99) > 2*pctl(idle, 99) {
+		t.Errorf("valid calls' p99 %s under the flood, more than 2x idle %s", pctl(attacked, 99), pctl(idle, 99))
+	}
+	if rep.Other > 0 || rep.RESTOther > 0 {
+		t.Errorf("the flood got answers other than refusals: %+v", rep)
+	}
+	if refused("grpc", "source_limit")+refused("rest", "source_limit") == 0 || refused("grpc", "source_conns") == 0 {
+		t.Errorf("the flood's source was not cut off and counted (source_limit, source_conns)")
+	}
+	if u := refused("grpc", "unauthenticated"); u < float64(ownRefused) {
+		t.Errorf("edgeplane_api_refused_total{listener=grpc,reason=unauthenticated} %.0f, want at least the %d refused from 127.0.0.1", u, ownRefused)
 	}
 }
