@@ -191,19 +191,24 @@ func addFleetFlags(fs *pflag.FlagSet, f **agent.FleetOptions) func() error {
 	e := &etcdFlags{}
 	e.add(fs)
 	fo := &agent.FleetOptions{}
-	var labels string
-	fs.StringVar(&fo.Name, "gateway", "", "the gateway's name in the fleet (default: the host name)")
-	fs.StringVar(&labels, "labels", "", "the gateway's labels, KEY=VALUE,... (targets select gateways by them)")
-	fs.StringVar(&fo.LabelsFromNode, "labels-from-node", "", "add the labels of this Kubernetes node (read with the pod's service account), or of the v1 Node in this file")
+	var labels, fromNode string
+	fs.StringVar(&fo.Name, "gateway", "", "the gateway's name in the fleet (default: the host name); its labels are given at the controller")
+	// A gateway's labels decide what its selectors give it, so they are
+	// the operator's, set at the controller: these flags only say so.
+	fs.StringVar(&labels, "labels", "", "")
+	fs.StringVar(&fromNode, "labels-from-node", "", "")
+	_ = fs.MarkHidden("labels")
+	_ = fs.MarkHidden("labels-from-node")
 	return func() error {
+		for flag, v := range map[string]string{"--labels": labels, "--labels-from-node": fromNode} {
+			if v != "" {
+				return fmt.Errorf("%s: a gateway's labels are given at the controller (controller --gateway-labels FILE or --labels-from-nodes), not chosen by the gateway", flag)
+			}
+		}
 		if e.endpoints == "" {
 			return nil
 		}
-		l, err := fleet.ParseLabels(labels, false)
-		if err != nil {
-			return fmt.Errorf("--labels: %w", err)
-		}
-		fo.Labels, fo.Client, fo.Prefix = l, e.options(), e.prefix
+		fo.Client, fo.Prefix = e.options(), e.prefix
 		*f = fo
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,6 +21,9 @@ func newControllerCmd() *cobra.Command {
 	var o agent.Options
 	e := &etcdFlags{}
 	var debug bool
+	var labels fleet.LabelSource
+	var fromNodes string
+	var labelsEvery time.Duration
 	c := &cobra.Command{
 		Use:   "controller --etcd ENDPOINTS",
 		Short: "Serve the v1 API for a fleet of gateways, over their desired state in etcd",
@@ -32,7 +36,15 @@ transaction, which each gateway's agent (agent --etcd) commits as one
 rules generation. edgeplane get gateways lists the gateways with their
 heartbeat, committed revision, drift and health. Several controllers may
 serve one fleet. The TCP API needs --api-tokens or --api-jwt-key (or
---api-loopback-no-auth); unix sockets are off unless given.`,
+--api-loopback-no-auth); unix sockets are off unless given.
+
+A gateway's labels are the operator's, never its own: the controller
+writes them to etcd from --gateway-labels (a file, NAME: {KEY: VALUE})
+and --labels-from-nodes (the Kubernetes node of the gateway's name, its
+labels under --node-label-prefix with the prefix removed), re-read every
+--labels-every, on SIGHUP, and when a gateway joins. Controllers of one
+fleet must be given the same sources. Without either, this controller
+leaves the labels as they are.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lvl := slog.LevelInfo
@@ -66,6 +78,24 @@ serve one fleet. The TCP API needs --api-tokens or --api-jwt-key (or
 			if err != nil {
 				return err
 			}
+			reload := make(chan struct{}, 1)
+			if fromNodes != "" {
+				labels.Nodes = fleet.NodesFile(fromNodes)
+				if fromNodes == "in-cluster" {
+					labels.Nodes = fleet.InClusterNodes
+				}
+			}
+			if labelsEvery <= 0 {
+				return fmt.Errorf("--labels-every: must be positive")
+			}
+			if labels.File != "" || labels.Nodes != nil {
+				// Refused at the start, where the operator sees it; later
+				// errors are logged and the labels stay as they are.
+				if _, err := ctl.SyncLabels(cmd.Context(), labels); err != nil {
+					return err
+				}
+				go ctl.RunLabels(cmd.Context(), labels, labelsEvery, reload)
+			}
 			errc := make(chan error, 1)
 			ls, err := api.Serve(api.NewServer(ctl), ao, errc)
 			if err != nil {
@@ -83,6 +113,10 @@ serve one fleet. The TCP API needs --api-tokens or --api-jwt-key (or
 				case err := <-errc:
 					return err
 				case <-hup:
+					select {
+					case reload <- struct{}{}:
+					default:
+					}
 					if ao.Auth != nil {
 						if err := ao.Auth.Reload(); err != nil {
 							log.Error("reload api tokens", "error", err)
@@ -101,5 +135,9 @@ serve one fleet. The TCP API needs --api-tokens or --api-jwt-key (or
 	e.add(fs)
 	addAPIFlags(fs, &o, "none", "none")
 	fs.BoolVar(&debug, "debug", false, "debug logging")
+	fs.StringVar(&labels.File, "gateway-labels", "", "file of the gateways' labels, NAME: {KEY: VALUE} (YAML); re-read on SIGHUP")
+	fs.StringVar(&fromNodes, "labels-from-nodes", "", "give each gateway the labels of the Kubernetes node of its name: in-cluster (list nodes with the pod's service account) or a file holding a v1 NodeList")
+	fs.StringVar(&labels.NodePrefix, "node-label-prefix", fleet.DefaultNodePrefix, "take only the node labels under this prefix, the prefix removed (the default is the one a kubelet may not set on its own node; empty takes them all)")
+	fs.DurationVar(&labelsEvery, "labels-every", 10*time.Second, "how often the label sources are read again")
 	return c
 }

@@ -42,14 +42,17 @@ func TestCommandsAgainstController(t *testing.T) {
 	}
 	defer l.Close()
 	gws := map[string]*fleet.NoDataplane{}
-	for name, site := range map[string]string{"gw1": "a", "gw2": "b"} {
+	if _, err := ctl.SetLabels(ctx, map[string]map[string]string{"gw1": {"site": "a"}, "gw2": {"site": "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	for name := range map[string]string{"gw1": "a", "gw2": "b"} {
 		mc, err := fleet.NewClient(*client())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer mc.Close()
 		gws[name] = fleet.NewNoDataplane()
-		m := fleet.NewMember(mc, gws[name], fleet.MemberOptions{Name: name, Labels: map[string]string{"site": site}, TTL: 2 * time.Second})
+		m := fleet.NewMember(mc, gws[name], fleet.MemberOptions{Name: name, TTL: 2 * time.Second})
 		done := make(chan struct{})
 		go func() { m.Run(ctx); close(done) }()
 		defer func() { cancel(); <-done }()
@@ -103,5 +106,32 @@ func TestCommandsAgainstController(t *testing.T) {
 	// What a controller has no answer for says where to ask.
 	if _, err := run("", "stats"); err == nil || !strings.Contains(err.Error(), "ask a gateway") {
 		t.Errorf("stats at a controller: %v", err)
+	}
+}
+
+// TestFleetLabelsAreTheOperators: an agent that names its own labels is
+// refused (they are given at the controller), and a controller whose
+// labels file does not read refuses to start.
+func TestFleetLabelsAreTheOperators(t *testing.T) {
+	for _, flag := range []string{"--labels", "--labels-from-node"} {
+		root := newRootCmd()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs([]string{"agent", "--config", t.TempDir() + "/none.yaml", "--etcd", "http://127.0.0.1:1", flag, "site=factory"})
+		if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "given at the controller") {
+			t.Errorf("agent %s site=factory: %v, want it refused", flag, err)
+		}
+	}
+	etcd, err := fleet.StartCluster(t.TempDir(), 1, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	root := newRootCmd()
+	root.SetArgs([]string{"controller", "--etcd", etcd.Endpoints(""), "--api-loopback-no-auth", "--grpc-addr", "127.0.0.1:0", "--rest-addr", "",
+		"--gateway-labels", t.TempDir() + "/missing.yaml"})
+	if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "gateway labels") {
+		t.Errorf("controller with a labels file that does not read: %v, want it refused", err)
 	}
 }

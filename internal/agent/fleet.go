@@ -19,11 +19,10 @@ import (
 type FleetOptions struct {
 	Client fleet.ClientOptions
 	Prefix string
-	// Name is the gateway's (default: the host name); Labels its labels,
-	// to which LabelsFromNode adds the Kubernetes node's.
-	Name           string
-	Labels         map[string]string
-	LabelsFromNode string
+	// Name is the gateway's (default: the host name). Its labels are
+	// the operator's, given at the controller: a gateway never chooses
+	// what its selectors reach.
+	Name string
 }
 
 // fleetManaged is the agent as its API serves it in a fleet: the
@@ -54,32 +53,19 @@ func (a *Agent) joinFleet(ctx context.Context, o *FleetOptions) (*fleet.Member, 
 		}
 		name = h
 	}
-	labels := map[string]string{}
-	if o.LabelsFromNode != "" {
-		nl, err := fleet.NodeLabels(ctx, o.LabelsFromNode)
-		if err != nil {
-			return nil, fmt.Errorf("--labels-from-node: %w", err)
-		}
-		for k, v := range nl {
-			labels[k] = v
-		}
-	}
-	for k, v := range o.Labels {
-		labels[k] = v
-	}
 	cli, err := fleet.NewClient(o.Client)
 	if err != nil {
 		return nil, err
 	}
 	m := fleet.NewMember(cli, a, fleet.MemberOptions{
-		Name: name, Labels: labels, Prefix: o.Prefix, StateFile: fleetStateFile(a.opts.ConfigPath),
+		Name: name, Prefix: o.Prefix, StateFile: fleetStateFile(a.opts.ConfigPath),
 		Health: a.fleetHealth, Log: a.log.With("fleet", strings.Join(o.Client.Endpoints, ",")),
 	})
 	go func() {
 		m.Run(ctx)
 		cli.Close()
 	}()
-	a.log.Info("fleet: joined", "gateway", name, "labels", labels, "etcd", o.Client.Endpoints)
+	a.log.Info("fleet: joined", "gateway", name, "etcd", o.Client.Endpoints)
 	return m, nil
 }
 

@@ -321,7 +321,7 @@ func runFleetGateways(ctx context.Context, o Options, bin, dir string, etcd *fle
 			return s, fmt.Errorf("write agent config: %w", err)
 		}
 		if err := g.StartAgent(bin, cfgPath, g.logf, "--etcd", etcd.Endpoints(host), "--etcd-prefix", fleetPrefixGateways,
-			"--gateway", g.name, "--labels", "bench=fleet"); err != nil {
+			"--gateway", g.name); err != nil {
 			return s, fmt.Errorf("%s: %w", g.name, err)
 		}
 		names = append(names, g.name)
@@ -467,7 +467,7 @@ func runFleetNoDataplane(ctx context.Context, o Options, endpoints []string, app
 		}
 		clis = append(clis, cli)
 		names[i] = fmt.Sprintf("nd%03d", i)
-		m := fleet.NewMember(cli, fleet.NewNoDataplane(), fleet.MemberOptions{Name: names[i], Labels: map[string]string{"bench": "fleet"}, Prefix: fleetPrefixNoDataplane})
+		m := fleet.NewMember(cli, fleet.NewNoDataplane(), fleet.MemberOptions{Name: names[i], Prefix: fleetPrefixNoDataplane})
 		wg.Go(func() { m.Run(mctx) })
 	}
 	if err := rig.ob.waitReady(ctx, names, seed, nil); err != nil {

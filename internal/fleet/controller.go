@@ -12,11 +12,11 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
@@ -37,10 +37,21 @@ type Controller struct {
 
 	mu sync.Mutex
 	// objs holds every object by etcd key, as of the revision key's mod
-	// revision seen (seen); scopeRev is each scope's last change.
+	// revision seen (seen, -1 before the first read), whose value is rv
+	// (raw as etcd holds it); scopeRev is each scope's last change.
 	objs     map[string]*object
 	seen     int64
+	rv       revisionValue
+	raw      string
+	// hi is the newest revision key this controller has seen (mod
+	// revision and raw value): etcd holding an older one went back.
+	hiRev int64
+	hiRaw string
 	scopeRev map[string]int64
+	// labels are the gateways' labels as controllers wrote them, and
+	// labelRev the revision each was written at.
+	labels   map[string]map[string]string
+	labelRev map[string]int64
 	// gateways are the labels of the gateways last listed, for checking
 	// a batch against each gateway it reaches.
 	gateways map[string]map[string]string
@@ -49,7 +60,10 @@ type Controller struct {
 }
 
 // NewController returns a controller of the fleet under prefix, writing
-// the layout version if etcd has none (refusing another version).
+// the layout version if etcd has none (refusing another version), and
+// moves the fleet's epoch on: a gateway whose status was restored with
+// etcd from a backup is then behind until it has read etcd again, even
+// though this controller never saw the revisions that were lost.
 func NewController(ctx context.Context, cli *clientv3.Client, prefix string, log *slog.Logger) (*Controller, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -74,11 +88,64 @@ func NewController(ctx context.Context, cli *clientv3.Client, prefix string, log
 	if err := c.refresh(ctx); err != nil {
 		return nil, err
 	}
+	if err := c.bump(ctx); err != nil && !errors.Is(err, errConflict) {
+		return nil, err
+	}
 	return c, nil
 }
 
-// refresh reads the objects again if another Apply has written since the
-// last read; c.mu held.
+// position is the revision key's value as last read; c.mu held.
+func (c *Controller) position() Position {
+	if c.seen <= 0 {
+		return Position{}
+	}
+	return Position{Rev: c.seen, ID: c.rv.ID}
+}
+
+// next returns the revision key's next value: a new id after the
+// current one, in the same cluster (a new one when none is known yet)
+// and epoch.
+func (c *Controller) next() revisionValue {
+	prev := c.position()
+	return revisionValue{Cluster: cmp.Or(c.rv.Cluster, newID()), Epoch: c.rv.Epoch, ID: newID(), Prev: &prev}
+}
+
+// wrote records the revision key a transaction of this controller wrote
+// at rev; c.mu held.
+func (c *Controller) wrote(rev int64, v revisionValue) {
+	c.seen, c.rv, c.raw = rev, v, v.encode()
+	c.hiRev, c.hiRaw = rev, c.raw
+}
+
+// bump writes the revision key with the epoch moved on (and nothing
+// else): every gateway's position is then behind etcd's until its member
+// has followed the write, or read everything again if its history is not
+// etcd's; c.mu held. errConflict: another controller wrote meanwhile,
+// which moves the position as well.
+func (c *Controller) bump(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v := c.next()
+	v.Epoch++
+	tx, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(c.k.revision()), "=", max(c.seen, 0))).
+		Then(clientv3.OpPut(c.k.revision(), v.encode())).Commit()
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	if !tx.Succeeded {
+		c.seen = -1
+		return errConflict
+	}
+	c.wrote(tx.Header.Revision, v)
+	c.log.Info("fleet: epoch moved on", "cluster", v.Cluster, "epoch", v.Epoch, "revision", tx.Header.Revision)
+	return nil
+}
+
+// refresh reads the objects and labels again if another controller has
+// written since the last read; c.mu held. When etcd holds an older
+// revision key than this controller saw (restored from a backup, or
+// wiped and filled again) it moves the epoch on, so that no gateway that
+// followed the lost revisions is listed converged.
 func (c *Controller) refresh(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -86,19 +153,21 @@ func (c *Controller) refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
-	mod := int64(0)
+	mod, raw := int64(0), ""
 	if len(r.Kvs) > 0 {
-		mod = r.Kvs[0].ModRevision
+		mod, raw = r.Kvs[0].ModRevision, string(r.Kvs[0].Value)
 	}
-	if mod == c.seen {
+	if mod == c.seen && raw == c.raw {
 		return nil
 	}
-	// One transaction: the objects, scopes and revision key of one
-	// revision.
+	back := c.hiRev > 0 && (mod < c.hiRev || mod == c.hiRev && raw != c.hiRaw)
+	// One transaction: the objects, scopes, labels and revision key of
+	// one revision.
 	tx, err := c.cli.Txn(rctx).Then(
 		clientv3.OpGet(c.k.revision()),
 		clientv3.OpGet(c.k.objects(), clientv3.WithPrefix()),
 		clientv3.OpGet(c.k.scopes(), clientv3.WithPrefix()),
+		clientv3.OpGet(c.k.labels(), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return fmt.Errorf("etcd: %w", err)
@@ -119,10 +188,31 @@ func (c *Controller) refresh(ctx context.Context) error {
 	for _, kv := range tx.Responses[2].GetResponseRange().Kvs {
 		scopeRev[string(kv.Value)] = kv.ModRevision
 	}
+	labels, labelRev := map[string]map[string]string{}, map[string]int64{}
+	for _, kv := range tx.Responses[3].GetResponseRange().Kvs {
+		name, ok := c.k.parseLabel(string(kv.Key))
+		var l map[string]string
+		if err := json.Unmarshal(kv.Value, &l); !ok || err != nil {
+			c.log.Error("fleet: unreadable labels skipped", "key", string(kv.Key), "error", err)
+			continue
+		}
+		labels[name], labelRev[name] = l, kv.ModRevision
+	}
 	c.objs, c.scopeRev, c.stores = objs, scopeRev, map[string]*config.Store{}
-	c.seen = 0
+	c.labels, c.labelRev = labels, labelRev
+	c.seen, c.rv, c.raw = 0, revisionValue{}, ""
 	if kvs := tx.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		c.seen = kvs[0].ModRevision
+		c.seen, c.rv, c.raw = kvs[0].ModRevision, parseRevision(kvs[0].Value), string(kvs[0].Value)
+	}
+	if back || c.seen > c.hiRev {
+		c.hiRev, c.hiRaw = c.seen, c.raw
+	}
+	if back {
+		c.log.Warn("fleet: etcd holds an older state than this controller saw (restored, or wiped and filled again); moving the epoch on so that gateways that followed the lost revisions read everything again",
+			"revision_key", c.seen)
+		if err := c.bump(ctx); err != nil && !errors.Is(err, errConflict) {
+			return err
+		}
 	}
 	return nil
 }
@@ -315,8 +405,8 @@ func (c *Controller) applyOnce(t *pb.Target, ops []config.Op, dryRun bool) (uint
 		}
 		txOps = append(txOps, clientv3.OpPut(c.k.object(scope, k.kind, k.key), val))
 	}
-	n := strconv.FormatInt(c.seen+1, 10)
-	txOps = append(txOps, clientv3.OpPut(c.k.scope(scope), scope), clientv3.OpPut(c.k.revision(), n))
+	next := c.next()
+	txOps = append(txOps, clientv3.OpPut(c.k.scope(scope), scope), clientv3.OpPut(c.k.revision(), next.encode()))
 	tx, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(c.k.revision()), "=", c.seen)).Then(txOps...).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("etcd: %w", err)
@@ -341,7 +431,7 @@ func (c *Controller) applyOnce(t *pb.Target, ops []config.Op, dryRun bool) (uint
 		c.objs[key] = &object{scope: scope, objKey: k, obj: v, created: created}
 	}
 	c.scopeRev[scope] = rev
-	c.seen = rev
+	c.wrote(rev, next)
 	c.stores = map[string]*config.Store{}
 	return uint64(rev), nil
 }
@@ -382,15 +472,22 @@ func applyScope(objs []*object, ops []config.Op) (map[objKey]any, error) {
 	return out, nil
 }
 
-// readGateways reads the gateways' labels; c.mu held.
+// readGateways reads the gateways' names and their labels; c.mu held,
+// labels fresh. A gateway is known by its keys under gateways/ (its
+// lease, while it lasts) or by labels a controller gave it.
 func (c *Controller) readGateways(ctx context.Context) error {
-	gws, err := c.list(ctx, false)
+	r, err := c.cli.Get(ctx, c.k.gateways(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
-		return err
+		return fmt.Errorf("etcd: %w", err)
 	}
 	c.gateways = map[string]map[string]string{}
-	for _, g := range gws {
-		c.gateways[g.Name] = g.Labels
+	for _, kv := range r.Kvs {
+		if name, _, ok := c.k.parseGateway(string(kv.Key)); ok {
+			c.gateways[name] = c.labels[name]
+		}
+	}
+	for name, l := range c.labels {
+		c.gateways[name] = l
 	}
 	return nil
 }
@@ -420,43 +517,76 @@ func (c *Controller) Gateways(selector map[string]string) ([]*pb.GatewayStatus, 
 }
 
 // list reads every gateway's status (with beats, its last lease renewal:
-// one request per gateway); c.mu held, objects fresh.
+// one request per gateway); c.mu held, objects and labels fresh.
+//
+// A status counts only under the gateway's live lease: one its lease
+// took with it, or one written without it, is no word from the gateway.
+// A gateway is converged only when its member says so and its position
+// is etcd's revision key: one that followed revisions etcd has lost
+// (restored from a backup, or wiped and filled again) is behind until it
+// has read everything again, and so is one that has not yet followed the
+// last change.
 func (c *Controller) list(ctx context.Context, beats bool) ([]*pb.GatewayStatus, error) {
 	r, err := c.cli.Get(ctx, c.k.gateways(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
 	byName := map[string]*pb.GatewayStatus{}
+	gw := func(name string) *pb.GatewayStatus {
+		g := byName[name]
+		if g == nil {
+			g = &pb.GatewayStatus{Name: name, State: StateDisconnected, Labels: c.labels[name]}
+			byName[name] = g
+		}
+		return g
+	}
+	for name := range c.labels {
+		gw(name)
+	}
 	leases := map[string]clientv3.LeaseID{}
+	statuses := map[string]*mvccpb.KeyValue{}
 	for _, kv := range r.Kvs {
 		name, leaf, ok := c.k.parseGateway(string(kv.Key))
 		if !ok {
 			continue
 		}
-		g := byName[name]
-		if g == nil {
-			g = &pb.GatewayStatus{Name: name, State: StateDisconnected}
-			byName[name] = g
-		}
+		g := gw(name)
 		switch leaf {
 		case "alive":
-			g.Reachable = true
+			// Only under a lease: an alive key written without one
+			// would outlive the gateway.
+			g.Reachable = kv.Lease != 0
 			leases[name] = clientv3.LeaseID(kv.Lease)
 		case "status":
-			var st Status
-			if err := json.Unmarshal(kv.Value, &st); err != nil {
-				g.Error = "unreadable status: " + err.Error()
-				continue
+			statuses[name] = kv
+		}
+	}
+	pos := c.position()
+	for name, g := range byName {
+		kv := statuses[name]
+		var st *Status
+		switch {
+		case kv == nil:
+		case kv.Lease == 0 || clientv3.LeaseID(kv.Lease) != leases[name]:
+			g.Error = "its status is not under its live lease: ignored"
+		default:
+			st = &Status{}
+			if err := json.Unmarshal(kv.Value, st); err != nil {
+				g.Error, st = "unreadable status: "+err.Error(), nil
 			}
-			g.Labels, g.CommittedRevision, g.Generation = st.Labels, uint64(st.Committed), st.Generation
+		}
+		committed := int64(0)
+		if st != nil {
+			committed = st.Committed
+			g.CommittedRevision, g.Generation = uint64(st.Committed), st.Generation
 			g.State, g.Error, g.DataplaneOk = st.State, st.Error, st.DataplaneOK
 			g.PathsUp, g.PathsDown, g.Objects = st.PathsUp, st.PathsDown, st.Objects
 			g.HeartbeatUnixMs = st.Written
 		}
-	}
-	for name, g := range byName {
 		if !g.Reachable {
 			g.State = StateDisconnected
+		} else if st == nil {
+			g.State = StateBehind
 		} else if id := leases[name]; beats && id != 0 {
 			// The last renewal: the lease's TTL minus what is left of it.
 			if ttl, err := c.cli.TimeToLive(ctx, id); err == nil && ttl.TTL > 0 {
@@ -464,14 +594,25 @@ func (c *Controller) list(ctx context.Context, beats bool) ([]*pb.GatewayStatus,
 				g.HeartbeatUnixMs = max(g.HeartbeatUnixMs, last)
 			}
 		}
-		// In drift: a change to one of its targets after what it
-		// committed.
+		// In drift: a change to one of its targets, or to its labels,
+		// after what it committed; or a state from a history etcd no
+		// longer has.
 		for s, rev := range c.scopeRev {
-			if t, err := ParseScope(s); err == nil && Targets(t, name, g.Labels) && uint64(rev) > g.CommittedRevision {
+			if t, err := ParseScope(s); err == nil && Targets(t, name, g.Labels) && rev > committed {
 				g.Drift = true
 			}
 		}
-		if g.Drift && g.State == StateConverged {
+		if rev, ok := c.labelRev[name]; ok && rev > committed {
+			g.Drift = true
+		}
+		if st != nil && (st.Position.Rev > pos.Rev || st.Position.Rev == pos.Rev && st.Position.ID != pos.ID || st.Committed > r.Header.Revision) {
+			g.Drift = true
+			if g.Error == "" {
+				g.Error = fmt.Sprintf("its state follows revisions etcd no longer has (position %d/%s, etcd's %d/%s: restored or replaced); it reads everything again",
+					st.Position.Rev, st.Position.ID, pos.Rev, pos.ID)
+			}
+		}
+		if g.State == StateConverged && (g.Drift || st.Position != pos) {
 			g.State = StateBehind
 		}
 	}

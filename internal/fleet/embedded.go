@@ -168,6 +168,62 @@ func (c *Cluster) Restart(ids ...int) error {
 	return errors.Join(errs...)
 }
 
+// Backup stops every member, copies their data to dir and starts them
+// again: what a backup of the members' disks holds, to Restore later.
+func (c *Cluster) Backup(dir string) error {
+	c.Close()
+	for _, n := range c.names {
+		if err := os.CopyFS(filepath.Join(dir, n), os.DirFS(filepath.Join(c.dir, n))); err != nil {
+			return fmt.Errorf("back up etcd member %s: %w", n, err)
+		}
+	}
+	return c.Restart(c.ids()...)
+}
+
+// Restore stops every member, replaces their data with a Backup's in
+// dir and starts them again: etcd is back at the backup's revision, as
+// after restoring a snapshot.
+func (c *Cluster) Restore(dir string) error {
+	c.Close()
+	for _, n := range c.names {
+		if err := os.RemoveAll(filepath.Join(c.dir, n)); err != nil {
+			return err
+		}
+		if err := os.CopyFS(filepath.Join(c.dir, n), os.DirFS(filepath.Join(dir, n))); err != nil {
+			return fmt.Errorf("restore etcd member %s: %w", n, err)
+		}
+	}
+	return c.Restart(c.ids()...)
+}
+
+// Wipe stops every member, removes their data and starts them again as
+// a new, empty cluster on the same addresses.
+func (c *Cluster) Wipe() error {
+	c.Close()
+	for _, n := range c.names {
+		if err := os.RemoveAll(filepath.Join(c.dir, n)); err != nil {
+			return err
+		}
+	}
+	errc := make(chan error, len(c.names))
+	for i := range c.names {
+		go func() { errc <- c.start(i, "new") }()
+	}
+	var errs []error
+	for range c.names {
+		errs = append(errs, <-errc)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Cluster) ids() []int {
+	ids := make([]int, len(c.names))
+	for i := range ids {
+		ids[i] = i
+	}
+	return ids
+}
+
 // Close stops every member.
 func (c *Cluster) Close() {
 	for i := range c.members {

@@ -38,6 +38,9 @@ type testFleet struct {
 	etcd    *Cluster
 	ctl     *Controller
 	members map[string]*testMember
+	// labels are the gateways' labels, as the operator gives them to
+	// the controller.
+	labels map[string]map[string]string
 }
 
 type testMember struct {
@@ -53,7 +56,7 @@ func newTestFleet(t *testing.T) *testFleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	f := &testFleet{t: t, etcd: c, members: map[string]*testMember{}}
+	f := &testFleet{t: t, etcd: c, members: map[string]*testMember{}, labels: map[string]map[string]string{}}
 	f.ctl, err = NewController(context.Background(), f.client(), "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -70,10 +73,15 @@ func (f *testFleet) client() *clientv3.Client {
 	return cli
 }
 
-// join starts a member called name with labels.
+// join gives gateway name labels at the controller and starts its
+// member.
 func (f *testFleet) join(name string, labels map[string]string, stateFile string) *testMember {
+	f.labels[name] = labels
+	if _, err := f.ctl.SetLabels(context.Background(), f.labels); err != nil {
+		f.t.Fatal(err)
+	}
 	tm := &testMember{gw: NewNoDataplane(), done: make(chan struct{})}
-	tm.m = NewMember(f.client(), tm.gw, MemberOptions{Name: name, Labels: labels, TTL: 2 * time.Second, StateFile: stateFile})
+	tm.m = NewMember(f.client(), tm.gw, MemberOptions{Name: name, TTL: 2 * time.Second, StateFile: stateFile})
 	f.run(tm)
 	f.members[name] = tm
 	return tm
@@ -175,7 +183,8 @@ func TestFleetTargets(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a site=a PDR using FAR 9 (for all): %v", err)
 	}
-	f.waitCommitted(rev4, "gw1", "gw2")
+	// gw3 is not targeted, but follows the fleet's revision all the same.
+	f.waitCommitted(rev4, "gw1", "gw2", "gw3")
 
 	gws, err := f.ctl.Gateways(nil)
 	if err != nil {
@@ -265,7 +274,7 @@ func TestFleetFailures(t *testing.T) {
 			t.Errorf("gw1 away while site=a changed: drift %v, want true", g.Drift)
 		}
 	}
-	m := NewMember(f.client(), gw1.gw, MemberOptions{Name: "gw1", Labels: map[string]string{"site": "a"}, StateFile: state, TTL: 2 * time.Second})
+	m := NewMember(f.client(), gw1.gw, MemberOptions{Name: "gw1", StateFile: state, TTL: 2 * time.Second})
 	if st, _ := m.Status(); st.Committed == 0 {
 		t.Errorf("a restarted member starts at committed 0; the state file said more")
 	}

@@ -15,15 +15,29 @@
 //	                                  it; a member commits nothing until it is there,
 //	                                  so an agent pointed at the wrong etcd or prefix
 //	                                  never wipes its rules.
-//	v1/revision                       bumped by every Apply: controllers compare its
-//	                                  mod revision in their transaction, so two of
-//	                                  them never interleave half-seen batches.
+//	v1/revision                       the fleet's position, rewritten by every change
+//	                                  a member follows (an Apply, a label change, a
+//	                                  controller's start): JSON {cluster, epoch, id,
+//	                                  prev}. cluster is chosen when the layout is
+//	                                  written, epoch counts controller starts and
+//	                                  restores a controller noticed, id is new at each
+//	                                  write and prev is the mod revision and id of the
+//	                                  value it replaced. Controllers compare its mod
+//	                                  revision in their transactions, so two of them
+//	                                  never interleave half-seen batches; members check
+//	                                  the chain (see Position), so an etcd restored to
+//	                                  an older revision, or wiped and refilled, is
+//	                                  noticed and everything is read again.
+//	v1/labels/NAME                    the gateway's labels (JSON object), written by
+//	                                  controllers alone from what the operator gives
+//	                                  them (a file, the Kubernetes nodes): the labels
+//	                                  selectors target. A gateway never chooses them.
 //	v1/objects/SCOPE/KIND/KEY         one object (edgeplane.v1.Object, protojson).
 //	v1/scopes/SCOPE                   rewritten by every Apply to SCOPE: its mod
 //	                                  revision is the scope's last change, which a
 //	                                  gateway targeted by SCOPE is in drift without.
 //	v1/gateways/NAME/status           the gateway's status (Status, JSON), written by
-//	                                  its agent when it changes.
+//	                                  its agent when it changes, under its lease.
 //	v1/gateways/NAME/alive            written under the agent's lease: gone when the
 //	                                  lease expires, and the gateway is unreachable.
 //
@@ -31,16 +45,25 @@
 // "selector=K1=V1,K2=V2" (keys sorted, keys and values query-escaped). KIND
 // is the config kind ("pdr"), KEY the object's id or name, path-escaped.
 //
-// A gateway's agent may read everything under v1/ and write only
-// v1/gateways/NAME/ (see README: per-gateway etcd users), so a
-// compromised gateway cannot change another's state or the objects.
+// A member reads the keys from v1/labels/ up to v1/s (labels, layout,
+// objects, revision: nothing else sorts between them, and new keys must
+// not), so a gateway's etcd user needs read on that range
+// and readwrite on v1/gateways/NAME/ alone (GatewayPermissions): a
+// compromised gateway cannot change another's state, its own labels or
+// the objects, and what it writes reaches nobody's rules.
 package fleet
 
 import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/config"
@@ -61,6 +84,8 @@ func newKeys(prefix string) keys {
 
 func (k keys) layout() string             { return k.base + "layout" }
 func (k keys) revision() string           { return k.base + "revision" }
+func (k keys) labels() string             { return k.base + "labels/" }
+func (k keys) label(name string) string   { return k.base + "labels/" + url.PathEscape(name) }
 func (k keys) objects() string            { return k.base + "objects/" }
 func (k keys) scopes() string             { return k.base + "scopes/" }
 func (k keys) scope(s string) string      { return k.base + "scopes/" + url.PathEscape(s) }
@@ -68,6 +93,11 @@ func (k keys) gateways() string           { return k.base + "gateways/" }
 func (k keys) gateway(name string) string { return k.base + "gateways/" + url.PathEscape(name) + "/" }
 func (k keys) status(name string) string  { return k.gateway(name) + "status" }
 func (k keys) alive(name string) string   { return k.gateway(name) + "alive" }
+
+// memberRange is the range a member reads and watches: from labels/ up
+// to scopes/, exclusive (labels, layout, objects, revision). The end is
+// "s", not "revision\x00", so that an operator can type it into etcdctl.
+func (k keys) memberRange() (from, end string) { return k.labels(), k.base + "s" }
 
 // object returns the key of kind's object key in scope s.
 func (k keys) object(s string, kind config.Kind, key config.Key) string {
@@ -101,6 +131,42 @@ func (k keys) parseGateway(key string) (name, leaf string, ok bool) {
 	}
 	name, err := url.PathUnescape(esc)
 	return name, leaf, err == nil
+}
+
+// parseLabel returns the gateway of a key under labels/.
+func (k keys) parseLabel(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, k.labels())
+	if !ok || strings.Contains(rest, "/") {
+		return "", false
+	}
+	name, err := url.PathUnescape(rest)
+	return name, err == nil
+}
+
+// Permission is one etcd role permission: read or readwrite on the keys
+// from Key to RangeEnd (exclusive; etcdctl's `role grant-permission ROLE
+// TYPE KEY RANGE_END`).
+type Permission struct {
+	Key, RangeEnd string
+	Write         bool
+}
+
+// GatewayPermissions are all a gateway's etcd user needs: read the
+// member range (its labels, the layout, the objects, the revision key)
+// and write its own status and alive keys. Nothing else: not another
+// gateway's keys, not the labels (the controller's), not the objects.
+func GatewayPermissions(prefix, name string) []Permission {
+	k := newKeys(cmp.Or(prefix, DefaultPrefix))
+	from, end := k.memberRange()
+	gw := k.gateway(name)
+	return []Permission{{Key: from, RangeEnd: end}, {Key: gw, RangeEnd: clientv3.GetPrefixRangeEnd(gw), Write: true}}
+}
+
+// ControllerPermissions are a controller's: readwrite on the whole
+// layout under prefix.
+func ControllerPermissions(prefix string) []Permission {
+	k := newKeys(cmp.Or(prefix, DefaultPrefix))
+	return []Permission{{Key: k.base, RangeEnd: clientv3.GetPrefixRangeEnd(k.base), Write: true}}
 }
 
 // ScopeOf returns the scope string of target t: what its objects are
@@ -180,13 +246,18 @@ func Targets(t *pb.Target, name string, labels map[string]string) bool {
 	return true
 }
 
-// Status is what an agent keeps under v1/gateways/NAME/status.
+// Status is what an agent keeps under v1/gateways/NAME/status, under
+// its lease. Nothing in it reaches another gateway: targeting follows the
+// labels controllers write (v1/labels/NAME), never a status.
 type Status struct {
-	Labels map[string]string `json:"labels"`
 	// Committed is the etcd revision of the desired state the gateway
 	// serves; Generation its rules generation then.
 	Committed  int64  `json:"committed_revision"`
 	Generation uint32 `json:"generation"`
+	// Position is the fleet's revision key as of Committed: a controller
+	// lists the gateway converged only while it is etcd's, so a gateway
+	// that holds a state from before etcd was restored is not.
+	Position Position `json:"position"`
 	// State is converged, behind, failing or disconnected (see
 	// edgeplane.v1.GatewayStatus); Error says why it is failing.
 	State string `json:"state"`
@@ -199,6 +270,49 @@ type Status struct {
 	Objects     uint32 `json:"objects"`
 	// Written is when the agent wrote this status (Unix ms).
 	Written int64 `json:"written_unix_ms"`
+}
+
+// Position names one value of the fleet's revision key: its mod revision
+// and its id. {0, ""} is no key.
+type Position struct {
+	Rev int64  `json:"rev"`
+	ID  string `json:"id"`
+}
+
+// revisionValue is the revision key's value.
+type revisionValue struct {
+	// Cluster is chosen once, when the layout is written: a member that
+	// finds another has changed etcds (or fleets) under it.
+	Cluster string `json:"cluster"`
+	// Epoch counts controller starts and the restores a controller
+	// noticed (etcd's revision key older than what it had seen).
+	Epoch int64 `json:"epoch"`
+	// ID is new at every write; Prev is the value this one replaced.
+	ID   string    `json:"id"`
+	Prev *Position `json:"prev,omitempty"`
+}
+
+// parseRevision reads the revision key's value. A value of layout 1's
+// first form (a number) has no cluster, epoch or chain: its id is the
+// value itself.
+func parseRevision(v []byte) revisionValue {
+	var r revisionValue
+	if err := json.Unmarshal(v, &r); err != nil || r.ID == "" {
+		return revisionValue{ID: string(v)}
+	}
+	return r
+}
+
+func (r revisionValue) encode() string {
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+// newID returns a random id: 64 bits, so two writes never share one.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // The states of a gateway.

@@ -42,8 +42,9 @@ type Health struct {
 
 // MemberOptions configure a Member.
 type MemberOptions struct {
+	// Name is the gateway's; its labels are the ones controllers give
+	// it in etcd (v1/labels/NAME), never its own.
 	Name   string
-	Labels map[string]string
 	Prefix string
 	// StateFile keeps the revision last committed across restarts
 	// ("": not kept).
@@ -51,6 +52,10 @@ type MemberOptions struct {
 	// TTL is the lease's: a gateway that has not renewed it for this
 	// long is unreachable (default 5 s).
 	TTL time.Duration
+	// Check is how often the member checks that etcd still holds the
+	// history it follows (default 5 s; also at once when it reaches etcd
+	// again).
+	Check time.Duration
 	// Health is asked at each heartbeat (nil: dataplane OK, no paths).
 	Health func() Health
 	Log    *slog.Logger
@@ -63,10 +68,20 @@ type Member struct {
 	gw  Gateway
 	k   keys
 
-	// cache holds every object of the fleet at rev, by etcd key. Only
-	// Run's goroutine touches them.
-	cache map[string]*object
-	rev   int64
+	// cache holds every object of the fleet at rev, by etcd key, and
+	// labels the gateway's; pos is the revision key at rev, and cluster
+	// and epoch its value's; ready: the layout is there. Only Run's
+	// goroutine touches them.
+	cache   map[string]*object
+	labels  map[string]string
+	rev     int64
+	pos     Position
+	cluster string
+	epoch   int64
+	ready   bool
+	// recheck asks Run's goroutine to check etcd's history at once (the
+	// heartbeat reached etcd again).
+	recheck chan struct{}
 
 	mu        sync.Mutex
 	st        Status
@@ -78,13 +93,14 @@ type Member struct {
 // NewMember returns a member keeping gw in step through cli.
 func NewMember(cli *clientv3.Client, gw Gateway, o MemberOptions) *Member {
 	o.TTL = cmp.Or(o.TTL, 5*time.Second)
+	o.Check = cmp.Or(o.Check, 5*time.Second)
 	o.Prefix = cmp.Or(o.Prefix, DefaultPrefix)
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	m := &Member{o: o, cli: cli, gw: gw, k: newKeys(o.Prefix), changed: make(chan struct{}, 1)}
+	m := &Member{o: o, cli: cli, gw: gw, k: newKeys(o.Prefix), changed: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	// Behind until the first read: it serves what it last committed.
-	m.st = Status{Labels: o.Labels, State: StateBehind}
+	m.st = Status{State: StateBehind}
 	if c, err := readState(o.StateFile); err == nil {
 		m.st.Committed = c
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -134,8 +150,8 @@ func (m *Member) set(fn func(*Status)) {
 // Run keeps the gateway in step until ctx ends: it reads the objects,
 // commits those meant for the gateway, and follows the changes with a
 // watch, resuming after a disconnect from the revision it has (a full
-// read when etcd has compacted it away). Meanwhile it heartbeats and
-// writes the status.
+// read when etcd has compacted it away, or no longer holds the history
+// it followed). Meanwhile it heartbeats and writes the status.
 func (m *Member) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { m.heartbeat(ctx) })
@@ -145,6 +161,9 @@ func (m *Member) Run(ctx context.Context) {
 		err := m.follow(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if err == nil {
+			continue // read everything again: follow from there
 		}
 		m.o.Log.Warn("fleet: lost the watch; serving the last committed state", "revision", m.rev, "error", err)
 		select {
@@ -156,45 +175,159 @@ func (m *Member) Run(ctx context.Context) {
 	}
 }
 
-// follow reads (when it has nothing, or etcd compacted what it has) and
-// watches until the watch fails.
+// follow reads (when it has nothing, or etcd compacted what it has, or
+// lost the history it followed) and watches until the watch fails (an
+// error) or the member has read everything again (nil: watch from the
+// new revision).
 func (m *Member) follow(ctx context.Context) error {
 	if m.cache == nil {
 		if err := m.read(ctx); err != nil {
 			return err
 		}
+	} else if again, err := m.verify(ctx); err != nil || again {
+		return err
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	// The objects alone: the gateways' statuses change all the time and
-	// are none of a member's business.
-	wc := m.cli.Watch(wctx, m.k.objects(), clientv3.WithPrefix(), clientv3.WithRev(m.rev+1))
-	for resp := range wc {
+	// The member's range alone: the gateways' statuses change all the
+	// time and are none of a member's business.
+	from, end := m.k.memberRange()
+	wc := m.cli.Watch(wctx, from, clientv3.WithRange(end), clientv3.WithRev(m.rev+1))
+	check := time.NewTicker(m.o.Check)
+	defer check.Stop()
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case resp, ok = <-wc:
+		case <-check.C:
+			if again, err := m.verify(ctx); err != nil || again {
+				return err
+			}
+			continue
+		case <-m.recheck:
+			if again, err := m.verify(ctx); err != nil || again {
+				return err
+			}
+			continue
+		}
+		if !ok {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return errors.New("watch closed (etcd lost its leader or is unreachable)")
+		}
 		if resp.CompactRevision > 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 			m.o.Log.Info("fleet: etcd compacted the revisions after ours; reading everything again", "revision", m.rev, "compacted", resp.CompactRevision)
-			m.cache = nil
-			return m.read(ctx)
+			return m.reread(ctx, "")
 		}
 		if err := resp.Err(); err != nil {
 			return err
 		}
-		for _, ev := range resp.Events {
-			key := string(ev.Kv.Key)
-			if ev.Type == mvccpb.DELETE {
+		if again, why := m.apply(resp.Events); again {
+			return m.reread(ctx, why)
+		}
+		if rev := resp.Header.Revision; rev > m.rev && len(resp.Events) > 0 {
+			m.rev = rev
+			if m.ready {
+				m.commit()
+			}
+		}
+	}
+}
+
+// apply takes a watch response's events into the cache, or says the
+// member must read everything again instead (again), and why when that
+// is not the ordinary course (the layout written at last).
+func (m *Member) apply(events []*clientv3.Event) (again bool, why string) {
+	mine := m.k.label(m.o.Name)
+	for _, ev := range events {
+		key := string(ev.Kv.Key)
+		del := ev.Type == mvccpb.DELETE
+		switch {
+		case key == m.k.revision():
+			if del {
+				return true, "the fleet's revision key was deleted"
+			}
+			v := parseRevision(ev.Kv.Value)
+			if v.Prev != nil && *v.Prev != m.pos {
+				// A change this member did not see: etcd holds another
+				// history than the one it followed.
+				return true, fmt.Sprintf("the fleet's revision key at %d follows %d/%s, not %d/%s as this gateway saw it: etcd was restored or replaced",
+					ev.Kv.ModRevision, v.Prev.Rev, v.Prev.ID, m.pos.Rev, m.pos.ID)
+			}
+			if m.cluster != "" && v.Cluster != m.cluster {
+				return true, fmt.Sprintf("the fleet's cluster id is %s, not %s: another fleet's etcd", v.Cluster, m.cluster)
+			}
+			if v.Epoch != m.epoch && m.epoch != 0 {
+				m.o.Log.Info("fleet: the epoch moved on", "epoch", v.Epoch, "was", m.epoch)
+			}
+			m.pos, m.cluster, m.epoch = Position{Rev: ev.Kv.ModRevision, ID: v.ID}, v.Cluster, v.Epoch
+		case key == m.k.layout():
+			switch {
+			case !m.ready:
+				return true, "" // written at last: read what it lays out
+			case del || string(ev.Kv.Value) != LayoutVersion:
+				return true, "the layout key changed"
+			}
+		case key == mine:
+			m.labels = nil
+			if !del {
+				if err := json.Unmarshal(ev.Kv.Value, &m.labels); err != nil {
+					m.labels = map[string]string{"": "unreadable: " + err.Error()}
+				}
+			}
+		case strings.HasPrefix(key, m.k.objects()):
+			if del {
 				delete(m.cache, key)
 				continue
 			}
 			m.cache[key] = m.decode(ev.Kv)
 		}
-		if rev := resp.Header.Revision; rev > m.rev && len(resp.Events) > 0 {
-			m.rev = rev
-			m.commit()
-		}
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	return false, ""
+}
+
+// verify checks that etcd holds the history the member follows: the
+// revision key it saw at its revision is still there, and etcd is not
+// before that revision. If not (restored from a backup, wiped and filled
+// again, another etcd at the same endpoints), the gateway is behind and
+// the member reads everything again (again: it did).
+func (m *Member) verify(ctx context.Context) (again bool, err error) {
+	rctx, cancel := context.WithTimeout(ctx, m.o.TTL/2)
+	defer cancel()
+	r, err := m.cli.Get(rctx, m.k.revision())
+	if err != nil {
+		return false, err
 	}
-	return errors.New("watch closed (etcd lost its leader or is unreachable)")
+	cur, v := Position{}, revisionValue{}
+	if len(r.Kvs) > 0 {
+		v = parseRevision(r.Kvs[0].Value)
+		cur = Position{Rev: r.Kvs[0].ModRevision, ID: v.ID}
+	}
+	why := ""
+	switch {
+	case r.Header.Revision < m.rev:
+		why = fmt.Sprintf("etcd is at revision %d, before the %d this gateway followed: restored from an older state", r.Header.Revision, m.rev)
+	case cur.Rev <= m.rev && cur != m.pos:
+		why = fmt.Sprintf("the fleet's revision key is %d/%s where this gateway followed %d/%s: etcd was restored or replaced", cur.Rev, cur.ID, m.pos.Rev, m.pos.ID)
+	case m.cluster != "" && v.Cluster != "" && v.Cluster != m.cluster:
+		why = fmt.Sprintf("the fleet's cluster id is %s, not %s: another fleet's etcd", v.Cluster, m.cluster)
+	default:
+		return false, nil
+	}
+	return true, m.reread(ctx, why)
+}
+
+// reread reads everything again; with why, the gateway is shown behind
+// (and why) until it has committed what it read.
+func (m *Member) reread(ctx context.Context, why string) error {
+	if why != "" {
+		m.o.Log.Warn("fleet: reading everything again; behind until committed", "reason", why, "revision", m.rev)
+		m.set(func(s *Status) { s.State, s.Error = StateBehind, why })
+	}
+	m.cache = nil
+	return m.read(ctx)
 }
 
 // decode reads an object of the watch or a read. One that does not
@@ -214,35 +347,48 @@ func (m *Member) decode(kv *mvccpb.KeyValue) *object {
 	return o
 }
 
-// read reads every object and the layout at one revision and commits
-// what is meant for the gateway.
+// read reads the member's range (its labels, the layout, the objects and
+// the revision key) at one revision and commits what is meant for the
+// gateway.
 func (m *Member) read(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := m.cli.Txn(rctx).Then(
-		clientv3.OpGet(m.k.layout()),
-		clientv3.OpGet(m.k.objects(), clientv3.WithPrefix()),
-	).Commit()
+	from, end := m.k.memberRange()
+	resp, err := m.cli.Get(rctx, from, clientv3.WithRange(end))
 	if err != nil {
 		return err
 	}
 	m.rev = resp.Header.Revision
-	lay := resp.Responses[0].GetResponseRange().Kvs
-	if len(lay) == 0 || string(lay[0].Value) != LayoutVersion {
+	m.cache, m.labels, m.pos, m.cluster, m.epoch = map[string]*object{}, nil, Position{}, "", 0
+	var layout []byte
+	mine := m.k.label(m.o.Name)
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		switch {
+		case key == m.k.layout():
+			layout = kv.Value
+		case key == m.k.revision():
+			v := parseRevision(kv.Value)
+			m.pos, m.cluster, m.epoch = Position{Rev: kv.ModRevision, ID: v.ID}, v.Cluster, v.Epoch
+		case key == mine:
+			if err := json.Unmarshal(kv.Value, &m.labels); err != nil {
+				m.labels = map[string]string{"": "unreadable: " + err.Error()}
+			}
+		case strings.HasPrefix(key, m.k.objects()):
+			m.cache[key] = m.decode(kv)
+		}
+	}
+	m.ready = string(layout) == LayoutVersion
+	if !m.ready {
 		got := "nothing"
-		if len(lay) > 0 {
-			got = fmt.Sprintf("%q", lay[0].Value)
+		if layout != nil {
+			got = fmt.Sprintf("%q", layout)
 		}
 		m.set(func(s *Status) {
 			s.State = StateWaiting
 			s.Error = fmt.Sprintf("%s holds %s, want %q: no controller has set this fleet up; serving the last committed state", m.k.layout(), got, LayoutVersion)
 		})
-		m.cache = map[string]*object{}
 		return nil
-	}
-	m.cache = map[string]*object{}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		m.cache[string(kv.Key)] = m.decode(kv)
 	}
 	m.commit()
 	return nil
@@ -255,7 +401,7 @@ func (m *Member) desired() (map[objKey]*object, error) {
 	var clash []string
 	for _, o := range m.cache {
 		t, err := ParseScope(o.scope)
-		if err != nil || !Targets(t, m.o.Name, m.o.Labels) {
+		if err != nil || !Targets(t, m.o.Name, m.labels) {
 			continue
 		}
 		if o.err != nil {
@@ -310,7 +456,7 @@ func (m *Member) commit() {
 		m.o.Log.Error("fleet: keep the committed revision", "file", m.o.StateFile, "error", err)
 	}
 	m.set(func(s *Status) {
-		s.Committed, s.State, s.Error, s.Objects = m.rev, StateConverged, "", uint32(len(want))
+		s.Committed, s.Position, s.State, s.Error, s.Objects = m.rev, m.pos, StateConverged, "", uint32(len(want))
 		if gen != 0 {
 			s.Generation = gen
 		}
@@ -353,6 +499,14 @@ func (m *Member) heartbeat(ctx context.Context) {
 			m.o.Log.Warn("fleet: etcd unreachable; serving the last committed state", "error", err)
 		} else if !was && err == nil {
 			m.o.Log.Info("fleet: reached etcd", "lease", fmt.Sprintf("%x", lease))
+			// Back after a time away: etcd may have been restored
+			// meanwhile, with an older status of ours. Check its
+			// history now and write the status again.
+			m.wrote = Status{}
+			select {
+			case m.recheck <- struct{}{}:
+			default:
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -393,6 +547,7 @@ func (m *Member) beat(ctx context.Context, lease *clientv3.LeaseID, renew bool) 
 		if _, err := m.cli.Put(rctx, m.k.alive(m.o.Name), fmt.Sprintf("%x", g.ID), clientv3.WithLease(g.ID)); err != nil {
 			return err
 		}
+		m.wrote = Status{} // the status went with the old lease
 		*lease = g.ID
 	}
 	h := Health{DataplaneOK: true}
@@ -409,7 +564,9 @@ func (m *Member) beat(ctx context.Context, lease *clientv3.LeaseID, renew bool) 
 	}
 	st.Written = time.Now().UnixMilli()
 	b, _ := json.Marshal(st)
-	if _, err := m.cli.Put(rctx, m.k.status(m.o.Name), string(b)); err != nil {
+	// Under the lease: a status lives no longer than the gateway's
+	// heartbeat, and a controller ignores one that is not under it.
+	if _, err := m.cli.Put(rctx, m.k.status(m.o.Name), string(b), clientv3.WithLease(*lease)); err != nil {
 		return err
 	}
 	m.wrote = st

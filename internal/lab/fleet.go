@@ -75,6 +75,11 @@ func StartFleet(ctx context.Context, l *SDWAN) (f *Fleet, err error) {
 		return f, fmt.Errorf("controller API: %w", err)
 	}
 	l.step("controller serving %s (edgeplane get gateways --server %s)", FleetAPI, FleetAPI)
+	// The gateways' labels are the operator's: given at the controller.
+	if _, err := f.Ctl.SetLabels(ctx, map[string]map[string]string{
+		l.GWA: {"site": "a", "lab": l.Name}, l.GWB: {"site": "b", "lab": l.Name}}); err != nil {
+		return f, fmt.Errorf("gateway labels: %w", err)
+	}
 	l.AgentArgs = map[string][]string{}
 	for _, side := range []byte{'a', 'b'} {
 		gw := l.GWA
@@ -88,8 +93,7 @@ func StartFleet(ctx context.Context, l *SDWAN) (f *Fleet, err error) {
 		if err := f.seed(gw, b); err != nil {
 			return f, err
 		}
-		l.AgentArgs[gw] = []string{"--etcd", f.Etcd.Endpoints(mgmtAddr(side, true)), "--gateway", gw,
-			"--labels", "site=" + string(side) + ",lab=" + l.Name}
+		l.AgentArgs[gw] = []string{"--etcd", f.Etcd.Endpoints(mgmtAddr(side, true)), "--gateway", gw}
 	}
 	l.AfterBuild = f.linkManagement
 	// Agents joined with the flags above: a lab up without them is

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
@@ -26,12 +27,13 @@ import (
 )
 
 // fleetGateway is one gateway of the fleet test: its topology, its
-// management link to the host (where etcd listens) and its labels.
+// management link to the host (where etcd listens) and its site, the
+// label the operator gives it at the controller.
 type fleetGateway struct {
 	*gateway
-	name   string
-	mgmt   string // the host's end of the management veth
-	labels string
+	name string
+	mgmt string // the host's end of the management veth
+	site string
 }
 
 // controller runs `edgeplane controller` as a process of its own, so the
@@ -44,10 +46,10 @@ type controller struct {
 	log  *os.File
 }
 
-func startController(t *testing.T, etcd, addr string, logf *os.File) *controller {
+func startController(t *testing.T, etcd, addr string, logf *os.File, extra ...string) *controller {
 	t.Helper()
 	c := &controller{t: t, addr: addr, etcd: etcd, log: logf}
-	c.cmd = exec.Command(edgeplaneBin, "controller", "--etcd", etcd, "--grpc-addr", addr, "--rest-addr", "", "--api-loopback-no-auth")
+	c.cmd = exec.Command(edgeplaneBin, append([]string{"controller", "--etcd", etcd, "--grpc-addr", addr, "--rest-addr", "", "--api-loopback-no-auth"}, extra...)...)
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -123,9 +125,11 @@ func dropPDR(id uint32, port int) *pb.Object {
 // TestFleet runs a fleet on one machine: a real 3-member etcd cluster,
 // a controller process and three gateways in network namespaces whose
 // agents reach etcd over a management link. Rules applied to a label
-// group reach each member and traffic obeys them; the fleet survives an
-// etcd member killed, the controller killed, a gateway cut off, and an
-// agent restarted while etcd is down.
+// group reach each member and traffic obeys them; the labels are the
+// operator's, given at the controller (a gateway that names its own is
+// refused); the fleet survives an etcd member killed, the controller
+// killed, a gateway cut off, etcd restored to an older revision under it,
+// and an agent restarted while etcd is down.
 func TestFleet(t *testing.T) {
 	etcd, err := fleet.StartCluster(t.TempDir(), 3, "0.0.0.0")
 	if err != nil {
@@ -143,15 +147,27 @@ func TestFleet(t *testing.T) {
 		}
 		logf.Close()
 	}()
+	gws := []*fleetGateway{{name: "gw1", site: "factory"}, {name: "gw2", site: "factory"}, {name: "gw3", site: "office"}}
+	labelsFile := filepath.Join(t.TempDir(), "labels.yaml")
+	writeLabels := func() {
+		t.Helper()
+		var b strings.Builder
+		for _, fg := range gws {
+			fmt.Fprintf(&b, "%s: {site: %s}\n", fg.name, fg.site)
+		}
+		if err := os.WriteFile(labelsFile, []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeLabels()
 	ctlAddr := "127.0.0.1:" + freeTCPPort(t)
-	ctl := startController(t, etcd.Endpoints("127.0.0.1"), ctlAddr, logf)
+	ctl := startController(t, etcd.Endpoints("127.0.0.1"), ctlAddr, logf, "--gateway-labels", labelsFile)
 	cc := ctl.client(t)
 	ctx := context.Background()
 	if _, err := cc.Apply(ctx, &pb.ApplyRequest{Operations: fleetBase(t)}); err != nil {
 		t.Fatalf("seed the fleet: %v", err)
 	}
 
-	gws := []*fleetGateway{{name: "gw1", labels: "site=factory"}, {name: "gw2", labels: "site=factory"}, {name: "gw3", labels: "site=office"}}
 	for i, fg := range gws {
 		fg.gateway = newGateway(t, fleetConfig)
 		fg.mgmt = fg.Prefix + "m"
@@ -169,7 +185,7 @@ func TestFleet(t *testing.T) {
 		}
 		mgmt := fg.mgmt
 		t.Cleanup(func() { _ = exec.Command("ip", "link", "del", mgmt).Run() })
-		fg.start("--etcd", etcd.Endpoints(host), "--gateway", fg.name, "--labels", fg.labels)
+		fg.start("--etcd", etcd.Endpoints(host), "--gateway", fg.name)
 		fg.warmUp()
 	}
 	gateways := func() map[string]*pb.GatewayStatus {
@@ -240,6 +256,14 @@ func TestFleet(t *testing.T) {
 		t.Errorf("SIGHUP to a fleet agent: no word that its config file is not re-read")
 	}
 
+	// A gateway does not choose its labels: an agent that names its own
+	// is refused before it starts.
+	out, err := exec.Command(edgeplaneBin, "agent", "--config", filepath.Join(t.TempDir(), "none.yaml"), "--pin-dir", "/sys/fs/bpf/ep-none",
+		"--etcd", "http://127.0.0.1:1", "--gateway", "gw3", "--labels", "site=factory").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "given at the controller") {
+		t.Errorf("an agent with --labels site=factory: %v %s; want it refused", err, out)
+	}
+
 	// A rule for the factory gateways reaches both, and only them.
 	factory := &pb.Target{Selector: map[string]string{"site": "factory"}}
 	t0 := time.Now()
@@ -248,6 +272,27 @@ func TestFleet(t *testing.T) {
 	t.Logf("site=factory rule: revision %d, every gateway committed it within %s", rev, time.Since(t0).Round(time.Millisecond))
 	if got := dropped(40, 7001, all...); !got["gw1"] || !got["gw2"] || got["gw3"] {
 		t.Fatalf("PDR 40 (site=factory) dropped 7001 at %v; want gw1 and gw2, not gw3", got)
+	}
+	if g := gateways()["gw3"]; g.GetLabels()["site"] != "office" {
+		t.Errorf("gw3 listed with labels %v, want the operator's site=office", g.GetLabels())
+	}
+	// The operator moves gw3 to the factory (the controller's labels
+	// file, SIGHUP): it takes the factory's rule; moved back, it drops it.
+	for _, site := range []string{"factory", "office"} {
+		gws[2].site = site
+		writeLabels()
+		if err := ctl.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if !waitFor(10*time.Second, func() bool {
+			g := gateways()["gw3"]
+			return g.GetLabels()["site"] == site && g.GetState() == fleet.StateConverged && !g.GetDrift()
+		}) {
+			t.Fatalf("gw3 relabelled site=%s at the controller: %v", site, gateways()["gw3"])
+		}
+		if got := dropped(40, 7001, "gw3"); got["gw3"] != (site == "factory") {
+			t.Errorf("gw3 at site=%s: PDR 40 (site=factory) drops 7001: %v", site, got["gw3"])
+		}
 	}
 
 	// One etcd member of three killed: the fleet keeps working.
@@ -269,7 +314,7 @@ func TestFleet(t *testing.T) {
 			t.Errorf("%s with the controller down: %d of 3 pings answered", fg.name, n)
 		}
 	}
-	ctl = startController(t, etcd.Endpoints("127.0.0.1"), ctlAddr, logf)
+	ctl = startController(t, etcd.Endpoints("127.0.0.1"), ctlAddr, logf, "--gateway-labels", labelsFile)
 	cc = ctl.client(t)
 	rev = apply("controller back: drop 7003 at gw2", &pb.Target{Gateway: "gw2"}, createOp(dropPDR(42, 7003)))
 	converged("controller back", rev, all...)
@@ -308,6 +353,63 @@ func TestFleet(t *testing.T) {
 		t.Errorf("gw3 reconnected still drops 7002 (PDR 41 deleted while it was away)")
 	}
 
+	// etcd restored to an older revision under the running fleet (its
+	// members' data from a backup): every gateway reads everything again
+	// and serves what etcd holds, PDR 43 (applied after the backup) gone;
+	// none is listed converged while it still serves it.
+	backup := filepath.Join(t.TempDir(), "etcd-backup")
+	if err := etcd.Backup(backup); err != nil {
+		t.Fatal(err)
+	}
+	rev = apply("drop 7004 everywhere, after the backup", nil, createOp(dropPDR(43, 7004)))
+	converged("after the backup", rev, all...)
+	if got := dropped(43, 7004, all...); !got["gw1"] || !got["gw2"] || !got["gw3"] {
+		t.Fatalf("PDR 43 (all) dropped 7004 at %v; want every gateway", got)
+	}
+	t0 = time.Now()
+	if err := etcd.Restore(backup); err != nil {
+		t.Fatal(err)
+	}
+	serves43 := func(fg *fleetGateway) bool {
+		conn, err := grpc.NewClient(fg.APISocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = pb.NewGatewayClient(conn).GetPdr(ctx, &pb.GetByIDRequest{Id: 43})
+		return status.Code(err) != codes.NotFound
+	}
+	checked := map[string]bool{}
+	if !waitFor(20*time.Second, func() bool {
+		for name, g := range gateways() {
+			if g.GetState() == fleet.StateConverged && !checked[name] {
+				checked[name] = true
+				for _, fg := range gws {
+					if fg.name == name && serves43(fg) {
+						t.Errorf("%s listed converged after the restore while it serves PDR 43, which etcd no longer has: %v", name, g)
+					}
+				}
+			}
+		}
+		return len(checked) == len(all)
+	}) {
+		t.Fatalf("after etcd was restored, not every gateway was listed converged within 20s: %v", gateways())
+	}
+	t.Logf("etcd restored to an older revision: every gateway read everything again within %s", time.Since(t0).Round(time.Millisecond))
+	if got := dropped(43, 7004, all...); got["gw1"] || got["gw2"] || got["gw3"] {
+		t.Errorf("after the restore, 7004 still dropped at %v (PDR 43 went with the restore)", got)
+	}
+	for _, fg := range gws {
+		if !strings.Contains(fg.log(), "reading everything again") {
+			t.Errorf("%s's log does not say it read everything again after the restore", fg.name)
+		}
+	}
+	rev = apply("after the restore: drop 7005 at site=factory", factory, createOp(dropPDR(44, 7005)))
+	converged("after the restore", rev, all...)
+	if got := dropped(44, 7005, all...); !got["gw1"] || !got["gw2"] || got["gw3"] {
+		t.Errorf("PDR 44 (site=factory) after the restore dropped 7005 at %v; want gw1 and gw2", got)
+	}
+
 	// etcd down entirely; gw1's agent restarted: it serves its last
 	// committed state, says it is not connected, and converges once etcd
 	// is back.
@@ -316,7 +418,7 @@ func TestFleet(t *testing.T) {
 	if err := gw1.StopAgent(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	gw1.start("--etcd", etcd.Endpoints("10.250.0.1"), "--gateway", gw1.name, "--labels", gw1.labels)
+	gw1.start("--etcd", etcd.Endpoints("10.250.0.1"), "--gateway", gw1.name)
 	if got := dropped(40, 7001, "gw1"); !got["gw1"] {
 		t.Errorf("gw1 restarted with etcd down does not drop 7001: it lost its last committed state")
 	}
