@@ -7,6 +7,8 @@
 package helm_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -18,6 +20,7 @@ import (
 	"strings"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"gopkg.in/yaml.v3"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -28,12 +31,14 @@ import (
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "sigs.k8s.io/json"
 	kyaml "sigs.k8s.io/yaml"
 
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/fleet"
 )
 
 const (
@@ -60,6 +65,7 @@ var kinds = map[string]func() metav1.Object{
 	"apps/v1/Deployment": func() metav1.Object { return &appsv1.Deployment{} },
 	"rbac.authorization.k8s.io/v1/ClusterRole":        func() metav1.Object { return &rbacv1.ClusterRole{} },
 	"rbac.authorization.k8s.io/v1/ClusterRoleBinding": func() metav1.Object { return &rbacv1.ClusterRoleBinding{} },
+	"networking.k8s.io/v1/NetworkPolicy":              func() metav1.Object { return &networkingv1.NetworkPolicy{} },
 }
 
 // clusterScoped are the kinds that take no namespace.
@@ -306,20 +312,34 @@ type valueSet struct {
 	endpoints          []string
 	privileged         bool
 	tls, auth          bool
+	tlsSecret          string // named in values; "" for the chart's hook's
 	controller         bool
 	controllerReplicas int32
 	nodeSelector       map[string]string
 	hostPassword       string // agent's password file on the host
 	kubeletPodList     bool
 	tokensSecret       string // named in values; "" for the chart's own
+	metricsAddr        string
+	labelsFromNodes    bool
+	ctlPasswordSecret  string // named in values; "" for the chart's hook's
+	// The peers the NetworkPolicies admit to the controller's API, the
+	// agents' metrics and etcd (nil: no policy for etcd).
+	apiPeers, metricsPeers, etcdPeers []string
 }
 
 var valueSets = []valueSet{{
 	name:               "defaults",
-	endpoints:          []string{"http://etcd:2379"},
+	endpoints:          []string{"https://etcd:2379"},
+	tls:                true,
+	auth:               true,
+	hostPassword:       "/etc/edgeplane/etcd-password",
 	controller:         true,
 	controllerReplicas: 1,
 	nodeSelector:       map[string]string{"kubernetes.io/os": "linux"},
+	metricsAddr:        "127.0.0.1:9090",
+	labelsFromNodes:    true,
+	apiPeers:           []string{},
+	metricsPeers:       []string{},
 }, {
 	name: "tls-auth-privileged",
 	values: `
@@ -328,28 +348,46 @@ etcd:
   tls: {enabled: true, secretName: etcd-client}
   auth:
     enabled: true
-    agent: {passwordSecret: gw-etcd-password}
+    agent: {passwordSecret: gw-etcd-password, passwordHostPath: ""}
     controller: {passwordSecret: controller-etcd-password}
+  podSelector: {app.kubernetes.io/name: etcd}
+networkPolicy:
+  nodeCIDRs: [10.0.0.0/24]
+  apiClients: [{podSelector: {matchLabels: {app: ci}}}]
 agent:
   privileged: true
   nodeSelector: {edgeplane.io/gateway: "true"}
 controller:
   replicas: 2
   apiTokensSecret: my-tokens
+  gatewayLabels: {gw-1: {site: factory}}
 `,
 	endpoints:          []string{"https://etcd-0.etcd:2379", "https://etcd-1.etcd:2379", "https://etcd-2.etcd:2379"},
 	privileged:         true,
 	tls:                true,
+	tlsSecret:          "etcd-client",
 	auth:               true,
 	controller:         true,
 	controllerReplicas: 2,
 	nodeSelector:       map[string]string{"kubernetes.io/os": "linux", "edgeplane.io/gateway": "true"},
 	tokensSecret:       "my-tokens",
+	metricsAddr:        "127.0.0.1:9090",
+	labelsFromNodes:    true,
+	ctlPasswordSecret:  "controller-etcd-password",
+	apiPeers:           []string{"pods app=ci to grpc,http"},
+	metricsPeers:       []string{},
+	etcdPeers: []string{
+		"cidr 10.0.0.0/24 to 2379",
+		"pods app.kubernetes.io/component=controller,app.kubernetes.io/instance=edge,app.kubernetes.io/name=edgeplane to 2379",
+		"pods app.kubernetes.io/name=etcd to 2379,2380",
+	},
 }, {
-	name: "unprivileged-host-password",
+	name: "insecure-explicit",
 	values: `
 etcd:
   endpoints: [http://etcd.storage.svc:2379]
+  insecure: true
+  tls: {enabled: false}
   auth:
     enabled: true
     agent: {passwordHostPath: /etc/edgeplane-host/etcd-password}
@@ -358,9 +396,12 @@ agent:
   privileged: false
   extraCapabilities: [SYS_PTRACE]
   podList: https://127.0.0.1:10250/pods
+  metricsAddress: 0.0.0.0
   extraArgs: [--debug]
-rbac:
-  kubeletPodList: true
+networkPolicy:
+  metricsFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]
+controller:
+  labelsFromNodes: false
 `,
 	endpoints:          []string{"http://etcd.storage.svc:2379"},
 	auth:               true,
@@ -369,6 +410,10 @@ rbac:
 	nodeSelector:       map[string]string{"kubernetes.io/os": "linux"},
 	hostPassword:       "/etc/edgeplane-host/etcd-password",
 	kubeletPodList:     true,
+	metricsAddr:        "0.0.0.0:9090",
+	ctlPasswordSecret:  "controller-etcd-password",
+	apiPeers:           []string{},
+	metricsPeers:       []string{"other to 9090"},
 }, {
 	name: "agents-only",
 	values: `
@@ -379,8 +424,13 @@ agent:
     interfaces:
       - {name: eth1, role: wan}
 `,
-	endpoints:    []string{"http://etcd:2379"},
+	endpoints:    []string{"https://etcd:2379"},
+	tls:          true,
+	auth:         true,
+	hostPassword: "/etc/edgeplane/etcd-password",
 	nodeSelector: map[string]string{"kubernetes.io/os": "linux"},
+	metricsAddr:  "127.0.0.1:9090",
+	metricsPeers: []string{},
 }}
 
 func TestChart(t *testing.T) {
@@ -390,6 +440,9 @@ func TestChart(t *testing.T) {
 			checkCommon(t, r)
 			checkAgent(t, r, vs)
 			checkController(t, r, vs)
+			checkRBAC(t, r, vs)
+			checkNetworkPolicies(t, r, vs)
+			checkEtcdSecrets(t, r, vs)
 		})
 	}
 }
@@ -571,10 +624,14 @@ func checkAgent(t *testing.T, r rendered, vs valueSet) {
 	}
 	wantFlag(t, "agent", args, "--etcd", strings.Join(vs.endpoints, ","))
 	wantFlag(t, "agent", args, "--gateway", "$(NODE_NAME)")
-	wantFlag(t, "agent", args, "--labels-from-node", "$(NODE_NAME)")
+	for _, f := range []string{"--labels", "--labels-from-node"} {
+		if _, ok := flag(t, args, f); ok {
+			t.Errorf("agent: %s given: a gateway's labels are the controller's to give", f)
+		}
+	}
 	wantFlag(t, "agent", args, "--pin-dir", "/sys/fs/bpf/edgeplane")
 	wantFlag(t, "agent", args, "--config", "/var/lib/edgeplane/config.yaml")
-	wantFlag(t, "agent", args, "--metrics-addr", "0.0.0.0:9090")
+	wantFlag(t, "agent", args, "--metrics-addr", vs.metricsAddr)
 	wantFlag(t, "agent", args, "--grpc-addr", "")
 	wantFlag(t, "agent", args, "--rest-addr", "")
 	checkEtcdFlags(t, "agent", args, vs)
@@ -618,9 +675,12 @@ func checkAgent(t *testing.T, r rendered, vs valueSet) {
 		t.Errorf("agent: ports %+v, want metrics 9090", p)
 	}
 	for what, pr := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
-		if pr == nil || pr.HTTPGet == nil || pr.HTTPGet.Path != "/metrics" || pr.HTTPGet.Port.StrVal != "metrics" {
-			t.Errorf("agent: %s probe %+v, want GET /metrics on the metrics port", what, pr)
+		if pr == nil || pr.HTTPGet == nil || pr.HTTPGet.Path != "/metrics" || pr.HTTPGet.Port.StrVal != "metrics" || pr.HTTPGet.Host != "127.0.0.1" {
+			t.Errorf("agent: %s probe %+v, want GET /metrics on the metrics port at 127.0.0.1 (the node's loopback)", what, pr)
 		}
+	}
+	if a := spec.AutomountServiceAccountToken; a == nil || *a != vs.kubeletPodList {
+		t.Errorf("agent: automountServiceAccountToken %v, want %v (a token only to read the kubelet's pod list)", a, vs.kubeletPodList)
 	}
 
 	sc := c.SecurityContext
@@ -668,26 +728,6 @@ func checkAgent(t *testing.T, r rendered, vs valueSet) {
 		t.Errorf("agent: seed config: %v\n%s", err, seed.Data["config.yaml"])
 	}
 
-	var role *rbacv1.ClusterRole
-	if roles := all[*rbacv1.ClusterRole](r); len(roles) == 1 {
-		role = roles[0]
-	} else {
-		t.Fatalf("%d ClusterRoles, want 1", len(roles))
-	}
-	canGet := func(res string) bool {
-		for _, rule := range role.Rules {
-			if slices.Contains(rule.APIGroups, "") && slices.Contains(rule.Resources, res) && slices.Contains(rule.Verbs, "get") {
-				return true
-			}
-		}
-		return false
-	}
-	if !canGet("nodes") {
-		t.Error("agent: the ClusterRole cannot get nodes, which --labels-from-node reads")
-	}
-	if canGet("nodes/proxy") != vs.kubeletPodList {
-		t.Errorf("agent: nodes/proxy get is %v, want %v", !vs.kubeletPodList, vs.kubeletPodList)
-	}
 }
 
 // checkController checks the controller's Deployment, Service and
@@ -695,7 +735,7 @@ func checkAgent(t *testing.T, r rendered, vs valueSet) {
 func checkController(t *testing.T, r rendered, vs valueSet) {
 	deps := all[*appsv1.Deployment](r)
 	if !vs.controller {
-		if len(deps) != 0 || len(all[*corev1.Service](r)) != 0 || len(all[*corev1.Secret](r)) != 0 {
+		if len(deps) != 0 || len(all[*corev1.Service](r)) != 0 || secret(r, "edge-edgeplane-api-tokens") != nil || secret(r, "edge-edgeplane-etcd-controller") != nil {
 			t.Errorf("controller disabled, but rendered: %v", r.objects)
 		}
 		return
@@ -715,6 +755,18 @@ func checkController(t *testing.T, r rendered, vs valueSet) {
 	wantFlag(t, "controller", args, "--rest-addr", ":8080")
 	wantFlag(t, "controller", args, "--api-tokens", "/etc/edgeplane/api/tokens")
 	checkEtcdFlags(t, "controller", args, vs)
+	if vs.auth {
+		wantFlag(t, "controller", args, "--etcd-user", "edgeplane-controller")
+	}
+	if vs.labelsFromNodes {
+		wantFlag(t, "controller", args, "--labels-from-nodes", "in-cluster")
+		wantFlag(t, "controller", args, "--node-label-prefix", "node-restriction.kubernetes.io/")
+	} else if _, ok := flag(t, args, "--labels-from-nodes"); ok {
+		t.Errorf("controller: --labels-from-nodes with controller.labelsFromNodes false")
+	}
+	if a := spec.AutomountServiceAccountToken; a == nil || *a != vs.labelsFromNodes {
+		t.Errorf("controller: automountServiceAccountToken %v, want %v (a token only to list nodes)", a, vs.labelsFromNodes)
+	}
 
 	psc, sc := spec.SecurityContext, c.SecurityContext
 	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
@@ -735,12 +787,12 @@ func checkController(t *testing.T, r rendered, vs valueSet) {
 			tokens = v.Secret.SecretName
 		}
 	}
-	secrets := all[*corev1.Secret](r)
+	own := secret(r, "edge-edgeplane-api-tokens")
 	if vs.tokensSecret != "" {
-		if tokens != vs.tokensSecret || len(secrets) != 0 {
-			t.Errorf("controller: tokens from %q with %d Secrets rendered, want %s and none", tokens, len(secrets), vs.tokensSecret)
+		if tokens != vs.tokensSecret || own != nil {
+			t.Errorf("controller: tokens from %q, the chart's own Secret rendered %v; want %s and none", tokens, own != nil, vs.tokensSecret)
 		}
-	} else if len(secrets) != 1 || secrets[0].Name != tokens || len(secrets[0].Data["tokens"]) < 32 {
+	} else if own == nil || own.Name != tokens || len(own.Data["tokens"]) < 32 {
 		t.Errorf("controller: tokens from %q, want the chart's own Secret with a token", tokens)
 	}
 
@@ -754,6 +806,194 @@ func checkController(t *testing.T, r rendered, vs valueSet) {
 	}
 	if ports["grpc"] != 50051 || ports["http"] != 8080 || len(ports) != 2 {
 		t.Errorf("controller Service: ports %v, want grpc 50051 and http 8080", ports)
+	}
+}
+
+// secret returns the Secret called name (nil: none).
+func secret(r rendered, name string) *corev1.Secret {
+	for _, s := range all[*corev1.Secret](r) {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// checkRBAC checks that the ClusterRoles grant exactly what the code
+// calls: list on nodes to the controller when it takes labels from the
+// nodes, get on nodes/proxy to the agents when they read the kubelet's
+// pod list, nothing else.
+func checkRBAC(t *testing.T, r rendered, vs valueSet) {
+	want := map[string][]rbacv1.PolicyRule{}
+	if vs.controller && vs.labelsFromNodes {
+		want["edge-edgeplane-controller"] = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list"}}}
+	}
+	if vs.kubeletPodList {
+		want["edge-edgeplane-agent"] = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, Verbs: []string{"get"}}}
+	}
+	got := map[string][]rbacv1.PolicyRule{}
+	for _, role := range all[*rbacv1.ClusterRole](r) {
+		got[role.Name] = role.Rules
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ClusterRoles %v, want exactly %v", got, want)
+	}
+	bound := map[string]string{}
+	for _, b := range all[*rbacv1.ClusterRoleBinding](r) {
+		for _, s := range b.Subjects {
+			bound[b.RoleRef.Name] = s.Name
+		}
+	}
+	for name := range want {
+		// Each role is its component's, named as its ServiceAccount.
+		if bound[name] != name {
+			t.Errorf("ClusterRole %s bound to %q, want ServiceAccount %s", name, bound[name], name)
+		}
+	}
+	if len(bound) != len(want) {
+		t.Errorf("ClusterRoleBindings %v, want one per ClusterRole %v", bound, want)
+	}
+}
+
+// checkNetworkPolicies checks that the controller's API and the agents'
+// metrics admit only the peers values name (none by default), and etcd,
+// when the chart knows its pods, only the controller, the agents' nodes
+// and etcd's own members.
+func checkNetworkPolicies(t *testing.T, r rendered, vs valueSet) {
+	pols := map[string]*networkingv1.NetworkPolicy{}
+	for _, p := range all[*networkingv1.NetworkPolicy](r) {
+		pols[p.Name] = p
+		if !slices.Equal(p.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+			t.Errorf("NetworkPolicy %s: policy types %v, want Ingress", p.Name, p.Spec.PolicyTypes)
+		}
+	}
+	peers := func(p *networkingv1.NetworkPolicy) []string {
+		var out []string
+		for _, in := range p.Spec.Ingress {
+			var ports []string
+			for _, port := range in.Ports {
+				ports = append(ports, port.Port.String())
+			}
+			for _, f := range in.From {
+				switch {
+				case f.IPBlock != nil:
+					out = append(out, "cidr "+f.IPBlock.CIDR+" to "+strings.Join(ports, ","))
+				case f.PodSelector != nil && f.NamespaceSelector == nil:
+					out = append(out, "pods "+labelsString(f.PodSelector.MatchLabels)+" to "+strings.Join(ports, ","))
+				default:
+					out = append(out, "other to "+strings.Join(ports, ","))
+				}
+			}
+			if len(in.From) == 0 {
+				out = append(out, "ANYONE to "+strings.Join(ports, ","))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, p := range []struct {
+		name      string
+		selects   map[string]string
+		rendered  bool
+		wantPeers []string
+	}{
+		{"edge-edgeplane-controller", map[string]string{"app.kubernetes.io/component": "controller", "app.kubernetes.io/instance": releaseName}, vs.controller, vs.apiPeers},
+		{"edge-edgeplane-agent", map[string]string{"app.kubernetes.io/component": "agent", "app.kubernetes.io/instance": releaseName}, true, vs.metricsPeers},
+		{"edge-edgeplane-etcd", map[string]string{"app.kubernetes.io/name": "etcd"}, vs.etcdPeers != nil, vs.etcdPeers},
+	} {
+		pol := pols[p.name]
+		if p.rendered != (pol != nil) {
+			t.Errorf("NetworkPolicy %s rendered %v, want %v", p.name, pol != nil, p.rendered)
+			continue
+		}
+		if pol == nil {
+			continue
+		}
+		for k, v := range p.selects {
+			if pol.Spec.PodSelector.MatchLabels[k] != v {
+				t.Errorf("NetworkPolicy %s selects %v, want %s=%s", p.name, pol.Spec.PodSelector.MatchLabels, k, v)
+			}
+		}
+		if got := peers(pol); fmt.Sprint(got) != fmt.Sprint(p.wantPeers) {
+			t.Errorf("NetworkPolicy %s admits %v, want %v", p.name, got, p.wantPeers)
+		}
+	}
+	if len(pols) != btoi(vs.controller)+1+btoi(vs.etcdPeers != nil) {
+		t.Errorf("NetworkPolicies %v", slices.Sorted(maps.Keys(pols)))
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func labelsString(l map[string]string) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		out = append(out, k+"="+l[k])
+	}
+	return strings.Join(out, ",")
+}
+
+// checkEtcdSecrets checks the etcd certificates and the controller's
+// password a hook of the chart creates when values name none: made
+// before the pods (pre-install and pre-upgrade hooks), the server
+// certificate valid for the endpoints' hosts and both certificates
+// signed by the CA both Secrets carry.
+func checkEtcdSecrets(t *testing.T, r rendered, vs valueSet) {
+	client, server := secret(r, "edge-edgeplane-etcd-client"), secret(r, "edge-edgeplane-etcd-server")
+	if made := vs.tls && vs.tlsSecret == ""; made != (client != nil) || made != (server != nil) {
+		t.Fatalf("etcd certificate Secrets rendered: client %v, server %v; want %v", client != nil, server != nil, made)
+	}
+	pw := secret(r, "edge-edgeplane-etcd-controller")
+	if made := vs.controller && vs.auth && vs.ctlPasswordSecret == ""; made != (pw != nil) {
+		t.Fatalf("controller password Secret rendered %v, want %v", pw != nil, made)
+	}
+	if pw != nil {
+		checkHook(t, pw)
+		if len(pw.Data["password"]) < 24 {
+			t.Errorf("controller password %q: too short", pw.Data["password"])
+		}
+	}
+	if client == nil {
+		return
+	}
+	for _, s := range []*corev1.Secret{client, server} {
+		checkHook(t, s)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(client.Data["ca.crt"]) || string(client.Data["ca.crt"]) != string(server.Data["ca.crt"]) {
+		t.Fatalf("etcd Secrets: ca.crt unreadable or not the same in both")
+	}
+	for _, tc := range []struct {
+		s     *corev1.Secret
+		usage x509.ExtKeyUsage
+		host  string
+	}{{client, x509.ExtKeyUsageClientAuth, ""}, {server, x509.ExtKeyUsageServerAuth, "etcd"}} {
+		kp, err := tls.X509KeyPair(tc.s.Data["tls.crt"], tc.s.Data["tls.key"])
+		if err != nil {
+			t.Fatalf("%s: %v", tc.s.Name, err)
+		}
+		leaf, err := x509.ParseCertificate(kp.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: tc.host, KeyUsages: []x509.ExtKeyUsage{tc.usage}}); err != nil {
+			t.Errorf("%s: %v", tc.s.Name, err)
+		}
+	}
+}
+
+// checkHook checks that o is created by a hook before install and
+// upgrade, replacing the one before.
+func checkHook(t *testing.T, o metav1.Object) {
+	t.Helper()
+	a := o.GetAnnotations()
+	if a["helm.sh/hook"] != "pre-install,pre-upgrade" || a["helm.sh/hook-delete-policy"] != "before-hook-creation" {
+		t.Errorf("%s: annotations %v, want a pre-install,pre-upgrade hook", o.GetName(), a)
 	}
 }
 
@@ -818,9 +1058,13 @@ func TestRenderFails(t *testing.T) {
 	chrt := loadChart(t)
 	for _, tc := range []struct{ name, values, want string }{
 		{"no endpoints", "etcd: {endpoints: []}", "etcd.endpoints"},
-		{"tls without secret", "etcd: {tls: {enabled: true}}", "etcd.tls.secretName"},
-		{"auth without agent password", "etcd: {auth: {enabled: true, controller: {passwordSecret: c}}}", "etcd.auth.agent"},
-		{"auth without controller password", "etcd: {auth: {enabled: true, agent: {passwordSecret: a}}}", "etcd.auth.controller"},
+		// Refused in clear unless insecure is said out loud.
+		{"tls off", "etcd: {tls: {enabled: false}}", "etcd.insecure=true"},
+		{"http endpoint", "etcd: {endpoints: [http://etcd:2379]}", "etcd.insecure=true"},
+		{"http endpoint beside https", "etcd: {endpoints: [https://etcd-0:2379, http://etcd-1:2379]}", "etcd.endpoints: http://etcd-1:2379"},
+		{"tls off with insecure false", "etcd: {insecure: false, tls: {enabled: false}, endpoints: [http://etcd:2379]}", "etcd.tls.enabled"},
+		{"auth without agent password", "etcd: {auth: {enabled: true, agent: {passwordHostPath: \"\"}}}", "etcd.auth.agent"},
+		{"etcd known without node addresses", "etcd: {podSelector: {app: etcd}}", "networkPolicy.nodeCIDRs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vals, err := chartutil.ReadValues([]byte(tc.values))
@@ -906,4 +1150,41 @@ func TestValuesDocumented(t *testing.T) {
 // keys (labels, the update strategy), documented as one value.
 func isFreeMap(path string) bool {
 	return strings.HasSuffix(path, ".nodeSelector") || strings.HasSuffix(path, ".updateStrategy")
+}
+
+// TestREADMEGrants checks that the etcdctl grants README.md gives the
+// controller's and each gateway's role are exactly the permissions the
+// code needs (fleet.ControllerPermissions, fleet.GatewayPermissions):
+// a gateway's user set up by the README can neither do less than its
+// member needs nor more.
+func TestREADMEGrants(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants := func(role string, perms []fleet.Permission) []string {
+		var out []string
+		for _, p := range perms {
+			typ := "read"
+			if p.Write {
+				typ = "readwrite"
+			}
+			if p.RangeEnd == clientv3.GetPrefixRangeEnd(p.Key) {
+				out = append(out, fmt.Sprintf("$E role grant-permission %s --prefix=true %s %s", role, typ, p.Key))
+			} else {
+				out = append(out, fmt.Sprintf("$E role grant-permission %s %s %s %s", role, typ, p.Key, p.RangeEnd))
+			}
+		}
+		return out
+	}
+	want := append(grants("edgeplane-controller", fleet.ControllerPermissions("")), grants("gw-$NODE", fleet.GatewayPermissions("", "$NODE"))...)
+	var got []string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if line = strings.TrimSpace(line); strings.Contains(line, "role grant-permission") {
+			got = append(got, line)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("README.md grants:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
 }

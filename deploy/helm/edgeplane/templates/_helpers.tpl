@@ -102,10 +102,35 @@ by commas. An empty list fails the render rather than start agents that
 can never reach their state.
 */}}
 {{- define "edgeplane.etcdEndpoints" -}}
-{{- if not .Values.etcd.endpoints }}
+{{- $e := .Values.etcd }}
+{{- if not $e.endpoints }}
 {{- fail "etcd.endpoints: at least one etcd endpoint is required" }}
 {{- end }}
-{{- join "," .Values.etcd.endpoints }}
+{{- if not $e.insecure }}
+{{- if not $e.tls.enabled }}
+{{- fail "etcd.tls.enabled: without TLS anyone on the path reads the fleet's state and, without auth, writes every gateway's rules; set etcd.insecure=true to run so anyway" }}
+{{- end }}
+{{- range $e.endpoints }}
+{{- if not (hasPrefix "https://" .) }}
+{{- fail (printf "etcd.endpoints: %s is not https://; set etcd.insecure=true to reach etcd in clear anyway" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- join "," $e.endpoints }}
+{{- end }}
+
+{{/*
+edgeplane.etcdHosts are the host names and addresses of the etcd
+endpoints, without scheme and port, as a list: the generated server
+certificate is valid for them.
+*/}}
+{{- define "edgeplane.etcdHosts" -}}
+{{- $hosts := list }}
+{{- range .Values.etcd.endpoints }}
+{{- $h := regexReplaceAll ":[0-9]+$" (urlParse .).host "" | trimPrefix "[" | trimSuffix "]" }}
+{{- $hosts = append $hosts $h }}
+{{- end }}
+{{- concat $hosts .Values.etcd.tls.serverNames | uniq | toJson }}
 {{- end }}
 
 {{/*
@@ -128,12 +153,38 @@ Secret of a component. Called with (dict "ctx" $ "component" NAME).
 */}}
 {{- define "edgeplane.etcdTLSSecret" -}}
 {{- $tls := .ctx.Values.etcd.tls }}
-{{- $name := $tls.secretName }}
+{{- $name := default (printf "%s-etcd-client" (include "edgeplane.fullname" .ctx)) $tls.secretName }}
 {{- if and (eq .component "controller") $tls.controllerSecretName }}
 {{- $name = $tls.controllerSecretName }}
 {{- end }}
-{{- if not $name }}
-{{- fail "etcd.tls.secretName: etcd.tls.enabled needs the Secret that holds ca.crt, tls.crt and tls.key" }}
-{{- end }}
 {{- $name }}
+{{- end }}
+
+{{/*
+edgeplane.controllerPasswordSecret is the Secret of the controller's etcd
+password: the one values name, else the one this chart's hook creates.
+*/}}
+{{- define "edgeplane.controllerPasswordSecret" -}}
+{{- default (printf "%s-etcd-controller" (include "edgeplane.fullname" .)) .Values.etcd.auth.controller.passwordSecret }}
+{{- end }}
+
+{{/*
+edgeplane.kubeletPodList is "true" when the agents read the kubelet's pod
+list (agent.podList is a URL): only then do they need nodes/proxy and
+their service account token.
+*/}}
+{{- define "edgeplane.kubeletPodList" -}}
+{{- if regexMatch "^https?://" .Values.agent.podList }}true{{ end }}
+{{- end }}
+
+{{/*
+edgeplane.hookAnnotations make an object a hook created before install
+and upgrade, before the pods that mount it, and replaced each time with
+the content it had (read back with lookup). Helm does not delete hooks
+with the release, so `helm uninstall` keeps it.
+*/}}
+{{- define "edgeplane.hookAnnotations" -}}
+helm.sh/hook: pre-install,pre-upgrade
+helm.sh/hook-weight: "-10"
+helm.sh/hook-delete-policy: before-hook-creation
 {{- end }}
