@@ -126,8 +126,10 @@ type Agent struct {
 	// strategyThreads: the threads each CPU strategy holds;
 	// strategyRanOn: the CPUs its processes were seen on.
 	strategyThreads, strategyRanOn *prometheus.GaugeVec
-	// strategies applies the CPU strategies (runStrategies).
-	strategies *sched.Engine
+	// strategies applies the CPU strategies (runStrategies);
+	// strategyWake asks it to scan now (wakeStrategies).
+	strategies   *sched.Engine
+	strategyWake chan struct{}
 
 	// member keeps the agent in step with its fleet (nil: none).
 	member *fleet.Member
@@ -266,7 +268,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	bpf.ExpediteGracePeriods = !opts.NormalGracePeriods
 	a := &Agent{opts: opts, log: log, seq: seq, apiCert: apiCert, pinLock: pinLock, held: newHeldLinks(), guard: newGuard(),
-		apiRefused: api.NewRefusedCounter()}
+		apiRefused: api.NewRefusedCounter(), strategyWake: make(chan struct{}, 1)}
 	defer func() {
 		a.commitMu.Lock()
 		defer a.commitMu.Unlock()
@@ -667,6 +669,7 @@ func (a *Agent) Reload() error {
 		a.log.Error("keep skipped batches; the journal keeps them until the next fold", "error", err)
 	}
 	a.syncSoon()
+	a.wakeStrategies()
 	return nil
 }
 
@@ -785,6 +788,9 @@ func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) 
 		if err := detachExcept(a.opts.PinDir, a.store.Interfaces(), a.held, a.log); err != nil {
 			a.log.Error("detach interfaces no longer in config", "error", err)
 		}
+	}
+	if len(ch.Strategies) > 0 {
+		a.wakeStrategies()
 	}
 	a.log.Debug("apply phases", "check", t1.Sub(t0), "compile", t2.Sub(t1), "links", t3.Sub(t2), "commit", t4.Sub(t3), "persist", time.Since(t4), "objects", ch.Len())
 	return a.gen, nil

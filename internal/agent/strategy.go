@@ -73,7 +73,11 @@ func (a *Agent) runStrategies(ctx context.Context, log *slog.Logger) {
 				events = ev.C
 			}
 		}
-		if len(cfg.Strategies) > 0 || len(e.Holdings()) > 0 {
+		// While anything is changed, not only while a strategy holds a
+		// thread: a strategy that goes holding none still gives back
+		// the cpusets, weights, IRQs and hand-overs it changed, and the
+		// state file is cleared.
+		if len(cfg.Strategies) > 0 || e.Changed() {
 			taken, given, err := e.Sync(cfg.Strategies)
 			if err != nil {
 				log.Warn("cpu strategies", "error", err)
@@ -101,15 +105,17 @@ func (a *Agent) runStrategies(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// nextScan waits for the time of the next scan: the ticker's, or an
-// event's whose processes a scan would change (Engine.Wanted); false
-// when ctx ends.
+// nextScan waits for the time of the next scan: the ticker's, a change
+// of the strategies (wakeStrategies), or an event's whose processes a
+// scan would change (Engine.Wanted); false when ctx ends.
 func (a *Agent) nextScan(ctx context.Context, tick <-chan time.Time, events <-chan struct{}, ev *sched.Events, last time.Time) bool {
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-tick:
+			return true
+		case <-a.strategyWake:
 			return true
 		case <-events:
 			time.Sleep(strategySettle)
@@ -118,6 +124,16 @@ func (a *Agent) nextScan(ctx context.Context, tick <-chan time.Time, events <-ch
 				return true
 			}
 		}
+	}
+}
+
+// wakeStrategies asks the strategy loop to scan now: the strategies
+// changed (an apply, a reload), and the first one opens the process
+// events at once rather than at the next tick.
+func (a *Agent) wakeStrategies() {
+	select {
+	case a.strategyWake <- struct{}{}:
+	default: // a scan is pending already
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -507,5 +508,120 @@ func TestUntouchable(t *testing.T) {
 	s := strategy(t, `{id: 2, command_regex: "^perl$", selectors: {user: "0", env: EDGEPLANE_TAG=`+tag+`}, priority: true, rt_priority: 2}`)
 	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 {
 		t.Errorf("a process with an empty command line: %d taken, %v (%v), want it taken", taken, err, e.Errors)
+	}
+}
+
+// TestAttackDedicatedSetaffinity: a strategy dedicates the last CPU;
+// nobody, whose processes were moved off it, asks for it back
+// (sched_setaffinity through taskset, on a process of its own started
+// before and one started after) and is refused by the kernel; a process
+// that emptied its command line is moved off it like any other.
+func TestAttackDedicatedSetaffinity(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "setpriv")
+	testutil.RequireTool(t, "taskset")
+	testutil.RequireTool(t, "perl")
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs two CPUs")
+	}
+	last := strconv.Itoa(runtime.NumCPU() - 1)
+	tag := "edgeplane-dedatk-" + testutil.UniqueName("t")
+	dir := attackDir(t)
+	// The attacker's process, started before the strategy: when told,
+	// it asks for the dedicated CPU and says what it has.
+	out := filepath.Join(dir, "before.out")
+	before, w := renamed(t, true, dir, "attacker", "taskset -pc "+last+" $$ > "+out+" 2>&1; grep Cpus_allowed_list /proc/$$/status >> "+out)
+	empty := exec.Command("perl", "-e", `exec {"/usr/bin/perl"} ""`)
+	ew, err := empty.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := empty.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ew.Close(); _ = empty.Process.Kill(); _ = empty.Wait() })
+	mine := sleeper(t, tag)
+	time.Sleep(50 * time.Millisecond) // perl exec'd
+	e := sched.New("/proc", "")
+	t.Cleanup(func() { _ = e.RevertAll() })
+	s := strategy(t, `{id: 8, command_regex: "^`+tag+`", selectors: {user: "0"}, cpus: "`+last+`"}`)
+	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 {
+		t.Fatalf("sync: %d taken, %v (%v)", taken, err, e.Errors)
+	}
+	n, _ := strconv.Atoi(last)
+	if c := cpusOf(t, mine); !c.IsSet(n) {
+		t.Errorf("the strategy's process: CPUs %v, want %s", c, last)
+	}
+	if c := cpusOf(t, empty.Process.Pid); c.IsSet(n) {
+		t.Errorf("a process with an empty command line may run on the dedicated CPU: %v", c)
+	}
+	w.WriteString("go\n")
+	execd(t, before.Process.Pid, "attacker")
+	b, _ := os.ReadFile(out)
+	if c := cpusOf(t, before.Process.Pid); c.IsSet(n) || !strings.Contains(string(b), "Invalid argument") {
+		t.Errorf("nobody's process started before the strategy asked for CPU %s: now %v, said:\n%s", last, c, b)
+	}
+	// Started after: it starts in the others' cpuset, and may not
+	// leave it either.
+	o, err := asNobody("taskset", "-c", last, "true").CombinedOutput()
+	if err == nil {
+		t.Errorf("nobody started a process on the dedicated CPU %s:\n%s", last, o)
+	}
+	t.Logf("nobody's taskset -c %s: %v: %s", last, err, strings.TrimSpace(string(o)))
+}
+
+// TestAttackPIDReuse: a strategy holds a process that had SCHED_RR 10
+// before it; the process exits and nobody's new process gets its PID
+// (as any process may, PIDs wrapping). The next scan gives back to
+// nothing: nobody's process must not get RR 10.
+func TestAttackPIDReuse(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "setpriv")
+	tag := "edgeplane-reuse-" + testutil.UniqueName("t")
+	e := sched.New("/proc", "")
+	t.Cleanup(func() { _ = e.RevertAll() })
+	s := strategy(t, `{id: 3, command_regex: "^`+tag+`", selectors: {user: "0"}, priority: true, rt_priority: 20}`)
+	for try := 0; ; try++ {
+		if try == 30 {
+			t.Skip("no PID reused in 30 tries: the machine forks too much meanwhile")
+		}
+		cmd := exec.Command("bash", "-c", "exec -a "+tag+" sleep 60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pid := cmd.Process.Pid
+		time.Sleep(30 * time.Millisecond)
+		rr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_RR, Priority: 10}
+		if err := unix.SchedSetAttr(pid, &rr, 0); err != nil {
+			t.Fatal(err)
+		}
+		if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 {
+			t.Fatalf("sync: %d taken, %v (%v)", taken, err, e.Errors)
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		// The next PID the kernel gives is ns_last_pid + 1.
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
+			t.Fatal(err)
+		}
+		thief := asNobody("sleep", "60")
+		if err := thief.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if thief.Process.Pid != pid {
+			_ = thief.Process.Kill()
+			_ = thief.Wait()
+			_, _, _ = e.Sync(nil)
+			continue
+		}
+		t.Cleanup(func() { _ = thief.Process.Kill(); _ = thief.Wait() })
+		time.Sleep(30 * time.Millisecond) // setpriv exec'd sleep
+		if _, _, err := e.Sync([]config.Strategy{s}); err != nil {
+			t.Fatal(err)
+		}
+		if p, prio := policyOf(t, pid); p != unix.SCHED_NORMAL {
+			t.Errorf("nobody's process with the held one's PID %d (try %d): policy %d priority %d, want nothing given", pid, try, p, prio)
+		}
+		return
 	}
 }

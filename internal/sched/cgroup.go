@@ -38,12 +38,43 @@ const groupPrefix = "edgeplane-strategy-"
 // /proc/PID/mountinfo): a cgroup2 mount whose root offers cpu, else a
 // cgroup v1 mount with the cpu option.
 func cpuHier(mountinfo string) (hier, error) {
-	f, err := os.Open(mountinfo)
+	m, err := cgroupMounts(mountinfo)
 	if err != nil {
 		return hier{}, err
 	}
+	if m.v2Offers("cpu") {
+		return hier{mount: m.v2}, nil
+	}
+	if mnt := m.v1["cpu"]; mnt != "" {
+		return hier{mount: mnt, v1: true}, nil
+	}
+	return hier{}, errors.New("no cgroup hierarchy has the cpu controller (cgroup v2 with cpu enabled, or v1 mounted with cpu)")
+}
+
+// mounts are where the cgroup hierarchies are mounted.
+type mounts struct {
+	v2 string            // the cgroup v2 hierarchy ("": none)
+	v1 map[string]string // by controller (and name=...), its v1 hierarchy
+}
+
+// v2Offers reports whether the v2 hierarchy's root offers controller c.
+func (m mounts) v2Offers(c string) bool {
+	if m.v2 == "" {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(m.v2, "cgroup.controllers"))
+	return err == nil && slices.Contains(strings.Fields(string(b)), c)
+}
+
+// cgroupMounts reads the cgroup mounts of a /proc/PID/mountinfo (the
+// first of each).
+func cgroupMounts(mountinfo string) (mounts, error) {
+	m := mounts{v1: map[string]string{}}
+	f, err := os.Open(mountinfo)
+	if err != nil {
+		return m, err
+	}
 	defer f.Close()
-	var v1 hier
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -56,20 +87,18 @@ func cpuHier(mountinfo string) (hier, error) {
 		mnt := unescapeMount(fields[4])
 		switch tail[0] {
 		case "cgroup2":
-			b, err := os.ReadFile(filepath.Join(mnt, "cgroup.controllers"))
-			if err == nil && slices.Contains(strings.Fields(string(b)), "cpu") {
-				return hier{mount: mnt}, nil
+			if m.v2 == "" {
+				m.v2 = mnt
 			}
 		case "cgroup":
-			if slices.Contains(strings.Split(tail[2], ","), "cpu") && v1.mount == "" {
-				v1 = hier{mount: mnt, v1: true}
+			for _, opt := range strings.Split(tail[2], ",") {
+				if _, ok := m.v1[opt]; !ok {
+					m.v1[opt] = mnt
+				}
 			}
 		}
 	}
-	if v1.mount != "" {
-		return v1, sc.Err()
-	}
-	return hier{}, errors.Join(errors.New("no cgroup hierarchy has the cpu controller (cgroup v2 with cpu enabled, or v1 mounted with cpu)"), sc.Err())
+	return m, sc.Err()
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).

@@ -43,6 +43,9 @@ type Proc struct {
 	// Pod is the UID of the pod the process is in, found where the
 	// kubelet makes pods (PodUID) in any of its hierarchies, or "".
 	Pod string
+	// Cpuset is its group in the v1 cpuset hierarchy, else its v2
+	// group.
+	Cpuset string
 }
 
 // ReadProc reads process pid's identity from /proc.
@@ -97,9 +100,17 @@ func ReadProc(root string, pid int) (Proc, error) {
 		// The kubelet makes a pod's group in every hierarchy (v2, or
 		// each v1 controller's): the v2 one first.
 		p.Pod = PodUID(p.Cgroup)
+		p.Cpuset = p.Cgroup
 		for _, line := range lines {
-			if f := strings.SplitN(line, ":", 3); len(f) == 3 && p.Pod == "" {
+			f := strings.SplitN(line, ":", 3)
+			if len(f) != 3 {
+				continue
+			}
+			if p.Pod == "" {
 				p.Pod = PodUID(f[2])
+			}
+			if slices.Contains(strings.Split(f[1], ","), "cpuset") {
+				p.Cpuset = f[2]
 			}
 		}
 	}
@@ -303,9 +314,9 @@ type Moved struct {
 	Start       uint64 `json:"start"`
 	ThreadStart uint64 `json:"thread_start,omitempty"`
 	Before      []int  `json:"before"`
-	// Removed are the dedicated CPUs it was moved off; a thread or
-	// child process it makes inherits its CPUs less those, and is
-	// given them back with it.
+	// Removed are the dedicated CPUs an older engine moved it off by
+	// affinity (in its state file only): a child it made meanwhile
+	// inherited its CPUs less those, and gets them back with it.
 	Removed []int `json:"removed"`
 }
 
@@ -319,6 +330,8 @@ type state struct {
 	Moved   []Moved           `json:"moved,omitempty"`
 	// IRQs are the IRQs steered, with their affinity before.
 	IRQs map[int]string `json:"irqs,omitempty"`
+	// Cpuset is what dedicated CPUs changed of the cpusets.
+	Cpuset *cpusetState `json:"cpuset,omitempty"`
 }
 
 // Engine applies strategies and remembers what it changed.
@@ -339,8 +352,18 @@ type Engine struct {
 	weights map[string]string
 	groups  map[uint32]string
 	lowered []uint32 // the strategies the lowered weights are for
-	// moved are other processes' threads moved off dedicated CPUs.
+	// moved are other processes' threads whose own affinity a move
+	// into a cpuset may reset (or, in an older engine's state file,
+	// that it moved off dedicated CPUs by affinity).
 	moved map[int]*Moved
+	// The cpusets of dedicated CPUs: the hierarchy (nil: not looked
+	// for yet), the groups the engine made, the host's cpusets
+	// narrowed (their CPUs before), the processes it moved into its
+	// groups (where they were).
+	cs       *cpusetHier
+	csGroups map[string]bool
+	shrunk   map[string]string
+	placed   map[int]*Placed
 	// irqs are the IRQs steered to strategies' CPUs, with their
 	// affinity before.
 	irqs  map[int]string
@@ -372,7 +395,7 @@ type Engine struct {
 // file state.
 func New(root, state string) *Engine {
 	return &Engine{root: root, sys: "/sys", state: state, held: map[int]*Held{}, weights: map[string]string{}, groups: map[uint32]string{},
-		moved: map[int]*Moved{}, irqs: map[int]string{}, irqBy: map[uint32][]int{}, steered: map[string]int{}, steerBy: map[uint32][]string{}, ranOn: map[int]map[int]bool{}, Errors: map[uint32]string{}}
+		moved: map[int]*Moved{}, csGroups: map[string]bool{}, shrunk: map[string]string{}, placed: map[int]*Placed{}, irqs: map[int]string{}, irqBy: map[uint32][]int{}, steered: map[string]int{}, steerBy: map[uint32][]string{}, ranOn: map[int]map[int]bool{}, Errors: map[uint32]string{}}
 }
 
 // Recover puts back what a previous engine (a crashed agent) changed,
@@ -395,18 +418,21 @@ func Recover(root, statePath string) (int, error) {
 			return 0, fmt.Errorf("%s: %w", statePath, err)
 		}
 	}
+	var errs []error
+	// The cpusets first: a thread given back its own CPUs must be
+	// where they are allowed. A child started while the agent was down
+	// is in its parent's cpuset, and leaves it with it.
+	if st.Cpuset != nil {
+		errs = append(errs, recoverCpusets(root, st.Cpuset, st.Moved))
+	} else {
+		recoverMoved(root, st.Moved)
+	}
 	n := 0
 	for _, h := range st.Held {
 		if sameThread(root, h.PID, h.TID, h.Start, h.ThreadStart) && restore(h) == nil {
 			n++
 		}
 	}
-	for _, m := range st.Moved {
-		if sameThread(root, m.PID, m.TID, m.Start, m.ThreadStart) {
-			_ = setCPUs(m.TID, m.Before)
-		}
-	}
-	var errs []error
 	for irq, before := range st.IRQs {
 		errs = append(errs, restoreIRQ(root, irq, before))
 	}
@@ -419,6 +445,38 @@ func Recover(root, statePath string) (int, error) {
 	}
 	errs = append(errs, os.Remove(statePath))
 	return n, errors.Join(errs...)
+}
+
+// recoverMoved gives back what an older engine moved off dedicated
+// CPUs by affinity: each thread its CPUs, and the threads of a process
+// started meanwhile by a moved one, which inherited its CPUs less the
+// dedicated ones, those CPUs.
+func recoverMoved(root string, moved []Moved) {
+	removedBy := map[int][]int{}
+	for _, m := range moved {
+		if sameThread(root, m.PID, m.TID, m.Start, m.ThreadStart) {
+			_ = setCPUs(m.TID, m.Before)
+		}
+		if len(m.Removed) > 0 {
+			removedBy[m.PID] = m.Removed
+		}
+	}
+	if len(removedBy) == 0 {
+		return
+	}
+	procs, _ := Procs(root)
+	e := New(root, "")
+	for _, p := range procs {
+		r := removedBy[p.PPID]
+		if r == nil || removedBy[p.PID] != nil {
+			continue
+		}
+		for _, tid := range e.tasks(p.PID) {
+			if cpus, err := cpusOf(tid); err == nil && !slices.ContainsFunc(cpus, func(c int) bool { return slices.Contains(r, c) }) {
+				_ = setCPUs(tid, slices.Sorted(slices.Values(append(cpus, r...))))
+			}
+		}
+	}
 }
 
 // sameThread tells whether thread tid of process pid is still the one
@@ -468,31 +526,84 @@ func taskStat(root string, pid, tid, n int) (string, error) {
 }
 
 // getAttr reads thread tid's scheduling and affinity.
-func getAttr(tid int) (Attr, error) {
+// Its CPUs are kept only when narrower than its cpuset allows (online,
+// without one): the thread chose them. Otherwise it had no affinity of
+// its own, and gets none back (restore: every CPU its cpuset allows
+// then), not the cpuset's CPUs of the moment, which would pin it there
+// once its cpuset is given back.
+func (e *Engine) getAttr(pid, tid int, online []int) (Attr, error) {
 	a, err := unix.SchedGetAttr(tid, 0)
 	if err != nil {
 		return Attr{}, err
 	}
 	out := Attr{Policy: a.Policy, Priority: a.Priority, Nice: a.Nice, Runtime: a.Runtime, Deadline: a.Deadline, Period: a.Period,
 		Flags: a.Flags & unix.SCHED_FLAG_RESET_ON_FORK}
-	out.CPUs, _ = cpusOf(tid)
+	cpus, err := cpusOf(tid)
+	if err != nil {
+		return Attr{}, err
+	}
+	if allowed := e.allowedCPUs(pid, online); slices.ContainsFunc(allowed, func(c int) bool { return !slices.Contains(cpus, c) }) {
+		out.CPUs = cpus
+	}
 	return out, nil
 }
 
-// restore gives h's thread back what it had.
+// allowedCPUs returns the CPUs process pid's cpuset allows (online:
+// without cpusets).
+func (e *Engine) allowedCPUs(pid int, online []int) []int {
+	if e.cs == nil {
+		c, err := findCpuset(filepath.Join(e.root, "self", "mountinfo"))
+		if err != nil {
+			return online
+		}
+		e.cs = &c
+	}
+	g, err := e.cs.groupOf(e.root, pid)
+	if err != nil {
+		return online
+	}
+	file := "cpuset.cpus.effective"
+	if e.cs.V1 {
+		file = "cpuset.effective_cpus"
+	}
+	v, err := e.cs.read(g, file)
+	if err != nil {
+		return online
+	}
+	l, err := config.ParseCPUList(v)
+	if err != nil || l.IsZero() {
+		return online
+	}
+	return cpusIn(l)
+}
+
+// restore gives h's thread back what it had: its CPUs, or when it had
+// none of its own every CPU (its cpuset bounds them).
 func restore(h Held) error {
 	b := h.Before
 	a := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: b.Policy, Priority: b.Priority, Nice: b.Nice,
 		Runtime: b.Runtime, Deadline: b.Deadline, Period: b.Period, Flags: b.Flags}
 	err := unix.SchedSetAttr(h.TID, &a, 0)
-	if len(b.CPUs) > 0 {
-		err = errors.Join(err, setCPUs(h.TID, b.CPUs))
+	cpus := b.CPUs
+	if len(cpus) == 0 {
+		cpus = everyCPU
 	}
+	err = errors.Join(err, setCPUs(h.TID, cpus))
 	if errors.Is(err, unix.ESRCH) {
 		return nil // gone
 	}
 	return err
 }
+
+// everyCPU is an affinity of every CPU there may be: the kernel bounds
+// it by the thread's cpuset and the CPUs online.
+var everyCPU = func() []int {
+	out := make([]int, config.MaxCPUs)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}()
 
 // setCPUs sets thread tid's affinity to cpus; a thread gone is no
 // error.
@@ -678,9 +789,7 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 	}
 	want := map[int]*Held{}
 	pids := map[uint32][]int{}
-	ppid := map[int]int{}
 	for _, p := range procs {
-		ppid[p.PID] = p.PPID
 		if e.me.untouchable(p) {
 			continue
 		}
@@ -699,30 +808,20 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 			break
 		}
 	}
-	// A thread moved off dedicated CPUs that a strategy now takes gets
-	// its CPUs back first, so that what it had is what it gets back;
-	// so does one made by a moved process, which inherited the CPUs
-	// less the dedicated ones.
-	removedBy := e.removedBy()
-	for tid, w := range want {
-		if m, ok := e.moved[tid]; ok {
-			_ = setCPUs(tid, m.Before)
-			delete(e.moved, tid)
-		} else if r := inherited(removedBy, w.PID, ppid[w.PID]); r != nil {
-			if cpus, err := cpusOf(tid); err == nil && !intersects(cpus, r) {
-				_ = setCPUs(tid, union(cpus, r))
-			}
-		}
-	}
 	// Give back first: a CPU set or a deadline bandwidth another
 	// strategy now wants may be freed by it.
+	var again []Held
 	for tid, h := range e.held {
 		if w, ok := want[tid]; ok && w.Strategy == h.Strategy && w.Start == h.Start && w.ThreadStart == h.ThreadStart {
 			keepOffHousekeeping(byID[h.Strategy], tid, e.ext != nil, rtCPUs)
 			continue
 		}
 		if sameThread(e.root, h.PID, tid, h.Start, h.ThreadStart) {
-			if err := restore(*h); err != nil {
+			if err := restore(*h); errors.Is(err, unix.EINVAL) {
+				// Its own CPUs, outside the strategy's cpuset it is
+				// still in: once it has left it.
+				again = append(again, *h)
+			} else if err != nil {
 				e.Errors[h.Strategy] = fmt.Sprintf("give back thread %d: %v", tid, err)
 			}
 		}
@@ -738,7 +837,7 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 		if _, ok := e.held[tid]; ok {
 			continue
 		}
-		before, err := getAttr(tid)
+		before, err := e.getAttr(w.PID, tid, host.Online)
 		if err != nil {
 			continue // gone
 		}
@@ -749,6 +848,15 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 	if len(fresh) > 0 {
 		if err := e.save(); err != nil {
 			return taken, given, err
+		}
+	}
+	// The dedicated CPUs' cpusets before the policies: a process takes
+	// its strategy's CPUs once in its cpuset (outside it, they are not
+	// its to set), and the others leave them.
+	e.syncDedicated(strategies, procs, pids, host)
+	for _, h := range again {
+		if err := restore(h); err != nil {
+			e.addError(h.Strategy, fmt.Sprintf("give back thread %d: %v", h.TID, err))
 		}
 	}
 	for _, w := range fresh {
@@ -764,7 +872,6 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 		taken++
 	}
 	e.syncWeights(strategies, pids)
-	e.syncDedicated(strategies, procs)
 	e.syncIRQs(strategies)
 	e.syncExt(byID)
 	e.sampleCPUs()
@@ -860,6 +967,11 @@ func (e *Engine) Status() []Status {
 	for id := range e.steerBy {
 		get(id)
 	}
+	for g := range e.csGroups {
+		if id, err := strconv.ParseUint(strings.TrimPrefix(g, "/"+cpusPrefix), 10, 32); err == nil {
+			get(uint32(id))
+		}
+	}
 	var out []Status
 	for _, id := range slices.Sorted(maps.Keys(by)) {
 		st := by[id]
@@ -874,8 +986,8 @@ func (e *Engine) Status() []Status {
 		if len(e.weights) > 0 && slices.Contains(e.lowered, id) {
 			others = append(others, fmt.Sprintf("%d groups' weight lowered", len(e.weights)))
 		}
-		if len(e.moved) > 0 && slices.ContainsFunc(st.Procs, func(p ProcStatus) bool { return strings.Contains(p.Applied, "cpus ") }) {
-			others = append(others, fmt.Sprintf("%d threads of other processes moved off its CPUs", len(e.moved)))
+		if g := cpusGroup(id); e.csGroups[g] {
+			others = append(others, "its CPUs its own: cpuset "+g+", every other process kept off them")
 		}
 		if irqs := e.irqBy[id]; len(irqs) > 0 {
 			var n []string
@@ -1042,155 +1154,21 @@ func (h hier) undo(weights map[string]string, groups []string) error {
 	return errors.Join(errs...)
 }
 
-// syncDedicated moves every thread of procs that no strategy holds off
-// the strategies' dedicated CPUs (where it may run elsewhere), takes in
-// those a moved process made since (they inherited its CPUs), and gives
-// the moved the CPUs no longer dedicated back.
-func (e *Engine) syncDedicated(strategies []config.Strategy, procs []Proc) {
-	var dedicated []int
-	var owners []uint32 // the strategies with dedicated CPUs, for messages
-	for _, s := range strategies {
-		for c := range 1024 {
-			if s.CPUs.Has(c) {
-				dedicated = append(dedicated, c)
-				if !slices.Contains(owners, s.ID) {
-					owners = append(owners, s.ID)
-				}
-			}
-		}
-	}
-	if len(dedicated) == 0 && len(e.moved) == 0 {
-		return
-	}
-	removedBy := e.removedBy()
-	seen := map[int]bool{}
-	pinned := 0
-	type move struct {
-		tid  int
-		cpus []int
-	}
-	var moves []move
-	var back []int
-	for _, p := range procs {
-		for _, tid := range e.tasks(p.PID) {
-			if _, held := e.held[tid]; held {
-				continue
-			}
-			seen[tid] = true
-			cpus, err := cpusOf(tid)
-			if err != nil {
-				continue
-			}
-			m := e.moved[tid]
-			if r := inherited(removedBy, p.PID, p.PPID); m == nil && r != nil && !intersects(cpus, r) {
-				ts, _ := taskStart(e.root, p.PID, tid)
-				m = &Moved{PID: p.PID, TID: tid, Start: p.Start, ThreadStart: ts, Before: union(cpus, r), Removed: r}
-				e.moved[tid] = m
-			}
-			base := cpus // what it may run on, were no CPU dedicated
-			if m != nil {
-				base = m.Before
-			}
-			target := slices.DeleteFunc(slices.Clone(base), func(c int) bool { return slices.Contains(dedicated, c) })
-			if len(target) == 0 {
-				pinned++ // it asked for dedicated CPUs alone: left there
-				continue
-			}
-			if m == nil && len(target) < len(cpus) {
-				removed := slices.DeleteFunc(slices.Clone(cpus), func(c int) bool { return !slices.Contains(dedicated, c) })
-				ts, _ := taskStart(e.root, p.PID, tid)
-				m = &Moved{PID: p.PID, TID: tid, Start: p.Start, ThreadStart: ts, Before: cpus, Removed: removed}
-				e.moved[tid] = m
-				removedBy[p.PID] = removed
-			}
-			if !slices.Equal(target, cpus) {
-				moves = append(moves, move{tid, target})
-			}
-			if m != nil && len(target) == len(m.Before) {
-				back = append(back, tid) // none of its CPUs is dedicated now
-			}
-		}
-	}
-	for tid := range e.moved {
-		if !seen[tid] {
-			delete(e.moved, tid) // gone, or held now
-		}
-	}
-	// Written down before the threads are moved (see Sync).
-	if len(moves) > 0 {
-		if err := e.save(); err != nil {
-			for _, id := range owners {
-				e.addError(id, "state file: "+err.Error())
-			}
-			return
-		}
-	}
-	for _, mv := range moves {
-		if err := setCPUs(mv.tid, mv.cpus); err != nil {
-			pinned++
-		}
-	}
-	for _, tid := range back {
-		delete(e.moved, tid) // given back: forgotten once it has its CPUs
-	}
-	if pinned > 0 {
-		for _, id := range owners {
-			e.Errors[id] = fmt.Sprintf("%d threads of other processes may run on no CPU but dedicated ones, and stay there", pinned)
-		}
-	}
-}
-
-// removedBy maps a process with moved threads to the CPUs they were
-// moved off.
-func (e *Engine) removedBy() map[int][]int {
-	out := map[int][]int{}
-	for _, m := range e.moved {
-		out[m.PID] = m.Removed
-	}
-	return out
-}
-
-// inherited returns the CPUs a thread of process pid (whose parent is
-// ppid) lost by inheriting them from a moved process or thread, or nil.
-func inherited(removedBy map[int][]int, pid, ppid int) []int {
-	if r := removedBy[pid]; len(r) > 0 {
-		return r
-	}
-	if r := removedBy[ppid]; len(r) > 0 {
-		return r
-	}
-	return nil
-}
-
-func intersects(a, b []int) bool {
-	return slices.ContainsFunc(a, func(c int) bool { return slices.Contains(b, c) })
-}
-
-// union returns the sorted CPUs in a or b.
-func union(a, b []int) []int {
-	out := slices.Concat(a, b)
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
 // RevertAll gives every thread back what it had, the lowered groups
 // their weight, dissolves the engine's groups and removes the state
 // file.
 func (e *Engine) RevertAll() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var errs []error
+	// The cpusets first: a thread given back its own CPUs must be
+	// where they are allowed.
+	errs := []error{e.undoCpusets()}
+	e.undoMoved()
 	for tid, h := range e.held {
 		if sameThread(e.root, h.PID, tid, h.Start, h.ThreadStart) {
 			errs = append(errs, restore(*h))
 		}
 		delete(e.held, tid)
-	}
-	for tid, m := range e.moved {
-		if sameThread(e.root, m.PID, tid, m.Start, m.ThreadStart) {
-			errs = append(errs, setCPUs(tid, m.Before))
-		}
-		delete(e.moved, tid)
 	}
 	for irq, before := range e.irqs {
 		errs = append(errs, restoreIRQ(e.root, irq, before))
@@ -1234,6 +1212,11 @@ func (e *Engine) Wanted(strategies []config.Strategy, pids []int) bool {
 		if err != nil || p.Kernel {
 			continue
 		}
+		// Started in the v1 root cpuset (by init): it may run on
+		// dedicated CPUs until a scan moves it.
+		if e.csGroups[othersGroup] && p.Cpuset == "/" && p.PID != 1 {
+			return true
+		}
 		for i, s := range strategies {
 			if e.matches(s, res[i], p) {
 				return true
@@ -1241,6 +1224,15 @@ func (e *Engine) Wanted(strategies []config.Strategy, pids []int) bool {
 		}
 	}
 	return false
+}
+
+// Changed reports whether the engine has anything to give back: threads
+// held or noted, weights lowered, cpusets, IRQs or XDP work moved.
+func (e *Engine) Changed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.held) > 0 || len(e.weights) > 0 || len(e.groups) > 0 || len(e.moved) > 0 || len(e.irqs) > 0 ||
+		len(e.steered) > 0 || e.cpusetsChanged()
 }
 
 // HeldPIDs returns the processes the strategies hold.
@@ -1273,13 +1265,13 @@ func (e *Engine) save() error {
 	if e.state == "" {
 		return nil
 	}
-	if len(e.held) == 0 && len(e.weights) == 0 && len(e.groups) == 0 && len(e.moved) == 0 && len(e.irqs) == 0 {
+	if len(e.held) == 0 && len(e.weights) == 0 && len(e.groups) == 0 && len(e.moved) == 0 && len(e.irqs) == 0 && !e.cpusetsChanged() {
 		if err := os.Remove(e.state); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		return nil
 	}
-	st := state{Weights: e.weights, Groups: slices.Sorted(maps.Values(e.groups)), IRQs: e.irqs}
+	st := state{Weights: e.weights, Groups: slices.Sorted(maps.Values(e.groups)), IRQs: e.irqs, Cpuset: e.cpusetState()}
 	for _, h := range e.held {
 		st.Held = append(st.Held, *h)
 	}

@@ -64,6 +64,7 @@ func TestEngine(t *testing.T) {
 	other := sleeper(t, "edgeplane-unrelated-"+tag)
 	state := filepath.Join(t.TempDir(), "sched.json")
 	e := sched.New("/proc", state)
+	t.Cleanup(func() { _ = e.RevertAll() })
 	s := strategy(t, `{id: 1, command_regex: "^`+tag+`", selectors: {user: "0"}, priority: true, policy: fifo, rt_priority: 20, cpus: "0"}`)
 
 	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 {
@@ -90,7 +91,7 @@ func TestEngine(t *testing.T) {
 		t.Errorf("holdings: %+v, want two threads", h)
 	}
 	st := e.Status()
-	if len(st) != 1 || st[0].Strategy != 1 || len(st[0].Procs) != 2 || !strings.Contains(st[0].Others, "threads of other processes moved off its CPUs") {
+	if len(st) != 1 || st[0].Strategy != 1 || len(st[0].Procs) != 2 || !strings.Contains(st[0].Others, "every other process kept off them") {
 		t.Fatalf("status: %+v, want strategy 1 holding two processes, the others moved off CPU 0", st)
 	}
 	for _, p := range st[0].Procs {
@@ -298,10 +299,12 @@ func TestEngineWeight(t *testing.T) {
 	}
 }
 
-// TestEngineDedicated: a strategy's dedicated CPU is left to its
-// processes — another process's threads are moved off it, one pinned to
-// it alone stays and is reported — and each gets its CPUs back when the
-// strategy goes, or after a crash from the state file.
+// TestEngineDedicated: a strategy's dedicated CPU is its processes'
+// alone, kept by the kernel's cpusets — every other process is off it,
+// one pinned to it alone too (it runs on the others' CPUs meanwhile), a
+// process the test starts later starts off it — and each gets its CPUs
+// back when the strategy goes (the pinned one its own CPU), or after a
+// crash from the state file.
 func TestEngineDedicated(t *testing.T) {
 	testutil.RequireRoot(t)
 	if runtime.NumCPU() < 2 {
@@ -317,38 +320,27 @@ func TestEngineDedicated(t *testing.T) {
 	if err := unix.SchedSetaffinity(pinned, &one); err != nil {
 		t.Fatal(err)
 	}
-	cpus := func(pid int) unix.CPUSet {
-		var set unix.CPUSet
-		if err := unix.SchedGetaffinity(pid, &set); err != nil {
-			t.Fatal(err)
-		}
-		return set
-	}
 	state := filepath.Join(t.TempDir(), "sched.json")
 	e := sched.New("/proc", state)
+	t.Cleanup(func() { _ = e.RevertAll() })
 	s := strategy(t, `{id: 8, command_regex: "^`+tag+`", selectors: {user: "0"}, cpus: "`+strconv.Itoa(last)+`"}`)
-	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 {
-		t.Fatalf("sync: %d taken, %v", taken, err)
+	if taken, _, err := e.Sync([]config.Strategy{s}); err != nil || taken != 1 || len(e.Errors) > 0 {
+		t.Fatalf("sync: %d taken, %v (%v)", taken, err, e.Errors)
 	}
-	if c := cpus(mine); c.Count() != 1 || !c.IsSet(last) {
+	if c := cpusOf(t, mine); c.Count() != 1 || !c.IsSet(last) {
 		t.Errorf("the strategy's process runs on %v, want CPU %d alone", c, last)
 	}
-	if c := cpus(other); c.IsSet(last) || c.Count() != runtime.NumCPU()-1 {
-		t.Errorf("another process may run on %v, want every CPU but %d", c, last)
+	for _, pid := range []int{other, pinned, os.Getpid()} {
+		if c := cpusOf(t, pid); c.IsSet(last) || c.Count() != runtime.NumCPU()-1 {
+			t.Errorf("process %d may run on %v, want every CPU but %d", pid, c, last)
+		}
 	}
-	if c := cpus(os.Getpid()); c.IsSet(last) {
-		t.Errorf("the test itself, another process, still may run on CPU %d", last)
+	if st := e.Status(); len(st) != 1 || !strings.Contains(st[0].Others, "every other process kept off them") {
+		t.Errorf("status: %+v, want the others kept off its CPUs", st)
 	}
-	if c := cpus(pinned); c.Count() != 1 || !c.IsSet(last) {
-		t.Errorf("a process pinned to CPU %d alone: %v, want it left", last, c)
-	}
-	if msg := e.Errors[8]; !strings.Contains(msg, "no CPU but dedicated ones") {
-		t.Errorf("the pinned process is not reported: %q", msg)
-	}
-	// Started by a moved process (the test), it inherits its CPUs, and
-	// gets the dedicated one back with it.
+	// Started by a moved process (the test), it starts off the CPU.
 	late := sleeper(t, "edgeplane-late-"+tag)
-	if c := cpus(late); c.IsSet(last) {
+	if c := cpusOf(t, late); c.IsSet(last) {
 		t.Errorf("a process the test started may run on %v", c)
 	}
 	if _, _, err := e.Sync([]config.Strategy{s}); err != nil {
@@ -358,24 +350,40 @@ func TestEngineDedicated(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pid := range []int{mine, other, late, os.Getpid()} {
-		if c := cpus(pid); c.Count() != runtime.NumCPU() {
+		if c := cpusOf(t, pid); c.Count() != runtime.NumCPU() {
 			t.Errorf("process %d after removal: CPUs %v, want all", pid, c)
 		}
+	}
+	if c := cpusOf(t, pinned); c.Count() != 1 || !c.IsSet(last) {
+		t.Errorf("the process pinned to CPU %d after removal: %v, want its CPU back", last, c)
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("state file after removal: %v, want none", err)
 	}
 	if _, _, err := e.Sync([]config.Strategy{s}); err != nil {
 		t.Fatal(err)
 	}
-	if c := cpus(other); c.IsSet(last) {
+	if c := cpusOf(t, other); c.IsSet(last) {
 		t.Fatalf("sync again: another process may run on %v", c)
 	}
 	if n, err := sched.Recover("/proc", state); err != nil || n != 1 {
 		t.Fatalf("recover: %d threads, %v; want the strategy's one", n, err)
 	}
 	for _, pid := range []int{mine, other} {
-		if c := cpus(pid); c.Count() != runtime.NumCPU() {
+		if c := cpusOf(t, pid); c.Count() != runtime.NumCPU() {
 			t.Errorf("process %d after recovery: CPUs %v, want all", pid, c)
 		}
 	}
+}
+
+// cpusOf reads process pid's affinity.
+func cpusOf(t *testing.T, pid int) unix.CPUSet {
+	t.Helper()
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(pid, &set); err != nil {
+		t.Fatal(err)
+	}
+	return set
 }
 
 // TestEvents: an exec anywhere is reported with its process, at once; a

@@ -3,7 +3,6 @@
 package sched
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -55,21 +54,8 @@ func under(g, group string) bool {
 // v2Mount finds where the cgroup v2 hierarchy is mounted, from
 // mountinfo ("": none).
 func v2Mount(mountinfo string) string {
-	f, err := os.Open(mountinfo)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, tail := strings.Fields(pre), strings.Fields(post)
-		if ok && len(fields) >= 5 && len(tail) > 0 && tail[0] == "cgroup2" {
-			return unescapeMount(fields[4])
-		}
-	}
-	return ""
+	m, _ := cgroupMounts(mountinfo)
+	return m.v2
 }
 
 // delegated says why cgroup v2 group g (a path under mount) may hold

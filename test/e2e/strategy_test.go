@@ -181,22 +181,7 @@ func TestXDPSteer(t *testing.T) {
 	// test's end removes).
 	t.Cleanup(func() { _ = g.StopAgent(syscall.SIGTERM) })
 	g.warmUp()
-	pings := func() (on0, on1 uint64) {
-		t.Helper()
-		at := func(s stats, c int) uint64 {
-			if per := s.XDPCPU[lab.LanName]; c < len(per) {
-				return per[c]
-			}
-			return 0
-		}
-		before := g.stats()
-		out, err := nsRun(g.A, "taskset", "-c", "0", "ping", "-n", "-q", "-c", "50", "-i", "0.005", "-W", "1", lab.AddrB)
-		if err != nil || !strings.Contains(out, " 50 received") {
-			t.Fatalf("pings from A on CPU 0: %v\n%s", err, out)
-		}
-		after := g.stats()
-		return at(after, 0) - at(before, 0), at(after, 1) - at(before, 1)
-	}
+	pings := g.lanPingCPUs
 	var out []byte
 	if !waitFor(3*time.Second, func() bool {
 		out, _ = exec.Command(edgeplaneBin, "get", "strategies", "--server", "unix://"+agent.DefaultAPISocket(g.PinDir)).CombinedOutput()
@@ -315,5 +300,187 @@ func TestAPIStrategyRefusals(t *testing.T) {
 	}
 	if code, body := a.rest(t, http.MethodGet, "/v1/strategies", ""); code != http.StatusOK || strings.Contains(body, `"id"`) {
 		t.Errorf("strategies after the refusals: %d %s, want none", code, body)
+	}
+}
+
+// lanPingCPUs sends 50 pings from host A on CPU 0 and returns how many
+// lan0's XDP ran on CPU 0 and on CPU 1.
+func (g *gateway) lanPingCPUs() (on0, on1 uint64) {
+	t := g.t
+	t.Helper()
+	at := func(s stats, c int) uint64 {
+		if per := s.XDPCPU[lab.LanName]; c < len(per) {
+			return per[c]
+		}
+		return 0
+	}
+	before := g.stats()
+	out, err := nsRun(g.A, "taskset", "-c", "0", "ping", "-n", "-q", "-c", "50", "-i", "0.005", "-W", "1", lab.AddrB)
+	if err != nil || !strings.Contains(out, " 50 received") {
+		t.Fatalf("pings from A on CPU 0: %v\n%s", err, out)
+	}
+	after := g.stats()
+	return at(after, 0) - at(before, 0), at(after, 1) - at(before, 1)
+}
+
+// ctl runs the CLI against the agent's API socket, stdin given.
+func (g *gateway) ctl(stdin string, args ...string) (string, error) {
+	cmd := exec.Command(edgeplaneBin, append(args, "--server", "unix://"+agent.DefaultAPISocket(g.PinDir))...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestStrategyDeleteGivesBack: an API client adds a strategy that holds
+// no process — it dedicates CPU 1 (every other process moved off) and
+// hands lan0's XDP work to it — and deletes it: everything it changed is
+// given back (the other processes' CPU, the hand-over) and the state
+// file is cleared, though it never held a thread.
+func TestStrategyDeleteGivesBack(t *testing.T) {
+	testutil.RequireTool(t, "taskset")
+	g := newGateway(t, forwardConfig)
+	g.start()
+	t.Cleanup(func() { _ = g.StopAgent(syscall.SIGTERM) })
+	g.warmUp()
+	other := exec.Command("sleep", "120")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	var set unix.CPUSet
+	on1 := func() bool { return unix.SchedGetaffinity(other.Process.Pid, &set) == nil && set.IsSet(1) }
+	if out, err := g.ctl("strategies:\n  - {id: 5, command_regex: \"^edgeplane-none$\", selectors: {user: \"0\"}, cpus: \"1\", irq_affinity: [lan0]}\n", "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	var out string
+	if !waitFor(3*time.Second, func() bool {
+		out, _ = g.ctl("", "get", "strategies")
+		return !on1() && strings.Contains(out, "XDP work of lan0 on CPU 1")
+	}) {
+		t.Fatalf("strategy 5 applied: another process's CPUs %v, status:\n%s", set, out)
+	}
+	if n0, n1 := g.lanPingCPUs(); n1 < 50 {
+		t.Fatalf("steered to CPU 1: lan0's XDP ran %d pings on CPU 0 and %d on CPU 1", n0, n1)
+	}
+	state := g.cfgPath + ".sched"
+	if _, err := os.Stat(state); err != nil {
+		t.Errorf("state file while strategy 5 dedicates CPU 1: %v", err)
+	}
+	if out, err := g.ctl("", "delete", "strategy", "5"); err != nil {
+		t.Fatalf("delete: %v\n%s", err, out)
+	}
+	if !waitFor(3*time.Second, on1) {
+		t.Errorf("strategy 5 deleted: another process's CPUs %v, want CPU 1 back", set)
+	}
+	if !waitFor(3*time.Second, func() bool { _, err := os.Stat(state); return os.IsNotExist(err) }) {
+		t.Errorf("strategy 5 deleted: the state file %s is left", state)
+	}
+	if n0, n1 := g.lanPingCPUs(); n0 < 50 || n1 >= 10 {
+		t.Errorf("strategy 5 deleted: lan0's XDP ran %d pings on CPU 0 and %d on CPU 1, want the 50 on the sender's CPU 0", n0, n1)
+	}
+}
+
+// TestStrategyApplyAtOnce: a strategy added over the API to an agent
+// that had none takes a process that runs already at once, not at the
+// next scan a second later, and one started right after at its exec —
+// three times over (by the scan alone, all three within 300 ms would
+// be about one chance in forty).
+func TestStrategyApplyAtOnce(t *testing.T) {
+	g := newGateway(t, forwardConfig)
+	g.start()
+	t.Cleanup(func() { _ = g.StopAgent(syscall.SIGTERM) })
+	fifo := func(pid int) bool {
+		a, err := unix.SchedGetAttr(pid, 0)
+		return err == nil && a.Policy == unix.SCHED_FIFO
+	}
+	start := func(tag string) int {
+		cmd := exec.Command("bash", "-c", "exec -a "+tag+" sleep 60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd.Process.Pid
+	}
+	for i := range 3 {
+		tag := "edgeplane-e2e-" + testutil.UniqueName("now")
+		pid := start(tag)
+		time.Sleep(50 * time.Millisecond) // exec'd
+		id := strconv.Itoa(10 + i)
+		if out, err := g.ctl("strategies:\n  - {id: "+id+", command_regex: \"^"+tag+"\", selectors: {user: \"0\"}, priority: true, rt_priority: 5}\n", "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply: %v\n%s", err, out)
+		}
+		applied := time.Now()
+		if !waitFor(3*time.Second, func() bool { return fifo(pid) }) {
+			t.Fatalf("round %d: the running process not FIFO within 3 s", i)
+		}
+		if took := time.Since(applied); took > 300*time.Millisecond {
+			t.Errorf("round %d: the running process FIFO %s after the apply returned, want at once", i, took.Round(time.Millisecond))
+		}
+		later := start(tag + "-later")
+		started := time.Now()
+		if !waitFor(3*time.Second, func() bool { return fifo(later) }) {
+			t.Fatalf("round %d: a process started after the apply not FIFO within 3 s", i)
+		}
+		if took := time.Since(started); took > 300*time.Millisecond {
+			t.Errorf("round %d: a process started after the apply FIFO after %s, want at its exec", i, took.Round(time.Millisecond))
+		}
+		if out, err := g.ctl("", "delete", "strategy", id); err != nil {
+			t.Fatalf("delete: %v\n%s", err, out)
+		}
+		if !waitFor(3*time.Second, func() bool { return !fifo(pid) && !fifo(later) }) {
+			t.Fatalf("round %d: strategy deleted, processes still FIFO", i)
+		}
+	}
+}
+
+// TestStrategyChildRecovered: a strategy dedicates CPU 1; a process that
+// was moved off it starts a child while the agent is down (killed: it
+// gave nothing back); the next start, whose config has no strategy,
+// gives the child every CPU too, not only what the state file names.
+func TestStrategyChildRecovered(t *testing.T) {
+	g := newGateway(t, forwardConfig+`strategies:
+  - {id: 2, command_regex: "^edgeplane-none$", selectors: {user: "0"}, cpus: "1"}
+`)
+	dir := t.TempDir()
+	flag, childFile := filepath.Join(dir, "go"), filepath.Join(dir, "child")
+	parent := exec.Command("bash", "-c", "while [ ! -e "+flag+" ]; do sleep 0.05; done; sleep 60 & echo $! > "+childFile+"; wait")
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = parent.Process.Kill(); _ = parent.Wait() })
+	var set unix.CPUSet
+	on1 := func(pid int) bool { return unix.SchedGetaffinity(pid, &set) == nil && set.IsSet(1) }
+	g.start()
+	t.Cleanup(func() { _ = g.StopAgent(syscall.SIGTERM) })
+	if !waitFor(3*time.Second, func() bool { return !on1(parent.Process.Pid) }) {
+		t.Fatalf("the parent process still may run on CPU 1: %v", set)
+	}
+	if err := g.StopAgent(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever happens next, CPU 1 is the machine's again at the end.
+	t.Cleanup(func() { _, _ = sched.Recover("/proc", g.cfgPath+".sched") })
+	if err := os.WriteFile(flag, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var child int
+	if !waitFor(3*time.Second, func() bool {
+		b, err := os.ReadFile(childFile)
+		child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && child > 0
+	}) {
+		t.Fatal("the parent started no child")
+	}
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+	if on1(child) {
+		t.Fatalf("the child started while the agent was down may run on CPU 1 already (%v): nothing to test", set)
+	}
+	g.writeConfig(forwardConfig)
+	g.start()
+	if !on1(child) {
+		t.Errorf("the next start's recovery: the child may run on %v, want CPU 1 back", set)
+	}
+	if !on1(parent.Process.Pid) {
+		t.Errorf("the next start's recovery: the parent may run on %v, want CPU 1 back", set)
 	}
 }
