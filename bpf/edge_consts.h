@@ -127,10 +127,15 @@
  * sequence numbers, in 64-number words (RFC 6479's block bitmap): a copy
  * is told from a new packet while fewer than (EDGE_DEDUP_WORDS - 1) * 64
  * packets separate it from the newest (16,320: 16 ms of path delay
- * difference at 1 Mpps). After EDGE_DEDUP_RESYNC packets in a row older
- * than that, the sender is taken to have restarted its numbers. */
+ * difference at 1 Mpps). One packet moves the window at most
+ * EDGE_DEDUP_JUMP numbers ahead (4 ms of numbers at 1 Mpps lost on every
+ * path at once), so a forged one leaves the window over the numbers the
+ * sender is about to use; EDGE_DEDUP_CONFIRM numbers in a row out of
+ * reach, each following the last, move it further (a sender that
+ * restarted its numbers, or came back after a long outage). */
 #define EDGE_DEDUP_WORDS 256
-#define EDGE_DEDUP_RESYNC 32
+#define EDGE_DEDUP_JUMP 4096
+#define EDGE_DEDUP_CONFIRM 8
 
 /* Path probes (struct edge_probe): GRE protocol type (IEEE 802's local
  * experimental EtherType 1), magic ("EPRB") and kinds. */

@@ -73,6 +73,7 @@ enum edge_reason {
 	EDGE_R_FO_FULL,       /* no FlowOpt state: both of its slots held by active connections */
 	EDGE_R_FO_EVICT,      /* a cold or idle connection's FlowOpt state taken by a new one */
 	EDGE_R_CPU_MOVED,     /* relief: handed to the CPU its flow was placed on (cpumap) */
+	EDGE_R_DUP_JUMP,      /* a redundant copy too far ahead of the window: held until confirmed */
 	EDGE_R_MAX,
 };
 
@@ -454,8 +455,10 @@ struct edge_tcp_rtt {
  * the lock by every copy that arrives over one of the group's paths. */
 struct edge_dedup_win {
 	struct bpf_spin_lock lock;
-	__u32 late;  /* packets in a row older than the window */
+	__u32 run;   /* numbers out of reach in a row, each near the last */
 	__u64 top;   /* the newest extended number (0: none yet) */
+	__u32 cand;  /* the newest of them: where the window may go */
+	__u32 pad;
 	__u64 bits[EDGE_DEDUP_WORDS];
 };
 

@@ -295,6 +295,7 @@ static __always_inline int edge_decap(struct xdp_md *ctx, struct edge_ctx *c,
 	void *outer_end;
 	__be16 *gre, proto;
 	__u8 macs[2 * ETH_ALEN];
+	__u32 seq_at;
 	int rc;
 
 	/* GRE's protocol type names the inner packet. */
@@ -306,9 +307,10 @@ static __always_inline int edge_decap(struct xdp_md *ctx, struct edge_ctx *c,
 	outer_end = data + ((p->l3_off + p->l3_len) & 0xffff);
 	if (proto == bpf_htons(EDGE_PROBE_PROTO))
 		return edge_probe(ctx, p, path, inner_off, outer_end);
-	rc = edge_dedup_check(p, gre, data_end, c->gen, path);
-	if (rc != EDGE_GO_ON)
-		return rc;
+	/* Where the GRE sequence number lies, if it has one: its header's
+	 * last word, just before the inner packet. De-duplicated once the
+	 * inner packet proves well formed. */
+	seq_at = (gre[0] & GRE_F_SEQ) ? inner_off - 4 : 0;
 
 	__builtin_memset(p, 0, sizeof(*p));
 	p->len = len;
@@ -319,6 +321,15 @@ static __always_inline int edge_decap(struct xdp_md *ctx, struct edge_ctx *c,
 	/* The parsers left cur.end at the inner packet's own end. */
 	if (rc || cur.end != outer_end)
 		return punt(p, EDGE_R_GRE_INNER, XDP_DROP);
+	if (seq_at) {
+		/* The number, read again where it lies: one value kept
+		 * across the parse, not two. */
+		const __be32 *sq = data + (seq_at & 0xff);
+
+		if ((void *)(sq + 1) <= data_end &&
+		    edge_dedup_check(c->gen, path, bpf_ntohl(*sq), len))
+			return XDP_DROP;
+	}
 	p->key.path = path;
 	count(&edge_path_stats, ((path - 1) & (EDGE_MAX_PATHS - 1)) * 2 + 1,
 	      len);

@@ -292,10 +292,13 @@ func TestRedundantCopies(t *testing.T) {
 // redundant group are let through once per number, whichever path brings
 // it first: a copy is dropped (dup_seen) within the window, reordered and
 // late numbers not seen yet pass, numbers across the 32-bit wrap are
-// placed right, a number older than the window is dropped (dup_late), and
-// a run of them is taken for a sender that restarted its numbers. Packets
-// without a sequence number, and those of a path in no redundant group,
-// are not de-duplicated.
+// placed right, a number older than the window is dropped (dup_late), one
+// further ahead than one packet may move the window is dropped
+// (dup_jump), and a run of either, each following the last, is taken for
+// a sender whose numbers moved. Forged numbers, random or one ahead of
+// the other, among the sender's own move nothing. Packets without a
+// sequence number, and those of a path in no redundant group, are not
+// de-duplicated; neither is a packet whose inner packet is malformed.
 func TestDedupWindow(t *testing.T) {
 	h := newHarness(t, dupConfig)
 	greLanNeighbours(t, h)
@@ -312,16 +315,17 @@ func TestDedupWindow(t *testing.T) {
 		return o.frame(t, inner)
 	}
 	in := map[int]string{1: "wan0", 2: "wan0", 5: "wan1"}
-	step := func(name string, path int, seq uint32, want int) {
+	dupReasons := []int{bpf.ReasonDupSeen, bpf.ReasonDupLate, bpf.ReasonDupJump}
+	send := func(name string, frame []byte, path int, seq uint32, want int) {
 		t.Helper()
 		before := snap(t, h)
-		ret, _ := h.run(over(path, seq, true), in[path])
+		ret, _ := h.run(frame, in[path])
 		after := snap(t, h)
 		if want == bpf.ReasonNone {
 			if ret != bpf.XDPRedirect {
 				t.Errorf("%s (path %d, seq %d): verdict %s, want redirect to the LAN", name, path, seq, verdictName(ret))
 			}
-			for _, r := range []int{bpf.ReasonDupSeen, bpf.ReasonDupLate} {
+			for _, r := range dupReasons {
 				if after.Reasons[r].Packets != before.Reasons[r].Packets {
 					t.Errorf("%s (path %d, seq %d): counted %s", name, path, seq, bpf.ReasonNames[r])
 				}
@@ -333,7 +337,27 @@ func TestDedupWindow(t *testing.T) {
 				verdictName(ret), bpf.ReasonNames[want], after.Reasons[want].Packets-before.Reasons[want].Packets)
 		}
 	}
-	seen, late, fresh := bpf.ReasonDupSeen, bpf.ReasonDupLate, bpf.ReasonNone
+	step := func(name string, path int, seq uint32, want int) {
+		t.Helper()
+		send(name, over(path, seq, true), path, seq, want)
+	}
+	seen, late, jump, fresh := bpf.ReasonDupSeen, bpf.ReasonDupLate, bpf.ReasonDupJump, bpf.ReasonNone
+	// moveTo takes the window to seq the way a redundant group's sender
+	// gets there: DedupConfirm arrivals out of reach, near each other
+	// (copies over both paths, one reordered; those before the last
+	// dropped as why), ending at seq.
+	moveTo := func(name string, seq uint32, why int) {
+		t.Helper()
+		arrivals := []int32{-3, -3, -2, -4, -2, -1, -1}
+		if len(arrivals) != bpf.DedupConfirm-1 {
+			t.Fatalf("moveTo has %d arrivals before the last, want DedupConfirm - 1", len(arrivals))
+		}
+		for i, o := range arrivals {
+			step(name+", held", 1+4*(i&1), seq+uint32(o), why)
+		}
+		step(name+", confirmed", 1, seq, fresh)
+		step(name+", copy", 5, seq, seen)
+	}
 	const b = 20000
 	step("first", 1, b, fresh)
 	step("its copy, same path", 1, b, seen)
@@ -347,25 +371,58 @@ func TestDedupWindow(t *testing.T) {
 	step("late, copy", 5, b+2, seen)
 	step("far back in the window", 1, b+4-16000, fresh)
 	step("far back, copy", 5, b+4-16000, seen)
-	step("jump past the window", 1, 10*b, fresh)
-	step("older than the window", 5, b+4, late)
+	step("as far ahead as one packet may move it", 1, b+4+bpf.DedupJump, fresh)
+	step("back behind it, in the window", 5, b+5, fresh)
+	top := uint32(b + 4 + bpf.DedupJump)
+
+	// A forged number further ahead moves nothing: the sender's next
+	// ones still pass, and so do its copies' twins' drops.
+	step("one further ahead", 1, top+bpf.DedupJump+1, jump)
+	step("the sender's next", 5, top+1, fresh)
+	step("its copy", 1, top+1, seen)
+	step("far ahead", 1, top+0x40000000, jump)
+	step("older than the window", 5, top-16384-64, late)
+	step("the sender's next", 1, top+2, fresh)
+	// Random numbers every other packet, and a run that follows itself
+	// but is broken by the sender's own: none moves the window.
+	for i := range uint32(3 * bpf.DedupConfirm) {
+		step("forged, random", 1, top+0x10000000+i*0x01234567, jump)
+		step("the sender's, between forged", 5, top+3+i, fresh)
+	}
+	top += 3 + 3*bpf.DedupConfirm - 1
+	for i := range uint32(bpf.DedupConfirm - 1) {
+		step("forged run", 1, top+bpf.DedupJump+100+i, jump)
+	}
+	step("the sender's, breaking the forged run", 5, top+1, fresh)
+	step("forged run, one more", 1, top+bpf.DedupJump+100+bpf.DedupConfirm, jump)
+	step("the sender's next", 5, top+2, fresh)
+	step("a copy is still a copy", 1, top+2, seen)
+	top += 2
+
+	// A malformed inner packet is dropped as such before the window
+	// sees its number.
+	bad := greFromRemote("10.3.9.9", layers.GRE{KeyPresent: true, Key: 1, SeqPresent: true, Seq: top + 1}).frame(t, inner[:len(inner)-3])
+	send("malformed inner", bad, 1, top+1, bpf.ReasonGREInner)
+	step("the number it carried, well formed", 1, top+1, fresh)
+	top++
+
+	// A sender whose numbers jumped past the window (a long outage):
+	// held until a run confirms it.
+	moveTo("jump past the window", 10*b, jump)
+	step("older than the window now", 5, top, late)
 	step("older than the window, again", 1, 10*b-16384-64, late)
 	step("newest again: copy", 5, 10*b, seen)
 
 	// A sender that starts again from 0: its numbers are late until a
-	// run of EDGE_DEDUP_RESYNC (32) says so; then they count afresh.
-	for i := range uint32(31) {
-		step("restarted sender", 1, i, late)
-	}
-	step("restarted sender, 32nd in a row", 1, 31, fresh)
-	step("restarted sender, copy", 5, 31, seen)
-	step("restarted sender, next", 5, 32, fresh)
+	// run of DedupConfirm (8) says so; then they count afresh.
+	moveTo("restarted sender", bpf.DedupConfirm-1, late)
+	step("restarted sender, next", 5, bpf.DedupConfirm, fresh)
 
-	// Across the wrap of 32-bit sequence numbers (forward in steps of
-	// less than 2^31, as a sender's numbers go).
-	step("on toward the wrap", 1, 0x60000000, fresh)
-	step("on toward the wrap", 5, 0xc0000000, fresh)
-	step("before the wrap", 1, 0xfffffff8, fresh)
+	// Across the wrap of 32-bit sequence numbers (forward in steps a
+	// sender takes, confirmed).
+	moveTo("on toward the wrap", 0x60000000, jump)
+	moveTo("on toward the wrap", 0xc0000000, jump)
+	moveTo("before the wrap", 0xfffffff8, jump)
 	step("last before the wrap", 5, 0xffffffff, fresh)
 	step("0 after the wrap", 1, 0, fresh)
 	step("1 after the wrap", 5, 1, fresh)

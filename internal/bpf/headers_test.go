@@ -102,6 +102,8 @@ func TestConstantsMatchHeaders(t *testing.T) {
 		{"EDGE_ACT_NAT", ActNAT},
 		{"EDGE_ACT_UNNAT", ActUnNAT},
 		{"EDGE_R_MAX", ReasonMax},
+		{"EDGE_DEDUP_JUMP", DedupJump},
+		{"EDGE_DEDUP_CONFIRM", DedupConfirm},
 		{"EDGE_MAX_QOS", MaxQoS},
 		{"EDGE_MAX_CPUS", MaxCPUs},
 		{"EDGE_FF_QOS_SHIFT", FFQoSShift},

@@ -114,6 +114,15 @@ const (
 	SteerRedundant = 2
 )
 
+// A redundant group's de-duplication window, mirroring EDGE_DEDUP_JUMP
+// and EDGE_DEDUP_CONFIRM: one packet moves it at most DedupJump numbers
+// ahead; DedupConfirm numbers in a row out of its reach, each following
+// the last, move it further.
+const (
+	DedupJump    = 4096
+	DedupConfirm = 8
+)
+
 // fibByDst mirrors EDGE_FIB_BY_DST, a bit of edge_state.fib_flags.
 const fibByDst = 1
 
@@ -228,6 +237,7 @@ var ReasonNames = []string{
 	"fo_full",
 	"fo_evict",
 	"cpu_moved",
+	"dup_jump",
 }
 
 // Reason values used by callers and tests.
@@ -280,5 +290,6 @@ const (
 	ReasonFOFull
 	ReasonFOEvict
 	ReasonCPUMoved
+	ReasonDupJump
 	ReasonMax
 )
