@@ -33,35 +33,6 @@ const wakerName = "edgeplane-scx-waker"
 
 func guestSay(format string, a ...any) { fmt.Printf("edgeplane-scx: "+format+"\n", a...) }
 
-// guestMain runs the checks as PID 1 and powers off. It mounts /proc,
-// /sys and /dev first and runs itself again: cilium/ebpf reads
-// /proc/self/mountinfo once, which this process's packages may have done
-// before /proc was there.
-func guestMain() {
-	if _, err := os.Stat("/proc/self/mountinfo"); err != nil {
-		for _, m := range []struct{ src, dst, fs string }{{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"}} {
-			_ = os.MkdirAll(m.dst, 0o755)
-			if err := unix.Mount(m.src, m.dst, m.fs, 0, ""); err != nil {
-				guestSay("FAIL mount %s: %v", m.dst, err)
-			}
-		}
-		err := unix.Exec("/init", os.Args, os.Environ())
-		guestSay("FAIL run again: %v", err)
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			guestSay("FAIL panic: %v", r)
-		}
-		unix.Sync()
-		_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
-	}()
-	if err := guestChecks(); err != nil {
-		guestSay("FAIL %v", err)
-		return
-	}
-	guestSay("PASS")
-}
-
 // guestChecks: the scheduler loads ("enabled", ops edgeplane), the
 // engine applies a priority strategy to the waker through it, the
 // waker's wake-ups beside CPU hogs are late by less than when it has no

@@ -5,6 +5,8 @@ package scx
 import (
 	"os"
 	"testing"
+
+	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
 // TestMain runs the guest roles (guest_test.go) instead of the tests
@@ -19,7 +21,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	if os.Getenv("EDGEPLANE_SCX_GUEST") == "1" && os.Getpid() == 1 {
-		guestMain()
+		testutil.GuestInit("edgeplane-scx: ", guestChecks)
 		return
 	}
 	os.Exit(m.Run())
