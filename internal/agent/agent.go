@@ -125,7 +125,8 @@ type Agent struct {
 	fo *foLoop
 	// strategyThreads: the threads each CPU strategy holds;
 	// strategyRanOn: the CPUs its processes were seen on.
-	strategyThreads, strategyRanOn *prometheus.GaugeVec
+	// strategyRefused: what each refused at the last scan, by reason.
+	strategyThreads, strategyRanOn, strategyRefused *prometheus.GaugeVec
 	// strategies applies the CPU strategies (runStrategies);
 	// strategyWake asks it to scan now (wakeStrategies).
 	strategies   *sched.Engine
@@ -321,6 +322,10 @@ func Run(ctx context.Context, opts Options) error {
 		Name: "edgeplane_strategy_ran_on",
 		Help: "1 for each CPU a CPU strategy's processes were seen running on (each thread's last CPU at the agent's scans, every second).",
 	}, []string{"strategy", "cpu"})
+	a.strategyRefused = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "edgeplane_strategy_refused",
+		Help: "What a CPU strategy refused at the agent's last scan, by reason: processes it matched by command_regex or env alone (untrusted_selection) or in a delegated cgroup (delegated_cgroup), threads the kernel refused its policy or CPUs (kernel), 1 for a strategy the host refuses (host).",
+	}, []string{"strategy", "reason"})
 	a.strategies = sched.New("/proc", strategyState(opts.ConfigPath))
 	// irq_affinity of an interface without IRQs (veth) hands its XDP
 	// work to the strategy's CPU; a crashed agent's hand-overs go first.

@@ -141,6 +141,12 @@ func (a *Agent) wakeStrategies() {
 func (a *Agent) strategyMetrics(e *sched.Engine) {
 	a.strategyThreads.Reset()
 	a.strategyRanOn.Reset()
+	a.strategyRefused.Reset()
+	for id, by := range e.Refused {
+		for reason, n := range by {
+			a.strategyRefused.WithLabelValues(strconv.FormatUint(uint64(id), 10), reason).Set(float64(n))
+		}
+	}
 	for _, st := range e.Status() {
 		id := strconv.FormatUint(uint64(st.Strategy), 10)
 		n := 0

@@ -186,6 +186,9 @@ func TestAttackRenamedProcess(t *testing.T) {
 	if msg := e.Errors[1]; !strings.Contains(msg, "selects by command_regex or env alone") {
 		t.Errorf("command_regex alone: error %q, want it said why nothing is taken", msg)
 	}
+	if n := e.Refused[1][sched.RefusedUntrusted]; n < 2 {
+		t.Errorf("command_regex alone: %d refusals counted as %s, want the two processes", n, sched.RefusedUntrusted)
+	}
 	fixed := strategy(t, `{id: 1, command_regex: "^nr-gnb$", selectors: {user: "0"}, priority: true}`)
 	if _, _, err := e.Sync([]config.Strategy{fixed}); err != nil {
 		t.Fatal(err)
@@ -308,6 +311,13 @@ func TestAttackDelegatedCgroup(t *testing.T) {
 		if !strings.Contains(e.Errors[1], c.err) {
 			t.Errorf("%s: error %q, want %q", c.name, e.Errors[1], c.err)
 		}
+		want := 0 // nobody's process, refused for its delegated group
+		if c.err != "" {
+			want = 1
+		}
+		if n := e.Refused[1][sched.RefusedDelegated]; n != want {
+			t.Errorf("%s: %d refusals counted as %s", c.name, n, sched.RefusedDelegated)
+		}
 		if err := e.RevertAll(); err != nil {
 			t.Fatal(err)
 		}
@@ -380,8 +390,8 @@ func TestAttackDeadlineUnthrottled(t *testing.T) {
 		if _, _, err := e.Sync([]config.Strategy{s}); err != nil {
 			t.Fatal(err)
 		}
-		if p, _ := policyOf(t, pid); p != unix.SCHED_NORMAL || !strings.Contains(e.Errors[2], "throttling is off") {
-			t.Errorf("%s %s/%s with throttling off: policy %d, error %q; want refused, saying why", s.Effective().Policy, s.ExecutionTime, s.Period, p, e.Errors[2])
+		if p, _ := policyOf(t, pid); p != unix.SCHED_NORMAL || !strings.Contains(e.Errors[2], "throttling is off") || e.Refused[2][sched.RefusedHost] != 1 {
+			t.Errorf("%s %s/%s with throttling off: policy %d, error %q, refusals %v; want refused, saying why, counted", s.Effective().Policy, s.ExecutionTime, s.Period, p, e.Errors[2], e.Refused[2])
 		}
 	}
 }
@@ -404,7 +414,8 @@ func TestHostProblems(t *testing.T) {
 		{"fifo on 1 CPU", one, `{id: 1, selectors: {user: a}, priority: true}`, []string{"1 priority"}},
 		{"deadline on 1 CPU", one, `{id: 1, selectors: {user: a}, priority: true, policy: deadline, execution_time: 500us}`, nil},
 		{"every CPU dedicated", two, `{id: 1, selectors: {user: a}, cpus: 0-1}`, []string{"1 cpus"}},
-		{"every CPU dedicated by two", two, `{id: 1, selectors: {user: a}, cpus: 0}, {id: 2, selectors: {user: b}, cpus: 1}`, []string{"1 cpus", "2 cpus"}},
+		{"every CPU dedicated by two", two, `{id: 1, selectors: {user: a}, cpus: 0}, {id: 2, selectors: {user: b}, cpus: 1}`, []string{"2 cpus"}},
+		{"every CPU dedicated, then fifo", two, `{id: 1, selectors: {user: a}, cpus: 0-1}, {id: 2, selectors: {user: b}, priority: true}`, []string{"1 cpus"}},
 		{"offline CPUs", two, `{id: 1, selectors: {user: a}, cpus: 1-7}`, nil},
 		{"rr with only the housekeeping CPU left", two, `{id: 1, selectors: {user: a}, cpus: 1}, {id: 2, selectors: {user: b}, priority: true, policy: rr}`, []string{"2 policy"}},
 		{"deadline past a CPU's", two, `{id: 1, selectors: {user: a}, priority: true, policy: deadline, execution_time: 600us}, {id: 2, selectors: {user: b}, priority: true, policy: deadline, execution_time: 300us}, {id: 3, selectors: {user: c}, priority: true, policy: deadline, execution_time: 100us}`, []string{"3 execution_time"}},

@@ -118,33 +118,52 @@ func (h Host) RTCPUs(strategies []config.Strategy) []int {
 	return out
 }
 
-// Problems returns what h refuses of strategies, in their order.
+// Problems returns what h refuses of strategies, in their order. The
+// dedicated CPUs first: a strategy whose cpus would leave no online CPU
+// to the rest is refused, and its CPUs count for no other check (one
+// bad strategy refuses no other).
 func (h Host) Problems(strategies []config.Strategy) []Problem {
 	var out []Problem
 	add := func(id uint32, field, format string, a ...any) {
 		out = append(out, Problem{ID: id, Field: field, Reason: fmt.Sprintf(format, a...)})
 	}
-	ded := h.dedicated(strategies)
+	ded := map[int]bool{}
+	refused := map[uint32]bool{}
+	for _, s := range strategies {
+		mine := h.dedicated([]config.Strategy{s})
+		n := len(ded)
+		for c := range mine {
+			if !ded[c] {
+				n++
+			}
+		}
+		if len(mine) > 0 && n == len(h.Online) {
+			add(s.ID, "cpus", "with the other strategies' cpus, every CPU this host has online (%s) is dedicated: leave at least one to the rest of the system",
+				listText(h.Online))
+			refused[s.ID] = true
+			continue
+		}
+		for c := range mine {
+			ded[c] = true
+		}
+	}
 	free := len(h.Online) - len(ded)
 	share := 0.0 // the deadline strategies' bandwidth so far
 	limit := float64(h.RTRuntime) / float64(max(h.RTPeriod, 1))
 	for _, s := range strategies {
+		if refused[s.ID] || !s.RealTime() {
+			continue
+		}
 		e := s.Effective()
 		field := "policy"
 		if s.Policy == "" {
 			field = "priority"
 		}
-		if s.RealTime() && h.ThrottleOff() {
+		switch {
+		case h.ThrottleOff():
 			add(s.ID, field, "%s refused while the kernel's real-time throttling is off (kernel.sched_rt_runtime_us = -1): "+
 				"a runaway real-time task would hold its CPU; set it back (the default is 950000)", e.Policy)
-			continue
-		}
-		if !s.CPUs.IsZero() && free == 0 {
-			add(s.ID, "cpus", "with the other strategies' cpus, every CPU this host has online (%s) is dedicated: leave at least one to the rest of the system",
-				listText(h.Online))
-		}
-		switch {
-		case s.RealTime() && e.Policy == config.PolicyDeadline && !h.ThrottleOff():
+		case e.Policy == config.PolicyDeadline:
 			// Every deadline strategy's thread may run on one CPU at
 			// once: together they must fit what real-time tasks may
 			// have of a CPU.
@@ -153,7 +172,7 @@ func (h Host) Problems(strategies []config.Strategy) []Problem {
 				add(s.ID, "execution_time", "with the deadline strategies before it, %.1f%% of a CPU each period, over the %.1f%% the kernel lets "+
 					"real-time tasks have (kernel.sched_rt_runtime_us / sched_rt_period_us)", 100*share, 100*limit)
 			}
-		case s.RealTime() && s.CPUs.IsZero() && free < 2:
+		case s.CPUs.IsZero() && free < 2:
 			add(s.ID, field, "%s without cpus runs on the CPUs no strategy dedicates but the first, which no real-time thread may take: "+
 				"this host has %d such CPU (online %s); name cpus", e.Policy, free, listText(h.Online))
 		}

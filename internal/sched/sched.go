@@ -154,6 +154,7 @@ func (e *Engine) matches(s config.Strategy, re *regexp.Regexp, p Proc) bool {
 	sel := s.Selectors
 	if s.Changes() && !sel.Trusted() {
 		e.Errors[s.ID] = errUntrusted.Error()
+		e.refuse(s.ID, RefusedUntrusted)
 		return false
 	}
 	if sel == nil {
@@ -196,6 +197,7 @@ func (e *Engine) matches(s config.Strategy, re *regexp.Regexp, p Proc) bool {
 		}
 		if why := delegated(*e.v2, p.Cgroup); why != "" {
 			e.Errors[s.ID] = fmt.Sprintf("process %d not taken: %s", p.PID, why)
+			e.refuse(s.ID, RefusedDelegated)
 			return false
 		}
 	}
@@ -387,8 +389,10 @@ type Engine struct {
 	v2 *string
 	me *self
 	// Errors of the last Sync, by strategy: why a matching process was
-	// not given what the strategy says.
-	Errors map[uint32]string
+	// not given what the strategy says; Refused how many times, by
+	// reason (RefusedReasons).
+	Errors  map[uint32]string
+	Refused map[uint32]map[string]int
 }
 
 // New returns an engine over /proc-like root keeping its state in the
@@ -701,6 +705,17 @@ func apply(s config.Strategy, tid int, ext bool, rtCPUs []int) (string, error) {
 	return strings.Join(what, ", "), nil
 }
 
+// refuse counts a refusal of strategy id's for reason.
+func (e *Engine) refuse(id uint32, reason string) {
+	if e.Refused == nil {
+		e.Refused = map[uint32]map[string]int{}
+	}
+	if e.Refused[id] == nil {
+		e.Refused[id] = map[string]int{}
+	}
+	e.Refused[id][reason]++
+}
+
 // keepOffHousekeeping puts a held thread of fifo or rr strategy s
 // without cpus back on rtCPUs when it left them (a thread may set its
 // own affinity): no real-time thread takes the housekeeping CPU.
@@ -764,7 +779,7 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 		strategies[i] = s.Effective()
 		byID[s.ID] = strategies[i]
 	}
-	e.Errors = map[uint32]string{}
+	e.Errors, e.Refused = map[uint32]string{}, map[uint32]map[string]int{}
 	// What the host refuses now (RT throttling switched off, CPUs gone
 	// offline since the config was checked) takes nothing: a strategy
 	// with a problem holds no thread.
@@ -779,10 +794,16 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 		}
 	}
 	for _, pr := range host.Problems(strategies) {
+		if !refused[pr.ID] {
+			e.refuse(pr.ID, RefusedHost)
+		}
 		refused[pr.ID] = true
 		e.addError(pr.ID, pr.Field+": "+pr.Reason)
 	}
-	rtCPUs := host.RTCPUs(strategies)
+	// A refused strategy changes nothing: its CPUs are not dedicated,
+	// its IRQs not steered, its threads given back.
+	active := slices.DeleteFunc(slices.Clone(strategies), func(s config.Strategy) bool { return refused[s.ID] })
+	rtCPUs := host.RTCPUs(active)
 	if e.me == nil {
 		me := selfOf(e.root)
 		e.me = &me
@@ -853,7 +874,7 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 	// The dedicated CPUs' cpusets before the policies: a process takes
 	// its strategy's CPUs once in its cpuset (outside it, they are not
 	// its to set), and the others leave them.
-	e.syncDedicated(strategies, procs, pids, host)
+	e.syncDedicated(active, procs, pids, host)
 	for _, h := range again {
 		if err := restore(h); err != nil {
 			e.addError(h.Strategy, fmt.Sprintf("give back thread %d: %v", h.TID, err))
@@ -864,6 +885,7 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 		applied, err := apply(s, w.TID, e.ext != nil, rtCPUs)
 		if err != nil {
 			e.Errors[s.ID] = fmt.Sprintf("process %d: %v", w.PID, err)
+			e.refuse(s.ID, RefusedKernel)
 			_ = restore(*w) // what was applied before the error
 			delete(e.held, w.TID)
 			continue
@@ -871,8 +893,8 @@ func (e *Engine) Sync(strategies []config.Strategy) (taken, given int, err error
 		w.Applied = applied
 		taken++
 	}
-	e.syncWeights(strategies, pids)
-	e.syncIRQs(strategies)
+	e.syncWeights(active, pids)
+	e.syncIRQs(active)
 	e.syncExt(byID)
 	e.sampleCPUs()
 	return taken, given, e.save()
@@ -1203,6 +1225,11 @@ func (e *Engine) Wanted(strategies []config.Strategy, pids []int) bool {
 	for _, h := range e.held {
 		held[h.PID] = true
 	}
+	// What a look at an event's processes refuses is counted at the
+	// scan, not twice.
+	errs, refused := e.Errors, e.Refused
+	defer func() { e.Errors, e.Refused = errs, refused }()
+	e.Errors, e.Refused = map[uint32]string{}, nil
 	res := e.compile(strategies)
 	for _, pid := range pids {
 		if held[pid] {

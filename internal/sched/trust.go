@@ -15,6 +15,25 @@ import (
 // kernel's threads, the agent itself and the processes of its cgroup
 // (when it has one of its own: under a service manager, its helpers).
 
+// Reasons a strategy took nothing of a process it matched, or nothing at
+// all, in Engine.Refused and the agent's edgeplane_strategy_refused.
+const (
+	// RefusedUntrusted: a strategy that changes something selected a
+	// process by command_regex or env alone.
+	RefusedUntrusted = "untrusted_selection"
+	// RefusedDelegated: its cgroup selector matched a process in a
+	// delegated group.
+	RefusedDelegated = "delegated_cgroup"
+	// RefusedHost: the host refuses the strategy (RT throttling off,
+	// deadline bandwidth, no CPU left undedicated).
+	RefusedHost = "host"
+	// RefusedKernel: the kernel refused its policy or CPUs to a thread.
+	RefusedKernel = "kernel"
+)
+
+// RefusedReasons are the reasons, in the order metrics list them.
+var RefusedReasons = []string{RefusedUntrusted, RefusedDelegated, RefusedHost, RefusedKernel}
+
 // pfKthread is PF_KTHREAD, the flag of a kernel thread in
 // /proc/PID/stat (include/linux/sched.h).
 const pfKthread = 0x00200000

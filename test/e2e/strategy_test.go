@@ -47,6 +47,7 @@ func TestAgentStrategy(t *testing.T) {
 	isFIFO := func() bool { return policy() == unix.SCHED_FIFO }
 	withStrategy := forwardConfig + `strategies:
   - {id: 1, name: e2e, command_regex: "^` + tag + `", selectors: {user: "0"}, priority: true, policy: fifo, rt_priority: 10}
+  - {id: 9, name: every-cpu, command_regex: "^edgeplane-none$", selectors: {user: "0"}, cpus: "0-1023"}
 `
 	g := newGateway(t, withStrategy)
 	// Asked for the sched_ext scheduler on a kernel without sched_ext
@@ -75,6 +76,11 @@ func TestAgentStrategy(t *testing.T) {
 	}
 	if len(fams["edgeplane_strategy_ran_on"].GetMetric()) == 0 {
 		t.Error("no edgeplane_strategy_ran_on series")
+	}
+	// Strategy 9 would dedicate every CPU: the host refuses it (at the
+	// start, said and counted; it takes nothing).
+	if n, _ := metricValue(fams, "edgeplane_strategy_refused", map[string]string{"strategy": "9", "reason": "host"}); n != 1 {
+		t.Errorf("edgeplane_strategy_refused{strategy=9,reason=host} = %v, want 1", n)
 	}
 	// A process started while the agent runs is taken at its exec (the
 	// agent's BPF process events), not at the scan a second later:
