@@ -52,9 +52,10 @@ type MemberOptions struct {
 	// TTL is the lease's: a gateway that has not renewed it for this
 	// long is unreachable (default 5 s).
 	TTL time.Duration
-	// Check is how often the member checks that etcd still holds the
-	// history it follows (default 5 s; also at once when it reaches etcd
-	// again).
+	// Check is how long the member's watch may be quiet (no change to
+	// the fleet's revision key, whose chain it checks) before it checks
+	// that etcd still holds the history it follows (default 5 s; also at
+	// once when it reaches etcd again).
 	Check time.Duration
 	// Health is asked at each heartbeat (nil: dataplane OK, no paths).
 	Health func() Health
@@ -224,8 +225,14 @@ func (m *Member) follow(ctx context.Context) error {
 		if err := resp.Err(); err != nil {
 			return err
 		}
+		pos := m.pos
 		if again, why := m.apply(resp.Events); again {
 			return m.reread(ctx, why)
+		}
+		if m.pos != pos {
+			// The chain checked out: etcd holds the history followed,
+			// so the check waits until the watch is quiet again.
+			check.Reset(m.o.Check)
 		}
 		if rev := resp.Header.Revision; rev > m.rev && len(resp.Events) > 0 {
 			m.rev = rev
