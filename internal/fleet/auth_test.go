@@ -179,9 +179,9 @@ func TestFleetTLSAndCredentials(t *testing.T) {
 	if len(gw.Config().FARs) != 1 {
 		t.Fatalf("gw1 (site=a) over TLS with its own user: FARs %v, want FAR 1", gw.Config().FARs)
 	}
-	gws, err := f.ctl.Gateways(nil)
-	if err != nil || len(gws) != 2 || !gws[0].Reachable || gws[0].State != StateConverged {
-		t.Fatalf("controller lists %v (%v), want gw1 reachable and converged, gw2 known", gws, err)
+	waitListed(t, f.ctl, rev, "gw1")
+	if gws, err := f.ctl.Gateways(nil); err != nil || len(gws) != 2 || gws[1].Name != "gw2" {
+		t.Fatalf("controller lists %v (%v), want gw1 and gw2 (labelled, never joined)", gws, err)
 	}
 	checkGatewayUser(t, gwCli, "gw1", "gw2")
 }

@@ -186,9 +186,20 @@ func TestFleetTargets(t *testing.T) {
 	// gw3 is not targeted, but follows the fleet's revision all the same.
 	f.waitCommitted(rev4, "gw1", "gw2", "gw3")
 
-	gws, err := f.ctl.Gateways(nil)
-	if err != nil {
-		t.Fatal(err)
+	// The members write their statuses as they commit: listed converged
+	// once etcd holds them.
+	var gws []*pb.GatewayStatus
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if gws, err = f.ctl.Gateways(nil); err != nil {
+			t.Fatal(err)
+		}
+		ok := true
+		for _, g := range gws {
+			ok = ok && g.Reachable && !g.Drift && g.State == StateConverged
+		}
+		if ok || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, g := range gws {
 		t.Logf("%s: reachable %v, committed %d, state %s, drift %v, objects %d", g.Name, g.Reachable, g.CommittedRevision, g.State, g.Drift, g.Objects)
