@@ -26,6 +26,10 @@ const (
 	// RefusedConns is a connection beyond what a listener holds
 	// (Limits.MaxConns), closed as it arrives.
 	RefusedConns = "conns"
+	// RefusedGoAway is a gRPC connection the server sent GOAWAY
+	// ENHANCE_YOUR_CALM (a PING flood) and stopped reading (calmConn);
+	// it spends one of its source's budget.
+	RefusedGoAway = "goaway"
 )
 
 // NewRefusedCounter returns edgeplane_api_refused_total, its series
@@ -33,13 +37,14 @@ const (
 func NewRefusedCounter() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeplane_api_refused_total",
-		Help: "Calls and connections the TCP API refused, by listener (grpc, rest) and reason: unauthenticated (answered), source_limit (a source past its budget of refused calls, cut off), source_conns (past its connections), conns (past the listener's).",
+		Help: "Calls and connections the TCP API refused, by listener (grpc, rest) and reason: unauthenticated (answered), source_limit (a source past its budget of refused calls, cut off), source_conns (past its connections), conns (past the listener's), goaway (a gRPC connection sent GOAWAY ENHANCE_YOUR_CALM for flooding PINGs, closed).",
 	}, []string{"listener", "reason"})
 	for _, l := range []string{"grpc", "rest"} {
 		for _, r := range []string{RefusedUnauthenticated, RefusedSourceLimit, RefusedSourceConns, RefusedConns} {
 			c.WithLabelValues(l, r)
 		}
 	}
+	c.WithLabelValues("grpc", RefusedGoAway)
 	return c
 }
 
@@ -190,4 +195,21 @@ func (s *sources) refuse(listener, local, remote string) bool {
 		c.Close()
 	}
 	return false
+}
+
+// calmed counts a connection the server sent GOAWAY ENHANCE_YOUR_CALM
+// and spends one of its source's budget: a source that floods PINGs
+// from connection after connection is cut off like one that floods bad
+// tokens.
+func (s *sources) calmed(listener string, c net.Conn) {
+	s.refused.WithLabelValues(listener, RefusedGoAway).Inc()
+	ip, ok := sourceOf(c.RemoteAddr())
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if src := s.get(ip); src != nil && src.tokens >= 1 {
+		src.tokens--
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -258,6 +261,10 @@ type badSpec struct {
 	Conns     int    `json:"conns"`
 	RESTConns int    `json:"rest_conns,omitempty"`
 	Payload   int    `json:"payload"`
+	// PingConns connections flood GRPC with HTTP/2 PINGs (half of them
+	// with a call open, half without), each made again once closed.
+	PingConns int    `json:"ping_conns,omitempty"`
+	Token     string `json:"token,omitempty"` // for the calls held open
 }
 
 // badReport is what badClients did: calls refused as unauthenticated,
@@ -274,6 +281,21 @@ type badReport struct {
 	RESTRefused     int64  `json:"rest_refused"`
 	RESTCut         int64  `json:"rest_cut"`
 	RESTOther       int64  `json:"rest_other"`
+	// Ping floods: connections made, those ended by GOAWAY
+	// ENHANCE_YOUR_CALM "too_many_pings", those closed before the
+	// server said anything (a source cut off), those ended otherwise
+	// (the first such ending), PINGs sent and answered (most on one
+	// connection), and the longest a connection stayed open after its
+	// GOAWAY arrived (the server reading on meanwhile).
+	PingConns    int64  `json:"ping_conns"`
+	PingGoaways  int64  `json:"ping_goaways"`
+	PingCut      int64  `json:"ping_cut"`
+	PingOther    int64  `json:"ping_other"`
+	PingLinger   string `json:"ping_linger"`
+	FirstPingEnd string `json:"first_ping_end,omitempty"`
+	PingsSent    int64  `json:"pings_sent"`
+	PingAcks     int64  `json:"ping_acks"`
+	PingAcksMax  int64  `json:"ping_acks_max"`
 }
 
 // badClients runs the badSpec in spec until SIGTERM, then prints a
@@ -367,12 +389,156 @@ func badClients(spec string) int {
 			}()
 		}
 	}
+	var pconns, pgoaways, pcut, pother, psent, packs, pmax, plinger atomic.Int64
+	for i := 0; i < b.PingConns; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				f := pingFlood(ctx, dialer, b.GRPC, i%2 == 1, b.Token)
+				if ctx.Err() != nil {
+					return
+				}
+				pconns.Add(1)
+				psent.Add(f.sent)
+				packs.Add(f.acks)
+				for m := pmax.Load(); f.acks > m && !pmax.CompareAndSwap(m, f.acks); m = pmax.Load() {
+				}
+				if f.goaway == fmt.Sprintf("%s %q", http2.ErrCodeEnhanceYourCalm, "too_many_pings") {
+					pgoaways.Add(1)
+					for m := plinger.Load(); int64(f.linger) > m && !plinger.CompareAndSwap(m, int64(f.linger)); m = plinger.Load() {
+					}
+					continue
+				}
+				if !f.greeted {
+					// Cut off: a connection flood is a firewall's
+					// to stop; this one tries again 100 times a
+					// second a connection.
+					pcut.Add(1)
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				pother.Add(1)
+				mu.Lock()
+				if r.FirstPingEnd == "" {
+					r.FirstPingEnd = fmt.Sprintf("goaway %q, error %v, %d pings sent, %d answered", f.goaway, f.err, f.sent, f.acks)
+				}
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
 	wg.Wait()
+	r.PingConns, r.PingGoaways, r.PingCut, r.PingOther, r.PingsSent, r.PingAcks, r.PingAcksMax = pconns.Load(), pgoaways.Load(), pcut.Load(), pother.Load(), psent.Load(), packs.Load(), pmax.Load()
+	r.PingLinger = time.Duration(plinger.Load()).String()
 	r.Calls, r.Unauthenticated, r.Cut, r.Other, r.BytesSent = calls.Load(), unauth.Load(), cut.Load(), other.Load(), sent.Load()
 	r.RESTCalls, r.RESTRefused, r.RESTCut, r.RESTOther = rcalls.Load(), rrefused.Load(), rcut.Load(), rother.Load()
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	return 0
+}
+
+// pingEnd is how a ping flood's connection ended.
+type pingEnd struct {
+	sent, acks int64
+	// greeted: the server sent its SETTINGS; goaway is the GOAWAY it
+	// sent ("": none), linger how long the connection stayed open after
+	// it arrived.
+	greeted bool
+	goaway  string
+	linger  time.Duration
+	err     error
+}
+
+// pingFlood opens a raw HTTP/2 connection to a gRPC server at addr and
+// sends PINGs as fast as it can, reading what comes back, until the
+// server closes the connection (or 5 s pass). With open it first opens
+// a call (HEADERS with token, no END_STREAM: the server waits for its
+// message), so the flood runs during a call.
+func pingFlood(ctx context.Context, d *net.Dialer, addr string, open bool, token string) pingEnd {
+	var e pingEnd
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		e.err = err
+		return e
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fr := http2.NewFramer(c, c)
+	var wmu sync.Mutex
+	write := func(f func() error) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return f()
+	}
+	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
+		e.err = err
+		return e
+	}
+	if err := write(func() error { return fr.WriteSettings() }); err != nil {
+		e.err = err
+		return e
+	}
+	if open {
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/edgeplane.v1.Gateway/Apply"},
+			{":authority", addr}, {"content-type", "application/grpc"}, {"te", "trailers"}, {"authorization", "Bearer " + token}} {
+			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if err := write(func() error {
+			return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+		}); err != nil {
+			e.err = err
+			return e
+		}
+	}
+	done := make(chan struct{})
+	var acks atomic.Int64
+	go func() {
+		defer close(done)
+		var goawayAt time.Time
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				e.err = err
+				if !goawayAt.IsZero() {
+					e.linger = time.Since(goawayAt)
+				}
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				e.greeted = true
+				if !f.IsAck() {
+					_ = write(fr.WriteSettingsAck)
+				}
+			case *http2.PingFrame:
+				if f.IsAck() {
+					acks.Add(1)
+				}
+			case *http2.GoAwayFrame:
+				e.goaway = fmt.Sprintf("%s %q", f.ErrCode, f.DebugData())
+				goawayAt = time.Now()
+			}
+		}
+	}()
+	for n := uint64(0); ; n++ {
+		select {
+		case <-done:
+			e.acks = acks.Load()
+			return e
+		default:
+		}
+		var data [8]byte
+		binary.BigEndian.PutUint64(data[:], n)
+		if write(func() error { return fr.WritePing(false, data) }) != nil {
+			<-done
+			e.acks = acks.Load()
+			return e
+		}
+		e.sent++
+	}
 }
 
 // badProc is a running badClients process.
@@ -512,18 +678,8 @@ func TestAPIBadClientsLoad(t *testing.T) {
 	// From a source of their own: the agent holds each source to its
 	// budget of refused calls, and the good client is another source.
 	bad := startBad(t, a.GW, badSpec{GRPC: apiGRPC, From: "127.0.0.2", Conns: 64, Payload: 30 << 20})
-	var idle, attacked []time.Duration
-	var cpuIdle, cpuAttacked time.Duration
-	callErr := bad.phases(rounds, func(under bool) error {
-		cpu0 := procCPU(pid)
-		l, err := latencies(a.gc, phase)
-		if under {
-			attacked, cpuAttacked = append(attacked, l...), cpuAttacked+procCPU(pid)-cpu0
-		} else {
-			idle, cpuIdle = append(idle, l...), cpuIdle+procCPU(pid)-cpu0
-		}
-		return err
-	})
+	pr, callErr := bad.latencyPhases(a.gc, pid, rounds, phase)
+	idle, attacked, cpuIdle, cpuAttacked := pr.idle, pr.attacked, pr.cpuIdle, pr.cpuAttacked
 	rep := bad.stop(t)
 	close(stopWatch)
 	<-watchDone
@@ -572,6 +728,31 @@ func (b *badProc) phases(rounds int, measure func(attacked bool) error) error {
 		}
 	}
 	return nil
+}
+
+// phaseResult is what latencyPhases measured: the latencies of
+// authenticated calls and the agent's CPU, idle and attacked.
+type phaseResult struct {
+	idle, attacked       []time.Duration
+	cpuIdle, cpuAttacked time.Duration
+}
+
+// latencyPhases times authenticated calls on gc through rounds of idle
+// and attacked phases (phases), with the CPU the agent (pid) used in
+// each.
+func (b *badProc) latencyPhases(gc pb.GatewayClient, pid, rounds int, phase time.Duration) (phaseResult, error) {
+	var r phaseResult
+	err := b.phases(rounds, func(under bool) error {
+		cpu0 := procCPU(pid)
+		l, err := latencies(gc, phase)
+		if under {
+			r.attacked, r.cpuAttacked = append(r.attacked, l...), r.cpuAttacked+procCPU(pid)-cpu0
+		} else {
+			r.idle, r.cpuIdle = append(r.idle, l...), r.cpuIdle+procCPU(pid)-cpu0
+		}
+		return err
+	})
+	return r, err
 }
 
 // TestAPIRefusedPerSource floods the TCP API from one source
@@ -664,5 +845,57 @@ func TestAPIRefusedPerSource(t *testing.T) {
 	}
 	if u := refused("grpc", "unauthenticated"); u < float64(ownRefused) {
 		t.Errorf("edgeplane_api_refused_total{listener=grpc,reason=unauthenticated} %.0f, want at least the %d refused from 127.0.0.1", u, ownRefused)
+	}
+}
+
+// TestAPIPingFlood floods the gRPC API with HTTP/2 PINGs from raw
+// connections (golang.org/x/net/http2's framer): 16 at once from
+// 127.0.0.2, half of them with a call open, each made again as soon as
+// it is closed. Every one is answered GOAWAY ENHANCE_YOUR_CALM
+// "too_many_pings" and closed after a few PINGs (the keepalive
+// enforcement policy: at most one every 10 s, and only during a call),
+// and another source's valid calls keep their idle p99 (at most 2x).
+func TestAPIPingFlood(t *testing.T) {
+	const (
+		rounds = 3
+		phase  = 2 * time.Second
+	)
+	a := newAPIGateway(t, forwardConfig)
+	if _, err := latencies(a.gc, 500*time.Millisecond); err != nil { // warm up
+		t.Fatal(err)
+	}
+	pid := a.Agent().Process.Pid
+	bad := startBad(t, a.GW, badSpec{GRPC: apiGRPC, From: "127.0.0.2", PingConns: 16, Token: apiToken})
+	pr, err := bad.latencyPhases(a.gc, pid, rounds, phase)
+	idle, attacked, cpuIdle, cpuAttacked := pr.idle, pr.attacked, pr.cpuIdle, pr.cpuAttacked
+	rep := bad.stop(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(idle)
+	slices.Sort(attacked)
+	t.Logf("ping flood: %d connections, %d ended by GOAWAY too_many_pings (open at most %s after it), %d closed on arrival (the source cut off), %d otherwise (%s); %d PINGs sent, %d answered (at most %d on one connection)",
+		rep.PingConns, rep.PingGoaways, rep.PingLinger, rep.PingCut, rep.PingOther, rep.FirstPingEnd, rep.PingsSent, rep.PingAcks, rep.PingAcksMax)
+	t.Logf("agent CPU %s idle, %s under the flood", cpuIdle, cpuAttacked)
+	t.Logf("valid ListPdrs from 127.0.0.1, idle: %d calls, p50 %s, p99 %s; under the flood: %d calls, p50 %s, p99 %s (%.2fx idle)",
+		len(idle), pctl(idle, 50), pctl(idle, 99), len(attacked), pctl(attacked, 50), pctl(attacked, 99), float64(pctl(attacked, 99))/float64(pctl(idle, 99)))
+	if rep.PingGoaways < 16 || rep.PingOther > 0 {
+		t.Errorf("ping flood connections: %d ended by GOAWAY too_many_pings, %d otherwise (first: %s)", rep.PingGoaways, rep.PingOther, rep.FirstPingEnd)
+	}
+	// Once it has sent the GOAWAY the server reads no more: grpc-go
+	// alone went on reading the flood for up to a second.
+	if d, _ := time.ParseDuration(rep.PingLinger); d > 300*time.Millisecond {
+		t.Errorf("a flooding connection stayed open %s after its GOAWAY, the server reading its PINGs meanwhile", d)
+	}
+	if v, _ := metricValue(a.scrape(), "edgeplane_api_refused_total", map[string]string{"listener": "grpc", "reason": "goaway"}); v < float64(rep.PingGoaways) {
+		t.Errorf("edgeplane_api_refused_total{listener=grpc,reason=goaway} %.0f, want the %d GOAWAYs", v, rep.PingGoaways)
+	}
+	// The server answers PINGs until its third strike, and those the
+	// connection had queued before the GOAWAY was written.
+	if rep.PingAcksMax > 64 {
+		t.Errorf("a flooding connection had %d PINGs answered before it was closed", rep.PingAcksMax)
+	}
+	if pctl(attacked, 99) > 2*pctl(idle, 99) {
+		t.Errorf("valid calls' p99 %s under the ping flood, more than 2x idle %s", pctl(attacked, 99), pctl(idle, 99))
 	}
 }
