@@ -138,11 +138,15 @@
 #define EDGE_DEDUP_CONFIRM 8
 
 /* Path probes (struct edge_probe): GRE protocol type (IEEE 802's local
- * experimental EtherType 1), magic ("EPRB") and kinds. */
+ * experimental EtherType 1), magic ("EPR2": the format with a MAC; the
+ * first, "EPRB", is refused) and kinds; the probes in flight a path's
+ * record keeps (a power of two), and edge_path_auth.flags. */
 #define EDGE_PROBE_PROTO 0x88b5
-#define EDGE_PROBE_MAGIC 0x45505242
+#define EDGE_PROBE_MAGIC 0x45505232
 #define EDGE_PROBE_REQUEST 1
 #define EDGE_PROBE_REPLY 2
+#define EDGE_PROBE_RING 64
+#define EDGE_PA_MAC 1
 
 /* FlowOpt (lib/flowopt.h). QoS classes per gateway: a flow's class is
  * its index + 1 in the top byte of edge_flow.flags (EDGE_FF_QOS_SHIFT),

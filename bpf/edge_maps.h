@@ -241,9 +241,20 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_dedup SEC(".maps");
 
-/* What the answers to each path's probes showed, by the path's stable
- * index (struct edge_probe_rec). Written by the probe stage, read and
- * cleared by the agent's path monitor. Pinned, so an agent that adopts
+/* Each path's probe secret, slot * EDGE_MAX_PATHS + the path's stable
+ * index (struct edge_probe_secret). Written by the agent into the inactive
+ * slot with the paths; read by the probe stage and the probe sender. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_probe_secret);
+	__uint(max_entries, EDGE_SLOTS * EDGE_MAX_PATHS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_path_auth SEC(".maps");
+
+/* What each path's probes and their answers showed, by the path's stable
+ * index (struct edge_probe_rec). Written by the probe sender and the
+ * probe stage, read and cleared by the agent's path monitor. Pinned, so an agent that adopts
  * the running program reads what that program writes (an upgrade starts
  * it afresh: the monitor does). */
 struct {

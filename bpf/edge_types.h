@@ -74,6 +74,8 @@ enum edge_reason {
 	EDGE_R_FO_EVICT,      /* a cold or idle connection's FlowOpt state taken by a new one */
 	EDGE_R_CPU_MOVED,     /* relief: handed to the CPU its flow was placed on (cpumap) */
 	EDGE_R_DUP_JUMP,      /* a redundant copy too far ahead of the window: held until confirmed */
+	EDGE_R_PROBE_BAD_MAC, /* a path probe or answer whose MAC the path secret does not give */
+	EDGE_R_PROBE_STALE,   /* an answer to no probe of ours in flight: answered, too old, or never sent */
 	EDGE_R_MAX,
 };
 
@@ -401,23 +403,42 @@ struct edge_steer_group {
 };
 
 /* A path probe as it travels inside GRE (protocol type EDGE_PROBE_PROTO):
- * a gateway sends a request over each of its paths, the peer's XDP sends
- * it back unchanged but for its kind (and the outer addresses), and the
- * sender's XDP times it. Network byte order but for sent_ns, which only
- * its sender reads. */
+ * the sending gateway's XDP stamps a request and sends it over the path,
+ * the peer's XDP sends it back with its kind changed (and the outer
+ * addresses swapped), and the sender's XDP times it against the stamp
+ * it kept (edge_probe_rec). With a path secret (edge_path_auth), mac
+ * is SipHash-2-4 of the 24 bytes before it under the secret, so only
+ * the peer gateway can make a request it answers, or an answer the
+ * sender takes; origin names the end that asked, so neither end takes
+ * the other's probes, or their answers, for its own. Network byte order
+ * but for sent_ns and mac. */
 struct edge_probe {
 	__be32 magic;   /* EDGE_PROBE_MAGIC */
 	__u8 kind;      /* EDGE_PROBE_REQUEST or EDGE_PROBE_REPLY */
 	__u8 pad;
 	__be16 path;    /* the sender's stable index of the path */
 	__be32 seq;     /* the sender's sequence number, per path */
-	__u32 pad2;
-	__u64 sent_ns;  /* the sender's CLOCK_MONOTONIC when it sent it */
+	__be32 origin;  /* the sender's outer address */
+	__u64 sent_ns;  /* when the sender's XDP sent it (CLOCK_MONOTONIC) */
+	__u64 mac;      /* SipHash-2-4 of the above under the path secret; 0 without one */
 };
 
-/* What the answers to a path's probes showed (edge_path_probe, by the
- * path's stable index), written by XDP under the lock as each comes in,
- * read by the agent's path monitor. RTTs are RFC 6298's estimators. */
+/* A path's probe secret in one slot (edge_path_auth, slot *
+ * EDGE_MAX_PATHS + the path's stable index), written by the agent with
+ * the path. */
+struct edge_probe_secret {
+	__u64 k0, k1;   /* the SipHash key: the secret's bytes, little-endian halves */
+	__u32 flags;    /* EDGE_PA_MAC: probes carry a MAC and need one */
+	__u32 pad;
+};
+
+/* What a path's probes and their answers showed (edge_path_probe, by the
+ * path's stable index), written by XDP under the lock as each leaves and
+ * each answer comes in, read by the agent's path monitor. An answer
+ * counts only for a probe sent among the last EDGE_PROBE_RING, not
+ * answered yet, and carrying the time it was sent: the RTT is timed
+ * from the sender's own stamp, never from the packet's. RTTs are RFC
+ * 6298's estimators. */
 struct edge_probe_rec {
 	struct bpf_spin_lock lock;
 	__u32 hi_seq;      /* the highest sequence number answered */
@@ -428,6 +449,10 @@ struct edge_probe_rec {
 	__u64 srtt_ns;     /* smoothed RTT (gain 1/8) */
 	__u64 rttvar_ns;   /* RTT variation (gain 1/4): the jitter */
 	__u64 min_ns;      /* the smallest RTT since the agent cleared it (0: none) */
+	__u32 sent_seq;    /* the last probe sent, when sent is not 0 */
+	__u32 sent;        /* probes sent since the agent cleared it */
+	/* When probe seq left, at seq % EDGE_PROBE_RING; 0 once answered. */
+	__u64 sent_ns[EDGE_PROBE_RING];
 };
 
 /* Passive RTT of a path from the TCP timestamps (RFC 7323) of the flows

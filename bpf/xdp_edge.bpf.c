@@ -31,4 +31,12 @@ int edge_xdp_cpu(struct xdp_md *ctx)
 	return rc;
 }
 
+/* Run by the agent, never attached: each path probe it sends, through
+ * BPF_PROG_TEST_RUN with live frames (lib/probe.h). */
+SEC("xdp")
+int edge_xdp_probe(struct xdp_md *ctx)
+{
+	return edge_probe_send(ctx);
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -306,7 +306,7 @@ static __always_inline int edge_decap(struct xdp_md *ctx, struct edge_ctx *c,
 	inner_off = (p->l4_off & 0xff) + (p->gre_hlen & 0x1f);
 	outer_end = data + ((p->l3_off + p->l3_len) & 0xffff);
 	if (proto == bpf_htons(EDGE_PROBE_PROTO))
-		return edge_probe(ctx, p, path, inner_off, outer_end);
+		return edge_probe(ctx, p, c->gen, path, inner_off, outer_end);
 	/* Where the GRE sequence number lies, if it has one: its header's
 	 * last word, just before the inner packet. De-duplicated once the
 	 * inner packet proves well formed. */

@@ -407,18 +407,21 @@ func planApply(s *config.Schema, file, cur *config.Config) []change {
 	var out []change
 	for _, k := range s.Kinds() {
 		for _, obj := range s.Objects(n, k) {
-			m := api.ToPB(k, obj)
+			// Compared as the agent shows its objects (secrets
+			// redacted, so the same secret is unchanged), sent as the
+			// file has them.
+			m, send := api.ToPB(k, obj), api.ToPBRevealed(k, obj)
 			c := change{kind: k, key: s.KeyOf(k, obj).String()}
 			old, ok := have[string(k)+"/"+c.key]
 			switch {
 			case !ok:
 				c.verb = "created"
-				c.op = &pb.Operation{Op: &pb.Operation_Create{Create: api.Object(k, m)}}
+				c.op = &pb.Operation{Op: &pb.Operation_Create{Create: api.Object(k, send)}}
 			case proto.Equal(old, m):
 				c.verb = "unchanged"
 			default:
 				c.verb = "configured"
-				c.op = &pb.Operation{Op: &pb.Operation_Update{Update: api.Object(k, m)}}
+				c.op = &pb.Operation{Op: &pb.Operation_Update{Update: api.Object(k, send)}}
 			}
 			out = append(out, c)
 		}

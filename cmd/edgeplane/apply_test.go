@@ -78,7 +78,7 @@ func TestFileObjectsPartialErrors(t *testing.T) {
 func TestFileObjectsErrorAtAgentObject(t *testing.T) {
 	// A new path with the local address and key of the agent's path 1:
 	// decapsulation could not tell them apart, reported at the second.
-	data := "paths:\n  - {id: 2, type: gre, interface: wan0, local: 192.0.2.1, remote: 203.0.113.1, key: 7}\n"
+	data := "paths:\n  - {id: 2, type: gre, interface: wan0, local: 192.0.2.1, remote: 203.0.113.1, key: 7, monitor: {insecure: true}}\n"
 	got := fieldErrors(t, func() error { _, _, err := fileObjects(schema, []byte(data), agentConfig(t)); return err }())
 	if len(got) != 1 || !strings.HasPrefix(got[0], "paths[1].key: ") || !strings.HasSuffix(got[0], "(paths[1] is the agent's path 1, not in the file)") {
 		t.Errorf("errors = %q", got)

@@ -40,7 +40,7 @@ interfaces:
   - {name: lan0, role: lan}
   - {name: wan0, role: wan}
 paths:
-  - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 198.51.100.1, key: 7}
+  - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 198.51.100.1, key: 7, monitor: {insecure: true}}
 fars:
   - {id: 1, action: pass}
   - {id: 2, action: encap, path: 1}

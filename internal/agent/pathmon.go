@@ -4,7 +4,7 @@ package agent
 
 import (
 	"context"
-	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -23,16 +23,22 @@ import (
 
 // Path monitoring. Every GRE path of the config whose monitor is not off
 // gets a probe every interval: a GRE packet (protocol type
-// bpf.ProbeProto) from the path's local address to its remote one, sent
-// by the kernel out of the path's interface through a raw socket, and
-// stamped with CLOCK_MONOTONIC just before. The peer's XDP sends it back,
-// and this gateway's XDP times the answer into edge_path_probe. The
-// monitor reads that record a few times per interval: a probe is
-// answered once the record says so, unanswered once its timeout passed
-// without (the largest of SRTT + 4 RTTVAR, twice SRTT, half the probe
-// interval and 2 ms, so a queue building up on the path shows as RTT
-// before it shows as loss; 1 s before any answer), each outcome in the order
-// the probes went out; pathJudge turns the outcomes and the RTT
+// bpf.ProbeProto) from the path's local address to its remote one, which
+// the agent hands to the dataplane's probe sender (BPF_PROG_TEST_RUN
+// with live frames). The sender stamps it with bpf_ktime_get_ns as it
+// redirects it out of the path's interface, keeps the stamp and signs it
+// with the path's secret; the peer's XDP checks the signature and sends
+// it back signed, and this gateway's XDP checks that and times the
+// answer against the stamp it kept, into edge_path_probe. So both times
+// are the dataplane's: however late the agent runs under load, what it
+// reads is when the probe left and when its answer came. The monitor
+// reads that record a few times per interval: a probe is answered once
+// the record says so, unanswered once its timeout passed without (the
+// largest of SRTT + 4 RTTVAR, twice SRTT, half the probe interval and 2
+// ms, so a queue building up on the path shows as RTT before it shows as
+// loss; 1 s before any answer), counted from when it left and judged on
+// a record read after the time it is judged at, each outcome in the
+// order the probes went out; pathJudge turns the outcomes and the RTT
 // estimators into the path's state. Each change of state is logged once
 // and counted; the states and measures are what `edgeplane get paths`
 // and the metrics show.
@@ -66,9 +72,10 @@ const firstTimeout = time.Second
 type probedPath struct {
 	cfg     config.Path
 	mon     config.PathMonitor
-	stats   uint32 // stable index: edge_path_probe's key
-	fd      int
-	seq     uint32 // the next probe's sequence number
+	bp      bpf.Path // as the dataplane holds it
+	stats   uint32   // stable index: edge_path_probe's key
+	probing bool     // false: monitor off
+	seq     uint32   // the next probe's sequence number
 	sentAt  []int64
 	decide  uint32 // the oldest probe without an outcome
 	next    time.Time
@@ -176,10 +183,7 @@ func (m *pathMonitor) run(ctx context.Context) {
 func (m *pathMonitor) closeAll() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for id, p := range m.paths {
-		unix.Close(p.fd)
-		delete(m.paths, id)
-	}
+	clear(m.paths)
 }
 
 // sync starts monitoring new paths, stops removed ones and starts again
@@ -190,13 +194,13 @@ func (m *pathMonitor) sync() {
 		m.log.Error("path monitor: read paths", "error", err)
 		return
 	}
-	stats := map[uint32]uint32{}
+	live := map[uint32]bpf.Path{}
 	for _, p := range active {
-		stats[p.Id] = p.Stats
+		live[p.Id] = p
 	}
 	want := map[uint32]config.Path{}
 	for _, p := range m.cfg().Paths {
-		if _, ok := stats[p.ID]; ok {
+		if _, ok := live[p.ID]; ok {
 			want[p.ID] = p
 		}
 	}
@@ -204,8 +208,7 @@ func (m *pathMonitor) sync() {
 	defer m.mu.Unlock()
 	for id, p := range m.paths {
 		w, ok := want[id]
-		if !ok || !samePath(p.cfg, w) || p.stats != stats[id] {
-			unix.Close(p.fd)
+		if !ok || !samePath(p.cfg, w) || p.bp != live[id] {
 			delete(m.paths, id)
 		}
 	}
@@ -213,7 +216,7 @@ func (m *pathMonitor) sync() {
 		if _, ok := m.paths[id]; ok {
 			continue
 		}
-		p, err := m.startPath(c, stats[id])
+		p, err := m.startPath(c, live[id])
 		if err != nil {
 			m.log.Error("path monitor: cannot probe path", "path", id, "error", err)
 			continue
@@ -228,43 +231,24 @@ func samePath(a, b config.Path) bool {
 		(a.Key == nil) == (b.Key == nil) && (a.Key == nil || *a.Key == *b.Key) && ma == mb
 }
 
-// startPath opens path c's probe socket: raw GRE from its local address
-// out of its interface, receiving nothing (answers end in XDP).
-func (m *pathMonitor) startPath(c config.Path, stats uint32) (*probedPath, error) {
+// startPath starts monitoring path c, bp as the dataplane holds it:
+// from no answers.
+func (m *pathMonitor) startPath(c config.Path, bp bpf.Path) (*probedPath, error) {
 	mon := c.Monitor.Effective()
-	p := &probedPath{cfg: c, mon: mon, stats: stats, fd: -1, judge: newPathJudge(mon),
+	p := &probedPath{cfg: c, mon: mon, bp: bp, stats: bp.Stats, judge: newPathJudge(mon),
 		sentAt: make([]int64, 4096)}
 	p.status = PathStatus{ID: c.ID, Since: time.Now(), Monitored: !mon.Off}
-	if err := m.dp.ClearPathTCPRTT(stats); err != nil {
+	if err := m.dp.ClearPathTCPRTT(p.stats); err != nil {
 		return nil, err
 	}
 	if mon.Off {
 		p.status.State = PathUp
 		return p, nil
 	}
-	if err := m.dp.ClearPathProbe(stats); err != nil {
+	if err := m.dp.ClearPathProbe(p.stats); err != nil {
 		return nil, err
 	}
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_GRE)
-	if err != nil {
-		return nil, fmt.Errorf("raw GRE socket: %w", err)
-	}
-	// A raw GRE socket gets a copy of every GRE packet the kernel
-	// receives: take none.
-	drop := []unix.SockFilter{{Code: 0x06, K: 0}} // ret #0
-	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: 1, Filter: &drop[0]}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("filter on the probe socket: %w", err)
-	}
-	if err := unix.BindToDevice(fd, c.Interface); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("bind the probe socket to %s: %w", c.Interface, err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: c.Local.A.As4()}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("bind the probe socket to %s: %w", c.Local, err)
-	}
-	p.fd = fd
+	p.probing = true
 	p.next = time.Now()
 	return p, nil
 }
@@ -286,7 +270,7 @@ func (m *pathMonitor) step(now time.Time) {
 			m.readTCPRTT(p)
 			p.tcpNext = now.Add(tcpRTTEvery)
 		}
-		if p.fd < 0 {
+		if !p.probing {
 			continue
 		}
 		m.judgePath(p, now)
@@ -322,28 +306,42 @@ func monotonic() int64 {
 	return ts.Nano()
 }
 
-// send sends path p's next probe.
+// send sends path p's next probe, from the dataplane.
 func (m *pathMonitor) send(p *probedPath) {
-	gre := make([]byte, 4, 8+bpf.ProbeLen)
-	binary.BigEndian.PutUint16(gre[2:], bpf.ProbeProto)
-	if p.cfg.Key != nil {
-		gre[0] = 0x20 // K
-		gre = binary.BigEndian.AppendUint32(gre, *p.cfg.Key)
+	err := m.dp.SendProbe(bpf.ProbeFrame(p.bp, p.seq))
+	// After the send: never before the probe left, so a timeout counted
+	// from here is never early (the record's own stamp, when it has one,
+	// is when it left).
+	p.sentAt[p.seq%uint32(len(p.sentAt))] = monotonic()
+	if err == nil {
+		var rec bpf.PathProbe
+		if rec, err = m.dp.ReadPathProbe(p.stats); err == nil && (rec.Sent == 0 || rec.SentSeq != p.seq) {
+			err = errNotSent
+		}
 	}
-	now := monotonic()
-	pkt := append(gre, bpf.ProbeBody(uint16(p.stats), p.seq, uint64(now))...)
-	if err := unix.Sendto(p.fd, pkt, 0, &unix.SockaddrInet4{Addr: p.cfg.Remote.A.As4()}); err != nil {
-		// Unsent is unanswered: the judge sees it as lost.
+	if err != nil {
+		// Unsent is unanswered: the judge sees it as lost. No
+		// neighbour is the likely cause: ask the kernel to resolve it.
 		m.log.Debug("path probe not sent", "path", p.cfg.ID, "error", err)
+		if errors.Is(err, errNotSent) {
+			_ = ensureNeighbour(p.cfg)
+		}
 	}
-	p.sentAt[p.seq%uint32(len(p.sentAt))] = now
 	p.seq++
 	p.status.Sent++
 }
 
+// errNotSent: the dataplane did not send a probe (no route or neighbour
+// for it, or the path not in the live rules yet); edge_reasons says why.
+var errNotSent = errors.New("the dataplane did not send it (see the reason counters: no_neigh, fib_fail, no_state)")
+
 // judgePath gives every probe of p whose outcome is known its outcome,
 // in order, and judges the path.
 func (m *pathMonitor) judgePath(p *probedPath, now time.Time) {
+	// The time first, then the record: whatever answer came by then is
+	// in it, so a probe is never judged unanswered at a time its answer
+	// had come by, however long this thread waited in between.
+	mono := monotonic()
 	rec, err := m.dp.ReadPathProbe(p.stats)
 	if err != nil {
 		m.log.Error("path monitor", "path", p.cfg.ID, "error", err)
@@ -354,10 +352,13 @@ func (m *pathMonitor) judgePath(p *probedPath, now time.Time) {
 	if rec.Replies > 0 {
 		timeout = max(srtt+4*jitter, 2*srtt, p.mon.Interval.D/2, 2*time.Millisecond)
 	}
-	mono := monotonic()
 	for p.decide != p.seq {
 		answered := rec.Answered(p.decide)
-		if !answered && time.Duration(mono-p.sentAt[p.decide%uint32(len(p.sentAt))]) < timeout {
+		sent := p.sentAt[p.decide%uint32(len(p.sentAt))]
+		if at := int64(rec.SentAt(p.decide)); at != 0 {
+			sent = at // when it left, as the dataplane stamped it
+		}
+		if !answered && time.Duration(mono-sent) < timeout {
 			break
 		}
 		p.judge.add(answered)

@@ -58,8 +58,16 @@ func newOf(md protoreflect.MessageDescriptor) proto.Message {
 	return mt.New().Interface()
 }
 
-// ToPB returns obj (a value of kind k's type) as its API message.
-func ToPB(k config.Kind, obj any) proto.Message {
+// ToPB returns obj (a value of kind k's type) as its API message, as
+// the API shows it: secrets redacted.
+func ToPB(k config.Kind, obj any) proto.Message { return toPB(k, obj, false) }
+
+// ToPBRevealed is ToPB with secrets given in full: for a message that
+// carries an object to where it is applied (an apply's operation, the
+// fleet's store), never for one that shows it.
+func ToPBRevealed(k config.Kind, obj any) proto.Message { return toPB(k, obj, true) }
+
+func toPB(k config.Kind, obj any, reveal bool) proto.Message {
 	m := NewMessage(k)
 	v := reflect.ValueOf(obj)
 	if v.Kind() != reflect.Pointer {
@@ -71,7 +79,7 @@ func ToPB(k config.Kind, obj any) proto.Message {
 	}
 	v = v.Elem()
 	mv := reflect.ValueOf(m).Elem()
-	planOf(v.Type(), mv.Type()).to(v, mv)
+	planOf(v.Type(), mv.Type()).to(v, mv, reveal)
 	return m
 }
 
@@ -155,13 +163,13 @@ type plan struct {
 // message (a nested message's caller puts its field's name in front),
 // so that converting builds no path strings unless something is wrong.
 type fieldPlan struct {
-	to   func(v, m reflect.Value)
+	to   func(v, m reflect.Value, reveal bool)
 	from func(m, v reflect.Value, errs *config.Errors)
 }
 
-func (p *plan) to(v, m reflect.Value) {
+func (p *plan) to(v, m reflect.Value, reveal bool) {
 	for _, f := range p.fields {
-		f.to(v, m)
+		f.to(v, m, reveal)
 	}
 }
 
@@ -190,6 +198,12 @@ type textValue interface {
 }
 
 var valueType = reflect.TypeFor[textValue]()
+
+// revealer is a value type that is a secret (config.Secret): String
+// redacts it, Reveal gives it.
+type revealer interface {
+	Reveal() string
+}
 
 // planOf returns the conversion of config struct type t to and from
 // message struct type mt. A config field without a message field of its
@@ -222,9 +236,15 @@ func fieldPlanOf(t, mt reflect.Type, f config.Field, j int) fieldPlan {
 	i, name := f.Index, f.Name
 	switch {
 	case reflect.PointerTo(t).Implements(valueType):
+		_, secret := reflect.New(t).Interface().(revealer)
 		return fieldPlan{
-			to: func(v, m reflect.Value) {
-				m.Field(j).SetString(v.Field(i).Addr().Interface().(textValue).String())
+			to: func(v, m reflect.Value, reveal bool) {
+				x := v.Field(i).Addr().Interface()
+				if secret && reveal {
+					m.Field(j).SetString(x.(revealer).Reveal())
+					return
+				}
+				m.Field(j).SetString(x.(textValue).String())
 			},
 			from: func(m, v reflect.Value, errs *config.Errors) {
 				if s := m.Field(j).String(); s != "" {
@@ -275,7 +295,7 @@ func scalar(t, mt reflect.Type, f config.Field, j int) fieldPlan {
 		}
 	}
 	return fieldPlan{
-		to: func(v, m reflect.Value) {
+		to: func(v, m reflect.Value, _ bool) {
 			x := v.Field(i)
 			switch {
 			case ptr && x.IsNil():
@@ -333,7 +353,7 @@ func copied(i, j int) fieldPlan {
 		dst.Set(m)
 	}
 	return fieldPlan{
-		to:   func(v, m reflect.Value) { cp(m.Field(j), v.Field(i)) },
+		to:   func(v, m reflect.Value, _ bool) { cp(m.Field(j), v.Field(i)) },
 		from: func(m, v reflect.Value, _ *config.Errors) { cp(v.Field(i), m.Field(j)) },
 	}
 }
@@ -356,7 +376,7 @@ func (s *sub) plan() *plan {
 func nested(t, mt reflect.Type, i, j int, name string, ptr bool) fieldPlan {
 	sp := &sub{t: t, mt: mt}
 	return fieldPlan{
-		to: func(v, m reflect.Value) {
+		to: func(v, m reflect.Value, reveal bool) {
 			x := v.Field(i)
 			if ptr {
 				if x.IsNil() {
@@ -365,7 +385,7 @@ func nested(t, mt reflect.Type, i, j int, name string, ptr bool) fieldPlan {
 				x = x.Elem()
 			}
 			y := reflect.New(mt)
-			sp.plan().to(x, y.Elem())
+			sp.plan().to(x, y.Elem(), reveal)
 			m.Field(j).Set(y)
 		},
 		from: func(m, v reflect.Value, errs *config.Errors) {
@@ -391,7 +411,7 @@ func nested(t, mt reflect.Type, i, j int, name string, ptr bool) fieldPlan {
 func repeated(t, mt reflect.Type, i, j int, name string) fieldPlan {
 	sp := &sub{t: t, mt: mt}
 	return fieldPlan{
-		to: func(v, m reflect.Value) {
+		to: func(v, m reflect.Value, reveal bool) {
 			x := v.Field(i)
 			if x.Len() == 0 {
 				return
@@ -399,7 +419,7 @@ func repeated(t, mt reflect.Type, i, j int, name string) fieldPlan {
 			l := reflect.MakeSlice(m.Field(j).Type(), x.Len(), x.Len())
 			for k := range x.Len() {
 				y := reflect.New(mt)
-				sp.plan().to(x.Index(k), y.Elem())
+				sp.plan().to(x.Index(k), y.Elem(), reveal)
 				l.Index(k).Set(y)
 			}
 			m.Field(j).Set(l)

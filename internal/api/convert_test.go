@@ -18,7 +18,7 @@ const richYAML = `interfaces:
   - {name: lan0, role: lan, xdp: native}
   - {name: wan0, role: wan}
 paths:
-  - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 198.51.100.1, key: 7, seq: true, ttl: 9, dscp: 46}
+  - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 198.51.100.1, key: 7, seq: true, ttl: 9, dscp: 46, monitor: {insecure: true}}
 fars:
   - {id: 1, action: pass}
   - {id: 2, action: encap, path: 1}
@@ -119,5 +119,34 @@ func TestFromPBErrors(t *testing.T) {
 	_, errs = FromPB(s, config.KindPDR, &pb.Pdr{Id: 1, Match: &pb.Match{Dscp: proto.Uint32(64), Dst: "10.0.0.0/33"}}, "pdr")
 	if len(errs) != 2 || errs[0].Error() != `pdr.match.dst: invalid CIDR "10.0.0.0/33"` || errs[1].Error() != "pdr.match.dscp: must be 0-63, got 64" {
 		t.Errorf("pdr errors: %v", errs)
+	}
+}
+
+// TestConvertSecret: a path's secret goes out redacted in what the API
+// shows (ToPB) and whole only where it is carried to be applied
+// (ToPBRevealed); either form converts back, the shown one as no key.
+func TestConvertSecret(t *testing.T) {
+	const key = "00112233445566778899aabbccddeeff"
+	cfg, err := config.Parse([]byte("interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {secret: " + key + "}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := ToPB(config.KindPath, cfg.Paths[0]).(*pb.Path)
+	if s := shown.GetMonitor().GetSecret(); !strings.HasPrefix(s, "redacted:") || strings.Contains(s, key[:8]) {
+		t.Errorf("shown secret %q", s)
+	}
+	carried := ToPBRevealed(config.KindPath, cfg.Paths[0]).(*pb.Path)
+	if s := carried.GetMonitor().GetSecret(); s != key {
+		t.Errorf("carried secret %q, want the key", s)
+	}
+	for _, m := range []*pb.Path{shown, carried} {
+		obj, errs := FromPB(config.Builtin(), config.KindPath, m, "")
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		got := obj.(config.Path).Monitor.Secret
+		if _, hasKey := got.Key(); !got.Same(cfg.Paths[0].Monitor.Secret) || hasKey != (m == carried) {
+			t.Errorf("%q back: %v (key %v)", m.GetMonitor().GetSecret(), got, hasKey)
+		}
 	}
 }

@@ -375,6 +375,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := b.measureGRE(r, dp, progs, alloc); err != nil {
 		return nil, err
 	}
+	o.Log("path probes: a MAC, and a peer's request answered with and without one")
+	if err := b.measureProbes(r, dp, progs); err != nil {
+		return nil, err
+	}
 	o.Log("FlowOpt: each module on an encapsulated flow")
 	if err := b.measureFlowOpt(r, dp, progs, alloc); err != nil {
 		return nil, err

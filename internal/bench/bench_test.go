@@ -27,7 +27,8 @@ func TestBenchRuns(t *testing.T) {
 		"gre_encap_ip4_hit", "gre_decap_ip4_hit", "steer_per_flow_hit", "steer_per_packet_hit", "steer_redundant_hit",
 		"lb_nat_established", "lb_nat_new", "lb_dsr_gre_established", "lb_dsr_gre_new",
 		"lb_dsr_gre_established_ring", "lb_dsr_gre_established_ring_flood",
-		"flowopt_probe_hit", "flowopt_fairness_hit", "flowopt_relief_hit", "flowopt_all_hit"}
+		"flowopt_probe_hit", "flowopt_fairness_hit", "flowopt_relief_hit", "flowopt_all_hit",
+		"probe_mac_sip24", "probe_reflect_signed", "probe_reflect_insecure"}
 	for _, name := range want {
 		f := r.find(name)
 		if f.Name == "" || f.NsPerPacket <= 0 || f.Method == "" {

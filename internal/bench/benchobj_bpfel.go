@@ -20,6 +20,7 @@ const (
 	benchobjMapBenchFloodSeq        = "bench_flood_seq"
 	benchobjMapBenchFront           = "bench_front"
 	benchobjMapBenchLru             = "bench_lru"
+	benchobjMapBenchProbeFront      = "bench_probe_front"
 	benchobjMapBenchSeq             = "bench_seq"
 	benchobjMapBenchStageProgs      = "bench_stage_progs"
 	benchobjMapEdgeCacheStats       = "edge_cache_stats"
@@ -48,6 +49,7 @@ const (
 	benchobjMapEdgeLbStats          = "edge_lb_stats"
 	benchobjMapEdgeMaglev           = "edge_maglev"
 	benchobjMapEdgeNatBackends      = "edge_nat_backends"
+	benchobjMapEdgePathAuth         = "edge_path_auth"
 	benchobjMapEdgePathDedup        = "edge_path_dedup"
 	benchobjMapEdgePathNh           = "edge_path_nh"
 	benchobjMapEdgePathProbe        = "edge_path_probe"
@@ -72,9 +74,11 @@ const (
 	benchobjProgBenchHit            = "bench_hit"
 	benchobjProgBenchMiss           = "bench_miss"
 	benchobjProgBenchPass           = "bench_pass"
+	benchobjProgBenchProbe          = "bench_probe"
 	benchobjProgBenchResize         = "bench_resize"
 	benchobjProgBenchResizeFlood    = "bench_resize_flood"
 	benchobjProgBenchResizeMiss     = "bench_resize_miss"
+	benchobjProgBenchSip24          = "bench_sip24"
 	benchobjProgBenchStageTail      = "bench_stage_tail"
 	benchobjProgBenchStagesGlobal   = "bench_stages_global"
 	benchobjProgBenchStagesInline   = "bench_stages_inline"
@@ -83,6 +87,7 @@ const (
 	benchobjProgBenchWrapGrow       = "bench_wrap_grow"
 	benchobjProgBenchWrapMiss       = "bench_wrap_miss"
 	benchobjProgBenchWrapPass       = "bench_wrap_pass"
+	benchobjProgBenchWrapProbe      = "bench_wrap_probe"
 	benchobjProgBenchWrapResize     = "bench_wrap_resize"
 	benchobjProgBenchWrapResizeMiss = "bench_wrap_resize_miss"
 	benchobjProgBenchWrapShrink     = "bench_wrap_shrink"
@@ -139,9 +144,11 @@ type benchobjProgramSpecs struct {
 	BenchHit            *ebpf.ProgramSpec `ebpf:"bench_hit"`
 	BenchMiss           *ebpf.ProgramSpec `ebpf:"bench_miss"`
 	BenchPass           *ebpf.ProgramSpec `ebpf:"bench_pass"`
+	BenchProbe          *ebpf.ProgramSpec `ebpf:"bench_probe"`
 	BenchResize         *ebpf.ProgramSpec `ebpf:"bench_resize"`
 	BenchResizeFlood    *ebpf.ProgramSpec `ebpf:"bench_resize_flood"`
 	BenchResizeMiss     *ebpf.ProgramSpec `ebpf:"bench_resize_miss"`
+	BenchSip24          *ebpf.ProgramSpec `ebpf:"bench_sip24"`
 	BenchStageTail      *ebpf.ProgramSpec `ebpf:"bench_stage_tail"`
 	BenchStagesGlobal   *ebpf.ProgramSpec `ebpf:"bench_stages_global"`
 	BenchStagesInline   *ebpf.ProgramSpec `ebpf:"bench_stages_inline"`
@@ -150,6 +157,7 @@ type benchobjProgramSpecs struct {
 	BenchWrapGrow       *ebpf.ProgramSpec `ebpf:"bench_wrap_grow"`
 	BenchWrapMiss       *ebpf.ProgramSpec `ebpf:"bench_wrap_miss"`
 	BenchWrapPass       *ebpf.ProgramSpec `ebpf:"bench_wrap_pass"`
+	BenchWrapProbe      *ebpf.ProgramSpec `ebpf:"bench_wrap_probe"`
 	BenchWrapResize     *ebpf.ProgramSpec `ebpf:"bench_wrap_resize"`
 	BenchWrapResizeMiss *ebpf.ProgramSpec `ebpf:"bench_wrap_resize_miss"`
 	BenchWrapShrink     *ebpf.ProgramSpec `ebpf:"bench_wrap_shrink"`
@@ -163,6 +171,7 @@ type benchobjMapSpecs struct {
 	BenchFloodSeq   *ebpf.MapSpec `ebpf:"bench_flood_seq"`
 	BenchFront      *ebpf.MapSpec `ebpf:"bench_front"`
 	BenchLru        *ebpf.MapSpec `ebpf:"bench_lru"`
+	BenchProbeFront *ebpf.MapSpec `ebpf:"bench_probe_front"`
 	BenchSeq        *ebpf.MapSpec `ebpf:"bench_seq"`
 	BenchStageProgs *ebpf.MapSpec `ebpf:"bench_stage_progs"`
 	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
@@ -191,6 +200,7 @@ type benchobjMapSpecs struct {
 	EdgeLbStats     *ebpf.MapSpec `ebpf:"edge_lb_stats"`
 	EdgeMaglev      *ebpf.MapSpec `ebpf:"edge_maglev"`
 	EdgeNatBackends *ebpf.MapSpec `ebpf:"edge_nat_backends"`
+	EdgePathAuth    *ebpf.MapSpec `ebpf:"edge_path_auth"`
 	EdgePathDedup   *ebpf.MapSpec `ebpf:"edge_path_dedup"`
 	EdgePathNh      *ebpf.MapSpec `ebpf:"edge_path_nh"`
 	EdgePathProbe   *ebpf.MapSpec `ebpf:"edge_path_probe"`
@@ -248,6 +258,7 @@ type benchobjMaps struct {
 	BenchFloodSeq   *ebpf.Map `ebpf:"bench_flood_seq"`
 	BenchFront      *ebpf.Map `ebpf:"bench_front"`
 	BenchLru        *ebpf.Map `ebpf:"bench_lru"`
+	BenchProbeFront *ebpf.Map `ebpf:"bench_probe_front"`
 	BenchSeq        *ebpf.Map `ebpf:"bench_seq"`
 	BenchStageProgs *ebpf.Map `ebpf:"bench_stage_progs"`
 	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
@@ -276,6 +287,7 @@ type benchobjMaps struct {
 	EdgeLbStats     *ebpf.Map `ebpf:"edge_lb_stats"`
 	EdgeMaglev      *ebpf.Map `ebpf:"edge_maglev"`
 	EdgeNatBackends *ebpf.Map `ebpf:"edge_nat_backends"`
+	EdgePathAuth    *ebpf.Map `ebpf:"edge_path_auth"`
 	EdgePathDedup   *ebpf.Map `ebpf:"edge_path_dedup"`
 	EdgePathNh      *ebpf.Map `ebpf:"edge_path_nh"`
 	EdgePathProbe   *ebpf.Map `ebpf:"edge_path_probe"`
@@ -304,6 +316,7 @@ func (m *benchobjMaps) Close() error {
 		m.BenchFloodSeq,
 		m.BenchFront,
 		m.BenchLru,
+		m.BenchProbeFront,
 		m.BenchSeq,
 		m.BenchStageProgs,
 		m.EdgeCacheStats,
@@ -332,6 +345,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeLbStats,
 		m.EdgeMaglev,
 		m.EdgeNatBackends,
+		m.EdgePathAuth,
 		m.EdgePathDedup,
 		m.EdgePathNh,
 		m.EdgePathProbe,
@@ -374,9 +388,11 @@ type benchobjPrograms struct {
 	BenchHit            *ebpf.Program `ebpf:"bench_hit"`
 	BenchMiss           *ebpf.Program `ebpf:"bench_miss"`
 	BenchPass           *ebpf.Program `ebpf:"bench_pass"`
+	BenchProbe          *ebpf.Program `ebpf:"bench_probe"`
 	BenchResize         *ebpf.Program `ebpf:"bench_resize"`
 	BenchResizeFlood    *ebpf.Program `ebpf:"bench_resize_flood"`
 	BenchResizeMiss     *ebpf.Program `ebpf:"bench_resize_miss"`
+	BenchSip24          *ebpf.Program `ebpf:"bench_sip24"`
 	BenchStageTail      *ebpf.Program `ebpf:"bench_stage_tail"`
 	BenchStagesGlobal   *ebpf.Program `ebpf:"bench_stages_global"`
 	BenchStagesInline   *ebpf.Program `ebpf:"bench_stages_inline"`
@@ -385,6 +401,7 @@ type benchobjPrograms struct {
 	BenchWrapGrow       *ebpf.Program `ebpf:"bench_wrap_grow"`
 	BenchWrapMiss       *ebpf.Program `ebpf:"bench_wrap_miss"`
 	BenchWrapPass       *ebpf.Program `ebpf:"bench_wrap_pass"`
+	BenchWrapProbe      *ebpf.Program `ebpf:"bench_wrap_probe"`
 	BenchWrapResize     *ebpf.Program `ebpf:"bench_wrap_resize"`
 	BenchWrapResizeMiss *ebpf.Program `ebpf:"bench_wrap_resize_miss"`
 	BenchWrapShrink     *ebpf.Program `ebpf:"bench_wrap_shrink"`
@@ -396,9 +413,11 @@ func (p *benchobjPrograms) Close() error {
 		p.BenchHit,
 		p.BenchMiss,
 		p.BenchPass,
+		p.BenchProbe,
 		p.BenchResize,
 		p.BenchResizeFlood,
 		p.BenchResizeMiss,
+		p.BenchSip24,
 		p.BenchStageTail,
 		p.BenchStagesGlobal,
 		p.BenchStagesInline,
@@ -407,6 +426,7 @@ func (p *benchobjPrograms) Close() error {
 		p.BenchWrapGrow,
 		p.BenchWrapMiss,
 		p.BenchWrapPass,
+		p.BenchWrapProbe,
 		p.BenchWrapResize,
 		p.BenchWrapResizeMiss,
 		p.BenchWrapShrink,

@@ -558,7 +558,7 @@ func (r *fleetRig) seed() (int64, error) {
 	var in []*pb.Operation
 	for _, k := range s.Kinds() {
 		for _, obj := range s.Objects(cfg, k) {
-			in = append(in, &pb.Operation{Op: &pb.Operation_Create{Create: api.Object(k, api.ToPB(k, obj))}})
+			in = append(in, &pb.Operation{Op: &pb.Operation_Create{Create: api.Object(k, api.ToPBRevealed(k, obj))}})
 		}
 	}
 	ops, err := api.Ops(in)

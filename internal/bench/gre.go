@@ -21,7 +21,8 @@ import (
 // greConfig is gateway A of a GRE overlay in the PacketNS: traffic for
 // 10.7.0.0/16 goes into a keyed GRE path toward 10.3.9.9 (routed via
 // wan0's neighbour), and GRE from that remote to our WAN address is
-// decapsulated. 10.8.0.0/16 and 10.9.0.0/16 are steered over that path
+// decapsulated (path 1's probes signed, path 2's not). 10.8.0.0/16 and
+// 10.9.0.0/16 are steered over that path
 // and a second one (toward 10.3.9.8), per flow (active-standby) and per
 // packet (wrr); the benchmark gives both groups' tables to the first
 // path only, so every run makes the same frame. 10.10.0.0/16 goes over
@@ -30,9 +31,9 @@ import (
 const greConfig = `
 interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: wan1, role: wan}]
 paths:
-  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1}
-  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.8, key: 2}
-  - {id: 3, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.9.9, key: 3}
+  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1, monitor: {secret: 5ec7e70102030405060708090a0b0c0d}}
+  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.8, key: 2, monitor: {insecure: true}}
+  - {id: 3, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.9.9, key: 3, monitor: {insecure: true}}
 fars:
   - {id: 1, action: encap, path: 1}
   - {id: 2, action: decap}
@@ -59,10 +60,13 @@ var (
 	greLocal  = netip.MustParseAddr("10.2.0.1")
 	greRemote = netip.MustParseAddr("10.3.9.9")
 	greKey    = uint32(1)
-	encapDst  = netip.MustParseAddr("10.7.0.1")
-	steerDst  = netip.MustParseAddr("10.8.0.1")
-	wrrDst    = netip.MustParseAddr("10.9.0.1")
-	dupDst    = netip.MustParseAddr("10.10.0.1")
+	// greRemote2 and greKey2 are path 2's (insecure: probes unsigned).
+	greRemote2 = netip.MustParseAddr("10.3.9.8")
+	greKey2    = uint32(2)
+	encapDst   = netip.MustParseAddr("10.7.0.1")
+	steerDst   = netip.MustParseAddr("10.8.0.1")
+	wrrDst     = netip.MustParseAddr("10.9.0.1")
+	dupDst     = netip.MustParseAddr("10.10.0.1")
 	// dupRemote is the redundant group's second path's remote (wan1).
 	dupRemote = netip.MustParseAddr("10.6.9.9")
 	hostA     = netip.MustParseAddr(topo.AddrHostA)

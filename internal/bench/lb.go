@@ -23,7 +23,7 @@ func lbConfig() string {
 	s := "interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: wan1, role: wan}]\npaths:\n"
 	fars, nat, dsr := "", "", ""
 	for i := 1; i <= 10; i++ {
-		s += fmt.Sprintf("  - {id: %d, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.1.%d, key: %d}\n", i, i, i)
+		s += fmt.Sprintf("  - {id: %d, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.1.%d, key: %d, monitor: {insecure: true}}\n", i, i, i)
 		fars += fmt.Sprintf("  - {id: %d, action: nat, address: 10.6.0.%d, port: 8080}\n  - {id: %d, action: encap, path: %d}\n", 100+i, i, 200+i, i)
 		nat += fmt.Sprintf("{far: %d}, ", 100+i)
 		dsr += fmt.Sprintf("{far: %d}, ", 200+i)

@@ -33,8 +33,8 @@ interfaces:
   - {name: wan0, role: wan}
   - {name: wan1, role: wan}
 paths:
-  - {id: 1, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.0.21, key: 1}
-  - {id: 2, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.0.22, key: 2}
+  - {id: 1, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.0.21, key: 1, monitor: {insecure: true}}
+  - {id: 2, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.0.22, key: 2, monitor: {insecure: true}}
 fars:
   - {id: 1, action: redirect, interface: wan0}
 %s

@@ -28,9 +28,9 @@ interfaces:
   - {name: wan0, role: wan}
   - {name: wan1, role: wan}
 paths:
-  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1, ttl: 50}
-  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.8}
-  - {id: 5, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.9.9, key: 5, ttl: 40, dscp: 10}
+  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1, ttl: 50, monitor: {insecure: true}}
+  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.8, monitor: {insecure: true}}
+  - {id: 5, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.9.9, key: 5, ttl: 40, dscp: 10, monitor: {insecure: true}}
 fars:
   - {id: 1, action: encap, path: 1}
   - {id: 5, action: encap, path: 5}

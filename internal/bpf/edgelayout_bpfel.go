@@ -239,6 +239,17 @@ type edgeEdgeProbeRec struct {
 	SrttNs    uint64
 	RttvarNs  uint64
 	MinNs     uint64
+	SentSeq   uint32
+	Sent      uint32
+	SentNs    [64]uint64
+}
+
+type edgeEdgeProbeSecret struct {
+	_     structs.HostLayout
+	K0    uint64
+	K1    uint64
+	Flags uint32
+	Pad   uint32
 }
 
 type edgeEdgeQosClass struct {
@@ -377,6 +388,7 @@ const (
 	edgeMapEdgeLbStats     = "edge_lb_stats"
 	edgeMapEdgeMaglev      = "edge_maglev"
 	edgeMapEdgeNatBackends = "edge_nat_backends"
+	edgeMapEdgePathAuth    = "edge_path_auth"
 	edgeMapEdgePathDedup   = "edge_path_dedup"
 	edgeMapEdgePathNh      = "edge_path_nh"
 	edgeMapEdgePathProbe   = "edge_path_probe"
@@ -400,6 +412,7 @@ const (
 	edgeProgEdgeXdp        = "edge_xdp"
 	edgeProgEdgeXdpCpu     = "edge_xdp_cpu"
 	edgeProgEdgeXdpDup     = "edge_xdp_dup"
+	edgeProgEdgeXdpProbe   = "edge_xdp_probe"
 	edgeVarFarStride       = "far_stride"
 	edgeVarFoSlots         = "fo_slots"
 	edgeVarFtBuckets       = "ft_buckets"
@@ -449,9 +462,10 @@ type edgeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeProgramSpecs struct {
-	EdgeXdp    *ebpf.ProgramSpec `ebpf:"edge_xdp"`
-	EdgeXdpCpu *ebpf.ProgramSpec `ebpf:"edge_xdp_cpu"`
-	EdgeXdpDup *ebpf.ProgramSpec `ebpf:"edge_xdp_dup"`
+	EdgeXdp      *ebpf.ProgramSpec `ebpf:"edge_xdp"`
+	EdgeXdpCpu   *ebpf.ProgramSpec `ebpf:"edge_xdp_cpu"`
+	EdgeXdpDup   *ebpf.ProgramSpec `ebpf:"edge_xdp_dup"`
+	EdgeXdpProbe *ebpf.ProgramSpec `ebpf:"edge_xdp_probe"`
 }
 
 // edgeMapSpecs contains maps before they are loaded into the kernel.
@@ -484,6 +498,7 @@ type edgeMapSpecs struct {
 	EdgeLbStats     *ebpf.MapSpec `ebpf:"edge_lb_stats"`
 	EdgeMaglev      *ebpf.MapSpec `ebpf:"edge_maglev"`
 	EdgeNatBackends *ebpf.MapSpec `ebpf:"edge_nat_backends"`
+	EdgePathAuth    *ebpf.MapSpec `ebpf:"edge_path_auth"`
 	EdgePathDedup   *ebpf.MapSpec `ebpf:"edge_path_dedup"`
 	EdgePathNh      *ebpf.MapSpec `ebpf:"edge_path_nh"`
 	EdgePathProbe   *ebpf.MapSpec `ebpf:"edge_path_probe"`
@@ -563,6 +578,7 @@ type edgeMaps struct {
 	EdgeLbStats     *ebpf.Map `ebpf:"edge_lb_stats"`
 	EdgeMaglev      *ebpf.Map `ebpf:"edge_maglev"`
 	EdgeNatBackends *ebpf.Map `ebpf:"edge_nat_backends"`
+	EdgePathAuth    *ebpf.Map `ebpf:"edge_path_auth"`
 	EdgePathDedup   *ebpf.Map `ebpf:"edge_path_dedup"`
 	EdgePathNh      *ebpf.Map `ebpf:"edge_path_nh"`
 	EdgePathProbe   *ebpf.Map `ebpf:"edge_path_probe"`
@@ -613,6 +629,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeLbStats,
 		m.EdgeMaglev,
 		m.EdgeNatBackends,
+		m.EdgePathAuth,
 		m.EdgePathDedup,
 		m.EdgePathNh,
 		m.EdgePathProbe,
@@ -651,9 +668,10 @@ type edgeVariables struct {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgePrograms struct {
-	EdgeXdp    *ebpf.Program `ebpf:"edge_xdp"`
-	EdgeXdpCpu *ebpf.Program `ebpf:"edge_xdp_cpu"`
-	EdgeXdpDup *ebpf.Program `ebpf:"edge_xdp_dup"`
+	EdgeXdp      *ebpf.Program `ebpf:"edge_xdp"`
+	EdgeXdpCpu   *ebpf.Program `ebpf:"edge_xdp_cpu"`
+	EdgeXdpDup   *ebpf.Program `ebpf:"edge_xdp_dup"`
+	EdgeXdpProbe *ebpf.Program `ebpf:"edge_xdp_probe"`
 }
 
 func (p *edgePrograms) Close() error {
@@ -661,6 +679,7 @@ func (p *edgePrograms) Close() error {
 		p.EdgeXdp,
 		p.EdgeXdpCpu,
 		p.EdgeXdpDup,
+		p.EdgeXdpProbe,
 	)
 }
 

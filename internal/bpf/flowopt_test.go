@@ -29,7 +29,7 @@ interfaces:
   - {name: wan0, role: wan}
   - {name: wan1, role: wan}
 paths:
-  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1}
+  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1, monitor: {insecure: true}}
 fars:
   - {id: 1, action: encap, path: 1}
   - {id: 9, action: decap}

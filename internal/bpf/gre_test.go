@@ -37,10 +37,10 @@ interfaces:
   - {name: wan0, role: wan}
   - {name: wan1, role: wan}
 paths:
-  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1}
-  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.8}
-  - {id: 3, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.7, key: 7, seq: true, ttl: 40, dscp: 10}
-  - {id: 4, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.5.9.9, key: 4}
+  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1, monitor: {secret: ` + probeSecretHex + `}}
+  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.8, monitor: {insecure: true}}
+  - {id: 3, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.7, key: 7, seq: true, ttl: 40, dscp: 10, monitor: {insecure: true}}
+  - {id: 4, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.5.9.9, key: 4, monitor: {insecure: true}}
 fars:
   - {id: 1, action: encap, path: 1}
   - {id: 2, action: encap, path: 2}
@@ -943,14 +943,14 @@ func TestGREPathNextHop(t *testing.T) {
 
 	// Path 1 to a remote behind the other neighbour, in the next
 	// generation, then a generation later (the first slot again).
-	moved := strings.Replace(greConfig, "remote: 10.3.9.9, key: 1}", "remote: 10.3.200.1, key: 1}", 1)
+	moved := strings.Replace(greConfig, "remote: 10.3.9.9, key: 1,", "remote: 10.3.200.1, key: 1,", 1)
 	cfg, err := config.Parse([]byte(moved))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.apply(cfg)
 	want("remote moved", "10.3.200.1", macOther)
-	cfg2, err := config.Parse([]byte(strings.Replace(moved, "remote: 10.3.9.8}", "remote: 10.3.9.8, key: 2}", 1)))
+	cfg2, err := config.Parse([]byte(strings.Replace(moved, "remote: 10.3.9.8,", "remote: 10.3.9.8, key: 2,", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,6 +127,9 @@ type Dataplane struct {
 
 	dupProg *ebpf.Program // see dupProgram
 	cpuProg *ebpf.Program // see cpuProgram
+	// probeMu guards probeProg (see SendProbe).
+	probeMu   sync.Mutex
+	probeProg *ebpf.Program
 	// cpuMu guards the cpumap's users: relief (all CPUs while on) and
 	// the interfaces steered to a CPU (SetIfSteer, by ifindex slot).
 	cpuMu    sync.Mutex
@@ -216,16 +219,28 @@ func (dp *Dataplane) dupProgram() (*ebpf.Program, error) {
 	var p struct {
 		Prog *ebpf.Program `ebpf:"edge_xdp_dup"`
 	}
-	opts := &ebpf.CollectionOptions{MapReplacements: dp.MapReplacements()}
-	if err := dp.spec.LoadAndAssign(&p, opts); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load redundant copies' program: %+v", ve)
-		}
-		return nil, fmt.Errorf("load redundant copies' program: %w", err)
+	if err := dp.loadApart(&p, "redundant copies' program"); err != nil {
+		return nil, err
 	}
 	dp.dupProg = p.Prog
 	return p.Prog, nil
+}
+
+// loadApart loads into to (a struct of tagged programs, as
+// LoadAndAssign takes) programs of dp's object against dp's maps: those
+// the agent loads apart from the XDP program, which it may adopt from
+// its pin instead. what names them in the error, with the verifier's
+// log if it refused them.
+func (dp *Dataplane) loadApart(to any, what string) error {
+	opts := &ebpf.CollectionOptions{MapReplacements: dp.MapReplacements()}
+	if err := dp.spec.LoadAndAssign(to, opts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("load %s: %+v", what, ve)
+		}
+		return fmt.Errorf("load %s: %w", what, err)
+	}
+	return nil
 }
 
 // MapReplacements returns dp's maps by name, for loading other programs
@@ -260,6 +275,7 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgeLbNew:       dp.EdgeLbNew,
 		edgeMapEdgeLbMembers:   dp.EdgeLbMembers,
 		edgeMapEdgePathProbe:   dp.EdgePathProbe,
+		edgeMapEdgePathAuth:    dp.EdgePathAuth,
 		edgeMapEdgeSteer:       dp.EdgeSteer,
 		edgeMapEdgeSteerOk:     dp.EdgeSteerOk,
 		edgeMapEdgeDupSeq:      dp.EdgeDupSeq,
@@ -301,6 +317,12 @@ func (dp *Dataplane) Close() error {
 	if dp.dupProg != nil {
 		errs = append(errs, dp.dupProg.Close())
 	}
+	dp.probeMu.Lock()
+	if dp.probeProg != nil {
+		errs = append(errs, dp.probeProg.Close())
+		dp.probeProg = nil
+	}
+	dp.probeMu.Unlock()
 	if dp.barrier != nil {
 		if dp.writer != nil {
 			dp.writer.mu.Lock()

@@ -17,7 +17,7 @@ import (
 const orderConfig = `
 interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: wan1, role: wan}]
 paths:
-  - {id: 1, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.0.21, key: 1}
+  - {id: 1, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.0.21, key: 1, monitor: {insecure: true}}
 fars:
   - {id: 1, action: redirect, interface: wan1}
   - {id: 11, action: nat, address: 10.6.0.11, port: 8080}

@@ -5,12 +5,14 @@ package bpf
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 
 	"github.com/cilium/ebpf"
 )
 
-// PathProbe is what the answers to a path's probes showed (struct
-// edge_probe_rec, in edge_path_probe): written by XDP as each answer comes in.
+// PathProbe is what a path's probes and their answers showed (struct
+// edge_probe_rec, in edge_path_probe): written by XDP as each probe
+// leaves and each answer comes in.
 type PathProbe = edgeEdgeProbeRec
 
 // Answered tells whether probe seq was answered, as far as the record's
@@ -44,25 +46,202 @@ func (dp *Dataplane) ClearPathProbe(stats uint32) error {
 }
 
 // Path probe wire format (struct edge_probe), mirrored from
-// bpf/edge_consts.h.
+// bpf/edge_consts.h and bpf/edge_types.h.
 const (
 	ProbeProto   = 0x88b5
-	ProbeMagic   = 0x45505242
+	ProbeMagic   = 0x45505232 // "EPR2": the format with a MAC
+	ProbeMagicV1 = 0x45505242 // "EPRB": the first, without one (refused)
 	ProbeRequest = 1
 	ProbeReply   = 2
-	ProbeLen     = 24
+	ProbeLen     = 32
+	// ProbeRing is EDGE_PROBE_RING: the probes in flight a path's
+	// record keeps the send times of; an answer to an older one is
+	// refused.
+	ProbeRing = 64
+	// ProbeSecretMAC is EDGE_PA_MAC: the path's probes carry a MAC.
+	ProbeSecretMAC = 1
 )
 
-// ProbeBody returns a probe request's body (struct edge_probe) for path
-// stats with sequence number seq, sent at sentNS (CLOCK_MONOTONIC).
-func ProbeBody(stats uint16, seq uint32, sentNS uint64) []byte {
+// ProbeSecret is a path's probe secret as the dataplane holds it (struct
+// edge_probe_secret, in edge_path_auth).
+type ProbeSecret = edgeEdgeProbeSecret
+
+// NewProbeSecret returns the dataplane's form of the 16-byte secret key:
+// SipHash's key, as its reference reads the key's bytes.
+func NewProbeSecret(key [16]byte) ProbeSecret {
+	return ProbeSecret{K0: binary.LittleEndian.Uint64(key[:8]), K1: binary.LittleEndian.Uint64(key[8:]), Flags: ProbeSecretMAC}
+}
+
+// SipHash24 is SipHash-2-4 (Aumasson and Bernstein, 2012) of msg under
+// the key (k0, k1): lib/probe.h's sip24_words, for any length.
+func SipHash24(k0, k1 uint64, msg []byte) uint64 {
+	v0, v1 := k0^0x736f6d6570736575, k1^0x646f72616e646f6d
+	v2, v3 := k0^0x6c7967656e657261, k1^0x7465646279746573
+	round := func() {
+		v0 += v1
+		v1 = bits.RotateLeft64(v1, 13)
+		v1 ^= v0
+		v0 = bits.RotateLeft64(v0, 32)
+		v2 += v3
+		v3 = bits.RotateLeft64(v3, 16)
+		v3 ^= v2
+		v0 += v3
+		v3 = bits.RotateLeft64(v3, 21)
+		v3 ^= v0
+		v2 += v1
+		v1 = bits.RotateLeft64(v1, 17)
+		v1 ^= v2
+		v2 = bits.RotateLeft64(v2, 32)
+	}
+	word := func(m uint64) {
+		v3 ^= m
+		round()
+		round()
+		v0 ^= m
+	}
+	n := len(msg) / 8 * 8
+	for i := 0; i < n; i += 8 {
+		word(binary.LittleEndian.Uint64(msg[i:]))
+	}
+	last := uint64(len(msg)) << 56
+	for i, c := range msg[n:] {
+		last |= uint64(c) << (8 * i)
+	}
+	word(last)
+	v2 ^= 0xff
+	for range 4 {
+		round()
+	}
+	return v0 ^ v1 ^ v2 ^ v3
+}
+
+// ProbeMAC is the MAC of probe body b (struct edge_probe) under s:
+// SipHash-2-4 of its first 24 bytes, as lib/probe.h's probe_mac.
+func ProbeMAC(s ProbeSecret, b []byte) uint64 {
+	return SipHash24(s.K0, s.K1, b[:24])
+}
+
+// Offsets in a probe body (struct edge_probe).
+const (
+	probeOffKind   = 4
+	probeOffPath   = 6
+	probeOffSeq    = 8
+	probeOffOrigin = 12
+	probeOffSent   = 16
+	probeOffMAC    = 24
+)
+
+// ProbeBody returns the body (struct edge_probe) of a probe of kind for
+// path index stats with sequence number seq, from origin (the asking
+// end's outer address, as the path holds it: network order in memory),
+// sent at sentNS, signed with s when it has a secret (ProbeSecretMAC).
+func ProbeBody(kind uint8, stats uint16, seq, origin uint32, sentNS uint64, s ProbeSecret) []byte {
 	b := make([]byte, ProbeLen)
 	binary.BigEndian.PutUint32(b[0:], ProbeMagic)
-	b[4] = ProbeRequest
-	binary.BigEndian.PutUint16(b[6:], stats)
-	binary.BigEndian.PutUint32(b[8:], seq)
-	binary.NativeEndian.PutUint64(b[16:], sentNS)
+	b[probeOffKind] = kind
+	binary.BigEndian.PutUint16(b[probeOffPath:], stats)
+	binary.BigEndian.PutUint32(b[probeOffSeq:], seq)
+	binary.NativeEndian.PutUint32(b[probeOffOrigin:], origin)
+	binary.NativeEndian.PutUint64(b[probeOffSent:], sentNS)
+	if s.Flags&ProbeSecretMAC != 0 {
+		binary.NativeEndian.PutUint64(b[probeOffMAC:], ProbeMAC(s, b))
+	}
 	return b
+}
+
+// ProbeFrame returns the frame SendProbe sends for probe seq of path p:
+// Ethernet (addresses left to the dataplane), IPv4 from the path's local
+// to its remote address with the path's TTL, GRE with the path's key,
+// and a request body whose origin, send time and MAC the dataplane
+// fills in.
+func ProbeFrame(p Path, seq uint32) []byte {
+	gre := 4
+	if p.Flags&PathFlagKey != 0 {
+		gre += 4
+	}
+	l3 := 20 + gre + ProbeLen
+	b := make([]byte, 14+l3)
+	binary.BigEndian.PutUint16(b[12:], 0x0800)
+	ip := b[14:34]
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], uint16(l3))
+	binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF, as encap's
+	ip[8] = p.Ttl
+	if ip[8] == 0 {
+		ip[8] = 64
+	}
+	ip[9] = 47 // GRE
+	binary.NativeEndian.PutUint32(ip[12:], p.Local)
+	binary.NativeEndian.PutUint32(ip[16:], p.Remote)
+	binary.BigEndian.PutUint16(ip[10:], ipChecksum(ip))
+	g := b[34:]
+	binary.BigEndian.PutUint16(g[2:], ProbeProto)
+	if p.Flags&PathFlagKey != 0 {
+		g[0] = 0x20 // K
+		binary.NativeEndian.PutUint32(g[4:], p.Key)
+	}
+	copy(b[34+gre:], ProbeBody(ProbeRequest, uint16(p.Stats), seq, 0, 0, ProbeSecret{}))
+	return b
+}
+
+// ipChecksum is the IPv4 header checksum of h (its checksum field 0).
+func ipChecksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+// bpfFTestXDPLiveFrames is BPF_F_TEST_XDP_LIVE_FRAMES (linux/bpf.h):
+// BPF_PROG_TEST_RUN sends what the program redirects.
+const bpfFTestXDPLiveFrames = 1 << 1
+
+// probeProgram loads (once) the probe sender (edge_xdp_probe) against
+// dp's maps; dp.probeMu held.
+func (dp *Dataplane) probeProgram() (*ebpf.Program, error) {
+	if dp.probeProg != nil {
+		return dp.probeProg, nil
+	}
+	var p struct {
+		Prog *ebpf.Program `ebpf:"edge_xdp_probe"`
+	}
+	if err := dp.loadApart(&p, "probe sender"); err != nil {
+		return nil, err
+	}
+	dp.probeProg = p.Prog
+	return p.Prog, nil
+}
+
+// SendProbe sends frame, a probe request ProbeFrame built, over its path
+// from the dataplane: edge_xdp_probe stamps it as it leaves and keeps
+// the stamp in the path's record (edge_path_probe), which says whether
+// it left (PathProbe.Sent). It runs in the calling thread's network
+// namespace, the gateway's.
+func (dp *Dataplane) SendProbe(frame []byte) error {
+	dp.probeMu.Lock()
+	defer dp.probeMu.Unlock()
+	prog, err := dp.probeProgram()
+	if err != nil {
+		return err
+	}
+	// Live mode reports no verdict: the record says what happened.
+	if _, err := prog.Run(&ebpf.RunOptions{Data: frame, Repeat: 1, Flags: bpfFTestXDPLiveFrames}); err != nil {
+		return fmt.Errorf("send probe: %w", err)
+	}
+	return nil
+}
+
+// SentAt returns when probe seq left, as the record kept it: 0 once
+// answered, or when it did not leave (or is older than the ring).
+func (r *PathProbe) SentAt(seq uint32) uint64 {
+	if d := int32(r.SentSeq - seq); r.Sent == 0 || d < 0 || d >= ProbeRing {
+		return 0
+	}
+	return r.SentNs[seq%ProbeRing]
 }
 
 // PathTx returns what path stats (its stable index) has sent:

@@ -20,8 +20,8 @@ interfaces:
   - {name: lan0, role: lan}
   - {name: wan0, role: wan}
 paths:
-  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1}
-  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.8}
+  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1, monitor: {insecure: true}}
+  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.8, monitor: {insecure: true}}
 fars:
   - {id: 1, action: encap, path: 1}
   - {id: 2, action: encap, path: 2}

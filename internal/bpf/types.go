@@ -238,6 +238,8 @@ var ReasonNames = []string{
 	"fo_evict",
 	"cpu_moved",
 	"dup_jump",
+	"probe_bad_mac",
+	"probe_stale",
 }
 
 // Reason values used by callers and tests.
@@ -291,5 +293,7 @@ const (
 	ReasonFOEvict
 	ReasonCPUMoved
 	ReasonDupJump
+	ReasonProbeBadMAC
+	ReasonProbeStale
 	ReasonMax
 )

@@ -92,6 +92,7 @@ var mapRoles = map[string]mapRole{
 	edgeMapEdgeIfSteer:     {rebuilt, false},
 	edgeMapEdgePathSeq:     {counter, false},
 	edgeMapEdgePathProbe:   {rebuilt, false},
+	edgeMapEdgePathAuth:    {table, true},
 	edgeMapEdgeSteer:       {rebuilt, true},
 	edgeMapEdgeSteerOk:     {rebuilt, false},
 	edgeMapEdgeDupSeq:      {counter, false},

@@ -35,6 +35,9 @@ type Generation struct {
 	// Decaps says which path a received GRE packet belongs to
 	// (DecapKey.Slot is set by Commit).
 	Decaps map[DecapKey]Decap
+	// ProbeSecrets holds the probe secret of each path of Paths that
+	// has one, by the same index; a path without one is insecure.
+	ProbeSecrets map[uint32]ProbeSecret
 	// ResetPathStats lists path statistics indexes given out for the
 	// first time: their counters and sequence numbers start at zero.
 	ResetPathStats []uint32
@@ -108,6 +111,7 @@ type slot struct {
 	fars     map[uint32]Far
 	groups   []Group
 	paths    map[uint32]Path
+	secrets  map[uint32]ProbeSecret // edge_path_auth by path index (none left out)
 	decaps   map[DecapKey]Decap
 	services map[SvcKey]Svc
 	backends map[SvcKey]NATBackend  // NATBackends
@@ -247,7 +251,7 @@ func (w *writer) writeMembers(g *Generation) error {
 
 // readSlot reads what slot t of the maps holds.
 func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
-	s := &slot{rules: map[RuleKey]Rule{}, fars: map[uint32]Far{}, paths: map[uint32]Path{}, decaps: map[DecapKey]Decap{},
+	s := &slot{rules: map[RuleKey]Rule{}, fars: map[uint32]Far{}, paths: map[uint32]Path{}, secrets: map[uint32]ProbeSecret{}, decaps: map[DecapKey]Decap{},
 		services: map[SvcKey]Svc{}, backends: map[SvcKey]NATBackend{}, steers: map[uint32]Steer{},
 		dedup: map[uint32]uint32{}}
 	for i := uint32(0); i < MaxPaths; i++ {
@@ -313,6 +317,13 @@ func (dp *Dataplane) readSlot(t, ngroups uint32) (*slot, error) {
 		}
 		if p.Id != 0 {
 			s.paths[i] = p
+		}
+		var a ProbeSecret
+		if err := dp.EdgePathAuth.Lookup(t*MaxPaths+i, &a); err != nil {
+			return nil, fmt.Errorf("read path %d's probe secret: %w", i, err)
+		}
+		if a != (ProbeSecret{}) {
+			s.secrets[i] = a
 		}
 	}
 	var dk DecapKey
@@ -970,6 +981,26 @@ func (w *writer) writePaths(t uint32, g *Generation) error {
 			return fmt.Errorf("write path %d: %w", i, err)
 		}
 		cur.paths[i] = p
+	}
+
+	// Secrets go with their paths, into the same slot; a path without
+	// one (insecure) has its place zeroed.
+	for i := range cur.secrets {
+		if _, ok := g.ProbeSecrets[i]; !ok {
+			if err := dp.EdgePathAuth.Put(t*MaxPaths+i, ProbeSecret{}); err != nil {
+				return fmt.Errorf("clear path %d's probe secret: %w", i, err)
+			}
+			delete(cur.secrets, i)
+		}
+	}
+	for i, a := range g.ProbeSecrets {
+		if old, ok := cur.secrets[i]; ok && old == a {
+			continue
+		}
+		if err := dp.EdgePathAuth.Put(t*MaxPaths+i, a); err != nil {
+			return fmt.Errorf("write path %d's probe secret: %w", i, err)
+		}
+		cur.secrets[i] = a
 	}
 
 	want := make(map[DecapKey]Decap, len(g.Decaps))

@@ -138,15 +138,25 @@ func TestParseErrors(t *testing.T) {
 		{"redundant over one member", steerCfg("redundant", "encap", ""), `lbrs[0].members: 1 member(s); redundant sends each packet over two or more`},
 		{"redundant per packet", steerCfg("redundant", "encap", ", per_packet: true"), `lbrs[0].per_packet: not allowed for redundant (every packet goes over every path)`},
 		{"unknown steering mode", steerCfg("fastest", "encap", ""), `lbrs[0].algorithm: unknown algorithm "fastest" (want maglev, active-standby, smallest-delay, load-balancing, wrr, rtt, dwrr, priority, cmon or redundant)`},
-		{"path monitor interval", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {interval: 5ms}}]", `paths[0].monitor.interval: 5ms is outside 10ms-10s`},
-		{"path monitor down_after", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {down_after: 99}}]", `paths[0].monitor.down_after: 99 is outside 1-64`},
+		{"path monitor interval", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {insecure: true, interval: 5ms}}]", `paths[0].monitor.interval: 5ms is outside 10ms-10s`},
+		{"path monitor down_after", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {insecure: true, down_after: 99}}]", `paths[0].monitor.down_after: 99 is outside 1-64`},
+		{"path monitor without secret", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2}]",
+			"paths[0].monitor.secret: required to sign the path's probes: 32 hex digits, the same at both ends (`openssl rand -hex 16`); or insecure: true where the underlay is trusted, or off: true"},
+		{"path secret short", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {secret: 00112233445566778899aabbccddee}}]",
+			"paths[0].monitor.secret: want 32 hex digits (a 128-bit key, e.g. from `openssl rand -hex 16`), got 30 characters"},
+		{"path secret not hex", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {secret: correct-horse-battery-staple-xyz}}]",
+			"paths[0].monitor.secret: want 32 hex digits (a 128-bit key, e.g. from `openssl rand -hex 16`), got 32 characters"},
+		{"path secret zero", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {secret: \"00000000000000000000000000000000\"}}]",
+			"paths[0].monitor.secret: all zero: not a secret"},
+		{"path secret and insecure", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {secret: 00112233445566778899aabbccddeeff, insecure: true}}]",
+			"paths[0].monitor.insecure: set together with a secret: give one or the other"},
 		{"path type", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: vxlan, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2}]", `paths[0].type: unknown type "vxlan" (want gre)`},
-		{"path ipv6 outer", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: \"2001:db8::1\", remote: 192.0.2.2}]", `paths[0].local: 2001:db8::1 is not IPv4 (outer headers are IPv4)`},
-		{"path bad address", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 192.0.2.300, remote: 192.0.2.2}]", `paths[0].local: invalid IP address "192.0.2.300"`},
-		{"path missing remote", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 192.0.2.1}]", `paths[0].remote: required (the outer IPv4 address)`},
-		{"path unknown interface", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan7, local: 192.0.2.1, remote: 192.0.2.2}]", `paths[0].interface: unknown interface "wan7"`},
-		{"path seq not bool", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2, seq: 3}]", `paths[0].seq: must be true or false, got 3`},
-		{"paths share key", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2, key: 5}, {id: 2, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.9, key: 5}]", `paths[1].key: key 5 with local 192.0.2.1 is already used by paths[0]; decapsulation could not tell them apart`},
+		{"path ipv6 outer", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: \"2001:db8::1\", remote: 192.0.2.2, monitor: {insecure: true}}]", `paths[0].local: 2001:db8::1 is not IPv4 (outer headers are IPv4)`},
+		{"path bad address", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 192.0.2.300, remote: 192.0.2.2, monitor: {insecure: true}}]", `paths[0].local: invalid IP address "192.0.2.300"`},
+		{"path missing remote", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 192.0.2.1, monitor: {insecure: true}}]", `paths[0].remote: required (the outer IPv4 address)`},
+		{"path unknown interface", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan7, local: 192.0.2.1, remote: 192.0.2.2, monitor: {insecure: true}}]", `paths[0].interface: unknown interface "wan7"`},
+		{"path seq not bool", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2, seq: 3, monitor: {insecure: true}}]", `paths[0].seq: must be true or false, got 3`},
+		{"paths share key", "interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2, key: 5, monitor: {insecure: true}}, {id: 2, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.9, key: 5, monitor: {insecure: true}}]", `paths[1].key: key 5 with local 192.0.2.1 is already used by paths[0]; decapsulation could not tell them apart`},
 		{"redirect without interface", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: redirect}]", `fars[0].interface: required for action redirect`},
 		{"drop with interface", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: pass}, {id: 2, action: drop, interface: wan0}]", `fars[1].interface: not allowed for action drop`},
 		{"redirect unknown interface", "interfaces: [{name: wan0, role: wan}]\nfars: [{id: 1, action: redirect, interface: wan9}]", `fars[0].interface: unknown interface "wan9"`},
@@ -387,7 +397,7 @@ const lbDoc = `interfaces:
   - {name: lan0, role: lan}
   - {name: wan1, role: wan}
 paths:
-  - {id: 1, type: gre, interface: wan1, local: 172.16.1.1, remote: 172.16.1.2, key: 5}
+  - {id: 1, type: gre, interface: wan1, local: 172.16.1.1, remote: 172.16.1.2, key: 5, monitor: {insecure: true}}
 fars:
   - {id: 1, action: nat, address: 10.6.0.11, port: 8080}
   - {id: 2, action: nat, interface: wan1, address: "fd02::2", port: 8443}
@@ -582,8 +592,8 @@ func TestWriteFileRoundTrip(t *testing.T) {
   - {name: lan0, role: lan}
   - {name: wan1, role: wan, xdp: generic}
 paths:
-  - {id: 1, type: gre, interface: wan1, local: 172.16.1.1, remote: 172.16.1.2, key: 0}
-  - {id: 2, type: gre, interface: wan1, local: 172.16.2.1, remote: 172.16.2.2, seq: true, ttl: 9, dscp: 46}
+  - {id: 1, type: gre, interface: wan1, local: 172.16.1.1, remote: 172.16.1.2, key: 0, monitor: {insecure: true}}
+  - {id: 2, type: gre, interface: wan1, local: 172.16.2.1, remote: 172.16.2.2, seq: true, ttl: 9, dscp: 46, monitor: {insecure: true}}
 fars:
   - {id: 1, action: encap, path: 2}
   - {id: 2, action: decap}
@@ -638,7 +648,7 @@ func steerCfg(alg, member, extra string) string {
 		f1 = "{id: 1, action: " + member + "}"
 	}
 	return "interfaces: [{name: wan0, role: wan}]\n" +
-		"paths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2}]\n" +
+		"paths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {insecure: true}}]\n" +
 		"fars: [" + f1 + ", {id: 2, action: steer, lbr: 5}]\n" +
 		"lbrs: [{id: 5, algorithm: " + alg + ", members: [{far: 1}]" + extra + "}]"
 }

@@ -17,7 +17,7 @@ const decapDoc = `interfaces:
   - {name: lan0, role: lan}
   - {name: wan0, role: wan}
 paths:
-  - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2, key: 7}
+  - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2, key: 7, monitor: {insecure: true}}
 fars:
   - {id: 1, action: drop}
   - {id: 2, action: nat, address: 10.1.0.11, port: 8080}

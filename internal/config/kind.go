@@ -110,6 +110,11 @@ type KindOf[T any] struct {
 	KeyField string
 	// Normalize fills defaults in place (optional); it is idempotent.
 	Normalize func(x *T)
+	// Keep fills in, from old (the object x replaces; nil for a new
+	// one), what an update may give back as it was shown rather than
+	// as it is (a secret in its redacted form). Optional; before
+	// Normalize and Check.
+	Keep func(x, old *T)
 	// Check reports what is wrong with one object's own fields.
 	// References (Refs) and uniqueness (Unique) are checked after it.
 	Check func(c *Check, x *T)

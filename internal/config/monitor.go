@@ -23,6 +23,17 @@ type PathMonitor struct {
 	// Off: no probes (the peer does not answer them); the path counts
 	// as up.
 	Off bool `yaml:"off,omitempty"`
+	// Secret signs the path's probes and their answers, both ways (a
+	// keyed MAC, SipHash-2-4): the same 32 hex digits at both ends. Only
+	// who holds it can make a probe the peer answers or an answer this
+	// end takes. Required while the monitor is on, unless Insecure; with
+	// it off, what this end's XDP needs to answer a peer that signs.
+	Secret Secret `yaml:"secret,omitempty"`
+	// Insecure sends and answers the path's probes unsigned: anyone who
+	// can send from the path's remote address (GRE hides nothing) can
+	// answer them, keep a dead path up or make a live one look faster.
+	// Only where the underlay is trusted.
+	Insecure bool `yaml:"insecure,omitempty"`
 	// Interval between probes: DefaultProbeInterval when unset,
 	// MinProbeInterval to MaxProbeInterval.
 	Interval Duration `yaml:"interval,omitempty"`
@@ -76,6 +87,13 @@ func (m PathMonitor) Effective() PathMonitor {
 
 // checkMonitor checks a path's monitor settings (fields under prefix).
 func checkMonitor(c *Check, prefix string, m PathMonitor) {
+	switch {
+	case m.Insecure && m.Secret.IsSet():
+		c.Add(prefix+"insecure", "set together with a secret: give one or the other")
+	case !m.Off && !m.Insecure && !m.Secret.IsSet():
+		c.Add(prefix+"secret", "required to sign the path's probes: 32 hex digits, the same at both ends (`openssl rand -hex 16`); "+
+			"or insecure: true where the underlay is trusted, or off: true")
+	}
 	if d := m.Interval.D; d != 0 && (d < MinProbeInterval || d > MaxProbeInterval) {
 		c.Add(prefix+"interval", "%s is outside %s-%s", d, MinProbeInterval, MaxProbeInterval)
 	}

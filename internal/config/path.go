@@ -53,6 +53,12 @@ var pathKind = &KindOf[Path]{
 		}
 	},
 	Check: checkPath,
+	// A path's secret shows redacted; given back so, it stays.
+	Keep: func(p, old *Path) {
+		if s := p.Monitor.Secret; s.Redacted() && old != nil && old.Monitor.Secret.Same(s) {
+			p.Monitor.Secret = old.Monitor.Secret
+		}
+	},
 	Refs: func(p *Path) []Ref {
 		return []Ref{{Field: "interface", Kind: KindInterface, Key: NameKey(p.Interface)}}
 	},

@@ -381,6 +381,13 @@ func (t *table[T]) apply(b *batch, op *Op) {
 			return
 		}
 	}
+	if next != nil && t.k.Keep != nil {
+		var old *T
+		if exists {
+			old = &cur.v
+		}
+		t.k.Keep(&next.v, old)
+	}
 	if next != nil && t.k.Normalize != nil {
 		t.k.Normalize(&next.v)
 	}

@@ -18,7 +18,7 @@ func mustStore(t *testing.T) *Store {
 	t.Helper()
 	cfg, err := Parse([]byte(sample + `
 paths:
-  - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2, key: 7}
+  - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2, key: 7, monitor: {insecure: true}}
 `))
 	if err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ var widgetKind = &KindOf[Widget]{
 var widgetSchema = Builtin().With(widgetKind)
 
 const widgetHead = `interfaces: [{name: wan0, role: wan}]
-paths: [{id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2}]
+paths: [{id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2, monitor: {insecure: true}}]
 `
 
 func TestWidgetDecodeErrors(t *testing.T) {

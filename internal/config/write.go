@@ -30,7 +30,21 @@ func WriteFile(path string, c *Config, durable bool, header string) error {
 	if st, err := os.Stat(path); err == nil {
 		mode = st.Mode().Perm()
 	}
+	if holdsSecret(c) {
+		// The file holds path secrets: its owner's alone.
+		mode &^= 0o077
+	}
 	return ReplaceFile(path, data, mode, durable)
+}
+
+// holdsSecret reports whether c holds a secret's key.
+func holdsSecret(c *Config) bool {
+	for _, p := range c.Paths {
+		if _, ok := p.Monitor.Secret.Key(); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // ReplaceFile writes data to path atomically: to a temporary file in the

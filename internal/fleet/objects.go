@@ -62,7 +62,9 @@ func decodeObject(scope string, v []byte, created int64) (*object, error) {
 
 // encodeObject is decodeObject's inverse.
 func encodeObject(k config.Kind, obj any) (string, error) {
-	b, err := protojson.Marshal(api.Object(k, api.ToPB(k, obj)))
+	// Revealed: the store is where members read their objects from, a
+	// path's secret included (etcd's own TLS and users guard it).
+	b, err := protojson.Marshal(api.Object(k, api.ToPBRevealed(k, obj)))
 	return string(b), err
 }
 
@@ -113,12 +115,12 @@ func diffOps(cur *config.Config, want map[objKey]*object) []*pb.Operation {
 		}
 		slices.SortFunc(mine, func(a, b *object) int { return cmp.Compare(a.created, b.created) })
 		for _, o := range mine {
-			m := api.ToPB(k, o.obj)
+			m := api.ToPBRevealed(k, o.obj)
 			old, ok := have[o.objKey]
 			switch {
 			case !ok:
 				ops = append(ops, &pb.Operation{Op: &pb.Operation_Create{Create: api.Object(k, m)}})
-			case !proto.Equal(api.ToPB(k, old), m):
+			case !proto.Equal(api.ToPBRevealed(k, old), m):
 				ops = append(ops, &pb.Operation{Op: &pb.Operation_Update{Update: api.Object(k, m)}})
 			}
 		}

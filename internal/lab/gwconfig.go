@@ -4,6 +4,8 @@ package lab
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"text/template"
 
@@ -62,9 +64,11 @@ interfaces:
   - {name: lan0, role: lan, xdp: native}
   - {name: wan1, role: wan, xdp: native}
   - {name: wan2, role: wan, xdp: native}
+# Each path's probes are signed with a secret both gateways hold (here
+# derived from the lab's name: a lab is no deployment).
 paths:
-  - {id: 1, type: gre, interface: wan1, local: {{.Wan1Local}}, remote: {{.Wan1Remote}}, key: 1}
-  - {id: 2, type: gre, interface: wan2, local: {{.Wan2Local}}, remote: {{.Wan2Remote}}, key: 2}
+  - {id: 1, type: gre, interface: wan1, local: {{.Wan1Local}}, remote: {{.Wan1Remote}}, key: 1, monitor: {secret: {{.Secret1}}}}
+  - {id: 2, type: gre, interface: wan2, local: {{.Wan2Local}}, remote: {{.Wan2Remote}}, key: 2, monitor: {secret: {{.Secret2}}}}
 fars:
   - {id: 1, action: encap, path: 1}
   - {id: 2, action: encap, path: 2}
@@ -95,6 +99,14 @@ pdrs:
 limits: {flows: 65536, rules: 1024}
 `))
 
+// PathSecret returns the probe secret of path id in lab name, as both of
+// its gateways hold it: derived from the name, so that both ends agree
+// and a lab brought up again has the same configs.
+func PathSecret(name string, id int) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "edgeplane lab %s path %d", name, id))
+	return hex.EncodeToString(h[:16])
+}
+
 // GatewayConfig returns the agent config of gateway side ('a' or 'b') of
 // lab name, checked by the config validator.
 func GatewayConfig(name string, side byte) ([]byte, error) {
@@ -103,7 +115,9 @@ func GatewayConfig(name string, side byte) ([]byte, error) {
 		Name, Side                                   string
 		LocalLan, LocalLan6, RemoteLan, RemoteLan6   string
 		Wan1Local, Wan1Remote, Wan2Local, Wan2Remote string
-	}{Name: name, Side: string(side), LocalLan: LanA, LocalLan6: LanA6, RemoteLan: LanB, RemoteLan6: LanB6}
+		Secret1, Secret2                             string
+	}{Name: name, Side: string(side), LocalLan: LanA, LocalLan6: LanA6, RemoteLan: LanB, RemoteLan6: LanB6,
+		Secret1: PathSecret(name, 1), Secret2: PathSecret(name, 2)}
 	switch side {
 	case 'a':
 	case 'b':

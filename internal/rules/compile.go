@@ -146,16 +146,17 @@ func BuildDown(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.L
 		qosIdx:   map[uint32]uint32{},
 		flowopt:  map[string]config.FlowOptModule{},
 		gen: &bpf.Generation{
-			Rules:       map[bpf.RuleKey]bpf.Rule{},
-			FARs:        map[uint32]bpf.Far{},
-			Paths:       map[uint32]bpf.Path{},
-			Decaps:      map[bpf.DecapKey]bpf.Decap{},
-			Services:    map[bpf.SvcKey]bpf.Svc{},
-			NATBackends: map[bpf.SvcKey]bpf.NATBackend{},
-			Tables:      map[uint32][]bpf.LBSlot{},
-			Members:     map[uint32]bpf.MemberRef{},
-			NoMatch:     verdict(cfg.Defaults.NoMatch),
-			Malformed:   verdict(cfg.Defaults.Malformed),
+			Rules:        map[bpf.RuleKey]bpf.Rule{},
+			FARs:         map[uint32]bpf.Far{},
+			Paths:        map[uint32]bpf.Path{},
+			ProbeSecrets: map[uint32]bpf.ProbeSecret{},
+			Decaps:       map[bpf.DecapKey]bpf.Decap{},
+			Services:     map[bpf.SvcKey]bpf.Svc{},
+			NATBackends:  map[bpf.SvcKey]bpf.NATBackend{},
+			Tables:       map[uint32][]bpf.LBSlot{},
+			Members:      map[uint32]bpf.MemberRef{},
+			NoMatch:      verdict(cfg.Defaults.NoMatch),
+			Malformed:    verdict(cfg.Defaults.Malformed),
 		},
 	}
 	live := map[uint32]bool{}
@@ -415,23 +416,37 @@ func (c *Compiler) putPath(at string, pt *config.Path) {
 		bp.Flags |= bpf.PathFlagDSCPFixed
 		bp.Dscp = *pt.DSCP
 	}
+	var sec bpf.ProbeSecret
+	if key, ok := pt.Monitor.Secret.Key(); ok {
+		sec = bpf.NewProbeSecret(key)
+	} else if pt.Monitor.Secret.Redacted() {
+		// Given back as shown, for a path that has no such secret.
+		c.fail(at+".monitor.secret", pt.Monitor.Secret.String()+" is how a secret is shown, not one: give its 32 hex digits "+
+			"(an update may give the redacted form of the secret the path has, to keep it)", config.CodeInvalid)
+		return
+	}
 	if had {
 		c.dropPath(pt.ID, old)
 	}
-	c.setPath(pt.ID, compiledPath{idx: idx, decap: dk}, bp)
+	c.setPath(pt.ID, compiledPath{idx: idx, decap: dk}, bp, sec)
 	if had {
 		c.notePath(at, pt.ID)
 	}
 }
 
-// setPath puts a compiled path in place (undoably).
-func (c *Compiler) setPath(id uint32, cp compiledPath, bp bpf.Path) {
+// setPath puts a compiled path in place (undoably), with its probe
+// secret (zero: none).
+func (c *Compiler) setPath(id uint32, cp compiledPath, bp bpf.Path, sec bpf.ProbeSecret) {
 	c.paths[id] = cp
 	c.gen.Paths[cp.idx] = bp
+	if sec != (bpf.ProbeSecret{}) {
+		c.gen.ProbeSecrets[cp.idx] = sec
+	}
 	c.gen.Decaps[cp.decap] = bpf.Decap{Remote: bp.Remote, Stats: cp.idx, Id: id}
 	c.onUndo(func() {
 		delete(c.paths, id)
 		delete(c.gen.Paths, cp.idx)
+		delete(c.gen.ProbeSecrets, cp.idx)
 		delete(c.gen.Decaps, cp.decap)
 	})
 }
@@ -440,12 +455,17 @@ func (c *Compiler) setPath(id uint32, cp compiledPath, bp bpf.Path) {
 // stays allocated.
 func (c *Compiler) dropPath(id uint32, cp compiledPath) {
 	bp, dv := c.gen.Paths[cp.idx], c.gen.Decaps[cp.decap]
+	sec, hadSec := c.gen.ProbeSecrets[cp.idx]
 	delete(c.paths, id)
 	delete(c.gen.Paths, cp.idx)
+	delete(c.gen.ProbeSecrets, cp.idx)
 	delete(c.gen.Decaps, cp.decap)
 	c.onUndo(func() {
 		c.paths[id] = cp
 		c.gen.Paths[cp.idx] = bp
+		if hadSec {
+			c.gen.ProbeSecrets[cp.idx] = sec
+		}
 		c.gen.Decaps[cp.decap] = dv
 	})
 }

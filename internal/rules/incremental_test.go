@@ -185,9 +185,9 @@ func TestPathChangeRebuildsTable(t *testing.T) {
 	cfg := mustParse(t, `
 interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}]
 paths:
-  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.6.1.1, key: 1}
-  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.6.1.2, key: 2}
-  - {id: 3, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.6.1.3, key: 3}
+  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.6.1.1, key: 1, monitor: {insecure: true}}
+  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.6.1.2, key: 2, monitor: {insecure: true}}
+  - {id: 3, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.6.1.3, key: 3, monitor: {insecure: true}}
 fars: [{id: 21, action: encap, path: 1}, {id: 22, action: encap, path: 2}, {id: 23, action: encap, path: 3}]
 lbrs: [{id: 1, algorithm: maglev, members: [{far: 21}, {far: 22}, {far: 23}]}]
 services: [{id: 1, vip: 203.0.113.20, port: 80, proto: udp, lbr: 1}]

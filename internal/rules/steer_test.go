@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/config"
 )
 
 // steerBase has two paths, their encap FARs (11, 12) and n steering
@@ -18,8 +19,8 @@ func steerBase(n int) string {
 	b.WriteString(`
 interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}]
 paths:
-  - {id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.1.1}
-  - {id: 2, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.1.2, key: 2}
+  - {id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.1.1, monitor: {insecure: true}}
+  - {id: 2, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.1.2, key: 2, monitor: {insecure: true}}
 fars:
   - {id: 11, action: encap, path: 1}
   - {id: 12, action: encap, path: 2}
@@ -86,8 +87,8 @@ func redundantCfg(path1, path2 string) string {
 	return `
 interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: wan1, role: wan}]
 paths:
-  - {id: 1, type: gre, local: 10.0.0.1, remote: 10.0.1.1` + path1 + `}
-  - {id: 2, type: gre, local: 10.0.2.1, remote: 10.0.3.1` + path2 + `}
+  - {id: 1, type: gre, local: 10.0.0.1, remote: 10.0.1.1, monitor: {insecure: true}` + path1 + `}
+  - {id: 2, type: gre, local: 10.0.2.1, remote: 10.0.3.1, monitor: {insecure: true}` + path2 + `}
 fars:
   - {id: 1, action: encap, path: 1}
   - {id: 2, action: encap, path: 2}
@@ -120,5 +121,45 @@ func TestCompileRedundant(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
+	}
+}
+
+// TestCompileProbeSecrets: a path's probe secret goes to the dataplane
+// with the path, at its index (a path without one, insecure, has none
+// there); a secret given only in its redacted form, which is no key, is
+// refused at its field.
+func TestCompileProbeSecrets(t *testing.T) {
+	lim := bpf.Limits{Flows: 1024, Rules: 1024}
+	const key = "000102030405060708090a0b0c0d0e0f"
+	cfg := `
+interfaces: [{name: wan0, role: wan}]
+paths:
+  - {id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.1.1, monitor: {secret: ` + key + `}}
+  - {id: 2, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.1.2, key: 2, monitor: {insecure: true}}
+limits: {flows: 1024, rules: 1024}
+`
+	comp, err := Build(mustParse(t, cfg), resolver, NewAllocs(1024, nil, nil), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := comp.Generation()
+	var idx1, idx2 uint32
+	for i, p := range g.Paths {
+		switch p.Id {
+		case 1:
+			idx1 = i
+		case 2:
+			idx2 = i
+		}
+	}
+	want := bpf.NewProbeSecret([16]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	if s, ok := g.ProbeSecrets[idx1]; !ok || s != want || len(g.ProbeSecrets) != 1 {
+		t.Errorf("probe secrets %+v (path 1 at %d, 2 at %d), want path 1's only: %+v", g.ProbeSecrets, idx1, idx2, want)
+	}
+	s, _ := config.ParseSecret(key)
+	redacted := strings.Replace(cfg, key, s.String(), 1)
+	_, _, err = Compile(mustParse(t, redacted), resolver, NewAllocs(1024, nil, nil), lim)
+	if err == nil || !strings.Contains(err.Error(), "paths[0].monitor.secret: "+s.String()+" is how a secret is shown, not one") {
+		t.Errorf("a redacted secret compiled: %v", err)
 	}
 }

@@ -195,7 +195,7 @@ func TestAPIObjects(t *testing.T) {
 	itf := &pb.Interface{Name: "ext0", Role: "lan", Xdp: "generic"}
 	// TTL 64 is filled in as the default, as when a file is loaded; the
 	// monitor comes back as an empty message (every default).
-	path := &pb.Path{Id: 7, Type: "gre", Interface: "wan0", Local: "10.2.0.1", Remote: "10.2.0.2", Key: u32(70), Ttl: 64, Monitor: &pb.PathMonitor{}}
+	path := &pb.Path{Id: 7, Type: "gre", Interface: "wan0", Local: "10.2.0.1", Remote: "10.2.0.2", Key: u32(70), Ttl: 64, Monitor: &pb.PathMonitor{Insecure: true}}
 	far := &pb.Far{Id: 40, Action: "encap", Path: 7}
 	pdr := &pb.Pdr{Id: 77, Precedence: 5, Far: 40, Match: &pb.Match{In: "lan0", Dst: "10.77.0.0/16", Proto: "udp", Dport: "7000-7099"}}
 	r := a.mustApply(t, createOp(ifObj(itf)), createOp(pathObj(path)), createOp(farObj(far)), createOp(pdrObj(pdr)))

@@ -483,7 +483,7 @@ func backendAgent(t *testing.T, g *gateway, i int, vip string) {
 interfaces:
   - {name: eth0, role: wan, xdp: native}
 paths:
-  - {id: 1, type: gre, interface: eth0, local: %s, remote: %s, key: %d}
+  - {id: 1, type: gre, interface: eth0, local: %s, remote: %s, key: %d, monitor: {insecure: true}}
 fars:
   - {id: 1, action: decap}
 pdrs:
@@ -541,7 +541,7 @@ func TestBalanceDSRGRE(t *testing.T) {
 	const vip = "203.0.113.20"
 	var paths, fars, members string
 	for i := 1; i <= lbBackends; i++ {
-		paths += fmt.Sprintf("  - {id: %d, type: gre, interface: wan0, local: %s, remote: %s, key: %d}\n", i, lab.GWWan, lbBackendAddr(i), i)
+		paths += fmt.Sprintf("  - {id: %d, type: gre, interface: wan0, local: %s, remote: %s, key: %d, monitor: {insecure: true}}\n", i, lab.GWWan, lbBackendAddr(i), i)
 		fars += fmt.Sprintf("  - {id: %d, action: encap, path: %d}\n", i, i)
 		members += fmt.Sprintf("{far: %d}, ", i)
 	}

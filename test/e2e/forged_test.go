@@ -6,8 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,12 +61,12 @@ def gre(sp, proto, body, seq=None):
         flags |= 0x1000
         opt += struct.pack("!I", seq)
     return ip4(sp["src"], sp["dst"], 47, struct.pack("!HH", flags, proto) + opt + body)
-def probe(magic, kind, path, seq, sent, mac):
+def probe(magic, kind, path, seq, sent, mac, origin):
     # Each format: the first (24 bytes, magic EPRB) and the one with a
-    # MAC (32 bytes, magic EPR2; pad2 is the probe's origin address).
+    # MAC (32 bytes, magic EPR2, with the asking end's address).
     if magic == 0x45505242:
         return struct.pack("!IBBHII", magic, kind, 0, path, seq, 0) + struct.pack("<Q", sent)
-    return struct.pack("!IBBHII", magic, kind, 0, path, seq, 0) + struct.pack("<QQ", sent, mac)
+    return struct.pack("!IBBHI", magic, kind, 0, path, seq) + socket.inet_aton(origin) + struct.pack("<QQ", sent, mac)
 def forge(sp, i):
     k = sp["kind"]
     if k == "gre-seq":
@@ -72,10 +76,12 @@ def forge(sp, i):
     now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     out = []
     for magic in (0x45505242, 0x45505232):
+        # The asking end is gateway A: the answer's destination, the
+        # request's source.
         if k == "probe-reply":
-            body = probe(magic, 2, sp["path"], random.getrandbits(32), now, random.getrandbits(64))
+            body = probe(magic, 2, sp.get("path", 0), random.getrandbits(32), now, random.getrandbits(64), sp["dst"])
         else:
-            body = probe(magic, 1, sp["path"], random.getrandbits(32), now - 1000000000, random.getrandbits(64))
+            body = probe(magic, 1, sp.get("path", 0), random.getrandbits(32), now - 1000000000, random.getrandbits(64), sp["src"])
         out.append(frame(sp, gre(sp, 0x88b5, body)))
     return out
 sent = {sp["kind"]: 0 for sp in specs}
@@ -156,6 +162,9 @@ func TestLabForgedWAN(t *testing.T) {
 	gre := forgeSpec{Kind: "gre-seq", SrcMAC: macA, DstMAC: macB, Src: wanA, Dst: wanB, Key: 1,
 		InnerSrc: "10.1.0.2", InnerDst: "10.2.0.2"}
 	// Path 1 is gateway A's first path: stable index 0.
+	reply := forgeSpec{Kind: "probe-reply", SrcMAC: macB, DstMAC: macA, Src: wanB, Dst: wanA, Key: 1, Path: 0}
+	request := forgeSpec{Kind: "probe-request", SrcMAC: macA, DstMAC: macB, Src: wanA, Dst: wanB, Key: 1, Path: 0}
+	// Path 1 is gateway A's first path: stable index 0.
 
 	changes0 := stateChanges(t, gc, ctx)
 	ra0, rb0 := reasons(gc), reasons(gb)
@@ -163,8 +172,10 @@ func TestLabForgedWAN(t *testing.T) {
 	recv := startProc(t, l.B, pyGaps, lab.AddrB, port)
 	// GRE toward B leaves by wan1's b side; answers toward A by its a
 	// side. About one forged GRE packet per 30 of the stream's.
-	towardB, _ := json.Marshal([]forgeSpec{gre})
-	fb := startProc(t, link, pyForge, lab.LinkB, string(towardB), "30")
+	towardB, _ := json.Marshal([]forgeSpec{gre, request})
+	towardA, _ := json.Marshal([]forgeSpec{reply})
+	fb := startProc(t, link, pyForge, lab.LinkB, string(towardB), "60")
+	fa := startProc(t, link, pyForge, lab.LinkA, string(towardA), "20")
 	const n, rate = 5000, 1000
 	r, err := sendUDP(ctx, l.A, lab.AddrB, lab.RedundantPortLo, n, rate, 64)
 	if err != nil {
@@ -176,6 +187,7 @@ func TestLabForgedWAN(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the slower path's last copies
 	var sentB, sentA map[string]int
 	fb.finish(&sentB)
+	fa.finish(&sentA)
 	var rep gapReport
 	recv.finish(&rep)
 	ra, rb := reasons(gc), reasons(gb)
@@ -199,6 +211,14 @@ func TestLabForgedWAN(t *testing.T) {
 	}
 	if got, sent := d(rb, rb0, "dup_jump")+d(rb, rb0, "dup_late"), uint64(sentB["gre-seq"]); got < sent*9/10 || sentB["gre-seq"] < 100 {
 		t.Errorf("B counted %d forged GRE packets as out of its window's reach (dup_jump + dup_late), forged %d", got, sent)
+	}
+	// Each forged probe comes in both formats: the first is no probe
+	// any more (bad_probe), the one with a MAC fails it.
+	if got, sent := d(ra, ra0, "probe_bad_mac"), uint64(sentA["probe-reply"]/2); got < sent || sent < 20 {
+		t.Errorf("A counted %d forged answers as probe_bad_mac, forged %d", got, sent)
+	}
+	if got, sent := d(rb, rb0, "probe_bad_mac"), uint64(sentB["probe-request"]/2); got < sent || sent < 20 {
+		t.Errorf("B counted %d forged requests as probe_bad_mac, forged %d", got, sent)
 	}
 	if changes := stateChanges(t, gc, ctx); changes != changes0 {
 		t.Errorf("gateway A's paths changed state under forged answers: %v, was %v", changes, changes0)
@@ -234,4 +254,85 @@ func stateChanges(t *testing.T, gc pb.GatewayClient, ctx context.Context) string
 		s += fmt.Sprintf("%d %s since %s; ", p.GetPath(), p.GetState(), p.GetSince())
 	}
 	return s
+}
+
+// TestLabProbeSecret: a path's probe secret is not shown by the API:
+// `get paths -o yaml` and `-o json` and the REST API give its redacted
+// form (a fingerprint), never the key, nor does the agent's log; that
+// form applied back (the interval changed) keeps the secret, so the path
+// stays up; another secret's redacted form is refused at its field,
+// nothing applied; the config file the agent writes back holds the key
+// and is its owner's alone.
+func TestLabProbeSecret(t *testing.T) {
+	st := newSteeredLab(t)
+	l, gc, ctx := st.sdwanLab, st.gc, st.ctx
+	key := lab.PathSecret(l.Name, 1)
+	sock := "unix://" + l.APISocket(l.GWA)
+	for _, format := range []string{"yaml", "json"} {
+		out, err := exec.Command(edgeplaneBin, "get", "paths", "-o", format, "--server", sock).CombinedOutput()
+		if err != nil || strings.Contains(string(out), key) || !strings.Contains(string(out), "redacted:") {
+			t.Errorf("get paths -o %s shows the secret, or no redacted form: %v\n%s", format, err, out)
+		}
+	}
+	rest, err := exec.Command("curl", "-sS", "--unix-socket", filepath.Join(l.RunDir, "gwa-rest.sock"), "http://x/v1/paths").CombinedOutput()
+	if err != nil || strings.Contains(string(rest), key) || !strings.Contains(string(rest), "redacted:") {
+		t.Errorf("GET /v1/paths shows the secret, or no redacted form: %v\n%s", err, rest)
+	}
+
+	shown, err := exec.Command(edgeplaneBin, "get", "paths", "-o", "yaml", "--server", sock).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// addToMonitor adds field to path 1's monitor in doc, beside its
+	// secret, at its indentation.
+	addToMonitor := func(doc, field string) string {
+		m := regexp.MustCompile(`(?m)^( *)secret: .*$`).FindStringSubmatchIndex(doc)
+		if m == nil {
+			t.Fatalf("no secret in\n%s", doc)
+		}
+		return doc[:m[1]] + "\n" + doc[m[2]:m[3]] + field + doc[m[1]:]
+	}
+	edited := addToMonitor(string(shown), "interval: 50ms")
+	file := filepath.Join(t.TempDir(), "paths.yaml")
+	if err := os.WriteFile(file, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(edgeplaneBin, "apply", "-f", file, "--server", sock).CombinedOutput(); err != nil {
+		t.Fatalf("apply of get's output, interval changed: %v\n%s\n%s", err, out, edited)
+	}
+	p, err := gc.GetPath(ctx, &pb.GetByIDRequest{Id: 1})
+	if err != nil || p.GetMonitor().GetInterval() != "50ms" || !strings.HasPrefix(p.GetMonitor().GetSecret(), "redacted:") {
+		t.Fatalf("path 1 after the apply: %v %v", p, err)
+	}
+	// Still signed with the same secret: the peer still answers.
+	time.Sleep(500 * time.Millisecond)
+	before, _ := gc.ListPathStatus(ctx, &pb.ListRequest{})
+	time.Sleep(500 * time.Millisecond)
+	after, _ := gc.ListPathStatus(ctx, &pb.ListRequest{})
+	if s := after.GetPaths()[0]; s.GetState() != "up" || s.GetProbesAnswered() <= before.GetPaths()[0].GetProbesAnswered() {
+		t.Errorf("path 1 after keeping its secret: %v", s)
+	}
+
+	other := strings.Replace(string(shown), strings.TrimPrefix(p.GetMonitor().GetSecret(), "redacted:"), "0badc0de", 1)
+	if err := os.WriteFile(file, []byte(addToMonitor(other, "window: 50")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(edgeplaneBin, "apply", "-f", file, "--server", sock).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "monitor.secret: redacted:0badc0de is how a secret is shown, not one") {
+		t.Errorf("apply of another secret's redacted form: %v\n%s", err, out)
+	}
+	if p, _ := gc.GetPath(ctx, &pb.GetByIDRequest{Id: 1}); p.GetMonitor().GetWindow() == 50 {
+		t.Error("the refused apply changed path 1")
+	}
+
+	cfgFile := filepath.Join(l.RunDir, "gwa.yaml")
+	if st, err := os.Stat(cfgFile); err != nil || st.Mode().Perm()&0o077 != 0 {
+		t.Errorf("the agent's config file with the secret: %v, mode %v", err, st.Mode().Perm())
+	}
+	if b, _ := os.ReadFile(cfgFile); !strings.Contains(string(b), key) {
+		t.Errorf("the agent's config file lost the secret:\n%s", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(l.RunDir, "gwa.log")); strings.Contains(string(b), key) {
+		t.Error("the agent's log shows the secret")
+	}
 }

@@ -31,7 +31,7 @@ const openapiConfig = `interfaces:
   - {name: lan0, role: lan, xdp: native}
   - {name: wan0, role: wan, xdp: native}
 paths:
-  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.2.0.2, key: 7, dscp: 46}
+  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.2.0.2, key: 7, dscp: 46, monitor: {insecure: true}}
 fars:
   - {id: 1, action: redirect, interface: wan0}
   - {id: 2, action: redirect, interface: lan0}

@@ -189,7 +189,9 @@ func TestLabSteeringFailover(t *testing.T) {
 			}
 			var ops []*pb.Operation
 			for _, p := range ps.GetPaths() {
-				p.Monitor = &pb.PathMonitor{Interval: c.interval}
+				// As listed (its secret redacted, which an update
+				// gives back to keep it), but for the interval.
+				p.Monitor.Interval = c.interval
 				ops = append(ops, updateOp(pathObj(p)))
 			}
 			if _, err := gc.Apply(ctx, &pb.ApplyRequest{Operations: ops}); err != nil {

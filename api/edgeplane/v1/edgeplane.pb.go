@@ -369,7 +369,15 @@ type PathMonitor struct {
 	// a ratio such as "5%"; empty: no limit
 	MaxLoss string `protobuf:"bytes,8,opt,name=max_loss,json=maxLoss,proto3" json:"max_loss,omitempty"`
 	// share of each limit a measure must come back below; empty: 10%
-	Hysteresis    string `protobuf:"bytes,9,opt,name=hysteresis,proto3" json:"hysteresis,omitempty"`
+	Hysteresis string `protobuf:"bytes,9,opt,name=hysteresis,proto3" json:"hysteresis,omitempty"`
+	// the key that signs the path's probes and their answers: 32 hex
+	// digits, the same at both ends. Answers show it redacted
+	// ("redacted:" and a fingerprint); an update that gives back the
+	// redacted form of the path's own secret keeps it.
+	Secret string `protobuf:"bytes,10,opt,name=secret,proto3" json:"secret,omitempty"`
+	// probes unsigned: anyone who can send from the path's remote address
+	// can answer them (a trusted underlay only)
+	Insecure      bool `protobuf:"varint,11,opt,name=insecure,proto3" json:"insecure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -465,6 +473,20 @@ func (x *PathMonitor) GetHysteresis() string {
 		return x.Hysteresis
 	}
 	return ""
+}
+
+func (x *PathMonitor) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *PathMonitor) GetInsecure() bool {
+	if x != nil {
+		return x.Insecure
+	}
+	return false
 }
 
 // Far is a forwarding action rule.
@@ -3984,7 +4006,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\amonitor\x18\n" +
 	" \x01(\v2\x19.edgeplane.v1.PathMonitorR\amonitorB\x06\n" +
 	"\x04_keyB\a\n" +
-	"\x05_dscp\"\x80\x02\n" +
+	"\x05_dscp\"\xb4\x02\n" +
 	"\vPathMonitor\x12\x10\n" +
 	"\x03off\x18\x01 \x01(\bR\x03off\x12\x1a\n" +
 	"\binterval\x18\x02 \x01(\tR\binterval\x12\x1d\n" +
@@ -3998,7 +4020,10 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\bmax_loss\x18\b \x01(\tR\amaxLoss\x12\x1e\n" +
 	"\n" +
 	"hysteresis\x18\t \x01(\tR\n" +
-	"hysteresis\"\x9f\x01\n" +
+	"hysteresis\x12\x16\n" +
+	"\x06secret\x18\n" +
+	" \x01(\tR\x06secret\x12\x1a\n" +
+	"\binsecure\x18\v \x01(\bR\binsecure\"\x9f\x01\n" +
 	"\x03Far\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1c\n" +
