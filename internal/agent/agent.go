@@ -591,7 +591,7 @@ func (a *Agent) load(cfg *config.Config, allocs rules.Allocs) error {
 	gen := comp.Generation()
 	n, err := a.dp.Commit(gen)
 	if err != nil {
-		return err
+		return commitError(err)
 	}
 	a.store, a.comp, a.gen = config.NewStore(cfg), comp, n
 	a.log.Info("rules committed", "generation", n, "pdrs", len(cfg.PDRs), "entries", len(gen.Rules), "groups", len(gen.Groups), "took", time.Since(start))
@@ -808,10 +808,21 @@ func (a *Agent) commitCompiled(undo func()) error {
 	n, err := a.dp.Commit(a.comp.Generation())
 	if err != nil {
 		undo()
-		return err
+		return commitError(err)
 	}
 	a.gen = n
 	return nil
+}
+
+// commitError says what a commit that failed while writing the spare
+// slot means: nothing of it is in force (the next commit writes the
+// slot whole). A hash map found full is named so: the kernel's E2BIG
+// reads "key too big for map" through cilium/ebpf.
+func commitError(err error) error {
+	if errors.Is(err, unix.E2BIG) {
+		return fmt.Errorf("%w (a BPF map is full: nothing of the change is in force, the rules before it keep serving)", err)
+	}
+	return err
 }
 
 // Snapshot reads the dataplane counters (api.Backend).
