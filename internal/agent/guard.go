@@ -244,16 +244,25 @@ func (a *Agent) checkDataplane(c *guardCheck, fix bool) {
 		return
 	}
 	ours, _ := prog.ID()
-	for _, itf := range a.Config().Interfaces {
+	for _, itf := range a.interfaces() {
 		ih := InterfaceHealth{Name: itf.Name}
-		a.checkInterface(c, &ih, uint32(ours), fix && pinsOK)
+		a.checkInterface(c, &ih, itf, uint32(ours), fix && pinsOK)
 		c.ifaces = append(c.ifaces, ih)
 	}
 }
 
+// interfaces returns the configured interfaces. Not Config(): after a
+// change that rebuilds the whole config (64K rules and more), which the
+// guard would do every second under a stream of Applies, holding a.mu.
+func (a *Agent) interfaces() []config.Interface {
+	var out []config.Interface
+	a.View(func(s *config.Store) { out = s.Interfaces() })
+	return out
+}
+
 // checkInterface finds what runs at itf's XDP hook and, with fix,
 // attaches the agent's program again where nothing runs.
-func (a *Agent) checkInterface(c *guardCheck, ih *InterfaceHealth, ours uint32, fix bool) {
+func (a *Agent) checkInterface(c *guardCheck, ih *InterfaceHealth, itf config.Interface, ours uint32, fix bool) {
 	nl, err := netlink.LinkByName(ih.Name)
 	if err != nil {
 		ih.XDP = xdpGone
@@ -280,7 +289,6 @@ func (a *Agent) checkInterface(c *guardCheck, ih *InterfaceHealth, ours uint32, 
 			c.problem("interface %s: no XDP program attached", ih.Name)
 			return
 		}
-		itf := a.configInterface(ih.Name)
 		if _, err := attachOne(a.dp, a.opts.PinDir, itf, false, a.held, a.log); err != nil {
 			c.problem("interface %s: no XDP program attached (link %d was detached behind the agent's back, or the interface made again), and attaching it again failed: %v", ih.Name, linkID, err)
 			return
@@ -299,7 +307,7 @@ func (a *Agent) checkInterface(c *guardCheck, ih *InterfaceHealth, ours uint32, 
 			c.problem("interface %s: runs the agent's program through a link the agent does not hold", ih.Name)
 			return
 		}
-		if _, err := attachOne(a.dp, a.opts.PinDir, a.configInterface(ih.Name), false, a.held, a.log); err != nil {
+		if _, err := attachOne(a.dp, a.opts.PinDir, itf, false, a.held, a.log); err != nil {
 			c.problem("interface %s: runs the agent's program through a link the agent does not hold, and adopting it failed: %v", ih.Name, err)
 			return
 		}
@@ -312,16 +320,6 @@ func (a *Agent) checkInterface(c *guardCheck, ih *InterfaceHealth, ours uint32, 
 		}
 		c.problem("interface %s: runs %s, not the agent's (%d): its packets skip the agent's rules; detach it and the agent attaches its own again", ih.Name, what, ours)
 	}
-}
-
-// configInterface returns the configured interface called name.
-func (a *Agent) configInterface(name string) config.Interface {
-	for _, i := range a.Config().Interfaces {
-		if i.Name == name {
-			return i
-		}
-	}
-	return config.Interface{Name: name}
 }
 
 // heldLinkInfo returns a held link's id and the ifindex it is attached
