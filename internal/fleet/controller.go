@@ -39,14 +39,14 @@ type Controller struct {
 	// objs holds every object by etcd key, as of the revision key's mod
 	// revision seen (seen, -1 before the first read), whose value is rv
 	// (raw as etcd holds it); scopeRev is each scope's last change.
-	objs     map[string]*object
-	seen     int64
-	rv       revisionValue
-	raw      string
+	objs map[string]*object
+	seen int64
+	rv   revisionValue
+	raw  string
 	// hi is the newest revision key this controller has seen (mod
 	// revision and raw value): etcd holding an older one went back.
-	hiRev int64
-	hiRaw string
+	hiRev    int64
+	hiRaw    string
 	scopeRev map[string]int64
 	// labels are the gateways' labels as controllers wrote them, and
 	// labelRev the revision each was written at.
