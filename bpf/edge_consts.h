@@ -73,6 +73,20 @@
 #ifndef EDGE_ICMP_BURST
 #define EDGE_ICMP_BURST 50
 #endif
+/* Each source's share of them (an IPv4 address, an IPv6 /64), spent
+ * before the CPU's: one source flooding big packets is refused on its
+ * own and leaves the rest to answer others' (a tenth of the rate each,
+ * so it takes ten flooding sources to spend a CPU's). Sources tracked
+ * at once (an LRU: an evicted one starts again with a full burst). */
+#ifndef EDGE_ICMP_SRC_RATE
+#define EDGE_ICMP_SRC_RATE 100
+#endif
+#ifndef EDGE_ICMP_SRC_BURST
+#define EDGE_ICMP_SRC_BURST 10
+#endif
+#ifndef EDGE_ICMP_SOURCES
+#define EDGE_ICMP_SOURCES 4096
+#endif
 
 /* Rules generations live in two slots: the live one and the one the agent
  * builds beside it. The slot of generation g is g & 1. */
@@ -174,6 +188,15 @@
  * last EDGE_FO_IDLE_NS with at least EDGE_FO_WARM packets. */
 #define EDGE_FO_IDLE_NS 2000000000ull
 #define EDGE_FO_WARM 4
+/* Shares per class (a power of two) that flows without a record of their
+ * own (both slots held by active connections) are judged in, by their
+ * keyed hash: such a flow is held to a flow's share beside those sharing
+ * it, never unpoliced. */
+#define EDGE_FO_SHARES 16
+
+/* edge_secret.hash: the hash the flow table and FlowOpt place by. An
+ * upgrade to a build with another places every flow again. */
+#define EDGE_HASH_SIPHASH13 1
 
 /* edge_state.fib_flags */
 #define EDGE_FIB_BY_DST 1

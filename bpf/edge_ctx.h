@@ -78,6 +78,23 @@ struct edge_ctx {
 	__u32 ft_seq;
 	__s32 ft_way;
 	__u32 ft_nh; /* the entry's fib_epoch when it was read */
+	/* FlowOpt's record of the packet's connection (flowopt.h), as the
+	 * probe found it before act: its slot + 1 (0: none), check, the
+	 * packet's direction, and the interface the record says that
+	 * direction leaves by (after act, edge_fo_egress writes where the
+	 * packet left when it is another). */
+	__u32 fo_slot;
+	__u32 fo_check;
+	__u32 fo_dir;
+	__u32 fo_oif;
+	/* Where relief placed the packet's connection: its key, its pair
+	 * of slots and its check, so the stages after it need not hash it
+	 * again; fo_hint_ok is 1 until one of them takes it. */
+	struct edge_fo_key fo_hint_k;
+	__u32 fo_hint_idx;
+	__u32 fo_hint_check;
+	__u32 fo_hint_ok;
+	__u32 fo_pad;
 	struct edge_ft_rec rec;
 	struct edge_lb_scratch lb;
 };

@@ -439,6 +439,30 @@ struct {
 	__uint(max_entries, 1);
 } edge_icmp_bucket SEC(".maps");
 
+/* ... and per source, before the CPU's (too_big.h): one source's share.
+ * An LRU hash shared by all CPUs (a source's packets land on any).
+ * Written by packets answered from XDP. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct edge_icmp_src_key);
+	__type(value, struct edge_bucket);
+	__uint(max_entries, EDGE_ICMP_SOURCES);
+} edge_icmp_src SEC(".maps");
+
+/* The secret the flows' hashes are keyed with (siphash.h), one element.
+ * Written by the agent once, when it creates the pinned maps; read by
+ * the agent before each load, which sets it into the program (hash_k0,
+ * hash_k1). Packets never read it: a restarted or upgraded agent finds
+ * its flows where the program before it placed them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_hash_secret);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_RDONLY_PROG);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_secret SEC(".maps");
+
 /* Packets the pipeline ran on, per CPU, by the ingress interface's
  * ifindex mod EDGE_IF_SLOTS: which CPU does each interface's XDP work
  * (on veth, the sender's; relief's handovers count on both CPUs).
@@ -475,11 +499,11 @@ struct {
 
 /* FlowOpt (lib/flowopt.h). Connections' state: RTT samples, rate
  * estimates, fairness tokens and the CPU relief placed them on, both
- * directions in one element at the pair of slots the connection's
- * direction-free hash names, so a packet of either direction finds the
- * other's sample without a second flow-table lookup. Written by packets;
- * read by the agent (mapped). Size: config (limits.flows, a power of
- * two). */
+ * directions in one element, matched by the connection's whole key, at
+ * the pair of slots its direction-free keyed hash names, so a packet of
+ * either direction finds the other's sample without a second flow-table
+ * lookup. Written by packets; read by the agent. Size: config
+ * (limits.flows, a power of two). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
@@ -508,6 +532,17 @@ struct {
 	__uint(max_entries, EDGE_SLOTS * 64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_qos_dscp SEC(".maps");
+
+/* The shares flows without a FlowOpt record are judged in: class index *
+ * EDGE_FO_SHARES + a share their keyed hash and direction pick. Written
+ * by packets. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_fo_dir);
+	__uint(max_entries, EDGE_MAX_QOS * EDGE_FO_SHARES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_fo_shares SEC(".maps");
 
 /* Per class (index) phantom queues. Written by packets. */
 struct {

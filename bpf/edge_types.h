@@ -76,6 +76,8 @@ enum edge_reason {
 	EDGE_R_DUP_JUMP,      /* a redundant copy too far ahead of the window: held until confirmed */
 	EDGE_R_PROBE_BAD_MAC, /* a path probe or answer whose MAC the path secret does not give */
 	EDGE_R_PROBE_STALE,   /* an answer to no probe of ours in flight: answered, too old, or never sent */
+	EDGE_R_FO_SHARE_DROP, /* no FlowOpt record: over its class's shared share, dropped */
+	EDGE_R_ICMP_SRC_LIMIT,/* too big, but its source is over its share of XDP's ICMP errors */
 	EDGE_R_MAX,
 };
 
@@ -466,6 +468,7 @@ struct edge_tcp_rtt {
 	__u32 flow;  /* its flow: the xor of its addresses' words */
 	__u32 ports; /* its ports, source << 16 | destination (host order) */
 	__u32 taken; /* the agent's tick + 1 when it was taken; 0: none in flight */
+	__u32 oif;   /* the interface it left by: its echo must come in there */
 	__u64 sent_ns;   /* when it left (CLOCK_MONOTONIC) */
 	__u64 samples;   /* RTTs measured */
 	__u64 last_ns;   /* the last one */
@@ -543,10 +546,25 @@ struct edge_fo_dir {
 	__u8 cpu;         /* relief: the CPU + 1 it is handled on (0: not placed) */
 	__u8 flags;       /* EDGE_FOD_* */
 	__u32 last_tsval; /* the last TSval seen (a sample starts on a new one) */
+	/* The interface this direction's packets leave by, as its last
+	 * packet was sent (0: not known): the other direction's packets
+	 * end this one's samples only when they arrive there. */
+	__u32 oif;
+	__u32 pad;
+};
+
+/* A connection as FlowOpt keys it, the same from both directions: the
+ * lower endpoint (address, then port) first. Addresses as the 64-bit
+ * words of a flow key's. */
+struct edge_fo_key {
+	__u64 a[2];  /* the lower endpoint's address */
+	__u64 b[2];  /* the higher's */
+	__u64 ports; /* its port | the higher's << 16 | proto << 32 | family << 40 */
 };
 
 /* A connection's FlowOpt state (edge_fo), found by both directions at
- * one place: the pair of slots its direction-free hash names. */
+ * one place: the pair of slots its direction-free hash names, and
+ * matched there by its whole key. */
 struct edge_fo_conn {
 	__u32 check;   /* the hash's high half | 1 (0: empty) */
 	__u32 packets; /* both directions (saturating) */
@@ -556,6 +574,7 @@ struct edge_fo_conn {
 	__u8 hs;       /* 1: SYN seen, 2: SYN-ACK, 3: done */
 	__u16 pad;
 	__u32 pad2;
+	struct edge_fo_key k;
 	struct edge_fo_dir d[2];
 };
 
@@ -578,11 +597,30 @@ struct edge_emc_slot {
 	__u32 pad2;
 };
 
-/* A token bucket (per CPU) of the ICMP errors XDP sends, in nanoseconds
- * of credit: each error costs 1e9 / EDGE_ICMP_RATE. */
+/* A token bucket of the ICMP errors XDP sends (edge_icmp_bucket, per
+ * CPU; edge_icmp_src, per source), in nanoseconds of credit: each error
+ * costs 1e9 / its rate. */
 struct edge_bucket {
 	__u64 last_ns;
 	__u64 credit_ns;
+};
+
+/* A source of packets XDP answers with ICMP errors (edge_icmp_src): an
+ * IPv4 address in the first 4 bytes, or an IPv6 /64 (the rest zero: a
+ * host picks its own interface identifier, so one IPv6 sender holds a
+ * whole /64). */
+struct edge_icmp_src_key {
+	__u8 addr[16];
+	__u32 family;
+};
+
+/* The secret the flows' hashes are keyed with (edge_secret; siphash.h):
+ * drawn by the agent from crypto/rand when it creates the pinned maps,
+ * kept in them across restarts and upgrades. */
+struct edge_hash_secret {
+	__u64 k0, k1;
+	__u32 hash; /* EDGE_HASH_*: the hash the flow table is placed by */
+	__u32 pad;
 };
 
 /* A packets/bytes counter (per CPU). */

@@ -20,8 +20,11 @@
  *            connection, from the handshake (SYN to SYN-ACK, SYN-ACK to
  *            ACK) and from TCP timestamps (RFC 7323) as pping takes them:
  *            a segment of one direction with a new TSval is the sample,
- *            the first packet of the other direction echoing it ends it.
- *            A sample is given up when an echo goes past it (a
+ *            the first packet of the other direction echoing it ends it,
+ *            if it came in by the interface the sampled direction leaves
+ *            by (learnt after act: edge_fo_egress); answers from
+ *            anywhere else are not looked at. A sample is given up when
+ *            an echo goes past it (a
  *            retransmission or a delayed ACK: never timed from the wrong
  *            segment); TSvals compare by serial arithmetic, so their wrap
  *            does not matter. Per direction: smoothed and minimum RTT,
@@ -60,13 +63,17 @@
  *            one each.
  *
  * The record sits at the pair of slots (a two-way bucket) the
- * connection's direction-free hash names: both directions find it, so a
- * TCP echo finds its sample without a second flow-table lookup. A new
+ * connection's direction-free hash names, keyed with the agent's secret
+ * (siphash.h), and holds the connection's whole key: both directions
+ * find it, so a TCP echo finds its sample without a second flow-table
+ * lookup, and no other connection does, whatever its hash. A new
  * connection takes an empty slot of the pair, else one whose connection
  * is cold (fewer than EDGE_FO_WARM packets) or idle for EDGE_FO_IDLE_NS,
  * else none (counted EDGE_R_FO_FULL): a flood of new flows cannot evict
- * an established one's state. Two CPUs may write one record at once (the
- * two directions of a connection); a lost update costs a sample or a few
+ * an established one's state. A flow without a record is judged in one
+ * of its class's shares (edge_fo_shares) with the others there: never
+ * let through unjudged. Two CPUs may write one record at once (the two
+ * directions of a connection); a lost update costs a sample or a few
  * tokens, never a wrong verdict on another flow. */
 #ifndef EDGE_FLOWOPT_H
 #define EDGE_FLOWOPT_H
@@ -95,72 +102,119 @@ volatile const __u32 fo_slots = 65536;
 /* Rate estimate windows: at least 2^26 ns (67 ms). */
 #define FO_RATE_NS (1ull << 26)
 
-/* fo_place puts the packet's connection at its pair of slots: *idx (even)
- * and *check (the hash's high half | 1). The hash takes the two endpoints
- * in a fixed order, so both directions place it alike; the return value
- * is the packet's direction (0: from the lower endpoint). */
-static __always_inline __u32 fo_place(const struct edge_pkt *p, __u32 *idx,
-				      __u32 *check)
+/* Where a connection sits in edge_fo (fo_place): its key, the first of
+ * its pair of slots (even), its check (the hash's high half | 1), the
+ * packet's direction (0: from the lower endpoint), and (fo_get) the
+ * slot its record holds. */
+struct fo_where {
+	struct edge_fo_key k;
+	__u32 idx;
+	__u32 check;
+	__u32 dir;
+	__u32 slot;
+};
+
+/* fo_key_eq tells whether connection keys x and y are the same. */
+static __always_inline int fo_key_eq(const struct edge_fo_key *x,
+				     const struct edge_fo_key *y)
 {
+	return x->a[0] == y->a[0] && x->a[1] == y->a[1] && x->b[0] == y->b[0] &&
+	       x->b[1] == y->b[1] && x->ports == y->ports;
+}
+
+/* fo_place places the packet's connection: the keyed hash (siphash.h) of
+ * its endpoints in a fixed order, so both directions place it alike.
+ * Where relief placed the same connection (c->fo_hint) is taken instead
+ * of hashing it again, and taken once: the next packet hashes anew. */
+static __always_inline void fo_place(struct edge_ctx *c, struct fo_where *w)
+{
+	const struct edge_pkt *p = &c->p;
 	const __u64 *s = (const __u64 *)p->key.src, *d = (const __u64 *)p->key.dst;
 	__u64 a0 = s[0], a1 = s[1], b0 = d[0], b1 = d[1], t, h;
 	__u16 ap = p->key.sport, bp = p->key.dport, tp;
-	__u32 dir = 0;
 
+	w->dir = 0;
 	if (a0 > b0 || (a0 == b0 && (a1 > b1 || (a1 == b1 && ap > bp)))) {
 		t = a0, a0 = b0, b0 = t;
 		t = a1, a1 = b1, b1 = t;
 		tp = ap, ap = bp, bp = tp;
-		dir = 1;
+		w->dir = 1;
 	}
-	h = ft_hash(a0, a1, b0, b1,
-		    (__u64)ap | (__u64)bp << 16 | (__u64)p->key.proto << 32 |
-			    (__u64)p->key.family << 40, 0);
-	*idx = (__u32)h & (fo_slots - 1) & ~1u;
-	*check = (__u32)(h >> 32) | 1;
-	return dir;
+	w->k.a[0] = a0;
+	w->k.a[1] = a1;
+	w->k.b[0] = b0;
+	w->k.b[1] = b1;
+	w->k.ports = (__u64)ap | (__u64)bp << 16 | (__u64)p->key.proto << 32 |
+		     (__u64)p->key.family << 40;
+	if (c->fo_hint_ok && fo_key_eq(&c->fo_hint_k, &w->k)) {
+		c->fo_hint_ok = 0;
+		w->idx = c->fo_hint_idx;
+		w->check = c->fo_hint_check;
+		return;
+	}
+	h = sip_tuple(a0, a1, b0, b1, (__u32)ap | (__u32)bp << 16,
+		      p->key.proto, p->key.family);
+	w->idx = (__u32)h & (fo_slots - 1) & ~1u;
+	w->check = (__u32)(h >> 32) | 1;
 }
 
-/* fo_get returns the record of the packet's connection, taking a slot for
- * a new one (see above), or NULL; *dir is the packet's direction. */
+/* fo_is tells whether record e is the connection w places: its check,
+ * then its whole key (a check is 32 bits of a hash: two connections may
+ * share one, never a record). */
+static __always_inline int fo_is(const struct edge_fo_conn *e,
+				 const struct fo_where *w)
+{
+	return e->check == w->check && fo_key_eq(&e->k, &w->k);
+}
+
+/* fo_get returns the record of the packet's connection (placed in *w),
+ * taking a slot for a new one (see above), or NULL: both slots hold
+ * active connections (counted EDGE_R_FO_FULL). */
 static __always_inline struct edge_fo_conn *fo_get(struct edge_ctx *c,
-						   __u64 now, __u32 *dir)
+						   __u64 now,
+						   struct fo_where *w)
 {
 	struct edge_fo_conn *e0, *e1, *v;
-	__u32 idx, idx1, check;
+	__u32 idx, idx1;
 
-	*dir = fo_place(&c->p, &idx, &check);
+	fo_place(c, w);
+	idx = w->idx;
 	idx1 = idx + 1;
 	e0 = bpf_map_lookup_elem(&edge_fo, &idx);
 	e1 = bpf_map_lookup_elem(&edge_fo, &idx1);
 	if (!e0 || !e1)
 		return NULL;
-	if (e0->check == check)
+	w->slot = idx;
+	if (fo_is(e0, w))
 		return e0;
-	if (e1->check == check)
+	w->slot = idx1;
+	if (fo_is(e1, w))
 		return e1;
 	/* A new connection: an empty slot, else the older of the cold or
 	 * idle ones. */
-	if (!e0->check)
+	if (!e0->check) {
 		v = e0;
-	else if (!e1->check)
+		w->slot = idx;
+	} else if (!e1->check) {
 		v = e1;
-	else {
+	} else {
 		int c0 = e0->packets < EDGE_FO_WARM || now - e0->last_ns > EDGE_FO_IDLE_NS;
 		int c1 = e1->packets < EDGE_FO_WARM || now - e1->last_ns > EDGE_FO_IDLE_NS;
 
-		if (c0 && (!c1 || e0->last_ns <= e1->last_ns))
+		if (c0 && (!c1 || e0->last_ns <= e1->last_ns)) {
 			v = e0;
-		else if (c1)
+			w->slot = idx;
+		} else if (c1) {
 			v = e1;
-		else {
+		} else {
 			count(&edge_reasons, EDGE_R_FO_FULL, c->p.len);
 			return NULL;
 		}
 		count(&edge_reasons, EDGE_R_FO_EVICT, c->p.len);
 	}
 	__builtin_memset(v, 0, sizeof(*v));
-	v->check = check;
+	v->check = w->check;
+	v->k = w->k;
 	v->last_ns = now;
 	return v;
 }
@@ -225,7 +279,11 @@ static __always_inline int tcp_payload(struct xdp_md *ctx, const struct edge_pkt
 }
 
 /* fo_probe takes the TCP packet in c->p (direction me, the other one
- * other) into its connection's RTT samples. */
+ * other) into its connection's RTT samples. A packet ends the other
+ * direction's sample only when it arrived where that direction leaves
+ * (there): an answer forged from elsewhere (a WAN sender faking the
+ * SYN-ACK or an echo, to set the minimum and with it the hint) is not
+ * looked at, and neither ends nor gives up a sample. */
 static __always_inline void fo_probe(struct xdp_md *ctx, struct edge_ctx *c,
 				     struct edge_fo_conn *e, __u32 dir,
 				     struct edge_fo_dir *me,
@@ -233,6 +291,7 @@ static __always_inline void fo_probe(struct xdp_md *ctx, struct edge_ctx *c,
 				     __u32 k16)
 {
 	__u8 fl = c->p.tcp_flags & (TCP_F_SYN | TCP_F_ACK);
+	int there = other->oif && other->oif == c->p.key.ifindex;
 
 	/* The handshake: each of its answers ends the other direction's
 	 * sample (SYN to SYN-ACK, SYN-ACK to ACK). */
@@ -241,18 +300,18 @@ static __always_inline void fo_probe(struct xdp_md *ctx, struct edge_ctx *c,
 		e->syn_dir = dir;
 		e->hs = 1;
 	} else if (fl == (TCP_F_SYN | TCP_F_ACK)) {
-		if (e->hs == 1 && e->syn_dir != dir) {
+		if (e->hs == 1 && e->syn_dir != dir && there) {
 			fo_sample(other, now - e->syn_ns, k16);
 			e->syn_ns = now;
 			e->hs = 2;
 		}
-	} else if (e->hs == 2 && e->syn_dir == dir && fl == TCP_F_ACK) {
+	} else if (e->hs == 2 && e->syn_dir == dir && fl == TCP_F_ACK && there) {
 		fo_sample(other, now - e->syn_ns, k16);
 		e->hs = 3;
 	}
 	if (!tcp_ts(ctx, c))
 		return;
-	if (other->sent_ns) {
+	if (other->sent_ns && there) {
 		if (c->tsecr == other->tsval) {
 			fo_sample(other, now - other->sent_ns, k16);
 			other->sent_ns = 0;
@@ -438,41 +497,53 @@ pass:
 
 /* edge_fo_act runs the probe and fairness stages (those st's fo_flags
  * has on) on the packet in c->p, of a flow in class cls (index + 1; 0:
- * none): EDGE_GO_ON, or the verdict of a packet over its share. A global
- * function: verified once. */
+ * none): EDGE_GO_ON, or the verdict of a packet over its share. A flow
+ * whose connection has no record (both of its slots held by active
+ * connections) is judged in one of its class's shares (edge_fo_shares,
+ * by its keyed hash and direction) beside the other flows there: held
+ * to a flow's share, never let through unjudged. The probe leaves the
+ * record's place in c (fo_slot) for edge_fo_egress. A global function:
+ * verified once. */
 __noinline int edge_fo_act(struct xdp_md *ctx, struct edge_ctx *c, __u32 fo,
 			   __u32 k16, __u32 cls)
 {
-	struct edge_fo_dir *me, *other;
+	struct edge_fo_dir *me = NULL, *other;
 	struct edge_qos_ctr *qc;
 	const struct edge_qos_class *q;
 	struct edge_fo_conn *e;
-	__u32 dir, k;
+	struct fo_where w;
+	__u32 k, share;
 	__u64 now;
 
 	if (!c)
 		return EDGE_GO_ON;
+	c->fo_slot = 0;
+	c->fo_oif = 0;
 	if (!(fo & EDGE_FO_PROBE) && !(cls && (fo & EDGE_FO_FAIR)))
 		return EDGE_GO_ON;
 	now = bpf_ktime_get_ns();
-	e = fo_get(c, now, &dir);
-	if (!e)
-		return EDGE_GO_ON;
-	e->last_ns = now;
-	if (e->packets < 0xffffffffu)
-		e->packets++;
-	if (dir) {
-		me = &e->d[1];
-		other = &e->d[0];
-	} else {
-		me = &e->d[0];
-		other = &e->d[1];
-	}
-	if (fo & EDGE_FO_PROBE) {
-		fo_rate(me, c->p.len, now);
-		if (c->p.key.proto == IPPROTO_TCP && c->p.l4_off &&
-		    !(c->p.key.flags & EDGE_KF_FRAG))
-			fo_probe(ctx, c, e, dir, me, other, now, k16);
+	e = fo_get(c, now, &w);
+	if (e) {
+		e->last_ns = now;
+		if (e->packets < 0xffffffffu)
+			e->packets++;
+		if (w.dir) {
+			me = &e->d[1];
+			other = &e->d[0];
+		} else {
+			me = &e->d[0];
+			other = &e->d[1];
+		}
+		if (fo & EDGE_FO_PROBE) {
+			fo_rate(me, c->p.len, now);
+			if (c->p.key.proto == IPPROTO_TCP && c->p.l4_off &&
+			    !(c->p.key.flags & EDGE_KF_FRAG))
+				fo_probe(ctx, c, e, w.dir, me, other, now, k16);
+			c->fo_slot = w.slot + 1;
+			c->fo_check = w.check;
+			c->fo_dir = w.dir;
+			c->fo_oif = me->oif;
+		}
 	}
 	if (!cls || !(fo & EDGE_FO_FAIR))
 		return EDGE_GO_ON;
@@ -482,9 +553,48 @@ __noinline int edge_fo_act(struct xdp_md *ctx, struct edge_ctx *c, __u32 fo,
 	qc = bpf_map_lookup_elem(&edge_qos_stats, &k);
 	if (!q || !qc)
 		return EDGE_GO_ON;
+	if (!me) {
+		/* check's low bit is always set: its next three pick a pair
+		 * of shares, the direction one of them. */
+		share = k * EDGE_FO_SHARES +
+			((w.check & (EDGE_FO_SHARES - 2)) | (w.dir & 1));
+		me = bpf_map_lookup_elem(&edge_fo_shares, &share);
+		if (!me)
+			return punt(&c->p, EDGE_R_FO_SHARE_DROP, XDP_DROP);
+		if (fo_fair(ctx, c, me, q, k, qc, now))
+			return punt(&c->p, EDGE_R_FO_SHARE_DROP, XDP_DROP);
+		return EDGE_GO_ON;
+	}
 	if (fo_fair(ctx, c, me, q, k, qc, now))
 		return punt(&c->p, EDGE_R_FO_DROP, XDP_DROP);
 	return EDGE_GO_ON;
+}
+
+/* edge_fo_egress notes oif, the interface the packet the probe just took
+ * left by (c->fo_slot: its connection's record; 0: none), as its
+ * direction's: the other direction's answers end its samples only when
+ * they come in there. A flow entry knows where its packets leave only
+ * once one is sent (a new flow's first packet, the handshake's SYN), so
+ * the pipeline calls this after act, when the interface is not the one
+ * the record holds. A packet that left by none (dropped, or handed to the
+ * kernel) leaves it as it was: a forged packet of the direction cannot
+ * unlearn it. A global function. */
+__noinline int edge_fo_egress(struct edge_ctx *c, __u32 oif)
+{
+	struct edge_fo_conn *e;
+	__u32 slot;
+
+	if (!c || !c->fo_slot || !oif)
+		return 0;
+	slot = c->fo_slot - 1;
+	e = bpf_map_lookup_elem(&edge_fo, &slot);
+	if (!e || e->check != c->fo_check)
+		return 0;
+	if (c->fo_dir & 1)
+		e->d[1].oif = oif;
+	else
+		e->d[0].oif = oif;
+	return 0;
 }
 
 /* edge_fo_relief places the flow of the packet in c->p, of class cls
@@ -501,7 +611,8 @@ __noinline int edge_fo_relief(struct edge_ctx *c, __u32 ncpus, __u32 cls,
 	const struct edge_qos_class *q;
 	struct edge_fo_conn *e;
 	struct edge_fo_dir *d;
-	__u32 cpu, a, b, dir, k;
+	struct fo_where w;
+	__u32 cpu, a, b, k;
 	__u64 now;
 
 	if (!c || c->p.key.proto == IPPROTO_GRE || ncpus < 2)
@@ -513,7 +624,12 @@ __noinline int edge_fo_relief(struct edge_ctx *c, __u32 ncpus, __u32 cls,
 			return EDGE_GO_ON;
 	}
 	now = bpf_ktime_get_ns();
-	e = fo_get(c, now, &dir);
+	e = fo_get(c, now, &w);
+	/* For the probe and fairness stages, after act. */
+	c->fo_hint_k = w.k;
+	c->fo_hint_idx = w.idx;
+	c->fo_hint_check = w.check;
+	c->fo_hint_ok = 1;
 	if (!e)
 		return EDGE_GO_ON;
 	if (alone) {
@@ -521,7 +637,7 @@ __noinline int edge_fo_relief(struct edge_ctx *c, __u32 ncpus, __u32 cls,
 		if (e->packets < 0xffffffffu)
 			e->packets++;
 	}
-	d = dir ? &e->d[1] : &e->d[0];
+	d = w.dir ? &e->d[1] : &e->d[0];
 	cpu = bpf_get_smp_processor_id();
 	if (!d->cpu) {
 		here = bpf_map_lookup_elem(&edge_cpu_loads, &cpu);

@@ -2,14 +2,15 @@
 /* The flow table (edge_ft, edge_ft_meta): one entry per flow, whatever
  * its kind, so a new flow costs one write.
  *
- * A flow's 5-tuple and GRE key hash to a bucket of EDGE_FT_WAYS ways; the
- * bucket's line in edge_ft_meta holds a tag per way (the hash's other
- * half), the tick of the way's last use and whether it was used after
- * its first packet. A lookup reads that line and compares keys only
- * where the tag matches; the flows of one 5-tuple (other DSCP, ingress,
- * path) share the bucket and the tag, so a connection is found by its
- * 5-tuple alone (per-connection consistency across them, the reply of a
- * NAT'd connection) in the same pass.
+ * A flow's 5-tuple and GRE key hash (keyed with the agent's secret,
+ * siphash.h: no sender can aim its flows at another's bucket) to a
+ * bucket of EDGE_FT_WAYS ways; the bucket's line in edge_ft_meta holds a
+ * tag per way (the hash's other half), the tick of the way's last use
+ * and whether it was used after its first packet. A lookup reads that
+ * line and compares whole keys where the tag matches; the flows of one
+ * 5-tuple (other DSCP, ingress, path) share the bucket and the tag, so a
+ * connection is found by its 5-tuple alone (per-connection consistency
+ * across them, the reply of a NAT'd connection) in the same pass.
  *
  * An insert takes an empty way, else a way whose flow never had a second
  * packet or has gone EDGE_FT_IDLE ticks unused, the least recently used
@@ -30,6 +31,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "../edge_maps.h"
+#include "siphash.h"
 #include "verdict.h"
 
 /* Buckets of the flow table, set by the agent before load (a power of
@@ -38,30 +40,15 @@ volatile const __u32 ft_buckets = 65536 / EDGE_FT_WAYS;
 
 #define FT_BARRIER() asm volatile("" ::: "memory")
 
-/* ft_hash mixes a 5-tuple (addresses as 64-bit words, then ports,
- * protocol and family in one word, laid out as struct edge_conn_key's
- * last word) and a GRE key into 64 bits: each word times its own odd
- * constant, summed, then SplitMix64's finaliser. The agent computes the
- * same (bpf.FTHash). */
-static __always_inline __u64 ft_hash(__u64 s0, __u64 s1, __u64 d0, __u64 d1,
-				     __u64 ports, __u32 gre_key)
+/* ft_hash places flow key k: the keyed hash (siphash.h) of its 5-tuple
+ * and GRE key. The agent computes the same (bpf.FTHash). */
+static __always_inline __u64 ft_hash(const struct edge_flow_key *k)
 {
-	__u64 h;
+	const __u64 *s = (const __u64 *)k->src, *d = (const __u64 *)k->dst;
 
-	h = s0 * 0x9e3779b97f4a7c15ull + s1 * 0xbf58476d1ce4e5b9ull +
-	    d0 * 0x94d049bb133111ebull + d1 * 0xd6e8feb86659fd93ull +
-	    ports * 0xc2b2ae3d27d4eb4full + gre_key * 0x165667b19e3779f9ull;
-	h ^= h >> 31;
-	h *= 0xbf58476d1ce4e5b9ull;
-	h ^= h >> 29;
-	return h;
-}
-
-/* ft_ports is the ports word ft_hash takes, from a flow key. */
-static __always_inline __u64 ft_ports(const struct edge_flow_key *k)
-{
-	return (__u64)k->sport | (__u64)k->dport << 16 | (__u64)k->proto << 32 |
-	       (__u64)k->family << 40;
+	return sip_tuple(s[0], s[1], d[0], d[1],
+			 ((__u32)k->sport | (__u32)k->dport << 16) | k->gre_key,
+			 k->proto, k->family);
 }
 
 /* ft_place sets c->ft_bucket and c->ft_tag from hash h. */
@@ -74,10 +61,7 @@ static __always_inline void ft_place(struct edge_ctx *c, __u64 h)
 /* ft_place_key places c->p.key's flow. */
 static __always_inline void ft_place_key(struct edge_ctx *c)
 {
-	const struct edge_flow_key *k = &c->p.key;
-	const __u64 *s = (const __u64 *)k->src, *d = (const __u64 *)k->dst;
-
-	ft_place(c, ft_hash(s[0], s[1], d[0], d[1], ft_ports(k), k->gre_key));
+	ft_place(c, ft_hash(&c->p.key));
 }
 
 static __always_inline struct edge_ft_way *ft_way(__u32 bucket, __u32 way)
@@ -224,7 +208,9 @@ __noinline int edge_ft_conn(struct edge_ctx *c, __u32 svc)
 		return 0;
 	k = &c->lb.fk;
 	w = (const __u64 *)k;
-	h = ft_hash(w[0], w[1], w[2], w[3], w[4], 0);
+	/* w[4]: sport, dport, proto, family (struct edge_conn_key) */
+	h = sip_tuple(w[0], w[1], w[2], w[3], (__u32)w[4], (__u8)(w[4] >> 32),
+		      (__u8)(w[4] >> 40));
 	c->lb.fb = (__u32)h & (ft_buckets - 1);
 	tag = (__u32)(h >> 32) | 1;
 	m = bpf_map_lookup_elem(&edge_ft_meta, &c->lb.fb);
@@ -262,7 +248,6 @@ __noinline int edge_ft_conn(struct edge_ctx *c, __u32 svc)
 __noinline int edge_ft_use(struct edge_ctx *c, const struct edge_flow_key *k,
 			   __u64 packets, __u64 bytes, __u32 flags)
 {
-	const __u64 *s, *d;
 	struct edge_ft_bucket *m;
 	struct edge_ft_way *e;
 	__u32 i, b, tag;
@@ -270,9 +255,7 @@ __noinline int edge_ft_use(struct edge_ctx *c, const struct edge_flow_key *k,
 
 	if (!c || !k)
 		return 0;
-	s = (const __u64 *)k->src;
-	d = (const __u64 *)k->dst;
-	h = ft_hash(s[0], s[1], d[0], d[1], ft_ports(k), k->gre_key);
+	h = ft_hash(k);
 	c->lb.fb = (__u32)h & (ft_buckets - 1);
 	tag = (__u32)(h >> 32) | 1;
 	m = bpf_map_lookup_elem(&edge_ft_meta, &c->lb.fb);

@@ -98,7 +98,7 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 		return punt(p, EDGE_R_NO_STATE, XDP_DROP);
 	/* TCP: the path's passive RTT sample, while none is in flight. */
 	if (p->key.proto == IPPROTO_TCP && p->l4_off)
-		edge_tcp_rtt_out(ctx, edge_ctx_of(p), path->stats);
+		edge_tcp_rtt_out(ctx, edge_ctx_of(p), path->stats, path->ifindex);
 	l3 = hop_check(ctx, p, family, &reason);
 	if (!l3)
 		return reason;

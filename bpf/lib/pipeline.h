@@ -292,13 +292,18 @@ static __always_inline int edge_pipeline_on(struct xdp_md *ctx, int placed)
 		if (!fl)
 			return rc;
 		far = decided(c, fl);
-		if (far && far->action == EDGE_ACT_DECAP)
+		if (far && far->action == EDGE_ACT_DECAP) {
 			rc = punt(&c->p, EDGE_R_GRE_NESTED, XDP_DROP);
-		else
-			rc = act(ctx, c, st, fl, far);
-	} else {
-		rc = act(ctx, c, st, fl, far);
+			goto done;
+		}
 	}
+	rc = act(ctx, c, st, fl, far);
+	/* The probe's record learns where the packet left (fl's next hop,
+	 * once sent), when its direction left elsewhere before: a new
+	 * flow's first packet learns it only now. */
+	if ((fo & EDGE_FO_PROBE) && fl->oif != c->fo_oif)
+		edge_fo_egress(c, fl->oif);
+done:
 	if (c->record)
 		flow_record(c, emc);
 	else

@@ -88,10 +88,11 @@ static __always_inline __u32 tcp_flow(const struct edge_pkt *p)
 }
 
 /* edge_tcp_rtt_out takes the TCP packet in c->p, about to be encapsulated
- * onto path (stable index), as the path's sample when none is in flight
- * and it has timestamps. A global function: verified once. Returns 0. */
+ * onto path (stable index) and sent out of interface oif, as the path's
+ * sample when none is in flight and it has timestamps. A global
+ * function: verified once. Returns 0. */
 __noinline int edge_tcp_rtt_out(struct xdp_md *ctx, struct edge_ctx *c,
-				__u32 path)
+				__u32 path, __u32 oif)
 {
 	struct edge_tcp_rtt *r;
 	__u64 now;
@@ -112,6 +113,7 @@ __noinline int edge_tcp_rtt_out(struct xdp_md *ctx, struct edge_ctx *c,
 		r->ports = bpf_ntohs(c->p.key.sport) << 16 |
 			   bpf_ntohs(c->p.key.dport);
 		r->taken = c->now + 1;
+		r->oif = oif;
 		r->sent_ns = now;
 	}
 	bpf_spin_unlock(&r->lock);
@@ -119,7 +121,9 @@ __noinline int edge_tcp_rtt_out(struct xdp_md *ctx, struct edge_ctx *c,
 }
 
 /* edge_tcp_rtt_in ends path's (stable index) sample when the TCP packet
- * in c->p, decapsulated from it, is of the sampled flow coming back and
+ * in c->p, decapsulated from it, is of the sampled flow coming back,
+ * came in by the interface the sample left by (a packet naming the
+ * path's outer addresses from anywhere else is no echo of it), and
  * echoes the sample's TSval. A global function. Returns 0. */
 __noinline int edge_tcp_rtt_in(struct xdp_md *ctx, struct edge_ctx *c,
 			       __u32 path)
@@ -131,7 +135,8 @@ __noinline int edge_tcp_rtt_in(struct xdp_md *ctx, struct edge_ctx *c,
 		return 0;
 	path &= EDGE_MAX_PATHS - 1;
 	r = bpf_map_lookup_elem(&edge_path_tcp_rtt, &path);
-	if (!r || !r->taken || r->flow != tcp_flow(&c->p) ||
+	if (!r || !r->taken || r->oif != c->p.key.ifindex ||
+	    r->flow != tcp_flow(&c->p) ||
 	    r->ports != (__u32)(bpf_ntohs(c->p.key.dport) << 16 |
 				bpf_ntohs(c->p.key.sport)) ||
 	    !tcp_ts(ctx, c) || (__s32)(c->tsecr - r->tsval) < 0)

@@ -32,28 +32,71 @@ static __always_inline int edge_icmp_too_big(struct xdp_md *ctx,
 	return edge_icmp_too_big6(ctx, mtu, (const struct in6_addr *)a->v6);
 }
 
-/* icmp_allowed takes one ICMP error from this CPU's bucket: refilled at
- * EDGE_ICMP_RATE a second, holding at most EDGE_ICMP_BURST. The clock is
- * read only here, when a packet is to be answered. */
-static __always_inline int icmp_allowed(void)
+/* bucket_take takes one error of cost ns from bucket b (holding at most
+ * burst ns of credit, refilled at one ns a ns) at now: 1, or 0 when it
+ * has too little. */
+static __always_inline int bucket_take(struct edge_bucket *b, __u64 now,
+				       __u64 cost, __u64 burst)
+{
+	__u64 credit = b->credit_ns + (now - b->last_ns);
+
+	b->last_ns = now;
+	if (credit > burst)
+		credit = burst;
+	if (credit < cost) {
+		b->credit_ns = credit;
+		return 0;
+	}
+	b->credit_ns = credit - cost;
+	return 1;
+}
+
+/* icmp_src_allowed takes one ICMP error from the share of p's source (an
+ * IPv4 address, an IPv6 /64): refilled at EDGE_ICMP_SRC_RATE a second,
+ * holding at most EDGE_ICMP_SRC_BURST. A source not seen yet starts with
+ * a full one. Two CPUs answering one source at once may both take from
+ * its share: it lends a few errors at most, never another source's. */
+static __always_inline int icmp_src_allowed(const struct edge_pkt *p, __u64 now)
+{
+	const __u64 cost = 1000000000ull / EDGE_ICMP_SRC_RATE;
+	struct edge_icmp_src_key k = {};
+	struct edge_bucket *b, nb;
+
+	if (p->key.family == 4)
+		__builtin_memcpy(k.addr, p->key.src, 4);
+	else
+		__builtin_memcpy(k.addr, p->key.src, 8);
+	k.family = p->key.family;
+	b = bpf_map_lookup_elem(&edge_icmp_src, &k);
+	if (b)
+		return bucket_take(b, now, cost, EDGE_ICMP_SRC_BURST * cost);
+	nb.last_ns = now;
+	nb.credit_ns = (EDGE_ICMP_SRC_BURST - 1) * cost;
+	bpf_map_update_elem(&edge_icmp_src, &k, &nb, BPF_NOEXIST);
+	return 1;
+}
+
+/* icmp_allowed takes one ICMP error for the packet in p: from its
+ * source's share first (a source over its share is refused without
+ * spending the CPU's), then from this CPU's bucket, refilled at
+ * EDGE_ICMP_RATE a second, holding at most EDGE_ICMP_BURST: what all
+ * sources together get, however many a flood spoofs. *reason: why not
+ * (EDGE_R_ICMP_SRC_LIMIT, EDGE_R_ICMP_LIMIT). The clock is read only
+ * here, when a packet is to be answered. */
+static __always_inline int icmp_allowed(const struct edge_pkt *p, int *reason)
 {
 	const __u64 cost = 1000000000ull / EDGE_ICMP_RATE;
 	struct edge_bucket *b;
 	__u32 zero = 0;
 	__u64 now;
 
-	b = bpf_map_lookup_elem(&edge_icmp_bucket, &zero);
-	if (!b)
-		return 0;
 	now = bpf_ktime_get_ns();
-	b->credit_ns += now - b->last_ns;
-	b->last_ns = now;
-	if (b->credit_ns > EDGE_ICMP_BURST * cost)
-		b->credit_ns = EDGE_ICMP_BURST * cost;
-	if (b->credit_ns < cost)
+	*reason = EDGE_R_ICMP_SRC_LIMIT;
+	if (!icmp_src_allowed(p, now))
 		return 0;
-	b->credit_ns -= cost;
-	return 1;
+	*reason = EDGE_R_ICMP_LIMIT;
+	b = bpf_map_lookup_elem(&edge_icmp_bucket, &zero);
+	return b && bucket_take(b, now, cost, EDGE_ICMP_BURST * cost);
 }
 
 /* answer_too_big ends the pipeline with the answer: sent back out of the
@@ -68,10 +111,12 @@ static __always_inline int answer_too_big(struct xdp_md *ctx,
 					  const struct edge_pkt *p, __u32 mtu,
 					  __be32 fallback4)
 {
+	int reason;
+
 	if (mtu < 68)
 		return punt(p, EDGE_R_MTU_DROP, XDP_DROP);
-	if (!icmp_allowed())
-		return punt(p, EDGE_R_ICMP_LIMIT, XDP_DROP);
+	if (!icmp_allowed(p, &reason))
+		return punt(p, reason, XDP_DROP);
 	if (edge_icmp_too_big(ctx, p, mtu, fallback4))
 		return punt(p, EDGE_R_MTU_DROP, XDP_DROP);
 	return punt(p, EDGE_R_MTU_ICMP,

@@ -611,7 +611,7 @@ func loadWrappers(dp *bpf.Dataplane) (*wrappers, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := bpf.ApplyLimits(spec, dp.Limits); err != nil {
+	if err := dp.ApplyTo(spec); err != nil {
 		return nil, err
 	}
 	var p wrappers

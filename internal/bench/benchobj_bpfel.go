@@ -35,11 +35,13 @@ const (
 	benchobjMapEdgeEmc4             = "edge_emc4"
 	benchobjMapEdgeFars             = "edge_fars"
 	benchobjMapEdgeFo               = "edge_fo"
+	benchobjMapEdgeFoShares         = "edge_fo_shares"
 	benchobjMapEdgeFt               = "edge_ft"
 	benchobjMapEdgeFtMeta           = "edge_ft_meta"
 	benchobjMapEdgeGlobal           = "edge_global"
 	benchobjMapEdgeGroups           = "edge_groups"
 	benchobjMapEdgeIcmpBucket       = "edge_icmp_bucket"
+	benchobjMapEdgeIcmpSrc          = "edge_icmp_src"
 	benchobjMapEdgeIfCpu            = "edge_if_cpu"
 	benchobjMapEdgeIfSteer          = "edge_if_steer"
 	benchobjMapEdgeIfaddrs          = "edge_ifaddrs"
@@ -64,6 +66,7 @@ const (
 	benchobjMapEdgeQosVqs           = "edge_qos_vqs"
 	benchobjMapEdgeReasons          = "edge_reasons"
 	benchobjMapEdgeRules            = "edge_rules"
+	benchobjMapEdgeSecret           = "edge_secret"
 	benchobjMapEdgeServices         = "edge_services"
 	benchobjMapEdgeSteer            = "edge_steer"
 	benchobjMapEdgeSteerOk          = "edge_steer_ok"
@@ -94,6 +97,8 @@ const (
 	benchobjVarFarStride            = "far_stride"
 	benchobjVarFoSlots              = "fo_slots"
 	benchobjVarFtBuckets            = "ft_buckets"
+	benchobjVarHashK0               = "hash_k0"
+	benchobjVarHashK1               = "hash_k1"
 	benchobjVarMaglevBlocks         = "maglev_blocks"
 	benchobjVarMaglevSize           = "maglev_size"
 )
@@ -186,11 +191,13 @@ type benchobjMapSpecs struct {
 	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFo          *ebpf.MapSpec `ebpf:"edge_fo"`
+	EdgeFoShares    *ebpf.MapSpec `ebpf:"edge_fo_shares"`
 	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
+	EdgeIcmpSrc     *ebpf.MapSpec `ebpf:"edge_icmp_src"`
 	EdgeIfCpu       *ebpf.MapSpec `ebpf:"edge_if_cpu"`
 	EdgeIfSteer     *ebpf.MapSpec `ebpf:"edge_if_steer"`
 	EdgeIfaddrs     *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
@@ -215,6 +222,7 @@ type benchobjMapSpecs struct {
 	EdgeQosVqs      *ebpf.MapSpec `ebpf:"edge_qos_vqs"`
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
+	EdgeSecret      *ebpf.MapSpec `ebpf:"edge_secret"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
 	EdgeSteer       *ebpf.MapSpec `ebpf:"edge_steer"`
 	EdgeSteerOk     *ebpf.MapSpec `ebpf:"edge_steer_ok"`
@@ -230,6 +238,8 @@ type benchobjVariableSpecs struct {
 	FarStride    *ebpf.VariableSpec `ebpf:"far_stride"`
 	FoSlots      *ebpf.VariableSpec `ebpf:"fo_slots"`
 	FtBuckets    *ebpf.VariableSpec `ebpf:"ft_buckets"`
+	HashK0       *ebpf.VariableSpec `ebpf:"hash_k0"`
+	HashK1       *ebpf.VariableSpec `ebpf:"hash_k1"`
 	MaglevBlocks *ebpf.VariableSpec `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.VariableSpec `ebpf:"maglev_size"`
 }
@@ -273,11 +283,13 @@ type benchobjMaps struct {
 	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFo          *ebpf.Map `ebpf:"edge_fo"`
+	EdgeFoShares    *ebpf.Map `ebpf:"edge_fo_shares"`
 	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
+	EdgeIcmpSrc     *ebpf.Map `ebpf:"edge_icmp_src"`
 	EdgeIfCpu       *ebpf.Map `ebpf:"edge_if_cpu"`
 	EdgeIfSteer     *ebpf.Map `ebpf:"edge_if_steer"`
 	EdgeIfaddrs     *ebpf.Map `ebpf:"edge_ifaddrs"`
@@ -302,6 +314,7 @@ type benchobjMaps struct {
 	EdgeQosVqs      *ebpf.Map `ebpf:"edge_qos_vqs"`
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
+	EdgeSecret      *ebpf.Map `ebpf:"edge_secret"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
 	EdgeSteer       *ebpf.Map `ebpf:"edge_steer"`
 	EdgeSteerOk     *ebpf.Map `ebpf:"edge_steer_ok"`
@@ -331,11 +344,13 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeEmc4,
 		m.EdgeFars,
 		m.EdgeFo,
+		m.EdgeFoShares,
 		m.EdgeFt,
 		m.EdgeFtMeta,
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgeIcmpBucket,
+		m.EdgeIcmpSrc,
 		m.EdgeIfCpu,
 		m.EdgeIfSteer,
 		m.EdgeIfaddrs,
@@ -360,6 +375,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeQosVqs,
 		m.EdgeReasons,
 		m.EdgeRules,
+		m.EdgeSecret,
 		m.EdgeServices,
 		m.EdgeSteer,
 		m.EdgeSteerOk,
@@ -376,6 +392,8 @@ type benchobjVariables struct {
 	FarStride    *ebpf.Variable `ebpf:"far_stride"`
 	FoSlots      *ebpf.Variable `ebpf:"fo_slots"`
 	FtBuckets    *ebpf.Variable `ebpf:"ft_buckets"`
+	HashK0       *ebpf.Variable `ebpf:"hash_k0"`
+	HashK1       *ebpf.Variable `ebpf:"hash_k1"`
 	MaglevBlocks *ebpf.Variable `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.Variable `ebpf:"maglev_size"`
 }

@@ -26,7 +26,11 @@ import (
 // clients in 10.3.0.0/16 and fd03::/48 behind wan0's neighbour, NAT
 // backends in 10.6.0.0/16 behind wan1's (weights of far 11 and 12 from
 // the arguments), an IPv6 backend at wan0's neighbour fd02::2, and two
-// GRE (dsr-gre) backends at 10.6.0.21 and .22.
+// GRE (dsr-gre) backends at 10.6.0.21 and .22. The flow table holds the
+// tests' few thousand connections with room to spare: its keyed hash
+// places them at random, and in a table of 8,192 some bucket of eight
+// fills up often enough (2,000 one-packet connections in 1,024 buckets)
+// to evict one a test still counts on.
 const lbConfig = `
 interfaces:
   - {name: lan0, role: lan}
@@ -56,7 +60,7 @@ services:
   - {id: 5, vip: "fd0f::20", port: 9053, proto: udp, lbr: 5}
 pdrs:
   - {id: 1, precedence: 100, match: {in: lan0}, far: 1}
-limits: {flows: 8192, rules: 64, maglev_table: 4099, connections: 8192}
+limits: {flows: 65536, rules: 64, maglev_table: 4099, connections: 65536}
 `
 
 const far11 = "  - {id: 11, action: nat, address: 10.6.0.11, port: 8080}"

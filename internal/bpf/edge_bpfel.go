@@ -133,7 +133,13 @@ type edgeEdgeFoConn struct {
 	Hs      uint8
 	Pad     uint16
 	Pad2    uint32
-	D       [2]edgeEdgeFoDir
+	K       struct {
+		_     structs.HostLayout
+		A     [2]uint64
+		B     [2]uint64
+		Ports uint64
+	}
+	D [2]edgeEdgeFoDir
 }
 
 type edgeEdgeFoDir struct {
@@ -152,6 +158,8 @@ type edgeEdgeFoDir struct {
 	Cpu       uint8
 	Flags     uint8
 	LastTsval uint32
+	Oif       uint32
+	Pad       uint32
 }
 
 type edgeEdgeFtBucket struct {
@@ -177,6 +185,14 @@ type edgeEdgeGroup struct {
 	MinPrio uint64
 	Tag     uint32
 	Pad     uint32
+}
+
+type edgeEdgeHashSecret struct {
+	_    structs.HostLayout
+	K0   uint64
+	K1   uint64
+	Hash uint32
+	Pad  uint32
 }
 
 type edgeEdgeIfaddr struct {
@@ -349,7 +365,7 @@ type edgeEdgeTcpRtt struct {
 	Flow    uint32
 	Ports   uint32
 	Taken   uint32
-	_       [4]byte
+	Oif     uint32
 	SentNs  uint64
 	Samples uint64
 	LastNs  uint64
@@ -373,11 +389,13 @@ const (
 	edgeMapEdgeEmc4        = "edge_emc4"
 	edgeMapEdgeFars        = "edge_fars"
 	edgeMapEdgeFo          = "edge_fo"
+	edgeMapEdgeFoShares    = "edge_fo_shares"
 	edgeMapEdgeFt          = "edge_ft"
 	edgeMapEdgeFtMeta      = "edge_ft_meta"
 	edgeMapEdgeGlobal      = "edge_global"
 	edgeMapEdgeGroups      = "edge_groups"
 	edgeMapEdgeIcmpBucket  = "edge_icmp_bucket"
+	edgeMapEdgeIcmpSrc     = "edge_icmp_src"
 	edgeMapEdgeIfCpu       = "edge_if_cpu"
 	edgeMapEdgeIfSteer     = "edge_if_steer"
 	edgeMapEdgeIfaddrs     = "edge_ifaddrs"
@@ -402,6 +420,7 @@ const (
 	edgeMapEdgeQosVqs      = "edge_qos_vqs"
 	edgeMapEdgeReasons     = "edge_reasons"
 	edgeMapEdgeRules       = "edge_rules"
+	edgeMapEdgeSecret      = "edge_secret"
 	edgeMapEdgeServices    = "edge_services"
 	edgeMapEdgeSteer       = "edge_steer"
 	edgeMapEdgeSteerOk     = "edge_steer_ok"
@@ -415,6 +434,8 @@ const (
 	edgeVarFarStride       = "far_stride"
 	edgeVarFoSlots         = "fo_slots"
 	edgeVarFtBuckets       = "ft_buckets"
+	edgeVarHashK0          = "hash_k0"
+	edgeVarHashK1          = "hash_k1"
 	edgeVarMaglevBlocks    = "maglev_blocks"
 	edgeVarMaglevSize      = "maglev_size"
 )
@@ -483,11 +504,13 @@ type edgeMapSpecs struct {
 	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
 	EdgeFo          *ebpf.MapSpec `ebpf:"edge_fo"`
+	EdgeFoShares    *ebpf.MapSpec `ebpf:"edge_fo_shares"`
 	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
+	EdgeIcmpSrc     *ebpf.MapSpec `ebpf:"edge_icmp_src"`
 	EdgeIfCpu       *ebpf.MapSpec `ebpf:"edge_if_cpu"`
 	EdgeIfSteer     *ebpf.MapSpec `ebpf:"edge_if_steer"`
 	EdgeIfaddrs     *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
@@ -512,6 +535,7 @@ type edgeMapSpecs struct {
 	EdgeQosVqs      *ebpf.MapSpec `ebpf:"edge_qos_vqs"`
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
+	EdgeSecret      *ebpf.MapSpec `ebpf:"edge_secret"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
 	EdgeSteer       *ebpf.MapSpec `ebpf:"edge_steer"`
 	EdgeSteerOk     *ebpf.MapSpec `ebpf:"edge_steer_ok"`
@@ -527,6 +551,8 @@ type edgeVariableSpecs struct {
 	FarStride    *ebpf.VariableSpec `ebpf:"far_stride"`
 	FoSlots      *ebpf.VariableSpec `ebpf:"fo_slots"`
 	FtBuckets    *ebpf.VariableSpec `ebpf:"ft_buckets"`
+	HashK0       *ebpf.VariableSpec `ebpf:"hash_k0"`
+	HashK1       *ebpf.VariableSpec `ebpf:"hash_k1"`
 	MaglevBlocks *ebpf.VariableSpec `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.VariableSpec `ebpf:"maglev_size"`
 }
@@ -563,11 +589,13 @@ type edgeMaps struct {
 	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
 	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
 	EdgeFo          *ebpf.Map `ebpf:"edge_fo"`
+	EdgeFoShares    *ebpf.Map `ebpf:"edge_fo_shares"`
 	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
 	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
 	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
+	EdgeIcmpSrc     *ebpf.Map `ebpf:"edge_icmp_src"`
 	EdgeIfCpu       *ebpf.Map `ebpf:"edge_if_cpu"`
 	EdgeIfSteer     *ebpf.Map `ebpf:"edge_if_steer"`
 	EdgeIfaddrs     *ebpf.Map `ebpf:"edge_ifaddrs"`
@@ -592,6 +620,7 @@ type edgeMaps struct {
 	EdgeQosVqs      *ebpf.Map `ebpf:"edge_qos_vqs"`
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
+	EdgeSecret      *ebpf.Map `ebpf:"edge_secret"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
 	EdgeSteer       *ebpf.Map `ebpf:"edge_steer"`
 	EdgeSteerOk     *ebpf.Map `ebpf:"edge_steer_ok"`
@@ -614,11 +643,13 @@ func (m *edgeMaps) Close() error {
 		m.EdgeEmc4,
 		m.EdgeFars,
 		m.EdgeFo,
+		m.EdgeFoShares,
 		m.EdgeFt,
 		m.EdgeFtMeta,
 		m.EdgeGlobal,
 		m.EdgeGroups,
 		m.EdgeIcmpBucket,
+		m.EdgeIcmpSrc,
 		m.EdgeIfCpu,
 		m.EdgeIfSteer,
 		m.EdgeIfaddrs,
@@ -643,6 +674,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeQosVqs,
 		m.EdgeReasons,
 		m.EdgeRules,
+		m.EdgeSecret,
 		m.EdgeServices,
 		m.EdgeSteer,
 		m.EdgeSteerOk,
@@ -659,6 +691,8 @@ type edgeVariables struct {
 	FarStride    *ebpf.Variable `ebpf:"far_stride"`
 	FoSlots      *ebpf.Variable `ebpf:"fo_slots"`
 	FtBuckets    *ebpf.Variable `ebpf:"ft_buckets"`
+	HashK0       *ebpf.Variable `ebpf:"hash_k0"`
+	HashK1       *ebpf.Variable `ebpf:"hash_k1"`
 	MaglevBlocks *ebpf.Variable `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.Variable `ebpf:"maglev_size"`
 }

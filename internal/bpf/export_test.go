@@ -64,6 +64,11 @@ func (dp *Dataplane) ClearFlows(drop func(*FTWay) bool) (int, error) {
 	return n, err
 }
 
+// FTBucket is the flow-table bucket dp's hash places key k in.
+func (dp *Dataplane) FTBucket(k FlowKey) uint32 {
+	return uint32(FTHash(dp.secret, &k)) & (dp.EdgeFtMeta.MaxEntries() - 1)
+}
+
 // CheckFlowPlaces fails unless every entry of dp's flow table sits in
 // the bucket FTHash gives its key, under its tag: the agent's mirror of
 // the dataplane's hash places what an upgrade carries where packets
@@ -71,7 +76,7 @@ func (dp *Dataplane) ClearFlows(drop func(*FTWay) bool) (int, error) {
 func (dp *Dataplane) CheckFlowPlaces() (int, error) {
 	n := 0
 	err := dp.usedWays(func(b uint32, m *FTBucket, i uint32, w *FTWay) error {
-		h := FTHash(&w.K)
+		h := FTHash(dp.secret, &w.K)
 		if uint32(h)&(dp.EdgeFtMeta.MaxEntries()-1) != b || uint32(h>>32)|1 != m.Tag[i] {
 			return fmt.Errorf("flow %+v in bucket %d under tag %#x; FTHash places it under %#x", w.K, b, m.Tag[i], uint32(h>>32)|1)
 		}

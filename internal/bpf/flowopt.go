@@ -3,7 +3,6 @@
 package bpf
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -46,7 +45,7 @@ const (
 )
 
 // FOMaxEntries bounds edge_fo: FlowOpt follows at most this many
-// connections (160 bytes each: 40 MiB), however large the flow table.
+// connections (216 bytes each: 54 MiB), however large the flow table.
 const FOMaxEntries = 1 << 18
 
 // FOEntries is edge_fo's size for l: the flow table's, at most
@@ -309,31 +308,39 @@ func (dp *Dataplane) cpuProgram() (*ebpf.Program, error) {
 	return dp.cpuProg, nil
 }
 
+// FOKey is a connection as FlowOpt keys it (struct edge_fo_key): the
+// lower endpoint first, so both directions give the same.
+type FOKey struct {
+	A, B  [2]uint64
+	Ports uint64
+}
+
 // FOPlace is where edge_fo holds the connection of a packet with key k
 // (fo_place): the first of its two slots, the check its entry carries,
-// and the packet's direction (0: from the lower endpoint).
-func FOPlace(k FlowKey, slots uint32) (idx, check uint32, dir int) {
-	w := func(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
-	a0, a1, b0, b1 := w(k.Src[:8]), w(k.Src[8:]), w(k.Dst[:8]), w(k.Dst[8:])
+// its key and the packet's direction (0: from the lower endpoint).
+func (dp *Dataplane) FOPlace(k FlowKey) (idx, check uint32, key FOKey, dir int) {
+	a0, a1, b0, b1 := le64(k.Src[:8]), le64(k.Src[8:]), le64(k.Dst[:8]), le64(k.Dst[8:])
 	ap, bp := k.Sport, k.Dport
 	if a0 > b0 || (a0 == b0 && (a1 > b1 || (a1 == b1 && ap > bp))) {
 		a0, b0, a1, b1, ap, bp = b0, a0, b1, a1, bp, ap
 		dir = 1
 	}
-	h := ftHash(a0, a1, b0, b1, uint64(ap)|uint64(bp)<<16|uint64(k.Proto)<<32|uint64(k.Family)<<40, 0)
-	return uint32(h) & (slots - 1) &^ 1, uint32(h>>32) | 1, dir
+	h := sipTuple(dp.secret, a0, a1, b0, b1, uint32(ap)|uint32(bp)<<16, k.Proto, k.Family)
+	key = FOKey{A: [2]uint64{a0, a1}, B: [2]uint64{b0, b1},
+		Ports: uint64(ap) | uint64(bp)<<16 | uint64(k.Proto)<<32 | uint64(k.Family)<<40}
+	return uint32(h) & (dp.Limits.FOEntries() - 1) &^ 1, uint32(h>>32) | 1, key, dir
 }
 
 // FOLookup returns the FlowOpt state of the connection of key k, and the
 // direction k is of it; false when edge_fo has none.
 func (dp *Dataplane) FOLookup(k FlowKey) (FOConn, int, bool, error) {
-	idx, check, dir := FOPlace(k, dp.Limits.FOEntries())
+	idx, check, key, dir := dp.FOPlace(k)
 	var e FOConn
 	for i := idx; i < idx+2; i++ {
 		if err := dp.EdgeFo.Lookup(i, &e); err != nil {
 			return e, dir, false, fmt.Errorf("read flowopt slot %d: %w", i, err)
 		}
-		if e.Check == check {
+		if e.Check == check && (FOKey{A: e.K.A, B: e.K.B, Ports: e.K.Ports}) == key {
 			return e, dir, true, nil
 		}
 	}

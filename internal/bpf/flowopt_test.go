@@ -366,13 +366,12 @@ func TestFlowOptFairness(t *testing.T) {
 func TestFlowOptNoEviction(t *testing.T) {
 	h := newHarness(t, foConfig)
 	greLanNeighbours(t, h)
-	slots := h.dp.Limits.FOEntries()
 	// Three UDP flows to port 5000 whose connections share a pair of
-	// slots.
+	// slots (the agent holds the secret that places them).
 	var ports []uint16
-	first, _, _ := bpf.FOPlace(foKey(17, 43000, 5000), slots)
+	first, _, _, _ := h.dp.FOPlace(foKey(17, 43000, 5000))
 	for p := uint16(43000); len(ports) < 3 && p < 65000; p++ {
-		if idx, _, _ := bpf.FOPlace(foKey(17, p, 5000), slots); idx == first {
+		if idx, _, _, _ := h.dp.FOPlace(foKey(17, p, 5000)); idx == first {
 			ports = append(ports, p)
 		}
 	}

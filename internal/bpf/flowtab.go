@@ -3,7 +3,6 @@
 package bpf
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -49,21 +48,12 @@ func (l Limits) FTEntries() uint32 {
 	return uint32(1) << bits.Len64(n-1)
 }
 
-// FTHash is ft_hash of flow key k: the bucket is its low bits (masked by
-// the bucket count), the tag its high 32 bits with the low bit set.
-func FTHash(k *FlowKey) uint64 {
-	w := func(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
-	ports := uint64(k.Sport) | uint64(k.Dport)<<16 | uint64(k.Proto)<<32 | uint64(k.Family)<<40
-	return ftHash(w(k.Src[:8]), w(k.Src[8:]), w(k.Dst[:8]), w(k.Dst[8:]), ports, k.GreKey)
-}
-
-func ftHash(s0, s1, d0, d1, ports uint64, greKey uint32) uint64 {
-	h := s0*0x9e3779b97f4a7c15 + s1*0xbf58476d1ce4e5b9 + d0*0x94d049bb133111eb + d1*0xd6e8feb86659fd93 +
-		ports*0xc2b2ae3d27d4eb4f + uint64(greKey)*0x165667b19e3779f9
-	h ^= h >> 31
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 29
-	return h
+// FTHash is ft_hash of flow key k under secret s: the bucket is its low
+// bits (masked by the bucket count), the tag its high 32 bits with the
+// low bit set.
+func FTHash(s HashSecret, k *FlowKey) uint64 {
+	pg := uint32(k.Sport) | uint32(k.Dport)<<16 | k.GreKey
+	return sipTuple(s, le64(k.Src[:8]), le64(k.Src[8:]), le64(k.Dst[:8]), le64(k.Dst[8:]), pg, k.Proto, k.Family)
 }
 
 // flowTable is a mapping of a dataplane's edge_ft and edge_ft_meta.
@@ -71,6 +61,9 @@ type flowTable struct {
 	ways, meta []byte
 	buckets    uint32
 	copied     bool // a copy (read-only maps): insert has nowhere to write
+	// secret places flows (find, insert); nil for a table only walked
+	// (each).
+	secret *HashSecret
 }
 
 const (
@@ -78,8 +71,9 @@ const (
 	ftBucketSize = uint32(unsafe.Sizeof(FTBucket{}))
 )
 
-// mapTable maps the flow table's two maps into memory; unmap releases it.
-func mapTable(ways, meta *ebpf.Map) (*flowTable, error) {
+// mapTable maps the flow table's two maps into memory, placed by secret
+// (nil: only walked); unmap releases it.
+func mapTable(ways, meta *ebpf.Map, secret *HashSecret) (*flowTable, error) {
 	if ways == nil || meta == nil {
 		return nil, fmt.Errorf("no flow table")
 	}
@@ -90,7 +84,7 @@ func mapTable(ways, meta *ebpf.Map) (*flowTable, error) {
 	if ways.MaxEntries() != meta.MaxEntries()*FTWays {
 		return nil, fmt.Errorf("flow table of %d ways in %d buckets", ways.MaxEntries(), meta.MaxEntries())
 	}
-	t := &flowTable{buckets: meta.MaxEntries()}
+	t := &flowTable{buckets: meta.MaxEntries(), secret: secret}
 	var err error
 	if t.ways, err = mmapArray(ways); err == nil {
 		if t.meta, err = mmapArray(meta); err == nil {
@@ -186,10 +180,18 @@ func (t *flowTable) each(fn func(w *FTWay, hot bool) bool) {
 	}
 }
 
+// place returns the bucket and tag of key k.
+func (t *flowTable) place(k *FlowKey) (b, tag uint32) {
+	if t.secret == nil {
+		panic("bpf: a flow table mapped without its secret placed a flow")
+	}
+	h := FTHash(*t.secret, k)
+	return uint32(h) & (t.buckets - 1), uint32(h>>32) | 1
+}
+
 // find returns the bucket and way holding key k, or ok false.
 func (t *flowTable) find(k *FlowKey) (b, w uint32, ok bool) {
-	h := FTHash(k)
-	b, tag := uint32(h)&(t.buckets-1), uint32(h>>32)|1
+	b, tag := t.place(k)
 	m := t.bucket(b)
 	for i := range uint32(FTWays) {
 		if atomic.LoadUint32(&m.Tag[i]) == tag && t.way(b, i).K == *k {
@@ -208,8 +210,7 @@ func (t *flowTable) insert(e *FTWay, hot bool, now uint16) bool {
 	if t.copied {
 		return false
 	}
-	h := FTHash(&e.K)
-	b, tag := uint32(h)&(t.buckets-1), uint32(h>>32)|1
+	b, tag := t.place(&e.K)
 	m := t.bucket(b)
 	seq := atomic.LoadUint32(&m.Seq)
 	if seq&1 != 0 || !atomic.CompareAndSwapUint32(&m.Seq, seq, seq+1) {
@@ -290,7 +291,7 @@ func (dp *Dataplane) unlockStuckBuckets() error {
 
 // FlowTable maps dp's flow table for reading; the caller unmaps it.
 func (dp *Dataplane) flowTable() (*flowTable, error) {
-	return mapTable(dp.EdgeFt, dp.EdgeFtMeta)
+	return mapTable(dp.EdgeFt, dp.EdgeFtMeta, &dp.secret)
 }
 
 // Tick advances the clock the flow table marks its entries' last use

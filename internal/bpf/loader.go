@@ -138,6 +138,9 @@ type Dataplane struct {
 	spec     *ebpf.CollectionSpec
 	barrier  *barrier
 	writer   *writer
+	// secret keys the flows' hashes: the program's (set into spec) and
+	// the agent's mirror of them (FTHash, FOPlace).
+	secret HashSecret
 }
 
 // Open creates the dataplane's maps, or reuses those pinned under pinDir
@@ -170,6 +173,10 @@ func Open(l Limits, pinDir string) (*Dataplane, error) {
 		}
 		return nil, fmt.Errorf("load maps: %w", err)
 	}
+	if err := dp.useSecret(); err != nil {
+		dp.Close()
+		return nil, err
+	}
 	if dp.barrier, err = newBarrier(); err != nil {
 		dp.Close()
 		return nil, err
@@ -185,6 +192,28 @@ func Open(l Limits, pinDir string) (*Dataplane, error) {
 		}
 	}
 	return dp, nil
+}
+
+// useSecret takes the secret kept in dp's edge_secret (drawing one into
+// a map just created) as the key of every program dp loads.
+func (dp *Dataplane) useSecret() error {
+	s, _, err := ensureSecret(dp.EdgeSecret)
+	if err != nil {
+		return err
+	}
+	dp.secret = s
+	return applySecret(dp.spec, s)
+}
+
+// ApplyTo sets dp's map sizes, load-time constants and hash secret on
+// spec, an object built from the same headers (the benchmark wrappers)
+// to be loaded against dp's maps: it places flows where dp's program
+// does.
+func (dp *Dataplane) ApplyTo(spec *ebpf.CollectionSpec) error {
+	if err := ApplyLimits(spec, dp.Limits); err != nil {
+		return err
+	}
+	return applySecret(spec, dp.secret)
 }
 
 // LoadProgram loads the XDP program against dp's maps.
@@ -285,12 +314,18 @@ func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
 		edgeMapEdgePathNh:      dp.EdgePathNh,
 		edgeMapEdgePathTcpRtt:  dp.EdgePathTcpRtt,
 		edgeMapEdgeFo:          dp.EdgeFo,
-		edgeMapEdgeQos:         dp.EdgeQos,
-		edgeMapEdgeQosDscp:     dp.EdgeQosDscp,
-		edgeMapEdgeQosStats:    dp.EdgeQosStats,
-		edgeMapEdgeQosVqs:      dp.EdgeQosVqs,
-		edgeMapEdgeCpuLoads:    dp.EdgeCpuLoads,
-		edgeMapEdgeCpus:        dp.EdgeCpus,
+		edgeMapEdgeFoShares:    dp.EdgeFoShares,
+		edgeMapEdgeSecret:      dp.EdgeSecret,
+		// Not pinned: one table of sources for every program loaded
+		// against dp (relief's CPU program too), so a source has one
+		// share of ICMP errors however its packets are handed around.
+		edgeMapEdgeIcmpSrc:  dp.EdgeIcmpSrc,
+		edgeMapEdgeQos:      dp.EdgeQos,
+		edgeMapEdgeQosDscp:  dp.EdgeQosDscp,
+		edgeMapEdgeQosStats: dp.EdgeQosStats,
+		edgeMapEdgeQosVqs:   dp.EdgeQosVqs,
+		edgeMapEdgeCpuLoads: dp.EdgeCpuLoads,
+		edgeMapEdgeCpus:     dp.EdgeCpus,
 	}
 }
 

@@ -145,7 +145,7 @@ func readBackends(m *edgeMaps, members map[uint32]MemberRef) ([]BackendCounters,
 		return nil, nil
 	}
 	active := map[uint32]uint64{}
-	t, err := mapTable(m.EdgeFt, m.EdgeFtMeta)
+	t, err := mapTable(m.EdgeFt, m.EdgeFtMeta, nil)
 	if err != nil {
 		return nil, fmt.Errorf("read connections: %w", err)
 	}

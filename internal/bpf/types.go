@@ -240,6 +240,8 @@ var ReasonNames = []string{
 	"dup_jump",
 	"probe_bad_mac",
 	"probe_stale",
+	"fo_share_drop",
+	"icmp_src_limit",
 }
 
 // Reason values used by callers and tests.
@@ -295,5 +297,7 @@ const (
 	ReasonDupJump
 	ReasonProbeBadMAC
 	ReasonProbeStale
+	ReasonFOShareDrop
+	ReasonICMPSrcLimit
 	ReasonMax
 )

@@ -51,6 +51,10 @@ const (
 	// connections): placed again by key into the new table, before and
 	// after the switch as state is copied (upgrade_flows.go).
 	flows
+	// secret: the flows' hash key (edge_secret), never copied: kept as
+	// it is, or, when the flows were placed by another hash (hashChange),
+	// drawn anew with every flow placed again.
+	secret
 )
 
 // mapRole is how a pinned map is carried over, and whether it belongs to
@@ -104,6 +108,8 @@ var mapRoles = map[string]mapRole{
 	// FlowOpt's connections: soft state (samples, tokens, placements),
 	// copied once like the exact-match cache.
 	edgeMapEdgeFo:       {cache, false},
+	edgeMapEdgeFoShares: {rebuilt, false},
+	edgeMapEdgeSecret:   {secret, false},
 	edgeMapEdgeQos:      {rebuilt, true},
 	edgeMapEdgeQosDscp:  {rebuilt, true},
 	edgeMapEdgeQosStats: {counter, false},
@@ -199,6 +205,10 @@ func checkPinned(spec *ebpf.CollectionSpec, pinDir string) error {
 	if err != nil {
 		return err
 	}
+	change, err := hashChange(old, why)
+	if change != "" {
+		why[edgeMapEdgeSecret] = change
+	}
 	var diffs []string
 	for name, r := range old {
 		r.m.Close()
@@ -206,11 +216,42 @@ func checkPinned(spec *ebpf.CollectionSpec, pinDir string) error {
 			diffs = append(diffs, name+": "+why[name])
 		}
 	}
+	if err != nil {
+		return err
+	}
+	if change != "" && old[edgeMapEdgeSecret] == nil {
+		diffs = append(diffs, edgeMapEdgeSecret+": "+change)
+	}
 	if len(diffs) > 0 {
 		slices.Sort(diffs)
 		return fmt.Errorf("%w: %s", ErrIncompatible, strings.Join(diffs, "; "))
 	}
 	return nil
+}
+
+// hashChange says why the flows pinned (old, with why each map differs)
+// were placed by another hash than this build's, which then places them
+// all again: a build before the secret, or one keying another hash. ""
+// when there are none to place or they are where this build looks.
+func hashChange(old map[string]*rawMap, why map[string]string) (string, error) {
+	if old[edgeMapEdgeFt] == nil {
+		return "", nil
+	}
+	r := old[edgeMapEdgeSecret]
+	if r == nil {
+		return "the flow table was placed by an unkeyed hash", nil
+	}
+	if why[edgeMapEdgeSecret] != "" {
+		return "", nil // another layout: a new secret already
+	}
+	s, err := readSecret(r.m)
+	if err != nil {
+		return "", err
+	}
+	if s.Hash != 0 && s.Hash != HashSipHash13 {
+		return fmt.Sprintf("the flow table was placed by hash %d, this build's is %d", s.Hash, HashSipHash13), nil
+	}
+	return "", nil
 }
 
 // Upgrade is a dataplane built beside the pinned one of another build
@@ -273,6 +314,21 @@ func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err 
 			u.Abort()
 		}
 	}()
+	change, err := hashChange(old, why)
+	if err != nil {
+		return nil, err
+	}
+	if change != "" {
+		why[edgeMapEdgeSecret] = change
+	}
+	if why[edgeMapEdgeSecret] != "" {
+		// A new secret: every flow and connection goes to a new place.
+		for _, name := range []string{edgeMapEdgeFt, edgeMapEdgeFo} {
+			if why[name] == "" {
+				why[name] = "placed by another hash (" + edgeMapEdgeSecret + ": " + why[edgeMapEdgeSecret] + ")"
+			}
+		}
+	}
 	ftMoveTogether(why)
 	genNew := false
 	for name := range why {
@@ -301,6 +357,9 @@ func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err 
 		return nil, fmt.Errorf("create maps in %s: %w", stage, err)
 	}
 	u.dp = dp
+	if err := dp.useSecret(); err != nil {
+		return nil, err
+	}
 	byName := dp.MapReplacements()
 	for _, name := range slices.Sorted(maps.Keys(why)) {
 		u.fresh = append(u.fresh, name)
@@ -313,7 +372,10 @@ func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err 
 			}
 			continue
 		}
-		if from == nil || mapRoles[name].carry == rebuilt {
+		// FlowOpt's records sit where their hash put them: under a new
+		// secret they start again.
+		placedAnew := name == edgeMapEdgeFo && why[edgeMapEdgeSecret] != ""
+		if from == nil || mapRoles[name].carry == rebuilt || mapRoles[name].carry == secret || placedAnew {
 			log.Info("upgrade: new map", "map", name, "why", why[name], "copied", false)
 			continue
 		}
@@ -542,6 +604,20 @@ func FinishStaged(pinDir string, log *slog.Logger) error {
 		if e.Name() == edgeMapEdgeFt {
 			c := &ftCarry{from: load(pinDir, edgeMapEdgeFt), fromMeta: load(pinDir, edgeMapEdgeFtMeta),
 				to: to, toMeta: load(stage, edgeMapEdgeFtMeta), state: load(pinDir, edgeMapEdgeGlobal)}
+			// The new table's secret: staged with it, or the one kept.
+			sec := load(stage, edgeMapEdgeSecret)
+			if sec == nil {
+				sec = load(pinDir, edgeMapEdgeSecret)
+			}
+			if sec != nil {
+				c.secret, err = readSecret(sec.m)
+				sec.m.Close()
+			}
+			if (sec == nil || err != nil || !c.secret.usable()) && c.toMeta != nil {
+				log.Error("upgrade: no secret to place the flows the old program added by", "error", err)
+				c.toMeta.m.Close()
+				c.toMeta = nil
+			}
 			if c.from == nil {
 				c.conns = load(pinDir, legacyConns)
 			}

@@ -32,11 +32,11 @@ func ftMoveTogether(why map[string]string) {
 }
 
 // carryFlows places the flows of the old table (ways from, bucket lines
-// fromMeta, either nil when absent) that the new one (to, toMeta) lacks
-// into it, hot as they were and used at tick now, and returns how many
-// it placed and how many found no room. g moves FAR places between
-// rules limits.
-func carryFlows(from, fromMeta, to, toMeta *rawMap, g farGeometry, now uint16) (placed, dropped int, err error) {
+// fromMeta, either nil when absent) that the new one (to, toMeta, placed
+// by secret) lacks into it, hot as they were and used at tick now, and
+// returns how many it placed and how many found no room. g moves FAR
+// places between rules limits.
+func carryFlows(from, fromMeta, to, toMeta *rawMap, secret *HashSecret, g farGeometry, now uint16) (placed, dropped int, err error) {
 	if from == nil {
 		return 0, 0, nil
 	}
@@ -65,7 +65,7 @@ func carryFlows(from, fromMeta, to, toMeta *rawMap, g farGeometry, now uint16) (
 			}
 		}
 	}
-	t, err := mapTable(to.m, toMeta.m)
+	t, err := mapTable(to.m, toMeta.m, secret)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -105,6 +105,8 @@ type ftCarry struct {
 	// table (nil: none).
 	conns *rawMap
 	g     farGeometry
+	// secret places the flows in the new table.
+	secret HashSecret
 }
 
 // run places the old flows the new table lacks, at the new table's tick.
@@ -115,11 +117,11 @@ func (c *ftCarry) run() (placed, dropped int, err error) {
 			return 0, 0, fmt.Errorf("read the flow table's clock: %w", err)
 		}
 	}
-	placed, dropped, err = carryFlows(c.from, c.fromMeta, c.to, c.toMeta, c.g, uint16(st.Tick))
+	placed, dropped, err = carryFlows(c.from, c.fromMeta, c.to, c.toMeta, &c.secret, c.g, uint16(st.Tick))
 	if err != nil || c.conns == nil {
 		return placed, dropped, err
 	}
-	t, err := mapTable(c.to.m, c.toMeta.m)
+	t, err := mapTable(c.to.m, c.toMeta.m, &c.secret)
 	if err != nil {
 		return placed, dropped, err
 	}
@@ -141,7 +143,7 @@ func (c *ftCarry) close() {
 // carryFlowsFirst sets up the upgrade's flow-table carry and places the
 // old flows in the new table (the first copy).
 func (u *Upgrade) carryFlowsFirst(bc btfCache, byName map[string]*ebpf.Map, why string) error {
-	c := &ftCarry{from: u.old[edgeMapEdgeFt], fromMeta: u.old[edgeMapEdgeFtMeta]}
+	c := &ftCarry{from: u.old[edgeMapEdgeFt], fromMeta: u.old[edgeMapEdgeFtMeta], secret: u.dp.secret}
 	var err error
 	for _, o := range []struct {
 		name string
