@@ -113,67 +113,68 @@ func probe(ctx context.Context, t healthTarget) error {
 }
 
 // healthLoop probes the backends of services with health checks until ctx
-// ends, and takes them out of and back into their tables.
+// ends, and takes them out of and back into their tables. Its ticks run
+// on a protected thread (protected.go), so load on the gateway does not
+// delay taking a failed backend out; the checks' own connections are
+// the kernel's and the runtime's.
 func (a *Agent) healthLoop(ctx context.Context, up *prometheus.GaugeVec) {
 	states := map[healthKey]*healthState{}
 	results := make(chan healthResult, 64)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
 	label := func(k healthKey) []string {
 		return []string{strconv.FormatUint(uint64(k.svc), 10), strconv.FormatUint(uint64(k.far), 10)}
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case r := <-results:
-			st := states[r.key]
-			if st == nil {
-				continue // no longer checked
-			}
-			st.inflight = false
-			a.healthResult(r, st, up.WithLabelValues(label(r.key)...))
-		case now := <-tick.C:
-			seen := map[healthKey]bool{}
-			a.mu.Lock()
-			targets := a.healthTargets()
-			a.mu.Unlock()
-			for _, t := range targets {
-				seen[t.key] = true
-				st := states[t.key]
-				if st == nil {
-					st = &healthState{up: true, next: now}
-					states[t.key] = st
-					up.WithLabelValues(label(t.key)...).Set(1)
+	runProtected(ctx, a.log, "health checks", 50*time.Millisecond, func(now time.Time) {
+		// The results that came since the last tick.
+		for done := false; !done; {
+			select {
+			case r := <-results:
+				if st := states[r.key]; st != nil { // else no longer checked
+					st.inflight = false
+					a.healthResult(r, st, up.WithLabelValues(label(r.key)...))
 				}
-				if st.inflight || now.Before(st.next) {
-					continue
-				}
-				st.h = t.h
-				st.inflight = true
-				st.next = now.Add(t.h.Interval.D)
-				go func(t healthTarget) {
-					r := healthResult{key: t.key, err: probe(ctx, t)}
-					select { // the loop may be gone (shutdown)
-					case results <- r:
-					case <-ctx.Done():
-					}
-				}(t)
-			}
-			for k, st := range states {
-				if seen[k] {
-					continue
-				}
-				// No longer checked: a backend left down comes back, so
-				// it is not out of its table for good.
-				if !st.up {
-					a.setBackendUp(k, true, "health checks removed")
-				}
-				delete(states, k)
-				up.DeleteLabelValues(label(k)...)
+			default:
+				done = true
 			}
 		}
-	}
+		seen := map[healthKey]bool{}
+		a.mu.Lock()
+		targets := a.healthTargets()
+		a.mu.Unlock()
+		for _, t := range targets {
+			seen[t.key] = true
+			st := states[t.key]
+			if st == nil {
+				st = &healthState{up: true, next: now}
+				states[t.key] = st
+				up.WithLabelValues(label(t.key)...).Set(1)
+			}
+			if st.inflight || now.Before(st.next) {
+				continue
+			}
+			st.h = t.h
+			st.inflight = true
+			st.next = now.Add(t.h.Interval.D)
+			go func(t healthTarget) {
+				r := healthResult{key: t.key, err: probe(ctx, t)}
+				select { // the loop may be gone (shutdown)
+				case results <- r:
+				case <-ctx.Done():
+				}
+			}(t)
+		}
+		for k, st := range states {
+			if seen[k] {
+				continue
+			}
+			// No longer checked: a backend left down comes back, so
+			// it is not out of its table for good.
+			if !st.up {
+				a.setBackendUp(k, true, "health checks removed")
+			}
+			delete(states, k)
+			up.DeleteLabelValues(label(k)...)
+		}
+	})
 }
 
 // healthResult counts a probe's result and acts on a change of state.

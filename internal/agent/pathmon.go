@@ -160,24 +160,20 @@ func (m *pathMonitor) Statuses() map[uint32]PathStatus {
 	return out
 }
 
-// run follows the config's paths, probes and judges them until ctx ends.
+// run follows the config's paths, probes, judges and steers by them
+// every probeTick until ctx ends, on a protected thread (protected.go):
+// the gateway's load does not delay when probes leave nor when their
+// outcomes are seen.
 func (m *pathMonitor) run(ctx context.Context) {
-	t := time.NewTicker(probeTick)
-	defer t.Stop()
 	defer m.closeAll()
 	var synced time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			if now.Sub(synced) >= 100*time.Millisecond {
-				m.sync()
-				synced = now
-			}
-			m.step(now)
+	runProtected(ctx, m.log, "path monitor", probeTick, func(now time.Time) {
+		if now.Sub(synced) >= 100*time.Millisecond {
+			m.sync()
+			synced = now
 		}
-	}
+		m.step(now)
+	})
 }
 
 func (m *pathMonitor) closeAll() {

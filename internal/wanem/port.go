@@ -244,13 +244,29 @@ func (p *port) newReader(size int) *reader {
 	return r
 }
 
+// pollSlice is the longest one wait of a reader in poll, in ms: how long
+// a closed socket may go unnoticed.
+const pollSlice = 50
+
 // read returns the next frame, virtio-net header first, and the kernel's
 // receive time in Unix nanoseconds (0 when it gave none); the slice is valid
 // until the next read.
 func (r *reader) read() ([]byte, int64, error) {
 	for {
-		if err := r.p.rc.Read(r.fn); err != nil {
+		// Waits in poll on the calling thread (a receiver's real-time
+		// one), not in the Go netpoller; in slices of pollSlice, so a
+		// closed socket ends the wait.
+		var done bool
+		if err := r.p.rc.Control(func(fd uintptr) {
+			if done = r.fn(fd); !done {
+				pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+				_, _ = unix.Poll(pfd, pollSlice)
+			}
+		}); err != nil {
 			return nil, 0, err
+		}
+		if !done {
+			continue
 		}
 		switch r.err {
 		case nil:

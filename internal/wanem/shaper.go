@@ -5,6 +5,8 @@ package wanem
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -115,15 +117,38 @@ type direction struct {
 	mu      sync.Mutex
 	sh      *shaper
 	q       fifo
-	sending int           // frames the scheduler took from q and sends now
-	wake    chan struct{} // q became non-empty
+	sending int // frames the scheduler took from q and sends now
+	// wake is an eventfd written when q becomes non-empty: the
+	// scheduler blocks on it on its own thread, so the kernel wakes it
+	// (a channel would wait for the Go scheduler's ordinary threads,
+	// which a loaded machine runs late).
+	wake int
 
 	framesIn, bytesIn, framesOut, bytesOut atomic.Uint64
 	dropLoss, dropQueue, dropLimit, txErr  atomic.Uint64
 }
 
 func newDirection(seed uint64) *direction {
-	return &direction{sh: newShaper(seed), wake: make(chan struct{}, 1)}
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		// Out of file descriptors at start: nothing to run with.
+		panic(fmt.Sprintf("wanem: eventfd: %v", err))
+	}
+	return &direction{sh: newShaper(seed), wake: fd}
+}
+
+// signal wakes the scheduler.
+func (d *direction) signal() {
+	one := [8]byte{1}
+	_, _ = unix.Write(d.wake, one[:]) // a full counter is still a wake-up
+}
+
+// waitSignal blocks this thread until signal, or for at most sleepChunk.
+func (d *direction) waitSignal() {
+	pfd := []unix.PollFd{{Fd: int32(d.wake), Events: unix.POLLIN}}
+	_, _ = unix.Poll(pfd, int(sleepChunk/time.Millisecond))
+	var b [8]byte
+	_, _ = unix.Read(d.wake, b[:])
 }
 
 func (d *direction) set(imp Impairment) {
@@ -149,6 +174,12 @@ func (d *direction) stats() DirStats {
 // receive reads frames from in until its socket closes and hands each to
 // direction d, which sends it on out now or queues it for the scheduler.
 func (l *Link) receive(ctx context.Context, in, out *port, d *direction) error {
+	// On a thread of its own at SCHED_FIFO, blocking in the kernel
+	// there: the link stands for a physical one, which the machine's
+	// CPU load does not slow down (a receiver at the default policy,
+	// woken through the Go scheduler, read frames tens of ms late under
+	// stress-ng, and a gateway's path monitor saw that as loss).
+	realtime(l.log, "receiver")
 	r := in.newReader(vnetHdrLen + 65536)
 	w := out.newWriter()
 	for {
@@ -223,10 +254,7 @@ func (l *Link) admit(now int64, frame []byte, d *direction, w *writer) {
 	d.q.push(pending{buf: b, n: len(frame), dep: dep})
 	d.mu.Unlock()
 	if wasEmpty {
-		select {
-		case d.wake <- struct{}{}:
-		default:
-		}
+		d.signal()
 	}
 }
 
@@ -239,6 +267,19 @@ func (l *Link) send(w *writer, frame []byte, d *direction) {
 	}
 	d.framesOut.Add(1)
 	d.bytesOut.Add(uint64(len(frame) - vnetHdrLen))
+}
+
+// realtime locks the calling goroutine to its thread for good and puts
+// the thread at SCHED_FIFO schedPriority with 1 ns of timer slack; without
+// the privilege it stays on the default policy. Threads the runtime
+// starts from it begin at the default policy (SCHED_FLAG_RESET_ON_FORK).
+func realtime(log *slog.Logger, what string) {
+	runtime.LockOSThread()
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	attr := unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: schedPriority, Flags: unix.SCHED_FLAG_RESET_ON_FORK}
+	if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+		log.Debug("wanem "+what+" stays on the default policy", "err", err)
+	}
 }
 
 // schedPriority is the SCHED_FIFO priority of the departure schedulers:
@@ -261,24 +302,18 @@ func (l *Link) schedule(ctx context.Context, out *port, d *direction) {
 	// policy); without the privilege it stays on the default policy. The
 	// goroutine stays locked when it returns, so the runtime ends the
 	// thread instead of handing its policy to other goroutines.
-	runtime.LockOSThread()
-	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
-	attr := unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: schedPriority}
-	if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
-		l.log.Debug("wanem scheduler stays on the default policy", "err", err)
-	}
+	realtime(l.log, "scheduler")
 	w := out.newWriter()
 	batch := make([]pending, 0, 64)
 	for {
 		d.mu.Lock()
 		if d.q.len() == 0 {
 			d.mu.Unlock()
-			select {
-			case <-d.wake:
-				continue
-			case <-ctx.Done():
+			d.waitSignal()
+			if ctx.Err() != nil {
 				return
 			}
+			continue
 		}
 		now := l.now()
 		if wait := d.q.peek().dep - now; wait > 0 {

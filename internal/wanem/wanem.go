@@ -30,6 +30,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Direction names one direction of the link, or both.
@@ -335,8 +337,8 @@ func (l *Link) Run(ctx context.Context) error {
 	}
 	l.log.Info("wanem running", "a", l.ports[0].name, "b", l.ports[1].name)
 	<-ctx.Done()
-	// Closing the sockets wakes the receivers blocked in the poller; their
-	// drop counts go with them, so read those first.
+	// The receivers see their sockets closed within pollSlice; the
+	// sockets' drop counts go with them, so read those first.
 	for _, p := range l.ports {
 		p.rxDrops()
 		_ = p.closeSocket()
@@ -362,6 +364,11 @@ func (l *Link) Close() error {
 		for _, p := range l.ports {
 			if p != nil {
 				errs = append(errs, p.close())
+			}
+		}
+		for _, d := range l.dirs {
+			if d != nil {
+				_ = unix.Close(d.wake)
 			}
 		}
 	})

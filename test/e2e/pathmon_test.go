@@ -183,26 +183,7 @@ func TestLabSteeringFailover(t *testing.T) {
 		goal, fail float64
 	}{{"", 300, 1000}, {"10ms", 50, 150}} {
 		if c.interval != "" {
-			ps, err := gc.ListPaths(ctx, &pb.ListRequest{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ops []*pb.Operation
-			for _, p := range ps.GetPaths() {
-				// As listed (its secret redacted, which an update
-				// gives back to keep it), but for the interval.
-				p.Monitor.Interval = c.interval
-				ops = append(ops, updateOp(pathObj(p)))
-			}
-			if _, err := gc.Apply(ctx, &pb.ApplyRequest{Operations: ops}); err != nil {
-				t.Fatal(err)
-			}
-			if !waitFor(5*time.Second, func() bool {
-				r, err := gc.ListPathStatus(ctx, &pb.ListRequest{})
-				return err == nil && len(r.GetPaths()) == 2 && r.GetPaths()[0].GetState() == "up" && r.GetPaths()[1].GetState() == "up"
-			}) {
-				t.Fatalf("paths not up at %s probes", c.interval)
-			}
+			probeEvery(t, gc, ctx, c.interval, 5*time.Second)
 		}
 		recv := startProc(t, l.B, pyGaps, lab.AddrB, "7000")
 		const n, rate = 5000, 1000
@@ -257,6 +238,35 @@ func TestLabSteeringFailover(t *testing.T) {
 		if d := tx2[1] - tx1[1]; d < 1000 {
 			t.Errorf("%s probes: path 1 sent %d packets after wan1 was repaired, want the stream back (>= 1000)", probes, d)
 		}
+	}
+}
+
+// probeEvery sets the probe interval of every path of the gateway gc
+// talks to and waits until both its paths are up again, at most within.
+func probeEvery(t *testing.T, gc pb.GatewayClient, ctx context.Context, interval string, within time.Duration) {
+	t.Helper()
+	ps, err := gc.ListPaths(ctx, &pb.ListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []*pb.Operation
+	for _, p := range ps.GetPaths() {
+		// As listed (its secret redacted, which an update gives back
+		// to keep it), but for the interval.
+		if p.Monitor == nil {
+			p.Monitor = &pb.PathMonitor{}
+		}
+		p.Monitor.Interval = interval
+		ops = append(ops, updateOp(pathObj(p)))
+	}
+	if _, err := gc.Apply(ctx, &pb.ApplyRequest{Operations: ops}); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(within, func() bool {
+		r, err := gc.ListPathStatus(ctx, &pb.ListRequest{})
+		return err == nil && len(r.GetPaths()) == 2 && r.GetPaths()[0].GetState() == "up" && r.GetPaths()[1].GetState() == "up"
+	}) {
+		t.Fatalf("paths not up within %s at %s probes", within, interval)
 	}
 }
 

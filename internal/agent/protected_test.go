@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/edgeplane/edgeplane/internal/testutil"
+)
+
+// TestRunProtected: a protected loop's steps run on a thread at
+// SCHED_FIFO loopPriority whose children start at the default policy,
+// once a tick, and the loop ends with its context.
+func TestRunProtected(t *testing.T) {
+	testutil.RequireRoot(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var steps int
+	var attr *unix.SchedAttr
+	var tid int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runProtected(ctx, slog.New(slog.DiscardHandler), "test", 2*time.Millisecond, func(time.Time) {
+			if steps++; steps == 1 {
+				tid = unix.Gettid()
+				attr, _ = unix.SchedGetAttr(0, 0)
+			} else if unix.Gettid() != tid {
+				t.Errorf("step %d on thread %d, the first on %d", steps, unix.Gettid(), tid)
+			}
+			if steps == 50 {
+				cancel()
+			}
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the loop did not end with its context (%d steps)", steps)
+	}
+	if attr == nil || attr.Policy != unix.SCHED_FIFO || attr.Priority != loopPriority || attr.Flags&unix.SCHED_FLAG_RESET_ON_FORK == 0 {
+		t.Errorf("the loop's thread: %+v, want SCHED_FIFO %d, reset on fork", attr, loopPriority)
+	}
+	if steps != 50 {
+		t.Errorf("%d steps, want 50", steps)
+	}
+}
