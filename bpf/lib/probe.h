@@ -32,27 +32,8 @@
 #include <bpf/bpf_helpers.h>
 #include "../edge_maps.h"
 #include "proto.h"
+#include "siphash.h"
 #include "verdict.h"
-
-/* One SipHash round on v0..v3. */
-#define PROBE_ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
-#define PROBE_SIPROUND(v0, v1, v2, v3)                                  \
-	do {                                                            \
-		v0 += v1;                                               \
-		v1 = PROBE_ROTL(v1, 13);                                \
-		v1 ^= v0;                                               \
-		v0 = PROBE_ROTL(v0, 32);                                \
-		v2 += v3;                                               \
-		v3 = PROBE_ROTL(v3, 16);                                \
-		v3 ^= v2;                                               \
-		v0 += v3;                                               \
-		v3 = PROBE_ROTL(v3, 21);                                \
-		v3 ^= v0;                                               \
-		v2 += v1;                                               \
-		v1 = PROBE_ROTL(v1, 17);                                \
-		v1 ^= v2;                                               \
-		v2 = PROBE_ROTL(v2, 32);                                \
-	} while (0)
 
 /* sip24_words is SipHash-2-4 under key (k0, k1) of the message whose
  * n whole 8-byte words (little-endian) are m and whose last block is
@@ -61,26 +42,13 @@
 static __always_inline __u64 sip24_words(__u64 k0, __u64 k1, const __u64 *m,
 					 int n, __u64 last)
 {
-	__u64 v0 = k0 ^ 0x736f6d6570736575ull;
-	__u64 v1 = k1 ^ 0x646f72616e646f6dull;
-	__u64 v2 = k0 ^ 0x6c7967656e657261ull;
-	__u64 v3 = k1 ^ 0x7465646279746573ull;
-	__u64 w;
+	struct sip s;
 	int i;
 
-	for (i = 0; i <= n; i++) {
-		w = i < n ? m[i] : last;
-		v3 ^= w;
-		PROBE_SIPROUND(v0, v1, v2, v3);
-		PROBE_SIPROUND(v0, v1, v2, v3);
-		v0 ^= w;
-	}
-	v2 ^= 0xff;
-	PROBE_SIPROUND(v0, v1, v2, v3);
-	PROBE_SIPROUND(v0, v1, v2, v3);
-	PROBE_SIPROUND(v0, v1, v2, v3);
-	PROBE_SIPROUND(v0, v1, v2, v3);
-	return v0 ^ v1 ^ v2 ^ v3;
+	sip_init_key(&s, k0, k1);
+	for (i = 0; i < n; i++)
+		sip24_word(&s, m[i]);
+	return sip24_final(&s, last);
 }
 
 /* probe_mac is a probe's MAC under a's secret: SipHash-2-4 of its first

@@ -5,7 +5,6 @@ package bpf
 import (
 	"encoding/binary"
 	"fmt"
-	"math/bits"
 
 	"github.com/cilium/ebpf"
 )
@@ -75,44 +74,16 @@ func NewProbeSecret(key [16]byte) ProbeSecret {
 // SipHash24 is SipHash-2-4 (Aumasson and Bernstein, 2012) of msg under
 // the key (k0, k1): lib/probe.h's sip24_words, for any length.
 func SipHash24(k0, k1 uint64, msg []byte) uint64 {
-	v0, v1 := k0^0x736f6d6570736575, k1^0x646f72616e646f6d
-	v2, v3 := k0^0x6c7967656e657261, k1^0x7465646279746573
-	round := func() {
-		v0 += v1
-		v1 = bits.RotateLeft64(v1, 13)
-		v1 ^= v0
-		v0 = bits.RotateLeft64(v0, 32)
-		v2 += v3
-		v3 = bits.RotateLeft64(v3, 16)
-		v3 ^= v2
-		v0 += v3
-		v3 = bits.RotateLeft64(v3, 21)
-		v3 ^= v0
-		v2 += v1
-		v1 = bits.RotateLeft64(v1, 17)
-		v1 ^= v2
-		v2 = bits.RotateLeft64(v2, 32)
-	}
-	word := func(m uint64) {
-		v3 ^= m
-		round()
-		round()
-		v0 ^= m
-	}
-	n := len(msg) / 8 * 8
-	for i := 0; i < n; i += 8 {
-		word(binary.LittleEndian.Uint64(msg[i:]))
+	n := len(msg) / 8
+	words := make([]uint64, n)
+	for i := range words {
+		words[i] = binary.LittleEndian.Uint64(msg[8*i:])
 	}
 	last := uint64(len(msg)) << 56
-	for i, c := range msg[n:] {
+	for i, c := range msg[8*n:] {
 		last |= uint64(c) << (8 * i)
 	}
-	word(last)
-	v2 ^= 0xff
-	for range 4 {
-		round()
-	}
-	return v0 ^ v1 ^ v2 ^ v3
+	return sipHash(2, 4, k0, k1, last, words...)
 }
 
 // ProbeMAC is the MAC of probe body b (struct edge_probe) under s:
