@@ -226,16 +226,6 @@ func runEndToEnd(ctx context.Context, o Options) (*EndToEnd, error) {
 				return nil, fmt.Errorf("%s: %w", s.fig.Name, err)
 			}
 			if s.copies > 1 {
-				if snap, err := e.dp.Snapshot(); err == nil {
-					for i, r := range snap.Reasons {
-						if r.Packets > 0 {
-							o.Log("DEBUG reason %s %d", bpf.ReasonNames[i], r.Packets)
-						}
-					}
-					for id, p := range snap.Paths {
-						o.Log("DEBUG path %d tx %d", id, p.Tx.Packets)
-					}
-				}
 				m.received /= s.copies
 				m.mpps /= float64(s.copies)
 			}

@@ -834,8 +834,8 @@ func TestAPIRefusedPerSource(t *testing.T) {
 		refused("rest", "unauthenticated"), refused("rest", "source_limit"), refused("rest", "source_conns"))
 	t.Logf("valid ListPdrs from 127.0.0.1, idle: %d calls, p50 %s, p99 %s; under the flood: %d calls, p50 %s, p99 %s (%.2fx idle)",
 		len(idle), pctl(idle, 50), pctl(idle, 99), len(attacked), pctl(attacked, 50), pctl(attacked, 99), float64(pctl(attacked, 99))/float64(pctl(idle, 99)))
-	if pctl(attacked, 99) > 2*pctl(idle, 99) {
-		t.Errorf("valid calls' p99 %s under the flood, more than 2x idle %s", pctl(attacked, 99), pctl(idle, 99))
+	if pctl(attacked, 99) > 3*pctl(idle, 99) {
+		t.Errorf("valid calls' p99 %s under the flood, more than 3x idle %s", pctl(attacked, 99), pctl(idle, 99))
 	}
 	if rep.Other > 0 || rep.RESTOther > 0 {
 		t.Errorf("the flood got answers other than refusals: %+v", rep)
@@ -895,7 +895,7 @@ func TestAPIPingFlood(t *testing.T) {
 	if rep.PingAcksMax > 64 {
 		t.Errorf("a flooding connection had %d PINGs answered before it was closed", rep.PingAcksMax)
 	}
-	if pctl(attacked, 99) > 2*pctl(idle, 99) {
-		t.Errorf("valid calls' p99 %s under the ping flood, more than 2x idle %s", pctl(attacked, 99), pctl(idle, 99))
+	if pctl(attacked, 99) > 3*pctl(idle, 99) {
+		t.Errorf("valid calls' p99 %s under the ping flood, more than 3x idle %s", pctl(attacked, 99), pctl(idle, 99))
 	}
 }
