@@ -82,20 +82,72 @@ func slaMet(sla config.SLA, s PathStatus) bool {
 // missing one counts as not monitored: usable) at time now; prev is its
 // last plan.
 func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.Time) steerPlan {
-	n := len(g.lbr.Members)
-	status := func(i int) PathStatus {
-		s, ok := st[g.paths[i]]
-		if !ok {
-			return PathStatus{State: PathUp}
-		}
-		return s
+	l := steerLook{g: g, st: st, n: len(g.lbr.Members)}
+	var why string
+	l.cand, why = l.usable()
+	p := steerPlan{chose: -1, why: why, weights: prev.weights, spill: prev.spill, loss: prev.loss, adjusted: prev.adjusted,
+		window: prev.window, tx: prev.tx}
+	if len(l.cand) == 0 {
+		return p
 	}
+	l.p = &p
+	l.step = l.startStep(now)
+	weights := l.weights(prev.chose)
+	if l.step {
+		for i := range l.n {
+			p.loss[i] = l.status(i).Loss
+			p.tx[i] = l.status(i).TxBytes
+		}
+	}
+	spills := g.lbr.Algorithm == config.AlgorithmPriority || g.lbr.Algorithm == config.AlgorithmCMon
+	for i, w := range weights {
+		if w > 0 || spills && slices.Contains(l.cand, i) {
+			p.ok |= 1 << i
+		}
+	}
+	p.table = shareTable(weights)
+	return p
+}
+
+// steerLook is one look at a group's members while planSteer makes its
+// plan: their statuses, the usable ones (cand) and whether the adaptive
+// modes step at this look.
+type steerLook struct {
+	g    steerGroup
+	st   map[uint32]PathStatus
+	n    int
+	cand []int
+	p    *steerPlan
+	step bool
+}
+
+// status is member i's path status (not monitored, up: no status).
+func (l *steerLook) status(i int) PathStatus {
+	s, ok := l.st[l.g.paths[i]]
+	if !ok {
+		return PathStatus{State: PathUp}
+	}
+	return s
+}
+
+// lossRose tells whether member i lost more of its window than at the
+// last step.
+func (l *steerLook) lossRose(i int) bool { return l.status(i).Loss > l.p.loss[i] }
+
+// base is member i's configured weight, at least 1.
+func (l *steerLook) base(i int) float64 {
+	return max(float64(l.g.lbr.Members[i].EffectiveWeight()), 1)
+}
+
+// usable picks the members of the best tier that has one, and says
+// which tier.
+func (l *steerLook) usable() ([]int, string) {
 	tiers := []struct {
 		name string
 		ok   func(PathStatus) bool
 	}{
 		{"paths up within the SLA", func(s PathStatus) bool {
-			return (s.State == PathUp || s.State == PathUnknown && !s.Monitored) && slaMet(g.lbr.SLA, s)
+			return (s.State == PathUp || s.State == PathUnknown && !s.Monitored) && slaMet(l.g.lbr.SLA, s)
 		}},
 		{"no path up within the SLA: paths not down", func(s PathStatus) bool { return s.State != PathDown }},
 		{"every path down: all members", func(PathStatus) bool { return true }},
@@ -104,8 +156,8 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.
 	var why string
 	for _, t := range tiers {
 		cand = cand[:0]
-		for i := range n {
-			if t.ok(status(i)) {
+		for i := range l.n {
+			if t.ok(l.status(i)) {
 				cand = append(cand, i)
 			}
 		}
@@ -114,12 +166,12 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.
 			break
 		}
 	}
-	if g.lbr.Algorithm == config.AlgorithmRedundant && len(cand) < 2 {
+	if l.g.lbr.Algorithm == config.AlgorithmRedundant && len(cand) < 2 {
 		// Redundancy needs two paths: a path outside the SLA but not
 		// down carries copies too, rather than none.
 		var alive []int
-		for i := range n {
-			if status(i).State != PathDown {
+		for i := range l.n {
+			if l.status(i).State != PathDown {
 				alive = append(alive, i)
 			}
 		}
@@ -127,163 +179,188 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.
 			cand, why = alive, "fewer than two paths up within the SLA: paths not down"
 		}
 	}
-	p := steerPlan{chose: -1, why: why, weights: prev.weights, spill: prev.spill, loss: prev.loss, adjusted: prev.adjusted,
-		window: prev.window, tx: prev.tx}
-	if len(cand) == 0 {
-		return p
-	}
-	if len(p.weights) != n || len(p.loss) != n || len(p.tx) != n {
-		p.weights, p.loss, p.tx = make([]float64, n), make([]float64, n), make([]uint64, n)
-		for i := range n {
-			p.tx[i] = status(i).TxBytes
+	return cand, why
+}
+
+// startStep sets up the adaptive state of a plan that has none for
+// these members, and reports whether the modes step now (their state
+// then copied, so the previous plan keeps its own).
+func (l *steerLook) startStep(now time.Time) bool {
+	p := l.p
+	if len(p.weights) != l.n || len(p.loss) != l.n || len(p.tx) != l.n {
+		p.weights, p.loss, p.tx = make([]float64, l.n), make([]float64, l.n), make([]uint64, l.n)
+		for i := range l.n {
+			p.tx[i] = l.status(i).TxBytes
+			p.weights[i] = l.base(i)
 		}
-		for i, mb := range g.lbr.Members {
-			p.weights[i] = max(float64(mb.EffectiveWeight()), 1)
-		}
 	}
-	step := now.Sub(p.adjusted) >= adaptEvery
-	if step {
-		p.weights, p.loss, p.tx = slices.Clone(p.weights), slices.Clone(p.loss), slices.Clone(p.tx)
-		p.adjusted = now
+	if now.Sub(p.adjusted) < adaptEvery {
+		return false
 	}
-	// lossRose tells whether member i lost more of its window than at
-	// the last step.
-	lossRose := func(i int) bool { return status(i).Loss > p.loss[i] }
-	weights := make([]float64, n)
-	switch g.lbr.Algorithm {
+	p.weights, p.loss, p.tx = slices.Clone(p.weights), slices.Clone(p.loss), slices.Clone(p.tx)
+	p.adjusted = now
+	return true
+}
+
+// weights is each member's share of the table by the group's mode;
+// chose is the member smallest-delay chose at the last plan.
+func (l *steerLook) weights(chose int) []float64 {
+	w := make([]float64, l.n)
+	switch l.g.lbr.Algorithm {
 	case config.AlgorithmActiveStandby:
-		weights[cand[0]] = 1
+		w[l.cand[0]] = 1
 	case config.AlgorithmSmallestDelay:
-		rtt := func(i int) time.Duration {
-			if s := status(i); s.Monitored && s.SRTT > 0 {
-				return s.SRTT
-			}
-			return math.MaxInt64
-		}
-		best := cand[0]
-		for _, i := range cand[1:] {
-			if rtt(i) < rtt(best) {
-				best = i
-			}
-		}
-		// The member chosen before keeps the group unless it left the
-		// usable set or another is 10 % faster.
-		if c := prev.chose; c >= 0 && c < n && slices.Contains(cand, c) && float64(rtt(best)) > 0.9*float64(rtt(c)) {
-			best = c
-		}
-		weights[best] = 1
-		p.chose = best
+		best := l.smallestDelay(chose)
+		w[best] = 1
+		l.p.chose = best
 	case config.AlgorithmRTT:
-		// RTTMon, with its blind spot closed by the tiers (a path down
-		// is out): a congested member's weight halves every step, down
-		// to 1/20 of its configured one; an uncongested one regains a
-		// tenth of it a step.
-		for _, i := range cand {
-			base := max(float64(g.lbr.Members[i].EffectiveWeight()), 1)
-			if step {
-				if congested(status(i)) {
-					p.weights[i] = max(p.weights[i]/2, base/20)
-				} else {
-					p.weights[i] = min(p.weights[i]+base/10, base)
-				}
-			}
-			weights[i] = p.weights[i]
+		l.stepRTT()
+		for _, i := range l.cand {
+			w[i] = l.p.weights[i]
 		}
 	case config.AlgorithmDWRR:
-		// The P4 proxy's DWRR raises each weight step by step until loss
-		// shows and never lowers it; here a member's weight grows by its
-		// configured one a step while its path loses no more and is not
-		// congested, and halves (down to that configured weight) when it
-		// loses more or is congested: additive increase, multiplicative
-		// decrease, per path.
-		for _, i := range cand {
-			base := max(float64(g.lbr.Members[i].EffectiveWeight()), 1)
-			if step {
-				if lossRose(i) || congested(status(i)) {
-					p.weights[i] = max(p.weights[i]/2, base)
-				} else {
-					p.weights[i] = min(p.weights[i]+base, 64*base)
-				}
-			}
-			weights[i] = p.weights[i]
+		l.stepDWRR()
+		for _, i := range l.cand {
+			w[i] = l.p.weights[i]
 		}
 	case config.AlgorithmPriority:
-		// Everything over the first usable member until it is
-		// congested or loses more; then a share spills over to the
-		// next, growing a tenth a step (up to nine tenths) while that
-		// lasts and shrinking a tenth a step once it is over.
-		first := cand[0]
-		if step {
-			if len(cand) > 1 && (congested(status(first)) || lossRose(first)) {
-				p.spill = min(p.spill+0.1, 0.9)
-			} else {
-				p.spill = max(p.spill-0.1, 0)
-			}
-		}
-		weights[first] = 1 - p.spill
-		if len(cand) > 1 {
-			weights[cand[1]] = p.spill
-		}
+		l.stepPriority()
+		l.spill(w)
 	case config.AlgorithmCMon:
-		// A congestion window on the first usable member: what it may
-		// carry a step (100 ms). Packets go to it while the window has
-		// room, the excess to the next: the share it gets is the window
-		// over what the group sent last step. The window grows by an
-		// eighth a step (and to what the member carried) while its path
-		// loses no more and is not congested, and halves when it loses
-		// more or is congested, not below 12.5 kB (1 Mbit/s).
-		first := cand[0]
-		if step {
-			sent, total := 0.0, 0.0
-			for i := range n {
-				d := float64(status(i).TxBytes - p.tx[i])
-				total += d
-				if i == first {
-					sent = d
-				}
-			}
-			if congested(status(first)) || lossRose(first) {
-				p.window = max(p.window/2, cmonMinWindow)
-			} else {
-				p.window = max(p.window+p.window/8, sent, cmonMinWindow)
-			}
-			p.spill = 0
-			if total > p.window {
-				p.spill = 1 - p.window/total
-			}
-		}
-		weights[first] = 1 - p.spill
-		if len(cand) > 1 {
-			weights[cand[1]] = p.spill
-		}
+		l.stepCMon()
+		l.spill(w)
 	case config.AlgorithmRedundant:
 		// Every packet over every usable member (the table is unused).
-		for _, i := range cand {
-			weights[i] = 1
+		for _, i := range l.cand {
+			w[i] = 1
 		}
 	default: // load-balancing, wrr
-		for _, i := range cand {
-			weights[i] = float64(g.lbr.Members[i].EffectiveWeight())
+		for _, i := range l.cand {
+			w[i] = float64(l.g.lbr.Members[i].EffectiveWeight())
 		}
-		if sum(weights) == 0 { // every usable member drained: share evenly
-			for _, i := range cand {
-				weights[i] = 1
+		if sum(w) == 0 { // every usable member drained: share evenly
+			for _, i := range l.cand {
+				w[i] = 1
 			}
 		}
 	}
-	if step {
-		for i := range n {
-			p.loss[i] = status(i).Loss
-			p.tx[i] = status(i).TxBytes
+	return w
+}
+
+// smallestDelay is the usable member with the smallest RTT; the member
+// chosen before keeps the group unless it left the usable set or
+// another is 10 % faster.
+func (l *steerLook) smallestDelay(chose int) int {
+	rtt := func(i int) time.Duration {
+		if s := l.status(i); s.Monitored && s.SRTT > 0 {
+			return s.SRTT
+		}
+		return math.MaxInt64
+	}
+	best := l.cand[0]
+	for _, i := range l.cand[1:] {
+		if rtt(i) < rtt(best) {
+			best = i
 		}
 	}
-	for i, w := range weights {
-		if w > 0 || (g.lbr.Algorithm == config.AlgorithmPriority || g.lbr.Algorithm == config.AlgorithmCMon) && slices.Contains(cand, i) {
-			p.ok |= 1 << i
+	if c := chose; c >= 0 && c < l.n && slices.Contains(l.cand, c) && float64(rtt(best)) > 0.9*float64(rtt(c)) {
+		best = c
+	}
+	return best
+}
+
+// stepRTT is RTTMon, with its blind spot closed by the tiers (a path
+// down is out): a congested member's weight halves every step, down to
+// 1/20 of its configured one; an uncongested one regains a tenth of it
+// a step.
+func (l *steerLook) stepRTT() {
+	if !l.step {
+		return
+	}
+	for _, i := range l.cand {
+		base := l.base(i)
+		if congested(l.status(i)) {
+			l.p.weights[i] = max(l.p.weights[i]/2, base/20)
+		} else {
+			l.p.weights[i] = min(l.p.weights[i]+base/10, base)
 		}
 	}
-	p.table = shareTable(weights)
-	return p
+}
+
+// stepDWRR: the P4 proxy's DWRR raises each weight step by step until
+// loss shows and never lowers it; here a member's weight grows by its
+// configured one a step while its path loses no more and is not
+// congested, and halves (down to that configured weight) when it loses
+// more or is congested: additive increase, multiplicative decrease, per
+// path.
+func (l *steerLook) stepDWRR() {
+	if !l.step {
+		return
+	}
+	for _, i := range l.cand {
+		base := l.base(i)
+		if l.lossRose(i) || congested(l.status(i)) {
+			l.p.weights[i] = max(l.p.weights[i]/2, base)
+		} else {
+			l.p.weights[i] = min(l.p.weights[i]+base, 64*base)
+		}
+	}
+}
+
+// stepPriority: everything over the first usable member until it is
+// congested or loses more; then a share spills over to the next,
+// growing a tenth a step (up to nine tenths) while that lasts and
+// shrinking a tenth a step once it is over.
+func (l *steerLook) stepPriority() {
+	if !l.step {
+		return
+	}
+	first := l.cand[0]
+	if len(l.cand) > 1 && (congested(l.status(first)) || l.lossRose(first)) {
+		l.p.spill = min(l.p.spill+0.1, 0.9)
+	} else {
+		l.p.spill = max(l.p.spill-0.1, 0)
+	}
+}
+
+// stepCMon keeps a congestion window on the first usable member: what
+// it may carry a step (100 ms). Packets go to it while the window has
+// room, the excess to the next: the share it gets is the window over
+// what the group sent last step. The window grows by an eighth a step
+// (and to what the member carried) while its path loses no more and is
+// not congested, and halves when it loses more or is congested, not
+// below 12.5 kB (1 Mbit/s).
+func (l *steerLook) stepCMon() {
+	if !l.step {
+		return
+	}
+	p, first := l.p, l.cand[0]
+	sent, total := 0.0, 0.0
+	for i := range l.n {
+		d := float64(l.status(i).TxBytes - p.tx[i])
+		total += d
+		if i == first {
+			sent = d
+		}
+	}
+	if congested(l.status(first)) || l.lossRose(first) {
+		p.window = max(p.window/2, cmonMinWindow)
+	} else {
+		p.window = max(p.window+p.window/8, sent, cmonMinWindow)
+	}
+	p.spill = 0
+	if total > p.window {
+		p.spill = 1 - p.window/total
+	}
+}
+
+// spill gives the first usable member all but the plan's spilled
+// share, and the next one that share.
+func (l *steerLook) spill(w []float64) {
+	w[l.cand[0]] = 1 - l.p.spill
+	if len(l.cand) > 1 {
+		w[l.cand[1]] = l.p.spill
+	}
 }
 
 func sum(v []float64) float64 {

@@ -267,22 +267,51 @@ func (e *Engine) syncDedicated(strategies []config.Strategy, procs []Proc, pids 
 		}
 		e.cs = &c
 	}
-	c := *e.cs
-	var others []int
+	pl := cpusetPlan{c: *e.cs, ded: ded, byPID: map[int]Proc{}}
 	for _, cpu := range host.Online {
 		if !ded[cpu] {
-			others = append(others, cpu)
+			pl.others = append(pl.others, cpu)
 		}
 	}
-	if len(others) == 0 {
+	if len(pl.others) == 0 {
 		fail(errors.New("every online CPU is dedicated: none left to the rest of the system"))
 		return
 	}
 	e.undoMoved()
-	// Each strategy's cpuset, and which process belongs in which.
-	home := map[int]string{} // pid: its strategy's cpuset
-	wantGroups := map[string]bool{}
-	var errs []error
+	e.planCpusets(&pl, strategies, pids, host)
+	for _, p := range procs {
+		pl.byPID[p.PID] = p
+	}
+	// Written down before anything changes (see Sync).
+	e.noteCpusets(&pl, procs, host)
+	if err := e.save(); err != nil {
+		fail(fmt.Errorf("state file: %w", err))
+		return
+	}
+	errs := e.applyCpusets(pl, strategies, host)
+	errs = append(errs, e.tidyCpusets(pl)...)
+	if err := errors.Join(errs...); err != nil {
+		fail(err)
+	}
+}
+
+// cpusetPlan is where syncDedicated wants the dedicated CPUs and the
+// processes.
+type cpusetPlan struct {
+	c      cpusetHier
+	ded    map[int]bool // the dedicated CPUs
+	others []int        // the online CPUs no strategy dedicates
+	home   map[int]string
+	want   map[string]bool // the engine's cpusets wanted
+	byPID  map[int]Proc
+	// toOthers are the v1 root's processes going to the others' cpuset.
+	toOthers []Proc
+}
+
+// planCpusets makes each strategy's cpuset and says which process
+// belongs in which (pl.home, by pid).
+func (e *Engine) planCpusets(pl *cpusetPlan, strategies []config.Strategy, pids map[uint32][]int, host Host) {
+	pl.home, pl.want = map[int]string{}, map[string]bool{}
 	for _, s := range strategies {
 		if s.CPUs.IsZero() {
 			continue
@@ -298,27 +327,28 @@ func (e *Engine) syncDedicated(strategies []config.Strategy, procs []Proc, pids 
 			continue
 		}
 		g := cpusGroup(s.ID)
-		wantGroups[g] = true
+		pl.want[g] = true
 		for _, pid := range pids[s.ID] {
-			home[pid] = g
+			pl.home[pid] = g
 		}
 	}
-	if c.V1 {
-		wantGroups[othersGroup] = true
+	if pl.c.V1 {
+		pl.want[othersGroup] = true
 	}
-	// Written down before anything changes (see Sync).
-	for g := range wantGroups {
+}
+
+// noteCpusets writes down in the engine, before anything changes, the
+// cpusets it makes, the host's it narrows and the processes it moves
+// (and the threads whose affinity a move may reset).
+func (e *Engine) noteCpusets(pl *cpusetPlan, procs []Proc, host Host) {
+	for g := range pl.want {
 		e.csGroups[g] = true
 	}
-	if c.V1 {
-		e.noteShrunk(c, ded)
+	if pl.c.V1 {
+		e.noteShrunk(pl.c, pl.ded)
 	}
-	byPID := map[int]Proc{}
-	for _, p := range procs {
-		byPID[p.PID] = p
-	}
-	for pid, g := range home {
-		if p, ok := byPID[pid]; ok && p.Cpuset != g {
+	for pid, g := range pl.home {
+		if p, ok := pl.byPID[pid]; ok && p.Cpuset != g {
 			if _, ok := e.placed[pid]; !ok {
 				from := p.Cpuset
 				if ours(from) {
@@ -332,26 +362,26 @@ func (e *Engine) syncDedicated(strategies []config.Strategy, procs []Proc, pids 
 	// threads narrowed to some CPUs by their own choice keep them
 	// (kernels before 6.2 reset a moved task's affinity to its new
 	// cpuset's).
-	var toOthers []Proc
-	if c.V1 {
+	if pl.c.V1 {
 		for _, p := range procs {
-			if home[p.PID] == "" && p.Cpuset == "/" && p.PID != 1 && !p.Kernel {
-				toOthers = append(toOthers, p)
+			if pl.home[p.PID] == "" && p.Cpuset == "/" && p.PID != 1 && !p.Kernel {
+				pl.toOthers = append(pl.toOthers, p)
 				e.noteAffinity(p, host.Online)
 			}
 		}
 	}
-	if err := e.save(); err != nil {
-		fail(fmt.Errorf("state file: %w", err))
-		return
-	}
-	// Narrowed first (a cpuset's CPUs must stay within its parent's),
-	// then the engine's cpusets, then the moves.
+}
+
+// applyCpusets makes the plan so: narrowed first (a cpuset's CPUs must
+// stay within its parent's), then the engine's cpusets, then the moves.
+func (e *Engine) applyCpusets(pl cpusetPlan, strategies []config.Strategy, host Host) []error {
+	var errs []error
+	c := pl.c
 	if c.V1 {
-		errs = append(errs, e.shrink(c, ded))
+		errs = append(errs, e.shrink(c, pl.ded))
 	}
-	for g := range wantGroups {
-		cpus := others
+	for g := range pl.want {
+		cpus := pl.others
 		if g != othersGroup {
 			id, _ := strconv.ParseUint(strings.TrimPrefix(g, "/"+cpusPrefix), 10, 32)
 			for _, s := range strategies {
@@ -365,43 +395,48 @@ func (e *Engine) syncDedicated(strategies []config.Strategy, procs []Proc, pids 
 			errs = append(errs, err)
 		}
 	}
-	for pid, g := range home {
-		if p, ok := byPID[pid]; ok && p.Cpuset != g {
+	for pid, g := range pl.home {
+		if p, ok := pl.byPID[pid]; ok && p.Cpuset != g {
 			errs = append(errs, c.move(g, pid))
 		}
 	}
-	for _, p := range toOthers {
+	for _, p := range pl.toOthers {
 		errs = append(errs, c.move(othersGroup, p.PID))
 		e.restoreAffinity(p.PID)
 	}
-	// The engine's cpusets no strategy wants any more, and the
-	// processes in a strategy's cpuset it no longer holds.
+	return errs
+}
+
+// tidyCpusets dissolves the engine's cpusets no strategy wants any
+// more, gives back the processes in a strategy's cpuset it no longer
+// holds, and forgets the placed processes that are gone.
+func (e *Engine) tidyCpusets(pl cpusetPlan) []error {
+	var errs []error
+	c := pl.c
 	for g := range e.csGroups {
-		if !wantGroups[g] {
+		if !pl.want[g] {
 			errs = append(errs, e.dissolveCpuset(c, g, othersGroupIf(c)))
 			delete(e.csGroups, g)
 		}
 	}
-	for g := range wantGroups {
+	for g := range pl.want {
 		if g == othersGroup {
 			continue
 		}
 		for _, pid := range c.procs(g) {
-			if home[pid] != g {
+			if pl.home[pid] != g {
 				errs = append(errs, e.giveBackProcess(c, pid, othersGroupIf(c)))
 			}
 		}
 	}
-	for pid, pl := range e.placed {
-		if home[pid] == "" {
-			if p, ok := byPID[pid]; !ok || p.Start != pl.Start {
+	for pid, p := range e.placed {
+		if pl.home[pid] == "" {
+			if cur, ok := pl.byPID[pid]; !ok || cur.Start != p.Start {
 				delete(e.placed, pid) // gone
 			}
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		fail(err)
-	}
+	return errs
 }
 
 // othersGroupIf is where a process leaving a strategy's cpuset goes
