@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgeplane/edgeplane/internal/api"
+	"github.com/edgeplane/edgeplane/internal/devtools/fleetlab"
 	"github.com/edgeplane/edgeplane/internal/fleet"
 )
 
@@ -17,7 +18,7 @@ import (
 // etcd, with two members without a dataplane) with the CLI: apply to a
 // selector, get by target, get gateways.
 func TestCommandsAgainstController(t *testing.T) {
-	etcd, err := fleet.StartCluster(t.TempDir(), 1, "127.0.0.1")
+	etcd, err := fleetlab.StartCluster(t.TempDir(), 1, "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestCommandsAgainstController(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	gws := map[string]*fleet.NoDataplane{}
+	gws := map[string]*fleetlab.NoDataplane{}
 	if _, err := ctl.SetLabels(ctx, map[string]map[string]string{"gw1": {"site": "a"}, "gw2": {"site": "b"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestCommandsAgainstController(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer mc.Close()
-		gws[name] = fleet.NewNoDataplane()
+		gws[name] = fleetlab.NewNoDataplane()
 		m := fleet.NewMember(mc, gws[name], fleet.MemberOptions{Name: name, TTL: 2 * time.Second})
 		done := make(chan struct{})
 		go func() { m.Run(ctx); close(done) }()
@@ -123,7 +124,7 @@ func TestFleetLabelsAreTheOperators(t *testing.T) {
 			t.Errorf("agent %s site=factory: %v, want it refused", flag, err)
 		}
 	}
-	etcd, err := fleet.StartCluster(t.TempDir(), 1, "127.0.0.1")
+	etcd, err := fleetlab.StartCluster(t.TempDir(), 1, "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/devtools/fleetlab"
 	"github.com/edgeplane/edgeplane/internal/fleet"
 	"github.com/edgeplane/edgeplane/internal/lab"
 )
@@ -152,7 +153,7 @@ const (
 	whatGateways = "gateways: edgeplane agent --etcd (the binary under test), each in a network namespace of its own (host A -- gateway -- host B, " +
 		"native XDP on veths), reaching etcd over a management veth from the host; an Apply is committed as a rules generation of its dataplane " +
 		"with its journal fsynced"
-	whatNoDataplane = "members without a dataplane (reconcile loop against a no-op writer): fleet.Member on fleet.NewNoDataplane() in the bench " +
+	whatNoDataplane = "members without a dataplane (reconcile loop against a no-op writer): fleet.Member on fleetlab.NewNoDataplane() in the bench " +
 		"process, each with an etcd client of its own; a commit checks the batch against the member's config store and keeps it, and writes " +
 		"nothing else: the figures are the control plane's alone, not gateways'"
 )
@@ -195,7 +196,7 @@ func runFleet(ctx context.Context, o Options, applies, members int) (*Fleet, err
 	o.Log("fleet: starting a 3-member etcd cluster")
 	// 0.0.0.0: the gateways reach it from their namespaces at addresses
 	// that exist only once their management links do.
-	etcd, err := fleet.StartCluster(filepath.Join(dir, "etcd"), 3, "0.0.0.0")
+	etcd, err := fleetlab.StartCluster(filepath.Join(dir, "etcd"), 3, "0.0.0.0")
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
@@ -273,7 +274,7 @@ type fleetGateway struct {
 
 // runFleetGateways brings up fleetGateways gateways whose agents join a
 // fleet under a prefix of its own, runs the series and takes them down.
-func runFleetGateways(ctx context.Context, o Options, bin, dir string, etcd *fleet.Cluster, applies int) (s FleetSeries, err error) {
+func runFleetGateways(ctx context.Context, o Options, bin, dir string, etcd *fleetlab.Cluster, applies int) (s FleetSeries, err error) {
 	rig, err := newFleetRig(ctx, strings.Split(etcd.Endpoints("127.0.0.1"), ","), fleetPrefixGateways)
 	if err != nil {
 		return s, err
@@ -467,7 +468,7 @@ func runFleetNoDataplane(ctx context.Context, o Options, endpoints []string, app
 		}
 		clis = append(clis, cli)
 		names[i] = fmt.Sprintf("nd%03d", i)
-		m := fleet.NewMember(cli, fleet.NewNoDataplane(), fleet.MemberOptions{Name: names[i], Prefix: fleetPrefixNoDataplane})
+		m := fleet.NewMember(cli, fleetlab.NewNoDataplane(), fleet.MemberOptions{Name: names[i], Prefix: fleetPrefixNoDataplane})
 		wg.Go(func() { m.Run(mctx) })
 	}
 	if err := rig.ob.waitReady(ctx, names, seed, nil); err != nil {

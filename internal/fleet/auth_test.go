@@ -19,6 +19,7 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/devtools/fleetlab"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -35,11 +36,11 @@ type authFleet struct {
 
 func newAuthFleet(t *testing.T, gateways ...string) *authFleet {
 	f := &authFleet{t: t, dir: t.TempDir(), cert: testutil.NewTestCert(t)}
-	port, err := freePort("127.0.0.1")
+	port, err := fleetlab.FreePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer, err := freePort("127.0.0.1")
+	peer, err := fleetlab.FreePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,9 +119,9 @@ func (f *authFleet) client(user, pass string) *clientv3.Client {
 }
 
 // member starts gateway name's member as its own etcd user.
-func (f *authFleet) member(name string) (*Member, *NoDataplane, *clientv3.Client) {
+func (f *authFleet) member(name string) (*Member, *fleetlab.NoDataplane, *clientv3.Client) {
 	cli := f.client("gw-"+name, name+"pw")
-	gw := NewNoDataplane()
+	gw := fleetlab.NewNoDataplane()
 	m := NewMember(cli, gw, MemberOptions{Name: name, TTL: 2 * time.Second})
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -265,7 +266,7 @@ func TestFleetGatewayCannotChooseLabels(t *testing.T) {
 	}
 	waitMember(t, "gw1", m1, rev)
 	waitMember(t, "gw2", m2, rev)
-	for name, gw := range map[string]*NoDataplane{"gw1": gw1, "gw2": gw2} {
+	for name, gw := range map[string]*fleetlab.NoDataplane{"gw1": gw1, "gw2": gw2} {
 		if got := fars(gw); got[1] != "drop" || len(gw.Config().PDRs) != 1 {
 			t.Errorf("%s (site=factory): FARs %v, PDRs %d; want FAR 1 drop and PDR 1", name, got, len(gw.Config().PDRs))
 		}

@@ -16,6 +16,7 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/devtools/fleetlab"
 )
 
 func farOp(verb string, id uint32, action string) *pb.Operation {
@@ -35,7 +36,7 @@ func pdrOp(id, far uint32, dport string) *pb.Operation {
 // NoDataplane gateways.
 type testFleet struct {
 	t       *testing.T
-	etcd    *Cluster
+	etcd    *fleetlab.Cluster
 	ctl     *Controller
 	members map[string]*testMember
 	// labels are the gateways' labels, as the operator gives them to
@@ -45,13 +46,13 @@ type testFleet struct {
 
 type testMember struct {
 	m      *Member
-	gw     *NoDataplane
+	gw     *fleetlab.NoDataplane
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 func newTestFleet(t *testing.T) *testFleet {
-	c, err := StartCluster(t.TempDir(), 3, "127.0.0.1")
+	c, err := fleetlab.StartCluster(t.TempDir(), 3, "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func (f *testFleet) join(name string, labels map[string]string, stateFile string
 	if _, err := f.ctl.SetLabels(context.Background(), f.labels); err != nil {
 		f.t.Fatal(err)
 	}
-	tm := &testMember{gw: NewNoDataplane(), done: make(chan struct{})}
+	tm := &testMember{gw: fleetlab.NewNoDataplane(), done: make(chan struct{})}
 	tm.m = NewMember(f.client(), tm.gw, MemberOptions{Name: name, TTL: 2 * time.Second, StateFile: stateFile})
 	f.run(tm)
 	f.members[name] = tm
@@ -124,7 +125,7 @@ func (f *testFleet) waitCommitted(rev uint64, names ...string) {
 	}
 }
 
-func fars(gw *NoDataplane) map[uint32]string {
+func fars(gw *fleetlab.NoDataplane) map[uint32]string {
 	out := map[uint32]string{}
 	for _, f := range gw.Config().FARs {
 		out[f.ID] = f.Action
@@ -334,7 +335,7 @@ func TestFleetConcurrentControllers(t *testing.T) {
 // up commits nothing (its gateway keeps what it serves) and says why.
 func TestFleetNoLayout(t *testing.T) {
 	f := newTestFleet(t)
-	gw := NewNoDataplane()
+	gw := fleetlab.NewNoDataplane()
 	ops, err := api.Ops([]*pb.Operation{farOp("create", 5, "drop")})
 	if err != nil {
 		t.Fatal(err)

@@ -14,13 +14,14 @@ import (
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/devtools/fleetlab"
 )
 
 // heldGateway is a NoDataplane whose commits can be held: a member that
 // reads everything again stays in the middle of it for as long as the
 // test likes, to see what the controller says of it meanwhile.
 type heldGateway struct {
-	*NoDataplane
+	*fleetlab.NoDataplane
 	mu   sync.Mutex
 	held chan struct{}
 }
@@ -54,7 +55,7 @@ func (f *testFleet) joinHeld(name string, labels map[string]string) *heldGateway
 	if _, err := f.ctl.SetLabels(context.Background(), f.labels); err != nil {
 		f.t.Fatal(err)
 	}
-	hg := &heldGateway{NoDataplane: NewNoDataplane()}
+	hg := &heldGateway{NoDataplane: fleetlab.NewNoDataplane()}
 	tm := &testMember{gw: hg.NoDataplane}
 	tm.m = NewMember(f.client(), hg, MemberOptions{Name: name, TTL: 2 * time.Second, Check: time.Second})
 	f.run(tm)

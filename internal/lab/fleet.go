@@ -14,6 +14,7 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/devtools/fleetlab"
 	"github.com/edgeplane/edgeplane/internal/fleet"
 )
 
@@ -40,7 +41,7 @@ func mgmtAddr(side byte, host bool) string {
 // them.
 type Fleet struct {
 	*SDWAN
-	Etcd *fleet.Cluster
+	Etcd *fleetlab.Cluster
 	Ctl  *fleet.Controller
 	srv  *api.Listeners
 }
@@ -60,7 +61,7 @@ func StartFleet(ctx context.Context, l *SDWAN) (f *Fleet, err error) {
 		return f, err
 	}
 	l.step("starting a 3-member etcd cluster (data under %s)", dir)
-	if f.Etcd, err = fleet.StartCluster(dir, 3, "0.0.0.0"); err != nil {
+	if f.Etcd, err = fleetlab.StartCluster(dir, 3, "0.0.0.0"); err != nil {
 		return f, err
 	}
 	cli, err := fleet.NewClient(fleet.ClientOptions{Endpoints: strings.Split(f.Etcd.Endpoints("127.0.0.1"), ",")})

@@ -22,6 +22,7 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/devtools/fleetlab"
 	"github.com/edgeplane/edgeplane/internal/fleet"
 	"github.com/edgeplane/edgeplane/internal/lab"
 )
@@ -131,7 +132,7 @@ func dropPDR(id uint32, port int) *pb.Object {
 // killed, a gateway cut off, etcd restored to an older revision under it,
 // and an agent restarted while etcd is down.
 func TestFleet(t *testing.T) {
-	etcd, err := fleet.StartCluster(t.TempDir(), 3, "0.0.0.0")
+	etcd, err := fleetlab.StartCluster(t.TempDir(), 3, "0.0.0.0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package fleet
+package fleetlab
 
 import (
 	"sync"
@@ -8,7 +8,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
-// NoDataplane is a Gateway without a dataplane: it checks and keeps each
+// NoDataplane is a fleet.Gateway without a dataplane: it checks and keeps each
 // batch in a config store, as an agent does before compiling, and writes
 // nothing else. The fleet bench runs a hundred members on it to measure
 // the control plane alone; its figures are labelled so.
@@ -23,14 +23,14 @@ func NewNoDataplane() *NoDataplane {
 	return &NoDataplane{s: config.NewStore(&config.Config{})}
 }
 
-// Config implements Gateway.
+// Config implements fleet.Gateway.
 func (n *NoDataplane) Config() *config.Config {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.s.Config()
 }
 
-// Apply implements Gateway.
+// Apply implements fleet.Gateway.
 func (n *NoDataplane) Apply(ops []config.Op, dryRun bool, _ []byte) (uint32, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package fleet
+// Package fleetlab is a fleet on one machine, for the lab, the bench and
+// the tests: etcd's own server run in-process (Cluster) and fleet members
+// without a dataplane (NoDataplane). It is a developer tool: no
+// production package imports it, so what a gateway or a controller runs
+// does not link an etcd server. It imports no edgeplane package that a
+// test of one could not import back.
+package fleetlab
 
 import (
 	"errors"
@@ -42,11 +48,11 @@ func StartCluster(dir string, n int, host string) (*Cluster, error) {
 	c := &Cluster{dir: dir, host: host, members: make([]*embed.Etcd, n), logs: make([]*os.File, n)}
 	var initial []string
 	for i := range n {
-		pp, err := freePort("127.0.0.1")
+		pp, err := FreePort("127.0.0.1")
 		if err != nil {
 			return nil, err
 		}
-		cp, err := freePort(host)
+		cp, err := FreePort(host)
 		if err != nil {
 			return nil, err
 		}
@@ -72,8 +78,8 @@ func StartCluster(dir string, n int, host string) (*Cluster, error) {
 	return c, nil
 }
 
-// freePort returns a port free on host now.
-func freePort(host string) (string, error) {
+// FreePort returns a port free on host now.
+func FreePort(host string) (string, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return "", err
