@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Fetches Debian's trixie-backports cloud kernel, built with sched_ext
 # (CONFIG_SCHED_CLASS_EXT=y), for the sched_ext test under qemu
-# (internal/scx: TestSchedExtQEMU), to $1. It uses an apt state of its own,
+# (internal/sched/scx: TestSchedExtQEMU), to $1. It uses an apt state of its own,
 # so the machine's sources stay as they are; packages are checked against
 # Debian's archive keys, which this machine's keyring has.
 set -euo pipefail

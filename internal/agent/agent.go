@@ -29,7 +29,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/fleet"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/sched"
-	"github.com/edgeplane/edgeplane/internal/scx"
+	"github.com/edgeplane/edgeplane/internal/sched/scx"
 )
 
 // Options configure an agent.
@@ -75,7 +75,7 @@ type Options struct {
 	// as the kubelet's /pods, or a file); "": none.
 	PodList string
 	// SchedExt schedules every task with edgeplane's sched_ext
-	// scheduler (internal/scx), priority strategies' processes first;
+	// scheduler (internal/sched/scx), priority strategies' processes first;
 	// without sched_ext in the kernel the agent says so once and keeps
 	// to the real-time policies.
 	SchedExt bool

@@ -204,7 +204,7 @@ func (e *Engine) matches(s config.Strategy, re *regexp.Regexp, p Proc) bool {
 	return true
 }
 
-// Ext is a sched_ext scheduler (internal/scx): it runs the tasks of the
+// Ext is a sched_ext scheduler (internal/sched/scx): it runs the tasks of the
 // processes given first, each with its slice.
 type Ext interface {
 	SetPriority(map[int]time.Duration) error
