@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/edgeplane/edgeplane/internal/config/yamlnode"
 	"gopkg.in/yaml.v3"
 )
 
@@ -251,7 +252,7 @@ func (s *Schema) decode(data []byte) (*Config, *decoder, error) {
 	var c Config
 	d := newDecoder(DecodeOptions{})
 	root, err := parseDocument(data)
-	if err == nil && root != nil && !isNull(root) {
+	if err == nil && root != nil && !yamlnode.IsNull(root) {
 		fields := s.rootFields(d, &c)
 		if err = d.top(root, fields); err == nil {
 			d.mapping(root, "", fields)

@@ -12,9 +12,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode"
 
+	"github.com/edgeplane/edgeplane/internal/config/yamlnode"
 	"gopkg.in/yaml.v3"
 )
 
@@ -23,12 +23,8 @@ import (
 // at its path ("pdrs[3].match.dst") and all of them at once, where
 // yaml.v3's own Decode stops at the first and names a line. Value types
 // (Prefix, Proto, ...) decode themselves through UnmarshalYAML. The
-// gateway's config (Parse) and the lab's (DecodeYAML) both go through it.
-//
-// Struct tags it reads, besides yaml's name, omitempty, flow and inline:
-//
-//	max:"63"                the largest value of an unsigned integer field
-//	what:"a number of bytes" what a field must be, for its type errors
+// gateway's config (Parse) and the lab's (DecodeYAML) both go through it,
+// reading struct fields as FieldsOf gives them.
 
 // field is one known key of a mapping and how to decode its value.
 type field struct {
@@ -36,66 +32,11 @@ type field struct {
 	decode func(path string, v *yaml.Node)
 }
 
-// fieldInfo is what the tags of one struct field say.
-type fieldInfo struct {
-	name      string
-	index     int
-	omitEmpty bool
-	flow      bool
-	inline    bool
-	max       uint64
-	what      string
-}
-
-// fieldCache memoizes fieldsOf: the tags of a type never change, and the
-// encoder asks for them once per object written.
-var fieldCache sync.Map // reflect.Type -> []fieldInfo
-
-// fieldsOf returns the yaml fields of struct type t, in declaration order.
-func fieldsOf(t reflect.Type) []fieldInfo {
-	if f, ok := fieldCache.Load(t); ok {
-		return f.([]fieldInfo)
-	}
-	var out []fieldInfo
-	for i := range t.NumField() {
-		sf := t.Field(i)
-		tag, ok := sf.Tag.Lookup("yaml")
-		if !sf.IsExported() || tag == "-" {
-			continue
-		}
-		name, opts, _ := strings.Cut(tag, ",")
-		if name == "" && ok && !strings.Contains(opts, "inline") {
-			name = strings.ToLower(sf.Name)
-		}
-		fi := fieldInfo{name: name, index: i, what: sf.Tag.Get("what")}
-		for _, o := range strings.Split(opts, ",") {
-			switch o {
-			case "omitempty":
-				fi.omitEmpty = true
-			case "flow":
-				fi.flow = true
-			case "inline":
-				fi.inline = true
-			}
-		}
-		if m := sf.Tag.Get("max"); m != "" {
-			v, err := strconv.ParseUint(m, 10, 64)
-			if err != nil {
-				panic(fmt.Sprintf("config: field %s.%s: max tag %q: %v", t.Name(), sf.Name, m, err)) // a build defect
-			}
-			fi.max = v
-		}
-		out = append(out, fi)
-	}
-	fieldCache.Store(t, out)
-	return out
-}
-
 // maxOf is the largest value field f of unsigned integer type t takes.
-func maxOf(t reflect.Type, f *fieldInfo) uint64 {
+func maxOf(t reflect.Type, f *Field) uint64 {
 	limit := uint64(math.MaxUint64) >> (64 - t.Bits())
-	if f != nil && f.max != 0 && f.max < limit {
-		limit = f.max
+	if f != nil && f.Max != 0 && f.Max < limit {
+		limit = f.Max
 	}
 	return limit
 }
@@ -117,7 +58,7 @@ type DecodeOptions struct {
 func DecodeYAML(data []byte, v any, o DecodeOptions) (Errors, error) {
 	d := newDecoder(o)
 	root, err := parseDocument(data)
-	if err != nil || root == nil || isNull(root) {
+	if err != nil || root == nil || yamlnode.IsNull(root) {
 		return nil, err
 	}
 	fields := d.structFields(reflect.ValueOf(v).Elem())
@@ -173,7 +114,7 @@ func (d *decoder) top(root *yaml.Node, fields []field) error {
 		for i, f := range fields {
 			names[i] = f.name
 		}
-		return fmt.Errorf("top level must be a mapping of %s, got %s", joinWords(names, "and"), describe(root))
+		return fmt.Errorf("top level must be a mapping of %s, got %s", JoinWords(names, "and"), yamlnode.Describe(root))
 	}
 	d.budget = max(aliasRatio*countNodes(root, map[*yaml.Node]bool{}), aliasMinimum)
 	return nil
@@ -200,14 +141,6 @@ func countNodes(n *yaml.Node, seen map[*yaml.Node]bool) int {
 		c += countNodes(k, seen)
 	}
 	return c
-}
-
-// joinWords returns "a, b and c".
-func joinWords(words []string, conj string) string {
-	if len(words) < 2 {
-		return strings.Join(words, "")
-	}
-	return strings.Join(words[:len(words)-1], ", ") + " " + conj + " " + words[len(words)-1]
 }
 
 // parseDocument returns the root node of the single YAML document in data,
@@ -330,13 +263,6 @@ func parentPath(p string) string {
 	return p[:i]
 }
 
-func joinPath(parent, key string) string {
-	if parent == "" {
-		return key
-	}
-	return parent + "." + key
-}
-
 // entries decodes the mapping n, calling decode for each of its keys
 // (merge keys (<<) honoured; duplicate keys reported); decode reports
 // false for a key it does not know.
@@ -359,13 +285,13 @@ func (d *decoder) entries(n *yaml.Node, path string, decode func(key, path strin
 				merges = append(merges, v)
 				continue
 			}
-			k = resolve(k)
+			k = yamlnode.Resolve(k)
 			first, dup := seen[k.Value]
 			switch {
 			case k.Kind != yaml.ScalarNode && explicit:
-				d.report(path, k, "keys must be field names, got %s", describe(k))
+				d.report(path, k, "keys must be field names, got %s", yamlnode.Describe(k))
 			case dup && explicit:
-				d.report(joinPath(path, k.Value), k, "duplicate key (first at line %d)", first.Line)
+				d.report(JoinPath(path, k.Value), k, "duplicate key (first at line %d)", first.Line)
 			case k.Kind == yaml.ScalarNode && !dup:
 				seen[k.Value] = k
 				*out = append(*out, entry{k, v})
@@ -379,7 +305,7 @@ func (d *decoder) entries(n *yaml.Node, path string, decode func(key, path strin
 	visited := map[*yaml.Node]bool{}
 	var expand func(m *yaml.Node)
 	expand = func(m *yaml.Node) {
-		m = resolve(m)
+		m = yamlnode.Resolve(m)
 		if visited[m] {
 			return
 		}
@@ -391,14 +317,14 @@ func (d *decoder) entries(n *yaml.Node, path string, decode func(key, path strin
 			}
 		case yaml.SequenceNode:
 			for _, item := range m.Content {
-				if resolve(item).Kind != yaml.MappingNode {
-					d.report(path, item, "merge key << needs a mapping or a list of mappings, got a list item that is %s", describe(resolve(item)))
+				if yamlnode.Resolve(item).Kind != yaml.MappingNode {
+					d.report(path, item, "merge key << needs a mapping or a list of mappings, got a list item that is %s", yamlnode.Describe(yamlnode.Resolve(item)))
 					continue
 				}
 				expand(item)
 			}
 		default:
-			d.report(path, m, "merge key << needs a mapping or a list of mappings, got %s", describe(m))
+			d.report(path, m, "merge key << needs a mapping or a list of mappings, got %s", yamlnode.Describe(m))
 		}
 	}
 	for _, m := range merges {
@@ -408,7 +334,7 @@ func (d *decoder) entries(n *yaml.Node, path string, decode func(key, path strin
 		if d.budget < 0 {
 			return
 		}
-		p := joinPath(path, e.key.Value)
+		p := JoinPath(path, e.key.Value)
 		d.mark(p, e.key)
 		if !decode(e.key.Value, p, e.val) {
 			d.report(p, e.key, "unknown field%s", d.hint(e.key.Value, known()))
@@ -419,12 +345,12 @@ func (d *decoder) entries(n *yaml.Node, path string, decode func(key, path strin
 // collection resolves n, which must be a mapping or a list (kind, named
 // want in the error): ok is false for null and for anything else.
 func (d *decoder) collection(n *yaml.Node, path string, kind yaml.Kind, want string) (*yaml.Node, bool) {
-	n = resolve(n)
-	if isNull(n) {
+	n = yamlnode.Resolve(n)
+	if yamlnode.IsNull(n) {
 		return n, false
 	}
 	if n.Kind != kind {
-		d.fail(path, n, "must be %s, got %s", want, describe(n))
+		d.fail(path, n, "must be %s, got %s", want, yamlnode.Describe(n))
 		return n, false
 	}
 	return n, true
@@ -453,7 +379,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, fields []field) {
 // every known one.
 func (d *decoder) hint(key string, known []string) string {
 	if d.o.ListFields {
-		return " (want " + joinWords(known, "or") + ")"
+		return " (want " + JoinWords(known, "or") + ")"
 	}
 	return suggest(key, known)
 }
@@ -476,17 +402,17 @@ func (d *decoder) list(n *yaml.Node, path string, item func(path string, n *yaml
 
 // typeError reports a value of the wrong type: "must be <want>, got X",
 // with the field's own what tag when it has one.
-func (d *decoder) typeError(path string, n *yaml.Node, f *fieldInfo, want string) {
-	if f != nil && f.what != "" {
-		want = f.what
+func (d *decoder) typeError(path string, n *yaml.Node, f *Field, want string) {
+	if f != nil && f.What != "" {
+		want = f.What
 	}
-	d.fail(path, n, "must be %s, got %s", want, describe(n))
+	d.fail(path, n, "must be %s, got %s", want, yamlnode.Describe(n))
 }
 
 // uint decodes an unsigned integer no larger than limit. ok is false for
 // null and on error.
-func (d *decoder) uint(n *yaml.Node, path string, limit uint64, f *fieldInfo) (v uint64, ok bool) {
-	if isNull(n) {
+func (d *decoder) uint(n *yaml.Node, path string, limit uint64, f *Field) (v uint64, ok bool) {
+	if yamlnode.IsNull(n) {
 		return 0, false
 	}
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" && isDigits(n.Value) {
@@ -513,7 +439,7 @@ var (
 
 // value decodes n into v, a settable value of any type the config uses;
 // f, when not nil, is the struct field v is.
-func (d *decoder) value(n *yaml.Node, path string, v reflect.Value, f *fieldInfo) {
+func (d *decoder) value(n *yaml.Node, path string, v reflect.Value, f *Field) {
 	if d.budget--; d.budget < 0 {
 		return
 	}
@@ -523,8 +449,8 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value, f *fieldInfo
 		}
 		return
 	}
-	n = resolve(n)
-	if isNull(n) {
+	n = yamlnode.Resolve(n)
+	if yamlnode.IsNull(n) {
 		return
 	}
 	switch t := v.Type(); t.Kind() {
@@ -595,29 +521,14 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value, f *fieldInfo
 // v's field. An inline map[string]any (Config.Objects) is left to the
 // caller, which knows what its keys hold.
 func (d *decoder) structFields(v reflect.Value) []field {
-	infos := fieldsOf(v.Type())
+	infos := FieldsOf(v.Type())
 	out := make([]field, 0, len(infos))
 	for i := range infos {
 		fi := &infos[i]
-		if fi.inline {
-			continue
-		}
-		fv := v.Field(fi.index)
-		out = append(out, field{fi.name, func(p string, n *yaml.Node) { d.value(n, p, fv, fi) }})
+		fv := v.Field(fi.Index)
+		out = append(out, field{fi.Name, func(p string, n *yaml.Node) { d.value(n, p, fv, fi) }})
 	}
 	return out
-}
-
-// resolve follows aliases to the anchored node.
-func resolve(n *yaml.Node) *yaml.Node {
-	for i := 0; n != nil && n.Kind == yaml.AliasNode && n.Alias != nil && i < 64; i++ {
-		n = n.Alias
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool {
-	return n == nil || n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null")
 }
 
 func isMergeKey(k *yaml.Node) bool {
@@ -627,25 +538,6 @@ func isMergeKey(k *yaml.Node) bool {
 func isDigits(s string) bool {
 	s = strings.TrimPrefix(s, "+")
 	return s != "" && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsDigit(r) }) < 0
-}
-
-// describe names a node for "got ..." messages: strings are quoted, other
-// scalars are shown as written.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.ShortTag() == "!!str" {
-			return strconv.Quote(n.Value)
-		}
-		return n.Value
-	case yaml.DocumentNode:
-		return "a document"
-	}
-	return "nothing"
 }
 
 // suggest returns ` (did you mean "x"?)` when key is a likely typo of a
@@ -683,27 +575,4 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
-}
-
-// Field is one yaml field of a struct, for packages that map config types
-// onto others by the same names (the API's messages).
-type Field struct {
-	// Name is the yaml name; Index the struct field's index.
-	Name  string
-	Index int
-	// Max is the largest value of an unsigned integer field (its max
-	// tag), or 0 for the type's own.
-	Max uint64
-}
-
-// FieldsOf returns the yaml fields of struct type t, in order.
-func FieldsOf(t reflect.Type) []Field {
-	infos := fieldsOf(t)
-	out := make([]Field, 0, len(infos))
-	for _, fi := range infos {
-		if !fi.inline {
-			out = append(out, Field{Name: fi.name, Index: fi.index, Max: fi.max})
-		}
-	}
-	return out
 }

@@ -123,7 +123,7 @@ var flowOptKind = &KindOf[FlowOptModule]{
 }
 
 func checkFlowOpt(c *Check, m *FlowOptModule) {
-	want := joinWords(flowOptModules, "or")
+	want := JoinWords(flowOptModules, "or")
 	switch m.Module {
 	case ModuleProbe, ModuleFairness, ModuleRelief:
 		for _, s := range flowOptSettings {

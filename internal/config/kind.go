@@ -172,9 +172,9 @@ func (k *KindOf[T]) meta() *kindMeta {
 		m := kindMeta{kind: k.Kind, plural: k.Plural, keyField: k.KeyField, typ: t, keyIndex: -1,
 			configIndex:  fieldOfType(reflect.TypeFor[Config](), reflect.TypeFor[[]T]()),
 			changesIndex: fieldOfType(reflect.TypeFor[Changes](), reflect.TypeFor[[]Diff[T]]())}
-		for _, fi := range fieldsOf(t) {
-			if fi.name == k.KeyField {
-				m.keyIndex = fi.index
+		for _, fi := range FieldsOf(t) {
+			if fi.Name == k.KeyField {
+				m.keyIndex = fi.Index
 			}
 		}
 		if m.keyIndex < 0 {

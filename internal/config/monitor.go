@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgeplane/edgeplane/internal/config/yamlnode"
 	"gopkg.in/yaml.v3"
 )
 
@@ -178,7 +179,7 @@ func (r *Ratio) SetString(s string) (err error) {
 
 // UnmarshalYAML decodes a ratio.
 func (r *Ratio) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := scalarText(n, "a ratio")
+	s, ok, err := yamlnode.ScalarText(n, "a ratio")
 	if !ok {
 		*r = Ratio{}
 		return err

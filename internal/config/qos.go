@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/edgeplane/edgeplane/internal/config/yamlnode"
 	"gopkg.in/yaml.v3"
 )
 
@@ -182,7 +183,7 @@ func (r *Bitrate) SetString(s string) error {
 
 // UnmarshalYAML decodes a rate string, or a number of bits per second.
 func (r *Bitrate) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := scalarText(n, "a rate such as 100mbit")
+	s, ok, err := yamlnode.ScalarText(n, "a rate such as 100mbit")
 	if !ok {
 		*r = Bitrate{}
 		return err
@@ -255,11 +256,11 @@ func (s *DSCPSet) SetString(v string) error {
 
 // UnmarshalYAML decodes a code point, a string of them, or a list.
 func (s *DSCPSet) UnmarshalYAML(n *yaml.Node) error {
-	n = resolve(n)
+	n = yamlnode.Resolve(n)
 	if n.Kind == yaml.SequenceNode {
 		var parts []string
 		for _, c := range n.Content {
-			t, ok, err := scalarText(c, "a DSCP code point")
+			t, ok, err := yamlnode.ScalarText(c, "a DSCP code point")
 			if !ok {
 				return err
 			}
@@ -271,7 +272,7 @@ func (s *DSCPSet) UnmarshalYAML(n *yaml.Node) error {
 		}
 		return s.SetString(strings.Join(parts, ","))
 	}
-	t, ok, err := scalarText(n, "DSCP code points such as 46 or [10, 12]")
+	t, ok, err := yamlnode.ScalarText(n, "DSCP code points such as 46 or [10, 12]")
 	if !ok {
 		*s = DSCPSet{}
 		return err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/edgeplane/edgeplane/internal/config/yamlnode"
 	"gopkg.in/yaml.v3"
 )
 
@@ -133,7 +134,7 @@ func (s *Secret) SetString(v string) (err error) {
 
 // UnmarshalYAML decodes a secret.
 func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
-	v, ok, err := scalarText(n, "a secret (32 hex digits)")
+	v, ok, err := yamlnode.ScalarText(n, "a secret (32 hex digits)")
 	if !ok {
 		*s = Secret{}
 		return err

@@ -564,7 +564,7 @@ func (s *Store) checkUsers(v *validation, at string, self ref, obj any) {
 				continue
 			}
 			if field, problem := r.Check(obj); problem != "" {
-				v.add(CodeInvalid, joinPath(at, field), "%s %s (%s uses it)", self, problem, u)
+				v.add(CodeInvalid, JoinPath(at, field), "%s %s (%s uses it)", self, problem, u)
 			}
 		}
 	}

@@ -290,7 +290,7 @@ func checkStrategy(c *Check, s *Strategy) {
 	}
 	checkSelection(c, s)
 	checkPrivilege(c, s)
-	want := joinWords(strategyPolicies, "or")
+	want := JoinWords(strategyPolicies, "or")
 	switch {
 	case s.Policy != "" && !slices.Contains(strategyPolicies, s.Policy):
 		c.Add("policy", "unknown policy %q (want %s)", s.Policy, want)

@@ -105,7 +105,7 @@ func (c *Check) AddCode(code ErrorCode, field, format string, args ...any) {
 		c.bad = map[string]bool{}
 	}
 	c.bad[field] = true
-	c.v.add(code, joinPath(c.at, field), format, args...)
+	c.v.add(code, JoinPath(c.at, field), format, args...)
 }
 
 // Limits returns the limits the config is checked against.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgeplane/edgeplane/internal/config/yamlnode"
 	"gopkg.in/yaml.v3"
 )
 
@@ -19,20 +20,6 @@ import (
 // SetString, used by UnmarshalYAML (the file) and by the API's conversion
 // (with String, the other way), so both say the same thing about a bad
 // value.
-
-// scalarText returns the text of a scalar node for the value types'
-// UnmarshalYAML; null reports ok false (the value is left unset), and
-// anything but a scalar is an error saying what was expected.
-func scalarText(n *yaml.Node, want string) (s string, ok bool, err error) {
-	n = resolve(n)
-	if isNull(n) {
-		return "", false, nil
-	}
-	if n.Kind != yaml.ScalarNode {
-		return "", false, fmt.Errorf("must be %s, got %s", want, describe(n))
-	}
-	return n.Value, true, nil
-}
 
 // Prefix is an optional IPv4 or IPv6 CIDR prefix. The zero value means
 // "not set". A set prefix is always masked (no host bits).
@@ -85,7 +72,7 @@ func (p *Prefix) SetString(s string) (err error) {
 
 // UnmarshalYAML decodes a CIDR string; null leaves the prefix unset.
 func (p *Prefix) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := scalarText(n, "a CIDR prefix like 10.2.0.0/16")
+	s, ok, err := yamlnode.ScalarText(n, "a CIDR prefix like 10.2.0.0/16")
 	if !ok {
 		*p = Prefix{}
 		return err
@@ -146,14 +133,14 @@ func (p *Proto) SetString(s string) (err error) {
 
 // UnmarshalYAML decodes a protocol name or number; null leaves it unset.
 func (p *Proto) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := scalarText(n, "a protocol name or number")
+	s, ok, err := yamlnode.ScalarText(n, "a protocol name or number")
 	if !ok {
 		*p = Proto{}
 		return err
 	}
-	if resolve(n).ShortTag() == "!!int" {
+	if yamlnode.Resolve(n).ShortTag() == "!!int" {
 		var v int64
-		if err := resolve(n).Decode(&v); err != nil || v < 0 || v > 255 {
+		if err := yamlnode.Resolve(n).Decode(&v); err != nil || v < 0 || v > 255 {
 			return fmt.Errorf("protocol %s out of range 0-255", s)
 		}
 		*p = Proto{Num: uint8(v), Set: true}
@@ -272,14 +259,14 @@ func (r *PortRange) SetString(s string) (err error) {
 // UnmarshalYAML decodes a port (integer or string) or a "lo-hi" range;
 // null leaves the range unset.
 func (r *PortRange) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := scalarText(n, "a port like 80 or a range like 9000-9100")
+	s, ok, err := yamlnode.ScalarText(n, "a port like 80 or a range like 9000-9100")
 	if !ok {
 		*r = PortRange{}
 		return err
 	}
-	if resolve(n).ShortTag() == "!!int" {
+	if yamlnode.Resolve(n).ShortTag() == "!!int" {
 		var v int64
-		if err := resolve(n).Decode(&v); err != nil || v < 0 || v > 65535 {
+		if err := yamlnode.Resolve(n).Decode(&v); err != nil || v < 0 || v > 65535 {
 			return fmt.Errorf("port %s out of range 0-65535", s)
 		}
 		*r = PortRange{Lo: uint16(v), Hi: uint16(v), Set: true}
@@ -334,7 +321,7 @@ func (a *Addr) SetString(s string) error {
 
 // UnmarshalYAML decodes an address string; null leaves it unset.
 func (a *Addr) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := scalarText(n, "an IP address")
+	s, ok, err := yamlnode.ScalarText(n, "an IP address")
 	if !ok {
 		*a = Addr{}
 		return err
@@ -377,7 +364,7 @@ func (d *Duration) SetString(s string) (err error) {
 
 // UnmarshalYAML decodes a duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := scalarText(n, "a duration")
+	s, ok, err := yamlnode.ScalarText(n, "a duration")
 	if !ok {
 		*d = Duration{}
 		return err
@@ -477,7 +464,7 @@ func (f *Factor) SetString(s string) (err error) {
 
 // UnmarshalYAML decodes a factor.
 func (f *Factor) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := scalarText(n, "a number such as 1.5")
+	s, ok, err := yamlnode.ScalarText(n, "a number such as 1.5")
 	if !ok {
 		*f = Factor{}
 		return err
@@ -585,7 +572,7 @@ func (l *CPUList) SetString(s string) (err error) {
 
 // UnmarshalYAML decodes a cpulist string, or one CPU as a number.
 func (l *CPUList) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := scalarText(n, "a cpu list such as 0,2-3")
+	s, ok, err := yamlnode.ScalarText(n, "a cpu list such as 0,2-3")
 	if !ok {
 		*l = CPUList{}
 		return err

@@ -113,11 +113,8 @@ func AppendCompact(b []byte, c *Config) []byte {
 func (s *Schema) AppendCompact(b []byte, c *Config) []byte {
 	w := compact{b: b}
 	v := reflect.ValueOf(c).Elem()
-	for _, fi := range fieldsOf(v.Type()) {
-		if fi.inline {
-			continue
-		}
-		w.section(fi.name, v.Field(fi.index))
+	for _, fi := range FieldsOf(v.Type()) {
+		w.section(fi.Name, v.Field(fi.Index))
 	}
 	for _, k := range s.kinds {
 		if k.meta().configIndex < 0 {
@@ -198,8 +195,8 @@ func (w *compact) value(v reflect.Value) {
 	case reflect.Struct:
 		w.raw("{")
 		first := true
-		for _, fi := range fieldsOf(v.Type()) {
-			f := v.Field(fi.index)
+		for _, fi := range FieldsOf(v.Type()) {
+			f := v.Field(fi.Index)
 			if omitted(f, fi) {
 				continue
 			}
@@ -207,7 +204,7 @@ func (w *compact) value(v reflect.Value) {
 				w.raw(", ")
 			}
 			first = false
-			w.raw(fi.name + ": ")
+			w.raw(fi.Name + ": ")
 			w.value(f)
 		}
 		w.raw("}")
@@ -219,7 +216,7 @@ func (w *compact) value(v reflect.Value) {
 // omitted reports whether field f (of fi) is left out: omitempty and
 // zero, a nil pointer, an empty string (no field's value is "" when
 // set), or a value type that is not set.
-func omitted(f reflect.Value, fi fieldInfo) bool {
+func omitted(f reflect.Value, fi Field) bool {
 	switch {
 	case f.Kind() == reflect.Pointer:
 		return f.IsNil()
@@ -228,7 +225,7 @@ func omitted(f reflect.Value, fi fieldInfo) bool {
 	case f.Type().Implements(marshalerType):
 		return marshal(f) == nil
 	}
-	return fi.omitEmpty && f.IsZero()
+	return fi.OmitEmpty && f.IsZero()
 }
 
 // marshal returns what a value type's MarshalYAML gives (nil: unset).
