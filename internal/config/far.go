@@ -14,7 +14,7 @@ type FAR struct {
 	// ID identifies the FAR; it is required (non-zero) and unique.
 	ID uint32 `yaml:"id"`
 	// Action is ActionPass, ActionDrop, ActionRedirect, ActionEncap,
-	// ActionDecap or ActionNAT.
+	// ActionDecap, ActionNAT or ActionSteer.
 	Action string `yaml:"action,omitempty"`
 	// Interface is the egress interface for ActionRedirect and must be
 	// empty for the other actions.

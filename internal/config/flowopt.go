@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// FlowOpt modules (issue 16, after XDP-FlowOpt): each runs when it is
+// FlowOpt modules (after XDP-FlowOpt): each runs when it is
 // listed in the config and not off, and is switched on or off at runtime
 // through the API.
 const (
@@ -26,9 +26,6 @@ var flowOptModules = []string{ModuleProbe, ModuleFairness, ModuleRelief}
 
 // FlowOptModule is one FlowOpt module and its settings. A setting
 // belongs to one module and is refused on the others.
-//
-// The modules are in the model and the API; the dataplane stages that
-// run them come with the rest of issue 16.
 type FlowOptModule struct {
 	// Module is ModuleProbe, ModuleFairness or ModuleRelief: the key.
 	Module string `yaml:"module"`

@@ -34,8 +34,8 @@ type Interface struct {
 	Name string `yaml:"name,omitempty"`
 	// Role is RoleLAN or RoleWAN.
 	Role string `yaml:"role,omitempty"`
-	// XDP is XDPNative, XDPGeneric or XDPAuto; Normalize turns "" into
-	// XDPAuto.
+	// XDP is the attach mode: XDPNative, XDPGeneric or XDPAuto (native,
+	// falling back to generic with a warning); unset is XDPAuto.
 	XDP string `yaml:"xdp,omitempty"`
 }
 

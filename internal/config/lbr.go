@@ -23,7 +23,7 @@ import (
 //   - wrr: weighted random per packet over the usable members, as the
 //     P4 ATSSS proxy's WRR (per_packet implied);
 //   - rtt, dwrr, priority, cmon: weights the agent adapts every 100 ms from
-//     each path's RTT against its minimum and its loss (README,
+//     each path's RTT against its minimum and its loss (docs/multipath.md,
 //     "Steering groups", has the rules);
 //   - redundant: every packet over every usable member (at least two,
 //     each path on an interface of its own), with the group's GRE
@@ -64,10 +64,15 @@ const MaxMembers = 255
 type LBR struct {
 	// ID identifies the LBR; it is required (non-zero) and unique.
 	ID uint32 `yaml:"id"`
-	// Algorithm is AlgorithmMaglev: consistent hashing of the flow's
-	// 5-tuple, weighted, with the connection pinned to its member.
+	// Algorithm is AlgorithmMaglev for a service (consistent hashing
+	// of the flow's 5-tuple, weighted, with the connection pinned to
+	// its member) or a steering mode for a FAR of action steer:
+	// AlgorithmActiveStandby, AlgorithmSmallestDelay,
+	// AlgorithmLoadBalancing, AlgorithmWRR, AlgorithmRTT, AlgorithmDWRR,
+	// AlgorithmPriority, AlgorithmCMon or AlgorithmRedundant.
 	Algorithm string `yaml:"algorithm,omitempty"`
-	// Members are FARs with action nat or encap.
+	// Members are FARs with action nat or encap (encap only, one per
+	// path and at most MaxSteerMembers, in a steering group).
 	Members []Member `yaml:"members"`
 	// TableSize is the entries of the Maglev table of the service using
 	// this LBR: a prime up to limits.maglev_table (0: that). More entries
@@ -83,15 +88,19 @@ type LBR struct {
 
 // SLA is what a steering group asks of its paths; unset: no limit.
 type SLA struct {
-	MaxRTT    Duration `yaml:"max_rtt,omitempty"`
+	// MaxRTT is the largest smoothed RTT a usable path may have.
+	MaxRTT Duration `yaml:"max_rtt,omitempty"`
+	// MaxJitter is the largest RTT variation a usable path may have.
 	MaxJitter Duration `yaml:"max_jitter,omitempty"`
-	MaxLoss   Ratio    `yaml:"max_loss,omitempty"`
+	// MaxLoss is the largest probe loss a usable path may have.
+	MaxLoss Ratio `yaml:"max_loss,omitempty"`
 }
 
 // Member is one FAR of an LBR and its weight.
 type Member struct {
+	// FAR is the id of the member's FAR.
 	FAR uint32 `yaml:"far"`
-	// Weight is relative to the other members'; nil means 1, 0 drains
+	// Weight is relative to the other members'; unset means 1, 0 drains
 	// the member: no new connections, established ones continue.
 	Weight *uint32 `yaml:"weight,omitempty"`
 }

@@ -45,7 +45,9 @@ type PathMonitor struct {
 	// Window is the probes the loss is counted over (default 100,
 	// 4-4096).
 	Window uint32 `yaml:"window,omitempty"`
-	// The limits past which the path is degraded; unset: none.
+	// MaxRTT, MaxJitter and MaxLoss are the limits of the smoothed
+	// RTT, the RTT variation and the loss past which the path is
+	// degraded; unset: none.
 	MaxRTT    Duration `yaml:"max_rtt,omitempty"`
 	MaxJitter Duration `yaml:"max_jitter,omitempty"`
 	MaxLoss   Ratio    `yaml:"max_loss,omitempty"`
@@ -129,7 +131,7 @@ func checkLimits(c *Check, prefix string, rtt, jitter Duration, loss Ratio) {
 }
 
 // Ratio is a share written as a percentage ("5%", "0.5%") or a fraction
-// ("0.05"); Set tells an explicit 0 from none.
+// ("0.05"); an explicit 0 is not the same as unset.
 type Ratio struct {
 	V   float64
 	Set bool

@@ -36,7 +36,7 @@ type Path struct {
 	Seq bool `yaml:"seq,omitempty"`
 	// TTL of the outer header; 0 means DefaultPathTTL.
 	TTL uint8 `yaml:"ttl,omitempty"`
-	// DSCP of the outer header; nil copies the inner packet's.
+	// DSCP of the outer header; unset copies the inner packet's.
 	DSCP *uint8 `yaml:"dscp,omitempty" max:"63"`
 	// Monitor is how the path is probed and judged (unset fields: the
 	// defaults).

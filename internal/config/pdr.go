@@ -23,14 +23,23 @@ type PDR struct {
 // Match is the packet classifier of a PDR. Every field is optional; an
 // unset field is a wildcard.
 type Match struct {
-	In     string    `yaml:"in,omitempty"`
-	Src    Prefix    `yaml:"src,omitempty"`
-	Dst    Prefix    `yaml:"dst,omitempty"`
-	Proto  Proto     `yaml:"proto,omitempty"`
-	Sport  PortRange `yaml:"sport,omitempty"`
-	Dport  PortRange `yaml:"dport,omitempty"`
-	DSCP   *uint8    `yaml:"dscp,omitempty" max:"63"`
-	GREKey *uint32   `yaml:"gre_key,omitempty"`
+	// In is the interface the packet arrived on.
+	In string `yaml:"in,omitempty"`
+	// Src and Dst are the source and destination prefixes, IPv4 or
+	// IPv6 (both of one family when both are set).
+	Src Prefix `yaml:"src,omitempty"`
+	Dst Prefix `yaml:"dst,omitempty"`
+	// Proto is the IP protocol (of the inner packet after decap).
+	Proto Proto `yaml:"proto,omitempty"`
+	// Sport and Dport are the source and destination ports, one or a
+	// range; they need proto tcp, udp or sctp.
+	Sport PortRange `yaml:"sport,omitempty"`
+	Dport PortRange `yaml:"dport,omitempty"`
+	// DSCP is the packet's DSCP code point.
+	DSCP *uint8 `yaml:"dscp,omitempty" max:"63"`
+	// GREKey matches GRE packets by their key (proto gre, filled in
+	// when proto is unset).
+	GREKey *uint32 `yaml:"gre_key,omitempty"`
 	// InPath, when set, matches only packets the dataplane decapsulated
 	// from the GRE path with this id (the inner packet is classified
 	// after decap); 0 matches any packet, decapsulated or not.

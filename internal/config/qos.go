@@ -26,28 +26,32 @@ const (
 	OverDrop = "drop" // dropped
 )
 
-// QoSClass is a class of traffic the fairness stage serves (issue 16):
-// a packet is in the class its PDR names (PDR.QoS), else the class its
+// QoSClass is a class of traffic FlowOpt's fairness stage serves: a
+// packet is in the class its PDR names (PDR.QoS), else the class its
 // DSCP is in. Each flow of a class gets Quantum bytes a round (DRR), the
 // class's flows together at most Rate, bursting to Burst; a flow over
 // its share gets Over. A urllc class is never held back by the others.
-//
-// The classes are in the model and the API; the dataplane stages that
-// serve them come with issue 16's fairness stage.
 type QoSClass struct {
+	// ID identifies the class; it is required (non-zero) and unique.
 	ID uint32 `yaml:"id"`
 	// Name is a label for people (optional).
 	Name string `yaml:"name,omitempty"`
-	// Type is QoSURLLC, QoSEMBB, QoSMMTC or QoSCustom.
+	// Type is QoSURLLC (latency-critical: never held back by the
+	// others), QoSEMBB (bulk), QoSMMTC (many small sources) or
+	// QoSCustom.
 	Type string `yaml:"type"`
 	// DSCP are the code points that put a packet in the class (no two
 	// classes share one).
 	DSCP DSCPSet `yaml:"dscp,omitempty"`
 	// Rate is what the class's flows together may send (0: no limit),
-	// Burst how far past it they may go at once, in bytes.
+	// Burst how far past it they may go at once, in bytes (when Rate is
+	// set, default DefaultBurstQuantums times the quantum, or times
+	// DefaultQuantum if that is more).
 	Rate  Bitrate `yaml:"rate,omitempty"`
 	Burst uint32  `yaml:"burst,omitempty"`
-	// Quantum is the bytes each flow of the class earns a round.
+	// Quantum is the bytes each flow of the class earns a round
+	// (MinQuantum-MaxQuantum; default DefaultQuantum, DefaultQuantumMMTC
+	// for mmtc; urllc takes none: it is never held back).
 	Quantum uint32 `yaml:"quantum,omitempty"`
 	// Over is OverECN (default) or OverDrop.
 	Over string `yaml:"over,omitempty"`

@@ -20,11 +20,11 @@ const SecretLen = 16
 const redactedPrefix = "redacted:"
 
 // Secret is a 128-bit key, written as 32 hex digits, that both ends of
-// a path hold (a path's probe secret). It is never shown: String, the
+// a path hold (a path's probe secret). It is never shown: its text, the
 // API's answers and `get -o yaml` give its redacted form, "redacted:"
 // and a fingerprint (the first 8 hex digits of SHA-256 over a label and
 // the key) that tells two secrets apart without giving either away. The
-// config file the agent writes back holds the key itself (MarshalYAML).
+// config file the agent writes back holds the key itself.
 //
 // A Secret read from its redacted form holds only the fingerprint: an
 // update that gives back the redacted form of the secret the object

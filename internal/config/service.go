@@ -15,14 +15,19 @@ const MaxServices = 16
 // Service is an L4 service: connections to VIP:Port over Proto are
 // balanced over the members of an LBR.
 type Service struct {
-	ID    uint32 `yaml:"id"`
-	VIP   Addr   `yaml:"vip,omitempty"`
-	Port  uint16 `yaml:"port"`
-	Proto Proto  `yaml:"proto,omitempty"`
-	LBR   uint32 `yaml:"lbr"`
+	// ID identifies the service; it is required (non-zero) and unique.
+	ID uint32 `yaml:"id"`
+	// VIP is the service's virtual address, IPv4 or IPv6 (required).
+	VIP Addr `yaml:"vip,omitempty"`
+	// Port is the service's port (required).
+	Port uint16 `yaml:"port"`
+	// Proto is tcp or udp (required).
+	Proto Proto `yaml:"proto,omitempty"`
+	// LBR is the id of the maglev LBR whose members are the backends.
+	LBR uint32 `yaml:"lbr"`
 	// Health, when set, has the agent probe each backend and take one
-	// that fails Fall probes in a row out of the table until it passes
-	// Rise in a row.
+	// that fails health.fall probes in a row out of the table until it
+	// passes health.rise in a row.
 	Health *Health `yaml:"health,omitempty"`
 	// Stateless services record no connections (Katran's LRU bypass):
 	// every packet is hashed through the Maglev table, before the flow
@@ -45,13 +50,19 @@ type Service struct {
 type Health struct {
 	// Type is HealthTCP (connect) or HealthHTTP (GET Path, 2xx or 3xx).
 	Type string `yaml:"type,omitempty"`
+	// Path is what an http check gets (default "/").
 	Path string `yaml:"path,omitempty"`
 	// Port to probe; 0: the backend's (nat) or the service's (dsr-gre).
-	Port     uint16   `yaml:"port,omitempty"`
+	Port uint16 `yaml:"port,omitempty"`
+	// Interval between checks of a backend.
 	Interval Duration `yaml:"interval,omitempty"`
-	Timeout  Duration `yaml:"timeout,omitempty"`
-	Rise     uint32   `yaml:"rise,omitempty"`
-	Fall     uint32   `yaml:"fall,omitempty"`
+	// Timeout of one check (default: the interval).
+	Timeout Duration `yaml:"timeout,omitempty"`
+	// Rise is the checks in a row a backend out of the table must pass
+	// to come back.
+	Rise uint32 `yaml:"rise,omitempty"`
+	// Fall is the checks in a row a backend must fail to be taken out.
+	Fall uint32 `yaml:"fall,omitempty"`
 }
 
 // Health check types and defaults.

@@ -37,10 +37,8 @@ var strategyPolicies = []string{PolicyFIFO, PolicyRR, PolicyDeadline, PolicyWeig
 // and how the agent keeps them fast under full CPU load: a real-time
 // policy, dedicated CPUs, the IRQs of named interfaces steered to those
 // CPUs, a lower CPU weight for everything else.
-//
-// Strategies are in the model and the API; the agent that finds the
-// processes and applies them comes with the rest of issue 17.
 type Strategy struct {
+	// ID identifies the strategy; it is required (non-zero) and unique.
 	ID uint32 `yaml:"id"`
 	// Name is a label for people (optional).
 	Name string `yaml:"name,omitempty"`
@@ -52,7 +50,7 @@ type Strategy struct {
 	// Selectors a process must all match, besides CommandRegex. A
 	// strategy has CommandRegex or a selector, or it would take every
 	// process; one that changes anything has user, cgroup or
-	// pod_labels (Selectors.Trusted).
+	// pod_labels, which a process cannot choose itself.
 	Selectors *Selectors `yaml:"selectors,omitempty"`
 	// Priority protects the processes with the real-time policy Policy
 	// names.
@@ -96,8 +94,8 @@ type Selectors struct {
 	// pods (/kubepods/..., /kubepods.slice/...), labels from the
 	// kubelet's pod list.
 	PodLabels map[string]string `yaml:"pod_labels,omitempty"`
-	// Cgroup is the cgroup v2 path the process is in ("/system.slice/
-	// open5gs-upfd.service"), or one above it. The agent takes a
+	// Cgroup is the cgroup v2 path the process is in
+	// ("/system.slice/open5gs-upfd.service"), or one above it. The agent takes a
 	// process in it only while every group from the root down to the
 	// process's is root's and not delegated.
 	Cgroup string `yaml:"cgroup,omitempty"`

@@ -88,7 +88,8 @@ func (p Prefix) MarshalYAML() (any, error) {
 	return p.P.String(), nil
 }
 
-// Proto is an optional IP protocol number.
+// Proto is an optional IP protocol: a name (tcp, udp, icmp, icmpv6, gre,
+// sctp) or a number 0-255.
 type Proto struct {
 	Num uint8
 	Set bool
@@ -197,8 +198,8 @@ func protoNumber(name string) (uint8, bool) {
 	return 0, false
 }
 
-// PortRange is an optional inclusive range of transport ports. A single
-// port has Lo == Hi.
+// PortRange is an optional inclusive range of transport ports, written
+// as one port ("443") or a range ("9000-9100").
 type PortRange struct {
 	Lo, Hi uint16
 	Set    bool
@@ -337,7 +338,8 @@ func (a Addr) MarshalYAML() (any, error) {
 	return a.A.String(), nil
 }
 
-// Duration is a time.Duration written as "1s", "250ms".
+// Duration is a span of time written as "1s", "250ms" (a Go
+// time.Duration).
 type Duration struct{ D time.Duration }
 
 // ParseDuration parses a Go duration ("1s", "250ms").
@@ -429,8 +431,8 @@ func FormatRate(bps uint64) string {
 	return strconv.FormatUint(bps, 10) + "bit"
 }
 
-// Factor is a multiplier written as a plain number ("1.5"); Set tells
-// an explicit 0 from none.
+// Factor is a multiplier written as a plain number ("1.5"). An explicit
+// 0 is not the same as unset.
 type Factor struct {
 	V   float64
 	Set bool
