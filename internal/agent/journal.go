@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
@@ -387,7 +388,7 @@ func (j *journal) keepAfter(seq uint64) error {
 			buf = append(buf, r.raw...)
 		}
 	}
-	if err := config.ReplaceFile(j.path, buf, 0o600, true); err != nil {
+	if err := atomicfile.Replace(j.path, buf, 0o600, true); err != nil {
 		return fmt.Errorf("rewrite journal: %w", err)
 	}
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600)

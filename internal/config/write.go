@@ -5,12 +5,12 @@ package config
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"gopkg.in/yaml.v3"
 )
 
@@ -21,7 +21,7 @@ const fileHeader = `# Written by the edgeplane agent after API changes: with the
 # apply an edit (comments are not kept across API changes).
 `
 
-// WriteFile writes c to path with ReplaceFile, keeping the file's mode.
+// WriteFile writes c to path with atomicfile.Replace, keeping the file's mode.
 func WriteFile(path string, c *Config, durable bool, header string) error {
 	// That this reads back as the same config is TestWriteFileRoundTrip's
 	// to show, not every commit's to pay for.
@@ -34,7 +34,7 @@ func WriteFile(path string, c *Config, durable bool, header string) error {
 		// The file holds path secrets: its owner's alone.
 		mode &^= 0o077
 	}
-	return ReplaceFile(path, data, mode, durable)
+	return atomicfile.Replace(path, data, mode, durable)
 }
 
 // holdsSecret reports whether c holds a secret's key.
@@ -45,52 +45,6 @@ func holdsSecret(c *Config) bool {
 		}
 	}
 	return false
-}
-
-// ReplaceFile writes data to path atomically: to a temporary file in the
-// same directory, then renamed over path, so readers and a restarted
-// process see either the old file or the new one, never a torn one. With
-// durable, the data and the rename are synced to disk before it returns.
-func ReplaceFile(path string, data []byte, mode os.FileMode, durable bool) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if durable {
-		if err := tmp.Sync(); err != nil {
-			tmp.Close()
-			return err
-		}
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	if durable {
-		return syncDir(dir)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // AppendCompact appends c as YAML with one flow mapping per object, the

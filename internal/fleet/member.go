@@ -23,6 +23,7 @@ import (
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
@@ -480,7 +481,7 @@ func (m *Member) saveState() error {
 		return nil
 	}
 	b, _ := json.Marshal(memberState{Committed: m.rev})
-	return config.ReplaceFile(m.o.StateFile, b, 0o600, true)
+	return atomicfile.Replace(m.o.StateFile, b, 0o600, true)
 }
 
 // heartbeat keeps the member's lease and alive key, and writes the
