@@ -345,9 +345,9 @@ struct edge_flow {
 	__u32 svc;
 	__u32 far_id;    /* EDGE_FF_CONN, EDGE_FF_REPLY: FAR far's id */
 #ifdef EDGE_LAYOUT_TEST
-	/* Only in the build the upgrade test migrates to and from
-	 * (-tags edgeplane_layout_test): a member that moves the ones after
-	 * it, as a release that grows the struct would. */
+	/* Only in the build the upgrade test migrates to and from (made
+	 * by the test, test/e2e/upgrade_test.go): a member that moves the
+	 * ones after it, as a release that grows the struct would. */
 	__u64 layout_test;
 #endif
 	__u64 packets;

@@ -4,9 +4,10 @@
 // bpf/), its loader, and typed access to its maps.
 package bpf
 
-// The dataplane, and the same sources built with EDGE_LAYOUT_TEST, in
-// which struct edge_conn and struct edge_flow gain a member: a build
-// with -tags edgeplane_layout_test embeds that object (same Go names),
-// so the upgrade test has two builds whose map layouts differ.
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu" -target bpfel -tags !edgeplane_layout_test -no-global-types -type edge_flow_key -type edge_flow_key4 -type edge_path -type edge_decap_key -type edge_decap -type edge_ifaddr -type edge_rule_key -type edge_rule -type edge_group -type edge_far -type edge_state -type edge_flow -type edge_ctr -type edge_svc_key -type edge_svc -type edge_svc_slot -type edge_maglev_blk -type edge_conn_key -type edge_nat_user -type edge_nat_backend -type edge_ft_way -type edge_ft_bucket -type edge_member -type edge_emc_slot -type edge_probe_rec -type edge_probe_secret -type edge_steer_group -type edge_tcp_rtt -type edge_qos_class -type edge_qos_ctr -type edge_fo_dir -type edge_fo_conn -type edge_cpu_load -type edge_hash_secret edge ../../bpf/xdp_edge.bpf.c
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu -DEDGE_LAYOUT_TEST" -target bpfel -tags edgeplane_layout_test -output-stem edgelayout -no-global-types -type edge_flow_key -type edge_flow_key4 -type edge_path -type edge_decap_key -type edge_decap -type edge_ifaddr -type edge_rule_key -type edge_rule -type edge_group -type edge_far -type edge_state -type edge_flow -type edge_ctr -type edge_svc_key -type edge_svc -type edge_svc_slot -type edge_maglev_blk -type edge_conn_key -type edge_nat_user -type edge_nat_backend -type edge_ft_way -type edge_ft_bucket -type edge_member -type edge_emc_slot -type edge_probe_rec -type edge_probe_secret -type edge_steer_group -type edge_tcp_rtt -type edge_qos_class -type edge_qos_ctr -type edge_fo_dir -type edge_fo_conn -type edge_cpu_load -type edge_hash_secret edge ../../bpf/xdp_edge.bpf.c
+// The dataplane, with a Go type for each struct Go reads (one -type
+// each: the only list of them). Two variables, empty for make generate,
+// let a test build a variant of it elsewhere without a second list:
+// EDGE_GEN_CFLAGS adds C flags and EDGE_GEN_DIR writes the files into
+// another directory (the upgrade test's build with -DEDGE_LAYOUT_TEST,
+// put in place of these files by go build -overlay).
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu $EDGE_GEN_CFLAGS" -target bpfel -output-dir=$EDGE_GEN_DIR -no-global-types -type edge_flow_key -type edge_flow_key4 -type edge_path -type edge_decap_key -type edge_decap -type edge_ifaddr -type edge_rule_key -type edge_rule -type edge_group -type edge_far -type edge_state -type edge_flow -type edge_ctr -type edge_svc_key -type edge_svc -type edge_svc_slot -type edge_maglev_blk -type edge_conn_key -type edge_nat_user -type edge_nat_backend -type edge_ft_way -type edge_ft_bucket -type edge_member -type edge_emc_slot -type edge_probe_rec -type edge_probe_secret -type edge_steer_group -type edge_tcp_rtt -type edge_qos_class -type edge_qos_ctr -type edge_fo_dir -type edge_fo_conn -type edge_cpu_load -type edge_hash_secret edge ../../bpf/xdp_edge.bpf.c

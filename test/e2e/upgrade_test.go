@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -40,23 +41,58 @@ var (
 	layoutBinErr  error
 )
 
-// layoutBinary builds edgeplane with -tags edgeplane_layout_test: the
-// same tree, whose edge_conn and edge_flow have a member more, so every
-// map holding them has another layout than the plain build's.
+// layoutBinary builds edgeplane from the same tree with the dataplane
+// compiled with -DEDGE_LAYOUT_TEST, whose edge_conn and edge_flow have a
+// member more, so every map holding them has another layout than the
+// plain build's. The object and its Go bindings are generated for this
+// test only (internal/bpf/gen.go's directive, into a directory of the
+// test's) and put in place of the committed ones by go build -overlay.
 func layoutBinary(t *testing.T) string {
 	t.Helper()
 	layoutBinOnce.Do(func() {
 		layoutBin = filepath.Join(filepath.Dir(edgeplaneBin), "edgeplane-layout-test")
-		out, err := exec.Command(testutil.GoTool(), "build", "-buildvcs=false", "-tags", "edgeplane_layout_test", "-o", layoutBin,
-			"github.com/edgeplane/edgeplane/cmd/edgeplane").CombinedOutput()
-		if err != nil {
-			layoutBinErr = fmt.Errorf("build edgeplane -tags edgeplane_layout_test: %w\n%s", err, out)
-		}
+		layoutBinErr = buildLayout(filepath.Join(filepath.Dir(edgeplaneBin), "layout-gen"), layoutBin)
 	})
 	if layoutBinErr != nil {
 		t.Fatal(layoutBinErr)
 	}
 	return layoutBin
+}
+
+// buildLayout generates the layout-test dataplane into dir and builds
+// edgeplane with it as bin.
+func buildLayout(dir, bin string) error {
+	const pkg = "github.com/edgeplane/edgeplane/internal/bpf"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	gen := exec.Command(testutil.GoTool(), "generate", pkg)
+	gen.Env = append(os.Environ(), "EDGE_GEN_CFLAGS=-DEDGE_LAYOUT_TEST", "EDGE_GEN_DIR="+dir)
+	if out, err := gen.CombinedOutput(); err != nil {
+		return fmt.Errorf("generate the layout-test dataplane: %w\n%s", err, out)
+	}
+	src, err := exec.Command(testutil.GoTool(), "list", "-f", "{{.Dir}}", pkg).Output()
+	if err != nil {
+		return fmt.Errorf("find %s: %w", pkg, err)
+	}
+	replace := map[string]string{}
+	for _, f := range []string{"edge_bpfel.go", "edge_bpfel.o"} {
+		replace[filepath.Join(strings.TrimSpace(string(src)), f)] = filepath.Join(dir, f)
+	}
+	overlay, err := json.Marshal(map[string]any{"Replace": replace})
+	if err != nil {
+		return err
+	}
+	overlayFile := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(overlayFile, overlay, 0o644); err != nil {
+		return fmt.Errorf("write overlay: %w", err)
+	}
+	out, err := exec.Command(testutil.GoTool(), "build", "-buildvcs=false", "-overlay", overlayFile, "-o", bin,
+		"github.com/edgeplane/edgeplane/cmd/edgeplane").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("build edgeplane with the layout-test dataplane: %w\n%s", err, out)
+	}
+	return nil
 }
 
 // pingStream pings dst from ns every 2 ms, in runs of 500, until stop is
