@@ -29,7 +29,6 @@ import (
 	"github.com/edgeplane/edgeplane/internal/fleet"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/sched"
-	"github.com/edgeplane/edgeplane/internal/sched/scx"
 )
 
 // Options configure an agent.
@@ -123,14 +122,8 @@ type Agent struct {
 	reloads *prometheus.CounterVec
 	// fo is FlowOpt's control loop (fairness rounds, relief).
 	fo *foLoop
-	// strategyThreads: the threads each CPU strategy holds;
-	// strategyRanOn: the CPUs its processes were seen on.
-	// strategyRefused: what each refused at the last scan, by reason.
-	strategyThreads, strategyRanOn, strategyRefused *prometheus.GaugeVec
-	// strategies applies the CPU strategies (runStrategies);
-	// strategyWake asks it to scan now (wakeStrategies).
-	strategies   *sched.Engine
-	strategyWake chan struct{}
+	// strategies runs the CPU strategies.
+	strategies *sched.Runtime
 
 	// member keeps the agent in step with its fleet (nil: none).
 	member *fleet.Member
@@ -198,7 +191,7 @@ func CheckHost(cfg *config.Config) error {
 	if err := checkHostRules(cfg); err != nil {
 		return err
 	}
-	return checkFileStrategies(cfg, nil)
+	return sched.CheckConfig(cfg, nil)
 }
 
 // checkHostRules is CheckHost without the strategies: what the
@@ -220,15 +213,11 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer cfgLock.release()
+	a := &Agent{opts: opts, log: log, held: newHeldLinks(), guard: newGuard(), apiRefused: api.NewRefusedCounter()}
 	// CPU strategies first: give back what a crashed agent left applied
-	// (real-time policies, lowered weights, moved threads, IRQs) before
-	// anything below can fail, so a restart that fails still gives it
-	// back. The config lock says no other agent holds it.
-	if n, err := sched.Recover("/proc", strategyState(opts.ConfigPath)); err != nil {
-		log.Warn("cpu strategies: give back a previous run's", "error", err)
-	} else if n > 0 {
-		log.Info("cpu strategies: gave back what a previous run left applied", "threads", n)
-	}
+	// before anything below can fail.
+	a.strategies = a.newStrategies()
+	a.strategies.Recover()
 	cut, err := repairJournal(opts.ConfigPath)
 	if err != nil {
 		return err
@@ -253,7 +242,7 @@ func Run(ctx context.Context, opts Options) error {
 	// What the host refuses of the strategies (RT throttling switched
 	// off since they were applied, say) does not keep the dataplane
 	// from starting: the engine takes nothing for them, and says why.
-	if err := checkFileStrategies(cfg, nil); err != nil {
+	if err := sched.CheckConfig(cfg, nil); err != nil {
 		log.Warn("cpu strategies this host refuses now; they take no process", "error", err)
 	}
 	apiOpts, apiCert, err := APIOptions(opts, log)
@@ -268,8 +257,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	bpf.ExpediteGracePeriods = !opts.NormalGracePeriods
-	a := &Agent{opts: opts, log: log, seq: seq, apiCert: apiCert, pinLock: pinLock, held: newHeldLinks(), guard: newGuard(),
-		apiRefused: api.NewRefusedCounter(), strategyWake: make(chan struct{}, 1)}
+	a.seq, a.apiCert, a.pinLock = seq, apiCert, pinLock
 	defer func() {
 		a.commitMu.Lock()
 		defer a.commitMu.Unlock()
@@ -315,55 +303,15 @@ func Run(ctx context.Context, opts Options) error {
 	foCtx, stopFO := context.WithCancel(ctx)
 	go func() { a.runFlowOpt(foCtx, a.fo, log); close(foDone) }()
 	defer func() { stopFO(); <-foDone }()
-	a.strategyThreads = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "edgeplane_strategy_threads", Help: "Threads a CPU strategy holds (its policy and CPUs applied).",
-	}, []string{"strategy"})
-	a.strategyRanOn = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "edgeplane_strategy_ran_on",
-		Help: "1 for each CPU a CPU strategy's processes were seen running on (each thread's last CPU at the agent's scans, every second).",
-	}, []string{"strategy", "cpu"})
-	a.strategyRefused = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "edgeplane_strategy_refused",
-		Help: "What a CPU strategy refused at the agent's last scan, by reason: processes it matched by command_regex or env alone (untrusted_selection) or in a delegated cgroup (delegated_cgroup), threads the kernel refused its policy or CPUs (kernel), 1 for a strategy the host refuses (host).",
-	}, []string{"strategy", "reason"})
-	a.strategies = sched.New("/proc", strategyState(opts.ConfigPath))
-	// irq_affinity of an interface without IRQs (veth) hands its XDP
-	// work to the strategy's CPU; a crashed agent's hand-overs go first.
-	if err := a.dp.ClearIfSteer(); err != nil {
-		log.Warn("cpu strategies: clear a previous run's XDP hand-overs", "error", err)
+	if err := a.strategies.Start(); err != nil {
+		return err
 	}
-	a.strategies.SetXDPSteer(func(name string, cpu int) error {
-		itf, err := net.InterfaceByName(name)
-		if err != nil {
-			return err
-		}
-		return a.dp.SetIfSteer(uint32(itf.Index), cpu)
-	})
-	if opts.PodList != "" {
-		pods, err := sched.NewPods(opts.PodList, podListEvery)
-		if err != nil {
-			return fmt.Errorf("--pod-list: %w", err)
-		}
-		a.strategies.SetPods(pods)
-	}
-	if opts.SchedExt {
-		if x, err := scx.Load(); err != nil {
-			log.Warn("cpu strategies: no sched_ext scheduler; priority strategies use real-time policies", "why", err)
-		} else {
-			log.Info("cpu strategies: sched_ext scheduler loaded; priority strategies' processes run first", "ops", scx.Ops())
-			a.strategies.SetExt(x)
-			// Unloaded after the strategies are given back (defers
-			// run last first).
-			defer func() {
-				if err := x.Close(); err != nil {
-					log.Warn("cpu strategies: unload the sched_ext scheduler", "error", err)
-				}
-			}()
-		}
-	}
+	// The sched_ext scheduler is unloaded after the strategies are
+	// given back (defers run last first).
+	defer a.strategies.Stop()
 	stDone := make(chan struct{})
 	stCtx, stopST := context.WithCancel(ctx)
-	go func() { a.runStrategies(stCtx, log); close(stDone) }()
+	go func() { a.strategies.Run(stCtx); close(stDone) }()
 	defer func() { stopST(); <-stDone }()
 
 	if a.journal, err = openJournal(opts.ConfigPath); err != nil {
@@ -652,7 +600,7 @@ func (a *Agent) Reload() error {
 	if err := checkHostRules(cfg); err != nil {
 		return err
 	}
-	if err := checkFileStrategies(cfg, a.store.List(config.KindStrategy)); err != nil {
+	if err := sched.CheckConfig(cfg, a.store.List(config.KindStrategy)); err != nil {
 		return err
 	}
 	old := a.store.Interfaces()
@@ -674,7 +622,7 @@ func (a *Agent) Reload() error {
 		a.log.Error("keep skipped batches; the journal keeps them until the next fold", "error", err)
 	}
 	a.syncSoon()
-	a.wakeStrategies()
+	a.strategies.Wake()
 	return nil
 }
 
@@ -733,7 +681,7 @@ func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) 
 	if err != nil {
 		return 0, err
 	}
-	if err := checkAppliedStrategies(a.store, ch); err != nil {
+	if err := sched.CheckChanges(a.store, ch); err != nil {
 		undoStore()
 		return 0, err
 	}
@@ -795,7 +743,7 @@ func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) 
 		}
 	}
 	if len(ch.Strategies) > 0 {
-		a.wakeStrategies()
+		a.strategies.Wake()
 	}
 	a.log.Debug("apply phases", "check", t1.Sub(t0), "compile", t2.Sub(t1), "links", t3.Sub(t2), "commit", t4.Sub(t3), "persist", time.Since(t4), "objects", ch.Len())
 	return a.gen, nil

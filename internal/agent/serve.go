@@ -167,7 +167,7 @@ func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 		reg.MustRegister(a.backendUp)
 		reg.MustRegister(a.dupTxReady)
 		reg.MustRegister(foMetrics{a: a, l: a.fo})
-		reg.MustRegister(a.strategyThreads, a.strategyRanOn, a.strategyRefused)
+		reg.MustRegister(a.strategies.Collectors()...)
 		reg.MustRegister(a.mon.changes, newPathMetrics(a.mon))
 		reg.MustRegister(a.guard.collectors()...)
 		reg.MustRegister(a.apiRefused)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package scx
+package scx_test
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/sched"
+	"github.com/edgeplane/edgeplane/internal/sched/scx"
 )
 
 // The guest side of TestSchedExtQEMU: this test binary is the init of a
@@ -41,8 +42,8 @@ func guestSay(format string, a ...any) { fmt.Printf("edgeplane-scx: "+format+"\n
 func guestChecks() error {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
-	guestSay("kernel %s, %d CPUs, sched_ext %q", unix.ByteSliceToString(uts.Release[:]), runtime.NumCPU(), State())
-	if err := Available(); err != nil {
+	guestSay("kernel %s, %d CPUs, sched_ext %q", unix.ByteSliceToString(uts.Release[:]), runtime.NumCPU(), scx.State())
+	if err := scx.Available(); err != nil {
 		return err
 	}
 	// No RemoveMemlock: the kernel charges BPF memory to the memory
@@ -69,7 +70,7 @@ func guestChecks() error {
 	}
 	guestSay("fair class, no priority: waker late p50 %s p99 %s", fair[0], fair[1])
 
-	s, err := Load()
+	s, err := scx.Load()
 	if err != nil {
 		return err
 	}
@@ -79,8 +80,8 @@ func guestChecks() error {
 			_ = s.Close()
 		}
 	}()
-	if st, ops := State(), Ops(); st != "enabled" || ops != Name {
-		return fmt.Errorf("after Load: state %q, ops %q; want enabled, %s", st, ops, Name)
+	if st, ops := scx.State(), scx.Ops(); st != "enabled" || ops != scx.Name {
+		return fmt.Errorf("after Load: state %q, ops %q; want enabled, %s", st, ops, scx.Name)
 	}
 	rest, err := waker(nil)
 	if err != nil {
@@ -126,9 +127,9 @@ func guestChecks() error {
 	if err := s.Close(); err != nil {
 		return err
 	}
-	for deadline := time.Now().Add(5 * time.Second); State() != "disabled"; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); scx.State() != "disabled"; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("after Close: state %q, want disabled", State())
+			return fmt.Errorf("after Close: state %q, want disabled", scx.State())
 		}
 	}
 	for _, h := range hogs {
@@ -136,7 +137,7 @@ func guestChecks() error {
 			return fmt.Errorf("a hog did not survive the unload: %v", err)
 		}
 	}
-	guestSay("unloaded: state %q, %d hogs still running", State(), len(hogs))
+	guestSay("unloaded: state %q, %d hogs still running", scx.State(), len(hogs))
 	return nil
 }
 
