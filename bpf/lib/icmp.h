@@ -16,7 +16,7 @@
  * verifier invalidates the caller's pointers from Linux 6.13 on).
  *
  * Depends on kernel headers, csum.h and proto.h only, so it can be tested
- * alone (bpf/test_icmp.bpf.c). */
+ * alone (internal/bpf/icmptest/testdata/test_icmp.bpf.c). */
 #ifndef EDGE_ICMP_H
 #define EDGE_ICMP_H
 

@@ -437,7 +437,7 @@ func shareNextHops(dp *bpf.Dataplane) error {
 	return err
 }
 
-// stagesPerRun is BENCH_STAGES in bpf/bench.bpf.c.
+// stagesPerRun is BENCH_STAGES in testdata/bench.bpf.c.
 const stagesPerRun = 4
 
 // measureStages times the two ways a stage can join the pipeline, four

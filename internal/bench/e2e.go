@@ -138,7 +138,7 @@ pdrs: [{id: 1, precedence: 1, match: {dst: 10.7.0.0/16}, far: 1}]
 limits: {flows: 65536, rules: 1024}
 `
 
-// Sink counter indexes (enum sink_kind in bpf/bench_e2e.bpf.c).
+// Sink counter indexes (enum sink_kind in testdata/bench_e2e.bpf.c).
 const (
 	sinkAll = iota
 	sinkGRE

@@ -6,5 +6,5 @@
 // forwarding through the same topology, measured in the same run.
 package bench
 
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types benchobj ../../bpf/bench.bpf.c
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types benche2e ../../bpf/bench_e2e.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu -I../../bpf" -target bpfel -no-global-types benchobj testdata/bench.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu -I../../bpf" -target bpfel -no-global-types benche2e testdata/bench_e2e.bpf.c

@@ -12,7 +12,7 @@ import (
 )
 
 // insertTable is the bare insert's table size (bench_lru in
-// bpf/bench.bpf.c), the dataplane's default flow cache.
+// testdata/bench.bpf.c), the dataplane's default flow cache.
 const insertTable = 65536
 
 const methodInsert = "a fresh IPv4 flow-cache key (source address from a per-CPU counter, the CPU in the ingress ifindex) inserted into a bench-local " +

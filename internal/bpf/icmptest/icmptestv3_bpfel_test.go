@@ -145,5 +145,5 @@ func _Icmptestv3Close(closers ...io.Closer) error {
 
 // Do not access this directly.
 //
-//go:embed icmptestv3_bpfel.o
+//go:embed icmptestv3_bpfel_test.o
 var _Icmptestv3Bytes []byte

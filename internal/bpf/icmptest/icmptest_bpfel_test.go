@@ -145,5 +145,5 @@ func _IcmptestClose(closers ...io.Closer) error {
 
 // Do not access this directly.
 //
-//go:embed icmptest_bpfel.o
+//go:embed icmptest_bpfel_test.o
 var _IcmptestBytes []byte

@@ -7,5 +7,5 @@
 // dataplane is (alu32 code the verifier sees differently).
 package icmptest
 
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types icmptest ../../../bpf/test_icmp.bpf.c
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types icmptestv3 ../../../bpf/test_icmp.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu -I../../../bpf" -target bpfel -no-global-types icmptest testdata/test_icmp.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu -I../../../bpf" -target bpfel -no-global-types icmptestv3 testdata/test_icmp.bpf.c
