@@ -20,6 +20,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/client"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 func newApplyCmd() *cobra.Command {
@@ -71,7 +72,7 @@ so problems are reported at their paths in the file.`,
 				// each gateway it reaches holds them (with what its
 				// other targets give it): here only that they decode.
 				var parsed *config.Config
-				if parsed, err = s.ParseObjects(data); err == nil {
+				if parsed, err = yamlcfg.For(s).ParseObjects(data); err == nil {
 					want = objectsOnly(s, parsed, nil)
 				}
 			} else {
@@ -203,7 +204,7 @@ func objectsOnly(s *config.Schema, c *config.Config, count func(config.Kind) int
 // reference to an object only the agent has is not one. The result holds
 // the file's objects only, in file order. notes says what was ignored.
 func fileObjects(s *config.Schema, data []byte, cur *config.Config) (file *config.Config, notes []string, err error) {
-	whole, perr := s.Parse(data)
+	whole, perr := yamlcfg.For(s).Parse(data)
 	var fe config.Errors
 	if perr != nil && (!errors.As(perr, &fe) || slices.ContainsFunc(fe, func(e config.FieldError) bool { return e.Path == "config" })) {
 		// The document itself is wrong (YAML syntax, not a mapping,
@@ -272,7 +273,7 @@ func fileObjects(s *config.Schema, data []byte, cur *config.Config) (file *confi
 	if err != nil {
 		return nil, nil, fmt.Errorf("merge with the agent's objects: %w", err)
 	}
-	cfg, err := s.Parse(out)
+	cfg, err := yamlcfg.For(s).Parse(out)
 	if err != nil {
 		if errors.As(err, &fe) {
 			return nil, notes, noteAgentItems(s, fe, inFile, extra)

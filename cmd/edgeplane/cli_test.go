@@ -17,6 +17,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/api/apitest"
 	"github.com/edgeplane/edgeplane/internal/client"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -67,7 +68,7 @@ services:
 
 func agentConfig(t *testing.T) *config.Config {
 	t.Helper()
-	c, err := config.Parse([]byte(agentYAML))
+	c, err := yamlcfg.Parse([]byte(agentYAML))
 	if err != nil {
 		t.Fatal(err)
 	}

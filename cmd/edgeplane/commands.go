@@ -13,7 +13,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/agent"
 	"github.com/edgeplane/edgeplane/internal/api"
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/fleet"
 )
 
@@ -90,7 +90,7 @@ func newValidateCmd() *cobra.Command {
 config. Run it where the agent runs (in the gateway's network namespace).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(path)
+			cfg, err := yamlcfg.Load(path)
 			if err != nil {
 				return err
 			}

@@ -37,7 +37,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	kyaml "sigs.k8s.io/yaml"
 
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/fleet"
 )
 
@@ -723,7 +723,7 @@ func checkAgent(t *testing.T, r rendered, vs valueSet) {
 	if seed == nil {
 		t.Fatal("agent: no seed ConfigMap mounted")
 	}
-	_, err := config.Parse([]byte(seed.Data["config.yaml"]))
+	_, err := yamlcfg.Parse([]byte(seed.Data["config.yaml"]))
 	if err != nil {
 		t.Errorf("agent: seed config: %v\n%s", err, seed.Data["config.yaml"])
 	}

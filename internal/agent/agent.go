@@ -26,6 +26,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/fleet"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/sched"
@@ -912,7 +913,7 @@ func (a *Agent) fold() {
 	a.commitMu.Lock()
 	cfg, seq := a.Config(), a.seq
 	a.commitMu.Unlock()
-	if err := config.WriteFile(a.opts.ConfigPath, cfg, true, seqMarker+strconv.FormatUint(seq, 10)+"\n"); err != nil {
+	if err := yamlcfg.WriteFile(a.opts.ConfigPath, cfg, true, seqMarker+strconv.FormatUint(seq, 10)+"\n"); err != nil {
 		a.log.Error("fold the journal into the config file", "config", a.opts.ConfigPath, "error", err)
 		return
 	}

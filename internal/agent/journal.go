@@ -21,6 +21,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 // The agent's state on disk is its config file plus a journal beside it
@@ -222,7 +223,7 @@ func loadState(path string) (cfg *config.Config, seq uint64, replayed int, skipp
 	if err != nil {
 		return nil, 0, 0, nil, fmt.Errorf("read config: %w", err)
 	}
-	if cfg, err = config.Parse(data); err != nil {
+	if cfg, err = yamlcfg.Parse(data); err != nil {
 		return nil, 0, 0, nil, err
 	}
 	seq = fileSeq(data)

@@ -11,6 +11,7 @@ import (
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 // richYAML sets every field of every kind the API carries.
@@ -49,7 +50,7 @@ services:
 // the API and back unchanged, which also shows each kind's fields have
 // message fields of their names.
 func TestConversionsCoverEveryField(t *testing.T) {
-	cfg, err := config.Parse([]byte(richYAML))
+	cfg, err := yamlcfg.Parse([]byte(richYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestFromPBErrors(t *testing.T) {
 // (ToPBRevealed); either form converts back, the shown one as no key.
 func TestConvertSecret(t *testing.T) {
 	const key = "00112233445566778899aabbccddeeff"
-	cfg, err := config.Parse([]byte("interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {secret: " + key + "}}]\n"))
+	cfg, err := yamlcfg.Parse([]byte("interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {secret: " + key + "}}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

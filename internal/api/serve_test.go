@@ -34,7 +34,7 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/api/apitest"
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -53,7 +53,7 @@ pdrs:
 
 func newBackend(t *testing.T) *apitest.Backend {
 	t.Helper()
-	c, err := config.Parse([]byte(testCfg))
+	c, err := yamlcfg.Parse([]byte(testCfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
@@ -489,7 +489,7 @@ func (e *e2e) use(cfg string) error {
 	if e.committed == cfg {
 		return nil
 	}
-	c, err := config.Parse([]byte(cfg))
+	c, err := yamlcfg.Parse([]byte(cfg))
 	if err != nil {
 		return fmt.Errorf("gateway config: %w", err)
 	}

@@ -27,6 +27,7 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/devtools/fleetlab"
 	"github.com/edgeplane/edgeplane/internal/fleet"
 	"github.com/edgeplane/edgeplane/internal/lab"
@@ -551,7 +552,7 @@ func (r *fleetRig) close() {
 // seed gives every gateway the base objects (fleetConfig's) and returns
 // the revision.
 func (r *fleetRig) seed() (int64, error) {
-	cfg, err := config.Parse([]byte(fleetConfig))
+	cfg, err := yamlcfg.Parse([]byte(fleetConfig))
 	if err != nil {
 		return 0, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
@@ -43,7 +44,7 @@ var foVariants = []struct {
 func (b *bencher) measureFlowOpt(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc rules.Allocs) error {
 	encap := udpFrame(hostA, encapDst, 5000)
 	for _, v := range foVariants {
-		cfg, err := config.Parse([]byte(foConfig))
+		cfg, err := yamlcfg.Parse([]byte(foConfig))
 		if err != nil {
 			return fmt.Errorf("flowopt config: %w", err)
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
@@ -84,7 +84,7 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 	if err := b.ns.SetNeigh("lan0", topo.AddrHostA, topo.MACHostA); err != nil {
 		return err
 	}
-	cfg, err := config.Parse([]byte(greConfig))
+	cfg, err := yamlcfg.Parse([]byte(greConfig))
 	if err != nil {
 		return fmt.Errorf("gre config: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/rules"
 )
 
@@ -62,7 +62,7 @@ const ringFlows = 4096
 // new flows (no inserts) and every packet of 4,096 flows through the
 // Maglev table (Katran's LRU bypass, timed as its fixtures are: warm).
 func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc rules.Allocs) error {
-	cfg, err := config.Parse([]byte(lbConfig()))
+	cfg, err := yamlcfg.Parse([]byte(lbConfig()))
 	if err != nil {
 		return fmt.Errorf("lb config: %w", err)
 	}

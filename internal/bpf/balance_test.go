@@ -19,6 +19,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -67,7 +68,7 @@ const far11 = "  - {id: 11, action: nat, address: 10.6.0.11, port: 8080}"
 
 func lbCfg(t *testing.T, far11Line, members string) *config.Config {
 	t.Helper()
-	cfg, err := config.Parse(fmt.Appendf(nil, lbConfig, far11Line, members))
+	cfg, err := yamlcfg.Parse(fmt.Appendf(nil, lbConfig, far11Line, members))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -739,7 +740,7 @@ limits: {flows: 1024, rules: 64, maglev_table: 251, connections: 1024}
 		t.Errorf("%d connections recorded, want the stateful service's 3", n)
 	}
 
-	cfg2, err := config.Parse([]byte(strings.Replace(cfg, ", stateless: true", "", 1)))
+	cfg2, err := yamlcfg.Parse([]byte(strings.Replace(cfg, ", stateless: true", "", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}

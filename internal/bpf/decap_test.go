@@ -10,7 +10,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 // decapConfig is greConfig with rules for decapsulated packets: over
@@ -130,7 +130,7 @@ func TestDecapClassified(t *testing.T) {
 
 	// A commit that takes the drop rule away reclassifies the inner flow:
 	// routed now, both flows missing once (a new generation).
-	cfg, err := config.Parse([]byte(strings.Replace(decapConfig, pdr91, "", 1)))
+	cfg, err := yamlcfg.Parse([]byte(strings.Replace(decapConfig, pdr91, "", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}

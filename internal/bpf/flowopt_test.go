@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 // foConfig sends lan0's traffic to 10.7.0.0/16 over GRE path 1 and takes
@@ -483,7 +484,7 @@ func TestFlowOptRelief(t *testing.T) {
 // mustParse parses a config.
 func mustParse(t *testing.T, y string) *config.Config {
 	t.Helper()
-	cfg, err := config.Parse([]byte(y))
+	cfg, err := yamlcfg.Parse([]byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}

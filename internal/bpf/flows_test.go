@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 // TestFlowCounters sends known numbers of packets on IPv4 and IPv6 flows,
@@ -79,7 +79,7 @@ limits: {flows: 1024, rules: 64}
 	}
 	// A commit (pdr 21 now drops) makes every flow reclassify: counts
 	// carry over.
-	cfg, err := config.Parse([]byte(fmt.Sprintf(cfgFmt, 2)))
+	cfg, err := yamlcfg.Parse([]byte(fmt.Sprintf(cfgFmt, 2)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 // smallTable is lbConfig (NAT service 1 at 203.0.113.10:80 over far 11
@@ -97,7 +97,7 @@ func TestFlowTableFloodKeepsEstablished(t *testing.T) {
 
 	// Drain far 11; exact-match copies go stale with the commit, so the
 	// table answers: established connections keep their backend.
-	drained, err := config.Parse([]byte(smallTable("{far: 11, weight: 0}, {far: 12}")))
+	drained, err := yamlcfg.Parse([]byte(smallTable("{far: 11, weight: 0}, {far: 12}")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 // greConfig has three GRE paths out of wan0 toward remotes in 10.3.0.0/16
@@ -938,13 +938,13 @@ func TestGREPathNextHop(t *testing.T) {
 	// Path 1 to a remote behind the other neighbour, in the next
 	// generation, then a generation later (the first slot again).
 	moved := strings.Replace(greConfig, "remote: 10.3.9.9, key: 1,", "remote: 10.3.200.1, key: 1,", 1)
-	cfg, err := config.Parse([]byte(moved))
+	cfg, err := yamlcfg.Parse([]byte(moved))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.apply(cfg)
 	want("remote moved", "10.3.200.1", macOther)
-	cfg2, err := config.Parse([]byte(strings.Replace(moved, "remote: 10.3.9.8,", "remote: 10.3.9.8, key: 2,", 1)))
+	cfg2, err := yamlcfg.Parse([]byte(strings.Replace(moved, "remote: 10.3.9.8,", "remote: 10.3.9.8, key: 2,", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}

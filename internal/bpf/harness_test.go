@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 	"github.com/edgeplane/edgeplane/internal/topo"
@@ -55,7 +56,7 @@ func newHarness(t testing.TB, cfgYAML string) *harness {
 	}
 	t.Cleanup(func() { ns.Close() })
 	h := &harness{t: t, ns: ns, idx: ns.Ifindex}
-	cfg, err := config.Parse([]byte(cfgYAML))
+	cfg, err := yamlcfg.Parse([]byte(cfgYAML))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 // orderConfig has a NAT service (1), a stateless NAT service (2) and a
@@ -71,7 +71,7 @@ func TestPDRBeforeService(t *testing.T) {
 	}
 	apply := func(pdrs string) {
 		t.Helper()
-		cfg, err := config.Parse([]byte(fmt.Sprintf(orderConfig, pdrs)))
+		cfg, err := yamlcfg.Parse([]byte(fmt.Sprintf(orderConfig, pdrs)))
 		if err != nil {
 			t.Fatal(err)
 		}

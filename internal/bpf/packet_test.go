@@ -22,7 +22,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 // spec builds a test packet as fresh gopacket layers on every call, so a
@@ -950,7 +950,7 @@ limits: {flows: 1024, rules: 64}
 	step("second packet", small, bpf.XDPRedirect, bpf.ReasonNone, 1, 0)
 	step("larger than the mtu", big, bpf.XDPPass, bpf.ReasonFragNeeded, 1, 0)
 	step("small again", small, bpf.XDPRedirect, bpf.ReasonNone, 1, 0)
-	cfg, err := config.Parse([]byte(fmt.Sprintf(rulesFmt, 2)))
+	cfg, err := yamlcfg.Parse([]byte(fmt.Sprintf(rulesFmt, 2)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
@@ -166,7 +167,7 @@ func (a tables) diff(b tables) string {
 // back again (as after a failed journal write).
 func TestIncrementalCommitsReachTheMaps(t *testing.T) {
 	testutil.RequireRoot(t)
-	cfg, err := config.Parse([]byte(`
+	cfg, err := yamlcfg.Parse([]byte(`
 interfaces:
   - {name: lan0, role: lan}
   - {name: wan0, role: wan}

@@ -3,25 +3,20 @@
 // Package config is the edgeplane configuration model. It describes the
 // interfaces the dataplane attaches to, the forwarding action rules (FARs),
 // the packet detection rules (PDRs) that select a FAR, table limits and the
-// default verdicts. Parse and Load read the YAML configuration file, fill
-// defaults and validate it, reporting every problem with the path of the
-// offending field (for example "pdrs[1].match.dst: invalid CIDR ...").
+// default verdicts. Validate checks a config, reporting every problem
+// with the path of the offending field (for example "pdrs[1].match.dst:
+// invalid CIDR ..."); the Store changes one in batches with the same
+// checks. The file's YAML form is package yamlcfg's, which this package
+// does not import.
 //
 // Each kind of object is declared once, in a file of its own (pdr.go:
 // the PDR type, its checks, references and CLI columns), and registered
-// in kinds.go; the decoder, the encoder, validation and the Store are
-// driven by those declarations, and so are the API and the CLI.
+// in kinds.go; validation and the Store are driven by those
+// declarations, and so are the file's decoder and encoder, the API and
+// the CLI.
 package config
 
-import (
-	"fmt"
-	"os"
-	"reflect"
-	"strings"
-
-	"github.com/edgeplane/edgeplane/internal/config/yamlnode"
-	"gopkg.in/yaml.v3"
-)
+import "strings"
 
 // Actions of FARs (all) and of Defaults (pass and drop).
 const (
@@ -159,9 +154,6 @@ func (e Errors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// docPath is the path used for problems with the document as a whole.
-const docPath = "config"
-
 // Interface returns the interface called name.
 func (c *Config) Interface(name string) (Interface, bool) {
 	for _, i := range c.Interfaces {
@@ -211,92 +203,4 @@ func (s *Schema) Normalize(c *Config) {
 	if c.Defaults.Malformed == "" {
 		c.Defaults.Malformed = ActionDrop
 	}
-}
-
-// Load reads the configuration file at path and parses it with Parse.
-func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	return Parse(data)
-}
-
-// Parse decodes a YAML configuration, applies Normalize and validates it.
-// On failure it returns a nil Config and an Errors value listing every
-// problem found (unknown fields, type errors and semantic errors), each
-// with the path of the offending field, in document order.
-func Parse(data []byte) (*Config, error) { return builtin.Parse(data) }
-
-// Parse is the package's Parse for a config of s's kinds.
-func (s *Schema) Parse(data []byte) (*Config, error) {
-	c, d, err := s.decode(data)
-	if err != nil {
-		return nil, err
-	}
-	all := d.errs
-	for _, e := range s.validate(c) {
-		if !d.suppressed(e.Path) {
-			all = append(all, e)
-		}
-	}
-	if len(all) == 0 {
-		return c, nil
-	}
-	d.sort(all)
-	return nil, all
-}
-
-// decode decodes and normalizes data, keeping the decoder's errors.
-func (s *Schema) decode(data []byte) (*Config, *decoder, error) {
-	var c Config
-	d := newDecoder(DecodeOptions{})
-	root, err := parseDocument(data)
-	if err == nil && root != nil && !yamlnode.IsNull(root) {
-		fields := s.rootFields(d, &c)
-		if err = d.top(root, fields); err == nil {
-			d.mapping(root, "", fields)
-			err = d.overrun()
-		}
-	}
-	if err != nil {
-		return nil, nil, Errors{{Path: docPath, Reason: err.Error()}}
-	}
-	s.Normalize(&c)
-	return &c, d, nil
-}
-
-// ParseObjects reads a file's objects as Parse does (unknown fields and
-// values that do not decode are errors at their paths) but checks
-// nothing of what they mean together: for a fleet controller's target,
-// whose objects are checked as each gateway they reach holds them, with
-// what its other targets give it.
-func (s *Schema) ParseObjects(data []byte) (*Config, error) {
-	c, d, err := s.decode(data)
-	if err != nil {
-		return nil, err
-	}
-	if len(d.errs) > 0 {
-		d.sort(d.errs)
-		return nil, d.errs
-	}
-	return c, nil
-}
-
-// rootFields are the top-level keys of the file: Config's fields, then the
-// lists of the kinds that have none, into Objects.
-func (s *Schema) rootFields(d *decoder, c *Config) []field {
-	fields := d.structFields(reflect.ValueOf(c).Elem())
-	for _, k := range s.kinds {
-		m := k.meta()
-		if m.configIndex >= 0 {
-			continue
-		}
-		fields = append(fields, field{m.plural, func(p string, n *yaml.Node) {
-			l := reflect.New(reflect.SliceOf(m.typ)).Elem()
-			d.value(n, p, l, nil)
-			m.setList(c, l)
-		}})
-	}
-	return fields
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package config
+package config_test
 
 import (
 	"errors"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"gopkg.in/yaml.v3"
 )
 
@@ -46,14 +48,14 @@ func withPDR(entries ...string) string {
 // failing the test if Parse succeeded or returned something else.
 func parseErrors(t *testing.T, doc string) []string {
 	t.Helper()
-	c, err := Parse([]byte(doc))
+	c, err := yamlcfg.Parse([]byte(doc))
 	if err == nil {
 		t.Fatalf("Parse succeeded, want an error; config: %+v", c)
 	}
 	if c != nil {
 		t.Errorf("Parse returned a config along with error %v", err)
 	}
-	var errs Errors
+	var errs config.Errors
 	if !errors.As(err, &errs) {
 		t.Fatalf("Parse error %T (%v), want Errors", err, err)
 	}
@@ -262,35 +264,35 @@ func TestDecodeErrorIsNotReportedTwice(t *testing.T) {
 }
 
 func TestParseSample(t *testing.T) {
-	c, err := Parse([]byte(sample))
+	c, err := yamlcfg.Parse([]byte(sample))
 	if err != nil {
-		t.Fatalf("Parse(sample): %v", err)
+		t.Fatalf("yamlcfg.Parse(sample): %v", err)
 	}
-	want := &Config{
-		Interfaces: []Interface{
-			{Name: "lan0", Role: RoleLAN, XDP: XDPAuto},
-			{Name: "wan0", Role: RoleWAN, XDP: XDPAuto},
+	want := &config.Config{
+		Interfaces: []config.Interface{
+			{Name: "lan0", Role: config.RoleLAN, XDP: config.XDPAuto},
+			{Name: "wan0", Role: config.RoleWAN, XDP: config.XDPAuto},
 		},
-		FARs: []FAR{
-			{ID: 1, Action: ActionRedirect, Interface: "wan0"},
-			{ID: 2, Action: ActionDrop},
+		FARs: []config.FAR{
+			{ID: 1, Action: config.ActionRedirect, Interface: "wan0"},
+			{ID: 2, Action: config.ActionDrop},
 		},
-		PDRs: []PDR{
-			{ID: 10, Precedence: 10, FAR: 2, Match: Match{
+		PDRs: []config.PDR{
+			{ID: 10, Precedence: 10, FAR: 2, Match: config.Match{
 				In:    "lan0",
-				Proto: Proto{Num: IPProtoUDP, Set: true},
-				Dport: PortRange{Lo: 9000, Hi: 9100, Set: true},
+				Proto: config.Proto{Num: config.IPProtoUDP, Set: true},
+				Dport: config.PortRange{Lo: 9000, Hi: 9100, Set: true},
 			}},
-			{ID: 20, Precedence: 100, FAR: 1, Match: Match{
+			{ID: 20, Precedence: 100, FAR: 1, Match: config.Match{
 				In:  "lan0",
-				Dst: Prefix{P: netip.MustParsePrefix("10.2.0.0/16")},
+				Dst: config.Prefix{P: netip.MustParsePrefix("10.2.0.0/16")},
 			}},
 		},
-		Limits:   Limits{Flows: 65536, Rules: 65536, MaglevTable: 65537, Connections: 65536},
-		Defaults: Defaults{NoMatch: ActionPass, Malformed: ActionDrop},
+		Limits:   config.Limits{Flows: 65536, Rules: 65536, MaglevTable: 65537, Connections: 65536},
+		Defaults: config.Defaults{NoMatch: config.ActionPass, Malformed: config.ActionDrop},
 	}
 	if !reflect.DeepEqual(c, want) {
-		t.Errorf("Parse(sample) =\n%+v\nwant\n%+v", c, want)
+		t.Errorf("yamlcfg.Parse(sample) =\n%+v\nwant\n%+v", c, want)
 	}
 	if f, ok := c.FAR(1); !ok || f.Interface != "wan0" {
 		t.Errorf("FAR(1) = %+v, %v", f, ok)
@@ -298,7 +300,7 @@ func TestParseSample(t *testing.T) {
 	if _, ok := c.FAR(3); ok {
 		t.Error("FAR(3) found, want not found")
 	}
-	if i, ok := c.Interface("wan0"); !ok || i.Role != RoleWAN {
+	if i, ok := c.Interface("wan0"); !ok || i.Role != config.RoleWAN {
 		t.Errorf("Interface(wan0) = %+v, %v", i, ok)
 	}
 	if _, ok := c.Interface("wan9"); ok {
@@ -307,7 +309,7 @@ func TestParseSample(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
-	c, err := Load(filepath.Join("testdata", "sample.yaml"))
+	c, err := yamlcfg.Load(filepath.Join("testdata", "sample.yaml"))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -315,14 +317,14 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load: unexpected pdrs %+v", c.PDRs)
 	}
 
-	_, err = Load(filepath.Join(t.TempDir(), "missing.yaml"))
+	_, err = yamlcfg.Load(filepath.Join(t.TempDir(), "missing.yaml"))
 	if err == nil || !strings.HasPrefix(err.Error(), "read config: ") || !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("Load(missing) error = %v, want read config: ... wrapping fs.ErrNotExist", err)
+		t.Errorf("yamlcfg.Load(missing) error = %v, want read config: ... wrapping fs.ErrNotExist", err)
 	}
 }
 
 func TestDefaults(t *testing.T) {
-	c, err := Parse([]byte(`
+	c, err := yamlcfg.Parse([]byte(`
 interfaces: [{name: lan0, role: lan}]
 pdrs: [{id: 1, match: {gre_key: 42}, far: 5}]
 fars: [{id: 5, action: pass}]
@@ -330,17 +332,17 @@ fars: [{id: 5, action: pass}]
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if got := c.Interfaces[0].XDP; got != XDPAuto {
+	if got := c.Interfaces[0].XDP; got != config.XDPAuto {
 		t.Errorf("xdp = %q, want auto", got)
 	}
-	if c.Limits != (Limits{Flows: 65536, Rules: 65536, MaglevTable: DefaultMaglevTable, Connections: 65536}) {
+	if c.Limits != (config.Limits{Flows: 65536, Rules: 65536, MaglevTable: config.DefaultMaglevTable, Connections: 65536}) {
 		t.Errorf("limits = %+v, want 65536/65536", c.Limits)
 	}
-	if c.Defaults != (Defaults{NoMatch: "pass", Malformed: "drop"}) {
+	if c.Defaults != (config.Defaults{NoMatch: "pass", Malformed: "drop"}) {
 		t.Errorf("defaults = %+v, want pass/drop", c.Defaults)
 	}
 	m := c.PDRs[0].Match
-	if m.Proto != (Proto{Num: IPProtoGRE, Set: true}) || m.GREKey == nil || *m.GREKey != 42 {
+	if m.Proto != (config.Proto{Num: config.IPProtoGRE, Set: true}) || m.GREKey == nil || *m.GREKey != 42 {
 		t.Errorf("match = %+v, want proto gre and gre_key 42", m)
 	}
 	if c.PDRs[0].Precedence != 0 {
@@ -349,7 +351,7 @@ fars: [{id: 5, action: pass}]
 }
 
 func TestExplicitValuesKept(t *testing.T) {
-	c, err := Parse([]byte(`
+	c, err := yamlcfg.Parse([]byte(`
 interfaces: [{name: lan0, role: lan, xdp: native}]
 limits: {flows: 1024, rules: 1}
 defaults: {no_match: drop, malformed: pass}
@@ -357,21 +359,21 @@ defaults: {no_match: drop, malformed: pass}
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if c.Interfaces[0].XDP != XDPNative || c.Limits != (Limits{Flows: 1024, Rules: 1, MaglevTable: DefaultMaglevTable, Connections: 1024}) ||
-		c.Defaults != (Defaults{NoMatch: "drop", Malformed: "pass"}) {
+	if c.Interfaces[0].XDP != config.XDPNative || c.Limits != (config.Limits{Flows: 1024, Rules: 1, MaglevTable: config.DefaultMaglevTable, Connections: 1024}) ||
+		c.Defaults != (config.Defaults{NoMatch: "drop", Malformed: "pass"}) {
 		t.Errorf("explicit values changed: %+v", c)
 	}
 }
 
 func TestMatchValues(t *testing.T) {
-	c, err := Parse([]byte(withPDR(
+	c, err := yamlcfg.Parse([]byte(withPDR(
 		`{id: 1, match: {proto: tcp, sport: 80, dport: "443"}, far: 1}`,
 		`{id: 2, match: {proto: 132, src: 192.0.2.7, dst: "2001:db8::1", dscp: 46}, far: 1}`,
 	)))
 	if err == nil || !strings.Contains(err.Error(), "pdrs[1].match: src is IPv4 but dst is IPv6") {
 		t.Fatalf("Parse error = %v, want family mismatch", err)
 	}
-	c, err = Parse([]byte(withPDR(
+	c, err = yamlcfg.Parse([]byte(withPDR(
 		`{id: 1, match: {proto: tcp, sport: 80, dport: "443"}, far: 1}`,
 		`{id: 2, match: {proto: 132, src: 192.0.2.7, dscp: 46}, far: 1}`,
 		`{id: 3, match: {proto: 0, dst: "2001:db8::1"}, far: 1}`,
@@ -380,7 +382,7 @@ func TestMatchValues(t *testing.T) {
 		t.Fatalf("Parse: %v", err)
 	}
 	m := c.PDRs[0].Match
-	if m.Sport != (PortRange{Lo: 80, Hi: 80, Set: true}) || m.Dport != (PortRange{Lo: 443, Hi: 443, Set: true}) {
+	if m.Sport != (config.PortRange{Lo: 80, Hi: 80, Set: true}) || m.Dport != (config.PortRange{Lo: 443, Hi: 443, Set: true}) {
 		t.Errorf("ports = %+v %+v", m.Sport, m.Dport)
 	}
 	m = c.PDRs[1].Match
@@ -388,7 +390,7 @@ func TestMatchValues(t *testing.T) {
 		t.Errorf("match = %+v", m)
 	}
 	m = c.PDRs[2].Match
-	if m.Proto != (Proto{Num: 0, Set: true}) || m.Proto.String() != "0" || m.Dst.String() != "2001:db8::1/128" || m.Src.IsSet() {
+	if m.Proto != (config.Proto{Num: 0, Set: true}) || m.Proto.String() != "0" || m.Dst.String() != "2001:db8::1/128" || m.Src.IsSet() {
 		t.Errorf("match = %+v", m)
 	}
 }
@@ -424,7 +426,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 	for name, doc := range docs {
 		t.Run(name, func(t *testing.T) {
-			c, err := Parse([]byte(doc))
+			c, err := yamlcfg.Parse([]byte(doc))
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
@@ -432,9 +434,9 @@ func TestRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Marshal: %v", err)
 			}
-			back, err := Parse(out)
+			back, err := yamlcfg.Parse(out)
 			if err != nil {
-				t.Fatalf("Parse(Marshal(c)): %v\n%s", err, out)
+				t.Fatalf("yamlcfg.Parse(Marshal(c)): %v\n%s", err, out)
 			}
 			if !reflect.DeepEqual(back, c) {
 				t.Errorf("round trip changed config:\n%+v\nwant\n%+v\nyaml:\n%s", back, c, out)
@@ -444,7 +446,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestMarshalShape(t *testing.T) {
-	c, err := Parse([]byte(sample))
+	c, err := yamlcfg.Parse([]byte(sample))
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -468,21 +470,21 @@ func TestMarshalShape(t *testing.T) {
 }
 
 func TestValidateProgrammaticConfig(t *testing.T) {
-	c := &Config{
-		Interfaces: []Interface{{Name: "lan0", Role: RoleLAN}},
-		FARs:       []FAR{{ID: 1, Action: ActionPass}},
-		PDRs: []PDR{{ID: 1, FAR: 1, Match: Match{
-			Dst:   Prefix{P: netip.MustParsePrefix("10.1.2.3/8")},
-			Sport: PortRange{Lo: 9, Hi: 1, Set: true},
+	c := &config.Config{
+		Interfaces: []config.Interface{{Name: "lan0", Role: config.RoleLAN}},
+		FARs:       []config.FAR{{ID: 1, Action: config.ActionPass}},
+		PDRs: []config.PDR{{ID: 1, FAR: 1, Match: config.Match{
+			Dst:   config.Prefix{P: netip.MustParsePrefix("10.1.2.3/8")},
+			Sport: config.PortRange{Lo: 9, Hi: 1, Set: true},
 			DSCP:  new(uint8(77)),
 		}}},
 	}
 	err := c.Validate()
-	var errs Errors
+	var errs config.Errors
 	if !errors.As(err, &errs) {
 		t.Fatalf("Validate() = %v, want Errors", err)
 	}
-	want := Errors{
+	want := config.Errors{
 		{Path: "pdrs[0].match.dst", Reason: "host bits set; did you mean 10.0.0.0/8?"},
 		{Path: "pdrs[0].match.sport", Reason: "port range reversed (9-1)"},
 		{Path: "pdrs[0].match.dscp", Reason: "77 out of range 0-63"},
@@ -495,14 +497,14 @@ func TestValidateProgrammaticConfig(t *testing.T) {
 		t.Errorf("Validate modified the config: %+v", c)
 	}
 
-	c.PDRs[0].Match = Match{}
+	c.PDRs[0].Match = config.Match{}
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate() = %v, want nil", err)
 	}
 }
 
 func TestMergeKeys(t *testing.T) {
-	c, err := Parse([]byte(`
+	c, err := yamlcfg.Parse([]byte(`
 interfaces:
   - &lan {name: lan0, role: lan, xdp: native}
   - <<: *lan
@@ -516,7 +518,7 @@ pdrs:
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if got := c.Interfaces[1]; got != (Interface{Name: "lan1", Role: RoleLAN, XDP: XDPNative}) {
+	if got := c.Interfaces[1]; got != (config.Interface{Name: "lan1", Role: config.RoleLAN, XDP: config.XDPNative}) {
 		t.Errorf("merged interface = %+v", got)
 	}
 	if got := c.PDRs[1]; got.ID != 2 || got.Match.Dport.Lo != 53 {
@@ -525,22 +527,22 @@ pdrs:
 }
 
 func TestParseHelpers(t *testing.T) {
-	if _, err := ParsePortRange("9000-9100"); err != nil {
+	if _, err := config.ParsePortRange("9000-9100"); err != nil {
 		t.Errorf("ParsePortRange: %v", err)
 	}
-	if r, _ := ParsePortRange("22"); r.String() != "22" {
+	if r, _ := config.ParsePortRange("22"); r.String() != "22" {
 		t.Errorf("PortRange.String() = %q, want 22", r.String())
 	}
-	if _, err := ParsePortRange("5-"); err == nil || err.Error() != `invalid port range "5-" (want a port like 80 or a range like 9000-9100)` {
+	if _, err := config.ParsePortRange("5-"); err == nil || err.Error() != `invalid port range "5-" (want a port like 80 or a range like 9000-9100)` {
 		t.Errorf("ParsePortRange(5-) error = %v", err)
 	}
-	if p, err := ParseProto("47"); err != nil || p.String() != "gre" {
+	if p, err := config.ParseProto("47"); err != nil || p.String() != "gre" {
 		t.Errorf("ParseProto(47) = %v, %v", p, err)
 	}
-	if _, err := ParsePrefix("fe80::1%eth0"); err == nil || err.Error() != `invalid CIDR "fe80::1%eth0"` {
+	if _, err := config.ParsePrefix("fe80::1%eth0"); err == nil || err.Error() != `invalid CIDR "fe80::1%eth0"` {
 		t.Errorf("ParsePrefix(zone) error = %v", err)
 	}
-	if (Prefix{}).IsSet() || (Prefix{}).String() != "" || (Proto{}).String() != "" || (PortRange{}).String() != "" {
+	if (config.Prefix{}).IsSet() || (config.Prefix{}).String() != "" || (config.Proto{}).String() != "" || (config.PortRange{}).String() != "" {
 		t.Error("zero values should be unset with empty strings")
 	}
 }
@@ -553,26 +555,26 @@ func TestRatio(t *testing.T) {
 	for in, want := range map[string]string{
 		"110%": "110%", "1.1": "110%", "0.7%": "0.7%", "5%": "5%", "0.05": "5%", "1000%": "1000%", "0": "0%", "12.3456789012345%": "12.3456789012345%",
 	} {
-		r, err := ParseRatio(in)
+		r, err := config.ParseRatio(in)
 		if err != nil || r.String() != want {
 			t.Errorf("ParseRatio(%q) = %q, %v; want %q", in, r.String(), err, want)
 		}
-		if back, err := ParseRatio(r.String()); err != nil || back != r {
+		if back, err := config.ParseRatio(r.String()); err != nil || back != r {
 			t.Errorf("%q reads back as %v, %v; want %v", r.String(), back, err, r)
 		}
 	}
 	for _, bad := range []string{"NaN", "inf%", "-Inf", "5 %%", "five"} {
-		if r, err := ParseRatio(bad); err == nil {
+		if r, err := config.ParseRatio(bad); err == nil {
 			t.Errorf("ParseRatio(%q) = %v, want an error", bad, r)
 		}
 	}
-	if _, err := ParseRatio("nan"); err == nil || err.Error() != `invalid ratio "nan" (want e.g. 5% or 0.05)` {
+	if _, err := config.ParseRatio("nan"); err == nil || err.Error() != `invalid ratio "nan" (want e.g. 5% or 0.05)` {
 		t.Errorf("ParseRatio(nan) error = %v", err)
 	}
 }
 
 func TestFieldErrorString(t *testing.T) {
-	e := Errors{{Path: "a", Reason: "b"}, {Path: "c.d", Reason: "e f"}}
+	e := config.Errors{{Path: "a", Reason: "b"}, {Path: "c.d", Reason: "e f"}}
 	if got := e.Error(); got != "a: b\nc.d: e f" {
 		t.Errorf("Errors.Error() = %q", got)
 	}
@@ -607,16 +609,16 @@ defaults: {no_match: drop, malformed: pass}
 `,
 	} {
 		t.Run(name, func(t *testing.T) {
-			c, err := Parse([]byte(doc))
+			c, err := yamlcfg.Parse([]byte(doc))
 			if err != nil {
 				t.Fatal(err)
 			}
 			path := filepath.Join(t.TempDir(), "gw.yaml")
 			for _, durable := range []bool{false, true} {
-				if err := WriteFile(path, c, durable, "# edgeplane-journal-seq: 7\n"); err != nil {
+				if err := yamlcfg.WriteFile(path, c, durable, "# edgeplane-journal-seq: 7\n"); err != nil {
 					t.Fatal(err)
 				}
-				back, err := Load(path)
+				back, err := yamlcfg.Load(path)
 				if err != nil {
 					t.Fatalf("load written file: %v", err)
 				}
@@ -625,18 +627,6 @@ defaults: {no_match: drop, malformed: pass}
 				}
 			}
 		})
-	}
-}
-
-func TestPlainToken(t *testing.T) {
-	for v, want := range map[string]bool{
-		"lan0": true, "redirect": true, "9000-9100": true, "icmpv6": true, "wan_1.2": true,
-		"": false, "80": false, "10.2.0.0/16": false, "fd02::/64": false, "1.5": false, ".5": false,
-		"-x": false, "yes": false, "Off": false, "null": false, "a b": false, "a:b": false,
-	} {
-		if got := plainToken(v); got != want {
-			t.Errorf("plainToken(%q) = %v, want %v", v, got, want)
-		}
 	}
 }
 

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package config
+package config_test
 
 import (
 	"bytes"
 	"testing"
+
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 // TestFlowOpt: modules parse as written, their defaults filled by
@@ -13,7 +16,7 @@ import (
 // unknown module (listing the valid ones), a setting on a module it is
 // not for, a setting out of its range, a module listed twice.
 func TestFlowOpt(t *testing.T) {
-	c, err := Parse([]byte(qosBase + `flowopt:
+	c, err := yamlcfg.Parse([]byte(qosBase + `flowopt:
   - module: probe
     rtt_factor: 2
   - module: fairness
@@ -22,10 +25,10 @@ func TestFlowOpt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []FlowOptModule{
-		{Module: ModuleProbe, RTTFactor: Factor{V: 2, Set: true}},
-		{Module: ModuleFairness},
-		{Module: ModuleRelief, Off: true},
+	want := []config.FlowOptModule{
+		{Module: config.ModuleProbe, RTTFactor: config.Factor{V: 2, Set: true}},
+		{Module: config.ModuleFairness},
+		{Module: config.ModuleRelief, Off: true},
 	}
 	if len(c.FlowOpt) != len(want) {
 		t.Fatalf("modules %+v, want %+v", c.FlowOpt, want)
@@ -35,22 +38,22 @@ func TestFlowOpt(t *testing.T) {
 			t.Errorf("module %d: %+v, want %+v", i, c.FlowOpt[i], w)
 		}
 	}
-	effective := []FlowOptModule{
-		{Module: ModuleProbe, RTTFactor: Factor{V: 2, Set: true}},
-		{Module: ModuleFairness},
-		{Module: ModuleRelief, Off: true, Hot: Ratio{V: DefaultHot, Set: true}, MinPPS: DefaultMinPPS},
+	effective := []config.FlowOptModule{
+		{Module: config.ModuleProbe, RTTFactor: config.Factor{V: 2, Set: true}},
+		{Module: config.ModuleFairness},
+		{Module: config.ModuleRelief, Off: true, Hot: config.Ratio{V: config.DefaultHot, Set: true}, MinPPS: config.DefaultMinPPS},
 	}
 	for i, w := range effective {
 		if e := c.FlowOpt[i].Effective(); e != w {
 			t.Errorf("module %d effective: %+v, want %+v", i, e, w)
 		}
 	}
-	if e := (FlowOptModule{Module: ModuleProbe}).Effective(); e.RTTFactor.V != DefaultRTTFactor || !e.RTTFactor.Set {
+	if e := (config.FlowOptModule{Module: config.ModuleProbe}).Effective(); e.RTTFactor.V != config.DefaultRTTFactor || !e.RTTFactor.Set {
 		t.Errorf("probe's default RTT factor: %+v", e)
 	}
 
 	var b bytes.Buffer
-	if err := builtin.WriteTable(&b, KindFlowOpt, builtin.Objects(c, KindFlowOpt)); err != nil {
+	if err := config.Builtin().WriteTable(&b, config.KindFlowOpt, config.Builtin().Objects(c, config.KindFlowOpt)); err != nil {
 		t.Fatal(err)
 	}
 	const table = "MODULE    STATE  SETTINGS\nprobe     on     rtt_factor 2\nfairness  on     -\nrelief    off    hot 150% min_pps 20000\n"
@@ -74,7 +77,7 @@ func TestFlowOpt(t *testing.T) {
 		{"bad hot", `{module: relief, hot: warm}`, `flowopt[0].hot: invalid ratio "warm" (want e.g. 5% or 0.05)`},
 		{"module twice", `{module: probe}, {module: probe, off: true}`, `flowopt[1].module: duplicate module "probe" (first at flowopt[0])`},
 	} {
-		_, err := Parse([]byte(qosBase + "flowopt: [" + tc.modules + "]\n"))
+		_, err := yamlcfg.Parse([]byte(qosBase + "flowopt: [" + tc.modules + "]\n"))
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%s: %v, want %s", tc.name, err, tc.want)
 		}
@@ -85,17 +88,17 @@ func TestFlowOpt(t *testing.T) {
 // anything else, NaN and infinities included, is refused.
 func TestFactor(t *testing.T) {
 	for in, want := range map[string]string{"1.5": "1.5", " 2 ": "2", "10": "10", "1.1": "1.1", "0": "0"} {
-		f, err := ParseFactor(in)
+		f, err := config.ParseFactor(in)
 		if err != nil || f.String() != want || !f.Set {
 			t.Errorf("ParseFactor(%q) = %+v, %v; want %s", in, f, err, want)
 		}
 	}
 	for _, bad := range []string{"", "1.5x", "150%", "NaN", "+Inf", "one"} {
-		if f, err := ParseFactor(bad); err == nil {
+		if f, err := config.ParseFactor(bad); err == nil {
 			t.Errorf("ParseFactor(%q) = %+v, want an error", bad, f)
 		}
 	}
-	var f Factor
+	var f config.Factor
 	if err := f.SetString(""); err != nil || f.Set || f.String() != "" {
 		t.Errorf("SetString(\"\") = %+v, %v; want unset", f, err)
 	}

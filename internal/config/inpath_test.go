@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package config
+package config_test
 
 import (
 	"reflect"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"gopkg.in/yaml.v3"
 )
 
@@ -32,9 +34,9 @@ services:
   - {id: 2, vip: 203.0.113.11, port: 80, proto: tcp, lbr: 2}
 `
 
-func decapConfig(t *testing.T) *Config {
+func decapConfig(t *testing.T) *config.Config {
 	t.Helper()
-	c, err := Parse([]byte(decapDoc))
+	c, err := yamlcfg.Parse([]byte(decapDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func TestInPathAndServicePrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, out := range map[string][]byte{"yaml.Marshal": marshalled, "AppendCompact": AppendCompact(nil, c)} {
+	for name, out := range map[string][]byte{"yaml.Marshal": marshalled, "AppendCompact": yamlcfg.AppendCompact(nil, c)} {
 		if n := strings.Count(string(out), "in_path:"); n != 1 {
 			t.Errorf("%s wrote in_path %d times, want once:\n%s", name, n, out)
 		}
@@ -68,7 +70,7 @@ func TestInPathAndServicePrecedence(t *testing.T) {
 		if strings.Contains(string(out), "precedence: 0") {
 			t.Errorf("%s wrote a zero precedence:\n%s", name, out)
 		}
-		back, err := Parse(out)
+		back, err := yamlcfg.Parse(out)
 		if err != nil {
 			t.Fatalf("%s: parse back: %v\n%s", name, err, out)
 		}
@@ -90,20 +92,20 @@ func TestInPathAndServicePrecedence(t *testing.T) {
 }
 
 func TestStoreInPathReference(t *testing.T) {
-	s := NewStore(decapConfig(t))
-	_, _, err := s.Apply([]Op{{At: "operations[0].delete", Verb: Delete, Kind: KindPath, ID: 1}})
+	s := config.NewStore(decapConfig(t))
+	_, _, err := s.Apply([]config.Op{{At: "operations[0].delete", Verb: config.Delete, Kind: config.KindPath, ID: 1}})
 	if err == nil || err.Error() != "operations[0].delete: path 1 is still used by pdr 10" {
 		t.Errorf("deleting a path a PDR's in_path names: %v", err)
 	}
-	_, _, err = s.Apply([]Op{{At: "operations[0].create.pdr", Verb: Create, Kind: KindPDR,
-		Object: PDR{ID: 12, FAR: 1, Match: Match{InPath: 9}}}})
+	_, _, err = s.Apply([]config.Op{{At: "operations[0].create.pdr", Verb: config.Create, Kind: config.KindPDR,
+		Object: config.PDR{ID: 12, FAR: 1, Match: config.Match{InPath: 9}}}})
 	if err == nil || err.Error() != "operations[0].create.pdr.match.in_path: no path with id 9" {
 		t.Errorf("creating a PDR with in_path naming no path: %v", err)
 	}
 	// Once no PDR names it, the path goes.
-	_, _, err = s.Apply([]Op{
-		{At: "operations[0].update.pdr", Verb: Update, Kind: KindPDR, Object: PDR{ID: 10, Precedence: 5, FAR: 1}},
-		{At: "operations[1].delete", Verb: Delete, Kind: KindPath, ID: 1},
+	_, _, err = s.Apply([]config.Op{
+		{At: "operations[0].update.pdr", Verb: config.Update, Kind: config.KindPDR, Object: config.PDR{ID: 10, Precedence: 5, FAR: 1}},
+		{At: "operations[1].delete", Verb: config.Delete, Kind: config.KindPath, ID: 1},
 	})
 	if err != nil {
 		t.Errorf("deleting a path no longer named: %v", err)

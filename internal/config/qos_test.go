@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package config
+package config_test
 
 import (
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"gopkg.in/yaml.v3"
 )
 
@@ -19,7 +21,7 @@ const qosBase = "interfaces: [{name: lan0, role: lan}]\nfars: [{id: 1, action: p
 // range, an unknown over, a burst without a rate or below a quantum, a
 // code point out of range or in two classes, a PDR's unknown class.
 func TestQoSClasses(t *testing.T) {
-	c, err := Parse([]byte(qosBase + `qos_classes:
+	c, err := yamlcfg.Parse([]byte(qosBase + `qos_classes:
   - {id: 1, name: control, type: urllc, dscp: 46}
   - {id: 2, type: embb, dscp: [10, 12, 14], rate: 200mbit}
   - {id: 3, type: mmtc, dscp: "40-45"}
@@ -65,19 +67,19 @@ pdrs:
 		{"bad rate", `{id: 1, type: embb, rate: 10mbps}`, `qos_classes[0].rate: rate "10mbps": bps is ambiguous`},
 		{"dscp in two classes", `{id: 1, type: urllc, dscp: 46}, {id: 2, type: embb, dscp: "40-47"}`, `qos_classes[1].dscp: dscp 46 is already`},
 	} {
-		_, err := Parse([]byte(qosBase + "qos_classes: [" + tc.classes + "]\n"))
+		_, err := yamlcfg.Parse([]byte(qosBase + "qos_classes: [" + tc.classes + "]\n"))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
 	var many strings.Builder
-	for i := range MaxQoSClasses + 1 {
+	for i := range config.MaxQoSClasses + 1 {
 		fmt.Fprintf(&many, "{id: %d, type: custom}, ", i+1)
 	}
-	if _, err := Parse([]byte(qosBase + "qos_classes: [" + many.String() + "]\n")); err == nil || !strings.Contains(err.Error(), "65 qos classes, at most 64") {
+	if _, err := yamlcfg.Parse([]byte(qosBase + "qos_classes: [" + many.String() + "]\n")); err == nil || !strings.Contains(err.Error(), "65 qos classes, at most 64") {
 		t.Errorf("65 classes: %v, want refused", err)
 	}
-	if _, err := Parse([]byte(qosBase + "pdrs: [{id: 10, far: 1, qos: 9}]\n")); err == nil || !strings.Contains(err.Error(), "pdrs[0].qos: no qos_class with id 9") {
+	if _, err := yamlcfg.Parse([]byte(qosBase + "pdrs: [{id: 10, far: 1, qos: 9}]\n")); err == nil || !strings.Contains(err.Error(), "pdrs[0].qos: no qos_class with id 9") {
 		t.Errorf("a PDR naming no class: %v", err)
 	}
 }
@@ -88,16 +90,16 @@ func TestDSCPSet(t *testing.T) {
 	for in, want := range map[string]string{
 		"46": "46", "[10, 12, 14]": "10,12,14", `"40-47"`: "40-47", `"0,1,2,3,63"`: "0-3,63", `"5,6"`: "5,6", "[]": "",
 	} {
-		var s DSCPSet
+		var s config.DSCPSet
 		if err := yaml.Unmarshal([]byte(in), &s); err != nil || s.String() != want {
 			t.Errorf("%s: %q, %v; want %q", in, s.String(), err, want)
 		}
-		var back DSCPSet
+		var back config.DSCPSet
 		if err := back.SetString(want); want != "" && (err != nil || back != s) {
 			t.Errorf("%q does not read back: %v", want, err)
 		}
 	}
-	var s DSCPSet
+	var s config.DSCPSet
 	for _, bad := range []string{"64", "7-3", "a", "1,,2"} {
 		if err := s.SetString(bad); err == nil {
 			t.Errorf("%q read as %s", bad, s.String())

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package config
+package config_test
 
 import (
 	"os"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"gopkg.in/yaml.v3"
 )
 
@@ -19,7 +21,7 @@ const testSecret = "00112233445566778899aabbccddeeff"
 // is the same secret as far as both show; the config file the agent
 // writes holds the key, and the file is its owner's alone.
 func TestSecretShown(t *testing.T) {
-	s, err := ParseSecret(testSecret)
+	s, err := config.ParseSecret(testSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,11 +29,11 @@ func TestSecretShown(t *testing.T) {
 	if !strings.HasPrefix(shown, "redacted:") || len(shown) != len("redacted:")+8 || strings.Contains(shown, testSecret[:8]) {
 		t.Fatalf("shown as %q", shown)
 	}
-	other, _ := ParseSecret(strings.Repeat("f", 32))
+	other, _ := config.ParseSecret(strings.Repeat("f", 32))
 	if other.String() == shown {
 		t.Fatal("two secrets show the same")
 	}
-	back, err := ParseSecret(shown)
+	back, err := config.ParseSecret(shown)
 	if err != nil || !back.Redacted() || !back.Same(s) || back.Same(other) || back.String() != shown {
 		t.Fatalf("read back from %q: %+v %v", shown, back, err)
 	}
@@ -39,14 +41,14 @@ func TestSecretShown(t *testing.T) {
 		t.Fatal("a redacted secret holds a key")
 	}
 	for _, bad := range []string{"redacted:12", "redacted:zzzzzzzz", testSecret + "00", "0x" + testSecret[2:]} {
-		if _, err := ParseSecret(bad); err == nil {
+		if _, err := config.ParseSecret(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		} else if strings.Contains(err.Error(), bad) {
 			t.Errorf("the error quotes the value: %v", err)
 		}
 	}
 
-	cfg, err := Parse([]byte("interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {secret: " + testSecret + "}}]\n"))
+	cfg, err := yamlcfg.Parse([]byte("interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {secret: " + testSecret + "}}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func TestSecretShown(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteFile(file, cfg, false, ""); err != nil {
+	if err := yamlcfg.WriteFile(file, cfg, false, ""); err != nil {
 		t.Fatal(err)
 	}
 	st, err := os.Stat(file)
@@ -66,7 +68,7 @@ func TestSecretShown(t *testing.T) {
 		t.Errorf("config file with a secret written %v, want 0600 (%v)", st.Mode().Perm(), err)
 	}
 	b, _ := os.ReadFile(file)
-	again, err := Parse(b)
+	again, err := yamlcfg.Parse(b)
 	if err != nil || !again.Paths[0].Monitor.Secret.Same(s) {
 		t.Errorf("the written file reads back with another secret: %v", err)
 	}
@@ -77,25 +79,25 @@ func TestSecretShown(t *testing.T) {
 // form, or a create that gives one, holds no key (the compiler refuses
 // it, internal/rules); one that gives a new key takes it.
 func TestSecretKeptOnUpdate(t *testing.T) {
-	cfg, err := Parse([]byte("interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {secret: " + testSecret + "}}]\n"))
+	cfg, err := yamlcfg.Parse([]byte("interfaces: [{name: wan0, role: wan}]\npaths: [{id: 1, type: gre, interface: wan0, local: 10.0.0.1, remote: 10.0.0.2, monitor: {secret: " + testSecret + "}}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := NewStore(cfg)
+	st := config.NewStore(cfg)
 	shown := cfg.Paths[0]
-	shown.Monitor.Secret, _ = ParseSecret(cfg.Paths[0].Monitor.Secret.String())
+	shown.Monitor.Secret, _ = config.ParseSecret(cfg.Paths[0].Monitor.Secret.String())
 	shown.TTL = 9
-	if _, _, err := st.Apply([]Op{{Verb: Update, Kind: KindPath, Object: shown}}); err != nil {
+	if _, _, err := st.Apply([]config.Op{{Verb: config.Update, Kind: config.KindPath, Object: shown}}); err != nil {
 		t.Fatal(err)
 	}
 	p, _ := st.Path(1)
-	if k, ok := p.Monitor.Secret.Key(); !ok || !NewSecret(k).Same(cfg.Paths[0].Monitor.Secret) || p.TTL != 9 {
+	if k, ok := p.Monitor.Secret.Key(); !ok || !config.NewSecret(k).Same(cfg.Paths[0].Monitor.Secret) || p.TTL != 9 {
 		t.Fatalf("after an update with the redacted secret: %+v", p.Monitor)
 	}
-	other, _ := ParseSecret(strings.Repeat("e", 32))
+	other, _ := config.ParseSecret(strings.Repeat("e", 32))
 	wrong := shown
-	wrong.Monitor.Secret, _ = ParseSecret(other.String())
-	if _, _, err := st.Apply([]Op{{Verb: Update, Kind: KindPath, Object: wrong}}); err != nil {
+	wrong.Monitor.Secret, _ = config.ParseSecret(other.String())
+	if _, _, err := st.Apply([]config.Op{{Verb: config.Update, Kind: config.KindPath, Object: wrong}}); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ := st.Path(1); !p.Monitor.Secret.Redacted() {
@@ -103,7 +105,7 @@ func TestSecretKeptOnUpdate(t *testing.T) {
 	}
 	created := shown
 	created.ID, created.Key = 2, new(uint32)
-	if _, _, err := st.Apply([]Op{{Verb: Create, Kind: KindPath, Object: created}}); err != nil {
+	if _, _, err := st.Apply([]config.Op{{Verb: config.Create, Kind: config.KindPath, Object: created}}); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ := st.Path(2); !p.Monitor.Secret.Redacted() {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package config
+package config_test
 
 import (
 	"errors"
@@ -11,26 +11,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"gopkg.in/yaml.v3"
 )
 
-func mustStore(t *testing.T) *Store {
+func mustStore(t *testing.T) *config.Store {
 	t.Helper()
-	cfg, err := Parse([]byte(sample + `
+	return config.NewStore(storeConfig(t))
+}
+
+// storeConfig is the config mustStore holds.
+func storeConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := yamlcfg.Parse([]byte(sample + `
 paths:
   - {id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2, key: 7, monitor: {insecure: true}}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewStore(cfg)
+	return cfg
 }
 
-func pdrOp(verb Verb, at string, id, far uint32, dst string) Op {
-	return Op{At: at, Verb: verb, Kind: KindPDR, Object: PDR{ID: id, Precedence: 5, FAR: far, Match: Match{Dst: Prefix{P: netip.MustParsePrefix(dst)}}}}
+func pdrOp(verb config.Verb, at string, id, far uint32, dst string) config.Op {
+	return config.Op{At: at, Verb: verb, Kind: config.KindPDR, Object: config.PDR{ID: id, Precedence: 5, FAR: far, Match: config.Match{Dst: config.Prefix{P: netip.MustParsePrefix(dst)}}}}
 }
 
-func ids(ps []PDR) []uint32 {
+func ids(ps []config.PDR) []uint32 {
 	var out []uint32
 	for _, p := range ps {
 		out = append(out, p.ID)
@@ -40,11 +48,11 @@ func ids(ps []PDR) []uint32 {
 
 func TestStoreApplyKeepsListOrder(t *testing.T) {
 	s := mustStore(t)
-	ch, _, err := s.Apply([]Op{
-		pdrOp(Create, "operations[0].create.pdr", 30, 1, "10.3.0.0/16"),
-		pdrOp(Update, "operations[1].update.pdr", 10, 2, "10.1.0.0/16"),
-		{At: "operations[2].delete", Verb: Delete, Kind: KindPDR, ID: 20},
-		pdrOp(Create, "operations[3].create.pdr", 20, 1, "10.4.0.0/16"),
+	ch, _, err := s.Apply([]config.Op{
+		pdrOp(config.Create, "operations[0].create.pdr", 30, 1, "10.3.0.0/16"),
+		pdrOp(config.Update, "operations[1].update.pdr", 10, 2, "10.1.0.0/16"),
+		{At: "operations[2].delete", Verb: config.Delete, Kind: config.KindPDR, ID: 20},
+		pdrOp(config.Create, "operations[3].create.pdr", 20, 1, "10.4.0.0/16"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -71,30 +79,30 @@ func TestStoreApplyErrorsAndUndo(t *testing.T) {
 	before := s.Config()
 	cases := []struct {
 		name string
-		ops  []Op
-		code ErrorCode
+		ops  []config.Op
+		code config.ErrorCode
 		want string
 	}{
-		{"exists", []Op{pdrOp(Create, "operations[0].create.pdr", 10, 1, "10.0.0.0/8")}, CodeExists, "operations[0].create.pdr: pdr 10 exists; use update"},
-		{"missing", []Op{pdrOp(Update, "operations[0].update.pdr", 99, 1, "10.0.0.0/8")}, CodeNotFound, "operations[0].update.pdr: no pdr 99; use create"},
-		{"delete missing", []Op{{At: "operations[0].delete", Verb: Delete, Kind: KindFAR, ID: 9}}, CodeNotFound, "operations[0].delete: no far 9"},
-		{"in use", []Op{{At: "operations[0].delete", Verb: Delete, Kind: KindFAR, ID: 2}}, CodeInUse, "operations[0].delete: far 2 is still used by pdr 10"},
-		{"path in use", []Op{
-			{At: "operations[0].create.far", Verb: Create, Kind: KindFAR, Object: FAR{ID: 3, Action: ActionEncap, Path: 1}},
-			{At: "operations[1].delete", Verb: Delete, Kind: KindPath, ID: 1},
-		}, CodeInUse, "operations[1].delete: path 1 is still used by far 3"},
-		{"bad field and reference", []Op{
-			pdrOp(Create, "operations[0].create.pdr", 40, 1, "10.0.0.0/8"),
-			pdrOp(Create, "operations[1].create.pdr", 41, 7, "10.0.0.1/8"),
-		}, CodeInvalid, "operations[1].create.pdr.match.dst: host bits set"},
-		{"decap clash", []Op{{At: "operations[0].create.path", Verb: Create, Kind: KindPath, Object: Path{ID: 2, Type: PathGRE, Interface: "wan0",
-			Local: Addr{A: netip.MustParseAddr("192.0.2.1")}, Remote: Addr{A: netip.MustParseAddr("192.0.2.9")}, Key: new(uint32(7))}}},
-			CodeInvalid, "operations[0].create.path.key: key 7 with local 192.0.2.1 is already used by path 1"},
+		{"exists", []config.Op{pdrOp(config.Create, "operations[0].create.pdr", 10, 1, "10.0.0.0/8")}, config.CodeExists, "operations[0].create.pdr: pdr 10 exists; use update"},
+		{"missing", []config.Op{pdrOp(config.Update, "operations[0].update.pdr", 99, 1, "10.0.0.0/8")}, config.CodeNotFound, "operations[0].update.pdr: no pdr 99; use create"},
+		{"delete missing", []config.Op{{At: "operations[0].delete", Verb: config.Delete, Kind: config.KindFAR, ID: 9}}, config.CodeNotFound, "operations[0].delete: no far 9"},
+		{"in use", []config.Op{{At: "operations[0].delete", Verb: config.Delete, Kind: config.KindFAR, ID: 2}}, config.CodeInUse, "operations[0].delete: far 2 is still used by pdr 10"},
+		{"path in use", []config.Op{
+			{At: "operations[0].create.far", Verb: config.Create, Kind: config.KindFAR, Object: config.FAR{ID: 3, Action: config.ActionEncap, Path: 1}},
+			{At: "operations[1].delete", Verb: config.Delete, Kind: config.KindPath, ID: 1},
+		}, config.CodeInUse, "operations[1].delete: path 1 is still used by far 3"},
+		{"bad field and reference", []config.Op{
+			pdrOp(config.Create, "operations[0].create.pdr", 40, 1, "10.0.0.0/8"),
+			pdrOp(config.Create, "operations[1].create.pdr", 41, 7, "10.0.0.1/8"),
+		}, config.CodeInvalid, "operations[1].create.pdr.match.dst: host bits set"},
+		{"decap clash", []config.Op{{At: "operations[0].create.path", Verb: config.Create, Kind: config.KindPath, Object: config.Path{ID: 2, Type: config.PathGRE, Interface: "wan0",
+			Local: config.Addr{A: netip.MustParseAddr("192.0.2.1")}, Remote: config.Addr{A: netip.MustParseAddr("192.0.2.9")}, Key: new(uint32(7))}}},
+			config.CodeInvalid, "operations[0].create.path.key: key 7 with local 192.0.2.1 is already used by path 1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, _, err := s.Apply(c.ops)
-			var fe Errors
+			var fe config.Errors
 			if !errors.As(err, &fe) {
 				t.Fatalf("err %v, want Errors", err)
 			}
@@ -109,16 +117,16 @@ func TestStoreApplyErrorsAndUndo(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := s.Apply([]Op{pdrOp(Create, "operations[0].create.pdr", 41, 7, "10.0.0.0/8")}); err == nil || !strings.Contains(err.Error(), "operations[0].create.pdr.far: no far with id 7") {
+	if _, _, err := s.Apply([]config.Op{pdrOp(config.Create, "operations[0].create.pdr", 41, 7, "10.0.0.0/8")}); err == nil || !strings.Contains(err.Error(), "operations[0].create.pdr.far: no far with id 7") {
 		t.Errorf("reference to a missing far: %v", err)
 	}
 
 	// A batch that succeeds and is undone leaves the store, and what
 	// refers to what, as before.
-	_, undo, err := s.Apply([]Op{
-		{At: "a", Verb: Delete, Kind: KindPDR, ID: 10},
-		{At: "b", Verb: Delete, Kind: KindFAR, ID: 2},
-		pdrOp(Create, "c", 50, 1, "10.5.0.0/16"),
+	_, undo, err := s.Apply([]config.Op{
+		{At: "a", Verb: config.Delete, Kind: config.KindPDR, ID: 10},
+		{At: "b", Verb: config.Delete, Kind: config.KindFAR, ID: 2},
+		pdrOp(config.Create, "c", 50, 1, "10.5.0.0/16"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -127,17 +135,18 @@ func TestStoreApplyErrorsAndUndo(t *testing.T) {
 	if after := s.Config(); !reflect.DeepEqual(after, before) {
 		t.Fatalf("undone batch: %+v, want %+v", after, before)
 	}
-	if _, _, err := s.Apply([]Op{{At: "x", Verb: Delete, Kind: KindFAR, ID: 2}}); err == nil {
+	if _, _, err := s.Apply([]config.Op{{At: "x", Verb: config.Delete, Kind: config.KindFAR, ID: 2}}); err == nil {
 		t.Error("after an undo, far 2 can be deleted although pdr 10 uses it again")
 	}
 }
 
 func TestStoreCapacity(t *testing.T) {
-	s := mustStore(t)
-	s.limits.Rules = 3
-	_, _, err := s.Apply([]Op{pdrOp(Create, "o0", 60, 1, "10.6.0.0/16"), pdrOp(Create, "o1", 61, 1, "10.7.0.0/16")})
-	var fe Errors
-	if !errors.As(err, &fe) || fe[0].Code != CodeCapacity || fe[0].Path != "pdrs" {
+	cfg := storeConfig(t)
+	cfg.Limits.Rules = 3
+	s := config.NewStore(cfg)
+	_, _, err := s.Apply([]config.Op{pdrOp(config.Create, "o0", 60, 1, "10.6.0.0/16"), pdrOp(config.Create, "o1", 61, 1, "10.7.0.0/16")})
+	var fe config.Errors
+	if !errors.As(err, &fe) || fe[0].Code != config.CodeCapacity || fe[0].Path != "pdrs" {
 		t.Fatalf("err %v, want a capacity error at pdrs", err)
 	}
 }
@@ -156,7 +165,7 @@ services:
 	good := strings.Replace(base, "%s", "{type: http, path: /healthz, interval: 500ms}", 1)
 	// sample has its own fars section: drop it so ours is the only one.
 	good = strings.Replace(good, "fars:\n  - {id: 1, action: redirect, interface: wan0}\n  - {id: 2, action: drop}\n", "", 1)
-	cfg, err := Parse([]byte(good))
+	cfg, err := yamlcfg.Parse([]byte(good))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +174,7 @@ services:
 		t.Errorf("effective health %+v", h)
 	}
 	// What the agent writes back parses to the same.
-	again, err := Parse(AppendCompact(nil, cfg))
+	again, err := yamlcfg.Parse(yamlcfg.AppendCompact(nil, cfg))
 	if err != nil || !reflect.DeepEqual(again, cfg) {
 		t.Errorf("round trip: %v\n%+v\n%+v", err, again, cfg)
 	}
@@ -177,7 +186,7 @@ services:
 		{"{type: http, interval: soon}", `services[0].health.interval: invalid duration "soon"`},
 	} {
 		bad := strings.Replace(strings.Replace(base, "%s", c.health, 1), "fars:\n  - {id: 1, action: redirect, interface: wan0}\n  - {id: 2, action: drop}\n", "", 1)
-		if _, err := Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := yamlcfg.Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("health %s: err %v, want %q", c.health, err, c.want)
 		}
 	}
@@ -188,7 +197,7 @@ services:
 		131071: "lbrs[0].table_size: 131071 outside 251..65537 (limits.maglev_table)",
 	} {
 		c := *cfg
-		c.LBRs = []LBR{{ID: 1, Algorithm: AlgorithmMaglev, TableSize: size, Members: cfg.LBRs[0].Members}}
+		c.LBRs = []config.LBR{{ID: 1, Algorithm: config.AlgorithmMaglev, TableSize: size, Members: cfg.LBRs[0].Members}}
 		err := c.Validate()
 		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
 			t.Errorf("table_size %d: err %v, want %q", size, err, want)
@@ -199,12 +208,12 @@ services:
 // TestStoreKeepsAnInterface refuses a batch that deletes the last
 // interface: the file it would fold into could not be loaded again.
 func TestStoreKeepsAnInterface(t *testing.T) {
-	cfg, err := Parse([]byte("interfaces: [{name: lan0, role: lan}]\n"))
+	cfg, err := yamlcfg.Parse([]byte("interfaces: [{name: lan0, role: lan}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewStore(cfg)
-	_, _, err = s.Apply([]Op{{At: "operations[0].delete", Verb: Delete, Kind: KindInterface, Name: "lan0"}})
+	s := config.NewStore(cfg)
+	_, _, err = s.Apply([]config.Op{{At: "operations[0].delete", Verb: config.Delete, Kind: config.KindInterface, Name: "lan0"}})
 	if err == nil || !strings.Contains(err.Error(), "interfaces: at least one interface required") {
 		t.Fatalf("deleting the last interface: %v", err)
 	}
@@ -219,27 +228,16 @@ func TestStoreKeepsAnInterface(t *testing.T) {
 func TestInterfacesCapacity(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("interfaces:\n")
-	for i := 0; i <= MaxInterfaces; i++ {
+	for i := 0; i <= config.MaxInterfaces; i++ {
 		fmt.Fprintf(&b, "  - {name: eth%d, role: lan}\n", i)
 	}
-	_, err := Parse([]byte(b.String()))
-	var fe Errors
-	if !errors.As(err, &fe) || fe[0].Code != CodeCapacity || fe[0].Path != "interfaces" || !strings.Contains(fe[0].Reason, "65 interfaces, at most 64") {
+	_, err := yamlcfg.Parse([]byte(b.String()))
+	var fe config.Errors
+	if !errors.As(err, &fe) || fe[0].Code != config.CodeCapacity || fe[0].Path != "interfaces" || !strings.Contains(fe[0].Reason, "65 interfaces, at most 64") {
 		t.Fatalf("err %v, want a capacity error at interfaces", err)
 	}
-	if _, err := Parse([]byte(strings.Replace(b.String(), fmt.Sprintf("  - {name: eth%d, role: lan}\n", MaxInterfaces), "", 1))); err != nil {
-		t.Errorf("%d interfaces: %v", MaxInterfaces, err)
-	}
-}
-
-// TestBuiltinKindsTyped: every built-in kind has a field of its own in
-// Config and in Changes, so the compiler reads each kind's objects and
-// changes typed; none is left in Config.Objects or Changes.Other.
-func TestBuiltinKindsTyped(t *testing.T) {
-	for _, k := range builtin.kinds {
-		if m := k.meta(); m.configIndex < 0 || m.changesIndex < 0 {
-			t.Errorf("kind %s: Config field %d, Changes field %d; want both", m.kind, m.configIndex, m.changesIndex)
-		}
+	if _, err := yamlcfg.Parse([]byte(strings.Replace(b.String(), fmt.Sprintf("  - {name: eth%d, role: lan}\n", config.MaxInterfaces), "", 1))); err != nil {
+		t.Errorf("%d interfaces: %v", config.MaxInterfaces, err)
 	}
 }
 
@@ -262,7 +260,7 @@ strategies:
 // Objects, and read back the same from AppendCompact and yaml.Marshal; a store batch's changes of
 // them land in Changes.QoSClasses and Changes.FlowOpt.
 func TestTypedKindsRoundTrip(t *testing.T) {
-	c, err := Parse([]byte(typedDoc))
+	c, err := yamlcfg.Parse([]byte(typedDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,19 +271,19 @@ func TestTypedKindsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, doc := range map[string][]byte{"AppendCompact": AppendCompact(nil, c), "yaml.Marshal": marshalled} {
-		back, err := Parse(doc)
+	for name, doc := range map[string][]byte{"AppendCompact": yamlcfg.AppendCompact(nil, c), "yaml.Marshal": marshalled} {
+		back, err := yamlcfg.Parse(doc)
 		if err != nil || !reflect.DeepEqual(back, c) {
 			t.Errorf("%s round trip: %v\n%+v\nwant %+v\n%s", name, err, back, c, doc)
 		}
 	}
 
-	s := NewStore(c)
-	ch, _, err := s.Apply([]Op{
-		{At: "operations[0].create.qos_class", Verb: Create, Kind: KindQoSClass, Object: QoSClass{ID: 3, Type: QoSMMTC, DSCP: DSCPSet{Bits: 1 << 8}}},
-		{At: "operations[1].delete", Verb: Delete, Kind: KindQoSClass, ID: 1},
-		{At: "operations[2].create.flowopt", Verb: Create, Kind: KindFlowOpt, Object: FlowOptModule{Module: ModuleFairness}},
-		{At: "operations[3].update.flowopt", Verb: Update, Kind: KindFlowOpt, Object: FlowOptModule{Module: ModuleRelief, Hot: Ratio{V: 2, Set: true}}},
+	s := config.NewStore(c)
+	ch, _, err := s.Apply([]config.Op{
+		{At: "operations[0].create.qos_class", Verb: config.Create, Kind: config.KindQoSClass, Object: config.QoSClass{ID: 3, Type: config.QoSMMTC, DSCP: config.DSCPSet{Bits: 1 << 8}}},
+		{At: "operations[1].delete", Verb: config.Delete, Kind: config.KindQoSClass, ID: 1},
+		{At: "operations[2].create.flowopt", Verb: config.Create, Kind: config.KindFlowOpt, Object: config.FlowOptModule{Module: config.ModuleFairness}},
+		{At: "operations[3].update.flowopt", Verb: config.Update, Kind: config.KindFlowOpt, Object: config.FlowOptModule{Module: config.ModuleRelief, Hot: config.Ratio{V: 2, Set: true}}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -293,17 +291,17 @@ func TestTypedKindsRoundTrip(t *testing.T) {
 	if len(ch.QoSClasses) != 2 || ch.QoSClasses[0].New.ID != 3 || ch.QoSClasses[1].Old.ID != 1 || ch.QoSClasses[1].New != nil || ch.Other != nil || ch.Len() != 4 {
 		t.Errorf("changes: qos classes %+v, other %+v; want class 3 created and 1 deleted", ch.QoSClasses, ch.Other)
 	}
-	if f := ch.FlowOpt; len(f) != 2 || f[0].Old != nil || f[0].New.Module != ModuleFairness || !f[1].Old.Off || f[1].New.Off || f[1].New.Hot.V != 2 {
+	if f := ch.FlowOpt; len(f) != 2 || f[0].Old != nil || f[0].New.Module != config.ModuleFairness || !f[1].Old.Off || f[1].New.Off || f[1].New.Hot.V != 2 {
 		t.Errorf("changes: flowopt %+v; want fairness created and relief switched on at 200%%", f)
 	}
 	if got := s.Config().QoSClasses; len(got) != 2 || got[0].ID != 2 || got[1].ID != 3 {
 		t.Errorf("store's classes %+v, want 2 and 3", got)
 	}
-	if got := s.Config().FlowOpt; len(got) != 3 || got[1].Module != ModuleRelief || got[1].Off || got[2].Module != ModuleFairness {
+	if got := s.Config().FlowOpt; len(got) != 3 || got[1].Module != config.ModuleRelief || got[1].Off || got[2].Module != config.ModuleFairness {
 		t.Errorf("store's modules %+v, want probe, relief on, fairness", got)
 	}
 	const want = "operations[0].update.flowopt.rtt_factor: not for module relief (only probe)"
-	if _, _, err := s.Apply([]Op{{At: "operations[0].update.flowopt", Verb: Update, Kind: KindFlowOpt, Object: FlowOptModule{Module: ModuleRelief, RTTFactor: Factor{V: 2, Set: true}}}}); err == nil || err.Error() != want {
+	if _, _, err := s.Apply([]config.Op{{At: "operations[0].update.flowopt", Verb: config.Update, Kind: config.KindFlowOpt, Object: config.FlowOptModule{Module: config.ModuleRelief, RTTFactor: config.Factor{V: 2, Set: true}}}}); err == nil || err.Error() != want {
 		t.Errorf("an RTT factor on relief: %v, want %s", err, want)
 	}
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package config
+package config_test
 
 import (
 	"bytes"
@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 // strategyDoc is the README's strategies: one of each policy.
@@ -31,7 +34,7 @@ const strategyDoc = qosBase + `strategies:
 // Effective (fifo with priority, else weight; rt_priority 50; a 1 ms
 // period) and shown by get. TestTypedKindsRoundTrip reads them back.
 func TestStrategies(t *testing.T) {
-	c, err := Parse([]byte(strategyDoc))
+	c, err := yamlcfg.Parse([]byte(strategyDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,9 +42,9 @@ func TestStrategies(t *testing.T) {
 	if len(st) != 4 {
 		t.Fatalf("strategies: %+v", st)
 	}
-	first := Strategy{ID: 1, Name: "gnb", CommandRegex: "^(nr-gnb|open5gs-upfd)$",
-		Selectors: &Selectors{PodLabels: map[string]string{"app": "gnb", "app.kubernetes.io/part-of": "ran"}, Cgroup: "/kubepods.slice"},
-		Priority:  true, CPUs: CPUList{Bits: [16]uint64{0b1100}}, IRQAffinity: []string{"lan0", "wan1"}}
+	first := config.Strategy{ID: 1, Name: "gnb", CommandRegex: "^(nr-gnb|open5gs-upfd)$",
+		Selectors: &config.Selectors{PodLabels: map[string]string{"app": "gnb", "app.kubernetes.io/part-of": "ran"}, Cgroup: "/kubepods.slice"},
+		Priority:  true, CPUs: config.CPUList{Bits: [16]uint64{0b1100}}, IRQAffinity: []string{"lan0", "wan1"}}
 	if !reflect.DeepEqual(st[0], first) {
 		t.Errorf("strategy 1: %+v, want %+v", st[0], first)
 	}
@@ -49,14 +52,14 @@ func TestStrategies(t *testing.T) {
 		policy string
 		rtPrio uint32
 		period time.Duration
-	}{{PolicyFIFO, 50, 0}, {PolicyDeadline, 0, time.Millisecond}, {PolicyRR, 10, 0}, {PolicyWeight, 0, 0}} {
+	}{{config.PolicyFIFO, 50, 0}, {config.PolicyDeadline, 0, time.Millisecond}, {config.PolicyRR, 10, 0}, {config.PolicyWeight, 0, 0}} {
 		e := st[i].Effective()
 		if e.Policy != want.policy || e.RTPriority != want.rtPrio || e.Period.D != want.period {
 			t.Errorf("strategy %d effective: %+v, want policy %s rt_priority %d period %s", st[i].ID, e, want.policy, want.rtPrio, want.period)
 		}
 	}
 	var b bytes.Buffer
-	if err := builtin.WriteTable(&b, KindStrategy, builtin.Objects(c, KindStrategy)); err != nil {
+	if err := config.Builtin().WriteTable(&b, config.KindStrategy, config.Builtin().Objects(c, config.KindStrategy)); err != nil {
 		t.Fatal(err)
 	}
 	const table = `ID  NAME  MATCH                                                                                              POLICY              CPUS
@@ -139,16 +142,16 @@ func TestStrategyErrors(t *testing.T) {
 		{"kubepods", `{id: 1, selectors: {cgroup: /kubepods.slice/kubepods-burstable.slice}, cpus: 1}`, `strategies[0].selectors.cgroup: "/kubepods.slice/kubepods-burstable.slice" holds many services or pods, the system's among them: name one, or narrow it with command_regex`},
 		{"deadline of the whole period", `{id: 1, selectors: {user: ran}, priority: true, policy: deadline, execution_time: 1ms, period: 1ms}`, `strategies[0].execution_time: 1ms is outside 10µs up to below 1ms (the period: the rest of each period is the other tasks')`},
 	} {
-		_, err := Parse([]byte(qosBase + "strategies: [" + tc.strategies + "]\n"))
+		_, err := yamlcfg.Parse([]byte(qosBase + "strategies: [" + tc.strategies + "]\n"))
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%s: %v, want %s", tc.name, err, tc.want)
 		}
 	}
 	var many strings.Builder
-	for i := range MaxStrategies + 1 {
+	for i := range config.MaxStrategies + 1 {
 		fmt.Fprintf(&many, "{id: %d, command_regex: gnb%d}, ", i+1, i)
 	}
-	if _, err := Parse([]byte(qosBase + "strategies: [" + many.String() + "]\n")); err == nil || !strings.Contains(err.Error(), "65 strategies, at most 64") {
+	if _, err := yamlcfg.Parse([]byte(qosBase + "strategies: [" + many.String() + "]\n")); err == nil || !strings.Contains(err.Error(), "65 strategies, at most 64") {
 		t.Errorf("65 strategies: %v, want refused", err)
 	}
 }
@@ -165,7 +168,7 @@ func TestStrategySelections(t *testing.T) {
 		`{id: 1, selectors: {pod_labels: {app: gnb}}, cpus: "2-3"}`,
 		`{id: 1, command_regex: ".*"}`, // changes nothing: matched, shown, no more
 	} {
-		if _, err := Parse([]byte(qosBase + "strategies: [" + y + "]\n")); err != nil {
+		if _, err := yamlcfg.Parse([]byte(qosBase + "strategies: [" + y + "]\n")); err != nil {
 			t.Errorf("%s: %v", y, err)
 		}
 	}
@@ -175,15 +178,15 @@ func TestStrategySelections(t *testing.T) {
 // Changes.Strategies, and one that claims another's dedicated CPU is
 // refused naming the CPU and the strategy that has it.
 func TestStrategyStore(t *testing.T) {
-	c, err := Parse([]byte(strategyDoc))
+	c, err := yamlcfg.Parse([]byte(strategyDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewStore(c)
-	cpus, _ := ParseCPUList("6-7")
-	ch, _, err := s.Apply([]Op{
-		{At: "operations[0].create.strategy", Verb: Create, Kind: KindStrategy, Object: Strategy{ID: 5, CommandRegex: "upf", Selectors: &Selectors{User: "upf"}, CPUs: cpus}},
-		{At: "operations[1].delete", Verb: Delete, Kind: KindStrategy, ID: 4},
+	s := config.NewStore(c)
+	cpus, _ := config.ParseCPUList("6-7")
+	ch, _, err := s.Apply([]config.Op{
+		{At: "operations[0].create.strategy", Verb: config.Create, Kind: config.KindStrategy, Object: config.Strategy{ID: 5, CommandRegex: "upf", Selectors: &config.Selectors{User: "upf"}, CPUs: cpus}},
+		{At: "operations[1].delete", Verb: config.Delete, Kind: config.KindStrategy, ID: 4},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -191,8 +194,8 @@ func TestStrategyStore(t *testing.T) {
 	if d := ch.Strategies; len(d) != 2 || d[0].Old != nil || d[0].New.ID != 5 || d[1].Old.ID != 4 || d[1].New != nil || ch.Other != nil {
 		t.Errorf("changes: %+v, want strategy 5 created and 4 deleted", d)
 	}
-	cpus, _ = ParseCPUList("3-4")
-	_, _, err = s.Apply([]Op{{At: "operations[0].update.strategy", Verb: Update, Kind: KindStrategy, Object: Strategy{ID: 5, CommandRegex: "upf", Selectors: &Selectors{User: "upf"}, CPUs: cpus}}})
+	cpus, _ = config.ParseCPUList("3-4")
+	_, _, err = s.Apply([]config.Op{{At: "operations[0].update.strategy", Verb: config.Update, Kind: config.KindStrategy, Object: config.Strategy{ID: 5, CommandRegex: "upf", Selectors: &config.Selectors{User: "upf"}, CPUs: cpus}}})
 	if err == nil || err.Error() != "operations[0].update.strategy.cpus: cpu 3 is already dedicated to strategy 1" {
 		t.Errorf("cpu 3 twice: %v", err)
 	}

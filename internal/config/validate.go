@@ -11,7 +11,7 @@ import (
 )
 
 // Validation runs in two places with the same checks: over a whole config
-// (Parse, Validate), where another object is named by its place in the
+// (yamlcfg.Parse, Validate), where another object is named by its place in the
 // file ("paths[0]"), and over what a Store batch changes, where it is
 // named by kind and key ("path 2"). A kind's Check, Refs and Unique are
 // written once for both.

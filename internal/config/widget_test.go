@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package config
+package config_test
 
 import (
 	"bytes"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"gopkg.in/yaml.v3"
 )
 
@@ -23,7 +26,7 @@ type Widget struct {
 	Tags   []string `yaml:"tags,omitempty"`
 }
 
-var widgetKind = &KindOf[Widget]{
+var widgetKind = &config.KindOf[Widget]{
 	Kind:     "widget",
 	Plural:   "widgets",
 	KeyField: "id",
@@ -32,7 +35,7 @@ var widgetKind = &KindOf[Widget]{
 			w.Size = 1
 		}
 	},
-	Check: func(c *Check, w *Widget) {
+	Check: func(c *config.Check, w *Widget) {
 		if w.ID == 0 {
 			c.Add("id", "required")
 		}
@@ -44,17 +47,17 @@ var widgetKind = &KindOf[Widget]{
 			c.Add("colour", "unknown colour %q (want red or blue)", w.Colour)
 		}
 	},
-	Refs: func(w *Widget) []Ref {
-		return []Ref{{Field: "path", Kind: KindPath, Key: IDKey(w.Path)}}
+	Refs: func(w *Widget) []config.Ref {
+		return []config.Ref{{Field: "path", Kind: config.KindPath, Key: config.IDKey(w.Path)}}
 	},
-	Unique: []Unique[Widget]{{
+	Unique: []config.Unique[Widget]{{
 		Field: "tags",
 		Key: func(w *Widget) (any, bool) {
 			return strings.Join(w.Tags, ","), len(w.Tags) > 0
 		},
 		Clash: func(w *Widget, other string) string { return "the same tags as " + other },
 	}},
-	Columns: []Column[Widget]{
+	Columns: []config.Column[Widget]{
 		{Name: "ID", Value: func(w *Widget) string { return always(w.ID) }},
 		{Name: "COLOUR", Value: func(w *Widget) string { return w.Colour }},
 		{Name: "SIZE", Value: func(w *Widget) string { return always(w.Size) }},
@@ -63,14 +66,28 @@ var widgetKind = &KindOf[Widget]{
 	},
 }
 
-var widgetSchema = Builtin().With(widgetKind)
+var widgetSchema = config.Builtin().With(widgetKind)
+
+// widgetFile is the config file with widgets.
+var widgetFile = yamlcfg.For(widgetSchema)
+
+// always and num are the column values of a number: always shown, or
+// "" for zero.
+func always[N ~uint32 | ~uint16](v N) string { return strconv.FormatUint(uint64(v), 10) }
+
+func num[N ~uint32](v N) string {
+	if v == 0 {
+		return ""
+	}
+	return always(v)
+}
 
 const widgetHead = `interfaces: [{name: wan0, role: wan}]
 paths: [{id: 1, type: gre, interface: wan0, local: 192.0.2.1, remote: 192.0.2.2, monitor: {insecure: true}}]
 `
 
 func TestWidgetDecodeErrors(t *testing.T) {
-	_, err := widgetSchema.Parse([]byte(widgetHead + `widgets:
+	_, err := widgetFile.Parse([]byte(widgetHead + `widgets:
   - {id: 1, colour: red, path: 9}
   - {id: 2, colour: green, size: 200}
   - {id: 1, shape: round, tags: [a]}
@@ -89,16 +106,16 @@ func TestWidgetDecodeErrors(t *testing.T) {
 	if err == nil || err.Error() != strings.Join(want, "\n") {
 		t.Errorf("errors:\n%v\nwant:\n%s", err, strings.Join(want, "\n"))
 	}
-	_, err = widgetSchema.Parse([]byte("- 1\n"))
+	_, err = widgetFile.Parse([]byte("- 1\n"))
 	if err == nil || err.Error() != "config: top level must be a mapping of interfaces, paths, fars, pdrs, lbrs, services, limits, defaults, qos_classes, flowopt, strategies and widgets, got a list" {
 		t.Errorf("a list: %v", err)
 	}
 }
 
 // widgetConfig is a valid config with widgets.
-func widgetConfig(t *testing.T) *Config {
+func widgetConfig(t *testing.T) *config.Config {
 	t.Helper()
-	c, err := widgetSchema.Parse([]byte(widgetHead + `widgets:
+	c, err := widgetFile.Parse([]byte(widgetHead + `widgets:
   - {id: 5, colour: red, size: 7, path: 1, tags: [x, "y z"]}
   - {id: 6, colour: blue}
 `))
@@ -117,7 +134,7 @@ func TestWidgetRoundTrip(t *testing.T) {
 	if err := widgetSchema.Validate(c); err != nil {
 		t.Errorf("Validate: %v", err)
 	}
-	out := widgetSchema.AppendCompact(nil, c)
+	out := widgetFile.AppendCompact(nil, c)
 	if !bytes.Contains(out, []byte("widgets:\n  - {id: 5, colour: red, size: 7, path: 1, tags: [x, \"y z\"]}\n  - {id: 6, colour: blue, size: 1}\n")) {
 		t.Errorf("compact:\n%s", out)
 	}
@@ -126,38 +143,38 @@ func TestWidgetRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, doc := range map[string][]byte{"AppendCompact": out, "yaml.Marshal": marshalled} {
-		back, err := widgetSchema.Parse(doc)
+		back, err := widgetFile.Parse(doc)
 		if err != nil || !reflect.DeepEqual(back, c) {
 			t.Errorf("%s round trip: %v\n%+v\nwant %+v\n%s", name, err, back, c, doc)
 		}
 	}
 	// The gateway's own schema does not know widgets.
-	if _, err := Parse(out); err == nil || !strings.Contains(err.Error(), "widgets: unknown field") {
+	if _, err := yamlcfg.Parse(out); err == nil || !strings.Contains(err.Error(), "widgets: unknown field") {
 		t.Errorf("builtin Parse of widgets: %v", err)
 	}
 }
 
 func TestWidgetStore(t *testing.T) {
 	s := widgetSchema.NewStore(widgetConfig(t))
-	ch, _, err := s.Apply([]Op{{At: "operations[0].create.widget", Verb: Create, Kind: "widget", Object: Widget{ID: 7, Colour: "red", Path: 1}}})
+	ch, _, err := s.Apply([]config.Op{{At: "operations[0].create.widget", Verb: config.Create, Kind: "widget", Object: Widget{ID: 7, Colour: "red", Path: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := ch.Other["widget"].([]Diff[Widget]); len(d) != 1 || d[0].New.Size != 1 || d[0].Old != nil || ch.Len() != 1 {
+	if d := ch.Other["widget"].([]config.Diff[Widget]); len(d) != 1 || d[0].New.Size != 1 || d[0].Old != nil || ch.Len() != 1 {
 		t.Errorf("changes %+v", ch.Other)
 	}
-	if w, ok := s.Get("widget", IDKey(7)); !ok || w.(Widget).Colour != "red" {
+	if w, ok := s.Get("widget", config.IDKey(7)); !ok || w.(Widget).Colour != "red" {
 		t.Errorf("widget 7: %+v %v", w, ok)
 	}
 	for _, tc := range []struct {
-		ops  []Op
+		ops  []config.Op
 		want string
 	}{
-		{[]Op{{At: "operations[0].delete", Verb: Delete, Kind: KindPath, ID: 1}}, "operations[0].delete: path 1 is still used by widget 5"},
-		{[]Op{{At: "operations[0].update.widget", Verb: Update, Kind: "widget", Object: Widget{ID: 6, Colour: "red", Path: 4, Tags: []string{"x", "y z"}}}},
+		{[]config.Op{{At: "operations[0].delete", Verb: config.Delete, Kind: config.KindPath, ID: 1}}, "operations[0].delete: path 1 is still used by widget 5"},
+		{[]config.Op{{At: "operations[0].update.widget", Verb: config.Update, Kind: "widget", Object: Widget{ID: 6, Colour: "red", Path: 4, Tags: []string{"x", "y z"}}}},
 			"operations[0].update.widget.path: no path with id 4\noperations[0].update.widget.tags: the same tags as widget 5"},
-		{[]Op{{At: "operations[0].create.widget", Verb: Create, Kind: "widget", Object: PDR{ID: 9}}}, "operations[0].create.widget: a widget operation carries config.PDR"},
-		{[]Op{{At: "operations[0].create.gadget", Verb: Create, Kind: "gadget"}}, `operations[0].create.gadget: unknown kind "gadget"`},
+		{[]config.Op{{At: "operations[0].create.widget", Verb: config.Create, Kind: "widget", Object: config.PDR{ID: 9}}}, "operations[0].create.widget: a widget operation carries config.PDR"},
+		{[]config.Op{{At: "operations[0].create.gadget", Verb: config.Create, Kind: "gadget"}}, `operations[0].create.gadget: unknown kind "gadget"`},
 	} {
 		if _, _, err := s.Apply(tc.ops); err == nil || err.Error() != tc.want {
 			t.Errorf("apply %+v: %v, want %s", tc.ops, err, tc.want)

@@ -14,6 +14,7 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/devtools/fleetlab"
 	"github.com/edgeplane/edgeplane/internal/fleet"
 )
@@ -111,7 +112,7 @@ func StartFleet(ctx context.Context, l *SDWAN) (f *Fleet, err error) {
 
 // seed writes a gateway's config file's objects to etcd, for it alone.
 func (f *Fleet) seed(gw string, file []byte) error {
-	cfg, err := config.Parse(file)
+	cfg, err := yamlcfg.Parse(file)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"text/template"
 
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 // Addresses of the SD-WAN lab. The sites' LANs are those of the
@@ -132,7 +132,7 @@ func GatewayConfig(name string, side byte) ([]byte, error) {
 	if err := gwTemplate.Execute(&b, v); err != nil {
 		return nil, fmt.Errorf("render gateway %c config: %w", side, err)
 	}
-	if _, err := config.Parse(b.Bytes()); err != nil {
+	if _, err := yamlcfg.Parse(b.Bytes()); err != nil {
 		return nil, fmt.Errorf("generated gateway %c config: %w", side, err)
 	}
 	return b.Bytes(), nil

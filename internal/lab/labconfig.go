@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/wanem"
 )
 
@@ -144,7 +145,7 @@ func ParseConfig(data []byte) (Config, error) {
 // document that is not YAML at all is the error. The lab's files have few
 // fields, so an unknown one is answered with the list of them.
 func decodeConfig(data []byte, c *Config) (config.Errors, error) {
-	return config.DecodeYAML(data, c, config.DecodeOptions{ListFields: true})
+	return yamlcfg.Decode(data, c, yamlcfg.DecodeOptions{ListFields: true})
 }
 
 // Validate reports every problem as config.Errors.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 func TestDefaultConfig(t *testing.T) {
@@ -88,7 +89,7 @@ func TestGatewayConfigs(t *testing.T) {
 		if err != nil {
 			t.Fatalf("gateway %c: %v", side, err)
 		}
-		c, err := config.Parse(b)
+		c, err := yamlcfg.Parse(b)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
 func TestPortPrefixesCoverExactly(t *testing.T) {
@@ -67,7 +68,7 @@ func resolver(name string) (uint32, error) {
 
 func mustParse(t *testing.T, y string) *config.Config {
 	t.Helper()
-	cfg, err := config.Parse([]byte(y))
+	cfg, err := yamlcfg.Parse([]byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}

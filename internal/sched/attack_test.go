@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/sched"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
@@ -160,7 +161,7 @@ func TestAttackRenamedProcess(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "setpriv")
 	const readme = `{id: 1, command_regex: "^nr-gnb$", priority: true}`
-	if _, err := config.Parse([]byte("interfaces: [{name: lo, role: lan}]\nstrategies:\n  - " + readme + "\n")); err == nil ||
+	if _, err := yamlcfg.Parse([]byte("interfaces: [{name: lo, role: lan}]\nstrategies:\n  - " + readme + "\n")); err == nil ||
 		!strings.Contains(err.Error(), "strategies[0].selectors: a strategy that raises priority") {
 		t.Errorf("the README's old example: %v, want refused naming selectors", err)
 	}
@@ -421,7 +422,7 @@ func TestHostProblems(t *testing.T) {
 		{"deadline past a CPU's", two, `{id: 1, selectors: {user: a}, priority: true, policy: deadline, execution_time: 600us}, {id: 2, selectors: {user: b}, priority: true, policy: deadline, execution_time: 300us}, {id: 3, selectors: {user: c}, priority: true, policy: deadline, execution_time: 100us}`, []string{"3 execution_time"}},
 		{"throttling off", off, `{id: 1, selectors: {user: a}, priority: true}, {id: 2, selectors: {user: b}, priority: true, policy: deadline, execution_time: 100us}, {id: 3, selectors: {user: c}, others_weight: 1}`, []string{"1 priority", "2 policy"}},
 	} {
-		cfg, err := config.Parse([]byte("interfaces: [{name: lo, role: lan}]\nstrategies: [" + c.list + "]\n"))
+		cfg, err := yamlcfg.Parse([]byte("interfaces: [{name: lo, role: lan}]\nstrategies: [" + c.list + "]\n"))
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/sched"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
@@ -109,7 +109,7 @@ func guestCpusetChecks() error {
 			_ = c.Wait()
 		}
 	}()
-	cfg, err := config.Parse([]byte(fmt.Sprintf("interfaces: [{name: lo, role: lan}]\nstrategies:\n  - {id: 8, command_regex: '^edgeplane-v2-mine', selectors: {user: '0'}, cpus: '%d'}\n", last)))
+	cfg, err := yamlcfg.Parse([]byte(fmt.Sprintf("interfaces: [{name: lo, role: lan}]\nstrategies:\n  - {id: 8, command_regex: '^edgeplane-v2-mine', selectors: {user: '0'}, cpus: '%d'}\n", last)))
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -94,7 +94,7 @@ func TestEngineIRQ(t *testing.T) {
 		}
 	})
 	last := strconv.Itoa(runtime.NumCPU() - 1)
-	cfg, err := config.Parse([]byte("interfaces: [{name: lo, role: lan}]\nstrategies:\n  - {id: 9, command_regex: '^edgeplane-none$', selectors: {user: '0'}, cpus: '" + last + "', irq_affinity: [" + nic + ", lo]}\n"))
+	cfg, err := yamlcfg.Parse([]byte("interfaces: [{name: lo, role: lan}]\nstrategies:\n  - {id: 9, command_regex: '^edgeplane-none$', selectors: {user: '0'}, cpus: '" + last + "', irq_affinity: [" + nic + ", lo]}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

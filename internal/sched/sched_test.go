@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/sched"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
@@ -45,7 +46,7 @@ func policyOf(t *testing.T, pid int) (uint32, uint32) {
 
 func strategy(t *testing.T, y string) config.Strategy {
 	t.Helper()
-	cfg, err := config.Parse([]byte("interfaces: [{name: lo, role: lan}]\nstrategies:\n  - " + y + "\n"))
+	cfg, err := yamlcfg.Parse([]byte("interfaces: [{name: lo, role: lan}]\nstrategies:\n  - " + y + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
@@ -264,7 +265,7 @@ func TestAPIObjects(t *testing.T) {
 	// The journal is folded into the config file within a second.
 	var file *config.Config
 	folded := waitFor(5*time.Second, func() bool {
-		file, _ = config.Load(a.cfgPath)
+		file, _ = yamlcfg.Load(a.cfgPath)
 		p, ok := findPDR(file, 77)
 		return ok && p.Precedence == 6 && p.Match.Dport.String() == "8000"
 	})
@@ -458,7 +459,7 @@ func TestAPIAuth(t *testing.T) {
 		t.Errorf("GET /openapi.json: %d, %.200s", resp.StatusCode, body)
 	}
 	// A dry run changed nothing.
-	if _, err := config.Load(a.cfgPath); err != nil {
+	if _, err := yamlcfg.Load(a.cfgPath); err != nil {
 		t.Fatal(err)
 	}
 	if p, ok := findPDR(mustLoad(t, a.cfgPath), 31); !ok || p.ID != 31 {
@@ -468,7 +469,7 @@ func TestAPIAuth(t *testing.T) {
 
 func mustLoad(t *testing.T, path string) *config.Config {
 	t.Helper()
-	c, err := config.Load(path)
+	c, err := yamlcfg.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,7 +557,7 @@ func TestAPIRestartPersists(t *testing.T) {
 	if err := a.StopAgent(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if file, err := config.Load(a.cfgPath); err == nil {
+	if file, err := yamlcfg.Load(a.cfgPath); err == nil {
 		if _, ok := findPDR(file, 6); ok {
 			t.Logf("the file already had pdr 6 when the agent was killed (folded early); the replay is not exercised")
 		}

@@ -22,6 +22,7 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/devtools/fleetlab"
 	"github.com/edgeplane/edgeplane/internal/fleet"
 	"github.com/edgeplane/edgeplane/internal/lab"
@@ -87,7 +88,7 @@ func (c *controller) client(t *testing.T) pb.GatewayClient {
 // fleetBase is what every gateway of the fleet serves, given for all:
 // the objects of fleetConfig.
 func fleetBase(t *testing.T) []*pb.Operation {
-	cfg, err := config.Parse([]byte(fleetConfig))
+	cfg, err := yamlcfg.Parse([]byte(fleetConfig))
 	if err != nil {
 		t.Fatal(err)
 	}

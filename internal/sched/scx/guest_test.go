@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/sched"
 	"github.com/edgeplane/edgeplane/internal/sched/scx"
 )
@@ -89,7 +89,7 @@ func guestChecks() error {
 	}
 	guestSay("sched_ext, no priority: waker late p50 %s p99 %s", rest[0], rest[1])
 
-	cfg, err := config.Parse([]byte("interfaces: [{name: lo, role: lan}]\nstrategies:\n  - {id: 1, command_regex: '^" + wakerName + "$', selectors: {user: '0'}, priority: true, policy: deadline, execution_time: 2ms, period: 10ms}\n"))
+	cfg, err := yamlcfg.Parse([]byte("interfaces: [{name: lo, role: lan}]\nstrategies:\n  - {id: 1, command_regex: '^" + wakerName + "$', selectors: {user: '0'}, priority: true, policy: deadline, execution_time: 2ms, period: 10ms}\n"))
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package config
+package yamlcfg
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlnode"
 	"gopkg.in/yaml.v3"
 )
@@ -23,7 +24,7 @@ import (
 // at its path ("pdrs[3].match.dst") and all of them at once, where
 // yaml.v3's own Decode stops at the first and names a line. Value types
 // (Prefix, Proto, ...) decode themselves through UnmarshalYAML. The
-// gateway's config (Parse) and the lab's (DecodeYAML) both go through it,
+// gateway's config (Parse) and the lab's (Decode) both go through it,
 // reading struct fields as FieldsOf gives them.
 
 // field is one known key of a mapping and how to decode its value.
@@ -33,7 +34,7 @@ type field struct {
 }
 
 // maxOf is the largest value field f of unsigned integer type t takes.
-func maxOf(t reflect.Type, f *Field) uint64 {
+func maxOf(t reflect.Type, f *config.Field) uint64 {
 	limit := uint64(math.MaxUint64) >> (64 - t.Bits())
 	if f != nil && f.Max != 0 && f.Max < limit {
 		limit = f.Max
@@ -41,7 +42,7 @@ func maxOf(t reflect.Type, f *Field) uint64 {
 	return limit
 }
 
-// DecodeOptions adjust DecodeYAML to the file it reads.
+// DecodeOptions adjust Decode to the file it reads.
 type DecodeOptions struct {
 	// ListFields makes an unknown field's error list the known ones
 	// ("(want name, mtu or links)") instead of suggesting a likely one:
@@ -49,13 +50,13 @@ type DecodeOptions struct {
 	ListFields bool
 }
 
-// DecodeYAML decodes the single YAML document in data over v, a pointer
+// Decode decodes the single YAML document in data over v, a pointer
 // to a struct: the fields the document sets replace what v holds, the
 // rest keep it. Problems with values are returned as Errors, in the order
 // found, each at its path; a document that cannot be read at all (not
 // YAML, several documents, not a mapping, too many aliases) is the
 // error.
-func DecodeYAML(data []byte, v any, o DecodeOptions) (Errors, error) {
+func Decode(data []byte, v any, o DecodeOptions) (config.Errors, error) {
 	d := newDecoder(o)
 	root, err := parseDocument(data)
 	if err != nil || root == nil || yamlnode.IsNull(root) {
@@ -73,7 +74,7 @@ func DecodeYAML(data []byte, v any, o DecodeOptions) (Errors, error) {
 // type errors are reported with their paths.
 type decoder struct {
 	o    DecodeOptions
-	errs Errors
+	errs config.Errors
 	// pos maps a path to where it appears in the document.
 	pos map[string]position
 	// last maps a path to the position of its last recorded descendant,
@@ -114,7 +115,7 @@ func (d *decoder) top(root *yaml.Node, fields []field) error {
 		for i, f := range fields {
 			names[i] = f.name
 		}
-		return fmt.Errorf("top level must be a mapping of %s, got %s", JoinWords(names, "and"), yamlnode.Describe(root))
+		return fmt.Errorf("top level must be a mapping of %s, got %s", config.JoinWords(names, "and"), yamlnode.Describe(root))
 	}
 	d.budget = max(aliasRatio*countNodes(root, map[*yaml.Node]bool{}), aliasMinimum)
 	return nil
@@ -188,7 +189,7 @@ func (d *decoder) mark(path string, n *yaml.Node) {
 // report records a problem at path.
 func (d *decoder) report(path string, n *yaml.Node, format string, args ...any) {
 	d.mark(path, n)
-	d.errs = append(d.errs, FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
+	d.errs = append(d.errs, config.FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
 }
 
 // fail records a problem that left the value at path undecoded.
@@ -211,7 +212,7 @@ func (d *decoder) suppressed(path string) bool {
 // sort orders errs by where their paths appear in the document, keeping
 // discovery order for ties. A path missing from the document (a required
 // field left out) sorts just after the last key of its nearest ancestor.
-func (d *decoder) sort(errs Errors) {
+func (d *decoder) sort(errs config.Errors) {
 	type key struct {
 		pos   position
 		after bool
@@ -230,7 +231,7 @@ func (d *decoder) sort(errs Errors) {
 		}
 		return key{}
 	}
-	slices.SortStableFunc(errs, func(a, b FieldError) int {
+	slices.SortStableFunc(errs, func(a, b config.FieldError) int {
 		ka, kb := where(a.Path), where(b.Path)
 		if c := ka.pos.compare(kb.pos); c != 0 {
 			return c
@@ -291,7 +292,7 @@ func (d *decoder) entries(n *yaml.Node, path string, decode func(key, path strin
 			case k.Kind != yaml.ScalarNode && explicit:
 				d.report(path, k, "keys must be field names, got %s", yamlnode.Describe(k))
 			case dup && explicit:
-				d.report(JoinPath(path, k.Value), k, "duplicate key (first at line %d)", first.Line)
+				d.report(config.JoinPath(path, k.Value), k, "duplicate key (first at line %d)", first.Line)
 			case k.Kind == yaml.ScalarNode && !dup:
 				seen[k.Value] = k
 				*out = append(*out, entry{k, v})
@@ -334,7 +335,7 @@ func (d *decoder) entries(n *yaml.Node, path string, decode func(key, path strin
 		if d.budget < 0 {
 			return
 		}
-		p := JoinPath(path, e.key.Value)
+		p := config.JoinPath(path, e.key.Value)
 		d.mark(p, e.key)
 		if !decode(e.key.Value, p, e.val) {
 			d.report(p, e.key, "unknown field%s", d.hint(e.key.Value, known()))
@@ -379,7 +380,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, fields []field) {
 // every known one.
 func (d *decoder) hint(key string, known []string) string {
 	if d.o.ListFields {
-		return " (want " + JoinWords(known, "or") + ")"
+		return " (want " + config.JoinWords(known, "or") + ")"
 	}
 	return suggest(key, known)
 }
@@ -402,7 +403,7 @@ func (d *decoder) list(n *yaml.Node, path string, item func(path string, n *yaml
 
 // typeError reports a value of the wrong type: "must be <want>, got X",
 // with the field's own what tag when it has one.
-func (d *decoder) typeError(path string, n *yaml.Node, f *Field, want string) {
+func (d *decoder) typeError(path string, n *yaml.Node, f *config.Field, want string) {
 	if f != nil && f.What != "" {
 		want = f.What
 	}
@@ -411,7 +412,7 @@ func (d *decoder) typeError(path string, n *yaml.Node, f *Field, want string) {
 
 // uint decodes an unsigned integer no larger than limit. ok is false for
 // null and on error.
-func (d *decoder) uint(n *yaml.Node, path string, limit uint64, f *Field) (v uint64, ok bool) {
+func (d *decoder) uint(n *yaml.Node, path string, limit uint64, f *config.Field) (v uint64, ok bool) {
 	if yamlnode.IsNull(n) {
 		return 0, false
 	}
@@ -439,7 +440,7 @@ var (
 
 // value decodes n into v, a settable value of any type the config uses;
 // f, when not nil, is the struct field v is.
-func (d *decoder) value(n *yaml.Node, path string, v reflect.Value, f *Field) {
+func (d *decoder) value(n *yaml.Node, path string, v reflect.Value, f *config.Field) {
 	if d.budget--; d.budget < 0 {
 		return
 	}
@@ -521,7 +522,7 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value, f *Field) {
 // v's field. An inline map[string]any (Config.Objects) is left to the
 // caller, which knows what its keys hold.
 func (d *decoder) structFields(v reflect.Value) []field {
-	infos := FieldsOf(v.Type())
+	infos := config.FieldsOf(v.Type())
 	out := make([]field, 0, len(infos))
 	for i := range infos {
 		fi := &infos[i]

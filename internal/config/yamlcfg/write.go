@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package config
+package yamlcfg
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/edgeplane/edgeplane/internal/atomicfile"
+	"github.com/edgeplane/edgeplane/internal/config"
 	"gopkg.in/yaml.v3"
 )
 
@@ -21,8 +22,9 @@ const fileHeader = `# Written by the edgeplane agent after API changes: with the
 # apply an edit (comments are not kept across API changes).
 `
 
-// WriteFile writes c to path with atomicfile.Replace, keeping the file's mode.
-func WriteFile(path string, c *Config, durable bool, header string) error {
+// WriteFile writes c to path with atomicfile.Replace, keeping the
+// file's mode.
+func WriteFile(path string, c *config.Config, durable bool, header string) error {
 	// That this reads back as the same config is TestWriteFileRoundTrip's
 	// to show, not every commit's to pay for.
 	data := AppendCompact([]byte(fileHeader+header), c)
@@ -38,7 +40,7 @@ func WriteFile(path string, c *Config, durable bool, header string) error {
 }
 
 // holdsSecret reports whether c holds a secret's key.
-func holdsSecret(c *Config) bool {
+func holdsSecret(c *config.Config) bool {
 	for _, p := range c.Paths {
 		if _, ok := p.Monitor.Secret.Key(); ok {
 			return true
@@ -59,22 +61,20 @@ func holdsSecret(c *Config) bool {
 // only when set), so it needs nothing from a kind but its type. Strings
 // are written as YAML double-quoted scalars unless they are plain tokens
 // (interface names, actions, protocol names, port ranges).
-func AppendCompact(b []byte, c *Config) []byte {
+func AppendCompact(b []byte, c *config.Config) []byte {
 	return builtin.AppendCompact(b, c)
 }
 
-// AppendCompact is the package's AppendCompact for a config of s's kinds.
-func (s *Schema) AppendCompact(b []byte, c *Config) []byte {
+// AppendCompact is the package's AppendCompact for a config of f's kinds.
+func (f Format) AppendCompact(b []byte, c *config.Config) []byte {
 	w := compact{b: b}
 	v := reflect.ValueOf(c).Elem()
-	for _, fi := range FieldsOf(v.Type()) {
+	for _, fi := range config.FieldsOf(v.Type()) {
 		w.section(fi.Name, v.Field(fi.Index))
 	}
-	for _, k := range s.kinds {
-		if k.meta().configIndex < 0 {
-			if list, ok := c.Objects[k.meta().plural]; ok {
-				w.section(k.meta().plural, reflect.ValueOf(list))
-			}
+	for _, k := range f.extraKinds() {
+		if list, ok := c.Objects[f.s.Plural(k)]; ok {
+			w.section(f.s.Plural(k), reflect.ValueOf(list))
 		}
 	}
 	return w.b
@@ -149,7 +149,7 @@ func (w *compact) value(v reflect.Value) {
 	case reflect.Struct:
 		w.raw("{")
 		first := true
-		for _, fi := range FieldsOf(v.Type()) {
+		for _, fi := range config.FieldsOf(v.Type()) {
 			f := v.Field(fi.Index)
 			if omitted(f, fi) {
 				continue
@@ -170,7 +170,7 @@ func (w *compact) value(v reflect.Value) {
 // omitted reports whether field f (of fi) is left out: omitempty and
 // zero, a nil pointer, an empty string (no field's value is "" when
 // set), or a value type that is not set.
-func omitted(f reflect.Value, fi Field) bool {
+func omitted(f reflect.Value, fi config.Field) bool {
 	switch {
 	case f.Kind() == reflect.Pointer:
 		return f.IsNil()
