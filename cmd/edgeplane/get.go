@@ -152,7 +152,7 @@ func printObjects(w io.Writer, s *config.Schema, k config.Kind, msgs []proto.Mes
 	}
 	// The table shows objects as the config model has them, so "*" is a
 	// match field that matches anything and "-" a field not set.
-	return s.WriteTable(w, k, s.Objects(cfg, k))
+	return client.WriteTable(w, s, k, s.Objects(cfg, k))
 }
 
 // printJSON prints protojson with the proto (= config) field names and

@@ -3,6 +3,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -176,5 +177,18 @@ func TestParseKindNotInAPI(t *testing.T) {
 	const want = `unknown kind "gadgets" (want pdrs, strategies, flowopt, qos_classes, services, lbrs, fars, paths or interfaces)`
 	if _, err := ParseKind(s, "gadgets"); err == nil || err.Error() != want {
 		t.Errorf("ParseKind(gadgets) = %v, want %s", err, want)
+	}
+}
+
+// TestWriteTableKeyOnly: a kind declared without a table is listed by
+// its key, as given (T or *T).
+func TestWriteTableKeyOnly(t *testing.T) {
+	s := config.Builtin().With(&config.KindOf[gadget]{Kind: "gadget", Plural: "gadgets", KeyField: "id"})
+	var b bytes.Buffer
+	if err := WriteTable(&b, s, "gadget", []any{gadget{ID: 3}, &gadget{ID: 12}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "ID\n3\n12\n"; b.String() != want {
+		t.Errorf("table %q, want %q", b.String(), want)
 	}
 }

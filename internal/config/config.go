@@ -10,10 +10,10 @@
 // does not import.
 //
 // Each kind of object is declared once, in a file of its own (pdr.go:
-// the PDR type, its checks, references and CLI columns), and registered
-// in kinds.go; validation and the Store are driven by those
-// declarations, and so are the file's decoder and encoder, the API and
-// the CLI.
+// the PDR type, its checks and references), and registered in kinds.go;
+// validation and the Store are driven by those declarations, and so are
+// the file's decoder and encoder, the API and the CLI (whose table of a
+// kind, package client's, lists its key unless it declares columns).
 package config
 
 import "strings"

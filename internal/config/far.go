@@ -3,10 +3,8 @@
 package config
 
 import (
-	"net"
 	"net/netip"
 	"slices"
-	"strconv"
 )
 
 // FAR is a forwarding action rule: what to do with a packet a PDR selected.
@@ -41,20 +39,6 @@ var farKind = &KindOf[FAR]{
 			{Field: "path", Kind: KindPath, Key: IDKey(f.Path)},
 			{Field: "lbr", Kind: KindLBR, Key: IDKey(f.LBR), Check: steeringLBR},
 		}
-	},
-	Columns: []Column[FAR]{
-		{Name: "ID", Value: func(f *FAR) string { return always(f.ID) }},
-		{Name: "ACTION", Value: func(f *FAR) string { return f.Action }, Unset: "-"},
-		{Name: "INTERFACE", Value: func(f *FAR) string { return f.Interface }, Unset: "-"},
-		{Name: "PATH", Value: func(f *FAR) string { return num(f.Path) }, Unset: "-"},
-		{Name: "LBR", Value: func(f *FAR) string { return num(f.LBR) }, Unset: "-", Optional: true},
-		// The backend a nat FAR rewrites the destination to.
-		{Name: "NAT", Value: func(f *FAR) string {
-			if f.Action != ActionNAT || !f.Address.IsSet() {
-				return ""
-			}
-			return net.JoinHostPort(f.Address.String(), strconv.Itoa(int(f.Port)))
-		}, Unset: "-"},
 	},
 }
 

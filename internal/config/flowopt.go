@@ -90,9 +90,9 @@ var flowOptSettings = []struct {
 	}},
 }
 
-// settingsText shows m's settings as "name value" pairs: "hot 150%
-// min_pps 20000".
-func (m FlowOptModule) settingsText() string {
+// Settings shows m's settings as "name value" pairs, as the CLI lists
+// them: "hot 150% min_pps 20000".
+func (m FlowOptModule) Settings() string {
 	var out []string
 	for _, s := range flowOptSettings {
 		if v := s.value(&m); v != "" {
@@ -107,16 +107,6 @@ var flowOptKind = &KindOf[FlowOptModule]{
 	Plural:   "flowopt",
 	KeyField: "module",
 	Check:    checkFlowOpt,
-	Columns: []Column[FlowOptModule]{
-		{Name: "MODULE", Value: func(m *FlowOptModule) string { return m.Module }},
-		{Name: "STATE", Value: func(m *FlowOptModule) string {
-			if m.Off {
-				return "off"
-			}
-			return "on"
-		}},
-		{Name: "SETTINGS", Value: func(m *FlowOptModule) string { return m.Effective().settingsText() }, Unset: "-"},
-	},
 }
 
 func checkFlowOpt(c *Check, m *FlowOptModule) {

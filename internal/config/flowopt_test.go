@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/internal/client"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
@@ -53,7 +54,7 @@ func TestFlowOpt(t *testing.T) {
 	}
 
 	var b bytes.Buffer
-	if err := config.Builtin().WriteTable(&b, config.KindFlowOpt, config.Builtin().Objects(c, config.KindFlowOpt)); err != nil {
+	if err := client.WriteTable(&b, config.Builtin(), config.KindFlowOpt, config.Builtin().Objects(c, config.KindFlowOpt)); err != nil {
 		t.Fatal(err)
 	}
 	const table = "MODULE    STATE  SETTINGS\nprobe     on     rtt_factor 2\nfairness  on     -\nrelief    off    hot 150% min_pps 20000\n"

@@ -56,11 +56,6 @@ var interfaceKind = &KindOf[Interface]{
 		}
 		return ""
 	},
-	Columns: []Column[Interface]{
-		{Name: "NAME", Value: func(i *Interface) string { return i.Name }},
-		{Name: "ROLE", Value: func(i *Interface) string { return i.Role }, Unset: "-"},
-		{Name: "XDP", Value: func(i *Interface) string { return i.XDP }, Unset: XDPAuto},
-	},
 }
 
 func checkInterface(c *Check, it *Interface) {

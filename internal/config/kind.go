@@ -83,18 +83,6 @@ type Unique[T any] struct {
 	Clash func(x *T, other string) string
 }
 
-// Column is one column of the CLI's table of a kind.
-type Column[T any] struct {
-	Name  string
-	Value func(x *T) string
-	// Unset is shown when Value returns "": "*" for a match field that
-	// matches anything, "-" for a field not set.
-	Unset string
-	// Optional columns are shown only when some row has a value: fields
-	// most objects never set.
-	Optional bool
-}
-
 // KindOf declares a kind of object whose values are T: a struct whose
 // exported fields, by their yaml tags, are the kind's fields in the config
 // file and, by the same names, in the API. Everything else about the kind
@@ -130,8 +118,6 @@ type KindOf[T any] struct {
 	Capacity func(n int, l Limits) string
 	// AtLeastOne requires an object of the kind in every config.
 	AtLeastOne bool
-	// Columns are the CLI's table of the kind.
-	Columns []Column[T]
 
 	once sync.Once
 	m    kindMeta
@@ -153,8 +139,8 @@ type kindMeta struct {
 	changesIndex int
 }
 
-// kindDef is a declaration without its type parameter, as the schema,
-// the store and the CLI hold them.
+// kindDef is a declaration without its type parameter, as the schema
+// and the store hold them.
 type kindDef interface {
 	meta() *kindMeta
 	keyOf(obj any) Key
@@ -163,7 +149,6 @@ type kindDef interface {
 	newTable() anyTable
 	refsOf(obj any) []Ref
 	countIn(v *validation, s *Store)
-	table(objs []any) (header []string, rows [][]string)
 }
 
 func (k *KindOf[T]) meta() *kindMeta {

@@ -3,9 +3,7 @@
 package config
 
 import (
-	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/edgeplane/edgeplane/internal/maglev"
 )
@@ -128,18 +126,6 @@ var lbrKind = &KindOf[LBR]{
 			out[i] = Ref{Field: "members[" + strconv.Itoa(i) + "].far", Kind: KindFAR, Key: IDKey(m.FAR), Check: check}
 		}
 		return out
-	},
-	Columns: []Column[LBR]{
-		{Name: "ID", Value: func(l *LBR) string { return always(l.ID) }},
-		{Name: "ALGORITHM", Value: func(l *LBR) string { return l.Algorithm }, Unset: "-"},
-		// Members as far:weight.
-		{Name: "MEMBERS", Value: func(l *LBR) string {
-			ms := make([]string, len(l.Members))
-			for i, m := range l.Members {
-				ms[i] = fmt.Sprintf("%d:%d", m.FAR, m.EffectiveWeight())
-			}
-			return strings.Join(ms, ",")
-		}, Unset: "-"},
 	},
 }
 

@@ -75,25 +75,6 @@ var pathKind = &KindOf[Path]{
 			return fmt.Sprintf("%s with local %s is already used by %s; decapsulation could not tell them apart", what, p.Local, other)
 		},
 	}},
-	Columns: []Column[Path]{
-		{Name: "ID", Value: func(p *Path) string { return always(p.ID) }},
-		{Name: "TYPE", Value: func(p *Path) string { return p.Type }, Unset: "-"},
-		{Name: "INTERFACE", Value: func(p *Path) string { return p.Interface }, Unset: "-"},
-		{Name: "LOCAL", Value: func(p *Path) string { return p.Local.String() }, Unset: "-"},
-		{Name: "REMOTE", Value: func(p *Path) string { return p.Remote.String() }, Unset: "-"},
-		{Name: "KEY", Value: func(p *Path) string { return optNum(p.Key) }, Unset: "-"},
-		{Name: "SEQ", Value: func(p *Path) string { return yesNo(p.Seq) }},
-		{Name: "TTL", Value: func(p *Path) string { return num(p.TTL) }, Unset: fmt.Sprint(DefaultPathTTL)},
-		// An unset DSCP copies the inner packet's.
-		{Name: "DSCP", Value: func(p *Path) string { return optNum(p.DSCP) }, Unset: "inner"},
-	},
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
 }
 
 // DecapID is what tells a path's received GRE packets apart from other

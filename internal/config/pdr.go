@@ -70,21 +70,6 @@ var pdrKind = &KindOf[PDR]{
 		}
 		return ""
 	},
-	Columns: []Column[PDR]{
-		{Name: "ID", Value: func(p *PDR) string { return always(p.ID) }},
-		{Name: "PRECEDENCE", Value: func(p *PDR) string { return always(p.Precedence) }},
-		{Name: "IN", Value: func(p *PDR) string { return p.Match.In }, Unset: "*"},
-		// Only when a PDR matches decapsulated traffic.
-		{Name: "IN_PATH", Value: func(p *PDR) string { return num(p.Match.InPath) }, Unset: "*", Optional: true},
-		{Name: "SRC", Value: func(p *PDR) string { return p.Match.Src.String() }, Unset: "*"},
-		{Name: "DST", Value: func(p *PDR) string { return p.Match.Dst.String() }, Unset: "*"},
-		{Name: "PROTO", Value: func(p *PDR) string { return p.Match.Proto.String() }, Unset: "*"},
-		{Name: "SPORT", Value: func(p *PDR) string { return p.Match.Sport.String() }, Unset: "*"},
-		{Name: "DPORT", Value: func(p *PDR) string { return p.Match.Dport.String() }, Unset: "*"},
-		{Name: "DSCP", Value: func(p *PDR) string { return optNum(p.Match.DSCP) }, Unset: "*"},
-		{Name: "GRE_KEY", Value: func(p *PDR) string { return optNum(p.Match.GREKey) }, Unset: "*"},
-		{Name: "FAR", Value: func(p *PDR) string { return always(p.FAR) }},
-	},
 }
 
 func checkPDR(c *Check, r *PDR) {

@@ -102,20 +102,6 @@ var qosKind = func() *KindOf[QoSClass] {
 			}
 			return ""
 		},
-		Columns: []Column[QoSClass]{
-			{Name: "ID", Value: func(c *QoSClass) string { return always(c.ID) }},
-			{Name: "NAME", Value: func(c *QoSClass) string { return c.Name }, Unset: "-"},
-			{Name: "TYPE", Value: func(c *QoSClass) string { return c.Type }},
-			{Name: "DSCP", Value: func(c *QoSClass) string { return c.DSCP.String() }, Unset: "-"},
-			{Name: "RATE", Value: func(c *QoSClass) string { return c.Rate.String() }, Unset: "-"},
-			{Name: "QUANTUM", Value: func(c *QoSClass) string {
-				if q := c.Effective().Quantum; q != 0 {
-					return strconv.Itoa(int(q))
-				}
-				return ""
-			}, Unset: "-"},
-			{Name: "OVER", Value: func(c *QoSClass) string { return c.Effective().Over }, Unset: "-"},
-		},
 	}
 	// A code point belongs to one class.
 	for d := range 64 {

@@ -121,22 +121,6 @@ var serviceKind = &KindOf[Service]{
 		}
 		return ""
 	},
-	Columns: []Column[Service]{
-		{Name: "ID", Value: func(sv *Service) string { return always(sv.ID) }},
-		{Name: "VIP", Value: func(sv *Service) string { return sv.VIP.String() }, Unset: "-"},
-		{Name: "PORT", Value: func(sv *Service) string { return always(sv.Port) }},
-		{Name: "PROTO", Value: func(sv *Service) string { return sv.Proto.String() }, Unset: "-"},
-		{Name: "LBR", Value: func(sv *Service) string { return always(sv.LBR) }},
-		// Only when a service sets one: most never do, and then they
-		// all stand behind the PDRs at 0 alike.
-		{Name: "PRECEDENCE", Value: func(sv *Service) string { return num(sv.Precedence) }, Unset: "0", Optional: true},
-		{Name: "CONNECTIONS", Value: func(sv *Service) string {
-			if sv.Stateless {
-				return "stateless"
-			}
-			return "pinned"
-		}},
-	},
 }
 
 // key names a service's VIP, port and protocol.

@@ -221,13 +221,6 @@ var strategyKind = func() *KindOf[Strategy] {
 			}
 			return ""
 		},
-		Columns: []Column[Strategy]{
-			{Name: "ID", Value: func(s *Strategy) string { return always(s.ID) }},
-			{Name: "NAME", Value: func(s *Strategy) string { return s.Name }, Unset: "-"},
-			{Name: "MATCH", Value: func(s *Strategy) string { return s.matchText() }, Unset: "-"},
-			{Name: "POLICY", Value: func(s *Strategy) string { return s.Effective().policyText() }},
-			{Name: "CPUS", Value: func(s *Strategy) string { return s.CPUs.String() }, Unset: "-"},
-		},
 	}
 	// A dedicated CPU belongs to one strategy.
 	for cpu := range MaxCPUs {
@@ -241,46 +234,6 @@ var strategyKind = func() *KindOf[Strategy] {
 	}
 	return k
 }()
-
-// matchText shows what s matches as "name value" pairs: "regex ^gnb$
-// labels app=gnb user open5gs".
-func (s Strategy) matchText() string {
-	var out []string
-	if s.CommandRegex != "" {
-		out = append(out, "regex "+s.CommandRegex)
-	}
-	if sel := s.Selectors; sel != nil {
-		if len(sel.PodLabels) > 0 {
-			var labels []string
-			for _, k := range slices.Sorted(maps.Keys(sel.PodLabels)) {
-				labels = append(labels, k+"="+sel.PodLabels[k])
-			}
-			out = append(out, "labels "+strings.Join(labels, ","))
-		}
-		for _, f := range []struct{ name, v string }{{"cgroup", sel.Cgroup}, {"user", sel.User}, {"env", sel.Env}} {
-			if f.v != "" {
-				out = append(out, f.name+" "+f.v)
-			}
-		}
-	}
-	return strings.Join(out, " ")
-}
-
-// policyText shows an effective policy with its settings: "fifo 50",
-// "deadline 500µs/1ms", "weight others 2".
-func (s Strategy) policyText() string {
-	out := s.Policy
-	switch s.Policy {
-	case PolicyFIFO, PolicyRR:
-		out += " " + strconv.FormatUint(uint64(s.RTPriority), 10)
-	case PolicyDeadline:
-		out += " " + s.ExecutionTime.String() + "/" + s.Period.String()
-	}
-	if s.OthersWeight != 0 {
-		out += " others " + strconv.FormatUint(uint64(s.OthersWeight), 10)
-	}
-	return out
-}
 
 func checkStrategy(c *Check, s *Strategy) {
 	if s.ID == 0 {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgeplane/edgeplane/internal/client"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
@@ -59,7 +60,7 @@ func TestStrategies(t *testing.T) {
 		}
 	}
 	var b bytes.Buffer
-	if err := config.Builtin().WriteTable(&b, config.KindStrategy, config.Builtin().Objects(c, config.KindStrategy)); err != nil {
+	if err := client.WriteTable(&b, config.Builtin(), config.KindStrategy, config.Builtin().Objects(c, config.KindStrategy)); err != nil {
 		t.Fatal(err)
 	}
 	const table = `ID  NAME  MATCH                                                                                              POLICY              CPUS

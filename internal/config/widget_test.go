@@ -9,14 +9,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/internal/client"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"gopkg.in/yaml.v3"
 )
 
 // A kind declared here and nowhere else: its type, whose yaml tags are
-// its fields, and its declaration. widgetSchema is its one registration.
-// The tests below take it through everything a kind goes through.
+// its fields, and its declaration. widgetSchema is its one registration;
+// widgetTable, its table in the CLI, is optional (a kind without one is
+// listed by its key). The tests below take it through everything a kind
+// goes through.
 
 type Widget struct {
 	ID     uint32   `yaml:"id"`
@@ -57,16 +60,18 @@ var widgetKind = &config.KindOf[Widget]{
 		},
 		Clash: func(w *Widget, other string) string { return "the same tags as " + other },
 	}},
-	Columns: []config.Column[Widget]{
-		{Name: "ID", Value: func(w *Widget) string { return always(w.ID) }},
-		{Name: "COLOUR", Value: func(w *Widget) string { return w.Colour }},
-		{Name: "SIZE", Value: func(w *Widget) string { return always(w.Size) }},
-		{Name: "PATH", Value: func(w *Widget) string { return num(w.Path) }, Unset: "-"},
-		{Name: "TAGS", Value: func(w *Widget) string { return strings.Join(w.Tags, ",") }, Unset: "-", Optional: true},
-	},
 }
 
 var widgetSchema = config.Builtin().With(widgetKind)
+
+// widgetTable is the CLI's table of widgets.
+var widgetTable = client.Table[Widget]{
+	{Name: "ID", Value: func(w *Widget) string { return always(w.ID) }},
+	{Name: "COLOUR", Value: func(w *Widget) string { return w.Colour }},
+	{Name: "SIZE", Value: func(w *Widget) string { return always(w.Size) }},
+	{Name: "PATH", Value: func(w *Widget) string { return num(w.Path) }, Unset: "-"},
+	{Name: "TAGS", Value: func(w *Widget) string { return strings.Join(w.Tags, ",") }, Unset: "-", Optional: true},
+}
 
 // widgetFile is the config file with widgets.
 var widgetFile = yamlcfg.For(widgetSchema)
@@ -188,7 +193,7 @@ func TestWidgetStore(t *testing.T) {
 func TestWidgetTable(t *testing.T) {
 	c := widgetConfig(t)
 	var b bytes.Buffer
-	if err := widgetSchema.WriteTable(&b, "widget", widgetSchema.Objects(c, "widget")); err != nil {
+	if err := widgetTable.Write(&b, widgetSchema.Objects(c, "widget")); err != nil {
 		t.Fatal(err)
 	}
 	want := "ID  COLOUR  SIZE  PATH  TAGS\n5   red     7     1     x,y z\n6   blue    1     -     -\n"
