@@ -5,6 +5,7 @@
 SHELL     := /bin/bash
 GO        ?= go
 BIN       := bin/edgeplane
+DEVBIN    := bin/edgeplane-dev
 GOFLAGS   ?= -buildvcs=false
 FUZZTIME  ?= 30s
 TESTLOG   ?= /tmp/edgeplane-test.log
@@ -70,8 +71,10 @@ generate:
 check-generate: generate
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --short -- $(GENERATED); echo "generated files are stale: run make generate and commit"; exit 1; }
 
+## build: bin/edgeplane, what a gateway or a controller runs, and
+## bin/edgeplane-dev, the lab, demo and bench (they run bin/edgeplane).
 build: deps
-	$(GO) build $(GOFLAGS) -o $(BIN) ./cmd/edgeplane
+	$(GO) build $(GOFLAGS) -o bin/ ./cmd/edgeplane ./cmd/edgeplane-dev
 
 ## test: every test, as root; fails if any test skipped.
 test: build
@@ -89,15 +92,15 @@ fuzz: build
 
 ## bench: ns/packet beside the XDP_PASS floor, one JSON object.
 bench: build
-	$(BIN) bench --json
+	$(DEVBIN) bench --json
 
 ## demo: the SD-WAN lab demo (ping, TCP, UDP over two GRE paths through XDP gateways).
 demo: build
-	$(BIN) demo
+	$(DEVBIN) demo
 
 ## fleet: the lab run as a fleet (etcd, a controller, both gateways joined), until interrupted.
 fleet: build
-	$(BIN) lab fleet
+	$(DEVBIN) lab fleet
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

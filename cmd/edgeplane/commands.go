@@ -26,7 +26,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newAgentCmd(), newValidateCmd(), newStatsCmd(), newDownCmd(), newBenchCmd(), newDemoCmd(), newLabCmd(), newWanemCmd(),
+	root.AddCommand(newAgentCmd(), newValidateCmd(), newStatsCmd(), newDownCmd(),
 		newGetCmd(), newApplyCmd(), newDeleteCmd(), newFlowsCmd(), newControllerCmd())
 	return root
 }

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Command edgeplane is the gateway agent and its tools: agent, validate,
-// stats, down, bench.
+// Command edgeplane is what runs on a gateway or a controller: the agent,
+// the controller, and the verbs that drive and inspect them (validate,
+// get, apply, delete, flows, stats, down). The developer tools (lab,
+// demo, bench, the WAN emulator) are edgeplane-dev, so this binary links
+// none of them, nor an etcd server (TestBinariesByAudience).
 package main
 
 import (

@@ -67,10 +67,21 @@ type Options struct {
 	CPURate        int
 	FleetApplies   int
 	FleetAgents    int
-	// EdgeplaneBin is the edgeplane binary the control and failover
-	// parts run as their agents; empty: this process's own executable.
+	// EdgeplaneBin is the edgeplane binary the parts that run agents
+	// (control, failover, flowopt, cpu, fleet) run them with; DevBin the
+	// edgeplane-dev binary their labs' WAN emulators run.
 	EdgeplaneBin string
+	DevBin       string
 	Log          func(format string, a ...any)
+}
+
+// edgeplaneBin returns o.EdgeplaneBin, the gateway's binary a part that
+// runs agents needs.
+func (o Options) edgeplaneBin() (string, error) {
+	if o.EdgeplaneBin == "" {
+		return "", errors.New("this part runs agents with the edgeplane binary: none found (build it beside edgeplane-dev with make build, or give --edgeplane)")
+	}
+	return o.EdgeplaneBin, nil
 }
 
 // Figure is one measured scenario.
@@ -97,7 +108,7 @@ type Figure struct {
 	InsertMultiple float64 `json:"insert_multiple,omitempty"`
 }
 
-// Report is the output of `edgeplane bench --json`.
+// Report is the output of `edgeplane-dev bench --json`.
 type Report struct {
 	Kernel  string   `json:"kernel"`
 	CPUs    int      `json:"cpus"`

@@ -10,7 +10,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
-// TestBenchRuns keeps `edgeplane bench` working: a short run must produce
+// TestBenchRuns keeps `edgeplane-dev bench` working: a short run must produce
 // every figure, each timed on the path it names (Run fails on a wrong
 // verdict, and an end-to-end run fails when nothing or the wrong kind of
 // frame reaches the sink). It asserts no speed: timings on a shared

@@ -153,12 +153,9 @@ func runControl(ctx context.Context, o Options) (*Control, error) {
 	case o.ControlPaced <= 0 || o.ControlPaced > ctlMaxRules:
 		return nil, fmt.Errorf("control paced ops %d: want 1..%d", o.ControlPaced, ctlMaxRules)
 	}
-	bin := o.EdgeplaneBin
-	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("find the edgeplane binary: %w", err)
-		}
+	bin, err := o.edgeplaneBin()
+	if err != nil {
+		return nil, err
 	}
 	l := &ctlLab{o: o, bin: bin}
 	defer l.close()
@@ -166,8 +163,6 @@ func runControl(ctx context.Context, o Options) (*Control, error) {
 		return nil, err
 	}
 	c := &Control{Setup: ctlSetup}
-	var err error
-
 	o.Log("control: gRPC floor, %d ListInterfaces calls back to back, %d paced", o.ControlOps, o.ControlPaced)
 	if c.Floor, err = l.floor(ctx, o.ControlOps, 0); err != nil {
 		return nil, fmt.Errorf("grpc floor: %w", err)

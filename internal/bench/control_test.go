@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,7 +15,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
-// TestBenchControl keeps the control part of `edgeplane bench` working
+// TestBenchControl keeps the control part of `edgeplane-dev bench` working
 // with small counts: an agent built from this tree, every figure present,
 // its percentiles in order and its method said, the batch applied in
 // full. Like the other bench tests it asserts no speed.
@@ -25,11 +24,11 @@ func TestBenchControl(t *testing.T) {
 	for _, tool := range []string{"ip", "nsenter"} {
 		testutil.RequireTool(t, tool)
 	}
-	bin := buildEdgeplane(t)
+	bin, dev := buildEdgeplane(t)
 
 	const ops, paced, batch = 50, 10, 1000
 	r, err := Run(context.Background(), Options{OnlyControl: true, ControlOps: ops, ControlPaced: paced, ControlBatch: batch,
-		EdgeplaneBin: bin, Log: t.Logf})
+		EdgeplaneBin: bin, DevBin: dev, Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +102,7 @@ func TestBenchControl(t *testing.T) {
 	}
 }
 
-// TestBenchFailover keeps the failover part of `edgeplane bench` working:
+// TestBenchFailover keeps the failover part of `edgeplane-dev bench` working:
 // one round at each probe interval (100 and 10 ms) in a lab of its own
 // with an agent built from this tree; the stream paused when wan1 was
 // cut (the figure times a failover) and came through otherwise, and the
@@ -113,8 +112,8 @@ func TestBenchFailover(t *testing.T) {
 	for _, tool := range []string{"ip", "nsenter"} {
 		testutil.RequireTool(t, tool)
 	}
-	bin := buildEdgeplane(t)
-	r, err := Run(context.Background(), Options{OnlyFailover: true, FailoverRounds: 1, EdgeplaneBin: bin, Log: t.Logf})
+	bin, dev := buildEdgeplane(t)
+	r, err := Run(context.Background(), Options{OnlyFailover: true, FailoverRounds: 1, EdgeplaneBin: bin, DevBin: dev, Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,8 +151,8 @@ func TestBenchFlowOpt(t *testing.T) {
 	for _, tool := range []string{"ip", "nsenter", "iperf3"} {
 		testutil.RequireTool(t, tool)
 	}
-	bin := buildEdgeplane(t)
-	r, err := Run(context.Background(), Options{Scenario: "flowopt", FlowOptFlows: []int{4}, FlowOptSeconds: 2, EdgeplaneBin: bin, Log: t.Logf})
+	bin, dev := buildEdgeplane(t)
+	r, err := Run(context.Background(), Options{Scenario: "flowopt", FlowOptFlows: []int{4}, FlowOptSeconds: 2, EdgeplaneBin: bin, DevBin: dev, Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,8 +178,8 @@ func TestBenchCPU(t *testing.T) {
 	for _, tool := range []string{"ip", "nsenter", "stress-ng", "python3", "ping"} {
 		testutil.RequireTool(t, tool)
 	}
-	bin := buildEdgeplane(t)
-	r, err := Run(context.Background(), Options{Scenario: "cpu", CPUSeconds: 1, CPURate: 200, EdgeplaneBin: bin, Log: t.Logf})
+	bin, dev := buildEdgeplane(t)
+	r, err := Run(context.Background(), Options{Scenario: "cpu", CPUSeconds: 1, CPURate: 200, EdgeplaneBin: bin, DevBin: dev, Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,16 +228,16 @@ func checkFlowOptRun(t *testing.T, x FlowOptRun) {
 	}
 }
 
-// buildEdgeplane builds the edgeplane binary from this tree for the
-// agents a part of the bench runs (the test binary is not edgeplane).
-func buildEdgeplane(t *testing.T) string {
+// buildEdgeplane builds the edgeplane and edgeplane-dev binaries from
+// this tree for the agents and the labs' emulators a part of the bench
+// runs (the test binary is neither).
+func buildEdgeplane(t *testing.T) (bin, dev string) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "edgeplane")
-	build := exec.Command(testutil.GoTool(), "build", "-buildvcs=false", "-o", bin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build edgeplane: %v\n%s", err, out)
+	bin, dev, err := testutil.BuildBinaries(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
-	return bin
+	return bin, dev
 }
 
 // TestBenchFleet keeps the fleet scenario working, small: ten Applies to
@@ -252,10 +251,10 @@ func TestBenchFleet(t *testing.T) {
 	for _, tool := range []string{"ip", "nsenter"} {
 		testutil.RequireTool(t, tool)
 	}
-	bin := buildEdgeplane(t)
+	bin, dev := buildEdgeplane(t)
 	before := fleetLeftovers()
 	const applies, agents = 10, 20
-	r, err := Run(context.Background(), Options{Scenario: "fleet", FleetApplies: applies, FleetAgents: agents, EdgeplaneBin: bin, Log: t.Logf})
+	r, err := Run(context.Background(), Options{Scenario: "fleet", FleetApplies: applies, FleetAgents: agents, EdgeplaneBin: bin, DevBin: dev, Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -179,18 +179,19 @@ func failoverGoals(f *Failover) []Goal {
 
 // ownLab brings up an SD-WAN lab of the bench's own with the lab's
 // defaults, named prefix and this process's id (the agents run o's
-// edgeplane binary, or this one); the caller takes it down.
+// edgeplane binary, the emulators its edgeplane-dev); the caller takes it
+// down.
 func ownLab(ctx context.Context, o Options, prefix string) (*lab.SDWAN, error) {
-	bin := o.EdgeplaneBin
-	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("find the edgeplane binary: %w", err)
-		}
+	bin, err := o.edgeplaneBin()
+	if err != nil {
+		return nil, err
 	}
 	cfg := lab.DefaultConfig()
 	cfg.Name = fmt.Sprintf("%s%d", prefix, os.Getpid()%1000)
-	l := lab.NewSDWAN(cfg, bin)
+	if o.DevBin == "" {
+		return nil, errors.New("the lab's emulators run edgeplane-dev: no binary given")
+	}
+	l := lab.NewSDWAN(cfg, bin, o.DevBin)
 	if _, err := l.Up(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("lab up: %w", err), l.Down())
 	}

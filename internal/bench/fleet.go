@@ -182,12 +182,9 @@ func runFleet(ctx context.Context, o Options, applies, members int) (*Fleet, err
 			return nil, fmt.Errorf("the gateways need %s: %w", tool, err)
 		}
 	}
-	bin := o.EdgeplaneBin
-	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("find the edgeplane binary: %w", err)
-		}
+	bin, err := o.edgeplaneBin()
+	if err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "epfleet")
 	if err != nil {

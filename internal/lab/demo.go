@@ -30,11 +30,11 @@ const DemoName = "epd"
 // through it both ways, prints per-path counters of both gateways, shows
 // a steered stream surviving a cut of wan1 with the path states, and
 // tears the lab down, also when a step fails.
-func Demo(ctx context.Context, bin string, out io.Writer) (err error) {
+func Demo(ctx context.Context, bin, devBin string, out io.Writer) (err error) {
 	start := time.Now()
 	cfg := DefaultConfig()
 	cfg.Name = DemoName
-	l := NewSDWAN(cfg, bin)
+	l := NewSDWAN(cfg, bin, devBin)
 	l.Progress = out
 	step := func(format string, a ...any) { fmt.Fprintf(out, "==> "+format+"\n", a...) }
 	defer func() {

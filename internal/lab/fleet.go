@@ -192,7 +192,7 @@ func (f *Fleet) WaitConverged(ctx context.Context, timeout time.Duration) error 
 }
 
 // Stop stops the controller and etcd; the lab stays up, its agents
-// serving their last committed state (edgeplane lab down removes it).
+// serving their last committed state (edgeplane-dev lab down removes it).
 func (f *Fleet) Stop() {
 	if f.srv != nil {
 		f.srv.Close()

@@ -104,13 +104,13 @@ func TestGatewayConfigs(t *testing.T) {
 }
 
 func TestProcMatches(t *testing.T) {
-	l := NewSDWAN(DefaultConfig(), "/usr/bin/edgeplane")
+	l := NewSDWAN(DefaultConfig(), "/usr/bin/edgeplane", "/usr/bin/edgeplane-dev")
 	ps := l.procs()
 	for _, p := range ps {
 		argv := p.Argv
 		// After nsenter / ip netns exec exec the binary.
 		for i, a := range argv {
-			if a == l.Bin {
+			if a == l.Bin || a == l.DevBin {
 				argv = argv[i:]
 			}
 		}

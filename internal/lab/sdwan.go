@@ -38,13 +38,14 @@ const RunRoot = "/run/edgeplane/lab"
 //
 // Each gateway runs an edgeplane agent with GRE path 1 over wan1 and path
 // 2 over wan2 (GatewayConfig); each WAN link namespace runs an emulator
-// (`edgeplane wanem`) bridging its veths a and b with the link's delay,
+// (`edgeplane-dev wanem`) bridging its veths a and b with the link's delay,
 // jitter, loss and rate. Processes run detached (own session) so the lab
 // outlives the command that built it; Down finds them by their command
 // lines, so it works without pid files and after a half-finished Up.
 type SDWAN struct {
 	Cfg    Config
-	Bin    string // the edgeplane binary agents and emulators run
+	Bin    string // the edgeplane binary the agents and the lab's CLI calls run
+	DevBin string // the edgeplane-dev binary the emulators run
 	Name   string
 	A, B   string // host namespaces
 	GWA    string // gateway namespaces
@@ -75,11 +76,12 @@ const (
 const MetricsAddr = "127.0.0.1:9090"
 
 // NewSDWAN names the lab of cfg; Up builds it. bin is the edgeplane binary
-// to run the agents and emulators with.
-func NewSDWAN(cfg Config, bin string) *SDWAN {
+// to run the agents with, devBin the edgeplane-dev binary to run the
+// emulators with.
+func NewSDWAN(cfg Config, bin, devBin string) *SDWAN {
 	p := cfg.Name
 	return &SDWAN{
-		Cfg: cfg, Bin: bin, Name: p,
+		Cfg: cfg, Bin: bin, DevBin: devBin, Name: p,
 		A: p + "a", GWA: p + "gwa", GWB: p + "gwb", B: p + "b",
 		RunDir: filepath.Join(RunRoot, p),
 	}
@@ -133,7 +135,7 @@ func (l *SDWAN) procs() []proc {
 			// ip netns exec: the emulator needs only the namespace's
 			// interfaces (its XDP programs are not pinned), and /run
 			// stays shared, so the socket is reachable from outside.
-			Argv: []string{"ip", "netns", "exec", ns, l.Bin, "wanem", "--a", LinkA, "--b", LinkB,
+			Argv: []string{"ip", "netns", "exec", ns, l.DevBin, "wanem", "--a", LinkA, "--b", LinkB,
 				"--control", sock,
 				"--delay", imp.Delay.String(), "--jitter", imp.Jitter.String(),
 				"--loss", strconv.FormatFloat(imp.LossPercent, 'g', -1, 64),
@@ -202,7 +204,7 @@ func (l *SDWAN) Up(ctx context.Context) (rebuilt bool, err error) {
 		if err != nil {
 			err = fmt.Errorf("%w%s", err, l.logTails())
 			if l.KeepOnFailure {
-				l.step("lab up failed: leaving it as it is for inspection (edgeplane lab down removes it)")
+				l.step("lab up failed: leaving it as it is for inspection (edgeplane-dev lab down removes it)")
 				return
 			}
 			l.step("lab up failed: tearing down")

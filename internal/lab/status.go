@@ -23,7 +23,7 @@ const (
 	StateDegraded = "degraded" // some of it is
 )
 
-// Status is what `edgeplane lab status` shows.
+// Status is what `edgeplane-dev lab status` shows.
 type Status struct {
 	Name       string          `json:"name"`
 	State      string          `json:"state"`

@@ -9,6 +9,7 @@ package testutil
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,4 +83,18 @@ func GoTool() string {
 		return p
 	}
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// BuildBinaries builds, from this tree into dir, edgeplane (what a
+// gateway or a controller runs) and edgeplane-dev (the lab, the bench and
+// the WAN emulator, which run edgeplane for their agents), and returns
+// their paths. No VCS stamp: the binaries do not use it, and git refuses
+// a checkout owned by another user.
+func BuildBinaries(dir string) (edgeplane, dev string, err error) {
+	out, err := exec.Command(GoTool(), "build", "-buildvcs=false", "-o", dir+string(filepath.Separator),
+		"github.com/edgeplane/edgeplane/cmd/edgeplane", "github.com/edgeplane/edgeplane/cmd/edgeplane-dev").CombinedOutput()
+	if err != nil {
+		return "", "", fmt.Errorf("build edgeplane and edgeplane-dev: %w\n%s", err, out)
+	}
+	return filepath.Join(dir, "edgeplane"), filepath.Join(dir, "edgeplane-dev"), nil
 }

@@ -146,7 +146,7 @@ func (i Impairment) queueLimit() uint64 {
 	return max(i.RateBps/8/20, 64<<10) // 50 ms at the rate
 }
 
-// String formats the settings the way the flags of `edgeplane wanem` take
+// String formats the settings the way the flags of `edgeplane-dev wanem` take
 // them.
 func (i Impairment) String() string {
 	s := fmt.Sprintf("delay %v jitter %v loss %g%% rate %s", i.Delay, i.Jitter, i.LossPercent, FormatRate(i.RateBps))

@@ -71,7 +71,7 @@ func newLabWith(t *testing.T, extra string) *sdwanLab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &sdwanLab{SDWAN: lab.NewSDWAN(cfg, edgeplaneBin), t: t, cfgPath: cfgPath}
+	l := &sdwanLab{SDWAN: lab.NewSDWAN(cfg, edgeplaneBin, devBin), t: t, cfgPath: cfgPath}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range []string{"gwa", "gwb", "wan1", "wan2"} {
@@ -87,14 +87,14 @@ func newLabWith(t *testing.T, extra string) *sdwanLab {
 	return l
 }
 
-// cli runs `edgeplane lab ARGS --config FILE`.
+// cli runs `edgeplane-dev lab ARGS --config FILE`.
 func (l *sdwanLab) cli(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	args = append([]string{"lab"}, append(args, "--config", l.cfgPath)...)
-	out, err := exec.CommandContext(ctx, edgeplaneBin, args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, devBin, args...).CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("edgeplane %s: %w", strings.Join(args, " "), err)
+		return string(out), fmt.Errorf("edgeplane-dev %s: %w", strings.Join(args, " "), err)
 	}
 	return string(out), nil
 }
@@ -521,7 +521,7 @@ func TestLabSDWAN(t *testing.T) {
 // everything it had built.
 func TestLabDownAfterInterruptedUp(t *testing.T) {
 	l := newLab(t)
-	cmd := exec.Command(edgeplaneBin, "lab", "up", "--config", l.cfgPath)
+	cmd := exec.Command(devBin, "lab", "up", "--config", l.cfgPath)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

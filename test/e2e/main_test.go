@@ -5,8 +5,6 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -21,8 +19,9 @@ import (
 // create; TestMain reports any that outlive the run.
 const nsPrefix = "e2"
 
-// edgeplaneBin is the edgeplane binary built by TestMain.
-var edgeplaneBin string
+// edgeplaneBin is the edgeplane binary built by TestMain (agent,
+// controller, CLI), devBin edgeplane-dev beside it (lab, WAN emulator).
+var edgeplaneBin, devBin string
 
 func TestMain(m *testing.M) {
 	// Re-executed as the bad clients of TestAPIBadClientsLoad.
@@ -39,12 +38,8 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	edgeplaneBin = filepath.Join(dir, "edgeplane")
-	// No VCS stamp: the binary does not use it, and git refuses a
-	// checkout owned by another user (a non-root run that then skips).
-	build := exec.Command(testutil.GoTool(), "build", "-buildvcs=false", "-o", edgeplaneBin, "github.com/edgeplane/edgeplane/cmd/edgeplane")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: build edgeplane: %v\n%s", err, out)
+	if edgeplaneBin, devBin, err = testutil.BuildBinaries(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
 	if os.Geteuid() == 0 {

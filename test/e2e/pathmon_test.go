@@ -431,7 +431,7 @@ func TestLabSteeringAdaptive(t *testing.T) {
 	// queue: the queue grows by 100 ms a second, dropping nothing, and
 	// with it path 1's RTT. Gateway A's kernel sends it to gateway B's
 	// wan1 address, past XDP: the path counters count only new flows.
-	if out, err := exec.Command(edgeplaneBin, "wanem", "set", "--control", l.Socket("wan1"), "--rate", "4mbit", "--queue", "4000000").CombinedOutput(); err != nil {
+	if out, err := exec.Command(devBin, "wanem", "set", "--control", l.Socket("wan1"), "--rate", "4mbit", "--queue", "4000000").CombinedOutput(); err != nil {
 		t.Fatalf("wanem set: %v\n%s", err, out)
 	}
 	sctx, stop := context.WithCancel(ctx)

@@ -16,7 +16,7 @@ import (
 // less late than without priority (median under a quarter), and it
 // unloads cleanly
 // (guestChecks). Latency figures that count come from the host kernel
-// (`edgeplane bench --scenario cpu`): these are TCG's.
+// (`edgeplane-dev bench --scenario cpu`): these are TCG's.
 func TestSchedExtQEMU(t *testing.T) {
 	said, console := testutil.BootGuest(t, "EDGEPLANE_SCX_GUEST=1", "edgeplane-scx: ", 8*time.Minute)
 	if len(said) == 0 || said[len(said)-1] != "edgeplane-scx: PASS" {

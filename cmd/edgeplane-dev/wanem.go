@@ -19,9 +19,8 @@ import (
 	"github.com/edgeplane/edgeplane/internal/wanem"
 )
 
-// newWanemCmd is the lab's WAN link emulator: `edgeplane wanem` runs it,
-// `wanem set` and `wanem show` talk to a running one. Hidden: users reach it
-// through `edgeplane lab`.
+// newWanemCmd is the lab's WAN link emulator: `edgeplane-dev wanem` runs
+// it, `wanem set` and `wanem show` talk to a running one.
 func newWanemCmd() *cobra.Command {
 	var a, b, sock string
 	var f wanemFlags
@@ -36,11 +35,10 @@ or SIGINT. This kernel has no netem, so the lab runs this instead.
 Loss comes first (each frame on its own), then the rate queue (tail drop
 beyond --queue bytes, by default what 50 ms at the rate holds, at least
 64 KiB), then delay with jitter uniform within ±J. Frames keep their order.
-Change the settings while it runs with 'edgeplane wanem set'.
+Change the settings while it runs with 'edgeplane-dev wanem set'.
 
-  edgeplane wanem --a a --b b --control /run/wan1.sock --delay 20ms --loss 1% --rate 50mbit`,
-		Hidden: true,
-		Args:   cobra.NoArgs,
+  edgeplane-dev wanem --a a --b b --control /run/wan1.sock --delay 20ms --loss 1% --rate 50mbit`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if a == "" || b == "" {
 				return errors.New("--a and --b name the interfaces to bridge")

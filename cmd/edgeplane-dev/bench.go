@@ -12,7 +12,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/bench"
 )
 
-func newBenchCmd() *cobra.Command {
+func newBenchCmd(b *bins) *cobra.Command {
 	var o bench.Options
 	var asJSON bool
 	c := &cobra.Command{
@@ -21,6 +21,10 @@ func newBenchCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = func(format string, a ...any) { fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...) }
+			// The per-packet figures need neither binary: a missing
+			// edgeplane fails only the parts that run agents, saying so.
+			o.EdgeplaneBin, _ = b.edgeplane()
+			o.DevBin, _ = b.dev()
 			r, err := bench.Run(cmd.Context(), o)
 			if err != nil {
 				return err

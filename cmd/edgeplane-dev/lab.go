@@ -5,7 +5,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,14 +21,15 @@ import (
 type labFlags struct {
 	config string
 	name   string
+	bins   *bins
 }
 
 func (f *labFlags) register(c *cobra.Command) {
-	c.PersistentFlags().StringVar(&f.config, "config", "", "lab config file (default: the built-in one, see `edgeplane lab --help`)")
+	c.PersistentFlags().StringVar(&f.config, "config", "", "lab config file (default: the built-in one, see `edgeplane-dev lab --help`)")
 	c.PersistentFlags().StringVar(&f.name, "name", "", "lab name, overriding the config's (namespace prefix, 1-5 of a-z0-9)")
 }
 
-// lab loads the config and names the lab; bin is this binary.
+// lab loads the config and names the lab.
 func (f *labFlags) lab() (*lab.SDWAN, error) {
 	cfg, err := lab.LoadConfig(f.config)
 	if err != nil {
@@ -41,15 +41,15 @@ func (f *labFlags) lab() (*lab.SDWAN, error) {
 			return nil, err
 		}
 	}
-	bin, err := os.Executable()
+	bin, dev, err := f.bins.both()
 	if err != nil {
-		return nil, fmt.Errorf("find own binary: %w", err)
+		return nil, err
 	}
-	return lab.NewSDWAN(cfg, bin), nil
+	return lab.NewSDWAN(cfg, bin, dev), nil
 }
 
-func newLabCmd() *cobra.Command {
-	var f labFlags
+func newLabCmd(b *bins) *cobra.Command {
+	f := labFlags{bins: b}
 	c := &cobra.Command{
 		Use:   "lab",
 		Short: "Two-site SD-WAN lab in network namespaces: two XDP gateways over two emulated WAN links",
@@ -68,7 +68,7 @@ Each gateway runs an edgeplane agent with GRE path 1 over wan1 (key 1) and
 path 2 over wan2 (key 2): DSCP 46 and UDP for the other site take path 2,
 everything else path 1; the gateways have no kernel route to the other
 site, so only the overlay connects them. Each WAN link namespace runs an
-emulator (edgeplane wanem) bridging veths a (toward gateway A) and b with
+emulator (edgeplane-dev wanem) bridging veths a (toward gateway A) and b with
 the link's delay, jitter, loss and rate.
 
 Configs, logs, pid files and the emulators' control sockets are under
@@ -128,7 +128,7 @@ tail of the process logs and removes what it built (unless
 				fmt.Fprintf(out, "lab %s is up: host A %s (%s, %s), host B %s (%s, %s)\n", l.Name, l.A, lab.AddrA, lab.AddrA6, l.B, lab.AddrB, lab.AddrB6)
 			}
 			fmt.Fprintf(out, "try: ip netns exec %s ping %s   (path 1; -Q 184 takes path 2)\n", l.A, lab.AddrB)
-			fmt.Fprintf(out, "     edgeplane lab status%s   edgeplane lab link wan2 --loss 5%%%s   edgeplane lab down%s\n", nameArg(l), nameArg(l), nameArg(l))
+			fmt.Fprintf(out, "     edgeplane-dev lab status%s   edgeplane-dev lab link wan2 --loss 5%%%s   edgeplane-dev lab down%s\n", nameArg(l), nameArg(l), nameArg(l))
 			return nil
 		},
 	}
@@ -263,7 +263,7 @@ func newLabLinkCmd(f *labFlags) *cobra.Command {
 socket. Settings not given keep their current value. --dir ab changes
 only gateway A -> gateway B, ba the reverse, both (default) each.
 
-  edgeplane lab link wan1 --delay 30ms --jitter 2ms --loss 1% --rate 50mbit`,
+  edgeplane-dev lab link wan1 --delay 30ms --jitter 2ms --loss 1% --rate 50mbit`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := f.lab()
@@ -319,7 +319,7 @@ interrupted or --for has passed:
   edgeplane apply -f rule.yaml --server ` + lab.FleetAPI + ` --selector lab=ep
 
 When it stops, etcd and the controller go; the lab stays up and its
-agents keep serving their last committed state (edgeplane lab down
+agents keep serving their last committed state (edgeplane-dev lab down
 removes it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -370,7 +370,7 @@ removes it).`,
 			case <-ctx.Done():
 			case <-timeout:
 			}
-			fmt.Fprintf(out, "stopping etcd and the controller; the lab stays up, its agents serving their last state (edgeplane lab down%s removes it)\n", nameArg(l))
+			fmt.Fprintf(out, "stopping etcd and the controller; the lab stays up, its agents serving their last state (edgeplane-dev lab down%s removes it)\n", nameArg(l))
 			return nil
 		},
 	}
