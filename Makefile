@@ -3,7 +3,11 @@
 # every test. Both install what they need first (make deps).
 
 SHELL     := /bin/bash
-GO        ?= go
+# GO is a go command at least as new as go.mod's (/usr/local/go, the one
+# on PATH, or the one make deps installs in /opt/edgeplane-go), looked up
+# each time it is used, so the recipes after deps find what deps put there.
+GO        ?= $(or $(shell scripts/go-toolchain.sh which),go)
+GOFMT      = $(shell $(GO) env GOROOT)/bin/gofmt
 BIN       := bin/edgeplane
 DEVBIN    := bin/edgeplane-dev
 GOFLAGS   ?= -buildvcs=false
@@ -36,13 +40,14 @@ PROTOC_PLUGINS := google.golang.org/protobuf/cmd/protoc-gen-go \
 all: build
 
 ## deps: install build and test dependencies from Debian (and schemathesis
-## from PyPI), mount bpffs.
+## from PyPI), Go if none as new as go.mod's is here, mount bpffs.
 deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@scripts/go-toolchain.sh install
 	@{ test -x $(ST_VENV)/bin/schemathesis && ls -d $(ST_VENV)/lib/python3*/site-packages/schemathesis-$(ST_VER).dist-info; } >/dev/null 2>&1 || { \
 		echo "installing schemathesis $(ST_VER) in $(ST_VENV)"; \
 		/usr/bin/python3 -m venv $(ST_VENV) && $(ST_VENV)/bin/pip install -q $(ST_PKGS); }
@@ -103,7 +108,7 @@ fleet: build
 	$(DEVBIN) lab fleet
 
 lint:
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@test -z "$$($(GOFMT) -l $$(git ls-files '*.go'))" || { $(GOFMT) -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
 clean:
