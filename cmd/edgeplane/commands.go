@@ -171,7 +171,7 @@ func (e *etcdFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&e.client.CA, "etcd-ca", "", "CA certificate (PEM) that verifies etcd's members")
 	fs.StringVar(&e.client.Cert, "etcd-cert", "", "client certificate (PEM) for etcd's mutual TLS")
 	fs.StringVar(&e.client.Key, "etcd-key", "", "private key of --etcd-cert")
-	fs.StringVar(&e.client.User, "etcd-user", "", "etcd user (auth enabled; a gateway's own user may write only its status: see README)")
+	fs.StringVar(&e.client.User, "etcd-user", "", "etcd user (auth enabled; a gateway's own user may write only its status: see docs/fleet.md)")
 	fs.StringVar(&e.client.PasswordFile, "etcd-password-file", "", "file holding --etcd-user's password")
 }
 

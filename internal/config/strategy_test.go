@@ -15,7 +15,8 @@ import (
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 )
 
-// strategyDoc is the README's strategies: one of each policy.
+// strategyDoc is the strategies docs/cpu-strategies.md describes: one of
+// each policy.
 const strategyDoc = qosBase + `strategies:
   - id: 1
     name: gnb

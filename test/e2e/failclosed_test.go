@@ -296,7 +296,8 @@ func TestOneAgentPerConfigAndPinDir(t *testing.T) {
 	g.warmUp()
 }
 
-// journalRecord frames a journal record as the README describes it:
+// journalRecord frames a journal record as
+// docs/persistence-and-upgrades.md describes it:
 // CRC-32C of the JSON in 8 hex digits, a space, the JSON, a newline.
 func journalRecord(seq int, apply string) string {
 	body := fmt.Sprintf(`{"seq":%d,"apply":%s}`, seq, apply)

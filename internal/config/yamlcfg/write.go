@@ -50,7 +50,7 @@ func holdsSecret(c *config.Config) bool {
 }
 
 // AppendCompact appends c as YAML with one flow mapping per object, the
-// shape of the examples in the README:
+// shape of the examples in docs/configuration.md:
 //
 //	pdrs:
 //	  - {id: 10, precedence: 10, match: {in: lan0, dst: "10.2.0.0/16"}, far: 2}
