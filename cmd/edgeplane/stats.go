@@ -15,6 +15,7 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/client"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 func newStatsCmd() *cobra.Command {
@@ -52,13 +53,13 @@ func newStatsCmd() *cobra.Command {
 
 // statsJSON is the stable JSON shape of `edgeplane stats --json`.
 type statsJSON struct {
-	Generation uint32                      `json:"generation"`
-	PDRs       map[string]bpf.Counter      `json:"pdrs"`
-	Verdicts   map[string]bpf.Counter      `json:"verdicts"`
-	Reasons    map[string]bpf.Counter      `json:"reasons"`
-	FlowCache  map[string]uint64           `json:"flow_cache"`
-	Paths      map[string]bpf.PathCounters `json:"paths"`
-	Backends   []backendJSON               `json:"backends,omitempty"`
+	Generation uint32                            `json:"generation"`
+	PDRs       map[string]dataplane.Counter      `json:"pdrs"`
+	Verdicts   map[string]dataplane.Counter      `json:"verdicts"`
+	Reasons    map[string]dataplane.Counter      `json:"reasons"`
+	FlowCache  map[string]uint64                 `json:"flow_cache"`
+	Paths      map[string]dataplane.PathCounters `json:"paths"`
+	Backends   []backendJSON                     `json:"backends,omitempty"`
 	// NextHopsByDst: new flows share a destination's next hop (the
 	// kernel routes by destination alone).
 	NextHopsByDst bool `json:"next_hops_by_destination"`
@@ -77,14 +78,14 @@ type backendJSON struct {
 	Active   uint64 `json:"active_connections"`
 }
 
-func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
+func printStats(cmd *cobra.Command, s *dataplane.Snapshot, asJSON bool) error {
 	out := statsJSON{
 		Generation: s.Gen,
-		PDRs:       map[string]bpf.Counter{},
-		Verdicts:   map[string]bpf.Counter{},
-		Reasons:    map[string]bpf.Counter{},
+		PDRs:       map[string]dataplane.Counter{},
+		Verdicts:   map[string]dataplane.Counter{},
+		Reasons:    map[string]dataplane.Counter{},
 		FlowCache:  map[string]uint64{"hit": s.CacheHit, "miss": s.CacheMiss},
-		Paths:      map[string]bpf.PathCounters{},
+		Paths:      map[string]dataplane.PathCounters{},
 
 		NextHopsByDst: s.NextHopsByDst,
 		XDPCPU:        s.XDPCPU,
@@ -100,11 +101,11 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 		out.PDRs[fmt.Sprint(id)] = c
 	}
 	for i, c := range s.Verdicts {
-		out.Verdicts[bpf.VerdictNames[i]] = c
+		out.Verdicts[dataplane.VerdictNames[i]] = c
 	}
 	for i, c := range s.Reasons {
-		if i != bpf.ReasonNone {
-			out.Reasons[bpf.ReasonNames[i]] = c
+		if i != dataplane.ReasonNone {
+			out.Reasons[dataplane.ReasonNames[i]] = c
 		}
 	}
 	if asJSON {
@@ -120,12 +121,12 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 	}
 	fmt.Fprintln(w, "\t\t\t\nVERDICT\tPACKETS\tBYTES\t")
 	for i, c := range s.Verdicts {
-		fmt.Fprintf(w, "%s\t%d\t%d\t\n", bpf.VerdictNames[i], c.Packets, c.Bytes)
+		fmt.Fprintf(w, "%s\t%d\t%d\t\n", dataplane.VerdictNames[i], c.Packets, c.Bytes)
 	}
 	fmt.Fprintln(w, "\t\t\t\nREASON\tPACKETS\tBYTES\t")
 	for i, c := range s.Reasons {
-		if i != bpf.ReasonNone && c.Packets > 0 {
-			fmt.Fprintf(w, "%s\t%d\t%d\t\n", bpf.ReasonNames[i], c.Packets, c.Bytes)
+		if i != dataplane.ReasonNone && c.Packets > 0 {
+			fmt.Fprintf(w, "%s\t%d\t%d\t\n", dataplane.ReasonNames[i], c.Packets, c.Bytes)
 		}
 	}
 	if len(s.Paths) > 0 {
@@ -175,7 +176,7 @@ func printStats(cmd *cobra.Command, s *bpf.Snapshot, asJSON bool) error {
 
 // apiStats reads the counters through the API, as the snapshot that
 // reading the pinned maps gives, so `stats` prints the same either way.
-func apiStats(cmd *cobra.Command, af *client.Flags) (*bpf.Snapshot, error) {
+func apiStats(cmd *cobra.Command, af *client.Flags) (*dataplane.Snapshot, error) {
 	conn, err := af.Connect(cmd.Context(), cmd.ErrOrStderr())
 	if err != nil {
 		return nil, err
@@ -206,35 +207,37 @@ func apiFlagWithoutServer(cmd *cobra.Command) string {
 // leaves out reasons that never happened; here they are zero, as in a
 // snapshot of the maps. Names this build does not know (a newer agent)
 // have no place in a snapshot and are dropped.
-func statsFromPB(p *pb.Stats) *bpf.Snapshot {
-	ctr := func(c *pb.Counter) bpf.Counter { return bpf.Counter{Packets: c.GetPackets(), Bytes: c.GetBytes()} }
-	s := &bpf.Snapshot{
+func statsFromPB(p *pb.Stats) *dataplane.Snapshot {
+	ctr := func(c *pb.Counter) dataplane.Counter {
+		return dataplane.Counter{Packets: c.GetPackets(), Bytes: c.GetBytes()}
+	}
+	s := &dataplane.Snapshot{
 		Gen:       p.GetGeneration(),
-		PDRs:      map[uint32]bpf.Counter{},
-		Verdicts:  make([]bpf.Counter, len(bpf.VerdictNames)),
-		Reasons:   make([]bpf.Counter, len(bpf.ReasonNames)),
+		PDRs:      map[uint32]dataplane.Counter{},
+		Verdicts:  make([]dataplane.Counter, len(dataplane.VerdictNames)),
+		Reasons:   make([]dataplane.Counter, len(dataplane.ReasonNames)),
 		CacheHit:  p.GetFlowCacheHits(),
 		CacheMiss: p.GetFlowCacheMisses(),
-		Paths:     map[uint32]bpf.PathCounters{},
+		Paths:     map[uint32]dataplane.PathCounters{},
 	}
 	for _, c := range p.GetPdrs() {
 		s.PDRs[c.GetId()] = ctr(c.GetCounter())
 	}
 	for name, c := range p.GetVerdicts() {
-		if i := slices.Index(bpf.VerdictNames, name); i >= 0 {
+		if i := slices.Index(dataplane.VerdictNames, name); i >= 0 {
 			s.Verdicts[i] = ctr(c)
 		}
 	}
 	for name, c := range p.GetReasons() {
-		if i := slices.Index(bpf.ReasonNames, name); i >= 0 {
+		if i := slices.Index(dataplane.ReasonNames, name); i >= 0 {
 			s.Reasons[i] = ctr(c)
 		}
 	}
 	for _, c := range p.GetPaths() {
-		s.Paths[c.GetId()] = bpf.PathCounters{Tx: ctr(c.GetTx()), Rx: ctr(c.GetRx())}
+		s.Paths[c.GetId()] = dataplane.PathCounters{Tx: ctr(c.GetTx()), Rx: ctr(c.GetRx())}
 	}
 	for _, b := range p.GetBackends() {
-		s.Backends = append(s.Backends, bpf.BackendCounters{Service: b.GetService(), FAR: b.GetFar(), Counter: ctr(b.GetCounter()),
+		s.Backends = append(s.Backends, dataplane.BackendCounters{Service: b.GetService(), FAR: b.GetFar(), Counter: ctr(b.GetCounter()),
 			NewConns: b.GetNewConnections(), Active: b.GetActiveConnections()})
 	}
 	for name, c := range p.GetXdpCpu() {

@@ -13,20 +13,21 @@ import (
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 func TestStatsFromPB(t *testing.T) {
-	s := &bpf.Snapshot{
+	s := &dataplane.Snapshot{
 		Gen:       3,
-		PDRs:      map[uint32]bpf.Counter{10: {Packets: 5, Bytes: 500}, 20: {}},
-		Verdicts:  make([]bpf.Counter, len(bpf.VerdictNames)),
-		Reasons:   make([]bpf.Counter, len(bpf.ReasonNames)),
+		PDRs:      map[uint32]dataplane.Counter{10: {Packets: 5, Bytes: 500}, 20: {}},
+		Verdicts:  make([]dataplane.Counter, len(dataplane.VerdictNames)),
+		Reasons:   make([]dataplane.Counter, len(dataplane.ReasonNames)),
 		CacheHit:  7,
 		CacheMiss: 2,
-		Paths:     map[uint32]bpf.PathCounters{1: {Tx: bpf.Counter{Packets: 1, Bytes: 100}, Rx: bpf.Counter{Packets: 2, Bytes: 200}}},
+		Paths:     map[uint32]dataplane.PathCounters{1: {Tx: dataplane.Counter{Packets: 1, Bytes: 100}, Rx: dataplane.Counter{Packets: 2, Bytes: 200}}},
 	}
-	s.Verdicts[bpf.XDPPass] = bpf.Counter{Packets: 9, Bytes: 900}
-	s.Reasons[bpf.ReasonBadIHL] = bpf.Counter{Packets: 1, Bytes: 60}
+	s.Verdicts[bpf.XDPPass] = dataplane.Counter{Packets: 9, Bytes: 900}
+	s.Reasons[bpf.ReasonBadIHL] = dataplane.Counter{Packets: 1, Bytes: 60}
 	// As the agent sends it: every verdict, only the reasons that happened.
 	p := &pb.Stats{
 		Generation: 3,
@@ -40,7 +41,7 @@ func TestStatsFromPB(t *testing.T) {
 		FlowCacheHits:   7,
 		FlowCacheMisses: 2,
 	}
-	for i, n := range bpf.VerdictNames {
+	for i, n := range dataplane.VerdictNames {
 		p.Verdicts[n] = &pb.Counter{Packets: s.Verdicts[i].Packets, Bytes: s.Verdicts[i].Bytes}
 	}
 	got := statsFromPB(p)

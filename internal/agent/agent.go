@@ -27,6 +27,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/fleet"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/sched"
@@ -774,12 +775,12 @@ func commitError(err error) error {
 	return err
 }
 
-// Snapshot reads the dataplane counters (api.Backend).
-func (a *Agent) Snapshot() (*bpf.Snapshot, error) { return a.dp.Snapshot() }
+// Snapshot reads the dataplane counters (dataplane.Counters).
+func (a *Agent) Snapshot() (*dataplane.Snapshot, error) { return a.dp.Snapshot() }
 
 // Flows reads the top n flows and names the interfaces they came in on
-// (api.Backend).
-func (a *Agent) Flows(n int) ([]bpf.FlowStat, map[uint32]string, error) {
+// (dataplane.Counters).
+func (a *Agent) Flows(n int) ([]dataplane.FlowStat, map[uint32]string, error) {
 	flows, err := a.dp.Flows(n)
 	if err != nil {
 		return nil, nil, err

@@ -74,7 +74,7 @@ func (a *Agent) fleetHealth() fleet.Health {
 	_, err := a.dp.Snapshot()
 	h := fleet.Health{DataplaneOK: err == nil && a.Health().OK}
 	for _, p := range a.PathStatus() {
-		if p.GetState() == "down" {
+		if p.State == "down" {
 			h.PathsDown++
 		} else {
 			h.PathsUp++ // up, degraded (still carrying), or not judged yet

@@ -16,9 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
-	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 // Path monitoring. Every GRE path of the config whose monitor is not off
@@ -438,22 +438,21 @@ func (p *pathMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// PathStatus implements api.Backend: the monitor's view of each path, by
-// path id.
-func (a *Agent) PathStatus() []*pb.PathStatus {
+// PathStatus implements dataplane.Paths: the monitor's view of each
+// path, by path id.
+func (a *Agent) PathStatus() []dataplane.PathStatus {
 	if a.mon == nil {
 		return nil
 	}
 	st := a.mon.Statuses()
-	out := make([]*pb.PathStatus, 0, len(st))
+	out := make([]dataplane.PathStatus, 0, len(st))
 	for _, id := range slices.Sorted(maps.Keys(st)) {
 		s := st[id]
-		out = append(out, &pb.PathStatus{
-			Path: id, State: s.State.String(), Since: s.Since.UTC().Format(time.RFC3339Nano), Why: s.Why,
-			RttUs: uint64(s.SRTT.Microseconds()), JitterUs: uint64(s.Jitter.Microseconds()),
-			MinRttUs: uint64(s.MinRTT.Microseconds()), LastRttUs: uint64(s.LastRTT.Microseconds()),
-			Loss: s.Loss, ProbesSent: s.Sent, ProbesAnswered: s.Answered, Monitored: s.Monitored,
-			TcpRttUs: uint64(s.TCPRTT.Microseconds()), TcpMinRttUs: uint64(s.TCPMinRTT.Microseconds()), TcpRttSamples: s.TCPSamples,
+		out = append(out, dataplane.PathStatus{
+			Path: id, State: s.State.String(), Since: s.Since, Why: s.Why,
+			SRTT: s.SRTT, Jitter: s.Jitter, MinRTT: s.MinRTT, LastRTT: s.LastRTT,
+			Loss: s.Loss, Sent: s.Sent, Answered: s.Answered, Monitored: s.Monitored,
+			TCPRTT: s.TCPRTT, TCPMinRTT: s.TCPMinRTT, TCPSamples: s.TCPSamples,
 		})
 	}
 	return out

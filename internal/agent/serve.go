@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/edgeplane/edgeplane/internal/api"
-	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/metrics"
 )
 
@@ -102,6 +102,14 @@ func APIOptions(o Options, log *slog.Logger) (api.Options, *api.Cert, error) {
 	return ao, cert, nil
 }
 
+// The API finds the dataplane's parts by type: a method lost here would
+// turn an agent's calls for them into refusals, so the compiler checks.
+var (
+	_ api.Backend         = (*Agent)(nil)
+	_ dataplane.Dataplane = (*Agent)(nil)
+	_ dataplane.Dataplane = fleetManaged{}
+)
+
 // serveAPI starts the control API (APIOptions): the unix sockets, and
 // the TCP listeners asked for.
 func (a *Agent) serveAPI(o api.Options, errc chan<- error) (*api.Listeners, error) {
@@ -162,7 +170,7 @@ func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 	}
 	if o.MetricsAddr != "" { // APIOptions checked the combination
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(metrics.NewCollector(metrics.Throttle(func() (*bpf.Snapshot, error) { return a.dp.Snapshot() }, metrics.SnapshotEvery)))
+		reg.MustRegister(metrics.NewCollector(metrics.Throttle(func() (*dataplane.Snapshot, error) { return a.dp.Snapshot() }, metrics.SnapshotEvery)))
 		reg.MustRegister(a.reloads)
 		reg.MustRegister(a.backendUp)
 		reg.MustRegister(a.dupTxReady)

@@ -5,8 +5,8 @@ package agent
 import (
 	"net"
 
-	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/sched"
 )
 
@@ -31,19 +31,8 @@ func (a *Agent) newStrategies() *sched.Runtime {
 	})
 }
 
-// StrategyStatus implements api.Backend: what each CPU strategy holds.
-func (a *Agent) StrategyStatus() []*pb.StrategyStatus {
-	var out []*pb.StrategyStatus
-	for _, st := range a.strategies.Status() {
-		ps := &pb.StrategyStatus{Strategy: st.Strategy, Error: st.Error, Others: st.Others}
-		for _, p := range st.Procs {
-			pp := &pb.StrategyProcess{Pid: int32(p.PID), Comm: p.Comm, Threads: uint32(p.Threads), Applied: p.Applied}
-			for _, c := range p.RanOn {
-				pp.RanOn = append(pp.RanOn, uint32(c))
-			}
-			ps.Processes = append(ps.Processes, pp)
-		}
-		out = append(out, ps)
-	}
-	return out
+// StrategyStatus implements dataplane.Strategies: what each CPU
+// strategy holds.
+func (a *Agent) StrategyStatus() []dataplane.StrategyStatus {
+	return a.strategies.Status()
 }

@@ -11,14 +11,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
-	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 // The API carries each kind's objects as the message its Object oneof
@@ -445,21 +446,21 @@ func repeated(t, mt reflect.Type, i, j int, name string) fieldPlan {
 
 // statsToPB converts a counter snapshot, naming verdicts and reasons as
 // `edgeplane stats` does and leaving out reasons that never happened.
-func statsToPB(s *bpf.Snapshot) *pb.Stats {
+func statsToPB(s *dataplane.Snapshot) *pb.Stats {
 	out := &pb.Stats{Generation: s.Gen, Verdicts: map[string]*pb.Counter{}, Reasons: map[string]*pb.Counter{},
 		FlowCacheHits: s.CacheHit, FlowCacheMisses: s.CacheMiss}
-	ctr := func(c bpf.Counter) *pb.Counter { return &pb.Counter{Packets: c.Packets, Bytes: c.Bytes} }
+	ctr := func(c dataplane.Counter) *pb.Counter { return &pb.Counter{Packets: c.Packets, Bytes: c.Bytes} }
 	for _, id := range slices.Sorted(maps.Keys(s.PDRs)) {
 		out.Pdrs = append(out.Pdrs, &pb.PdrCounter{Id: id, Counter: ctr(s.PDRs[id])})
 	}
 	for i, c := range s.Verdicts {
-		if i < len(bpf.VerdictNames) {
-			out.Verdicts[bpf.VerdictNames[i]] = ctr(c)
+		if i < len(dataplane.VerdictNames) {
+			out.Verdicts[dataplane.VerdictNames[i]] = ctr(c)
 		}
 	}
 	for i, c := range s.Reasons {
-		if i < len(bpf.ReasonNames) && c.Packets > 0 {
-			out.Reasons[bpf.ReasonNames[i]] = ctr(c)
+		if i < len(dataplane.ReasonNames) && c.Packets > 0 {
+			out.Reasons[dataplane.ReasonNames[i]] = ctr(c)
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.Paths)) {
@@ -475,6 +476,38 @@ func statsToPB(s *bpf.Snapshot) *pb.Stats {
 		for name, per := range s.XDPCPU {
 			out.XdpCpu[name] = &pb.CpuPackets{Packets: per}
 		}
+	}
+	return out
+}
+
+// pathStatusToPB converts the path monitor's view of each path.
+func pathStatusToPB(st []dataplane.PathStatus) []*pb.PathStatus {
+	out := make([]*pb.PathStatus, 0, len(st))
+	for _, s := range st {
+		out = append(out, &pb.PathStatus{
+			Path: s.Path, State: s.State, Since: s.Since.UTC().Format(time.RFC3339Nano), Why: s.Why,
+			RttUs: uint64(s.SRTT.Microseconds()), JitterUs: uint64(s.Jitter.Microseconds()),
+			MinRttUs: uint64(s.MinRTT.Microseconds()), LastRttUs: uint64(s.LastRTT.Microseconds()),
+			Loss: s.Loss, ProbesSent: s.Sent, ProbesAnswered: s.Answered, Monitored: s.Monitored,
+			TcpRttUs: uint64(s.TCPRTT.Microseconds()), TcpMinRttUs: uint64(s.TCPMinRTT.Microseconds()), TcpRttSamples: s.TCPSamples,
+		})
+	}
+	return out
+}
+
+// strategyStatusToPB converts what each CPU strategy holds.
+func strategyStatusToPB(st []dataplane.StrategyStatus) []*pb.StrategyStatus {
+	var out []*pb.StrategyStatus
+	for _, s := range st {
+		ps := &pb.StrategyStatus{Strategy: s.Strategy, Error: s.Error, Others: s.Others}
+		for _, p := range s.Procs {
+			pp := &pb.StrategyProcess{Pid: int32(p.PID), Comm: p.Comm, Threads: uint32(p.Threads), Applied: p.Applied}
+			for _, c := range p.RanOn {
+				pp.RanOn = append(pp.RanOn, uint32(c))
+			}
+			ps.Processes = append(ps.Processes, pp)
+		}
+		out = append(out, ps)
 	}
 	return out
 }

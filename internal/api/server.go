@@ -23,8 +23,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
-	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 // MaxOperations bounds one Apply batch.
@@ -38,7 +38,12 @@ const (
 	MaxFlows     = 10_000
 )
 
-// Backend is what the API drives: the agent.
+// Backend is what the API drives, an agent or a controller: the
+// objects and the batches that change them. What else a backend serves
+// it has as further interfaces, which NewServer looks for: an agent's
+// dataplane (dataplane.Counters, dataplane.Paths, dataplane.Strategies)
+// and a controller's Fleet. A call for a part the backend lacks is
+// refused with FailedPrecondition.
 type Backend interface {
 	// Config returns the config now serving. The caller must not modify
 	// what it points to.
@@ -53,16 +58,6 @@ type Backend interface {
 	// into operations for a replay. A config.Errors error names every
 	// problem at its operation's path, classified by FieldError.Code.
 	Apply(ops []config.Op, dryRun bool, rec []byte) (gen uint32, err error)
-	// Snapshot reads the dataplane's counters.
-	Snapshot() (*bpf.Snapshot, error)
-	// Flows reads the top n flows by bytes (n > 0), with ingress
-	// interfaces named.
-	Flows(n int) ([]bpf.FlowStat, map[uint32]string, error)
-	// PathStatus returns each path's state as the path monitor judges
-	// it, by path id.
-	PathStatus() []*pb.PathStatus
-	// StrategyStatus returns what each CPU strategy holds.
-	StrategyStatus() []*pb.StrategyStatus
 }
 
 // Fleet is what a controller's Backend adds: objects kept per Target,
@@ -78,22 +73,35 @@ type Fleet interface {
 	Gateways(selector map[string]string) ([]*pb.GatewayStatus, error)
 }
 
-// ErrNoDataplane is what a controller's Backend answers for what only
-// a gateway's dataplane knows (counters, flows, path and CPU status).
+// ErrNoDataplane is why a backend without a dataplane (a controller)
+// refuses what only a gateway's dataplane knows (counters, flows, path
+// and CPU status).
 var ErrNoDataplane = errors.New("a controller has no dataplane: ask a gateway (edgeplane get gateways lists them)")
 
 // Server implements edgeplanev1.GatewayServer over a Backend.
 type Server struct {
 	pb.UnimplementedGatewayServer
-	b     Backend
-	fleet Fleet // b, when it is a controller's
+	b Backend
+	// The parts of b it has, nil where it has none.
+	counters   dataplane.Counters
+	paths      dataplane.Paths
+	strategies dataplane.Strategies
+	fleet      Fleet // a controller's
 }
 
-// NewServer returns a Server driving b.
+// NewServer returns a Server driving b and whichever of the further
+// parts Backend names b has.
 func NewServer(b Backend) *Server {
-	f, _ := b.(Fleet)
-	return &Server{b: b, fleet: f}
+	s := &Server{b: b}
+	s.counters, _ = b.(dataplane.Counters)
+	s.paths, _ = b.(dataplane.Paths)
+	s.strategies, _ = b.(dataplane.Strategies)
+	s.fleet, _ = b.(Fleet)
+	return s
 }
+
+// errNoDataplane refuses a call for what only a dataplane knows.
+var errNoDataplane = status.Error(codes.FailedPrecondition, ErrNoDataplane.Error())
 
 // noTarget reports whether t names no gateway (nil or empty): at an
 // agent, the agent itself; at a controller, all gateways.
@@ -398,10 +406,10 @@ func (s *Server) GetService(_ context.Context, req *pb.GetByIDRequest) (*pb.Serv
 
 // GetStats implements edgeplanev1.GatewayServer.
 func (s *Server) GetStats(context.Context, *pb.GetStatsRequest) (*pb.Stats, error) {
-	snap, err := s.b.Snapshot()
-	if errors.Is(err, ErrNoDataplane) {
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	if s.counters == nil {
+		return nil, errNoDataplane
 	}
+	snap, err := s.counters.Snapshot()
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "read counters: %v", err)
 	}
@@ -417,10 +425,10 @@ func (s *Server) ListFlows(_ context.Context, req *pb.ListFlowsRequest) (*pb.Lis
 	case top > MaxFlows:
 		return nil, status.Errorf(codes.InvalidArgument, "top: %d, at most %d", top, MaxFlows)
 	}
-	flows, names, err := s.b.Flows(top)
-	if errors.Is(err, ErrNoDataplane) {
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	if s.counters == nil {
+		return nil, errNoDataplane
 	}
+	flows, names, err := s.counters.Flows(top)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "read flows: %v", err)
 	}
@@ -444,18 +452,18 @@ func (s *Server) ListFlows(_ context.Context, req *pb.ListFlowsRequest) (*pb.Lis
 
 // ListStrategyStatus implements edgeplanev1.GatewayServer.
 func (s *Server) ListStrategyStatus(context.Context, *pb.ListRequest) (*pb.ListStrategyStatusResponse, error) {
-	if s.fleet != nil {
-		return nil, status.Error(codes.FailedPrecondition, ErrNoDataplane.Error())
+	if s.strategies == nil {
+		return nil, errNoDataplane
 	}
-	return &pb.ListStrategyStatusResponse{Strategies: s.b.StrategyStatus()}, nil
+	return &pb.ListStrategyStatusResponse{Strategies: strategyStatusToPB(s.strategies.StrategyStatus())}, nil
 }
 
 // ListPathStatus implements edgeplanev1.GatewayServer.
 func (s *Server) ListPathStatus(context.Context, *pb.ListRequest) (*pb.ListPathStatusResponse, error) {
-	if s.fleet != nil {
-		return nil, status.Error(codes.FailedPrecondition, ErrNoDataplane.Error())
+	if s.paths == nil {
+		return nil, errNoDataplane
 	}
-	return &pb.ListPathStatusResponse{Paths: s.b.PathStatus()}, nil
+	return &pb.ListPathStatusResponse{Paths: pathStatusToPB(s.paths.PathStatus())}, nil
 }
 
 // ListGateways implements edgeplanev1.GatewayServer.

@@ -11,6 +11,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
@@ -65,7 +66,7 @@ func tableCounts(dp *bpf.Dataplane) (map[string]uint64, error) {
 	}
 	out := map[string]uint64{}
 	for _, r := range tableReasons {
-		out[bpf.ReasonNames[r]] = s.Reasons[r].Packets
+		out[dataplane.ReasonNames[r]] = s.Reasons[r].Packets
 	}
 	return out, nil
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
@@ -211,7 +212,7 @@ func TestRedundantCopies(t *testing.T) {
 		a := snap(t, h)
 		for r := range a.Reasons {
 			if d := a.Reasons[r].Packets - before.Reasons[r].Packets; d != 0 {
-				t.Logf("reason %s: %d", bpf.ReasonNames[r], d)
+				t.Logf("reason %s: %d", dataplane.ReasonNames[r], d)
 			}
 		}
 		for v := range a.Verdicts {
@@ -327,14 +328,14 @@ func TestDedupWindow(t *testing.T) {
 			}
 			for _, r := range dupReasons {
 				if after.Reasons[r].Packets != before.Reasons[r].Packets {
-					t.Errorf("%s (path %d, seq %d): counted %s", name, path, seq, bpf.ReasonNames[r])
+					t.Errorf("%s (path %d, seq %d): counted %s", name, path, seq, dataplane.ReasonNames[r])
 				}
 			}
 			return
 		}
 		if ret != bpf.XDPDrop || after.Reasons[want].Packets-before.Reasons[want].Packets != 1 {
 			t.Errorf("%s (path %d, seq %d): verdict %s, %s counted %d; want drop, counted once", name, path, seq,
-				verdictName(ret), bpf.ReasonNames[want], after.Reasons[want].Packets-before.Reasons[want].Packets)
+				verdictName(ret), dataplane.ReasonNames[want], after.Reasons[want].Packets-before.Reasons[want].Packets)
 		}
 	}
 	step := func(name string, path int, seq uint32, want int) {

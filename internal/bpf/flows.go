@@ -10,6 +10,8 @@ import (
 	"math/bits"
 	"net/netip"
 	"slices"
+
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 // FlowKey4 is the compact IPv4 flow-cache key.
@@ -22,38 +24,10 @@ type EMC4 = edgeEdgeEmcSlot
 // Ports and the GRE key are kept in network order in the keys; read as
 // little-endian integers (bpfel), reversing their bytes gives the value.
 
-// FlowStat is one flow of the flow cache with its counters.
-type FlowStat struct {
-	Src, Dst     netip.Addr
-	Proto        uint8
-	Sport, Dport uint16 // host order
-	Ifindex      uint32
-	DSCP         uint8
-	GREKey       uint32
-	HasGREKey    bool
-	// PDR is the id of the PDR that classified the flow (0: none
-	// matched); Gen the generation it was classified under, Live
-	// whether that is the serving one (else the next packet reclassifies).
-	PDR  uint32
-	Gen  uint32
-	Live bool
-	// Packets and Bytes count the flow since it entered the cache: the
-	// shared entry's total plus what each CPU's exact-match copy has
-	// counted since it was last added in.
-	Packets, Bytes uint64
-	// FlowOpt's probe, from its connection's record (zeros: none): the
-	// direction's smoothed and smallest RTT (µs), samples, rate (bytes a
-	// second) and congestion hint.
-	RTTUs, MinRTTUs, RTTSamples uint32
-	Rate                        uint32
-	Congested                   bool
-	key                         FlowKey
-}
-
 // Flows reads every flow of the flow table, adds the per-CPU counts not
 // yet folded in, and returns the top n by bytes (all when n <= 0). A read
 // races with packets: counts are a moment's, not a snapshot.
-func (dp *Dataplane) Flows(n int) ([]FlowStat, error) {
+func (dp *Dataplane) Flows(n int) ([]dataplane.FlowStat, error) {
 	rules, gen, err := dp.ActiveRules()
 	if err != nil {
 		return nil, err
@@ -98,13 +72,14 @@ func (dp *Dataplane) Flows(n int) ([]FlowStat, error) {
 			v.Bytes += p.Bytes
 		}
 		k := w.K
-		top.offer(v, func() FlowStat { return flowStat(k, v, pdrOf, gen) })
+		top.offer(v, func() keyedFlow { return keyedFlow{flowStat(k, v, pdrOf, gen), k} })
 		return true
 	})
-	out := top.s
-	slices.SortFunc(out, byTraffic)
-	for i := range out {
-		e, dir, ok, err := dp.FOLookup(out[i].key)
+	slices.SortFunc(top.s, func(a, b keyedFlow) int { return byTraffic(a.FlowStat, b.FlowStat) })
+	out := make([]dataplane.FlowStat, len(top.s))
+	for i, kf := range top.s {
+		out[i] = kf.FlowStat
+		e, dir, ok, err := dp.FOLookup(kf.key)
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +93,7 @@ func (dp *Dataplane) Flows(n int) ([]FlowStat, error) {
 }
 
 // byTraffic orders flows most bytes first, then most packets.
-func byTraffic(a, b FlowStat) int {
+func byTraffic(a, b dataplane.FlowStat) int {
 	if c := cmp.Compare(b.Bytes, a.Bytes); c != 0 {
 		return c
 	}
@@ -130,13 +105,19 @@ func byTraffic(a, b FlowStat) int {
 // top, replaced by a larger one.
 type flowHeap struct {
 	n int
-	s []FlowStat
+	s []keyedFlow
+}
+
+// keyedFlow is a flow with its key, to find its FlowOpt record by.
+type keyedFlow struct {
+	dataplane.FlowStat
+	key FlowKey
 }
 
 func (h *flowHeap) Len() int           { return len(h.s) }
-func (h *flowHeap) Less(i, j int) bool { return byTraffic(h.s[i], h.s[j]) > 0 }
+func (h *flowHeap) Less(i, j int) bool { return byTraffic(h.s[i].FlowStat, h.s[j].FlowStat) > 0 }
 func (h *flowHeap) Swap(i, j int)      { h.s[i], h.s[j] = h.s[j], h.s[i] }
-func (h *flowHeap) Push(x any)         { h.s = append(h.s, x.(FlowStat)) }
+func (h *flowHeap) Push(x any)         { h.s = append(h.s, x.(keyedFlow)) }
 func (h *flowHeap) Pop() any {
 	x := h.s[len(h.s)-1]
 	h.s = h.s[:len(h.s)-1]
@@ -145,10 +126,10 @@ func (h *flowHeap) Pop() any {
 
 // offer adds the flow whose counters are v (built by stat, only when it
 // is kept).
-func (h *flowHeap) offer(v Flow, stat func() FlowStat) {
+func (h *flowHeap) offer(v Flow, stat func() keyedFlow) {
 	if h.n > 0 && len(h.s) == h.n {
 		least := h.s[0]
-		if byTraffic(FlowStat{Packets: v.Packets, Bytes: v.Bytes}, least) >= 0 {
+		if byTraffic(dataplane.FlowStat{Packets: v.Packets, Bytes: v.Bytes}, least.FlowStat) >= 0 {
 			return
 		}
 		h.s[0] = stat()
@@ -168,8 +149,8 @@ func unpack4(k4 FlowKey4) FlowKey {
 	return k
 }
 
-func flowStat(k FlowKey, v Flow, pdrOf map[uint32]uint32, gen uint32) FlowStat {
-	f := FlowStat{Proto: k.Proto, Sport: bits.ReverseBytes16(k.Sport), Dport: bits.ReverseBytes16(k.Dport), Ifindex: k.Ifindex, DSCP: k.Dscp,
+func flowStat(k FlowKey, v Flow, pdrOf map[uint32]uint32, gen uint32) dataplane.FlowStat {
+	f := dataplane.FlowStat{Proto: k.Proto, Sport: bits.ReverseBytes16(k.Sport), Dport: bits.ReverseBytes16(k.Dport), Ifindex: k.Ifindex, DSCP: k.Dscp,
 		HasGREKey: k.Flags&KeyFlagGREKey != 0}
 	if k.Family == 4 {
 		f.Src = netip.AddrFrom4([4]byte(k.Src[:4]))
@@ -181,11 +162,10 @@ func flowStat(k FlowKey, v Flow, pdrOf map[uint32]uint32, gen uint32) FlowStat {
 		f.GREKey = bits.ReverseBytes32(k.GreKey)
 	}
 	fillFlow(&f, v, pdrOf, gen)
-	f.key = k
 	return f
 }
 
-func fillFlow(f *FlowStat, v Flow, pdrOf map[uint32]uint32, gen uint32) {
+func fillFlow(f *dataplane.FlowStat, v Flow, pdrOf map[uint32]uint32, gen uint32) {
 	f.Gen, f.Live = v.Gen, v.Gen == gen
 	if v.Stats != NoPDR {
 		f.PDR = pdrOf[v.Stats]

@@ -12,8 +12,8 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 // TestFlowCounters sends known numbers of packets on IPv4 and IPv6 flows,
@@ -106,7 +106,7 @@ limits: {flows: 1024, rules: 64}
 		}
 	}
 	for _, f := range flows {
-		var fs *bpf.FlowStat
+		var fs *dataplane.FlowStat
 		for i := range got {
 			if got[i].Sport == f.sport {
 				fs = &got[i]

@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 // smallTable is lbConfig (NAT service 1 at 203.0.113.10:80 over far 11
@@ -35,7 +36,7 @@ func spoofed(n int) lbPkt {
 		smac: macWanNeigh, dmac: macWan0, flags: "S"}
 }
 
-func reason(s *bpf.Snapshot, r int) uint64 { return s.Reasons[r].Packets }
+func reason(s *dataplane.Snapshot, r int) uint64 { return s.Reasons[r].Packets }
 
 // TestFlowTableFloodKeepsEstablished floods a 2,048-entry flow table
 // with 20,000 one-packet connections from spoofed sources while 300

@@ -22,6 +22,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 // greConfig has three GRE paths out of wan0 toward remotes in 10.3.0.0/16
@@ -287,14 +288,14 @@ func greHex(b []byte) string {
 // greCheckPaths checks that path tx (0 for none) sent one frame of txBytes
 // and path rx (0 for none) received one of rxBytes, and that no other path
 // counter moved.
-func greCheckPaths(t *testing.T, before, after map[uint32]bpf.PathCounters, tx uint32, txBytes uint64, rx uint32, rxBytes uint64) {
+func greCheckPaths(t *testing.T, before, after map[uint32]dataplane.PathCounters, tx uint32, txBytes uint64, rx uint32, rxBytes uint64) {
 	t.Helper()
 	for _, id := range []uint32{tx, rx} {
 		if _, ok := after[id]; id != 0 && !ok {
 			t.Errorf("path %d has no counters", id)
 		}
 	}
-	check := func(id uint32, dir string, b, a bpf.Counter, counted bool, n uint64) {
+	check := func(id uint32, dir string, b, a dataplane.Counter, counted bool, n uint64) {
 		var wp, wb uint64
 		if counted {
 			wp, wb = 1, n

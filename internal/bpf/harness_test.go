@@ -18,6 +18,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 	"github.com/edgeplane/edgeplane/internal/topo"
@@ -150,7 +151,7 @@ func (h *harness) runErr(frame []byte, inIf string, repeat int) (uint32, []byte,
 	return ret, out, err
 }
 
-func (h *harness) snapshot() *bpf.Snapshot {
+func (h *harness) snapshot() *dataplane.Snapshot {
 	h.t.Helper()
 	s, err := h.dp.Snapshot()
 	if err != nil {

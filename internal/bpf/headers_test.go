@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -127,7 +128,7 @@ func TestConstantsMatchHeaders(t *testing.T) {
 		{"XDP_TX", XDPTx},
 		{"XDP_REDIRECT", XDPRedirect},
 	}
-	for i, n := range ReasonNames {
+	for i, n := range dataplane.ReasonNames {
 		consts = append(consts, struct {
 			c   string
 			val uint64

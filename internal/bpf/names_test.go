@@ -7,10 +7,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
-// TestReasonNamesMatchHeader keeps ReasonNames and the Reason* constants in
-// step with enum edge_reason in bpf/edge_types.h.
+// TestReasonNamesMatchHeader keeps dataplane.ReasonNames and the Reason*
+// constants in step with enum edge_reason in bpf/edge_types.h.
 func TestReasonNamesMatchHeader(t *testing.T) {
 	src, err := os.ReadFile("../../bpf/edge_types.h")
 	if err != nil {
@@ -28,12 +30,15 @@ func TestReasonNamesMatchHeader(t *testing.T) {
 		t.Fatalf("enum does not end with EDGE_R_MAX: %v", names)
 	}
 	names = names[:len(names)-1]
-	if len(names) != ReasonMax || len(ReasonNames) != ReasonMax {
-		t.Fatalf("header has %d reasons, ReasonMax %d, ReasonNames %d", len(names), ReasonMax, len(ReasonNames))
+	if len(names) != ReasonMax || len(dataplane.ReasonNames) != ReasonMax {
+		t.Fatalf("header has %d reasons, ReasonMax %d, ReasonNames %d", len(names), ReasonMax, len(dataplane.ReasonNames))
+	}
+	if dataplane.ReasonNone != ReasonNone {
+		t.Errorf("dataplane.ReasonNone %d, ReasonNone %d", dataplane.ReasonNone, ReasonNone)
 	}
 	for i, n := range names {
-		if ReasonNames[i] != n {
-			t.Errorf("reason %d: header %q, Go %q", i, n, ReasonNames[i])
+		if dataplane.ReasonNames[i] != n {
+			t.Errorf("reason %d: header %q, Go %q", i, n, dataplane.ReasonNames[i])
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 // spec builds a test packet as fresh gopacket layers on every call, so a
@@ -381,20 +382,20 @@ func classified(reason int) bool {
 }
 
 func verdictName(v uint32) string {
-	if int(v) < len(bpf.VerdictNames) {
-		return bpf.VerdictNames[v]
+	if int(v) < len(dataplane.VerdictNames) {
+		return dataplane.VerdictNames[v]
 	}
 	return fmt.Sprintf("verdict(%d)", v)
 }
 
 func reasonName(r int) string {
-	if r >= 0 && r < len(bpf.ReasonNames) {
-		return bpf.ReasonNames[r]
+	if r >= 0 && r < len(dataplane.ReasonNames) {
+		return dataplane.ReasonNames[r]
 	}
 	return fmt.Sprintf("reason(%d)", r)
 }
 
-func snap(t testing.TB, h *harness) *bpf.Snapshot {
+func snap(t testing.TB, h *harness) *dataplane.Snapshot {
 	t.Helper()
 	s, err := h.dp.Snapshot()
 	if err != nil {
@@ -405,7 +406,7 @@ func snap(t testing.TB, h *harness) *bpf.Snapshot {
 
 // checkOne checks that counter want (-1 for none) grew by exactly one
 // packet of n bytes between before and after, and no other counter moved.
-func checkOne(t *testing.T, kind string, names func(int) string, before, after []bpf.Counter, want int, n uint64) {
+func checkOne(t *testing.T, kind string, names func(int) string, before, after []dataplane.Counter, want int, n uint64) {
 	t.Helper()
 	for i := range after {
 		dp := after[i].Packets - before[i].Packets
@@ -422,7 +423,7 @@ func checkOne(t *testing.T, kind string, names func(int) string, before, after [
 
 // checkPDRs checks that PDR want (0 for none) counted one packet of n
 // bytes and no other PDR moved.
-func checkPDRs(t *testing.T, before, after map[uint32]bpf.Counter, want uint32, n uint64) {
+func checkPDRs(t *testing.T, before, after map[uint32]dataplane.Counter, want uint32, n uint64) {
 	t.Helper()
 	if _, ok := after[want]; want != 0 && !ok {
 		t.Errorf("PDR %d has no counter", want)

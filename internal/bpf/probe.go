@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 // PathProbe is what a path's probes and their answers showed (struct
@@ -217,7 +219,7 @@ func (r *PathProbe) SentAt(seq uint32) uint64 {
 
 // PathTx returns what path stats (its stable index) has sent:
 // encapsulated packets and their bytes, summed over CPUs.
-func (dp *Dataplane) PathTx(stats uint32) (Counter, error) {
+func (dp *Dataplane) PathTx(stats uint32) (dataplane.Counter, error) {
 	return sumCtr(dp.EdgePathStats, 2*(stats%MaxPaths))
 }
 

@@ -14,58 +14,12 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
-// Counter is a packets/bytes pair summed over CPUs.
-type Counter struct {
-	Packets uint64 `json:"packets"`
-	Bytes   uint64 `json:"bytes"`
-}
-
-// Snapshot is every counter of the dataplane at one moment.
-type Snapshot struct {
-	Gen       uint32
-	PDRs      map[uint32]Counter // by PDR id
-	Verdicts  []Counter          // by XDP verdict
-	Reasons   []Counter          // by reason
-	CacheHit  uint64
-	CacheMiss uint64
-	Paths     map[uint32]PathCounters // by path id
-	// Backends are the balancer's counters per service and backend FAR
-	// (FAR 0: the service's NAT replies).
-	Backends []BackendCounters
-	// NextHopsByDst: the kernel routes by destination alone, and new
-	// flows share a destination's next hop (SetFIBByDst); false: each
-	// new flow asks the FIB.
-	NextHopsByDst bool
-	// XDPCPU is, by interface name (of this network namespace), the
-	// packets the pipeline ran on each CPU for frames that came in by
-	// it: the CPU doing the interface's XDP work. Interfaces without
-	// any are left out.
-	XDPCPU map[string][]uint64
-}
-
-// BackendCounters are one backend's (or a service's replies') counters.
-type BackendCounters struct {
-	Service, FAR uint32
-	Counter
-	// NewConns counts connections the balancer gave the backend;
-	// Active the connection-table entries pinned to it that have not
-	// seen a FIN or RST from the client (approximate: an entry stays
-	// until the table evicts it, so a connection that ended without
-	// either, UDP's and lost ones', counts until then).
-	NewConns, Active uint64
-}
-
-// PathCounters are what a path sent (encapsulated) and received
-// (decapsulated).
-type PathCounters struct {
-	Tx Counter `json:"tx"`
-	Rx Counter `json:"rx"`
-}
-
 // Snapshot reads and sums every per-CPU counter.
-func (dp *Dataplane) Snapshot() (*Snapshot, error) {
+func (dp *Dataplane) Snapshot() (*dataplane.Snapshot, error) {
 	rules, gen, err := dp.ActiveRules()
 	if err != nil {
 		return nil, err
@@ -140,7 +94,7 @@ const IfSlots = 1024
 
 // readBackends reads the balancer's counters of members and counts the
 // open entries of the connection table per backend.
-func readBackends(m *edgeMaps, members map[uint32]MemberRef) ([]BackendCounters, error) {
+func readBackends(m *edgeMaps, members map[uint32]MemberRef) ([]dataplane.BackendCounters, error) {
 	if len(members) == 0 {
 		return nil, nil
 	}
@@ -156,7 +110,7 @@ func readBackends(m *edgeMaps, members map[uint32]MemberRef) ([]BackendCounters,
 		return true
 	})
 	t.unmap()
-	out := make([]BackendCounters, 0, len(members))
+	out := make([]dataplane.BackendCounters, 0, len(members))
 	for idx, ref := range members {
 		c, err := sumCtr(m.EdgeLbStats, idx)
 		if err != nil {
@@ -166,20 +120,20 @@ func readBackends(m *edgeMaps, members map[uint32]MemberRef) ([]BackendCounters,
 		if err := m.EdgeLbNew.Lookup(idx, &per); err != nil {
 			return nil, fmt.Errorf("balancer new connections: %w", err)
 		}
-		b := BackendCounters{Service: ref.Service, FAR: ref.FAR, Counter: c, Active: active[idx]}
+		b := dataplane.BackendCounters{Service: ref.Service, FAR: ref.FAR, Counter: c, Active: active[idx]}
 		for _, v := range per {
 			b.NewConns += v
 		}
 		out = append(out, b)
 	}
-	slices.SortFunc(out, func(a, b BackendCounters) int {
+	slices.SortFunc(out, func(a, b dataplane.BackendCounters) int {
 		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.FAR, b.FAR))
 	})
 	return out, nil
 }
 
-func readSnapshot(m *edgeMaps, rules map[RuleKey]Rule, paths []Path, gen uint32) (*Snapshot, error) {
-	s := &Snapshot{Gen: gen, PDRs: map[uint32]Counter{}, Paths: map[uint32]PathCounters{}}
+func readSnapshot(m *edgeMaps, rules map[RuleKey]Rule, paths []Path, gen uint32) (*dataplane.Snapshot, error) {
+	s := &dataplane.Snapshot{Gen: gen, PDRs: map[uint32]dataplane.Counter{}, Paths: map[uint32]dataplane.PathCounters{}}
 	var st State
 	if err := m.EdgeGlobal.Lookup(uint32(0), &st); err != nil {
 		return nil, fmt.Errorf("read state: %w", err)
@@ -194,7 +148,7 @@ func readSnapshot(m *edgeMaps, rules map[RuleKey]Rule, paths []Path, gen uint32)
 		if err != nil {
 			return nil, fmt.Errorf("path stats: %w", err)
 		}
-		s.Paths[p.Id] = PathCounters{Tx: tx, Rx: rx}
+		s.Paths[p.Id] = dataplane.PathCounters{Tx: tx, Rx: rx}
 	}
 	seen := map[uint32]bool{}
 	for _, r := range rules {
@@ -209,7 +163,7 @@ func readSnapshot(m *edgeMaps, rules map[RuleKey]Rule, paths []Path, gen uint32)
 		s.PDRs[uint32(r.Prio)] = c
 	}
 	var err error
-	if s.Verdicts, err = sumAll(m.EdgeVerdicts, len(VerdictNames)); err != nil {
+	if s.Verdicts, err = sumAll(m.EdgeVerdicts, len(dataplane.VerdictNames)); err != nil {
 		return nil, fmt.Errorf("verdict stats: %w", err)
 	}
 	if s.Reasons, err = sumAll(m.EdgeReasons, ReasonMax); err != nil {
@@ -227,9 +181,9 @@ func readSnapshot(m *edgeMaps, rules map[RuleKey]Rule, paths []Path, gen uint32)
 	return s, nil
 }
 
-func sumCtr(m *ebpf.Map, idx uint32) (Counter, error) {
+func sumCtr(m *ebpf.Map, idx uint32) (dataplane.Counter, error) {
 	var per []Ctr
-	var c Counter
+	var c dataplane.Counter
 	if err := m.Lookup(idx, &per); err != nil {
 		return c, err
 	}
@@ -240,8 +194,8 @@ func sumCtr(m *ebpf.Map, idx uint32) (Counter, error) {
 	return c, nil
 }
 
-func sumAll(m *ebpf.Map, n int) ([]Counter, error) {
-	out := make([]Counter, n)
+func sumAll(m *ebpf.Map, n int) ([]dataplane.Counter, error) {
+	out := make([]dataplane.Counter, n)
 	for i := range out {
 		c, err := sumCtr(m, uint32(i))
 		if err != nil {
@@ -254,7 +208,7 @@ func sumAll(m *ebpf.Map, n int) ([]Counter, error) {
 
 // PinnedSnapshot reads the counters straight from the maps pinned under
 // pinDir, without an agent.
-func PinnedSnapshot(pinDir string) (*Snapshot, error) {
+func PinnedSnapshot(pinDir string) (*dataplane.Snapshot, error) {
 	var m edgeMaps
 	fields := map[string]**ebpf.Map{
 		edgeMapEdgeCacheStats: &m.EdgeCacheStats,

@@ -183,68 +183,8 @@ const (
 	XDPRedirect = 4
 )
 
-// VerdictNames names the XDP verdicts by value.
-var VerdictNames = []string{"aborted", "drop", "pass", "tx", "redirect"}
-
-// ReasonNames names enum edge_reason by value; a test keeps it in step with
-// bpf/edge_types.h.
-var ReasonNames = []string{
-	"none",
-	"bad_eth",
-	"bad_vlan",
-	"vlan_depth",
-	"bad_ip4",
-	"bad_ihl",
-	"bad_ip4_csum",
-	"bad_ip6",
-	"bad_ip6_ext",
-	"bad_l4",
-	"bad_gre",
-	"non_ip",
-	"no_match",
-	"no_neigh",
-	"fib_fail",
-	"route_mismatch",
-	"ttl",
-	"frag_needed",
-	"vlan_fwd",
-	"no_tx",
-	"flow_full",
-	"no_state",
-	"gre_no_path",
-	"gre_inner",
-	"mtu_icmp",
-	"mtu_drop",
-	"adjust",
-	"lb_no_backend",
-	"lb_conn_full",
-	"nat_l4",
-	"nat_icmp",
-	"gre_nested",
-	"icmp_limit",
-	"flow_evict_cold",
-	"flow_evict_idle",
-	"flow_busy",
-	"probe_reflect",
-	"probe_reply",
-	"bad_probe",
-	"steer_none",
-	"steer_moved",
-	"dup_seen",
-	"dup_late",
-	"dup_no_copy",
-	"fo_drop",
-	"fo_full",
-	"fo_evict",
-	"cpu_moved",
-	"dup_jump",
-	"probe_bad_mac",
-	"probe_stale",
-	"fo_share_drop",
-	"icmp_src_limit",
-}
-
-// Reason values used by callers and tests.
+// Reason values used by callers and tests (dataplane.ReasonNames names
+// them).
 const (
 	ReasonNone = iota
 	ReasonBadEth

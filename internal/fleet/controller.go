@@ -20,14 +20,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
-	"github.com/edgeplane/edgeplane/internal/api"
-	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
 // Controller serves the v1 API over a fleet's desired state in etcd
 // (api.Backend and api.Fleet): objects per target, each Apply one etcd
-// transaction. Several controllers may serve one fleet: each reads
+// transaction. It has no dataplane, so the API refuses it counters,
+// flows and path and CPU status. Several controllers may serve one fleet: each reads
 // again when another has written, and their transactions compare the
 // revision key, so none writes over a batch it has not seen.
 type Controller struct {
@@ -620,18 +619,3 @@ func (c *Controller) list(ctx context.Context, beats bool) ([]*pb.GatewayStatus,
 		return strings.Compare(a.Name, b.Name)
 	}), nil
 }
-
-// Snapshot implements api.Backend: a controller has no counters.
-func (c *Controller) Snapshot() (*bpf.Snapshot, error) { return nil, api.ErrNoDataplane }
-
-// Flows implements api.Backend: a controller has no flows.
-func (c *Controller) Flows(int) ([]bpf.FlowStat, map[uint32]string, error) {
-	return nil, nil, api.ErrNoDataplane
-}
-
-// PathStatus implements api.Backend (the server refuses the call first).
-func (c *Controller) PathStatus() []*pb.PathStatus { return nil }
-
-// StrategyStatus implements api.Backend (the server refuses the call
-// first).
-func (c *Controller) StrategyStatus() []*pb.StrategyStatus { return nil }

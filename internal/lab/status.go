@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/topo"
 	"github.com/edgeplane/edgeplane/internal/wanem"
 )
@@ -138,7 +139,7 @@ func (l *SDWAN) Status() *Status {
 }
 
 // pathStatus lists a snapshot's paths in id order; path n runs over wann.
-func pathStatus(s *bpf.Snapshot) []PathStatus {
+func pathStatus(s *dataplane.Snapshot) []PathStatus {
 	var out []PathStatus
 	for id, c := range s.Paths {
 		out = append(out, PathStatus{

@@ -11,11 +11,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 // Source returns the current counters.
-type Source func() (*bpf.Snapshot, error)
+type Source func() (*dataplane.Snapshot, error)
 
 // SnapshotEvery is how often at most a scrape reads the dataplane.
 const SnapshotEvery = time.Second
@@ -28,9 +28,9 @@ const SnapshotEvery = time.Second
 func Throttle(src Source, every time.Duration) Source {
 	var mu sync.Mutex
 	var at time.Time
-	var snap *bpf.Snapshot
+	var snap *dataplane.Snapshot
 	var err error
-	return func() (*bpf.Snapshot, error) {
+	return func() (*dataplane.Snapshot, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if at.IsZero() || time.Since(at) >= every {
@@ -118,19 +118,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.pdrBytes, prometheus.CounterValue, float64(v.Bytes), l)
 	}
 	for i, v := range s.Verdicts {
-		ch <- prometheus.MustNewConstMetric(c.verdictPackets, prometheus.CounterValue, float64(v.Packets), bpf.VerdictNames[i])
-		ch <- prometheus.MustNewConstMetric(c.verdictBytes, prometheus.CounterValue, float64(v.Bytes), bpf.VerdictNames[i])
+		ch <- prometheus.MustNewConstMetric(c.verdictPackets, prometheus.CounterValue, float64(v.Packets), dataplane.VerdictNames[i])
+		ch <- prometheus.MustNewConstMetric(c.verdictBytes, prometheus.CounterValue, float64(v.Bytes), dataplane.VerdictNames[i])
 	}
 	for i, v := range s.Reasons {
-		if i == bpf.ReasonNone {
+		if i == dataplane.ReasonNone {
 			continue
 		}
-		ch <- prometheus.MustNewConstMetric(c.reasonPackets, prometheus.CounterValue, float64(v.Packets), bpf.ReasonNames[i])
-		ch <- prometheus.MustNewConstMetric(c.reasonBytes, prometheus.CounterValue, float64(v.Bytes), bpf.ReasonNames[i])
+		ch <- prometheus.MustNewConstMetric(c.reasonPackets, prometheus.CounterValue, float64(v.Packets), dataplane.ReasonNames[i])
+		ch <- prometheus.MustNewConstMetric(c.reasonBytes, prometheus.CounterValue, float64(v.Bytes), dataplane.ReasonNames[i])
 	}
 	for id, v := range s.Paths {
 		l := strconv.FormatUint(uint64(id), 10)
-		for dir, ctr := range map[string]bpf.Counter{"tx": v.Tx, "rx": v.Rx} {
+		for dir, ctr := range map[string]dataplane.Counter{"tx": v.Tx, "rx": v.Rx} {
 			ch <- prometheus.MustNewConstMetric(c.pathPackets, prometheus.CounterValue, float64(ctr.Packets), l, dir)
 			ch <- prometheus.MustNewConstMetric(c.pathBytes, prometheus.CounterValue, float64(ctr.Bytes), l, dir)
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/metrics"
 )
 
@@ -23,11 +23,11 @@ import (
 // read at most once a second however many scrapes come.
 func TestScrapesShareOneRead(t *testing.T) {
 	var reads atomic.Int32
-	src := func() (*bpf.Snapshot, error) {
+	src := func() (*dataplane.Snapshot, error) {
 		reads.Add(1)
 		time.Sleep(5 * time.Millisecond) // a walk takes time
-		return &bpf.Snapshot{Gen: uint32(reads.Load()), PDRs: map[uint32]bpf.Counter{}, Paths: map[uint32]bpf.PathCounters{},
-			Verdicts: make([]bpf.Counter, len(bpf.VerdictNames)), Reasons: make([]bpf.Counter, len(bpf.ReasonNames))}, nil
+		return &dataplane.Snapshot{Gen: uint32(reads.Load()), PDRs: map[uint32]dataplane.Counter{}, Paths: map[uint32]dataplane.PathCounters{},
+			Verdicts: make([]dataplane.Counter, len(dataplane.VerdictNames)), Reasons: make([]dataplane.Counter, len(dataplane.ReasonNames))}, nil
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.NewCollector(metrics.Throttle(src, metrics.SnapshotEvery)))

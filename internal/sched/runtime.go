@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/sched/scx"
 )
 
@@ -264,7 +265,7 @@ func (r *Runtime) Wake() {
 }
 
 // Status is what each strategy holds (nil before Start).
-func (r *Runtime) Status() []Status {
+func (r *Runtime) Status() []dataplane.StrategyStatus {
 	if r == nil || r.e == nil {
 		return nil
 	}

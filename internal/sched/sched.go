@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
 // Proc is what a strategy matches a process by.
@@ -932,42 +933,23 @@ func lastCPU(root string, pid, tid int) (int, error) {
 	return strconv.Atoi(f)
 }
 
-// Status is what the engine holds for one strategy.
-type Status struct {
-	Strategy uint32
-	Procs    []ProcStatus
-	// Error is why a matching process was not given what the strategy
-	// says ("" none); Others what it changed beyond its processes.
-	Error  string
-	Others string
-}
-
-// ProcStatus is a process a strategy holds.
-type ProcStatus struct {
-	PID     int
-	Comm    string
-	Threads int
-	Applied string
-	RanOn   []int
-}
-
 // Status returns what the engine holds for each strategy of the last
 // Sync (those with processes, an error or changes to others), by id.
-func (e *Engine) Status() []Status {
+func (e *Engine) Status() []dataplane.StrategyStatus {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	by := map[uint32]*Status{}
-	get := func(id uint32) *Status {
+	by := map[uint32]*dataplane.StrategyStatus{}
+	get := func(id uint32) *dataplane.StrategyStatus {
 		if by[id] == nil {
-			by[id] = &Status{Strategy: id}
+			by[id] = &dataplane.StrategyStatus{Strategy: id}
 		}
 		return by[id]
 	}
-	procs := map[int]*ProcStatus{}
+	procs := map[int]*dataplane.StrategyProcess{}
 	for _, h := range e.held {
 		p := procs[h.PID]
 		if p == nil {
-			p = &ProcStatus{PID: h.PID, Applied: h.Applied, RanOn: slices.Sorted(maps.Keys(e.ranOn[h.PID]))}
+			p = &dataplane.StrategyProcess{PID: h.PID, Applied: h.Applied, RanOn: slices.Sorted(maps.Keys(e.ranOn[h.PID]))}
 			if pr, err := ReadProc(e.root, h.PID); err == nil {
 				p.Comm = pr.Comm
 			}
@@ -994,13 +976,13 @@ func (e *Engine) Status() []Status {
 			get(uint32(id))
 		}
 	}
-	var out []Status
+	var out []dataplane.StrategyStatus
 	for _, id := range slices.Sorted(maps.Keys(by)) {
 		st := by[id]
 		for i := range st.Procs {
 			st.Procs[i] = *procs[st.Procs[i].PID]
 		}
-		slices.SortFunc(st.Procs, func(a, b ProcStatus) int { return cmp.Compare(a.PID, b.PID) })
+		slices.SortFunc(st.Procs, func(a, b dataplane.StrategyProcess) int { return cmp.Compare(a.PID, b.PID) })
 		var others []string
 		if st.Others != "" {
 			others = append(others, st.Others)

@@ -2,8 +2,9 @@
 
 // Package apitest is an api.Backend without a dataplane, for tests that
 // drive the real gRPC and REST servers: it holds the config in a
-// config.Store, as the agent does, and can hold calls back to show how
-// many run at once.
+// config.Store, as the agent does, answers the dataplane's calls with
+// made-up counters, flows and statuses, and can hold calls back to show
+// how many run at once.
 package apitest
 
 import (
@@ -14,12 +15,12 @@ import (
 
 	"google.golang.org/grpc/mem"
 
-	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
-	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
-// Backend implements api.Backend over a config.Store.
+// Backend implements api.Backend over a config.Store, and
+// dataplane.Dataplane with made-up answers.
 type Backend struct {
 	mu    sync.Mutex
 	store *config.Store
@@ -78,23 +79,23 @@ func (b *Backend) Apply(ops []config.Op, dryRun bool, _ []byte) (uint32, error) 
 	return b.gen, nil
 }
 
-// Snapshot implements api.Backend: PDR 10 has counted one packet.
-func (b *Backend) Snapshot() (*bpf.Snapshot, error) {
+// Snapshot implements dataplane.Counters: PDR 10 has counted one packet.
+func (b *Backend) Snapshot() (*dataplane.Snapshot, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return &bpf.Snapshot{Gen: b.gen, PDRs: map[uint32]bpf.Counter{10: {Packets: 1, Bytes: 64}},
-		Verdicts: make([]bpf.Counter, len(bpf.VerdictNames)), Reasons: make([]bpf.Counter, len(bpf.ReasonNames)),
-		Paths: map[uint32]bpf.PathCounters{}}, nil
+	return &dataplane.Snapshot{Gen: b.gen, PDRs: map[uint32]dataplane.Counter{10: {Packets: 1, Bytes: 64}},
+		Verdicts: make([]dataplane.Counter, len(dataplane.VerdictNames)), Reasons: make([]dataplane.Counter, len(dataplane.ReasonNames)),
+		Paths: map[uint32]dataplane.PathCounters{}}, nil
 }
 
-// Flows implements api.Backend: the first n of NFlows UDP flows.
-func (b *Backend) Flows(n int) ([]bpf.FlowStat, map[uint32]string, error) {
+// Flows implements dataplane.Counters: the first n of NFlows UDP flows.
+func (b *Backend) Flows(n int) ([]dataplane.FlowStat, map[uint32]string, error) {
 	if n <= 0 || n > b.NFlows {
 		n = b.NFlows
 	}
-	out := make([]bpf.FlowStat, n)
+	out := make([]dataplane.FlowStat, n)
 	for i := range out {
-		out[i] = bpf.FlowStat{Src: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Dst: netip.MustParseAddr("10.2.0.2"),
+		out[i] = dataplane.FlowStat{Src: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Dst: netip.MustParseAddr("10.2.0.2"),
 			Proto: 17, Sport: uint16(i), Dport: 53, Ifindex: 1, Packets: uint64(n - i), Bytes: uint64(64 * (n - i))}
 	}
 	return out, map[uint32]string{1: "lan0"}, nil
@@ -133,21 +134,25 @@ func (c CountingConn) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// StrategyStatus implements api.Backend: each strategy of the config,
-// holding nothing (the backend applies none).
-func (b *Backend) StrategyStatus() []*pb.StrategyStatus {
-	var out []*pb.StrategyStatus
+// StrategyStatus implements dataplane.Strategies: each strategy of the
+// config, holding nothing (the backend applies none).
+func (b *Backend) StrategyStatus() []dataplane.StrategyStatus {
+	var out []dataplane.StrategyStatus
 	for _, s := range b.Config().Strategies {
-		out = append(out, &pb.StrategyStatus{Strategy: s.ID})
+		out = append(out, dataplane.StrategyStatus{Strategy: s.ID})
 	}
 	return out
 }
 
-// PathStatus implements api.Backend: every path of the config, up.
-func (b *Backend) PathStatus() []*pb.PathStatus {
-	var out []*pb.PathStatus
+// PathStatus implements dataplane.Paths: every path of the config, up.
+func (b *Backend) PathStatus() []dataplane.PathStatus {
+	var out []dataplane.PathStatus
 	for _, p := range b.Config().Paths {
-		out = append(out, &pb.PathStatus{Path: p.ID, State: "up", Monitored: true})
+		out = append(out, dataplane.PathStatus{Path: p.ID, State: "up", Monitored: true})
 	}
 	return out
 }
+
+// The API finds the dataplane's parts by type: a method lost here would
+// turn its tests' calls into refusals, so the compiler checks them.
+var _ dataplane.Dataplane = (*Backend)(nil)
