@@ -15,28 +15,63 @@ import (
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
-// module is the path every "./" entry of the rules is relative to.
+// module is the path every "./" path of the rules is relative to.
 const module = "github.com/edgeplane/edgeplane"
+
+// production stands, as a rule's pkg, for every package of the module
+// but the developer tools and test/.
+const production = "production"
 
 // loader is what links the XDP objects and the kernel's BPF calls.
 var loader = []string{"./internal/bpf", "github.com/cilium/ebpf"}
 
-// rules says which packages must not link which. pkg and each of
-// forbidden are import paths, "./" standing for the module's; a
-// forbidden path forbids the packages under it too. A package's links
-// are its dependencies as `go list -deps` gives them (its tests' aside).
-// Add a row to hold a new rule.
+// devTools are the packages for trying, measuring and testing edgeplane
+// on one machine. They start etcd's server, build namespaces, emulate
+// WAN links and time the dataplane: nothing a gateway or a controller
+// runs.
+var devTools = []string{
+	"go.etcd.io/etcd/server",
+	"./cmd/edgeplane-dev",
+	"./internal/bench",
+	"./internal/devtools",
+	"./internal/lab",
+	"./internal/wanem",
+	"./internal/topo",
+	"./internal/testutil",
+	"./internal/api/apitest",
+}
+
+// configModel is the bottom of the config's layers: the object model.
+var configModel = []string{"./internal/config", "./internal/config/yamlnode", "./internal/maglev"}
+
+// rules says which packages must not link which. Paths are import
+// paths, "./" standing for the module's. A forbidden path forbids the
+// packages under it too, but for those allowed names exactly. A
+// package's links are its dependencies as `go list -deps` gives them
+// (its tests' aside). Add a row to hold a new rule.
 var rules = []struct {
-	pkg       string
+	pkg       string // or production
 	forbidden []string
+	allowed   []string
 	why       string
 }{
-	{"./internal/dataplane", []string{"./", "github.com/cilium/ebpf"},
+	// The dataplane's contract and who reads it.
+	{"./internal/dataplane", []string{"./", "github.com/cilium/ebpf"}, nil,
 		"the dataplane's contract is the bottom layer: the API, the controller, the metrics and the loader all import it"},
-	{"./internal/api", loader, "the API serves a gateway's dataplane through the contract (internal/dataplane), and a controller, which has none"},
-	{"./internal/fleet", loader, "the fleet controller runs where no dataplane is loaded"},
-	{"./internal/client", loader, "the CLI's API client talks to a gateway, it loads nothing"},
-	{"./internal/metrics", loader, "the metrics read counters through the contract"},
+	{"./internal/api", loader, nil, "the API serves a gateway's dataplane through the contract (internal/dataplane), and a controller, which has none"},
+	{"./internal/fleet", loader, nil, "the fleet controller runs where no dataplane is loaded"},
+	{"./internal/client", loader, nil, "the CLI's API client talks to a gateway, it loads nothing"},
+	{"./internal/metrics", loader, nil, "the metrics read counters through the contract"},
+	// Binaries by audience.
+	{"./cmd/edgeplane", devTools, nil,
+		"the binary a gateway and a controller run links no lab, bench, emulator or etcd server"},
+	{production, devTools, nil,
+		"production packages never import developer tools (cmd/edgeplane-dev carries them)"},
+	// The config's layers: the model, then its YAML form; the CLI's
+	// tables, the API and the dataplane import them, never the other way.
+	{"./internal/config", []string{"./"}, configModel, "the object model is the bottom of the config's layers"},
+	{"./internal/config/yamlcfg", []string{"./"}, append(slices.Clone(configModel), "./internal/config/yamlcfg", "./internal/atomicfile"),
+		"the config file's YAML form imports nothing above the model but the atomic file write"},
 }
 
 // pkgInfo is what `go list -json` says of a package.
@@ -45,26 +80,33 @@ type pkgInfo struct {
 	Imports    []string
 }
 
-// expand resolves a rule's "./" path.
-func expand(p string) string {
-	if p == "./" {
-		return module
+// expand resolves a rule's "./" paths.
+func expand(ps ...string) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		switch rest, ok := strings.CutPrefix(p, "./"); {
+		case p == "./":
+			out[i] = module
+		case ok:
+			out[i] = module + "/" + rest
+		default:
+			out[i] = p
+		}
 	}
-	if rest, ok := strings.CutPrefix(p, "./"); ok {
-		return module + "/" + rest
-	}
-	return p
+	return out
 }
 
-// under reports whether import path p is f or a package below it.
-func under(p, f string) bool {
-	return p == f || strings.HasPrefix(p, f+"/")
+// under reports whether import path p is one of paths or a package
+// below one.
+func under(p string, paths []string) bool {
+	return slices.ContainsFunc(paths, func(f string) bool { return p == f || strings.HasPrefix(p, f+"/") })
 }
 
-// graph lists pkgs and everything they import, by import path.
-func graph(t *testing.T, pkgs []string) map[string][]string {
+// graph lists the module's packages and everything they import, by
+// import path, in one go list.
+func graph(t *testing.T) map[string][]string {
 	t.Helper()
-	cmd := exec.Command(testutil.GoTool(), append([]string{"list", "-deps", "-json=ImportPath,Imports"}, pkgs...)...)
+	cmd := exec.Command(testutil.GoTool(), "list", "-deps", "-json=ImportPath,Imports", "./...")
 	cmd.Dir = "../.."
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -87,17 +129,17 @@ func graph(t *testing.T, pkgs []string) map[string][]string {
 }
 
 // chain returns the shortest import chain from pkg to a package under
-// forbidden, nil when there is none.
-func chain(g map[string][]string, pkg, forbidden string) []string {
+// forbidden and not allowed, nil when there is none.
+func chain(g map[string][]string, pkg string, forbidden, allowed []string) []string {
 	from := map[string]string{pkg: ""}
 	queue := []string{pkg}
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
-		if p != pkg && under(p, forbidden) {
+		if p != pkg && under(p, forbidden) && !slices.Contains(allowed, p) {
 			var c []string
 			for ; p != ""; p = from[p] {
-				c = append(c, p)
+				c = append(c, strings.TrimPrefix(p, module+"/"))
 			}
 			slices.Reverse(c)
 			return c
@@ -113,22 +155,38 @@ func chain(g map[string][]string, pkg, forbidden string) []string {
 }
 
 // TestLayers holds the rules: a package linking what a rule forbids
-// fails with the import chain that brings it in.
+// fails with the import chain that brings it in. A rule naming a
+// package, or forbidding a path, that no package of the graph has
+// fails too: it would hold nothing.
 func TestLayers(t *testing.T) {
-	var pkgs []string
-	for _, r := range rules {
-		pkgs = append(pkgs, expand(r.pkg))
-	}
-	g := graph(t, pkgs)
-	for _, r := range rules {
-		pkg := expand(r.pkg)
-		if _, ok := g[pkg]; !ok {
-			t.Errorf("%s: go list did not list it", r.pkg)
-			continue
+	g := graph(t)
+	var all, prod []string
+	for p := range g {
+		all = append(all, p)
+		if under(p, []string{module}) && !under(p, expand(devTools...)) && !under(p, expand("./test")) {
+			prod = append(prod, p)
 		}
-		for _, f := range r.forbidden {
-			if c := chain(g, pkg, expand(f)); c != nil {
-				t.Errorf("%s links %s (%s): %s", r.pkg, f, r.why, strings.Join(c, " -> "))
+	}
+	for _, r := range rules {
+		forbidden, allowed := expand(r.forbidden...), expand(r.allowed...)
+		for _, f := range forbidden {
+			if !slices.ContainsFunc(all, func(p string) bool { return under(p, []string{f}) }) {
+				t.Errorf("%s: no package is %s or under it: the rule holds nothing", r.pkg, f)
+			}
+		}
+		pkgs := prod
+		if r.pkg != production {
+			pkgs = expand(r.pkg)
+		}
+		for _, pkg := range pkgs {
+			if _, ok := g[pkg]; !ok {
+				t.Errorf("%s: go list did not list it", r.pkg)
+				continue
+			}
+			for _, f := range forbidden {
+				if c := chain(g, pkg, []string{f}, allowed); c != nil {
+					t.Errorf("%s links %s (%s): %s", strings.TrimPrefix(pkg, module+"/"), c[len(c)-1], r.why, strings.Join(c, " -> "))
+				}
 			}
 		}
 	}
