@@ -8,6 +8,18 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+// OpenSpec is Open of spec, a build of the dataplane's object other than
+// the embedded one (a test's), with no pins.
+func OpenSpec(spec *ebpf.CollectionSpec, l Limits) (*Dataplane, error) {
+	if err := ApplyLimits(spec, l); err != nil {
+		return nil, err
+	}
+	return open(spec, l, "")
+}
+
+// ClangFlags are the flags go:generate compiles the dataplane with.
+var ClangFlags = clangFlags
+
 // FlowWays returns a copy of every entry of dp's flow table, with
 // whether it had a packet after its first.
 func (dp *Dataplane) FlowWays() ([]FTWay, []bool, error) {

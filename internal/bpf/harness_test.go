@@ -50,6 +50,13 @@ type harness struct {
 
 func newHarness(t testing.TB, cfgYAML string) *harness {
 	t.Helper()
+	return newHarnessOf(t, cfgYAML, nil)
+}
+
+// newHarnessOf is newHarness with spec's program: a build of the
+// dataplane other than the embedded one (nil: the embedded one).
+func newHarnessOf(t testing.TB, cfgYAML string, spec *ebpf.CollectionSpec) *harness {
+	t.Helper()
 	testutil.RequireRoot(t)
 	ns, err := topo.NewPacketNS(testutil.UniqueName("eppkt"))
 	if err != nil {
@@ -61,7 +68,13 @@ func newHarness(t testing.TB, cfgYAML string) *harness {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	dp, err := bpf.Open(bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules, MaglevSize: cfg.Limits.MaglevTable, Conns: cfg.Limits.Connections}, "")
+	l := bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules, MaglevSize: cfg.Limits.MaglevTable, Conns: cfg.Limits.Connections}
+	var dp *bpf.Dataplane
+	if spec == nil {
+		dp, err = bpf.Open(l, "")
+	} else {
+		dp, err = bpf.OpenSpec(spec, l)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

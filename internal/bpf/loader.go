@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,6 +151,12 @@ func Open(l Limits, pinDir string) (*Dataplane, error) {
 	if err != nil {
 		return nil, err
 	}
+	return open(spec, l, pinDir)
+}
+
+// open is Open of spec, the dataplane's object with l applied (a test's
+// build of it too).
+func open(spec *ebpf.CollectionSpec, l Limits, pinDir string) (*Dataplane, error) {
 	opts := &ebpf.CollectionOptions{}
 	if pinDir != "" {
 		if err := os.MkdirAll(pinDir, 0o700); err != nil {
@@ -177,6 +184,7 @@ func Open(l Limits, pinDir string) (*Dataplane, error) {
 		dp.Close()
 		return nil, err
 	}
+	var err error
 	if dp.barrier, err = newBarrier(); err != nil {
 		dp.Close()
 		return nil, err
@@ -272,61 +280,30 @@ func (dp *Dataplane) loadApart(to any, what string) error {
 	return nil
 }
 
+// privateMaps are the maps a program loaded apart from the XDP program
+// (the redundant copies', relief's CPU program, the probe sender, the
+// benchmark wrappers) gets its own of: per-CPU scratch and caches no
+// other program reads. Every other map of the object is shared.
+var privateMaps = map[string]bool{
+	edgeMapEdgeCtx:        true,
+	edgeMapEdgeIcmpBucket: true,
+	edgeMapEdgeDstNh:      true,
+}
+
 // MapReplacements returns dp's maps by name, for loading other programs
-// (benchmark wrappers) against them.
+// (benchmark wrappers) against them: every map of the object but the
+// private ones, so a map a stage adds to bpf/edge_maps.h is shared
+// without a line here.
 func (dp *Dataplane) MapReplacements() map[string]*ebpf.Map {
-	return map[string]*ebpf.Map{
-		edgeMapEdgeCacheStats:  dp.EdgeCacheStats,
-		edgeMapEdgeIfCpu:       dp.EdgeIfCpu,
-		edgeMapEdgeIfSteer:     dp.EdgeIfSteer,
-		edgeMapEdgeFars:        dp.EdgeFars,
-		edgeMapEdgeFt:          dp.EdgeFt,
-		edgeMapEdgeFtMeta:      dp.EdgeFtMeta,
-		edgeMapEdgeGlobal:      dp.EdgeGlobal,
-		edgeMapEdgeGroups:      dp.EdgeGroups,
-		edgeMapEdgePdrStats:    dp.EdgePdrStats,
-		edgeMapEdgeReasons:     dp.EdgeReasons,
-		edgeMapEdgeRules:       dp.EdgeRules,
-		edgeMapEdgeTx:          dp.EdgeTx,
-		edgeMapEdgeVerdicts:    dp.EdgeVerdicts,
-		edgeMapEdgePaths:       dp.EdgePaths,
-		edgeMapEdgeDecaps:      dp.EdgeDecaps,
-		edgeMapEdgePathStats:   dp.EdgePathStats,
-		edgeMapEdgePathSeq:     dp.EdgePathSeq,
-		edgeMapEdgeIfaddrs:     dp.EdgeIfaddrs,
-		edgeMapEdgeEmc4:        dp.EdgeEmc4,
-		edgeMapEdgeServices:    dp.EdgeServices,
-		edgeMapEdgeNatBackends: dp.EdgeNatBackends,
-		edgeMapEdgeSvcIndex:    dp.EdgeSvcIndex,
-		edgeMapEdgeMaglev:      dp.EdgeMaglev,
-		edgeMapEdgeLbFar:       dp.EdgeLbFar,
-		edgeMapEdgeLbStats:     dp.EdgeLbStats,
-		edgeMapEdgeLbNew:       dp.EdgeLbNew,
-		edgeMapEdgeLbMembers:   dp.EdgeLbMembers,
-		edgeMapEdgePathProbe:   dp.EdgePathProbe,
-		edgeMapEdgePathAuth:    dp.EdgePathAuth,
-		edgeMapEdgeSteer:       dp.EdgeSteer,
-		edgeMapEdgeSteerOk:     dp.EdgeSteerOk,
-		edgeMapEdgeDupSeq:      dp.EdgeDupSeq,
-		edgeMapEdgeDupTx:       dp.EdgeDupTx,
-		edgeMapEdgePathDedup:   dp.EdgePathDedup,
-		edgeMapEdgeDedup:       dp.EdgeDedup,
-		edgeMapEdgePathNh:      dp.EdgePathNh,
-		edgeMapEdgePathTcpRtt:  dp.EdgePathTcpRtt,
-		edgeMapEdgeFo:          dp.EdgeFo,
-		edgeMapEdgeFoShares:    dp.EdgeFoShares,
-		edgeMapEdgeSecret:      dp.EdgeSecret,
-		// Not pinned: one table of sources for every program loaded
-		// against dp (relief's CPU program too), so a source has one
-		// share of ICMP errors however its packets are handed around.
-		edgeMapEdgeIcmpSrc:  dp.EdgeIcmpSrc,
-		edgeMapEdgeQos:      dp.EdgeQos,
-		edgeMapEdgeQosDscp:  dp.EdgeQosDscp,
-		edgeMapEdgeQosStats: dp.EdgeQosStats,
-		edgeMapEdgeQosVqs:   dp.EdgeQosVqs,
-		edgeMapEdgeCpuLoads: dp.EdgeCpuLoads,
-		edgeMapEdgeCpus:     dp.EdgeCpus,
+	out := map[string]*ebpf.Map{}
+	v := reflect.ValueOf(&dp.edgeMaps).Elem()
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Tag.Get("ebpf")
+		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok && name != "" && !privateMaps[name] {
+			out[name] = m
+		}
 	}
+	return out
 }
 
 // Unpin removes the maps' pins; the maps live on while something holds them.
