@@ -20,6 +20,8 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/edgeplane/edgeplane/internal/bench/measure"
+	"github.com/edgeplane/edgeplane/internal/bench/sdwan"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/rules"
@@ -75,14 +77,17 @@ type Options struct {
 	Log          func(format string, a ...any)
 }
 
+// bins are the binaries the parts that run agents start.
+func (o Options) bins() measure.Binaries {
+	return measure.Binaries{Edgeplane: o.EdgeplaneBin, Dev: o.DevBin}
+}
+
 // edgeplaneBin returns o.EdgeplaneBin, the gateway's binary a part that
 // runs agents needs.
-func (o Options) edgeplaneBin() (string, error) {
-	if o.EdgeplaneBin == "" {
-		return "", errors.New("this part runs agents with the edgeplane binary: none found (build it beside edgeplane-dev with make build, or give --edgeplane)")
-	}
-	return o.EdgeplaneBin, nil
-}
+func (o Options) edgeplaneBin() (string, error) { return o.bins().Gateway() }
+
+// sdwan is what the parts in an SD-WAN lab take.
+func (o Options) sdwan() sdwan.Options { return sdwan.Options{Bins: o.bins(), Log: o.Log} }
 
 // Figure is one measured scenario.
 type Figure struct {
@@ -125,26 +130,19 @@ type Report struct {
 	// Control is absent in quick runs and with no control ops.
 	Control *Control `json:"control,omitempty"`
 	// Failover is absent in quick runs and with no failover rounds.
-	Failover *Failover `json:"failover,omitempty"`
+	Failover *sdwan.Failover `json:"failover,omitempty"`
 	// FlowOpt is the flowopt scenario's (--scenario flowopt).
-	FlowOpt *FlowOpt `json:"flowopt,omitempty"`
+	FlowOpt *sdwan.FlowOpt `json:"flowopt,omitempty"`
 	// CPU is the cpu scenario's (--scenario cpu).
-	CPU *CPU `json:"cpu,omitempty"`
+	CPU *sdwan.CPU `json:"cpu,omitempty"`
 	// Fleet is the fleet scenario's (--scenario fleet).
 	Fleet   *Fleet    `json:"fleet,omitempty"`
 	Started time.Time `json:"started"`
 	Seconds float64   `json:"seconds"`
 }
 
-// Goal states one target of the issue against the measured figures.
-type Goal struct {
-	Name  string  `json:"name"`
-	Value float64 `json:"value"`
-	Limit float64 `json:"limit"`
-	// AtLeast makes Limit a lower bound (otherwise an upper bound).
-	AtLeast bool `json:"at_least,omitempty"`
-	Met     bool `json:"met"`
-}
+// Goal states one target against the measured figures.
+type Goal = measure.Goal
 
 const (
 	methodPlain   = "repeat on one buffer (program does not modify the packet)"
@@ -194,10 +192,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		r.Repeat, r.Rounds = 0, 0
 		var err error
-		if r.CPU, err = runCPU(ctx, o, time.Duration(secs*float64(time.Second)), rate); err != nil {
+		if r.CPU, err = sdwan.RunCPU(ctx, o.sdwan(), time.Duration(secs*float64(time.Second)), rate); err != nil {
 			return nil, fmt.Errorf("cpu: %w", err)
 		}
-		r.Goals = cpuGoals(r.CPU)
+		r.Goals = sdwan.CPUGoals(r.CPU)
 		r.judge()
 		r.Seconds = time.Since(start).Seconds()
 		return r, nil
@@ -226,14 +224,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		flows, secs := o.FlowOptFlows, o.FlowOptSeconds
 		if len(flows) == 0 {
-			flows = FlowOptFlows
+			flows = sdwan.FlowOptFlows
 		}
 		if secs <= 0 {
 			secs = 10
 		}
 		r.Repeat, r.Rounds = 0, 0
 		var err error
-		if r.FlowOpt, err = runFlowOpt(ctx, o, flows, time.Duration(secs*float64(time.Second))); err != nil {
+		if r.FlowOpt, err = sdwan.RunFlowOpt(ctx, o.sdwan(), flows, time.Duration(secs*float64(time.Second))); err != nil {
 			return nil, fmt.Errorf("flowopt: %w", err)
 		}
 		r.Seconds = time.Since(start).Seconds()
@@ -245,10 +243,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		r.Repeat, r.Rounds = 0, 0
 		var err error
-		if r.Failover, err = runFailover(ctx, o, o.FailoverRounds); err != nil {
+		if r.Failover, err = sdwan.RunFailover(ctx, o.sdwan(), o.FailoverRounds); err != nil {
 			return nil, fmt.Errorf("failover: %w", err)
 		}
-		r.Goals = failoverGoals(r.Failover)
+		r.Goals = sdwan.FailoverGoals(r.Failover)
 		r.judge()
 		r.Seconds = time.Since(start).Seconds()
 		return r, nil
@@ -415,7 +413,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.FailoverRounds > 0 {
 		o.Log("failover: %d rounds in the SD-WAN lab", o.FailoverRounds)
-		if r.Failover, err = runFailover(ctx, o, o.FailoverRounds); err != nil {
+		if r.Failover, err = sdwan.RunFailover(ctx, o.sdwan(), o.FailoverRounds); err != nil {
 			return nil, fmt.Errorf("failover: %w", err)
 		}
 	}
@@ -430,7 +428,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.Goals = append(r.Goals, Goal{Name: "ours / kernel Mpps end to end, " + c.Sender, Value: c.Ratio, Limit: 3, AtLeast: true})
 	}
 	r.Goals = append(r.Goals, e2eGoals(r.EndToEnd)...)
-	r.Goals = append(r.Goals, failoverGoals(r.Failover)...)
+	r.Goals = append(r.Goals, sdwan.FailoverGoals(r.Failover)...)
 	r.judge()
 	r.Seconds = time.Since(start).Seconds()
 	return r, nil
@@ -481,15 +479,7 @@ func newFlow(name string) bool {
 }
 
 // judge tells which goals are met.
-func (r *Report) judge() {
-	for i, g := range r.Goals {
-		if g.AtLeast {
-			r.Goals[i].Met = g.Value >= g.Limit
-		} else {
-			r.Goals[i].Met = g.Value <= g.Limit
-		}
-	}
-}
+func (r *Report) judge() { measure.Judge(r.Goals) }
 
 // add adds f, with its cost above the floor and, for a new flow, as a
 // multiple of the bare insert (measured first, after the floor).
@@ -746,10 +736,7 @@ func (r *Report) Text() string {
 		}
 	}
 	if f := r.FlowOpt; f != nil {
-		for _, x := range f.Runs {
-			fmt.Fprintf(&sb, "flowopt %s, %d eMBB flows through %s: %.1f Mbit/s, Jain %.3f; URLLC mean %.2f ms p50 %.2f ms p99 %.2f ms (%d of %d answered); mMTC %d of %d; softirq spread %.2f\n",
-				x.Mode, x.EMBBFlows, f.Rate, x.EMBBMbps, x.Jain, x.URLLCMeanMs, x.URLLCP50Ms, x.URLLCP99Ms, x.URLLCAnswer, x.URLLCSent, x.MMTCReceived, x.MMTCSent, x.SoftirqSpread)
-		}
+		sb.WriteString(f.Text())
 	}
 	if f := r.Fleet; f != nil {
 		fmt.Fprintf(&sb, "fleet: etcd Put floor (%d back to back): p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", f.Floor.Puts, f.Floor.P50Ms, f.Floor.P99Ms, f.Floor.MaxMs)
@@ -762,10 +749,7 @@ func (r *Report) Text() string {
 		}
 	}
 	if f := r.Failover; f != nil {
-		for _, s := range f.Series {
-			fmt.Fprintf(&sb, "failover at %.0f ms probes: gap %.0f ms (rounds %.0f; switch %.0f ms + %.0f ms longer flight), back gap %.0f ms; %d of %d datagrams\n",
-				s.ProbeIntervalMs, s.GapMs, s.GapsMs, s.SwitchMs, s.DelayDiffMs, s.BackGapMs, s.Received, s.Sent)
-		}
+		sb.WriteString(f.Text())
 	}
 	for _, g := range r.Goals {
 		bound := "limit"

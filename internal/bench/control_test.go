@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/internal/bench/sdwan"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -157,12 +158,12 @@ func TestBenchFlowOpt(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := r.FlowOpt
-	if f == nil || f.Method == "" || f.Classes == "" || len(f.Runs) != len(FlowOptModes) {
+	if f == nil || f.Method == "" || f.Classes == "" || len(f.Runs) != len(sdwan.FlowOptModes) {
 		t.Fatalf("flowopt: %+v", f)
 	}
 	for i, x := range f.Runs {
-		if x.Mode != FlowOptModes[i].Name {
-			t.Errorf("run %d: mode %q, want %q", i, x.Mode, FlowOptModes[i].Name)
+		if x.Mode != sdwan.FlowOptModes[i].Name {
+			t.Errorf("run %d: mode %q, want %q", i, x.Mode, sdwan.FlowOptModes[i].Name)
 		}
 		checkFlowOptRun(t, x)
 	}
@@ -184,13 +185,13 @@ func TestBenchCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := r.CPU
-	if c == nil || c.Method == "" || c.RateHz != 200 || len(c.Modes) != len(cpuModes) {
+	if c == nil || c.Method == "" || c.RateHz != 200 || len(c.Modes) != len(sdwan.CPUModes) {
 		t.Fatalf("cpu: %+v", c)
 	}
 	applied := map[string]string{"unloaded": "normal, cpus 0,", "loaded": "normal, cpus 0,", "fifo": "fifo 50,", "deadline": "deadline,",
-		"weight": "cgroup /edgeplane-strategy-", "dedicated_cpu": fmt.Sprintf(", cpus %d,", numCPU()-1)}
+		"weight": "cgroup /edgeplane-strategy-", "dedicated_cpu": fmt.Sprintf(", cpus %d,", sdwan.NumCPU()-1)}
 	for i, m := range c.Modes {
-		if m.Name != cpuModes[i].name || m.Loaded != (i > 0) || (m.Strategy == "") != (i < 2) {
+		if m.Name != sdwan.CPUModes[i].Name || m.Loaded != (i > 0) || (m.Strategy == "") != (i < 2) {
 			t.Errorf("mode %d: %+v", i, m)
 		}
 		if !strings.Contains(m.Applied, applied[m.Name]) {
@@ -198,21 +199,21 @@ func TestBenchCPU(t *testing.T) {
 		}
 		for _, p := range []struct {
 			name string
-			rt   RoundTrips
+			rt   sdwan.RoundTrips
 		}{{"udp echo", m.Echo}, {"ping", m.Ping}} {
 			if p.rt.Sent != 200 || p.rt.Answered < 150 || p.rt.Answered > p.rt.Sent || p.rt.P50Ms <= 0 || p.rt.P99Ms < p.rt.P50Ms || p.rt.MaxMs < p.rt.P99Ms {
 				t.Errorf("%s, %s: %+v", m.Name, p.name, p.rt)
 			}
 		}
 	}
-	if len(r.Goals) != len(cpuModes)-1 || r.Goals[0].Limit != 2*c.Modes[0].Echo.P99Ms || r.Goals[0].Value != c.Modes[1].Echo.P99Ms {
+	if len(r.Goals) != len(sdwan.CPUModes)-1 || r.Goals[0].Limit != 2*c.Modes[0].Echo.P99Ms || r.Goals[0].Value != c.Modes[1].Echo.P99Ms {
 		t.Errorf("goals: %+v", r.Goals)
 	}
 }
 
 // checkFlowOptRun checks that a run of the flowopt scenario measured
 // what it reports.
-func checkFlowOptRun(t *testing.T, x FlowOptRun) {
+func checkFlowOptRun(t *testing.T, x sdwan.FlowOptRun) {
 	t.Helper()
 	if x.EMBBFlows != 4 || x.EMBBMbps <= 0 || x.Jain < 0.25 || x.Jain > 1.000001 {
 		t.Errorf("eMBB: %+v", x)

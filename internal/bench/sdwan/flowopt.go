@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bench
+package sdwan
 
 import (
 	"bufio"
@@ -21,6 +21,7 @@ import (
 	"time"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/topo"
@@ -113,9 +114,9 @@ const methodFlowOpt = "ECN on at hosts A and B (net.ipv4.tcp_ecn=1) in every mod
 // FlowOptFlows are the eMBB flow counts of the scenario.
 var FlowOptFlows = []int{20, 50, 200}
 
-// runFlowOpt brings up a lab of its own, runs the workload at each count
+// RunFlowOpt brings up a lab of its own, runs the workload at each count
 // of eMBB flows for d and takes the lab down.
-func runFlowOpt(ctx context.Context, o Options, flows []int, d time.Duration) (f *FlowOpt, err error) {
+func RunFlowOpt(ctx context.Context, o Options, flows []int, d time.Duration) (f *FlowOpt, err error) {
 	l, err := ownLab(ctx, o, "bo")
 	if err != nil {
 		return nil, err
@@ -142,7 +143,7 @@ func runFlowOpt(ctx context.Context, o Options, flows []int, d time.Duration) (f
 			return nil, fmt.Errorf("ecn on: %w", err)
 		}
 	}
-	conn, err := dialGatewayA(l)
+	conn, err := dialGateway(l, l.GWA)
 	if err != nil {
 		return nil, err
 	}
@@ -258,43 +259,11 @@ func setModules(ctx context.Context, gc pb.GatewayClient, mods []string) error {
 // flowOptRun runs the workload once with n eMBB flows.
 func flowOptRun(ctx context.Context, l *lab.SDWAN, n, sources int, d time.Duration) (*FlowOptRun, error) {
 	run := &FlowOptRun{EMBBFlows: n, Seconds: d.Seconds(), MMTCSources: sources}
-	// Receivers on B: the URLLC echo and the mMTC sink.
-	var echo, sink *net.UDPConn
-	if err := topo.Do(l.B, func() (err error) {
-		if echo, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(lab.AddrB), Port: 7000}); err != nil {
-			return err
-		}
-		sink, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(lab.AddrB), Port: 7001})
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("receivers on B: %w", err)
+	rx, err := startReceivers(l)
+	if err != nil {
+		return nil, err
 	}
-	defer echo.Close()
-	defer sink.Close()
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			m, from, err := echo.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			_, _ = echo.WriteToUDP(buf[:m], from)
-		}
-	}()
-	var sunk int
-	var sunkMu sync.Mutex
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			if _, err := sink.Read(buf); err != nil {
-				return
-			}
-			sunkMu.Lock()
-			sunk++
-			sunkMu.Unlock()
-		}
-	}()
-
+	defer rx.close()
 	// eMBB servers: one iperf3 per 100 flows.
 	var chunks []int
 	for left := n; left > 0; left -= 100 {
@@ -313,6 +282,34 @@ func flowOptRun(ctx context.Context, l *lab.SDWAN, n, sources int, d time.Durati
 	if err != nil {
 		return nil, err
 	}
+	rates, rtts, err := flowOptWorkload(ctx, l, run, chunks, d)
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(200 * time.Millisecond) // the last mMTC datagrams
+	soft1, err := softirqMs()
+	if err != nil {
+		return nil, err
+	}
+	var all []float64
+	for _, r := range rates {
+		all = append(all, r...)
+	}
+	if len(all) != n {
+		return nil, fmt.Errorf("iperf3 reported %d streams, want %d", len(all), n)
+	}
+	run.eMBB(all)
+	run.uRLLC(rtts)
+	run.MMTCReceived = rx.received()
+	run.softirq(soft0, soft1)
+	return run, nil
+}
+
+// flowOptWorkload runs the three kinds of traffic at once for d: the
+// eMBB streams (chunks of them, a client each), URLLC and mMTC after the
+// warm-up. It returns each client's streams' goodputs and URLLC's round
+// trips, and sets what run sent.
+func flowOptWorkload(ctx context.Context, l *lab.SDWAN, run *FlowOptRun, chunks []int, d time.Duration) ([][]float64, []time.Duration, error) {
 	// The eMBB streams start together: their slow starts fill the
 	// bottleneck's queue whatever the mode. What is measured is the
 	// steady state after it (iperf3 -O: those seconds not counted).
@@ -351,28 +348,21 @@ func flowOptRun(ctx context.Context, l *lab.SDWAN, n, sources int, d time.Durati
 		defer wg.Done()
 		time.Sleep(warm)
 		var err error
-		if run.MMTCSent, err = mmtc(l, sources, d); err != nil {
+		if run.MMTCSent, err = mmtc(l, run.MMTCSources, d); err != nil {
 			errs <- err
 		}
 	}()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		return nil, err
+		return nil, nil, err
 	}
-	time.Sleep(200 * time.Millisecond) // the last mMTC datagrams
-	soft1, err := softirqMs()
-	if err != nil {
-		return nil, err
-	}
+	return rates, rtts, nil
+}
 
-	var all []float64
-	for _, r := range rates {
-		all = append(all, r...)
-	}
-	if len(all) != n {
-		return nil, fmt.Errorf("iperf3 reported %d streams, want %d", len(all), n)
-	}
+// eMBB sets the eMBB streams' aggregate goodput and Jain's fairness
+// index over them from each one's goodput (bits per second).
+func (run *FlowOptRun) eMBB(all []float64) {
 	sum, sq := 0.0, 0.0
 	for _, x := range all {
 		sum += x
@@ -382,31 +372,98 @@ func flowOptRun(ctx context.Context, l *lab.SDWAN, n, sources int, d time.Durati
 	if sq > 0 {
 		run.Jain = sum * sum / (float64(len(all)) * sq)
 	}
+}
+
+// uRLLC sets the URLLC figures from the round trips of the requests
+// answered.
+func (run *FlowOptRun) uRLLC(rtts []time.Duration) {
 	run.URLLCAnswer = len(rtts)
-	if len(rtts) > 0 {
-		sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
-		var tot time.Duration
-		for _, r := range rtts {
-			tot += r
-		}
-		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-		run.URLLCMeanMs = ms(tot / time.Duration(len(rtts)))
-		run.URLLCP50Ms = ms(rtts[len(rtts)/2])
-		run.URLLCP99Ms = ms(rtts[min(len(rtts)-1, len(rtts)*99/100)])
+	if len(rtts) == 0 {
+		return
 	}
-	sunkMu.Lock()
-	run.MMTCReceived = sunk
-	sunkMu.Unlock()
+	sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
+	var tot time.Duration
+	for _, r := range rtts {
+		tot += r
+	}
+	run.URLLCMeanMs = measure.Ms(tot / time.Duration(len(rtts)))
+	run.URLLCP50Ms = measure.Ms(rtts[len(rtts)/2])
+	run.URLLCP99Ms = measure.Ms(rtts[min(len(rtts)-1, len(rtts)*99/100)])
+}
+
+// softirq sets each CPU's softirq time over the run from /proc/stat's
+// before and after, and the largest over the smallest.
+func (run *FlowOptRun) softirq(before, after []float64) {
 	lo, hi := math.Inf(1), 0.0
-	for i := range soft1 {
-		v := soft1[i] - soft0[i]
+	for i := range after {
+		v := after[i] - before[i]
 		run.SoftirqMs = append(run.SoftirqMs, v)
 		lo, hi = min(lo, v), max(hi, v)
 	}
 	if lo > 0 {
 		run.SoftirqSpread = hi / lo
 	}
-	return run, nil
+}
+
+// receivers are host B's ends of the URLLC and mMTC traffic: the echo,
+// and the sink that counts.
+type receivers struct {
+	echo, sink *net.UDPConn
+	mu         sync.Mutex
+	sunk       int
+}
+
+// startReceivers opens the URLLC echo (port 7000) and the mMTC sink
+// (port 7001) on host B and serves them until close.
+func startReceivers(l *lab.SDWAN) (*receivers, error) {
+	rx := &receivers{}
+	if err := topo.Do(l.B, func() (err error) {
+		if rx.echo, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(lab.AddrB), Port: 7000}); err != nil {
+			return err
+		}
+		rx.sink, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(lab.AddrB), Port: 7001})
+		return err
+	}); err != nil {
+		rx.close()
+		return nil, fmt.Errorf("receivers on B: %w", err)
+	}
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			m, from, err := rx.echo.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			_, _ = rx.echo.WriteToUDP(buf[:m], from)
+		}
+	}()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, err := rx.sink.Read(buf); err != nil {
+				return
+			}
+			rx.mu.Lock()
+			rx.sunk++
+			rx.mu.Unlock()
+		}
+	}()
+	return rx, nil
+}
+
+// received is the mMTC datagrams the sink counted so far.
+func (rx *receivers) received() int {
+	rx.mu.Lock()
+	defer rx.mu.Unlock()
+	return rx.sunk
+}
+
+func (rx *receivers) close() {
+	for _, c := range []*net.UDPConn{rx.echo, rx.sink} {
+		if c != nil {
+			c.Close()
+		}
+	}
 }
 
 // flowOptWarmup is the warm-up before a run of d is measured: 2 s, at
@@ -558,4 +615,14 @@ func softirqMs() ([]float64, error) {
 func firstLine(b []byte) string {
 	s, _, _ := strings.Cut(string(b), "\n")
 	return s
+}
+
+// Text renders the scenario's runs, a line each.
+func (f *FlowOpt) Text() string {
+	var sb strings.Builder
+	for _, x := range f.Runs {
+		fmt.Fprintf(&sb, "flowopt %s, %d eMBB flows through %s: %.1f Mbit/s, Jain %.3f; URLLC mean %.2f ms p50 %.2f ms p99 %.2f ms (%d of %d answered); mMTC %d of %d; softirq spread %.2f\n",
+			x.Mode, x.EMBBFlows, f.Rate, x.EMBBMbps, x.Jain, x.URLLCMeanMs, x.URLLCP50Ms, x.URLLCP99Ms, x.URLLCAnswer, x.URLLCSent, x.MMTCReceived, x.MMTCSent, x.SoftirqSpread)
+	}
+	return sb.String()
 }

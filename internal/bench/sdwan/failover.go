@@ -1,20 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bench
+package sdwan
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
+	"strings"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/config"
-	"github.com/edgeplane/edgeplane/internal/lab"
 )
 
 // Failover is the failover part of a run: how long a steered stream
@@ -53,9 +49,9 @@ const methodFailover = "the SD-WAN lab (two agents, the WAN emulator; wan1 5 ms,
 	"the longest after the cut (detection, the switch and path 2's longer flight), the switch the gap less that flight's extra one-way delay " +
 	"(from the lab's config), the back gap the longest pause after the repair"
 
-// runFailover brings up a lab of its own, measures rounds failovers and
+// RunFailover brings up a lab of its own, measures rounds failovers and
 // takes the lab down.
-func runFailover(ctx context.Context, o Options, rounds int) (f *Failover, err error) {
+func RunFailover(ctx context.Context, o Options, rounds int) (f *Failover, err error) {
 	l, err := ownLab(ctx, o, "bf")
 	if err != nil {
 		return nil, err
@@ -66,7 +62,7 @@ func runFailover(ctx context.Context, o Options, rounds int) (f *Failover, err e
 			err = fmt.Errorf("lab down: %w", derr)
 		}
 	}()
-	conn, err := dialGatewayA(l)
+	conn, err := dialGateway(l, l.GWA)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +125,7 @@ func runFailover(ctx context.Context, o Options, rounds int) (f *Failover, err e
 			fs.Sent += run.Sent
 			fs.Received += run.Received
 		}
-		fs.GapMs = median(fs.GapsMs)
+		fs.GapMs = measure.Median(fs.GapsMs)
 		fs.DelayDiffMs = diff
 		fs.SwitchMs = fs.GapMs - diff
 		f.Series = append(f.Series, fs)
@@ -161,45 +157,28 @@ func probeEvery(ctx context.Context, gc pb.GatewayClient, iv time.Duration) erro
 	return nil
 }
 
-// failoverGoals: a failover within three probe intervals (the issue's
+// FailoverGoals: a failover within three probe intervals (the issue's
 // goal: < 300 ms at 100 ms probes, < 50 ms at 10 ms, so never under
 // 50 ms), on the switch: the gap less what path 2's longer flight adds,
 // which no gateway can take off.
-func failoverGoals(f *Failover) []Goal {
+func FailoverGoals(f *Failover) []measure.Goal {
 	if f == nil {
 		return nil
 	}
-	var g []Goal
+	var g []measure.Goal
 	for _, s := range f.Series {
-		g = append(g, Goal{Name: fmt.Sprintf("failover switch (ms, gap less the delay difference), %.0f ms probes", s.ProbeIntervalMs),
+		g = append(g, measure.Goal{Name: fmt.Sprintf("failover switch (ms, gap less the delay difference), %.0f ms probes", s.ProbeIntervalMs),
 			Value: s.SwitchMs, Limit: max(3*s.ProbeIntervalMs, 50)})
 	}
 	return g
 }
 
-// ownLab brings up an SD-WAN lab of the bench's own with the lab's
-// defaults, named prefix and this process's id (the agents run o's
-// edgeplane binary, the emulators its edgeplane-dev); the caller takes it
-// down.
-func ownLab(ctx context.Context, o Options, prefix string) (*lab.SDWAN, error) {
-	bin, err := o.edgeplaneBin()
-	if err != nil {
-		return nil, err
+// Text renders the failovers, a line for each probe interval.
+func (f *Failover) Text() string {
+	var sb strings.Builder
+	for _, s := range f.Series {
+		fmt.Fprintf(&sb, "failover at %.0f ms probes: gap %.0f ms (rounds %.0f; switch %.0f ms + %.0f ms longer flight), back gap %.0f ms; %d of %d datagrams\n",
+			s.ProbeIntervalMs, s.GapMs, s.GapsMs, s.SwitchMs, s.DelayDiffMs, s.BackGapMs, s.Received, s.Sent)
 	}
-	cfg := lab.DefaultConfig()
-	cfg.Name = fmt.Sprintf("%s%d", prefix, os.Getpid()%1000)
-	if o.DevBin == "" {
-		return nil, errors.New("the lab's emulators run edgeplane-dev: no binary given")
-	}
-	l := lab.NewSDWAN(cfg, bin, o.DevBin)
-	if _, err := l.Up(ctx); err != nil {
-		return nil, errors.Join(fmt.Errorf("lab up: %w", err), l.Down())
-	}
-	return l, nil
-}
-
-// dialGatewayA connects to the API of lab l's gateway A (its unix
-// socket, no credentials).
-func dialGatewayA(l *lab.SDWAN) (*grpc.ClientConn, error) {
-	return grpc.NewClient("unix://"+l.APISocket(l.GWA), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return sb.String()
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bench
+package sdwan
 
 import (
 	"bufio"
@@ -19,10 +19,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/sched"
 	"github.com/edgeplane/edgeplane/internal/topo"
@@ -67,12 +66,12 @@ type RoundTrips struct {
 	MaxMs    float64 `json:"max_ms"`
 }
 
-// cpuModes are the scenario's modes: what each asks gateway B's agent to
+// CPUModes are the scenario's modes: what each asks gateway B's agent to
 // apply to the responder (the regex is filled in).
-var cpuModes = []struct {
-	name     string
-	loaded   bool
-	strategy *pb.Strategy
+var CPUModes = []struct {
+	Name     string
+	Loaded   bool
+	Strategy *pb.Strategy
 }{
 	{"unloaded", false, nil},
 	{"loaded", true, nil},
@@ -104,9 +103,9 @@ const methodCPU = "the SD-WAN lab with its links' delay and loss set to 0 and th
 	"fifo (SCHED_FIFO 50), deadline (200 us every 1 ms), weight (others_weight 1: the responder in a group of its own weighing 100 root tasks), " +
 	"dedicated_cpu (the last CPU: every other process moved off it)"
 
-// runCPU brings up a lab of its own, runs each mode for d at rate
+// RunCPU brings up a lab of its own, runs each mode for d at rate
 // requests a second and takes the lab down.
-func runCPU(ctx context.Context, o Options, d time.Duration, rate int) (c *CPU, err error) {
+func RunCPU(ctx context.Context, o Options, d time.Duration, rate int) (c *CPU, err error) {
 	if _, err := exec.LookPath("stress-ng"); err != nil {
 		return nil, fmt.Errorf("the load needs stress-ng: %w", err)
 	}
@@ -119,7 +118,7 @@ func runCPU(ctx context.Context, o Options, d time.Duration, rate int) (c *CPU, 
 			err = fmt.Errorf("lab down: %w", derr)
 		}
 	}()
-	conn, err := grpc.NewClient("unix://"+l.APISocket(l.GWB), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := dialGateway(l, l.GWB)
 	if err != nil {
 		return nil, err
 	}
@@ -166,34 +165,34 @@ func runCPU(ctx context.Context, o Options, d time.Duration, rate int) (c *CPU, 
 		}
 	}()
 	c = &CPU{Method: methodCPU, Load: "stress-ng --cpu 8", RateHz: rate, Seconds: d.Seconds()}
-	last := strconv.Itoa(numCPU() - 1)
-	for i, m := range cpuModes {
-		if m.loaded && stress == nil {
+	last := strconv.Itoa(NumCPU() - 1)
+	for i, m := range CPUModes {
+		if m.Loaded && stress == nil {
 			stress = exec.Command("stress-ng", "--cpu", "8", "--timeout", "3600")
 			if err := stress.Start(); err != nil {
 				return nil, fmt.Errorf("stress-ng: %w", err)
 			}
 			time.Sleep(time.Second) // its workers up
 		}
-		s := m.strategy
-		if m.name == "dedicated_cpu" {
+		s := m.Strategy
+		if m.Name == "dedicated_cpu" {
 			s = &pb.Strategy{Cpus: last}
 		}
-		mode := CPUMode{Name: m.name, Loaded: m.loaded}
+		mode := CPUMode{Name: m.Name, Loaded: m.Loaded}
 		if s != nil {
 			// The responder runs as root: user 0 selects it, the
 			// regex narrows it to this run's.
-			s.Id, s.Name, s.CommandRegex = uint32(100+i), "bench-"+m.name, regexp.QuoteMeta(tag)
+			s.Id, s.Name, s.CommandRegex = uint32(100+i), "bench-"+m.Name, regexp.QuoteMeta(tag)
 			s.Selectors = &pb.Selectors{User: "0"}
 			mode.Strategy = strategyText(s)
 			if _, err := gb.Apply(ctx, &pb.ApplyRequest{Operations: []*pb.Operation{{Op: &pb.Operation_Create{
 				Create: &pb.Object{Kind: &pb.Object_Strategy{Strategy: s}}}}}}); err != nil {
-				return nil, fmt.Errorf("%s: apply: %w", m.name, err)
+				return nil, fmt.Errorf("%s: apply: %w", m.Name, err)
 			}
 		}
 		// The agent looks every second; wait until the responder has
 		// what the mode asks.
-		if err := waitApplied(pid, m.name, last, 5*time.Second); err != nil {
+		if err := waitApplied(pid, m.Name, last, 5*time.Second); err != nil {
 			return nil, err
 		}
 		mode.Applied = responderState(pid)
@@ -204,18 +203,18 @@ func runCPU(ctx context.Context, o Options, d time.Duration, rate int) (c *CPU, 
 		mode.Echo, err = echoLatency(l, d, rate)
 		wg.Wait()
 		if err = errors.Join(err, perr); err != nil {
-			return nil, fmt.Errorf("%s: %w", m.name, err)
+			return nil, fmt.Errorf("%s: %w", m.Name, err)
 		}
-		o.Log("cpu %s: udp echo p50 %.3f p99 %.3f max %.3f ms (%d/%d); ping p50 %.3f p99 %.3f max %.3f ms; responder %s", m.name,
+		o.Log("cpu %s: udp echo p50 %.3f p99 %.3f max %.3f ms (%d/%d); ping p50 %.3f p99 %.3f max %.3f ms; responder %s", m.Name,
 			mode.Echo.P50Ms, mode.Echo.P99Ms, mode.Echo.MaxMs, mode.Echo.Answered, mode.Echo.Sent, mode.Ping.P50Ms, mode.Ping.P99Ms, mode.Ping.MaxMs, mode.Applied)
 		c.Modes = append(c.Modes, mode)
 		if s != nil {
 			if _, err := gb.Apply(ctx, &pb.ApplyRequest{Operations: []*pb.Operation{{Op: &pb.Operation_Delete{
 				Delete: &pb.Ref{Kind: pb.Kind_KIND_STRATEGY, Id: s.Id}}}}}); err != nil {
-				return nil, fmt.Errorf("%s: remove: %w", m.name, err)
+				return nil, fmt.Errorf("%s: remove: %w", m.Name, err)
 			}
 			if err := waitApplied(pid, "loaded", last, 5*time.Second); err != nil {
-				return nil, fmt.Errorf("%s given back: %w", m.name, err)
+				return nil, fmt.Errorf("%s given back: %w", m.Name, err)
 			}
 		}
 	}
@@ -280,7 +279,9 @@ func strategyText(s *pb.Strategy) string {
 	return strings.Join(out, ", ")
 }
 
-func numCPU() int {
+// NumCPU is one more than the highest CPU this process may run on: the
+// dedicated_cpu mode's CPU is the one below it.
+func NumCPU() int {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		return 1
@@ -471,24 +472,24 @@ func pingLatency(ctx context.Context, l *lab.SDWAN, d time.Duration, rate int) (
 
 // latencyOf sums up round trips of sent requests.
 func latencyOf(sent int, rtts []time.Duration) RoundTrips {
-	s := sortedCopy(rtts)
+	s := measure.Sorted(rtts)
 	lat := RoundTrips{Sent: sent, Answered: len(s)}
 	if len(s) > 0 {
-		lat.P50Ms, lat.P99Ms, lat.MaxMs = ms(pct(s, 50)), ms(pct(s, 99)), ms(s[len(s)-1])
+		lat.P50Ms, lat.P99Ms, lat.MaxMs = measure.Ms(measure.Pct(s, 50)), measure.Ms(measure.Pct(s, 99)), measure.Ms(s[len(s)-1])
 	}
 	return lat
 }
 
-// cpuGoals: each mechanism's loaded p99 of the echo within twice the
+// CPUGoals: each mechanism's loaded p99 of the echo within twice the
 // unloaded one (the issue's goal).
-func cpuGoals(c *CPU) []Goal {
+func CPUGoals(c *CPU) []measure.Goal {
 	if c == nil || len(c.Modes) == 0 || c.Modes[0].Name != "unloaded" {
 		return nil
 	}
 	base := c.Modes[0].Echo.P99Ms
-	var g []Goal
+	var g []measure.Goal
 	for _, m := range c.Modes[1:] {
-		g = append(g, Goal{Name: fmt.Sprintf("cpu %s: udp echo p99 loaded (ms), within 2x unloaded (%.3f ms)", m.Name, base), Value: m.Echo.P99Ms, Limit: 2 * base})
+		g = append(g, measure.Goal{Name: fmt.Sprintf("cpu %s: udp echo p99 loaded (ms), within 2x unloaded (%.3f ms)", m.Name, base), Value: m.Echo.P99Ms, Limit: 2 * base})
 	}
 	return g
 }
