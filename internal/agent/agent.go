@@ -9,15 +9,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -127,8 +126,27 @@ type Agent struct {
 	// strategies runs the CPU strategies.
 	strategies *sched.Runtime
 
-	// member keeps the agent in step with its fleet (nil: none).
-	member *fleet.Member
+	// member keeps the agent in step with its fleet (nil: none),
+	// through fleetClient.
+	member      *fleet.Member
+	fleetClient io.Closer
+
+	// cfgLock is the config file's lock; boot what the start read:
+	// the config, the journal's batches replayed and skipped, the
+	// API's options.
+	cfgLock *lock
+	boot    struct {
+		cfg      *config.Config
+		replayed int
+		skipped  []skippedBatch
+		api      api.Options
+	}
+	// reg is the agent's metrics registry, where each subsystem
+	// registers its own; errc takes a server's failure, which ends Run.
+	reg  *prometheus.Registry
+	errc chan error
+	// fib follows the kernel's routing for the next hops.
+	fib *fibWatch
 
 	// apiAuth and apiCert are the API's credentials (nil: none), re-read
 	// on SIGHUP.
@@ -201,202 +219,6 @@ func CheckHost(cfg *config.Config) error {
 func checkHostRules(cfg *config.Config) error {
 	_, _, err := rules.Compile(cfg, hostResolver(), rules.NewAllocs(cfg.Limits.Rules, nil, nil), limitsOf(cfg))
 	return err
-}
-
-// Run starts the agent and serves until ctx is done.
-func Run(ctx context.Context, opts Options) error {
-	log := opts.Log
-	if log == nil {
-		log = slog.Default()
-	}
-	// One agent per config file (and journal) and per pin dir.
-	cfgLock, err := lockPath(opts.ConfigPath+".lock", "config file", false)
-	if err != nil {
-		return err
-	}
-	defer cfgLock.release()
-	a := &Agent{opts: opts, log: log, held: newHeldLinks(), guard: newGuard(), apiRefused: api.NewRefusedCounter()}
-	// CPU strategies first: give back what a crashed agent left applied
-	// before anything below can fail.
-	a.strategies = a.newStrategies()
-	a.strategies.Recover()
-	cut, err := repairJournal(opts.ConfigPath)
-	if err != nil {
-		return err
-	}
-	if cut > 0 {
-		log.Warn("cut the torn tail off the journal: a write a crash interrupted, whose Apply never returned", "journal", journalPath(opts.ConfigPath), "bytes", cut)
-	}
-	cfg, seq, replayed, skipped, err := loadState(opts.ConfigPath)
-	if err != nil {
-		return err
-	}
-	if replayed > 0 {
-		log.Info("replayed API changes not yet folded into the config file", "journal", journalPath(opts.ConfigPath), "batches", replayed)
-	}
-	for _, s := range skipped {
-		log.Error("journal batch skipped: the config file no longer takes it (kept in "+journalPath(opts.ConfigPath)+".skipped)", "error", s.err)
-	}
-	// Check everything the host must provide before touching the kernel.
-	if err := checkHostRules(cfg); err != nil {
-		return err
-	}
-	// What the host refuses of the strategies (RT throttling switched
-	// off since they were applied, say) does not keep the dataplane
-	// from starting: the engine takes nothing for them, and says why.
-	if err := sched.CheckConfig(cfg, nil); err != nil {
-		log.Warn("cpu strategies this host refuses now; they take no process", "error", err)
-	}
-	apiOpts, apiCert, err := APIOptions(opts, log)
-	if err != nil {
-		return err
-	}
-	if err := EnsureBPFFS(opts.PinDir); err != nil {
-		return err
-	}
-	pinLock, err := lockPath(opts.PinDir, "pin dir", true)
-	if err != nil {
-		return err
-	}
-	bpf.ExpediteGracePeriods = !opts.NormalGracePeriods
-	a.seq, a.apiCert, a.pinLock = seq, apiCert, pinLock
-	defer func() {
-		a.commitMu.Lock()
-		defer a.commitMu.Unlock()
-		a.pinLock.release()
-	}()
-	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "edgeplane_config_reloads_total", Help: "Config reloads by result.",
-	}, []string{"result"})
-	a.backendUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "edgeplane_service_backend_up", Help: "1 if a service's backend passes its health checks (or has none), 0 while they took it out.",
-	}, []string{"service", "far"})
-	a.dupTxReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "edgeplane_redundant_tx_ready", Help: "1 if an interface a redundant group broadcasts copies to takes redirected frames (ndo_xdp_xmit), 0 if the kernel drops them there uncounted.",
-	}, []string{"interface"})
-	a.down = map[healthKey]bool{}
-	// Present from the start at 0, so alerts on reload errors have a series.
-	a.reloads.WithLabelValues("ok")
-	a.reloads.WithLabelValues("error")
-	if err := a.start(cfg); err != nil {
-		a.held.closeAll()
-		return err
-	}
-	defer a.stop()
-	// The first check before the agent says it is ready, so health is
-	// known from then on; then every guardEvery.
-	a.guardOnce()
-	guardDone := make(chan struct{})
-	guardStopped := make(chan struct{})
-	go func() { a.guardLoop(guardDone); close(guardStopped) }()
-	defer func() { close(guardDone); <-guardStopped }()
-	if err := watchFIB(ctx, a.dp, log, a.refreshIfAddrs); err != nil {
-		return err
-	}
-	go a.keepPathNeighbours(ctx, log)
-	a.mon = newPathMonitor(a.dp, log, a.Config)
-	a.mon.groups = a.steerGroups
-	go a.mon.run(ctx)
-	go a.healthLoop(ctx, a.backendUp)
-	go tickFlows(ctx, a.dp, log)
-	go watchDupTx(ctx, a.dp, log, a.dupTxReady)
-	a.fo = &foLoop{classes: map[uint32]*foClass{}}
-	foDone := make(chan struct{})
-	foCtx, stopFO := context.WithCancel(ctx)
-	go func() { a.runFlowOpt(foCtx, a.fo, log); close(foDone) }()
-	defer func() { stopFO(); <-foDone }()
-	if err := a.strategies.Start(); err != nil {
-		return err
-	}
-	// The sched_ext scheduler is unloaded after the strategies are
-	// given back (defers run last first).
-	defer a.strategies.Stop()
-	stDone := make(chan struct{})
-	stCtx, stopST := context.WithCancel(ctx)
-	go func() { a.strategies.Run(stCtx); close(stDone) }()
-	defer func() { stopST(); <-stDone }()
-
-	if a.journal, err = openJournal(opts.ConfigPath); err != nil {
-		return err
-	}
-	defer a.journal.close()
-	a.syncReq = make(chan struct{}, 1)
-	if opts.Fleet != nil {
-		// After the journal (the member commits through Apply), before
-		// the metrics (which show it).
-		fleetCtx, stopFleet := context.WithCancel(ctx)
-		defer stopFleet()
-		if a.member, err = a.joinFleet(fleetCtx, opts.Fleet); err != nil {
-			return err
-		}
-	}
-
-	errc := make(chan error, 1)
-	closeMetrics, err := a.serveMetrics(errc)
-	if err != nil {
-		return err
-	}
-	defer closeMetrics()
-
-	// The fold drops the skipped batches from the journal: keep them
-	// where an operator finds them first.
-	if err := keepSkipped(opts.ConfigPath, skipped); err != nil {
-		return err
-	}
-	if replayed > 0 || len(skipped) > 0 {
-		a.syncSoon() // fold the replayed batches into the file
-	}
-	syncCtx, stopSync := context.WithCancel(context.Background())
-	syncDone := make(chan struct{})
-	go a.syncer(syncCtx, syncDone)
-	defer func() { stopSync(); <-syncDone }()
-	ls, err := a.serveAPI(apiOpts, errc)
-	if err != nil {
-		return err
-	}
-	defer a.closeAPI(ls)
-
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	log.Info("agent ready", "pin_dir", opts.PinDir, "metrics", opts.MetricsAddr, "interfaces", len(cfg.Interfaces), "pdrs", len(cfg.PDRs))
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-errc:
-			return err
-		case <-hup:
-			a.reloadCredentials()
-			if a.member != nil {
-				// The fleet's objects serve: applying the file would
-				// only drift from them until the next change came.
-				log.Info("config file not re-read: in a fleet (--etcd) the controller's objects serve; credentials re-read")
-				continue
-			}
-			if err := a.Reload(); err != nil {
-				a.reloads.WithLabelValues("error").Inc()
-				log.Error("config reload refused; the live rules keep serving", "error", err)
-				for _, line := range splitErrors(err) {
-					fmt.Fprintln(os.Stderr, line)
-				}
-			} else {
-				a.reloads.WithLabelValues("ok").Inc()
-			}
-		}
-	}
-}
-
-func splitErrors(err error) []string {
-	var fe config.Errors
-	if errors.As(err, &fe) {
-		out := make([]string, len(fe))
-		for i, e := range fe {
-			out[i] = e.Error()
-		}
-		return out
-	}
-	return []string{err.Error()}
 }
 
 // start opens (or adopts) the dataplane and applies cfg. Pinned maps of
@@ -882,8 +704,7 @@ func (a *Agent) syncSoon() {
 
 // syncer folds the journal into the config file after changes, until ctx
 // ends, then once more if a change is pending.
-func (a *Agent) syncer(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
+func (a *Agent) syncer(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():

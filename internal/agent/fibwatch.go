@@ -38,22 +38,31 @@ import (
 // then resubscribes to all five, marks every cached next hop stale (bumps
 // the epoch once the new subscriptions listen) and goes on; it ends only
 // with ctx. Each failure is logged once.
-func watchFIB(ctx context.Context, dp *bpf.Dataplane, log *slog.Logger, onAddr func()) error {
+//
+// newFIBWatch subscribes and scans once; run follows until ctx ends.
+func newFIBWatch(dp *bpf.Dataplane, log *slog.Logger, onAddr func()) (*fibWatch, error) {
 	w := &fibWatch{dp: dp, log: log, onAddr: onAddr, kick: make(chan struct{}, 1)}
 	s, err := w.subscribe()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Next hops, and how the kernel routes, may have changed while no
 	// agent was watching.
 	if _, err := dp.SetFIBByDst(false, nil); err != nil {
 		s.stop()
-		return err
+		return nil, err
 	}
 	w.rescan()
-	go w.run(ctx, s)
-	go w.scans(ctx)
-	return nil
+	w.first = s
+	return w, nil
+}
+
+// run follows the subscriptions and runs the scans until ctx ends.
+func (w *fibWatch) run(ctx context.Context) {
+	scans := make(chan struct{})
+	go func() { w.scans(ctx); close(scans) }()
+	w.follows(ctx, w.first)
+	<-scans
 }
 
 // scanDelay is how long route and rule changes must pause before the
@@ -75,6 +84,7 @@ type fibWatch struct {
 
 	changes atomic.Uint64 // route and rule changes seen (and losses of events)
 	kick    chan struct{} // a scan is due (buffered, 1)
+	first   *subscription // newFIBWatch's, which run follows first
 	shared  bool          // what the last scan that counted found
 	why     string        // and why not, as logged
 }
@@ -288,8 +298,8 @@ func (w *fibWatch) subscribe() (*subscription, error) {
 	return s, nil
 }
 
-// run follows s until ctx ends, resubscribing after every failure.
-func (w *fibWatch) run(ctx context.Context, s *subscription) {
+// follows follows s until ctx ends, resubscribing after every failure.
+func (w *fibWatch) follows(ctx context.Context, s *subscription) {
 	for {
 		which := w.follow(ctx, s)
 		s.stop()

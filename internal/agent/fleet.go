@@ -42,31 +42,35 @@ func (f fleetManaged) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, e
 // committed, beside its config file.
 func fleetStateFile(configPath string) string { return configPath + ".fleet" }
 
-// joinFleet starts the agent's fleet member: it returns once the member
-// runs, and the member stops with ctx.
-func (a *Agent) joinFleet(ctx context.Context, o *FleetOptions) (*fleet.Member, error) {
+// joinFleet makes the agent's fleet member (a.member), which runFleet
+// runs.
+func (a *Agent) joinFleet(context.Context) error {
+	o := a.opts.Fleet
 	name := o.Name
 	if name == "" {
 		h, err := os.Hostname()
 		if err != nil {
-			return nil, fmt.Errorf("gateway name: %w", err)
+			return fmt.Errorf("gateway name: %w", err)
 		}
 		name = h
 	}
 	cli, err := fleet.NewClient(o.Client)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	m := fleet.NewMember(cli, a, fleet.MemberOptions{
+	a.fleetClient = cli
+	a.member = fleet.NewMember(cli, a, fleet.MemberOptions{
 		Name: name, Prefix: o.Prefix, StateFile: fleetStateFile(a.opts.ConfigPath),
 		Health: a.fleetHealth, Log: a.log.With("fleet", strings.Join(o.Client.Endpoints, ",")),
 	})
-	go func() {
-		m.Run(ctx)
-		cli.Close()
-	}()
 	a.log.Info("fleet: joined", "gateway", name, "etcd", o.Client.Endpoints)
-	return m, nil
+	return nil
+}
+
+// runFleet keeps the agent in step with its fleet until ctx ends.
+func (a *Agent) runFleet(ctx context.Context) {
+	a.member.Run(ctx)
+	a.fleetClient.Close()
 }
 
 // fleetHealth is what the member reports besides the rules.

@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -146,12 +147,12 @@ func (a *Agent) serveHealth(w http.ResponseWriter, _ *http.Request) {
 }
 
 // guardLoop checks the dataplane every guardEvery until done closes.
-func (a *Agent) guardLoop(done <-chan struct{}) {
+func (a *Agent) guardLoop(ctx context.Context) {
 	t := time.NewTicker(guardEvery)
 	defer t.Stop()
 	for {
 		select {
-		case <-done:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}

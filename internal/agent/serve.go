@@ -16,12 +16,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
-	"github.com/edgeplane/edgeplane/internal/metrics"
 )
 
 // RunRoot holds one run directory per gateway, named after its pin dir.
@@ -157,10 +155,10 @@ func loopbackIfAny(addr string) string {
 	return net.JoinHostPort("127.0.0.1", port)
 }
 
-// serveMetrics starts the metrics listener (and pprof's) when asked for
-// (APIOptions checked the addresses);
-// the function it returns stops them.
-func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
+// serveMetrics starts the metrics listener, serving reg, (and pprof's)
+// when asked for (APIOptions checked the addresses); the function it
+// returns stops them.
+func (a *Agent) serveMetrics(reg *prometheus.Registry, errc chan<- error) (func(), error) {
 	o := a.opts
 	var srvs []*http.Server
 	stop := func() {
@@ -169,20 +167,6 @@ func (a *Agent) serveMetrics(errc chan<- error) (func(), error) {
 		}
 	}
 	if o.MetricsAddr != "" { // APIOptions checked the combination
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(metrics.NewCollector(metrics.Throttle(func() (*dataplane.Snapshot, error) { return a.dp.Snapshot() }, metrics.SnapshotEvery)))
-		reg.MustRegister(a.reloads)
-		reg.MustRegister(a.backendUp)
-		reg.MustRegister(a.dupTxReady)
-		reg.MustRegister(foMetrics{a: a, l: a.fo})
-		reg.MustRegister(a.strategies.Collectors()...)
-		reg.MustRegister(a.mon.changes, newPathMetrics(a.mon))
-		reg.MustRegister(a.guard.collectors()...)
-		reg.MustRegister(a.apiRefused)
-		if a.member != nil {
-			reg.MustRegister(newFleetMetrics(a.member))
-		}
-		reg.MustRegister(collectors.NewGoCollector())
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", a.serveHealth)
