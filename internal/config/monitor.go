@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/edgeplane/edgeplane/internal/config/yamlnode"
 	"gopkg.in/yaml.v3"
 )
 
@@ -181,18 +180,8 @@ func (r *Ratio) SetString(s string) (err error) {
 
 // UnmarshalYAML decodes a ratio.
 func (r *Ratio) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := yamlnode.ScalarText(n, "a ratio")
-	if !ok {
-		*r = Ratio{}
-		return err
-	}
-	return r.SetString(s)
+	return unmarshalText(r, n, "a ratio")
 }
 
 // MarshalYAML encodes the ratio as a percentage (nothing when unset).
-func (r Ratio) MarshalYAML() (any, error) {
-	if !r.Set {
-		return nil, nil
-	}
-	return r.String(), nil
-}
+func (r Ratio) MarshalYAML() (any, error) { return marshalText(r) }

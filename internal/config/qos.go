@@ -173,21 +173,11 @@ func (r *Bitrate) SetString(s string) error {
 
 // UnmarshalYAML decodes a rate string, or a number of bits per second.
 func (r *Bitrate) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := yamlnode.ScalarText(n, "a rate such as 100mbit")
-	if !ok {
-		*r = Bitrate{}
-		return err
-	}
-	return r.SetString(s)
+	return unmarshalText(r, n, "a rate such as 100mbit")
 }
 
 // MarshalYAML encodes the rate as a string (nothing when unset).
-func (r Bitrate) MarshalYAML() (any, error) {
-	if r.BPS == 0 {
-		return nil, nil
-	}
-	return r.String(), nil
-}
+func (r Bitrate) MarshalYAML() (any, error) { return marshalText(r) }
 
 // DSCPSet is a set of DSCP code points (0-63), written as "46",
 // "10,12,14" or "40-47,46", or in YAML as a number or a list of them.

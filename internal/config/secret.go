@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/edgeplane/edgeplane/internal/config/yamlnode"
 	"gopkg.in/yaml.v3"
 )
 
@@ -134,12 +133,7 @@ func (s *Secret) SetString(v string) (err error) {
 
 // UnmarshalYAML decodes a secret.
 func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
-	v, ok, err := yamlnode.ScalarText(n, "a secret (32 hex digits)")
-	if !ok {
-		*s = Secret{}
-		return err
-	}
-	return s.SetString(v)
+	return unmarshalText(s, n, "a secret (32 hex digits)")
 }
 
 // MarshalYAML encodes the key itself (nothing when unset): what the agent

@@ -21,6 +21,30 @@ import (
 // (with String, the other way), so both say the same thing about a bad
 // value.
 
+// unmarshalText decodes a value type written as one scalar for its
+// UnmarshalYAML: null leaves it zero, anything but a scalar is an error
+// saying what it must be (want), and a scalar's text goes to SetString.
+func unmarshalText[T any, P interface {
+	*T
+	SetString(string) error
+}](p P, n *yaml.Node, want string) error {
+	s, ok, err := yamlnode.ScalarText(n, want)
+	if !ok {
+		*p = *new(T)
+		return err
+	}
+	return p.SetString(s)
+}
+
+// marshalText encodes a value type for its MarshalYAML as its text, or
+// as nothing (null, left out) when unset: when String gives "".
+func marshalText(v fmt.Stringer) (any, error) {
+	if s := v.String(); s != "" {
+		return s, nil
+	}
+	return nil, nil
+}
+
 // Prefix is an optional IPv4 or IPv6 CIDR prefix. The zero value means
 // "not set". A set prefix is always masked (no host bits).
 type Prefix struct {
@@ -72,21 +96,11 @@ func (p *Prefix) SetString(s string) (err error) {
 
 // UnmarshalYAML decodes a CIDR string; null leaves the prefix unset.
 func (p *Prefix) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := yamlnode.ScalarText(n, "a CIDR prefix like 10.2.0.0/16")
-	if !ok {
-		*p = Prefix{}
-		return err
-	}
-	return p.SetString(s)
+	return unmarshalText(p, n, "a CIDR prefix like 10.2.0.0/16")
 }
 
 // MarshalYAML encodes the prefix as a CIDR string, or null when unset.
-func (p Prefix) MarshalYAML() (any, error) {
-	if !p.IsSet() {
-		return nil, nil
-	}
-	return p.P.String(), nil
-}
+func (p Prefix) MarshalYAML() (any, error) { return marshalText(p) }
 
 // Proto is an optional IP protocol: a name (tcp, udp, icmp, icmpv6, gre,
 // sctp) or a number 0-255.
@@ -322,21 +336,11 @@ func (a *Addr) SetString(s string) error {
 
 // UnmarshalYAML decodes an address string; null leaves it unset.
 func (a *Addr) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := yamlnode.ScalarText(n, "an IP address")
-	if !ok {
-		*a = Addr{}
-		return err
-	}
-	return a.SetString(s)
+	return unmarshalText(a, n, "an IP address")
 }
 
 // MarshalYAML encodes the address, or null when unset.
-func (a Addr) MarshalYAML() (any, error) {
-	if !a.IsSet() {
-		return nil, nil
-	}
-	return a.A.String(), nil
-}
+func (a Addr) MarshalYAML() (any, error) { return marshalText(a) }
 
 // Duration is a span of time written as "1s", "250ms" (a Go
 // time.Duration).
@@ -366,21 +370,11 @@ func (d *Duration) SetString(s string) (err error) {
 
 // UnmarshalYAML decodes a duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := yamlnode.ScalarText(n, "a duration")
-	if !ok {
-		*d = Duration{}
-		return err
-	}
-	return d.SetString(s)
+	return unmarshalText(d, n, "a duration")
 }
 
 // MarshalYAML encodes the duration as a string (nothing when zero).
-func (d Duration) MarshalYAML() (any, error) {
-	if d.D == 0 {
-		return nil, nil
-	}
-	return d.String(), nil
-}
+func (d Duration) MarshalYAML() (any, error) { return marshalText(d) }
 
 // ParseRate parses a rate such as "50mbit", "1gbit", "500kbit", "1.5m" or
 // "64000" (bits per second) into bits per second; "0" means no limit. Units
@@ -466,21 +460,11 @@ func (f *Factor) SetString(s string) (err error) {
 
 // UnmarshalYAML decodes a factor.
 func (f *Factor) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := yamlnode.ScalarText(n, "a number such as 1.5")
-	if !ok {
-		*f = Factor{}
-		return err
-	}
-	return f.SetString(s)
+	return unmarshalText(f, n, "a number such as 1.5")
 }
 
 // MarshalYAML encodes the factor as a string (nothing when unset).
-func (f Factor) MarshalYAML() (any, error) {
-	if !f.Set {
-		return nil, nil
-	}
-	return f.String(), nil
-}
+func (f Factor) MarshalYAML() (any, error) { return marshalText(f) }
 
 // MaxCPUs bounds the CPUs a CPUList names (0 to MaxCPUs-1).
 const MaxCPUs = 1024
@@ -574,18 +558,8 @@ func (l *CPUList) SetString(s string) (err error) {
 
 // UnmarshalYAML decodes a cpulist string, or one CPU as a number.
 func (l *CPUList) UnmarshalYAML(n *yaml.Node) error {
-	s, ok, err := yamlnode.ScalarText(n, "a cpu list such as 0,2-3")
-	if !ok {
-		*l = CPUList{}
-		return err
-	}
-	return l.SetString(s)
+	return unmarshalText(l, n, "a cpu list such as 0,2-3")
 }
 
 // MarshalYAML encodes the list as a string (nothing when empty).
-func (l CPUList) MarshalYAML() (any, error) {
-	if l.IsZero() {
-		return nil, nil
-	}
-	return l.String(), nil
-}
+func (l CPUList) MarshalYAML() (any, error) { return marshalText(l) }
