@@ -20,6 +20,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/edgeplane/edgeplane/internal/bench/fleetbench"
 	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/bench/sdwan"
 	"github.com/edgeplane/edgeplane/internal/bpf"
@@ -136,9 +137,9 @@ type Report struct {
 	// CPU is the cpu scenario's (--scenario cpu).
 	CPU *sdwan.CPU `json:"cpu,omitempty"`
 	// Fleet is the fleet scenario's (--scenario fleet).
-	Fleet   *Fleet    `json:"fleet,omitempty"`
-	Started time.Time `json:"started"`
-	Seconds float64   `json:"seconds"`
+	Fleet   *fleetbench.Fleet `json:"fleet,omitempty"`
+	Started time.Time         `json:"started"`
+	Seconds float64           `json:"seconds"`
 }
 
 // Goal states one target against the measured figures.
@@ -210,10 +211,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		r.Repeat, r.Rounds = 0, 0
 		var err error
-		if r.Fleet, err = runFleet(ctx, o, applies, agents); err != nil {
+		if r.Fleet, err = fleetbench.Run(ctx, fleetbench.Options{Bins: o.bins(), Log: o.Log}, applies, agents); err != nil {
 			return nil, fmt.Errorf("fleet: %w", err)
 		}
-		r.Goals = fleetGoals(r.Fleet)
+		r.Goals = fleetbench.Goals(r.Fleet)
 		r.judge()
 		r.Seconds = time.Since(start).Seconds()
 		return r, nil
@@ -739,14 +740,7 @@ func (r *Report) Text() string {
 		sb.WriteString(f.Text())
 	}
 	if f := r.Fleet; f != nil {
-		fmt.Fprintf(&sb, "fleet: etcd Put floor (%d back to back): p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", f.Floor.Puts, f.Floor.P50Ms, f.Floor.P99Ms, f.Floor.MaxMs)
-		for _, s := range []FleetSeries{f.Gateways, f.NoDataplane} {
-			what, _, _ := strings.Cut(s.What, ":")
-			fmt.Fprintf(&sb, "fleet, %d %s, %d Applies, until all committed: p50 %.1f ms (%.1fx floor), p99 %.1f ms (%.1fx), max %.1f ms (%.1fx); "+
-				"ApplyTo p50 %.1f ms; etcd writes per Apply %.1f (transaction %.1f, statuses %.1f, other %.1f), revisions %.1f\n",
-				s.Members, what, s.Applies, s.P50Ms, s.RatioFloor.P50, s.P99Ms, s.RatioFloor.P99, s.MaxMs, s.RatioFloor.Max,
-				s.ApplyCallP50Ms, s.WritesPerApply, s.TxnWritesPerApply, s.StatusWritesPerApply, s.OtherWritesPerApply, s.RevisionsPerApply)
-		}
+		sb.WriteString(f.Text())
 	}
 	if f := r.Failover; f != nil {
 		sb.WriteString(f.Text())

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/internal/bench/fleetbench"
 	"github.com/edgeplane/edgeplane/internal/bench/sdwan"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
@@ -270,7 +271,7 @@ func TestBenchFleet(t *testing.T) {
 	// and the revision key.
 	const txnWrites = 3
 	for _, tc := range []struct {
-		s       FleetSeries
+		s       fleetbench.Series
 		name    string
 		members int
 	}{{f.Gateways, "gateways", 3}, {f.NoDataplane, "members_without_dataplane", agents}} {

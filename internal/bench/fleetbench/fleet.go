@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bench
+// Package fleetbench is the bench's fleet scenario: how long an Apply at
+// a controller takes until every member of a fleet over a 3-member etcd
+// cluster has committed it, and what it costs in etcd writes, for real
+// gateways and for many members without a dataplane.
+package fleetbench
 
 import (
 	"context"
@@ -26,6 +30,7 @@ import (
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
+	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/devtools/fleetlab"
@@ -45,11 +50,11 @@ type Fleet struct {
 	// are divided by.
 	Floor EtcdFloor `json:"etcd_put_floor"`
 	// Gateways are real gateways: agents with a dataplane in namespaces.
-	Gateways FleetSeries `json:"gateways"`
+	Gateways Series `json:"gateways"`
 	// NoDataplane are members without a dataplane: the reconcile loop
 	// against a writer that checks and keeps the config and writes
 	// nothing else. It measures the control plane alone, not gateways.
-	NoDataplane FleetSeries `json:"members_without_dataplane"`
+	NoDataplane Series `json:"members_without_dataplane"`
 }
 
 // EtcdFloor is the time of a Put of one key, back to back.
@@ -61,8 +66,8 @@ type EtcdFloor struct {
 	Method string  `json:"method"`
 }
 
-// FleetSeries is one series of Applies to one set of members.
-type FleetSeries struct {
+// Series is one series of Applies to one set of members.
+type Series struct {
 	Name string `json:"name"`
 	// What says what the members are; the figures are theirs alone.
 	What    string `json:"what"`
@@ -79,7 +84,7 @@ type FleetSeries struct {
 	MaxMs  float64 `json:"max_ms"`
 	MeanMs float64 `json:"mean_ms"`
 	// RatioFloor divides each by the etcd Put floor's p50.
-	RatioFloor FleetRatios `json:"ratio_to_floor_p50"`
+	RatioFloor Ratios `json:"ratio_to_floor_p50"`
 	// ApplyCall* are the controller's ApplyTo call alone (its read of
 	// the revision and gateways, its checks, the transaction).
 	ApplyCallP50Ms float64 `json:"apply_call_p50_ms"`
@@ -102,8 +107,8 @@ type FleetSeries struct {
 	ListedConverged int `json:"listed_converged"`
 }
 
-// FleetRatios are a series' figures over the floor's p50.
-type FleetRatios struct {
+// Ratios are a series' figures over the floor's p50.
+type Ratios struct {
 	P50 float64 `json:"p50"`
 	P99 float64 `json:"p99"`
 	Max float64 `json:"max"`
@@ -159,6 +164,13 @@ const (
 		"nothing else: the figures are the control plane's alone, not gateways'"
 )
 
+// Options are what the scenario takes.
+type Options struct {
+	// Bins.Edgeplane is the binary the gateways' agents run.
+	Bins measure.Binaries
+	Log  measure.Logf
+}
+
 // fleetConfig is what every gateway of the scenario serves, given for all
 // and each agent's config file, so joining the fleet changes nothing.
 const fleetConfig = `interfaces:
@@ -174,15 +186,15 @@ pdrs:
 limits: {flows: 65536, rules: 1024}
 `
 
-// runFleet starts a 3-member etcd cluster, measures its Put floor, then
+// Run starts a 3-member etcd cluster, measures its Put floor, then
 // each series, and removes everything, also on error.
-func runFleet(ctx context.Context, o Options, applies, members int) (*Fleet, error) {
+func Run(ctx context.Context, o Options, applies, members int) (*Fleet, error) {
 	for _, tool := range []string{"ip", "nsenter"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return nil, fmt.Errorf("the gateways need %s: %w", tool, err)
 		}
 	}
-	bin, err := o.edgeplaneBin()
+	bin, err := o.Bins.Gateway()
 	if err != nil {
 		return nil, err
 	}
@@ -215,20 +227,20 @@ func runFleet(ctx context.Context, o Options, applies, members int) (*Fleet, err
 	if f.NoDataplane, err = runFleetNoDataplane(ctx, o, local, applies, members); err != nil {
 		return nil, fmt.Errorf("members without a dataplane: %w", err)
 	}
-	for _, s := range []*FleetSeries{&f.Gateways, &f.NoDataplane} {
-		s.RatioFloor = FleetRatios{P50: s.P50Ms / f.Floor.P50Ms, P99: s.P99Ms / f.Floor.P50Ms, Max: s.MaxMs / f.Floor.P50Ms}
+	for _, s := range []*Series{&f.Gateways, &f.NoDataplane} {
+		s.RatioFloor = Ratios{P50: s.P50Ms / f.Floor.P50Ms, P99: s.P99Ms / f.Floor.P50Ms, Max: s.MaxMs / f.Floor.P50Ms}
 	}
 	return f, nil
 }
 
-// fleetGoals: at 100 members without a dataplane or more, an Apply
+// Goals: at 100 members without a dataplane or more, an Apply
 // committed by all of them within 100 ms at p99 (the issue's goal; with
 // fewer members it says nothing, and is left out).
-func fleetGoals(f *Fleet) []Goal {
+func Goals(f *Fleet) []measure.Goal {
 	if f == nil || f.NoDataplane.Members < 100 {
 		return nil
 	}
-	return []Goal{{Name: fmt.Sprintf("fleet p99 Apply to committed by all %d members without a dataplane (ms)", f.NoDataplane.Members),
+	return []measure.Goal{{Name: fmt.Sprintf("fleet p99 Apply to committed by all %d members without a dataplane (ms)", f.NoDataplane.Members),
 		Value: f.NoDataplane.P99Ms, Limit: 100}}
 }
 
@@ -257,8 +269,8 @@ func etcdFloor(ctx context.Context, endpoints []string) (EtcdFloor, error) {
 			return EtcdFloor{}, err
 		}
 	}
-	s := sortedCopy(d)
-	return EtcdFloor{Puts: len(d), P50Ms: ms(pct(s, 50)), P99Ms: ms(pct(s, 99)), MaxMs: ms(s[len(s)-1]), Method: methodFleetFloor}, nil
+	s := measure.Sorted(d)
+	return EtcdFloor{Puts: len(d), P50Ms: measure.Ms(measure.Pct(s, 50)), P99Ms: measure.Ms(measure.Pct(s, 99)), MaxMs: measure.Ms(s[len(s)-1]), Method: methodFleetFloor}, nil
 }
 
 // fleetGateway is one real gateway of the scenario: its topology, its
@@ -272,7 +284,7 @@ type fleetGateway struct {
 
 // runFleetGateways brings up fleetGateways gateways whose agents join a
 // fleet under a prefix of its own, runs the series and takes them down.
-func runFleetGateways(ctx context.Context, o Options, bin, dir string, etcd *fleetlab.Cluster, applies int) (s FleetSeries, err error) {
+func runFleetGateways(ctx context.Context, o Options, bin, dir string, etcd *fleetlab.Cluster, applies int) (s Series, err error) {
 	rig, err := newFleetRig(ctx, strings.Split(etcd.Endpoints("127.0.0.1"), ","), fleetPrefixGateways)
 	if err != nil {
 		return s, err
@@ -436,7 +448,7 @@ func logTail(path string) string {
 // runFleetNoDataplane runs n members without a dataplane in this
 // process, each with an etcd client of its own, under a prefix of their
 // own, runs the series and stops them.
-func runFleetNoDataplane(ctx context.Context, o Options, endpoints []string, applies, n int) (s FleetSeries, err error) {
+func runFleetNoDataplane(ctx context.Context, o Options, endpoints []string, applies, n int) (s Series, err error) {
 	rig, err := newFleetRig(ctx, endpoints, fleetPrefixNoDataplane)
 	if err != nil {
 		return s, err
@@ -576,7 +588,8 @@ func (r *fleetRig) seed() (int64, error) {
 func fleetOps(i int) ([]config.Op, error) {
 	op := &pb.Operation{Op: &pb.Operation_Delete{Delete: &pb.Ref{Kind: pb.Kind_KIND_PDR, Id: fleetPDR}}}
 	if i%2 == 0 {
-		op = createOp(&pb.Pdr{Id: fleetPDR, Precedence: 5, Far: 3, Match: &pb.Match{In: "lan0", Proto: "udp", Dport: "7001"}})
+		op = &pb.Operation{Op: &pb.Operation_Create{Create: &pb.Object{Kind: &pb.Object_Pdr{
+			Pdr: &pb.Pdr{Id: fleetPDR, Precedence: 5, Far: 3, Match: &pb.Match{In: "lan0", Proto: "udp", Dport: "7001"}}}}}}
 	}
 	return api.Ops([]*pb.Operation{op})
 }
@@ -584,8 +597,8 @@ func fleetOps(i int) ([]config.Op, error) {
 // series runs fleetWarmup untimed Applies, then applies timed ones, each
 // after every member named committed the one before, and counts the
 // etcd writes each took.
-func (r *fleetRig) series(ctx context.Context, o Options, names []string, applies int) (FleetSeries, error) {
-	s := FleetSeries{Members: len(names), Applies: applies}
+func (r *fleetRig) series(ctx context.Context, o Options, names []string, applies int) (Series, error) {
+	s := Series{Members: len(names), Applies: applies}
 	type span struct{ rev, last int64 }
 	var d, call []time.Duration
 	var spans []span
@@ -635,14 +648,14 @@ func (r *fleetRig) series(ctx context.Context, o Options, names []string, applie
 	s.WritesPerApply, s.TxnWritesPerApply, s.StatusWritesPerApply, s.OtherWritesPerApply = float64(writes)/n, float64(txn)/n, float64(status)/n, float64(other)/n
 	s.RevisionsPerApply = float64(revs) / n
 
-	sorted := sortedCopy(d)
+	sorted := measure.Sorted(d)
 	var sum time.Duration
 	for _, v := range d {
 		sum += v
 	}
-	s.P50Ms, s.P99Ms, s.MaxMs, s.MeanMs = ms(pct(sorted, 50)), ms(pct(sorted, 99)), ms(sorted[len(sorted)-1]), ms(sum)/n
-	sc := sortedCopy(call)
-	s.ApplyCallP50Ms, s.ApplyCallMaxMs = ms(pct(sc, 50)), ms(sc[len(sc)-1])
+	s.P50Ms, s.P99Ms, s.MaxMs, s.MeanMs = measure.Ms(measure.Pct(sorted, 50)), measure.Ms(measure.Pct(sorted, 99)), measure.Ms(sorted[len(sorted)-1]), measure.Ms(sum)/n
+	sc := measure.Sorted(call)
+	s.ApplyCallP50Ms, s.ApplyCallMaxMs = measure.Ms(measure.Pct(sc, 50)), measure.Ms(sc[len(sc)-1])
 
 	gws, err := r.ctl.Gateways(nil)
 	if err != nil {
@@ -918,4 +931,18 @@ func (ob *fleetObserver) eventsIn(lo, hi int64) []fleetEvent {
 		}
 	}
 	return out
+}
+
+// Text renders the floor and each series, a line each.
+func (f *Fleet) Text() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "fleet: etcd Put floor (%d back to back): p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", f.Floor.Puts, f.Floor.P50Ms, f.Floor.P99Ms, f.Floor.MaxMs)
+	for _, s := range []Series{f.Gateways, f.NoDataplane} {
+		what, _, _ := strings.Cut(s.What, ":")
+		fmt.Fprintf(&sb, "fleet, %d %s, %d Applies, until all committed: p50 %.1f ms (%.1fx floor), p99 %.1f ms (%.1fx), max %.1f ms (%.1fx); "+
+			"ApplyTo p50 %.1f ms; etcd writes per Apply %.1f (transaction %.1f, statuses %.1f, other %.1f), revisions %.1f\n",
+			s.Members, what, s.Applies, s.P50Ms, s.RatioFloor.P50, s.P99Ms, s.RatioFloor.P99, s.MaxMs, s.RatioFloor.Max,
+			s.ApplyCallP50Ms, s.WritesPerApply, s.TxnWritesPerApply, s.StatusWritesPerApply, s.OtherWritesPerApply, s.RevisionsPerApply)
+	}
+	return sb.String()
 }
