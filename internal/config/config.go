@@ -16,7 +16,10 @@
 // kind, package client's, lists its key unless it declares columns).
 package config
 
-import "strings"
+import (
+	"reflect"
+	"strings"
+)
 
 // Actions of FARs (all) and of Defaults (pass and drop).
 const (
@@ -80,6 +83,47 @@ type Config struct {
 	// Objects holds, by their list's name, the objects (a []T) of kinds
 	// that have no field above.
 	Objects map[string]any `yaml:",inline"`
+}
+
+// Diff is what a batch did to one object: Old is nil for an object it
+// created, New is nil for one it deleted. At is where errors about the
+// object are reported (the last operation on it).
+type Diff[T any] struct {
+	At       string
+	Old, New *T
+}
+
+// Changes are the objects a batch changed, per kind, in the order it
+// first touched them. A built-in kind has a field here as in Config, so
+// the compiler reads its changes typed (TestBuiltinKindsTyped).
+type Changes struct {
+	Interfaces []Diff[Interface]
+	Paths      []Diff[Path]
+	FARs       []Diff[FAR]
+	PDRs       []Diff[PDR]
+	LBRs       []Diff[LBR]
+	Services   []Diff[Service]
+	QoSClasses []Diff[QoSClass]
+	FlowOpt    []Diff[FlowOptModule]
+	Strategies []Diff[Strategy]
+	// Other holds the changes of kinds without a field above, a
+	// []Diff[T] each: the dataplane compiles none of them.
+	Other map[Kind]any
+}
+
+// Len is the number of objects changed.
+func (c *Changes) Len() int {
+	n := 0
+	v := reflect.ValueOf(c).Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Slice {
+			n += f.Len()
+		}
+	}
+	for _, d := range c.Other {
+		n += reflect.ValueOf(d).Len()
+	}
+	return n
 }
 
 // Limits sizes the dataplane maps.
