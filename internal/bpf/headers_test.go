@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,9 +17,24 @@ import (
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
-// clangFlags are go:generate's (gen.go), so a header that compiles here
-// compiles there.
-var clangFlags = []string{"-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I/usr/include/x86_64-linux-gnu", "-target", "bpfel"}
+// clangFlags are go:generate's, read from gen.go's directive (its
+// -cflags and -target), so a header that compiles here compiles there.
+var clangFlags = generateFlags()
+
+// generateFlags returns the C flags of gen.go's bpf2go directive, less
+// the variable a test's build adds to them, and its target.
+func generateFlags() []string {
+	src, err := os.ReadFile("gen.go")
+	if err != nil {
+		panic(err) // tests run in the package's directory
+	}
+	m := regexp.MustCompile(`(?m)^//go:generate go tool bpf2go .*-cflags "([^"]*)".* -target (\w+) `).FindSubmatch(src)
+	if m == nil {
+		panic("gen.go: no bpf2go directive with -cflags and -target")
+	}
+	flags := slices.DeleteFunc(strings.Fields(string(m[1])), func(f string) bool { return strings.HasPrefix(f, "$") })
+	return append(flags, "-target", string(m[2]))
+}
 
 // compileC compiles src, a C file in bpf/'s include path, and returns
 // clang's complaints.
