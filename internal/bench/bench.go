@@ -20,6 +20,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/edgeplane/edgeplane/internal/bench/control"
 	"github.com/edgeplane/edgeplane/internal/bench/fleetbench"
 	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/bench/sdwan"
@@ -87,6 +88,15 @@ func (o Options) bins() measure.Binaries {
 // runs agents needs.
 func (o Options) edgeplaneBin() (string, error) { return o.bins().Gateway() }
 
+// control is what the control part takes.
+func (o Options) control() control.Options {
+	return control.Options{Ops: o.ControlOps, Paced: o.ControlPaced, Batch: o.ControlBatch, Bins: o.bins(), Log: o.Log}
+}
+
+// errNoControl is returned when only the control part is asked for with
+// no operations to time.
+var errNoControl = errors.New("only the control part asked for, but control ops is 0")
+
 // sdwan is what the parts in an SD-WAN lab take.
 func (o Options) sdwan() sdwan.Options { return sdwan.Options{Bins: o.bins(), Log: o.Log} }
 
@@ -129,7 +139,7 @@ type Report struct {
 	// new flows; absent in quick runs.
 	Flood *Flood `json:"flood,omitempty"`
 	// Control is absent in quick runs and with no control ops.
-	Control *Control `json:"control,omitempty"`
+	Control *control.Result `json:"control,omitempty"`
 	// Failover is absent in quick runs and with no failover rounds.
 	Failover *sdwan.Failover `json:"failover,omitempty"`
 	// FlowOpt is the flowopt scenario's (--scenario flowopt).
@@ -258,7 +268,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		r.Repeat, r.Rounds = 0, 0
 		var err error
-		if r.Control, err = runControl(ctx, o); err != nil {
+		if r.Control, err = control.Run(ctx, o.control()); err != nil {
 			return nil, fmt.Errorf("control: %w", err)
 		}
 		r.Seconds = time.Since(start).Seconds()
@@ -408,7 +418,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.ControlOps > 0 {
 		o.Log("control: %d operations per kind over gRPC, batch of %d", o.ControlOps, o.ControlBatch)
-		if r.Control, err = runControl(ctx, o); err != nil {
+		if r.Control, err = control.Run(ctx, o.control()); err != nil {
 			return nil, fmt.Errorf("control: %w", err)
 		}
 	}
@@ -723,18 +733,7 @@ func (r *Report) Text() string {
 		}
 	}
 	if c := r.Control; c != nil {
-		fmt.Fprintf(&sb, "control over gRPC on loopback, client wall time:\n")
-		fmt.Fprintf(&sb, "%-36s %6s %9s %9s %9s %9s %9s %8s %8s %11s\n", "figure", "ops", "p50 us", "p90 us", "p99 us", "max us", "mean us", "p50/fl", "p99/fl", "agent p50")
-		for _, l := range []Latency{c.Floor, c.FloorPaced, c.Create, c.Update, c.Delete, c.CreatePaced, c.RemoveBackend} {
-			rp50, rp99 := 1.0, l.P99Us/l.P50Us
-			if l.Ratios != nil {
-				rp50, rp99 = l.Ratios.P50, l.Ratios.P99
-			}
-			fmt.Fprintf(&sb, "%-36s %6d %9.0f %9.0f %9.0f %9.0f %9.0f %8.1f %8.1f %11.0f\n", l.Name, l.Ops, l.P50Us, l.P90Us, l.P99Us, l.MaxUs, l.MeanUs, rp50, rp99, l.ServerCommitP50Us)
-		}
-		for _, b := range []Batch{c.BatchCreate, c.BatchDelete} {
-			fmt.Fprintf(&sb, "%-36s %6d ops in one Apply: %.1f ms (agent %.1f ms)\n", b.Name, b.Ops, b.Ms, b.ServerCommitMs)
-		}
+		sb.WriteString(c.Text())
 	}
 	if f := r.FlowOpt; f != nil {
 		sb.WriteString(f.Text())

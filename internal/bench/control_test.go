@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/internal/bench/control"
 	"github.com/edgeplane/edgeplane/internal/bench/fleetbench"
 	"github.com/edgeplane/edgeplane/internal/bench/sdwan"
 	"github.com/edgeplane/edgeplane/internal/testutil"
@@ -42,14 +43,14 @@ func TestBenchControl(t *testing.T) {
 		t.Error("--only-control measured packet figures")
 	}
 	for _, tc := range []struct {
-		l     Latency
+		l     control.Latency
 		name  string
 		ops   int
 		ratio bool
-		floor Latency
+		floor control.Latency
 	}{
-		{c.Floor, "grpc_floor", ops, false, Latency{}},
-		{c.FloorPaced, "grpc_floor_paced", paced, false, Latency{}},
+		{c.Floor, "grpc_floor", ops, false, control.Latency{}},
+		{c.FloorPaced, "grpc_floor_paced", paced, false, control.Latency{}},
 		{c.Create, "pdr_create", ops, true, c.Floor},
 		{c.Update, "pdr_update", ops, true, c.Floor},
 		{c.Delete, "pdr_delete", ops, true, c.Floor},
@@ -78,7 +79,7 @@ func TestBenchControl(t *testing.T) {
 		t.Errorf("paced method does not say its pace: %q", c.CreatePaced.Method)
 	}
 	for _, tc := range []struct {
-		b         Batch
+		b         control.Batch
 		name      string
 		pdrsAfter int
 	}{

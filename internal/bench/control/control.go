@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bench
+// Package control is the bench's control-plane part: latency of a
+// gateway agent's gRPC API (single-PDR creates, updates and deletes,
+// paced creates, a large batch, a backend's removal) beside a unary
+// call's floor timed in the same run, against an agent in a namespace of
+// its own.
+package control
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -20,14 +22,15 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
-// Control is the control-plane part of the report: latency of the agent's
+// Result is the control-plane part of the report: latency of the agent's
 // gRPC API on loopback, beside an empty-ish unary call timed in the same
 // run, and the time of one large batch.
-type Control struct {
+type Result struct {
 	Setup string `json:"setup"`
 	// Floor is the gRPC floor: what any unary call costs here, back to
 	// back; FloorPaced the same call on the paced creates' ticker (a
@@ -142,18 +145,31 @@ type ctlLab struct {
 	gc     pb.GatewayClient
 }
 
-// runControl starts an agent in a namespace of its own, measures every
+// Options are what the part takes.
+type Options struct {
+	// Ops is the number of single-PDR creates, updates and deletes
+	// (each) and of gRPC floor calls; Paced the number of paced
+	// creates, Batch the PDRs of the batch.
+	Ops   int
+	Paced int
+	Batch int
+	// Bins.Edgeplane is the binary the agent runs.
+	Bins measure.Binaries
+	Log  measure.Logf
+}
+
+// Run starts an agent in a namespace of its own, measures every
 // control figure against it and removes everything, also on error.
-func runControl(ctx context.Context, o Options) (*Control, error) {
+func Run(ctx context.Context, o Options) (*Result, error) {
 	switch {
-	case o.ControlOps <= 0 || o.ControlOps > ctlMaxRules:
-		return nil, fmt.Errorf("control ops %d: want 1..%d", o.ControlOps, ctlMaxRules)
-	case o.ControlBatch <= 0 || o.ControlBatch > ctlMaxRules:
-		return nil, fmt.Errorf("control batch %d: want 1..%d", o.ControlBatch, ctlMaxRules)
-	case o.ControlPaced <= 0 || o.ControlPaced > ctlMaxRules:
-		return nil, fmt.Errorf("control paced ops %d: want 1..%d", o.ControlPaced, ctlMaxRules)
+	case o.Ops <= 0 || o.Ops > ctlMaxRules:
+		return nil, fmt.Errorf("control ops %d: want 1..%d", o.Ops, ctlMaxRules)
+	case o.Batch <= 0 || o.Batch > ctlMaxRules:
+		return nil, fmt.Errorf("control batch %d: want 1..%d", o.Batch, ctlMaxRules)
+	case o.Paced <= 0 || o.Paced > ctlMaxRules:
+		return nil, fmt.Errorf("control paced ops %d: want 1..%d", o.Paced, ctlMaxRules)
 	}
-	bin, err := o.edgeplaneBin()
+	bin, err := o.Bins.Gateway()
 	if err != nil {
 		return nil, err
 	}
@@ -162,12 +178,12 @@ func runControl(ctx context.Context, o Options) (*Control, error) {
 	if err := l.setup(ctx); err != nil {
 		return nil, err
 	}
-	c := &Control{Setup: ctlSetup}
-	o.Log("control: gRPC floor, %d ListInterfaces calls back to back, %d paced", o.ControlOps, o.ControlPaced)
-	if c.Floor, err = l.floor(ctx, o.ControlOps, 0); err != nil {
+	c := &Result{Setup: ctlSetup}
+	o.Log("control: gRPC floor, %d ListInterfaces calls back to back, %d paced", o.Ops, o.Paced)
+	if c.Floor, err = l.floor(ctx, o.Ops, 0); err != nil {
 		return nil, fmt.Errorf("grpc floor: %w", err)
 	}
-	if c.FloorPaced, err = l.floor(ctx, o.ControlPaced, ctlPace); err != nil {
+	if c.FloorPaced, err = l.floor(ctx, o.Paced, ctlPace); err != nil {
 		return nil, fmt.Errorf("paced grpc floor: %w", err)
 	}
 	floorP50 := c.Floor.P50Us
@@ -182,7 +198,7 @@ func runControl(ctx context.Context, o Options) (*Control, error) {
 		}
 	}
 
-	n := o.ControlOps
+	n := o.Ops
 	const order = "all creates, then all updates, then all deletes (not interleaved), back to back over one connection; "
 	o.Log("control: %d single-PDR creates, updates and deletes over gRPC", n)
 	if c.Create, err = l.singles(ctx, "pdr_create", n, floorP50, func(id uint32) *pb.Operation {
@@ -202,7 +218,7 @@ func runControl(ctx context.Context, o Options) (*Control, error) {
 		return nil, err
 	}
 
-	p := o.ControlPaced
+	p := o.Paced
 	o.Log("control: %d single-PDR creates paced at one per %s", p, ctlPace)
 	if c.CreatePaced, err = l.paced(ctx, p, c.FloorPaced.P50Us); err != nil {
 		return nil, err
@@ -220,7 +236,7 @@ func runControl(ctx context.Context, o Options) (*Control, error) {
 		return nil, err
 	}
 
-	b := o.ControlBatch
+	b := o.Batch
 	o.Log("control: one Apply creating %d PDRs, one deleting them", b)
 	if c.BatchCreate, c.BatchDelete, err = l.batch(ctx, b); err != nil {
 		return nil, err
@@ -546,7 +562,7 @@ func (l *ctlLab) batch(ctx context.Context, n int) (Batch, Batch, error) {
 		if got != want {
 			return Batch{}, fmt.Errorf("%s: agent holds %d PDRs after it, want %d", name, got, want)
 		}
-		return Batch{Name: name, Ops: len(ops), Ms: ms(el), ServerCommitMs: float64(r.GetCommitMicros()) / 1e3, PdrsAfter: got, Method: method}, nil
+		return Batch{Name: name, Ops: len(ops), Ms: measure.Ms(el), ServerCommitMs: float64(r.GetCommitMicros()) / 1e3, PdrsAfter: got, Method: method}, nil
 	}
 	bc, err := timed("batch_create", create, n+1, fmt.Sprintf("one Apply of %d creates (PDR id N, in lan0, dst 10.(N/256).(N%%256).0/24, far 1; "+
 		"N%%4 == 1 also udp dport 8192-16383, N%%4 == 2 also tcp dport 443) on top of the config's one PDR; "+
@@ -614,30 +630,11 @@ func (l *ctlLab) removeBackend(ctx context.Context, floorP50 float64) (Latency, 
 	return lat, nil
 }
 
-func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
-
-// pct is the nearest-rank percentile p (0..100) of sorted samples.
-func pct(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
-	i = max(0, min(i, len(sorted)-1))
-	return sorted[i]
-}
-
-func sortedCopy(d []time.Duration) []time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s
-}
-
 // latency summarises client times d (in call order) and the agent's own
 // commit times (nil for calls that commit nothing); floorP50 > 0 adds
 // the ratios.
 func latency(name string, d, server []time.Duration, floorP50 float64) Latency {
-	s := sortedCopy(d)
+	s := measure.Sorted(d)
 	var sum time.Duration
 	for _, v := range d {
 		sum += v
@@ -645,14 +642,14 @@ func latency(name string, d, server []time.Duration, floorP50 float64) Latency {
 	tenth := max(1, len(d)/10)
 	lat := Latency{
 		Name: name, Ops: len(d),
-		P50Us: us(pct(s, 50)), P90Us: us(pct(s, 90)), P99Us: us(pct(s, 99)), MaxUs: us(s[len(s)-1]),
-		MeanUs:          us(sum) / float64(len(d)),
-		P50FirstTenthUs: us(pct(sortedCopy(d[:tenth]), 50)),
-		P50LastTenthUs:  us(pct(sortedCopy(d[len(d)-tenth:]), 50)),
+		P50Us: measure.Us(measure.Pct(s, 50)), P90Us: measure.Us(measure.Pct(s, 90)), P99Us: measure.Us(measure.Pct(s, 99)), MaxUs: measure.Us(s[len(s)-1]),
+		MeanUs:          measure.Us(sum) / float64(len(d)),
+		P50FirstTenthUs: measure.Us(measure.Pct(measure.Sorted(d[:tenth]), 50)),
+		P50LastTenthUs:  measure.Us(measure.Pct(measure.Sorted(d[len(d)-tenth:]), 50)),
 	}
 	if server != nil {
-		ss := sortedCopy(server)
-		lat.ServerCommitP50Us, lat.ServerCommitP99Us, lat.ServerCommitMaxUs = us(pct(ss, 50)), us(pct(ss, 99)), us(ss[len(ss)-1])
+		ss := measure.Sorted(server)
+		lat.ServerCommitP50Us, lat.ServerCommitP99Us, lat.ServerCommitMaxUs = measure.Us(measure.Pct(ss, 50)), measure.Us(measure.Pct(ss, 99)), measure.Us(ss[len(ss)-1])
 	}
 	if floorP50 > 0 {
 		lat.Ratios = &Ratios{P50: lat.P50Us / floorP50, P90: lat.P90Us / floorP50, P99: lat.P99Us / floorP50,
@@ -661,6 +658,20 @@ func latency(name string, d, server []time.Duration, floorP50 float64) Latency {
 	return lat
 }
 
-// errNoControl is returned when only the control part is asked for with
-// no operations to time.
-var errNoControl = errors.New("only the control part asked for, but control ops is 0")
+// Text renders the figures, a line each.
+func (c *Result) Text() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "control over gRPC on loopback, client wall time:\n")
+	fmt.Fprintf(&sb, "%-36s %6s %9s %9s %9s %9s %9s %8s %8s %11s\n", "figure", "ops", "p50 us", "p90 us", "p99 us", "max us", "mean us", "p50/fl", "p99/fl", "agent p50")
+	for _, l := range []Latency{c.Floor, c.FloorPaced, c.Create, c.Update, c.Delete, c.CreatePaced, c.RemoveBackend} {
+		rp50, rp99 := 1.0, l.P99Us/l.P50Us
+		if l.Ratios != nil {
+			rp50, rp99 = l.Ratios.P50, l.Ratios.P99
+		}
+		fmt.Fprintf(&sb, "%-36s %6d %9.0f %9.0f %9.0f %9.0f %9.0f %8.1f %8.1f %11.0f\n", l.Name, l.Ops, l.P50Us, l.P90Us, l.P99Us, l.MaxUs, l.MeanUs, rp50, rp99, l.ServerCommitP50Us)
+	}
+	for _, b := range []Batch{c.BatchCreate, c.BatchDelete} {
+		fmt.Fprintf(&sb, "%-36s %6d ops in one Apply: %.1f ms (agent %.1f ms)\n", b.Name, b.Ops, b.Ms, b.ServerCommitMs)
+	}
+	return sb.String()
+}
