@@ -28,6 +28,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/fleet"
+	"github.com/edgeplane/edgeplane/internal/pathmon"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/sched"
 )
@@ -110,7 +111,7 @@ type Agent struct {
 	comp  *rules.Compiler
 	gen   uint32
 	dp    *bpf.Dataplane
-	mon   *pathMonitor // probes and judges the paths
+	mon   *pathmon.Monitor // probes and judges the paths, steers by them
 	// down lists the backends health checks took out; a reload's fresh
 	// compile takes them out again.
 	down map[healthKey]bool

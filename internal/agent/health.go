@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/rtloop"
 )
 
 // A backend is probed as its service's health settings say; after Fall
@@ -123,7 +124,7 @@ func (a *Agent) healthLoop(ctx context.Context, up *prometheus.GaugeVec) {
 	label := func(k healthKey) []string {
 		return []string{strconv.FormatUint(uint64(k.svc), 10), strconv.FormatUint(uint64(k.far), 10)}
 	}
-	runProtected(ctx, a.log, "health checks", 50*time.Millisecond, func(now time.Time) {
+	rtloop.Run(ctx, a.log, "health checks", 50*time.Millisecond, func(now time.Time) {
 		// The results that came since the last tick.
 		for done := false; !done; {
 			select {

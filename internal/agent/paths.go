@@ -5,15 +5,16 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
-
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
+	"github.com/edgeplane/edgeplane/internal/pathmon"
 )
 
 // ifAddrs reads the first IPv4 and the first global IPv6 address of each
@@ -49,29 +50,6 @@ func ifAddrs(ifaces []config.Interface) map[uint32]bpf.IfAddr {
 	return out
 }
 
-// keepPathNeighbours keeps the next hop of every GRE path resolved. Encap
-// cannot hand a packet to the kernel to resolve a neighbour (the kernel
-// would send it unencapsulated), so it drops while the next hop is
-// unknown; this loop makes the kernel resolve it first: a datagram to the
-// discard port of the path's remote end, sent from the path's local address
-// out of its interface, starts ARP.
-func (a *Agent) keepPathNeighbours(ctx context.Context, log *slog.Logger) {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		for _, p := range a.Config().Paths {
-			if err := ensureNeighbour(p); err != nil {
-				log.Debug("path next hop not resolved yet", "path", p.ID, "error", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // tickFlows advances the flow table's clock (edge_state.tick) once a second:
 // packets mark each flow's last use in its ticks, and a new flow may take
 // the place of one that went unused for bpf.FTIdle of them. Stopped (the
@@ -95,31 +73,42 @@ func tickFlows(ctx context.Context, dp *bpf.Dataplane, log *slog.Logger) {
 	}
 }
 
-func ensureNeighbour(p config.Path) error {
-	remote := net.IP(p.Remote.A.AsSlice())
-	routes, err := netlink.RouteGet(remote)
-	if err != nil || len(routes) == 0 {
-		return err
-	}
-	nh := remote
-	if routes[0].Gw != nil {
-		nh = routes[0].Gw
-	}
-	neighs, err := netlink.NeighList(routes[0].LinkIndex, unix.AF_INET)
-	if err != nil {
-		return err
-	}
-	for _, n := range neighs {
-		if n.IP.Equal(nh) && n.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_PERMANENT) != 0 {
-			return nil
+// steerGroups lists the steering groups the committed config has.
+func (a *Agent) steerGroups() []pathmon.Group {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []pathmon.Group
+	for id, idx := range a.comp.SteerGroups() {
+		l, ok := a.store.LBR(id)
+		if !ok {
+			continue
 		}
+		g := pathmon.Group{Index: idx, LBR: l}
+		for _, mb := range l.Members {
+			f, _ := a.store.FAR(mb.FAR)
+			g.Paths = append(g.Paths, f.Path)
+		}
+		out = append(out, g)
 	}
-	d := net.Dialer{LocalAddr: &net.UDPAddr{IP: net.IP(p.Local.A.AsSlice())}}
-	conn, err := d.Dial("udp4", net.JoinHostPort(remote.String(), "9"))
-	if err != nil {
-		return err
+	return out
+}
+
+// PathStatus implements dataplane.Paths: the monitor's view of each
+// path, by path id.
+func (a *Agent) PathStatus() []dataplane.PathStatus {
+	if a.mon == nil {
+		return nil
 	}
-	defer conn.Close()
-	_, err = conn.Write([]byte("edgeplane: resolving path next hop"))
-	return err
+	st := a.mon.Statuses()
+	out := make([]dataplane.PathStatus, 0, len(st))
+	for _, id := range slices.Sorted(maps.Keys(st)) {
+		s := st[id]
+		out = append(out, dataplane.PathStatus{
+			Path: id, State: s.State.String(), Since: s.Since, Why: s.Why,
+			SRTT: s.SRTT, Jitter: s.Jitter, MinRTT: s.MinRTT, LastRTT: s.LastRTT,
+			Loss: s.Loss, Sent: s.Sent, Answered: s.Answered, Monitored: s.Monitored,
+			TCPRTT: s.TCPRTT, TCPMinRTT: s.TCPMinRTT, TCPSamples: s.TCPSamples,
+		})
+	}
+	return out
 }

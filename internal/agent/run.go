@@ -19,6 +19,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/metrics"
+	"github.com/edgeplane/edgeplane/internal/pathmon"
 	"github.com/edgeplane/edgeplane/internal/sched"
 )
 
@@ -88,9 +89,9 @@ func (a *Agent) subsystems() []subsystem {
 		// is known from then on; then every guardEvery.
 		{name: "guard", start: func(context.Context) error { a.guardOnce(); return nil }, run: a.guardLoop, metrics: a.guard.collectors},
 		{name: "fib watch", start: a.watchFIB, run: func(ctx context.Context) { a.fib.run(ctx) }},
-		{name: "path neighbours", run: func(ctx context.Context) { a.keepPathNeighbours(ctx, a.log) }},
-		{name: "path monitor", start: a.newPathMonitor, run: func(ctx context.Context) { a.mon.run(ctx) },
-			metrics: func() []prometheus.Collector { return []prometheus.Collector{a.mon.changes, newPathMetrics(a.mon)} }},
+		{name: "path neighbours", run: func(ctx context.Context) { pathmon.KeepNeighbours(ctx, a.log, a.Config) }},
+		{name: "path monitor", start: a.newPathMonitor, run: func(ctx context.Context) { a.mon.Run(ctx) },
+			metrics: func() []prometheus.Collector { return a.mon.Collectors() }},
 		{name: "health checks", run: func(ctx context.Context) { a.healthLoop(ctx, a.backendUp) }, metrics: collect(a.backendUp)},
 		{name: "flow clock", run: func(ctx context.Context) { tickFlows(ctx, a.dp, a.log) }},
 		{name: "redundant copies", run: func(ctx context.Context) { watchDupTx(ctx, a.dp, a.log, a.dupTxReady) }, metrics: collect(a.dupTxReady)},
@@ -221,8 +222,7 @@ func (a *Agent) watchFIB(context.Context) (err error) {
 // newPathMonitor makes the monitor that probes, judges and steers by
 // the paths.
 func (a *Agent) newPathMonitor(context.Context) error {
-	a.mon = newPathMonitor(a.dp, a.log, a.Config)
-	a.mon.groups = a.steerGroups
+	a.mon = pathmon.New(a.dp, a.log, a.Config, a.steerGroups)
 	return nil
 }
 

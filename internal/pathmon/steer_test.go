@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package pathmon
 
 import (
 	"slices"
@@ -14,11 +14,11 @@ import (
 
 func weight(w uint32) *uint32 { return &w }
 
-func group(alg string, weights ...uint32) steerGroup {
-	g := steerGroup{index: 3, lbr: config.LBR{ID: 9, Algorithm: alg}}
+func group(alg string, weights ...uint32) Group {
+	g := Group{Index: 3, LBR: config.LBR{ID: 9, Algorithm: alg}}
 	for i, w := range weights {
-		g.lbr.Members = append(g.lbr.Members, config.Member{FAR: uint32(10 + i), Weight: weight(w)})
-		g.paths = append(g.paths, uint32(1+i))
+		g.LBR.Members = append(g.LBR.Members, config.Member{FAR: uint32(10 + i), Weight: weight(w)})
+		g.Paths = append(g.Paths, uint32(1+i))
 	}
 	return g
 }
@@ -43,7 +43,7 @@ func TestPlanSteer(t *testing.T) {
 	none := steerPlan{chose: -1}
 	for _, c := range []struct {
 		name   string
-		g      steerGroup
+		g      Group
 		st     map[uint32]PathStatus
 		prev   steerPlan
 		ok     uint32
@@ -101,7 +101,7 @@ func TestPlanSteer(t *testing.T) {
 	}
 	// The SLA: a path past it is used only when none meets it.
 	g := group(config.AlgorithmActiveStandby, 1, 1)
-	g.lbr.SLA = config.SLA{MaxRTT: config.Duration{D: 20 * ms}}
+	g.LBR.SLA = config.SLA{MaxRTT: config.Duration{D: 20 * ms}}
 	if p := planSteer(g, map[uint32]PathStatus{1: up(30 * ms), 2: up(15 * ms)}, none, time.Time{}); p.ok != 0b10 {
 		t.Errorf("SLA: usable %b, want the second (within 20 ms)", p.ok)
 	}
@@ -135,7 +135,7 @@ func TestPlanSteerAdaptive(t *testing.T) {
 	ok := PathStatus{State: PathUp, Monitored: true, SRTT: 10 * ms, MinRTT: 10 * ms}
 	slow := PathStatus{State: PathUp, Monitored: true, SRTT: 30 * ms, MinRTT: 10 * ms} // past 1.5 × min
 	lossy := func(l float64) PathStatus { s := ok; s.Loss = l; return s }
-	run := func(g steerGroup, p steerPlan, steps int, st map[uint32]PathStatus) steerPlan {
+	run := func(g Group, p steerPlan, steps int, st map[uint32]PathStatus) steerPlan {
 		for range steps {
 			t0 = t0.Add(adaptEvery)
 			p = planSteer(g, st, p, t0)

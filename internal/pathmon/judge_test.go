@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package pathmon
 
 import (
 	"math/rand/v2"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package rtloop
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 )
 
 // TestRunProtected: a protected loop's steps run on a thread at
-// SCHED_FIFO loopPriority whose children start at the default policy,
+// SCHED_FIFO Priority whose children start at the default policy,
 // once a tick, and the loop ends with its context.
 func TestRunProtected(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -25,7 +25,7 @@ func TestRunProtected(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runProtected(ctx, slog.New(slog.DiscardHandler), "test", 2*time.Millisecond, func(time.Time) {
+		Run(ctx, slog.New(slog.DiscardHandler), "test", 2*time.Millisecond, func(time.Time) {
 			if steps++; steps == 1 {
 				tid = unix.Gettid()
 				attr, _ = unix.SchedGetAttr(0, 0)
@@ -42,8 +42,8 @@ func TestRunProtected(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("the loop did not end with its context (%d steps)", steps)
 	}
-	if attr == nil || attr.Policy != unix.SCHED_FIFO || attr.Priority != loopPriority || attr.Flags&unix.SCHED_FLAG_RESET_ON_FORK == 0 {
-		t.Errorf("the loop's thread: %+v, want SCHED_FIFO %d, reset on fork", attr, loopPriority)
+	if attr == nil || attr.Policy != unix.SCHED_FIFO || attr.Priority != Priority || attr.Flags&unix.SCHED_FLAG_RESET_ON_FORK == 0 {
+		t.Errorf("the loop's thread: %+v, want SCHED_FIFO %d, reset on fork", attr, Priority)
 	}
 	if steps != 50 {
 		t.Errorf("%d steps, want 50", steps)

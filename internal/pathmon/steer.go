@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package pathmon
 
 import (
 	"fmt"
@@ -28,12 +28,12 @@ import (
 // share of the table's entries. A flow stays on its member while the
 // member is in the usable set; it is decided again when it leaves it.
 
-// steerGroup is a steering group as the agent's config and compiler
-// have it.
-type steerGroup struct {
-	index uint32     // its index in the dataplane (rules.Compiler.SteerGroups)
-	lbr   config.LBR // mode, members, SLA
-	paths []uint32   // each member's path id
+// Group is a steering group as the agent's config and compiler have
+// it.
+type Group struct {
+	Index uint32     // its index in the dataplane (rules.Compiler.SteerGroups)
+	LBR   config.LBR // mode, members, SLA
+	Paths []uint32   // each member's path id
 }
 
 // steerPlan is what a group's table and usable set are.
@@ -81,8 +81,8 @@ func slaMet(sla config.SLA, s PathStatus) bool {
 // planSteer makes group g's plan from its members' path statuses (a
 // missing one counts as not monitored: usable) at time now; prev is its
 // last plan.
-func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.Time) steerPlan {
-	l := steerLook{g: g, st: st, n: len(g.lbr.Members)}
+func planSteer(g Group, st map[uint32]PathStatus, prev steerPlan, now time.Time) steerPlan {
+	l := steerLook{g: g, st: st, n: len(g.LBR.Members)}
 	var why string
 	l.cand, why = l.usable()
 	p := steerPlan{chose: -1, why: why, weights: prev.weights, spill: prev.spill, loss: prev.loss, adjusted: prev.adjusted,
@@ -99,7 +99,7 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.
 			p.tx[i] = l.status(i).TxBytes
 		}
 	}
-	spills := g.lbr.Algorithm == config.AlgorithmPriority || g.lbr.Algorithm == config.AlgorithmCMon
+	spills := g.LBR.Algorithm == config.AlgorithmPriority || g.LBR.Algorithm == config.AlgorithmCMon
 	for i, w := range weights {
 		if w > 0 || spills && slices.Contains(l.cand, i) {
 			p.ok |= 1 << i
@@ -113,7 +113,7 @@ func planSteer(g steerGroup, st map[uint32]PathStatus, prev steerPlan, now time.
 // plan: their statuses, the usable ones (cand) and whether the adaptive
 // modes step at this look.
 type steerLook struct {
-	g    steerGroup
+	g    Group
 	st   map[uint32]PathStatus
 	n    int
 	cand []int
@@ -123,7 +123,7 @@ type steerLook struct {
 
 // status is member i's path status (not monitored, up: no status).
 func (l *steerLook) status(i int) PathStatus {
-	s, ok := l.st[l.g.paths[i]]
+	s, ok := l.st[l.g.Paths[i]]
 	if !ok {
 		return PathStatus{State: PathUp}
 	}
@@ -136,7 +136,7 @@ func (l *steerLook) lossRose(i int) bool { return l.status(i).Loss > l.p.loss[i]
 
 // base is member i's configured weight, at least 1.
 func (l *steerLook) base(i int) float64 {
-	return max(float64(l.g.lbr.Members[i].EffectiveWeight()), 1)
+	return max(float64(l.g.LBR.Members[i].EffectiveWeight()), 1)
 }
 
 // usable picks the members of the best tier that has one, and says
@@ -147,7 +147,7 @@ func (l *steerLook) usable() ([]int, string) {
 		ok   func(PathStatus) bool
 	}{
 		{"paths up within the SLA", func(s PathStatus) bool {
-			return (s.State == PathUp || s.State == PathUnknown && !s.Monitored) && slaMet(l.g.lbr.SLA, s)
+			return (s.State == PathUp || s.State == PathUnknown && !s.Monitored) && slaMet(l.g.LBR.SLA, s)
 		}},
 		{"no path up within the SLA: paths not down", func(s PathStatus) bool { return s.State != PathDown }},
 		{"every path down: all members", func(PathStatus) bool { return true }},
@@ -166,7 +166,7 @@ func (l *steerLook) usable() ([]int, string) {
 			break
 		}
 	}
-	if l.g.lbr.Algorithm == config.AlgorithmRedundant && len(cand) < 2 {
+	if l.g.LBR.Algorithm == config.AlgorithmRedundant && len(cand) < 2 {
 		// Redundancy needs two paths: a path outside the SLA but not
 		// down carries copies too, rather than none.
 		var alive []int
@@ -206,7 +206,7 @@ func (l *steerLook) startStep(now time.Time) bool {
 // chose is the member smallest-delay chose at the last plan.
 func (l *steerLook) weights(chose int) []float64 {
 	w := make([]float64, l.n)
-	switch l.g.lbr.Algorithm {
+	switch l.g.LBR.Algorithm {
 	case config.AlgorithmActiveStandby:
 		w[l.cand[0]] = 1
 	case config.AlgorithmSmallestDelay:
@@ -236,7 +236,7 @@ func (l *steerLook) weights(chose int) []float64 {
 		}
 	default: // load-balancing, wrr
 		for _, i := range l.cand {
-			w[i] = float64(l.g.lbr.Members[i].EffectiveWeight())
+			w[i] = float64(l.g.LBR.Members[i].EffectiveWeight())
 		}
 		if sum(w) == 0 { // every usable member drained: share evenly
 			for _, i := range l.cand {
@@ -418,30 +418,30 @@ func shareTable(weights []float64) (t [bpf.SteerTable]uint8) {
 
 // steer brings every steering group's table and usable set to its plan
 // from the paths' statuses st; m.mu held.
-func (m *pathMonitor) steer(st map[uint32]PathStatus) {
+func (m *Monitor) steer(st map[uint32]PathStatus) {
 	if m.groups == nil {
 		return
 	}
 	seen := map[uint32]bool{}
 	for _, g := range m.groups() {
-		seen[g.index] = true
-		prev, had := m.plans[g.index]
+		seen[g.Index] = true
+		prev, had := m.plans[g.Index]
 		if !had {
 			prev = steerPlan{chose: -1}
 		}
 		p := planSteer(g, st, prev, time.Now())
 		// A no-op while the group already has the plan's table.
-		ok, err := m.dp.SetSteer(g.index, len(g.lbr.Members), p.ok, p.table)
+		ok, err := m.dp.SetSteer(g.Index, len(g.LBR.Members), p.ok, p.table)
 		if err != nil {
-			m.log.Error("steering", "lbr", g.lbr.ID, "error", err)
+			m.log.Error("steering", "lbr", g.LBR.ID, "error", err)
 			continue
 		}
 		if !ok {
 			continue
 		}
-		m.plans[g.index] = p
+		m.plans[g.Index] = p
 		if !had || p.ok != prev.ok || p.why != prev.why {
-			m.log.Info("steering group usable members", "lbr", g.lbr.ID, "mode", g.lbr.Algorithm,
+			m.log.Info("steering group usable members", "lbr", g.LBR.ID, "mode", g.LBR.Algorithm,
 				"members", usableFARs(g, p.ok), "why", p.why)
 		}
 	}
@@ -453,32 +453,12 @@ func (m *pathMonitor) steer(st map[uint32]PathStatus) {
 }
 
 // usableFARs names the usable members by FAR id, for the log.
-func usableFARs(g steerGroup, ok uint32) string {
+func usableFARs(g Group, ok uint32) string {
 	var out []string
-	for i, mb := range g.lbr.Members {
+	for i, mb := range g.LBR.Members {
 		if ok>>i&1 == 1 {
 			out = append(out, fmt.Sprint(mb.FAR))
 		}
 	}
 	return fmt.Sprint(out)
-}
-
-// steerGroups lists the steering groups the committed config has.
-func (a *Agent) steerGroups() []steerGroup {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []steerGroup
-	for id, idx := range a.comp.SteerGroups() {
-		l, ok := a.store.LBR(id)
-		if !ok {
-			continue
-		}
-		g := steerGroup{index: idx, lbr: l}
-		for _, mb := range l.Members {
-			f, _ := a.store.FAR(mb.FAR)
-			g.paths = append(g.paths, f.Path)
-		}
-		out = append(out, g)
-	}
-	return out
 }

@@ -1,24 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+// Package pathmon monitors a gateway's WAN paths (probes, judges
+// their state) and steers the steering groups' flows over them.
+package pathmon
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
-	"github.com/edgeplane/edgeplane/internal/dataplane"
+	"github.com/edgeplane/edgeplane/internal/rtloop"
 )
 
 // Path monitoring. Every GRE path of the config whose monitor is not off
@@ -125,24 +124,27 @@ func (w *minWindow) min(now time.Time) time.Duration {
 	return m
 }
 
-// pathMonitor probes the config's paths and keeps their states.
-type pathMonitor struct {
+// Monitor probes the config's paths and keeps their states.
+type Monitor struct {
 	dp  *bpf.Dataplane
 	log *slog.Logger
 	cfg func() *config.Config
 
 	changes *prometheus.CounterVec
 	// groups lists the steering groups (nil: none steered).
-	groups func() []steerGroup
+	groups func() []Group
 
 	mu    sync.Mutex
 	paths map[uint32]*probedPath
 	plans map[uint32]steerPlan // by steering group index
 }
 
-func newPathMonitor(dp *bpf.Dataplane, log *slog.Logger, cfg func() *config.Config) *pathMonitor {
-	return &pathMonitor{
-		dp: dp, log: log, cfg: cfg, paths: map[uint32]*probedPath{}, plans: map[uint32]steerPlan{},
+// New returns a monitor of the paths of the config cfg returns (the one
+// that serves), as dp holds them, steering the groups groups returns
+// (nil: none steered). It probes nothing until Run.
+func New(dp *bpf.Dataplane, log *slog.Logger, cfg func() *config.Config, groups func() []Group) *Monitor {
+	return &Monitor{
+		dp: dp, log: log, cfg: cfg, groups: groups, paths: map[uint32]*probedPath{}, plans: map[uint32]steerPlan{},
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeplane_path_state_changes_total", Help: "Changes of a path's state as its monitor judged it, by the state entered.",
 		}, []string{"path", "state"}),
@@ -150,7 +152,7 @@ func newPathMonitor(dp *bpf.Dataplane, log *slog.Logger, cfg func() *config.Conf
 }
 
 // Statuses returns every monitored path's status, by path id.
-func (m *pathMonitor) Statuses() map[uint32]PathStatus {
+func (m *Monitor) Statuses() map[uint32]PathStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make(map[uint32]PathStatus, len(m.paths))
@@ -160,14 +162,14 @@ func (m *pathMonitor) Statuses() map[uint32]PathStatus {
 	return out
 }
 
-// run follows the config's paths, probes, judges and steers by them
-// every probeTick until ctx ends, on a protected thread (protected.go):
-// the gateway's load does not delay when probes leave nor when their
+// Run follows the config's paths, probes, judges and steers by them
+// every probeTick until ctx ends, on a protected thread (rtloop): the
+// gateway's load does not delay when probes leave nor when their
 // outcomes are seen.
-func (m *pathMonitor) run(ctx context.Context) {
+func (m *Monitor) Run(ctx context.Context) {
 	defer m.closeAll()
 	var synced time.Time
-	runProtected(ctx, m.log, "path monitor", probeTick, func(now time.Time) {
+	rtloop.Run(ctx, m.log, "path monitor", probeTick, func(now time.Time) {
 		if now.Sub(synced) >= 100*time.Millisecond {
 			m.sync()
 			synced = now
@@ -176,7 +178,7 @@ func (m *pathMonitor) run(ctx context.Context) {
 	})
 }
 
-func (m *pathMonitor) closeAll() {
+func (m *Monitor) closeAll() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	clear(m.paths)
@@ -184,7 +186,7 @@ func (m *pathMonitor) closeAll() {
 
 // sync starts monitoring new paths, stops removed ones and starts again
 // those whose addressing or monitor changed.
-func (m *pathMonitor) sync() {
+func (m *Monitor) sync() {
 	active, err := m.dp.ActivePaths()
 	if err != nil {
 		m.log.Error("path monitor: read paths", "error", err)
@@ -229,7 +231,7 @@ func samePath(a, b config.Path) bool {
 
 // startPath starts monitoring path c, bp as the dataplane holds it:
 // from no answers.
-func (m *pathMonitor) startPath(c config.Path, bp bpf.Path) (*probedPath, error) {
+func (m *Monitor) startPath(c config.Path, bp bpf.Path) (*probedPath, error) {
 	mon := c.Monitor.Effective()
 	p := &probedPath{cfg: c, mon: mon, bp: bp, stats: bp.Stats, judge: newPathJudge(mon),
 		sentAt: make([]int64, 4096)}
@@ -251,7 +253,7 @@ func (m *pathMonitor) startPath(c config.Path, bp bpf.Path) (*probedPath, error)
 
 // step sends the probes that are due, judges every path and steers the
 // steering groups by what it found.
-func (m *pathMonitor) step(now time.Time) {
+func (m *Monitor) step(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	defer func() {
@@ -285,7 +287,7 @@ const tcpRTTEvery = 100 * time.Millisecond
 
 // readTCPRTT reads path p's passive RTT into its status (a path whose
 // monitor is off has one too: its flows' timestamps need no peer).
-func (m *pathMonitor) readTCPRTT(p *probedPath) {
+func (m *Monitor) readTCPRTT(p *probedPath) {
 	r, err := m.dp.ReadPathTCPRTT(p.stats)
 	if err != nil {
 		m.log.Error("path monitor", "path", p.cfg.ID, "error", err)
@@ -295,20 +297,13 @@ func (m *pathMonitor) readTCPRTT(p *probedPath) {
 	p.status.TCPSamples = r.Samples
 }
 
-// monotonic is CLOCK_MONOTONIC in ns, the clock XDP's bpf_ktime_get_ns reads.
-func monotonic() int64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return ts.Nano()
-}
-
 // send sends path p's next probe, from the dataplane.
-func (m *pathMonitor) send(p *probedPath) {
+func (m *Monitor) send(p *probedPath) {
 	err := m.dp.SendProbe(bpf.ProbeFrame(p.bp, p.seq))
 	// After the send: never before the probe left, so a timeout counted
 	// from here is never early (the record's own stamp, when it has one,
 	// is when it left).
-	p.sentAt[p.seq%uint32(len(p.sentAt))] = monotonic()
+	p.sentAt[p.seq%uint32(len(p.sentAt))] = rtloop.Monotonic()
 	if err == nil {
 		var rec bpf.PathProbe
 		if rec, err = m.dp.ReadPathProbe(p.stats); err == nil && (rec.Sent == 0 || rec.SentSeq != p.seq) {
@@ -333,11 +328,11 @@ var errNotSent = errors.New("the dataplane did not send it (see the reason count
 
 // judgePath gives every probe of p whose outcome is known its outcome,
 // in order, and judges the path.
-func (m *pathMonitor) judgePath(p *probedPath, now time.Time) {
+func (m *Monitor) judgePath(p *probedPath, now time.Time) {
 	// The time first, then the record: whatever answer came by then is
 	// in it, so a probe is never judged unanswered at a time its answer
 	// had come by, however long this thread waited in between.
-	mono := monotonic()
+	mono := rtloop.Monotonic()
 	rec, err := m.dp.ReadPathProbe(p.stats)
 	if err != nil {
 		m.log.Error("path monitor", "path", p.cfg.ID, "error", err)
@@ -386,13 +381,19 @@ func (m *pathMonitor) judgePath(p *probedPath, now time.Time) {
 		"rtt", srtt.Round(10*time.Microsecond), "jitter", jitter.Round(10*time.Microsecond), "loss", fmt.Sprintf("%.1f%%", 100*s.Loss))
 }
 
+// Collectors are the monitor's metrics: changes of state, and each
+// path's state and measures at scrape time.
+func (m *Monitor) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.changes, newPathMetrics(m)}
+}
+
 // pathMetrics exposes the monitor's view of each path at scrape time.
 type pathMetrics struct {
-	m                                         *pathMonitor
+	m                                         *Monitor
 	state, srtt, jitter, minRTT, loss, tcpRTT *prometheus.Desc
 }
 
-func newPathMetrics(m *pathMonitor) *pathMetrics {
+func newPathMetrics(m *Monitor) *pathMetrics {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("edgeplane_path_"+name, help, []string{"path"}, nil)
 	}
@@ -436,24 +437,4 @@ func (p *pathMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(p.minRTT, prometheus.GaugeValue, s.MinRTT.Seconds(), l)
 		ch <- prometheus.MustNewConstMetric(p.loss, prometheus.GaugeValue, s.Loss, l)
 	}
-}
-
-// PathStatus implements dataplane.Paths: the monitor's view of each
-// path, by path id.
-func (a *Agent) PathStatus() []dataplane.PathStatus {
-	if a.mon == nil {
-		return nil
-	}
-	st := a.mon.Statuses()
-	out := make([]dataplane.PathStatus, 0, len(st))
-	for _, id := range slices.Sorted(maps.Keys(st)) {
-		s := st[id]
-		out = append(out, dataplane.PathStatus{
-			Path: id, State: s.State.String(), Since: s.Since, Why: s.Why,
-			SRTT: s.SRTT, Jitter: s.Jitter, MinRTT: s.MinRTT, LastRTT: s.LastRTT,
-			Loss: s.Loss, Sent: s.Sent, Answered: s.Answered, Monitored: s.Monitored,
-			TCPRTT: s.TCPRTT, TCPMinRTT: s.TCPMinRTT, TCPSamples: s.TCPSamples,
-		})
-	}
-	return out
 }
