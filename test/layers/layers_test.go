@@ -72,6 +72,13 @@ var rules = []struct {
 	{"./internal/config", []string{"./"}, configModel, "the object model is the bottom of the config's layers"},
 	{"./internal/config/yamlcfg", []string{"./"}, append(slices.Clone(configModel), "./internal/config/yamlcfg", "./internal/atomicfile"),
 		"the config file's YAML form imports nothing above the model but the atomic file write"},
+	// The agent's subsystems below it: each takes the config and what
+	// it needs of the dataplane, never the agent.
+	{"./internal/sched", []string{"./"}, append(slices.Clone(configModel), "./internal/dataplane", "./internal/sched/scx"),
+		"CPU strategies read the config's strategies and report through the contract; the agent starts them"},
+	{"./internal/pathmon", []string{"./"}, append(slices.Clone(configModel), "./internal/dataplane", "./internal/bpf", "./internal/rtloop"),
+		"path monitoring probes and steers through the loader; the agent starts it"},
+	{"./internal/rtloop", []string{"./"}, nil, "a real-time loop needs nothing of edgeplane"},
 }
 
 // pkgInfo is what `go list -json` says of a package.
