@@ -115,7 +115,7 @@ func probe(ctx context.Context, t healthTarget) error {
 
 // healthLoop probes the backends of services with health checks until ctx
 // ends, and takes them out of and back into their tables. Its ticks run
-// on a protected thread (protected.go), so load on the gateway does not
+// on a protected thread (internal/rtloop), so load on the gateway does not
 // delay taking a failed backend out; the checks' own connections are
 // the kernel's and the runtime's.
 func (a *Agent) healthLoop(ctx context.Context, up *prometheus.GaugeVec) {
