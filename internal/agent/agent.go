@@ -27,6 +27,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
+	"github.com/edgeplane/edgeplane/internal/fibwatch"
 	"github.com/edgeplane/edgeplane/internal/fleet"
 	"github.com/edgeplane/edgeplane/internal/pathmon"
 	"github.com/edgeplane/edgeplane/internal/rules"
@@ -147,7 +148,7 @@ type Agent struct {
 	reg  *prometheus.Registry
 	errc chan error
 	// fib follows the kernel's routing for the next hops.
-	fib *fibWatch
+	fib *fibwatch.Watch
 
 	// apiAuth and apiCert are the API's credentials (nil: none), re-read
 	// on SIGHUP.

@@ -18,6 +18,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
+	"github.com/edgeplane/edgeplane/internal/fibwatch"
 	"github.com/edgeplane/edgeplane/internal/metrics"
 	"github.com/edgeplane/edgeplane/internal/pathmon"
 	"github.com/edgeplane/edgeplane/internal/sched"
@@ -88,7 +89,7 @@ func (a *Agent) subsystems() []subsystem {
 		// The first check before the agent says it is ready, so health
 		// is known from then on; then every guardEvery.
 		{name: "guard", start: func(context.Context) error { a.guardOnce(); return nil }, run: a.guardLoop, metrics: a.guard.collectors},
-		{name: "fib watch", start: a.watchFIB, run: func(ctx context.Context) { a.fib.run(ctx) }},
+		{name: "fib watch", start: a.watchFIB, run: func(ctx context.Context) { a.fib.Run(ctx) }},
 		{name: "path neighbours", run: func(ctx context.Context) { pathmon.KeepNeighbours(ctx, a.log, a.Config) }},
 		{name: "path monitor", start: a.newPathMonitor, run: func(ctx context.Context) { a.mon.Run(ctx) },
 			metrics: func() []prometheus.Collector { return a.mon.Collectors() }},
@@ -213,9 +214,9 @@ func (a *Agent) dataplaneMetrics() []prometheus.Collector {
 }
 
 // watchFIB starts following the kernel's routes, rules, neighbours and
-// addresses for the dataplane's next hops (fibwatch.go).
+// addresses for the dataplane's next hops (internal/fibwatch).
 func (a *Agent) watchFIB(context.Context) (err error) {
-	a.fib, err = newFIBWatch(a.dp, a.log, a.refreshIfAddrs)
+	a.fib, err = fibwatch.New(a.dp, a.log, a.refreshIfAddrs)
 	return err
 }
 

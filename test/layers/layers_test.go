@@ -79,6 +79,8 @@ var rules = []struct {
 	{"./internal/pathmon", []string{"./"}, append(slices.Clone(configModel), "./internal/dataplane", "./internal/bpf", "./internal/rtloop"),
 		"path monitoring probes and steers through the loader; the agent starts it"},
 	{"./internal/rtloop", []string{"./"}, nil, "a real-time loop needs nothing of edgeplane"},
+	{"./internal/fibwatch", []string{"./"}, []string{"./internal/bpf", "./internal/dataplane"},
+		"following the kernel's routing for the next hops needs the loader alone; the agent starts it"},
 }
 
 // pkgInfo is what `go list -json` says of a package.

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+// Package fibwatch keeps the dataplane's cached next hops in step with
+// the kernel's routing.
+package fibwatch
 
 import (
 	"context"
@@ -19,29 +21,10 @@ import (
 	"github.com/edgeplane/edgeplane/internal/bpf"
 )
 
-// watchFIB bumps the dataplane's FIB epoch whenever a route, address, link
-// or neighbour changes in the agent's namespace, so flows stop using the
-// next hop they cached and ask bpf_fib_lookup again. Neighbour events that
-// only refresh reachability (same link-layer address) are ignored: they
-// come every few seconds per neighbour and change nothing XDP uses.
-// onAddr runs on address changes (XDP's ICMP errors use the addresses).
-//
-// Route and rule changes also stop flows from sharing next hops by
-// destination (bpf.SetFIBByDst) until a scan of every rule and route
-// (bpf.RoutingByDestination), made once the changes have paused for
-// scanDelay, finds the kernel routing by destination alone again.
-//
-// A netlink subscription ends on any receive error, and a storm of
-// changes (a routing daemon loading a table, a flapping link) overflows
-// the socket's buffer: the kernel drops what does not fit and the next
-// read fails with ENOBUFS. The events lost are unknown, so the watcher
-// then resubscribes to all five, marks every cached next hop stale (bumps
-// the epoch once the new subscriptions listen) and goes on; it ends only
-// with ctx. Each failure is logged once.
-//
-// newFIBWatch subscribes and scans once; run follows until ctx ends.
-func newFIBWatch(dp *bpf.Dataplane, log *slog.Logger, onAddr func()) (*fibWatch, error) {
-	w := &fibWatch{dp: dp, log: log, onAddr: onAddr, kick: make(chan struct{}, 1)}
+// New subscribes to the kernel's changes and scans its routing once;
+// Run follows them until ctx ends.
+func New(dp *bpf.Dataplane, log *slog.Logger, onAddr func()) (*Watch, error) {
+	w := &Watch{dp: dp, log: log, onAddr: onAddr, kick: make(chan struct{}, 1)}
 	s, err := w.subscribe()
 	if err != nil {
 		return nil, err
@@ -57,8 +40,8 @@ func newFIBWatch(dp *bpf.Dataplane, log *slog.Logger, onAddr func()) (*fibWatch,
 	return w, nil
 }
 
-// run follows the subscriptions and runs the scans until ctx ends.
-func (w *fibWatch) run(ctx context.Context) {
+// Run follows the subscriptions and runs the scans until ctx ends.
+func (w *Watch) Run(ctx context.Context) {
 	scans := make(chan struct{})
 	go func() { w.scans(ctx); close(scans) }()
 	w.follows(ctx, w.first)
@@ -77,21 +60,40 @@ const scanDelay = 200 * time.Millisecond
 // ENOBUFS and a resubscribe.
 const netlinkRcvBuf = 4 << 20
 
-type fibWatch struct {
+// Watch bumps the dataplane's FIB epoch whenever a route, address, link
+// or neighbour changes in the agent's namespace, so flows stop using the
+// next hop they cached and ask bpf_fib_lookup again. Neighbour events that
+// only refresh reachability (same link-layer address) are ignored: they
+// come every few seconds per neighbour and change nothing XDP uses.
+// onAddr runs on address changes (XDP's ICMP errors use the addresses).
+//
+// Route and rule changes also stop flows from sharing next hops by
+// destination (bpf.SetFIBByDst) until a scan of every rule and route
+// (bpf.RoutingByDestination), made once the changes have paused for
+// scanDelay, finds the kernel routing by destination alone again.
+//
+// A netlink subscription ends on any receive error, and a storm of
+// changes (a routing daemon loading a table, a flapping link) overflows
+// the socket's buffer: the kernel drops what does not fit and the next
+// read fails with ENOBUFS. The events lost are unknown, so the watcher
+// then resubscribes to all five, marks every cached next hop stale (bumps
+// the epoch once the new subscriptions listen) and goes on; it ends only
+// with ctx. Each failure is logged once.
+type Watch struct {
 	dp     *bpf.Dataplane
 	log    *slog.Logger
 	onAddr func()
 
 	changes atomic.Uint64 // route and rule changes seen (and losses of events)
 	kick    chan struct{} // a scan is due (buffered, 1)
-	first   *subscription // newFIBWatch's, which run follows first
+	first   *subscription // New's, which Run follows first
 	shared  bool          // what the last scan that counted found
 	why     string        // and why not, as logged
 }
 
 // routingChanged stops flows from sharing next hops by destination and
 // marks every cached next hop stale, then has the routing scanned again.
-func (w *fibWatch) routingChanged(why string) {
+func (w *Watch) routingChanged(why string) {
 	w.changes.Add(1)
 	if _, err := w.dp.SetFIBByDst(false, nil); err != nil {
 		w.log.Error("bump fib epoch", "error", err)
@@ -104,7 +106,7 @@ func (w *fibWatch) routingChanged(why string) {
 }
 
 // scans runs a scan after each pause in routing changes until ctx ends.
-func (w *fibWatch) scans(ctx context.Context) {
+func (w *Watch) scans(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -128,7 +130,7 @@ func (w *fibWatch) scans(ctx context.Context) {
 // destination when the kernel routes by it alone, unless routing changed
 // meanwhile (the change has its own scan coming). Each change of what
 // it finds is logged once.
-func (w *fibWatch) rescan() {
+func (w *Watch) rescan() {
 	seen := w.changes.Load()
 	ok, why, err := bpf.RoutingByDestination()
 	if err != nil {
@@ -249,7 +251,7 @@ func subscribeRules(ch chan<- struct{}, done <-chan struct{}, failed func(error)
 	return nil
 }
 
-func (w *fibWatch) subscribe() (*subscription, error) {
+func (w *Watch) subscribe() (*subscription, error) {
 	s := &subscription{
 		done:   make(chan struct{}),
 		routes: make(chan netlink.RouteUpdate, 256),
@@ -299,7 +301,7 @@ func (w *fibWatch) subscribe() (*subscription, error) {
 }
 
 // follows follows s until ctx ends, resubscribing after every failure.
-func (w *fibWatch) follows(ctx context.Context, s *subscription) {
+func (w *Watch) follows(ctx context.Context, s *subscription) {
 	for {
 		which := w.follow(ctx, s)
 		s.stop()
@@ -324,7 +326,7 @@ func (w *fibWatch) follows(ctx context.Context, s *subscription) {
 // resubscribe retries, with a backoff up to 5 s, until it has the five
 // subscriptions again or ctx ends (nil). Repeated failures of the same
 // kind are logged once.
-func (w *fibWatch) resubscribe(ctx context.Context) *subscription {
+func (w *Watch) resubscribe(ctx context.Context) *subscription {
 	wait := 10 * time.Millisecond
 	var last string
 	for {
@@ -347,7 +349,7 @@ func (w *fibWatch) resubscribe(ctx context.Context) *subscription {
 
 // follow bumps the epoch for each event of s until ctx ends ("") or one
 // of s's subscriptions does (its name).
-func (w *fibWatch) follow(ctx context.Context, s *subscription) string {
+func (w *Watch) follow(ctx context.Context, s *subscription) string {
 	type neighKey struct {
 		ifindex int
 		ip      string
