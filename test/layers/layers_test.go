@@ -87,7 +87,12 @@ var rules = []struct {
 type pkgInfo struct {
 	ImportPath string
 	Imports    []string
+	GoFiles    []string
 }
+
+// testOnly holds the module's packages that have only test files (graph
+// fills it): they are in no binary and in no row of the drawing.
+var testOnly = map[string]bool{}
 
 // expand resolves a rule's "./" paths.
 func expand(ps ...string) []string {
@@ -115,7 +120,7 @@ func under(p string, paths []string) bool {
 // import path, in one go list.
 func graph(t *testing.T) map[string][]string {
 	t.Helper()
-	cmd := exec.Command(testutil.GoTool(), "list", "-deps", "-json=ImportPath,Imports", "./...")
+	cmd := exec.Command(testutil.GoTool(), "list", "-deps", "-json=ImportPath,Imports,GoFiles", "./...")
 	cmd.Dir = "../.."
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -133,6 +138,9 @@ func graph(t *testing.T) map[string][]string {
 			t.Fatalf("decode go list's output: %v", err)
 		}
 		g[p.ImportPath] = p.Imports
+		if len(p.GoFiles) == 0 {
+			testOnly[p.ImportPath] = true
+		}
 	}
 	return g
 }
