@@ -61,7 +61,7 @@ type Options struct {
 	// SIGHUP re-reads them.
 	TLSCert, TLSKey string
 	// NormalGracePeriods keeps commits from expediting their RCU grace
-	// period (bpf.ExpediteGracePeriods): slower commits (5-20 ms here),
+	// period (rcu.ExpediteGracePeriods): slower commits (5-20 ms here),
 	// no inter-processor interrupts for them.
 	NormalGracePeriods bool
 	// Pprof serves Go's profiles under /debug/pprof/ on the metrics

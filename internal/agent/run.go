@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/edgeplane/edgeplane/internal/api"
-	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/rcu"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/fibwatch"
@@ -187,7 +187,7 @@ func (a *Agent) lockPinDir(context.Context) (err error) {
 	if a.pinLock, err = lockPath(a.opts.PinDir, "pin dir", true); err != nil {
 		return err
 	}
-	bpf.ExpediteGracePeriods = !a.opts.NormalGracePeriods
+	rcu.ExpediteGracePeriods = !a.opts.NormalGracePeriods
 	return nil
 }
 

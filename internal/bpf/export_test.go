@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/edgeplane/edgeplane/internal/bpf/mapconv"
 )
 
 // OpenSpec is Open of spec, a build of the dataplane's object other than
@@ -106,7 +108,7 @@ func (dp *Dataplane) CarryLegacyConns(conns *ebpf.Map) (int, int, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	r, err := btfCache{}.open(c, legacyConns)
+	r, err := mapconv.BTFCache{}.Open(c, legacyConns)
 	if err != nil {
 		c.Close()
 		return 0, 0, err

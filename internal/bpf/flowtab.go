@@ -3,7 +3,6 @@
 package bpf
 
 import (
-	"errors"
 	"fmt"
 	"math/bits"
 	"sync/atomic"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/edgeplane/edgeplane/internal/bpf/mapconv"
 )
 
 // The flow table (bpf/lib/flowtab.h): edge_ft holds FTWays ways per
@@ -95,11 +96,11 @@ func mapTable(ways, meta *ebpf.Map, secret *HashSecret) (*flowTable, error) {
 	// copy, read through the map's batch calls.
 	t.unmap()
 	t.copied = true
-	if t.ways, err = readArray(ways); err != nil {
-		return nil, err
+	if t.ways, err = mapconv.ReadArray(ways); err != nil {
+		return nil, fmt.Errorf("read a flow-table map: %w", err)
 	}
-	if t.meta, err = readArray(meta); err != nil {
-		return nil, err
+	if t.meta, err = mapconv.ReadArray(meta); err != nil {
+		return nil, fmt.Errorf("read a flow-table map: %w", err)
 	}
 	return t, nil
 }
@@ -113,29 +114,6 @@ func mmapArray(m *ebpf.Map) ([]byte, error) {
 		return nil, fmt.Errorf("map %d bytes of a flow-table map: %w", size, err)
 	}
 	return b, nil
-}
-
-// readArray copies every value of array m, in index order.
-func readArray(m *ebpf.Map) ([]byte, error) {
-	vs, n := int(m.ValueSize()), int(m.MaxEntries())
-	out := make([]byte, vs*n)
-	keys := make([]uint32, batchSize)
-	vals := make([]byte, batchSize*vs)
-	var cursor ebpf.MapBatchCursor
-	for {
-		c, err := m.BatchLookup(&cursor, keys, rawSlice(vals, batchSize, vs), nil)
-		for i := range c {
-			if int(keys[i]) < n {
-				copy(out[int(keys[i])*vs:], vals[i*vs:(i+1)*vs])
-			}
-		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read a flow-table map: %w", err)
-		}
-	}
 }
 
 func (t *flowTable) unmap() {

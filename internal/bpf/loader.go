@@ -9,14 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
+
+	"github.com/edgeplane/edgeplane/internal/bpf/rcu"
 )
 
 // Limits are the map sizes taken from the config at load time.
@@ -137,7 +135,7 @@ type Dataplane struct {
 	reliefOn bool
 	steered  map[uint32]int
 	spec     *ebpf.CollectionSpec
-	barrier  *barrier
+	barrier  *rcu.Barrier
 	writer   *writer
 	// secret keys the flows' hashes: the program's (set into spec) and
 	// the agent's mirror of them (FTHash, FOPlace).
@@ -185,7 +183,7 @@ func open(spec *ebpf.CollectionSpec, l Limits, pinDir string) (*Dataplane, error
 		return nil, err
 	}
 	var err error
-	if dp.barrier, err = newBarrier(); err != nil {
+	if dp.barrier, err = rcu.New(); err != nil {
 		dp.Close()
 		return nil, err
 	}
@@ -350,138 +348,6 @@ func (dp *Dataplane) Close() error {
 	return errors.Join(errs...)
 }
 
-// barrier waits for a grace period: updating an ARRAY_OF_MAPS slot makes
-// the kernel call synchronize_rcu() before the syscall returns
-// (maybe_wait_bpf_programs in kernel/bpf/syscall.c), and XDP programs run
-// inside an RCU read-side section, so after Sync no program still uses
-// what it looked up before.
-type barrier struct {
-	outer, inner *ebpf.Map
-	// expedite is /sys/kernel/rcu_expedited, kept open (a barrier reads
-	// and writes it twice: open and close each time cost as much as the
-	// writes); nil when it cannot be opened.
-	expedite     *os.File
-	mark         string
-	markf        *os.File // the mark, kept open for the same reason
-	expediteOnce sync.Once
-}
-
-func newBarrier() (*barrier, error) {
-	inner := &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
-	in, err := ebpf.NewMap(inner)
-	if err != nil {
-		return nil, fmt.Errorf("create barrier inner map: %w", err)
-	}
-	out, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: 1, InnerMap: inner})
-	if err != nil {
-		in.Close()
-		return nil, fmt.Errorf("create barrier map: %w", err)
-	}
-	return &barrier{outer: out, inner: in}, nil
-}
-
-// rcuExpeditedPath is the kernel's switch that makes synchronize_rcu()
-// expedited (kernel/ksysfs.c; Documentation/RCU/Design/Expedited-Grace-
-// Periods): it interrupts every CPU to end the grace period at once,
-// ~10-150 us here instead of 5-20 ms.
-const rcuExpeditedPath = "/sys/kernel/rcu_expedited"
-
-// ExpediteGracePeriods makes commits wait for expedited grace periods:
-// the switch is turned on around each barrier and back off after (unless
-// it was on already), so the rest of the kernel keeps normal grace
-// periods except for that instant. Correctness does not depend on it: a
-// barrier waits a whole grace period either way. Where /sys is read-only
-// the barrier takes a normal grace period.
-var ExpediteGracePeriods = true
-
-// rcuExpeditedMarks are files, one per agent process that may switch
-// rcu_expedited on (named by its pid), removed when its dataplane closes.
-// A mark says what the switch goes back to: "-" nothing (the process has
-// not switched it), "0" off (it switched it on, from off, for a barrier).
-// A process killed in the instant it had the switch on leaves it on for
-// the whole kernel: the next barrier to start finds the mark of a process
-// that no longer runs and, if that mark says so, switches it back off.
-// An operator who set the switch on keeps it: no mark says to undo it.
-// (An empty mark is one of a build that wrote no state: it only ever
-// switched on from off, so off is what it restores.)
-const rcuExpeditedMarks = "/run/edgeplane-rcu-expedited."
-
-// openExpedite opens the switch for the barrier's life and cleans up
-// after killed processes.
-func (b *barrier) openExpedite() {
-	f, err := os.OpenFile(rcuExpeditedPath, os.O_RDWR, 0)
-	if err != nil {
-		return
-	}
-	marks, _ := filepath.Glob(rcuExpeditedMarks + "*")
-	for _, m := range marks {
-		pid, err := strconv.Atoi(strings.TrimPrefix(m, rcuExpeditedMarks))
-		if err == nil && unix.Kill(pid, 0) == unix.ESRCH {
-			if restore, err := os.ReadFile(m); err == nil && (len(restore) == 0 || restore[0] == '0') {
-				f.WriteAt([]byte("0"), 0)
-			}
-			os.Remove(m)
-		}
-	}
-	b.mark = rcuExpeditedMarks + strconv.Itoa(os.Getpid())
-	mf, err := os.OpenFile(b.mark, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err == nil {
-		if _, err = mf.WriteAt([]byte("-"), 0); err != nil {
-			mf.Close()
-		}
-	}
-	if err != nil {
-		os.Remove(b.mark)
-		f.Close() // without a mark, never switch it on
-		return
-	}
-	b.markf = mf
-	b.expedite = f
-}
-
-// Sync returns after an RCU grace period.
-func (b *barrier) Sync() error {
-	return b.expedited(func() error {
-		if err := b.outer.Put(uint32(0), b.inner); err != nil {
-			return fmt.Errorf("rcu barrier: %w", err)
-		}
-		return nil
-	})
-}
-
-// expedited runs fn with grace periods expedited (ExpediteGracePeriods).
-func (b *barrier) expedited(fn func() error) error {
-	if ExpediteGracePeriods {
-		b.expediteOnce.Do(b.openExpedite)
-	}
-	if f := b.expedite; ExpediteGracePeriods && f != nil {
-		var cur [1]byte
-		// The mark says "off" before the switch goes on, and "nothing"
-		// only once it is off again: a kill in between is undone.
-		if n, _ := f.ReadAt(cur[:], 0); n == 1 && cur[0] == '0' {
-			if _, err := b.markf.WriteAt([]byte("0"), 0); err == nil {
-				if _, err := f.WriteAt([]byte("1"), 0); err == nil {
-					defer func() {
-						if _, err := f.WriteAt([]byte("0"), 0); err == nil {
-							b.markf.WriteAt([]byte("-"), 0)
-						}
-					}()
-				}
-			}
-		}
-	}
-	return fn()
-}
-
 // Expedited runs fn with the kernel's grace periods expedited, as commits
 // wait for theirs: for kernel paths that wait for one inside a syscall.
-func (dp *Dataplane) Expedited(fn func() error) error { return dp.barrier.expedited(fn) }
-
-func (b *barrier) Close() error {
-	if b.expedite != nil {
-		b.expedite.Close()
-		b.markf.Close()
-		os.Remove(b.mark)
-	}
-	return errors.Join(b.outer.Close(), b.inner.Close())
-}
+func (dp *Dataplane) Expedited(fn func() error) error { return dp.barrier.Expedited(fn) }

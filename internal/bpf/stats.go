@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/edgeplane/edgeplane/internal/bpf/mapconv"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
 
@@ -235,7 +236,7 @@ func PinnedSnapshot(pinDir string) (*dataplane.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load embedded object: %w", err)
 	}
-	bc := btfCache{}
+	bc := mapconv.BTFCache{}
 	for name, dst := range fields {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
 		if err != nil {
@@ -244,10 +245,10 @@ func PinnedSnapshot(pinDir string) (*dataplane.Snapshot, error) {
 		}
 		*dst = mp
 		// Another build's entries would be read at the wrong places.
-		r, err := bc.open(mp, name)
+		r, err := bc.Open(mp, name)
 		var why string
 		if err == nil {
-			why, err = bc.layoutDiff(spec.Maps[name], r)
+			why, err = bc.LayoutDiff(spec.Maps[name], r)
 		}
 		if err == nil && why != "" {
 			err = fmt.Errorf("%s: %s: pinned by another build of edgeplane; read them with that build", name, why)

@@ -3,7 +3,6 @@
 package bpf
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +13,9 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
+
+	"github.com/edgeplane/edgeplane/internal/bpf/mapconv"
+	"github.com/edgeplane/edgeplane/internal/bpf/rcu"
 )
 
 // UpgradeDir is the directory under the pin dir where a build pins the
@@ -118,50 +119,13 @@ var mapRoles = map[string]mapRole{
 	edgeMapEdgeCpus:     {rebuilt, false},
 }
 
-// differs says why a map pinned by another build cannot serve as ms
-// ("" when it can): another type, size or flags, or a key or value whose
-// members are not where this build has them.
-func (bc btfCache) differs(ms *ebpf.MapSpec, r *rawMap) (string, error) {
-	if err := ms.Compatible(r.m); err != nil {
-		return strings.TrimSuffix(err.Error(), ": "+ebpf.ErrMapIncompatible.Error()), nil
-	}
-	return bc.layoutDiff(ms, r)
-}
-
-// layoutDiff says why the entries of a pinned map are not laid out as
-// ms's ("" when they are), whatever the map's size.
-func (bc btfCache) layoutDiff(ms *ebpf.MapSpec, r *rawMap) (string, error) {
-	if r.keySize != ms.KeySize || r.valueSize != ms.ValueSize {
-		return fmt.Sprintf("key and value of %d and %d bytes, this build's %d and %d", r.keySize, r.valueSize, ms.KeySize, ms.ValueSize), nil
-	}
-	if r.valueType == nil || ms.Value == nil {
-		return "", nil // no BTF to compare: the sizes decide
-	}
-	for _, kv := range []struct {
-		what     string
-		old, new btf.Type
-	}{{"key", r.keyType, ms.Key}, {"value", r.valueType, ms.Value}} {
-		if kv.old == nil || kv.new == nil {
-			continue
-		}
-		c, err := newConversion(kv.old, kv.new)
-		if err != nil {
-			return "", fmt.Errorf("map %s %s: %w", r.name, kv.what, err)
-		}
-		if !c.Same {
-			return fmt.Sprintf("%s layout differs (added %v, dropped %v)", kv.what, c.Added, c.Dropped), nil
-		}
-	}
-	return "", nil
-}
-
 // pinnedDiffs opens the maps of spec pinned under pinDir and says why each
 // that cannot be adopted differs. The caller closes the maps.
-func pinnedDiffs(spec *ebpf.CollectionSpec, pinDir string, bc btfCache) (map[string]*rawMap, map[string]string, error) {
-	old, why := map[string]*rawMap{}, map[string]string{}
+func pinnedDiffs(spec *ebpf.CollectionSpec, pinDir string, bc mapconv.BTFCache) (map[string]*mapconv.Map, map[string]string, error) {
+	old, why := map[string]*mapconv.Map{}, map[string]string{}
 	closeAll := func() {
 		for _, r := range old {
-			r.m.Close()
+			r.Close()
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(spec.Maps)) {
@@ -178,14 +142,14 @@ func pinnedDiffs(spec *ebpf.CollectionSpec, pinDir string, bc btfCache) (map[str
 			closeAll()
 			return nil, nil, fmt.Errorf("open pinned map %s: %w", name, err)
 		}
-		r, err := bc.open(m, name)
+		r, err := bc.Open(m, name)
 		if err != nil {
 			m.Close()
 			closeAll()
 			return nil, nil, err
 		}
 		old[name] = r
-		d, err := bc.differs(ms, r)
+		d, err := bc.Differs(ms, r)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -201,7 +165,7 @@ func pinnedDiffs(spec *ebpf.CollectionSpec, pinDir string, bc btfCache) (map[str
 // under pinDir exists with another layout or size than spec's. Maps not
 // pinned yet are created by the caller.
 func checkPinned(spec *ebpf.CollectionSpec, pinDir string) error {
-	old, why, err := pinnedDiffs(spec, pinDir, btfCache{})
+	old, why, err := pinnedDiffs(spec, pinDir, mapconv.BTFCache{})
 	if err != nil {
 		return err
 	}
@@ -211,7 +175,7 @@ func checkPinned(spec *ebpf.CollectionSpec, pinDir string) error {
 	}
 	var diffs []string
 	for name, r := range old {
-		r.m.Close()
+		r.Close()
 		if why[name] != "" {
 			diffs = append(diffs, name+": "+why[name])
 		}
@@ -233,7 +197,7 @@ func checkPinned(spec *ebpf.CollectionSpec, pinDir string) error {
 // were placed by another hash than this build's, which then places them
 // all again: a build before the secret, or one keying another hash. ""
 // when there are none to place or they are where this build looks.
-func hashChange(old map[string]*rawMap, why map[string]string) (string, error) {
+func hashChange(old map[string]*mapconv.Map, why map[string]string) (string, error) {
 	if old[edgeMapEdgeFt] == nil {
 		return "", nil
 	}
@@ -244,7 +208,7 @@ func hashChange(old map[string]*rawMap, why map[string]string) (string, error) {
 	if why[edgeMapEdgeSecret] != "" {
 		return "", nil // another layout: a new secret already
 	}
-	s, err := readSecret(r.m)
+	s, err := readSecret(r.Map)
 	if err != nil {
 		return "", err
 	}
@@ -268,27 +232,16 @@ type Upgrade struct {
 	dp            *Dataplane
 	pinDir, stage string
 	log           *slog.Logger
-	old           map[string]*rawMap // the old build's pinned maps
-	fresh         []string           // the maps created under stage, by name
-	convs         map[string]*mapConv
+	old           map[string]*mapconv.Map // the old build's pinned maps
+	fresh         []string                // the maps created under stage, by name
+	convs         map[string]*mapconv.Copy
 	// then holds each counter map's old entries as first copied.
-	then map[string]map[string]entry
+	then map[string]map[string]mapconv.Entry
 	// Halt, when set, is called with "promoting" once the first new pin
 	// has replaced an old one: the agent's crash tests end it there.
 	Halt func(phase string)
 	// ft is the flow table's carry (nil: the table was kept).
 	ft *ftCarry
-}
-
-// mapConv copies one map's entries into the map that replaces it.
-type mapConv struct {
-	name       string
-	from, to   *rawMap
-	key, value *conversion
-	// remapKey and remapValue move what holds a FAR's place, which
-	// depends on the rules limit (nil: nothing to move).
-	remapKey   func(k []byte) bool
-	remapValue func(v []byte)
 }
 
 // PrepareUpgrade builds the dataplane for l beside the one pinned under
@@ -303,12 +256,12 @@ func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err 
 	if ents, _ := os.ReadDir(stage); len(ents) > 0 {
 		return nil, fmt.Errorf("%s holds the pins of another upgrade", stage)
 	}
-	bc := btfCache{}
+	bc := mapconv.BTFCache{}
 	old, why, err := pinnedDiffs(spec, pinDir, bc)
 	if err != nil {
 		return nil, err
 	}
-	u = &Upgrade{pinDir: pinDir, stage: stage, log: log, old: old, convs: map[string]*mapConv{}, then: map[string]map[string]entry{}}
+	u = &Upgrade{pinDir: pinDir, stage: stage, log: log, old: old, convs: map[string]*mapconv.Copy{}, then: map[string]map[string]mapconv.Entry{}}
 	defer func() {
 		if err != nil {
 			u.Abort()
@@ -345,7 +298,7 @@ func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err 
 		case genNew && mapRoles[name].generation:
 			why[name] = "a rules table changed: they move together"
 		default:
-			reuse[name] = r.m
+			reuse[name] = r.Map
 		}
 	}
 	if err := os.MkdirAll(stage, 0o700); err != nil {
@@ -379,7 +332,7 @@ func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err 
 			log.Info("upgrade: new map", "map", name, "why", why[name], "copied", false)
 			continue
 		}
-		to, err := bc.open(byName[name], name)
+		to, err := bc.Open(byName[name], name)
 		if err != nil {
 			return nil, err
 		}
@@ -388,25 +341,25 @@ func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err 
 			return nil, err
 		}
 		u.convs[name] = mc
-		es, err := from.readAll()
+		es, err := from.ReadAll()
 		if err != nil {
 			return nil, err
 		}
-		conv := mc.convert(es)
-		if err := to.write(conv, ebpf.UpdateAny); err != nil {
+		conv := mc.Convert(es)
+		if err := to.Write(conv, ebpf.UpdateAny); err != nil {
 			return nil, err
 		}
 		if mapRoles[name].carry == counter {
-			snap := make(map[string]entry, len(es))
+			snap := make(map[string]mapconv.Entry, len(es))
 			for _, e := range es {
-				snap[string(e.key)] = e
+				snap[string(e.Key)] = e
 			}
 			u.then[name] = snap
 		}
 		log.Info("upgrade: map copied", "map", name, "why", why[name], "entries", len(es), "kept", len(conv),
-			"added_members", mc.value.Added, "dropped_members", mc.value.Dropped)
+			"added_members", mc.Value.Added, "dropped_members", mc.Value.Dropped)
 	}
-	if dp.barrier, err = newBarrier(); err != nil {
+	if dp.barrier, err = rcu.New(); err != nil {
 		return nil, err
 	}
 	// The writer learns what the copied tables hold, as at a restart.
@@ -431,7 +384,7 @@ func (u *Upgrade) CopyAgain() error {
 	}
 	for _, name := range u.fresh {
 		if mc := u.convs[name]; mc != nil && mapRoles[name].carry == state {
-			if _, err := mc.copyMissing(); err != nil {
+			if _, err := mc.CopyMissing(); err != nil {
 				return err
 			}
 		}
@@ -457,13 +410,13 @@ func (u *Upgrade) Finish() error {
 		}
 		switch mapRoles[name].carry {
 		case state:
-			n, err := mc.copyMissing()
+			n, err := mc.CopyMissing()
 			if err != nil {
 				return err
 			}
 			u.log.Info("upgrade: entries the old program added meanwhile", "map", name, "entries", n)
 		case counter:
-			if err := mc.addDeltas(u.then[name]); err != nil {
+			if err := mc.AddDeltas(u.then[name]); err != nil {
 				return err
 			}
 		}
@@ -521,13 +474,13 @@ func removeLegacyPins(pinDir string) error {
 
 func (u *Upgrade) closeOld() {
 	for _, r := range u.old {
-		r.m.Close()
+		r.Close()
 	}
 	u.old = nil
 	if u.ft != nil {
-		for _, r := range []*rawMap{u.ft.to, u.ft.toMeta, u.ft.state, u.ft.conns} {
+		for _, r := range []*mapconv.Map{u.ft.to, u.ft.toMeta, u.ft.state, u.ft.conns} {
 			if r != nil {
-				r.m.Close()
+				r.Close()
 			}
 		}
 		u.ft = nil
@@ -571,7 +524,7 @@ func FinishStaged(pinDir string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", stage, err)
 	}
-	b, err := newBarrier()
+	b, err := rcu.New()
 	if err != nil {
 		return err
 	}
@@ -580,13 +533,13 @@ func FinishStaged(pinDir string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	bc := btfCache{}
-	load := func(dir, name string) *rawMap {
+	bc := mapconv.BTFCache{}
+	load := func(dir, name string) *mapconv.Map {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if err != nil {
 			return nil // gone, or not a map (the program)
 		}
-		r, err := bc.open(m, name)
+		r, err := bc.Open(m, name)
 		if err != nil {
 			m.Close()
 			return nil
@@ -610,19 +563,19 @@ func FinishStaged(pinDir string, log *slog.Logger) error {
 				sec = load(pinDir, edgeMapEdgeSecret)
 			}
 			if sec != nil {
-				c.secret, err = readSecret(sec.m)
-				sec.m.Close()
+				c.secret, err = readSecret(sec.Map)
+				sec.Close()
 			}
 			if (sec == nil || err != nil || !c.secret.usable()) && c.toMeta != nil {
 				log.Error("upgrade: no secret to place the flows the old program added by", "error", err)
-				c.toMeta.m.Close()
+				c.toMeta.Close()
 				c.toMeta = nil
 			}
 			if c.from == nil {
 				c.conns = load(pinDir, legacyConns)
 			}
 			if oldFars != nil && newFars != nil {
-				c.g = farGeometry{oldFars.maxEntries / 2, newFars.maxEntries / 2}
+				c.g = farGeometry{oldFars.MaxEntries() / 2, newFars.MaxEntries() / 2}
 			}
 			if c.toMeta != nil {
 				n, dropped, err := c.run()
@@ -634,24 +587,24 @@ func FinishStaged(pinDir string, log *slog.Logger) error {
 		if from := load(pinDir, e.Name()); from != nil && mapRoles[e.Name()].carry == state {
 			newStride := uint32(0)
 			if newFars != nil {
-				newStride = newFars.maxEntries / 2
+				newStride = newFars.MaxEntries() / 2
 			}
 			mc, err := newMapConv(e.Name(), from, to, oldFars, newStride)
 			if err == nil {
 				var n int
-				n, err = mc.copyMissing()
+				n, err = mc.CopyMissing()
 				log.Info("upgrade: entries the old program added meanwhile", "map", e.Name(), "entries", n)
 			}
 			if err != nil {
 				log.Error("upgrade: copy entries the old program added", "map", e.Name(), "error", err)
 			}
-			from.m.Close()
+			from.Close()
 		}
-		to.m.Close()
+		to.Close()
 	}
-	for _, r := range []*rawMap{oldFars, newFars} {
+	for _, r := range []*mapconv.Map{oldFars, newFars} {
 		if r != nil {
-			r.m.Close()
+			r.Close()
 		}
 	}
 	return promote(pinDir, names, nil)
@@ -660,43 +613,27 @@ func FinishStaged(pinDir string, log *slog.Logger) error {
 // newMapConv plans the copy of from's entries into to. oldFars is the old
 // build's edge_fars (nil: none) and newStride the new FAR stride, for the
 // entries that hold a FAR's place.
-func newMapConv(name string, from, to *rawMap, oldFars *rawMap, newStride uint32) (*mapConv, error) {
-	mc := &mapConv{name: name, from: from, to: to}
-	var err error
-	if mc.key, err = convFor(from, to, from.keyType, to.keyType, from.keySize, to.keySize); err != nil {
-		return nil, fmt.Errorf("map %s key: %w", name, err)
-	}
-	if mc.value, err = convFor(from, to, from.valueType, to.valueType, from.valueSize, to.valueSize); err != nil {
-		return nil, fmt.Errorf("map %s value: %w", name, err)
+func newMapConv(name string, from, to *mapconv.Map, oldFars *mapconv.Map, newStride uint32) (*mapconv.Copy, error) {
+	mc, err := mapconv.NewCopy(name, from, to)
+	if err != nil {
+		return nil, err
 	}
 	g := farGeometry{newStride, newStride}
 	if oldFars != nil {
-		g.oldStride = oldFars.maxEntries / 2
+		g.oldStride = oldFars.MaxEntries() / 2
 	}
 	if g.oldStride == g.newStride || g.oldStride <= MaxServices || g.newStride <= MaxServices {
 		return mc, nil
 	}
 	switch name {
 	case edgeMapEdgeFars:
-		mc.remapKey = func(k []byte) bool {
-			i, ok := g.index(uintAt(k, 4))
-			putUint(k, 4, i)
+		mc.RemapKey = func(k []byte) bool {
+			i, ok := g.index(mapconv.UintAt(k, 4))
+			mapconv.PutUint(k, 4, i)
 			return ok
 		}
 	}
 	return mc, nil
-}
-
-// convFor plans a key's or value's conversion; without BTF on either side
-// only the same size is taken, as it is.
-func convFor(from, to *rawMap, ft, tt btf.Type, fs, ts uint32) (*conversion, error) {
-	if from.valueType == nil || to.valueType == nil || ft == nil || tt == nil {
-		if fs != ts {
-			return nil, fmt.Errorf("%d bytes, now %d, and no BTF to convert by", fs, ts)
-		}
-		return &conversion{FromSize: fs, ToSize: ts, Same: true}, nil
-	}
-	return newConversion(ft, tt)
 }
 
 // farGeometry moves FAR indexes from one rules limit to another: a slot
@@ -722,111 +659,4 @@ func (g farGeometry) place(i uint64) (uint64, bool) {
 func (g farGeometry) index(i uint64) (uint64, bool) {
 	p, ok := g.place(i % uint64(g.oldStride))
 	return i/uint64(g.oldStride)*uint64(g.newStride) + p, ok
-}
-
-// convert turns old entries into new ones, leaving out those the new map
-// has no place for.
-func (mc *mapConv) convert(es []entry) []entry {
-	out := make([]entry, 0, len(es))
-	for _, e := range es {
-		k := make([]byte, mc.to.keySize)
-		mc.key.convert(k, e.key)
-		if mc.remapKey != nil && !mc.remapKey(k) {
-			continue
-		}
-		if isArray(mc.to) && uintAt(k, 4) >= uint64(mc.to.maxEntries) {
-			continue
-		}
-		ne := entry{key: k}
-		for _, v := range e.vals {
-			nv := make([]byte, mc.to.valueSize)
-			mc.value.convert(nv, v)
-			if mc.remapValue != nil {
-				mc.remapValue(nv)
-			}
-			ne.vals = append(ne.vals, nv)
-		}
-		out = append(out, ne)
-	}
-	return out
-}
-
-func isArray(r *rawMap) bool {
-	return r.typ == ebpf.Array || r.typ == ebpf.PerCPUArray
-}
-
-// copyMissing copies the old entries the new map lacks (those the old
-// program added since the last copy), keeping those it has: the new
-// program may have updated them since.
-func (mc *mapConv) copyMissing() (int, error) {
-	es, err := mc.from.readAll()
-	if err != nil {
-		return 0, err
-	}
-	have, err := mc.to.readAll()
-	if err != nil {
-		return 0, err
-	}
-	known := make(map[string]bool, len(have))
-	for _, e := range have {
-		known[string(e.key)] = true
-	}
-	var add []entry
-	for _, e := range mc.convert(es) {
-		if !known[string(e.key)] {
-			add = append(add, e)
-		}
-	}
-	return len(add), mc.to.write(add, ebpf.UpdateNoExist)
-}
-
-// addDeltas adds to the new counters what the old ones counted since then
-// (their first copy). The new program counts into them meanwhile, per
-// CPU and without atomics, so a packet it counts on that CPU between this
-// read and write is lost: a few at most, in the microseconds each
-// entry's update takes.
-func (mc *mapConv) addDeltas(then map[string]entry) error {
-	now, err := mc.from.readAll()
-	if err != nil {
-		return err
-	}
-	for _, e := range now {
-		t, ok := then[string(e.key)]
-		if ok && slices.EqualFunc(e.vals, t.vals, bytes.Equal) {
-			continue
-		}
-		if !ok {
-			t = entry{key: e.key}
-			for range e.vals {
-				t.vals = append(t.vals, make([]byte, mc.from.valueSize))
-			}
-		}
-		k := mc.convert([]entry{{key: e.key, vals: nil}})
-		if len(k) == 0 {
-			continue
-		}
-		cur := entry{key: k[0].key}
-		if mc.to.perCPU {
-			err = mc.to.m.Lookup(cur.key, &cur.vals)
-		} else {
-			var v []byte
-			err = mc.to.m.Lookup(cur.key, &v)
-			cur.vals = [][]byte{v}
-		}
-		if err != nil {
-			return fmt.Errorf("read map %s: %w", mc.name, err)
-		}
-		changed := false
-		for c := range min(len(cur.vals), len(e.vals)) {
-			if mc.value.addDelta(cur.vals[c], e.vals[c], t.vals[c]) {
-				changed = true
-			}
-		}
-		if changed {
-			if err := mc.to.put(cur); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+
+	"github.com/edgeplane/edgeplane/internal/bpf/mapconv"
 )
 
 // The flow table moves as one: its ways (edge_ft) and its buckets'
@@ -36,36 +38,36 @@ func ftMoveTogether(why map[string]string) {
 // by secret) lacks into it, hot as they were and used at tick now, and
 // returns how many it placed and how many found no room. g moves FAR
 // places between rules limits.
-func carryFlows(from, fromMeta, to, toMeta *rawMap, secret *HashSecret, g farGeometry, now uint16) (placed, dropped int, err error) {
+func carryFlows(from, fromMeta, to, toMeta *mapconv.Map, secret *HashSecret, g farGeometry, now uint16) (placed, dropped int, err error) {
 	if from == nil {
 		return 0, 0, nil
 	}
-	conv, err := convFor(from, to, from.valueType, to.valueType, from.valueSize, to.valueSize)
+	conv, err := mapconv.ConvFor(from, to, from.ValueType, to.ValueType, from.ValueSize(), to.ValueSize())
 	if err != nil {
 		return 0, 0, fmt.Errorf("map %s value: %w", edgeMapEdgeFt, err)
 	}
 	remap := g.oldStride != g.newStride && g.oldStride > MaxServices && g.newStride > MaxServices
-	old, err := from.readAll()
+	old, err := from.ReadAll()
 	if err != nil {
 		return 0, 0, err
 	}
 	// Which old ways had more than one packet: their buckets' lines, if
 	// laid out as this build's.
 	hot := map[uint32]bool{}
-	if fromMeta != nil && fromMeta.valueSize == ftBucketSize {
-		lines, err := fromMeta.readAll()
+	if fromMeta != nil && fromMeta.ValueSize() == ftBucketSize {
+		lines, err := fromMeta.ReadAll()
 		if err != nil {
 			return 0, 0, err
 		}
 		for _, l := range lines {
-			b := binary.LittleEndian.Uint32(l.key)
-			m := (*FTBucket)(unsafe.Pointer(&l.vals[0][0]))
+			b := binary.LittleEndian.Uint32(l.Key)
+			m := (*FTBucket)(unsafe.Pointer(&l.Vals[0][0]))
 			for i := range uint32(FTWays) {
 				hot[b*FTWays+i] = m.Tag[i] != 0 && m.Hot[i] != 0
 			}
 		}
 	}
-	t, err := mapTable(to.m, toMeta.m, secret)
+	t, err := mapTable(to.Map, toMeta.Map, secret)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -73,7 +75,7 @@ func carryFlows(from, fromMeta, to, toMeta *rawMap, secret *HashSecret, g farGeo
 	buf := make([]byte, ftWaySize)
 	for _, e := range old {
 		clear(buf)
-		conv.convert(buf, e.vals[0])
+		conv.Convert(buf, e.Vals[0])
 		w := (*FTWay)(unsafe.Pointer(&buf[0]))
 		if w.K.Family == 0 {
 			continue // never written
@@ -88,7 +90,7 @@ func carryFlows(from, fromMeta, to, toMeta *rawMap, secret *HashSecret, g farGeo
 		if _, _, ok := t.find(&w.K); ok {
 			continue
 		}
-		if t.insert(w, hot[binary.LittleEndian.Uint32(e.key)], now) {
+		if t.insert(w, hot[binary.LittleEndian.Uint32(e.Key)], now) {
 			placed++
 		} else {
 			dropped++
@@ -100,10 +102,10 @@ func carryFlows(from, fromMeta, to, toMeta *rawMap, secret *HashSecret, g farGeo
 // ftCarry is an upgrade's carry of the flow table: the old build's maps
 // (nil when it had none) and the new.
 type ftCarry struct {
-	from, fromMeta, to, toMeta, state *rawMap
+	from, fromMeta, to, toMeta, state *mapconv.Map
 	// conns is the legacy connection table of a build before the flow
 	// table (nil: none).
-	conns *rawMap
+	conns *mapconv.Map
 	g     farGeometry
 	// secret places the flows in the new table.
 	secret HashSecret
@@ -113,7 +115,7 @@ type ftCarry struct {
 func (c *ftCarry) run() (placed, dropped int, err error) {
 	var st State
 	if c.state != nil {
-		if err := c.state.m.Lookup(uint32(0), &st); err != nil {
+		if err := c.state.Lookup(uint32(0), &st); err != nil {
 			return 0, 0, fmt.Errorf("read the flow table's clock: %w", err)
 		}
 	}
@@ -121,7 +123,7 @@ func (c *ftCarry) run() (placed, dropped int, err error) {
 	if err != nil || c.conns == nil {
 		return placed, dropped, err
 	}
-	t, err := mapTable(c.to.m, c.toMeta.m, &c.secret)
+	t, err := mapTable(c.to.Map, c.toMeta.Map, &c.secret)
 	if err != nil {
 		return placed, dropped, err
 	}
@@ -133,39 +135,39 @@ func (c *ftCarry) run() (placed, dropped int, err error) {
 // close closes the maps the carry opened; the upgrade's old maps are
 // closed with the rest of them.
 func (c *ftCarry) close() {
-	for _, r := range []*rawMap{c.from, c.fromMeta, c.to, c.toMeta, c.state, c.conns} {
+	for _, r := range []*mapconv.Map{c.from, c.fromMeta, c.to, c.toMeta, c.state, c.conns} {
 		if r != nil {
-			r.m.Close()
+			r.Close()
 		}
 	}
 }
 
 // carryFlowsFirst sets up the upgrade's flow-table carry and places the
 // old flows in the new table (the first copy).
-func (u *Upgrade) carryFlowsFirst(bc btfCache, byName map[string]*ebpf.Map, why string) error {
+func (u *Upgrade) carryFlowsFirst(bc mapconv.BTFCache, byName map[string]*ebpf.Map, why string) error {
 	c := &ftCarry{from: u.old[edgeMapEdgeFt], fromMeta: u.old[edgeMapEdgeFtMeta], secret: u.dp.secret}
 	var err error
 	for _, o := range []struct {
 		name string
-		r    **rawMap
+		r    **mapconv.Map
 	}{{edgeMapEdgeFt, &c.to}, {edgeMapEdgeFtMeta, &c.toMeta}, {edgeMapEdgeGlobal, &c.state}} {
 		src := byName[o.name]
 		// The clock the old program marks its flows by: the new state
 		// takes it over later in the copy.
 		if o.name == edgeMapEdgeGlobal && u.old[o.name] != nil {
-			src = u.old[o.name].m
+			src = u.old[o.name].Map
 		}
 		m, err := src.Clone()
 		if err != nil {
 			return fmt.Errorf("map %s: %w", o.name, err)
 		}
-		if *o.r, err = bc.open(m, o.name); err != nil {
+		if *o.r, err = bc.Open(m, o.name); err != nil {
 			m.Close()
 			return err
 		}
 	}
 	if f := u.old[edgeMapEdgeFars]; f != nil {
-		c.g = farGeometry{f.maxEntries / 2, u.dp.Limits.FARStride()}
+		c.g = farGeometry{f.MaxEntries() / 2, u.dp.Limits.FARStride()}
 	}
 	if c.from == nil {
 		if c.conns, err = openLegacyConns(bc, u.pinDir); err != nil {
@@ -206,10 +208,10 @@ const legacyConns = "edge_conns"
 // carryConns places the connections of a legacy connection table conns
 // that the flow table t lacks, and returns how many it placed and how
 // many found no room. g moves FAR places between rules limits.
-func carryConns(conns *rawMap, t *flowTable, g farGeometry, now uint16) (placed, dropped int, err error) {
-	st, ok := btf.UnderlyingType(conns.valueType).(*btf.Struct)
-	if !ok || conns.keySize != uint32(unsafe.Sizeof(ConnKey{})) {
-		return 0, 0, fmt.Errorf("map %s: no BTF of its value, or a key of %d bytes", legacyConns, conns.keySize)
+func carryConns(conns *mapconv.Map, t *flowTable, g farGeometry, now uint16) (placed, dropped int, err error) {
+	st, ok := btf.UnderlyingType(conns.ValueType).(*btf.Struct)
+	if !ok || conns.KeySize() != uint32(unsafe.Sizeof(ConnKey{})) {
+		return 0, 0, fmt.Errorf("map %s: no BTF of its value, or a key of %d bytes", legacyConns, conns.KeySize())
 	}
 	off := map[string]uint32{}
 	for _, m := range st.Members {
@@ -220,15 +222,15 @@ func carryConns(conns *rawMap, t *flowTable, g farGeometry, now uint16) (placed,
 			return 0, 0, fmt.Errorf("map %s: its value has no member %s", legacyConns, name)
 		}
 	}
-	es, err := conns.readAll()
+	es, err := conns.ReadAll()
 	if err != nil {
 		return 0, 0, err
 	}
 	remap := g.oldStride != g.newStride && g.oldStride > MaxServices && g.newStride > MaxServices
 	u32 := func(v []byte, name string) uint32 { return binary.LittleEndian.Uint32(v[off[name]:]) }
 	for _, e := range es {
-		k := (*ConnKey)(unsafe.Pointer(&e.key[0]))
-		v := e.vals[0]
+		k := (*ConnKey)(unsafe.Pointer(&e.Key[0]))
+		v := e.Vals[0]
 		w := FTWay{K: FlowKey{Src: k.Src, Dst: k.Dst, Sport: k.Sport, Dport: k.Dport, Proto: k.Proto, Family: k.Family},
 			F: Flow{Far: u32(v, "far"), FarId: u32(v, "far_id"), Stats: u32(v, "stats") | StatsLB, Svc: u32(v, "svc"), Flags: FlowConn}}
 		if u32(v, "closed") != 0 {
@@ -255,7 +257,7 @@ func carryConns(conns *rawMap, t *flowTable, g farGeometry, now uint16) (placed,
 
 // openLegacyConns opens the legacy connection table pinned under pinDir,
 // or returns nil when there is none.
-func openLegacyConns(bc btfCache, pinDir string) (*rawMap, error) {
+func openLegacyConns(bc mapconv.BTFCache, pinDir string) (*mapconv.Map, error) {
 	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, legacyConns), nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -263,7 +265,7 @@ func openLegacyConns(bc btfCache, pinDir string) (*rawMap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pinned map %s: %w", legacyConns, err)
 	}
-	r, err := bc.open(m, legacyConns)
+	r, err := bc.Open(m, legacyConns)
 	if err != nil {
 		m.Close()
 		return nil, err

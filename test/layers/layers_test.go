@@ -25,6 +25,10 @@ const production = "production"
 // loader is what links the XDP objects and the kernel's BPF calls.
 var loader = []string{"./internal/bpf", "github.com/cilium/ebpf"}
 
+// loaderPkgs are the loader's packages by name, for the rules that
+// allow a package to link it (allowed names packages exactly).
+var loaderPkgs = []string{"./internal/bpf", "./internal/bpf/rcu", "./internal/bpf/mapconv"}
+
 // devTools are the packages for trying, measuring and testing edgeplane
 // on one machine. They start etcd's server, build namespaces, emulate
 // WAN links and time the dataplane: nothing a gateway or a controller
@@ -62,6 +66,9 @@ var rules = []struct {
 	{"./internal/fleet", loader, nil, "the fleet controller runs where no dataplane is loaded"},
 	{"./internal/client", loader, nil, "the CLI's API client talks to a gateway, it loads nothing"},
 	{"./internal/metrics", loader, nil, "the metrics read counters through the contract"},
+	// The loader's layers: leaves at the bottom, each job above them.
+	{"./internal/bpf/rcu", []string{"./"}, nil, "waiting out grace periods needs nothing of the dataplane"},
+	{"./internal/bpf/mapconv", []string{"./"}, nil, "maps of any build as bytes, converted by their BTF: nothing of this build's object"},
 	// Binaries by audience.
 	{"./cmd/edgeplane", devTools, nil,
 		"the binary a gateway and a controller run links no lab, bench, emulator or etcd server"},
@@ -76,7 +83,7 @@ var rules = []struct {
 	// it needs of the dataplane, never the agent.
 	{"./internal/sched", []string{"./"}, append(slices.Clone(configModel), "./internal/dataplane", "./internal/sched/scx"),
 		"CPU strategies read the config's strategies and report through the contract; the agent starts them"},
-	{"./internal/pathmon", []string{"./"}, append(slices.Clone(configModel), "./internal/dataplane", "./internal/bpf", "./internal/rtloop"),
+	{"./internal/pathmon", []string{"./"}, slices.Concat(configModel, []string{"./internal/dataplane", "./internal/rtloop"}, loaderPkgs),
 		"path monitoring probes and steers through the loader; the agent starts it"},
 	{"./internal/rtloop", []string{"./"}, nil, "a real-time loop needs nothing of edgeplane"},
 	{"./internal/fibwatch", []string{"./"}, []string{"./internal/bpf", "./internal/dataplane"},

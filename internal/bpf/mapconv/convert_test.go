@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bpf
+package mapconv
 
 import (
 	"encoding/binary"
@@ -97,7 +97,7 @@ func newKey(i uint32) []byte {
 }
 
 func TestConversionPlan(t *testing.T) {
-	c, err := newConversion(valOld, valNew)
+	c, err := NewConversion(valOld, valNew)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,23 +110,23 @@ func TestConversionPlan(t *testing.T) {
 	if want := []string{"added", "in.z", "in.pad", "arr[0].z", "arr[0].pad", "arr[1].z", "arr[1].pad"}; !slices.Equal(c.Added, want) {
 		t.Errorf("added %v, want %v", c.Added, want)
 	}
-	same, err := newConversion(valNew, valNew)
+	same, err := NewConversion(valNew, valNew)
 	if err != nil || !same.Same {
 		t.Errorf("a layout against itself: same %v, %v", same != nil && same.Same, err)
 	}
 	// Reordered members of the same size are not the same layout.
-	if k, err := newConversion(keyOld, keyNew); err != nil || k.Same {
+	if k, err := NewConversion(keyOld, keyNew); err != nil || k.Same {
 		t.Errorf("reordered key planned as the same (%v)", err)
 	}
 	// A member whose size changed is dropped and comes back zero.
 	wider := &btf.Struct{Name: "ctr", Size: 16, Members: []btf.Member{member("packets", tU32, 0), member("bytes", tU64, 8)}}
-	w, err := newConversion(ctrOld, wider)
+	w, err := NewConversion(ctrOld, wider)
 	if err != nil || len(w.Dropped) != 1 || len(w.Added) != 1 {
 		t.Errorf("packets 8 -> 4 bytes: dropped %v, added %v (%v)", w.Dropped, w.Added, err)
 	}
 	// Bitfields are refused rather than copied wrong.
 	bf := &btf.Struct{Name: "bf", Size: 4, Members: []btf.Member{{Name: "f", Type: tU32, BitfieldSize: 3}}}
-	if _, err := newConversion(bf, ctrNew); err == nil {
+	if _, err := NewConversion(bf, ctrNew); err == nil {
 		t.Error("bitfield converted")
 	}
 }
@@ -139,8 +139,8 @@ func TestConversionPlan(t *testing.T) {
 // after the first copy added after.
 func TestCopyByMemberName(t *testing.T) {
 	testutil.RequireRoot(t)
-	bc := btfCache{}
-	mk := func(name string, typ ebpf.MapType, k, v btf.Type, n, flags uint32) *rawMap {
+	bc := BTFCache{}
+	mk := func(name string, typ ebpf.MapType, k, v btf.Type, n, flags uint32) *Map {
 		t.Helper()
 		ks, _ := btf.Sizeof(k)
 		vs, _ := btf.Sizeof(v)
@@ -149,11 +149,11 @@ func TestCopyByMemberName(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { m.Close() })
-		r, err := bc.open(m, name)
+		r, err := bc.Open(m, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.valueType == nil || r.keyType == nil {
+		if r.ValueType == nil || r.KeyType == nil {
 			t.Fatalf("map %s: no BTF types from the kernel", name)
 		}
 		return r
@@ -163,24 +163,24 @@ func TestCopyByMemberName(t *testing.T) {
 		from := mk("conv_from", ebpf.Hash, keyOld, valOld, 256, 0)
 		to := mk("conv_to", ebpf.Hash, keyNew, valNew, 256, 0)
 		for i := range uint32(200) {
-			if err := from.m.Put(oldKey(i), oldVal(i)); err != nil {
+			if err := from.Map.Put(oldKey(i), oldVal(i)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		mc, err := newMapConv("conv", from, to, nil, 0)
+		mc, err := NewCopy("conv", from, to)
 		if err != nil {
 			t.Fatal(err)
 		}
-		es, err := from.readAll()
+		es, err := from.ReadAll()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := to.write(mc.convert(es), ebpf.UpdateAny); err != nil {
+		if err := to.Write(mc.Convert(es), ebpf.UpdateAny); err != nil {
 			t.Fatal(err)
 		}
 		for i := range uint32(200) {
 			var got []byte
-			if err := to.m.Lookup(newKey(i), &got); err != nil {
+			if err := to.Map.Lookup(newKey(i), &got); err != nil {
 				t.Fatalf("entry %d not under its converted key: %v", i, err)
 			}
 			if want := wantNewVal(i); !slices.Equal(got, want) {
@@ -190,24 +190,24 @@ func TestCopyByMemberName(t *testing.T) {
 		// Entries added after the first copy: only those are copied,
 		// what the new map holds stays.
 		for i := uint32(200); i < 210; i++ {
-			if err := from.m.Put(oldKey(i), oldVal(i)); err != nil {
+			if err := from.Map.Put(oldKey(i), oldVal(i)); err != nil {
 				t.Fatal(err)
 			}
 		}
 		mark := wantNewVal(0)
 		mark[16] = 0xaa // "added", as the new program would set it
-		if err := to.m.Put(newKey(0), mark); err != nil {
+		if err := to.Map.Put(newKey(0), mark); err != nil {
 			t.Fatal(err)
 		}
-		n, err := mc.copyMissing()
+		n, err := mc.CopyMissing()
 		if err != nil || n != 10 {
 			t.Fatalf("copied %d missing entries (%v), want 10", n, err)
 		}
 		var got []byte
-		if err := to.m.Lookup(newKey(0), &got); err != nil || got[16] != 0xaa {
+		if err := to.Map.Lookup(newKey(0), &got); err != nil || got[16] != 0xaa {
 			t.Errorf("an entry the new map had was overwritten: %x (%v)", got, err)
 		}
-		if err := to.m.Lookup(newKey(205), &got); err != nil || !slices.Equal(got, wantNewVal(205)) {
+		if err := to.Map.Lookup(newKey(205), &got); err != nil || !slices.Equal(got, wantNewVal(205)) {
 			t.Errorf("entry 205: %x (%v)", got, err)
 		}
 	})
@@ -219,7 +219,7 @@ func TestCopyByMemberName(t *testing.T) {
 		// Fill the old map from every CPU, as packets would.
 		if err := onEachCPU(func(k, of int) error {
 			for i := uint32(k); i < n; i += uint32(of) {
-				if err := from.m.Put(oldKey(i), oldVal(i)); err != nil {
+				if err := from.Map.Put(oldKey(i), oldVal(i)); err != nil {
 					return err
 				}
 			}
@@ -227,18 +227,18 @@ func TestCopyByMemberName(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		es, err := from.readAll()
+		es, err := from.ReadAll()
 		if err != nil {
 			t.Fatal(err)
 		}
-		mc, err := newMapConv("lru", from, to, nil, 0)
+		mc, err := NewCopy("lru", from, to)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := to.write(mc.convert(es), ebpf.UpdateAny); err != nil {
+		if err := to.Write(mc.Convert(es), ebpf.UpdateAny); err != nil {
 			t.Fatal(err)
 		}
-		got, err := to.readAll()
+		got, err := to.ReadAll()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,13 +252,13 @@ func TestCopyByMemberName(t *testing.T) {
 		from := mk("ctr_from", ebpf.PerCPUArray, tU32, ctrOld, 8, 0)
 		to := mk("ctr_to", ebpf.PerCPUArray, tU32, ctrNew, 8, 0)
 		ncpu := ebpf.MustPossibleCPU()
-		put := func(m *rawMap, i uint32, vals func(cpu int) []byte) {
+		put := func(m *Map, i uint32, vals func(cpu int) []byte) {
 			t.Helper()
 			var vs [][]byte
 			for c := range ncpu {
 				vs = append(vs, vals(c))
 			}
-			if err := m.m.Put(i, vs); err != nil {
+			if err := m.Map.Put(i, vs); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -271,19 +271,19 @@ func TestCopyByMemberName(t *testing.T) {
 		for i := range uint32(8) {
 			put(from, i, func(c int) []byte { return ctr(uint64(i*10+uint32(c)), uint64(i*1000+uint32(c))) })
 		}
-		mc, err := newMapConv("ctr", from, to, nil, 0)
+		mc, err := NewCopy("ctr", from, to)
 		if err != nil {
 			t.Fatal(err)
 		}
-		es, err := from.readAll()
+		es, err := from.ReadAll()
 		if err != nil {
 			t.Fatal(err)
 		}
-		then := map[string]entry{}
+		then := map[string]Entry{}
 		for _, e := range es {
-			then[string(e.key)] = e
+			then[string(e.Key)] = e
 		}
-		if err := to.write(mc.convert(es), ebpf.UpdateAny); err != nil {
+		if err := to.Write(mc.Convert(es), ebpf.UpdateAny); err != nil {
 			t.Fatal(err)
 		}
 		// The new program counts 1 packet of 100 bytes on every CPU of
@@ -292,7 +292,7 @@ func TestCopyByMemberName(t *testing.T) {
 		cur := map[uint32][][]byte{}
 		for _, i := range []uint32{3, 5} {
 			var vs [][]byte
-			if err := to.m.Lookup(i, &vs); err != nil {
+			if err := to.Map.Lookup(i, &vs); err != nil {
 				t.Fatal(err)
 			}
 			cur[i] = vs
@@ -302,17 +302,17 @@ func TestCopyByMemberName(t *testing.T) {
 			binary.NativeEndian.PutUint64(v[16:], binary.NativeEndian.Uint64(v[16:])+1)
 			binary.NativeEndian.PutUint64(v[0:], binary.NativeEndian.Uint64(v[0:])+100)
 		}
-		if err := to.m.Put(uint32(3), cur[3]); err != nil {
+		if err := to.Map.Put(uint32(3), cur[3]); err != nil {
 			t.Fatal(err)
 		}
 		put(from, 3, func(c int) []byte { return ctr(uint64(30+c+5), uint64(3000+c+50)) })
 		put(from, 5, func(c int) []byte { return ctr(uint64(50+c+2), uint64(5000+c+20)) })
-		if err := mc.addDeltas(then); err != nil {
+		if err := mc.AddDeltas(then); err != nil {
 			t.Fatal(err)
 		}
 		for i := range uint32(8) {
 			var vs [][]byte
-			if err := to.m.Lookup(i, &vs); err != nil {
+			if err := to.Map.Lookup(i, &vs); err != nil {
 				t.Fatal(err)
 			}
 			for c, v := range vs {
@@ -330,52 +330,4 @@ func TestCopyByMemberName(t *testing.T) {
 			}
 		}
 	})
-}
-
-// TestMapRoles: every map the dataplane pins says how an upgrade carries
-// it over.
-func TestMapRoles(t *testing.T) {
-	spec, err := loadEdge()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, ms := range spec.Maps {
-		_, ok := mapRoles[name]
-		if pinned := ms.Pinning == ebpf.PinByName; pinned != ok {
-			t.Errorf("map %s: pinned %v, has an upgrade role %v", name, pinned, ok)
-		}
-	}
-	for name := range mapRoles {
-		if _, ok := spec.Maps[name]; !ok {
-			t.Errorf("upgrade role for map %s, which the dataplane does not have", name)
-		}
-	}
-}
-
-// TestFARGeometry moves FAR places between rules limits: rule FARs keep
-// their index, reply rewrites follow the limit, FARs past a smaller one
-// are dropped.
-func TestFARGeometry(t *testing.T) {
-	g := farGeometry{oldStride: 64 + MaxServices, newStride: 128 + MaxServices}
-	for _, c := range []struct {
-		in, want uint64
-		ok       bool
-	}{
-		{5, 5, true}, {64 + 3, 128 + 3, true}, {80 + 5, 144 + 5, true}, {80 + 64 + 2, 144 + 128 + 2, true},
-	} {
-		got, ok := g.index(c.in)
-		if got != c.want || ok != c.ok {
-			t.Errorf("index %d -> %d %v, want %d %v", c.in, got, ok, c.want, c.ok)
-		}
-	}
-	small := farGeometry{oldStride: 128 + MaxServices, newStride: 64 + MaxServices}
-	if _, ok := small.place(100); ok {
-		t.Error("a rule FAR past the new limit kept")
-	}
-	if p, ok := small.place(128 + 2); !ok || p != 64+2 {
-		t.Errorf("reply rewrite of tag 2 -> %d %v, want %d", p, ok, 64+2)
-	}
-	if _, ok := g.place(NoFAR); ok {
-		t.Error("EDGE_NO_FAR moved")
-	}
 }

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bpf
+// Package mapconv reads and writes maps of any build as bytes, and
+// converts their entries from one build's layout to another's by the
+// BTF the kernel keeps with each map: what an upgrade carries over, and
+// what tells whether another build's pins can be adopted or read.
+package mapconv
 
 import (
 	"errors"
@@ -14,24 +18,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rawMap reads and writes a map's entries as bytes, whatever its layout:
+// Map reads and writes a map's entries as bytes, whatever its layout:
 // an upgrade handles maps of another build, whose Go types this build
 // does not have.
-type rawMap struct {
-	m                   *ebpf.Map
-	name                string
-	typ                 ebpf.MapType
-	keySize, valueSize  uint32
-	maxEntries          uint32
-	perCPU              bool
-	keyType, valueType  btf.Type // nil when the map carries no BTF
-	btfID, keyID, valID uint32
+type Map struct {
+	*ebpf.Map
+	Name               string
+	PerCPU             bool
+	KeyType, ValueType btf.Type // nil when the map carries no BTF
 }
 
-// entry is one key and its value (one per possible CPU in a per-CPU map).
-type entry struct {
-	key  []byte
-	vals [][]byte
+// Entry is one key and its value (one per possible CPU in a per-CPU map).
+type Entry struct {
+	Key  []byte
+	Vals [][]byte
 }
 
 // kernelMapInfo is the head of the kernel's struct bpf_map_info, up to the
@@ -45,13 +45,13 @@ type kernelMapInfo struct {
 	BtfID, BtfKeyTypeID, BtfValueTypeID                uint32
 }
 
-// btfCache holds the BTF of the maps an upgrade looks at, by BTF object id
+// BTFCache holds the BTF of the maps an upgrade looks at, by BTF object id
 // (every map of one collection shares one).
-type btfCache map[uint32]*btf.Spec
+type BTFCache map[uint32]*btf.Spec
 
-// open describes m, with its key and value types from the BTF the kernel
+// Open describes m, with its key and value types from the BTF the kernel
 // keeps with it.
-func (bc btfCache) open(m *ebpf.Map, name string) (*rawMap, error) {
+func (bc BTFCache) Open(m *ebpf.Map, name string) (*Map, error) {
 	info := new(kernelMapInfo) // on the heap: the kernel writes it through a pointer
 	attr := struct {
 		fd, len uint32
@@ -62,11 +62,10 @@ func (bc btfCache) open(m *ebpf.Map, name string) (*rawMap, error) {
 	if errno != 0 {
 		return nil, fmt.Errorf("map %s info: %w", name, errno)
 	}
-	r := &rawMap{m: m, name: name, typ: m.Type(), keySize: m.KeySize(), valueSize: m.ValueSize(), maxEntries: m.MaxEntries(),
-		btfID: info.BtfID, keyID: info.BtfKeyTypeID, valID: info.BtfValueTypeID}
-	switch r.typ {
+	r := &Map{Map: m, Name: name}
+	switch r.Type() {
 	case ebpf.PerCPUArray, ebpf.PerCPUHash, ebpf.LRUCPUHash:
-		r.perCPU = true
+		r.PerCPU = true
 	}
 	if info.BtfID == 0 || info.BtfValueTypeID == 0 {
 		return r, nil
@@ -85,21 +84,21 @@ func (bc btfCache) open(m *ebpf.Map, name string) (*rawMap, error) {
 		bc[info.BtfID] = spec
 	}
 	var err error
-	if r.valueType, err = spec.TypeByID(btf.TypeID(info.BtfValueTypeID)); err != nil {
+	if r.ValueType, err = spec.TypeByID(btf.TypeID(info.BtfValueTypeID)); err != nil {
 		return nil, fmt.Errorf("map %s value type: %w", name, err)
 	}
 	if info.BtfKeyTypeID != 0 {
-		if r.keyType, err = spec.TypeByID(btf.TypeID(info.BtfKeyTypeID)); err != nil {
+		if r.KeyType, err = spec.TypeByID(btf.TypeID(info.BtfKeyTypeID)); err != nil {
 			return nil, fmt.Errorf("map %s key type: %w", name, err)
 		}
 	}
 	return r, nil
 }
 
-// isLRU: the kernel takes an LRU map's free entries from the inserting
+// IsLRU: the kernel takes an LRU map's free entries from the inserting
 // CPU's share (all of them per CPU with BPF_F_NO_COMMON_LRU), so entries
 // copied from one CPU would fill only that share and evict the rest.
-func (r *rawMap) isLRU() bool { return r.typ == ebpf.LRUHash || r.typ == ebpf.LRUCPUHash }
+func (r *Map) IsLRU() bool { return r.Type() == ebpf.LRUHash || r.Type() == ebpf.LRUCPUHash }
 
 // rawSlice views buf as n elements of size bytes, the slices the batch
 // calls take.
@@ -111,8 +110,8 @@ func rawSlice(buf []byte, n, size int) any {
 // batchSize is the entries a batch call reads or writes.
 const batchSize = 4096
 
-// readAll reads every entry of r.
-func (r *rawMap) readAll() ([]entry, error) {
+// ReadAll reads every entry of r.
+func (r *Map) ReadAll() ([]Entry, error) {
 	out, err := r.readBatches()
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		return r.readIterate()
@@ -120,35 +119,35 @@ func (r *rawMap) readAll() ([]entry, error) {
 	return out, err
 }
 
-func (r *rawMap) readBatches() ([]entry, error) {
-	ks, vs := int(r.keySize), int(r.valueSize)
+func (r *Map) readBatches() ([]Entry, error) {
+	ks, vs := int(r.KeySize()), int(r.ValueSize())
 	ncpu := 1
-	if r.perCPU {
+	if r.PerCPU {
 		ncpu = ebpf.MustPossibleCPU()
 	}
 	keys := make([]byte, batchSize*ks)
 	var flat []byte
 	var perCPU [][]byte
 	var values any
-	if r.perCPU {
+	if r.PerCPU {
 		perCPU = make([][]byte, batchSize*ncpu)
 		values = perCPU
 	} else {
 		flat = make([]byte, batchSize*vs)
 		values = rawSlice(flat, batchSize, vs)
 	}
-	var out []entry
+	var out []Entry
 	var cursor ebpf.MapBatchCursor
 	for {
-		n, err := r.m.BatchLookup(&cursor, rawSlice(keys, batchSize, ks), values, nil)
+		n, err := r.Map.BatchLookup(&cursor, rawSlice(keys, batchSize, ks), values, nil)
 		for i := range n {
-			e := entry{key: append([]byte(nil), keys[i*ks:(i+1)*ks]...)}
-			if r.perCPU {
+			e := Entry{Key: append([]byte(nil), keys[i*ks:(i+1)*ks]...)}
+			if r.PerCPU {
 				for c := range ncpu {
-					e.vals = append(e.vals, append([]byte(nil), perCPU[i*ncpu+c]...))
+					e.Vals = append(e.Vals, append([]byte(nil), perCPU[i*ncpu+c]...))
 				}
 			} else {
-				e.vals = [][]byte{append([]byte(nil), flat[i*vs:(i+1)*vs]...)}
+				e.Vals = [][]byte{append([]byte(nil), flat[i*vs:(i+1)*vs]...)}
 			}
 			out = append(out, e)
 		}
@@ -156,46 +155,46 @@ func (r *rawMap) readBatches() ([]entry, error) {
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read map %s: %w", r.name, err)
+			return nil, fmt.Errorf("read map %s: %w", r.Name, err)
 		}
 	}
 }
 
-func (r *rawMap) readIterate() ([]entry, error) {
-	var out []entry
+func (r *Map) readIterate() ([]Entry, error) {
+	var out []Entry
 	var k []byte
-	it := r.m.Iterate()
-	if r.perCPU {
+	it := r.Map.Iterate()
+	if r.PerCPU {
 		var vals [][]byte
 		for it.Next(&k, &vals) {
-			out = append(out, entry{key: k, vals: vals})
+			out = append(out, Entry{Key: k, Vals: vals})
 			k, vals = nil, nil
 		}
 	} else {
 		var v []byte
 		for it.Next(&k, &v) {
-			out = append(out, entry{key: k, vals: [][]byte{v}})
+			out = append(out, Entry{Key: k, Vals: [][]byte{v}})
 			k, v = nil, nil
 		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read map %s: %w", r.name, err)
+		return nil, fmt.Errorf("read map %s: %w", r.Name, err)
 	}
 	return out, nil
 }
 
-// write puts entries into r: all of them, with flags ebpf.UpdateAny, in
+// Write puts entries into r: all of them, with flags ebpf.UpdateAny, in
 // batches; with ebpf.UpdateNoExist one by one, leaving the keys r has.
 // Entries of an LRU map are spread over the CPUs.
-func (r *rawMap) write(es []entry, flags ebpf.MapUpdateFlags) error {
+func (r *Map) Write(es []Entry, flags ebpf.MapUpdateFlags) error {
 	if len(es) == 0 {
 		return nil
 	}
-	if !r.isLRU() {
+	if !r.IsLRU() {
 		return r.writeOn(es, flags)
 	}
 	return onEachCPU(func(k, of int) error {
-		var part []entry
+		var part []Entry
 		for i := k; i < len(es); i += of {
 			part = append(part, es[i])
 		}
@@ -203,48 +202,48 @@ func (r *rawMap) write(es []entry, flags ebpf.MapUpdateFlags) error {
 	})
 }
 
-func (r *rawMap) writeOn(es []entry, flags ebpf.MapUpdateFlags) error {
+func (r *Map) writeOn(es []Entry, flags ebpf.MapUpdateFlags) error {
 	if flags == ebpf.UpdateNoExist {
 		for _, e := range es {
 			var err error
-			if r.perCPU {
-				err = r.m.Update(e.key, e.vals, flags)
+			if r.PerCPU {
+				err = r.Map.Update(e.Key, e.Vals, flags)
 			} else {
-				err = r.m.Update(e.key, e.vals[0], flags)
+				err = r.Map.Update(e.Key, e.Vals[0], flags)
 			}
 			if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
-				return fmt.Errorf("write map %s: %w", r.name, err)
+				return fmt.Errorf("write map %s: %w", r.Name, err)
 			}
 		}
 		return nil
 	}
-	ks, vs := int(r.keySize), int(r.valueSize)
+	ks, vs := int(r.KeySize()), int(r.ValueSize())
 	for len(es) > 0 {
 		n := min(len(es), batchSize)
 		keys := make([]byte, 0, n*ks)
 		var values any
-		if r.perCPU {
+		if r.PerCPU {
 			var vals [][]byte
 			for _, e := range es[:n] {
-				vals = append(vals, e.vals...)
+				vals = append(vals, e.Vals...)
 			}
 			values = vals
 		} else {
 			flat := make([]byte, 0, n*vs)
 			for _, e := range es[:n] {
-				flat = append(flat, e.vals[0]...)
+				flat = append(flat, e.Vals[0]...)
 			}
 			values = rawSlice(flat, n, vs)
 		}
 		for _, e := range es[:n] {
-			keys = append(keys, e.key...)
+			keys = append(keys, e.Key...)
 		}
-		if _, err := r.m.BatchUpdate(rawSlice(keys, n, ks), values, &ebpf.BatchOptions{ElemFlags: uint64(flags)}); err != nil {
+		if _, err := r.Map.BatchUpdate(rawSlice(keys, n, ks), values, &ebpf.BatchOptions{ElemFlags: uint64(flags)}); err != nil {
 			if !errors.Is(err, ebpf.ErrNotSupported) {
-				return fmt.Errorf("write %d entries to map %s: %w", n, r.name, err)
+				return fmt.Errorf("write %d entries to map %s: %w", n, r.Name, err)
 			}
 			for _, e := range es[:n] {
-				if err := r.put(e); err != nil {
+				if err := r.Put(e); err != nil {
 					return err
 				}
 			}
@@ -254,15 +253,15 @@ func (r *rawMap) writeOn(es []entry, flags ebpf.MapUpdateFlags) error {
 	return nil
 }
 
-func (r *rawMap) put(e entry) error {
+func (r *Map) Put(e Entry) error {
 	var err error
-	if r.perCPU {
-		err = r.m.Put(e.key, e.vals)
+	if r.PerCPU {
+		err = r.Map.Put(e.Key, e.Vals)
 	} else {
-		err = r.m.Put(e.key, e.vals[0])
+		err = r.Map.Put(e.Key, e.Vals[0])
 	}
 	if err != nil {
-		return fmt.Errorf("write map %s: %w", r.name, err)
+		return fmt.Errorf("write map %s: %w", r.Name, err)
 	}
 	return nil
 }
@@ -297,4 +296,27 @@ func onEachCPU(fn func(k, of int) error) error {
 		}
 	}
 	return nil
+}
+
+// ReadArray copies every value of array m, in index order.
+func ReadArray(m *ebpf.Map) ([]byte, error) {
+	vs, n := int(m.ValueSize()), int(m.MaxEntries())
+	out := make([]byte, vs*n)
+	keys := make([]uint32, batchSize)
+	vals := make([]byte, batchSize*vs)
+	var cursor ebpf.MapBatchCursor
+	for {
+		c, err := m.BatchLookup(&cursor, keys, rawSlice(vals, batchSize, vs), nil)
+		for i := range c {
+			if int(keys[i]) < n {
+				copy(out[int(keys[i])*vs:], vals[i*vs:(i+1)*vs])
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read array: %w", err)
+		}
+	}
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bpf
+package mapconv
 
 import (
 	"encoding/binary"
@@ -10,7 +10,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 )
 
-// A conversion turns a map key or value of one build's layout into
+// A Conversion turns a map key or value of one build's layout into
 // another's, member by member name, from the BTF both builds' maps
 // carry: a member of the same name and size is copied, a struct member
 // of another size is converted member by member in turn, a new member is
@@ -18,7 +18,7 @@ import (
 // dropped. So a build whose structs grew, shrank or were reordered takes
 // over the entries of an older build's maps without a converter written
 // for the release.
-type conversion struct {
+type Conversion struct {
 	FromSize, ToSize uint32
 	// Dropped names the old layout's members the new one has no place
 	// for; Added the new layout's members that start at zero.
@@ -35,8 +35,8 @@ type conversion struct {
 // span copies size bytes at from in the old layout to to in the new one.
 type span struct{ from, to, size uint32 }
 
-// newConversion plans the conversion of values of type from into type to.
-func newConversion(from, to btf.Type) (*conversion, error) {
+// NewConversion plans the Conversion of values of type from into type to.
+func NewConversion(from, to btf.Type) (*Conversion, error) {
 	fs, err := btf.Sizeof(from)
 	if err != nil {
 		return nil, fmt.Errorf("size of %s: %w", from, err)
@@ -45,7 +45,7 @@ func newConversion(from, to btf.Type) (*conversion, error) {
 	if err != nil {
 		return nil, fmt.Errorf("size of %s: %w", to, err)
 	}
-	c := &conversion{FromSize: uint32(fs), ToSize: uint32(ts), to: to}
+	c := &Conversion{FromSize: uint32(fs), ToSize: uint32(ts), to: to}
 	if err := c.walk(from, to, 0, 0, ""); err != nil {
 		return nil, err
 	}
@@ -71,7 +71,7 @@ func newConversion(from, to btf.Type) (*conversion, error) {
 
 // walk plans from (at offset fo of the old value) into to (at offset tof
 // of the new one); path names the member for the logs.
-func (c *conversion) walk(from, to btf.Type, fo, tof uint32, path string) error {
+func (c *Conversion) walk(from, to btf.Type, fo, tof uint32, path string) error {
 	from, to = btf.UnderlyingType(from), btf.UnderlyingType(to)
 	fs, err := btf.Sizeof(from)
 	if err != nil {
@@ -122,7 +122,7 @@ func (c *conversion) walk(from, to btf.Type, fo, tof uint32, path string) error 
 }
 
 // members pairs the members of two structs by name.
-func (c *conversion) members(from, to []btf.Member, fo, tof uint32, path string) error {
+func (c *Conversion) members(from, to []btf.Member, fo, tof uint32, path string) error {
 	old := map[string]btf.Member{}
 	for _, m := range from {
 		if m.Name == "" {
@@ -172,7 +172,7 @@ func orTop(path string) string {
 
 // convert writes src (old layout) into dst (new layout) and zeroes what
 // src has no value for.
-func (c *conversion) convert(dst, src []byte) {
+func (c *Conversion) Convert(dst, src []byte) {
 	if c.Same {
 		copy(dst, src)
 		return
@@ -186,12 +186,12 @@ func (c *conversion) convert(dst, src []byte) {
 // addDelta adds to dst (new layout), integer member by member, what the
 // old layout's value went up by from then to now: what a counter counted
 // after it was copied.
-func (c *conversion) addDelta(dst, now, then []byte) bool {
+func (c *Conversion) AddDelta(dst, now, then []byte) bool {
 	changed := false
 	for _, s := range c.ints {
-		d := uintAt(now[s.from:], s.size) - uintAt(then[s.from:], s.size)
+		d := UintAt(now[s.from:], s.size) - UintAt(then[s.from:], s.size)
 		if d != 0 {
-			putUint(dst[s.to:], s.size, uintAt(dst[s.to:], s.size)+d)
+			PutUint(dst[s.to:], s.size, UintAt(dst[s.to:], s.size)+d)
 			changed = true
 		}
 	}
@@ -200,7 +200,7 @@ func (c *conversion) addDelta(dst, now, then []byte) bool {
 
 // field returns the offset and size of a top-level member of the new
 // layout.
-func (c *conversion) field(name string) (off, size uint32, ok bool) {
+func (c *Conversion) field(name string) (off, size uint32, ok bool) {
 	st, isStruct := btf.UnderlyingType(c.to).(*btf.Struct)
 	if !isStruct {
 		return 0, 0, false
@@ -217,7 +217,7 @@ func (c *conversion) field(name string) (off, size uint32, ok bool) {
 	return 0, 0, false
 }
 
-func uintAt(b []byte, size uint32) uint64 {
+func UintAt(b []byte, size uint32) uint64 {
 	switch size {
 	case 1:
 		return uint64(b[0])
@@ -230,7 +230,7 @@ func uintAt(b []byte, size uint32) uint64 {
 	}
 }
 
-func putUint(b []byte, size uint32, v uint64) {
+func PutUint(b []byte, size uint32, v uint64) {
 	switch size {
 	case 1:
 		b[0] = byte(v)
