@@ -86,7 +86,7 @@ var rules = []struct {
 	{"./internal/pathmon", []string{"./"}, slices.Concat(configModel, []string{"./internal/dataplane", "./internal/rtloop"}, loaderPkgs),
 		"path monitoring probes and steers through the loader; the agent starts it"},
 	{"./internal/rtloop", []string{"./"}, nil, "a real-time loop needs nothing of edgeplane"},
-	{"./internal/fibwatch", []string{"./"}, []string{"./internal/bpf", "./internal/dataplane"},
+	{"./internal/fibwatch", []string{"./"}, append([]string{"./internal/dataplane"}, loaderPkgs...),
 		"following the kernel's routing for the next hops needs the loader alone; the agent starts it"},
 }
 
