@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -17,13 +16,13 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
 
 	"github.com/edgeplane/edgeplane/internal/bench/control"
+	"github.com/edgeplane/edgeplane/internal/bench/endtoend"
 	"github.com/edgeplane/edgeplane/internal/bench/fleetbench"
 	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/bench/sdwan"
+	"github.com/edgeplane/edgeplane/internal/bench/testbed"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/rules"
@@ -134,7 +133,7 @@ type Report struct {
 	Figures []Figure `json:"figures"`
 	Goals   []Goal   `json:"goals"`
 	// EndToEnd is absent in quick runs.
-	EndToEnd *EndToEnd `json:"end_to_end,omitempty"`
+	EndToEnd *endtoend.Result `json:"end_to_end,omitempty"`
 	// Flood is the established ring timed quiet and under a flood of
 	// new flows; absent in quick runs.
 	Flood *Flood `json:"flood,omitempty"`
@@ -301,12 +300,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err := dp.SetTx([]uint32{ns.Ifindex["lan0"], ns.Ifindex["wan0"], ns.Ifindex["wan1"]}); err != nil {
 			return err
 		}
-		return shareNextHops(dp)
+		return testbed.ShareNextHops(dp)
 	}); err != nil {
 		return nil, err
 	}
 
-	probe := udpFrame(netip.MustParseAddr("10.1.0.2"), netip.MustParseAddr("10.3.0.0"), 5000)
+	probe := testbed.UDPFrame(netip.MustParseAddr("10.1.0.2"), netip.MustParseAddr("10.3.0.0"), 5000)
 	floor, err := b.median(progs.BenchPass, probe, bpf.XDPPass)
 	if err != nil {
 		return nil, fmt.Errorf("floor: %w", err)
@@ -349,7 +348,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return fmt.Errorf("commit %d rules: %w", n, err)
 		}
 		alloc = next
-		frame := udpFrame(netip.MustParseAddr("10.1.0.2"), probeDst, 5000)
+		frame := testbed.UDPFrame(netip.MustParseAddr("10.1.0.2"), probeDst, 5000)
 		miss, err := b.median(progs.BenchMiss, frame, bpf.XDPRedirect)
 		if err != nil {
 			return fmt.Errorf("%s miss, %d rules: %w", series, n, err)
@@ -384,7 +383,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 
-	bad := udpFrame(netip.MustParseAddr("10.1.0.2"), netip.MustParseAddr("10.3.0.1"), 5000)[:14+12] // truncated IPv4
+	bad := testbed.UDPFrame(netip.MustParseAddr("10.1.0.2"), netip.MustParseAddr("10.3.0.1"), 5000)[:14+12] // truncated IPv4
 	drop, err := b.median(dp.Prog, bad, bpf.XDPDrop)
 	if err != nil {
 		return nil, fmt.Errorf("malformed: %w", err)
@@ -413,7 +412,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return r, nil
 	}
 	o.Log("end to end: %d rounds of %.1f s per figure", o.E2ERounds, o.E2ESeconds)
-	if r.EndToEnd, err = runEndToEnd(ctx, o); err != nil {
+	if r.EndToEnd, err = endtoend.Run(ctx, endtoend.Options{Seconds: o.E2ESeconds, Rounds: o.E2ERounds, Log: o.Log}); err != nil {
 		return nil, fmt.Errorf("end to end: %w", err)
 	}
 	if o.ControlOps > 0 {
@@ -435,26 +434,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		{Name: "classifier miss, 1 rule, / bare LRU insert", Value: r.find("classify_redirect_miss_1").InsertMultiple, Limit: 1.1},
 	}
 	r.Goals = append(r.Goals, lbGoals(r)...)
-	for _, c := range r.EndToEnd.Compare {
-		r.Goals = append(r.Goals, Goal{Name: "ours / kernel Mpps end to end, " + c.Sender, Value: c.Ratio, Limit: 3, AtLeast: true})
-	}
-	r.Goals = append(r.Goals, e2eGoals(r.EndToEnd)...)
+	r.Goals = append(r.Goals, endtoend.Goals(r.EndToEnd)...)
 	r.Goals = append(r.Goals, sdwan.FailoverGoals(r.Failover)...)
 	r.judge()
 	r.Seconds = time.Since(start).Seconds()
 	return r, nil
-}
-
-// shareNextHops lets flows share next hops by destination as an agent's
-// FIB watcher would in the calling thread's namespace: the benchmark's
-// namespaces route by destination alone, and one that does not is an
-// error, not a slower figure.
-func shareNextHops(dp *bpf.Dataplane) error {
-	ok, why, err := dp.ScanRouting()
-	if err == nil && !ok {
-		err = fmt.Errorf("routing in the benchmark's namespace depends on more than the destination: %s", why)
-	}
-	return err
 }
 
 // stagesPerRun is BENCH_STAGES in testdata/bench.bpf.c.
@@ -637,29 +621,6 @@ func loadWrappers(dp *bpf.Dataplane) (*wrappers, error) {
 	return &p, nil
 }
 
-// udpFrame is a 64-byte Ethernet/IPv4/UDP frame from host A on lan0.
-func udpFrame(src, dst netip.Addr, dport uint16) []byte {
-	return frameTTL(src, dst, dport, 64, topo.MACHostA, topo.MACLan0)
-}
-
-// frameTTL is a 64-byte Ethernet/IPv4/UDP frame with the given TTL and
-// MACs, from UDP port 40000.
-func frameTTL(src, dst netip.Addr, dport uint16, ttl uint8, smac, dmac net.HardwareAddr) []byte {
-	return frameFrom(src, 40000, dst, dport, ttl, smac, dmac)
-}
-
-// frameFrom is frameTTL from the given UDP port.
-func frameFrom(src netip.Addr, sport uint16, dst netip.Addr, dport uint16, ttl uint8, smac, dmac net.HardwareAddr) []byte {
-	ip := &layers.IPv4{Version: 4, TTL: ttl, Protocol: layers.IPProtocolUDP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
-	udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
-	_ = udp.SetNetworkLayerForChecksum(ip)
-	buf := gopacket.NewSerializeBuffer()
-	eth := &layers.Ethernet{SrcMAC: smac, DstMAC: dmac, EthernetType: layers.EthernetTypeIPv4}
-	payload := make([]byte, 64-14-20-8)
-	_ = gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp, gopacket.Payload(payload))
-	return buf.Bytes()
-}
-
 // ruleSet builds n redirect rules toward 10.3.0.0/16 (routed via wan0) in
 // the given number of match shapes (mask groups), and the destination of a
 // probe that matches the last rule of the last-searched shape, so a miss
@@ -722,15 +683,7 @@ func (r *Report) Text() string {
 		fmt.Fprintf(&sb, "%-36s %10.1f %10.1f %8.2f %7d\n", f.Name, f.NsPerPacket, f.AboveFloor, f.RatioFloor, f.Groups)
 	}
 	if e := r.EndToEnd; e != nil {
-		fmt.Fprintf(&sb, "end to end, %d-byte frames, %d x %.1f s (median):\n", e.FrameBytes, e.Rounds, e.RunSeconds)
-		fmt.Fprintf(&sb, "%-36s %10s %10s %8s\n", "figure", "Mpps", "offered", "loss")
-		for _, f := range e.Figures {
-			fmt.Fprintf(&sb, "%-36s %10.3f %10.3f %8.4f\n", f.Name, f.Mpps, f.OfferedMpps, f.Loss)
-		}
-		for _, c := range e.Compare {
-			fmt.Fprintf(&sb, "%s sender: ours / kernel %.2f; ns/packet above the sender: ours %.0f, kernel %.0f (kernel / ours %.2f)\n",
-				c.Sender, c.Ratio, c.NsAboveSenderOurs, c.NsAboveSenderKernel, c.CostRatio)
-		}
+		sb.WriteString(e.Text())
 	}
 	if c := r.Control; c != nil {
 		sb.WriteString(c.Text())

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/internal/bench/endtoend"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -69,7 +70,7 @@ func TestBenchRuns(t *testing.T) {
 		if f.Name != name || f.Received == 0 || f.Generated == 0 || f.Mpps <= 0 || len(f.MppsSamples) != 1 || f.Method == "" {
 			t.Errorf("end-to-end figure %d, want %s: %+v", i, name, f)
 		}
-		var fwd E2EFigure
+		var fwd endtoend.Figure
 		for _, g := range e.Figures {
 			if g.Name == "min_forwarder_"+f.Sender {
 				fwd = g

@@ -10,6 +10,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/edgeplane/edgeplane/internal/bench/testbed"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/topo"
@@ -125,7 +126,7 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 	decided := func() (uint64, error) {
 		var sum uint64
 		for _, idx := range counters {
-			n, err := sumCounter(dp.EdgeLbNew, idx)
+			n, err := testbed.SumCounter(dp.EdgeLbNew, idx)
 			if err != nil {
 				return 0, err
 			}
@@ -137,8 +138,8 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 		return err
 	}
 	defer progs.setCycle(0)
-	probe := udpFrame(hostA, netip.MustParseAddr("10.3.0.1"), 80)
-	flood := udpFrame(floodSrc, ringVIP, 80)
+	probe := testbed.UDPFrame(testbed.HostA, netip.MustParseAddr("10.3.0.1"), 80)
+	flood := testbed.UDPFrame(floodSrc, ringVIP, 80)
 	var quiet, loud pairs
 	var floodRaw []float64
 	var before, after []uint64
@@ -275,7 +276,7 @@ func (b *bencher) backends(dp *bpf.Dataplane) ([]uint64, error) {
 // ringFrame is ring flow n as next_flow makes it: from ringSrc, UDP
 // source port n, to the ring's service.
 func ringFrame(n uint32) []byte {
-	return frameFrom(ringSrc, uint16(n), ringVIP, 80, 64, topo.MACHostA, topo.MACLan0)
+	return testbed.FrameFrom(ringSrc, uint16(n), ringVIP, 80, 64, topo.MACHostA, topo.MACLan0)
 }
 
 // pairs are the rounds of a wrapped path and its wrapper alone.

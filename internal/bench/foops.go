@@ -5,6 +5,7 @@ package bench
 import (
 	"fmt"
 
+	"github.com/edgeplane/edgeplane/internal/bench/testbed"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
@@ -12,11 +13,11 @@ import (
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
-// foConfig is greConfig with FlowOpt: PDR 1's flows (encapsulated over
+// foConfig is testbed.GREConfig with FlowOpt: PDR 1's flows (encapsulated over
 // path 1) in an eMBB class whose rate no run reaches (every packet within
 // its share: the token accounting's whole path, never a mark), and the
 // modules listed in flowopt.
-const foConfig = greConfig + `
+const foConfig = testbed.GREConfig + `
 qos_classes:
   - {id: 1, type: embb, rate: 100gbit}
 `
@@ -42,7 +43,7 @@ var foVariants = []struct {
 // encapsulated flow, against gre_encap_ip4_hit (FlowOpt off) in the same
 // run, through the same resize wrappers.
 func (b *bencher) measureFlowOpt(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc rules.Allocs) error {
-	encap := udpFrame(hostA, encapDst, 5000)
+	encap := testbed.UDPFrame(testbed.HostA, testbed.EncapDst, 5000)
 	for _, v := range foVariants {
 		cfg, err := yamlcfg.Parse([]byte(foConfig))
 		if err != nil {
@@ -59,7 +60,7 @@ func (b *bencher) measureFlowOpt(r *Report, dp *bpf.Dataplane, progs *wrappers, 
 		if err := b.ns.Do(func() error { _, err := dp.Commit(gen); return err }); err != nil {
 			return fmt.Errorf("commit flowopt config: %w", err)
 		}
-		want := greFrame(topo.MACWan0, topo.MACWanNeigh, greLocal, greRemote, greKey, frameTTL(hostA, encapDst, 5000, 63, topo.MACHostA, topo.MACLan0))
+		want := greFrame(topo.MACWan0, topo.MACWanNeigh, testbed.GRELocal, testbed.GRERemote, testbed.GREKey, testbed.FrameTTL(testbed.HostA, testbed.EncapDst, 5000, 63, topo.MACHostA, topo.MACLan0))
 		if err := b.check(dp.Prog, encap, want); err != nil {
 			return fmt.Errorf("%s, the dataplane program: %w", v.name, err)
 		}

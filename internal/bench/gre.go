@@ -12,64 +12,11 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/edgeplane/edgeplane/internal/bench/testbed"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/topo"
-)
-
-// greConfig is gateway A of a GRE overlay in the PacketNS: traffic for
-// 10.7.0.0/16 goes into a keyed GRE path toward 10.3.9.9 (routed via
-// wan0's neighbour), and GRE from that remote to our WAN address is
-// decapsulated (path 1's probes signed, path 2's not). 10.8.0.0/16 and
-// 10.9.0.0/16 are steered over that path
-// and a second one (toward 10.3.9.8), per flow (active-standby) and per
-// packet (wrr); the benchmark gives both groups' tables to the first
-// path only, so every run makes the same frame. 10.10.0.0/16 goes over
-// path 1 and a third path out of wan1 (toward 10.6.9.9) at once
-// (redundant).
-const greConfig = `
-interfaces: [{name: lan0, role: lan}, {name: wan0, role: wan}, {name: wan1, role: wan}]
-paths:
-  - {id: 1, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.9, key: 1, monitor: {secret: 5ec7e70102030405060708090a0b0c0d}}
-  - {id: 2, type: gre, interface: wan0, local: 10.2.0.1, remote: 10.3.9.8, key: 2, monitor: {insecure: true}}
-  - {id: 3, type: gre, interface: wan1, local: 10.4.0.1, remote: 10.6.9.9, key: 3, monitor: {insecure: true}}
-fars:
-  - {id: 1, action: encap, path: 1}
-  - {id: 2, action: decap}
-  - {id: 3, action: encap, path: 2}
-  - {id: 4, action: steer, lbr: 1}
-  - {id: 5, action: steer, lbr: 2}
-  - {id: 6, action: encap, path: 3}
-  - {id: 7, action: steer, lbr: 3}
-lbrs:
-  - {id: 1, algorithm: active-standby, members: [{far: 1}, {far: 3}]}
-  - {id: 2, algorithm: wrr, members: [{far: 1}, {far: 3}]}
-  - {id: 3, algorithm: redundant, members: [{far: 1}, {far: 6}]}
-pdrs:
-  - {id: 1, precedence: 1, match: {dst: 10.7.0.0/16}, far: 1}
-  - {id: 2, precedence: 2, match: {proto: gre, dst: 10.2.0.1}, far: 2}
-  - {id: 3, precedence: 1, match: {dst: 10.8.0.0/16}, far: 4}
-  - {id: 4, precedence: 1, match: {dst: 10.9.0.0/16}, far: 5}
-  - {id: 5, precedence: 1, match: {dst: 10.10.0.0/16}, far: 7}
-limits: {flows: 65536, rules: 1024}
-`
-
-// Addresses of the GRE figures.
-var (
-	greLocal  = netip.MustParseAddr("10.2.0.1")
-	greRemote = netip.MustParseAddr("10.3.9.9")
-	greKey    = uint32(1)
-	// greRemote2 and greKey2 are path 2's (insecure: probes unsigned).
-	greRemote2 = netip.MustParseAddr("10.3.9.8")
-	greKey2    = uint32(2)
-	encapDst   = netip.MustParseAddr("10.7.0.1")
-	steerDst   = netip.MustParseAddr("10.8.0.1")
-	wrrDst     = netip.MustParseAddr("10.9.0.1")
-	dupDst     = netip.MustParseAddr("10.10.0.1")
-	// dupRemote is the redundant group's second path's remote (wan1).
-	dupRemote = netip.MustParseAddr("10.6.9.9")
-	hostA     = netip.MustParseAddr(topo.AddrHostA)
 )
 
 const methodResize = "wrapper saves the first 56 bytes, runs the pipeline, moves data back by the length change (bpf_xdp_adjust_head) and restores the saved bytes " +
@@ -84,7 +31,7 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 	if err := b.ns.SetNeigh("lan0", topo.AddrHostA, topo.MACHostA); err != nil {
 		return err
 	}
-	cfg, err := yamlcfg.Parse([]byte(greConfig))
+	cfg, err := yamlcfg.Parse([]byte(testbed.GREConfig))
 	if err != nil {
 		return fmt.Errorf("gre config: %w", err)
 	}
@@ -106,11 +53,11 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 		}
 	}
 
-	encap := udpFrame(hostA, encapDst, 5000)
+	encap := testbed.UDPFrame(testbed.HostA, testbed.EncapDst, 5000)
 	encapped := func(dst netip.Addr) []byte {
-		return greFrame(topo.MACWan0, topo.MACWanNeigh, greLocal, greRemote, greKey, frameTTL(hostA, dst, 5000, 63, topo.MACHostA, topo.MACLan0))
+		return greFrame(topo.MACWan0, topo.MACWanNeigh, testbed.GRELocal, testbed.GRERemote, testbed.GREKey, testbed.FrameTTL(testbed.HostA, dst, 5000, 63, topo.MACHostA, topo.MACLan0))
 	}
-	decap := greFrame(topo.MACWanNeigh, topo.MACWan0, greRemote, greLocal, greKey, udpFrame(encapDst, hostA, 5000))
+	decap := greFrame(topo.MACWanNeigh, topo.MACWan0, testbed.GRERemote, testbed.GRELocal, testbed.GREKey, testbed.UDPFrame(testbed.EncapDst, testbed.HostA, 5000))
 	for _, c := range []struct {
 		name  string
 		frame []byte
@@ -120,18 +67,18 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 		ok     func([]byte) error
 		method string // added to the figure's method
 	}{
-		{name: "gre_encap_ip4_hit", frame: encap, want: encapped(encapDst), pair: progs.BenchWrapGrow},
+		{name: "gre_encap_ip4_hit", frame: encap, want: encapped(testbed.EncapDst), pair: progs.BenchWrapGrow},
 		// An established steered flow: its entry names the member.
-		{name: "steer_per_flow_hit", frame: udpFrame(hostA, steerDst, 5000), want: encapped(steerDst), pair: progs.BenchWrapGrow},
+		{name: "steer_per_flow_hit", frame: testbed.UDPFrame(testbed.HostA, testbed.SteerDst, 5000), want: encapped(testbed.SteerDst), pair: progs.BenchWrapGrow},
 		// Per packet: every packet picks its member (random entry).
-		{name: "steer_per_packet_hit", frame: udpFrame(hostA, wrrDst, 5000), want: encapped(wrrDst), pair: progs.BenchWrapGrow},
+		{name: "steer_per_packet_hit", frame: testbed.UDPFrame(testbed.HostA, testbed.WRRDst, 5000), want: encapped(testbed.WRRDst), pair: progs.BenchWrapGrow},
 		// Redundant: encapsulated for the first member with the group's
 		// sequence number (one more every run) and broadcast.
-		{name: "steer_redundant_hit", frame: udpFrame(hostA, dupDst, 5000), pair: progs.BenchWrapGrow,
-			ok: redundantOut(frameTTL(hostA, dupDst, 5000, 63, topo.MACHostA, topo.MACLan0)),
+		{name: "steer_redundant_hit", frame: testbed.UDPFrame(testbed.HostA, testbed.DupDst, 5000), pair: progs.BenchWrapGrow,
+			ok: redundantOut(testbed.FrameTTL(testbed.HostA, testbed.DupDst, 5000, 63, topo.MACHostA, topo.MACLan0)),
 			method: "; the XDP program's part only: the broadcast's copies and their per-interface rewrite (edge_xdp_dup) run after it, " +
 				"in the devmap flush, and are in ours_redundant_live_frames"},
-		{name: "gre_decap_ip4_hit", frame: decap, want: frameTTL(encapDst, hostA, 5000, 63, topo.MACLan0, topo.MACHostA), pair: progs.BenchWrapShrink},
+		{name: "gre_decap_ip4_hit", frame: decap, want: testbed.FrameTTL(testbed.EncapDst, testbed.HostA, 5000, 63, topo.MACLan0, topo.MACHostA), pair: progs.BenchWrapShrink},
 	} {
 		var err error
 		if c.ok != nil {
@@ -176,7 +123,7 @@ func redundantOut(inner []byte) func([]byte) error {
 		switch {
 		case ip == nil || gre == nil:
 			return fmt.Errorf("not GRE: %v", pkt)
-		case ip.DstIP.String() != greRemote.String() || !gre.KeyPresent || gre.Key != greKey:
+		case ip.DstIP.String() != testbed.GRERemote.String() || !gre.KeyPresent || gre.Key != testbed.GREKey:
 			return fmt.Errorf("to %s key %d, want path 1's", ip.DstIP, gre.Key)
 		case !gre.SeqPresent || ip.Id == 0:
 			return fmt.Errorf("no sequence number (%v) or group mark (id %d)", gre.SeqPresent, ip.Id)

@@ -10,6 +10,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/edgeplane/edgeplane/internal/bench/testbed"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/rules"
@@ -73,7 +74,7 @@ func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc
 	if _, err := dp.Commit(gen); err != nil {
 		return fmt.Errorf("commit lb config: %w", err)
 	}
-	probe := udpFrame(hostA, netip.MustParseAddr("10.3.0.1"), 80)
+	probe := testbed.UDPFrame(testbed.HostA, netip.MustParseAddr("10.3.0.1"), 80)
 	wrapResize, err := b.median(progs.BenchWrapResize, probe, bpf.XDPPass)
 	if err != nil {
 		return err
@@ -93,7 +94,7 @@ func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc
 		{"lb_dsr_gre", "203.0.113.20", encapped, grow},
 		{"lb_dsr_gre_stateless", "203.0.113.30", encapped, grow},
 	} {
-		frame := udpFrame(hostA, netip.MustParseAddr(c.vip), 80)
+		frame := testbed.UDPFrame(testbed.HostA, netip.MustParseAddr(c.vip), 80)
 		if err := b.checkOut(dp.Prog, frame, c.check); err != nil {
 			return fmt.Errorf("%s, the dataplane program: %w", c.name, err)
 		}
@@ -119,7 +120,7 @@ func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc
 	if err := progs.setCycle(ringFlows - 1); err != nil {
 		return err
 	}
-	ring, wrapRing, ringDiff, err := b.paired(progs.BenchResizeMiss, udpFrame(hostA, netip.MustParseAddr("203.0.113.30"), 80), bpf.XDPRedirect,
+	ring, wrapRing, ringDiff, err := b.paired(progs.BenchResizeMiss, testbed.UDPFrame(testbed.HostA, netip.MustParseAddr("203.0.113.30"), 80), bpf.XDPRedirect,
 		progs.BenchWrapResizeMiss, probe)
 	if err != nil {
 		_ = progs.setCycle(0)

@@ -10,11 +10,12 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/edgeplane/edgeplane/internal/bench/testbed"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
-// probeSecret is greConfig's path 1 probe secret (its hex there).
+// probeSecret is testbed.GREConfig's path 1 probe secret (its hex there).
 var probeSecret = bpf.NewProbeSecret([16]byte{0x5e, 0xc7, 0xe7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
 
 const (
@@ -27,7 +28,7 @@ const (
 // measureProbes adds the path probe figures: one probe MAC alone, and a
 // peer's request answered at the driver hook (decap's path check, the
 // MAC checked and made, XDP_TX) over a path with a secret and over one
-// without (insecure), after measureGRE committed greConfig.
+// without (insecure), after measureGRE committed testbed.GREConfig.
 func (b *bencher) measureProbes(r *Report, dp *bpf.Dataplane, progs *wrappers) error {
 	msg := make([]byte, 48)
 	for i := range msg {
@@ -45,8 +46,8 @@ func (b *bencher) measureProbes(r *Report, dp *bpf.Dataplane, progs *wrappers) e
 		key    uint32
 		secret bpf.ProbeSecret
 	}{
-		{"probe_reflect_signed", greRemote, greKey, probeSecret},
-		{"probe_reflect_insecure", greRemote2, greKey2, bpf.ProbeSecret{}},
+		{"probe_reflect_signed", testbed.GRERemote, testbed.GREKey, probeSecret},
+		{"probe_reflect_insecure", testbed.GRERemote2, testbed.GREKey2, bpf.ProbeSecret{}},
 	} {
 		req := probeFrame(c.remote, c.key, bpf.ProbeBody(bpf.ProbeRequest, 7, 42, be32(c.remote), 123456789, c.secret))
 		want := probeFrame(c.remote, c.key, bpf.ProbeBody(bpf.ProbeReply, 7, 42, be32(c.remote), 123456789, c.secret))
@@ -80,12 +81,12 @@ func be32(a netip.Addr) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
-// probeFrame is a probe body in GRE with key from remote to greLocal, as
+// probeFrame is a probe body in GRE with key from remote to testbed.GRELocal, as
 // the peer sends it over wan0, with 6 bytes of padding.
 func probeFrame(remote netip.Addr, key uint32, body []byte) []byte {
 	eth := &layers.Ethernet{SrcMAC: topo.MACWanNeigh, DstMAC: topo.MACWan0, EthernetType: layers.EthernetTypeIPv4}
 	ip := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolGRE,
-		SrcIP: remote.AsSlice(), DstIP: greLocal.AsSlice()}
+		SrcIP: remote.AsSlice(), DstIP: testbed.GRELocal.AsSlice()}
 	gre := &layers.GRE{KeyPresent: true, Key: key, Protocol: bpf.ProbeProto}
 	buf := gopacket.NewSerializeBuffer()
 	_ = gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, gre, gopacket.Payload(body))
