@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bench
+package packet
 
 import (
 	"bytes"
@@ -29,12 +29,12 @@ const (
 // peer's request answered at the driver hook (decap's path check, the
 // MAC checked and made, XDP_TX) over a path with a secret and over one
 // without (insecure), after measureGRE committed testbed.GREConfig.
-func (b *bencher) measureProbes(r *Report, dp *bpf.Dataplane, progs *wrappers) error {
+func (b *bencher) measureProbes(r *Result) error {
 	msg := make([]byte, 48)
 	for i := range msg {
 		msg[i] = byte(i)
 	}
-	raw, err := b.median(progs.BenchSip24, msg, bpf.XDPPass)
+	raw, err := b.median(b.progs.BenchSip24, msg, bpf.XDPPass)
 	if err != nil {
 		return fmt.Errorf("probe MAC: %w", err)
 	}
@@ -53,7 +53,7 @@ func (b *bencher) measureProbes(r *Report, dp *bpf.Dataplane, progs *wrappers) e
 		want := probeFrame(c.remote, c.key, bpf.ProbeBody(bpf.ProbeReply, 7, 42, be32(c.remote), 123456789, c.secret))
 		// What the dataplane answers: the reply, addresses swapped.
 		if err := b.ns.Do(func() error {
-			ret, out, err := dp.Prog.Test(append([]byte(nil), req...))
+			ret, out, err := b.dp.Prog.Test(append([]byte(nil), req...))
 			if err != nil {
 				return err
 			}
@@ -64,7 +64,7 @@ func (b *bencher) measureProbes(r *Report, dp *bpf.Dataplane, progs *wrappers) e
 		}); err != nil {
 			return fmt.Errorf("%s, the dataplane program: %w", c.name, err)
 		}
-		raw, alone, diff, err := b.paired(progs.BenchProbe, req, bpf.XDPTx, progs.BenchWrapProbe, req)
+		raw, alone, diff, err := b.paired(b.progs.BenchProbe, req, bpf.XDPTx, b.progs.BenchWrapProbe, req)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bench
+package packet
 
 import (
 	"fmt"
@@ -42,7 +42,7 @@ var foVariants = []struct {
 // measureFlowOpt adds the cost of each FlowOpt module on an established
 // encapsulated flow, against gre_encap_ip4_hit (FlowOpt off) in the same
 // run, through the same resize wrappers.
-func (b *bencher) measureFlowOpt(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc rules.Allocs) error {
+func (b *bencher) measureFlowOpt(r *Result) error {
 	encap := testbed.UDPFrame(testbed.HostA, testbed.EncapDst, 5000)
 	for _, v := range foVariants {
 		cfg, err := yamlcfg.Parse([]byte(foConfig))
@@ -53,18 +53,18 @@ func (b *bencher) measureFlowOpt(r *Report, dp *bpf.Dataplane, progs *wrappers, 
 		for _, m := range v.modules {
 			cfg.FlowOpt = append(cfg.FlowOpt, config.FlowOptModule{Module: m})
 		}
-		gen, _, err := rules.Compile(cfg, b.ns.Resolve, alloc, dp.Limits)
+		gen, _, err := rules.Compile(cfg, b.ns.Resolve, b.alloc, b.dp.Limits)
 		if err != nil {
 			return fmt.Errorf("compile flowopt config: %w", err)
 		}
-		if err := b.ns.Do(func() error { _, err := dp.Commit(gen); return err }); err != nil {
+		if err := b.ns.Do(func() error { _, err := b.dp.Commit(gen); return err }); err != nil {
 			return fmt.Errorf("commit flowopt config: %w", err)
 		}
 		want := greFrame(topo.MACWan0, topo.MACWanNeigh, testbed.GRELocal, testbed.GRERemote, testbed.GREKey, testbed.FrameTTL(testbed.HostA, testbed.EncapDst, 5000, 63, topo.MACHostA, topo.MACLan0))
-		if err := b.check(dp.Prog, encap, want); err != nil {
+		if err := b.check(b.dp.Prog, encap, want); err != nil {
 			return fmt.Errorf("%s, the dataplane program: %w", v.name, err)
 		}
-		raw, err := b.median(progs.BenchResize, encap, bpf.XDPRedirect)
+		raw, err := b.median(b.progs.BenchResize, encap, bpf.XDPRedirect)
 		if err != nil {
 			return fmt.Errorf("%s: %w", v.name, err)
 		}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bench
+package packet
 
 import (
 	"encoding/binary"
@@ -107,7 +107,7 @@ const methodFlood = "the ring (4,096 dsr-gre connections to a service of their o
 // per CPU, which a flood evicted from where RSS spread it); one CPU takes
 // the chance out. undo is the resize wrappers' cost beyond the
 // plain save/restore (as for lb_dsr_gre).
-func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, undo float64) error {
+func (b *bencher) measureFlood(r *Result, undo float64) error {
 	cpus, err := allowedCPUs()
 	if err != nil {
 		return err
@@ -115,7 +115,7 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 	rounds := 4 * b.o.Rounds
 	f := &Flood{RingFlows: ringFlows, FloodPerRound: floodPerRound, Rounds: rounds, CPU: cpus[0], Method: methodFlood}
 	var counters []uint32
-	for idx, m := range dp.ActiveMembers() {
+	for idx, m := range b.dp.ActiveMembers() {
 		if m.Service == ringSvcID {
 			counters = append(counters, idx)
 		}
@@ -126,7 +126,7 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 	decided := func() (uint64, error) {
 		var sum uint64
 		for _, idx := range counters {
-			n, err := testbed.SumCounter(dp.EdgeLbNew, idx)
+			n, err := testbed.SumCounter(b.dp.EdgeLbNew, idx)
 			if err != nil {
 				return 0, err
 			}
@@ -134,10 +134,10 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 		}
 		return sum, nil
 	}
-	if err := progs.setCycle(ringFlows - 1); err != nil {
+	if err := b.progs.setCycle(ringFlows - 1); err != nil {
 		return err
 	}
-	defer progs.setCycle(0)
+	defer b.progs.setCycle(0)
 	probe := testbed.UDPFrame(testbed.HostA, netip.MustParseAddr("10.3.0.1"), 80)
 	flood := testbed.UDPFrame(floodSrc, ringVIP, 80)
 	var quiet, loud pairs
@@ -154,12 +154,12 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 		// too: it counts alike), so every pass starts at the same
 		// place in the cycle.
 		var seqs []uint32
-		if err := progs.Seq.Lookup(uint32(0), &seqs); err != nil {
+		if err := b.progs.Seq.Lookup(uint32(0), &seqs); err != nil {
 			return fmt.Errorf("read bench_seq: %w", err)
 		}
 		ring := ringFrame(seqs[f.CPU]&(ringFlows-1) + 1)
 		pass := func() (float64, float64, uint64, error) {
-			w, err := timeRun(progs.BenchWrapResizeMiss, probe, bpf.XDPPass, ringFlows)
+			w, err := timeRun(b.progs.BenchWrapResizeMiss, probe, bpf.XDPPass, ringFlows)
 			if err != nil {
 				return 0, 0, 0, fmt.Errorf("wrapper: %w", err)
 			}
@@ -167,7 +167,7 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 			if err != nil {
 				return 0, 0, 0, err
 			}
-			t, err := timeRun(progs.BenchResizeMiss, ring, bpf.XDPRedirect, ringFlows)
+			t, err := timeRun(b.progs.BenchResizeMiss, ring, bpf.XDPRedirect, ringFlows)
 			if err != nil {
 				return 0, 0, 0, err
 			}
@@ -180,10 +180,10 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 		} else if n != ringFlows {
 			return fmt.Errorf("establishing the ring made %d new connections, want %d: the ring is not what it names", n, ringFlows)
 		}
-		if before, err = b.backends(dp); err != nil {
+		if before, err = b.backends(b.dp); err != nil {
 			return err
 		}
-		t0, err := tableCounts(dp)
+		t0, err := tableCounts(b.dp)
 		if err != nil {
 			return err
 		}
@@ -195,13 +195,13 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 			quiet.add(t, w)
 			f.RedecidedQuiet += n
 		}
-		t1, err := tableCounts(dp)
+		t1, err := tableCounts(b.dp)
 		if err != nil {
 			return err
 		}
 		f.QuietTable = since(t1, t0)
 		for range rounds {
-			fl, err := timeRun(progs.BenchResizeFlood, flood, bpf.XDPRedirect, floodPerRound)
+			fl, err := timeRun(b.progs.BenchResizeFlood, flood, bpf.XDPRedirect, floodPerRound)
 			if err != nil {
 				return fmt.Errorf("flood: %w", err)
 			}
@@ -214,12 +214,12 @@ func (b *bencher) measureFlood(r *Report, dp *bpf.Dataplane, progs *wrappers, un
 			f.Redecided += n
 			f.RedecidedMax = max(f.RedecidedMax, n)
 		}
-		t2, err := tableCounts(dp)
+		t2, err := tableCounts(b.dp)
 		if err != nil {
 			return err
 		}
 		f.FloodTable = since(t2, t1)
-		after, err = b.backends(dp)
+		after, err = b.backends(b.dp)
 		return err
 	})
 	if err != nil {

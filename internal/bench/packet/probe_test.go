@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bench
+package packet
 
 import (
 	"crypto/rand"
@@ -44,7 +44,7 @@ func TestSipHash24BPF(t *testing.T) {
 		return binary.LittleEndian.Uint64(out[40:])
 	}
 
-	b, err := os.ReadFile("../bpf/testdata/siphash24.txt")
+	b, err := os.ReadFile("../../bpf/testdata/siphash24.txt")
 	if err != nil {
 		t.Fatal(err)
 	}

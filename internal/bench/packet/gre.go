@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bench
+package packet
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ const methodResize = "wrapper saves the first 56 bytes, runs the pipeline, moves
 
 // measureGRE adds the encap and decap figures: flow-cache hits through a
 // keyed GRE path, IPv4 inside, timed through the resize wrappers.
-func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc rules.Allocs) error {
+func (b *bencher) measureGRE(r *Result) error {
 	// Decap forwards the inner packet by the FIB toward host A on lan0;
 	// nothing answers ARP in the namespace, so the neighbour is static.
 	if err := b.ns.SetNeigh("lan0", topo.AddrHostA, topo.MACHostA); err != nil {
@@ -35,12 +35,12 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 	if err != nil {
 		return fmt.Errorf("gre config: %w", err)
 	}
-	gen, _, err := rules.Compile(cfg, b.ns.Resolve, alloc, dp.Limits)
+	gen, _, err := rules.Compile(cfg, b.ns.Resolve, b.alloc, b.dp.Limits)
 	if err != nil {
 		return fmt.Errorf("compile gre config: %w", err)
 	}
 	// In the namespace: a redundant group's devmap names its interfaces.
-	if err := b.ns.Do(func() error { _, err := dp.Commit(gen); return err }); err != nil {
+	if err := b.ns.Do(func() error { _, err := b.dp.Commit(gen); return err }); err != nil {
 		return fmt.Errorf("commit gre config: %w", err)
 	}
 
@@ -48,7 +48,7 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 	// over their first member, path 1.
 	var first [bpf.SteerTable]uint8
 	for idx := uint32(0); idx < 2; idx++ {
-		if ok, err := dp.SetSteer(idx, 2, 0b01, first); err != nil || !ok {
+		if ok, err := b.dp.SetSteer(idx, 2, 0b01, first); err != nil || !ok {
 			return fmt.Errorf("steering group %d: %v (set %v)", idx, err, ok)
 		}
 	}
@@ -67,36 +67,36 @@ func (b *bencher) measureGRE(r *Report, dp *bpf.Dataplane, progs *wrappers, allo
 		ok     func([]byte) error
 		method string // added to the figure's method
 	}{
-		{name: "gre_encap_ip4_hit", frame: encap, want: encapped(testbed.EncapDst), pair: progs.BenchWrapGrow},
+		{name: "gre_encap_ip4_hit", frame: encap, want: encapped(testbed.EncapDst), pair: b.progs.BenchWrapGrow},
 		// An established steered flow: its entry names the member.
-		{name: "steer_per_flow_hit", frame: testbed.UDPFrame(testbed.HostA, testbed.SteerDst, 5000), want: encapped(testbed.SteerDst), pair: progs.BenchWrapGrow},
+		{name: "steer_per_flow_hit", frame: testbed.UDPFrame(testbed.HostA, testbed.SteerDst, 5000), want: encapped(testbed.SteerDst), pair: b.progs.BenchWrapGrow},
 		// Per packet: every packet picks its member (random entry).
-		{name: "steer_per_packet_hit", frame: testbed.UDPFrame(testbed.HostA, testbed.WRRDst, 5000), want: encapped(testbed.WRRDst), pair: progs.BenchWrapGrow},
+		{name: "steer_per_packet_hit", frame: testbed.UDPFrame(testbed.HostA, testbed.WRRDst, 5000), want: encapped(testbed.WRRDst), pair: b.progs.BenchWrapGrow},
 		// Redundant: encapsulated for the first member with the group's
 		// sequence number (one more every run) and broadcast.
-		{name: "steer_redundant_hit", frame: testbed.UDPFrame(testbed.HostA, testbed.DupDst, 5000), pair: progs.BenchWrapGrow,
+		{name: "steer_redundant_hit", frame: testbed.UDPFrame(testbed.HostA, testbed.DupDst, 5000), pair: b.progs.BenchWrapGrow,
 			ok: redundantOut(testbed.FrameTTL(testbed.HostA, testbed.DupDst, 5000, 63, topo.MACHostA, topo.MACLan0)),
 			method: "; the XDP program's part only: the broadcast's copies and their per-interface rewrite (edge_xdp_dup) run after it, " +
 				"in the devmap flush, and are in ours_redundant_live_frames"},
-		{name: "gre_decap_ip4_hit", frame: decap, want: testbed.FrameTTL(testbed.EncapDst, testbed.HostA, 5000, 63, topo.MACLan0, topo.MACHostA), pair: progs.BenchWrapShrink},
+		{name: "gre_decap_ip4_hit", frame: decap, want: testbed.FrameTTL(testbed.EncapDst, testbed.HostA, 5000, 63, topo.MACLan0, topo.MACHostA), pair: b.progs.BenchWrapShrink},
 	} {
 		var err error
 		if c.ok != nil {
-			err = b.checkOut(dp.Prog, c.frame, c.ok)
+			err = b.checkOut(b.dp.Prog, c.frame, c.ok)
 		} else {
-			err = b.check(dp.Prog, c.frame, c.want)
+			err = b.check(b.dp.Prog, c.frame, c.want)
 		}
 		if err != nil {
 			return fmt.Errorf("%s, the dataplane program: %w", c.name, err)
 		}
-		if err := b.check(progs.BenchResize, c.frame, c.frame); err != nil {
+		if err := b.check(b.progs.BenchResize, c.frame, c.frame); err != nil {
 			return fmt.Errorf("%s, the wrapper does not restore the frame: %w", c.name, err)
 		}
-		raw, err := b.median(progs.BenchResize, c.frame, bpf.XDPRedirect)
+		raw, err := b.median(b.progs.BenchResize, c.frame, bpf.XDPRedirect)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
-		w0, err := b.median(progs.BenchWrapResize, c.frame, bpf.XDPPass)
+		w0, err := b.median(b.progs.BenchWrapResize, c.frame, bpf.XDPPass)
 		if err != nil {
 			return fmt.Errorf("%s wrapper: %w", c.name, err)
 		}

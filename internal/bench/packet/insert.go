@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bench
+package packet
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ const methodInsert = "a fresh IPv4 flow-cache key (source address from a per-CPU
 // full LRU, the least any recorded new flow costs. With per-CPU LRU
 // lists an insert evicts only from its own CPU's list, so the table is
 // filled from every CPU before timing.
-func (b *bencher) measureInsert(r *Report, progs *wrappers, probe []byte) error {
+func (b *bencher) measureInsert(r *Result) error {
 	cpus, err := allowedCPUs()
 	if err != nil {
 		return err
@@ -33,7 +33,7 @@ func (b *bencher) measureInsert(r *Report, progs *wrappers, probe []byte) error 
 			if err := pinTo(cpu); err != nil {
 				return err
 			}
-			_, err := timeRun(progs.BenchFlowInsert, probe, bpf.XDPPass, 2*insertTable)
+			_, err := timeRun(b.progs.BenchFlowInsert, b.probe, bpf.XDPPass, 2*insertTable)
 			return err
 		})
 		if err != nil {
@@ -42,12 +42,12 @@ func (b *bencher) measureInsert(r *Report, progs *wrappers, probe []byte) error 
 	}
 	// An LRU shrink frees a few entries ahead, so a full table holds a
 	// few less than its size.
-	if n, err := countEntries(progs.LRU); err != nil {
+	if n, err := countEntries(b.progs.LRU); err != nil {
 		return err
 	} else if n < insertTable*99/100 {
 		return fmt.Errorf("bare insert's table holds %d entries after the fill, want about %d", n, insertTable)
 	}
-	raw, alone, diff, err := b.paired(progs.BenchFlowInsert, probe, bpf.XDPPass, progs.BenchWrapFlowInsert, probe)
+	raw, alone, diff, err := b.paired(b.progs.BenchFlowInsert, b.probe, bpf.XDPPass, b.progs.BenchWrapFlowInsert, b.probe)
 	if err != nil {
 		return fmt.Errorf("bare insert: %w", err)
 	}

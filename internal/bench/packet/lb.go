@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bench
+package packet
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/bench/testbed"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
@@ -62,24 +63,24 @@ const ringFlows = 4096
 // and reverse-NAT inserts, then the same); and for a stateless service,
 // new flows (no inserts) and every packet of 4,096 flows through the
 // Maglev table (Katran's LRU bypass, timed as its fixtures are: warm).
-func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc rules.Allocs) error {
+func (b *bencher) measureLB(r *Result) error {
 	cfg, err := yamlcfg.Parse([]byte(lbConfig()))
 	if err != nil {
 		return fmt.Errorf("lb config: %w", err)
 	}
-	gen, _, err := rules.Compile(cfg, b.ns.Resolve, alloc, dp.Limits)
+	gen, _, err := rules.Compile(cfg, b.ns.Resolve, b.alloc, b.dp.Limits)
 	if err != nil {
 		return fmt.Errorf("compile lb config: %w", err)
 	}
-	if _, err := dp.Commit(gen); err != nil {
+	if _, err := b.dp.Commit(gen); err != nil {
 		return fmt.Errorf("commit lb config: %w", err)
 	}
 	probe := testbed.UDPFrame(testbed.HostA, netip.MustParseAddr("10.3.0.1"), 80)
-	wrapResize, err := b.median(progs.BenchWrapResize, probe, bpf.XDPPass)
+	wrapResize, err := b.median(b.progs.BenchWrapResize, probe, bpf.XDPPass)
 	if err != nil {
 		return err
 	}
-	wrapGrow, err := b.median(progs.BenchWrapGrow, probe, bpf.XDPPass)
+	wrapGrow, err := b.median(b.progs.BenchWrapGrow, probe, bpf.XDPPass)
 	if err != nil {
 		return err
 	}
@@ -95,17 +96,17 @@ func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc
 		{"lb_dsr_gre_stateless", "203.0.113.30", encapped, grow},
 	} {
 		frame := testbed.UDPFrame(testbed.HostA, netip.MustParseAddr(c.vip), 80)
-		if err := b.checkOut(dp.Prog, frame, c.check); err != nil {
+		if err := b.checkOut(b.dp.Prog, frame, c.check); err != nil {
 			return fmt.Errorf("%s, the dataplane program: %w", c.name, err)
 		}
-		if err := b.check(progs.BenchResize, frame, frame); err != nil {
+		if err := b.check(b.progs.BenchResize, frame, frame); err != nil {
 			return fmt.Errorf("%s, the wrapper does not restore the frame: %w", c.name, err)
 		}
-		est, estWrap, estDiff, err := b.paired(progs.BenchResize, frame, bpf.XDPRedirect, progs.BenchWrapResize, probe)
+		est, estWrap, estDiff, err := b.paired(b.progs.BenchResize, frame, bpf.XDPRedirect, b.progs.BenchWrapResize, probe)
 		if err != nil {
 			return fmt.Errorf("%s established: %w", c.name, err)
 		}
-		nw, nwWrap, nwDiff, err := b.paired(progs.BenchResizeMiss, frame, bpf.XDPRedirect, progs.BenchWrapResizeMiss, probe)
+		nw, nwWrap, nwDiff, err := b.paired(b.progs.BenchResizeMiss, frame, bpf.XDPRedirect, b.progs.BenchWrapResizeMiss, probe)
 		if err != nil {
 			return fmt.Errorf("%s new: %w", c.name, err)
 		}
@@ -117,23 +118,23 @@ func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc
 	}
 
 	// Every packet through the stateless service's Maglev table.
-	if err := progs.setCycle(ringFlows - 1); err != nil {
+	if err := b.progs.setCycle(ringFlows - 1); err != nil {
 		return err
 	}
-	ring, wrapRing, ringDiff, err := b.paired(progs.BenchResizeMiss, testbed.UDPFrame(testbed.HostA, netip.MustParseAddr("203.0.113.30"), 80), bpf.XDPRedirect,
-		progs.BenchWrapResizeMiss, probe)
+	ring, wrapRing, ringDiff, err := b.paired(b.progs.BenchResizeMiss, testbed.UDPFrame(testbed.HostA, netip.MustParseAddr("203.0.113.30"), 80), bpf.XDPRedirect,
+		b.progs.BenchWrapResizeMiss, probe)
 	if err != nil {
-		_ = progs.setCycle(0)
+		_ = b.progs.setCycle(0)
 		return fmt.Errorf("lb stateless ring: %w", err)
 	}
 	b.o.Log("lb_dsr_gre_stateless_ring: %.1f ns raw (wrapper %.1f, undo %.1f)", ring, wrapRing, grow)
 	r.add(Figure{Name: "lb_dsr_gre_stateless_ring", RawNs: ring, NsPerPacket: r.FloorNs + ringDiff - grow, UndoNs: wrapRing + grow,
 		Method: methodRing, Verdict: "redirect"})
-	if err := progs.setCycle(0); err != nil || b.o.Quick {
+	if err := b.progs.setCycle(0); err != nil || b.o.Quick {
 		return err
 	}
 	b.o.Log("established ring, quiet and under a flood")
-	return b.measureFlood(r, dp, progs, grow)
+	return b.measureFlood(r, grow)
 }
 
 // lbGoals compares the balancer's figures with Katran's; the goal is 20 %
@@ -142,8 +143,8 @@ func (b *bencher) measureLB(r *Report, dp *bpf.Dataplane, progs *wrappers, alloc
 // warm caches, and records nothing): the stateless ring figure is timed
 // under the same conditions. A new connection that is recorded costs
 // table inserts on top (lb_*_new; see the README).
-func lbGoals(r *Report) []Goal {
-	goals := []Goal{
+func lbGoals(r *Result) []measure.Goal {
+	goals := []measure.Goal{
 		{Name: "lb established flow above floor (ns), Katran 150 x 0.8", Value: r.find("lb_dsr_gre_established").AboveFloor, Limit: 0.8 * katranEstablishedNs},
 		{Name: "lb new flow through the Maglev table, stateless, above floor (ns), Katran 230 x 0.8",
 			Value: r.find("lb_dsr_gre_stateless_ring").AboveFloor, Limit: 0.8 * katranNewNs},
@@ -154,8 +155,8 @@ func lbGoals(r *Report) []Goal {
 	}
 	if f := r.Flood; f != nil {
 		goals = append(goals,
-			Goal{Name: "lb established ring under a flood / quiet (ns above floor)", Value: f.Ratio, Limit: 1.5},
-			Goal{Name: "lb ring connections decided again under a flood", Value: float64(f.Redecided), Limit: 0})
+			measure.Goal{Name: "lb established ring under a flood / quiet (ns above floor)", Value: f.Ratio, Limit: 1.5},
+			measure.Goal{Name: "lb ring connections decided again under a flood", Value: float64(f.Redecided), Limit: 0})
 	}
 	return goals
 }
