@@ -88,6 +88,27 @@ var rules = []struct {
 	{"./internal/rtloop", []string{"./"}, nil, "a real-time loop needs nothing of edgeplane"},
 	{"./internal/fibwatch", []string{"./"}, append([]string{"./internal/dataplane"}, loaderPkgs...),
 		"following the kernel's routing for the next hops needs the loader alone; the agent starts it"},
+	// The bench's parts stand alone: the top level runs the ones asked
+	// for and assembles the report; the parts share only measure (goals,
+	// percentiles, binaries) and the per-packet and end-to-end parts the
+	// gateway they both set up.
+	{"./internal/bench/measure", []string{"./"}, []string{"./internal/bench/measure"}, "what every part of the bench shares is the bottom of its layers"},
+	{"./internal/bench/testbed", []string{"./internal/bench"}, []string{"./internal/bench/testbed"}, "the gateway the bench's parts set up knows no part"},
+	{"./internal/bench/packet", []string{"./internal/bench"}, benchShared("./internal/bench/packet"), "the per-packet part stands alone"},
+	{"./internal/bench/endtoend", []string{"./internal/bench"}, benchShared("./internal/bench/endtoend"), "the end-to-end part stands alone"},
+	{"./internal/bench/control", []string{"./internal/bench"}, benchShared("./internal/bench/control"), "the control part stands alone"},
+	{"./internal/bench/sdwan", []string{"./internal/bench"}, benchShared("./internal/bench/sdwan"), "the SD-WAN lab's scenarios stand alone"},
+	{"./internal/bench/fleetbench", []string{"./internal/bench"}, benchShared("./internal/bench/fleetbench"), "the fleet scenario stands alone"},
+	// The per-packet part times BPF programs in one namespace: no lab,
+	// agent, API or etcd.
+	{"./internal/bench/packet", []string{"./internal/lab", "./internal/fleet", "./internal/api", "google.golang.org/grpc", "go.etcd.io/etcd"}, nil,
+		"the per-packet part runs the dataplane's program alone"},
+}
+
+// benchShared is what a part of the bench may import of the bench: itself
+// and what the parts share.
+func benchShared(part string) []string {
+	return []string{part, "./internal/bench/measure", "./internal/bench/testbed"}
 }
 
 // pkgInfo is what `go list -json` says of a package.
