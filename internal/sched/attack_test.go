@@ -510,11 +510,18 @@ func TestUntouchable(t *testing.T) {
 	t.Cleanup(func() { w.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := cmd.Process.Pid
 	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && strings.Trim(string(b), "\x00") == "" {
+		// Empty, and asleep reading its program with the tag in its
+		// environment: a process in the middle of its exec reads as
+		// empty for a moment too, its environment with it.
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		stat, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		_, state, _ := strings.Cut(string(stat), ") ")
+		if err == nil && strings.Trim(string(b), "\x00") == "" && strings.Contains(string(env), tag) && strings.HasPrefix(state, "S") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("perl did not empty its command line")
+			t.Fatal("perl did not empty its command line and wait for its program")
 		}
 	}
 	s := strategy(t, `{id: 2, command_regex: "^perl$", selectors: {user: "0", env: EDGEPLANE_TAG=`+tag+`}, priority: true, rt_priority: 2}`)
