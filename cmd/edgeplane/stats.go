@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
-	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/stats"
 	"github.com/edgeplane/edgeplane/internal/client"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
@@ -37,7 +37,7 @@ func newStatsCmd() *cobra.Command {
 			if f := apiFlagWithoutServer(cmd); f != "" {
 				return fmt.Errorf("--%s needs --server", f)
 			}
-			s, err := bpf.PinnedSnapshot(pinDir)
+			s, err := stats.PinnedSnapshot(pinDir)
 			if err != nil {
 				return err
 			}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/api"
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
@@ -111,7 +112,7 @@ type Agent struct {
 	store *config.Store
 	comp  *rules.Compiler
 	gen   uint32
-	dp    *bpf.Dataplane
+	dp    *loader.Dataplane
 	mon   *pathmon.Monitor // probes and judges the paths, steers by them
 	// down lists the backends health checks took out; a reload's fresh
 	// compile takes them out again.
@@ -229,7 +230,7 @@ func (a *Agent) start(cfg *config.Config) error {
 	if err := recoverUpgrade(a.opts.PinDir, a.log); err != nil {
 		return err
 	}
-	dp, err := bpf.Open(limitsOf(cfg), a.opts.PinDir)
+	dp, err := loader.Open(limitsOf(cfg), a.opts.PinDir)
 	if errors.Is(err, bpf.ErrIncompatible) {
 		return a.upgrade(cfg, err)
 	}
@@ -283,7 +284,7 @@ func (a *Agent) start(cfg *config.Config) error {
 // commitAdopted commits cfg as the next generation of dp, whose maps hold
 // what an earlier agent (or build) committed: every object keeps the
 // statistics index and place it had there.
-func (a *Agent) commitAdopted(cfg *config.Config, dp *bpf.Dataplane) error {
+func (a *Agent) commitAdopted(cfg *config.Config, dp *loader.Dataplane) error {
 	// Keep each PDR's statistics index from the live generation so its
 	// counters continue across restarts.
 	live, _, err := dp.ActiveRules()

@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 )
 
 // dupTxEvery is how often the agent looks whether each interface a
@@ -24,7 +24,7 @@ const dupTxEvery = 2 * time.Second
 // without XDP or GRO), so its copies would vanish. Each interface's
 // readiness is in ready (1 or 0, by interface name), and every change is
 // logged once.
-func watchDupTx(ctx context.Context, dp *bpf.Dataplane, log *slog.Logger, ready *prometheus.GaugeVec) {
+func watchDupTx(ctx context.Context, dp *loader.Dataplane, log *slog.Logger, ready *prometheus.GaugeVec) {
 	known := map[uint32]bool{}
 	t := time.NewTicker(dupTxEvery)
 	defer t.Stop()
@@ -36,12 +36,12 @@ func watchDupTx(ctx context.Context, dp *bpf.Dataplane, log *slog.Logger, ready 
 					continue
 				}
 				seen[ifi] = true
-				f, err := bpf.XDPFeatures(ifi)
+				f, err := loader.XDPFeatures(ifi)
 				if err != nil {
 					log.Debug("redundant copies: interface features", "ifindex", ifi, "error", err)
 					continue
 				}
-				ok := f&bpf.XDPActNDOXmit != 0
+				ok := f&loader.XDPActNDOXmit != 0
 				name := strconv.FormatUint(uint64(ifi), 10)
 				if nif, err := net.InterfaceByIndex(int(ifi)); err == nil {
 					name = nif.Name

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/pathmon"
@@ -55,7 +56,7 @@ func ifAddrs(ifaces []config.Interface) map[uint32]bpf.IfAddr {
 // the place of one that went unused for bpf.FTIdle of them. Stopped (the
 // agent restarting), the clock stands still and no flow ages: new flows
 // then take only the places of flows that had a single packet.
-func tickFlows(ctx context.Context, dp *bpf.Dataplane, log *slog.Logger) {
+func tickFlows(ctx context.Context, dp *loader.Dataplane, log *slog.Logger) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	failing := false

@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
+	"github.com/edgeplane/edgeplane/internal/bpf/upgrade"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
@@ -79,7 +81,7 @@ func makePinDir(pinDir string) error {
 // ensureProgram adopts the pinned program when it is the one this build
 // would load for these limits; otherwise it loads ours and pins it. It
 // reports whether the program was newly loaded.
-func ensureProgram(dp *bpf.Dataplane, pinDir string, log *slog.Logger) (bool, error) {
+func ensureProgram(dp *loader.Dataplane, pinDir string, log *slog.Logger) (bool, error) {
 	want := progPrefix + bpf.ProgramID(dp.Limits)
 	pinPath := filepath.Join(pinDir, want)
 	if prog, err := ebpf.LoadPinnedProgram(pinPath, nil); err == nil {
@@ -100,7 +102,7 @@ func ensureProgram(dp *bpf.Dataplane, pinDir string, log *slog.Logger) (bool, er
 
 // removeStalePrograms unpins programs other than the current one, once the
 // links run the current one.
-func removeStalePrograms(pinDir string, dp *bpf.Dataplane) {
+func removeStalePrograms(pinDir string, dp *loader.Dataplane) {
 	keep := progPrefix + bpf.ProgramID(dp.Limits)
 	old, _ := filepath.Glob(filepath.Join(pinDir, progPrefix+"*"))
 	for _, p := range old {
@@ -196,7 +198,7 @@ func (h *heldLinks) closeAll() {
 // change that fails leaves every interface with XDP and the last
 // committed generation. When it fails, it takes off the links it created
 // itself.
-func attach(dp *bpf.Dataplane, pinDir string, ifaces []config.Interface, newProg bool, held *heldLinks, log *slog.Logger) ([]string, error) {
+func attach(dp *loader.Dataplane, pinDir string, ifaces []config.Interface, newProg bool, held *heldLinks, log *slog.Logger) ([]string, error) {
 	var added []string
 	for _, itf := range ifaces {
 		created, err := attachOne(dp, pinDir, itf, newProg, held, log)
@@ -260,7 +262,7 @@ func detachExcept(pinDir string, ifaces []config.Interface, held *heldLinks, log
 
 // attachOne reports whether it created a link (an adopted one is not).
 // The link it adopts or creates is held in held.
-func attachOne(dp *bpf.Dataplane, pinDir string, itf config.Interface, newProg bool, held *heldLinks, log *slog.Logger) (bool, error) {
+func attachOne(dp *loader.Dataplane, pinDir string, itf config.Interface, newProg bool, held *heldLinks, log *slog.Logger) (bool, error) {
 	nif, err := net.InterfaceByName(itf.Name)
 	if err != nil {
 		return false, err
@@ -378,9 +380,9 @@ func down(pinDir string) error {
 	// edgeplane's in a dir it made, else told one by one as here.
 	var errs []error
 	if marked {
-		errs = append(errs, bpf.DiscardStaged(pinDir))
-	} else if st, err := os.Stat(filepath.Join(pinDir, bpf.UpgradeDir)); err == nil && st.IsDir() {
-		errs = append(errs, down(filepath.Join(pinDir, bpf.UpgradeDir)))
+		errs = append(errs, upgrade.DiscardStaged(pinDir))
+	} else if st, err := os.Stat(filepath.Join(pinDir, upgrade.Dir)); err == nil && st.IsDir() {
+		errs = append(errs, down(filepath.Join(pinDir, upgrade.Dir)))
 	}
 	// The maps edgeplane's pinned programs use, by ID.
 	ourMaps := map[ebpf.MapID]bool{}
@@ -411,7 +413,7 @@ func down(pinDir string) error {
 		name, p := e.Name(), filepath.Join(pinDir, e.Name())
 		var ours bool
 		switch {
-		case name == pinMarker || strings.HasPrefix(name, linkPrefix) || name == bpf.UpgradeDir && marked:
+		case name == pinMarker || strings.HasPrefix(name, linkPrefix) || name == upgrade.Dir && marked:
 			continue
 		case strings.HasPrefix(name, progPrefix):
 			ours = marked || ourPinnedProgram(p)

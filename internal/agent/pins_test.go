@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -20,7 +21,7 @@ import (
 // does, and releases the handles.
 func pinDataplane(t *testing.T, dir string) {
 	t.Helper()
-	dp, err := bpf.Open(bpf.Limits{Flows: 1024, Rules: 64}, dir)
+	dp, err := loader.Open(bpf.Limits{Flows: 1024, Rules: 64}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
+	"github.com/edgeplane/edgeplane/internal/bpf/upgrade"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
@@ -65,7 +67,7 @@ func halt(phase string) {
 func (a *Agent) upgrade(cfg *config.Config, why error) error {
 	start := time.Now()
 	a.log.Info("pinned maps differ from this build's: taking their state over while the old program forwards", "pin_dir", a.opts.PinDir, "differences", why.Error())
-	u, err := bpf.PrepareUpgrade(limitsOf(cfg), a.opts.PinDir, a.log)
+	u, err := loader.PrepareUpgrade(limitsOf(cfg), a.opts.PinDir, a.log)
 	if err != nil {
 		return fmt.Errorf("upgrade (the old program forwards as before): %w", err)
 	}
@@ -261,7 +263,7 @@ func promoteProgram(pinDir, progPin string) error {
 // staged pins; otherwise it moves every link to that program and
 // completes the upgrade from the pins.
 func recoverUpgrade(pinDir string, log *slog.Logger) error {
-	stage := filepath.Join(pinDir, bpf.UpgradeDir)
+	stage := filepath.Join(pinDir, upgrade.Dir)
 	if _, err := os.Stat(stage); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -294,7 +296,7 @@ func recoverUpgrade(pinDir string, log *slog.Logger) error {
 	}
 	if running == 0 {
 		log.Info("upgrade: an earlier agent ended before its switch: removing what it staged; the pinned dataplane is as it was", "dir", stage)
-		return bpf.DiscardStaged(pinDir)
+		return upgrade.DiscardStaged(pinDir)
 	}
 	log.Info("upgrade: an earlier agent ended after its switch: completing it", "dir", stage, "links_behind", len(behind))
 	for _, p := range behind {
@@ -308,7 +310,7 @@ func recoverUpgrade(pinDir string, log *slog.Logger) error {
 			return fmt.Errorf("complete the upgrade: move %s to the new program: %w", filepath.Base(p), err)
 		}
 	}
-	if err := bpf.FinishStaged(pinDir, log); err != nil {
+	if err := upgrade.FinishStaged(pinDir, log); err != nil {
 		return fmt.Errorf("complete the upgrade: %w", err)
 	}
 	if err := promoteProgram(pinDir, progs[0]); err != nil {

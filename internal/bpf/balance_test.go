@@ -18,6 +18,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/testutil"
@@ -176,7 +177,7 @@ func (h *harness) send(p lbPkt, inIf string) (uint32, []byte) {
 
 // lbCounters sums edge_lb_new and edge_lb_stats packets over all CPUs,
 // by counter index.
-func lbCounters(t *testing.T, dp *bpf.Dataplane) (newFlows, packets map[uint32]uint64) {
+func lbCounters(t *testing.T, dp *loader.Dataplane) (newFlows, packets map[uint32]uint64) {
 	t.Helper()
 	newFlows, packets = map[uint32]uint64{}, map[uint32]uint64{}
 	for i := uint32(0); i < bpf.MaxServices*bpf.MaxMembers; i++ {
@@ -480,7 +481,7 @@ func countEntries[K any](t *testing.T, m interface {
 }
 
 // countFlows counts the flow table's entries keep chooses.
-func countFlows(t *testing.T, dp *bpf.Dataplane, keep func(*bpf.FTWay) bool) int {
+func countFlows(t *testing.T, dp *loader.Dataplane, keep func(*bpf.FTWay) bool) int {
 	t.Helper()
 	ws, _, err := dp.FlowWays()
 	if err != nil {
@@ -629,7 +630,7 @@ func TestBalanceStateless(t *testing.T) {
 
 // emcCopies counts the exact-match cache slots, on every CPU, whose key
 // passes keep.
-func emcCopies(t *testing.T, dp *bpf.Dataplane, keep func(bpf.FlowKey4) bool) int {
+func emcCopies(t *testing.T, dp *loader.Dataplane, keep func(bpf.FlowKey4) bool) int {
 	t.Helper()
 	n := 0
 	var slots []bpf.EMC4
@@ -647,7 +648,7 @@ func emcCopies(t *testing.T, dp *bpf.Dataplane, keep func(bpf.FlowKey4) bool) in
 }
 
 // cacheMisses sums the flow-cache miss counter over the CPUs.
-func cacheMisses(t *testing.T, dp *bpf.Dataplane) uint64 {
+func cacheMisses(t *testing.T, dp *loader.Dataplane) uint64 {
 	t.Helper()
 	var per []uint64
 	if err := dp.EdgeCacheStats.Lookup(uint32(1), &per); err != nil {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
@@ -450,10 +451,10 @@ func TestXDPFeatures(t *testing.T) {
 	xmit := func() bool {
 		t.Helper()
 		var f uint64
-		if err := h.ns.Do(func() (err error) { f, err = bpf.XDPFeatures(h.idx["wan1"]); return err }); err != nil {
+		if err := h.ns.Do(func() (err error) { f, err = loader.XDPFeatures(h.idx["wan1"]); return err }); err != nil {
 			t.Fatal(err)
 		}
-		return f&bpf.XDPActNDOXmit != 0
+		return f&loader.XDPActNDOXmit != 0
 	}
 	if xmit() {
 		t.Fatal("wan1 takes redirected frames while its peer has neither XDP nor GRO")

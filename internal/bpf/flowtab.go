@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/bits"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -57,35 +56,38 @@ func FTHash(s HashSecret, k *FlowKey) uint64 {
 	return sipTuple(s, le64(k.Src[:8]), le64(k.Src[8:]), le64(k.Dst[:8]), le64(k.Dst[8:]), pg, k.Proto, k.Family)
 }
 
-// flowTable is a mapping of a dataplane's edge_ft and edge_ft_meta.
-type flowTable struct {
+// FlowTable is a mapping of a dataplane's edge_ft and edge_ft_meta.
+type FlowTable struct {
 	ways, meta []byte
-	buckets    uint32
-	copied     bool // a copy (read-only maps): insert has nowhere to write
-	// secret places flows (find, insert); nil for a table only walked
-	// (each).
+	// Buckets is the table's bucket count (a power of two).
+	Buckets uint32
+	copied  bool // a copy (read-only maps): Insert has nowhere to write
+	// secret places flows (Find, Insert); nil for a table only walked
+	// (Each).
 	secret *HashSecret
 }
 
+// FTWaySize and FTBucketSize are this build's sizes of a way and a
+// bucket's line.
 const (
-	ftWaySize    = uint32(unsafe.Sizeof(FTWay{}))
-	ftBucketSize = uint32(unsafe.Sizeof(FTBucket{}))
+	FTWaySize    = uint32(unsafe.Sizeof(FTWay{}))
+	FTBucketSize = uint32(unsafe.Sizeof(FTBucket{}))
 )
 
-// mapTable maps the flow table's two maps into memory, placed by secret
-// (nil: only walked); unmap releases it.
-func mapTable(ways, meta *ebpf.Map, secret *HashSecret) (*flowTable, error) {
+// MapFlowTable maps the flow table's two maps into memory, placed by
+// secret (nil: only walked); Unmap releases it.
+func MapFlowTable(ways, meta *ebpf.Map, secret *HashSecret) (*FlowTable, error) {
 	if ways == nil || meta == nil {
 		return nil, fmt.Errorf("no flow table")
 	}
-	if ways.ValueSize() != ftWaySize || meta.ValueSize() != ftBucketSize {
+	if ways.ValueSize() != FTWaySize || meta.ValueSize() != FTBucketSize {
 		return nil, fmt.Errorf("flow table of %d- and %d-byte elements, this build's %d and %d",
-			ways.ValueSize(), meta.ValueSize(), ftWaySize, ftBucketSize)
+			ways.ValueSize(), meta.ValueSize(), FTWaySize, FTBucketSize)
 	}
 	if ways.MaxEntries() != meta.MaxEntries()*FTWays {
 		return nil, fmt.Errorf("flow table of %d ways in %d buckets", ways.MaxEntries(), meta.MaxEntries())
 	}
-	t := &flowTable{buckets: meta.MaxEntries(), secret: secret}
+	t := &FlowTable{Buckets: meta.MaxEntries(), secret: secret}
 	var err error
 	if t.ways, err = mmapArray(ways); err == nil {
 		if t.meta, err = mmapArray(meta); err == nil {
@@ -94,7 +96,7 @@ func mapTable(ways, meta *ebpf.Map, secret *HashSecret) (*flowTable, error) {
 	}
 	// Opened read-only (the counters of a pin dir, without an agent): a
 	// copy, read through the map's batch calls.
-	t.unmap()
+	t.Unmap()
 	t.copied = true
 	if t.ways, err = mapconv.ReadArray(ways); err != nil {
 		return nil, fmt.Errorf("read a flow-table map: %w", err)
@@ -116,7 +118,8 @@ func mmapArray(m *ebpf.Map) ([]byte, error) {
 	return b, nil
 }
 
-func (t *flowTable) unmap() {
+// Unmap releases the table's memory.
+func (t *FlowTable) Unmap() {
 	if !t.copied {
 		for _, b := range [][]byte{t.ways, t.meta} {
 			if b != nil {
@@ -127,26 +130,28 @@ func (t *flowTable) unmap() {
 	t.ways, t.meta = nil, nil
 }
 
-func (t *flowTable) bucket(b uint32) *FTBucket {
-	return (*FTBucket)(unsafe.Pointer(&t.meta[b*ftBucketSize]))
+// Bucket is bucket b's line, in the mapped table.
+func (t *FlowTable) Bucket(b uint32) *FTBucket {
+	return (*FTBucket)(unsafe.Pointer(&t.meta[b*FTBucketSize]))
 }
 
-func (t *flowTable) way(b, w uint32) *FTWay {
-	return (*FTWay)(unsafe.Pointer(&t.ways[(b*FTWays+w)*ftWaySize]))
+// Way is way w of bucket b, in the mapped table.
+func (t *FlowTable) Way(b, w uint32) *FTWay {
+	return (*FTWay)(unsafe.Pointer(&t.ways[(b*FTWays+w)*FTWaySize]))
 }
 
-// each calls fn with a copy of every entry of the table and whether it
+// Each calls fn with a copy of every entry of the table and whether it
 // had a packet after its first, until fn returns false. Entries written
 // meanwhile may be seen half written (skipped: their bucket moved on).
-func (t *flowTable) each(fn func(w *FTWay, hot bool) bool) {
-	for b := range t.buckets {
-		m := t.bucket(b)
+func (t *FlowTable) Each(fn func(w *FTWay, hot bool) bool) {
+	for b := range t.Buckets {
+		m := t.Bucket(b)
 		for i := range uint32(FTWays) {
 			seq := atomic.LoadUint32(&m.Seq)
 			if atomic.LoadUint32(&m.Tag[i]) == 0 || seq&1 != 0 {
 				continue
 			}
-			w := *t.way(b, i)
+			w := *t.Way(b, i)
 			hot := m.Hot[i] != 0
 			if atomic.LoadUint32(&m.Seq) != seq {
 				continue
@@ -159,37 +164,37 @@ func (t *flowTable) each(fn func(w *FTWay, hot bool) bool) {
 }
 
 // place returns the bucket and tag of key k.
-func (t *flowTable) place(k *FlowKey) (b, tag uint32) {
+func (t *FlowTable) place(k *FlowKey) (b, tag uint32) {
 	if t.secret == nil {
 		panic("bpf: a flow table mapped without its secret placed a flow")
 	}
 	h := FTHash(*t.secret, k)
-	return uint32(h) & (t.buckets - 1), uint32(h>>32) | 1
+	return uint32(h) & (t.Buckets - 1), uint32(h>>32) | 1
 }
 
-// find returns the bucket and way holding key k, or ok false.
-func (t *flowTable) find(k *FlowKey) (b, w uint32, ok bool) {
+// Find returns the bucket and way holding key k, or ok false.
+func (t *FlowTable) Find(k *FlowKey) (b, w uint32, ok bool) {
 	b, tag := t.place(k)
-	m := t.bucket(b)
+	m := t.Bucket(b)
 	for i := range uint32(FTWays) {
-		if atomic.LoadUint32(&m.Tag[i]) == tag && t.way(b, i).K == *k {
+		if atomic.LoadUint32(&m.Tag[i]) == tag && t.Way(b, i).K == *k {
 			return b, i, true
 		}
 	}
 	return 0, 0, false
 }
 
-// insert writes entry e under its key, as the dataplane would for a new
+// Insert writes entry e under its key, as the dataplane would for a new
 // flow: into an empty way, else one whose flow had a single packet or
 // went idle (edge_ft_insert's choice at tick now), keeping hot. It
 // returns false when the bucket has no room, the key is there already,
 // or a packet is writing the bucket (the caller's copy then leaves it).
-func (t *flowTable) insert(e *FTWay, hot bool, now uint16) bool {
+func (t *FlowTable) Insert(e *FTWay, hot bool, now uint16) bool {
 	if t.copied {
 		return false
 	}
 	b, tag := t.place(&e.K)
-	m := t.bucket(b)
+	m := t.Bucket(b)
 	seq := atomic.LoadUint32(&m.Seq)
 	if seq&1 != 0 || !atomic.CompareAndSwapUint32(&m.Seq, seq, seq+1) {
 		return false
@@ -198,7 +203,7 @@ func (t *flowTable) insert(e *FTWay, hot bool, now uint16) bool {
 	best, top := -1, -1
 	for k := range FTWays {
 		i := (int(m.Next) + k) % FTWays
-		if m.Tag[i] == tag && t.way(b, uint32(i)).K == e.K {
+		if m.Tag[i] == tag && t.Way(b, uint32(i)).K == e.K {
 			return false
 		}
 		if m.Tag[i] == 0 {
@@ -225,7 +230,7 @@ func (t *flowTable) insert(e *FTWay, hot bool, now uint16) bool {
 	if m.Tag[best] != 0 {
 		m.Next = uint8(best+1) % FTWays
 	}
-	*t.way(b, uint32(best)) = *e
+	*t.Way(b, uint32(best)) = *e
 	m.Seen[best] = now
 	m.Hot[best] = 0
 	if hot {
@@ -235,46 +240,8 @@ func (t *flowTable) insert(e *FTWay, hot bool, now uint16) bool {
 	return true
 }
 
-// stuckWait is how long a bucket's lock must stay taken, with the same
-// version, to count as stuck: a packet holds one for well under a
-// microsecond.
-const stuckWait = 10 * time.Millisecond
-
-// unlockStuckBuckets releases the buckets of dp's pinned flow table an
-// agent left locked: one killed while it placed flows in the table (an
-// upgrade's copy) leaves its bucket's version odd, and packets would
-// neither find nor record a flow there again (flow_busy). A version odd
-// now and still the same stuckWait later is no packet's.
-func (dp *Dataplane) unlockStuckBuckets() error {
-	t, err := dp.flowTable()
-	if err != nil {
-		return err
-	}
-	defer t.unmap()
-	odd := map[uint32]uint32{}
-	for b := range t.buckets {
-		if seq := atomic.LoadUint32(&t.bucket(b).Seq); seq&1 != 0 {
-			odd[b] = seq
-		}
-	}
-	if len(odd) == 0 {
-		return nil
-	}
-	time.Sleep(stuckWait)
-	for b, seq := range odd {
-		atomic.CompareAndSwapUint32(&t.bucket(b).Seq, seq, seq+1)
-	}
-	return nil
-}
-
-// FlowTable maps dp's flow table for reading; the caller unmaps it.
-func (dp *Dataplane) flowTable() (*flowTable, error) {
-	return mapTable(dp.EdgeFt, dp.EdgeFtMeta, &dp.secret)
-}
-
-// Tick advances the clock the flow table marks its entries' last use
-// by (edge_state.tick, which packets read with the generation); the
-// agent calls it once a second.
-func (dp *Dataplane) Tick() error {
-	return dp.updateState("advance the flow table's clock", func(st *State) { st.Tick++ })
+// FlowTable maps o's flow table, placed by o's secret; the caller
+// unmaps it.
+func (o *Object) FlowTable() (*FlowTable, error) {
+	return MapFlowTable(o.EdgeFt, o.EdgeFtMeta, &o.Secret)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/upgrade"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
@@ -232,7 +233,7 @@ func TestUpgradeFromConnectionTable(t *testing.T) {
 	if err := conns.Put(k, v); err != nil {
 		t.Fatal(err)
 	}
-	if placed, dropped, err := h.dp.CarryLegacyConns(conns); err != nil || placed != 1 || dropped != 0 {
+	if placed, dropped, err := upgrade.CarryLegacyConns(conns, h.dp.Object); err != nil || placed != 1 || dropped != 0 {
 		t.Fatalf("carry: %d placed, %d without room, %v", placed, dropped, err)
 	}
 	newBefore, _ := lbCounters(t, h.dp)

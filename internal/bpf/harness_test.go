@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
@@ -39,7 +40,7 @@ var (
 type harness struct {
 	t     testing.TB
 	ns    *topo.PacketNS
-	dp    *bpf.Dataplane
+	dp    *loader.Dataplane
 	idx   map[string]uint32
 	alloc rules.Allocs
 	// pin, when not 0, is 1 + the CPU every run is made on: per-CPU
@@ -69,11 +70,11 @@ func newHarnessOf(t testing.TB, cfgYAML string, spec *ebpf.CollectionSpec) *harn
 		t.Fatalf("config: %v", err)
 	}
 	l := bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules, MaglevSize: cfg.Limits.MaglevTable, Conns: cfg.Limits.Connections}
-	var dp *bpf.Dataplane
+	var dp *loader.Dataplane
 	if spec == nil {
-		dp, err = bpf.Open(l, "")
+		dp, err = loader.Open(l, "")
 	} else {
-		dp, err = bpf.OpenSpec(spec, l)
+		dp, err = loader.OpenSpec(spec, l)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -29,9 +29,9 @@ func (r *PathProbe) Answered(seq uint32) bool {
 
 // ReadPathProbe reads path stats's probe record (its stable index),
 // consistently: under the record's lock.
-func (dp *Dataplane) ReadPathProbe(stats uint32) (PathProbe, error) {
+func (o *Object) ReadPathProbe(stats uint32) (PathProbe, error) {
 	var r PathProbe
-	if err := dp.EdgePathProbe.LookupWithFlags(stats, &r, ebpf.LookupLock); err != nil {
+	if err := o.EdgePathProbe.LookupWithFlags(stats, &r, ebpf.LookupLock); err != nil {
 		return r, fmt.Errorf("read probe record of path %d: %w", stats, err)
 	}
 	return r, nil
@@ -39,8 +39,8 @@ func (dp *Dataplane) ReadPathProbe(stats uint32) (PathProbe, error) {
 
 // ClearPathProbe empties path stats's probe record: a path that is new
 // to the monitor starts from no answers.
-func (dp *Dataplane) ClearPathProbe(stats uint32) error {
-	if err := dp.EdgePathProbe.Update(stats, PathProbe{}, ebpf.UpdateLock); err != nil {
+func (o *Object) ClearPathProbe(stats uint32) error {
+	if err := o.EdgePathProbe.Update(stats, PathProbe{}, ebpf.UpdateLock); err != nil {
 		return fmt.Errorf("clear probe record of path %d: %w", stats, err)
 	}
 	return nil
@@ -169,45 +169,6 @@ func ipChecksum(h []byte) uint16 {
 	return ^uint16(sum)
 }
 
-// bpfFTestXDPLiveFrames is BPF_F_TEST_XDP_LIVE_FRAMES (linux/bpf.h):
-// BPF_PROG_TEST_RUN sends what the program redirects.
-const bpfFTestXDPLiveFrames = 1 << 1
-
-// probeProgram loads (once) the probe sender (edge_xdp_probe) against
-// dp's maps; dp.probeMu held.
-func (dp *Dataplane) probeProgram() (*ebpf.Program, error) {
-	if dp.probeProg != nil {
-		return dp.probeProg, nil
-	}
-	var p struct {
-		Prog *ebpf.Program `ebpf:"edge_xdp_probe"`
-	}
-	if err := dp.loadApart(&p, "probe sender"); err != nil {
-		return nil, err
-	}
-	dp.probeProg = p.Prog
-	return p.Prog, nil
-}
-
-// SendProbe sends frame, a probe request ProbeFrame built, over its path
-// from the dataplane: edge_xdp_probe stamps it as it leaves and keeps
-// the stamp in the path's record (edge_path_probe), which says whether
-// it left (PathProbe.Sent). It runs in the calling thread's network
-// namespace, the gateway's.
-func (dp *Dataplane) SendProbe(frame []byte) error {
-	dp.probeMu.Lock()
-	defer dp.probeMu.Unlock()
-	prog, err := dp.probeProgram()
-	if err != nil {
-		return err
-	}
-	// Live mode reports no verdict: the record says what happened.
-	if _, err := prog.Run(&ebpf.RunOptions{Data: frame, Repeat: 1, Flags: bpfFTestXDPLiveFrames}); err != nil {
-		return fmt.Errorf("send probe: %w", err)
-	}
-	return nil
-}
-
 // SentAt returns when probe seq left, as the record kept it: 0 once
 // answered, or when it did not leave (or is older than the ring).
 func (r *PathProbe) SentAt(seq uint32) uint64 {
@@ -219,8 +180,8 @@ func (r *PathProbe) SentAt(seq uint32) uint64 {
 
 // PathTx returns what path stats (its stable index) has sent:
 // encapsulated packets and their bytes, summed over CPUs.
-func (dp *Dataplane) PathTx(stats uint32) (dataplane.Counter, error) {
-	return sumCtr(dp.EdgePathStats, 2*(stats%MaxPaths))
+func (o *Object) PathTx(stats uint32) (dataplane.Counter, error) {
+	return SumCtr(o.EdgePathStats, 2*(stats%MaxPaths))
 }
 
 // PathTCPRTT is a path's passive RTT record (struct edge_tcp_rtt): what
@@ -229,9 +190,9 @@ type PathTCPRTT = edgeEdgeTcpRtt
 
 // ReadPathTCPRTT reads path stats's passive RTT record (its stable
 // index), under the record's lock.
-func (dp *Dataplane) ReadPathTCPRTT(stats uint32) (PathTCPRTT, error) {
+func (o *Object) ReadPathTCPRTT(stats uint32) (PathTCPRTT, error) {
 	var r PathTCPRTT
-	if err := dp.EdgePathTcpRtt.LookupWithFlags(stats, &r, ebpf.LookupLock); err != nil {
+	if err := o.EdgePathTcpRtt.LookupWithFlags(stats, &r, ebpf.LookupLock); err != nil {
 		return r, fmt.Errorf("read passive RTT record of path %d: %w", stats, err)
 	}
 	return r, nil
@@ -239,8 +200,8 @@ func (dp *Dataplane) ReadPathTCPRTT(stats uint32) (PathTCPRTT, error) {
 
 // ClearPathTCPRTT empties path stats's passive RTT record: a path new to
 // the monitor starts from no samples.
-func (dp *Dataplane) ClearPathTCPRTT(stats uint32) error {
-	if err := dp.EdgePathTcpRtt.Update(stats, PathTCPRTT{}, ebpf.UpdateLock); err != nil {
+func (o *Object) ClearPathTCPRTT(stats uint32) error {
+	if err := o.EdgePathTcpRtt.Update(stats, PathTCPRTT{}, ebpf.UpdateLock); err != nil {
 		return fmt.Errorf("clear passive RTT record of path %d: %w", stats, err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
@@ -35,7 +36,7 @@ func TestRoutingByDestination(t *testing.T) {
 		var ok bool
 		var why string
 		if err := ns.Do(func() (err error) {
-			ok, why, err = bpf.RoutingByDestination()
+			ok, why, err = loader.RoutingByDestination()
 			return err
 		}); err != nil {
 			t.Fatalf("%s: %v", when, err)

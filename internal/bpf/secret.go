@@ -36,14 +36,14 @@ func newSecret() (HashSecret, error) {
 	return HashSecret{K0: binary.LittleEndian.Uint64(b[:8]), K1: binary.LittleEndian.Uint64(b[8:]), Hash: HashSipHash13}, nil
 }
 
-// usable tells whether s keys this build's hash (a zero key is a map
+// Usable tells whether s keys this build's hash (a zero key is a map
 // never written).
-func (s HashSecret) usable() bool {
+func (s HashSecret) Usable() bool {
 	return s.Hash == HashSipHash13 && (s.K0 != 0 || s.K1 != 0)
 }
 
-// readSecret reads the secret kept in m (edge_secret).
-func readSecret(m *ebpf.Map) (HashSecret, error) {
+// ReadSecret reads the secret kept in m (edge_secret).
+func ReadSecret(m *ebpf.Map) (HashSecret, error) {
 	var s HashSecret
 	if err := m.Lookup(uint32(0), &s); err != nil {
 		return s, fmt.Errorf("read the flow hash secret: %w", err)
@@ -58,7 +58,7 @@ func ensureSecret(m *ebpf.Map) (s HashSecret, fresh bool, err error) {
 	if m == nil {
 		return s, false, errors.New("no edge_secret map")
 	}
-	if s, err = readSecret(m); err != nil || s.usable() {
+	if s, err = ReadSecret(m); err != nil || s.Usable() {
 		return s, false, err
 	}
 	if s, err = newSecret(); err != nil {

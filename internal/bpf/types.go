@@ -5,8 +5,11 @@ package bpf
 import (
 	"cmp"
 	"encoding/binary"
+	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/cilium/ebpf"
 )
 
 // Aliases for the structs bpf2go generates from bpf/edge_types.h, so callers
@@ -36,6 +39,13 @@ type (
 	FTBucket   = edgeEdgeFtBucket
 	Steer      = edgeEdgeSteerGroup
 )
+
+// FlowKey4 is the compact IPv4 flow-cache key.
+type FlowKey4 = edgeEdgeFlowKey4
+
+// EMC4 is struct edge_emc_slot, a slot of the exact-match cache
+// edge_emc4.
+type EMC4 = edgeEdgeEmcSlot
 
 // MaxServices and MaxMembers mirror EDGE_MAX_SERVICES and
 // EDGE_MAX_MEMBERS: services per generation, backends per service. A
@@ -123,11 +133,15 @@ const (
 	DedupConfirm = 8
 )
 
-// fibByDst mirrors EDGE_FIB_BY_DST, a bit of edge_state.fib_flags.
-const fibByDst = 1
+// FIBByDst mirrors EDGE_FIB_BY_DST, a bit of edge_state.fib_flags.
+const FIBByDst = 1
 
 // StatsLB marks an edge_flow.stats index into edge_lb_stats.
 const StatsLB = 0x80000000
+
+// IfSlots is edge_if_cpu's size (EDGE_IF_SLOTS): an interface counts in
+// slot ifindex mod IfSlots.
+const IfSlots = 1024
 
 // MaxPaths mirrors EDGE_MAX_PATHS in bpf/edge_consts.h.
 const MaxPaths = 256
@@ -241,3 +255,45 @@ const (
 	ReasonICMPSrcLimit
 	ReasonMax
 )
+
+// MemberRef is the service and backend FAR (0: the service's replies) an
+// edge_lb_stats index counts.
+type MemberRef struct {
+	Service, FAR uint32
+}
+
+// ReadMembers reads edge_lb_members.
+func ReadMembers(m *ebpf.Map) (map[uint32]MemberRef, error) {
+	out := map[uint32]MemberRef{}
+	var k uint32
+	var v Member
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if v.Svc != 0 {
+			out[k] = MemberRef{Service: v.Svc, FAR: v.Far}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read balancer members: %w", err)
+	}
+	return out, nil
+}
+
+// MaglevKernel is a Maglev table as the kernel holds it: the member index
+// of each entry in blocks, and each member's FAR index (NoFAR: none).
+// Entries without a backend are ReplyMember.
+func MaglevKernel(tag uint32, table []LBSlot) (blocks []MaglevBlk, far [MaxMembers]uint32) {
+	for i := range far {
+		far[i] = NoFAR
+	}
+	blocks = make([]MaglevBlk, (len(table)+MaglevBlock-1)/MaglevBlock)
+	for i, e := range table {
+		m := uint32(ReplyMember)
+		if e.Far != NoFAR {
+			m = e.Stats - tag*MaxMembers
+			far[m] = e.Far
+		}
+		blocks[i/MaglevBlock].M[i%MaglevBlock] = uint8(m)
+	}
+	return blocks, far
+}

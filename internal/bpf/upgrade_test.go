@@ -13,6 +13,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
+	"github.com/edgeplane/edgeplane/internal/bpf/upgrade"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 	"github.com/edgeplane/edgeplane/internal/topo"
@@ -38,7 +40,7 @@ func TestUpgradeKeepsConnections(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 
 	limA := bpf.Limits{Flows: 8192, Rules: 64, MaglevSize: 4099, Conns: 8192}
-	dpA, err := bpf.Open(limA, pin)
+	dpA, err := loader.Open(limA, pin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,10 +91,10 @@ func TestUpgradeKeepsConnections(t *testing.T) {
 	legacy.Close()
 
 	limB := bpf.Limits{Flows: 16384, Rules: 96, MaglevSize: 4099, Conns: 16384}
-	if _, err := bpf.Open(limB, pin); !errors.Is(err, bpf.ErrIncompatible) {
+	if _, err := loader.Open(limB, pin); !errors.Is(err, bpf.ErrIncompatible) {
 		t.Fatalf("open with other sizes: %v, want ErrIncompatible", err)
 	}
-	u, err := bpf.PrepareUpgrade(limB, pin, log)
+	u, err := loader.PrepareUpgrade(limB, pin, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,8 +198,8 @@ func TestUpgradeKeepsConnections(t *testing.T) {
 	}
 
 	// The new maps replaced the old pins; the next start adopts them.
-	if ents, _ := os.ReadDir(filepath.Join(pin, bpf.UpgradeDir)); len(ents) != 0 {
-		t.Errorf("%d pins left in %s", len(ents), bpf.UpgradeDir)
+	if ents, _ := os.ReadDir(filepath.Join(pin, upgrade.Dir)); len(ents) != 0 {
+		t.Errorf("%d pins left in %s", len(ents), upgrade.Dir)
 	}
 	if _, err := os.Stat(filepath.Join(pin, "edge_rnat")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the earlier build's edge_rnat pin is still there: %v", err)
@@ -210,7 +212,7 @@ func TestUpgradeKeepsConnections(t *testing.T) {
 		t.Errorf("pinned edge_ft holds %d entries, want the new build's %d", m.MaxEntries(), limB.FTEntries())
 	}
 	m.Close()
-	again, err := bpf.Open(limB, pin)
+	again, err := loader.Open(limB, pin)
 	if err != nil {
 		t.Fatalf("open after the upgrade: %v", err)
 	}

@@ -22,14 +22,22 @@ const verifierBudget = 500_000
 // fails when it uses more than verifierBudget instructions.
 func TestVerifierHeadroom(t *testing.T) {
 	testutil.RequireRoot(t)
-	dp, err := Open(Limits{Flows: 1024, Rules: 1024}, "")
+	l := Limits{Flows: 1024, Rules: 1024}
+	spec, err := Spec(l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dp.Close()
+	for _, m := range spec.Maps {
+		m.Pinning = ebpf.PinNone
+	}
+	o, err := LoadObject(spec, l, &ebpf.CollectionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
 	var progs edgePrograms
-	opts := &ebpf.CollectionOptions{MapReplacements: dp.MapReplacements(), Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}}
-	if err := dp.spec.LoadAndAssign(&progs, opts); err != nil {
+	opts := &ebpf.CollectionOptions{MapReplacements: o.MapReplacements(), Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}}
+	if err := o.Spec.LoadAndAssign(&progs, opts); err != nil {
 		t.Fatal(err)
 	}
 	defer progs.Close()

@@ -18,12 +18,12 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
-	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 )
 
 // New subscribes to the kernel's changes and scans its routing once;
 // Run follows them until ctx ends.
-func New(dp *bpf.Dataplane, log *slog.Logger, onAddr func()) (*Watch, error) {
+func New(dp *loader.Dataplane, log *slog.Logger, onAddr func()) (*Watch, error) {
 	w := &Watch{dp: dp, log: log, onAddr: onAddr, kick: make(chan struct{}, 1)}
 	s, err := w.subscribe()
 	if err != nil {
@@ -69,7 +69,7 @@ const netlinkRcvBuf = 4 << 20
 //
 // Route and rule changes also stop flows from sharing next hops by
 // destination (bpf.SetFIBByDst) until a scan of every rule and route
-// (bpf.RoutingByDestination), made once the changes have paused for
+// (loader.RoutingByDestination), made once the changes have paused for
 // scanDelay, finds the kernel routing by destination alone again.
 //
 // A netlink subscription ends on any receive error, and a storm of
@@ -80,7 +80,7 @@ const netlinkRcvBuf = 4 << 20
 // the epoch once the new subscriptions listen) and goes on; it ends only
 // with ctx. Each failure is logged once.
 type Watch struct {
-	dp     *bpf.Dataplane
+	dp     *loader.Dataplane
 	log    *slog.Logger
 	onAddr func()
 
@@ -132,7 +132,7 @@ func (w *Watch) scans(ctx context.Context) {
 // it finds is logged once.
 func (w *Watch) rescan() {
 	seen := w.changes.Load()
-	ok, why, err := bpf.RoutingByDestination()
+	ok, why, err := loader.RoutingByDestination()
 	if err != nil {
 		ok, why = false, err.Error()
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/edgeplane/edgeplane/internal/agent"
-	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/stats"
 	"github.com/edgeplane/edgeplane/internal/topo"
 	"github.com/edgeplane/edgeplane/internal/wanem"
 )
@@ -480,7 +480,7 @@ func (l *SDWAN) WaitReady(ctx context.Context) error {
 	for _, gw := range []string{l.GWA, l.GWB} {
 		pin := l.PinDir(gw)
 		if err := wait("the agent in "+gw+" to commit its rules", func() bool {
-			s, err := bpf.PinnedSnapshot(pin)
+			s, err := stats.PinnedSnapshot(pin)
 			return err == nil && s.Gen > 0
 		}); err != nil {
 			return err

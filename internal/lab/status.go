@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/stats"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/topo"
 	"github.com/edgeplane/edgeplane/internal/wanem"
@@ -109,7 +109,7 @@ func (l *SDWAN) Status() *Status {
 		g := GatewayStatus{Name: gw, PinDir: l.PinDir(gw)}
 		if _, err := os.Stat(g.PinDir); err != nil {
 			g.Error = "no pin dir"
-		} else if s, err := bpf.PinnedSnapshot(g.PinDir); err != nil {
+		} else if s, err := stats.PinnedSnapshot(g.PinDir); err != nil {
 			g.Error = err.Error()
 		} else {
 			g.Generation = s.Gen

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/rtloop"
 )
@@ -126,7 +127,7 @@ func (w *minWindow) min(now time.Time) time.Duration {
 
 // Monitor probes the config's paths and keeps their states.
 type Monitor struct {
-	dp  *bpf.Dataplane
+	dp  *loader.Dataplane
 	log *slog.Logger
 	cfg func() *config.Config
 
@@ -142,7 +143,7 @@ type Monitor struct {
 // New returns a monitor of the paths of the config cfg returns (the one
 // that serves), as dp holds them, steering the groups groups returns
 // (nil: none steered). It probes nothing until Run.
-func New(dp *bpf.Dataplane, log *slog.Logger, cfg func() *config.Config, groups func() []Group) *Monitor {
+func New(dp *loader.Dataplane, log *slog.Logger, cfg func() *config.Config, groups func() []Group) *Monitor {
 	return &Monitor{
 		dp: dp, log: log, cfg: cfg, groups: groups, paths: map[uint32]*probedPath{}, plans: map[uint32]steerPlan{},
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -17,6 +17,7 @@ import (
 	"strconv"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/commit"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
@@ -49,7 +50,7 @@ type Compiler struct {
 	qos      map[uint32]config.QoSClass // by id
 	qosIdx   map[uint32]uint32          // a class's index by its id
 	flowopt  map[string]config.FlowOptModule
-	gen      *bpf.Generation
+	gen      *commit.Generation
 
 	// State of the Apply under way.
 	undo        []func()
@@ -145,7 +146,7 @@ func BuildDown(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.L
 		qos:      map[uint32]config.QoSClass{},
 		qosIdx:   map[uint32]uint32{},
 		flowopt:  map[string]config.FlowOptModule{},
-		gen: &bpf.Generation{
+		gen: &commit.Generation{
 			Rules:        map[bpf.RuleKey]bpf.Rule{},
 			FARs:         map[uint32]bpf.Far{},
 			Paths:        map[uint32]bpf.Path{},
@@ -196,7 +197,7 @@ func BuildDown(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.L
 
 // Compile compiles cfg into a generation, with the allocators as they are
 // after it (see Build).
-func Compile(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limits) (*bpf.Generation, Allocs, error) {
+func Compile(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.Limits) (*commit.Generation, Allocs, error) {
 	c, err := Build(cfg, ifindex, allocs, limits)
 	if err != nil {
 		return nil, Allocs{}, err
@@ -229,7 +230,7 @@ func created[T any](list string, items []T) []config.Diff[T] {
 // Generation returns the compiled tables, with Dirty listing what the
 // last Apply changed. It is the compiler's own state: read it before the
 // next Apply, do not modify it.
-func (c *Compiler) Generation() *bpf.Generation { return c.gen }
+func (c *Compiler) Generation() *commit.Generation { return c.gen }
 
 // Allocs returns the compiler's statistics index allocators.
 func (c *Compiler) Allocs() Allocs { return c.allocs }
@@ -291,7 +292,7 @@ func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
 // begin starts an Apply: nothing changed yet.
 func (c *Compiler) begin() {
 	c.undo, c.errs, c.missing, c.groupsMoved = nil, nil, map[string]bool{}, false
-	c.gen.Dirty = &bpf.Dirty{Rules: map[bpf.RuleKey]struct{}{}, FARs: map[uint32]struct{}{}, Tables: map[uint32]struct{}{}}
+	c.gen.Dirty = &commit.Dirty{Rules: map[bpf.RuleKey]struct{}{}, FARs: map[uint32]struct{}{}, Tables: map[uint32]struct{}{}}
 	c.gen.ResetStats, c.gen.ResetPathStats, c.gen.ResetLBStats = nil, nil, nil
 	c.lb.dirty = map[uint32]string{}
 	c.lb.guardsMoved = map[uint32]bool{}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/commit"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
@@ -20,7 +21,7 @@ import (
 // the places (group tags, FAR and statistics indexes) it put things at:
 // the search order of masks, every entry with its mask, rule and FAR. It
 // also checks that each PDR has one statistics index of its own.
-func canon(t *testing.T, g *bpf.Generation) string {
+func canon(t *testing.T, g *commit.Generation) string {
 	t.Helper()
 	masks := map[uint32]bpf.FlowKey{}
 	var groups []string

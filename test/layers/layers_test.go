@@ -27,7 +27,8 @@ var loader = []string{"./internal/bpf", "github.com/cilium/ebpf"}
 
 // loaderPkgs are the loader's packages by name, for the rules that
 // allow a package to link it (allowed names packages exactly).
-var loaderPkgs = []string{"./internal/bpf", "./internal/bpf/rcu", "./internal/bpf/mapconv"}
+var loaderPkgs = []string{"./internal/bpf", "./internal/bpf/rcu", "./internal/bpf/mapconv", "./internal/bpf/commit",
+	"./internal/bpf/stats", "./internal/bpf/upgrade", "./internal/bpf/loader"}
 
 // devTools are the packages for trying, measuring and testing edgeplane
 // on one machine. They start etcd's server, build namespaces, emulate
@@ -66,9 +67,20 @@ var rules = []struct {
 	{"./internal/fleet", loader, nil, "the fleet controller runs where no dataplane is loaded"},
 	{"./internal/client", loader, nil, "the CLI's API client talks to a gateway, it loads nothing"},
 	{"./internal/metrics", loader, nil, "the metrics read counters through the contract"},
-	// The loader's layers: leaves at the bottom, each job above them.
+	// The loader's layers: leaves at the bottom, the object above them,
+	// each job above the object, the loader on top.
 	{"./internal/bpf/rcu", []string{"./"}, nil, "waiting out grace periods needs nothing of the dataplane"},
 	{"./internal/bpf/mapconv", []string{"./"}, nil, "maps of any build as bytes, converted by their BTF: nothing of this build's object"},
+	{"./internal/bpf", []string{"./"}, []string{"./internal/bpf/mapconv", "./internal/dataplane"},
+		"the object and typed access to its maps are below every job that uses them"},
+	{"./internal/bpf/commit", []string{"./"}, []string{"./internal/bpf", "./internal/bpf/rcu", "./internal/bpf/mapconv", "./internal/dataplane"},
+		"the rule writer needs the object and grace periods, nothing of the loader, the readers or the upgrade"},
+	{"./internal/bpf/stats", []string{"./"}, []string{"./internal/bpf", "./internal/bpf/mapconv", "./internal/dataplane"},
+		"the counters' readers read the object's maps (or pins), whoever wrote them"},
+	{"./internal/bpf/upgrade", []string{"./"}, []string{"./internal/bpf", "./internal/bpf/rcu", "./internal/bpf/mapconv", "./internal/dataplane"},
+		"an upgrade carries maps over; the loader puts the writer over them"},
+	{"./internal/rules", []string{"./internal/bpf/loader", "./internal/bpf/stats", "./internal/bpf/upgrade"}, nil,
+		"the rule compiler builds a generation for the writer; it loads and reads nothing"},
 	// Binaries by audience.
 	{"./cmd/edgeplane", devTools, nil,
 		"the binary a gateway and a controller run links no lab, bench, emulator or etcd server"},

@@ -22,6 +22,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/bench/testbed"
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/topo"
@@ -162,7 +163,7 @@ type e2e struct {
 	wan1          uint32 // gateway wan1 (a redundant group's second path)
 	sinkIf        uint32 // sink eth0
 	sinkIf1       uint32 // sink eth1, wan1's peer
-	dp            *bpf.Dataplane
+	dp            *loader.Dataplane
 	objs          benche2eObjects
 	gwLinks       []link.Link // lan0, wan0 while ours is attached
 	floorLink     link.Link   // the drop program on lan0
@@ -421,7 +422,7 @@ func (e *e2e) setup() error {
 
 	// Gateway A: the real program, its maps and a compiled config.
 	limits := bpf.Limits{Flows: 65536, Rules: 1024}
-	if e.dp, err = bpf.Open(limits, ""); err != nil {
+	if e.dp, err = loader.Open(limits, ""); err != nil {
 		return err
 	}
 	e.closers = append(e.closers, e.dp.Close)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bench/testbed"
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
@@ -60,7 +61,7 @@ type Flood struct {
 var tableReasons = []int{bpf.ReasonFlowEvictCold, bpf.ReasonFlowEvictIdle, bpf.ReasonFlowFull, bpf.ReasonFlowBusy}
 
 // tableCounts reads dp's flow-table reason counters.
-func tableCounts(dp *bpf.Dataplane) (map[string]uint64, error) {
+func tableCounts(dp *loader.Dataplane) (map[string]uint64, error) {
 	s, err := dp.Snapshot()
 	if err != nil {
 		return nil, err
@@ -252,7 +253,7 @@ func (b *bencher) measureFlood(r *Result, undo float64) error {
 // backends runs every ring flow through the dataplane program once, on
 // this thread, and returns each one's backend: the GRE remote and key of
 // the frame it sends.
-func (b *bencher) backends(dp *bpf.Dataplane) ([]uint64, error) {
+func (b *bencher) backends(dp *loader.Dataplane) ([]uint64, error) {
 	out := make([]uint64, ringFlows)
 	for i := range out {
 		ret, o, err := dp.Prog.Test(ringFrame(uint32(i + 1)))

@@ -14,9 +14,11 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+
 	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/bench/testbed"
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
@@ -78,7 +80,7 @@ const (
 type bencher struct {
 	o     Options
 	ns    *topo.PacketNS
-	dp    *bpf.Dataplane
+	dp    *loader.Dataplane
 	progs *wrappers
 	// limits are the dataplane's as asked for (sized for the largest
 	// rule set), alloc the rule allocations of the live generation.
@@ -159,7 +161,7 @@ func open(o Options) (b *bencher, err error) {
 		return nil, err
 	}
 	b.limits = bpf.Limits{Flows: 65536, Rules: 65536 + 1024}
-	if b.dp, err = bpf.Open(b.limits, ""); err != nil {
+	if b.dp, err = loader.Open(b.limits, ""); err != nil {
 		return nil, err
 	}
 	if _, err := b.dp.LoadProgram(); err != nil {

@@ -8,7 +8,9 @@ import (
 	"sort"
 
 	"github.com/cilium/ebpf"
+
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 )
 
 // median runs prog o.Rounds times with o.Repeat repeats on frame (received
@@ -110,7 +112,7 @@ func (w *wrappers) setCycle(mask uint32) error {
 }
 
 // loadWrappers loads the benchmark wrapper programs against dp's maps.
-func loadWrappers(dp *bpf.Dataplane) (*wrappers, error) {
+func loadWrappers(dp *loader.Dataplane) (*wrappers, error) {
 	spec, err := loadBenchobj()
 	if err != nil {
 		return nil, err

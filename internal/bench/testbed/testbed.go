@@ -12,10 +12,11 @@ import (
 	"net/netip"
 
 	"github.com/cilium/ebpf"
-	"github.com/edgeplane/edgeplane/internal/bpf"
-	"github.com/edgeplane/edgeplane/internal/topo"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
+	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
 // GREConfig is gateway A of a GRE overlay in the PacketNS: traffic for
@@ -76,7 +77,7 @@ var (
 // FIB watcher would in the calling thread's namespace: the benchmark's
 // namespaces route by destination alone, and one that does not is an
 // error, not a slower figure.
-func ShareNextHops(dp *bpf.Dataplane) error {
+func ShareNextHops(dp *loader.Dataplane) error {
 	ok, why, err := dp.ScanRouting()
 	if err == nil && !ok {
 		err = fmt.Errorf("routing in the benchmark's namespace depends on more than the destination: %s", why)

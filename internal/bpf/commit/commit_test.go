@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bpf_test
+package commit_test
 
 import (
 	"fmt"
@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/commit"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/config/yamlcfg"
 	"github.com/edgeplane/edgeplane/internal/rules"
@@ -28,7 +30,7 @@ type tables struct {
 	maglev   map[uint32][]bpf.LBSlot // by tag, of the services' tags
 }
 
-func tablesOf(g *bpf.Generation) tables {
+func tablesOf(g *commit.Generation) tables {
 	t := tables{rules: maps.Clone(g.Rules), fars: maps.Clone(g.FARs), groups: slices.Clone(g.Groups),
 		services: maps.Clone(g.Services), maglev: map[uint32][]bpf.LBSlot{}}
 	for _, sv := range g.Services {
@@ -38,7 +40,7 @@ func tablesOf(g *bpf.Generation) tables {
 }
 
 // readTables reads slot t of the kernel's maps.
-func readTables(t *testing.T, dp *bpf.Dataplane, slot uint32) tables {
+func readTables(t *testing.T, dp *loader.Dataplane, slot uint32) tables {
 	t.Helper()
 	st, err := dp.State()
 	if err != nil {
@@ -183,7 +185,7 @@ limits: {flows: 1024, rules: 300}
 	}
 	// Tables of 251 entries (LBRs that say so) and of the limit's 257.
 	limits := bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules, MaglevSize: 257}
-	dp, err := bpf.Open(limits, "")
+	dp, err := loader.Open(limits, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,13 +292,13 @@ func deadMark(t *testing.T, content string) string {
 
 // commitEmpty opens a dataplane without pins and commits three empty
 // generations: the second and third wait for a barrier.
-func commitEmpty(t *testing.T) *bpf.Dataplane {
+func commitEmpty(t *testing.T) *loader.Dataplane {
 	t.Helper()
-	dp, err := bpf.Open(bpf.Limits{Flows: 1024, Rules: 64}, "")
+	dp, err := loader.Open(bpf.Limits{Flows: 1024, Rules: 64}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &bpf.Generation{Rules: map[bpf.RuleKey]bpf.Rule{}, FARs: map[uint32]bpf.Far{}, Paths: map[uint32]bpf.Path{}, Decaps: map[bpf.DecapKey]bpf.Decap{}}
+	g := &commit.Generation{Rules: map[bpf.RuleKey]bpf.Rule{}, FARs: map[uint32]bpf.Far{}, Paths: map[uint32]bpf.Path{}, Decaps: map[bpf.DecapKey]bpf.Decap{}}
 	for i := 0; i < 3; i++ {
 		if _, err := dp.Commit(g); err != nil {
 			t.Fatal(err)

@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bpf
+package upgrade
 
 import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
 )
 
 // TestMapRoles: every map the dataplane pins says how an upgrade carries
 // it over.
 func TestMapRoles(t *testing.T) {
-	spec, err := loadEdge()
+	spec, err := bpf.LoadSpec()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +34,7 @@ func TestMapRoles(t *testing.T) {
 // their index, reply rewrites follow the limit, FARs past a smaller one
 // are dropped.
 func TestFARGeometry(t *testing.T) {
-	g := farGeometry{oldStride: 64 + MaxServices, newStride: 128 + MaxServices}
+	g := farGeometry{oldStride: 64 + bpf.MaxServices, newStride: 128 + bpf.MaxServices}
 	for _, c := range []struct {
 		in, want uint64
 		ok       bool
@@ -44,14 +46,14 @@ func TestFARGeometry(t *testing.T) {
 			t.Errorf("index %d -> %d %v, want %d %v", c.in, got, ok, c.want, c.ok)
 		}
 	}
-	small := farGeometry{oldStride: 128 + MaxServices, newStride: 64 + MaxServices}
+	small := farGeometry{oldStride: 128 + bpf.MaxServices, newStride: 64 + bpf.MaxServices}
 	if _, ok := small.place(100); ok {
 		t.Error("a rule FAR past the new limit kept")
 	}
 	if p, ok := small.place(128 + 2); !ok || p != 64+2 {
 		t.Errorf("reply rewrite of tag 2 -> %d %v, want %d", p, ok, 64+2)
 	}
-	if _, ok := g.place(NoFAR); ok {
+	if _, ok := g.place(bpf.NoFAR); ok {
 		t.Error("EDGE_NO_FAR moved")
 	}
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bpf
+package stats
 
 import (
 	"cmp"
@@ -11,38 +11,29 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 )
-
-// FlowKey4 is the compact IPv4 flow-cache key.
-type FlowKey4 = edgeEdgeFlowKey4
-
-// EMC4 is struct edge_emc_slot, a slot of the exact-match cache
-// edge_emc4.
-type EMC4 = edgeEdgeEmcSlot
 
 // Ports and the GRE key are kept in network order in the keys; read as
 // little-endian integers (bpfel), reversing their bytes gives the value.
 
-// Flows reads every flow of the flow table, adds the per-CPU counts not
-// yet folded in, and returns the top n by bytes (all when n <= 0). A read
-// races with packets: counts are a moment's, not a snapshot.
-func (dp *Dataplane) Flows(n int) ([]dataplane.FlowStat, error) {
-	rules, gen, err := dp.ActiveRules()
-	if err != nil {
-		return nil, err
-	}
+// Flows reads every flow of o's flow table, adds the per-CPU counts not
+// yet folded in, and returns the top n by bytes (all when n <= 0), their
+// PDRs named by the live generation gen's rules. A read races with
+// packets: counts are a moment's, not a snapshot.
+func Flows(o *bpf.Object, rules map[bpf.RuleKey]bpf.Rule, gen uint32, n int) ([]dataplane.FlowStat, error) {
 	pdrOf := map[uint32]uint32{} // stats index -> PDR id
 	for _, r := range rules {
 		pdrOf[r.Stats] = uint32(r.Prio)
 	}
 	// Exact-match copies first (at most a slot per CPU each): what each
 	// CPU counted and has not folded into the shared entry yet.
-	pending := map[FlowKey]Flow{}
-	if dp.EdgeEmc4 != nil {
-		var slots []EMC4
-		for i := uint32(0); i < dp.EdgeEmc4.MaxEntries(); i++ {
-			if err := dp.EdgeEmc4.Lookup(i, &slots); err != nil {
+	pending := map[bpf.FlowKey]bpf.Flow{}
+	if o.EdgeEmc4 != nil {
+		var slots []bpf.EMC4
+		for i := uint32(0); i < o.EdgeEmc4.MaxEntries(); i++ {
+			if err := o.EdgeEmc4.Lookup(i, &slots); err != nil {
 				return nil, fmt.Errorf("read exact-match cache slot %d: %w", i, err)
 			}
 			for _, e := range slots {
@@ -59,13 +50,13 @@ func (dp *Dataplane) Flows(n int) ([]dataplane.FlowStat, error) {
 	}
 	// Then the table, from memory, keeping only the n largest so far: a
 	// table of millions of flows costs a walk, not its size in memory.
-	t, err := dp.flowTable()
+	t, err := o.FlowTable()
 	if err != nil {
 		return nil, err
 	}
-	defer t.unmap()
+	defer t.Unmap()
 	top := &flowHeap{n: n}
-	t.each(func(w *FTWay, _ bool) bool {
+	t.Each(func(w *bpf.FTWay, _ bool) bool {
 		v := w.F
 		if p, ok := pending[w.K]; ok {
 			v.Packets += p.Packets
@@ -79,14 +70,14 @@ func (dp *Dataplane) Flows(n int) ([]dataplane.FlowStat, error) {
 	out := make([]dataplane.FlowStat, len(top.s))
 	for i, kf := range top.s {
 		out[i] = kf.FlowStat
-		e, dir, ok, err := dp.FOLookup(kf.key)
+		e, dir, ok, err := o.FOLookup(kf.key)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
 			d := e.D[dir]
 			out[i].RTTUs, out[i].MinRTTUs, out[i].RTTSamples = d.SrttUs, d.MinUs, d.Samples
-			out[i].Rate, out[i].Congested = d.Rate, d.Flags&FODHint != 0
+			out[i].Rate, out[i].Congested = d.Rate, d.Flags&bpf.FODHint != 0
 		}
 	}
 	return out, nil
@@ -111,7 +102,7 @@ type flowHeap struct {
 // keyedFlow is a flow with its key, to find its FlowOpt record by.
 type keyedFlow struct {
 	dataplane.FlowStat
-	key FlowKey
+	key bpf.FlowKey
 }
 
 func (h *flowHeap) Len() int           { return len(h.s) }
@@ -126,7 +117,7 @@ func (h *flowHeap) Pop() any {
 
 // offer adds the flow whose counters are v (built by stat, only when it
 // is kept).
-func (h *flowHeap) offer(v Flow, stat func() keyedFlow) {
+func (h *flowHeap) offer(v bpf.Flow, stat func() keyedFlow) {
 	if h.n > 0 && len(h.s) == h.n {
 		least := h.s[0]
 		if byTraffic(dataplane.FlowStat{Packets: v.Packets, Bytes: v.Bytes}, least.FlowStat) >= 0 {
@@ -141,17 +132,17 @@ func (h *flowHeap) offer(v Flow, stat func() keyedFlow) {
 
 // unpack4 is flow_unpack4 (flowcache.h): the full key of a compact
 // IPv4 key.
-func unpack4(k4 FlowKey4) FlowKey {
-	k := FlowKey{Ifindex: k4.Ifindex, GreKey: k4.GreKey, Sport: k4.Sport, Dport: k4.Dport, Proto: k4.Proto,
+func unpack4(k4 bpf.FlowKey4) bpf.FlowKey {
+	k := bpf.FlowKey{Ifindex: k4.Ifindex, GreKey: k4.GreKey, Sport: k4.Sport, Dport: k4.Dport, Proto: k4.Proto,
 		Dscp: k4.Dscp, Family: 4, Flags: k4.Flags, Path: k4.Path}
 	binary.LittleEndian.PutUint32(k.Src[:4], k4.Src)
 	binary.LittleEndian.PutUint32(k.Dst[:4], k4.Dst)
 	return k
 }
 
-func flowStat(k FlowKey, v Flow, pdrOf map[uint32]uint32, gen uint32) dataplane.FlowStat {
+func flowStat(k bpf.FlowKey, v bpf.Flow, pdrOf map[uint32]uint32, gen uint32) dataplane.FlowStat {
 	f := dataplane.FlowStat{Proto: k.Proto, Sport: bits.ReverseBytes16(k.Sport), Dport: bits.ReverseBytes16(k.Dport), Ifindex: k.Ifindex, DSCP: k.Dscp,
-		HasGREKey: k.Flags&KeyFlagGREKey != 0}
+		HasGREKey: k.Flags&bpf.KeyFlagGREKey != 0}
 	if k.Family == 4 {
 		f.Src = netip.AddrFrom4([4]byte(k.Src[:4]))
 		f.Dst = netip.AddrFrom4([4]byte(k.Dst[:4]))
@@ -165,9 +156,9 @@ func flowStat(k FlowKey, v Flow, pdrOf map[uint32]uint32, gen uint32) dataplane.
 	return f
 }
 
-func fillFlow(f *dataplane.FlowStat, v Flow, pdrOf map[uint32]uint32, gen uint32) {
+func fillFlow(f *dataplane.FlowStat, v bpf.Flow, pdrOf map[uint32]uint32, gen uint32) {
 	f.Gen, f.Live = v.Gen, v.Gen == gen
-	if v.Stats != NoPDR {
+	if v.Stats != bpf.NoPDR {
 		f.PDR = pdrOf[v.Stats]
 	}
 	f.Packets, f.Bytes = v.Packets, v.Bytes

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bpf
+// Package upgrade takes a pinned dataplane of another build over, while
+// its program keeps forwarding: maps whose layout is this build's are
+// reused, the others created beside them, filled member by member from
+// the old ones (the flow table placed again by key), topped up after the
+// switch, and moved over the old pins.
+package upgrade
 
 import (
 	"errors"
@@ -14,17 +19,28 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/bpf/mapconv"
 	"github.com/edgeplane/edgeplane/internal/bpf/rcu"
 )
 
-// UpgradeDir is the directory under the pin dir where a build pins the
+// Dir is the directory under the pin dir where a build pins the
 // maps (and the agent the program) it creates while it takes over from a
 // pinned dataplane whose map layouts or sizes differ from its own. They
 // move up into the pin dir, replacing the old ones, once every link runs
 // the new program; until then the old pins are untouched, so whatever
 // happens the old program and its maps are whole.
-const UpgradeDir = "next"
+const Dir = "next"
+
+// The maps an upgrade handles by name.
+const (
+	mapGlobal = "edge_global"
+	mapFars   = "edge_fars"
+	mapFt     = "edge_ft"
+	mapFtMeta = "edge_ft_meta"
+	mapFo     = "edge_fo"
+	mapSecret = "edge_secret"
+)
 
 // carry says how an upgrade takes a map's contents over from the build
 // before.
@@ -50,7 +66,7 @@ const (
 	counter
 	// flows: the flow table (edge_ft with edge_ft_meta; it holds the
 	// connections): placed again by key into the new table, before and
-	// after the switch as state is copied (upgrade_flows.go).
+	// after the switch as state is copied (flows.go).
 	flows
 	// secret: the flows' hash key (edge_secret), never copied: kept as
 	// it is, or, when the flows were placed by another hash (hashChange),
@@ -69,54 +85,54 @@ type mapRole struct {
 
 // mapRoles lists every pinned map (TestMapRoles keeps it complete).
 var mapRoles = map[string]mapRole{
-	edgeMapEdgeGlobal:      {table, true},
-	edgeMapEdgeGroups:      {table, true},
-	edgeMapEdgeRules:       {table, true},
-	edgeMapEdgeFars:        {table, true},
-	edgeMapEdgePaths:       {table, true},
-	edgeMapEdgeDecaps:      {table, true},
-	edgeMapEdgeServices:    {table, true},
-	edgeMapEdgeNatBackends: {table, true},
-	edgeMapEdgeSvcIndex:    {rebuilt, true},
-	edgeMapEdgeMaglev:      {rebuilt, true},
-	edgeMapEdgeLbFar:       {rebuilt, true},
-	edgeMapEdgeFt:          {flows, false},
-	edgeMapEdgeFtMeta:      {flows, false},
-	edgeMapEdgeEmc4:        {cache, true},
-	edgeMapEdgeLbMembers:   {table, false},
-	edgeMapEdgeTx:          {rebuilt, false},
-	edgeMapEdgeIfaddrs:     {rebuilt, false},
-	edgeMapEdgePdrStats:    {counter, false},
-	edgeMapEdgeLbStats:     {counter, false},
-	edgeMapEdgeLbNew:       {counter, false},
-	edgeMapEdgePathStats:   {counter, false},
-	edgeMapEdgeVerdicts:    {counter, false},
-	edgeMapEdgeReasons:     {counter, false},
-	edgeMapEdgeCacheStats:  {counter, false},
-	edgeMapEdgeIfCpu:       {counter, false},
-	edgeMapEdgeIfSteer:     {rebuilt, false},
-	edgeMapEdgePathSeq:     {counter, false},
-	edgeMapEdgePathProbe:   {rebuilt, false},
-	edgeMapEdgePathAuth:    {table, true},
-	edgeMapEdgeSteer:       {rebuilt, true},
-	edgeMapEdgeSteerOk:     {rebuilt, false},
-	edgeMapEdgeDupSeq:      {counter, false},
-	edgeMapEdgeDupTx:       {rebuilt, false},
-	edgeMapEdgePathDedup:   {table, true},
-	edgeMapEdgeDedup:       {rebuilt, false},
-	edgeMapEdgePathNh:      {rebuilt, false},
-	edgeMapEdgePathTcpRtt:  {rebuilt, false},
+	"edge_global":       {table, true},
+	"edge_groups":       {table, true},
+	"edge_rules":        {table, true},
+	"edge_fars":         {table, true},
+	"edge_paths":        {table, true},
+	"edge_decaps":       {table, true},
+	"edge_services":     {table, true},
+	"edge_nat_backends": {table, true},
+	"edge_svc_index":    {rebuilt, true},
+	"edge_maglev":       {rebuilt, true},
+	"edge_lb_far":       {rebuilt, true},
+	"edge_ft":           {flows, false},
+	"edge_ft_meta":      {flows, false},
+	"edge_emc4":         {cache, true},
+	"edge_lb_members":   {table, false},
+	"edge_tx":           {rebuilt, false},
+	"edge_ifaddrs":      {rebuilt, false},
+	"edge_pdr_stats":    {counter, false},
+	"edge_lb_stats":     {counter, false},
+	"edge_lb_new":       {counter, false},
+	"edge_path_stats":   {counter, false},
+	"edge_verdicts":     {counter, false},
+	"edge_reasons":      {counter, false},
+	"edge_cache_stats":  {counter, false},
+	"edge_if_cpu":       {counter, false},
+	"edge_if_steer":     {rebuilt, false},
+	"edge_path_seq":     {counter, false},
+	"edge_path_probe":   {rebuilt, false},
+	"edge_path_auth":    {table, true},
+	"edge_steer":        {rebuilt, true},
+	"edge_steer_ok":     {rebuilt, false},
+	"edge_dup_seq":      {counter, false},
+	"edge_dup_tx":       {rebuilt, false},
+	"edge_path_dedup":   {table, true},
+	"edge_dedup":        {rebuilt, false},
+	"edge_path_nh":      {rebuilt, false},
+	"edge_path_tcp_rtt": {rebuilt, false},
 	// FlowOpt's connections: soft state (samples, tokens, placements),
 	// copied once like the exact-match cache.
-	edgeMapEdgeFo:       {cache, false},
-	edgeMapEdgeFoShares: {rebuilt, false},
-	edgeMapEdgeSecret:   {secret, false},
-	edgeMapEdgeQos:      {rebuilt, true},
-	edgeMapEdgeQosDscp:  {rebuilt, true},
-	edgeMapEdgeQosStats: {counter, false},
-	edgeMapEdgeQosVqs:   {rebuilt, false},
-	edgeMapEdgeCpuLoads: {rebuilt, false},
-	edgeMapEdgeCpus:     {rebuilt, false},
+	"edge_fo":        {cache, false},
+	"edge_fo_shares": {rebuilt, false},
+	"edge_secret":    {secret, false},
+	"edge_qos":       {rebuilt, true},
+	"edge_qos_dscp":  {rebuilt, true},
+	"edge_qos_stats": {counter, false},
+	"edge_qos_vqs":   {rebuilt, false},
+	"edge_cpu_loads": {rebuilt, false},
+	"edge_cpus":      {rebuilt, false},
 }
 
 // pinnedDiffs opens the maps of spec pinned under pinDir and says why each
@@ -161,17 +177,19 @@ func pinnedDiffs(spec *ebpf.CollectionSpec, pinDir string, bc mapconv.BTFCache) 
 	return old, why, nil
 }
 
-// checkPinned returns ErrIncompatible, naming the maps, when a map pinned
-// under pinDir exists with another layout or size than spec's. Maps not
-// pinned yet are created by the caller.
-func checkPinned(spec *ebpf.CollectionSpec, pinDir string) error {
+// CheckPinned returns bpf.ErrIncompatible, naming the maps, when a map
+// pinned under pinDir exists with another layout or size than spec's
+// (the kernel compares sizes only: a struct whose members moved within
+// the same size would be read at the wrong places), or its flows were
+// placed by another hash. Maps not pinned yet are created by the caller.
+func CheckPinned(spec *ebpf.CollectionSpec, pinDir string) error {
 	old, why, err := pinnedDiffs(spec, pinDir, mapconv.BTFCache{})
 	if err != nil {
 		return err
 	}
 	change, err := hashChange(old, why)
 	if change != "" {
-		why[edgeMapEdgeSecret] = change
+		why[mapSecret] = change
 	}
 	var diffs []string
 	for name, r := range old {
@@ -183,12 +201,12 @@ func checkPinned(spec *ebpf.CollectionSpec, pinDir string) error {
 	if err != nil {
 		return err
 	}
-	if change != "" && old[edgeMapEdgeSecret] == nil {
-		diffs = append(diffs, edgeMapEdgeSecret+": "+change)
+	if change != "" && old[mapSecret] == nil {
+		diffs = append(diffs, mapSecret+": "+change)
 	}
 	if len(diffs) > 0 {
 		slices.Sort(diffs)
-		return fmt.Errorf("%w: %s", ErrIncompatible, strings.Join(diffs, "; "))
+		return fmt.Errorf("%w: %s", bpf.ErrIncompatible, strings.Join(diffs, "; "))
 	}
 	return nil
 }
@@ -198,38 +216,38 @@ func checkPinned(spec *ebpf.CollectionSpec, pinDir string) error {
 // all again: a build before the secret, or one keying another hash. ""
 // when there are none to place or they are where this build looks.
 func hashChange(old map[string]*mapconv.Map, why map[string]string) (string, error) {
-	if old[edgeMapEdgeFt] == nil {
+	if old[mapFt] == nil {
 		return "", nil
 	}
-	r := old[edgeMapEdgeSecret]
+	r := old[mapSecret]
 	if r == nil {
 		return "the flow table was placed by an unkeyed hash", nil
 	}
-	if why[edgeMapEdgeSecret] != "" {
+	if why[mapSecret] != "" {
 		return "", nil // another layout: a new secret already
 	}
-	s, err := readSecret(r.Map)
+	s, err := bpf.ReadSecret(r.Map)
 	if err != nil {
 		return "", err
 	}
-	if s.Hash != 0 && s.Hash != HashSipHash13 {
-		return fmt.Sprintf("the flow table was placed by hash %d, this build's is %d", s.Hash, HashSipHash13), nil
+	if s.Hash != 0 && s.Hash != bpf.HashSipHash13 {
+		return fmt.Sprintf("the flow table was placed by hash %d, this build's is %d", s.Hash, bpf.HashSipHash13), nil
 	}
 	return "", nil
 }
 
-// Upgrade is a dataplane built beside the pinned one of another build
-// whose map layouts or sizes differ, taking its state over while the old
-// program keeps forwarding: maps whose layout is this build's are
-// reused as they are; the others are created under UpgradeDir and filled
-// from the old ones (see mapRoles), converted member by member. The agent
-// then commits its config into the new dataplane, switches every link to
-// the new program (CopyAgain just before), and calls Finish, which
-// copies what the old program added after the first copy and moves the
-// new pins into the pin dir. Abort, any time before the switch, leaves
-// the old dataplane as it was.
+// Upgrade is the maps of a dataplane built beside the pinned one of
+// another build whose map layouts or sizes differ, taking its state over
+// while the old program keeps forwarding: maps whose layout is this
+// build's are reused as they are; the others are created under Dir and
+// filled from the old ones (see mapRoles), converted member by member.
+// The agent then commits its config into the new maps, switches every
+// link to the new program (CopyAgain just before), and calls Finish,
+// which copies what the old program added after the first copy and
+// moves the new pins into the pin dir. Abort, any time before the
+// switch, leaves the old dataplane as it was.
 type Upgrade struct {
-	dp            *Dataplane
+	obj           *bpf.Object
 	pinDir, stage string
 	log           *slog.Logger
 	old           map[string]*mapconv.Map // the old build's pinned maps
@@ -244,15 +262,15 @@ type Upgrade struct {
 	ft *ftCarry
 }
 
-// PrepareUpgrade builds the dataplane for l beside the one pinned under
-// pinDir and copies the pinned state into it (the first copy). It loads
-// no program.
-func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err error) {
-	spec, err := Spec(l)
+// Prepare builds the maps for l beside the dataplane pinned under pinDir
+// and copies the pinned state into them (the first copy). It loads no
+// program. The new maps (Object) are the caller's to close.
+func Prepare(l bpf.Limits, pinDir string, log *slog.Logger) (u *Upgrade, err error) {
+	spec, err := bpf.Spec(l)
 	if err != nil {
 		return nil, err
 	}
-	stage := filepath.Join(pinDir, UpgradeDir)
+	stage := filepath.Join(pinDir, Dir)
 	if ents, _ := os.ReadDir(stage); len(ents) > 0 {
 		return nil, fmt.Errorf("%s holds the pins of another upgrade", stage)
 	}
@@ -264,21 +282,46 @@ func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err 
 	u = &Upgrade{pinDir: pinDir, stage: stage, log: log, old: old, convs: map[string]*mapconv.Copy{}, then: map[string]map[string]mapconv.Entry{}}
 	defer func() {
 		if err != nil {
+			if u.obj != nil {
+				u.obj.Close()
+			}
 			u.Abort()
 		}
 	}()
-	change, err := hashChange(old, why)
+	reuse, err := u.plan(why)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(stage, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", stage, err)
+	}
+	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: stage}, MapReplacements: reuse}
+	if u.obj, err = bpf.LoadObject(spec, l, opts); err != nil {
+		return nil, fmt.Errorf("create maps in %s: %w", stage, err)
+	}
+	if err := u.copyFirst(bc, why); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// plan completes why (each map that cannot be reused, and why): a new
+// secret places every flow and connection anew, the flow table moves
+// with its buckets, and the rules tables move together. It returns the
+// old maps reused as they are, by name.
+func (u *Upgrade) plan(why map[string]string) (map[string]*ebpf.Map, error) {
+	change, err := hashChange(u.old, why)
 	if err != nil {
 		return nil, err
 	}
 	if change != "" {
-		why[edgeMapEdgeSecret] = change
+		why[mapSecret] = change
 	}
-	if why[edgeMapEdgeSecret] != "" {
+	if why[mapSecret] != "" {
 		// A new secret: every flow and connection goes to a new place.
-		for _, name := range []string{edgeMapEdgeFt, edgeMapEdgeFo} {
+		for _, name := range []string{mapFt, mapFo} {
 			if why[name] == "" {
-				why[name] = "placed by another hash (" + edgeMapEdgeSecret + ": " + why[edgeMapEdgeSecret] + ")"
+				why[name] = "placed by another hash (" + mapSecret + ": " + why[mapSecret] + ")"
 			}
 		}
 	}
@@ -287,12 +330,12 @@ func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err 
 	for name := range why {
 		role, ok := mapRoles[name]
 		if !ok {
-			return nil, fmt.Errorf("map %s has no upgrade role (internal/bpf/upgrade.go: mapRoles)", name)
+			return nil, fmt.Errorf("map %s has no upgrade role (internal/bpf/upgrade: mapRoles)", name)
 		}
 		genNew = genNew || role.generation
 	}
 	reuse := map[string]*ebpf.Map{}
-	for name, r := range old {
+	for name, r := range u.old {
 		switch {
 		case why[name] != "":
 		case genNew && mapRoles[name].generation:
@@ -301,76 +344,71 @@ func PrepareUpgrade(l Limits, pinDir string, log *slog.Logger) (u *Upgrade, err 
 			reuse[name] = r.Map
 		}
 	}
-	if err := os.MkdirAll(stage, 0o700); err != nil {
-		return nil, fmt.Errorf("create %s: %w", stage, err)
-	}
-	dp := &Dataplane{Limits: l.WithDefaults(), spec: spec}
-	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: stage}, MapReplacements: reuse}
-	if err := spec.LoadAndAssign(&dp.edgeMaps, opts); err != nil {
-		return nil, fmt.Errorf("create maps in %s: %w", stage, err)
-	}
-	u.dp = dp
-	if err := dp.useSecret(); err != nil {
-		return nil, err
-	}
-	byName := dp.MapReplacements()
+	return reuse, nil
+}
+
+// copyFirst fills each map created anew (those why names) from the old
+// build's, as its role says: the first copy.
+func (u *Upgrade) copyFirst(bc mapconv.BTFCache, why map[string]string) error {
+	byName := u.obj.MapReplacements()
 	for _, name := range slices.Sorted(maps.Keys(why)) {
 		u.fresh = append(u.fresh, name)
-		from := old[name]
+		from := u.old[name]
 		if mapRoles[name].carry == flows {
-			if name == edgeMapEdgeFt {
+			if name == mapFt {
 				if err := u.carryFlowsFirst(bc, byName, why[name]); err != nil {
-					return nil, err
+					return err
 				}
 			}
 			continue
 		}
 		// FlowOpt's records sit where their hash put them: under a new
 		// secret they start again.
-		placedAnew := name == edgeMapEdgeFo && why[edgeMapEdgeSecret] != ""
+		placedAnew := name == mapFo && why[mapSecret] != ""
 		if from == nil || mapRoles[name].carry == rebuilt || mapRoles[name].carry == secret || placedAnew {
-			log.Info("upgrade: new map", "map", name, "why", why[name], "copied", false)
+			u.log.Info("upgrade: new map", "map", name, "why", why[name], "copied", false)
 			continue
 		}
-		to, err := bc.Open(byName[name], name)
-		if err != nil {
-			return nil, err
+		if err := u.copyMap(bc, name, from, byName[name], why[name]); err != nil {
+			return err
 		}
-		mc, err := newMapConv(name, from, to, old[edgeMapEdgeFars], dp.Limits.FARStride())
-		if err != nil {
-			return nil, err
-		}
-		u.convs[name] = mc
-		es, err := from.ReadAll()
-		if err != nil {
-			return nil, err
-		}
-		conv := mc.Convert(es)
-		if err := to.Write(conv, ebpf.UpdateAny); err != nil {
-			return nil, err
-		}
-		if mapRoles[name].carry == counter {
-			snap := make(map[string]mapconv.Entry, len(es))
-			for _, e := range es {
-				snap[string(e.Key)] = e
-			}
-			u.then[name] = snap
-		}
-		log.Info("upgrade: map copied", "map", name, "why", why[name], "entries", len(es), "kept", len(conv),
-			"added_members", mc.Value.Added, "dropped_members", mc.Value.Dropped)
 	}
-	if dp.barrier, err = rcu.New(); err != nil {
-		return nil, err
-	}
-	// The writer learns what the copied tables hold, as at a restart.
-	if dp.writer, err = newWriter(dp); err != nil {
-		return nil, err
-	}
-	return u, nil
+	return nil
 }
 
-// Dataplane returns the new dataplane: commit to it, load its program.
-func (u *Upgrade) Dataplane() *Dataplane { return u.dp }
+// copyMap copies the old build's map from into to, the map name, once.
+func (u *Upgrade) copyMap(bc mapconv.BTFCache, name string, from *mapconv.Map, toMap *ebpf.Map, why string) error {
+	to, err := bc.Open(toMap, name)
+	if err != nil {
+		return err
+	}
+	mc, err := newMapConv(name, from, to, u.old[mapFars], u.obj.Limits.FARStride())
+	if err != nil {
+		return err
+	}
+	u.convs[name] = mc
+	es, err := from.ReadAll()
+	if err != nil {
+		return err
+	}
+	conv := mc.Convert(es)
+	if err := to.Write(conv, ebpf.UpdateAny); err != nil {
+		return err
+	}
+	if mapRoles[name].carry == counter {
+		snap := make(map[string]mapconv.Entry, len(es))
+		for _, e := range es {
+			snap[string(e.Key)] = e
+		}
+		u.then[name] = snap
+	}
+	u.log.Info("upgrade: map copied", "map", name, "why", why, "entries", len(es), "kept", len(conv),
+		"added_members", mc.Value.Added, "dropped_members", mc.Value.Dropped)
+	return nil
+}
+
+// Object returns the new maps: commit to them, load their program.
+func (u *Upgrade) Object() *bpf.Object { return u.obj }
 
 // Stage is the directory the new pins wait in until Finish.
 func (u *Upgrade) Stage() string { return u.stage }
@@ -392,12 +430,12 @@ func (u *Upgrade) CopyAgain() error {
 	return nil
 }
 
-// Finish runs once every link runs the new program: it waits until the
-// old program has left every CPU, copies what it added and counted since
-// the first copy, and moves the new maps' pins over the old ones. A
-// failure leaves the pins for FinishStaged.
-func (u *Upgrade) Finish() error {
-	if err := u.dp.barrier.Sync(); err != nil {
+// Finish runs once every link runs the new program: it waits with b
+// until the old program has left every CPU, copies what it added and
+// counted since the first copy, and moves the new maps' pins over the
+// old ones. A failure leaves the pins for FinishStaged.
+func (u *Upgrade) Finish(b *rcu.Barrier) error {
+	if err := b.Sync(); err != nil {
 		return err
 	}
 	if err := u.carryFlowsAgain(); err != nil {
@@ -433,7 +471,7 @@ func (u *Upgrade) Finish() error {
 // after the first.
 func promote(pinDir string, names []string, halt func(string)) error {
 	for i, name := range names {
-		if err := os.Rename(filepath.Join(pinDir, UpgradeDir, name), filepath.Join(pinDir, name)); err != nil {
+		if err := os.Rename(filepath.Join(pinDir, Dir, name), filepath.Join(pinDir, name)); err != nil {
 			return fmt.Errorf("move pin %s into %s: %w", name, pinDir, err)
 		}
 		if i == 0 && halt != nil {
@@ -487,23 +525,19 @@ func (u *Upgrade) closeOld() {
 	}
 }
 
-// Abort, before the switch, closes the new dataplane and removes its pins;
-// the old one is as it was.
+// Abort, before the switch, removes the new maps' pins (the caller
+// closes them first); the old dataplane is as it was.
 func (u *Upgrade) Abort() {
-	if u.dp != nil {
-		u.dp.Close()
-		u.dp = nil
-	}
 	u.closeOld()
 	if err := DiscardStaged(u.pinDir); err != nil {
 		u.log.Error("upgrade: remove staged pins", "error", err)
 	}
 }
 
-// DiscardStaged removes what an upgrade pinned under UpgradeDir: an
+// DiscardStaged removes what an upgrade pinned under Dir: an
 // upgrade that ended before any link ran its program.
 func DiscardStaged(pinDir string) error {
-	if err := os.RemoveAll(filepath.Join(pinDir, UpgradeDir)); err != nil {
+	if err := os.RemoveAll(filepath.Join(pinDir, Dir)); err != nil {
 		return fmt.Errorf("remove staged pins: %w", err)
 	}
 	return nil
@@ -516,7 +550,7 @@ func DiscardStaged(pinDir string) error {
 // replaces the old one. Counters lose what the old program counted since
 // the first copy (the snapshot was the ended agent's).
 func FinishStaged(pinDir string, log *slog.Logger) error {
-	stage := filepath.Join(pinDir, UpgradeDir)
+	stage := filepath.Join(pinDir, Dir)
 	ents, err := os.ReadDir(stage)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -546,7 +580,7 @@ func FinishStaged(pinDir string, log *slog.Logger) error {
 		}
 		return r
 	}
-	oldFars, newFars := load(pinDir, edgeMapEdgeFars), load(stage, edgeMapEdgeFars)
+	oldFars, newFars := load(pinDir, mapFars), load(stage, mapFars)
 	var names []string
 	for _, e := range ents {
 		to := load(stage, e.Name())
@@ -554,19 +588,19 @@ func FinishStaged(pinDir string, log *slog.Logger) error {
 			continue
 		}
 		names = append(names, e.Name())
-		if e.Name() == edgeMapEdgeFt {
-			c := &ftCarry{from: load(pinDir, edgeMapEdgeFt), fromMeta: load(pinDir, edgeMapEdgeFtMeta),
-				to: to, toMeta: load(stage, edgeMapEdgeFtMeta), state: load(pinDir, edgeMapEdgeGlobal)}
+		if e.Name() == mapFt {
+			c := &ftCarry{from: load(pinDir, mapFt), fromMeta: load(pinDir, mapFtMeta),
+				to: to, toMeta: load(stage, mapFtMeta), state: load(pinDir, mapGlobal)}
 			// The new table's secret: staged with it, or the one kept.
-			sec := load(stage, edgeMapEdgeSecret)
+			sec := load(stage, mapSecret)
 			if sec == nil {
-				sec = load(pinDir, edgeMapEdgeSecret)
+				sec = load(pinDir, mapSecret)
 			}
 			if sec != nil {
-				c.secret, err = readSecret(sec.Map)
+				c.secret, err = bpf.ReadSecret(sec.Map)
 				sec.Close()
 			}
-			if (sec == nil || err != nil || !c.secret.usable()) && c.toMeta != nil {
+			if (sec == nil || err != nil || !c.secret.Usable()) && c.toMeta != nil {
 				log.Error("upgrade: no secret to place the flows the old program added by", "error", err)
 				c.toMeta.Close()
 				c.toMeta = nil
@@ -622,11 +656,11 @@ func newMapConv(name string, from, to *mapconv.Map, oldFars *mapconv.Map, newStr
 	if oldFars != nil {
 		g.oldStride = oldFars.MaxEntries() / 2
 	}
-	if g.oldStride == g.newStride || g.oldStride <= MaxServices || g.newStride <= MaxServices {
+	if g.oldStride == g.newStride || g.oldStride <= bpf.MaxServices || g.newStride <= bpf.MaxServices {
 		return mc, nil
 	}
 	switch name {
-	case edgeMapEdgeFars:
+	case mapFars:
 		mc.RemapKey = func(k []byte) bool {
 			i, ok := g.index(mapconv.UintAt(k, 4))
 			mapconv.PutUint(k, 4, i)
@@ -643,7 +677,7 @@ type farGeometry struct{ oldStride, newStride uint32 }
 
 // place moves an index within a slot.
 func (g farGeometry) place(i uint64) (uint64, bool) {
-	oldRules, newRules := uint64(g.oldStride-MaxServices), uint64(g.newStride-MaxServices)
+	oldRules, newRules := uint64(g.oldStride-bpf.MaxServices), uint64(g.newStride-bpf.MaxServices)
 	switch {
 	case i >= uint64(g.oldStride):
 		return i, false // no FAR (EDGE_NO_FAR)

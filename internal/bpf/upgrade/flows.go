@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bpf
+package upgrade
 
 import (
 	"encoding/binary"
@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 
+	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/bpf/mapconv"
 )
 
@@ -26,7 +27,7 @@ import (
 
 // ftMoveTogether makes edge_ft and edge_ft_meta both new when either is.
 func ftMoveTogether(why map[string]string) {
-	for _, pair := range [][2]string{{edgeMapEdgeFt, edgeMapEdgeFtMeta}, {edgeMapEdgeFtMeta, edgeMapEdgeFt}} {
+	for _, pair := range [][2]string{{mapFt, mapFtMeta}, {mapFtMeta, mapFt}} {
 		if why[pair[0]] != "" && why[pair[1]] == "" {
 			why[pair[1]] = "the flow table moves with its buckets (" + pair[0] + ": " + why[pair[0]] + ")"
 		}
@@ -38,15 +39,15 @@ func ftMoveTogether(why map[string]string) {
 // by secret) lacks into it, hot as they were and used at tick now, and
 // returns how many it placed and how many found no room. g moves FAR
 // places between rules limits.
-func carryFlows(from, fromMeta, to, toMeta *mapconv.Map, secret *HashSecret, g farGeometry, now uint16) (placed, dropped int, err error) {
+func carryFlows(from, fromMeta, to, toMeta *mapconv.Map, secret *bpf.HashSecret, g farGeometry, now uint16) (placed, dropped int, err error) {
 	if from == nil {
 		return 0, 0, nil
 	}
 	conv, err := mapconv.ConvFor(from, to, from.ValueType, to.ValueType, from.ValueSize(), to.ValueSize())
 	if err != nil {
-		return 0, 0, fmt.Errorf("map %s value: %w", edgeMapEdgeFt, err)
+		return 0, 0, fmt.Errorf("map %s value: %w", mapFt, err)
 	}
-	remap := g.oldStride != g.newStride && g.oldStride > MaxServices && g.newStride > MaxServices
+	remap := g.oldStride != g.newStride && g.oldStride > bpf.MaxServices && g.newStride > bpf.MaxServices
 	old, err := from.ReadAll()
 	if err != nil {
 		return 0, 0, err
@@ -54,29 +55,29 @@ func carryFlows(from, fromMeta, to, toMeta *mapconv.Map, secret *HashSecret, g f
 	// Which old ways had more than one packet: their buckets' lines, if
 	// laid out as this build's.
 	hot := map[uint32]bool{}
-	if fromMeta != nil && fromMeta.ValueSize() == ftBucketSize {
+	if fromMeta != nil && fromMeta.ValueSize() == bpf.FTBucketSize {
 		lines, err := fromMeta.ReadAll()
 		if err != nil {
 			return 0, 0, err
 		}
 		for _, l := range lines {
 			b := binary.LittleEndian.Uint32(l.Key)
-			m := (*FTBucket)(unsafe.Pointer(&l.Vals[0][0]))
-			for i := range uint32(FTWays) {
-				hot[b*FTWays+i] = m.Tag[i] != 0 && m.Hot[i] != 0
+			m := (*bpf.FTBucket)(unsafe.Pointer(&l.Vals[0][0]))
+			for i := range uint32(bpf.FTWays) {
+				hot[b*bpf.FTWays+i] = m.Tag[i] != 0 && m.Hot[i] != 0
 			}
 		}
 	}
-	t, err := mapTable(to.Map, toMeta.Map, secret)
+	t, err := bpf.MapFlowTable(to.Map, toMeta.Map, secret)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer t.unmap()
-	buf := make([]byte, ftWaySize)
+	defer t.Unmap()
+	buf := make([]byte, bpf.FTWaySize)
 	for _, e := range old {
 		clear(buf)
 		conv.Convert(buf, e.Vals[0])
-		w := (*FTWay)(unsafe.Pointer(&buf[0]))
+		w := (*bpf.FTWay)(unsafe.Pointer(&buf[0]))
 		if w.K.Family == 0 {
 			continue // never written
 		}
@@ -87,10 +88,10 @@ func carryFlows(from, fromMeta, to, toMeta *mapconv.Map, secret *HashSecret, g f
 			}
 			w.F.Far = uint32(p)
 		}
-		if _, _, ok := t.find(&w.K); ok {
+		if _, _, ok := t.Find(&w.K); ok {
 			continue
 		}
-		if t.insert(w, hot[binary.LittleEndian.Uint32(e.Key)], now) {
+		if t.Insert(w, hot[binary.LittleEndian.Uint32(e.Key)], now) {
 			placed++
 		} else {
 			dropped++
@@ -108,12 +109,12 @@ type ftCarry struct {
 	conns *mapconv.Map
 	g     farGeometry
 	// secret places the flows in the new table.
-	secret HashSecret
+	secret bpf.HashSecret
 }
 
 // run places the old flows the new table lacks, at the new table's tick.
 func (c *ftCarry) run() (placed, dropped int, err error) {
-	var st State
+	var st bpf.State
 	if c.state != nil {
 		if err := c.state.Lookup(uint32(0), &st); err != nil {
 			return 0, 0, fmt.Errorf("read the flow table's clock: %w", err)
@@ -123,11 +124,11 @@ func (c *ftCarry) run() (placed, dropped int, err error) {
 	if err != nil || c.conns == nil {
 		return placed, dropped, err
 	}
-	t, err := mapTable(c.to.Map, c.toMeta.Map, &c.secret)
+	t, err := bpf.MapFlowTable(c.to.Map, c.toMeta.Map, &c.secret)
 	if err != nil {
 		return placed, dropped, err
 	}
-	defer t.unmap()
+	defer t.Unmap()
 	p, d, err := carryConns(c.conns, t, c.g, uint16(st.Tick))
 	return placed + p, dropped + d, err
 }
@@ -145,16 +146,16 @@ func (c *ftCarry) close() {
 // carryFlowsFirst sets up the upgrade's flow-table carry and places the
 // old flows in the new table (the first copy).
 func (u *Upgrade) carryFlowsFirst(bc mapconv.BTFCache, byName map[string]*ebpf.Map, why string) error {
-	c := &ftCarry{from: u.old[edgeMapEdgeFt], fromMeta: u.old[edgeMapEdgeFtMeta], secret: u.dp.secret}
+	c := &ftCarry{from: u.old[mapFt], fromMeta: u.old[mapFtMeta], secret: u.obj.Secret}
 	var err error
 	for _, o := range []struct {
 		name string
 		r    **mapconv.Map
-	}{{edgeMapEdgeFt, &c.to}, {edgeMapEdgeFtMeta, &c.toMeta}, {edgeMapEdgeGlobal, &c.state}} {
+	}{{mapFt, &c.to}, {mapFtMeta, &c.toMeta}, {mapGlobal, &c.state}} {
 		src := byName[o.name]
 		// The clock the old program marks its flows by: the new state
 		// takes it over later in the copy.
-		if o.name == edgeMapEdgeGlobal && u.old[o.name] != nil {
+		if o.name == mapGlobal && u.old[o.name] != nil {
 			src = u.old[o.name].Map
 		}
 		m, err := src.Clone()
@@ -166,8 +167,8 @@ func (u *Upgrade) carryFlowsFirst(bc mapconv.BTFCache, byName map[string]*ebpf.M
 			return err
 		}
 	}
-	if f := u.old[edgeMapEdgeFars]; f != nil {
-		c.g = farGeometry{f.MaxEntries() / 2, u.dp.Limits.FARStride()}
+	if f := u.old[mapFars]; f != nil {
+		c.g = farGeometry{f.MaxEntries() / 2, u.obj.Limits.FARStride()}
 	}
 	if c.from == nil {
 		if c.conns, err = openLegacyConns(bc, u.pinDir); err != nil {
@@ -208,9 +209,9 @@ const legacyConns = "edge_conns"
 // carryConns places the connections of a legacy connection table conns
 // that the flow table t lacks, and returns how many it placed and how
 // many found no room. g moves FAR places between rules limits.
-func carryConns(conns *mapconv.Map, t *flowTable, g farGeometry, now uint16) (placed, dropped int, err error) {
+func carryConns(conns *mapconv.Map, t *bpf.FlowTable, g farGeometry, now uint16) (placed, dropped int, err error) {
 	st, ok := btf.UnderlyingType(conns.ValueType).(*btf.Struct)
-	if !ok || conns.KeySize() != uint32(unsafe.Sizeof(ConnKey{})) {
+	if !ok || conns.KeySize() != uint32(unsafe.Sizeof(bpf.ConnKey{})) {
 		return 0, 0, fmt.Errorf("map %s: no BTF of its value, or a key of %d bytes", legacyConns, conns.KeySize())
 	}
 	off := map[string]uint32{}
@@ -226,15 +227,15 @@ func carryConns(conns *mapconv.Map, t *flowTable, g farGeometry, now uint16) (pl
 	if err != nil {
 		return 0, 0, err
 	}
-	remap := g.oldStride != g.newStride && g.oldStride > MaxServices && g.newStride > MaxServices
+	remap := g.oldStride != g.newStride && g.oldStride > bpf.MaxServices && g.newStride > bpf.MaxServices
 	u32 := func(v []byte, name string) uint32 { return binary.LittleEndian.Uint32(v[off[name]:]) }
 	for _, e := range es {
-		k := (*ConnKey)(unsafe.Pointer(&e.Key[0]))
+		k := (*bpf.ConnKey)(unsafe.Pointer(&e.Key[0]))
 		v := e.Vals[0]
-		w := FTWay{K: FlowKey{Src: k.Src, Dst: k.Dst, Sport: k.Sport, Dport: k.Dport, Proto: k.Proto, Family: k.Family},
-			F: Flow{Far: u32(v, "far"), FarId: u32(v, "far_id"), Stats: u32(v, "stats") | StatsLB, Svc: u32(v, "svc"), Flags: FlowConn}}
+		w := bpf.FTWay{K: bpf.FlowKey{Src: k.Src, Dst: k.Dst, Sport: k.Sport, Dport: k.Dport, Proto: k.Proto, Family: k.Family},
+			F: bpf.Flow{Far: u32(v, "far"), FarId: u32(v, "far_id"), Stats: u32(v, "stats") | bpf.StatsLB, Svc: u32(v, "svc"), Flags: bpf.FlowConn}}
 		if u32(v, "closed") != 0 {
-			w.F.Flags |= FlowClosed
+			w.F.Flags |= bpf.FlowClosed
 		}
 		if remap && w.F.Far < g.oldStride {
 			p, ok := g.place(uint64(w.F.Far))
@@ -243,16 +244,38 @@ func carryConns(conns *mapconv.Map, t *flowTable, g farGeometry, now uint16) (pl
 			}
 			w.F.Far = uint32(p)
 		}
-		if _, _, ok := t.find(&w.K); ok {
+		if _, _, ok := t.Find(&w.K); ok {
 			continue
 		}
-		if t.insert(&w, true, now) {
+		if t.Insert(&w, true, now) {
 			placed++
 		} else {
 			dropped++
 		}
 	}
 	return placed, dropped, nil
+}
+
+// CarryLegacyConns places the connections of a legacy connection table
+// (edge_conns of the builds before the flow table) in o's flow table, as
+// an upgrade from such a build does (the rules limit unchanged), and
+// returns how many it placed and how many found no room.
+func CarryLegacyConns(conns *ebpf.Map, o *bpf.Object) (placed, dropped int, err error) {
+	c, err := conns.Clone()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	r, err := mapconv.BTFCache{}.Open(c, legacyConns)
+	if err != nil {
+		return 0, 0, err
+	}
+	t, err := o.FlowTable()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer t.Unmap()
+	return carryConns(r, t, farGeometry{}, 0)
 }
 
 // openLegacyConns opens the legacy connection table pinned under pinDir,

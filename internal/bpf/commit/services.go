@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package commit
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+)
+
+// Services and their balancing: each service tag's Maglev table (the
+// member of each entry, each member's FAR), the services and NAT
+// backends by key, the service index, and what each balancer counter
+// counts.
+
+// writeTables brings slot t's Maglev tables to g's: those of the tags in
+// keys, or all of g's; only entries that differ are written.
+func (w *Writer) writeTables(t uint32, g *Generation, keys *Dirty) error {
+	o := w.o
+	cur := w.slots[t]
+	tags := maps.Keys(g.Tables)
+	if keys != nil {
+		tags = maps.Keys(keys.Tables)
+	}
+	var ks, fks, fvs []uint32
+	var vs []bpf.MaglevBlk
+	farWritten := map[uint32]*[bpf.MaxMembers]uint32{}
+	for tag := range tags {
+		want, ok := g.Tables[tag]
+		if !ok || tag >= bpf.MaxServices {
+			continue
+		}
+		have := cur.tables[tag]
+		blocks, far := bpf.MaglevKernel(tag, want)
+		base := w.tableBase(t, tag)
+		for b := range blocks {
+			changed := false
+			for i := b * bpf.MaglevBlock; i < min(len(want), (b+1)*bpf.MaglevBlock) && !changed; i++ {
+				changed = i >= len(have) || have[i] != want[i]
+			}
+			if changed {
+				ks, vs = append(ks, base+uint32(b)), append(vs, blocks[b])
+			}
+		}
+		fbase := (t*bpf.MaxServices + tag) * bpf.MaxMembers
+		for m, f := range far {
+			if old := cur.lbFar[tag]; old == nil || old[m] != f {
+				fks, fvs = append(fks, fbase+uint32(m)), append(fvs, f)
+			}
+		}
+		farWritten[tag] = &far
+	}
+	// The members' FARs first: an entry never names a member whose FAR is
+	// not written (the slot is idle, but a failed commit leaves it so).
+	if len(fks) > 0 {
+		if _, err := o.EdgeLbFar.BatchUpdate(fks, fvs, nil); err != nil {
+			return fmt.Errorf("write %d backend FAR indexes: %w", len(fks), err)
+		}
+	}
+	for tag, far := range farWritten {
+		cur.lbFar[tag] = far
+	}
+	if len(ks) > 0 {
+		if _, err := o.EdgeMaglev.BatchUpdate(ks, vs, nil); err != nil {
+			return fmt.Errorf("write %d maglev blocks: %w", len(ks), err)
+		}
+	}
+	for tag, want := range g.Tables {
+		if keys == nil || hasKey(keys.Tables, tag) {
+			cur.tables[tag%bpf.MaxServices] = slices.Clone(want)
+		}
+	}
+	return nil
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// tableBase is the edge_maglev index of the block of entry 0 of tag's
+// table in slot t.
+func (w *Writer) tableBase(t, tag uint32) uint32 {
+	return (t*bpf.MaxServices + tag) * w.o.Limits.MaglevBlocks()
+}
+
+// writeServices makes slot t's services those of g. New and changed
+// services are written after their tables (writeTables ran first), so a
+// service never points at a table of another.
+func (w *Writer) writeServices(t uint32, g *Generation) error {
+	if err := syncSlot(w.o.EdgeServices, t, w.slots[t].services, g.Services, "service"); err != nil {
+		return err
+	}
+	if err := syncSlot(w.o.EdgeNatBackends, t, w.slots[t].backends, g.NATBackends, "nat backend"); err != nil {
+		return err
+	}
+	return w.writeSvcIndex(t)
+}
+
+// syncSlot makes slot t's entries of m, which cur holds, those of want
+// (keys without the slot): what is gone is deleted, what is new or
+// changed written, the rest left alone.
+func syncSlot[V comparable](m *ebpf.Map, t uint32, cur map[bpf.SvcKey]V, want map[bpf.SvcKey]V, what string) error {
+	slotted := make(map[bpf.SvcKey]V, len(want))
+	for k, v := range want {
+		k.Slot = t
+		slotted[k] = v
+	}
+	for k := range cur {
+		if _, ok := slotted[k]; !ok {
+			if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("delete %s: %w", what, err)
+			}
+			delete(cur, k)
+		}
+	}
+	for k, v := range slotted {
+		if old, ok := cur[k]; ok && old == v {
+			continue
+		}
+		if err := m.Put(k, v); err != nil {
+			return fmt.Errorf("write %s: %w", what, err)
+		}
+		cur[k] = v
+	}
+	return nil
+}
+
+// writeSvcIndex brings slot t's service index to its services (the
+// buckets that differ).
+func (w *Writer) writeSvcIndex(t uint32) error {
+	s := w.slots[t]
+	want, _ := bpf.SvcIndex(s.services)
+	for b := range want {
+		if s.index != nil && s.index[b] == want[b] {
+			continue
+		}
+		if err := w.o.EdgeSvcIndex.Put(t*bpf.SvcIndexSize+uint32(b), want[b]); err != nil {
+			s.index = nil // partly written: not known
+			return fmt.Errorf("write service index: %w", err)
+		}
+	}
+	s.index = &want
+	return nil
+}
+
+// writeMembers makes edge_lb_members say what g's counters count.
+func (w *Writer) writeMembers(g *Generation) error {
+	for idx := range w.members {
+		if _, ok := g.Members[idx]; !ok {
+			if err := w.o.EdgeLbMembers.Put(idx, bpf.Member{}); err != nil {
+				return fmt.Errorf("clear balancer member %d: %w", idx, err)
+			}
+			delete(w.members, idx)
+		}
+	}
+	for idx, ref := range g.Members {
+		if old, ok := w.members[idx]; ok && old == ref {
+			continue
+		}
+		if err := w.o.EdgeLbMembers.Put(idx, bpf.Member{Svc: ref.Service, Far: ref.FAR}); err != nil {
+			return fmt.Errorf("write balancer member %d: %w", idx, err)
+		}
+		w.members[idx] = ref
+	}
+	return nil
+}
+
+// resetLB zeroes a service backend's counters.
+func (w *Writer) resetLB(idx uint32) error {
+	if err := w.o.EdgeLbStats.Put(idx, make([]bpf.Ctr, ebpf.MustPossibleCPU())); err != nil {
+		return fmt.Errorf("reset lb stats %d: %w", idx, err)
+	}
+	if err := w.o.EdgeLbNew.Put(idx, make([]uint64, ebpf.MustPossibleCPU())); err != nil {
+		return fmt.Errorf("reset lb new flows %d: %w", idx, err)
+	}
+	return nil
+}
