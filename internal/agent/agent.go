@@ -162,7 +162,7 @@ type Agent struct {
 	// guard checks them and the pins against the kernel (guard.go).
 	// pinLock is the pin dir's lock, taken again by the guard when it
 	// makes a removed pin dir again (commitMu held).
-	held    *heldLinks
+	held    *loader.Links
 	guard   *guard
 	pinLock *lock
 }
@@ -237,7 +237,7 @@ func (a *Agent) start(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	newProg, err := ensureProgram(dp, a.opts.PinDir, a.log)
+	newProg, err := dp.EnsureProgram(a.opts.PinDir, a.log)
 	if err != nil {
 		dp.Close()
 		return err
@@ -252,11 +252,11 @@ func (a *Agent) start(cfg *config.Config) error {
 		// compiled.
 		var pinned []config.Interface
 		for _, itf := range cfg.Interfaces {
-			if _, err := os.Stat(filepath.Join(a.opts.PinDir, linkPrefix+itf.Name)); err == nil {
+			if _, err := os.Stat(filepath.Join(a.opts.PinDir, loader.LinkPrefix+itf.Name)); err == nil {
 				pinned = append(pinned, itf)
 			}
 		}
-		if _, err := attach(dp, a.opts.PinDir, pinned, true, a.held, a.log); err != nil {
+		if _, err := dp.Attach(a.opts.PinDir, ifacesOf(pinned), true, a.held, a.log); err != nil {
 			dp.Close()
 			return err
 		}
@@ -269,15 +269,15 @@ func (a *Agent) start(cfg *config.Config) error {
 	// packet to the kernel, and a start that then failed would leave it
 	// so. An adopted link kept running the last committed generation
 	// until this one flipped.
-	if _, err := attach(dp, a.opts.PinDir, cfg.Interfaces, false, a.held, a.log); err != nil {
+	if _, err := dp.Attach(a.opts.PinDir, ifacesOf(cfg.Interfaces), false, a.held, a.log); err != nil {
 		dp.Close()
 		return err
 	}
-	if err := detachExcept(a.opts.PinDir, cfg.Interfaces, a.held, a.log); err != nil {
+	if err := loader.DetachExcept(a.opts.PinDir, ifacesOf(cfg.Interfaces), a.held, a.log); err != nil {
 		dp.Close()
 		return err
 	}
-	removeStalePrograms(a.opts.PinDir, dp)
+	dp.RemoveStalePrograms(a.opts.PinDir)
 	return nil
 }
 
@@ -439,7 +439,7 @@ func (a *Agent) Reload() error {
 		a.restoreInterfaces(old, added)
 		return err
 	}
-	if err := detachExcept(a.opts.PinDir, cfg.Interfaces, a.held, a.log); err != nil {
+	if err := loader.DetachExcept(a.opts.PinDir, ifacesOf(cfg.Interfaces), a.held, a.log); err != nil {
 		a.log.Error("detach interfaces no longer in config", "error", err)
 	}
 	// The file now lags what serves by the journal's batches (and a
@@ -464,7 +464,7 @@ func (a *Agent) links(old, ifaces []config.Interface) ([]string, error) {
 	if err := enableForwarding(ifaces, a.log); err != nil {
 		return nil, err
 	}
-	return attach(a.dp, a.opts.PinDir, ifaces, false, a.held, a.log)
+	return a.dp.Attach(a.opts.PinDir, ifacesOf(ifaces), false, a.held, a.log)
 }
 
 // restoreInterfaces puts the interfaces back as they were before a
@@ -474,7 +474,7 @@ func (a *Agent) restoreInterfaces(old []config.Interface, added []string) {
 	if err := a.setInterfaces(old); err != nil {
 		a.log.Error("restore interfaces", "error", err)
 	}
-	detachAdded(added, a.held, a.log)
+	loader.DetachAdded(added, a.held, a.log)
 }
 
 // Config returns the config now serving (api.Backend). It is replaced,
@@ -565,7 +565,7 @@ func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) 
 		a.syncSoon()
 	}
 	if len(ch.Interfaces) > 0 {
-		if err := detachExcept(a.opts.PinDir, a.store.Interfaces(), a.held, a.log); err != nil {
+		if err := loader.DetachExcept(a.opts.PinDir, ifacesOf(a.store.Interfaces()), a.held, a.log); err != nil {
 			a.log.Error("detach interfaces no longer in config", "error", err)
 		}
 	}
@@ -627,7 +627,7 @@ func (a *Agent) stop() {
 	a.commitMu.Lock()
 	defer a.commitMu.Unlock()
 	if a.opts.DetachOnExit {
-		if err := down(a.opts.PinDir); err != nil {
+		if err := loader.Down(a.opts.PinDir); err != nil {
 			a.log.Error("detach", "error", err)
 		} else {
 			a.log.Info("detached and removed pins", "pin_dir", a.opts.PinDir)
@@ -637,7 +637,7 @@ func (a *Agent) stop() {
 		// link whose pin is gone would go with the fd closed below.
 		var c guardCheck
 		if a.checkPins(&c, true) {
-			for _, name := range a.held.names() {
+			for _, name := range a.held.Names() {
 				a.checkLinkPin(&c, name, true)
 			}
 		}
@@ -648,7 +648,7 @@ func (a *Agent) stop() {
 			a.log.Error("dataplane: stopping with a pin missing: what it holds goes with the agent", "problem", p)
 		}
 	}
-	a.held.closeAll()
+	a.held.CloseAll()
 	a.dp.Close()
 }
 

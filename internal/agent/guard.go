@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
 
@@ -279,7 +280,7 @@ func (a *Agent) checkInterface(c *guardCheck, ih *InterfaceHealth, itf config.In
 			progID = ^uint32(0) // several programs (one per mode)
 		}
 	}
-	linkID, linkIf := heldLinkInfo(a.held.get(ih.Name))
+	linkID, linkIf := heldLinkInfo(a.held.Get(ih.Name))
 	switch {
 	case progID == ours && linkIf == uint32(at.Index):
 		ih.XDP, ih.ProgID, ih.LinkID = xdpOurs, progID, linkID
@@ -290,11 +291,11 @@ func (a *Agent) checkInterface(c *guardCheck, ih *InterfaceHealth, itf config.In
 			c.problem("interface %s: no XDP program attached", ih.Name)
 			return
 		}
-		if _, err := attachOne(a.dp, a.opts.PinDir, itf, false, a.held, a.log); err != nil {
+		if _, err := a.dp.AttachOne(a.opts.PinDir, ifaceOf(itf), false, a.held, a.log); err != nil {
 			c.problem("interface %s: no XDP program attached (link %d was detached behind the agent's back, or the interface made again), and attaching it again failed: %v", ih.Name, linkID, err)
 			return
 		}
-		newID, _ := heldLinkInfo(a.held.get(ih.Name))
+		newID, _ := heldLinkInfo(a.held.Get(ih.Name))
 		ih.XDP, ih.ProgID, ih.LinkID = xdpOurs, ours, newID
 		if x, err := netlink.LinkByIndex(at.Index); err == nil && x.Attrs().Xdp != nil {
 			ih.Mode = xdpMode(x.Attrs().Xdp.AttachMode)
@@ -308,11 +309,11 @@ func (a *Agent) checkInterface(c *guardCheck, ih *InterfaceHealth, itf config.In
 			c.problem("interface %s: runs the agent's program through a link the agent does not hold", ih.Name)
 			return
 		}
-		if _, err := attachOne(a.dp, a.opts.PinDir, itf, false, a.held, a.log); err != nil {
+		if _, err := a.dp.AttachOne(a.opts.PinDir, ifaceOf(itf), false, a.held, a.log); err != nil {
 			c.problem("interface %s: runs the agent's program through a link the agent does not hold, and adopting it failed: %v", ih.Name, err)
 			return
 		}
-		ih.LinkID, _ = heldLinkInfo(a.held.get(ih.Name))
+		ih.LinkID, _ = heldLinkInfo(a.held.Get(ih.Name))
 	default:
 		ih.XDP, ih.ProgID = xdpOther, progID
 		what := "several XDP programs"
@@ -406,7 +407,7 @@ func (a *Agent) checkPins(c *guardCheck, fix bool) bool {
 		}
 		pin(name, func() (pinCloser, error) { return m.Clone() })
 	}
-	pin(progPrefix+bpf.ProgramID(a.dp.Limits), func() (pinCloser, error) { return a.dp.Prog.Clone() })
+	pin(loader.ProgPrefix+bpf.ProgramID(a.dp.Limits), func() (pinCloser, error) { return a.dp.Prog.Clone() })
 	if len(made) > 0 {
 		slices.Sort(made)
 		c.repaired(repairPin, "pinned again in %s what was removed: %s", dir, strings.Join(made, ", "))
@@ -417,7 +418,7 @@ func (a *Agent) checkPins(c *guardCheck, fix bool) bool {
 // checkLinkPin checks the pin of the link held for interface name; with
 // fix it pins the held link again.
 func (a *Agent) checkLinkPin(c *guardCheck, name string, fix bool) {
-	p := filepath.Join(a.opts.PinDir, linkPrefix+name)
+	p := filepath.Join(a.opts.PinDir, loader.LinkPrefix+name)
 	if _, err := os.Lstat(p); err == nil {
 		return
 	}
@@ -425,7 +426,7 @@ func (a *Agent) checkLinkPin(c *guardCheck, name string, fix bool) {
 		c.problem("pin %s: missing (the agent's fd keeps the link attached)", p)
 		return
 	}
-	l, ok := a.held.get(name).(interface{ FD() int })
+	l, ok := a.held.Get(name).(interface{ FD() int })
 	if !ok {
 		c.problem("pin %s: missing, and no link held to pin again", p)
 		return
@@ -475,7 +476,7 @@ func (l *lock) holds(path string) bool {
 
 // remakePinDir makes the pin dir again and locks it; commitMu held.
 func (a *Agent) remakePinDir() error {
-	if err := EnsureBPFFS(a.opts.PinDir); err != nil {
+	if err := loader.EnsureBPFFS(a.opts.PinDir); err != nil {
 		return err
 	}
 	l, err := lockPath(a.opts.PinDir, "pin dir", true)

@@ -26,7 +26,7 @@ func pinDataplane(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	defer dp.Close()
-	if _, err := ensureProgram(dp, dir, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if _, err := dp.EnsureProgram(dir, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -64,7 +64,7 @@ func dirNames(t *testing.T, dir string) []string {
 // edgeplane's; on a dir it created it removes everything and the dir.
 func TestDownLeavesForeignPins(t *testing.T) {
 	testutil.RequireRoot(t)
-	if err := EnsureBPFFS("/sys/fs/bpf"); err != nil {
+	if err := loader.EnsureBPFFS("/sys/fs/bpf"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -83,7 +83,7 @@ func TestDownLeavesForeignPins(t *testing.T) {
 		for _, n := range []string{"edge_foreign", "link_foreign", "prog_foreign", "other"} {
 			pinForeign(t, dir, n)
 		}
-		if err := makePinDir(dir); err != nil {
+		if err := loader.EnsureBPFFS(dir); err != nil {
 			t.Fatal(err)
 		}
 		pinDataplane(t, dir)
@@ -105,7 +105,7 @@ func TestDownLeavesForeignPins(t *testing.T) {
 	t.Run("own", func(t *testing.T) {
 		dir := "/sys/fs/bpf/" + testutil.UniqueName("agtown")
 		t.Cleanup(func() { os.RemoveAll(dir) })
-		if err := makePinDir(dir); err != nil {
+		if err := loader.EnsureBPFFS(dir); err != nil {
 			t.Fatal(err)
 		}
 		pinDataplane(t, dir)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/edgeplane/edgeplane/internal/api"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/bpf/rcu"
 	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/dataplane"
@@ -50,7 +51,7 @@ func newAgent(opts Options) *Agent {
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &Agent{opts: opts, log: log, held: newHeldLinks(), guard: newGuard(), apiRefused: api.NewRefusedCounter(),
+	a := &Agent{opts: opts, log: log, held: loader.NewLinks(), guard: newGuard(), apiRefused: api.NewRefusedCounter(),
 		down: map[healthKey]bool{}, syncReq: make(chan struct{}, 1), errc: make(chan error, 1), reg: prometheus.NewRegistry()}
 	a.reg.MustRegister(collectors.NewGoCollector())
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -181,7 +182,7 @@ func (a *Agent) loadAPICredentials(context.Context) (err error) {
 // lockPinDir mounts bpffs where the pin dir needs it and takes the pin
 // dir's lock.
 func (a *Agent) lockPinDir(context.Context) (err error) {
-	if err := EnsureBPFFS(a.opts.PinDir); err != nil {
+	if err := loader.EnsureBPFFS(a.opts.PinDir); err != nil {
 		return err
 	}
 	if a.pinLock, err = lockPath(a.opts.PinDir, "pin dir", true); err != nil {
@@ -203,7 +204,7 @@ func (a *Agent) releasePinDir() {
 // config; on failure no link it took stays held.
 func (a *Agent) startDataplane(context.Context) error {
 	if err := a.start(a.boot.cfg); err != nil {
-		a.held.closeAll()
+		a.held.CloseAll()
 		return err
 	}
 	return nil

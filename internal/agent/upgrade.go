@@ -82,7 +82,7 @@ func (a *Agent) upgrade(cfg *config.Config, why error) error {
 	if err != nil {
 		return fail(err)
 	}
-	progPin := filepath.Join(u.Stage(), progPrefix+bpf.ProgramID(dp.Limits))
+	progPin := filepath.Join(u.Stage(), loader.ProgPrefix+bpf.ProgramID(dp.Limits))
 	if err := prog.Pin(progPin); err != nil {
 		return fail(fmt.Errorf("pin program: %w", err))
 	}
@@ -112,7 +112,7 @@ func (a *Agent) upgrade(cfg *config.Config, why error) error {
 	})
 	if err == nil {
 		// Interfaces new in the config get their link now.
-		_, err = attach(dp, a.opts.PinDir, cfg.Interfaces, false, a.held, a.log)
+		_, err = dp.Attach(a.opts.PinDir, ifacesOf(cfg.Interfaces), false, a.held, a.log)
 	}
 	if err != nil {
 		a.restoreLinks(prev)
@@ -123,7 +123,7 @@ func (a *Agent) upgrade(cfg *config.Config, why error) error {
 	}
 	// Interfaces that left the config lose their link now, before Finish
 	// waits the old program out: it runs nowhere after that.
-	if err := detachExcept(a.opts.PinDir, cfg.Interfaces, a.held, a.log); err != nil {
+	if err := loader.DetachExcept(a.opts.PinDir, ifacesOf(cfg.Interfaces), a.held, a.log); err != nil {
 		return fmt.Errorf("finish the upgrade (the new program forwards; the next start completes it): %w", err)
 	}
 	halt("switched")
@@ -153,7 +153,7 @@ func switchLinks(pinDir string, ifaces []config.Interface, prog *ebpf.Program) (
 		}
 	}()
 	for _, itf := range ifaces {
-		l, err := link.LoadPinnedLink(filepath.Join(pinDir, linkPrefix+itf.Name), nil)
+		l, err := link.LoadPinnedLink(filepath.Join(pinDir, loader.LinkPrefix+itf.Name), nil)
 		if err != nil {
 			continue // none yet: attach makes it
 		}
@@ -180,7 +180,7 @@ func switchLinks(pinDir string, ifaces []config.Interface, prog *ebpf.Program) (
 // linkPrograms returns the program each pinned link runs, by pin path.
 func linkPrograms(pinDir string) (map[string]*ebpf.Program, error) {
 	out := map[string]*ebpf.Program{}
-	pins, _ := filepath.Glob(filepath.Join(pinDir, linkPrefix+"*"))
+	pins, _ := filepath.Glob(filepath.Join(pinDir, loader.LinkPrefix+"*"))
 	for _, p := range pins {
 		id, err := linkProgramID(p)
 		if err != nil {
@@ -215,12 +215,12 @@ func linkProgramID(p string) (ebpf.ProgramID, error) {
 // restoreLinks, after a failed switch, moves the links back to the
 // programs they ran and removes links the switch created.
 func (a *Agent) restoreLinks(prev map[string]*ebpf.Program) {
-	pins, _ := filepath.Glob(filepath.Join(a.opts.PinDir, linkPrefix+"*"))
+	pins, _ := filepath.Glob(filepath.Join(a.opts.PinDir, loader.LinkPrefix+"*"))
 	for _, p := range pins {
 		prog, ok := prev[p]
 		if !ok {
-			a.held.drop(strings.TrimPrefix(filepath.Base(p), linkPrefix))
-			if err := detachPin(p); err != nil {
+			a.held.Drop(strings.TrimPrefix(filepath.Base(p), loader.LinkPrefix))
+			if err := loader.DetachPin(p); err != nil {
 				a.log.Error("upgrade: remove a link the switch created", "link", p, "error", err)
 			}
 			continue
@@ -249,7 +249,7 @@ func promoteProgram(pinDir, progPin string) error {
 	if err := os.Remove(filepath.Dir(progPin)); err != nil {
 		return fmt.Errorf("remove %s: %w", filepath.Dir(progPin), err)
 	}
-	old, _ := filepath.Glob(filepath.Join(pinDir, progPrefix+"*"))
+	old, _ := filepath.Glob(filepath.Join(pinDir, loader.ProgPrefix+"*"))
 	for _, p := range old {
 		if p != keep {
 			_ = os.Remove(p)
@@ -267,7 +267,7 @@ func recoverUpgrade(pinDir string, log *slog.Logger) error {
 	if _, err := os.Stat(stage); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	progs, _ := filepath.Glob(filepath.Join(stage, progPrefix+"*"))
+	progs, _ := filepath.Glob(filepath.Join(stage, loader.ProgPrefix+"*"))
 	var staged *ebpf.Program
 	var stagedID ebpf.ProgramID
 	if len(progs) == 1 {
@@ -281,7 +281,7 @@ func recoverUpgrade(pinDir string, log *slog.Logger) error {
 			}
 		}
 	}
-	links, _ := filepath.Glob(filepath.Join(pinDir, linkPrefix+"*"))
+	links, _ := filepath.Glob(filepath.Join(pinDir, loader.LinkPrefix+"*"))
 	var behind []string
 	running := 0
 	for _, l := range links {

@@ -79,6 +79,8 @@ var rules = []struct {
 		"the counters' readers read the object's maps (or pins), whoever wrote them"},
 	{"./internal/bpf/upgrade", []string{"./"}, []string{"./internal/bpf", "./internal/bpf/rcu", "./internal/bpf/mapconv", "./internal/dataplane"},
 		"an upgrade carries maps over; the loader puts the writer over them"},
+	{"./internal/bpf/loader", []string{"./internal/config"}, nil,
+		"the loader attaches to interfaces by name and mode; the config model is the agent's"},
 	{"./internal/rules", []string{"./internal/bpf/loader", "./internal/bpf/stats", "./internal/bpf/upgrade"}, nil,
 		"the rule compiler builds a generation for the writer; it loads and reads nothing"},
 	// Binaries by audience.

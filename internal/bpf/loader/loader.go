@@ -3,8 +3,10 @@
 // Package loader is the dataplane a gateway runs: it creates the
 // object's maps or adopts those pinned (taking over another build's
 // through an upgrade), loads the XDP program and the programs loaded
-// apart from it (relief's CPU program, the probe sender), and puts the
-// rule writer and the counters' readers over the maps in one Dataplane.
+// apart from it (relief's CPU program, the probe sender), attaches it to
+// the interfaces through pinned XDP links and takes all of it down
+// (attach.go: the pin layout), and puts the rule writer and the
+// counters' readers over the maps in one Dataplane.
 // It also asks the kernel what the loaded program depends on: a device's
 // XDP features, and whether routing goes by destination alone.
 package loader
