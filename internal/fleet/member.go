@@ -81,6 +81,12 @@ type Member struct {
 	cluster string
 	epoch   int64
 	ready   bool
+	// behind says why the gateway is behind (etcd restored, replaced)
+	// from the moment the member notices until it has committed what
+	// etcd holds then. It outlives the reads in between: one of a wiped
+	// etcd finds no layout, and the read of the keys put back after it
+	// is an ordinary one, yet the gateway still serves the lost state.
+	behind string
 	// recheck asks Run's goroutine to check etcd's history at once (the
 	// heartbeat reached etcd again).
 	recheck chan struct{}
@@ -332,6 +338,7 @@ func (m *Member) verify(ctx context.Context) (again bool, err error) {
 func (m *Member) reread(ctx context.Context, why string) error {
 	if why != "" {
 		m.o.Log.Warn("fleet: reading everything again; behind until committed", "reason", why, "revision", m.rev)
+		m.behind = why
 		m.set(func(s *Status) { s.State, s.Error = StateBehind, why })
 	}
 	m.cache = nil
@@ -398,6 +405,12 @@ func (m *Member) read(ctx context.Context) error {
 		})
 		return nil
 	}
+	if why := m.behind; why != "" {
+		// The layout is back (a restore put it back after a wipe): the
+		// gateway is behind for the reason it was, not waiting any
+		// more, until the commit below is done.
+		m.set(func(s *Status) { s.State, s.Error = StateBehind, why })
+	}
 	m.commit()
 	return nil
 }
@@ -460,6 +473,7 @@ func (m *Member) commit() {
 		}
 		m.o.Log.Info("fleet: committed", "revision", m.rev, "generation", gen, "operations", len(ops))
 	}
+	m.behind = ""
 	if err := m.saveState(); err != nil {
 		m.o.Log.Error("fleet: keep the committed revision", "file", m.o.StateFile, "error", err)
 	}
