@@ -594,7 +594,10 @@ struct edge_emc_slot {
 	 * it hot) */
 	__u16 seen;
 	__u16 pad;
-	__u32 pad2;
+	/* where the table's entry was when this copy was made: its index in
+	 * edge_ft + 1 (0: none), so folding the copy's counts back in does
+	 * not hash the flow again */
+	__u32 ft_at;
 };
 
 /* A token bucket of the ICMP errors XDP sends (edge_icmp_bucket, per

@@ -85,7 +85,7 @@ __noinline int emc_flush(struct edge_ctx *c, struct edge_emc_slot *e)
 	if (!c || !e || !e->f.packets)
 		return 0;
 	flow_unpack4(&e->k, &c->lb.ek);
-	edge_ft_use(c, &c->lb.ek, e->f.packets, e->f.bytes, 0);
+	edge_ft_use_at(c, &c->lb.ek, e->ft_at, e->f.packets, e->f.bytes);
 	e->f.packets = 0;
 	e->f.bytes = 0;
 	return 0;
@@ -103,8 +103,10 @@ static __always_inline void flow_fresh(struct edge_ctx *ctx)
 
 /* emc_fill makes exact-match slot emc this CPU's copy of entry f for
  * ctx->k4, counting packets and bytes in it (those not yet in the
- * table's total). marked says whether the table's entry is marked used
- * now, after its first packet: if not, the copy's next hit marks it. */
+ * table's total), and notes where the entry is (ctx->ft_bucket and
+ * ft_way, as the lookup or the insert left them). marked says whether
+ * the table's entry is marked used now, after its first packet: if not,
+ * the copy's next hit marks it. */
 static __always_inline void emc_fill(struct edge_ctx *ctx,
 				     struct edge_emc_slot *emc,
 				     const struct edge_flow *f, __u64 packets,
@@ -115,6 +117,8 @@ static __always_inline void emc_fill(struct edge_ctx *ctx,
 	emc->f.packets = packets;
 	emc->f.bytes = bytes;
 	emc->seen = ctx->now - !marked;
+	emc->ft_at = ctx->ft_way < 0 ? 0 :
+		     ctx->ft_bucket * EDGE_FT_WAYS + ctx->ft_way + 1;
 }
 
 /* flow_find returns the entry of ctx->p's flow when it holds a decision
@@ -151,7 +155,7 @@ static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 				emc->f.bytes += p->len;
 				now = ctx->now;
 				if (emc->seen != now) {
-					edge_ft_use(ctx, &p->key, 0, 0, 0);
+					edge_ft_use_at(ctx, &p->key, emc->ft_at, 0, 0);
 					emc->seen = now;
 				}
 				return &emc->f;

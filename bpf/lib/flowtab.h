@@ -281,6 +281,39 @@ __noinline int edge_ft_use(struct edge_ctx *c, const struct edge_flow_key *k,
 	return 0;
 }
 
+/* edge_ft_use_at is edge_ft_use (flags 0) for k's entry last known at
+ * index at - 1 of edge_ft (an exact-match copy's note; 0: none): taken
+ * there, without hashing k, when the way is still in use and holds k
+ * (another flow may have taken it since), else looked up. As
+ * edge_ft_use, it reads without the bucket's lock: counts added as
+ * the way is written over go with the flow it held. A global
+ * function. */
+__noinline int edge_ft_use_at(struct edge_ctx *c, const struct edge_flow_key *k,
+			      __u32 at, __u64 packets, __u64 bytes)
+{
+	struct edge_ft_bucket *m;
+	struct edge_ft_way *e;
+	__u32 i, b;
+
+	if (!c || !k)
+		return 0;
+	if (at) {
+		i = at - 1;
+		b = i / EDGE_FT_WAYS;
+		e = bpf_map_lookup_elem(&edge_ft, &i);
+		m = bpf_map_lookup_elem(&edge_ft_meta, &b);
+		if (e && m && m->tag[i & (EDGE_FT_WAYS - 1)] && ft_key_eq(&e->k, k)) {
+			if (packets) {
+				__sync_fetch_and_add(&e->f.packets, packets);
+				__sync_fetch_and_add(&e->f.bytes, bytes);
+			}
+			ft_mark(m, i, c->now);
+			return 1;
+		}
+	}
+	return edge_ft_use(c, k, packets, bytes, 0);
+}
+
 /* ft_victim picks the way of bucket m a new flow takes: an empty one,
  * else of those whose flow had one packet or has gone EDGE_FT_IDLE ticks
  * unused the least recently used (a one-packet flow before an idle one
@@ -362,7 +395,8 @@ static __always_inline int edge_ft_insert(struct edge_ctx *c)
 	FT_BARRIER();
 	m->seq = seq + 2;
 	c->ft_seq = seq + 2;
-	return e ? w : -1;
+	c->ft_way = e ? w : -1; /* for the exact-match copy (emc_fill) */
+	return c->ft_way;
 }
 
 /* edge_ft_nexthop writes the next hop f holds back into c->p.key's entry

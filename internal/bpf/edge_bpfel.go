@@ -58,7 +58,7 @@ type edgeEdgeEmcSlot struct {
 	F    edgeEdgeFlow
 	Seen uint16
 	Pad  uint16
-	Pad2 uint32
+	FtAt uint32
 }
 
 type edgeEdgeFar struct {

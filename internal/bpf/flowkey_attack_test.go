@@ -488,3 +488,37 @@ func TestTCPRTTForgedEchoOtherLink(t *testing.T) {
 		t.Errorf("path 1 after an echo forged on wan1 and the honest one: %d samples, last %d us; want the honest one, about 30 ms", r.Samples, r.LastNs/1000)
 	}
 }
+
+// TestFlowCountsAcrossEMCEvictions: 3,000 IPv4 flows round robin on one
+// CPU, more than its 1,024 exact-match slots, so each packet's copy
+// pushes out another flow's, whose counts go back into its table entry
+// at the place the copy noted (no second hash), or through a lookup
+// when the entry has moved: every flow ends with exactly its packets.
+func TestFlowCountsAcrossEMCEvictions(t *testing.T) {
+	h := harnessEdited(t, greConfig, "limits: {flows: 4096, rules: 1024}", "limits: {flows: 65536, rules: 1024}")
+	h.pin = 1
+	const flows, rounds = 3000, 4
+	frames := make([][]byte, flows)
+	for i := range frames {
+		frames[i] = greIP{src: fmt.Sprintf("10.1.%d.%d", 1+i/250, 1+i%250), dst: "10.7.1.1", u: udpU(40000, 5000)}.frame(t, macHostA, macLan0, 64)
+	}
+	for range rounds {
+		for _, f := range frames {
+			if v, _ := h.run(f, "lan0"); v != bpf.XDPRedirect {
+				t.Fatalf("verdict %s", verdictName(v))
+			}
+		}
+	}
+	got, err := h.dp.Flows(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != flows {
+		t.Fatalf("%d flows listed, want %d", len(got), flows)
+	}
+	for _, f := range got {
+		if f.Packets != rounds {
+			t.Fatalf("flow from %s: %d packets, want %d", f.Src, f.Packets, rounds)
+		}
+	}
+}
