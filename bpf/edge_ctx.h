@@ -78,23 +78,27 @@ struct edge_ctx {
 	__u32 ft_seq;
 	__s32 ft_way;
 	__u32 ft_nh; /* the entry's fib_epoch when it was read */
-	/* FlowOpt's record of the packet's connection (flowopt.h), as the
-	 * probe found it before act: its slot + 1 (0: none), check, the
-	 * packet's direction, and the interface the record says that
-	 * direction leaves by (after act, edge_fo_egress writes where the
+	/* FlowOpt's record of the packet's connection (flowopt.h): its slot
+	 * + 1 (0: not known), from the flow's exact-match copy at decide,
+	 * then as relief or act found it (looked at first, and taken only
+	 * when the record there holds the connection's whole key; the copy
+	 * keeps it for the flow's next packet: emc_fill, flow_keep); as
+	 * the probe found it before act, its check, the packet's direction
+	 * and the interface the record says that direction leaves by (0:
+	 * the probe did not run; after act, edge_fo_egress writes where the
 	 * packet left when it is another). */
-	__u32 fo_slot;
+	__u32 fo_at;
 	__u32 fo_check;
 	__u32 fo_dir;
 	__u32 fo_oif;
-	/* Where relief placed the packet's connection: its key, its pair
-	 * of slots and its check, so the stages after it need not hash it
-	 * again; fo_hint_ok is 1 until one of them takes it. */
-	struct edge_fo_key fo_hint_k;
+	/* Where relief placed the packet's connection when it found no
+	 * record (both slots held): its pair of slots, its check and its
+	 * key, so act judges the flow in its share without hashing it
+	 * again; fo_hint_ok is 1 until act takes it. */
 	__u32 fo_hint_idx;
 	__u32 fo_hint_check;
 	__u32 fo_hint_ok;
-	__u32 fo_pad;
+	struct edge_fo_key fo_hint_k;
 	struct edge_ft_rec rec;
 	struct edge_lb_scratch lb;
 };

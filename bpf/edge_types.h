@@ -598,6 +598,12 @@ struct edge_emc_slot {
 	 * edge_ft + 1 (0: none), so folding the copy's counts back in does
 	 * not hash the flow again */
 	__u32 ft_at;
+	/* where FlowOpt's record of the flow's connection was when a packet
+	 * of the copy last found it: its slot in edge_fo + 1 (0: none), so
+	 * the next one looks there before it hashes (the record's whole key
+	 * is checked: a slot taken by another connection is passed by) */
+	__u32 fo_at;
+	__u32 pad2;
 };
 
 /* A token bucket of the ICMP errors XDP sends (edge_icmp_bucket, per

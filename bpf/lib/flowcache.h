@@ -104,7 +104,8 @@ static __always_inline void flow_fresh(struct edge_ctx *ctx)
 /* emc_fill makes exact-match slot emc this CPU's copy of entry f for
  * ctx->k4, counting packets and bytes in it (those not yet in the
  * table's total), and notes where the entry is (ctx->ft_bucket and
- * ft_way, as the lookup or the insert left them). marked says whether
+ * ft_way, as the lookup or the insert left them) and FlowOpt's record
+ * (ctx->fo_at, as the packet's stages found it). marked says whether
  * the table's entry is marked used now, after its first packet: if not,
  * the copy's next hit marks it. */
 static __always_inline void emc_fill(struct edge_ctx *ctx,
@@ -119,6 +120,7 @@ static __always_inline void emc_fill(struct edge_ctx *ctx,
 	emc->seen = ctx->now - !marked;
 	emc->ft_at = ctx->ft_way < 0 ? 0 :
 		     ctx->ft_bucket * EDGE_FT_WAYS + ctx->ft_way + 1;
+	emc->fo_at = ctx->fo_at;
 }
 
 /* flow_find returns the entry of ctx->p's flow when it holds a decision
@@ -158,6 +160,7 @@ static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 					edge_ft_use_at(ctx, &p->key, emc->ft_at, 0, 0);
 					emc->seen = now;
 				}
+				ctx->fo_at = emc->fo_at;
 				return &emc->f;
 			}
 			/* Stale: what the copy counted goes with the flow. */
@@ -209,12 +212,16 @@ static __always_inline void flow_record(struct edge_ctx *ctx,
 		emc_fill(ctx, emc, &ctx->nf, 0, 0, 0);
 }
 
-/* flow_keep writes back into the table the next hop an IPv6 hit looked
- * up again (fl: the copy in ctx->nf it was decided from); an IPv4 flow
- * keeps its own in its exact-match copy. */
+/* flow_keep writes back what a hit learnt: into the table the next hop
+ * an IPv6 hit looked up again (fl: the copy in ctx->nf it was decided
+ * from; an IPv4 flow keeps its own in its exact-match copy), and into
+ * the IPv4 flow's copy emc where its FlowOpt record now is. */
 static __always_inline void flow_keep(struct edge_ctx *ctx,
+				      struct edge_emc_slot *emc,
 				      const struct edge_flow *fl)
 {
+	if (emc && emc->fo_at != ctx->fo_at)
+		emc->fo_at = ctx->fo_at;
 	if (fl == &ctx->nf && !ctx->record && fl->fib_epoch != ctx->ft_nh)
 		edge_ft_nexthop(ctx, fl);
 }

@@ -122,15 +122,12 @@ static __always_inline int fo_key_eq(const struct edge_fo_key *x,
 	       x->b[1] == y->b[1] && x->ports == y->ports;
 }
 
-/* fo_place places the packet's connection: the keyed hash (siphash.h) of
- * its endpoints in a fixed order, so both directions place it alike.
- * Where relief placed the same connection (c->fo_hint) is taken instead
- * of hashing it again, and taken once: the next packet hashes anew. */
-static __always_inline void fo_place(struct edge_ctx *c, struct fo_where *w)
+/* fo_key sets w's key and direction: the packet's connection, its
+ * endpoints in a fixed order, so both directions key it alike. */
+static __always_inline void fo_key(const struct edge_pkt *p, struct fo_where *w)
 {
-	const struct edge_pkt *p = &c->p;
 	const __u64 *s = (const __u64 *)p->key.src, *d = (const __u64 *)p->key.dst;
-	__u64 a0 = s[0], a1 = s[1], b0 = d[0], b1 = d[1], t, h;
+	__u64 a0 = s[0], a1 = s[1], b0 = d[0], b1 = d[1], t;
 	__u16 ap = p->key.sport, bp = p->key.dport, tp;
 
 	w->dir = 0;
@@ -146,14 +143,25 @@ static __always_inline void fo_place(struct edge_ctx *c, struct fo_where *w)
 	w->k.b[1] = b1;
 	w->k.ports = (__u64)ap | (__u64)bp << 16 | (__u64)p->key.proto << 32 |
 		     (__u64)p->key.family << 40;
-	if (c->fo_hint_ok && fo_key_eq(&c->fo_hint_k, &w->k)) {
+}
+
+/* fo_place places w's connection (fo_key): the keyed hash (siphash.h) of
+ * its key, the same from both directions. Where relief placed the same
+ * connection (c->fo_hint) is taken instead of hashing it again, and
+ * taken once. */
+static __always_inline void fo_place(struct edge_ctx *c, struct fo_where *w)
+{
+	const struct edge_fo_key *k = &w->k;
+	__u64 h;
+
+	if (c->fo_hint_ok && fo_key_eq(&c->fo_hint_k, k)) {
 		c->fo_hint_ok = 0;
 		w->idx = c->fo_hint_idx;
 		w->check = c->fo_hint_check;
 		return;
 	}
-	h = sip_tuple(a0, a1, b0, b1, (__u32)ap | (__u32)bp << 16,
-		      p->key.proto, p->key.family);
+	h = sip_tuple(k->a[0], k->a[1], k->b[0], k->b[1], (__u32)k->ports,
+		      (__u8)(k->ports >> 32), (__u8)(k->ports >> 40));
 	w->idx = (__u32)h & (fo_slots - 1) & ~1u;
 	w->check = (__u32)(h >> 32) | 1;
 }
@@ -169,7 +177,11 @@ static __always_inline int fo_is(const struct edge_fo_conn *e,
 
 /* fo_get returns the record of the packet's connection (placed in *w),
  * taking a slot for a new one (see above), or NULL: both slots hold
- * active connections (counted EDGE_R_FO_FULL). */
+ * active connections (counted EDGE_R_FO_FULL). The slot where it was
+ * last found (c->fo_at) is looked at first: a record holding the
+ * connection's key is its own wherever it sits, and a packet that finds
+ * it there neither hashes nor reads the pair. c->fo_at is left at the
+ * record's slot + 1, or 0. */
 static __always_inline struct edge_fo_conn *fo_get(struct edge_ctx *c,
 						   __u64 now,
 						   struct fo_where *w)
@@ -177,6 +189,18 @@ static __always_inline struct edge_fo_conn *fo_get(struct edge_ctx *c,
 	struct edge_fo_conn *e0, *e1, *v;
 	__u32 idx, idx1;
 
+	fo_key(&c->p, w);
+	if (c->fo_at) {
+		idx = c->fo_at - 1;
+		v = bpf_map_lookup_elem(&edge_fo, &idx);
+		if (v && v->check && fo_key_eq(&v->k, &w->k)) {
+			w->slot = idx;
+			w->idx = idx & ~1u;
+			w->check = v->check;
+			return v;
+		}
+	}
+	c->fo_at = 0;
 	fo_place(c, w);
 	idx = w->idx;
 	idx1 = idx + 1;
@@ -185,9 +209,11 @@ static __always_inline struct edge_fo_conn *fo_get(struct edge_ctx *c,
 	if (!e0 || !e1)
 		return NULL;
 	w->slot = idx;
+	c->fo_at = idx + 1;
 	if (fo_is(e0, w))
 		return e0;
 	w->slot = idx1;
+	c->fo_at = idx1 + 1;
 	if (fo_is(e1, w))
 		return e1;
 	/* A new connection: an empty slot, else the older of the cold or
@@ -195,6 +221,7 @@ static __always_inline struct edge_fo_conn *fo_get(struct edge_ctx *c,
 	if (!e0->check) {
 		v = e0;
 		w->slot = idx;
+		c->fo_at = idx + 1;
 	} else if (!e1->check) {
 		v = e1;
 	} else {
@@ -204,9 +231,11 @@ static __always_inline struct edge_fo_conn *fo_get(struct edge_ctx *c,
 		if (c0 && (!c1 || e0->last_ns <= e1->last_ns)) {
 			v = e0;
 			w->slot = idx;
+			c->fo_at = idx + 1;
 		} else if (c1) {
 			v = e1;
 		} else {
+			c->fo_at = 0;
 			count(&edge_reasons, EDGE_R_FO_FULL, c->p.len);
 			return NULL;
 		}
@@ -502,8 +531,8 @@ pass:
  * connections) is judged in one of its class's shares (edge_fo_shares,
  * by its keyed hash and direction) beside the other flows there: held
  * to a flow's share, never let through unjudged. The probe leaves the
- * record's place in c (fo_slot) for edge_fo_egress. A global function:
- * verified once. */
+ * record's place in c (fo_at, fo_check) for edge_fo_egress. A global
+ * function: verified once. */
 __noinline int edge_fo_act(struct xdp_md *ctx, struct edge_ctx *c, __u32 fo,
 			   __u32 k16, __u32 cls)
 {
@@ -517,7 +546,6 @@ __noinline int edge_fo_act(struct xdp_md *ctx, struct edge_ctx *c, __u32 fo,
 
 	if (!c)
 		return EDGE_GO_ON;
-	c->fo_slot = 0;
 	c->fo_oif = 0;
 	if (!(fo & EDGE_FO_PROBE) && !(cls && (fo & EDGE_FO_FAIR)))
 		return EDGE_GO_ON;
@@ -539,7 +567,6 @@ __noinline int edge_fo_act(struct xdp_md *ctx, struct edge_ctx *c, __u32 fo,
 			if (c->p.key.proto == IPPROTO_TCP && c->p.l4_off &&
 			    !(c->p.key.flags & EDGE_KF_FRAG))
 				fo_probe(ctx, c, e, w.dir, me, other, now, k16);
-			c->fo_slot = w.slot + 1;
 			c->fo_check = w.check;
 			c->fo_dir = w.dir;
 			c->fo_oif = me->oif;
@@ -571,7 +598,7 @@ __noinline int edge_fo_act(struct xdp_md *ctx, struct edge_ctx *c, __u32 fo,
 }
 
 /* edge_fo_egress notes oif, the interface the packet the probe just took
- * left by (c->fo_slot: its connection's record; 0: none), as its
+ * left by (c->fo_at: its connection's record; 0: none), as its
  * direction's: the other direction's answers end its samples only when
  * they come in there. A flow entry knows where its packets leave only
  * once one is sent (a new flow's first packet, the handshake's SYN), so
@@ -584,9 +611,9 @@ __noinline int edge_fo_egress(struct edge_ctx *c, __u32 oif)
 	struct edge_fo_conn *e;
 	__u32 slot;
 
-	if (!c || !c->fo_slot || !oif)
+	if (!c || !c->fo_at || !oif)
 		return 0;
-	slot = c->fo_slot - 1;
+	slot = c->fo_at - 1;
 	e = bpf_map_lookup_elem(&edge_fo, &slot);
 	if (!e || e->check != c->fo_check)
 		return 0;
@@ -625,13 +652,15 @@ __noinline int edge_fo_relief(struct edge_ctx *c, __u32 ncpus, __u32 cls,
 	}
 	now = bpf_ktime_get_ns();
 	e = fo_get(c, now, &w);
-	/* For the probe and fairness stages, after act. */
-	c->fo_hint_k = w.k;
-	c->fo_hint_idx = w.idx;
-	c->fo_hint_check = w.check;
-	c->fo_hint_ok = 1;
-	if (!e)
+	if (!e) {
+		/* For the probe and fairness stages, after act (a record
+		 * found is found again at c->fo_at). */
+		c->fo_hint_k = w.k;
+		c->fo_hint_idx = w.idx;
+		c->fo_hint_check = w.check;
+		c->fo_hint_ok = 1;
 		return EDGE_GO_ON;
+	}
 	if (alone) {
 		e->last_ns = now;
 		if (e->packets < 0xffffffffu)

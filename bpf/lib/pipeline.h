@@ -100,6 +100,7 @@ decide(struct xdp_md *ctx, struct edge_ctx *c, const struct edge_state *st,
 	__u64 vips;
 
 	c->record = 0;
+	c->fo_at = 0; /* an exact-match hit knows it (flow_find) */
 	/* An ICMP error about a NAT'd connection is translated and sent on,
 	 * never cached: the flow cache keys it by its own addresses, not by
 	 * the connection it quotes. */
@@ -269,6 +270,8 @@ static __always_inline int edge_pipeline_on(struct xdp_md *ctx, int placed)
 		if (rc != EDGE_GO_ON) {
 			if (c->record)
 				flow_record(c, emc);
+			else
+				flow_keep(c, emc, fl);
 			return rc;
 		}
 	}
@@ -307,7 +310,7 @@ done:
 	if (c->record)
 		flow_record(c, emc);
 	else
-		flow_keep(c, fl);
+		flow_keep(c, emc, fl);
 	return rc;
 }
 

@@ -59,6 +59,8 @@ type edgeEdgeEmcSlot struct {
 	Seen uint16
 	Pad  uint16
 	FtAt uint32
+	FoAt uint32
+	Pad2 uint32
 }
 
 type edgeEdgeFar struct {

@@ -360,6 +360,24 @@ func TestFlowOptFairness(t *testing.T) {
 	}
 }
 
+// pairPorts returns the source ports, from first on, of three UDP flows
+// to port 5000 (foKey) whose connections share a pair of FlowOpt slots
+// (the agent holds the secret that places them).
+func pairPorts(t *testing.T, h *harness, first uint16) []uint16 {
+	t.Helper()
+	var ports []uint16
+	want, _, _, _ := h.dp.FOPlace(foKey(17, first, 5000))
+	for p := first; len(ports) < 3 && p < 65000; p++ {
+		if idx, _, _, _ := h.dp.FOPlace(foKey(17, p, 5000)); idx == want {
+			ports = append(ports, p)
+		}
+	}
+	if len(ports) < 3 {
+		t.Fatalf("found %d flows sharing a pair of slots", len(ports))
+	}
+	return ports
+}
+
 // TestFlowOptNoEviction: a flood of new connections takes FlowOpt state
 // only from cold or idle ones, never from an established connection:
 // with both of a pair of slots held by established connections a new one
@@ -367,18 +385,7 @@ func TestFlowOptFairness(t *testing.T) {
 func TestFlowOptNoEviction(t *testing.T) {
 	h := newHarness(t, foConfig)
 	greLanNeighbours(t, h)
-	// Three UDP flows to port 5000 whose connections share a pair of
-	// slots (the agent holds the secret that places them).
-	var ports []uint16
-	first, _, _, _ := h.dp.FOPlace(foKey(17, 43000, 5000))
-	for p := uint16(43000); len(ports) < 3 && p < 65000; p++ {
-		if idx, _, _, _ := h.dp.FOPlace(foKey(17, p, 5000)); idx == first {
-			ports = append(ports, p)
-		}
-	}
-	if len(ports) < 3 {
-		t.Fatalf("found %d flows sharing a pair of slots", len(ports))
-	}
+	ports := pairPorts(t, h, 43000)
 	for _, p := range ports[:2] {
 		for range 5 { // established: more than a few packets
 			h.run(foUDP(t, p, 5000, 2), "lan0")
@@ -494,4 +501,45 @@ func mustParse(t *testing.T, y string) *config.Config {
 // cfgModule is FlowOpt module name, on.
 func cfgModule(_ *testing.T, name string) config.FlowOptModule {
 	return config.FlowOptModule{Module: name}
+}
+
+// TestFlowOptRecordTakenUnderCopy: a flow's exact-match copy remembers
+// where its connection's FlowOpt record was, so its next packet neither
+// hashes nor reads the pair. When another connection has taken that
+// slot meanwhile (the flow was cold and two new connections of its
+// pair came), the flow's packets pass it by (its whole key differs) and
+// get a record of their own: the connection now in the slot counts
+// only its own packets and keeps its own tokens.
+func TestFlowOptRecordTakenUnderCopy(t *testing.T) {
+	h := newHarness(t, foConfig)
+	greLanNeighbours(t, h)
+	h.pin = 1 // one CPU: one exact-match copy per flow
+	ports := pairPorts(t, h, 44000)
+	a, b, c := ports[0], ports[1], ports[2]
+	send := func(p uint16, n int) {
+		t.Helper()
+		for range n {
+			if v, _ := h.run(foUDP(t, p, 5000, 2), "lan0"); v != bpf.XDPRedirect {
+				t.Fatalf("flow from port %d: verdict %s", p, verdictName(v))
+			}
+		}
+	}
+	// a takes the pair's first slot and its copy notes it; b the second;
+	// c evicts the older cold one, a, and sits where a's copy points.
+	send(a, 2)
+	send(b, 2)
+	send(c, 2)
+	if _, _, ok, _ := h.dp.FOLookup(foKey(17, a, 5000)); ok {
+		t.Fatalf("the first flow kept its record beside two newer ones")
+	}
+	send(a, 3)
+	ec, _, okC, errC := h.dp.FOLookup(foKey(17, c, 5000))
+	ea, _, okA, errA := h.dp.FOLookup(foKey(17, a, 5000))
+	if errA != nil || errC != nil || !okA || !okC {
+		t.Fatalf("records: first %v, third %v (%v, %v)", okA, okC, errA, errC)
+	}
+	if ec.Packets != 2 || ea.Packets != 3 {
+		t.Errorf("the record in the first flow's old slot counted %d packets, want its own 2; the first flow's new one %d, want 3",
+			ec.Packets, ea.Packets)
+	}
 }

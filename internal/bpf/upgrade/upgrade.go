@@ -362,9 +362,13 @@ func (u *Upgrade) copyFirst(bc mapconv.BTFCache, why map[string]string) error {
 			}
 			continue
 		}
-		// FlowOpt's records sit where their hash put them: under a new
-		// secret they start again.
-		placedAnew := name == mapFo && why[mapSecret] != ""
+		// FlowOpt's records sit where their hash and the table's size
+		// put them: under a new secret or size they start again (a
+		// flow's exact-match copy, which remembers where its record
+		// was, would otherwise keep one direction on a record the
+		// other no longer finds).
+		placedAnew := name == mapFo && from != nil &&
+			(why[mapSecret] != "" || from.MaxEntries() != byName[name].MaxEntries())
 		if from == nil || mapRoles[name].carry == rebuilt || mapRoles[name].carry == secret || placedAnew {
 			u.log.Info("upgrade: new map", "map", name, "why", why[name], "copied", false)
 			continue
