@@ -29,7 +29,8 @@ func TestBenchRuns(t *testing.T) {
 		"lb_nat_established", "lb_nat_new", "lb_dsr_gre_established", "lb_dsr_gre_new",
 		"lb_dsr_gre_established_ring", "lb_dsr_gre_established_ring_flood",
 		"flowopt_probe_hit", "flowopt_fairness_hit", "flowopt_relief_hit", "flowopt_all_hit",
-		"probe_mac_sip24", "probe_reflect_signed", "probe_reflect_insecure"}
+		"probe_mac_sip24", "probe_reflect_signed", "probe_reflect_insecure",
+		"flow_hash_sip13_ip4", "flow_hash_sip13_ip6"}
 	for _, name := range want {
 		f := r.find(name)
 		if f.Name == "" || f.NsPerPacket <= 0 || f.Method == "" {

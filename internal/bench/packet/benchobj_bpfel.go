@@ -73,6 +73,7 @@ const (
 	benchobjMapEdgeSvcIndex         = "edge_svc_index"
 	benchobjMapEdgeTx               = "edge_tx"
 	benchobjMapEdgeVerdicts         = "edge_verdicts"
+	benchobjProgBenchFlowHash       = "bench_flow_hash"
 	benchobjProgBenchFlowInsert     = "bench_flow_insert"
 	benchobjProgBenchHit            = "bench_hit"
 	benchobjProgBenchMiss           = "bench_miss"
@@ -145,6 +146,7 @@ type benchobjSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjProgramSpecs struct {
+	BenchFlowHash       *ebpf.ProgramSpec `ebpf:"bench_flow_hash"`
 	BenchFlowInsert     *ebpf.ProgramSpec `ebpf:"bench_flow_insert"`
 	BenchHit            *ebpf.ProgramSpec `ebpf:"bench_hit"`
 	BenchMiss           *ebpf.ProgramSpec `ebpf:"bench_miss"`
@@ -402,6 +404,7 @@ type benchobjVariables struct {
 //
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjPrograms struct {
+	BenchFlowHash       *ebpf.Program `ebpf:"bench_flow_hash"`
 	BenchFlowInsert     *ebpf.Program `ebpf:"bench_flow_insert"`
 	BenchHit            *ebpf.Program `ebpf:"bench_hit"`
 	BenchMiss           *ebpf.Program `ebpf:"bench_miss"`
@@ -427,6 +430,7 @@ type benchobjPrograms struct {
 
 func (p *benchobjPrograms) Close() error {
 	return _BenchobjClose(
+		p.BenchFlowHash,
 		p.BenchFlowInsert,
 		p.BenchHit,
 		p.BenchMiss,

@@ -132,6 +132,7 @@ func (b *bencher) steps() []step {
 		step{"", b.measureMalformed},
 		step{"GRE encap and decap", b.measureGRE},
 		step{"path probes: a MAC, and a peer's request answered with and without one", b.measureProbes},
+		step{"the keyed hash that places a new flow", b.measureFlowHash},
 		step{"FlowOpt: each module on an encapsulated flow", b.measureFlowOpt},
 		step{"L4 balancer: NAT and dsr-gre, established and new connections", b.measureLB})
 }
