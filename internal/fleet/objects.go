@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -89,34 +90,67 @@ func configOf(objs []*object) *config.Config {
 	return c
 }
 
-// diffOps returns the operations that turn cur into want (objects of the
-// kinds the API carries), updates where an object's API form differs.
-func diffOps(cur *config.Config, want map[objKey]*object) []*pb.Operation {
+// held is what a gateway holds of the kinds the API carries: each
+// object by key, and the keys in the order the gateway lists them.
+type held struct {
+	obj   map[objKey]any
+	order []objKey
+}
+
+// carried returns what cur holds.
+func carried(cur *config.Config) held {
 	s := config.Builtin()
-	var ops []*pb.Operation
-	have := map[objKey]any{}
+	h := held{obj: map[objKey]any{}}
 	for _, k := range s.Kinds() {
 		if !api.Carries(k) {
 			continue
 		}
 		for _, obj := range s.Objects(cur, k) {
-			have[objKey{k, s.KeyOf(k, obj)}] = obj
+			ok := objKey{k, s.KeyOf(k, obj)}
+			h.obj[ok] = obj
+			h.order = append(h.order, ok)
 		}
 	}
+	return h
+}
+
+// heldOf returns what a gateway holds after committing objs, listed as
+// configOf lists them (by creation, then key).
+func heldOf(objs map[objKey]*object) held {
+	h := held{obj: make(map[objKey]any, len(objs))}
+	l := slices.Collect(maps.Values(objs))
+	slices.SortFunc(l, func(a, b *object) int {
+		return cmp.Or(cmp.Compare(a.created, b.created), strings.Compare(a.key.String(), b.key.String()))
+	})
+	for _, o := range l {
+		h.obj[o.objKey] = o.obj
+		h.order = append(h.order, o.objKey)
+	}
+	return h
+}
+
+// diffOps returns the operations that turn a gateway holding have into
+// one holding want, updates where an object's API form differs. An
+// object of want that is the very one prev holds under its key is taken
+// as held without comparing it: a member that knows what it committed
+// last compares only what changed since (prev nil: everything).
+func diffOps(have held, want, prev map[objKey]*object) []*pb.Operation {
+	s := config.Builtin()
+	var ops []*pb.Operation
 	// Creates and updates in the order what is referred to comes first,
 	// deletes after: the batch is checked as a whole, but a reader of
 	// the journal sees it in an order that makes sense.
 	for _, k := range s.Kinds() {
 		var mine []*object
 		for ok, o := range want {
-			if ok.kind == k {
+			if ok.kind == k && (prev == nil || prev[ok] != o) {
 				mine = append(mine, o)
 			}
 		}
 		slices.SortFunc(mine, func(a, b *object) int { return cmp.Compare(a.created, b.created) })
 		for _, o := range mine {
 			m := api.ToPBRevealed(k, o.obj)
-			old, ok := have[o.objKey]
+			old, ok := have.obj[o.objKey]
 			switch {
 			case !ok:
 				ops = append(ops, &pb.Operation{Op: &pb.Operation_Create{Create: api.Object(k, m)}})
@@ -128,13 +162,9 @@ func diffOps(cur *config.Config, want map[objKey]*object) []*pb.Operation {
 	kinds := s.Kinds()
 	for i := len(kinds) - 1; i >= 0; i-- {
 		k := kinds[i]
-		if !api.Carries(k) {
-			continue
-		}
-		for _, obj := range s.Objects(cur, k) {
-			key := s.KeyOf(k, obj)
-			if _, ok := want[objKey{k, key}]; !ok {
-				ops = append(ops, &pb.Operation{Op: &pb.Operation_Delete{Delete: &pb.Ref{Kind: api.KindRef(k), Id: key.ID, Name: key.Name}}})
+		for _, ok := range have.order {
+			if _, keep := want[ok]; ok.kind == k && !keep {
+				ops = append(ops, &pb.Operation{Op: &pb.Operation_Delete{Delete: &pb.Ref{Kind: api.KindRef(k), Id: ok.key.ID, Name: ok.key.Name}}})
 			}
 		}
 	}
