@@ -59,17 +59,29 @@ type Backend struct {
 // rounded up or down (largest-remainder apportionment), so shares are exact
 // to within one entry.
 func Build(backends []Backend, size uint32) ([]int32, error) {
+	table, slots, err := plan(backends, size)
+	if err != nil || len(slots) == 0 {
+		return table, err
+	}
+	fill(table, slots)
+	return table, nil
+}
+
+// plan checks Build's arguments and returns the table, every entry -1,
+// and a slot for each backend with a weight above 0, in key order, with
+// its permutation and its target number of entries.
+func plan(backends []Backend, size uint32) ([]int32, []slot, error) {
 	if size < 2 || size > MaxSize {
-		return nil, fmt.Errorf("table size %d outside [2, %d]: %w", size, MaxSize, ErrInvalidSize)
+		return nil, nil, fmt.Errorf("table size %d outside [2, %d]: %w", size, MaxSize, ErrInvalidSize)
 	}
 	if !IsPrime(size) {
 		// The permutation (offset + j*skip) mod size only visits every
 		// entry when skip and size are coprime, which a prime size
 		// guarantees for every skip in [1, size-1] (paper §3.4).
-		return nil, fmt.Errorf("table size %d is not prime: %w", size, ErrInvalidSize)
+		return nil, nil, fmt.Errorf("table size %d is not prime: %w", size, ErrInvalidSize)
 	}
 	if len(backends) > math.MaxInt32 {
-		return nil, fmt.Errorf("%d backends do not fit int32 table entries", len(backends))
+		return nil, nil, fmt.Errorf("%d backends do not fit int32 table entries", len(backends))
 	}
 
 	// Work in key order, not slice order, so that ties between backends
@@ -85,7 +97,7 @@ func Build(backends []Backend, size uint32) ([]int32, error) {
 	for i := 1; i < len(order); i++ {
 		a, b := order[i-1], order[i]
 		if backends[a].Key == backends[b].Key {
-			return nil, fmt.Errorf("backends %d and %d both have key %q: %w",
+			return nil, nil, fmt.Errorf("backends %d and %d both have key %q: %w",
 				min(a, b), max(a, b), backends[a].Key, ErrDuplicateKey)
 		}
 	}
@@ -103,19 +115,19 @@ func Build(backends []Backend, size uint32) ([]int32, error) {
 			continue
 		}
 		total += uint64(b.Weight)
+		offset := uint32(hashKey(b.Key, saltOffset) % uint64(size))
 		slots = append(slots, slot{
 			index:  i,
 			weight: uint64(b.Weight),
-			pos:    uint32(hashKey(b.Key, saltOffset) % uint64(size)),
+			pos:    offset,
+			offset: offset,
 			skip:   uint32(hashKey(b.Key, saltSkip)%uint64(size-1)) + 1,
 		})
 	}
-	if len(slots) == 0 {
-		return table, nil
+	if len(slots) > 0 {
+		apportion(slots, size, total)
 	}
-	apportion(slots, size, total)
-	fill(table, slots)
-	return table, nil
+	return table, slots, nil
 }
 
 // slot is the filling state of one backend with a weight above 0.
@@ -124,6 +136,11 @@ type slot struct {
 	weight uint64 // Backend.Weight, widened for the due-time comparison
 	pos    uint32 // next preference to try: (offset + j*skip) mod size
 	skip   uint32 // permutation stride, in [1, size-1]
+	offset uint32 // first preference
+	// steps[k] is k*skip mod size and stride probes*skip mod size, for
+	// walks that test several preferences at once (fill.go).
+	steps  [probes]uint32
+	stride uint32
 	target uint32 // entries the backend ends with
 	turns  uint32 // entries claimed so far
 }
@@ -156,113 +173,6 @@ func apportion(slots []slot, size uint32, total uint64) {
 	for _, i := range byRem[:left] {
 		slots[i].target++
 	}
-}
-
-// fill runs the paper's population loop (§3.4, Pseudocode 1) with weighted
-// turns: each turn goes to the backend that is furthest behind its weight,
-// which claims its next preferred entry that no one holds yet. The turn
-// order is the Sainte-Laguë sequence: backend i's k-th turn (from 0) is due
-// at (k+0.5)/w_i, so with equal weights it is exactly the paper's round
-// robin, and with unequal ones every backend keeps claiming at its own pace
-// throughout, rather than heavy backends taking their entries first. That
-// keeps the paper's property that each backend's entries are mostly the
-// front of its own permutation, so a change to one backend leaves the
-// others' entries largely in place (the tests measure this).
-// A backend leaves the rotation once it reaches its target, so the final
-// counts are exactly the apportioned targets.
-func fill(table []int32, slots []slot) {
-	size := uint32(len(table))
-	// The walk below probes entries in permutation order, i.e. at random;
-	// a bitset of taken entries (8 KiB at 65537) stays in L1 where the
-	// 256 KiB table does not, which roughly halves Build's time.
-	taken := make([]uint64, (size+63)/64)
-	h := make(turnHeap, 0, len(slots))
-	for i := range slots {
-		if slots[i].target > 0 {
-			h = append(h, int32(i))
-		}
-	}
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		h.down(slots, i)
-	}
-	for len(h) > 0 {
-		s := &slots[h[0]]
-		// The permutation is a full cycle because size is prime, and the
-		// table still has free entries (targets sum to size), so the
-		// walk ends.
-		for taken[s.pos/64]&(1<<(s.pos%64)) != 0 {
-			s.pos += s.skip
-			if s.pos >= size {
-				s.pos -= size
-			}
-		}
-		taken[s.pos/64] |= 1 << (s.pos % 64)
-		table[s.pos] = s.index
-		s.pos += s.skip
-		if s.pos >= size {
-			s.pos -= size
-		}
-		s.turns++
-		if s.turns == s.target {
-			last := len(h) - 1
-			h[0] = h[last]
-			h = h[:last]
-		}
-		// Either the root's due time moved later or the root was
-		// replaced; both only need a sift down.
-		if len(h) > 0 {
-			h.down(slots, 0)
-		}
-	}
-}
-
-// turnHeap is a binary min-heap of slot indices ordered by when their next
-// turn is due. It is hand-written rather than container/heap so the hot
-// loop does no interface calls or boxing.
-type turnHeap []int32
-
-// before reports whether slot a's next turn is due before slot b's:
-// (2*turns_a+1)/w_a < (2*turns_b+1)/w_b, cross-multiplied to stay in
-// integers ((2^25+1) * (2^32-1) < 2^64). Ties go to the lower slot index,
-// which is key order, so the result does not depend on the input order.
-func before(slots []slot, a, b int32) bool {
-	sa, sb := &slots[a], &slots[b]
-	da := (2*uint64(sa.turns) + 1) * sb.weight
-	db := (2*uint64(sb.turns) + 1) * sa.weight
-	if da != db {
-		return da < db
-	}
-	return a < b
-}
-
-// down restores the heap property for the subtree at i after h[i]'s due
-// time moved later (or h[i] was replaced). It is Floyd's bottom-up variant:
-// it walks a hole down to a leaf along the earlier child, one comparison a
-// level, then sifts the element up, which is usually short because the
-// backend that just took its turn is due last, or nearly so.
-func (h turnHeap) down(slots []slot, i int) {
-	n, top, x := len(h), i, h[i]
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && before(slots, h[r], h[l]) {
-			m = r
-		}
-		h[i] = h[m]
-		i = m
-	}
-	for i > top {
-		p := (i - 1) / 2
-		if !before(slots, x, h[p]) {
-			break
-		}
-		h[i] = h[p]
-		i = p
-	}
-	h[i] = x
 }
 
 // Salts that turn one hash into the paper's two independent ones, h1 for
