@@ -75,6 +75,26 @@ func TestBenchControl(t *testing.T) {
 			t.Errorf("%s: the floor has a ratio to itself", tc.name)
 		}
 	}
+	// The backend changes: each timed to the flip, to the grace period
+	// after it and to the answer, in that order for every figure's p50
+	// (the answer comes after the flip, a grace period starts after it).
+	for _, b := range []struct {
+		c    control.BackendChange
+		name string
+	}{{c.BackendRemove, "lb_backend_remove"}, {c.BackendAdd, "lb_backend_add"}, {c.BackendWeight, "lb_backend_weight"}} {
+		if b.c.Name != b.name || b.c.Ops != 30 || b.c.Method == "" || !strings.Contains(b.c.Method, "100ms") {
+			t.Errorf("%s: %+v", b.name, b.c)
+			continue
+		}
+		for _, l := range []control.Latency{b.c.Flip, b.c.Settled, b.c.Answer} {
+			if l.Ops != 30 || !(l.P50Us > 0 && l.P50Us <= l.P90Us && l.P90Us <= l.P99Us && l.P99Us <= l.MaxUs) || l.Ratios == nil || l.ServerCommitP50Us <= 0 {
+				t.Errorf("%s: %+v", l.Name, l)
+			}
+		}
+		if !(b.c.Flip.MaxUs < b.c.Answer.MaxUs && b.c.Flip.P50Us <= b.c.Settled.P50Us) {
+			t.Errorf("%s: flip p50 %.0f µs, settled p50 %.0f µs, answer max %.0f µs (flip max %.0f)", b.name, b.c.Flip.P50Us, b.c.Settled.P50Us, b.c.Answer.MaxUs, b.c.Flip.MaxUs)
+		}
+	}
 	if !strings.Contains(c.CreatePaced.Method, "20ms") {
 		t.Errorf("paced method does not say its pace: %q", c.CreatePaced.Method)
 	}

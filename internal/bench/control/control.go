@@ -2,9 +2,9 @@
 
 // Package control is the bench's control-plane part: latency of a
 // gateway agent's gRPC API (single-PDR creates, updates and deletes,
-// paced creates, a large batch, a backend's removal) beside a unary
-// call's floor timed in the same run, against an agent in a namespace of
-// its own.
+// paced creates, a large batch, a backend's removal; a backend taken
+// out, put in or reweighted until the flip) beside a unary call's floor
+// timed in the same run, against an agent in a namespace of its own.
 package control
 
 import (
@@ -23,7 +23,6 @@ import (
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/bench/measure"
-	"github.com/edgeplane/edgeplane/internal/config"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
@@ -46,6 +45,13 @@ type Result struct {
 	// RemoveBackend is the time from an Apply that takes a backend out
 	// of a service's LBR to its answer, which comes after the flip.
 	RemoveBackend Latency `json:"lb_remove_backend"`
+	// BackendRemove, BackendAdd and BackendWeight are the times from an
+	// Apply that takes a backend out, puts one in or changes one's
+	// weight until the flip, until no packet reads the old table, and
+	// until the answer, paced.
+	BackendRemove BackendChange `json:"lb_backend_remove"`
+	BackendAdd    BackendChange `json:"lb_backend_add"`
+	BackendWeight BackendChange `json:"lb_backend_weight"`
 }
 
 // Latency is the distribution of one kind of call, client wall time in
@@ -242,7 +248,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	o.Log("control: removing a backend from a service of %d", ctlBackends)
+	if err := l.setUpService(ctx); err != nil {
+		return nil, err
+	}
 	if c.RemoveBackend, err = l.removeBackend(ctx, floorP50); err != nil {
+		return nil, err
+	}
+	o.Log("control: %d backend removals, additions and weight changes, one every %s, to the flip", ctlChanges, ctlChangePace)
+	if c.BackendRemove, c.BackendAdd, c.BackendWeight, err = l.backendChanges(ctx, floorP50); err != nil {
 		return nil, err
 	}
 	o.Log("control: floor p50 %.0f µs; create p50 %.0f µs (x%.1f), update %.0f µs, delete %.0f µs, paced create %.0f µs; batch of %d: create %.0f ms, delete %.0f ms",
@@ -578,58 +591,6 @@ func (l *ctlLab) batch(ctx context.Context, n int) (Batch, Batch, error) {
 	return bc, bd, nil
 }
 
-// ctlBackends is the size of the service removeBackend changes, and
-// ctlRemovals how many removals it times.
-const (
-	ctlBackends = 10
-	ctlRemovals = 50
-)
-
-// removeBackend sets up a NAT service of ctlBackends backends, then times
-// Applies that take one backend out of its LBR (each followed by an
-// untimed one putting it back). The answer comes after the new
-// generation, Maglev table included, is live.
-func (l *ctlLab) removeBackend(ctx context.Context, floorP50 float64) (Latency, error) {
-	lbr := func(skip uint32) *pb.Operation {
-		m := []*pb.Member{}
-		for i := uint32(1); i <= ctlBackends; i++ {
-			if i != skip {
-				m = append(m, &pb.Member{Far: 1000 + i})
-			}
-		}
-		return &pb.Operation{Op: &pb.Operation_Update{Update: &pb.Object{Kind: &pb.Object_Lbr{Lbr: &pb.Lbr{Id: 1, Algorithm: "maglev", Members: m}}}}}
-	}
-	var ops []*pb.Operation
-	for i := uint32(1); i <= ctlBackends; i++ {
-		ops = append(ops, &pb.Operation{Op: &pb.Operation_Create{Create: &pb.Object{Kind: &pb.Object_Far{
-			Far: &pb.Far{Id: 1000 + i, Action: "nat", Address: fmt.Sprintf("10.99.0.%d", i), Port: 8080}}}}})
-	}
-	ops = append(ops, &pb.Operation{Op: &pb.Operation_Create{Create: &pb.Object{Kind: &pb.Object_Lbr{Lbr: &pb.Lbr{Id: 1, Algorithm: "maglev"}}}}},
-		lbr(0),
-		&pb.Operation{Op: &pb.Operation_Create{Create: &pb.Object{Kind: &pb.Object_Service{
-			Service: &pb.Service{Id: 1, Vip: "198.51.100.80", Port: 80, Proto: "tcp", Lbr: 1}}}}})
-	if _, err := l.apply(ctx, ops...); err != nil {
-		return Latency{}, fmt.Errorf("set up the service: %w", err)
-	}
-	d, server := make([]time.Duration, ctlRemovals), make([]time.Duration, ctlRemovals)
-	for i := range d {
-		t0 := time.Now()
-		s, err := l.applyTimed(ctx, lbr(uint32(1+i%ctlBackends)))
-		d[i], server[i] = time.Since(t0), s
-		if err != nil {
-			return Latency{}, fmt.Errorf("remove a backend: %w", err)
-		}
-		if _, err := l.apply(ctx, lbr(0)); err != nil {
-			return Latency{}, fmt.Errorf("put the backend back: %w", err)
-		}
-	}
-	lat := latency("lb_remove_backend", d, server, floorP50)
-	lat.Method = fmt.Sprintf("Apply updating the LBR of a NAT service of %d backends to leave one out (its Maglev table of %d entries rebuilt, "+
-		"the changed entries written to the idle slot, then the flip), answered after the flip; each followed by an untimed Apply putting it back; %s",
-		ctlBackends, config.DefaultMaglevTable, ctlTiming)
-	return lat, nil
-}
-
 // latency summarises client times d (in call order) and the agent's own
 // commit times (nil for calls that commit nothing); floorP50 > 0 adds
 // the ratios.
@@ -663,7 +624,11 @@ func (c *Result) Text() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "control over gRPC on loopback, client wall time:\n")
 	fmt.Fprintf(&sb, "%-36s %6s %9s %9s %9s %9s %9s %8s %8s %11s\n", "figure", "ops", "p50 us", "p90 us", "p99 us", "max us", "mean us", "p50/fl", "p99/fl", "agent p50")
-	for _, l := range []Latency{c.Floor, c.FloorPaced, c.Create, c.Update, c.Delete, c.CreatePaced, c.RemoveBackend} {
+	lats := []Latency{c.Floor, c.FloorPaced, c.Create, c.Update, c.Delete, c.CreatePaced, c.RemoveBackend}
+	for _, b := range []BackendChange{c.BackendRemove, c.BackendAdd, c.BackendWeight} {
+		lats = append(lats, b.Flip, b.Settled, b.Answer)
+	}
+	for _, l := range lats {
 		rp50, rp99 := 1.0, l.P99Us/l.P50Us
 		if l.Ratios != nil {
 			rp50, rp99 = l.Ratios.P50, l.Ratios.P99
