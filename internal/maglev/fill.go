@@ -3,7 +3,9 @@
 package maglev
 
 import (
+	"cmp"
 	"math/bits"
+	"slices"
 )
 
 // fill runs the paper's population loop (§3.4, Pseudocode 1) with weighted
@@ -21,11 +23,12 @@ import (
 //
 // The table is exactly what that loop gives (TestFillMatchesReference
 // holds it to the loop as first written); three things make it several
-// times cheaper. The turn order is computed up front, without a heap
-// (turnOrder). A walk tests several preferences at once (walk). And the
-// last entries, where a walk would test size/free preferences for each
-// claim, are handed out from each backend's free entries sorted by their
-// rank in its permutation (claimTail).
+// times cheaper. The turns come from groups of slots of equal weight,
+// whose turns are due together, so a heap orders a few groups rather
+// than every slot (turns). A walk tests several preferences at once
+// (walk). And the last entries, where a walk would test size/free
+// preferences for each claim, are handed out from each backend's free
+// entries sorted by their rank in its permutation (claimTail).
 func fill(table []int32, slots []slot) {
 	size := uint32(len(table))
 	f := filler{table: table, slots: slots, size: size, taken: make([]uint64, (size+63)/64)}
@@ -36,16 +39,11 @@ func fill(table []int32, slots []slot) {
 		}
 		s.stride = uint32(probes * uint64(s.skip) % uint64(size))
 	}
-	walked := size - tailEntries(size, len(slots))
-	if sameWeight(slots) {
-		f.roundRobin(walked)
-		return
+	seq := newTurns(slots)
+	for range size - tailEntries(size, len(slots)) {
+		f.claim(&slots[seq.next()])
 	}
-	turns := turnOrder(slots, size)
-	for _, i := range turns[:walked] {
-		f.claim(&slots[i])
-	}
-	claimTail(table, slots, turns[walked:], f.taken)
+	claimTail(table, slots, seq.rest(), f.taken)
 }
 
 // filler is the table being filled: who holds each entry, and a bit for
@@ -69,43 +67,6 @@ func (f *filler) claim(s *slot) {
 	f.taken[p/64] |= 1 << (p % 64)
 	f.table[p] = s.index
 	s.pos = reduce(p+s.skip, f.size)
-}
-
-// roundRobin gives the turns of equal weights, which are due in rounds,
-// slots in key order, each until its target: the first walked turns by
-// walks, the others by claimTail.
-func (f *filler) roundRobin(walked uint32) {
-	n := uint32(0)
-	for k := uint32(0); n < f.size; k++ {
-		for i := range f.slots {
-			if s := &f.slots[i]; k < s.target {
-				if n == walked {
-					claimTail(f.table, f.slots, roundsFrom(f.slots, k, i), f.taken)
-					return
-				}
-				f.claim(s)
-				n++
-			}
-		}
-	}
-}
-
-// roundsFrom lists the round robin's turns from slot i's turn of round k
-// on.
-func roundsFrom(slots []slot, k uint32, i int) []int32 {
-	var turns []int32
-	for ; ; k, i = k+1, 0 {
-		more := false
-		for ; i < len(slots); i++ {
-			if k < slots[i].target {
-				turns = append(turns, int32(i))
-				more = true
-			}
-		}
-		if !more {
-			return turns
-		}
-	}
 }
 
 // probes is how many preferences a walk tests at once.
@@ -264,76 +225,119 @@ func invMod(a, m uint32) uint32 {
 	return uint32(t)
 }
 
-// turnOrder returns the slot of each turn, in the order the turns are due:
-// backend i's k-th turn at (2k+1)/w_i, ties to the lower slot, each slot
-// until it has its target (with equal weights, a round robin: see
-// roundRobin). The turns are put in buckets by their due time scaled to
-// about one turn a bucket, and each bucket is sorted by the exact due
-// time.
-func turnOrder(slots []slot, size uint32) []int32 {
-	// Scale due times by q so that the last turn's lands at or below
-	// size: q = min over slots of size*w/(2*target-1). (2k+1)*q <=
-	// (2*target-1)*q <= size*w < 2^56 for every turn of a slot.
-	q := ^uint64(0)
-	for i := range slots {
-		if t := slots[i].target; t > 0 {
-			q = min(q, uint64(size)*slots[i].weight/(2*uint64(t)-1))
-		}
-	}
-	q = max(q, 1)
-	// forEach calls fn with each turn (slot i, turn k) and its bucket
-	// (2k+1)*q/w, stepped by 2q/w with a remainder: two divisions a
-	// slot rather than one a turn.
-	forEach := func(fn func(i int, k, b uint32)) {
-		for i := range slots {
-			s := &slots[i]
-			b, r := q/s.weight, q%s.weight
-			db, dr := 2*q/s.weight, 2*q%s.weight
-			for k := uint32(0); k < s.target; k++ {
-				fn(i, k, uint32(b))
-				b, r = b+db, r+dr
-				if r >= s.weight {
-					b, r = b+1, r-s.weight
-				}
-			}
-		}
-	}
-	start := make([]uint32, size+2)
-	forEach(func(_ int, _, b uint32) { start[b+1]++ })
-	for b := 1; b < len(start); b++ {
-		start[b] += start[b-1]
-	}
-	// Turns as slot<<32 | k, by bucket.
-	sorted := make([]uint64, size)
-	forEach(func(i int, k, b uint32) {
-		sorted[start[b]] = uint64(i)<<32 | uint64(k)
-		start[b]++
-	})
-	// Within a bucket, by the exact due time, then slot: an insertion
-	// sort, which only moves turns within their bucket, few at a time.
-	before := func(x, y uint64) bool {
-		dx := (2*(x&0xffffffff) + 1) * slots[y>>32].weight
-		dy := (2*(y&0xffffffff) + 1) * slots[x>>32].weight
-		return dx < dy || dx == dy && x>>32 < y>>32
-	}
-	for i := 1; i < len(sorted); i++ {
-		for j := i; j > 0 && before(sorted[j], sorted[j-1]); j-- {
-			sorted[j], sorted[j-1] = sorted[j-1], sorted[j]
-		}
-	}
-	turns := make([]int32, size)
-	for i, t := range sorted {
-		turns[i] = int32(t >> 32)
-	}
-	return turns
+// turns gives the slots' turns in the order they are due: slot i's k-th
+// turn at (2k+1)/w_i, ties to the lower slot, each slot until it has its
+// target. Slots of one weight are due at the same times, so they make a
+// group whose k-th round is its members' k-th turns in slot order; the
+// groups are ordered by a heap on their next round's due time, and
+// groups due at the same time give their rounds together, merged by
+// slot. With equal weights there is one group: the paper's round robin.
+type turns struct {
+	slots  []slot
+	groups []*group // a heap: the earliest round first
+	round  []int32  // the turns of the round(s) being given
+	at     int      // the next of them
 }
 
-// sameWeight reports whether every slot has the same weight.
-func sameWeight(slots []slot) bool {
+type group struct {
+	weight  uint64
+	members []int32 // slots, ascending
+	k       uint32  // the next round
+	rounds  uint32  // the largest target of its members
+}
+
+func newTurns(slots []slot) *turns {
+	t := &turns{slots: slots}
+	byWeight := map[uint64]*group{}
 	for i := range slots {
-		if slots[i].weight != slots[0].weight {
-			return false
+		s := &slots[i]
+		g := byWeight[s.weight]
+		if g == nil {
+			g = &group{weight: s.weight}
+			byWeight[s.weight] = g
+			t.groups = append(t.groups, g)
 		}
+		g.members = append(g.members, int32(i))
+		g.rounds = max(g.rounds, s.target)
 	}
-	return true
+	t.groups = slices.DeleteFunc(t.groups, func(g *group) bool { return g.rounds == 0 })
+	for i := len(t.groups)/2 - 1; i >= 0; i-- {
+		t.down(i)
+	}
+	return t
+}
+
+// next returns the slot whose turn is next; there must be one.
+func (t *turns) next() int32 {
+	for t.at == len(t.round) {
+		t.nextRounds()
+	}
+	i := t.round[t.at]
+	t.at++
+	return i
+}
+
+// rest returns the turns not given yet.
+func (t *turns) rest() []int32 {
+	out := slices.Clone(t.round[t.at:])
+	for len(t.groups) > 0 {
+		t.nextRounds()
+		out = append(out, t.round...)
+	}
+	return out
+}
+
+// nextRounds makes round the turns of the earliest groups' next round:
+// those members that have not reached their target, in slot order.
+func (t *turns) nextRounds() {
+	t.round, t.at = t.round[:0], 0
+	first := *t.groups[0] // as it is before its round is given
+	n := 0
+	for len(t.groups) > 0 && (n == 0 || t.due(t.groups[0], &first) == 0) {
+		g := t.groups[0]
+		for _, i := range g.members {
+			if g.k < t.slots[i].target {
+				t.round = append(t.round, i)
+			}
+		}
+		g.k++
+		if g.k == g.rounds {
+			last := len(t.groups) - 1
+			t.groups[0] = t.groups[last]
+			t.groups = t.groups[:last]
+		}
+		if len(t.groups) > 0 {
+			t.down(0)
+		}
+		n++
+	}
+	if n > 1 {
+		slices.Sort(t.round)
+	}
+}
+
+// due compares when a's and b's next rounds are due: (2k_a+1)/w_a
+// against (2k_b+1)/w_b, cross-multiplied to stay in integers ((2^25+1)
+// * (2^32-1) < 2^64).
+func (t *turns) due(a, b *group) int {
+	return cmp.Compare((2*uint64(a.k)+1)*b.weight, (2*uint64(b.k)+1)*a.weight)
+}
+
+// down restores the heap below i after groups[i]'s round moved later.
+func (t *turns) down(i int) {
+	h := t.groups
+	for {
+		m, l := i, 2*i+1
+		if l < len(h) && t.due(h[l], h[m]) < 0 {
+			m = l
+		}
+		if r := l + 1; r < len(h) && t.due(h[r], h[m]) < 0 {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
 }
