@@ -57,13 +57,15 @@ const (
 	ReplyMember = MaxMembers - 1
 )
 
-// LBSlot is one Maglev table entry as the compiler builds it: the
-// backend's FAR index (NoFAR: no backend) and counter index (tag *
-// MaxMembers + member). The kernel holds a table as the member index of
-// each entry (MaglevKernel).
-type LBSlot struct {
-	Far   uint32
-	Stats uint32
+// LBTable is a service's Maglev table as the kernel holds it: each
+// entry's member index (ReplyMember: no backend), one byte an entry in
+// edge_maglev, and each member's FAR index (NoFAR: none) in edge_lb_far.
+// A member's counters are at tag * MaxMembers + member. A table in a
+// generation is never modified (a change builds a new one), so the
+// writer keeps the one it wrote as what the kernel holds.
+type LBTable struct {
+	Members []uint8
+	Far     [MaxMembers]uint32
 }
 
 // SvcIndexSize and SvcProbes mirror EDGE_SVC_INDEX and EDGE_SVC_PROBES:
@@ -277,23 +279,4 @@ func ReadMembers(m *ebpf.Map) (map[uint32]MemberRef, error) {
 		return nil, fmt.Errorf("read balancer members: %w", err)
 	}
 	return out, nil
-}
-
-// MaglevKernel is a Maglev table as the kernel holds it: the member index
-// of each entry in blocks, and each member's FAR index (NoFAR: none).
-// Entries without a backend are ReplyMember.
-func MaglevKernel(tag uint32, table []LBSlot) (blocks []MaglevBlk, far [MaxMembers]uint32) {
-	for i := range far {
-		far[i] = NoFAR
-	}
-	blocks = make([]MaglevBlk, (len(table)+MaglevBlock-1)/MaglevBlock)
-	for i, e := range table {
-		m := uint32(ReplyMember)
-		if e.Far != NoFAR {
-			m = e.Stats - tag*MaxMembers
-			far[m] = e.Far
-		}
-		blocks[i/MaglevBlock].M[i%MaglevBlock] = uint8(m)
-	}
-	return blocks, far
 }

@@ -223,7 +223,7 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	sv := cs.cfg
 	l := b.lbrs[sv.LBR]
 	backends := make([]maglev.Backend, 0, len(l.Members))
-	places := make([]bpf.LBSlot, 0, len(l.Members))
+	places := make([]place, 0, len(l.Members))
 	nat := false
 	members := cs.members.clone()
 	keyFAR := map[string]uint32{} // backend key -> the member FAR that has it
@@ -292,7 +292,7 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 			w = 0
 		}
 		backends = append(backends, maglev.Backend{Key: key, Weight: w})
-		places = append(places, bpf.LBSlot{Far: fi, Stats: stats})
+		places = append(places, place{far: fi, member: uint8(idx)})
 	}
 	size := c.limits.MaglevSize
 	if l.TableSize != 0 && l.TableSize <= size {
@@ -303,14 +303,7 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 		c.fail(at, fmt.Sprintf("lbr %d: %v", l.ID, err), config.CodeInvalid)
 		return
 	}
-	table := make([]bpf.LBSlot, len(owners))
-	for i, o := range owners {
-		if o < 0 {
-			table[i] = bpf.LBSlot{Far: bpf.NoFAR, Stats: cs.tag*bpf.MaxMembers + bpf.ReplyMember}
-		} else {
-			table[i] = places[o]
-		}
-	}
+	table := lbTable(owners, places)
 	oldMembers := cs.members
 	cs.members = members
 	c.onUndo(func() { cs.members = oldMembers })
@@ -331,6 +324,42 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	c.onUndo(func() { cs.unnat, cs.size = oldUnnat, oldSize })
 	c.setBackends(cs, natKeys)
 	c.setServiceEntry(cs)
+}
+
+// place is where a backend of a service is: its FAR's index and its
+// member index (its counters' place within the service's).
+type place struct {
+	far    uint32
+	member uint8
+}
+
+// lbTable turns a Maglev table of owners (indexes into places, -1: none)
+// into the kernel's form: a member index an entry, a FAR index a member
+// that owns entries.
+func lbTable(owners []int32, places []place) *bpf.LBTable {
+	t := &bpf.LBTable{Members: make([]uint8, len(owners))}
+	for i := range t.Far {
+		t.Far[i] = bpf.NoFAR
+	}
+	// By owner: a lookup of a few bytes rather than of places' entries.
+	member := make([]uint8, len(places)+1)
+	member[0] = bpf.ReplyMember
+	for i, p := range places {
+		member[i+1] = p.member
+	}
+	owns := make([]bool, len(places))
+	for i, o := range owners {
+		t.Members[i] = member[o+1]
+		if o >= 0 {
+			owns[o] = true
+		}
+	}
+	for i, p := range places {
+		if owns[i] {
+			t.Far[p.member] = p.far
+		}
+	}
+	return t
 }
 
 // natBackendKey is the key of a NAT backend far of a service of proto in

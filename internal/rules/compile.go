@@ -154,7 +154,7 @@ func BuildDown(cfg *config.Config, ifindex Resolver, allocs Allocs, limits bpf.L
 			Decaps:       map[bpf.DecapKey]bpf.Decap{},
 			Services:     map[bpf.SvcKey]bpf.Svc{},
 			NATBackends:  map[bpf.SvcKey]bpf.NATBackend{},
-			Tables:       map[uint32][]bpf.LBSlot{},
+			Tables:       map[uint32]*bpf.LBTable{},
 			Members:      map[uint32]bpf.MemberRef{},
 			NoMatch:      verdict(cfg.Defaults.NoMatch),
 			Malformed:    verdict(cfg.Defaults.Malformed),

@@ -66,12 +66,12 @@ func canon(t *testing.T, g *commit.Generation) string {
 	var svcs []string
 	for k, sv := range g.Services {
 		tbl := g.Tables[sv.Tag]
-		owners := make([]string, len(tbl))
-		for i, e := range tbl {
-			if e.Far == bpf.NoFAR {
+		owners := make([]string, len(tbl.Members))
+		for i, m := range tbl.Members {
+			if m == bpf.ReplyMember || tbl.Far[m] == bpf.NoFAR {
 				owners[i] = "-"
 			} else {
-				owners[i] = fmt.Sprint(g.FARs[e.Far].Id)
+				owners[i] = fmt.Sprint(g.FARs[tbl.Far[m]].Id)
 			}
 		}
 		unnat := "none"
@@ -254,9 +254,10 @@ limits: {flows: 1024, rules: 64}
 	if got, want := canon(t, down.Generation()), canon(t, after.Generation()); got != want {
 		t.Errorf("BuildDown's tables differ from Build then SetBackendUp")
 	}
-	for _, e := range down.Generation().Tables[0] {
-		if e.Far != bpf.NoFAR && e.Stats%bpf.MaxMembers != 0 {
-			t.Fatalf("a table entry names the backend that is down: %+v", e)
+	tbl := down.Generation().Tables[0]
+	for i, m := range tbl.Members {
+		if m != bpf.ReplyMember && tbl.Far[m] != bpf.NoFAR && m != 0 {
+			t.Fatalf("table entry %d names the backend that is down: member %d, far %d", i, m, tbl.Far[m])
 		}
 	}
 }

@@ -57,9 +57,10 @@ type Generation struct {
 	// SvcKey; Slot is set by Commit), the NAT services each backend
 	// serves, for its replies.
 	NATBackends map[bpf.SvcKey]bpf.NATBackend
-	// Tables holds each service tag's Maglev table (Limits.MaglevSize
-	// entries); a tag no service uses may keep its old table.
-	Tables map[uint32][]bpf.LBSlot
+	// Tables holds each service tag's Maglev table (at most
+	// Limits.MaglevSize entries); a tag no service uses may keep its old
+	// table.
+	Tables map[uint32]*bpf.LBTable
 	// ResetLBStats lists edge_lb_stats indexes given out for the first
 	// time.
 	ResetLBStats []uint32
@@ -314,8 +315,8 @@ func (w *Writer) fits(g *Generation) error {
 		return fmt.Errorf("%w: %d services, at most %d", ErrCapacity, len(g.Services), bpf.MaxServices)
 	}
 	for tag, tbl := range g.Tables {
-		if tag >= bpf.MaxServices || uint32(len(tbl)) > l.MaglevSize {
-			return fmt.Errorf("%w: maglev table of tag %d has %d entries, at most %d", ErrCapacity, tag, len(tbl), l.MaglevSize)
+		if tag >= bpf.MaxServices || uint32(len(tbl.Members)) > l.MaglevSize {
+			return fmt.Errorf("%w: maglev table of tag %d has %d entries, at most %d", ErrCapacity, tag, len(tbl.Members), l.MaglevSize)
 		}
 	}
 	for i, p := range g.Paths {

@@ -26,15 +26,33 @@ type tables struct {
 	rules    map[bpf.RuleKey]bpf.Rule
 	fars     map[uint32]bpf.Far
 	groups   []bpf.Group
-	services map[bpf.SvcKey]bpf.Svc  // SvcKey.Slot zero
-	maglev   map[uint32][]bpf.LBSlot // by tag, of the services' tags
+	services map[bpf.SvcKey]bpf.Svc // SvcKey.Slot zero
+	maglev   map[uint32][]lbEntry   // by tag, of the services' tags
+}
+
+// lbEntry is a Maglev table entry as packets see it: the backend's FAR
+// index (NoFAR: none) and its counters' index.
+type lbEntry struct {
+	Far, Stats uint32
+}
+
+// entries lists the entries of tag's table t.
+func entries(tag uint32, t *bpf.LBTable) []lbEntry {
+	out := make([]lbEntry, len(t.Members))
+	for i, m := range t.Members {
+		out[i] = lbEntry{Far: bpf.NoFAR, Stats: tag*bpf.MaxMembers + uint32(m)}
+		if m != bpf.ReplyMember {
+			out[i].Far = t.Far[m]
+		}
+	}
+	return out
 }
 
 func tablesOf(g *commit.Generation) tables {
 	t := tables{rules: maps.Clone(g.Rules), fars: maps.Clone(g.FARs), groups: slices.Clone(g.Groups),
-		services: maps.Clone(g.Services), maglev: map[uint32][]bpf.LBSlot{}}
+		services: maps.Clone(g.Services), maglev: map[uint32][]lbEntry{}}
 	for _, sv := range g.Services {
-		t.maglev[sv.Tag] = slices.Clone(g.Tables[sv.Tag])
+		t.maglev[sv.Tag] = entries(sv.Tag, g.Tables[sv.Tag])
 	}
 	return t
 }
@@ -75,7 +93,7 @@ func readTables(t *testing.T, dp *loader.Dataplane, slot uint32) tables {
 		}
 		out.groups = append(out.groups, g)
 	}
-	out.services, out.maglev = map[bpf.SvcKey]bpf.Svc{}, map[uint32][]bpf.LBSlot{}
+	out.services, out.maglev = map[bpf.SvcKey]bpf.Svc{}, map[uint32][]lbEntry{}
 	var sk bpf.SvcKey
 	var sv bpf.Svc
 	sit := dp.EdgeServices.Iterate()
@@ -92,7 +110,7 @@ func readTables(t *testing.T, dp *loader.Dataplane, slot uint32) tables {
 		// Decode the kernel's form: a member index per entry, a FAR
 		// index per member.
 		base := slot*bpf.MaxServices + sv.Tag
-		tbl := make([]bpf.LBSlot, size)
+		tbl := make([]lbEntry, size)
 		var blk bpf.MaglevBlk
 		for i := range tbl {
 			if i%bpf.MaglevBlock == 0 {
@@ -101,7 +119,7 @@ func readTables(t *testing.T, dp *loader.Dataplane, slot uint32) tables {
 				}
 			}
 			m := uint32(blk.M[i%bpf.MaglevBlock])
-			tbl[i] = bpf.LBSlot{Far: bpf.NoFAR, Stats: sv.Tag*bpf.MaxMembers + m}
+			tbl[i] = lbEntry{Far: bpf.NoFAR, Stats: sv.Tag*bpf.MaxMembers + m}
 			if m != bpf.ReplyMember {
 				if err := dp.EdgeLbFar.Lookup(base*bpf.MaxMembers+m, &tbl[i].Far); err != nil {
 					t.Fatal(err)

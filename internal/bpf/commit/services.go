@@ -3,10 +3,10 @@
 package commit
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 
 	"github.com/cilium/ebpf"
 
@@ -19,7 +19,9 @@ import (
 // counts.
 
 // writeTables brings slot t's Maglev tables to g's: those of the tags in
-// keys, or all of g's; only entries that differ are written.
+// keys, or all of g's. Only what differs from what the slot holds is
+// written: the members' FAR indexes, then the blocks of entries, each
+// in one batch.
 func (w *Writer) writeTables(t uint32, g *Generation, keys *Dirty) error {
 	o := w.o
 	cur := w.slots[t]
@@ -29,31 +31,33 @@ func (w *Writer) writeTables(t uint32, g *Generation, keys *Dirty) error {
 	}
 	var ks, fks, fvs []uint32
 	var vs []bpf.MaglevBlk
-	farWritten := map[uint32]*[bpf.MaxMembers]uint32{}
+	var written []uint32
 	for tag := range tags {
 		want, ok := g.Tables[tag]
 		if !ok || tag >= bpf.MaxServices {
 			continue
 		}
 		have := cur.tables[tag]
-		blocks, far := bpf.MaglevKernel(tag, want)
+		if have != nil && len(have.Members) != len(want.Members) {
+			have = nil
+		}
 		base := w.tableBase(t, tag)
-		for b := range blocks {
-			changed := false
-			for i := b * bpf.MaglevBlock; i < min(len(want), (b+1)*bpf.MaglevBlock) && !changed; i++ {
-				changed = i >= len(have) || have[i] != want[i]
+		for b, lo := uint32(0), 0; lo < len(want.Members); b, lo = b+1, lo+bpf.MaglevBlock {
+			hi := min(len(want.Members), lo+bpf.MaglevBlock)
+			if have != nil && bytes.Equal(have.Members[lo:hi], want.Members[lo:hi]) {
+				continue
 			}
-			if changed {
-				ks, vs = append(ks, base+uint32(b)), append(vs, blocks[b])
-			}
+			var blk bpf.MaglevBlk
+			copy(blk.M[:], want.Members[lo:hi])
+			ks, vs = append(ks, base+b), append(vs, blk)
 		}
 		fbase := (t*bpf.MaxServices + tag) * bpf.MaxMembers
-		for m, f := range far {
-			if old := cur.lbFar[tag]; old == nil || old[m] != f {
+		for m, f := range want.Far {
+			if have == nil || have.Far[m] != f {
 				fks, fvs = append(fks, fbase+uint32(m)), append(fvs, f)
 			}
 		}
-		farWritten[tag] = &far
+		written = append(written, tag)
 	}
 	// The members' FARs first: an entry never names a member whose FAR is
 	// not written (the slot is idle, but a failed commit leaves it so).
@@ -62,25 +66,15 @@ func (w *Writer) writeTables(t uint32, g *Generation, keys *Dirty) error {
 			return fmt.Errorf("write %d backend FAR indexes: %w", len(fks), err)
 		}
 	}
-	for tag, far := range farWritten {
-		cur.lbFar[tag] = far
-	}
 	if len(ks) > 0 {
 		if _, err := o.EdgeMaglev.BatchUpdate(ks, vs, nil); err != nil {
 			return fmt.Errorf("write %d maglev blocks: %w", len(ks), err)
 		}
 	}
-	for tag, want := range g.Tables {
-		if keys == nil || hasKey(keys.Tables, tag) {
-			cur.tables[tag%bpf.MaxServices] = slices.Clone(want)
-		}
+	for _, tag := range written {
+		cur.tables[tag] = g.Tables[tag]
 	}
 	return nil
-}
-
-func hasKey[K comparable, V any](m map[K]V, k K) bool {
-	_, ok := m[k]
-	return ok
 }
 
 // tableBase is the edge_maglev index of the block of entry 0 of tag's

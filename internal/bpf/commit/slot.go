@@ -23,10 +23,9 @@ type slot struct {
 	services map[bpf.SvcKey]bpf.Svc
 	backends map[bpf.SvcKey]bpf.NATBackend  // NATBackends
 	index    *[bpf.SvcIndexSize]bpf.SvcSlot // nil: not known
-	tables   [bpf.MaxServices][]bpf.LBSlot  // nil: not known
-	lbFar    [bpf.MaxServices]*[bpf.MaxMembers]uint32
-	steers   map[uint32]bpf.Steer // by steering group index
-	dedup    map[uint32]uint32    // edge_path_dedup by path index (0s left out)
+	tables   [bpf.MaxServices]*bpf.LBTable  // nil: not known
+	steers   map[uint32]bpf.Steer           // by steering group index
+	dedup    map[uint32]uint32              // edge_path_dedup by path index (0s left out)
 	// qos and qosDSCP are edge_qos's and edge_qos_dscp's entries of the
 	// slot, once qosKnown (written by this writer).
 	qos      [bpf.MaxQoS]bpf.QoSClassEntry
