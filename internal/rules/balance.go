@@ -31,6 +31,10 @@ type compiledService struct {
 	// guards counts the PDRs that may stand before the service
 	// (guards): while there are any, its packets are classified first.
 	guards int
+	// tables builds its Maglev tables, keeping those a backend taken
+	// out (or put back) needs built ahead: such a change then costs a
+	// copy rather than a build.
+	tables *maglev.Cache
 }
 
 // balancer is the Compiler's state for L4 services.
@@ -126,7 +130,7 @@ func (c *Compiler) putService(at string, sv *config.Service) {
 	cs, had := b.services[sv.ID]
 	if had {
 		c.dropService(cs)
-		cs = &compiledService{tag: cs.tag, members: cs.members, unnat: bpf.NoFAR, backends: cs.backends}
+		cs = &compiledService{tag: cs.tag, members: cs.members, unnat: bpf.NoFAR, backends: cs.backends, tables: cs.tables}
 	} else {
 		tag, isNew, err := c.allocs.Service.Get(sv.ID)
 		if err != nil {
@@ -134,7 +138,7 @@ func (c *Compiler) putService(at string, sv *config.Service) {
 			return
 		}
 		c.onUndo(func() { c.allocs.Service.Free(sv.ID) })
-		cs = &compiledService{tag: tag, members: NewStatsAlloc(bpf.ReplyMember, c.allocs.Members[sv.ID]), unnat: bpf.NoFAR}
+		cs = &compiledService{tag: tag, members: NewStatsAlloc(bpf.ReplyMember, c.allocs.Members[sv.ID]), unnat: bpf.NoFAR, tables: maglev.NewCache()}
 		if isNew {
 			// The replies' counter starts at zero with the service.
 			c.gen.ResetLBStats = append(c.gen.ResetLBStats, tag*bpf.MaxMembers+bpf.ReplyMember)
@@ -177,6 +181,7 @@ func (c *Compiler) removeService(id uint32) {
 	}
 	c.dropService(cs)
 	c.setBackends(cs, nil)
+	cs.tables.Stop() // a later build (the removal undone) starts it again
 	setMap(c, c.lb.down, id, nil, false)
 	c.setMembers(cs, cs.members, nil)
 	setMap(c, c.lb.services, id, nil, false)
@@ -298,7 +303,7 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	if l.TableSize != 0 && l.TableSize <= size {
 		size = l.TableSize
 	}
-	owners, err := maglev.Build(backends, size)
+	owners, err := cs.tables.Build(backends, size)
 	if err != nil {
 		c.fail(at, fmt.Sprintf("lbr %d: %v", l.ID, err), config.CodeInvalid)
 		return

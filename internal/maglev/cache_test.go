@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package maglev
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestCacheIsBuild changes a service's backends as an operator and health
+// checks do (take one out, drain one, put one back, reweight one, add a
+// new one, change the table's size, undo), in random order, with and
+// without time for the tables ahead, and checks that every table the
+// cache returns is exactly Build's, in the caller's order of backends.
+// It counts the changes served by each kind of table held, so each path
+// is seen taken.
+func TestCacheIsBuild(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	c := NewCache()
+	c.Idle = 0
+	pool := backends(14, nil)
+	cur := slices.Clone(pool[:10])
+	var prev []Backend
+	size := uint32(4099)
+	hits := map[string]int{}
+	for step := range 400 {
+		next := slices.Clone(cur)
+		switch r := rng.IntN(9); {
+		case r < 2 && len(next) > 1: // take one out
+			i := rng.IntN(len(next))
+			next = slices.Delete(next, i, i+1)
+		case r < 3: // drain one
+			next[rng.IntN(len(next))].Weight = 0
+		case r < 4 && prev != nil: // undo the last change
+			next = slices.Clone(prev)
+		case r < 5: // reweight one
+			next[rng.IntN(len(next))].Weight = uint32(1 + rng.IntN(3))
+		case r < 6: // add one not in it
+			for _, b := range pool {
+				if !slices.ContainsFunc(next, func(x Backend) bool { return x.Key == b.Key }) {
+					next = append(next, b)
+					break
+				}
+			}
+		case r < 7: // another size
+			size = []uint32{4099, 4093, 251}[rng.IntN(3)]
+		case r < 8: // the same backends in another order
+			rng.Shuffle(len(next), func(i, j int) { next[i], next[j] = next[j], next[i] })
+		}
+		if rng.IntN(2) == 0 {
+			c.ahead.Wait() // an idle agent: the tables ahead are built
+		}
+		c.mu.Lock()
+		in, _ := canonical(next)
+		k, owner := c.lookup(in, size)
+		kind := "build"
+		if owner != nil {
+			kind = "held"
+			if k != c.known[0] && k != c.known[1] {
+				kind = "ahead"
+			}
+		}
+		c.mu.Unlock()
+		hits[kind]++
+		got, err := c.Build(next, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := mustBuild(t, next, size); !slices.Equal(got, want) {
+			t.Fatalf("step %d (%s, %d backends, size %d): the cache's table differs from Build's", step, kind, len(next), size)
+		}
+		prev, cur = cur, next
+	}
+	c.ahead.Wait()
+	t.Logf("tables: %v", hits)
+	for _, kind := range []string{"build", "held", "ahead"} {
+		if hits[kind] < 20 {
+			t.Errorf("only %d changes served by %q", hits[kind], kind)
+		}
+	}
+}
+
+// TestCacheErrors: what Build refuses, the cache refuses the same way,
+// and backends all drained give the empty table, held or not.
+func TestCacheErrors(t *testing.T) {
+	c := NewCache()
+	c.Idle = 0
+	dup := append(backends(3, nil), Backend{Key: "10.0.0.2:8080", Weight: 0})
+	for _, tc := range []struct {
+		bs   []Backend
+		size uint32
+	}{{dup, DefaultSize}, {backends(3, nil), 4}, {backends(3, nil), 0}} {
+		_, want := Build(tc.bs, tc.size)
+		if _, got := c.Build(tc.bs, tc.size); want == nil || got == nil || got.Error() != want.Error() {
+			t.Errorf("%d backends, size %d: cache error %v, Build's %v", len(tc.bs), tc.size, got, want)
+		}
+	}
+	drained := weights(0, 0)
+	for range 2 {
+		got, err := c.Build(drained, 13)
+		if err != nil || !slices.Equal(got, mustBuild(t, drained, 13)) {
+			t.Fatalf("all drained: %v, %v", got, err)
+		}
+	}
+	c.ahead.Wait()
+}
+
+// BenchmarkCacheTakeOut times a backend taken out of 10 whose tables
+// ahead are built, beside BenchmarkBuild.
+func BenchmarkCacheTakeOut(b *testing.B) {
+	bs := backends(10, nil)
+	c := NewCache()
+	c.Idle = 0
+	if _, err := c.Build(bs, DefaultSize); err != nil {
+		b.Fatal(err)
+	}
+	c.ahead.Wait()
+	// Back-to-back changes: no tables ahead of the one without.
+	c.Idle = time.Hour
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		if _, err := c.Build(bs, DefaultSize); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if _, err := c.Build(without(bs, i%10), DefaultSize); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c.Stop()
+}
