@@ -67,14 +67,23 @@ func (w *Writer) writeTables(t uint32, g *Generation, keys *Dirty) error {
 		}
 	}
 	if len(ks) > 0 {
-		if _, err := o.EdgeMaglev.BatchUpdate(ks, vs, nil); err != nil {
-			return fmt.Errorf("write %d maglev blocks: %w", len(ks), err)
+		if n, err := updateBlocks(o.EdgeMaglev, ks, vs); err != nil {
+			return fmt.Errorf("write %d maglev blocks (%d written): %w", len(ks), n, err)
 		}
 	}
 	for _, tag := range written {
 		cur.tables[tag] = g.Tables[tag]
 	}
 	return nil
+}
+
+// updateBlocks writes Maglev blocks in one BPF_MAP_UPDATE_BATCH and
+// returns how many it wrote. The kernel writes a batch element by
+// element and stops at the first that fails: tests replace it with one
+// that fails part way through (export_test.go), to show the slot half
+// written never goes live.
+var updateBlocks = func(m *ebpf.Map, keys []uint32, blocks []bpf.MaglevBlk) (int, error) {
+	return m.BatchUpdate(keys, blocks, nil)
 }
 
 // tableBase is the edge_maglev index of the block of entry 0 of tag's
