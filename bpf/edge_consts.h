@@ -124,6 +124,21 @@
 #define EDGE_FT_IDLE 8
 #endif
 
+/* Indexes of edge_cache_stats: hits, misses, and of the misses the
+ * first packets decided and not recorded (flowcache.h's flow_admit). */
+#define EDGE_CACHE_HIT 0
+#define EDGE_CACHE_MISS 1
+#define EDGE_CACHE_FIRST 2
+#define EDGE_CACHE_STATS 3
+
+/* The doorkeeper (edge_dk, flowcache.h) that remembers flows seen once:
+ * sets (a power of two) of notes (a line of them), and the
+ * ticks a flow's first packet is remembered for: its next packet within
+ * them admits it to the flow table. */
+#define EDGE_DK_SETS 4096
+#define EDGE_DK_WAYS 8
+#define EDGE_DK_TICKS 2
+
 /* Slots of the per-CPU next-hop cache by destination (power of two). */
 #define EDGE_DST_NH_SLOTS 1024
 

@@ -101,6 +101,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_emc4 SEC(".maps");
 
+/* The doorkeeper (flowcache.h's flow_admit): the flows whose first
+ * packet was decided and not recorded, in sets by their flow-table tag.
+ * Shared by the CPUs, as the flow table is, so a flow's second packet
+ * finds its note on whichever CPU it comes; notes are single 64-bit
+ * words, so a race between CPUs loses a note at worst (its flow is then
+ * admitted on its next two packets). Soft state: lost on a reload. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_dk_set);
+	__uint(max_entries, EDGE_DK_SETS);
+} edge_dk SEC(".maps");
+
 /* GRE paths of both slots, index slot * EDGE_MAX_PATHS + path index.
  * Written by the agent into the inactive slot; read by encap. */
 struct {
@@ -488,12 +501,13 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_if_steer SEC(".maps");
 
-/* Flow-cache hits [0] and misses [1] (packets only). */
+/* Flow-cache hits [0] and misses [1], and of the misses the first
+ * packets not recorded [2] (packets only). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
 	__type(value, __u64);
-	__uint(max_entries, 2);
+	__uint(max_entries, EDGE_CACHE_STATS);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_cache_stats SEC(".maps");
 

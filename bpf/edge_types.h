@@ -606,6 +606,13 @@ struct edge_emc_slot {
 	__u32 pad2;
 };
 
+/* A set of the doorkeeper edge_dk: each note a flow whose first packet
+ * was not recorded, its flow-table tag << 32 | the tick it came at << 16
+ * | its length (0: none). */
+struct edge_dk_set {
+	__u64 note[EDGE_DK_WAYS];
+};
+
 /* A token bucket of the ICMP errors XDP sends (edge_icmp_bucket, per
  * CPU; edge_icmp_src, per source), in nanoseconds of credit: each error
  * costs 1e9 / its rate. */

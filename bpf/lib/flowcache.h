@@ -5,7 +5,15 @@
  * Flows sit in the flow table (flowtab.h), one entry each; IPv4 flows
  * have a per-CPU exact-match copy in front (edge_emc4, as Open vSwitch's
  * EMC sits in front of its megaflow cache). A decapsulated packet's flow
- * is its own, keyed with the path it came by. */
+ * is its own, keyed with the path it came by.
+ *
+ * A flow decided by a rule enters the table on its second packet, not
+ * its first (flow_admit): most flows of a flood, and many real ones (DNS,
+ * probes, scans), never send a second, and their first packet then costs
+ * the decision alone, not an insert that evicts another flow. A
+ * connection to a service, its reply and a steered flow are recorded on
+ * their first packet: their next packets must keep the backend, rewrite
+ * or member chosen, which deciding again could change. */
 #ifndef EDGE_FLOWCACHE_H
 #define EDGE_FLOWCACHE_H
 
@@ -201,12 +209,71 @@ static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 	return NULL;
 }
 
+/* flow_admit tells whether the entry a miss decided (ctx->nf) goes into
+ * the flow table now. A flow decided by a rule is noted in the
+ * doorkeeper on its first packet, in the set its tag (the keyed hash's
+ * high half, mixed with what tells a connection's flows apart) chooses,
+ * and admitted when its next packet comes within
+ * EDGE_DK_TICKS ticks and finds the note, its entry then counting the
+ * first packet too. A note goes into an empty or expired way, else one
+ * the tag picks: a flood of new flows pushes older notes out, so a flow
+ * whose second packet comes after EDGE_DK_WAYS flood flows landed in its
+ * set loses its note and the first packet's count (its rule counts every
+ * packet), and is admitted on its next two. Recorded at once: a
+ * connection, its reply and a steered flow; an entry found stale
+ * (written over where it is); a miss whose lookup read a bucket being
+ * written (the insert counts it busy). */
+static __always_inline int flow_admit(struct edge_ctx *ctx)
+{
+	const struct edge_flow_key *k = &ctx->p.key;
+	/* The tag is the 5-tuple's, shared by the flows of one connection
+	 * (other DSCP, ingress, path): mixed with those, so each flow is
+	 * noted on its own (not a secret: it places nothing another flow
+	 * needs). */
+	__u32 tag = ctx->ft_tag ^ (k->path * 0x9e3779b1u) ^
+		    (k->ifindex * 0x85ebca77u) ^ ((__u32)k->dscp << 24);
+	__u32 set = (tag >> 1) & (EDGE_DK_SETS - 1), i, free = EDGE_DK_WAYS;
+	__u16 now = ctx->now;
+	struct edge_dk_set *s;
+	__u64 v;
+
+	if ((ctx->nf.flags & (EDGE_FF_CONN | EDGE_FF_REPLY | EDGE_FF_STEERED)) ||
+	    ctx->ft_way >= 0 || (ctx->ft_seq & 1))
+		return 1;
+	s = bpf_map_lookup_elem(&edge_dk, &set);
+	if (!s)
+		return 1;
+#pragma unroll
+	for (i = 0; i < EDGE_DK_WAYS; i++) {
+		v = s->note[i];
+		if ((__u16)(now - (__u16)(v >> 16)) > EDGE_DK_TICKS || !v) {
+			free = i;
+			continue;
+		}
+		if ((__u32)(v >> 32) == tag) {
+			s->note[i] = 0;
+			ctx->nf.packets++;
+			ctx->nf.bytes += (__u16)v;
+			return 1;
+		}
+	}
+	if (free >= EDGE_DK_WAYS)
+		free = (tag >> 13) & (EDGE_DK_WAYS - 1);
+	s->note[free & (EDGE_DK_WAYS - 1)] = (__u64)tag << 32 | (__u64)now << 16 |
+			  (ctx->p.len > 0xffff ? 0xffff : ctx->p.len);
+	count_cache(EDGE_CACHE_FIRST);
+	return 0;
+}
+
 /* flow_record writes the entry a miss decided (ctx->nf) into the flow
- * table, and into this CPU's exact-match slot emc (IPv4; the copy is
- * made even when the table has no room for the flow, counted there). */
+ * table, once admitted (flow_admit), and into this CPU's exact-match
+ * slot emc (IPv4; the copy is made even when the table has no room for
+ * the flow, counted there). */
 static __always_inline void flow_record(struct edge_ctx *ctx,
 					struct edge_emc_slot *emc)
 {
+	if (!flow_admit(ctx))
+		return;
 	edge_ft_insert(ctx);
 	if (ctx->p.key.family == 4 && emc)
 		emc_fill(ctx, emc, &ctx->nf, 0, 0, 0);

@@ -71,11 +71,7 @@ static __always_inline int verdict(const struct edge_pkt *p, int verdict)
 	return verdict;
 }
 
-/* Indexes of edge_cache_stats. */
-#define EDGE_CACHE_HIT 0
-#define EDGE_CACHE_MISS 1
-
-/* count_cache counts a flow-cache hit or miss. */
+/* count_cache counts a flow-cache hit or miss, or a first packet. */
 static __always_inline void count_cache(__u32 idx)
 {
 	__u64 *c = bpf_map_lookup_elem(&edge_cache_stats, &idx);

@@ -84,7 +84,7 @@ func printStats(cmd *cobra.Command, s *dataplane.Snapshot, asJSON bool) error {
 		PDRs:       map[string]dataplane.Counter{},
 		Verdicts:   map[string]dataplane.Counter{},
 		Reasons:    map[string]dataplane.Counter{},
-		FlowCache:  map[string]uint64{"hit": s.CacheHit, "miss": s.CacheMiss},
+		FlowCache:  map[string]uint64{"hit": s.CacheHit, "miss": s.CacheMiss, "first_not_recorded": s.CacheFirst},
 		Paths:      map[string]dataplane.PathCounters{},
 
 		NextHopsByDst: s.NextHopsByDst,
@@ -165,7 +165,7 @@ func printStats(cmd *cobra.Command, s *dataplane.Snapshot, asJSON bool) error {
 			fmt.Fprintf(w, "%s\t%s\t\t\n", name, strings.Join(parts, ", "))
 		}
 	}
-	fmt.Fprintf(w, "\t\t\t\nflow cache\thit %d\tmiss %d\t\n", s.CacheHit, s.CacheMiss)
+	fmt.Fprintf(w, "\t\t\t\nflow cache\thit %d\tmiss %d (first packets not recorded %d)\t\n", s.CacheHit, s.CacheMiss, s.CacheFirst)
 	shared := "no: each new flow asks the FIB"
 	if s.NextHopsByDst {
 		shared = "yes: routing is by destination alone"
@@ -212,13 +212,14 @@ func statsFromPB(p *pb.Stats) *dataplane.Snapshot {
 		return dataplane.Counter{Packets: c.GetPackets(), Bytes: c.GetBytes()}
 	}
 	s := &dataplane.Snapshot{
-		Gen:       p.GetGeneration(),
-		PDRs:      map[uint32]dataplane.Counter{},
-		Verdicts:  make([]dataplane.Counter, len(dataplane.VerdictNames)),
-		Reasons:   make([]dataplane.Counter, len(dataplane.ReasonNames)),
-		CacheHit:  p.GetFlowCacheHits(),
-		CacheMiss: p.GetFlowCacheMisses(),
-		Paths:     map[uint32]dataplane.PathCounters{},
+		Gen:        p.GetGeneration(),
+		PDRs:       map[uint32]dataplane.Counter{},
+		Verdicts:   make([]dataplane.Counter, len(dataplane.VerdictNames)),
+		Reasons:    make([]dataplane.Counter, len(dataplane.ReasonNames)),
+		CacheHit:   p.GetFlowCacheHits(),
+		CacheMiss:  p.GetFlowCacheMisses(),
+		CacheFirst: p.GetFlowFirstPackets(),
+		Paths:      map[uint32]dataplane.PathCounters{},
 	}
 	for _, c := range p.GetPdrs() {
 		s.PDRs[c.GetId()] = ctr(c.GetCounter())

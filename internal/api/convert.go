@@ -448,7 +448,8 @@ func repeated(t, mt reflect.Type, i, j int, name string) fieldPlan {
 // `edgeplane stats` does and leaving out reasons that never happened.
 func statsToPB(s *dataplane.Snapshot) *pb.Stats {
 	out := &pb.Stats{Generation: s.Gen, Verdicts: map[string]*pb.Counter{}, Reasons: map[string]*pb.Counter{},
-		FlowCacheHits: s.CacheHit, FlowCacheMisses: s.CacheMiss}
+		FlowCacheHits: s.CacheHit, FlowCacheMisses: s.CacheMiss,
+		FlowFirstPackets: s.CacheFirst}
 	ctr := func(c dataplane.Counter) *pb.Counter { return &pb.Counter{Packets: c.Packets, Bytes: c.Bytes} }
 	for _, id := range slices.Sorted(maps.Keys(s.PDRs)) {
 		out.Pdrs = append(out.Pdrs, &pb.PdrCounter{Id: id, Counter: ctr(s.PDRs[id])})

@@ -722,16 +722,20 @@ limits: {flows: 1024, rules: 64, maglev_table: 251, connections: 1024}
 			t.Fatalf("stateful service on the same bit: verdict %s", verdictName(v))
 		}
 		// An address served by no service: decided as one whose bit
-		// is clear.
-		q.dst = shared[1].String()
-		v, _ := h.send(q, "wan0")
-		q.dst = other.String()
-		if want, _ := h.send(q, "wan0"); v != want {
-			t.Fatalf("no service, same bit: verdict %s, another bit: %s", verdictName(v), verdictName(want))
+		// is clear (twice: a flow a rule decides is recorded on its
+		// second packet).
+		for range 2 {
+			q.dst = shared[1].String()
+			v, _ := h.send(q, "wan0")
+			q.dst = other.String()
+			if want, _ := h.send(q, "wan0"); v != want {
+				t.Fatalf("no service, same bit: verdict %s, another bit: %s", verdictName(v), verdictName(want))
+			}
 		}
 	}
-	// The stateful service and the plain address are cached and recorded
-	// as usual; the stateless service is not.
+	// The stateful service (on its first packet) and the plain address
+	// (on its second) are cached and recorded as usual; the stateless
+	// service is not.
 	for a, want := range map[netip.Addr]int{stateless: 0, shared[0]: 3, shared[1]: 3, other: 3} {
 		if n := countFlows(t, h.dp, toAddr(a)); n != want {
 			t.Errorf("%s: %d flow-table entries, want %d", a, n, want)

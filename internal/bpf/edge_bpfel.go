@@ -385,6 +385,7 @@ const (
 	edgeMapEdgeCtx         = "edge_ctx"
 	edgeMapEdgeDecaps      = "edge_decaps"
 	edgeMapEdgeDedup       = "edge_dedup"
+	edgeMapEdgeDk          = "edge_dk"
 	edgeMapEdgeDstNh       = "edge_dst_nh"
 	edgeMapEdgeDupSeq      = "edge_dup_seq"
 	edgeMapEdgeDupTx       = "edge_dup_tx"
@@ -500,6 +501,7 @@ type edgeMapSpecs struct {
 	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeDedup       *ebpf.MapSpec `ebpf:"edge_dedup"`
+	EdgeDk          *ebpf.MapSpec `ebpf:"edge_dk"`
 	EdgeDstNh       *ebpf.MapSpec `ebpf:"edge_dst_nh"`
 	EdgeDupSeq      *ebpf.MapSpec `ebpf:"edge_dup_seq"`
 	EdgeDupTx       *ebpf.MapSpec `ebpf:"edge_dup_tx"`
@@ -585,6 +587,7 @@ type edgeMaps struct {
 	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeDedup       *ebpf.Map `ebpf:"edge_dedup"`
+	EdgeDk          *ebpf.Map `ebpf:"edge_dk"`
 	EdgeDstNh       *ebpf.Map `ebpf:"edge_dst_nh"`
 	EdgeDupSeq      *ebpf.Map `ebpf:"edge_dup_seq"`
 	EdgeDupTx       *ebpf.Map `ebpf:"edge_dup_tx"`
@@ -639,6 +642,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeCtx,
 		m.EdgeDecaps,
 		m.EdgeDedup,
+		m.EdgeDk,
 		m.EdgeDstNh,
 		m.EdgeDupSeq,
 		m.EdgeDupTx,

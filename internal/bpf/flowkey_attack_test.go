@@ -96,8 +96,9 @@ func inverse64(x uint64) uint64 {
 }
 
 // TestFlowTableBucketAttack: a sender that knows which bucket a victim's
-// next flow will need fills it first with eight flows of two packets
-// each (flows past their first packet are never evicted for a new one),
+// next flow will need fills it first with eight flows of three packets
+// each (admitted on their second, and flows past that are never evicted
+// for a new one),
 // and the victim's flow then finds no room: never recorded, decided
 // again at every packet, and a connection to a service so kept by no
 // entry moves to another backend at the next change (flow_full). Under
@@ -123,15 +124,17 @@ func TestFlowTableBucketAttack(t *testing.T) {
 		return greIP{src: src, dst: dst, u: udpU(sport, dport)}.frame(t, macHostA, macLan0, 64)
 	}
 	for _, p := range ports {
-		for range 2 {
+		for range 3 {
 			if v, _ := h.run(udpFrom(attacker, p), "lan0"); v != bpf.XDPRedirect {
 				t.Fatalf("attacker's flow from port %d: verdict %s", p, verdictName(v))
 			}
 		}
 	}
 	before := snap(t, h).Reasons
-	if v, _ := h.run(udpFrom(victim, vport), "lan0"); v != bpf.XDPRedirect {
-		t.Fatalf("victim's packet: verdict %s", verdictName(v))
+	for range 2 { // admitted to the flow table on its second packet
+		if v, _ := h.run(udpFrom(victim, vport), "lan0"); v != bpf.XDPRedirect {
+			t.Fatalf("victim's packet: verdict %s", verdictName(v))
+		}
 	}
 	after := snap(t, h).Reasons
 	if d := after[bpf.ReasonFlowFull].Packets - before[bpf.ReasonFlowFull].Packets; d != 0 {

@@ -509,9 +509,12 @@ func TestGREEncap(t *testing.T) {
 	cases = append(cases, trailing)
 	first := encap("cache/first packet", cached, 64, 1, 10)
 	first.cache = "miss"
+	// A flow a rule decides enters the flow table on its second packet.
 	second := first
-	second.name, second.cache = "cache/second packet", "hit"
-	cases = append(cases, first, second)
+	second.name = "cache/second packet"
+	third := first
+	third.name, third.cache = "cache/third packet", "hit"
+	cases = append(cases, first, second, third)
 
 	seen := map[string]bool{}
 	for _, c := range cases {
@@ -542,7 +545,7 @@ func TestGREEncapSeq(t *testing.T) {
 	}
 	flow := greIP{src: "10.1.0.2", dst: "10.9.1.1", u: greUDP(40020, 7000)}
 	step("seq 0", flow, 64, 12, "miss")
-	step("seq 1", flow, 64, 12, "hit")
+	step("seq 1", flow, 64, 12, "miss") // admitted to the flow table
 	step("seq 2", flow, 64, 12, "hit")
 	// The path's DSCP replaces the inner one; the inner ECN field is
 	// copied (RFC 6040 normal mode).

@@ -948,7 +948,8 @@ limits: {flows: 1024, rules: 64}
 	}
 
 	step("first packet", small, bpf.XDPRedirect, bpf.ReasonNone, 0, 1)
-	step("second packet", small, bpf.XDPRedirect, bpf.ReasonNone, 1, 0)
+	step("second packet, admitted", small, bpf.XDPRedirect, bpf.ReasonNone, 0, 1)
+	step("third packet", small, bpf.XDPRedirect, bpf.ReasonNone, 1, 0)
 	step("larger than the mtu", big, bpf.XDPPass, bpf.ReasonFragNeeded, 1, 0)
 	step("small again", small, bpf.XDPRedirect, bpf.ReasonNone, 1, 0)
 	cfg, err := yamlcfg.Parse([]byte(fmt.Sprintf(rulesFmt, 2)))

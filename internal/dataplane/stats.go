@@ -16,7 +16,11 @@ type Snapshot struct {
 	Reasons   []Counter          // by reason
 	CacheHit  uint64
 	CacheMiss uint64
-	Paths     map[uint32]PathCounters // by path id
+	// CacheFirst counts of the misses the first packets of flows decided
+	// and not recorded: a flow a rule decides enters the flow table on
+	// its second packet.
+	CacheFirst uint64
+	Paths      map[uint32]PathCounters // by path id
 	// Backends are the balancer's counters per service and backend FAR
 	// (FAR 0: the service's NAT replies).
 	Backends []BackendCounters

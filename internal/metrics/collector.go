@@ -45,16 +45,16 @@ func Throttle(src Source, every time.Duration) Source {
 type Collector struct {
 	src Source
 
-	pdrPackets, pdrBytes         *prometheus.Desc
-	verdictPackets, verdictBytes *prometheus.Desc
-	reasonPackets, reasonBytes   *prometheus.Desc
-	cache, generation, scrapeErr *prometheus.Desc
-	pathPackets, pathBytes       *prometheus.Desc
-	lbPackets, lbBytes           *prometheus.Desc
-	lbNew, lbActive              *prometheus.Desc
-	replyPackets, replyBytes     *prometheus.Desc
-	nextHopsByDst                *prometheus.Desc
-	xdpCPU                       *prometheus.Desc
+	pdrPackets, pdrBytes                *prometheus.Desc
+	verdictPackets, verdictBytes        *prometheus.Desc
+	reasonPackets, reasonBytes          *prometheus.Desc
+	cache, first, generation, scrapeErr *prometheus.Desc
+	pathPackets, pathBytes              *prometheus.Desc
+	lbPackets, lbBytes                  *prometheus.Desc
+	lbNew, lbActive                     *prometheus.Desc
+	replyPackets, replyBytes            *prometheus.Desc
+	nextHopsByDst                       *prometheus.Desc
+	xdpCPU                              *prometheus.Desc
 }
 
 // NewCollector returns a collector reading from src.
@@ -71,6 +71,7 @@ func NewCollector(src Source) *Collector {
 		reasonPackets:  d("reason_packets_total", "Packets punted to the kernel or dropped outside a rule, by reason.", "reason"),
 		reasonBytes:    d("reason_bytes_total", "Bytes punted or dropped outside a rule, by reason.", "reason"),
 		cache:          d("flow_cache_lookups_total", "Flow-cache lookups by result.", "result"),
+		first:          d("flow_first_packets_total", "Flow-cache misses that were a flow's first packet, decided and not recorded: a flow a rule decides enters the flow table on its second packet."),
 		generation:     d("rules_generation", "Generation number of the live rule tables."),
 		scrapeErr:      d("scrape_error", "1 if reading the dataplane maps failed on this scrape."),
 		pathPackets:    d("path_packets_total", "Packets a GRE path sent (tx, encapsulated) or received (rx, decapsulated).", "path", "dir"),
@@ -92,7 +93,7 @@ func NewCollector(src Source) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.pdrPackets, c.pdrBytes, c.verdictPackets, c.verdictBytes,
-		c.reasonPackets, c.reasonBytes, c.cache, c.generation, c.scrapeErr, c.pathPackets, c.pathBytes,
+		c.reasonPackets, c.reasonBytes, c.cache, c.first, c.generation, c.scrapeErr, c.pathPackets, c.pathBytes,
 		c.lbPackets, c.lbBytes, c.lbNew, c.lbActive, c.replyPackets, c.replyBytes, c.nextHopsByDst, c.xdpCPU} {
 		ch <- d
 	}
@@ -155,4 +156,5 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.CounterValue, float64(s.CacheHit), "hit")
 	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.CounterValue, float64(s.CacheMiss), "miss")
+	ch <- prometheus.MustNewConstMetric(c.first, prometheus.CounterValue, float64(s.CacheFirst))
 }

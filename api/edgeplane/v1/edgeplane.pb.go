@@ -2878,9 +2878,12 @@ type Stats struct {
 	// by interface name: the packets the pipeline ran on each CPU (index)
 	// for frames that came in by it, the CPU doing its XDP work;
 	// interfaces without any left out
-	XdpCpu        map[string]*CpuPackets `protobuf:"bytes,9,rep,name=xdp_cpu,json=xdpCpu,proto3" json:"xdp_cpu,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	XdpCpu map[string]*CpuPackets `protobuf:"bytes,9,rep,name=xdp_cpu,json=xdpCpu,proto3" json:"xdp_cpu,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// of the flow-cache misses, the first packets of flows decided and not
+	// recorded (a flow a rule decides enters the flow table on its second)
+	FlowFirstPackets uint64 `protobuf:"varint,10,opt,name=flow_first_packets,json=flowFirstPackets,proto3" json:"flow_first_packets,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Stats) Reset() {
@@ -2974,6 +2977,13 @@ func (x *Stats) GetXdpCpu() map[string]*CpuPackets {
 		return x.XdpCpu
 	}
 	return nil
+}
+
+func (x *Stats) GetFlowFirstPackets() uint64 {
+	if x != nil {
+		return x.FlowFirstPackets
+	}
+	return 0
 }
 
 // CpuPackets are packets per CPU, the CPU the index.
@@ -4205,7 +4215,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\vPathCounter\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12%\n" +
 	"\x02tx\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x02tx\x12%\n" +
-	"\x02rx\x18\x03 \x01(\v2\x15.edgeplane.v1.CounterR\x02rx\"\xc5\x05\n" +
+	"\x02rx\x18\x03 \x01(\v2\x15.edgeplane.v1.CounterR\x02rx\"\xf3\x05\n" +
 	"\x05Stats\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\rR\n" +
@@ -4217,7 +4227,9 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x0fflow_cache_hits\x18\x06 \x01(\x04R\rflowCacheHits\x12*\n" +
 	"\x11flow_cache_misses\x18\a \x01(\x04R\x0fflowCacheMisses\x128\n" +
 	"\bbackends\x18\b \x03(\v2\x1c.edgeplane.v1.BackendCounterR\bbackends\x128\n" +
-	"\axdp_cpu\x18\t \x03(\v2\x1f.edgeplane.v1.Stats.XdpCpuEntryR\x06xdpCpu\x1aR\n" +
+	"\axdp_cpu\x18\t \x03(\v2\x1f.edgeplane.v1.Stats.XdpCpuEntryR\x06xdpCpu\x12,\n" +
+	"\x12flow_first_packets\x18\n" +
+	" \x01(\x04R\x10flowFirstPackets\x1aR\n" +
 	"\rVerdictsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
 	"\x05value\x18\x02 \x01(\v2\x15.edgeplane.v1.CounterR\x05value:\x028\x01\x1aQ\n" +

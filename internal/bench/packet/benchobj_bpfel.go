@@ -29,6 +29,7 @@ const (
 	benchobjMapEdgeCtx              = "edge_ctx"
 	benchobjMapEdgeDecaps           = "edge_decaps"
 	benchobjMapEdgeDedup            = "edge_dedup"
+	benchobjMapEdgeDk               = "edge_dk"
 	benchobjMapEdgeDstNh            = "edge_dst_nh"
 	benchobjMapEdgeDupSeq           = "edge_dup_seq"
 	benchobjMapEdgeDupTx            = "edge_dup_tx"
@@ -187,6 +188,7 @@ type benchobjMapSpecs struct {
 	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
 	EdgeDedup       *ebpf.MapSpec `ebpf:"edge_dedup"`
+	EdgeDk          *ebpf.MapSpec `ebpf:"edge_dk"`
 	EdgeDstNh       *ebpf.MapSpec `ebpf:"edge_dst_nh"`
 	EdgeDupSeq      *ebpf.MapSpec `ebpf:"edge_dup_seq"`
 	EdgeDupTx       *ebpf.MapSpec `ebpf:"edge_dup_tx"`
@@ -279,6 +281,7 @@ type benchobjMaps struct {
 	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
 	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
 	EdgeDedup       *ebpf.Map `ebpf:"edge_dedup"`
+	EdgeDk          *ebpf.Map `ebpf:"edge_dk"`
 	EdgeDstNh       *ebpf.Map `ebpf:"edge_dst_nh"`
 	EdgeDupSeq      *ebpf.Map `ebpf:"edge_dup_seq"`
 	EdgeDupTx       *ebpf.Map `ebpf:"edge_dup_tx"`
@@ -340,6 +343,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeCtx,
 		m.EdgeDecaps,
 		m.EdgeDedup,
+		m.EdgeDk,
 		m.EdgeDstNh,
 		m.EdgeDupSeq,
 		m.EdgeDupTx,

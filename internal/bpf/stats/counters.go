@@ -139,7 +139,7 @@ func readSnapshot(m *bpf.Maps, rules map[bpf.RuleKey]bpf.Rule, paths []bpf.Path,
 	if s.Reasons, err = sumAll(m.EdgeReasons, bpf.ReasonMax); err != nil {
 		return nil, fmt.Errorf("reason stats: %w", err)
 	}
-	for i, dst := range []*uint64{&s.CacheHit, &s.CacheMiss} {
+	for i, dst := range []*uint64{&s.CacheHit, &s.CacheMiss, &s.CacheFirst} {
 		var per []uint64
 		if err := m.EdgeCacheStats.Lookup(uint32(i), &per); err != nil {
 			return nil, fmt.Errorf("cache stats: %w", err)
