@@ -131,6 +131,26 @@ static __always_inline void emc_fill(struct edge_ctx *ctx,
 	emc->fo_at = ctx->fo_at;
 }
 
+/* emc_take tells whether exact-match slot emc may hold ctx->k4's flow:
+ * it does already, or is empty, stale or cold (its copy not used this
+ * tick); a flow it held is flushed first (its counts into the table). A
+ * slot whose copy is in use this tick is left to it: where more flows
+ * are active than the slots hold, a copy made for each packet would be
+ * flushed by the next (two more lines and two atomic adds a packet, for
+ * a copy never hit), so only the first of the flows sharing a slot in a
+ * tick gets it and the others are counted in the table. */
+static __always_inline int emc_take(struct edge_ctx *ctx,
+				    struct edge_emc_slot *emc)
+{
+	if (emc_match(emc, &ctx->k4))
+		return 1;
+	if (emc->f.gen == ctx->gen && emc->seen == (__u16)ctx->now)
+		return 0;
+	if (emc->f.packets)
+		emc_flush(ctx, emc);
+	return 1;
+}
+
 /* flow_find returns the entry of ctx->p's flow when it holds a decision
  * of generation ctx->gen, with the packet counted: this CPU's exact-match
  * copy (IPv4; an entry found in the table is copied into the slot
@@ -139,7 +159,8 @@ static __always_inline void emc_fill(struct edge_ctx *ctx,
  * (flow_fresh), carrying over the counts of a stale entry of the flow (a
  * flow reclassified after a commit keeps them) and, in ctx->rec, the
  * connection it was (edge_ft_lookup). *emcp is this CPU's slot for the
- * flow (IPv4), for flow_record. A steered flow whose member left its
+ * flow (IPv4), for flow_record (NULL after a hit in the table whose
+ * flow did not get the slot, emc_take). A steered flow whose member left its
  * group's usable set counts as stale (steer_moved): decided again. */
 static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 						   struct edge_emc_slot **emcp)
@@ -176,8 +197,6 @@ static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 			bytes = emc->f.bytes;
 			emc->f.packets = 0;
 			emc->f.bytes = 0;
-		} else if (emc && emc->f.packets) {
-			emc_flush(ctx, emc);
 		}
 	}
 	way = edge_ft_lookup(ctx);
@@ -188,10 +207,11 @@ static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
 		ctx->nf.gen = 0;
 	}
 	if (way >= 0 && ctx->nf.gen == ctx->gen) {
-		if (emc) {
+		if (emc && emc_take(ctx, emc)) {
 			emc_fill(ctx, emc, &ctx->nf, packets + 1, bytes + p->len, 1);
 			return &emc->f;
 		}
+		*emcp = NULL; /* another flow's copy: left alone */
 		e = ft_way(ctx->ft_bucket, way);
 		if (e) {
 			__sync_fetch_and_add(&e->f.packets, 1);
@@ -275,7 +295,7 @@ static __always_inline void flow_record(struct edge_ctx *ctx,
 	if (!flow_admit(ctx))
 		return;
 	edge_ft_insert(ctx);
-	if (ctx->p.key.family == 4 && emc)
+	if (ctx->p.key.family == 4 && emc && emc_take(ctx, emc))
 		emc_fill(ctx, emc, &ctx->nf, 0, 0, 0);
 }
 

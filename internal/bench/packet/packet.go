@@ -153,9 +153,10 @@ func (b *bencher) goals(r *Result) []measure.Goal {
 // with its program loaded, and the wrappers.
 func open(o Options) (b *bencher, err error) {
 	b = &bencher{o: o}
+	made := b // b is nil by the time an error returns
 	defer func() {
 		if err != nil {
-			b.close()
+			made.close()
 		}
 	}()
 	if b.ns, err = topo.NewPacketNS(fmt.Sprintf("epbench%d", os.Getpid())); err != nil {
