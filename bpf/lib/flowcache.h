@@ -242,7 +242,8 @@ static __always_inline struct edge_flow *flow_find(struct edge_ctx *ctx,
  * packet), and is admitted on its next two. Recorded at once: a
  * connection, its reply and a steered flow; an entry found stale
  * (written over where it is); a miss whose lookup read a bucket being
- * written (the insert counts it busy). */
+ * written (the insert counts it busy). Returns 0 (noted, not recorded),
+ * 1 (recorded), or 2 (recorded on its first packet). */
 static __always_inline int flow_admit(struct edge_ctx *ctx)
 {
 	const struct edge_flow_key *k = &ctx->p.key;
@@ -257,8 +258,9 @@ static __always_inline int flow_admit(struct edge_ctx *ctx)
 	struct edge_dk_set *s;
 	__u64 v;
 
-	if ((ctx->nf.flags & (EDGE_FF_CONN | EDGE_FF_REPLY | EDGE_FF_STEERED)) ||
-	    ctx->ft_way >= 0 || (ctx->ft_seq & 1))
+	if (ctx->nf.flags & (EDGE_FF_CONN | EDGE_FF_REPLY | EDGE_FF_STEERED))
+		return ctx->ft_way >= 0 ? 1 : 2;
+	if (ctx->ft_way >= 0 || (ctx->ft_seq & 1))
 		return 1;
 	s = bpf_map_lookup_elem(&edge_dk, &set);
 	if (!s)
@@ -288,14 +290,18 @@ static __always_inline int flow_admit(struct edge_ctx *ctx)
 /* flow_record writes the entry a miss decided (ctx->nf) into the flow
  * table, once admitted (flow_admit), and into this CPU's exact-match
  * slot emc (IPv4; the copy is made even when the table has no room for
- * the flow, counted there). */
+ * the flow, counted there). A connection's first packet makes no copy:
+ * many connections send one packet each way (DNS, probes, a flood of
+ * SYNs), and its second packet, found in the table, makes it. */
 static __always_inline void flow_record(struct edge_ctx *ctx,
 					struct edge_emc_slot *emc)
 {
-	if (!flow_admit(ctx))
+	int admit = flow_admit(ctx);
+
+	if (!admit)
 		return;
 	edge_ft_insert(ctx);
-	if (ctx->p.key.family == 4 && emc && emc_take(ctx, emc))
+	if (admit == 1 && ctx->p.key.family == 4 && emc && emc_take(ctx, emc))
 		emc_fill(ctx, emc, &ctx->nf, 0, 0, 0);
 }
 
