@@ -105,6 +105,8 @@ type Agent struct {
 	// the last batch committed. Guarded by commitMu.
 	journal *journal
 	seq     uint64
+	// applies are the Applies waiting to commit as a group (apply.go).
+	applies applyQueue
 	// mu guards the fields below it; a change holds it from checking
 	// the batch to the flip, so readers see one committed config.
 	mu sync.Mutex
@@ -490,114 +492,6 @@ func (a *Agent) View(fn func(*config.Store)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	fn(a.store)
-}
-
-// Apply checks a batch of operations against the config that serves,
-// compiles what it changes into the next generation, commits it and
-// appends the batch, rec, to the journal (api.Backend), so a restarted
-// agent serves exactly what was last committed (see journal.go). Its
-// cost follows the batch, not the config.
-func (a *Agent) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) {
-	a.commitMu.Lock()
-	defer a.commitMu.Unlock()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	t0 := time.Now()
-	oldIfaces := a.store.Interfaces()
-	ch, undoStore, err := a.store.Apply(ops)
-	if err != nil {
-		return 0, err
-	}
-	if err := sched.CheckChanges(a.store, ch); err != nil {
-		undoStore()
-		return 0, err
-	}
-	t1 := time.Now()
-	undoComp, err := a.comp.Apply(ch)
-	if err != nil {
-		undoStore()
-		return 0, err
-	}
-	undo := func() { undoComp(); undoStore() }
-	undoIfaces := func() {}
-	t2 := time.Now()
-	if dryRun {
-		undo()
-		return a.gen, nil
-	}
-	if len(ch.Interfaces) > 0 {
-		ifaces := a.store.Interfaces()
-		added, err := a.links(oldIfaces, ifaces)
-		if err != nil {
-			undo()
-			return 0, err
-		}
-		// From here going back includes the interfaces' transmit and
-		// address maps and the links this change attached, restored
-		// once the rules that may use them are gone. Interfaces it
-		// removes keep theirs until it is committed and journalled.
-		undoIfaces = func() { a.restoreInterfaces(oldIfaces, added) }
-		if err := a.setInterfaces(ifaces); err != nil {
-			undo()
-			undoIfaces()
-			return 0, err
-		}
-	}
-	t3 := time.Now()
-	if err := a.commitCompiled(undo); err != nil {
-		undoIfaces()
-		return 0, err
-	}
-	t4 := time.Now()
-	if rec != nil {
-		if err := a.journal.append(a.seq+1, rec); err != nil {
-			// Nothing is acknowledged that is not durable, and the
-			// dataplane must not serve what a restart would not: go
-			// back to the previous generation.
-			undo()
-			if rerr := a.commitCompiled(func() {}); rerr != nil {
-				a.log.Error("roll back after failing to journal", "error", rerr)
-			}
-			undoIfaces()
-			return 0, fmt.Errorf("journal the change in %s (change rolled back): %w", a.journal.path, err)
-		}
-		a.seq++
-		a.syncSoon()
-	}
-	if len(ch.Interfaces) > 0 {
-		if err := loader.DetachExcept(a.opts.PinDir, ifacesOf(a.store.Interfaces()), a.held, a.log); err != nil {
-			a.log.Error("detach interfaces no longer in config", "error", err)
-		}
-	}
-	if len(ch.Strategies) > 0 {
-		a.strategies.Wake()
-	}
-	a.log.Debug("apply phases", "check", t1.Sub(t0), "compile", t2.Sub(t1), "links", t3.Sub(t2), "commit", t4.Sub(t3), "persist", time.Since(t4), "objects", ch.Len())
-	return a.gen, nil
-}
-
-// commitCompiled commits what the compiler holds as the next generation;
-// a.mu held. On failure it runs undo (the compile's), so the compiler
-// goes back to what serves.
-func (a *Agent) commitCompiled(undo func()) error {
-	n, err := a.dp.Commit(a.comp.Generation())
-	if err != nil {
-		undo()
-		return commitError(err)
-	}
-	a.gen = n
-	return nil
-}
-
-// commitError says what a commit that failed while writing the spare
-// slot means: nothing of it is in force (the next commit writes the
-// slot whole). A hash map found full is named so: the kernel's E2BIG
-// reads "key too big for map" through cilium/ebpf.
-func commitError(err error) error {
-	if errors.Is(err, unix.E2BIG) {
-		return fmt.Errorf("%w (a BPF map is full: nothing of the change is in force, the rules before it keep serving)", err)
-	}
-	return err
 }
 
 // Snapshot reads the dataplane counters (dataplane.Counters).

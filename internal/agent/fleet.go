@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -31,11 +32,17 @@ type FleetOptions struct {
 type fleetManaged struct{ *Agent }
 
 func (f fleetManaged) Apply(ops []config.Op, dryRun bool, rec []byte) (uint32, error) {
+	gen, _, err := f.ApplySynced(ops, dryRun, rec)
+	return gen, err
+}
+
+// ApplySynced refuses what Apply does: the API prefers it to Apply.
+func (f fleetManaged) ApplySynced(ops []config.Op, dryRun bool, rec []byte) (uint32, time.Duration, error) {
 	if !dryRun {
-		return 0, config.Errors{{Path: "operations", Code: config.CodeInUse,
+		return 0, 0, config.Errors{{Path: "operations", Code: config.CodeInUse,
 			Reason: "this gateway is run by a fleet controller (agent --etcd): apply at the controller"}}
 	}
-	return f.Agent.Apply(ops, dryRun, rec)
+	return f.Agent.ApplySynced(ops, dryRun, rec)
 }
 
 // fleetStateFile is where the agent keeps the etcd revision it last

@@ -345,28 +345,61 @@ func syncDir(dir string) error {
 // was, so nothing of the batch stays to be replayed or to glue the next
 // record to.
 func (j *journal) append(seq uint64, req []byte) error {
-	if j.broken != nil {
-		return fmt.Errorf("journal unusable since an earlier failure (restart the agent): %w", j.broken)
-	}
 	line, err := encodeRecord(journalEntry{Seq: seq, Apply: req})
 	if err != nil {
 		return err
 	}
-	n, err := j.f.Write(line)
+	start, err := j.write(line)
+	if err != nil {
+		return err
+	}
+	if err := j.sync(); err != nil {
+		return j.cutBack(start, err)
+	}
+	return nil
+}
+
+// write appends records (whole lines, encodeRecord's) with one
+// write(2), not yet synced, and returns the offset they start at, which
+// cutBack takes. A write that fails is cut back at once.
+func (j *journal) write(lines []byte) (int64, error) {
+	if j.broken != nil {
+		return 0, fmt.Errorf("journal unusable since an earlier failure (restart the agent): %w", j.broken)
+	}
+	start := j.size
+	n, err := j.f.Write(lines)
+	j.size += int64(n)
+	if err != nil {
+		return 0, j.cutBack(start, err)
+	}
+	return start, nil
+}
+
+// sync makes every record written so far durable: fdatasync, which
+// flushes the records and the file's new size (metadata a read needs),
+// not its times. Those written by several batches share it (group
+// commit: see apply.go).
+func (j *journal) sync() error {
+	return unix.Fdatasync(int(j.f.Fd()))
+}
+
+// cutBack takes the records from offset start on back out of the file,
+// after cause (returned, wrapped) failed them: their batches were not
+// acknowledged, so a restart must not replay them. Synced, since they
+// may have reached the disk already. If the cut fails the journal is
+// broken: no batch may follow (its sequence number may still be in the
+// file) until a restart cuts it as a torn tail or refuses it.
+func (j *journal) cutBack(start int64, cause error) error {
+	err := j.f.Truncate(start)
 	if err == nil {
-		// fdatasync: the record and the file's new size (metadata a
-		// read needs, so fdatasync flushes it too), not its times.
-		err = unix.Fdatasync(int(j.f.Fd()))
+		err = j.sync()
 	}
-	if err == nil {
-		j.size += int64(n)
-		return nil
+	if err != nil {
+		j.broken = fmt.Errorf("cut a failed append back to byte %d: %w", start, err)
+		return errors.Join(cause, j.broken)
 	}
-	if terr := j.f.Truncate(j.size); terr != nil {
-		j.broken = fmt.Errorf("cut a failed append back to byte %d: %w", j.size, terr)
-		return errors.Join(err, j.broken)
-	}
-	return err
+	j.size = start
+	return cause
 }
 
 // keepAfter rewrites the journal with only the records after seq

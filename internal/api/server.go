@@ -60,6 +60,14 @@ type Backend interface {
 	Apply(ops []config.Op, dryRun bool, rec []byte) (gen uint32, err error)
 }
 
+// SyncedBackend is what a Backend that journals its batches adds (an
+// agent): Apply, that also says how long the journal's sync took that
+// made the batch durable (ApplyResponse.sync_micros). NewServer prefers
+// it to Backend.Apply.
+type SyncedBackend interface {
+	ApplySynced(ops []config.Op, dryRun bool, rec []byte) (gen uint32, sync time.Duration, err error)
+}
+
 // Fleet is what a controller's Backend adds: objects kept per Target,
 // and the gateways that take them. Its View and Apply are those of the
 // target that names all gateways.
@@ -86,7 +94,8 @@ type Server struct {
 	counters   dataplane.Counters
 	paths      dataplane.Paths
 	strategies dataplane.Strategies
-	fleet      Fleet // a controller's
+	fleet      Fleet         // a controller's
+	synced     SyncedBackend // an agent's
 }
 
 // NewServer returns a Server driving b and whichever of the further
@@ -97,6 +106,7 @@ func NewServer(b Backend) *Server {
 	s.paths, _ = b.(dataplane.Paths)
 	s.strategies, _ = b.(dataplane.Strategies)
 	s.fleet, _ = b.(Fleet)
+	s.synced, _ = b.(SyncedBackend)
 	return s
 }
 
@@ -157,11 +167,17 @@ func (s *Server) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResp
 	if !noTarget(req.GetTarget()) {
 		return nil, errAgentTarget
 	}
-	gen, err := s.b.Apply(ops, req.GetDryRun(), rec)
+	var gen uint32
+	var synced time.Duration
+	if s.synced != nil {
+		gen, synced, err = s.synced.ApplySynced(ops, req.GetDryRun(), rec)
+	} else {
+		gen, err = s.b.Apply(ops, req.GetDryRun(), rec)
+	}
 	if err != nil {
 		return nil, applyStatus(err)
 	}
-	return &pb.ApplyResponse{Generation: gen, CommitMicros: uint64(time.Since(start).Microseconds())}, nil
+	return &pb.ApplyResponse{Generation: gen, CommitMicros: uint64(time.Since(start).Microseconds()), SyncMicros: uint64(synced.Microseconds())}, nil
 }
 
 // Ops turns a batch's operations into the config model's, each at its

@@ -46,6 +46,9 @@ type Options struct {
 	ControlOps   int
 	ControlPaced int
 	ControlBatch int
+	// ControlConcurrentSeconds is the length of a round of the
+	// concurrent Applies (0: 1 s, below 0: none).
+	ControlConcurrentSeconds float64
 	// OnlyControl measures the control part alone.
 	OnlyControl bool
 	// OnlyLB measures the floor and the balancer's per-packet figures
@@ -250,10 +253,11 @@ func runEndToEnd(ctx context.Context, o Options, r *Report) (err error) {
 
 func runControl(ctx context.Context, o Options, r *Report) (err error) {
 	o.Log("control: %d operations per kind over gRPC, batch of %d", o.ControlOps, o.ControlBatch)
-	co := control.Options{Ops: o.ControlOps, Paced: o.ControlPaced, Batch: o.ControlBatch, Bins: o.bins(), Log: o.Log}
+	co := control.Options{Ops: o.ControlOps, Paced: o.ControlPaced, Batch: o.ControlBatch, ConcurrentSeconds: o.ControlConcurrentSeconds, Bins: o.bins(), Log: o.Log}
 	if r.Control, err = control.Run(ctx, co); err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
+	r.Goals = append(r.Goals, control.Goals(r.Control)...)
 	return nil
 }
 

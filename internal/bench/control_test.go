@@ -115,12 +115,57 @@ func TestBenchControl(t *testing.T) {
 		}
 	}
 
+	// The journal's sync: its floor on this disk, and each single
+	// Apply's, reported by the agent.
+	if f := c.SyncFloor; f.Name != "journal_sync_floor" || f.Ops != ops || !(f.P50Us > 0 && f.P50Us <= f.P99Us) || f.Method == "" {
+		t.Errorf("sync floor: %+v", f)
+	}
+	for _, l := range []control.Latency{c.Create, c.Update, c.Delete} {
+		if !(l.ServerSyncP50Us > 0 && l.ServerNoSyncP50Us > 0 && l.ServerNoSyncP50Us <= l.ServerCommitP50Us && l.ServerNoSyncP50Us <= l.ServerNoSyncP99Us) {
+			t.Errorf("%s: no journal sync reported, or the agent's time without it out of order: %+v", l.Name, l)
+		}
+	}
+	checkConcurrency(t, c.Concurrency)
+	var controlGoals int
+	for _, g := range r.Goals {
+		if strings.Contains(g.Name, "journal sync") || strings.Contains(g.Name, "Applies/s") {
+			controlGoals++
+		}
+	}
+	if controlGoals != 3 {
+		t.Errorf("goals: %+v, want the control part's 3", r.Goals)
+	}
+
 	// Neither namespace nor pins outlive the run (the temp dir's name is
 	// random, and another bench may be running).
 	name := fmt.Sprintf("epctl%d", os.Getpid())
 	for _, p := range []string{"/run/netns/" + name, "/sys/fs/bpf/" + name} {
 		if _, err := os.Stat(p); err == nil {
 			t.Errorf("%s left behind", p)
+		}
+	}
+}
+
+// checkConcurrency checks the concurrency figures are all there: one
+// per series, a rate for each round, and the ratios of N clients to 1.
+func checkConcurrency(t *testing.T, cc *control.Concurrency) {
+	t.Helper()
+	if cc == nil || cc.Clients != 64 || cc.Rounds != 3 || len(cc.Figures) != 6 || len(cc.Ratios) != 4 || cc.Method == "" {
+		t.Fatalf("concurrency figures: %+v", cc)
+	}
+	for _, f := range cc.Figures {
+		apply := strings.HasPrefix(f.Name, "pdr_update")
+		if f.PerSec <= 0 || len(f.PerSecRounds) != cc.Rounds || f.Calls <= 0 || !(f.P50Us > 0 && f.P50Us <= f.P99Us) ||
+			apply && !(f.ServerCommitP50Us > 0 && f.ServerSyncP50Us > 0) {
+			t.Errorf("concurrency figure %+v", f)
+		}
+		if want := map[bool]int{true: 1, false: cc.Clients}[strings.HasSuffix(f.Name, "_1")]; f.Clients != want {
+			t.Errorf("%s: %d clients, want %d", f.Name, f.Clients, want)
+		}
+	}
+	for name, v := range cc.Ratios {
+		if !(v > 0) {
+			t.Errorf("ratio %s: %v", name, v)
 		}
 	}
 }

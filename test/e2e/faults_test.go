@@ -64,19 +64,49 @@ func (s pdrSet) String() string {
 	return "{" + out + " }"
 }
 
+// listPDRs lists the agent's PDRs, retrying for up to 10 s while the
+// agent (re)starts.
+func listPDRs(t *testing.T, gc pb.GatewayClient) pdrSet {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := withToken(apiToken)
+		r, err := gc.ListPdrs(ctx, &pb.ListRequest{})
+		cancel()
+		if err == nil {
+			out := pdrSet{}
+			for _, p := range r.GetPdrs() {
+				out[p.GetId()] = p
+			}
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("list pdrs: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // faultBatch makes a batch of one to three operations on PDRs 1000-1063
 // (each dropping UDP to port 20000+id from the LAN, ahead of the base
 // rules, nothing the stream uses) and returns it with the PDRs the config
 // holds once it applies.
 func faultBatch(rng *rand.Rand, have pdrSet) ([]*pb.Operation, pdrSet) {
+	return pdrBatch(rng, have, 1000, 64, 1)
+}
+
+// pdrBatch makes a batch of minOps to three operations on PDRs first to
+// first+span-1 (as faultBatch's) and returns it with the PDRs the config
+// holds once it applies, from have.
+func pdrBatch(rng *rand.Rand, have pdrSet, first, span, minOps int) ([]*pb.Operation, pdrSet) {
 	next := pdrSet{}
 	for id, p := range have {
 		next[id] = p
 	}
 	var ops []*pb.Operation
 	used := map[uint32]bool{}
-	for n := 1 + rng.IntN(3); len(ops) < n; {
-		id := uint32(1000 + rng.IntN(64))
+	for n := minOps + rng.IntN(4-minOps); len(ops) < n; {
+		id := uint32(first + rng.IntN(span))
 		if used[id] {
 			continue
 		}
@@ -132,26 +162,7 @@ func TestFaultInjectionApplies(t *testing.T) {
 	}
 	defer conn.Close()
 	gc := pb.NewGatewayClient(conn)
-	list := func() pdrSet {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			ctx, cancel := withToken(apiToken)
-			r, err := gc.ListPdrs(ctx, &pb.ListRequest{})
-			cancel()
-			if err == nil {
-				out := pdrSet{}
-				for _, p := range r.GetPdrs() {
-					out[p.GetId()] = p
-				}
-				return out
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("list pdrs: %v", err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	list := func() pdrSet { return listPDRs(t, gc) }
 	acked := list()
 
 	before := a.stats()

@@ -2055,7 +2055,11 @@ type ApplyResponse struct {
 	CommitMicros uint64 `protobuf:"varint,2,opt,name=commit_micros,json=commitMicros,proto3" json:"commit_micros,omitempty"`
 	// at a controller: the etcd revision that holds the batch; a gateway
 	// has it once its committed_revision (ListGateways) reaches it
-	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// at a gateway: of commit_micros, how long the journal's fdatasync
+	// took that made the batch durable (Applies committed together share
+	// one), in microseconds; 0 for a dry run
+	SyncMicros    uint64 `protobuf:"varint,4,opt,name=sync_micros,json=syncMicros,proto3" json:"sync_micros,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2107,6 +2111,13 @@ func (x *ApplyResponse) GetCommitMicros() uint64 {
 func (x *ApplyResponse) GetRevision() uint64 {
 	if x != nil {
 		return x.Revision
+	}
+	return 0
+}
+
+func (x *ApplyResponse) GetSyncMicros() uint64 {
+	if x != nil {
+		return x.SyncMicros
 	}
 	return 0
 }
@@ -4166,13 +4177,15 @@ const file_edgeplane_proto_rawDesc = "" +
 	"operations\x18\x01 \x03(\v2\x17.edgeplane.v1.OperationR\n" +
 	"operations\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12,\n" +
-	"\x06target\x18\x03 \x01(\v2\x14.edgeplane.v1.TargetR\x06target\"p\n" +
+	"\x06target\x18\x03 \x01(\v2\x14.edgeplane.v1.TargetR\x06target\"\x91\x01\n" +
 	"\rApplyResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\rR\n" +
 	"generation\x12#\n" +
 	"\rcommit_micros\x18\x02 \x01(\x04R\fcommitMicros\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision\";\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\x12\x1f\n" +
+	"\vsync_micros\x18\x04 \x01(\x04R\n" +
+	"syncMicros\";\n" +
 	"\vListRequest\x12,\n" +
 	"\x06target\x18\x01 \x01(\v2\x14.edgeplane.v1.TargetR\x06target\"N\n" +
 	"\x0eGetByIDRequest\x12\x0e\n" +

@@ -88,7 +88,7 @@ func (l *ctlLab) setUpService(ctx context.Context) error {
 // (each followed by an untimed one putting it back), back to back. The
 // answer comes after the new generation, Maglev table included, is live.
 func (l *ctlLab) removeBackend(ctx context.Context, floorP50 float64) (Latency, error) {
-	d, server := make([]time.Duration, ctlRemovals), make([]time.Duration, ctlRemovals)
+	d, server := make([]time.Duration, ctlRemovals), make([]agentTime, ctlRemovals)
 	for i := range d {
 		t0 := time.Now()
 		s, err := l.applyTimed(ctx, lbrOp(uint32(1+i%ctlBackends), 0))
@@ -130,7 +130,7 @@ func (l *ctlLab) backendChanges(ctx context.Context, floorP50 float64) (remove, 
 			_, err := l.apply(ctx, op)
 			return err
 		}
-		return ct.time(w, func() (time.Duration, error) { return l.applyTimed(ctx, op) })
+		return ct.time(w, func() (agentTime, error) { return l.applyTimed(ctx, op) })
 	}
 	for i := range ctlChanges {
 		b := uint32(1 + i%ctlBackends)
@@ -159,14 +159,15 @@ func (l *ctlLab) backendChanges(ctx context.Context, floorP50 float64) (remove, 
 
 // changeTimes gathers the times of one kind of backend change.
 type changeTimes struct {
-	name                          string
-	flip, settled, answer, server []time.Duration
+	name                  string
+	flip, settled, answer []time.Duration
+	server                []agentTime
 }
 
 // time runs call, an Apply that makes one commit, and records when the
 // generation flipped, when a grace period after it passed, when the call
 // answered and what the agent reported as its own time.
-func (ct *changeTimes) time(w *genWatch, call func() (time.Duration, error)) error {
+func (ct *changeTimes) time(w *genWatch, call func() (agentTime, error)) error {
 	g0, err := w.gen()
 	if err != nil {
 		return err

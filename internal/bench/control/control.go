@@ -10,10 +10,13 @@ package control
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +55,13 @@ type Result struct {
 	BackendRemove BackendChange `json:"lb_backend_remove"`
 	BackendAdd    BackendChange `json:"lb_backend_add"`
 	BackendWeight BackendChange `json:"lb_backend_weight"`
+	// SyncFloor is what an append and an fdatasync cost on the disk of
+	// the agent's journal, in the same run: the floor of an Apply's
+	// wait for its batch to be durable.
+	SyncFloor Latency `json:"journal_sync_floor"`
+	// Concurrency is Applies a second at 1 and at many concurrent
+	// clients.
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
 }
 
 // Latency is the distribution of one kind of call, client wall time in
@@ -77,6 +87,13 @@ type Latency struct {
 	ServerCommitP50Us float64 `json:"server_commit_p50_us,omitempty"`
 	ServerCommitP99Us float64 `json:"server_commit_p99_us,omitempty"`
 	ServerCommitMaxUs float64 `json:"server_commit_max_us,omitempty"`
+	// ServerSync* are the journal sync's part of the agent's time
+	// (ApplyResponse.sync_micros), ServerNoSync* the agent's time
+	// without it, call by call; absent for an agent that does not
+	// report it.
+	ServerSyncP50Us   float64 `json:"server_sync_p50_us,omitempty"`
+	ServerNoSyncP50Us float64 `json:"server_commit_minus_sync_p50_us,omitempty"`
+	ServerNoSyncP99Us float64 `json:"server_commit_minus_sync_p99_us,omitempty"`
 	Method            string  `json:"method"`
 }
 
@@ -159,6 +176,9 @@ type Options struct {
 	Ops   int
 	Paced int
 	Batch int
+	// ConcurrentSeconds is the length of each round of the
+	// concurrency figures (0: 1 s; below 0: none).
+	ConcurrentSeconds float64
 	// Bins.Edgeplane is the binary the agent runs.
 	Bins measure.Binaries
 	Log  measure.Logf
@@ -193,6 +213,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("paced grpc floor: %w", err)
 	}
 	floorP50 := c.Floor.P50Us
+	if c.SyncFloor, err = l.syncFloor(min(o.Ops, 1000)); err != nil {
+		return nil, err
+	}
 
 	// Warm the Apply path (first commits, the config file) untimed.
 	for i := 0; i < ctlWarmup; i++ {
@@ -257,6 +280,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	o.Log("control: %d backend removals, additions and weight changes, one every %s, to the flip", ctlChanges, ctlChangePace)
 	if c.BackendRemove, c.BackendAdd, c.BackendWeight, err = l.backendChanges(ctx, floorP50); err != nil {
 		return nil, err
+	}
+	if secs := o.ConcurrentSeconds; secs >= 0 {
+		if secs == 0 {
+			secs = 1
+		}
+		o.Log("control: one-PDR Applies from 1 and %d concurrent clients, %d rounds of %.1f s", ctlClients, ctlConcRounds, secs)
+		if c.Concurrency, err = l.concurrency(ctx, secs); err != nil {
+			return nil, fmt.Errorf("concurrent applies: %w", err)
+		}
 	}
 	o.Log("control: floor p50 %.0f µs; create p50 %.0f µs (x%.1f), update %.0f µs, delete %.0f µs, paced create %.0f µs; batch of %d: create %.0f ms, delete %.0f ms",
 		floorP50, c.Create.P50Us, c.Create.Ratios.P50, c.Update.P50Us, c.Delete.P50Us, c.CreatePaced.P50Us, b, c.BatchCreate.Ms, c.BatchDelete.Ms)
@@ -446,8 +478,8 @@ func (l *ctlLab) expectPdrs(ctx context.Context, want int) error {
 // timed runs call n times, back to back or (pace > 0) one call started
 // every pace, and returns each call's client wall time and the server
 // time it reported.
-func timed(ctx context.Context, n int, pace time.Duration, call func(i int) (server time.Duration, err error)) (d, server []time.Duration, err error) {
-	d, server = make([]time.Duration, n), make([]time.Duration, n)
+func timed(ctx context.Context, n int, pace time.Duration, call func(i int) (agentTime, error)) (d []time.Duration, server []agentTime, err error) {
+	d, server = make([]time.Duration, n), make([]agentTime, n)
 	var tick <-chan time.Time
 	if pace > 0 {
 		t := time.NewTicker(pace)
@@ -475,11 +507,11 @@ func timed(ctx context.Context, n int, pace time.Duration, call func(i int) (ser
 // floor times n ListInterfaces calls after a warm-up, back to back or
 // paced.
 func (l *ctlLab) floor(ctx context.Context, n int, pace time.Duration) (Latency, error) {
-	call := func(int) (time.Duration, error) {
+	call := func(int) (agentTime, error) {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		_, err := l.gc.ListInterfaces(cctx, &pb.ListRequest{})
-		return 0, err
+		return agentTime{}, err
 	}
 	for i := 0; i < ctlWarmup; i++ {
 		if _, err := call(i); err != nil {
@@ -499,19 +531,24 @@ func (l *ctlLab) floor(ctx context.Context, n int, pace time.Duration) (Latency,
 	return lat, nil
 }
 
-// applyTimed applies one operation and returns the agent's commit time.
-func (l *ctlLab) applyTimed(ctx context.Context, op *pb.Operation) (time.Duration, error) {
+// applyTimed applies one operation and returns the agent's commit time
+// and its sync's part.
+func (l *ctlLab) applyTimed(ctx context.Context, op *pb.Operation) (agentTime, error) {
 	r, err := l.apply(ctx, op)
 	if err != nil {
-		return 0, err
+		return agentTime{}, err
 	}
-	return time.Duration(r.GetCommitMicros()) * time.Microsecond, nil
+	return agentTime{commit: time.Duration(r.GetCommitMicros()) * time.Microsecond, sync: time.Duration(r.GetSyncMicros()) * time.Microsecond}, nil
 }
+
+// agentTime is what the agent says an Apply took (commit_micros) and its
+// journal sync's part (sync_micros).
+type agentTime struct{ commit, sync time.Duration }
 
 // singles runs one Apply per id 1..n, back to back, and checks the agent
 // holds want PDRs afterwards.
 func (l *ctlLab) singles(ctx context.Context, name string, n int, floorP50 float64, op func(uint32) *pb.Operation, want int, method string) (Latency, error) {
-	d, server, err := timed(ctx, n, 0, func(i int) (time.Duration, error) { return l.applyTimed(ctx, op(uint32(i+1))) })
+	d, server, err := timed(ctx, n, 0, func(i int) (agentTime, error) { return l.applyTimed(ctx, op(uint32(i+1))) })
 	if err != nil {
 		return Latency{}, fmt.Errorf("%s: %w", name, err)
 	}
@@ -526,7 +563,7 @@ func (l *ctlLab) singles(ctx context.Context, name string, n int, floorP50 float
 // paced creates PDRs 1..n, one Apply started every ctlPace, so no call
 // waits behind another; ratios are to the paced floor.
 func (l *ctlLab) paced(ctx context.Context, n int, floorP50 float64) (Latency, error) {
-	d, server, err := timed(ctx, n, ctlPace, func(i int) (time.Duration, error) {
+	d, server, err := timed(ctx, n, ctlPace, func(i int) (agentTime, error) {
 		id := uint32(i + 1)
 		return l.applyTimed(ctx, createOp(ctlPdr(id, id)))
 	})
@@ -594,7 +631,7 @@ func (l *ctlLab) batch(ctx context.Context, n int) (Batch, Batch, error) {
 // latency summarises client times d (in call order) and the agent's own
 // commit times (nil for calls that commit nothing); floorP50 > 0 adds
 // the ratios.
-func latency(name string, d, server []time.Duration, floorP50 float64) Latency {
+func latency(name string, d []time.Duration, server []agentTime, floorP50 float64) Latency {
 	s := measure.Sorted(d)
 	var sum time.Duration
 	for _, v := range d {
@@ -609,9 +646,21 @@ func latency(name string, d, server []time.Duration, floorP50 float64) Latency {
 		P50LastTenthUs:  measure.Us(measure.Pct(measure.Sorted(d[len(d)-tenth:]), 50)),
 	}
 	if server != nil {
-		ss := measure.Sorted(server)
+		commits, syncs, noSync := make([]time.Duration, len(server)), make([]time.Duration, len(server)), make([]time.Duration, len(server))
+		reported := false
+		for i, a := range server {
+			commits[i], syncs[i], noSync[i] = a.commit, a.sync, a.commit-a.sync
+			reported = reported || a.sync > 0
+		}
+		ss := measure.Sorted(commits)
 		lat.ServerCommitP50Us, lat.ServerCommitP99Us, lat.ServerCommitMaxUs = measure.Us(measure.Pct(ss, 50)), measure.Us(measure.Pct(ss, 99)), measure.Us(ss[len(ss)-1])
+		if reported {
+			ns := measure.Sorted(noSync)
+			lat.ServerSyncP50Us = measure.Us(measure.Pct(measure.Sorted(syncs), 50))
+			lat.ServerNoSyncP50Us, lat.ServerNoSyncP99Us = measure.Us(measure.Pct(ns, 50)), measure.Us(measure.Pct(ns, 99))
+		}
 	}
+
 	if floorP50 > 0 {
 		lat.Ratios = &Ratios{P50: lat.P50Us / floorP50, P90: lat.P90Us / floorP50, P99: lat.P99Us / floorP50,
 			Max: lat.MaxUs / floorP50, Mean: lat.MeanUs / floorP50}
@@ -624,7 +673,7 @@ func (c *Result) Text() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "control over gRPC on loopback, client wall time:\n")
 	fmt.Fprintf(&sb, "%-36s %6s %9s %9s %9s %9s %9s %8s %8s %11s\n", "figure", "ops", "p50 us", "p90 us", "p99 us", "max us", "mean us", "p50/fl", "p99/fl", "agent p50")
-	lats := []Latency{c.Floor, c.FloorPaced, c.Create, c.Update, c.Delete, c.CreatePaced, c.RemoveBackend}
+	lats := []Latency{c.Floor, c.FloorPaced, c.SyncFloor, c.Create, c.Update, c.Delete, c.CreatePaced, c.RemoveBackend}
 	for _, b := range []BackendChange{c.BackendRemove, c.BackendAdd, c.BackendWeight} {
 		lats = append(lats, b.Flip, b.Settled, b.Answer)
 	}
@@ -638,5 +687,47 @@ func (c *Result) Text() string {
 	for _, b := range []Batch{c.BatchCreate, c.BatchDelete} {
 		fmt.Fprintf(&sb, "%-36s %6d ops in one Apply: %.1f ms (agent %.1f ms)\n", b.Name, b.Ops, b.Ms, b.ServerCommitMs)
 	}
+	for _, l := range []Latency{c.Create, c.Update, c.Delete} {
+		if l.ServerSyncP50Us > 0 {
+			fmt.Fprintf(&sb, "%-36s agent p50 %.0f us: journal sync %.0f us, the rest %.0f us (p99 %.0f)\n", l.Name, l.ServerCommitP50Us, l.ServerSyncP50Us, l.ServerNoSyncP50Us, l.ServerNoSyncP99Us)
+		}
+	}
+	if cc := c.Concurrency; cc != nil {
+		for _, t := range cc.Figures {
+			fmt.Fprintf(&sb, "%-36s %3d clients, %2d conns: %8.0f calls/s (rounds %v), p50 %.0f us, p99 %.0f us\n", t.Name, t.Clients, t.Connections, t.PerSec, roundAll(t.PerSecRounds), t.P50Us, t.P99Us)
+		}
+		for _, k := range slices.Sorted(maps.Keys(cc.Ratios)) {
+			fmt.Fprintf(&sb, "%-36s x%.1f\n", k, cc.Ratios[k])
+		}
+	}
 	return sb.String()
+}
+
+func roundAll(v []float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = math.Round(x)
+	}
+	return out
+}
+
+// Goals are the control part's goals: many clients applying at once
+// commit far more Applies a second than one (they share the journal's
+// sync), and a single Apply costs the agent little besides its sync.
+func Goals(c *Result) []measure.Goal {
+	var goals []measure.Goal
+	if c.Create.ServerSyncP50Us > 0 {
+		goals = append(goals, measure.Goal{Name: "one-PDR create, agent time minus its journal sync, p50 us", Value: c.Create.ServerNoSyncP50Us, Limit: 50})
+	}
+	if cc := c.Concurrency; cc != nil {
+		for _, suffix := range []string{"", "_conns"} {
+			name := fmt.Sprintf("pdr_update_%d%s_over_1", cc.Clients, suffix)
+			how := "sharing connections"
+			if suffix != "" {
+				how = "a connection each"
+			}
+			goals = append(goals, measure.Goal{Name: fmt.Sprintf("one-PDR Applies/s, %d clients (%s) / 1 client", cc.Clients, how), Value: cc.Ratios[name], Limit: 10, AtLeast: true})
+		}
+	}
+	return goals
 }
