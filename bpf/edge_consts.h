@@ -24,6 +24,10 @@
 #endif
 
 /* Slots of the per-CPU IPv4 exact-match cache (power of two). */
+/* Packets of other flows an exact-match slot in use refuses before the
+ * next one takes it (flowcache.h's emc_take). */
+#define EDGE_EMC_PRESSURE 16
+
 #ifndef EDGE_EMC_SLOTS
 #define EDGE_EMC_SLOTS 1024
 #endif

@@ -593,7 +593,9 @@ struct edge_emc_slot {
 	 * a new flow's copy starts out of date, so its second packet marks
 	 * it hot) */
 	__u16 seen;
-	__u16 pad;
+	/* packets of other flows refused the slot since this copy was made
+	 * (flowcache.h's emc_take): at EDGE_EMC_PRESSURE the next takes it */
+	__u16 refused;
 	/* where the table's entry was when this copy was made: its index in
 	 * edge_ft + 1 (0: none), so folding the copy's counts back in does
 	 * not hash the flow again */

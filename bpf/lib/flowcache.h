@@ -126,6 +126,7 @@ static __always_inline void emc_fill(struct edge_ctx *ctx,
 	emc->f.packets = packets;
 	emc->f.bytes = bytes;
 	emc->seen = ctx->now - !marked;
+	emc->refused = 0;
 	emc->ft_at = ctx->ft_way < 0 ? 0 :
 		     ctx->ft_bucket * EDGE_FT_WAYS + ctx->ft_way + 1;
 	emc->fo_at = ctx->fo_at;
@@ -133,18 +134,21 @@ static __always_inline void emc_fill(struct edge_ctx *ctx,
 
 /* emc_take tells whether exact-match slot emc may hold ctx->k4's flow:
  * it does already, or is empty, stale or cold (its copy not used this
- * tick); a flow it held is flushed first (its counts into the table). A
- * slot whose copy is in use this tick is left to it: where more flows
- * are active than the slots hold, a copy made for each packet would be
- * flushed by the next (two more lines and two atomic adds a packet, for
- * a copy never hit), so only the first of the flows sharing a slot in a
- * tick gets it and the others are counted in the table. */
+ * tick), or has refused EDGE_EMC_PRESSURE packets of other flows since
+ * its copy was made; a flow it held is flushed first (its counts into
+ * the table). Otherwise the slot is left to the copy in use: where more
+ * flows are active than the slots hold, a copy made for each packet
+ * would be flushed by the next (two more lines and two atomic adds a
+ * packet, for a copy never hit), so the flows sharing a slot take it in
+ * turns of EDGE_EMC_PRESSURE of the others' packets, or a tick, and are
+ * counted in the table meanwhile. */
 static __always_inline int emc_take(struct edge_ctx *ctx,
 				    struct edge_emc_slot *emc)
 {
 	if (emc_match(emc, &ctx->k4))
 		return 1;
-	if (emc->f.gen == ctx->gen && emc->seen == (__u16)ctx->now)
+	if (emc->f.gen == ctx->gen && emc->seen == (__u16)ctx->now &&
+	    ++emc->refused < EDGE_EMC_PRESSURE)
 		return 0;
 	if (emc->f.packets)
 		emc_flush(ctx, emc);

@@ -53,14 +53,14 @@ type edgeEdgeDecapKey struct {
 }
 
 type edgeEdgeEmcSlot struct {
-	_    structs.HostLayout
-	K    edgeEdgeFlowKey4
-	F    edgeEdgeFlow
-	Seen uint16
-	Pad  uint16
-	FtAt uint32
-	FoAt uint32
-	Pad2 uint32
+	_       structs.HostLayout
+	K       edgeEdgeFlowKey4
+	F       edgeEdgeFlow
+	Seen    uint16
+	Refused uint16
+	FtAt    uint32
+	FoAt    uint32
+	Pad2    uint32
 }
 
 type edgeEdgeFar struct {
