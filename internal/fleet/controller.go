@@ -9,14 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
@@ -56,6 +54,8 @@ type Controller struct {
 	gateways map[string]map[string]string
 	// stores caches each scope's store for reads, until the next change.
 	stores map[string]*config.Store
+	// asked is when this controller last asked for statuses.
+	asked time.Time
 }
 
 // NewController returns a controller of the fleet under prefix, writing
@@ -106,7 +106,7 @@ func (c *Controller) position() Position {
 // and epoch.
 func (c *Controller) next() revisionValue {
 	prev := c.position()
-	return revisionValue{Cluster: cmp.Or(c.rv.Cluster, newID()), Epoch: c.rv.Epoch, ID: newID(), Prev: &prev}
+	return revisionValue{Cluster: cmp.Or(c.rv.Cluster, newID()), Epoch: c.rv.Epoch, ID: newID(), Prev: &prev, Asks: true}
 }
 
 // wrote records the revision key a transaction of this controller wrote
@@ -489,133 +489,4 @@ func (c *Controller) readGateways(ctx context.Context) error {
 		c.gateways[name] = l
 	}
 	return nil
-}
-
-// Gateways implements api.Fleet.
-func (c *Controller) Gateways(selector map[string]string) ([]*pb.GatewayStatus, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.refresh(ctx); err != nil {
-		return nil, err
-	}
-	gws, err := c.list(ctx, true)
-	if err != nil {
-		return nil, err
-	}
-	c.gateways = map[string]map[string]string{}
-	var out []*pb.GatewayStatus
-	for _, g := range gws {
-		c.gateways[g.Name] = g.Labels
-		if Targets(&pb.Target{Selector: selector}, g.Name, g.Labels) {
-			out = append(out, g)
-		}
-	}
-	return out, nil
-}
-
-// list reads every gateway's status (with beats, its last lease renewal:
-// one request per gateway); c.mu held, objects and labels fresh.
-//
-// A status counts only under the gateway's live lease: one its lease
-// took with it, or one written without it, is no word from the gateway.
-// A gateway is converged only when its member says so and its position
-// is etcd's revision key: one that followed revisions etcd has lost
-// (restored from a backup, or wiped and filled again) is behind until it
-// has read everything again, and so is one that has not yet followed the
-// last change.
-func (c *Controller) list(ctx context.Context, beats bool) ([]*pb.GatewayStatus, error) {
-	r, err := c.cli.Get(ctx, c.k.gateways(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("etcd: %w", err)
-	}
-	byName := map[string]*pb.GatewayStatus{}
-	gw := func(name string) *pb.GatewayStatus {
-		g := byName[name]
-		if g == nil {
-			g = &pb.GatewayStatus{Name: name, State: StateDisconnected, Labels: c.labels[name]}
-			byName[name] = g
-		}
-		return g
-	}
-	for name := range c.labels {
-		gw(name)
-	}
-	leases := map[string]clientv3.LeaseID{}
-	statuses := map[string]*mvccpb.KeyValue{}
-	for _, kv := range r.Kvs {
-		name, leaf, ok := c.k.parseGateway(string(kv.Key))
-		if !ok {
-			continue
-		}
-		g := gw(name)
-		switch leaf {
-		case "alive":
-			// Only under a lease: an alive key written without one
-			// would outlive the gateway.
-			g.Reachable = kv.Lease != 0
-			leases[name] = clientv3.LeaseID(kv.Lease)
-		case "status":
-			statuses[name] = kv
-		}
-	}
-	pos := c.position()
-	for name, g := range byName {
-		kv := statuses[name]
-		var st *Status
-		switch {
-		case kv == nil:
-		case kv.Lease == 0 || clientv3.LeaseID(kv.Lease) != leases[name]:
-			g.Error = "its status is not under its live lease: ignored"
-		default:
-			st = &Status{}
-			if err := json.Unmarshal(kv.Value, st); err != nil {
-				g.Error, st = "unreadable status: "+err.Error(), nil
-			}
-		}
-		committed := int64(0)
-		if st != nil {
-			committed = st.Committed
-			g.CommittedRevision, g.Generation = uint64(st.Committed), st.Generation
-			g.State, g.Error, g.DataplaneOk = st.State, st.Error, st.DataplaneOK
-			g.PathsUp, g.PathsDown, g.Objects = st.PathsUp, st.PathsDown, st.Objects
-			g.HeartbeatUnixMs = st.Written
-		}
-		if !g.Reachable {
-			g.State = StateDisconnected
-		} else if st == nil {
-			g.State = StateBehind
-		} else if id := leases[name]; beats && id != 0 {
-			// The last renewal: the lease's TTL minus what is left of it.
-			if ttl, err := c.cli.TimeToLive(ctx, id); err == nil && ttl.TTL > 0 {
-				last := time.Now().Add(-time.Duration(ttl.GrantedTTL-ttl.TTL) * time.Second).UnixMilli()
-				g.HeartbeatUnixMs = max(g.HeartbeatUnixMs, last)
-			}
-		}
-		// In drift: a change to one of its targets, or to its labels,
-		// after what it committed; or a state from a history etcd no
-		// longer has.
-		for s, rev := range c.scopeRev {
-			if t, err := ParseScope(s); err == nil && Targets(t, name, g.Labels) && rev > committed {
-				g.Drift = true
-			}
-		}
-		if rev, ok := c.labelRev[name]; ok && rev > committed {
-			g.Drift = true
-		}
-		if st != nil && (st.Position.Rev > pos.Rev || st.Position.Rev == pos.Rev && st.Position.ID != pos.ID || st.Committed > r.Header.Revision) {
-			g.Drift = true
-			if g.Error == "" {
-				g.Error = fmt.Sprintf("its state follows revisions etcd no longer has (position %d/%s, etcd's %d/%s: restored or replaced); it reads everything again",
-					st.Position.Rev, st.Position.ID, pos.Rev, pos.ID)
-			}
-		}
-		if g.State == StateConverged && (g.Drift || st.Position != pos) {
-			g.State = StateBehind
-		}
-	}
-	return slices.SortedFunc(maps.Values(byName), func(a, b *pb.GatewayStatus) int {
-		return strings.Compare(a.Name, b.Name)
-	}), nil
 }

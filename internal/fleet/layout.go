@@ -18,7 +18,7 @@
 //	v1/revision                       the fleet's position, rewritten by every change
 //	                                  a member follows (an Apply, a label change, a
 //	                                  controller's start): JSON {cluster, epoch, id,
-//	                                  prev}. cluster is chosen when the layout is
+//	                                  prev, asks}. cluster is chosen when the layout is
 //	                                  written, epoch counts controller starts and
 //	                                  restores a controller noticed, id is new at each
 //	                                  write and prev is the mod revision and id of the
@@ -27,17 +27,31 @@
 //	                                  never interleave half-seen batches; members check
 //	                                  the chain (see Position), so an etcd restored to
 //	                                  an older revision, or wiped and refilled, is
-//	                                  noticed and everything is read again.
+//	                                  noticed and everything is read again. asks:
+//	                                  the controller that wrote it asks for statuses
+//	                                  (v1/poll), so members write how far they got
+//	                                  when asked rather than at every commit (a
+//	                                  controller from before asks never does, and its
+//	                                  writes leave it out).
 //	v1/labels/NAME                    the gateway's labels (JSON object), written by
 //	                                  controllers alone from what the operator gives
 //	                                  them (a file, the Kubernetes nodes): the labels
 //	                                  selectors target. A gateway never chooses them.
 //	v1/objects/SCOPE/KIND/KEY         one object (edgeplane.v1.Object, protojson).
+//	v1/poll                           rewritten (a random id) by a controller that
+//	                                  lists the gateways while some have not said
+//	                                  whether they followed the fleet's last change:
+//	                                  each member whose status changed since it last
+//	                                  wrote it writes it then. It is no change to
+//	                                  follow: members do not commit for it.
 //	v1/scopes/SCOPE                   rewritten by every Apply to SCOPE: its mod
 //	                                  revision is the scope's last change, which a
 //	                                  gateway targeted by SCOPE is in drift without.
 //	v1/gateways/NAME/status           the gateway's status (Status, JSON), written by
-//	                                  its agent when it changes, under its lease.
+//	                                  its agent under its lease: at once when its state
+//	                                  or health changes, and when asked (v1/poll) when
+//	                                  only how far it got did (or at every commit,
+//	                                  under a controller that does not ask).
 //	v1/gateways/NAME/alive            written under the agent's lease: gone when the
 //	                                  lease expires, and the gateway is unreachable.
 //
@@ -46,8 +60,9 @@
 // is the config kind ("pdr"), KEY the object's id or name, path-escaped.
 //
 // A member reads the keys from v1/labels/ up to v1/s (labels, layout,
-// objects, revision: nothing else sorts between them, and new keys must
-// not), so a gateway's etcd user needs read on that range
+// objects, poll, revision: nothing else sorts between them, and new keys
+// a member must not read must not), so a gateway's etcd user needs read
+// on that range
 // and readwrite on v1/gateways/NAME/ alone (GatewayPermissions): a
 // compromised gateway cannot change another's state, its own labels or
 // the objects, and what it writes reaches nobody's rules.
@@ -87,6 +102,7 @@ func (k keys) revision() string           { return k.base + "revision" }
 func (k keys) labels() string             { return k.base + "labels/" }
 func (k keys) label(name string) string   { return k.base + "labels/" + url.PathEscape(name) }
 func (k keys) objects() string            { return k.base + "objects/" }
+func (k keys) poll() string               { return k.base + "poll" }
 func (k keys) scopes() string             { return k.base + "scopes/" }
 func (k keys) scope(s string) string      { return k.base + "scopes/" + url.PathEscape(s) }
 func (k keys) gateways() string           { return k.base + "gateways/" }
@@ -95,7 +111,7 @@ func (k keys) status(name string) string  { return k.gateway(name) + "status" }
 func (k keys) alive(name string) string   { return k.gateway(name) + "alive" }
 
 // memberRange is the range a member reads and watches: from labels/ up
-// to scopes/, exclusive (labels, layout, objects, revision). The end is
+// to scopes/, exclusive (labels, layout, objects, poll, revision). The end is
 // "s", not "revision\x00", so that an operator can type it into etcdctl.
 func (k keys) memberRange() (from, end string) { return k.labels(), k.base + "s" }
 
@@ -152,8 +168,8 @@ type Permission struct {
 }
 
 // GatewayPermissions are all a gateway's etcd user needs: read the
-// member range (its labels, the layout, the objects, the revision key)
-// and write its own status and alive keys. Nothing else: not another
+// member range (its labels, the layout, the objects, the controllers'
+// asks, the revision key) and write its own status and alive keys. Nothing else: not another
 // gateway's keys, not the labels (the controller's), not the objects.
 func GatewayPermissions(prefix, name string) []Permission {
 	k := newKeys(cmp.Or(prefix, DefaultPrefix))
@@ -290,6 +306,8 @@ type revisionValue struct {
 	// ID is new at every write; Prev is the value this one replaced.
 	ID   string    `json:"id"`
 	Prev *Position `json:"prev,omitempty"`
+	// Asks: the controller that wrote it asks for statuses (v1/poll).
+	Asks bool `json:"asks,omitempty"`
 }
 
 // parseRevision reads the revision key's value. A value of layout 1's

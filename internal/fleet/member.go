@@ -81,6 +81,8 @@ type Member struct {
 	cluster string
 	epoch   int64
 	ready   bool
+	// targets are the scopes seen, parsed (nil: not a scope).
+	targets map[string]*pb.Target
 	// served is the objects the last commit left the gateway holding
 	// (nil: not known; the next commit asks the gateway).
 	served map[objKey]*object
@@ -97,8 +99,13 @@ type Member struct {
 	mu        sync.Mutex
 	st        Status
 	connected bool
-	wrote     Status // the status etcd holds, as last written
+	wrote     Status // the status etcd holds, as last written (Written 0)
 	changed   chan struct{}
+	// asks: the fleet's revision key says its controllers ask for
+	// statuses (v1/poll), so a commit that changes nothing but how far
+	// the gateway got waits to be asked before it is written; asked: a
+	// controller has asked since the status was last written.
+	asks, asked bool
 }
 
 // NewMember returns a member keeping gw in step through cli.
@@ -109,7 +116,8 @@ func NewMember(cli *clientv3.Client, gw Gateway, o MemberOptions) *Member {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	m := &Member{o: o, cli: cli, gw: gw, k: newKeys(o.Prefix), changed: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
+	m := &Member{o: o, cli: cli, gw: gw, k: newKeys(o.Prefix), changed: make(chan struct{}, 1), recheck: make(chan struct{}, 1),
+		targets: map[string]*pb.Target{}}
 	// Behind until the first read: it serves what it last committed.
 	m.st = Status{State: StateBehind}
 	if c, err := readState(o.StateFile); err == nil {
@@ -150,8 +158,15 @@ func (m *Member) Status() (Status, bool) {
 // set changes the status under m.mu and wakes the status writer.
 func (m *Member) set(fn func(*Status)) {
 	m.mu.Lock()
+	was := m.st
 	fn(&m.st)
+	// How far it got, and nobody asking: nothing to write (see beat), so
+	// the writer is not woken at every commit.
+	quiet := m.asks && !m.asked && m.st.sameState(was)
 	m.mu.Unlock()
+	if quiet {
+		return
+	}
 	select {
 	case m.changed <- struct{}{}:
 	default:
@@ -236,7 +251,8 @@ func (m *Member) follow(ctx context.Context) error {
 			return err
 		}
 		pos := m.pos
-		if again, why := m.apply(resp.Events); again {
+		again, why, changed, asked := m.apply(resp.Events)
+		if again {
 			return m.reread(ctx, why)
 		}
 		if m.pos != pos {
@@ -246,46 +262,59 @@ func (m *Member) follow(ctx context.Context) error {
 		}
 		if rev := resp.Header.Revision; rev > m.rev && len(resp.Events) > 0 {
 			m.rev = rev
-			if m.ready {
+			// An ask alone changes nothing to commit: the status keeps
+			// the revision of the last change.
+			if m.ready && changed {
 				m.commit()
 			}
+		}
+		if asked {
+			// After the commit: the answer says how far it got.
+			m.set(func(*Status) { m.asked = true })
 		}
 	}
 }
 
 // apply takes a watch response's events into the cache, or says the
 // member must read everything again instead (again), and why when that
-// is not the ordinary course (the layout written at last).
-func (m *Member) apply(events []*clientv3.Event) (again bool, why string) {
+// is not the ordinary course (the layout written at last). changed: an
+// event other than a controller's ask (asked).
+func (m *Member) apply(events []*clientv3.Event) (again bool, why string, changed, asked bool) {
 	mine := m.k.label(m.o.Name)
 	for _, ev := range events {
 		key := string(ev.Kv.Key)
 		del := ev.Type == mvccpb.DELETE
+		if key == m.k.poll() {
+			asked = asked || !del
+			continue
+		}
+		changed = true
 		switch {
 		case key == m.k.revision():
 			if del {
-				return true, "the fleet's revision key was deleted"
+				return true, "the fleet's revision key was deleted", changed, asked
 			}
 			v := parseRevision(ev.Kv.Value)
 			if v.Prev != nil && *v.Prev != m.pos {
 				// A change this member did not see: etcd holds another
 				// history than the one it followed.
 				return true, fmt.Sprintf("the fleet's revision key at %d follows %d/%s, not %d/%s as this gateway saw it: etcd was restored or replaced",
-					ev.Kv.ModRevision, v.Prev.Rev, v.Prev.ID, m.pos.Rev, m.pos.ID)
+					ev.Kv.ModRevision, v.Prev.Rev, v.Prev.ID, m.pos.Rev, m.pos.ID), changed, asked
 			}
 			if m.cluster != "" && v.Cluster != m.cluster {
-				return true, fmt.Sprintf("the fleet's cluster id is %s, not %s: another fleet's etcd", v.Cluster, m.cluster)
+				return true, fmt.Sprintf("the fleet's cluster id is %s, not %s: another fleet's etcd", v.Cluster, m.cluster), changed, asked
 			}
 			if v.Epoch != m.epoch && m.epoch != 0 {
 				m.o.Log.Info("fleet: the epoch moved on", "epoch", v.Epoch, "was", m.epoch)
 			}
 			m.pos, m.cluster, m.epoch = Position{Rev: ev.Kv.ModRevision, ID: v.ID}, v.Cluster, v.Epoch
+			m.setAsks(v.Asks)
 		case key == m.k.layout():
 			switch {
 			case !m.ready:
-				return true, "" // written at last: read what it lays out
+				return true, "", changed, asked // written at last: read what it lays out
 			case del || string(ev.Kv.Value) != LayoutVersion:
-				return true, "the layout key changed"
+				return true, "the layout key changed", changed, asked
 			}
 		case key == mine:
 			m.labels = nil
@@ -302,7 +331,14 @@ func (m *Member) apply(events []*clientv3.Event) (again bool, why string) {
 			m.cache[key] = m.decode(ev.Kv)
 		}
 	}
-	return false, ""
+	return false, "", changed, asked
+}
+
+// setAsks records whether the fleet's controllers ask for statuses.
+func (m *Member) setAsks(asks bool) {
+	m.mu.Lock()
+	m.asks = asks
+	m.mu.Unlock()
 }
 
 // verify checks that etcd holds the history the member follows: the
@@ -378,7 +414,7 @@ func (m *Member) read(ctx context.Context) error {
 	}
 	m.rev = resp.Header.Revision
 	m.cache, m.labels, m.pos, m.cluster, m.epoch = map[string]*object{}, nil, Position{}, "", 0
-	m.served = nil
+	m.served, m.targets = nil, map[string]*pb.Target{}
 	var layout []byte
 	mine := m.k.label(m.o.Name)
 	for _, kv := range resp.Kvs {
@@ -389,6 +425,7 @@ func (m *Member) read(ctx context.Context) error {
 		case key == m.k.revision():
 			v := parseRevision(kv.Value)
 			m.pos, m.cluster, m.epoch = Position{Rev: kv.ModRevision, ID: v.ID}, v.Cluster, v.Epoch
+			m.setAsks(v.Asks)
 		case key == mine:
 			if err := json.Unmarshal(kv.Value, &m.labels); err != nil {
 				m.labels = map[string]string{"": "unreadable: " + err.Error()}
@@ -425,8 +462,15 @@ func (m *Member) desired() (map[objKey]*object, error) {
 	want := map[objKey]*object{}
 	var clash []string
 	for _, o := range m.cache {
-		t, err := ParseScope(o.scope)
-		if err != nil || !Targets(t, m.o.Name, m.labels) {
+		t, ok := m.targets[o.scope]
+		if !ok {
+			var err error
+			if t, err = ParseScope(o.scope); err != nil {
+				t = nil
+			}
+			m.targets[o.scope] = t
+		}
+		if t == nil || !Targets(t, m.o.Name, m.labels) {
 			continue
 		}
 		if o.err != nil {
@@ -462,9 +506,11 @@ func (m *Member) commit() {
 	// one), what the gateway says. A thousand members in one process
 	// spent most of their time listing and comparing the gateway's every
 	// object on every commit.
-	have := carried(m.gw.Config())
+	var have held
 	if m.served != nil {
 		have = heldOf(m.served)
+	} else {
+		have = carried(m.gw.Config())
 	}
 	ops := diffOps(have, want, m.served)
 	gen := uint32(0)
@@ -566,9 +612,20 @@ func (m *Member) heartbeat(ctx context.Context) {
 // beat renews the lease when asked (granting one, with the alive key,
 // when there is none or it expired) and writes the status if it changed.
 func (m *Member) beat(ctx context.Context, lease *clientv3.LeaseID, renew bool) error {
+	if renew || *lease == 0 {
+		if err := m.renew(ctx, lease); err != nil {
+			return err
+		}
+	}
+	return m.writeStatus(ctx, *lease)
+}
+
+// renew renews the lease (granting one, with the alive key, when there
+// is none or it expired).
+func (m *Member) renew(ctx context.Context, lease *clientv3.LeaseID) error {
 	rctx, cancel := context.WithTimeout(ctx, m.o.TTL/3)
 	defer cancel()
-	if *lease != 0 && renew {
+	if *lease != 0 {
 		if _, err := m.cli.KeepAliveOnce(rctx, *lease); err != nil {
 			if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				return err
@@ -587,6 +644,12 @@ func (m *Member) beat(ctx context.Context, lease *clientv3.LeaseID, renew bool) 
 		m.wrote = Status{} // the status went with the old lease
 		*lease = g.ID
 	}
+	return nil
+}
+
+// writeStatus writes the status under lease if it changed in a way to
+// write now.
+func (m *Member) writeStatus(ctx context.Context, lease clientv3.LeaseID) error {
 	h := Health{DataplaneOK: true}
 	if m.o.Health != nil {
 		h = m.o.Health()
@@ -594,26 +657,39 @@ func (m *Member) beat(ctx context.Context, lease *clientv3.LeaseID, renew bool) 
 	m.mu.Lock()
 	m.st.DataplaneOK, m.st.PathsUp, m.st.PathsDown = h.DataplaneOK, h.PathsUp, h.PathsDown
 	st := m.st
+	asks, asked := m.asks, m.asked
+	m.asked = false
 	m.mu.Unlock()
 	st.Written = 0
-	if st.equal(m.wrote) {
+	if st == m.wrote {
+		return nil
+	}
+	if asks && !asked && st.sameState(m.wrote) {
+		// How far it got, and nothing else: a thousand gateways writing
+		// each commit are a thousand etcd writes per Apply. Written when
+		// a controller asks (one listing the gateways), at once on any
+		// other change.
 		return nil
 	}
 	st.Written = time.Now().UnixMilli()
 	b, _ := json.Marshal(st)
+	rctx, cancel := context.WithTimeout(ctx, m.o.TTL/3)
+	defer cancel()
 	// Under the lease: a status lives no longer than the gateway's
 	// heartbeat, and a controller ignores one that is not under it.
-	if _, err := m.cli.Put(rctx, m.k.status(m.o.Name), string(b), clientv3.WithLease(*lease)); err != nil {
+	if _, err := m.cli.Put(rctx, m.k.status(m.o.Name), string(b), clientv3.WithLease(lease)); err != nil {
+		m.mu.Lock()
+		m.asked = m.asked || asked // still to answer
+		m.mu.Unlock()
 		return err
 	}
-	m.wrote = st
+	m.wrote, m.wrote.Written = st, 0
 	return nil
 }
 
-// equal compares statuses but for when they were written.
-func (s Status) equal(o Status) bool {
-	s.Written, o.Written = 0, 0
-	a, _ := json.Marshal(s)
-	b, _ := json.Marshal(o)
-	return string(a) == string(b)
+// sameState reports whether s and o say the same but for how far the
+// gateway got (committed revision, position, generation, objects) and
+// when they were written.
+func (s Status) sameState(o Status) bool {
+	return s.State == o.State && s.Error == o.Error && s.DataplaneOK == o.DataplaneOK && s.PathsUp == o.PathsUp && s.PathsDown == o.PathsDown
 }

@@ -94,7 +94,8 @@ type Series struct {
 	// the status write of the last member to commit it, averaged over
 	// the Applies: TxnWrites (the transaction's own: the objects, the
 	// scope mark, the revision key), StatusWrites (the members') and
-	// OtherWrites (anything else meanwhile, such as a lease's alive key).
+	// OtherWrites (anything else meanwhile: the ask, a lease's alive
+	// key).
 	WritesPerApply       float64 `json:"etcd_writes_per_apply"`
 	TxnWritesPerApply    float64 `json:"txn_writes_per_apply"`
 	StatusWritesPerApply float64 `json:"status_writes_per_apply"`
@@ -145,7 +146,8 @@ const (
 	methodFleet = "one Apply at a time to a controller in the bench process (fleet.Controller.ApplyTo, target: all gateways), " +
 		"alternately creating and deleting one PDR (id 50: in lan0, udp dport 7001, far 3 (drop)), so the config stays small; " +
 		"each Apply starts once every member has committed the one before; %d Applies run untimed first; " +
-		"a member commits an Apply when its watch of the objects delivers it, then writes its status (committed_revision) to etcd; " +
+		"a member commits an Apply when its watch of the objects delivers it, and writes its status (committed_revision) to etcd when asked: " +
+		"the bench asks (fleet.Controller.Ask) as soon as ApplyTo returned, as a controller listing the gateways does; " +
 		"the bench watches v1/gateways/ from a client of its own, started before the members, and times each Apply from just " +
 		"before ApplyTo until that watch saw the last member's status with a committed_revision at or past the Apply's revision " +
 		"(each member's first such status); percentiles are nearest-rank (with 100 Applies or fewer, p99 is the max); " +
@@ -612,6 +614,11 @@ func (r *fleetRig) series(ctx context.Context, o Options, names []string, applie
 		t0 := time.Now()
 		rev, err := r.ctl.ApplyTo(nil, ops, false)
 		c := time.Since(t0)
+		if err == nil {
+			// Members write how far they got when asked: as a
+			// controller listing the gateways right after does.
+			_, err = r.ctl.Ask(ctx)
+		}
 		if err != nil {
 			return s, fmt.Errorf("apply %d: %w", i-fleetWarmup, err)
 		}
