@@ -51,12 +51,13 @@ func newBenchCmd(b *bins) *cobra.Command {
 	c.Flags().BoolVar(&o.OnlyFailover, "only-failover", false, "only the failover figure")
 	c.Flags().StringVar(&o.Scenario, "scenario", "", "run one scenario alone: flowopt (a mixed eMBB/URLLC/mMTC workload through a rate-limited WAN path of a lab of its own) "+
 		"cpu (request/response latency to a userspace responder under stress-ng --cpu 8, with no strategy and with each mechanism) "+
-		"or fleet (time from an Apply at a controller until every gateway of a fleet over a 3-member etcd committed it, and its etcd writes: "+
-		"three real gateways, then members without a dataplane)")
+		"or fleet (time from an Apply at a controller until every gateway of a fleet over a 3-member etcd committed it, its etcd writes, "+
+		"and the controller's and etcd's CPU time and memory: three real gateways, then members without a dataplane)")
 	c.Flags().Float64Var(&o.CPUSeconds, "cpu-seconds", 0, "seconds each mode of the cpu scenario measures (default 5)")
 	c.Flags().IntVar(&o.CPURate, "cpu-rate", 0, "requests a second of the cpu scenario's probes (default 500)")
 	c.Flags().IntVar(&o.FleetApplies, "fleet-applies", 50, "Applies the fleet scenario times in each series")
 	c.Flags().IntVar(&o.FleetAgents, "fleet-agents", 100, "members without a dataplane in the fleet scenario's second series")
+	c.Flags().IntVar(&o.FleetMembersPerClient, "fleet-members-per-client", 25, "members without a dataplane on each etcd client in the fleet scenario (a gateway has its own)")
 	c.Flags().IntSliceVar(&o.FlowOptFlows, "flowopt-flows", nil, "eMBB flow counts of the flowopt scenario (default 20,50,200)")
 	c.Flags().Float64Var(&o.FlowOptSeconds, "flowopt-seconds", 10, "length of each flowopt run")
 	c.Flags().BoolVar(&o.Quick, "quick", false, "only the floor, 1-rule and GRE figures; no end to end, no control")

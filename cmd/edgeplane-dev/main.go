@@ -54,7 +54,7 @@ else the one on PATH.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&b.flag, "edgeplane", "", "the edgeplane binary the agents run (default: the one beside this binary, else on PATH)")
-	root.AddCommand(newLabCmd(&b), newDemoCmd(&b), newBenchCmd(&b), newWanemCmd())
+	root.AddCommand(newLabCmd(&b), newDemoCmd(&b), newBenchCmd(&b), newWanemCmd(), newEtcdCmd())
 	return root
 }
 

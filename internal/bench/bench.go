@@ -66,7 +66,8 @@ type Options struct {
 	// (0: 5) at CPURate requests a second (0: 500).
 	// When "fleet", it runs the fleet scenario alone: FleetApplies
 	// Applies (0: 50) to three real gateways, then to FleetAgents members
-	// without a dataplane (0: 100).
+	// without a dataplane (0: 100), FleetMembersPerClient of them on each
+	// etcd client (0: 25).
 	Scenario       string
 	FlowOptFlows   []int
 	FlowOptSeconds float64
@@ -74,6 +75,8 @@ type Options struct {
 	CPURate        int
 	FleetApplies   int
 	FleetAgents    int
+	// FleetMembersPerClient: see Scenario.
+	FleetMembersPerClient int
 	// EdgeplaneBin is the edgeplane binary the parts that run agents
 	// (control, failover, flowopt, cpu, fleet) run them with; DevBin the
 	// edgeplane-dev binary their labs' WAN emulators run.
@@ -307,7 +310,7 @@ func runFleet(ctx context.Context, o Options, r *Report) (err error) {
 	if agents <= 0 {
 		agents = 100
 	}
-	if r.Fleet, err = fleetbench.Run(ctx, fleetbench.Options{Bins: o.bins(), Log: o.Log}, applies, agents); err != nil {
+	if r.Fleet, err = fleetbench.Run(ctx, fleetbench.Options{Bins: o.bins(), Log: o.Log, MembersPerClient: o.FleetMembersPerClient}, applies, agents); err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
 	r.Goals = append(r.Goals, fleetbench.Goals(r.Fleet)...)

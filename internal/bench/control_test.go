@@ -369,6 +369,30 @@ func TestBenchFleet(t *testing.T) {
 			t.Errorf("%s: %.2f etcd revisions per Apply, want at least %d", tc.name, s.RevisionsPerApply, 1+tc.members)
 		}
 	}
+	// Nobody asking for statuses (members without a dataplane, whose
+	// commits the bench sees): every member committed every Apply, and
+	// the Applies cost etcd their transaction's writes alone, at any
+	// member count. The costs were read for every process.
+	if u := f.NoDataplane.Unasked; u == nil {
+		t.Errorf("members_without_dataplane: no unasked figures")
+	} else {
+		if u.Applies != applies || !(u.P50Ms > 0 && u.P50Ms <= u.P99Ms && u.P99Ms <= u.MaxMs) {
+			t.Errorf("unasked: %d Applies, percentiles %+v", u.Applies, u)
+		}
+		if u.WritesPerApply != txnWrites || u.TxnWritesPerApply != txnWrites || u.StatusWritesPerApply != 0 || u.RevisionsPerApply != 1 {
+			t.Errorf("unasked: etcd writes per Apply %.2f (transaction %.2f, statuses %.2f, other %.2f), revisions %.2f; want the transaction's %d in one revision",
+				u.WritesPerApply, u.TxnWritesPerApply, u.StatusWritesPerApply, u.OtherWritesPerApply, u.RevisionsPerApply, txnWrites)
+		}
+		for name, c := range map[string]fleetbench.Costs{"gateways": f.Gateways.Costs, "members": f.NoDataplane.Costs, "unasked": u.Costs} {
+			if c.Method == "" || c.Seconds <= 0 || c.Etcd.CPUSeconds <= 0 || c.MembersAndBench.CPUSeconds <= 0 ||
+				c.Controller.RSSMiB <= 0 || c.Etcd.RSSMiB <= 0 || c.MembersAndBench.RSSMiB <= 0 || c.Etcd.PeakRSSMiB < c.Etcd.RSSMiB {
+				t.Errorf("%s: costs %+v", name, c)
+			}
+		}
+	}
+	if f.NoDataplane.MembersPerClient <= 0 {
+		t.Errorf("members per etcd client: %d", f.NoDataplane.MembersPerClient)
+	}
 	if !strings.Contains(f.NoDataplane.What, "without a dataplane") || !strings.Contains(r.Text(), "members without a dataplane (reconcile loop against a no-op writer)") {
 		t.Errorf("the members without a dataplane are not labelled so: %q", f.NoDataplane.What)
 	}

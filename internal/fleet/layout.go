@@ -185,6 +185,10 @@ func ControllerPermissions(prefix string) []Permission {
 	return []Permission{{Key: k.base, RangeEnd: clientv3.GetPrefixRangeEnd(k.base), Write: true}}
 }
 
+// PollKey is the key under prefix that controllers rewrite to ask the
+// members for their statuses (see the layout).
+func PollKey(prefix string) string { return newKeys(cmp.Or(prefix, DefaultPrefix)).poll() }
+
 // ScopeOf returns the scope string of target t: what its objects are
 // kept under, and how it is shown.
 func ScopeOf(t *pb.Target) string {
