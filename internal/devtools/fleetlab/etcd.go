@@ -43,8 +43,24 @@ type Cluster struct {
 // StartCluster starts n members keeping their data under dir, serving
 // clients on host (an address to listen on, such as 127.0.0.1 or
 // 0.0.0.0 to be reached from network namespaces) at free ports, and
-// waits until they have a leader.
+// waits until they have a leader. A port another process took between
+// choosing it and listening on it (tests run in parallel on these
+// machines) is chosen again, twice at most.
 func StartCluster(dir string, n int, host string) (*Cluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startCluster(dir, n, host)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+		for i := range n {
+			if err := os.RemoveAll(filepath.Join(dir, fmt.Sprintf("m%d", i))); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+func startCluster(dir string, n int, host string) (*Cluster, error) {
 	c := &Cluster{dir: dir, host: host, members: make([]*embed.Etcd, n), logs: make([]*os.File, n)}
 	var initial []string
 	for i := range n {
