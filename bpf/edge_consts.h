@@ -212,6 +212,15 @@
  * keyed hash: such a flow is held to a flow's share beside those sharing
  * it, never unpoliced. */
 #define EDGE_FO_SHARES 16
+/* Fairness in integers: a flow's tokens are kept in 1/1024 bytes
+ * (EDGE_FO_TOKEN_SHIFT), so a refill between two packets a few
+ * microseconds apart is not rounded away. edge_qos_class's tok_mul (the
+ * tokens a flow earns a ns) is in 1/2^EDGE_FO_MUL_SHIFT, ns_byte (the ns
+ * the class's phantom queue takes to drain a byte) in
+ * 1/2^EDGE_FO_NSB_SHIFT. */
+#define EDGE_FO_TOKEN_SHIFT 10
+#define EDGE_FO_MUL_SHIFT 24
+#define EDGE_FO_NSB_SHIFT 16
 
 /* edge_secret.hash: the hash the flow table and FlowOpt place by. An
  * upgrade to a build with another places every flow again. */

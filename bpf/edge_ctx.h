@@ -27,7 +27,8 @@ struct edge_pkt {
 	__u8 gre_hlen;   /* GRE header length incl. options, 0 if not GRE */
 	__u8 first_frag; /* first fragment of several: L4 header, partial payload */
 	__u8 tcp_flags;  /* TCP: FIN 0x01, SYN 0x02, RST 0x04, ... (byte 13) */
-	__u16 pad;
+	__u8 ecn;        /* the IP header's ECN field (RFC 3168): 0 not ECN-capable, 3 CE */
+	__u8 pad;
 };
 
 /* The balancer's keys and values, and the offsets edge_nat_icmp hands to
@@ -82,23 +83,22 @@ struct edge_ctx {
 	 * + 1 (0: not known), from the flow's exact-match copy at decide,
 	 * then as relief or act found it (looked at first, and taken only
 	 * when the record there holds the connection's whole key; the copy
-	 * keeps it for the flow's next packet: emc_fill, flow_keep); as
-	 * the probe found it before act, its check, the packet's direction
-	 * and the interface the record says that direction leaves by (0:
-	 * the probe did not run; after act, edge_fo_egress writes where the
+	 * keeps it for the flow's next packet: emc_fill, flow_keep); the
+	 * connection's check and the packet's direction, as the stage that
+	 * placed it found them; and the interface the record says that
+	 * direction leaves by, as the probe found it before act (0: the
+	 * probe did not run; after act, edge_fo_egress writes where the
 	 * packet left when it is another). */
 	__u32 fo_at;
 	__u32 fo_check;
 	__u32 fo_dir;
 	__u32 fo_oif;
-	/* Where relief placed the packet's connection when it found no
-	 * record (both slots held): its pair of slots, its check and its
-	 * key, so act judges the flow in its share without hashing it
-	 * again; fo_hint_ok is 1 until act takes it. */
-	__u32 fo_hint_idx;
-	__u32 fo_hint_check;
-	__u32 fo_hint_ok;
-	struct edge_fo_key fo_hint_k;
+	/* FlowOpt ran on the packet (fo_done; edge_fo, once the flow is
+	 * decided, for every packet but a GRE one from a peer: decapsulated,
+	 * its inner packet at act), and the verdict it left for act
+	 * (EDGE_GO_ON, or XDP_DROP: over its share). */
+	__u32 fo_done;
+	__s32 fo_rc;
 	struct edge_ft_rec rec;
 	struct edge_lb_scratch lb;
 };

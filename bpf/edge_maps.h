@@ -558,14 +558,27 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_fo_shares SEC(".maps");
 
-/* Per class (index) phantom queues. Written by packets. */
+/* Per class (index) phantom queues, each on a cache line of its own
+ * (mmapable: the values start on a page). Written by packets, with
+ * atomic operations. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct edge_qos_vq);
 	__uint(max_entries, EDGE_MAX_QOS);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_qos_vqs SEC(".maps");
+
+/* Each CPU's batch of a class's (index) phantom queue, not yet added to
+ * it. Written by packets. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_qos_vq_cpu);
+	__uint(max_entries, EDGE_MAX_QOS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_qos_vq_cpu SEC(".maps");
 
 /* Per class (index) counters. Written by packets; read by the agent. */
 struct {

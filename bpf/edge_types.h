@@ -494,7 +494,9 @@ struct edge_dedup_win {
  * the fairness stage serves its flows. Each flow earns quantum bytes a
  * round of round_ns, up to depth; the agent sets round_ns from the
  * class's rate and its active flows (0: no limit) and keeps adjusting it
- * in the live slot. */
+ * in the live slot. The agent derives the last three fields from the
+ * others whenever it writes them, so a packet multiplies where it
+ * would divide. */
 struct edge_qos_class {
 	__u64 round_ns;
 	__u64 rate;    /* bytes a second the class's phantom queue drains at (0: none) */
@@ -502,18 +504,36 @@ struct edge_qos_class {
 	__u32 depth;
 	__u32 flags; /* EDGE_QF_* */
 	__u32 id;
+	/* tokens (1/2^EDGE_FO_TOKEN_SHIFT bytes) a flow earns a ns, in
+	 * 1/2^EDGE_FO_MUL_SHIFT: quantum over round_ns (0: too large to
+	 * multiply an elapsed time by; divided) */
+	__u64 tok_mul;
+	/* ns the phantom queue takes to drain a byte, in
+	 * 1/2^EDGE_FO_NSB_SHIFT: 1e9 over rate */
+	__u64 ns_byte;
+	__u64 depth_ns; /* ns it takes to drain depth bytes */
 };
 
 /* A class's phantom queue (edge_qos_vqs, by index), as HULL's (Alizadeh et
- * al., NSDI 2012): a counter of the bytes the class has sent that drains
- * at its rate, so the class's aggregate is judged against the rate
- * without holding a packet. Written under the lock by every packet of
- * the class. */
+ * al., NSDI 2012): the class's bytes counted into a backlog that drains
+ * at its rate, so its aggregate is judged against the rate without
+ * holding a packet. Kept as the time the backlog would be gone by
+ * (virtual time, as a token bucket's): a packet's bytes add their
+ * drain time to it, from now if it is past. Every CPU adds to it with
+ * atomic operations, no lock: a CPU whose packets of the class stream
+ * in adds them in batches (edge_qos_vq_cpu). A cache line each. */
 struct edge_qos_vq {
-	struct bpf_spin_lock lock;
-	__u32 pad;
-	__u64 backlog; /* bytes */
-	__u64 last_ns; /* when it was last drained */
+	__u64 tail; /* ns (CLOCK_MONOTONIC): the backlog is what drains until then */
+	__u64 pad[7];
+};
+
+/* A CPU's part of a class's phantom queue (edge_qos_vq_cpu, per CPU, by
+ * index): the drain time of its packets not yet added to the class's
+ * tail, counted in this CPU's own view of the backlog. */
+struct edge_qos_vq_cpu {
+	__u64 pend;  /* ns of drain */
+	__u64 since; /* when the first of them came */
+	__u64 last;  /* when this CPU's last packet of the class came */
 };
 
 /* A class's counters (edge_qos_stats, per CPU, by index). */

@@ -94,13 +94,17 @@
 /* Slots of edge_fo, set by the agent before load (a power of two). */
 volatile const __u32 fo_slots = 65536;
 
-/* Tokens are kept in 1/1024 bytes, so a refill between two packets a few
- * microseconds apart is not rounded away. */
-#define FO_TOKEN_SHIFT 10
 /* A sample, or a flow's idle credit, counts at most a second. */
 #define FO_MAX_NS 1000000000ull
 /* Rate estimate windows: at least 2^26 ns (67 ms). */
 #define FO_RATE_NS (1ull << 26)
+/* A refill multiplies an elapsed time under 2^FO_MUL_EL ns (16.8 ms) by
+ * its class's tok_mul, which the agent keeps under 2^39: the product
+ * fits in 64 bits. A flow idle longer divides, once. */
+#define FO_MUL_EL 24
+/* A CPU whose packets of a class come less than this apart adds them to
+ * the class's phantom queue in batches (fo_vq). */
+#define FO_VQ_STREAM_NS 2000
 
 /* Where a connection sits in edge_fo (fo_place): its key, the first of
  * its pair of slots (even), its check (the hash's high half | 1), the
@@ -146,20 +150,12 @@ static __always_inline void fo_key(const struct edge_pkt *p, struct fo_where *w)
 }
 
 /* fo_place places w's connection (fo_key): the keyed hash (siphash.h) of
- * its key, the same from both directions. Where relief placed the same
- * connection (c->fo_hint) is taken instead of hashing it again, and
- * taken once. */
-static __always_inline void fo_place(struct edge_ctx *c, struct fo_where *w)
+ * its key, the same from both directions. */
+static __always_inline void fo_place(struct fo_where *w)
 {
 	const struct edge_fo_key *k = &w->k;
 	__u64 h;
 
-	if (c->fo_hint_ok && fo_key_eq(&c->fo_hint_k, k)) {
-		c->fo_hint_ok = 0;
-		w->idx = c->fo_hint_idx;
-		w->check = c->fo_hint_check;
-		return;
-	}
 	h = sip_tuple(k->a[0], k->a[1], k->b[0], k->b[1], (__u32)k->ports,
 		      (__u8)(k->ports >> 32), (__u8)(k->ports >> 40));
 	w->idx = (__u32)h & (fo_slots - 1) & ~1u;
@@ -173,6 +169,14 @@ static __always_inline int fo_is(const struct edge_fo_conn *e,
 				 const struct fo_where *w)
 {
 	return e->check == w->check && fo_key_eq(&e->k, &w->k);
+}
+
+/* fo_idle tells whether a connection last seen at last is idle at now.
+ * Signed: a record another CPU stamped a moment later, or stamped by the
+ * fine clock where now is coarse (fo_clock), is not idle. */
+static __always_inline int fo_idle(__u64 now, __u64 last)
+{
+	return (__s64)(now - last) > (__s64)EDGE_FO_IDLE_NS;
 }
 
 /* fo_get returns the record of the packet's connection (placed in *w),
@@ -201,7 +205,7 @@ static __always_inline struct edge_fo_conn *fo_get(struct edge_ctx *c,
 		}
 	}
 	c->fo_at = 0;
-	fo_place(c, w);
+	fo_place(w);
 	idx = w->idx;
 	idx1 = idx + 1;
 	e0 = bpf_map_lookup_elem(&edge_fo, &idx);
@@ -225,8 +229,8 @@ static __always_inline struct edge_fo_conn *fo_get(struct edge_ctx *c,
 	} else if (!e1->check) {
 		v = e1;
 	} else {
-		int c0 = e0->packets < EDGE_FO_WARM || now - e0->last_ns > EDGE_FO_IDLE_NS;
-		int c1 = e1->packets < EDGE_FO_WARM || now - e1->last_ns > EDGE_FO_IDLE_NS;
+		int c0 = e0->packets < EDGE_FO_WARM || fo_idle(now, e0->last_ns);
+		int c1 = e1->packets < EDGE_FO_WARM || fo_idle(now, e1->last_ns);
 
 		if (c0 && (!c1 || e0->last_ns <= e1->last_ns)) {
 			v = e0;
@@ -246,6 +250,111 @@ static __always_inline struct edge_fo_conn *fo_get(struct edge_ctx *c,
 	v->k = w->k;
 	v->last_ns = now;
 	return v;
+}
+
+/* edge_fo_find places the packet's connection and finds its record,
+ * or takes a slot for it (fo_get): c->fo_at is left at the record's
+ * slot + 1 (0: none, both slots held), c->fo_check and c->fo_dir at
+ * the connection's check and the packet's direction. A global
+ * function: the hash and a new connection's choice of slot, for the
+ * packets fo_lookup does not find at once. */
+__noinline int edge_fo_find(struct edge_ctx *c, __u64 now)
+{
+	struct fo_where w;
+
+	if (!c)
+		return 0;
+	fo_get(c, now, &w);
+	c->fo_check = w.check;
+	c->fo_dir = w.dir;
+	return 0;
+}
+
+/* fo_holds tells whether record e holds the connection of the packet in
+ * p, its whole key, and of which direction the packet is (*dir, as
+ * fo_key says). An empty record holds none: a key's ports word carries
+ * its family. */
+static __always_inline int fo_holds(const struct edge_fo_conn *e,
+				    const struct edge_pkt *p, __u32 *dir)
+{
+	const __u64 *s = (const __u64 *)p->key.src, *d = (const __u64 *)p->key.dst;
+	__u64 pf = (__u64)p->key.proto << 32 | (__u64)p->key.family << 40;
+	__u64 sp = p->key.sport, dp = p->key.dport;
+
+	if (e->k.a[0] == s[0] && e->k.a[1] == s[1] && e->k.b[0] == d[0] &&
+	    e->k.b[1] == d[1] && e->k.ports == (pf | sp | dp << 16)) {
+		*dir = 0;
+		return 1;
+	}
+	if (e->k.a[0] == d[0] && e->k.a[1] == d[1] && e->k.b[0] == s[0] &&
+	    e->k.b[1] == s[1] && e->k.ports == (pf | dp | sp << 16)) {
+		*dir = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* fo_again returns the record at c->fo_at when it still holds the
+ * connection placed there for this packet (its check; the key was
+ * matched when it was placed), or NULL: none (both of its slots held:
+ * judged in its share), or another connection took the slot since
+ * (judged in its share this once). */
+static __always_inline struct edge_fo_conn *fo_again(struct edge_ctx *c)
+{
+	struct edge_fo_conn *e;
+	__u32 slot;
+
+	if (!c->fo_at)
+		return NULL;
+	slot = c->fo_at - 1;
+	e = bpf_map_lookup_elem(&edge_fo, &slot);
+	if (!e || e->check != c->fo_check)
+		return NULL;
+	return e;
+}
+
+/* fo_lookup returns the record of the packet's connection, taking a
+ * slot for a new one, or NULL (see fo_get), with the connection's check
+ * and the packet's direction in c. An established flow's exact-match
+ * copy names the slot (c->fo_at): the record there is taken when it
+ * holds the connection's whole key, without hashing; else
+ * edge_fo_find places it. */
+static __always_inline struct edge_fo_conn *fo_lookup(struct edge_ctx *c,
+						      __u64 now)
+{
+	struct edge_fo_conn *e;
+	__u32 slot, dir;
+
+	if (c->fo_at) {
+		slot = c->fo_at - 1;
+		e = bpf_map_lookup_elem(&edge_fo, &slot);
+		if (e && fo_holds(e, &c->p, &dir)) {
+			c->fo_check = e->check;
+			c->fo_dir = dir;
+			return e;
+		}
+	}
+	edge_fo_find(c, now);
+	return fo_again(c);
+}
+
+/* fo_clock returns the time of the packet's FlowOpt stages,
+ * CLOCK_MONOTONIC: to the ns while fairness is on (its tokens and
+ * phantom queue drain by it), else the coarse clock (a tick's
+ * precision, for a fraction of the cost: the records' ages and rate
+ * windows are counted in ms and s; the probe reads the fine clock for
+ * the few packets it times, fo_fine). */
+static __always_inline __u64 fo_clock(__u32 fo)
+{
+	return fo & EDGE_FO_FAIR ? bpf_ktime_get_ns() : bpf_ktime_get_coarse_ns();
+}
+
+/* fo_fine returns the fine clock, read once (*fine; 0: not yet). */
+static __always_inline __u64 fo_fine(__u64 *fine)
+{
+	if (!*fine)
+		*fine = bpf_ktime_get_ns();
+	return *fine;
 }
 
 /* fo_sample adds an RTT sample of rtt_ns to direction d and judges its
@@ -308,104 +417,127 @@ static __always_inline int tcp_payload(struct xdp_md *ctx, const struct edge_pkt
 }
 
 /* fo_probe takes the TCP packet in c->p (direction me, the other one
- * other) into its connection's RTT samples. A packet ends the other
+ * other) into its connection's RTT samples, timed by the fine clock
+ * (*fine, read when first needed). A packet ends the other
  * direction's sample only when it arrived where that direction leaves
  * (there): an answer forged from elsewhere (a WAN sender faking the
  * SYN-ACK or an echo, to set the minimum and with it the hint) is not
  * looked at, and neither ends nor gives up a sample. */
 static __always_inline void fo_probe(struct xdp_md *ctx, struct edge_ctx *c,
-				     struct edge_fo_conn *e, __u32 dir,
+				     struct edge_fo_conn *e,
 				     struct edge_fo_dir *me,
 				     struct edge_fo_dir *other, __u64 now,
-				     __u32 k16)
+				     __u64 *fine, __u32 k16)
 {
 	__u8 fl = c->p.tcp_flags & (TCP_F_SYN | TCP_F_ACK);
 	int there = other->oif && other->oif == c->p.key.ifindex;
+	__u32 dir = c->fo_dir;
 
 	/* The handshake: each of its answers ends the other direction's
 	 * sample (SYN to SYN-ACK, SYN-ACK to ACK). */
 	if (fl == TCP_F_SYN) {
-		e->syn_ns = now;
+		e->syn_ns = fo_fine(fine);
 		e->syn_dir = dir;
 		e->hs = 1;
 	} else if (fl == (TCP_F_SYN | TCP_F_ACK)) {
 		if (e->hs == 1 && e->syn_dir != dir && there) {
-			fo_sample(other, now - e->syn_ns, k16);
-			e->syn_ns = now;
+			fo_sample(other, fo_fine(fine) - e->syn_ns, k16);
+			e->syn_ns = *fine;
 			e->hs = 2;
 		}
 	} else if (e->hs == 2 && e->syn_dir == dir && fl == TCP_F_ACK && there) {
-		fo_sample(other, now - e->syn_ns, k16);
+		fo_sample(other, fo_fine(fine) - e->syn_ns, k16);
 		e->hs = 3;
 	}
 	if (!tcp_ts(ctx, c))
 		return;
 	if (other->sent_ns && there) {
 		if (c->tsecr == other->tsval) {
-			fo_sample(other, now - other->sent_ns, k16);
+			fo_sample(other, fo_fine(fine) - other->sent_ns, k16);
 			other->sent_ns = 0;
 		} else if ((__s32)(c->tsecr - other->tsval) > 0) {
 			other->sent_ns = 0; /* echoed past: never timed */
 		}
 	}
 	/* The first segment with a new TSval (segments of one clock tick
-	 * share it; the first one's echo comes first). */
-	if (c->tsval != me->last_tsval && (!me->sent_ns || now - me->sent_ns > FO_MAX_NS) &&
+	 * share it; the first one's echo comes first). A sample in flight
+	 * is given up after a second (by either clock: a tick late at
+	 * most). */
+	if (c->tsval != me->last_tsval &&
+	    (!me->sent_ns || (__s64)(now - me->sent_ns) > (__s64)FO_MAX_NS) &&
 	    tcp_payload(ctx, &c->p)) {
 		me->tsval = c->tsval;
-		me->sent_ns = now;
+		me->sent_ns = fo_fine(fine);
 	}
 	me->last_tsval = c->tsval;
 }
 
-/* fo_ect tells whether the packet in c->p is ECN-capable (ECT or CE). */
-static __always_inline int fo_ect(struct xdp_md *ctx, const struct edge_pkt *p)
+/* edge_fo_probe takes the TCP packet in c->p into the RTT samples of
+ * its connection's record (c->fo_at, fo_check, fo_dir: as found for
+ * it), timed by the fine clock (now when it is, fine: fairness on). A
+ * global function: the options' walk, verified once. */
+__noinline int edge_fo_probe(struct xdp_md *ctx, struct edge_ctx *c,
+			     __u64 now, __u32 fine, __u32 k16)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	void *l3 = data + (p->l3_off & 0x3ff);
+	struct edge_fo_conn *e;
+	__u64 t = fine ? now : 0;
 
-	if (p->key.family == 4) {
-		struct iphdr *iph = l3;
-
-		return (void *)(iph + 1) <= data_end && (iph->tos & 3);
-	}
-	{
-		struct ipv6hdr *ip6 = l3;
-
-		return (void *)(ip6 + 1) <= data_end && (ip6->flow_lbl[0] & 0x30);
-	}
+	if (!c)
+		return 0;
+	e = fo_again(c);
+	if (!e)
+		return 0;
+	if (c->fo_dir)
+		fo_probe(ctx, c, e, &e->d[1], &e->d[0], now, &t, k16);
+	else
+		fo_probe(ctx, c, e, &e->d[0], &e->d[1], now, &t, k16);
+	return 0;
 }
 
-/* fo_ecn_mark marks the packet in c->p Congestion Experienced when it is
- * ECN-capable (RFC 3168): 1, or 0 when it is not. */
-static __always_inline int fo_ecn_mark(struct xdp_md *ctx, const struct edge_pkt *p)
+/* edge_fo_mark marks the packet in c->p Congestion Experienced (RFC
+ * 3168) when it is ECN-capable (c->p.ecn, as parsed): 1, or 0 when it
+ * is not. A global function: the header's rewrite, for the few packets
+ * marked (fo_mark asks it only for an ECN-capable one). */
+__noinline int edge_fo_mark(struct xdp_md *ctx, struct edge_ctx *c)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	void *l3 = data + (p->l3_off & 0x3ff);
+	struct edge_pkt *p;
+	void *l3;
 	__u16 old;
 
+	if (!c)
+		return 0;
+	p = &c->p;
+	if (!p->ecn)
+		return 0;
+	if (p->ecn == 3)
+		return 1;
+	l3 = data + (p->l3_off & 0x3ff);
 	if (p->key.family == 4) {
 		struct iphdr *iph = l3;
 
-		if ((void *)(iph + 1) > data_end || !(iph->tos & 3))
+		if ((void *)(iph + 1) > data_end)
 			return 0;
-		if ((iph->tos & 3) == 3)
-			return 1;
 		old = *(__u16 *)iph;
 		iph->tos |= 3;
 		iph->check = csum_replace2(iph->check, old, *(__u16 *)iph);
-		return 1;
-	}
-	{
+	} else {
 		struct ipv6hdr *ip6 = l3;
 
-		if ((void *)(ip6 + 1) > data_end || !(ip6->flow_lbl[0] & 0x30))
+		if ((void *)(ip6 + 1) > data_end)
 			return 0;
 		ip6->flow_lbl[0] |= 0x30;
-		return 1;
 	}
+	p->ecn = 3;
+	return 1;
+}
+
+/* fo_mark marks the packet in c->p CE when it is ECN-capable: 1, or 0
+ * when it is not. */
+static __always_inline int fo_mark(struct xdp_md *ctx, struct edge_ctx *c)
+{
+	return c->p.ecn && edge_fo_mark(ctx, c);
 }
 
 /* Verdicts of a class's phantom queue on a packet. */
@@ -413,38 +545,83 @@ static __always_inline int fo_ecn_mark(struct xdp_md *ctx, const struct edge_pkt
 #define FO_VQ_MARK 1 /* congested: to be ECN-marked (CE) */
 #define FO_VQ_DROP 2
 
+/* fo_vq_add adds a CPU's batch pc to its class's phantom queue vq: from
+ * when its first packet came when the queue had drained by then (as
+ * if each packet had been added as it came), else on top. Two atomic
+ * operations at most, no lock: another CPU's add between them at worst
+ * counts the batch from a little earlier. */
+static __always_inline void fo_vq_add(struct edge_qos_vq *vq,
+				      struct edge_qos_vq_cpu *pc)
+{
+	__u64 t = *(volatile __u64 *)&vq->tail, pend = pc->pend;
+
+	pc->pend = 0;
+	if (t < pc->since &&
+	    __sync_val_compare_and_swap(&vq->tail, t, pc->since + pend) == t)
+		return;
+	__sync_fetch_and_add(&vq->tail, pend);
+}
+
 /* fo_vq judges a packet of len bytes of class idx by the class's phantom
- * queue, which drains at rate bytes a second: past depth bytes of
- * backlog a packet is to be marked (in a drop class, a busy flow's
- * dropped); past twice the depth a busy flow's (one using its share:
- * its tokens under half the depth) dropped, past four times any. Flows
- * under their share are not dropped before the queue is past four
- * depths: the losses fall on the flows that make them. A packet dropped
- * is not counted into the backlog. */
+ * queue, which drains at its rate: past depth of backlog a packet is to
+ * be marked (in a drop class, a busy flow's dropped); past twice the
+ * depth a busy flow's (one using its share: its tokens under half the
+ * depth) dropped, past four times any. Flows under their share are not
+ * dropped before the queue is past four depths: the losses fall on the
+ * flows that make them. A packet dropped is not counted into the
+ * backlog. The backlog is judged in time (ns of drain, tail - now: no
+ * division), as this CPU sees it: the class's tail and this CPU's batch
+ * not yet added to it. A CPU adds its packets at once, except while they
+ * stream in (less than FO_VQ_STREAM_NS apart): then in batches of up
+ * to an eighth of the depth, so CPUs sending at once meet on the tail's
+ * cache line once a batch, not at every packet, and each misses at
+ * most a batch of each other's. A batch left when a CPU's packets stop
+ * is added with its next packet, from when it began (fo_vq_add): what
+ * drained meanwhile is not counted again. */
 static __always_inline int fo_vq(__u32 idx, const struct edge_qos_class *q,
 				 __u32 len, int busy, __u64 now)
 {
-	__u64 el, drain, b, d = q->depth;
+	__u64 d = q->depth_ns, t, b;
+	struct edge_qos_vq_cpu *pc;
 	struct edge_qos_vq *vq;
-	int v = FO_VQ_PASS;
+	int v = FO_VQ_PASS, stream;
 
 	vq = bpf_map_lookup_elem(&edge_qos_vqs, &idx);
-	if (!vq)
+	pc = bpf_map_lookup_elem(&edge_qos_vq_cpu, &idx);
+	if (!vq || !pc)
 		return FO_VQ_PASS;
-	bpf_spin_lock(&vq->lock);
-	el = now > vq->last_ns ? now - vq->last_ns : 0;
+	t = *(volatile __u64 *)&vq->tail;
+	if (pc->pend)
+		t = (t > pc->since ? t : pc->since) + pc->pend;
+	b = t > now ? t - now : 0;
+	if (b > 4 * d || (busy && (b > 2 * d || (b > d && (q->flags & EDGE_QF_DROP)))))
+		return FO_VQ_DROP;
+	if (b > d && !(q->flags & EDGE_QF_DROP))
+		v = FO_VQ_MARK;
+	stream = now - pc->last < FO_VQ_STREAM_NS;
+	pc->last = now;
+	if (!pc->pend)
+		pc->since = now;
+	pc->pend += (__u64)len * q->ns_byte >> EDGE_FO_NSB_SHIFT;
+	if (!stream || pc->pend > d >> 3)
+		fo_vq_add(vq, pc);
+	return v;
+}
+
+/* fo_refill adds to d the tokens a flow of class q earned in el ns:
+ * quantum a round, multiplied by the class's tok_mul, or divided when
+ * el is too long to multiply (a flow idle for milliseconds), at most a
+ * second's. */
+static __always_inline void fo_refill(struct edge_fo_dir *d,
+				      const struct edge_qos_class *q, __u64 el)
+{
+	if (!(el >> FO_MUL_EL) && q->tok_mul) {
+		d->tokens += (__s64)(el * q->tok_mul >> EDGE_FO_MUL_SHIFT);
+		return;
+	}
 	if (el > FO_MAX_NS)
 		el = FO_MAX_NS;
-	vq->last_ns = now;
-	drain = el * q->rate / 1000000000ull;
-	b = vq->backlog > drain ? vq->backlog - drain : 0;
-	if (b > 4 * d || (busy && (b > 2 * d || (b > d && (q->flags & EDGE_QF_DROP)))))
-		v = FO_VQ_DROP;
-	else if (b > d && !(q->flags & EDGE_QF_DROP))
-		v = FO_VQ_MARK;
-	vq->backlog = v == FO_VQ_DROP ? b : b + len;
-	bpf_spin_unlock(&vq->lock);
-	return v;
+	d->tokens += (__s64)((el * q->quantum << EDGE_FO_TOKEN_SHIFT) / q->round_ns);
 }
 
 /* fo_fair serves the packet in c->p of flow direction d, in class q (index
@@ -454,8 +631,8 @@ static __always_inline int fo_fair(struct xdp_md *ctx, struct edge_ctx *c,
 				   struct edge_fo_dir *d, const struct edge_qos_class *q,
 				   __u32 idx, struct edge_qos_ctr *qc, __u64 now)
 {
-	__s64 len = (__s64)c->p.len << FO_TOKEN_SHIFT;
-	__s64 depth = (__s64)q->depth << FO_TOKEN_SHIFT;
+	__s64 len = (__s64)c->p.len << EDGE_FO_TOKEN_SHIFT;
+	__s64 depth = (__s64)q->depth << EDGE_FO_TOKEN_SHIFT;
 	__u16 period = (__u16)(now >> EDGE_FO_PERIOD_SHIFT);
 	int busy = 1, vq;
 	__u64 el;
@@ -464,7 +641,7 @@ static __always_inline int fo_fair(struct xdp_md *ctx, struct edge_ctx *c,
 		d->period = period;
 		qc->flows++;
 	}
-	if (!(d->flags & EDGE_FOD_ECN) && fo_ect(ctx, &c->p))
+	if (c->p.ecn && !(d->flags & EDGE_FOD_ECN))
 		d->flags |= EDGE_FOD_ECN;
 	if (d->flags & EDGE_FOD_HINT)
 		qc->hinted++;
@@ -472,14 +649,15 @@ static __always_inline int fo_fair(struct xdp_md *ctx, struct edge_ctx *c,
 		goto pass;
 	if (q->round_ns) {
 		if (!d->refill_ns) {
-			d->tokens = (__s64)q->quantum << FO_TOKEN_SHIFT;
+			d->tokens = (__s64)q->quantum << EDGE_FO_TOKEN_SHIFT;
 			d->refill_ns = now;
 		}
-		el = now - d->refill_ns;
-		if (el > FO_MAX_NS)
-			el = FO_MAX_NS;
+		/* Signed: another CPU (the connection's other direction
+		 * shares no tokens, but a share does) may have stamped it a
+		 * moment later. */
+		el = (__s64)(now - d->refill_ns) > 0 ? now - d->refill_ns : 0;
 		d->refill_ns = now;
-		d->tokens += (__s64)((el * q->quantum << FO_TOKEN_SHIFT) / q->round_ns);
+		fo_refill(d, q, el);
 		if (d->tokens > depth)
 			d->tokens = depth;
 		d->tokens -= len;
@@ -488,13 +666,13 @@ static __always_inline int fo_fair(struct xdp_md *ctx, struct edge_ctx *c,
 	vq = q->rate ? fo_vq(idx, q, c->p.len, busy, now) : FO_VQ_PASS;
 	if (vq == FO_VQ_DROP)
 		goto drop_congested;
-	if (vq == FO_VQ_MARK && fo_ecn_mark(ctx, &c->p))
+	if (vq == FO_VQ_MARK && fo_mark(ctx, c))
 		qc->congested++;
 	else
 		vq = FO_VQ_PASS;
 	if (!q->round_ns || d->tokens >= 0) {
 		if ((d->flags & EDGE_FOD_HINT) && vq == FO_VQ_PASS && !(q->flags & EDGE_QF_DROP) &&
-		    fo_ecn_mark(ctx, &c->p))
+		    fo_mark(ctx, c))
 			qc->congested++;
 		goto pass;
 	}
@@ -502,7 +680,7 @@ static __always_inline int fo_fair(struct xdp_md *ctx, struct edge_ctx *c,
 	 * but its flow is (a retransmission: RFC 3168 sends them not
 	 * ECN-capable), passed in debt; dropped a whole depth in debt. */
 	if (!(q->flags & EDGE_QF_DROP) && d->tokens >= -depth) {
-		if (vq == FO_VQ_MARK || fo_ecn_mark(ctx, &c->p)) {
+		if (vq == FO_VQ_MARK || fo_mark(ctx, c)) {
 			qc->marked++;
 			goto pass;
 		}
@@ -524,79 +702,6 @@ pass:
 	return 0;
 }
 
-/* edge_fo_act runs the probe and fairness stages (those st's fo_flags
- * has on) on the packet in c->p, of a flow in class cls (index + 1; 0:
- * none): EDGE_GO_ON, or the verdict of a packet over its share. A flow
- * whose connection has no record (both of its slots held by active
- * connections) is judged in one of its class's shares (edge_fo_shares,
- * by its keyed hash and direction) beside the other flows there: held
- * to a flow's share, never let through unjudged. The probe leaves the
- * record's place in c (fo_at, fo_check) for edge_fo_egress. A global
- * function: verified once. */
-__noinline int edge_fo_act(struct xdp_md *ctx, struct edge_ctx *c, __u32 fo,
-			   __u32 k16, __u32 cls)
-{
-	struct edge_fo_dir *me = NULL, *other;
-	struct edge_qos_ctr *qc;
-	const struct edge_qos_class *q;
-	struct edge_fo_conn *e;
-	struct fo_where w;
-	__u32 k, share;
-	__u64 now;
-
-	if (!c)
-		return EDGE_GO_ON;
-	c->fo_oif = 0;
-	if (!(fo & EDGE_FO_PROBE) && !(cls && (fo & EDGE_FO_FAIR)))
-		return EDGE_GO_ON;
-	now = bpf_ktime_get_ns();
-	e = fo_get(c, now, &w);
-	if (e) {
-		e->last_ns = now;
-		if (e->packets < 0xffffffffu)
-			e->packets++;
-		if (w.dir) {
-			me = &e->d[1];
-			other = &e->d[0];
-		} else {
-			me = &e->d[0];
-			other = &e->d[1];
-		}
-		if (fo & EDGE_FO_PROBE) {
-			fo_rate(me, c->p.len, now);
-			if (c->p.key.proto == IPPROTO_TCP && c->p.l4_off &&
-			    !(c->p.key.flags & EDGE_KF_FRAG))
-				fo_probe(ctx, c, e, w.dir, me, other, now, k16);
-			c->fo_check = w.check;
-			c->fo_dir = w.dir;
-			c->fo_oif = me->oif;
-		}
-	}
-	if (!cls || !(fo & EDGE_FO_FAIR))
-		return EDGE_GO_ON;
-	k = (c->gen & 1) * EDGE_MAX_QOS + ((cls - 1) & (EDGE_MAX_QOS - 1));
-	q = bpf_map_lookup_elem(&edge_qos, &k);
-	k = (cls - 1) & (EDGE_MAX_QOS - 1);
-	qc = bpf_map_lookup_elem(&edge_qos_stats, &k);
-	if (!q || !qc)
-		return EDGE_GO_ON;
-	if (!me) {
-		/* check's low bit is always set: its next three pick a pair
-		 * of shares, the direction one of them. */
-		share = k * EDGE_FO_SHARES +
-			((w.check & (EDGE_FO_SHARES - 2)) | (w.dir & 1));
-		me = bpf_map_lookup_elem(&edge_fo_shares, &share);
-		if (!me)
-			return punt(&c->p, EDGE_R_FO_SHARE_DROP, XDP_DROP);
-		if (fo_fair(ctx, c, me, q, k, qc, now))
-			return punt(&c->p, EDGE_R_FO_SHARE_DROP, XDP_DROP);
-		return EDGE_GO_ON;
-	}
-	if (fo_fair(ctx, c, me, q, k, qc, now))
-		return punt(&c->p, EDGE_R_FO_DROP, XDP_DROP);
-	return EDGE_GO_ON;
-}
-
 /* edge_fo_egress notes oif, the interface the packet the probe just took
  * left by (c->fo_at: its connection's record; 0: none), as its
  * direction's: the other direction's answers end its samples only when
@@ -605,7 +710,7 @@ __noinline int edge_fo_act(struct xdp_md *ctx, struct edge_ctx *c, __u32 fo,
  * the pipeline calls this after act, when the interface is not the one
  * the record holds. A packet that left by none (dropped, or handed to the
  * kernel) leaves it as it was: a forged packet of the direction cannot
- * unlearn it. A global function. */
+ * unlearn it. A global function: called a few times a connection. */
 __noinline int edge_fo_egress(struct edge_ctx *c, __u32 oif)
 {
 	struct edge_fo_conn *e;
@@ -624,61 +729,52 @@ __noinline int edge_fo_egress(struct edge_ctx *c, __u32 oif)
 	return 0;
 }
 
-/* edge_fo_relief places the flow of the packet in c->p, of class cls
- * (index + 1; 0: none), on a CPU when it is new and arrived on a CPU the
- * agent found hot (the cooler of two drawn at random), and hands the
- * packet to its flow's CPU when that is another: XDP_REDIRECT (counted
- * EDGE_R_CPU_MOVED), else EDGE_GO_ON. ncpus: the CPUs flows may go to;
- * alone: no other FlowOpt stage counts the connection's packets. A
- * global function. */
-__noinline int edge_fo_relief(struct edge_ctx *c, __u32 ncpus, __u32 cls,
-			      __u32 alone)
+/* edge_fo_place_cpu places direction dir of record c->fo_at (a new
+ * flow's, arrived on cpu) on a CPU when the agent found cpu hot: the
+ * cooler of two of the ncpus drawn at random (power of two choices).
+ * A global function: a few times a flow at most. */
+__noinline int edge_fo_place_cpu(struct edge_ctx *c, __u32 ncpus, __u32 cpu)
 {
 	struct edge_cpu_load *here, *la, *lb;
-	const struct edge_qos_class *q;
 	struct edge_fo_conn *e;
 	struct edge_fo_dir *d;
-	struct fo_where w;
-	__u32 cpu, a, b, k;
-	__u64 now;
+	__u32 a, b;
 
-	if (!c || c->p.key.proto == IPPROTO_GRE || ncpus < 2)
-		return EDGE_GO_ON;
-	if (cls) {
-		k = (c->gen & 1) * EDGE_MAX_QOS + ((cls - 1) & (EDGE_MAX_QOS - 1));
-		q = bpf_map_lookup_elem(&edge_qos, &k);
-		if (q && (q->flags & EDGE_QF_URLLC))
-			return EDGE_GO_ON;
-	}
-	now = bpf_ktime_get_ns();
-	e = fo_get(c, now, &w);
-	if (!e) {
-		/* For the probe and fairness stages, after act (a record
-		 * found is found again at c->fo_at). */
-		c->fo_hint_k = w.k;
-		c->fo_hint_idx = w.idx;
-		c->fo_hint_check = w.check;
-		c->fo_hint_ok = 1;
-		return EDGE_GO_ON;
-	}
-	if (alone) {
-		e->last_ns = now;
-		if (e->packets < 0xffffffffu)
-			e->packets++;
-	}
-	d = w.dir ? &e->d[1] : &e->d[0];
-	cpu = bpf_get_smp_processor_id();
+	if (!c || !ncpus)
+		return 0;
+	e = fo_again(c);
+	here = bpf_map_lookup_elem(&edge_cpu_loads, &cpu);
+	if (!e || !here || !here->hot)
+		return 0;
+	d = c->fo_dir ? &e->d[1] : &e->d[0];
+	a = bpf_get_prandom_u32() % ncpus;
+	b = bpf_get_prandom_u32() % ncpus;
+	la = bpf_map_lookup_elem(&edge_cpu_loads, &a);
+	lb = bpf_map_lookup_elem(&edge_cpu_loads, &b);
+	if (!la || !lb)
+		return 0;
+	d->cpu = (la->pps <= lb->pps ? a : b) + 1;
+	return 0;
+}
+
+/* fo_relief places the flow of the packet in c->p (its connection's
+ * record e) on a CPU when it is new and arrived on a CPU the agent found
+ * hot (edge_fo_place_cpu), and hands the packet to its flow's CPU when
+ * that is another: XDP_REDIRECT (counted EDGE_R_CPU_MOVED), else
+ * EDGE_GO_ON. ncpus: the CPUs flows may go to. */
+static __always_inline int fo_relief(struct edge_ctx *c, struct edge_fo_conn *e,
+				     __u32 ncpus)
+{
+	struct edge_fo_dir *d = c->fo_dir ? &e->d[1] : &e->d[0];
+	__u32 cpu = bpf_get_smp_processor_id();
+
 	if (!d->cpu) {
-		here = bpf_map_lookup_elem(&edge_cpu_loads, &cpu);
-		if (!here || !here->hot || e->packets > EDGE_FO_WARM)
+		/* Only a new flow is placed: never split once under way. */
+		if (e->packets > EDGE_FO_WARM)
 			return EDGE_GO_ON;
-		a = bpf_get_prandom_u32() % ncpus;
-		b = bpf_get_prandom_u32() % ncpus;
-		la = bpf_map_lookup_elem(&edge_cpu_loads, &a);
-		lb = bpf_map_lookup_elem(&edge_cpu_loads, &b);
-		if (!la || !lb)
+		edge_fo_place_cpu(c, ncpus, cpu);
+		if (!d->cpu)
 			return EDGE_GO_ON;
-		d->cpu = (la->pps <= lb->pps ? a : b) + 1;
 	}
 	if (d->cpu - 1 == cpu)
 		return EDGE_GO_ON;
@@ -687,6 +783,102 @@ __noinline int edge_fo_relief(struct edge_ctx *c, __u32 ncpus, __u32 cls,
 		return EDGE_GO_ON;
 	}
 	return punt(&c->p, EDGE_R_CPU_MOVED, XDP_REDIRECT);
+}
+
+/* edge_flowopt runs FlowOpt's stages that st has on (its fo_flags, of
+ * the packet's generation) on the packet in c->p, of a flow in class cls
+ * (index + 1; 0: none), once a packet, with one clock read and one look
+ * for the connection's record: relief (when relief is 1: not for a
+ * packet relief already handed over, nor a decapsulated one), then the
+ * probe and fairness. It returns
+ * XDP_REDIRECT when relief hands the packet to its flow's CPU, else
+ * EDGE_GO_ON, with the verdict of a packet over its share in c->fo_rc
+ * (EDGE_GO_ON: none): the pipeline calls it once the flow is decided,
+ * before the packet is counted (a packet handed over is counted on its
+ * flow's CPU), and drops at act (a packet dropped is counted with its
+ * rule first). A flow whose connection has no record (both of its
+ * slots held by active connections) is judged in one of its class's
+ * shares (edge_fo_shares, by its keyed hash and direction) beside the
+ * other flows there: held to a flow's share, never let through
+ * unjudged. The probe leaves the record's place in c (fo_at, fo_check,
+ * fo_dir, fo_oif) for edge_fo_egress. A global function: verified once,
+ * called once. */
+__noinline int edge_flowopt(struct xdp_md *ctx, struct edge_ctx *c,
+			    const struct edge_state *st, __u32 relief, __u32 cls)
+{
+	const struct edge_qos_class *q = NULL;
+	struct edge_fo_dir *me = NULL;
+	__u32 k, share, reason, fo, k16, ncpus;
+	struct edge_qos_ctr *qc;
+	struct edge_fo_conn *e;
+	int rc, judge;
+	__u64 now;
+
+	if (!c || !st)
+		return EDGE_GO_ON;
+	fo = st->fo_flags[c->gen & 1];
+	k16 = st->fo_k16[c->gen & 1];
+	ncpus = relief ? st->ncpus : 0;
+	c->fo_done = 1;
+	c->fo_rc = EDGE_GO_ON;
+	c->fo_oif = 0;
+	if (cls) {
+		k = (c->gen & 1) * EDGE_MAX_QOS + ((cls - 1) & (EDGE_MAX_QOS - 1));
+		q = bpf_map_lookup_elem(&edge_qos, &k);
+	}
+	/* Relief: never a GRE packet from a peer (its inner flows are not
+	 * known yet) or a URLLC flow. */
+	if (!(fo & EDGE_FO_RELIEF) || ncpus < 2 || c->p.key.proto == IPPROTO_GRE ||
+	    (q && (q->flags & EDGE_QF_URLLC)))
+		ncpus = 0;
+	judge = (fo & EDGE_FO_PROBE) || (q && (fo & EDGE_FO_FAIR));
+	if (!ncpus && !judge)
+		return EDGE_GO_ON;
+	now = fo_clock(fo);
+	e = fo_lookup(c, now);
+	if (e) {
+		/* The connection's packets counted: first when relief is
+		 * alone, else after relief (which places flows by them). */
+		if (!judge) {
+			e->last_ns = now;
+			if (e->packets < 0xffffffffu)
+				e->packets++;
+		}
+		if (ncpus) {
+			rc = fo_relief(c, e, ncpus);
+			if (rc != EDGE_GO_ON || !judge)
+				return rc;
+		}
+		e->last_ns = now;
+		if (e->packets < 0xffffffffu)
+			e->packets++;
+		me = c->fo_dir ? &e->d[1] : &e->d[0];
+		if (fo & EDGE_FO_PROBE) {
+			fo_rate(me, c->p.len, now);
+			if (c->p.key.proto == IPPROTO_TCP && c->p.l4_off &&
+			    !(c->p.key.flags & EDGE_KF_FRAG))
+				edge_fo_probe(ctx, c, now, fo & EDGE_FO_FAIR, k16);
+			c->fo_oif = me->oif;
+		}
+	}
+	if (!q || !(fo & EDGE_FO_FAIR))
+		return EDGE_GO_ON;
+	k = (cls - 1) & (EDGE_MAX_QOS - 1);
+	qc = bpf_map_lookup_elem(&edge_qos_stats, &k);
+	if (!qc)
+		return EDGE_GO_ON;
+	reason = EDGE_R_FO_DROP;
+	if (!me) {
+		/* check's low bit is always set: its next three pick a pair
+		 * of shares, the direction one of them. */
+		share = k * EDGE_FO_SHARES +
+			((c->fo_check & (EDGE_FO_SHARES - 2)) | (c->fo_dir & 1));
+		me = bpf_map_lookup_elem(&edge_fo_shares, &share);
+		reason = EDGE_R_FO_SHARE_DROP;
+	}
+	if (!me || fo_fair(ctx, c, me, q, k, qc, now))
+		c->fo_rc = punt(&c->p, reason, XDP_DROP);
+	return EDGE_GO_ON;
 }
 
 /* fo_class is the class (index + 1, 0: none) of the flow decided into

@@ -132,6 +132,7 @@ static __always_inline int parse_ip4(struct hdr_cursor *c, void *data,
 	__builtin_memcpy(p->key.dst, &iph->daddr, 4);
 	p->key.proto = iph->protocol;
 	p->key.dscp = iph->tos >> 2;
+	p->ecn = iph->tos & 3;
 	c->pos = (void *)iph + ihl * 4;
 	c->end = (void *)iph + tot;
 	/* Non-first fragments carry no L4 header (RFC 791 fragment offset). */
@@ -175,6 +176,7 @@ static __always_inline int parse_ip6(struct hdr_cursor *c, void *data_end,
 	__builtin_memcpy(p->key.src, &ip6->saddr, 16);
 	__builtin_memcpy(p->key.dst, &ip6->daddr, 16);
 	p->key.dscp = ((ip6->priority << 4) | (ip6->flow_lbl[0] >> 4)) >> 2;
+	p->ecn = (ip6->flow_lbl[0] >> 4) & 3;
 	c->pos = ip6 + 1;
 	c->end = (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len);
 	nh = ip6->nexthdr;

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* The per-packet pipeline, stage by stage:
  *
- *   parse -> decide -> [relief: to the flow's CPU] -> [decap (or a path
- *   probe: answered, or timed; or a redundant copy already seen:
- *   dropped) -> a TCP echo timed -> decide the inner packet] -> [probe,
- *   fairness] -> [steer] -> act -> record
+ *   parse -> decide -> [FlowOpt: relief to the flow's CPU, probe,
+ *   fairness] -> [decap (or a path probe: answered, or timed; or a
+ *   redundant copy already seen: dropped) -> a TCP echo timed -> decide
+ *   the inner packet -> FlowOpt on it] -> [steer] -> act (a packet over
+ *   its share dropped) -> record
  *
  * decide: ICMP errors about NAT'd connections (translated, never cached)
  *   -> stateless services (before any cache) -> flow table; on a miss
@@ -101,6 +102,7 @@ decide(struct xdp_md *ctx, struct edge_ctx *c, const struct edge_state *st,
 
 	c->record = 0;
 	c->fo_at = 0; /* an exact-match hit knows it (flow_find) */
+	c->fo_done = 0; /* FlowOpt has not run on the packet */
 	/* An ICMP error about a NAT'd connection is translated and sent on,
 	 * never cached: the flow cache keys it by its own addresses, not by
 	 * the connection it quotes. */
@@ -193,8 +195,8 @@ static __always_inline int act(struct xdp_md *ctx, struct edge_ctx *c,
 	int rc;
 
 	if (fo) {
-		rc = edge_fo_act(ctx, c, fo, st->fo_k16[c->gen & 1],
-				 fl->flags >> EDGE_FF_QOS_SHIFT);
+		rc = c->fo_done ? c->fo_rc :
+				  edge_flowopt(ctx, c, st, 0, fl->flags >> EDGE_FF_QOS_SHIFT);
 		if (rc != EDGE_GO_ON)
 			return rc;
 	}
@@ -262,11 +264,11 @@ static __always_inline int edge_pipeline_on(struct xdp_md *ctx, int placed)
 	if (!fl)
 		return rc;
 	fo = st->fo_flags[c->gen & 1];
-	if (!placed && (fo & EDGE_FO_RELIEF)) {
-		/* Handed to its flow's CPU: decided and counted there (a new
-		 * flow's decision recorded here first, found there). */
-		rc = edge_fo_relief(c, st->ncpus, fl->flags >> EDGE_FF_QOS_SHIFT,
-				    !(fo & (EDGE_FO_PROBE | EDGE_FO_FAIR)));
+	if (fo && c->p.key.proto != IPPROTO_GRE) {
+		/* FlowOpt (relief, probe, fairness), once. Handed to its
+		 * flow's CPU: decided and counted there (a new flow's decision
+		 * recorded here first, found there). */
+		rc = edge_flowopt(ctx, c, st, !placed, fl->flags >> EDGE_FF_QOS_SHIFT);
 		if (rc != EDGE_GO_ON) {
 			if (c->record)
 				flow_record(c, emc);

@@ -277,6 +277,9 @@ type edgeEdgeQosClass struct {
 	Depth   uint32
 	Flags   uint32
 	Id      uint32
+	TokMul  uint64
+	NsByte  uint64
+	DepthNs uint64
 }
 
 type edgeEdgeQosCtr struct {
@@ -420,6 +423,7 @@ const (
 	edgeMapEdgeQos         = "edge_qos"
 	edgeMapEdgeQosDscp     = "edge_qos_dscp"
 	edgeMapEdgeQosStats    = "edge_qos_stats"
+	edgeMapEdgeQosVqCpu    = "edge_qos_vq_cpu"
 	edgeMapEdgeQosVqs      = "edge_qos_vqs"
 	edgeMapEdgeReasons     = "edge_reasons"
 	edgeMapEdgeRules       = "edge_rules"
@@ -536,6 +540,7 @@ type edgeMapSpecs struct {
 	EdgeQos         *ebpf.MapSpec `ebpf:"edge_qos"`
 	EdgeQosDscp     *ebpf.MapSpec `ebpf:"edge_qos_dscp"`
 	EdgeQosStats    *ebpf.MapSpec `ebpf:"edge_qos_stats"`
+	EdgeQosVqCpu    *ebpf.MapSpec `ebpf:"edge_qos_vq_cpu"`
 	EdgeQosVqs      *ebpf.MapSpec `ebpf:"edge_qos_vqs"`
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
@@ -622,6 +627,7 @@ type edgeMaps struct {
 	EdgeQos         *ebpf.Map `ebpf:"edge_qos"`
 	EdgeQosDscp     *ebpf.Map `ebpf:"edge_qos_dscp"`
 	EdgeQosStats    *ebpf.Map `ebpf:"edge_qos_stats"`
+	EdgeQosVqCpu    *ebpf.Map `ebpf:"edge_qos_vq_cpu"`
 	EdgeQosVqs      *ebpf.Map `ebpf:"edge_qos_vqs"`
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
@@ -677,6 +683,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeQos,
 		m.EdgeQosDscp,
 		m.EdgeQosStats,
+		m.EdgeQosVqCpu,
 		m.EdgeQosVqs,
 		m.EdgeReasons,
 		m.EdgeRules,

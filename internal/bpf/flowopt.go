@@ -4,6 +4,7 @@ package bpf
 
 import (
 	"fmt"
+	"math/bits"
 
 	"github.com/cilium/ebpf"
 )
@@ -41,7 +42,49 @@ const (
 
 	FODHint = 1 // edge_fo_dir.flags: the congestion hint
 	FODECN  = 2 // the direction is ECN-capable
+
+	// Fixed point of the fairness stage: tokens in 1/2^FOTokenShift
+	// bytes, a class's tok_mul in 1/2^FOMulShift, its ns_byte in
+	// 1/2^FONsbShift.
+	FOTokenShift = 10
+	FOMulShift   = 24
+	FONsbShift   = 16
 )
+
+// Bounds of the derived fields, so the packet path's products fit in 64
+// bits: tok_mul times an elapsed time under 2^24 ns (FO_MUL_EL), ns_byte
+// times a frame's length (under 2^16), four times depth_ns.
+const (
+	foTokMulMax  = 1 << 39
+	foNsByteMax  = 1<<47 - 1
+	foDepthNsMax = 1 << 60
+)
+
+// WithDerived returns e with the fields the packet path multiplies by
+// (tok_mul, ns_byte, depth_ns) derived from its quantum, round, rate
+// and depth: the stage divides by none of them per packet.
+func (e QoSClassEntry) WithDerived() QoSClassEntry {
+	e.TokMul, e.NsByte, e.DepthNs = 0, 0, 0
+	if e.RoundNs != 0 {
+		// quantum << (token + mul shifts) / round: too large to
+		// multiply by stays 0 (the stage divides).
+		hi, lo := bits.Mul64(uint64(e.Quantum), 1<<(FOTokenShift+FOMulShift))
+		if hi < e.RoundNs {
+			if q, _ := bits.Div64(hi, lo, e.RoundNs); q < foTokMulMax {
+				e.TokMul = q
+			}
+		}
+	}
+	if e.Rate != 0 {
+		e.NsByte = min(uint64(1e9<<FONsbShift)/e.Rate, foNsByteMax)
+		e.DepthNs = foDepthNsMax
+		if hi, lo := bits.Mul64(uint64(e.Depth), 1e9); hi < e.Rate {
+			q, _ := bits.Div64(hi, lo, e.Rate)
+			e.DepthNs = min(q, foDepthNsMax)
+		}
+	}
+	return e
+}
 
 // FOMaxEntries bounds edge_fo: FlowOpt follows at most this many
 // connections (216 bytes each: 54 MiB), however large the flow table.

@@ -64,6 +64,7 @@ const (
 	benchobjMapEdgeQos              = "edge_qos"
 	benchobjMapEdgeQosDscp          = "edge_qos_dscp"
 	benchobjMapEdgeQosStats         = "edge_qos_stats"
+	benchobjMapEdgeQosVqCpu         = "edge_qos_vq_cpu"
 	benchobjMapEdgeQosVqs           = "edge_qos_vqs"
 	benchobjMapEdgeReasons          = "edge_reasons"
 	benchobjMapEdgeRules            = "edge_rules"
@@ -223,6 +224,7 @@ type benchobjMapSpecs struct {
 	EdgeQos         *ebpf.MapSpec `ebpf:"edge_qos"`
 	EdgeQosDscp     *ebpf.MapSpec `ebpf:"edge_qos_dscp"`
 	EdgeQosStats    *ebpf.MapSpec `ebpf:"edge_qos_stats"`
+	EdgeQosVqCpu    *ebpf.MapSpec `ebpf:"edge_qos_vq_cpu"`
 	EdgeQosVqs      *ebpf.MapSpec `ebpf:"edge_qos_vqs"`
 	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
@@ -316,6 +318,7 @@ type benchobjMaps struct {
 	EdgeQos         *ebpf.Map `ebpf:"edge_qos"`
 	EdgeQosDscp     *ebpf.Map `ebpf:"edge_qos_dscp"`
 	EdgeQosStats    *ebpf.Map `ebpf:"edge_qos_stats"`
+	EdgeQosVqCpu    *ebpf.Map `ebpf:"edge_qos_vq_cpu"`
 	EdgeQosVqs      *ebpf.Map `ebpf:"edge_qos_vqs"`
 	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
@@ -378,6 +381,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeQos,
 		m.EdgeQosDscp,
 		m.EdgeQosStats,
+		m.EdgeQosVqCpu,
 		m.EdgeQosVqs,
 		m.EdgeReasons,
 		m.EdgeRules,

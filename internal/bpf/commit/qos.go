@@ -26,6 +26,7 @@ func (w *Writer) writeQoS(t uint32, g *Generation) error {
 		if r, ok := w.qosRounds[i]; ok && r.id == want.Id && want.RoundNs != 0 {
 			want.RoundNs = r.round
 		}
+		want = want.WithDerived()
 		if cur.qosKnown && cur.qos[i] == want {
 			continue
 		}
@@ -61,6 +62,7 @@ func (w *Writer) SetQoSRound(idx, id uint32, round uint64) error {
 			continue
 		}
 		e.RoundNs = round
+		e = e.WithDerived()
 		if err := w.o.EdgeQos.Put(uint32(t)*bpf.MaxQoS+idx, e); err != nil {
 			return fmt.Errorf("write qos class %d's round: %w", idx, err)
 		}

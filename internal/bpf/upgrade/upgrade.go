@@ -124,15 +124,16 @@ var mapRoles = map[string]mapRole{
 	"edge_path_tcp_rtt": {rebuilt, false},
 	// FlowOpt's connections: soft state (samples, tokens, placements),
 	// copied once like the exact-match cache.
-	"edge_fo":        {cache, false},
-	"edge_fo_shares": {rebuilt, false},
-	"edge_secret":    {secret, false},
-	"edge_qos":       {rebuilt, true},
-	"edge_qos_dscp":  {rebuilt, true},
-	"edge_qos_stats": {counter, false},
-	"edge_qos_vqs":   {rebuilt, false},
-	"edge_cpu_loads": {rebuilt, false},
-	"edge_cpus":      {rebuilt, false},
+	"edge_fo":         {cache, false},
+	"edge_fo_shares":  {rebuilt, false},
+	"edge_secret":     {secret, false},
+	"edge_qos":        {rebuilt, true},
+	"edge_qos_dscp":   {rebuilt, true},
+	"edge_qos_stats":  {counter, false},
+	"edge_qos_vqs":    {rebuilt, false},
+	"edge_qos_vq_cpu": {rebuilt, false},
+	"edge_cpu_loads":  {rebuilt, false},
+	"edge_cpus":       {rebuilt, false},
 }
 
 // pinnedDiffs opens the maps of spec pinned under pinDir and says why each
