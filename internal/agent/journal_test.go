@@ -4,6 +4,7 @@ package agent
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -343,5 +344,40 @@ func TestJournalTrimKeepsWhatItCannotRead(t *testing.T) {
 	after, _ := os.ReadFile(j.path)
 	if !bytes.Equal(after, data) {
 		t.Errorf("the damaged journal was rewritten: %d bytes, was %d", len(after), len(data))
+	}
+}
+
+// TestJournalRecordSplit: a record is taken apart without decoding its
+// request (splitRecord) into what decoding it whole gives, and anything
+// not in encodeRecord's shape is decoded whole.
+func TestJournalRecordSplit(t *testing.T) {
+	for _, seq := range []uint64{1, 12, 1 << 40} {
+		for _, req := range [][]byte{createPDR(7), []byte(`{"operations":[{"delete":{"kind":"KIND_PDR","id":"3"}}]}`), []byte(`{ "operations" : [ ] }`)} {
+			line, err := encodeRecord(journalEntry{Seq: seq, Apply: req})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := line[9 : len(line)-1]
+			fast, ok := splitRecord(body)
+			if !ok {
+				t.Fatalf("record %q not taken apart", body)
+			}
+			var whole journalEntry
+			if err := json.Unmarshal(body, &whole); err != nil {
+				t.Fatal(err)
+			}
+			if fast.Seq != whole.Seq || !bytes.Equal(fast.Apply, whole.Apply) {
+				t.Errorf("%q: taken apart as %d %q, decoded whole as %d %q", body, fast.Seq, fast.Apply, whole.Seq, whole.Apply)
+			}
+			got, err := decodeRecord(line[:len(line)-1])
+			if err != nil || got.Seq != seq || !bytes.Equal(got.Apply, whole.Apply) {
+				t.Errorf("decode %q: %d %q, %v", line, got.Seq, got.Apply, err)
+			}
+		}
+	}
+	for _, body := range []string{`{"apply":{},"seq":3}`, `{"seq":0,"apply":{}}`, `{"seq":x,"apply":{}}`, `{"seq":3,"apply":[]}`, `{"seq":3}`} {
+		if e, ok := splitRecord([]byte(body)); ok {
+			t.Errorf("%s taken apart as %+v; want it decoded whole", body, e)
+		}
 	}
 }
