@@ -51,8 +51,10 @@ func newBenchCmd(b *bins) *cobra.Command {
 	c.Flags().BoolVar(&o.OnlyFailover, "only-failover", false, "only the failover figure")
 	c.Flags().StringVar(&o.Scenario, "scenario", "", "run one scenario alone: flowopt (a mixed eMBB/URLLC/mMTC workload through a rate-limited WAN path of a lab of its own) "+
 		"cpu (request/response latency to a userspace responder under stress-ng --cpu 8, with no strategy and with each mechanism) "+
-		"or fleet (time from an Apply at a controller until every gateway of a fleet over a 3-member etcd committed it, its etcd writes, "+
-		"and the controller's and etcd's CPU time and memory: three real gateways, then members without a dataplane)")
+		"fleet (time from an Apply at a controller until every gateway of a fleet over a 3-member etcd committed it, its etcd writes, "+
+		"and the controller's and etcd's CPU time and memory: three real gateways, then members without a dataplane) "+
+		"or multiqueue (end-to-end Mpps of redirect, GRE encap, decap and a NAT service, and the kernel's forwarding, with two-queue veths "+
+		"at one queue and two, senders pinned one to a CPU; --e2e-seconds and --e2e-rounds apply)")
 	c.Flags().Float64Var(&o.CPUSeconds, "cpu-seconds", 0, "seconds each mode of the cpu scenario measures (default 5)")
 	c.Flags().IntVar(&o.CPURate, "cpu-rate", 0, "requests a second of the cpu scenario's probes (default 500)")
 	c.Flags().IntVar(&o.FleetApplies, "fleet-applies", 50, "Applies the fleet scenario times in each series")

@@ -68,6 +68,8 @@ type Options struct {
 	// Applies (0: 50) to three real gateways, then to FleetAgents members
 	// without a dataplane (0: 100), FleetMembersPerClient of them on each
 	// etcd client (0: 25).
+	// When "multiqueue", it runs the end-to-end paths with two-queue
+	// veths at one and two queues (E2ESeconds, E2ERounds).
 	Scenario       string
 	FlowOptFlows   []int
 	FlowOptSeconds float64
@@ -108,9 +110,11 @@ type Report struct {
 	// CPU is the cpu scenario's (--scenario cpu).
 	CPU *sdwan.CPU `json:"cpu,omitempty"`
 	// Fleet is the fleet scenario's (--scenario fleet).
-	Fleet   *fleetbench.Fleet `json:"fleet,omitempty"`
-	Started time.Time         `json:"started"`
-	Seconds float64           `json:"seconds"`
+	Fleet *fleetbench.Fleet `json:"fleet,omitempty"`
+	// MultiQueue is the multiqueue scenario's (--scenario multiqueue).
+	MultiQueue *endtoend.MultiQueue `json:"multi_queue,omitempty"`
+	Started    time.Time            `json:"started"`
+	Seconds    float64              `json:"seconds"`
 }
 
 // Goal states one target against the measured figures.
@@ -164,6 +168,7 @@ var (
 	flowOptPart  = part{run: runFlowOpt}
 	cpuPart      = part{run: runCPU}
 	fleetPart    = part{run: runFleet}
+	mqPart       = part{run: runMultiQueue}
 )
 
 // parts are the parts o asks for, in order: a scenario alone, the
@@ -179,8 +184,10 @@ func (o Options) parts() ([]part, error) {
 		return []part{cpuPart}, nil
 	case "fleet":
 		return []part{fleetPart}, nil
+	case "multiqueue":
+		return []part{mqPart}, nil
 	default:
-		return nil, fmt.Errorf("unknown scenario %q (want flowopt, cpu or fleet)", o.Scenario)
+		return nil, fmt.Errorf("unknown scenario %q (want flowopt, cpu, fleet or multiqueue)", o.Scenario)
 	}
 	switch {
 	case o.OnlyFailover:
@@ -251,6 +258,15 @@ func runEndToEnd(ctx context.Context, o Options, r *Report) (err error) {
 		return fmt.Errorf("end to end: %w", err)
 	}
 	r.Goals = append(r.Goals, endtoend.Goals(r.EndToEnd)...)
+	return nil
+}
+
+func runMultiQueue(ctx context.Context, o Options, r *Report) (err error) {
+	o.Log("multi-queue: %d rounds of %.1f s per figure", o.E2ERounds, o.E2ESeconds)
+	if r.MultiQueue, err = endtoend.RunMultiQueue(ctx, endtoend.Options{Seconds: o.E2ESeconds, Rounds: o.E2ERounds, Log: o.Log}); err != nil {
+		return fmt.Errorf("multi-queue: %w", err)
+	}
+	r.Goals = append(r.Goals, endtoend.MultiQueueGoals(r.MultiQueue)...)
 	return nil
 }
 

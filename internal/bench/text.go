@@ -23,6 +23,9 @@ func (r *Report) Text() string {
 	if e := r.EndToEnd; e != nil {
 		sb.WriteString(e.Text())
 	}
+	if m := r.MultiQueue; m != nil {
+		sb.WriteString(m.Text())
+	}
 	if c := r.Control; c != nil {
 		sb.WriteString(c.Text())
 	}

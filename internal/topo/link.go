@@ -23,6 +23,11 @@ type End struct {
 	Addrs []string
 	// MTU is the end's MTU; 0 leaves the default (for b: a's MTU).
 	MTU int
+	// Queues is the end's TX and RX queues; 0 leaves the kernel's one
+	// (for b: a's). A veth steers a frame to the peer queue of the CPU
+	// or TX queue that sent it, so queues let both ends' NAPI run on
+	// several CPUs at once.
+	Queues int
 }
 
 // AddVeth creates a veth pair from a to b (b.NS nil: a's namespace), each
@@ -34,8 +39,10 @@ func AddVeth(a, b End) error {
 	}
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name, attrs.HardwareAddr, attrs.MTU = a.Name, a.MAC, a.MTU
+	attrs.NumTxQueues, attrs.NumRxQueues = a.Queues, a.Queues
 	veth := netlink.NewVeth(attrs)
 	veth.PeerName, veth.PeerHardwareAddr, veth.PeerMTU = b.Name, b.MAC, uint32(b.MTU)
+	veth.PeerNumTxQueues, veth.PeerNumRxQueues = uint32(b.Queues), uint32(b.Queues)
 	if b.NS != a.NS {
 		veth.PeerNamespace = netlink.NsFd(b.NS.handle)
 	}

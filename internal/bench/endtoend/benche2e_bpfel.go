@@ -25,11 +25,13 @@ const (
 	benche2eProgBenchDupClone = "bench_dup_clone"
 	benche2eProgBenchFwd      = "bench_fwd"
 	benche2eProgBenchGen      = "bench_gen"
+	benche2eProgBenchGenCpu   = "bench_gen_cpu"
 	benche2eProgBenchGenNew   = "bench_gen_new"
 	benche2eProgBenchSink     = "bench_sink"
 	benche2eVarDupIf0         = "dup_if0"
 	benche2eVarDupIf1         = "dup_if1"
 	benche2eVarGenFrame       = "gen_frame"
+	benche2eVarGenFrameCpu    = "gen_frame_cpu"
 	benche2eVarGenIfindex     = "gen_ifindex"
 	benche2eVarSinkGreRemote  = "sink_gre_remote"
 	benche2eVarSinkGreRemote2 = "sink_gre_remote2"
@@ -81,6 +83,7 @@ type benche2eProgramSpecs struct {
 	BenchDupClone *ebpf.ProgramSpec `ebpf:"bench_dup_clone"`
 	BenchFwd      *ebpf.ProgramSpec `ebpf:"bench_fwd"`
 	BenchGen      *ebpf.ProgramSpec `ebpf:"bench_gen"`
+	BenchGenCpu   *ebpf.ProgramSpec `ebpf:"bench_gen_cpu"`
 	BenchGenNew   *ebpf.ProgramSpec `ebpf:"bench_gen_new"`
 	BenchSink     *ebpf.ProgramSpec `ebpf:"bench_sink"`
 }
@@ -103,6 +106,7 @@ type benche2eVariableSpecs struct {
 	DupIf0         *ebpf.VariableSpec `ebpf:"dup_if0"`
 	DupIf1         *ebpf.VariableSpec `ebpf:"dup_if1"`
 	GenFrame       *ebpf.VariableSpec `ebpf:"gen_frame"`
+	GenFrameCpu    *ebpf.VariableSpec `ebpf:"gen_frame_cpu"`
 	GenIfindex     *ebpf.VariableSpec `ebpf:"gen_ifindex"`
 	SinkGreRemote  *ebpf.VariableSpec `ebpf:"sink_gre_remote"`
 	SinkGreRemote2 *ebpf.VariableSpec `ebpf:"sink_gre_remote2"`
@@ -152,6 +156,7 @@ type benche2eVariables struct {
 	DupIf0         *ebpf.Variable `ebpf:"dup_if0"`
 	DupIf1         *ebpf.Variable `ebpf:"dup_if1"`
 	GenFrame       *ebpf.Variable `ebpf:"gen_frame"`
+	GenFrameCpu    *ebpf.Variable `ebpf:"gen_frame_cpu"`
 	GenIfindex     *ebpf.Variable `ebpf:"gen_ifindex"`
 	SinkGreRemote  *ebpf.Variable `ebpf:"sink_gre_remote"`
 	SinkGreRemote2 *ebpf.Variable `ebpf:"sink_gre_remote2"`
@@ -165,6 +170,7 @@ type benche2ePrograms struct {
 	BenchDupClone *ebpf.Program `ebpf:"bench_dup_clone"`
 	BenchFwd      *ebpf.Program `ebpf:"bench_fwd"`
 	BenchGen      *ebpf.Program `ebpf:"bench_gen"`
+	BenchGenCpu   *ebpf.Program `ebpf:"bench_gen_cpu"`
 	BenchGenNew   *ebpf.Program `ebpf:"bench_gen_new"`
 	BenchSink     *ebpf.Program `ebpf:"bench_sink"`
 }
@@ -175,6 +181,7 @@ func (p *benche2ePrograms) Close() error {
 		p.BenchDupClone,
 		p.BenchFwd,
 		p.BenchGen,
+		p.BenchGenCpu,
 		p.BenchGenNew,
 		p.BenchSink,
 	)

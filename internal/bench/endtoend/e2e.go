@@ -172,6 +172,9 @@ type e2e struct {
 	closers       []func() error
 	alloc         rules.Allocs
 	committed     string // the config of the live generation
+	// queues is every veth end's TX and RX queues (0: one), curQueues
+	// the ones they have now.
+	queues, curQueues int
 }
 
 // Options are what the part takes: the length of one run and the runs
@@ -316,6 +319,9 @@ func Goals(e *Result) []measure.Goal {
 // setup creates the namespaces, links, addresses, routes and programs.
 func (e *e2e) setup() error {
 	prefix := fmt.Sprintf("epe2e%d", os.Getpid())
+	if e.queues > 1 {
+		prefix = fmt.Sprintf("epmq%d", os.Getpid())
+	}
 	for _, n := range []struct {
 		p      **topo.NS
 		suffix string
@@ -334,13 +340,13 @@ func (e *e2e) setup() error {
 		return err
 	}
 	if err := topo.AddVeth(
-		topo.End{NS: e.gen, Name: "eth0", MAC: topo.MACHostA, Addrs: []string{topo.AddrHostA + "/24"}},
+		topo.End{NS: e.gen, Name: "eth0", MAC: topo.MACHostA, Addrs: []string{topo.AddrHostA + "/24"}, Queues: e.queues},
 		topo.End{NS: e.gw, Name: "lan0", MAC: topo.MACLan0, Addrs: []string{topo.AddrLan0 + "/24"}},
 	); err != nil {
 		return err
 	}
 	if err := topo.AddVeth(
-		topo.End{NS: e.sink, Name: "eth0", MAC: topo.MACWanNeigh, Addrs: []string{topo.AddrWanNeigh + "/24"}},
+		topo.End{NS: e.sink, Name: "eth0", MAC: topo.MACWanNeigh, Addrs: []string{topo.AddrWanNeigh + "/24"}, Queues: e.queues},
 		topo.End{NS: e.gw, Name: "wan0", MAC: topo.MACWan0, Addrs: []string{topo.AddrWan0 + "/24"}},
 	); err != nil {
 		return err
@@ -348,7 +354,7 @@ func (e *e2e) setup() error {
 	// A second WAN link to the sink, for the redundant group's second
 	// path.
 	if err := topo.AddVeth(
-		topo.End{NS: e.sink, Name: "eth1", MAC: topo.MACWan1Neigh, Addrs: []string{"10.4.0.2/24"}},
+		topo.End{NS: e.sink, Name: "eth1", MAC: topo.MACWan1Neigh, Addrs: []string{"10.4.0.2/24"}, Queues: e.queues},
 		topo.End{NS: e.gw, Name: "wan1", MAC: topo.MACWan1, Addrs: []string{"10.4.0.1/24"}},
 	); err != nil {
 		return err

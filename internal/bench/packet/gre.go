@@ -5,7 +5,6 @@ package packet
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/netip"
 
 	"github.com/cilium/ebpf"
@@ -153,13 +152,6 @@ func (b *bencher) check(prog *ebpf.Program, frame, want []byte) error {
 	})
 }
 
-// greFrame wraps inner (an Ethernet frame) into Ethernet + IPv4 (DF, TTL
-// 64) + GRE with key from src to dst.
-func greFrame(smac, dmac net.HardwareAddr, src, dst netip.Addr, key uint32, inner []byte) []byte {
-	eth := &layers.Ethernet{SrcMAC: smac, DstMAC: dmac, EthernetType: layers.EthernetTypeIPv4}
-	ip := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolGRE, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
-	gre := &layers.GRE{KeyPresent: true, Key: key, Protocol: layers.EthernetTypeIPv4}
-	buf := gopacket.NewSerializeBuffer()
-	_ = gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, gre, gopacket.Payload(inner[14:]))
-	return buf.Bytes()
-}
+// greFrame is testbed.GREFrame: the end-to-end part sends the same
+// frames.
+var greFrame = testbed.GREFrame

@@ -108,6 +108,17 @@ func FrameFrom(src netip.Addr, sport uint16, dst netip.Addr, dport uint16, ttl u
 	return buf.Bytes()
 }
 
+// GREFrame wraps inner (an Ethernet frame) into Ethernet + IPv4 (DF, TTL
+// 64) + GRE with key from src to dst.
+func GREFrame(smac, dmac net.HardwareAddr, src, dst netip.Addr, key uint32, inner []byte) []byte {
+	eth := &layers.Ethernet{SrcMAC: smac, DstMAC: dmac, EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolGRE, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	gre := &layers.GRE{KeyPresent: true, Key: key, Protocol: layers.EthernetTypeIPv4}
+	buf := gopacket.NewSerializeBuffer()
+	_ = gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, gre, gopacket.Payload(inner[14:]))
+	return buf.Bytes()
+}
+
 // SumCounter sums per-CPU counter key of m.
 func SumCounter(m *ebpf.Map, key uint32) (uint64, error) {
 	var vals []uint64

@@ -10,7 +10,8 @@
  * the frame), so the generator stamps the whole frame from a template on
  * every run.
  *
- * bench_gen_new does the same and makes every frame a new flow.
+ * bench_gen_new does the same and makes every frame a new flow;
+ * bench_gen_cpu sends a frame of each CPU's own.
  *
  * bench_sink counts what reaches it, by kind, and drops it. It also drops
  * ARP: the gateway holds a static neighbour entry for the sink.
@@ -71,8 +72,9 @@ static __always_inline void bump(void *map, __u32 idx)
 		(*c)++;
 }
 
-/* gen_stamp writes the template over the frame and counts the run. */
-static __always_inline int gen_stamp(struct xdp_md *ctx)
+/* gen_stamp_from writes template tmpl over the frame and counts the run. */
+static __always_inline int gen_stamp_from(struct xdp_md *ctx,
+					  volatile __u64 *tmpl)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -83,15 +85,39 @@ static __always_inline int gen_stamp(struct xdp_md *ctx)
 		return -1;
 #pragma unroll
 	for (i = 0; i < GEN_LEN / 8; i++)
-		w[i] = gen_frame[i];
+		w[i] = tmpl[i];
 	bump(&gen_count, 0);
 	return 0;
+}
+
+/* gen_stamp writes the template over the frame and counts the run. */
+static __always_inline int gen_stamp(struct xdp_md *ctx)
+{
+	return gen_stamp_from(ctx, gen_frame);
 }
 
 SEC("xdp")
 int bench_gen(struct xdp_md *ctx)
 {
 	if (gen_stamp(ctx))
+		return XDP_ABORTED;
+	return bpf_redirect(gen_ifindex, 0);
+}
+
+#define GEN_CPUS 2 /* a power of two */
+
+/* A frame for each CPU; set from Go before each run. */
+volatile __u64 gen_frame_cpu[GEN_CPUS][GEN_LEN / 8];
+
+/* bench_gen_cpu is bench_gen sending the frame of its CPU (modulo
+ * GEN_CPUS): senders pinned one to a CPU send flows of their own, as a
+ * NIC's RSS spreads flows, not packets of one flow, over its queues. */
+SEC("xdp")
+int bench_gen_cpu(struct xdp_md *ctx)
+{
+	__u32 cpu = bpf_get_smp_processor_id() & (GEN_CPUS - 1);
+
+	if (gen_stamp_from(ctx, gen_frame_cpu[cpu]))
 		return XDP_ABORTED;
 	return bpf_redirect(gen_ifindex, 0);
 }
