@@ -376,7 +376,7 @@ func TestBenchFleet(t *testing.T) {
 	if u := f.NoDataplane.Unasked; u == nil {
 		t.Errorf("members_without_dataplane: no unasked figures")
 	} else {
-		if u.Applies != applies || !(u.P50Ms > 0 && u.P50Ms <= u.P99Ms && u.P99Ms <= u.MaxMs) {
+		if u.Applies != applies || !(u.P50Ms > 0 && u.P50Ms <= u.P99Ms && u.P99Ms <= u.MaxMs) || u.ListedConverged != agents || u.ListMs <= 0 {
 			t.Errorf("unasked: %d Applies, percentiles %+v", u.Applies, u)
 		}
 		if u.WritesPerApply != txnWrites || u.TxnWritesPerApply != txnWrites || u.StatusWritesPerApply != 0 || u.RevisionsPerApply != 1 {

@@ -116,6 +116,12 @@ type Unasked struct {
 	Applies int `json:"applies"`
 	Timing
 	Costs Costs `json:"costs"`
+	// ListMs is a listing of the gateways at the controller right after
+	// the last Apply, which asks for the statuses nobody asked for and
+	// waits for the answers; ListedConverged the members it lists
+	// reachable, converged and out of drift.
+	ListMs          float64 `json:"list_ms"`
+	ListedConverged int     `json:"listed_converged"`
 }
 
 // Ratios are a series' figures over the floor's p50.
@@ -326,8 +332,9 @@ func (f *Fleet) Text() string {
 		sb.WriteString(s.Costs.text())
 		if u := s.Unasked; u != nil {
 			fmt.Fprintf(&sb, "fleet, %d %s, %d Applies, nobody asking for statuses, until all committed: p50 %.1f ms, p99 %.1f ms, max %.1f ms; "+
-				"etcd writes per Apply %.1f (transaction %.1f, statuses %.1f, other %.1f)\n",
-				s.Members, what, u.Applies, u.P50Ms, u.P99Ms, u.MaxMs, u.WritesPerApply, u.TxnWritesPerApply, u.StatusWritesPerApply, u.OtherWritesPerApply)
+				"etcd writes per Apply %.1f (transaction %.1f, statuses %.1f, other %.1f); then a listing, asking: %.0f ms, %d listed converged\n",
+				s.Members, what, u.Applies, u.P50Ms, u.P99Ms, u.MaxMs, u.WritesPerApply, u.TxnWritesPerApply, u.StatusWritesPerApply, u.OtherWritesPerApply,
+				u.ListMs, u.ListedConverged)
 			sb.WriteString(u.Costs.text())
 		}
 	}

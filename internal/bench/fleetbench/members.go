@@ -58,7 +58,7 @@ func runFleetNoDataplane(ctx context.Context, o Options, bin, dir string, etcd *
 		return s, err
 	}
 	o.Log("fleet: %d members without a dataplane (%d on each etcd client) joined and committed the base objects", n, min(perClient, n))
-	un, err := rig.unasked(ctx, o, n, applies, done.expect, func(ctx context.Context) (time.Time, error) { return done.wait(ctx, fleetCommitTimeout) })
+	un, err := rig.unasked(ctx, o, names, applies, done.expect, func(ctx context.Context) (time.Time, error) { return done.wait(ctx, fleetCommitTimeout) })
 	if err != nil {
 		return s, err
 	}

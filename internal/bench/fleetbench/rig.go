@@ -228,7 +228,7 @@ func (r *fleetRig) series(ctx context.Context, o Options, names []string, applie
 	if s.Timing, err = r.figures(ctx, t); err != nil {
 		return s, err
 	}
-	if s.ListedConverged, err = r.listed(ctx, names); err != nil {
+	if s.ListedConverged, _, err = r.listed(ctx, names); err != nil {
 		return s, err
 	}
 	o.Log("fleet: %d members, %d Applies, each asked for statuses: p50 %.1f ms, p99 %.1f ms, max %.1f ms; %.1f etcd writes per Apply (transaction %.1f, statuses %.1f, other %.1f)",
@@ -277,13 +277,17 @@ func (r *fleetRig) figures(ctx context.Context, t timed) (Timing, error) {
 }
 
 // listed returns how many of the members named the controller lists
-// reachable, converged and out of drift (it asks for their statuses).
-func (r *fleetRig) listed(ctx context.Context, names []string) (int, error) {
+// reachable, converged and out of drift (it asks for their statuses
+// when some have not reported the last change), and how long the
+// listing took.
+func (r *fleetRig) listed(ctx context.Context, names []string) (int, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	t0 := time.Now()
 	resp, err := r.api.ListGateways(ctx, &pb.ListRequest{})
+	took := time.Since(t0)
 	if err != nil {
-		return 0, fmt.Errorf("list gateways: %w", err)
+		return 0, took, fmt.Errorf("list gateways: %w", err)
 	}
 	n := 0
 	for _, g := range resp.GetGateways() {
@@ -291,14 +295,14 @@ func (r *fleetRig) listed(ctx context.Context, names []string) (int, error) {
 			n++
 		}
 	}
-	return n, nil
+	return n, took, nil
 }
 
 // unasked runs fleetWarmup untimed Applies, then applies timed ones with
 // nobody asking for statuses, each after every member committed the one
 // before; wait blocks until every member has committed the Apply under
 // way and says when the last did (expect starts each Apply's count).
-func (r *fleetRig) unasked(ctx context.Context, o Options, members, applies int, expect func(), wait func(context.Context) (time.Time, error)) (*Unasked, error) {
+func (r *fleetRig) unasked(ctx context.Context, o Options, names []string, applies int, expect func(), wait func(context.Context) (time.Time, error)) (*Unasked, error) {
 	var t timed
 	for i := range fleetWarmup + applies {
 		if i == fleetWarmup {
@@ -344,6 +348,14 @@ func (r *fleetRig) unasked(ctx context.Context, o Options, members, applies int,
 		return nil, err
 	}
 	f := Unasked{Applies: len(t.d), Timing: tm, Costs: costs}
+	// What an operator sees listing the gateways now: the controller
+	// asks, and each member answers with the status it did not write.
+	var took time.Duration
+	if f.ListedConverged, took, err = r.listed(ctx, names); err != nil {
+		return nil, err
+	}
+	f.ListMs = measure.Ms(took)
+	members := len(names)
 	o.Log("fleet: %d members, %d Applies, nobody asking: until all committed p50 %.1f ms, p99 %.1f ms, max %.1f ms; %.1f etcd writes per Apply (transaction %.1f, statuses %.1f, other %.1f); CPU per Apply: controller %.2f ms, etcd %.2f ms, members and bench %.2f ms",
 		members, applies, f.P50Ms, f.P99Ms, f.MaxMs, f.WritesPerApply, f.TxnWritesPerApply, f.StatusWritesPerApply, f.OtherWritesPerApply,
 		costs.Controller.CPUMsPerApply, costs.Etcd.CPUMsPerApply, costs.MembersAndBench.CPUMsPerApply)
