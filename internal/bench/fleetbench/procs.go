@@ -4,7 +4,6 @@ package fleetbench
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -121,26 +120,24 @@ type usage struct {
 	rss, hwm int64         // bytes: resident now, and at most so far
 }
 
-// userHZ is the unit of /proc/PID/stat's times (USER_HZ, 100 on Linux).
-const userHZ = 100
-
-// usageOf reads pid's usage.
+// usageOf reads pid's usage. The CPU time is to the nanosecond: the
+// clock ticks of /proc/PID/stat (10 ms each) made a short series of
+// Applies cost a process no time at all. This process's comes from
+// getrusage, which counts its exited threads too; another's is the
+// sum of its threads' time on a CPU (/proc/PID/task/*/schedstat), which
+// leaves out threads that exited (etcd and the controller keep theirs).
 func usageOf(pid int) (usage, error) {
 	var u usage
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	var err error
+	if pid == os.Getpid() {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			return u, fmt.Errorf("getrusage: %w", err)
+		}
+		u.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	} else if u.cpu, err = threadsCPU(pid); err != nil {
 		return u, err
 	}
-	// The fields after the command's name, which may hold spaces, in
-	// parentheses: utime and stime are the 14th and 15th of the line.
-	rest := b[bytes.LastIndexByte(b, ')')+2:]
-	f := strings.Fields(string(rest))
-	if len(f) < 13 {
-		return u, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	u.cpu = time.Duration(ut+st) * time.Second / userHZ
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return u, err
@@ -158,6 +155,33 @@ func usageOf(pid int) (usage, error) {
 		}
 	}
 	return u, nil
+}
+
+// threadsCPU returns the time pid's threads have spent on a CPU.
+func threadsCPU(pid int) (time.Duration, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// "time on a CPU (ns) waiting (ns) timeslices"
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("%s/%s/schedstat: %q", dir, t.Name(), b)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s/%s/schedstat: %w", dir, t.Name(), err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
 }
 
 // Costs are what the scenario's processes spent over a series' timed
@@ -188,7 +212,7 @@ type Usage struct {
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 }
 
-const methodCosts = "CPU time (user and system, every thread, /proc/PID/stat) over the timed Applies, and resident memory " +
+const methodCosts = "CPU time (user and system, every thread: getrusage for this process, the sum of /proc/PID/task/*/schedstat for the others) over the timed Applies, and resident memory " +
 	"(VmRSS at the end, VmHWM the most since the process started): etcd is edgeplane-dev etcd (its 3 members in one process), " +
 	"the controller edgeplane controller, and members_and_bench this process (the members without a dataplane and their etcd clients, " +
 	"when the series has them, and the bench's watches)"
