@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/bpf/rcu"
@@ -149,7 +150,7 @@ func (l *ctlLab) backendChanges(ctx context.Context, floorP50 float64) (remove, 
 	for i, ct := range kinds {
 		out[i] = ct.result(floorP50, fmt.Sprintf("Apply %s, of a NAT service of %d backends (Maglev table of %d entries); "+
 			"one change started every %s on a ticker, in the order remove, add, weight, weight back (untimed), so each finds the agent idle; "+
-			"to_flip: from the call until a goroutine spinning on lookups of the pinned edge_global (pinned to its OS thread) saw the generation number move; "+
+			"to_flip: from the call until a goroutine reading the pinned edge_global every ~20-30 µs (on its own OS thread, nanosleep between reads, 1 µs timer slack) saw the generation number move; "+
 			"to_settled: until, after that, an expedited RCU grace period (an ARRAY_OF_MAPS update, as the agent's own barrier) returned, "+
 			"after which no XDP program still runs on what it read before the flip; to_answer: the Apply's client wall time (after the journal's sync); "+
 			"ratios to grpc_floor; %s", what[i], ctlBackends, config.DefaultMaglevTable, ctlChangePace, ctlTiming))
@@ -180,10 +181,13 @@ func (ct *changeTimes) time(w *genWatch, call func() (agentTime, error)) error {
 	done := make(chan seen, 1)
 	ready := make(chan struct{})
 	go func() {
-		// Its own OS thread: a read every ~µs, not whenever the Go
-		// scheduler gets to it.
+		// Its own OS thread, asleep between reads (20 µs, with a timer
+		// slack of 1 µs instead of 50): a reader that kept one of the two
+		// CPUs busy would delay the agent it times.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1000, 0, 0, 0)
+		nap := unix.NsecToTimespec(int64(20 * time.Microsecond))
 		close(ready)
 		for !stop.Load() {
 			g, err := w.gen()
@@ -191,6 +195,7 @@ func (ct *changeTimes) time(w *genWatch, call func() (agentTime, error)) error {
 				done <- seen{err: err}
 				return
 			}
+			_ = unix.Nanosleep(&nap, nil)
 			if g != g0 {
 				s := seen{flip: time.Now()}
 				s.err = w.barrier.Sync()
