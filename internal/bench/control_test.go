@@ -82,7 +82,7 @@ func TestBenchControl(t *testing.T) {
 		c    control.BackendChange
 		name string
 	}{{c.BackendRemove, "lb_backend_remove"}, {c.BackendAdd, "lb_backend_add"}, {c.BackendWeight, "lb_backend_weight"}} {
-		if b.c.Name != b.name || b.c.Ops != 30 || b.c.Method == "" || !strings.Contains(b.c.Method, "100ms") {
+		if b.c.Name != b.name || b.c.Ops != 30 || b.c.Method == "" || !strings.Contains(b.c.Method, "100ms") || b.c.ReadGapP50Us <= 0 {
 			t.Errorf("%s: %+v", b.name, b.c)
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/bpf/rcu"
 	"github.com/edgeplane/edgeplane/internal/config"
 )
@@ -25,10 +26,14 @@ import (
 type BackendChange struct {
 	Name string `json:"name"`
 	Ops  int    `json:"ops"`
-	// Flip is the time until the generation number in edge_global moved,
-	// seen by a reader spinning on the pinned map: new connections go
-	// by the new table from then on.
-	Flip Latency `json:"to_flip"`
+	// Flip is the time until the generation number in edge_global moved
+	// (new connections go by the new table from then on): the midpoint
+	// between the last read of the pinned map that saw the old number
+	// and the end of the first that saw the new one. ReadGapP50Us is the
+	// median time between those two reads, twice the most the midpoint
+	// can be off.
+	Flip         Latency `json:"to_flip"`
+	ReadGapP50Us float64 `json:"to_flip_read_gap_p50_us"`
 	// Settled is the time until a grace period after the flip had
 	// passed: no packet still reads the old table.
 	Settled Latency `json:"to_settled"`
@@ -150,7 +155,9 @@ func (l *ctlLab) backendChanges(ctx context.Context, floorP50 float64) (remove, 
 	for i, ct := range kinds {
 		out[i] = ct.result(floorP50, fmt.Sprintf("Apply %s, of a NAT service of %d backends (Maglev table of %d entries); "+
 			"one change started every %s on a ticker, in the order remove, add, weight, weight back (untimed), so each finds the agent idle; "+
-			"to_flip: from the call until a goroutine reading the pinned edge_global every ~20-30 µs (on its own OS thread, nanosleep between reads, 1 µs timer slack) saw the generation number move; "+
+			"to_flip: from the call until the generation number in the pinned edge_global moved, read every ~20 µs by a goroutine on its own OS thread "+
+			"(nanosleep between reads, 1 µs timer slack): the midpoint between the last read that saw the old number and the end of the first that saw the new one "+
+			"(to_flip_read_gap_p50_us: the median time between them); "+
 			"to_settled: until, after that, an expedited RCU grace period (an ARRAY_OF_MAPS update, as the agent's own barrier) returned, "+
 			"after which no XDP program still runs on what it read before the flip; to_answer: the Apply's client wall time (after the journal's sync); "+
 			"ratios to grpc_floor; %s", what[i], ctlBackends, config.DefaultMaglevTable, ctlChangePace, ctlTiming))
@@ -160,9 +167,9 @@ func (l *ctlLab) backendChanges(ctx context.Context, floorP50 float64) (remove, 
 
 // changeTimes gathers the times of one kind of backend change.
 type changeTimes struct {
-	name                  string
-	flip, settled, answer []time.Duration
-	server                []agentTime
+	name                       string
+	flip, gap, settled, answer []time.Duration
+	server                     []agentTime
 }
 
 // time runs call, an Apply that makes one commit, and records when the
@@ -174,8 +181,10 @@ func (ct *changeTimes) time(w *genWatch, call func() (agentTime, error)) error {
 		return err
 	}
 	type seen struct {
-		flip, settled time.Time
-		err           error
+		// before: the start of the last read that saw the old number,
+		// after: the end of the first that saw the new one.
+		before, after, settled time.Time
+		err                    error
 	}
 	var stop atomic.Bool
 	done := make(chan seen, 1)
@@ -189,20 +198,24 @@ func (ct *changeTimes) time(w *genWatch, call func() (agentTime, error)) error {
 		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1000, 0, 0, 0)
 		nap := unix.NsecToTimespec(int64(20 * time.Microsecond))
 		close(ready)
+		var before time.Time
 		for !stop.Load() {
+			start := time.Now()
 			g, err := w.gen()
 			if err != nil {
 				done <- seen{err: err}
 				return
 			}
-			_ = unix.Nanosleep(&nap, nil)
-			if g != g0 {
-				s := seen{flip: time.Now()}
-				s.err = w.barrier.Sync()
-				s.settled = time.Now()
-				done <- s
-				return
+			if g == g0 {
+				before = start
+				_ = unix.Nanosleep(&nap, nil)
+				continue
 			}
+			s := seen{before: before, after: time.Now()}
+			s.err = w.barrier.Sync()
+			s.settled = time.Now()
+			done <- s
+			return
 		}
 		done <- seen{err: errors.New("the Apply answered, but the generation did not move")}
 	}()
@@ -225,7 +238,11 @@ func (ct *changeTimes) time(w *genWatch, call func() (agentTime, error)) error {
 	if s.err != nil {
 		return s.err
 	}
-	ct.flip = append(ct.flip, s.flip.Sub(t0))
+	if s.before.Before(t0) { // no read between the call and the flip
+		s.before = t0
+	}
+	ct.flip = append(ct.flip, s.before.Sub(t0)+s.after.Sub(s.before)/2)
+	ct.gap = append(ct.gap, s.after.Sub(s.before))
 	ct.settled = append(ct.settled, s.settled.Sub(t0))
 	ct.answer = append(ct.answer, answer)
 	ct.server = append(ct.server, server)
@@ -234,10 +251,11 @@ func (ct *changeTimes) time(w *genWatch, call func() (agentTime, error)) error {
 
 func (ct *changeTimes) result(floorP50 float64, method string) BackendChange {
 	return BackendChange{Name: ct.name, Ops: len(ct.flip),
-		Flip:    latency(ct.name+".to_flip", ct.flip, ct.server, floorP50),
-		Settled: latency(ct.name+".to_settled", ct.settled, ct.server, floorP50),
-		Answer:  latency(ct.name+".to_answer", ct.answer, ct.server, floorP50),
-		Method:  method}
+		Flip:         latency(ct.name+".to_flip", ct.flip, ct.server, floorP50),
+		ReadGapP50Us: measure.Us(measure.Pct(measure.Sorted(ct.gap), 50)),
+		Settled:      latency(ct.name+".to_settled", ct.settled, ct.server, floorP50),
+		Answer:       latency(ct.name+".to_answer", ct.answer, ct.server, floorP50),
+		Method:       method}
 }
 
 // genWatch reads the generation number the agent flips: the first field
