@@ -76,8 +76,10 @@ func TestBenchControl(t *testing.T) {
 		}
 	}
 	// The backend changes: each timed to the flip, to the grace period
-	// after it and to the answer, in that order for every figure's p50
-	// (the answer comes after the flip, a grace period starts after it).
+	// after it and to the answer. What causality guarantees is checked,
+	// not how late a reader starved of CPU saw the flip: the flip comes
+	// before the answer, so every read that saw the old generation
+	// started before the answer; a grace period starts after the flip.
 	for _, b := range []struct {
 		c    control.BackendChange
 		name string
@@ -91,8 +93,9 @@ func TestBenchControl(t *testing.T) {
 				t.Errorf("%s: %+v", l.Name, l)
 			}
 		}
-		if !(b.c.Flip.MaxUs < b.c.Answer.MaxUs && b.c.Flip.P50Us <= b.c.Settled.P50Us) {
-			t.Errorf("%s: flip p50 %.0f µs, settled p50 %.0f µs, answer max %.0f µs (flip max %.0f)", b.name, b.c.Flip.P50Us, b.c.Settled.P50Us, b.c.Answer.MaxUs, b.c.Flip.MaxUs)
+		if b.c.OldReadBeforeAnswer != b.c.Ops || b.c.Flip.P50Us > b.c.Settled.P50Us {
+			t.Errorf("%s: %d of %d changes had their last read of the old generation start before the answer; flip p50 %.0f µs, settled p50 %.0f µs",
+				b.name, b.c.OldReadBeforeAnswer, b.c.Ops, b.c.Flip.P50Us, b.c.Settled.P50Us)
 		}
 	}
 	if !strings.Contains(c.CreatePaced.Method, "20ms") {

@@ -34,6 +34,13 @@ type BackendChange struct {
 	// can be off.
 	Flip         Latency `json:"to_flip"`
 	ReadGapP50Us float64 `json:"to_flip_read_gap_p50_us"`
+	// OldReadBeforeAnswer counts the changes whose last read that saw
+	// the old generation started before the Apply answered. The agent
+	// flips before it answers, so a read that still saw the old number
+	// began before the flip: every change must count. (The flip as
+	// timed, from a reader that may be starved, can come after the
+	// answer; this cannot.)
+	OldReadBeforeAnswer int `json:"old_read_before_answer"`
 	// Settled is the time until a grace period after the flip had
 	// passed: no packet still reads the old table.
 	Settled Latency `json:"to_settled"`
@@ -157,7 +164,7 @@ func (l *ctlLab) backendChanges(ctx context.Context, floorP50 float64) (remove, 
 			"one change started every %s on a ticker, in the order remove, add, weight, weight back (untimed), so each finds the agent idle; "+
 			"to_flip: from the call until the generation number in the pinned edge_global moved, read every ~20 µs by a goroutine on its own OS thread "+
 			"(nanosleep between reads, 1 µs timer slack): the midpoint between the last read that saw the old number and the end of the first that saw the new one "+
-			"(to_flip_read_gap_p50_us: the median time between them); "+
+			"(to_flip_read_gap_p50_us: the median time between them; old_read_before_answer: how many changes' last read of the old number started before the answer, all of them when the flip comes first); "+
 			"to_settled: until, after that, an expedited RCU grace period (an ARRAY_OF_MAPS update, as the agent's own barrier) returned, "+
 			"after which no XDP program still runs on what it read before the flip; to_answer: the Apply's client wall time (after the journal's sync); "+
 			"ratios to grpc_floor; %s", what[i], ctlBackends, config.DefaultMaglevTable, ctlChangePace, ctlTiming))
@@ -170,6 +177,7 @@ type changeTimes struct {
 	name                       string
 	flip, gap, settled, answer []time.Duration
 	server                     []agentTime
+	oldBeforeAnswer            int
 }
 
 // time runs call, an Apply that makes one commit, and records when the
@@ -199,36 +207,43 @@ func (ct *changeTimes) time(w *genWatch, call func() (agentTime, error)) error {
 		nap := unix.NsecToTimespec(int64(20 * time.Microsecond))
 		close(ready)
 		var before time.Time
-		for !stop.Load() {
+		for {
+			// Told to stop before this read started, that is after the
+			// answer: a read that still sees the old number now is a
+			// flip that did not happen, not a reader starved of CPU.
+			late := stop.Load()
 			start := time.Now()
 			g, err := w.gen()
 			if err != nil {
 				done <- seen{err: err}
 				return
 			}
-			if g == g0 {
-				before = start
-				_ = unix.Nanosleep(&nap, nil)
-				continue
+			if g != g0 {
+				s := seen{before: before, after: time.Now()}
+				s.err = w.barrier.Sync()
+				s.settled = time.Now()
+				done <- s
+				return
 			}
-			s := seen{before: before, after: time.Now()}
-			s.err = w.barrier.Sync()
-			s.settled = time.Now()
-			done <- s
-			return
+			if late {
+				done <- seen{err: errors.New("the Apply answered, but the generation did not move")}
+				return
+			}
+			before = start
+			_ = unix.Nanosleep(&nap, nil)
 		}
-		done <- seen{err: errors.New("the Apply answered, but the generation did not move")}
 	}()
 	<-ready
 	t0 := time.Now()
 	server, err := call()
-	answer := time.Since(t0)
+	answered := time.Now()
+	answer := answered.Sub(t0)
 	var s seen
 	select {
 	case s = <-done:
 	case <-time.After(time.Second):
-		// The answer comes after the flip: a reader that has not seen
-		// it a second later never will.
+		// Not seen a second after the answer: the reader's next read
+		// decides (see late above).
 		stop.Store(true)
 		s = <-done
 	}
@@ -237,6 +252,9 @@ func (ct *changeTimes) time(w *genWatch, call func() (agentTime, error)) error {
 	}
 	if s.err != nil {
 		return s.err
+	}
+	if s.before.Before(answered) {
+		ct.oldBeforeAnswer++
 	}
 	if s.before.Before(t0) { // no read between the call and the flip
 		s.before = t0
@@ -251,11 +269,12 @@ func (ct *changeTimes) time(w *genWatch, call func() (agentTime, error)) error {
 
 func (ct *changeTimes) result(floorP50 float64, method string) BackendChange {
 	return BackendChange{Name: ct.name, Ops: len(ct.flip),
-		Flip:         latency(ct.name+".to_flip", ct.flip, ct.server, floorP50),
-		ReadGapP50Us: measure.Us(measure.Pct(measure.Sorted(ct.gap), 50)),
-		Settled:      latency(ct.name+".to_settled", ct.settled, ct.server, floorP50),
-		Answer:       latency(ct.name+".to_answer", ct.answer, ct.server, floorP50),
-		Method:       method}
+		Flip:                latency(ct.name+".to_flip", ct.flip, ct.server, floorP50),
+		ReadGapP50Us:        measure.Us(measure.Pct(measure.Sorted(ct.gap), 50)),
+		OldReadBeforeAnswer: ct.oldBeforeAnswer,
+		Settled:             latency(ct.name+".to_settled", ct.settled, ct.server, floorP50),
+		Answer:              latency(ct.name+".to_answer", ct.answer, ct.server, floorP50),
+		Method:              method}
 }
 
 // genWatch reads the generation number the agent flips: the first field
