@@ -67,6 +67,11 @@ Change the settings while it runs with 'edgeplane-dev wanem set'.
 // wanemRun runs the emulator and its control socket until ctx ends or
 // either fails.
 func wanemRun(ctx context.Context, a, b, sock string, imp wanem.Impairment, log *slog.Logger) error {
+	// The emulator stands for a wire: every thread of it real-time, so
+	// the load of the machine it shares never holds a frame.
+	if err := wanem.RealTimeProcess(); err != nil {
+		log.Warn("wanem stays at the default scheduling policy: CPU load can delay its frames", "error", err)
+	}
 	l, err := wanem.New(a, b, log)
 	if err != nil {
 		return err

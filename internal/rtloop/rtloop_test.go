@@ -5,6 +5,8 @@ package rtloop
 import (
 	"context"
 	"log/slog"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,5 +49,36 @@ func TestRunProtected(t *testing.T) {
 	}
 	if steps != 50 {
 		t.Errorf("%d steps, want 50", steps)
+	}
+}
+
+// TestProtectAddsP: each protected thread adds a P to GOMAXPROCS while
+// it runs (a loop woken from a sleep finds one without waiting for the
+// runtime's ordinary threads) and gives it back when released.
+func TestProtectAddsP(t *testing.T) {
+	base := runtime.GOMAXPROCS(0)
+	const n = 3
+	var wg sync.WaitGroup
+	protected, stop := make(chan struct{}), make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			release, _ := Protect(Priority) // without the privilege: a P all the same
+			defer release()
+			protected <- struct{}{}
+			<-stop
+		}()
+	}
+	for range n {
+		<-protected
+	}
+	if got := runtime.GOMAXPROCS(0); got != base+n {
+		t.Errorf("%d protected threads: GOMAXPROCS %d, want %d", n, got, base+n)
+	}
+	close(stop)
+	wg.Wait()
+	if got := runtime.GOMAXPROCS(0); got != base {
+		t.Errorf("all released: GOMAXPROCS %d, want %d", got, base)
 	}
 }

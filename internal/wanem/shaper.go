@@ -9,12 +9,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/edgeplane/edgeplane/internal/rtloop"
 )
 
 // verdict is what the shaper decided for one frame.
@@ -179,7 +180,7 @@ func (l *Link) receive(ctx context.Context, in, out *port, d *direction) error {
 	// CPU load does not slow down (a receiver at the default policy,
 	// woken through the Go scheduler, read frames tens of ms late under
 	// stress-ng, and a gateway's path monitor saw that as loss).
-	realtime(l.log, "receiver")
+	defer realtime(l.log, "receiver")()
 	r := in.newReader(vnetHdrLen + 65536)
 	w := out.newWriter()
 	for {
@@ -269,17 +270,26 @@ func (l *Link) send(w *writer, frame []byte, d *direction) {
 	d.bytesOut.Add(uint64(len(frame) - vnetHdrLen))
 }
 
-// realtime locks the calling goroutine to its thread for good and puts
-// the thread at SCHED_FIFO schedPriority with 1 ns of timer slack; without
-// the privilege it stays on the default policy. Threads the runtime
-// starts from it begin at the default policy (SCHED_FLAG_RESET_ON_FORK).
-func realtime(log *slog.Logger, what string) {
-	runtime.LockOSThread()
-	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
-	attr := unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: schedPriority, Flags: unix.SCHED_FLAG_RESET_ON_FORK}
-	if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+// realtime makes the calling goroutine's thread a real-time one for
+// good (rtloop.Protect: locked, SCHED_FIFO schedPriority, 1 ns of timer
+// slack, a P of its own); without the privilege it stays on the default
+// policy. Threads the runtime starts from it begin at the default policy
+// unless the whole process is real-time (RealTimeProcess). It returns
+// what gives the P back when the thread ends.
+func realtime(log *slog.Logger, what string) (release func()) {
+	release, err := rtloop.Protect(schedPriority)
+	if err != nil {
 		log.Debug("wanem "+what+" stays on the default policy", "err", err)
 	}
+	return release
+}
+
+// RealTimeProcess puts every thread of the calling process, and those it
+// starts later, at SCHED_FIFO schedPriority (rtloop.ProtectProcess): for
+// the emulator's own process (`edgeplane-dev wanem`), whose every thread
+// serves the links it runs, never for a process that runs other work.
+func RealTimeProcess() error {
+	return rtloop.ProtectProcess(schedPriority)
 }
 
 // schedPriority is the SCHED_FIFO priority of the departure schedulers:
@@ -302,7 +312,7 @@ func (l *Link) schedule(ctx context.Context, out *port, d *direction) {
 	// policy); without the privilege it stays on the default policy. The
 	// goroutine stays locked when it returns, so the runtime ends the
 	// thread instead of handing its policy to other goroutines.
-	realtime(l.log, "scheduler")
+	defer realtime(l.log, "scheduler")()
 	w := out.newWriter()
 	batch := make([]pending, 0, 64)
 	for {
