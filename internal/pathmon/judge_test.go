@@ -132,3 +132,27 @@ func TestMinWindow(t *testing.T) {
 		t.Errorf("in the third window: %s, want 40ms (the base delay rose)", m)
 	}
 }
+
+// TestJudgeClock: a look on time judges at its own time; one after a
+// pause (the machine's, most often) judges at most two ticks past the
+// previous look, and the look after it at its own time again, so a
+// pause of 24 ms delays a verdict by one tick and turns no answer that
+// came during it into a loss.
+func TestJudgeClock(t *testing.T) {
+	ms := int64(time.Millisecond)
+	for _, c := range []struct {
+		name          string
+		prev, now, at int64
+	}{
+		{"first look", 0, 100 * ms, 100 * ms},
+		{"on time", 100 * ms, 102 * ms, 102 * ms},
+		{"a little late", 100 * ms, 103 * ms, 103 * ms},
+		{"two ticks late", 100 * ms, 104 * ms, 104 * ms},
+		{"after a 24 ms pause", 100 * ms, 126 * ms, 104 * ms},
+		{"the next look", 126 * ms, 128 * ms, 128 * ms},
+	} {
+		if got := judgeClock(c.prev, c.now); got != c.at {
+			t.Errorf("%s: previous look at %d ms, this one at %d ms: judged at %d ms, want %d", c.name, c.prev/ms, c.now/ms, got/ms, c.at/ms)
+		}
+	}
+}

@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"reflect"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,6 +70,30 @@ const probeTick = 2 * time.Millisecond
 
 // firstTimeout is how long a probe may go unanswered before any has been.
 const firstTimeout = time.Second
+
+// lookSpan is how far past the previous look the time a look judges at
+// may be (judgeClock): two ticks, so a look on time judges at its own
+// time.
+const lookSpan = 2 * probeTick
+
+// judgeClock returns the time a look at now judges the probes' timeouts
+// at, the previous look having been at prev (0: none): now, or no more
+// than lookSpan past prev. A look that comes late comes after a pause
+// of this thread, which is most often a pause of the whole machine
+// (the host running another guest: measured here under stress-ng, every
+// process's real-time threads 14-24 ms late at once), and answers that
+// came meanwhile may still be on their way in (the NIC's ring, the
+// softirq backlog; in the lab, the WAN emulator, paused as well). Such a
+// look judges only the timeouts that ran out by lookSpan past the
+// previous one; the next, a tick later and after the machine caught up,
+// judges the rest. A pause delays a verdict by a tick at most and is not
+// counted against the path.
+func judgeClock(prev, now int64) int64 {
+	if prev != 0 && now-prev > int64(lookSpan) {
+		return prev + int64(lookSpan)
+	}
+	return now
+}
 
 // probedPath is one path under the monitor.
 type probedPath struct {
@@ -135,9 +162,18 @@ type Monitor struct {
 	// groups lists the steering groups (nil: none steered).
 	groups func() []Group
 
-	mu    sync.Mutex
-	paths map[uint32]*probedPath
-	plans map[uint32]steerPlan // by steering group index
+	mu     sync.Mutex
+	paths  map[uint32]*probedPath
+	plans  map[uint32]steerPlan // by steering group index
+	looked int64                // when the last look began (rtloop.Monotonic)
+	// statuses is what the last look found, for Statuses.
+	statuses atomic.Pointer[map[uint32]PathStatus]
+	// view is what follow read last; groupsNow the steering groups of
+	// the view the loop follows, groupsChanged set when they may differ
+	// from those the last steer wrote for.
+	view          atomic.Pointer[view]
+	groupsNow     []Group
+	groupsChanged bool
 }
 
 // New returns a monitor of the paths of the config cfg returns (the one
@@ -152,62 +188,117 @@ func New(dp *loader.Dataplane, log *slog.Logger, cfg func() *config.Config, grou
 	}
 }
 
-// Statuses returns every monitored path's status, by path id.
+// Statuses returns every monitored path's status, by path id, as the
+// last look left them. It takes no lock the monitor's loop takes: a
+// caller at the default policy (an API call, a scrape) that the load
+// holds up must not hold up the real-time loop with it.
 func (m *Monitor) Statuses() map[uint32]PathStatus {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make(map[uint32]PathStatus, len(m.paths))
-	for id, p := range m.paths {
-		out[id] = p.status
+	if st := m.statuses.Load(); st != nil {
+		return maps.Clone(*st)
 	}
-	return out
+	return map[uint32]PathStatus{}
 }
 
 // Run follows the config's paths, probes, judges and steers by them
 // every probeTick until ctx ends, on a protected thread (rtloop): the
 // gateway's load does not delay when probes leave nor when their
-// outcomes are seen.
+// outcomes are seen. What it follows of the agent an ordinary goroutine
+// reads (follow): those reads take the agent's and the rule writer's
+// locks, which commits, API calls and the agent's clock hold at the
+// default policy, and a real-time loop that takes them waits as long as
+// the load holds their holder up.
 func (m *Monitor) Run(ctx context.Context) {
 	defer m.closeAll()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m.read()
+	go m.follow(ctx)
+	var applied *view
 	var synced time.Time
+	whole := true
 	rtloop.Run(ctx, m.log, "path monitor", probeTick, func(now time.Time) {
-		if now.Sub(synced) >= 100*time.Millisecond {
-			m.sync()
-			synced = now
+		// A new view, or again after 100 ms a path that could not start.
+		if v := m.view.Load(); v != applied || !whole && now.Sub(synced) >= 100*time.Millisecond {
+			whole = m.sync(v)
+			applied, synced = v, now
 		}
 		m.step(now)
 	})
+}
+
+// followEvery is how often follow reads what the monitor follows: a
+// change of the paths or the steering groups reaches the loop within
+// it.
+const followEvery = 10 * time.Millisecond
+
+// view is what the monitor follows of the agent, as follow read it.
+type view struct {
+	live   map[uint32]bpf.Path // the dataplane's paths, by id
+	paths  []config.Path       // the config's
+	groups []Group             // the steering groups (nil: none steered)
+}
+
+// follow reads what the monitor follows every followEvery until ctx
+// ends.
+func (m *Monitor) follow(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(followEvery):
+			m.read()
+		}
+	}
+}
+
+// read reads the dataplane's paths, the config's and the steering
+// groups into m.view.
+func (m *Monitor) read() {
+	active, err := m.dp.ActivePaths()
+	if err != nil {
+		m.log.Error("path monitor: read paths", "error", err)
+		return
+	}
+	v := &view{live: make(map[uint32]bpf.Path, len(active)), paths: m.cfg().Paths}
+	for _, p := range active {
+		v.live[p.Id] = p
+	}
+	if m.groups != nil {
+		v.groups = m.groups()
+	}
+	// A new view only when something changed: the loop syncs on each.
+	if old := m.view.Load(); old == nil || !reflect.DeepEqual(*old, *v) {
+		m.view.Store(v)
+	}
 }
 
 func (m *Monitor) closeAll() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	clear(m.paths)
+	m.statuses.Store(&map[uint32]PathStatus{})
 }
 
-// sync starts monitoring new paths, stops removed ones and starts again
-// those whose addressing or monitor changed.
-func (m *Monitor) sync() {
-	active, err := m.dp.ActivePaths()
-	if err != nil {
-		m.log.Error("path monitor: read paths", "error", err)
-		return
+// sync starts monitoring new paths of v, stops removed ones and starts
+// again those whose addressing or monitor changed; the steering groups
+// become v's. It returns false when a path could not start.
+func (m *Monitor) sync(v *view) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v == nil {
+		return true
 	}
-	live := map[uint32]bpf.Path{}
-	for _, p := range active {
-		live[p.Id] = p
-	}
+	m.groupsNow, m.groupsChanged = v.groups, true
+	whole := true
 	want := map[uint32]config.Path{}
-	for _, p := range m.cfg().Paths {
-		if _, ok := live[p.ID]; ok {
+	for _, p := range v.paths {
+		if _, ok := v.live[p.ID]; ok {
 			want[p.ID] = p
 		}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	for id, p := range m.paths {
 		w, ok := want[id]
-		if !ok || !samePath(p.cfg, w) || p.bp != live[id] {
+		if !ok || !samePath(p.cfg, w) || p.bp != v.live[id] {
 			delete(m.paths, id)
 		}
 	}
@@ -215,13 +306,15 @@ func (m *Monitor) sync() {
 		if _, ok := m.paths[id]; ok {
 			continue
 		}
-		p, err := m.startPath(c, live[id])
+		p, err := m.startPath(c, v.live[id])
 		if err != nil {
 			m.log.Error("path monitor: cannot probe path", "path", id, "error", err)
+			whole = false
 			continue
 		}
 		m.paths[id] = p
 	}
+	return whole
 }
 
 func samePath(a, b config.Path) bool {
@@ -262,8 +355,15 @@ func (m *Monitor) step(now time.Time) {
 		for id, p := range m.paths {
 			st[id] = p.status
 		}
-		m.steer(st)
+		m.statuses.Store(&st)
+		m.steer(st, now)
 	}()
+	// The time first, then the records (judgePath): whatever answer
+	// came by then is in them, however long this thread waits in
+	// between.
+	mono := rtloop.Monotonic()
+	at := judgeClock(m.looked, mono)
+	m.looked = mono
 	for _, p := range m.paths {
 		if !now.Before(p.tcpNext) {
 			m.readTCPRTT(p)
@@ -272,7 +372,7 @@ func (m *Monitor) step(now time.Time) {
 		if !p.probing {
 			continue
 		}
-		m.judgePath(p, now)
+		m.judgePath(p, now, at)
 		if !now.Before(p.next) {
 			m.send(p)
 			p.next = p.next.Add(p.mon.Interval.D)
@@ -327,13 +427,11 @@ func (m *Monitor) send(p *probedPath) {
 // for it, or the path not in the live rules yet); edge_reasons says why.
 var errNotSent = errors.New("the dataplane did not send it (see the reason counters: no_neigh, fib_fail, no_state)")
 
-// judgePath gives every probe of p whose outcome is known its outcome,
-// in order, and judges the path.
-func (m *Monitor) judgePath(p *probedPath, now time.Time) {
-	// The time first, then the record: whatever answer came by then is
-	// in it, so a probe is never judged unanswered at a time its answer
-	// had come by, however long this thread waited in between.
-	mono := rtloop.Monotonic()
+// judgePath gives every probe of p whose outcome is known at time at
+// (rtloop.Monotonic, taken before the record is read: a probe is never
+// judged unanswered at a time its answer had come by) its outcome, in
+// order, and judges the path.
+func (m *Monitor) judgePath(p *probedPath, now time.Time, at int64) {
 	rec, err := m.dp.ReadPathProbe(p.stats)
 	if err != nil {
 		m.log.Error("path monitor", "path", p.cfg.ID, "error", err)
@@ -347,10 +445,10 @@ func (m *Monitor) judgePath(p *probedPath, now time.Time) {
 	for p.decide != p.seq {
 		answered := rec.Answered(p.decide)
 		sent := p.sentAt[p.decide%uint32(len(p.sentAt))]
-		if at := int64(rec.SentAt(p.decide)); at != 0 {
-			sent = at // when it left, as the dataplane stamped it
+		if stamp := int64(rec.SentAt(p.decide)); stamp != 0 {
+			sent = stamp // when it left, as the dataplane stamped it
 		}
-		if !answered && time.Duration(mono-sent) < timeout {
+		if !answered && time.Duration(at-sent) < timeout {
 			break
 		}
 		p.judge.add(answered)

@@ -53,6 +53,8 @@ type steerPlan struct {
 	// member's bytes sent at the last step.
 	window float64
 	tx     []uint64
+	// written is when steer last wrote the plan (SetSteer).
+	written time.Time
 }
 
 // The adaptive modes step their weights every adaptEvery. A path is
@@ -417,19 +419,29 @@ func shareTable(weights []float64) (t [bpf.SteerTable]uint8) {
 }
 
 // steer brings every steering group's table and usable set to its plan
-// from the paths' statuses st; m.mu held.
-func (m *Monitor) steer(st map[uint32]PathStatus) {
-	if m.groups == nil {
-		return
-	}
+// from the paths' statuses st; m.mu held. A plan the group was given
+// less than rewriteEvery ago is not written again while it and the
+// groups stay as they are: writing takes the rule writer's lock, which
+// commits hold for milliseconds (SetSteer is a no-op then anyway). The
+// rewrite every rewriteEvery catches a commit that set the group's table
+// back without changing what the monitor follows.
+func (m *Monitor) steer(st map[uint32]PathStatus, now time.Time) {
 	seen := map[uint32]bool{}
-	for _, g := range m.groups() {
+	changed := m.groupsChanged
+	m.groupsChanged = false
+	for _, g := range m.groupsNow {
 		seen[g.Index] = true
 		prev, had := m.plans[g.Index]
 		if !had {
 			prev = steerPlan{chose: -1}
 		}
-		p := planSteer(g, st, prev, time.Now())
+		p := planSteer(g, st, prev, now)
+		if had && !changed && p.ok == prev.ok && p.table == prev.table && p.why == prev.why &&
+			now.Sub(prev.written) < rewriteEvery {
+			p.written = prev.written
+			m.plans[g.Index] = p
+			continue
+		}
 		// A no-op while the group already has the plan's table.
 		ok, err := m.dp.SetSteer(g.Index, len(g.LBR.Members), p.ok, p.table)
 		if err != nil {
@@ -439,6 +451,7 @@ func (m *Monitor) steer(st map[uint32]PathStatus) {
 		if !ok {
 			continue
 		}
+		p.written = now
 		m.plans[g.Index] = p
 		if !had || p.ok != prev.ok || p.why != prev.why {
 			m.log.Info("steering group usable members", "lbr", g.LBR.ID, "mode", g.LBR.Algorithm,
@@ -451,6 +464,9 @@ func (m *Monitor) steer(st map[uint32]PathStatus) {
 		}
 	}
 }
+
+// rewriteEvery is how often steer writes a group's plan unchanged.
+const rewriteEvery = 100 * time.Millisecond
 
 // usableFARs names the usable members by FAR id, for the log.
 func usableFARs(g Group, ok uint32) string {
