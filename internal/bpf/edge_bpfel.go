@@ -206,7 +206,7 @@ type edgeEdgeIfaddr struct {
 
 type edgeEdgeMaglevBlk struct {
 	_ structs.HostLayout
-	M [64]uint8
+	M [4096]uint8
 }
 
 type edgeEdgeMember struct {

@@ -25,7 +25,7 @@ type Limits struct {
 
 // MaglevBlock mirrors EDGE_MAGLEV_BLOCK: Maglev entries per edge_maglev
 // element.
-const MaglevBlock = 64
+const MaglevBlock = 4096
 
 // MaglevBlocks is the edge_maglev elements a table of MaglevSize entries
 // takes.
