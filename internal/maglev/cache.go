@@ -77,37 +77,11 @@ const maxKnown = 256
 // Build returns what Build(backends, size) returns, from a table it
 // holds when it holds one for these backends and size.
 func (c *Cache) Build(backends []Backend, size uint32) ([]int32, error) {
-	in, ok := canonical(backends)
-	if !ok {
-		return Build(backends, size) // duplicate keys, or too many: Build says what
+	in, owner, table, err := c.table(backends, size)
+	if err != nil || table != nil {
+		return table, err
 	}
-	c.mu.Lock()
-	c.cancel()
-	k, owner := c.lookup(in, size)
-	c.mu.Unlock()
-	if owner == nil {
-		table, err := Build(backends, size)
-		if err != nil {
-			return nil, err
-		}
-		k = in.known(size)
-		k.owner = []uint8{} // no backend: no entries to keep
-		if len(in.keys) > 0 {
-			k.owner = make([]uint8, size)
-		}
-		byInput := make([]uint8, len(backends))
-		for j, i := range in.index {
-			byInput[i] = uint8(j)
-		}
-		for e, o := range table {
-			if o >= 0 {
-				k.owner[e] = byInput[o]
-			}
-		}
-		c.remember(k)
-		return table, nil
-	}
-	table := make([]int32, size)
+	table = make([]int32, size)
 	if len(owner) == 0 { // no backend of a weight above 0
 		for e := range table {
 			table[e] = -1
@@ -116,8 +90,80 @@ func (c *Cache) Build(backends []Backend, size uint32) ([]int32, error) {
 	for e, o := range owner {
 		table[e] = in.index[o]
 	}
-	c.remember(k)
 	return table, nil
+}
+
+// Bytes returns Build's table with each entry's backend i given as
+// code[i], and none for an entry without one (code has an element for
+// each backend): the table a caller that keeps a byte an entry needs,
+// without a table of int32 between.
+func (c *Cache) Bytes(backends []Backend, size uint32, code []uint8, none uint8) ([]uint8, error) {
+	in, owner, table, err := c.table(backends, size)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint8, size)
+	if table != nil {
+		for e, o := range table {
+			out[e] = none
+			if o >= 0 {
+				out[e] = code[o]
+			}
+		}
+		return out, nil
+	}
+	if len(owner) == 0 {
+		for e := range out {
+			out[e] = none
+		}
+		return out, nil
+	}
+	var byOwner [maxKnown]uint8
+	for j, i := range in.index {
+		byOwner[j] = code[i]
+	}
+	for e, o := range owner {
+		out[e] = byOwner[o]
+	}
+	return out, nil
+}
+
+// table returns backends as an input and, when it holds their table,
+// its entries as indexes into the input's keys; when it does not, the
+// table it built (and now holds). Build's error, when it fails.
+func (c *Cache) table(backends []Backend, size uint32) (in input, owner []uint8, built []int32, err error) {
+	in, ok := canonical(backends)
+	if !ok {
+		built, err = Build(backends, size) // duplicate keys, or too many: Build says what
+		return in, nil, built, err
+	}
+	c.mu.Lock()
+	c.cancel()
+	k, owner := c.lookup(in, size)
+	c.mu.Unlock()
+	if owner != nil {
+		c.remember(k)
+		return in, owner, nil, nil
+	}
+	if built, err = Build(backends, size); err != nil {
+		return in, nil, nil, err
+	}
+	k = in.known(size)
+	k.owner = []uint8{} // no backend: no entries to keep
+	if len(in.keys) > 0 {
+		k.owner = make([]uint8, size)
+	}
+	byInput := make([]uint8, len(backends))
+	for j, i := range in.index {
+		byInput[i] = uint8(j)
+	}
+	for e, o := range built {
+		if o >= 0 {
+			k.owner[e] = byInput[o]
+		}
+	}
+	c.remember(k)
+	return in, nil, built, nil
 }
 
 // input is a Build's backends of a weight above 0 in key order: their

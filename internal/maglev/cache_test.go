@@ -64,12 +64,30 @@ func TestCacheIsBuild(t *testing.T) {
 		}
 		c.mu.Unlock()
 		hits[kind]++
-		got, err := c.Build(next, size)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := mustBuild(t, next, size); !slices.Equal(got, want) {
-			t.Fatalf("step %d (%s, %d backends, size %d): the cache's table differs from Build's", step, kind, len(next), size)
+		want := mustBuild(t, next, size)
+		if step%2 == 0 {
+			got, err := c.Build(next, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("step %d (%s, %d backends, size %d): the cache's table differs from Build's", step, kind, len(next), size)
+			}
+		} else {
+			// As bytes: backend i as 3*i+1, no backend as 255.
+			code := make([]uint8, len(next))
+			for i := range code {
+				code[i] = uint8(3*i + 1)
+			}
+			got, err := c.Bytes(next, size, code, 255)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for e, o := range want {
+				if w := uint8(255); o >= 0 && got[e] != code[o] || o < 0 && got[e] != w {
+					t.Fatalf("step %d (%s, %d backends, size %d): entry %d is %d as bytes, Build's owner %d", step, kind, len(next), size, e, got[e], o)
+				}
+			}
 		}
 		prev, cur = cur, next
 	}
@@ -102,6 +120,10 @@ func TestCacheErrors(t *testing.T) {
 		got, err := c.Build(drained, 13)
 		if err != nil || !slices.Equal(got, mustBuild(t, drained, 13)) {
 			t.Fatalf("all drained: %v, %v", got, err)
+		}
+		b, err := c.Bytes(drained, 13, []uint8{1, 2}, 9)
+		if err != nil || !slices.Equal(b, slices.Repeat([]uint8{9}, 13)) {
+			t.Fatalf("all drained, as bytes: %v, %v", b, err)
 		}
 	}
 	c.ahead.Wait()

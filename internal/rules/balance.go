@@ -303,12 +303,11 @@ func (c *Compiler) rebuildService(at string, cs *compiledService) {
 	if l.TableSize != 0 && l.TableSize <= size {
 		size = l.TableSize
 	}
-	owners, err := cs.tables.Build(backends, size)
+	table, err := lbTable(cs.tables, backends, size, places)
 	if err != nil {
 		c.fail(at, fmt.Sprintf("lbr %d: %v", l.ID, err), config.CodeInvalid)
 		return
 	}
-	table := lbTable(owners, places)
 	oldMembers := cs.members
 	cs.members = members
 	c.onUndo(func() { cs.members = oldMembers })
@@ -338,33 +337,28 @@ type place struct {
 	member uint8
 }
 
-// lbTable turns a Maglev table of owners (indexes into places, -1: none)
-// into the kernel's form: a member index an entry, a FAR index a member
-// that owns entries.
-func lbTable(owners []int32, places []place) *bpf.LBTable {
-	t := &bpf.LBTable{Members: make([]uint8, len(owners))}
+// lbTable builds the Maglev table of backends (at places) in the
+// kernel's form: a member index an entry, the FAR index of each member
+// with a weight above 0 (the others own no entry).
+func lbTable(tables *maglev.Cache, backends []maglev.Backend, size uint32, places []place) (*bpf.LBTable, error) {
+	code := make([]uint8, len(places))
+	for i, p := range places {
+		code[i] = p.member
+	}
+	members, err := tables.Bytes(backends, size, code, bpf.ReplyMember)
+	if err != nil {
+		return nil, err
+	}
+	t := &bpf.LBTable{Members: members}
 	for i := range t.Far {
 		t.Far[i] = bpf.NoFAR
 	}
-	// By owner: a lookup of a few bytes rather than of places' entries.
-	member := make([]uint8, len(places)+1)
-	member[0] = bpf.ReplyMember
 	for i, p := range places {
-		member[i+1] = p.member
-	}
-	owns := make([]bool, len(places))
-	for i, o := range owners {
-		t.Members[i] = member[o+1]
-		if o >= 0 {
-			owns[o] = true
-		}
-	}
-	for i, p := range places {
-		if owns[i] {
+		if backends[i].Weight > 0 {
 			t.Far[p.member] = p.far
 		}
 	}
-	return t
+	return t, nil
 }
 
 // natBackendKey is the key of a NAT backend far of a service of proto in
