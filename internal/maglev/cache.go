@@ -59,16 +59,47 @@ func NewCache() *Cache {
 }
 
 // known is a table a Cache holds: of the backends of a weight above 0,
-// in key order (keys, weights), each entry an index into them.
+// in key order (keys, weights).
 type known struct {
 	size    uint32
 	keys    []string
 	weights []uint32
-	owner   []uint8
+	// owner holds each entry's backend, an index into keys (empty when
+	// there is none). A table given from another's with moves has none
+	// at first: from says how to make it, which the background does
+	// before it builds the tables ahead of this one.
+	owner []uint8
+	from  *view
 	// without[i] lists the entries that change when backend i is taken
 	// out, as entry<<8 | its new owner (an index into keys); nil: not
 	// built yet.
 	without [][]uint32
+}
+
+// view is how to give a table: base's entries with moves applied, each
+// an index into base's keys.
+type view struct {
+	base  *known // its owner is set
+	moves []uint32
+}
+
+// view returns how to give k's table. Called with c.mu held.
+func (k *known) view() view {
+	if k.owner != nil {
+		return view{base: k}
+	}
+	return *k.from
+}
+
+// give writes v's table into out, backend j of v's base given as by[j]:
+// one pass over the base's entries, then the moves.
+func give[T int32 | uint8](out []T, v view, by *[maxKnown]T) {
+	for e, o := range v.base.owner {
+		out[e] = by[o]
+	}
+	for _, m := range v.moves {
+		out[m>>8] = by[uint8(m)]
+	}
 }
 
 // maxKnown is the most backends a known table's one-byte entries name.
@@ -77,19 +108,22 @@ const maxKnown = 256
 // Build returns what Build(backends, size) returns, from a table it
 // holds when it holds one for these backends and size.
 func (c *Cache) Build(backends []Backend, size uint32) ([]int32, error) {
-	in, owner, table, err := c.table(backends, size)
-	if err != nil || table != nil {
-		return table, err
+	in, v, built, err := c.table(backends, size)
+	if err != nil || built != nil {
+		return built, err
 	}
-	table = make([]int32, size)
-	if len(owner) == 0 { // no backend of a weight above 0
+	table := make([]int32, size)
+	if len(in.keys) == 0 { // no backend of a weight above 0
 		for e := range table {
 			table[e] = -1
 		}
+		return table, nil
 	}
-	for e, o := range owner {
-		table[e] = in.index[o]
+	var by [maxKnown]int32
+	for j, i := range in.byBase(v.base) {
+		by[j] = i
 	}
+	give(table, v, &by)
 	return table, nil
 }
 
@@ -98,13 +132,13 @@ func (c *Cache) Build(backends []Backend, size uint32) ([]int32, error) {
 // each backend): the table a caller that keeps a byte an entry needs,
 // without a table of int32 between.
 func (c *Cache) Bytes(backends []Backend, size uint32, code []uint8, none uint8) ([]uint8, error) {
-	in, owner, table, err := c.table(backends, size)
+	in, v, built, err := c.table(backends, size)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]uint8, size)
-	if table != nil {
-		for e, o := range table {
+	if built != nil {
+		for e, o := range built {
 			out[e] = none
 			if o >= 0 {
 				out[e] = code[o]
@@ -112,41 +146,42 @@ func (c *Cache) Bytes(backends []Backend, size uint32, code []uint8, none uint8)
 		}
 		return out, nil
 	}
-	if len(owner) == 0 {
+	if len(in.keys) == 0 {
 		for e := range out {
 			out[e] = none
 		}
 		return out, nil
 	}
-	var byOwner [maxKnown]uint8
-	for j, i := range in.index {
-		byOwner[j] = code[i]
+	var by [maxKnown]uint8
+	for j, i := range in.byBase(v.base) {
+		by[j] = none
+		if i >= 0 {
+			by[j] = code[i]
+		}
 	}
-	for e, o := range owner {
-		out[e] = byOwner[o]
-	}
+	give(out, v, &by)
 	return out, nil
 }
 
-// table returns backends as an input and, when it holds their table,
-// its entries as indexes into the input's keys; when it does not, the
-// table it built (and now holds). Build's error, when it fails.
-func (c *Cache) table(backends []Backend, size uint32) (in input, owner []uint8, built []int32, err error) {
+// table returns backends as an input and, when it holds their table, how
+// to give it; when it does not, the table it built (and now holds).
+// Build's error, when it fails.
+func (c *Cache) table(backends []Backend, size uint32) (in input, v view, built []int32, err error) {
 	in, ok := canonical(backends)
 	if !ok {
 		built, err = Build(backends, size) // duplicate keys, or too many: Build says what
-		return in, nil, built, err
+		return in, v, built, err
 	}
 	c.mu.Lock()
 	c.cancel()
-	k, owner := c.lookup(in, size)
+	v, k := c.lookup(in, size)
 	c.mu.Unlock()
-	if owner != nil {
+	if k != nil {
 		c.remember(k)
-		return in, owner, nil, nil
+		return in, v, nil, nil
 	}
 	if built, err = Build(backends, size); err != nil {
-		return in, nil, nil, err
+		return in, v, nil, err
 	}
 	k = in.known(size)
 	k.owner = []uint8{} // no backend: no entries to keep
@@ -163,7 +198,7 @@ func (c *Cache) table(backends []Backend, size uint32) (in input, owner []uint8,
 		}
 	}
 	c.remember(k)
-	return in, nil, built, nil
+	return in, v, built, nil
 }
 
 // input is a Build's backends of a weight above 0 in key order: their
@@ -201,36 +236,43 @@ func (in input) known(size uint32) *known {
 	return &known{size: size, keys: in.keys, weights: in.weights, without: make([][]uint32, len(in.keys))}
 }
 
-// lookup returns the known table of in's backends and size, and its
-// entries as indexes into in's keys; nil entries if there is none.
-// Called with c.mu held.
-func (c *Cache) lookup(in input, size uint32) (*known, []uint8) {
+// byBase returns, for each backend of base, its index in the caller's
+// slice, -1 for one in lacks (both lists are in key order).
+func (in input) byBase(base *known) []int32 {
+	out := make([]int32, len(base.keys))
+	i := 0
+	for j, key := range base.keys {
+		out[j] = -1
+		if i < len(in.keys) && in.keys[i] == key {
+			out[j] = in.index[i]
+			i++
+		}
+	}
+	return out
+}
+
+// lookup returns how to give the table of in's backends and size, and
+// the known table it is; nil if it holds none. Called with c.mu held.
+func (c *Cache) lookup(in input, size uint32) (view, *known) {
 	for _, k := range c.known {
 		if k == nil || k.size != size {
 			continue
 		}
 		if slices.Equal(k.keys, in.keys) && slices.Equal(k.weights, in.weights) {
-			return k, k.owner
+			return k.view(), k
 		}
 		gone, ok := oneLess(k, in)
 		if !ok || k.without[gone] == nil {
 			continue
 		}
-		// The table without backend gone: k's with the moves applied,
-		// its indexes past gone one lower.
+		// The table without backend gone: k's with its moves, given
+		// as it is; its own copy is made in the background.
+		v := view{base: k, moves: k.without[gone]}
 		nk := in.known(size)
-		nk.owner = slices.Clone(k.owner)
-		for _, m := range k.without[gone] {
-			nk.owner[m>>8] = uint8(m)
-		}
-		for e, o := range nk.owner {
-			if int(o) > gone {
-				nk.owner[e] = o - 1
-			}
-		}
-		return nk, nk.owner
+		nk.from = &v
+		return v, nk
 	}
-	return nil, nil
+	return view{}, nil
 }
 
 // oneLess returns the index of the one backend of k that in lacks, when
@@ -300,9 +342,28 @@ func (c *Cache) Stop() {
 	c.mu.Unlock()
 }
 
-// buildAhead builds, for each backend of k, the entries that move when
-// it is taken out, until stale is closed.
+// buildAhead makes k's own table if it has none, then builds, for each
+// backend of k, the entries that move when it is taken out, until stale
+// is closed.
 func (c *Cache) buildAhead(k *known, stale chan struct{}) {
+	c.mu.Lock()
+	v, own := k.view(), k.owner != nil
+	c.mu.Unlock()
+	if !own {
+		// Its base's entries renumbered to k's backends (the one taken
+		// out owns none after the moves).
+		var by [maxKnown]uint8
+		for j, key := range v.base.keys {
+			if i, ok := slices.BinarySearch(k.keys, key); ok {
+				by[j] = uint8(i)
+			}
+		}
+		owner := make([]uint8, k.size)
+		give(owner, v, &by)
+		c.mu.Lock()
+		k.owner, k.from = owner, nil
+		c.mu.Unlock()
+	}
 	bs := make([]Backend, len(k.keys)-1)
 	for gone := range k.keys {
 		select {

@@ -54,9 +54,9 @@ func TestCacheIsBuild(t *testing.T) {
 		}
 		c.mu.Lock()
 		in, _ := canonical(next)
-		k, owner := c.lookup(in, size)
+		_, k := c.lookup(in, size)
 		kind := "build"
-		if owner != nil {
+		if k != nil {
 			kind = "held"
 			if k != c.known[0] && k != c.known[1] {
 				kind = "ahead"
