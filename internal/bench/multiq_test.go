@@ -57,6 +57,40 @@ func TestBenchMultiQueue(t *testing.T) {
 	if len(r.Goals) != 4 {
 		t.Errorf("goals: %+v", r.Goals)
 	}
+	checkRelief(t, m.Relief)
+}
+
+// checkRelief checks the relief figures: with relief off, the hot CPU
+// forwards every frame; on, it hands flows to the other CPU, which
+// forwards them; URLLC frames arrive and are timed in both.
+func checkRelief(t *testing.T, r *endtoend.Relief) {
+	t.Helper()
+	if r == nil {
+		t.Fatal("no relief figures")
+	}
+	if r.Method == "" || r.Flows <= 0 || r.URLLCEvery <= 0 {
+		t.Errorf("relief: %+v", r)
+	}
+	for _, m := range []struct {
+		on bool
+		m  endtoend.ReliefMode
+	}{{false, r.Off}, {true, r.On}} {
+		f := m.m
+		if f.Mpps <= 0 || len(f.MppsSamples) != 1 || f.Loss < 0 || f.Loss >= 1 || len(f.SinkCPU) < 2 || len(f.GatewayCPU) < 2 || len(f.CPUTime) < 2 ||
+			f.URLLCSent == 0 || f.URLLCReceived == 0 || f.URLLCReceived > f.URLLCSent || f.URLLCP50Us <= 0 || f.URLLCP99Us < f.URLLCP50Us {
+			t.Errorf("relief on %v: %+v", m.on, f)
+			continue
+		}
+		if want := float64(f.SinkCPU[0]) / float64(sum(f.SinkCPU)); f.HotShare != want {
+			t.Errorf("relief on %v: hot CPU's share %.3f, sink CPUs %v", m.on, f.HotShare, f.SinkCPU)
+		}
+		if !m.on && (f.SinkCPU[1] != 0 || f.Moved != 0) {
+			t.Errorf("relief off, yet CPU 1 forwarded %d, %d moved", f.SinkCPU[1], f.Moved)
+		}
+		if m.on && (f.SinkCPU[1] == 0 || f.Moved == 0 || f.GatewayCPU[1] == 0) {
+			t.Errorf("relief on, yet CPU 1 forwarded %d, the gateway ran %v, %d moved", f.SinkCPU[1], f.GatewayCPU, f.Moved)
+		}
+	}
 }
 
 // checkQueueFigure checks one figure's counts: rates measured, frames

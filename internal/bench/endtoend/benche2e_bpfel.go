@@ -21,18 +21,24 @@ const (
 	benche2eMapGenCount       = "gen_count"
 	benche2eMapGenSeq         = "gen_seq"
 	benche2eMapSinkCount      = "sink_count"
+	benche2eMapSinkLat        = "sink_lat"
 	benche2eProgBenchDupBcast = "bench_dup_bcast"
 	benche2eProgBenchDupClone = "bench_dup_clone"
 	benche2eProgBenchFwd      = "bench_fwd"
 	benche2eProgBenchGen      = "bench_gen"
 	benche2eProgBenchGenCpu   = "bench_gen_cpu"
+	benche2eProgBenchGenMix   = "bench_gen_mix"
 	benche2eProgBenchGenNew   = "bench_gen_new"
 	benche2eProgBenchSink     = "bench_sink"
+	benche2eProgBenchSinkLat  = "bench_sink_lat"
 	benche2eVarDupIf0         = "dup_if0"
 	benche2eVarDupIf1         = "dup_if1"
+	benche2eVarGenFlows       = "gen_flows"
 	benche2eVarGenFrame       = "gen_frame"
 	benche2eVarGenFrameCpu    = "gen_frame_cpu"
 	benche2eVarGenIfindex     = "gen_ifindex"
+	benche2eVarGenSportBase   = "gen_sport_base"
+	benche2eVarGenUrllcEvery  = "gen_urllc_every"
 	benche2eVarSinkGreRemote  = "sink_gre_remote"
 	benche2eVarSinkGreRemote2 = "sink_gre_remote2"
 )
@@ -84,8 +90,10 @@ type benche2eProgramSpecs struct {
 	BenchFwd      *ebpf.ProgramSpec `ebpf:"bench_fwd"`
 	BenchGen      *ebpf.ProgramSpec `ebpf:"bench_gen"`
 	BenchGenCpu   *ebpf.ProgramSpec `ebpf:"bench_gen_cpu"`
+	BenchGenMix   *ebpf.ProgramSpec `ebpf:"bench_gen_mix"`
 	BenchGenNew   *ebpf.ProgramSpec `ebpf:"bench_gen_new"`
 	BenchSink     *ebpf.ProgramSpec `ebpf:"bench_sink"`
+	BenchSinkLat  *ebpf.ProgramSpec `ebpf:"bench_sink_lat"`
 }
 
 // benche2eMapSpecs contains maps before they are loaded into the kernel.
@@ -97,6 +105,7 @@ type benche2eMapSpecs struct {
 	GenCount  *ebpf.MapSpec `ebpf:"gen_count"`
 	GenSeq    *ebpf.MapSpec `ebpf:"gen_seq"`
 	SinkCount *ebpf.MapSpec `ebpf:"sink_count"`
+	SinkLat   *ebpf.MapSpec `ebpf:"sink_lat"`
 }
 
 // benche2eVariableSpecs contains global variables before they are loaded into the kernel.
@@ -105,9 +114,12 @@ type benche2eMapSpecs struct {
 type benche2eVariableSpecs struct {
 	DupIf0         *ebpf.VariableSpec `ebpf:"dup_if0"`
 	DupIf1         *ebpf.VariableSpec `ebpf:"dup_if1"`
+	GenFlows       *ebpf.VariableSpec `ebpf:"gen_flows"`
 	GenFrame       *ebpf.VariableSpec `ebpf:"gen_frame"`
 	GenFrameCpu    *ebpf.VariableSpec `ebpf:"gen_frame_cpu"`
 	GenIfindex     *ebpf.VariableSpec `ebpf:"gen_ifindex"`
+	GenSportBase   *ebpf.VariableSpec `ebpf:"gen_sport_base"`
+	GenUrllcEvery  *ebpf.VariableSpec `ebpf:"gen_urllc_every"`
 	SinkGreRemote  *ebpf.VariableSpec `ebpf:"sink_gre_remote"`
 	SinkGreRemote2 *ebpf.VariableSpec `ebpf:"sink_gre_remote2"`
 }
@@ -137,6 +149,7 @@ type benche2eMaps struct {
 	GenCount  *ebpf.Map `ebpf:"gen_count"`
 	GenSeq    *ebpf.Map `ebpf:"gen_seq"`
 	SinkCount *ebpf.Map `ebpf:"sink_count"`
+	SinkLat   *ebpf.Map `ebpf:"sink_lat"`
 }
 
 func (m *benche2eMaps) Close() error {
@@ -146,6 +159,7 @@ func (m *benche2eMaps) Close() error {
 		m.GenCount,
 		m.GenSeq,
 		m.SinkCount,
+		m.SinkLat,
 	)
 }
 
@@ -155,9 +169,12 @@ func (m *benche2eMaps) Close() error {
 type benche2eVariables struct {
 	DupIf0         *ebpf.Variable `ebpf:"dup_if0"`
 	DupIf1         *ebpf.Variable `ebpf:"dup_if1"`
+	GenFlows       *ebpf.Variable `ebpf:"gen_flows"`
 	GenFrame       *ebpf.Variable `ebpf:"gen_frame"`
 	GenFrameCpu    *ebpf.Variable `ebpf:"gen_frame_cpu"`
 	GenIfindex     *ebpf.Variable `ebpf:"gen_ifindex"`
+	GenSportBase   *ebpf.Variable `ebpf:"gen_sport_base"`
+	GenUrllcEvery  *ebpf.Variable `ebpf:"gen_urllc_every"`
 	SinkGreRemote  *ebpf.Variable `ebpf:"sink_gre_remote"`
 	SinkGreRemote2 *ebpf.Variable `ebpf:"sink_gre_remote2"`
 }
@@ -171,8 +188,10 @@ type benche2ePrograms struct {
 	BenchFwd      *ebpf.Program `ebpf:"bench_fwd"`
 	BenchGen      *ebpf.Program `ebpf:"bench_gen"`
 	BenchGenCpu   *ebpf.Program `ebpf:"bench_gen_cpu"`
+	BenchGenMix   *ebpf.Program `ebpf:"bench_gen_mix"`
 	BenchGenNew   *ebpf.Program `ebpf:"bench_gen_new"`
 	BenchSink     *ebpf.Program `ebpf:"bench_sink"`
+	BenchSinkLat  *ebpf.Program `ebpf:"bench_sink_lat"`
 }
 
 func (p *benche2ePrograms) Close() error {
@@ -182,8 +201,10 @@ func (p *benche2ePrograms) Close() error {
 		p.BenchFwd,
 		p.BenchGen,
 		p.BenchGenCpu,
+		p.BenchGenMix,
 		p.BenchGenNew,
 		p.BenchSink,
+		p.BenchSinkLat,
 	)
 }
 

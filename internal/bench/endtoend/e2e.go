@@ -168,6 +168,7 @@ type e2e struct {
 	gwLinks       []link.Link // lan0, wan0 while ours is attached
 	floorLink     link.Link   // the drop program on lan0
 	tcLink        link.Link   // the clone program on lan0's TC ingress
+	sinkLink      link.Link   // the sink's program on its eth0
 	frame         []byte
 	closers       []func() error
 	alloc         rules.Allocs
@@ -424,6 +425,9 @@ func (e *e2e) setup() error {
 			return fmt.Errorf("attach sink: %w", err)
 		}
 		e.closers = append(e.closers, l.Close)
+		if ifi == e.sinkIf {
+			e.sinkLink = l
+		}
 	}
 
 	// Gateway A: the real program, its maps and a compiled config.

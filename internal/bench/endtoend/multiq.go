@@ -34,7 +34,9 @@ type MultiQueue struct {
 	Rounds     int       `json:"rounds"`
 	Figures    []QFigure `json:"figures"`
 	Scaling    []Scaling `json:"scaling"`
-	Note       string    `json:"note"`
+	// Relief is FlowOpt's relief with one receive CPU hot.
+	Relief *Relief `json:"relief"`
+	Note   string  `json:"note"`
 }
 
 // QFigure is one path at one queue count: medians over the rounds, and
@@ -228,6 +230,10 @@ func RunMultiQueue(ctx context.Context, o Options) (*MultiQueue, error) {
 		res.Figures = append(res.Figures, *f)
 	}
 	res.Scaling = mqScaling(res.Figures)
+	var err error
+	if res.Relief, err = e.relief(o.Rounds, d); err != nil {
+		return nil, fmt.Errorf("relief: %w", err)
+	}
 	return res, nil
 }
 
@@ -549,6 +555,9 @@ func (m *MultiQueue) Text() string {
 	for _, s := range m.Scaling {
 		fmt.Fprintf(&sb, "%-18s 1 queue %.3f, 1 queue 2 senders %.3f, 2 queues %.3f Mpps: x%.2f (x%.2f same senders; per kernel CPU x%.2f)\n",
 			s.Path, s.OneQueueMpps, s.OneQueueTwoSendersMpps, s.TwoQueuesMpps, s.Ratio, s.RatioSameSenders, s.PerKernelCPURatio)
+	}
+	if r := m.Relief; r != nil {
+		sb.WriteString(r.Text())
 	}
 	return sb.String()
 }

@@ -11,7 +11,8 @@
  * every run.
  *
  * bench_gen_new does the same and makes every frame a new flow;
- * bench_gen_cpu sends a frame of each CPU's own.
+ * bench_gen_cpu sends a frame of each CPU's own; bench_gen_mix a mix of
+ * bulk flows and URLLC frames that bench_sink_lat times.
  *
  * bench_sink counts what reaches it, by kind, and drops it. It also drops
  * ARP: the gateway holds a static neighbour entry for the sink.
@@ -29,6 +30,11 @@
 #include "lib/csum.h"
 
 #define GEN_LEN 64 /* frame bytes the generator stamps (a multiple of 8) */
+
+/* The relief figures' URLLC frames: UDP from URLLC_SPORT to URLLC_DPORT,
+ * the time they were made (bpf_ktime_get_ns) first in their payload. */
+#define URLLC_SPORT 7050
+#define URLLC_DPORT 7000
 
 /* Set from Go before load. */
 volatile const __u32 gen_ifindex;            /* veth toward the gateway */
@@ -104,6 +110,13 @@ int bench_gen(struct xdp_md *ctx)
 	return bpf_redirect(gen_ifindex, 0);
 }
 
+/* Set from Go before each relief run: bulk flows cycled (a power of
+ * two), the first one's UDP source port, and one frame in how many is a
+ * URLLC one (a power of two). */
+volatile __u32 gen_flows = 1;
+volatile __u32 gen_sport_base = 40000;
+volatile __u32 gen_urllc_every = 64;
+
 #define GEN_CPUS 2 /* a power of two */
 
 /* A frame for each CPU; set from Go before each run. */
@@ -122,13 +135,37 @@ int bench_gen_cpu(struct xdp_md *ctx)
 	return bpf_redirect(gen_ifindex, 0);
 }
 
-/* Per-CPU run counter of bench_gen_new. */
+/* Per-CPU run counter of bench_gen_new and bench_gen_mix. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
 	__type(value, __u32);
 	__uint(max_entries, 1);
 } gen_seq SEC(".maps");
+
+/* gen_next stamps the template, counts the run in gen_seq (*n: the
+ * count) and returns the frame's UDP header, or NULL when the frame ends
+ * before it and extra bytes after it. */
+static __always_inline struct udphdr *gen_next(struct xdp_md *ctx, __u32 *n,
+					       __u32 extra)
+{
+	void *data, *data_end;
+	struct udphdr *udp;
+	__u32 zero = 0, *seq;
+
+	if (gen_stamp(ctx))
+		return NULL;
+	seq = bpf_map_lookup_elem(&gen_seq, &zero);
+	if (!seq)
+		return NULL;
+	*n = ++(*seq);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	udp = data + sizeof(struct ethhdr) + sizeof(struct iphdr);
+	if ((void *)(udp + 1) + extra > data_end)
+		return NULL;
+	return udp;
+}
 
 /* bench_gen_new sends the template as a new flow every run: UDP source
  * port from the low 16 bits of a per-CPU counter, destination port from
@@ -140,21 +177,12 @@ struct {
 SEC("xdp")
 int bench_gen_new(struct xdp_md *ctx)
 {
-	void *data, *data_end;
 	struct udphdr *udp;
-	__u32 zero = 0, *seq, n;
 	__be16 sport, dport;
+	__u32 n;
 
-	if (gen_stamp(ctx))
-		return XDP_ABORTED;
-	seq = bpf_map_lookup_elem(&gen_seq, &zero);
-	if (!seq)
-		return XDP_ABORTED;
-	n = ++(*seq);
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	udp = data + sizeof(struct ethhdr) + sizeof(struct iphdr);
-	if ((void *)(udp + 1) > data_end)
+	udp = gen_next(ctx, &n, 0);
+	if (!udp)
 		return XDP_ABORTED;
 	sport = bpf_htons((__u16)n);
 	dport = bpf_htons((__u16)(n >> 16 & 0x7fff) |
@@ -170,14 +198,55 @@ int bench_gen_new(struct xdp_md *ctx)
 	return bpf_redirect(gen_ifindex, 0);
 }
 
+/* bench_gen_mix sends the template (a UDP checksum of 0: none) as the
+ * relief figures' mix: every gen_urllc_every-th frame a URLLC one, made
+ * at the time it carries, the others cycling through gen_flows bulk
+ * flows by UDP source port. */
 SEC("xdp")
-int bench_sink(struct xdp_md *ctx)
+int bench_gen_mix(struct xdp_md *ctx)
+{
+	struct udphdr *udp;
+	__u64 now;
+	__u32 n;
+
+	udp = gen_next(ctx, &n, sizeof(now));
+	if (!udp)
+		return XDP_ABORTED;
+	udp->check = 0;
+	if (!(n & (gen_urllc_every - 1))) {
+		udp->source = bpf_htons(URLLC_SPORT);
+		udp->dest = bpf_htons(URLLC_DPORT);
+		now = bpf_ktime_get_ns();
+		__builtin_memcpy(udp + 1, &now, sizeof(now));
+	} else {
+		udp->source = bpf_htons((__u16)(gen_sport_base + (n & (gen_flows - 1))));
+	}
+	return bpf_redirect(gen_ifindex, 0);
+}
+
+/* Latency buckets of bench_sink_lat, 1 us each; the last holds
+ * LAT_BUCKETS - 1 us and more. */
+#define LAT_BUCKETS 4096
+
+/* URLLC frames by latency; written by bench_sink_lat, read by Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, LAT_BUCKETS);
+} sink_lat SEC(".maps");
+
+/* sink_frame counts the frame by kind and, when lat, a URLLC frame's
+ * latency from its making; it drops the frame. */
+static __always_inline int sink_frame(struct xdp_md *ctx, int lat)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct iphdr *iph = (void *)(eth + 1);
-	__u32 kind = SINK_OTHER;
+	struct udphdr *udp = (void *)(iph + 1);
+	__u32 kind = SINK_OTHER, bucket;
+	__u64 made, d;
 
 	bump(&sink_count, SINK_ALL);
 	if ((void *)(iph + 1) <= data_end &&
@@ -190,7 +259,28 @@ int bench_sink(struct xdp_md *ctx)
 			kind = SINK_UDP;
 	}
 	bump(&sink_count, kind);
+	if (lat && kind == SINK_UDP && iph->ihl == 5 &&
+	    (void *)(udp + 1) + sizeof(made) <= data_end &&
+	    udp->dest == bpf_htons(URLLC_DPORT)) {
+		__builtin_memcpy(&made, udp + 1, sizeof(made));
+		d = (bpf_ktime_get_ns() - made) / 1000;
+		bucket = d < LAT_BUCKETS - 1 ? d : LAT_BUCKETS - 1;
+		bump(&sink_lat, bucket);
+	}
 	return XDP_DROP;
+}
+
+SEC("xdp")
+int bench_sink(struct xdp_md *ctx)
+{
+	return sink_frame(ctx, 0);
+}
+
+/* bench_sink_lat is bench_sink timing URLLC frames too. */
+SEC("xdp")
+int bench_sink_lat(struct xdp_md *ctx)
+{
+	return sink_frame(ctx, 1);
 }
 
 /* Frames bench_fwd left to the kernel; written by bench_fwd, read by Go,
