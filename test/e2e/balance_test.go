@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
+	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 	"github.com/edgeplane/edgeplane/internal/topo"
@@ -34,6 +38,67 @@ const (
 )
 
 func lbBackendAddr(i int) string { return fmt.Sprintf("10.30.%d.2", i) }
+
+// connCensus says what g's dataplane holds of the service's connections,
+// for a miscount to be told apart from a lost entry: the connection
+// entries by counter index (closed ones apart), the client 5-tuples with
+// more than one, each counter's per-CPU new connections, and the flow
+// table's refusals and evictions.
+func connCensus(t *testing.T, g *gateway) string {
+	t.Helper()
+	open := func(name string) *ebpf.Map {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(g.PinDir, name), nil)
+		if err != nil {
+			t.Logf("census: %v", err)
+		}
+		return m
+	}
+	ways, meta, lbNew := open("edge_ft"), open("edge_ft_meta"), open("edge_lb_new")
+	for _, m := range []*ebpf.Map{ways, meta, lbNew} {
+		if m == nil {
+			return "(not read)"
+		}
+		defer m.Close()
+	}
+	ft, err := bpf.MapFlowTable(ways, meta, nil)
+	if err != nil {
+		return fmt.Sprintf("(flow table not read: %v)", err)
+	}
+	defer ft.Unmap()
+	conns, closed, tuples := map[uint32]int{}, map[uint32]int{}, map[string]int{}
+	ft.Each(func(w *bpf.FTWay, _ bool) bool {
+		if w.F.Flags&bpf.FlowConn != 0 {
+			idx := w.F.Stats &^ bpf.StatsLB
+			conns[idx]++
+			if w.F.Flags&bpf.FlowClosed != 0 {
+				closed[idx]++
+			}
+			tuples[fmt.Sprintf("%v:%d", netip.AddrFrom4([4]byte(w.K.Src[:4])), w.K.Sport)]++
+		}
+		return true
+	})
+	var dup []string
+	for k, n := range tuples {
+		if n > 1 {
+			dup = append(dup, fmt.Sprintf("%s x%d", k, n))
+		}
+	}
+	perCPU := map[uint32][]uint64{}
+	for idx := range conns {
+		var v []uint64
+		if err := lbNew.Lookup(idx, &v); err == nil {
+			perCPU[idx] = v
+		}
+	}
+	reasons := map[string]uint64{}
+	if st, err := readStats(g.PinDir); err == nil {
+		for _, r := range []string{"flow_full", "flow_busy", "flow_evict_cold", "flow_evict_idle"} {
+			reasons[r] = st.Reasons[r].Packets
+		}
+	}
+	return fmt.Sprintf("connection entries by counter index %v (closed %v), client 5-tuples with more than one %v, new connections per CPU %v, flow table %v",
+		conns, closed, dup, perCPU, reasons)
+}
 
 const lbConfig = `
 interfaces:
@@ -393,6 +458,7 @@ func TestBalanceLongLived(t *testing.T) {
 	t.Logf("metrics: %.0f new connections (opened %.0f), %.0f active", newConns, opened, active)
 	if !ok {
 		t.Errorf("metrics: %.0f new connections, want %.0f; %.0f active, want %d; by backend: counted %v, greeted %v", newConns, opened, active, lbConns, perFAR, greeted)
+		t.Logf("what the dataplane holds: %s", connCensus(t, a.gateway))
 	}
 
 	// `edgeplane stats` from the pins, without the agent, says the same.
@@ -405,6 +471,9 @@ func TestBalanceLongLived(t *testing.T) {
 	}
 	if float64(pinNew) != opened || pinActive != lbConns {
 		t.Errorf("edgeplane stats from pins: %d new connections, %d active; want %.0f, %d", pinNew, pinActive, opened, lbConns)
+		if ok {
+			t.Logf("what the dataplane holds: %s", connCensus(t, a.gateway))
+		}
 	}
 
 	// Every connection still talks to the backend that greeted it.
