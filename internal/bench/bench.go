@@ -54,6 +54,9 @@ type Options struct {
 	// OnlyLB measures the floor and the balancer's per-packet figures
 	// alone.
 	OnlyLB bool
+	// ScaleFlows are the sizes of the established ring timed beside a
+	// plain LRU hash (nil: 4,096, 65,536 and 1,048,576).
+	ScaleFlows []int
 	// FailoverRounds is the failovers the failover part measures in the
 	// SD-WAN lab; 0 leaves it out.
 	FailoverRounds int
@@ -101,6 +104,9 @@ type Report struct {
 	// Flood is the established ring timed quiet and under a flood of
 	// new flows; absent in quick runs.
 	Flood *packet.Flood `json:"flood,omitempty"`
+	// Scale is the established ring of 4,096 to a million flows, each
+	// size beside a plain LRU hash and the same encap in the same run.
+	Scale *packet.Scale `json:"scale,omitempty"`
 	// Control is absent in quick runs and with no control ops.
 	Control *control.Result `json:"control,omitempty"`
 	// Failover is absent in quick runs and with no failover rounds.
@@ -243,11 +249,11 @@ func (o *Options) defaults() {
 }
 
 func runPacket(_ context.Context, o Options, r *Report) error {
-	res, err := packet.Run(packet.Options{Repeat: o.Repeat, Rounds: o.Rounds, Quick: o.Quick, OnlyLB: o.OnlyLB, Log: o.Log})
+	res, err := packet.Run(packet.Options{Repeat: o.Repeat, Rounds: o.Rounds, Quick: o.Quick, OnlyLB: o.OnlyLB, ScaleFlows: o.ScaleFlows, Log: o.Log})
 	if err != nil {
 		return err
 	}
-	r.FloorNs, r.Figures, r.Flood = res.FloorNs, res.Figures, res.Flood
+	r.FloorNs, r.Figures, r.Flood, r.Scale = res.FloorNs, res.Figures, res.Flood, res.Scale
 	r.Goals = append(r.Goals, res.Goals...)
 	return nil
 }

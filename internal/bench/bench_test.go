@@ -4,10 +4,13 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/edgeplane/edgeplane/internal/bench/endtoend"
+	"github.com/edgeplane/edgeplane/internal/bench/measure"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -18,7 +21,7 @@ import (
 // machine are not test material.
 func TestBenchRuns(t *testing.T) {
 	testutil.RequireRoot(t)
-	r, err := Run(context.Background(), Options{Repeat: 20000, Rounds: 1, E2ESeconds: 0.2, E2ERounds: 1})
+	r, err := Run(context.Background(), Options{Repeat: 20000, Rounds: 1, E2ESeconds: 0.2, E2ERounds: 1, ScaleFlows: []int{4096, 1 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +48,7 @@ func TestBenchRuns(t *testing.T) {
 	}
 	checkNewFlows(t, r)
 	checkFlood(t, r)
+	checkScale(t, r, []int{4096, 1 << 20})
 	if g := r.find("classify_redirect_8groups_miss_65536").Groups; g != 8 {
 		t.Errorf("8-group series used %d groups", g)
 	}
@@ -151,6 +155,43 @@ func checkFlood(t *testing.T, r *Report) {
 	}
 }
 
+// checkScale checks the rings of each size: both figures and their
+// shuffled twins measured, the flow table holding the ring (at most the
+// few flows whose bucket was full not), the baseline's LRU hash never
+// missing once filled, and a goal per size.
+func checkScale(t *testing.T, r *Report, sizes []int) {
+	t.Helper()
+	s := r.Scale
+	if s == nil || len(s.Sizes) != len(sizes) || s.Rounds <= 0 || s.Method == "" {
+		t.Fatalf("scale: %+v", s)
+	}
+	for i, z := range s.Sizes {
+		n := sizes[i]
+		if z.Flows != n || z.TableEntries != max(65536, 4*n) {
+			t.Errorf("ring %d: %d flows in a table of %d", n, z.Flows, z.TableEntries)
+		}
+		if z.Used > n || z.Used < n-n/1000 || z.Occupancy != float64(z.Used)/float64(z.TableEntries) {
+			t.Errorf("ring %d: %d ways used (occupancy %.4f)", n, z.Used, z.Occupancy)
+		}
+		if z.BaselineMisses != 0 {
+			t.Errorf("ring %d: the baseline's LRU hash missed %d times once filled", n, z.BaselineMisses)
+		}
+		for _, name := range []string{"lb_dsr_gre_established_ring_%d", "lru_encap_ring_%d", "lb_dsr_gre_established_ring_%d_shuffled", "lru_encap_ring_%d_shuffled"} {
+			name = fmt.Sprintf(name, n)
+			if f := r.find(name); f.Name == "" || f.RawNs <= 0 || f.Verdict != "redirect" || f.Method == "" {
+				t.Errorf("figure %s: %+v", name, f)
+			}
+		}
+		if z.BaselineNsAboveFloor != 0 && z.Ratio != z.NsAboveFloor/z.BaselineNsAboveFloor {
+			t.Errorf("ring %d: ratio %.3f of %.1f / %.1f", n, z.Ratio, z.NsAboveFloor, z.BaselineNsAboveFloor)
+		}
+		want := fmt.Sprintf("lb established ring of %d flows / plain LRU hash and encap", n)
+		if !slices.ContainsFunc(r.Goals, func(g measure.Goal) bool { return g.Name == want && g.Value == z.Ratio }) {
+			t.Errorf("no goal %q", want)
+		}
+	}
+}
+
 // TestBenchQuick keeps --quick working: the per-packet figures it keeps,
 // and no end-to-end part.
 func TestBenchQuick(t *testing.T) {
@@ -167,7 +208,7 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("figure %s missing or not measured: %+v", name, f)
 		}
 	}
-	if r.EndToEnd != nil || r.Flood != nil {
-		t.Error("quick run measured end to end or the flood")
+	if r.EndToEnd != nil || r.Flood != nil || r.Scale != nil {
+		t.Error("quick run measured end to end, the flood or the rings at scale")
 	}
 }

@@ -20,6 +20,9 @@ const (
 	benchobjMapBenchFloodSeq        = "bench_flood_seq"
 	benchobjMapBenchFront           = "bench_front"
 	benchobjMapBenchLru             = "bench_lru"
+	benchobjMapBenchLruBackends     = "bench_lru_backends"
+	benchobjMapBenchLruMiss         = "bench_lru_miss"
+	benchobjMapBenchLruRing         = "bench_lru_ring"
 	benchobjMapBenchProbeFront      = "bench_probe_front"
 	benchobjMapBenchSeq             = "bench_seq"
 	benchobjMapBenchStageProgs      = "bench_stage_progs"
@@ -78,6 +81,7 @@ const (
 	benchobjProgBenchFlowHash       = "bench_flow_hash"
 	benchobjProgBenchFlowInsert     = "bench_flow_insert"
 	benchobjProgBenchHit            = "bench_hit"
+	benchobjProgBenchLruRingRun     = "bench_lru_ring_run"
 	benchobjProgBenchMiss           = "bench_miss"
 	benchobjProgBenchPass           = "bench_pass"
 	benchobjProgBenchProbe          = "bench_probe"
@@ -151,6 +155,7 @@ type benchobjProgramSpecs struct {
 	BenchFlowHash       *ebpf.ProgramSpec `ebpf:"bench_flow_hash"`
 	BenchFlowInsert     *ebpf.ProgramSpec `ebpf:"bench_flow_insert"`
 	BenchHit            *ebpf.ProgramSpec `ebpf:"bench_hit"`
+	BenchLruRingRun     *ebpf.ProgramSpec `ebpf:"bench_lru_ring_run"`
 	BenchMiss           *ebpf.ProgramSpec `ebpf:"bench_miss"`
 	BenchPass           *ebpf.ProgramSpec `ebpf:"bench_pass"`
 	BenchProbe          *ebpf.ProgramSpec `ebpf:"bench_probe"`
@@ -176,65 +181,68 @@ type benchobjProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchobjMapSpecs struct {
-	BenchCycle      *ebpf.MapSpec `ebpf:"bench_cycle"`
-	BenchFloodSeq   *ebpf.MapSpec `ebpf:"bench_flood_seq"`
-	BenchFront      *ebpf.MapSpec `ebpf:"bench_front"`
-	BenchLru        *ebpf.MapSpec `ebpf:"bench_lru"`
-	BenchProbeFront *ebpf.MapSpec `ebpf:"bench_probe_front"`
-	BenchSeq        *ebpf.MapSpec `ebpf:"bench_seq"`
-	BenchStageProgs *ebpf.MapSpec `ebpf:"bench_stage_progs"`
-	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
-	EdgeCpuLoads    *ebpf.MapSpec `ebpf:"edge_cpu_loads"`
-	EdgeCpus        *ebpf.MapSpec `ebpf:"edge_cpus"`
-	EdgeCtx         *ebpf.MapSpec `ebpf:"edge_ctx"`
-	EdgeDecaps      *ebpf.MapSpec `ebpf:"edge_decaps"`
-	EdgeDedup       *ebpf.MapSpec `ebpf:"edge_dedup"`
-	EdgeDk          *ebpf.MapSpec `ebpf:"edge_dk"`
-	EdgeDstNh       *ebpf.MapSpec `ebpf:"edge_dst_nh"`
-	EdgeDupSeq      *ebpf.MapSpec `ebpf:"edge_dup_seq"`
-	EdgeDupTx       *ebpf.MapSpec `ebpf:"edge_dup_tx"`
-	EdgeEmc4        *ebpf.MapSpec `ebpf:"edge_emc4"`
-	EdgeFars        *ebpf.MapSpec `ebpf:"edge_fars"`
-	EdgeFo          *ebpf.MapSpec `ebpf:"edge_fo"`
-	EdgeFoShares    *ebpf.MapSpec `ebpf:"edge_fo_shares"`
-	EdgeFt          *ebpf.MapSpec `ebpf:"edge_ft"`
-	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
-	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
-	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
-	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
-	EdgeIcmpSrc     *ebpf.MapSpec `ebpf:"edge_icmp_src"`
-	EdgeIfCpu       *ebpf.MapSpec `ebpf:"edge_if_cpu"`
-	EdgeIfSteer     *ebpf.MapSpec `ebpf:"edge_if_steer"`
-	EdgeIfaddrs     *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
-	EdgeLbFar       *ebpf.MapSpec `ebpf:"edge_lb_far"`
-	EdgeLbMembers   *ebpf.MapSpec `ebpf:"edge_lb_members"`
-	EdgeLbNew       *ebpf.MapSpec `ebpf:"edge_lb_new"`
-	EdgeLbStats     *ebpf.MapSpec `ebpf:"edge_lb_stats"`
-	EdgeMaglev      *ebpf.MapSpec `ebpf:"edge_maglev"`
-	EdgeNatBackends *ebpf.MapSpec `ebpf:"edge_nat_backends"`
-	EdgePathAuth    *ebpf.MapSpec `ebpf:"edge_path_auth"`
-	EdgePathDedup   *ebpf.MapSpec `ebpf:"edge_path_dedup"`
-	EdgePathNh      *ebpf.MapSpec `ebpf:"edge_path_nh"`
-	EdgePathProbe   *ebpf.MapSpec `ebpf:"edge_path_probe"`
-	EdgePathSeq     *ebpf.MapSpec `ebpf:"edge_path_seq"`
-	EdgePathStats   *ebpf.MapSpec `ebpf:"edge_path_stats"`
-	EdgePathTcpRtt  *ebpf.MapSpec `ebpf:"edge_path_tcp_rtt"`
-	EdgePaths       *ebpf.MapSpec `ebpf:"edge_paths"`
-	EdgePdrStats    *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
-	EdgeQos         *ebpf.MapSpec `ebpf:"edge_qos"`
-	EdgeQosDscp     *ebpf.MapSpec `ebpf:"edge_qos_dscp"`
-	EdgeQosStats    *ebpf.MapSpec `ebpf:"edge_qos_stats"`
-	EdgeQosVqCpu    *ebpf.MapSpec `ebpf:"edge_qos_vq_cpu"`
-	EdgeQosVqs      *ebpf.MapSpec `ebpf:"edge_qos_vqs"`
-	EdgeReasons     *ebpf.MapSpec `ebpf:"edge_reasons"`
-	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
-	EdgeSecret      *ebpf.MapSpec `ebpf:"edge_secret"`
-	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
-	EdgeSteer       *ebpf.MapSpec `ebpf:"edge_steer"`
-	EdgeSteerOk     *ebpf.MapSpec `ebpf:"edge_steer_ok"`
-	EdgeSvcIndex    *ebpf.MapSpec `ebpf:"edge_svc_index"`
-	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
-	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
+	BenchCycle       *ebpf.MapSpec `ebpf:"bench_cycle"`
+	BenchFloodSeq    *ebpf.MapSpec `ebpf:"bench_flood_seq"`
+	BenchFront       *ebpf.MapSpec `ebpf:"bench_front"`
+	BenchLru         *ebpf.MapSpec `ebpf:"bench_lru"`
+	BenchLruBackends *ebpf.MapSpec `ebpf:"bench_lru_backends"`
+	BenchLruMiss     *ebpf.MapSpec `ebpf:"bench_lru_miss"`
+	BenchLruRing     *ebpf.MapSpec `ebpf:"bench_lru_ring"`
+	BenchProbeFront  *ebpf.MapSpec `ebpf:"bench_probe_front"`
+	BenchSeq         *ebpf.MapSpec `ebpf:"bench_seq"`
+	BenchStageProgs  *ebpf.MapSpec `ebpf:"bench_stage_progs"`
+	EdgeCacheStats   *ebpf.MapSpec `ebpf:"edge_cache_stats"`
+	EdgeCpuLoads     *ebpf.MapSpec `ebpf:"edge_cpu_loads"`
+	EdgeCpus         *ebpf.MapSpec `ebpf:"edge_cpus"`
+	EdgeCtx          *ebpf.MapSpec `ebpf:"edge_ctx"`
+	EdgeDecaps       *ebpf.MapSpec `ebpf:"edge_decaps"`
+	EdgeDedup        *ebpf.MapSpec `ebpf:"edge_dedup"`
+	EdgeDk           *ebpf.MapSpec `ebpf:"edge_dk"`
+	EdgeDstNh        *ebpf.MapSpec `ebpf:"edge_dst_nh"`
+	EdgeDupSeq       *ebpf.MapSpec `ebpf:"edge_dup_seq"`
+	EdgeDupTx        *ebpf.MapSpec `ebpf:"edge_dup_tx"`
+	EdgeEmc4         *ebpf.MapSpec `ebpf:"edge_emc4"`
+	EdgeFars         *ebpf.MapSpec `ebpf:"edge_fars"`
+	EdgeFo           *ebpf.MapSpec `ebpf:"edge_fo"`
+	EdgeFoShares     *ebpf.MapSpec `ebpf:"edge_fo_shares"`
+	EdgeFt           *ebpf.MapSpec `ebpf:"edge_ft"`
+	EdgeFtMeta       *ebpf.MapSpec `ebpf:"edge_ft_meta"`
+	EdgeGlobal       *ebpf.MapSpec `ebpf:"edge_global"`
+	EdgeGroups       *ebpf.MapSpec `ebpf:"edge_groups"`
+	EdgeIcmpBucket   *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
+	EdgeIcmpSrc      *ebpf.MapSpec `ebpf:"edge_icmp_src"`
+	EdgeIfCpu        *ebpf.MapSpec `ebpf:"edge_if_cpu"`
+	EdgeIfSteer      *ebpf.MapSpec `ebpf:"edge_if_steer"`
+	EdgeIfaddrs      *ebpf.MapSpec `ebpf:"edge_ifaddrs"`
+	EdgeLbFar        *ebpf.MapSpec `ebpf:"edge_lb_far"`
+	EdgeLbMembers    *ebpf.MapSpec `ebpf:"edge_lb_members"`
+	EdgeLbNew        *ebpf.MapSpec `ebpf:"edge_lb_new"`
+	EdgeLbStats      *ebpf.MapSpec `ebpf:"edge_lb_stats"`
+	EdgeMaglev       *ebpf.MapSpec `ebpf:"edge_maglev"`
+	EdgeNatBackends  *ebpf.MapSpec `ebpf:"edge_nat_backends"`
+	EdgePathAuth     *ebpf.MapSpec `ebpf:"edge_path_auth"`
+	EdgePathDedup    *ebpf.MapSpec `ebpf:"edge_path_dedup"`
+	EdgePathNh       *ebpf.MapSpec `ebpf:"edge_path_nh"`
+	EdgePathProbe    *ebpf.MapSpec `ebpf:"edge_path_probe"`
+	EdgePathSeq      *ebpf.MapSpec `ebpf:"edge_path_seq"`
+	EdgePathStats    *ebpf.MapSpec `ebpf:"edge_path_stats"`
+	EdgePathTcpRtt   *ebpf.MapSpec `ebpf:"edge_path_tcp_rtt"`
+	EdgePaths        *ebpf.MapSpec `ebpf:"edge_paths"`
+	EdgePdrStats     *ebpf.MapSpec `ebpf:"edge_pdr_stats"`
+	EdgeQos          *ebpf.MapSpec `ebpf:"edge_qos"`
+	EdgeQosDscp      *ebpf.MapSpec `ebpf:"edge_qos_dscp"`
+	EdgeQosStats     *ebpf.MapSpec `ebpf:"edge_qos_stats"`
+	EdgeQosVqCpu     *ebpf.MapSpec `ebpf:"edge_qos_vq_cpu"`
+	EdgeQosVqs       *ebpf.MapSpec `ebpf:"edge_qos_vqs"`
+	EdgeReasons      *ebpf.MapSpec `ebpf:"edge_reasons"`
+	EdgeRules        *ebpf.MapSpec `ebpf:"edge_rules"`
+	EdgeSecret       *ebpf.MapSpec `ebpf:"edge_secret"`
+	EdgeServices     *ebpf.MapSpec `ebpf:"edge_services"`
+	EdgeSteer        *ebpf.MapSpec `ebpf:"edge_steer"`
+	EdgeSteerOk      *ebpf.MapSpec `ebpf:"edge_steer_ok"`
+	EdgeSvcIndex     *ebpf.MapSpec `ebpf:"edge_svc_index"`
+	EdgeTx           *ebpf.MapSpec `ebpf:"edge_tx"`
+	EdgeVerdicts     *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
 
 // benchobjVariableSpecs contains global variables before they are loaded into the kernel.
@@ -270,65 +278,68 @@ func (o *benchobjObjects) Close() error {
 //
 // It can be passed to loadBenchobjObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchobjMaps struct {
-	BenchCycle      *ebpf.Map `ebpf:"bench_cycle"`
-	BenchFloodSeq   *ebpf.Map `ebpf:"bench_flood_seq"`
-	BenchFront      *ebpf.Map `ebpf:"bench_front"`
-	BenchLru        *ebpf.Map `ebpf:"bench_lru"`
-	BenchProbeFront *ebpf.Map `ebpf:"bench_probe_front"`
-	BenchSeq        *ebpf.Map `ebpf:"bench_seq"`
-	BenchStageProgs *ebpf.Map `ebpf:"bench_stage_progs"`
-	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
-	EdgeCpuLoads    *ebpf.Map `ebpf:"edge_cpu_loads"`
-	EdgeCpus        *ebpf.Map `ebpf:"edge_cpus"`
-	EdgeCtx         *ebpf.Map `ebpf:"edge_ctx"`
-	EdgeDecaps      *ebpf.Map `ebpf:"edge_decaps"`
-	EdgeDedup       *ebpf.Map `ebpf:"edge_dedup"`
-	EdgeDk          *ebpf.Map `ebpf:"edge_dk"`
-	EdgeDstNh       *ebpf.Map `ebpf:"edge_dst_nh"`
-	EdgeDupSeq      *ebpf.Map `ebpf:"edge_dup_seq"`
-	EdgeDupTx       *ebpf.Map `ebpf:"edge_dup_tx"`
-	EdgeEmc4        *ebpf.Map `ebpf:"edge_emc4"`
-	EdgeFars        *ebpf.Map `ebpf:"edge_fars"`
-	EdgeFo          *ebpf.Map `ebpf:"edge_fo"`
-	EdgeFoShares    *ebpf.Map `ebpf:"edge_fo_shares"`
-	EdgeFt          *ebpf.Map `ebpf:"edge_ft"`
-	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
-	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
-	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
-	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
-	EdgeIcmpSrc     *ebpf.Map `ebpf:"edge_icmp_src"`
-	EdgeIfCpu       *ebpf.Map `ebpf:"edge_if_cpu"`
-	EdgeIfSteer     *ebpf.Map `ebpf:"edge_if_steer"`
-	EdgeIfaddrs     *ebpf.Map `ebpf:"edge_ifaddrs"`
-	EdgeLbFar       *ebpf.Map `ebpf:"edge_lb_far"`
-	EdgeLbMembers   *ebpf.Map `ebpf:"edge_lb_members"`
-	EdgeLbNew       *ebpf.Map `ebpf:"edge_lb_new"`
-	EdgeLbStats     *ebpf.Map `ebpf:"edge_lb_stats"`
-	EdgeMaglev      *ebpf.Map `ebpf:"edge_maglev"`
-	EdgeNatBackends *ebpf.Map `ebpf:"edge_nat_backends"`
-	EdgePathAuth    *ebpf.Map `ebpf:"edge_path_auth"`
-	EdgePathDedup   *ebpf.Map `ebpf:"edge_path_dedup"`
-	EdgePathNh      *ebpf.Map `ebpf:"edge_path_nh"`
-	EdgePathProbe   *ebpf.Map `ebpf:"edge_path_probe"`
-	EdgePathSeq     *ebpf.Map `ebpf:"edge_path_seq"`
-	EdgePathStats   *ebpf.Map `ebpf:"edge_path_stats"`
-	EdgePathTcpRtt  *ebpf.Map `ebpf:"edge_path_tcp_rtt"`
-	EdgePaths       *ebpf.Map `ebpf:"edge_paths"`
-	EdgePdrStats    *ebpf.Map `ebpf:"edge_pdr_stats"`
-	EdgeQos         *ebpf.Map `ebpf:"edge_qos"`
-	EdgeQosDscp     *ebpf.Map `ebpf:"edge_qos_dscp"`
-	EdgeQosStats    *ebpf.Map `ebpf:"edge_qos_stats"`
-	EdgeQosVqCpu    *ebpf.Map `ebpf:"edge_qos_vq_cpu"`
-	EdgeQosVqs      *ebpf.Map `ebpf:"edge_qos_vqs"`
-	EdgeReasons     *ebpf.Map `ebpf:"edge_reasons"`
-	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
-	EdgeSecret      *ebpf.Map `ebpf:"edge_secret"`
-	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
-	EdgeSteer       *ebpf.Map `ebpf:"edge_steer"`
-	EdgeSteerOk     *ebpf.Map `ebpf:"edge_steer_ok"`
-	EdgeSvcIndex    *ebpf.Map `ebpf:"edge_svc_index"`
-	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
-	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
+	BenchCycle       *ebpf.Map `ebpf:"bench_cycle"`
+	BenchFloodSeq    *ebpf.Map `ebpf:"bench_flood_seq"`
+	BenchFront       *ebpf.Map `ebpf:"bench_front"`
+	BenchLru         *ebpf.Map `ebpf:"bench_lru"`
+	BenchLruBackends *ebpf.Map `ebpf:"bench_lru_backends"`
+	BenchLruMiss     *ebpf.Map `ebpf:"bench_lru_miss"`
+	BenchLruRing     *ebpf.Map `ebpf:"bench_lru_ring"`
+	BenchProbeFront  *ebpf.Map `ebpf:"bench_probe_front"`
+	BenchSeq         *ebpf.Map `ebpf:"bench_seq"`
+	BenchStageProgs  *ebpf.Map `ebpf:"bench_stage_progs"`
+	EdgeCacheStats   *ebpf.Map `ebpf:"edge_cache_stats"`
+	EdgeCpuLoads     *ebpf.Map `ebpf:"edge_cpu_loads"`
+	EdgeCpus         *ebpf.Map `ebpf:"edge_cpus"`
+	EdgeCtx          *ebpf.Map `ebpf:"edge_ctx"`
+	EdgeDecaps       *ebpf.Map `ebpf:"edge_decaps"`
+	EdgeDedup        *ebpf.Map `ebpf:"edge_dedup"`
+	EdgeDk           *ebpf.Map `ebpf:"edge_dk"`
+	EdgeDstNh        *ebpf.Map `ebpf:"edge_dst_nh"`
+	EdgeDupSeq       *ebpf.Map `ebpf:"edge_dup_seq"`
+	EdgeDupTx        *ebpf.Map `ebpf:"edge_dup_tx"`
+	EdgeEmc4         *ebpf.Map `ebpf:"edge_emc4"`
+	EdgeFars         *ebpf.Map `ebpf:"edge_fars"`
+	EdgeFo           *ebpf.Map `ebpf:"edge_fo"`
+	EdgeFoShares     *ebpf.Map `ebpf:"edge_fo_shares"`
+	EdgeFt           *ebpf.Map `ebpf:"edge_ft"`
+	EdgeFtMeta       *ebpf.Map `ebpf:"edge_ft_meta"`
+	EdgeGlobal       *ebpf.Map `ebpf:"edge_global"`
+	EdgeGroups       *ebpf.Map `ebpf:"edge_groups"`
+	EdgeIcmpBucket   *ebpf.Map `ebpf:"edge_icmp_bucket"`
+	EdgeIcmpSrc      *ebpf.Map `ebpf:"edge_icmp_src"`
+	EdgeIfCpu        *ebpf.Map `ebpf:"edge_if_cpu"`
+	EdgeIfSteer      *ebpf.Map `ebpf:"edge_if_steer"`
+	EdgeIfaddrs      *ebpf.Map `ebpf:"edge_ifaddrs"`
+	EdgeLbFar        *ebpf.Map `ebpf:"edge_lb_far"`
+	EdgeLbMembers    *ebpf.Map `ebpf:"edge_lb_members"`
+	EdgeLbNew        *ebpf.Map `ebpf:"edge_lb_new"`
+	EdgeLbStats      *ebpf.Map `ebpf:"edge_lb_stats"`
+	EdgeMaglev       *ebpf.Map `ebpf:"edge_maglev"`
+	EdgeNatBackends  *ebpf.Map `ebpf:"edge_nat_backends"`
+	EdgePathAuth     *ebpf.Map `ebpf:"edge_path_auth"`
+	EdgePathDedup    *ebpf.Map `ebpf:"edge_path_dedup"`
+	EdgePathNh       *ebpf.Map `ebpf:"edge_path_nh"`
+	EdgePathProbe    *ebpf.Map `ebpf:"edge_path_probe"`
+	EdgePathSeq      *ebpf.Map `ebpf:"edge_path_seq"`
+	EdgePathStats    *ebpf.Map `ebpf:"edge_path_stats"`
+	EdgePathTcpRtt   *ebpf.Map `ebpf:"edge_path_tcp_rtt"`
+	EdgePaths        *ebpf.Map `ebpf:"edge_paths"`
+	EdgePdrStats     *ebpf.Map `ebpf:"edge_pdr_stats"`
+	EdgeQos          *ebpf.Map `ebpf:"edge_qos"`
+	EdgeQosDscp      *ebpf.Map `ebpf:"edge_qos_dscp"`
+	EdgeQosStats     *ebpf.Map `ebpf:"edge_qos_stats"`
+	EdgeQosVqCpu     *ebpf.Map `ebpf:"edge_qos_vq_cpu"`
+	EdgeQosVqs       *ebpf.Map `ebpf:"edge_qos_vqs"`
+	EdgeReasons      *ebpf.Map `ebpf:"edge_reasons"`
+	EdgeRules        *ebpf.Map `ebpf:"edge_rules"`
+	EdgeSecret       *ebpf.Map `ebpf:"edge_secret"`
+	EdgeServices     *ebpf.Map `ebpf:"edge_services"`
+	EdgeSteer        *ebpf.Map `ebpf:"edge_steer"`
+	EdgeSteerOk      *ebpf.Map `ebpf:"edge_steer_ok"`
+	EdgeSvcIndex     *ebpf.Map `ebpf:"edge_svc_index"`
+	EdgeTx           *ebpf.Map `ebpf:"edge_tx"`
+	EdgeVerdicts     *ebpf.Map `ebpf:"edge_verdicts"`
 }
 
 func (m *benchobjMaps) Close() error {
@@ -337,6 +348,9 @@ func (m *benchobjMaps) Close() error {
 		m.BenchFloodSeq,
 		m.BenchFront,
 		m.BenchLru,
+		m.BenchLruBackends,
+		m.BenchLruMiss,
+		m.BenchLruRing,
 		m.BenchProbeFront,
 		m.BenchSeq,
 		m.BenchStageProgs,
@@ -415,6 +429,7 @@ type benchobjPrograms struct {
 	BenchFlowHash       *ebpf.Program `ebpf:"bench_flow_hash"`
 	BenchFlowInsert     *ebpf.Program `ebpf:"bench_flow_insert"`
 	BenchHit            *ebpf.Program `ebpf:"bench_hit"`
+	BenchLruRingRun     *ebpf.Program `ebpf:"bench_lru_ring_run"`
 	BenchMiss           *ebpf.Program `ebpf:"bench_miss"`
 	BenchPass           *ebpf.Program `ebpf:"bench_pass"`
 	BenchProbe          *ebpf.Program `ebpf:"bench_probe"`
@@ -441,6 +456,7 @@ func (p *benchobjPrograms) Close() error {
 		p.BenchFlowHash,
 		p.BenchFlowInsert,
 		p.BenchHit,
+		p.BenchLruRingRun,
 		p.BenchMiss,
 		p.BenchPass,
 		p.BenchProbe,

@@ -115,26 +115,7 @@ func (b *bencher) measureFlood(r *Result, undo float64) error {
 	}
 	rounds := 4 * b.o.Rounds
 	f := &Flood{RingFlows: ringFlows, FloodPerRound: floodPerRound, Rounds: rounds, CPU: cpus[0], Method: methodFlood}
-	var counters []uint32
-	for idx, m := range b.dp.ActiveMembers() {
-		if m.Service == ringSvcID {
-			counters = append(counters, idx)
-		}
-	}
-	if len(counters) == 0 {
-		return fmt.Errorf("flood: service %d has no counters", ringSvcID)
-	}
-	decided := func() (uint64, error) {
-		var sum uint64
-		for _, idx := range counters {
-			n, err := testbed.SumCounter(b.dp.EdgeLbNew, idx)
-			if err != nil {
-				return 0, err
-			}
-			sum += n
-		}
-		return sum, nil
-	}
+	decided := func() (uint64, error) { return serviceNew(b.dp, ringSvcID) }
 	if err := b.progs.setCycle(ringFlows - 1); err != nil {
 		return err
 	}

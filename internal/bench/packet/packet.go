@@ -30,7 +30,10 @@ type Options struct {
 	Quick  bool // only the 1-rule classifier set, no flood (for development)
 	// OnlyLB measures the floor and the balancer's figures alone.
 	OnlyLB bool
-	Log    measure.Logf
+	// ScaleFlows are the sizes of the established ring timed beside
+	// their baseline (nil: ScaleFlows; none in quick runs).
+	ScaleFlows []int
+	Log        measure.Logf
 }
 
 // Result is what the part measured.
@@ -40,6 +43,9 @@ type Result struct {
 	// Flood is the established ring quiet and under a flood (nil in
 	// quick runs).
 	Flood *Flood
+	// Scale is the established ring at each size beside its baseline
+	// (nil in quick runs).
+	Scale *Scale
 	// Goals are the classifier's and the balancer's (none in quick
 	// runs; the balancer's alone with OnlyLB).
 	Goals []measure.Goal
@@ -90,6 +96,9 @@ type bencher struct {
 	// wrapHit and wrapMiss are those wrappers' medians.
 	probe             []byte
 	wrapHit, wrapMiss float64
+	// grow is the resize wrappers' cost beyond the plain save/restore
+	// (measureLB).
+	grow float64
 }
 
 // step is one step of a run: what it says first ("" nothing) and what it
@@ -124,8 +133,9 @@ func Run(o Options) (*Result, error) {
 // against it), then the figures o asks for.
 func (b *bencher) steps() []step {
 	first := []step{{"", b.measureFloor}, {"", b.measureInsert}, {"", b.measureStages}}
+	scale := step{"established rings of 4,096 to a million flows, each beside a plain LRU hash", b.measureScale}
 	if b.o.OnlyLB {
-		return append(first, step{"", b.measureLB})
+		return append(first, step{"", b.measureLB}, scale)
 	}
 	return append(first,
 		step{"", b.measureClassify},
@@ -134,7 +144,8 @@ func (b *bencher) steps() []step {
 		step{"path probes: a MAC, and a peer's request answered with and without one", b.measureProbes},
 		step{"the keyed hash that places a new flow", b.measureFlowHash},
 		step{"FlowOpt: each module on an encapsulated flow", b.measureFlowOpt},
-		step{"L4 balancer: NAT and dsr-gre, established and new connections", b.measureLB})
+		step{"L4 balancer: NAT and dsr-gre, established and new connections", b.measureLB},
+		scale)
 }
 
 // goals are the run's goals: the classifier's and the balancer's; with

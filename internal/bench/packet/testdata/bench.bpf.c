@@ -22,12 +22,14 @@ struct {
 } bench_seq SEC(".maps");
 
 /* bench_cycle[0], when not 0, masks the counter: the wrappers then cycle
- * through mask + 1 flows instead of making every run a new one. */
+ * through mask + 1 flows instead of making every run a new one, in the
+ * order the counter times bench_cycle[1] (odd; 0: 1) gives, so a cycle
+ * can visit its flows in another order than the one they were made in. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, __u32);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 } bench_cycle SEC(".maps");
 
 struct ttl_save {
@@ -89,15 +91,16 @@ static __always_inline int stamp_flow(struct xdp_md *ctx, __u32 n)
  * limit. */
 __noinline int next_flow(struct xdp_md *ctx)
 {
-	__u32 zero = 0, *seq, *mask, n;
+	__u32 zero = 0, one = 1, *seq, *mask, *stride, n;
 
 	seq = bpf_map_lookup_elem(&bench_seq, &zero);
 	if (!seq)
 		return -1;
 	n = ++(*seq);
 	mask = bpf_map_lookup_elem(&bench_cycle, &zero);
+	stride = bpf_map_lookup_elem(&bench_cycle, &one);
 	if (mask && *mask)
-		n = (n & *mask) + 1;
+		n = ((n * (stride && *stride ? *stride : 1)) & *mask) + 1;
 	return stamp_flow(ctx, n);
 }
 
@@ -260,9 +263,138 @@ static __always_inline int restore_front(struct xdp_md *ctx,
 	return 0;
 }
 
-/* wrap_resize runs the pipeline (run) or, for the wrapper alone, moves
- * data by shift and lets the undo move it back; either way it leaves the
- * frame as it found it. */
+/* The minimal established-flow baseline at scale: what an XDP balancer
+ * does at the least for a packet of a known connection. It parses
+ * Ethernet, IPv4 without options and the UDP or TCP ports, looks the
+ * 5-tuple up in a plain LRU hash (bench_lru_ring, sized by the bench as
+ * the flow table it is set against; a miss picks a backend from the
+ * flow's hash and inserts it, counted in bench_lru_miss), and sends the
+ * packet to the backend as the dsr-gre service does: inner TTL
+ * decremented, outer Ethernet, IPv4 and GRE with key, redirected out of
+ * the backend's interface. No counters, no rules, no generation. */
+struct lru_ring_key {
+	__be32 src;
+	__be32 dst;
+	__be16 sport;
+	__be16 dport;
+	__u32 proto;
+};
+
+/* A backend as the baseline keeps it: tunnel remote and key, and where
+ * its packets go (interface and MACs), as Katran's reals array does. */
+struct lru_backend {
+	__be32 remote;
+	__be32 key;
+	__u32 ifindex;
+	__u8 dmac[6];
+	__u8 smac[6];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lru_ring_key);
+	__type(value, __u32); /* the backend's index */
+	__uint(max_entries, 65536);
+} bench_lru_ring SEC(".maps");
+
+#define LRU_BACKENDS 16
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lru_backend);
+	__uint(max_entries, LRU_BACKENDS);
+} bench_lru_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+} bench_lru_miss SEC(".maps");
+
+/* The outer source of the baseline's tunnels, as the bench's paths. */
+#define LRU_LOCAL 0x0a040001 /* 10.4.0.1 */
+
+static __always_inline int lru_encap(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + sizeof(*eth), *o;
+	struct lru_ring_key k = {};
+	struct lru_backend *be;
+	__u32 zero = 0, idx, *at, sum, *gre;
+	__u64 *miss;
+	__u16 *ports, tot;
+
+	if ((void *)(ip + 1) + 4 > data_end || eth->h_proto != bpf_htons(ETH_P_IP) ||
+	    ip->ihl != 5 || (ip->protocol != IPPROTO_UDP && ip->protocol != IPPROTO_TCP))
+		return XDP_PASS;
+	ports = (void *)(ip + 1);
+	k.src = ip->saddr;
+	k.dst = ip->daddr;
+	k.sport = ports[0];
+	k.dport = ports[1];
+	k.proto = ip->protocol;
+	at = bpf_map_lookup_elem(&bench_lru_ring, &k);
+	if (at) {
+		idx = *at;
+	} else {
+		idx = (k.src ^ k.dst ^ ((__u32)k.sport << 16 | k.dport)) * 0x9e3779b1u;
+		idx = (idx >> 16) % 10;
+		bpf_map_update_elem(&bench_lru_ring, &k, &idx, BPF_ANY);
+		miss = bpf_map_lookup_elem(&bench_lru_miss, &zero);
+		if (miss)
+			(*miss)++;
+	}
+	be = bpf_map_lookup_elem(&bench_lru_backends, &idx);
+	if (!be)
+		return XDP_DROP;
+	ip4_dec_ttl(ip);
+	tot = bpf_ntohs(ip->tot_len) + BENCH_GRE_OUTER;
+	if (bpf_xdp_adjust_head(ctx, -BENCH_GRE_OUTER))
+		return XDP_DROP;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	o = data + sizeof(*eth);
+	gre = (void *)(o + 1);
+	if ((void *)(gre + 2) > data_end)
+		return XDP_DROP;
+	__builtin_memcpy(eth->h_dest, be->dmac, 6);
+	__builtin_memcpy(eth->h_source, be->smac, 6);
+	eth->h_proto = bpf_htons(ETH_P_IP);
+	o->version = 4;
+	o->ihl = 5;
+	o->tos = 0;
+	o->tot_len = bpf_htons(tot);
+	o->id = 0;
+	o->frag_off = bpf_htons(0x4000);
+	o->ttl = 64;
+	o->protocol = IPPROTO_GRE;
+	o->saddr = bpf_htonl(LRU_LOCAL);
+	o->daddr = be->remote;
+	o->check = 0;
+	sum = 0;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		sum += ((__u16 *)o)[i];
+	o->check = csum_fold(sum);
+	gre[0] = bpf_htonl(0x20000000 | ETH_P_IP); /* K bit, IPv4 */
+	gre[1] = be->key;
+	return bpf_redirect(be->ifindex, 0);
+}
+
+/* What wrap_resize runs: nothing (the wrapper alone), the pipeline, or
+ * the minimal baseline. */
+#define WRAP_NONE 0
+#define WRAP_PIPELINE 1
+#define WRAP_LRU 2
+
+/* wrap_resize runs the pipeline or the baseline (run) or, for the
+ * wrapper alone, moves data by shift and lets the undo move it back;
+ * either way it leaves the frame as it found it. */
 static __always_inline int wrap_resize(struct xdp_md *ctx, int run, int shift)
 {
 	struct frame_save *s;
@@ -274,8 +406,10 @@ static __always_inline int wrap_resize(struct xdp_md *ctx, int run, int shift)
 	if (!s || save_front(ctx, s))
 		return XDP_ABORTED;
 	len = frame_len(ctx);
-	if (run)
+	if (run == WRAP_PIPELINE)
 		rc = edge_pipeline(ctx);
+	else if (run == WRAP_LRU)
+		rc = lru_encap(ctx);
 	else if (shift && bpf_xdp_adjust_head(ctx, shift))
 		return XDP_ABORTED;
 	/* Alone, the restore would write back what was just read and the
@@ -293,14 +427,14 @@ static __always_inline int wrap_resize(struct xdp_md *ctx, int run, int shift)
 SEC("xdp")
 int bench_resize(struct xdp_md *ctx)
 {
-	return wrap_resize(ctx, 1, 0);
+	return wrap_resize(ctx, WRAP_PIPELINE, 0);
 }
 
 /* bench_wrap_resize is bench_resize's save and restore, without a resize. */
 SEC("xdp")
 int bench_wrap_resize(struct xdp_md *ctx)
 {
-	return wrap_resize(ctx, 0, 0);
+	return wrap_resize(ctx, WRAP_NONE, 0);
 }
 
 /* bench_wrap_grow and bench_wrap_shrink add the pair of adjust_head calls:
@@ -308,13 +442,13 @@ int bench_wrap_resize(struct xdp_md *ctx)
 SEC("xdp")
 int bench_wrap_grow(struct xdp_md *ctx)
 {
-	return wrap_resize(ctx, 0, -BENCH_GRE_OUTER);
+	return wrap_resize(ctx, WRAP_NONE, -BENCH_GRE_OUTER);
 }
 
 SEC("xdp")
 int bench_wrap_shrink(struct xdp_md *ctx)
 {
-	return wrap_resize(ctx, 0, BENCH_GRE_OUTER);
+	return wrap_resize(ctx, WRAP_NONE, BENCH_GRE_OUTER);
 }
 
 /* bench_resize_miss is bench_resize, then the frame becomes the next new
@@ -323,7 +457,7 @@ int bench_wrap_shrink(struct xdp_md *ctx)
 SEC("xdp")
 int bench_resize_miss(struct xdp_md *ctx)
 {
-	int rc = wrap_resize(ctx, 1, 0);
+	int rc = wrap_resize(ctx, WRAP_PIPELINE, 0);
 
 	if (rc == XDP_ABORTED || next_flow(ctx))
 		return XDP_ABORTED;
@@ -334,7 +468,7 @@ int bench_resize_miss(struct xdp_md *ctx)
 SEC("xdp")
 int bench_wrap_resize_miss(struct xdp_md *ctx)
 {
-	int rc = wrap_resize(ctx, 0, 0);
+	int rc = wrap_resize(ctx, WRAP_NONE, 0);
 
 	if (rc == XDP_ABORTED || next_flow(ctx))
 		return XDP_ABORTED;
@@ -346,7 +480,7 @@ int bench_wrap_resize_miss(struct xdp_md *ctx)
 SEC("xdp")
 int bench_resize_flood(struct xdp_md *ctx)
 {
-	int rc = wrap_resize(ctx, 1, 0);
+	int rc = wrap_resize(ctx, WRAP_PIPELINE, 0);
 
 	if (rc == XDP_ABORTED || next_flood(ctx))
 		return XDP_ABORTED;
@@ -618,6 +752,19 @@ int bench_flow_hash(struct xdp_md *ctx)
 	h = sip_tuple(a[0], a[1], a[2], a[3], pg, proto, family);
 	__builtin_memcpy(data + 40, &h, sizeof(h));
 	return XDP_PASS;
+}
+
+/* bench_lru_ring_run runs the baseline as bench_resize_miss runs the
+ * pipeline: saved, run, undone, restored, then the next flow of the
+ * cycle. */
+SEC("xdp")
+int bench_lru_ring_run(struct xdp_md *ctx)
+{
+	int rc = wrap_resize(ctx, WRAP_LRU, 0);
+
+	if (rc == XDP_ABORTED || next_flow(ctx))
+		return XDP_ABORTED;
+	return rc;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
