@@ -287,11 +287,15 @@ func (a *Agent) commitStaged(g *stagedGroup) (gen uint32, synced time.Duration, 
 		a.mu.Unlock()
 		return 0, 0, fmt.Errorf("journal the change: %w", err)
 	}
-	// The flip runs beside the journal's write and sync, in a goroutine
-	// of its own that releases a.mu once the group is live (readers see
-	// it from then on, as packets do); the sync runs here, at once (a
-	// goroutine woken on the other CPU starts 50-100 µs later on these
-	// VMs, more than a flip takes). On failure a.mu stays held.
+	// The flip runs beside the journal's write and sync, one of them in
+	// a goroutine of its own; the flip releases a.mu once the group is
+	// live (readers see it from then on, as packets do). On failure a.mu
+	// stays held. A goroutine woken on the other CPU starts 50-150 µs
+	// later on these VMs: more than most flips take, so the sync runs
+	// here, at once, and the flip in the goroutine; but a flip that
+	// rewrites Maglev tables (a backend change) takes as long as that
+	// and is what new connections wait for, so it runs here and the
+	// journal in the goroutine.
 	flipped := make(chan error, 1)
 	flip := func() {
 		var err error
@@ -303,15 +307,24 @@ func (a *Agent) commitStaged(g *stagedGroup) (gen uint32, synced time.Duration, 
 	}
 	var start int64
 	var werr, serr error
-	if nrec == 0 {
-		flip()
-	} else {
-		go flip()
+	journal := func() {
 		if start, werr = a.journal.write(lines); werr == nil {
 			ts := time.Now()
 			serr = a.journal.sync()
 			synced = time.Since(ts)
 		}
+	}
+	switch {
+	case nrec == 0:
+		flip()
+	case g.changed.tables():
+		journaled := make(chan struct{})
+		go func() { journal(); close(journaled) }()
+		flip()
+		<-journaled
+	default:
+		go flip()
+		journal()
 	}
 	switch ferr := <-flipped; {
 	case ferr != nil:
@@ -420,6 +433,12 @@ func (c *groupChanges) add(g *commit.Generation) {
 	c.reset[0] = append(c.reset[0], g.ResetStats...)
 	c.reset[1] = append(c.reset[1], g.ResetPathStats...)
 	c.reset[2] = append(c.reset[2], g.ResetLBStats...)
+}
+
+// tables says whether the group's commit may rewrite a Maglev table:
+// some changed, or anything may differ.
+func (c *groupChanges) tables() bool {
+	return c.dirty == nil || len(c.dirty.Tables) > 0
 }
 
 // generation is what to commit for the group: the compiler's tables as
