@@ -69,7 +69,7 @@ type QFigure struct {
 	// the sink counted on each: on which CPU the work ran.
 	GatewayCPU []uint64 `json:"gateway_cpu_packets,omitempty"`
 	SinkCPU    []uint64 `json:"sink_cpu_packets"`
-	// CPUTime is how each CPU spent the runs (/proc/stat): the senders',
+	// CPUTime is how each CPU spent the runs' sending (/proc/stat): the senders',
 	// the gateway's and the sink's work is kernel time; user time is
 	// other processes' (the senders spend next to none).
 	CPUTime []CPUTime `json:"cpu_time"`
@@ -80,9 +80,9 @@ type QFigure struct {
 	MppsPerKernelCPU float64 `json:"mpps_per_kernel_cpu"`
 	Method           string  `json:"method"`
 	// offered and loss are the rounds' (their medians reported); ticks
-	// the /proc/stat ticks summed over them.
+	// the /proc/stat ticks of their sending, summed.
 	offered, loss, perCPU []float64
-	ticks                 [][cpuFields]uint64
+	ticks                 cpuTime
 }
 
 // CPUTime is the share of a CPU's time over a figure's runs.
@@ -252,7 +252,8 @@ func (e *e2e) runShape(f *QFigure, sh mqShape, setup func() error, kind int, d t
 		return err
 	}
 	cpus := []int{0, 1}[:sh.senders]
-	m, err := e.measure(e.sendCPUs(f.Path, cpus), d, kind)
+	var t0, t1 [][cpuFields]uint64
+	m, err := e.measure(timedSend(e.sendCPUs(f.Path, cpus), &t0, &t1), d, kind)
 	if err != nil {
 		return err
 	}
@@ -270,16 +271,7 @@ func (e *e2e) runShape(f *QFigure, sh mqShape, setup func() error, kind int, d t
 	f.LanQueueXDP = addTo(f.LanQueueXDP, diff(after.lan, before.lan))
 	f.SinkQueueXDP = addTo(f.SinkQueueXDP, diff(after.sink, before.sink))
 	f.SinkCPU = addTo(f.SinkCPU, diff(after.sinkCPU, before.sinkCPU))
-	var kernel uint64
-	for c := range after.ticks {
-		kernel += after.ticks[c][tickKernel] - before.ticks[c][tickKernel]
-		if c >= len(f.ticks) {
-			f.ticks = append(f.ticks, [cpuFields]uint64{})
-		}
-		for k := range after.ticks[c] {
-			f.ticks[c][k] += after.ticks[c][k] - before.ticks[c][k]
-		}
-	}
+	kernel := f.ticks.add(t0, t1)
 	if kernel > 0 {
 		f.perCPU = append(f.perCPU, float64(m.received)/(float64(kernel)/clockTicks)/1e6)
 	}
@@ -418,7 +410,6 @@ func sendPinned(gen *ebpf.Program, frame []byte, cpu int, d time.Duration) error
 // sink's device, per CPU of the gateway's program and of the sink.
 type mqCount struct {
 	lan, sink, gwCPU, sinkCPU []uint64
-	ticks                     [][cpuFields]uint64
 }
 
 func (e *e2e) mqCounters(sinkDev string) (mqCount, error) {
@@ -436,8 +427,7 @@ func (e *e2e) mqCounters(sinkDev string) (mqCount, error) {
 	if err := e.objs.SinkCount.Lookup(uint32(sinkAll), &c.sinkCPU); err != nil {
 		return c, fmt.Errorf("read the sink's counters: %w", err)
 	}
-	c.ticks, err = cpuTicks()
-	return c, err
+	return c, nil
 }
 
 // The /proc/stat fields CPUTime sums: kernel (system, irq, softirq),
@@ -453,6 +443,46 @@ const (
 // clockTicks is USER_HZ, the unit of /proc/stat (100 on Linux, whatever
 // the kernel's HZ).
 const clockTicks = 100
+
+// cpuTime is each CPU's /proc/stat ticks summed over runs.
+type cpuTime [][cpuFields]uint64
+
+// add adds each CPU's ticks from before to after and returns the kernel
+// ticks of all CPUs among them.
+func (t *cpuTime) add(before, after [][cpuFields]uint64) uint64 {
+	var kernel uint64
+	for c := range after {
+		if c >= len(before) {
+			break
+		}
+		if c >= len(*t) {
+			*t = append(*t, [cpuFields]uint64{})
+		}
+		for k := range after[c] {
+			(*t)[c][k] += after[c][k] - before[c][k]
+		}
+		kernel += after[c][tickKernel] - before[c][tickKernel]
+	}
+	return kernel
+}
+
+// timedSend wraps send to read each CPU's ticks just before and after
+// it into *before and *after: a figure's CPU time is its sending's,
+// not the counters' reading or the drain after it.
+func timedSend(send func(time.Duration) (uint64, error), before, after *[][cpuFields]uint64) func(time.Duration) (uint64, error) {
+	return func(d time.Duration) (uint64, error) {
+		var err error
+		if *before, err = cpuTicks(); err != nil {
+			return 0, err
+		}
+		n, err := send(d)
+		if err != nil {
+			return n, err
+		}
+		*after, err = cpuTicks()
+		return n, err
+	}
+}
 
 // cpuTicks reads each CPU's ticks from /proc/stat.
 func cpuTicks() ([][cpuFields]uint64, error) {

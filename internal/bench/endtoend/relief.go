@@ -57,7 +57,7 @@ type ReliefMode struct {
 	URLLCP99Us    float64 `json:"urllc_p99_us"`
 	offered, loss []float64
 	lat           []uint64
-	ticks         [][cpuFields]uint64
+	ticks         cpuTime
 }
 
 const (
@@ -204,7 +204,8 @@ func (e *e2e) reliefRun(m *ReliefMode, on bool, d time.Duration) ([]bpf.CPULoad,
 		after, err := testbed.SumCounter(e.objs.GenCount, 0)
 		return after - before, err
 	}
-	s, err := e.measure(send, d, sinkUDP)
+	var t0, t1 [][cpuFields]uint64
+	s, err := e.measure(timedSend(send, &t0, &t1), d, sinkUDP)
 	if err != nil {
 		return nil, err
 	}
@@ -227,14 +228,7 @@ func (e *e2e) reliefRun(m *ReliefMode, on bool, d time.Duration) ([]bpf.CPULoad,
 	m.Moved += movedAfter - movedBefore
 	m.URLLCSent += s.generated / reliefURLLCEvery
 	m.URLLCReceived += sum(lat)
-	for c := range after.ticks {
-		if c >= len(m.ticks) {
-			m.ticks = append(m.ticks, [cpuFields]uint64{})
-		}
-		for k := range after.ticks[c] {
-			m.ticks[c][k] += after.ticks[c][k] - before.ticks[c][k]
-		}
-	}
+	m.ticks.add(t0, t1)
 	e.o.Log("relief on %v: %.3f Mpps, loss %.4f, sink CPUs %v, gateway CPUs %v, moved %d, urllc %d of %d, p99 %.0f us",
 		on, s.mpps, s.loss(), sink, gw, movedAfter-movedBefore, sum(lat), s.generated/reliefURLLCEvery, latQuantile(lat, 0.99))
 	// The loads the agent would write: each CPU's rate over the run,
