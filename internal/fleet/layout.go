@@ -90,19 +90,26 @@ const LayoutVersion = "1"
 // DefaultPrefix is where a fleet's keys live unless told otherwise.
 const DefaultPrefix = "/edgeplane"
 
-// keys are the etcd keys of one fleet.
-type keys struct{ base string }
-
-func newKeys(prefix string) keys {
-	return keys{base: strings.TrimRight(prefix, "/") + "/v1/"}
+// keys are the etcd keys of one fleet. The fixed ones are made once: a
+// member compares each key of every watch event with several of them.
+type keys struct {
+	base                                      string
+	layoutKey, revisionKey, labelsKey, objKey string
+	pollKey                                   string
 }
 
-func (k keys) layout() string             { return k.base + "layout" }
-func (k keys) revision() string           { return k.base + "revision" }
-func (k keys) labels() string             { return k.base + "labels/" }
-func (k keys) label(name string) string   { return k.base + "labels/" + url.PathEscape(name) }
-func (k keys) objects() string            { return k.base + "objects/" }
-func (k keys) poll() string               { return k.base + "poll" }
+func newKeys(prefix string) keys {
+	base := strings.TrimRight(prefix, "/") + "/v1/"
+	return keys{base: base, layoutKey: base + "layout", revisionKey: base + "revision", labelsKey: base + "labels/",
+		objKey: base + "objects/", pollKey: base + "poll"}
+}
+
+func (k keys) layout() string             { return k.layoutKey }
+func (k keys) revision() string           { return k.revisionKey }
+func (k keys) labels() string             { return k.labelsKey }
+func (k keys) label(name string) string   { return k.labelsKey + url.PathEscape(name) }
+func (k keys) objects() string            { return k.objKey }
+func (k keys) poll() string               { return k.pollKey }
 func (k keys) scopes() string             { return k.base + "scopes/" }
 func (k keys) scope(s string) string      { return k.base + "scopes/" + url.PathEscape(s) }
 func (k keys) gateways() string           { return k.base + "gateways/" }

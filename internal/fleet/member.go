@@ -69,6 +69,8 @@ type Member struct {
 	cli *clientv3.Client
 	gw  Gateway
 	k   keys
+	// mine is the key of the gateway's labels.
+	mine string
 
 	// cache holds every object of the fleet at rev, by etcd key, and
 	// labels the gateway's; pos is the revision key at rev, and cluster
@@ -116,7 +118,8 @@ func NewMember(cli *clientv3.Client, gw Gateway, o MemberOptions) *Member {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	m := &Member{o: o, cli: cli, gw: gw, k: newKeys(o.Prefix), changed: make(chan struct{}, 1), recheck: make(chan struct{}, 1),
+	k := newKeys(o.Prefix)
+	m := &Member{o: o, cli: cli, gw: gw, k: k, mine: k.label(o.Name), changed: make(chan struct{}, 1), recheck: make(chan struct{}, 1),
 		targets: map[string]*pb.Target{}}
 	// Behind until the first read: it serves what it last committed.
 	m.st = Status{State: StateBehind}
@@ -280,7 +283,6 @@ func (m *Member) follow(ctx context.Context) error {
 // is not the ordinary course (the layout written at last). changed: an
 // event other than a controller's ask (asked).
 func (m *Member) apply(events []*clientv3.Event) (again bool, why string, changed, asked bool) {
-	mine := m.k.label(m.o.Name)
 	for _, ev := range events {
 		key := string(ev.Kv.Key)
 		del := ev.Type == mvccpb.DELETE
@@ -316,7 +318,7 @@ func (m *Member) apply(events []*clientv3.Event) (again bool, why string, change
 			case del || string(ev.Kv.Value) != LayoutVersion:
 				return true, "the layout key changed", changed, asked
 			}
-		case key == mine:
+		case key == m.mine:
 			m.labels = nil
 			if !del {
 				if err := json.Unmarshal(ev.Kv.Value, &m.labels); err != nil {
@@ -416,7 +418,6 @@ func (m *Member) read(ctx context.Context) error {
 	m.cache, m.labels, m.pos, m.cluster, m.epoch = map[string]*object{}, nil, Position{}, "", 0
 	m.served, m.targets = nil, map[string]*pb.Target{}
 	var layout []byte
-	mine := m.k.label(m.o.Name)
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
 		switch {
@@ -426,7 +427,7 @@ func (m *Member) read(ctx context.Context) error {
 			v := parseRevision(kv.Value)
 			m.pos, m.cluster, m.epoch = Position{Rev: kv.ModRevision, ID: v.ID}, v.Cluster, v.Epoch
 			m.setAsks(v.Asks)
-		case key == mine:
+		case key == m.mine:
 			if err := json.Unmarshal(kv.Value, &m.labels); err != nil {
 				m.labels = map[string]string{"": "unreadable: " + err.Error()}
 			}

@@ -135,15 +135,23 @@ func heldOf(objs map[objKey]*object) held {
 // as held without comparing it: a member that knows what it committed
 // last compares only what changed since (prev nil: everything).
 func diffOps(have held, want, prev map[objKey]*object) []*pb.Operation {
-	s := config.Builtin()
+	kinds := config.Builtin().Kinds()
 	var ops []*pb.Operation
+	// What to compare, once: every object of want, or those that are
+	// not the very ones prev holds (an Apply's one or two).
+	var changed []*object
+	for ok, o := range want {
+		if prev == nil || prev[ok] != o {
+			changed = append(changed, o)
+		}
+	}
 	// Creates and updates in the order what is referred to comes first,
 	// deletes after: the batch is checked as a whole, but a reader of
 	// the journal sees it in an order that makes sense.
-	for _, k := range s.Kinds() {
+	for _, k := range kinds {
 		var mine []*object
-		for ok, o := range want {
-			if ok.kind == k && (prev == nil || prev[ok] != o) {
+		for _, o := range changed {
+			if o.kind == k {
 				mine = append(mine, o)
 			}
 		}
@@ -159,11 +167,16 @@ func diffOps(have held, want, prev map[objKey]*object) []*pb.Operation {
 			}
 		}
 	}
-	kinds := s.Kinds()
-	for i := len(kinds) - 1; i >= 0; i-- {
+	var gone []objKey
+	for _, ok := range have.order {
+		if _, keep := want[ok]; !keep {
+			gone = append(gone, ok)
+		}
+	}
+	for i := len(kinds) - 1; i >= 0 && len(gone) > 0; i-- {
 		k := kinds[i]
-		for _, ok := range have.order {
-			if _, keep := want[ok]; ok.kind == k && !keep {
+		for _, ok := range gone {
+			if ok.kind == k {
 				ops = append(ops, &pb.Operation{Op: &pb.Operation_Delete{Delete: &pb.Ref{Kind: api.KindRef(k), Id: ok.key.ID, Name: ok.key.Name}}})
 			}
 		}
