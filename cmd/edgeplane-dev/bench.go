@@ -67,6 +67,6 @@ func newBenchCmd(b *bins) *cobra.Command {
 	c.Flags().BoolVar(&o.OnlyControl, "only-control", false, "only the control figures (agent over gRPC)")
 	_ = c.Flags().MarkHidden("only-control")
 	c.Flags().BoolVar(&o.OnlyLB, "only-lb", false, "only the floor and the L4 balancer's per-packet figures")
-	c.Flags().IntSliceVar(&o.ScaleFlows, "scale-flows", nil, "sizes of the established ring timed beside a plain LRU hash, powers of two (default 4096,65536,1048576)")
+	c.Flags().IntSliceVar(&o.ScaleFlows, "scale-flows", nil, "sizes of the established ring timed beside a plain LRU hash, powers of two from 2 to 2097152 (default 4096,65536,1048576)")
 	return c
 }

@@ -110,6 +110,9 @@ type step struct {
 
 // Run measures the figures o asks for, in the order of steps.
 func Run(o Options) (*Result, error) {
+	if err := checkScaleFlows(o.ScaleFlows); err != nil {
+		return nil, err
+	}
 	b, err := open(o)
 	if err != nil {
 		return nil, err

@@ -127,6 +127,22 @@ func (b *bencher) measureScale(r *Result) error {
 	return nil
 }
 
+// maxScaleFlows is the largest ring: its flow table (4N ways of 128
+// bytes) and the baseline's LRU hash take about 2 GiB at 2^21 flows.
+const maxScaleFlows = 1 << 21
+
+// checkScaleFlows refuses sizes the ring cannot cycle (a power of two
+// from 2 on: next_flow masks its counter) or that would allocate past
+// maxScaleFlows, before anything is measured.
+func checkScaleFlows(sizes []int) error {
+	for _, n := range sizes {
+		if n < 2 || n&(n-1) != 0 || n > maxScaleFlows {
+			return fmt.Errorf("scale flows %d: want a power of two from 2 to %d", n, maxScaleFlows)
+		}
+	}
+	return nil
+}
+
 // scaleFlows are the sizes o asks for: ScaleFlows unless set.
 func (o Options) scaleFlows() []int {
 	if len(o.ScaleFlows) > 0 {
@@ -139,9 +155,6 @@ func (o Options) scaleFlows() []int {
 // of their own.
 func (b *bencher) scaleSize(r *Result, s *Scale, n int, undo float64) (ScaleSize, error) {
 	z := ScaleSize{Flows: n, TableEntries: int(scaleTable(n))}
-	if n&(n-1) != 0 || n > 1<<24 {
-		return z, fmt.Errorf("%d flows: the ring cycles a power of two up to 2^24", n)
-	}
 	dp, p, err := b.scaleDataplane(uint32(z.TableEntries))
 	if err != nil {
 		return z, err
