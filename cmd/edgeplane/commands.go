@@ -27,7 +27,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newAgentCmd(), newValidateCmd(), newStatsCmd(), newDownCmd(),
-		newGetCmd(), newApplyCmd(), newDeleteCmd(), newFlowsCmd(), newControllerCmd())
+		newGetCmd(), newApplyCmd(), newDeleteCmd(), newFlowsCmd(), newControllerCmd(), newJournalCmd())
 	return root
 }
 

@@ -372,7 +372,7 @@ func (a *Agent) records(group []staged) (lines []byte, nrec int, err error) {
 		if s.r.rec == nil {
 			continue
 		}
-		line, err := encodeRecord(journalEntry{Seq: a.seq + uint64(nrec) + 1, Apply: s.r.rec})
+		line, err := encodeRecord(journalEntry{Seq: a.seq + uint64(nrec) + 1, PB: s.r.rec})
 		if err != nil {
 			return nil, 0, err
 		}

@@ -14,7 +14,10 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 )
 
@@ -379,5 +382,182 @@ func TestJournalRecordSplit(t *testing.T) {
 		if e, ok := splitRecord([]byte(body)); ok {
 			t.Errorf("%s taken apart as %+v; want it decoded whole", body, e)
 		}
+	}
+}
+
+// wirePDR is an ApplyRequest creating PDR id in the wire format, as the
+// API and a fleet member give it to Apply.
+func wirePDR(t *testing.T, id uint32) []byte {
+	t.Helper()
+	b, err := proto.Marshal(&pb.ApplyRequest{Operations: []*pb.Operation{{Op: &pb.Operation_Create{Create: &pb.Object{Kind: &pb.Object_Pdr{Pdr: &pb.Pdr{
+		Id: id, Precedence: 100 + id, Far: 1, Match: &pb.Match{In: "lan0"}}}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// appendWire journals batch seq as the agent's commit does: a wire
+// format record, written and synced.
+func appendWire(t *testing.T, j *journal, seq uint64, req []byte) {
+	t.Helper()
+	line, err := encodeRecord(journalEntry{Seq: seq, PB: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.write(line); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// previousBuildRecord is batch 1 creating PDR 101 exactly as the build
+// before wire-format records wrote it (CRC-32C, protojson).
+const previousBuildRecord = `8bfe575d {"seq":1,"apply":{"operations":[{"create":{"pdr":{"id":"101","precedence":201,"far":"1","match":{"in":"lan0"}}}}]}}` + "\n"
+
+// TestJournalUpgradeReplaysOldRecords: an agent upgraded over a journal
+// of the previous build's records (protojson) replays them, and the
+// wire-format records it appends after them; a fold's trim keeps both
+// as they are.
+func TestJournalUpgradeReplaysOldRecords(t *testing.T) {
+	cfg, old := newJournalDir(t, t.TempDir(), 0)
+	appendRaw(t, old.path, []byte(previousBuildRecord))
+	old.close()
+	// As the upgraded agent starts.
+	if cut, err := repairJournal(cfg); err != nil || cut != 0 {
+		t.Fatalf("repair a journal of the previous build: %d bytes cut, %v", cut, err)
+	}
+	j, err := openJournal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.close()
+	appendWire(t, j, 2, wirePDR(t, 102))
+	appendWire(t, j, 3, wirePDR(t, 103))
+	if got, want := fmt.Sprint(pdrIDs(t, cfg)), "[1 101 102 103]"; got != want {
+		t.Errorf("pdrs: %s, want %s", got, want)
+	}
+	if err := j.keepAfter(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte(journalConfig+"  - {id: 101, precedence: 201, match: {in: lan0}, far: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(pdrIDs(t, cfg)), "[1 101 102 103]"; got != want {
+		t.Errorf("pdrs after a trim: %s, want %s", got, want)
+	}
+}
+
+// TestJournalWireRecords: a wire-format record is taken apart as it was
+// given, a flipped bit in it is damage (refused at its offset), and a
+// field this build does not know (a newer build's record) refuses the
+// start rather than replaying the batch without it.
+func TestJournalWireRecords(t *testing.T) {
+	req := wirePDR(t, 7)
+	line, err := encodeRecord(journalEntry{Seq: 9, PB: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(line, []byte(`"apply"`)) || !bytes.HasSuffix(line, []byte("\"}\n")) {
+		t.Errorf("record %q: want {\"seq\":9,\"pb\":\"...\"}", line)
+	}
+	got, err := decodeRecord(line[:len(line)-1])
+	if err != nil || got.Seq != 9 || !bytes.Equal(got.PB, req) {
+		t.Errorf("decode %q: %d %x, %v; want 9 %x", line, got.Seq, got.PB, err, req)
+	}
+	var whole journalEntry
+	if err := json.Unmarshal(line[9:len(line)-1], &whole); err != nil || whole.Seq != 9 || !bytes.Equal(whole.PB, req) {
+		t.Errorf("%q decoded whole: %+v, %v", line, whole, err)
+	}
+
+	cfg, j := newJournalDir(t, t.TempDir(), 0)
+	appendWire(t, j, 1, wirePDR(t, 101))
+	first := j.size
+	appendWire(t, j, 2, wirePDR(t, 102))
+	data, _ := os.ReadFile(j.path)
+	data[first+30] ^= 0x01
+	if err := os.WriteFile(j.path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ce *CorruptError
+	if _, _, _, _, err := loadState(cfg); !errors.As(err, &ce) || ce.Offset != first {
+		t.Errorf("load state with a flipped bit in a wire record: %v, want a CorruptError at %d", err, first)
+	}
+
+	cfg, j = newJournalDir(t, t.TempDir(), 0)
+	// Field 99 of the ApplyRequest, a varint: no build declares it.
+	appendWire(t, j, 1, protowire.AppendVarint(protowire.AppendTag(wirePDR(t, 101), 99, protowire.VarintType), 1))
+	if _, _, _, _, err := loadState(cfg); err == nil || !strings.Contains(err.Error(), "does not know") {
+		t.Errorf("load state with an unknown field: %v, want it refused", err)
+	}
+}
+
+// TestJournalPrintedAsJSON: `edgeplane journal` prints records of both
+// encodings as protojson records (which replay as they are), and names a
+// damaged line and a torn tail by offset while printing the rest.
+func TestJournalPrintedAsJSON(t *testing.T) {
+	cfg, j := newJournalDir(t, t.TempDir(), 1)
+	appendWire(t, j, 2, wirePDR(t, 102))
+	bad := j.size
+	appendWire(t, j, 3, wirePDR(t, 103))
+	appendWire(t, j, 4, wirePDR(t, 104))
+	data, _ := os.ReadFile(j.path)
+	data[bad+20] ^= 0x01
+	data = append(data, `0badc0de {"seq":5`...)
+	var out bytes.Buffer
+	n, err := WriteJournalJSON(&out, j.path, data)
+	if err != nil || n != 2 {
+		t.Fatalf("%d lines not printed, %v; want 2 (the damaged one, the torn tail)", n, err)
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("printed %q: want 5 lines", out.String())
+	}
+	for i, want := range []string{`{"seq":1,"apply":{`, `{"seq":2,"apply":{`, fmt.Sprintf("# byte offset %d: checksum", bad), `{"seq":4,"apply":{`, fmt.Sprintf("# byte offset %d: ", len(data)-len(`0badc0de {"seq":5`))} {
+		if !strings.HasPrefix(lines[i], want) {
+			t.Errorf("line %d %q, want it to start with %q", i, lines[i], want)
+		}
+	}
+	// The printed records, journalled as they are, replay.
+	var replay bytes.Buffer
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "#") {
+			line, err := encodeRecord(journalEntry{Seq: uint64(l[7] - '0'), Apply: json.RawMessage(l[len(`{"seq":1,"apply":`) : len(l)-1])})
+			if err != nil {
+				t.Fatal(err)
+			}
+			replay.Write(line)
+		}
+	}
+	if err := os.WriteFile(j.path, replay.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(pdrIDs(t, cfg)), "[1 101 102 104]"; got != want {
+		t.Errorf("pdrs of the printed records: %s, want %s", got, want)
+	}
+}
+
+// TestJournalSkippedWireKeptReadable: a wire-format batch the edited
+// file no longer takes is kept in FILE.journal.skipped in protojson, for
+// the operator to read.
+func TestJournalSkippedWireKeptReadable(t *testing.T) {
+	cfg, j := newJournalDir(t, t.TempDir(), 0)
+	appendWire(t, j, 1, wirePDR(t, 101))
+	if err := os.WriteFile(cfg, []byte(journalConfig+"  - {id: 101, precedence: 50, match: {in: wan0}, far: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, skipped, err := loadState(cfg)
+	if err != nil || len(skipped) != 1 {
+		t.Fatalf("load: %d skipped, %v; want 1", len(skipped), err)
+	}
+	if err := keepSkipped(cfg, skipped); err != nil {
+		t.Fatal(err)
+	}
+	kept, _ := os.ReadFile(journalPath(cfg) + ".skipped")
+	recs, _, err := parseJournal("skipped", kept)
+	if err != nil || len(recs) != 1 || recs[0].Seq != 1 || !bytes.Contains(kept, []byte(`"apply":{"operations":`)) {
+		t.Errorf("kept %q: %d records, %v; want batch 1 in protojson", kept, len(recs), err)
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -54,8 +53,8 @@ type Backend interface {
 	// Apply applies a batch of operations, all or nothing: it checks
 	// what the batch touches, compiles it and commits it as the next
 	// generation (dryRun: checks and compiles only), then persists rec,
-	// the ApplyRequest that made it (protojson), which Ops turns back
-	// into operations for a replay. A config.Errors error names every
+	// the ApplyRequest that made it (protobuf wire format, proto.Marshal),
+	// which Ops turns back into operations for a replay. A config.Errors error names every
 	// problem at its operation's path, classified by FieldError.Code.
 	Apply(ops []config.Op, dryRun bool, rec []byte) (gen uint32, err error)
 }
@@ -153,7 +152,7 @@ func (s *Server) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResp
 	}
 	var rec []byte
 	if !req.GetDryRun() {
-		if rec, err = protojson.Marshal(req); err != nil {
+		if rec, err = proto.Marshal(req); err != nil {
 			return nil, status.Errorf(codes.Internal, "record the batch: %v", err)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/api"
@@ -517,7 +517,7 @@ func (m *Member) commit() {
 	gen := uint32(0)
 	if len(ops) > 0 {
 		req := &pb.ApplyRequest{Operations: ops}
-		rec, err := protojson.Marshal(req)
+		rec, err := proto.Marshal(req)
 		if err != nil {
 			m.fail(err)
 			return
