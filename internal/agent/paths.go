@@ -74,6 +74,13 @@ func tickFlows(ctx context.Context, dp *loader.Dataplane, log *slog.Logger) {
 	}
 }
 
+// paths returns the configured paths.
+func (a *Agent) paths() []config.Path {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.store.Paths()
+}
+
 // steerGroups lists the steering groups the committed config has.
 func (a *Agent) steerGroups() []pathmon.Group {
 	a.mu.Lock()

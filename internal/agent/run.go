@@ -224,7 +224,7 @@ func (a *Agent) watchFIB(context.Context) (err error) {
 // newPathMonitor makes the monitor that probes, judges and steers by
 // the paths.
 func (a *Agent) newPathMonitor(context.Context) error {
-	a.mon = pathmon.New(a.dp, a.log, a.Config, a.steerGroups)
+	a.mon = pathmon.New(a.dp, a.log, a.paths, a.steerGroups)
 	return nil
 }
 

@@ -264,6 +264,10 @@ func (s *Store) Service(id uint32) (Service, bool) {
 // Config after a change).
 func (s *Store) Interfaces() []Interface { return storeList[Interface](s, KindInterface) }
 
+// Paths returns the paths in list order (a few: cheaper than Config
+// after a change).
+func (s *Store) Paths() []Path { return storeList[Path](s, KindPath) }
+
 // Services returns the services in list order (at most MaxServices).
 func (s *Store) Services() []Service { return storeList[Service](s, KindService) }
 

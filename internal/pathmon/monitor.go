@@ -156,7 +156,11 @@ func (w *minWindow) min(now time.Time) time.Duration {
 type Monitor struct {
 	dp  *loader.Dataplane
 	log *slog.Logger
-	cfg func() *config.Config
+	// cfgPaths returns the paths of the config that serves. Only the
+	// paths: follow asks every followEvery, and a whole Config is
+	// rebuilt (every object sorted, under the agent's lock) after each
+	// commit.
+	cfgPaths func() []config.Path
 
 	changes *prometheus.CounterVec
 	// groups lists the steering groups (nil: none steered).
@@ -176,12 +180,12 @@ type Monitor struct {
 	groupsChanged bool
 }
 
-// New returns a monitor of the paths of the config cfg returns (the one
+// New returns a monitor of the paths paths returns (those of the config
 // that serves), as dp holds them, steering the groups groups returns
 // (nil: none steered). It probes nothing until Run.
-func New(dp *loader.Dataplane, log *slog.Logger, cfg func() *config.Config, groups func() []Group) *Monitor {
+func New(dp *loader.Dataplane, log *slog.Logger, paths func() []config.Path, groups func() []Group) *Monitor {
 	return &Monitor{
-		dp: dp, log: log, cfg: cfg, groups: groups, paths: map[uint32]*probedPath{}, plans: map[uint32]steerPlan{},
+		dp: dp, log: log, cfgPaths: paths, groups: groups, paths: map[uint32]*probedPath{}, plans: map[uint32]steerPlan{},
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeplane_path_state_changes_total", Help: "Changes of a path's state as its monitor judged it, by the state entered.",
 		}, []string{"path", "state"}),
@@ -259,7 +263,7 @@ func (m *Monitor) read() {
 		m.log.Error("path monitor: read paths", "error", err)
 		return
 	}
-	v := &view{live: make(map[uint32]bpf.Path, len(active)), paths: m.cfg().Paths}
+	v := &view{live: make(map[uint32]bpf.Path, len(active)), paths: m.cfgPaths()}
 	for _, p := range active {
 		v.live[p.Id] = p
 	}
