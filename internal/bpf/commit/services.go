@@ -96,19 +96,27 @@ func (w *Writer) tableBase(t, tag uint32) uint32 {
 // services are written after their tables (writeTables ran first), so a
 // service never points at a table of another.
 func (w *Writer) writeServices(t uint32, g *Generation) error {
-	if err := syncSlot(w.o.EdgeServices, t, w.slots[t].services, g.Services, "service"); err != nil {
+	changed, err := syncSlot(w.o.EdgeServices, t, w.slots[t].services, g.Services, "service")
+	if err != nil {
 		return err
 	}
-	if err := syncSlot(w.o.EdgeNatBackends, t, w.slots[t].backends, g.NATBackends, "nat backend"); err != nil {
+	if _, err := syncSlot(w.o.EdgeNatBackends, t, w.slots[t].backends, g.NATBackends, "nat backend"); err != nil {
 		return err
+	}
+	if !changed && w.slots[t].index != nil {
+		// The index is made from the services alone: those it was
+		// made from are still the slot's. Remaking it (256 buckets)
+		// was a commit's cost even when no service changed.
+		return nil
 	}
 	return w.writeSvcIndex(t)
 }
 
 // syncSlot makes slot t's entries of m, which cur holds, those of want
 // (keys without the slot): what is gone is deleted, what is new or
-// changed written, the rest left alone.
-func syncSlot[V comparable](m *ebpf.Map, t uint32, cur map[bpf.SvcKey]V, want map[bpf.SvcKey]V, what string) error {
+// changed written, the rest left alone. changed says whether any
+// entry was.
+func syncSlot[V comparable](m *ebpf.Map, t uint32, cur map[bpf.SvcKey]V, want map[bpf.SvcKey]V, what string) (changed bool, err error) {
 	slotted := make(map[bpf.SvcKey]V, len(want))
 	for k, v := range want {
 		k.Slot = t
@@ -117,9 +125,10 @@ func syncSlot[V comparable](m *ebpf.Map, t uint32, cur map[bpf.SvcKey]V, want ma
 	for k := range cur {
 		if _, ok := slotted[k]; !ok {
 			if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return fmt.Errorf("delete %s: %w", what, err)
+				return true, fmt.Errorf("delete %s: %w", what, err)
 			}
 			delete(cur, k)
+			changed = true
 		}
 	}
 	for k, v := range slotted {
@@ -127,11 +136,12 @@ func syncSlot[V comparable](m *ebpf.Map, t uint32, cur map[bpf.SvcKey]V, want ma
 			continue
 		}
 		if err := m.Put(k, v); err != nil {
-			return fmt.Errorf("write %s: %w", what, err)
+			return true, fmt.Errorf("write %s: %w", what, err)
 		}
 		cur[k] = v
+		changed = true
 	}
-	return nil
+	return changed, nil
 }
 
 // writeSvcIndex brings slot t's service index to its services (the
