@@ -44,6 +44,37 @@ type Cache struct {
 	stale chan struct{}
 	// ahead counts the background goroutines (tests wait for them).
 	ahead sync.WaitGroup
+	// last is the table Bytes returned last: the next, when it is
+	// given from the same known table, is a copy of it with the
+	// entries that differ rewritten (a backend taken out or put back
+	// moves about size/n of them), not a pass over every entry.
+	last *given
+}
+
+// given is a table Bytes returned: view v with the base's backend j
+// written as by[j]; gone[j] says the caller's backends lacked it (then
+// the view moved all its entries: a view is its base, or its base
+// without one backend).
+type given struct {
+	v     view
+	by    [maxKnown]uint8
+	gone  [maxKnown]bool
+	table []uint8
+}
+
+// follows says whether g's table can be made from last's: the same
+// base, each backend of it written the same way in both tables unless
+// one of them lacks it (and moved every entry it has in the base).
+func (g *given) follows(last *given) bool {
+	if last == nil || last.v.base != g.v.base {
+		return false
+	}
+	for j := range g.v.base.keys {
+		if g.by[j] != last.by[j] && !g.gone[j] && !last.gone[j] {
+			return false
+		}
+	}
+	return true
 }
 
 // MaxAhead is the most backends a Cache builds tables ahead for, and
@@ -94,11 +125,31 @@ func (k *known) view() view {
 // give writes v's table into out, backend j of v's base given as by[j]:
 // one pass over the base's entries, then the moves.
 func give[T int32 | uint8](out []T, v view, by *[maxKnown]T) {
+	copyBase(out, v, by)
+	move(out, v, by)
+}
+
+// copyBase writes the entries of v's base into out, backend j given as
+// by[j].
+func copyBase[T int32 | uint8](out []T, v view, by *[maxKnown]T) {
 	for e, o := range v.base.owner {
 		out[e] = by[o]
 	}
+}
+
+// move writes v's moves into out, which holds v's base's entries.
+func move[T int32 | uint8](out []T, v view, by *[maxKnown]T) {
 	for _, m := range v.moves {
 		out[m>>8] = by[uint8(m)]
+	}
+}
+
+// unmove writes back into out, which holds v's table, the entries of
+// v's base that v's moves changed.
+func unmove[T int32 | uint8](out []T, v view, by *[maxKnown]T) {
+	for _, m := range v.moves {
+		e := m >> 8
+		out[e] = by[v.base.owner[e]]
 	}
 }
 
@@ -130,7 +181,8 @@ func (c *Cache) Build(backends []Backend, size uint32) ([]int32, error) {
 // Bytes returns Build's table with each entry's backend i given as
 // code[i], and none for an entry without one (code has an element for
 // each backend): the table a caller that keeps a byte an entry needs,
-// without a table of int32 between.
+// without a table of int32 between. The table returned must not be
+// changed: the next may be made from it.
 func (c *Cache) Bytes(backends []Backend, size uint32, code []uint8, none uint8) ([]uint8, error) {
 	in, v, built, err := c.table(backends, size)
 	if err != nil {
@@ -144,28 +196,43 @@ func (c *Cache) Bytes(backends []Backend, size uint32, code []uint8, none uint8)
 				out[e] = code[o]
 			}
 		}
-		return out, nil
-	}
-	if len(in.keys) == 0 {
+		if v.base == nil || len(in.keys) == 0 { // not held (Build refused it for the cache), or empty
+			return out, nil
+		}
+	} else if len(in.keys) == 0 {
 		for e := range out {
 			out[e] = none
 		}
 		return out, nil
 	}
-	var by [maxKnown]uint8
+	g := &given{v: v, table: out}
 	for j, i := range in.byBase(v.base) {
-		by[j] = none
+		g.by[j], g.gone[j] = none, i < 0
 		if i >= 0 {
-			by[j] = code[i]
+			g.by[j] = code[i]
 		}
 	}
-	give(out, v, &by)
+	c.mu.Lock()
+	last := c.last
+	c.last = g
+	c.mu.Unlock()
+	switch {
+	case built != nil:
+	case g.follows(last):
+		// The table before, its moves undone and these made: the
+		// entries that differ between the two, not all of them.
+		copy(out, last.table)
+		unmove(out, last.v, &g.by)
+		move(out, v, &g.by)
+	default:
+		give(out, v, &g.by)
+	}
 	return out, nil
 }
 
-// table returns backends as an input and, when it holds their table, how
-// to give it; when it does not, the table it built (and now holds).
-// Build's error, when it fails.
+// table returns backends as an input and how to give their table; when
+// it held none, also the table it built (and now holds), or Build's
+// error.
 func (c *Cache) table(backends []Backend, size uint32) (in input, v view, built []int32, err error) {
 	in, ok := canonical(backends)
 	if !ok {
@@ -198,7 +265,7 @@ func (c *Cache) table(backends []Backend, size uint32) (in input, v view, built 
 		}
 	}
 	c.remember(k)
-	return in, v, built, nil
+	return in, view{base: k}, built, nil
 }
 
 // input is a Build's backends of a weight above 0 in key order: their

@@ -100,6 +100,86 @@ func TestCacheIsBuild(t *testing.T) {
 	}
 }
 
+// TestCacheBytesFromLast changes backends at random, as TestCacheIsBuild
+// does, asking for bytes every time (each backend's code stays with its
+// key, as a service's member index does, but now and then all change):
+// a table made from the one returned before (its moves undone, the new
+// ones made) is exactly Build's, and that path is seen taken.
+func TestCacheBytesFromLast(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	c := NewCache()
+	c.Idle = 0
+	pool := backends(14, nil)
+	codeOf := map[string]uint8{}
+	for i, b := range pool {
+		codeOf[b.Key] = uint8(2*i + 3)
+	}
+	takeOut := func(bs []Backend) []Backend {
+		if len(bs) < 2 {
+			return bs
+		}
+		i := rng.IntN(len(bs))
+		return slices.Delete(bs, i, i+1)
+	}
+	reweight := func(w uint32) func([]Backend) []Backend {
+		return func(bs []Backend) []Backend {
+			bs[rng.IntN(len(bs))].Weight = w
+			return bs
+		}
+	}
+	putBack := func(bs []Backend) []Backend {
+		for _, b := range pool {
+			if !slices.ContainsFunc(bs, func(x Backend) bool { return x.Key == b.Key }) {
+				return append(bs, b)
+			}
+		}
+		return bs
+	}
+	renumber := func(bs []Backend) []Backend {
+		for k := range codeOf {
+			codeOf[k] = uint8(rng.IntN(200))
+		}
+		return bs
+	}
+	changes := []func([]Backend) []Backend{takeOut, takeOut, takeOut, reweight(0), reweight(2), reweight(1), putBack, putBack, renumber}
+	cur := slices.Clone(pool[:10])
+	const size = 4099
+	fromLast := 0
+	for step := range 400 {
+		next := changes[rng.IntN(len(changes))](slices.Clone(cur))
+		if rng.IntN(4) > 0 {
+			c.ahead.Wait()
+		}
+		code := make([]uint8, len(next))
+		for i, b := range next {
+			code[i] = codeOf[b.Key]
+		}
+		c.mu.Lock()
+		last := c.last
+		c.mu.Unlock()
+		got, err := c.Bytes(next, size, code, 255)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		if c.last.follows(last) {
+			fromLast++
+		}
+		c.mu.Unlock()
+		for e, o := range mustBuild(t, next, size) {
+			if o >= 0 && got[e] != code[o] || o < 0 && got[e] != 255 {
+				t.Fatalf("step %d (%d backends): entry %d is %d, Build's owner %d", step, len(next), e, got[e], o)
+			}
+		}
+		cur = next
+	}
+	c.ahead.Wait()
+	if fromLast < 40 {
+		t.Errorf("only %d of 400 tables made from the one before", fromLast)
+	}
+	t.Logf("%d of 400 tables made from the one before", fromLast)
+}
+
 // TestCacheErrors: what Build refuses, the cache refuses the same way,
 // and backends all drained give the empty table, held or not.
 func TestCacheErrors(t *testing.T) {
@@ -148,6 +228,34 @@ func BenchmarkCacheTakeOut(b *testing.B) {
 		}
 		b.StartTimer()
 		if _, err := c.Build(without(bs, i%10), DefaultSize); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c.Stop()
+}
+
+// BenchmarkCacheTakeOutBytes is BenchmarkCacheTakeOut as a service's
+// table is asked for (Bytes), a backend taken out and put back in turn
+// (both held), beside BenchmarkBuild.
+func BenchmarkCacheTakeOutBytes(b *testing.B) {
+	bs := backends(10, nil)
+	code := make([]uint8, len(bs))
+	for i := range code {
+		code[i] = uint8(i)
+	}
+	c := NewCache()
+	c.Idle = 0
+	if _, err := c.Bytes(bs, DefaultSize, code, 255); err != nil {
+		b.Fatal(err)
+	}
+	c.ahead.Wait()
+	c.Idle = time.Hour // no tables ahead of the one without: a build's worth of CPU beside the loop
+	for i := 0; b.Loop(); i++ {
+		next, nc := bs, code
+		if i%2 == 0 {
+			next, nc = without(bs, 3), slices.Delete(slices.Clone(code), 3, 4)
+		}
+		if _, err := c.Bytes(next, DefaultSize, nc, 255); err != nil {
 			b.Fatal(err)
 		}
 	}
