@@ -4,6 +4,7 @@ package maglev
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -21,17 +22,21 @@ import (
 //     built before they are needed: in the background, once the backends
 //     have not changed for Idle, one at a time, stopping when they change
 //     again;
+//   - then, for each backend, the table with its weight doubled, and
+//     halved (of a weight of 2 or more): an operator moving load
+//     towards a backend or away from it one step at a time;
 //   - the table it built before those: the backend put back, or a change
 //     undone.
 //
 // What a Cache returns is always what Build returns for the same
 // backends and size: it only keeps tables by the backends' keys and
-// weights. A change it does not have ahead (a new backend, a weight)
-// costs a build. It holds, for the last two sets of backends, a table of
-// one byte an entry and, for each backend, the entries that move when
-// it is taken out (about size/n each, n the backends): some 0.5 MB for
-// 10 backends and 65,537 entries. Sets of more than MaxAhead backends
-// get no tables ahead (building them would take n builds).
+// weights. A change it does not have ahead (a new backend, another
+// weight) costs a build. It holds, for the last two sets of backends, a
+// table of one byte an entry and, for each backend and change ahead, the
+// entries that move (about size/n for a backend taken out, n the
+// backends, up to twice that for a weight): some 1.5 MB for 10 backends
+// and 65,537 entries. Sets of more than MaxAhead backends get no tables
+// ahead (building them would take up to 3n builds).
 type Cache struct {
 	// Idle is how long the backends must stay unchanged before the
 	// tables ahead are built: back-to-back changes build none.
@@ -53,8 +58,8 @@ type Cache struct {
 
 // given is a table Bytes returned: view v with the base's backend j
 // written as by[j]; gone[j] says the caller's backends lacked it (then
-// the view moved all its entries: a view is its base, or its base
-// without one backend).
+// the view moved all its entries: a view that lacks one of its base's
+// backends is the base with that one taken out).
 type given struct {
 	v     view
 	by    [maxKnown]uint8
@@ -101,10 +106,32 @@ type known struct {
 	// before it builds the tables ahead of this one.
 	owner []uint8
 	from  *view
-	// without[i] lists the entries that change when backend i is taken
-	// out, as entry<<8 | its new owner (an index into keys); nil: not
-	// built yet.
-	without [][]uint32
+	// next[ch][i] lists the entries that change when change ch is made
+	// to backend i, as entry<<8 | its new owner (an index into keys);
+	// nil: not built yet.
+	next [changes][][]uint32
+}
+
+// The changes to one backend that a Cache builds tables ahead for, in
+// the order it builds them.
+const (
+	takenOut = iota // taken out, drained or down
+	doubled         // its weight doubled
+	halved          // its weight halved (rounded down), from 2 or more
+	changes
+)
+
+// reweight returns backend i's weight after change ch, and whether ch
+// applies to it (one that does not is never looked up).
+func (k *known) reweight(i, ch int) (uint32, bool) {
+	w := k.weights[i]
+	switch ch {
+	case doubled:
+		return 2 * w, w <= math.MaxUint32/2
+	case halved:
+		return w / 2, w >= 2
+	}
+	return 0, true
 }
 
 // view is how to give a table: base's entries with moves applied, each
@@ -300,7 +327,11 @@ func canonical(backends []Backend) (input, bool) {
 }
 
 func (in input) known(size uint32) *known {
-	return &known{size: size, keys: in.keys, weights: in.weights, without: make([][]uint32, len(in.keys))}
+	k := &known{size: size, keys: in.keys, weights: in.weights}
+	for ch := range k.next {
+		k.next[ch] = make([][]uint32, len(in.keys))
+	}
+	return k
 }
 
 // byBase returns, for each backend of base, its index in the caller's
@@ -328,18 +359,47 @@ func (c *Cache) lookup(in input, size uint32) (view, *known) {
 		if slices.Equal(k.keys, in.keys) && slices.Equal(k.weights, in.weights) {
 			return k.view(), k
 		}
-		gone, ok := oneLess(k, in)
-		if !ok || k.without[gone] == nil {
+		i, ch, ok := oneChange(k, in)
+		if !ok || k.next[ch][i] == nil {
 			continue
 		}
-		// The table without backend gone: k's with its moves, given
-		// as it is; its own copy is made in the background.
-		v := view{base: k, moves: k.without[gone]}
+		// The table with change ch to backend i: k's with its moves,
+		// given as it is; its own copy is made in the background.
+		v := view{base: k, moves: k.next[ch][i]}
 		nk := in.known(size)
 		nk.from = &v
 		return v, nk
 	}
 	return view{}, nil
+}
+
+// oneChange returns the backend of k and the change made to it that
+// give in, when in is k's backends with one change ahead made to one.
+func oneChange(k *known, in input) (int, int, bool) {
+	if gone, ok := oneLess(k, in); ok {
+		return gone, takenOut, true
+	}
+	if !slices.Equal(in.keys, k.keys) {
+		return 0, 0, false
+	}
+	i := -1
+	for j := range in.weights {
+		if in.weights[j] != k.weights[j] {
+			if i >= 0 {
+				return 0, 0, false
+			}
+			i = j
+		}
+	}
+	if i < 0 {
+		return 0, 0, false
+	}
+	for _, ch := range []int{doubled, halved} {
+		if w, ok := k.reweight(i, ch); ok && w == in.weights[i] {
+			return i, ch, true
+		}
+	}
+	return 0, 0, false
 }
 
 // oneLess returns the index of the one backend of k that in lacks, when
@@ -375,7 +435,7 @@ func (c *Cache) remember(k *known) {
 	if c.known[0] != k {
 		c.known[1], c.known[0] = c.known[0], k
 	}
-	if len(k.keys) < 2 || len(k.keys) > MaxAhead || !slices.ContainsFunc(k.without, func(m []uint32) bool { return m == nil }) {
+	if len(k.keys) < 2 || len(k.keys) > MaxAhead || !k.missing() {
 		return
 	}
 	c.cancel()
@@ -391,6 +451,19 @@ func (c *Cache) remember(k *known) {
 		}
 		c.buildAhead(k, stale)
 	}()
+}
+
+// missing says whether a table ahead of k is not built yet. Called
+// with c.mu held.
+func (k *known) missing() bool {
+	for ch := range k.next {
+		for i, m := range k.next[ch] {
+			if _, ok := k.reweight(i, ch); ok && m == nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // cancel stops the background work under way. Called with c.mu held.
@@ -410,8 +483,8 @@ func (c *Cache) Stop() {
 }
 
 // buildAhead makes k's own table if it has none, then builds, for each
-// backend of k, the entries that move when it is taken out, until stale
-// is closed.
+// change ahead and each backend of k, the entries that move, until
+// stale is closed.
 func (c *Cache) buildAhead(k *known, stale chan struct{}) {
 	c.mu.Lock()
 	v, own := k.view(), k.owner != nil
@@ -431,41 +504,50 @@ func (c *Cache) buildAhead(k *known, stale chan struct{}) {
 		k.owner, k.from = owner, nil
 		c.mu.Unlock()
 	}
-	bs := make([]Backend, len(k.keys)-1)
-	for gone := range k.keys {
-		select {
-		case <-stale:
-			return
-		default:
-		}
-		c.mu.Lock()
-		done := k.without[gone] != nil
-		c.mu.Unlock()
-		if done {
-			continue
-		}
-		for i := range bs {
-			j := i
-			if i >= gone {
-				j = i + 1
+	for ch := range k.next {
+		for i := range k.keys {
+			select {
+			case <-stale:
+				return
+			default:
 			}
-			bs[i] = Backend{Key: k.keys[j], Weight: k.weights[j]}
-		}
-		table, err := Build(bs, k.size)
-		if err != nil {
-			return // cannot happen: k's backends built once
-		}
-		moves := []uint32{}
-		for e, o := range table {
-			if o >= int32(gone) {
-				o++ // an index into k's keys
+			c.mu.Lock()
+			done := k.next[ch][i] != nil
+			c.mu.Unlock()
+			if _, ok := k.reweight(i, ch); done || !ok {
+				continue
 			}
-			if uint8(o) != k.owner[e] {
-				moves = append(moves, uint32(e)<<8|uint32(o))
+			moves, err := k.moves(i, ch)
+			if err != nil {
+				return // cannot happen: k's backends built once
 			}
+			c.mu.Lock()
+			k.next[ch][i] = moves
+			c.mu.Unlock()
 		}
-		c.mu.Lock()
-		k.without[gone] = moves
-		c.mu.Unlock()
 	}
+}
+
+// moves builds the table of k's backends with change ch made to backend
+// i and returns the entries that differ from k's own (set).
+func (k *known) moves(i, ch int) ([]uint32, error) {
+	bs := make([]Backend, 0, len(k.keys))
+	for j := range k.keys {
+		w := k.weights[j]
+		if j == i {
+			w, _ = k.reweight(i, ch)
+		}
+		bs = append(bs, Backend{Key: k.keys[j], Weight: w}) // weight 0: as taken out
+	}
+	table, err := Build(bs, k.size)
+	if err != nil {
+		return nil, err
+	}
+	moves := []uint32{}
+	for e, o := range table {
+		if uint8(o) != k.owner[e] {
+			moves = append(moves, uint32(e)<<8|uint32(o))
+		}
+	}
+	return moves, nil
 }

@@ -106,9 +106,7 @@ func TestCacheIsBuild(t *testing.T) {
 // a table made from the one returned before (its moves undone, the new
 // ones made) is exactly Build's, and that path is seen taken.
 func TestCacheBytesFromLast(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 8))
-	c := NewCache()
-	c.Idle = 0
+	rng, c := rand.New(rand.NewPCG(7, 8)), eagerCache()
 	pool := backends(14, nil)
 	codeOf := map[string]uint8{}
 	for i, b := range pool {
@@ -178,6 +176,72 @@ func TestCacheBytesFromLast(t *testing.T) {
 		t.Errorf("only %d of 400 tables made from the one before", fromLast)
 	}
 	t.Logf("%d of 400 tables made from the one before", fromLast)
+}
+
+// TestCacheReweightAhead doubles and halves backends' weights at random
+// among other changes (one taken out, put back, set to any weight), the
+// agent idle before most of them: every table is Build's, and most
+// doublings and halvings found their table built ahead.
+func TestCacheReweightAhead(t *testing.T) {
+	rng, c := rand.New(rand.NewPCG(9, 10)), eagerCache()
+	pool := backends(12, nil)
+	cur := slices.Clone(pool[:8])
+	const size = 4099
+	reweights, ahead := 0, 0
+	for step := range 300 {
+		next := slices.Clone(cur)
+		i := rng.IntN(len(next))
+		r := rng.IntN(10)
+		switch {
+		case r < 4:
+			next[i].Weight *= 2
+		case r < 7 && next[i].Weight >= 2:
+			next[i].Weight /= 2
+		case r < 8 && len(next) > 2:
+			next = slices.Delete(next, i, i+1)
+		case r < 9:
+			next[i].Weight = uint32(1 + rng.IntN(5))
+		default:
+			for _, b := range pool {
+				if !slices.ContainsFunc(next, func(x Backend) bool { return x.Key == b.Key }) {
+					next = append(next, b)
+					break
+				}
+			}
+		}
+		if r < 7 && len(next) == len(cur) {
+			reweights++
+			if rng.IntN(5) > 0 {
+				c.ahead.Wait()
+			}
+			c.mu.Lock()
+			in, _ := canonical(next)
+			if v, k := c.lookup(in, size); k != nil && len(v.moves) > 0 {
+				ahead++
+			}
+			c.mu.Unlock()
+		}
+		got, err := c.Build(next, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, mustBuild(t, next, size)) {
+			t.Fatalf("step %d: the cache's table differs from Build's", step)
+		}
+		cur = next
+	}
+	c.ahead.Wait()
+	t.Logf("%d of %d doublings and halvings served from tables ahead", ahead, reweights)
+	if ahead < reweights/2 {
+		t.Errorf("only %d of %d doublings and halvings served from tables ahead", ahead, reweights)
+	}
+}
+
+// eagerCache returns a Cache that builds its tables ahead at once.
+func eagerCache() *Cache {
+	c := NewCache()
+	c.Idle = 0
+	return c
 }
 
 // TestCacheErrors: what Build refuses, the cache refuses the same way,
