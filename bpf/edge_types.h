@@ -78,6 +78,7 @@ enum edge_reason {
 	EDGE_R_PROBE_STALE,   /* an answer to no probe of ours in flight: answered, too old, or never sent */
 	EDGE_R_FO_SHARE_DROP, /* no FlowOpt record: over its class's shared share, dropped */
 	EDGE_R_ICMP_SRC_LIMIT,/* too big, but its source is over its share of XDP's ICMP errors */
+	EDGE_R_FLOW_LOCKED,   /* flow-table bucket held by a writer through every read: decided again */
 	EDGE_R_MAX,
 };
 

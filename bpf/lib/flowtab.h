@@ -20,7 +20,10 @@
  *
  * Writers lock a bucket by making its seq odd (compare-and-swap) and
  * leave it even and higher; a reader takes what it read only if seq was
- * even and unchanged around the read (a seqlock). A writer that finds
+ * even and unchanged around the read (a seqlock), else reads again, a
+ * few times (edge_ft_reread): a packet that took a bucket being written
+ * for a miss would be decided again, and a connection's could leave its
+ * backend. A writer that finds
  * the bucket locked, or changed since the lookup the packet was decided
  * by, does not record (EDGE_R_FLOW_BUSY). The ordering the seqlock needs
  * is x86's (loads with loads, stores with stores kept in order), the one
@@ -132,33 +135,30 @@ static __always_inline void ft_mark(struct edge_ft_bucket *m, __u32 w, __u16 now
 		m->hot[w] = 1;
 }
 
-/* edge_ft_lookup looks c->p.key up in the flow table, placing it (ft_bucket,
- * ft_tag) and noting the bucket's version (ft_seq; 1, odd, when what was
- * read cannot be trusted: nothing is then recorded). It returns the way
- * holding the key (its entry copied into c->nf and marked used), or -1.
- * Either way a connection of the packet's 5-tuple found in the bucket
- * (the key's own stale entry first) is kept in c->rec. Inlined: as a
- * global function its call and return cost ~7.5 ns per miss here (the
- * returns go through SRSO's thunk), and the verifier took more
- * instructions, not fewer. */
-static __always_inline int edge_ft_lookup(struct edge_ctx *c)
+/* FT_TORN is what a read of a bucket another CPU was writing returns;
+ * FT_TRIES is how many reads a packet makes of a bucket being written
+ * before it gives up on it. A writer holds a bucket for a few tens of
+ * nanoseconds, and each read that finds it held waits for the bucket's
+ * line to come from the writer's CPU. */
+#define FT_TORN (-2)
+#define FT_TRIES 4
+
+/* ft_read reads bucket m (c->ft_bucket) for c->p.key once: the way holding
+ * it (its entry copied into c->nf, the bucket's version in c->ft_seq), -1,
+ * or FT_TORN when the bucket was being written (nothing kept). Either way
+ * but torn, a connection of the packet's 5-tuple found in the bucket (the
+ * key's own stale entry first) is kept in c->rec. */
+static __always_inline int ft_read(struct edge_ctx *c, struct edge_ft_bucket *m)
 {
-	struct edge_ft_bucket *m;
 	struct edge_ft_way *e;
 	__u32 i, seq, tag;
 	int found = -1;
 
-	if (!c)
-		return -1;
-	ft_place_key(c);
-	c->rec.flags = 0;
-	c->ft_way = -1;
-	c->ft_seq = 1;
-	m = bpf_map_lookup_elem(&edge_ft_meta, &c->ft_bucket);
-	if (!m)
-		return -1;
 	seq = m->seq;
+	if (seq & 1)
+		return FT_TORN;
 	FT_BARRIER();
+	c->rec.flags = 0;
 	tag = c->ft_tag;
 #pragma unroll
 	for (i = 0; i < EDGE_FT_WAYS; i++) {
@@ -177,11 +177,70 @@ static __always_inline int edge_ft_lookup(struct edge_ctx *c)
 			ft_rec_from(c, &e->f);
 	}
 	FT_BARRIER();
-	if ((seq & 1) || m->seq != seq) {
+	if (m->seq != seq) {
 		c->rec.flags = 0;
-		return -1;
+		return FT_TORN;
 	}
 	c->ft_seq = seq;
+	return found;
+}
+
+/* edge_ft_reread reads c->p.key's bucket again after a read that found it
+ * being written, up to FT_TRIES times: a packet of an established
+ * connection that took a miss for it would be balanced again, and could
+ * go to another backend. A bucket held through every read (a writer
+ * stopped while holding it: an agent killed in an upgrade's copy, until
+ * the next agent frees it) is counted (EDGE_R_FLOW_LOCKED) and the packet
+ * decided as a miss, not recorded (c->ft_seq stays odd). A global
+ * function: the verifier explores its reads once, not in each inlined
+ * copy of the lookup. */
+__noinline int edge_ft_reread(struct edge_ctx *c)
+{
+	struct edge_ft_bucket *m;
+	int i, r;
+
+	if (!c)
+		return -1;
+	m = bpf_map_lookup_elem(&edge_ft_meta, &c->ft_bucket);
+	if (!m)
+		return -1;
+	for (i = 0; i < FT_TRIES; i++) {
+		r = ft_read(c, m);
+		if (r != FT_TORN)
+			return r;
+	}
+	c->rec.flags = 0;
+	c->ft_seq = 1;
+	count(&edge_reasons, EDGE_R_FLOW_LOCKED, c->p.len);
+	return -1;
+}
+
+/* edge_ft_lookup looks c->p.key up in the flow table, placing it (ft_bucket,
+ * ft_tag) and noting the bucket's version (ft_seq; 1, odd, when the bucket
+ * could not be read: nothing is then recorded). It returns the way
+ * holding the key (its entry copied into c->nf and marked used), or -1.
+ * Either way a connection of the packet's 5-tuple found in the bucket
+ * (the key's own stale entry first) is kept in c->rec. A bucket being
+ * written is read again (edge_ft_reread). Inlined: as a global function
+ * its call and return cost ~7.5 ns per miss here (the returns go through
+ * SRSO's thunk), and the verifier took more instructions, not fewer. */
+static __always_inline int edge_ft_lookup(struct edge_ctx *c)
+{
+	struct edge_ft_bucket *m;
+	int found;
+
+	if (!c)
+		return -1;
+	ft_place_key(c);
+	c->rec.flags = 0;
+	c->ft_way = -1;
+	c->ft_seq = 1;
+	m = bpf_map_lookup_elem(&edge_ft_meta, &c->ft_bucket);
+	if (!m)
+		return -1;
+	found = ft_read(c, m);
+	if (found == FT_TORN)
+		found = edge_ft_reread(c);
 	if (found < 0)
 		return -1;
 	c->ft_way = found;
@@ -193,7 +252,9 @@ static __always_inline int edge_ft_lookup(struct edge_ctx *c)
 
 /* edge_ft_conn finds the connection to service svc whose 5-tuple is
  * c->lb.fk (any DSCP, ingress or path) and keeps it in c->rec: 1, or 0
- * when there is none. */
+ * when there is none. A bucket being written is read again, as
+ * edge_ft_reread does: a reply taken for no connection's would not be
+ * translated back. */
 __noinline int edge_ft_conn(struct edge_ctx *c, __u32 svc)
 {
 	const struct edge_conn_key *k;
@@ -201,7 +262,7 @@ __noinline int edge_ft_conn(struct edge_ctx *c, __u32 svc)
 	struct edge_ft_way *e;
 	const __u64 *w;
 	__u32 i, b, seq, tag;
-	int found = -1;
+	int found, try;
 	__u64 h;
 
 	if (!c)
@@ -217,27 +278,34 @@ __noinline int edge_ft_conn(struct edge_ctx *c, __u32 svc)
 	if (!m)
 		return 0;
 	b = c->lb.fb;
-	c->rec.flags = 0;
-	seq = m->seq;
-	FT_BARRIER();
-#pragma unroll
-	for (i = 0; i < EDGE_FT_WAYS; i++) {
-		if (m->tag[i] != tag || found >= 0)
-			continue;
-		e = ft_way(b, i);
-		if (e && (e->f.flags & EDGE_FF_CONN) && e->f.svc == svc &&
-		    ft_tuple_eq(&e->k, k))
-			found = i;
-	}
-	if (found >= 0) {
-		e = ft_way(b, found);
-		if (e)
-			ft_rec_from(c, &e->f);
-	}
-	FT_BARRIER();
-	if ((seq & 1) || m->seq != seq)
+	for (try = 0; try < FT_TRIES; try++) {
 		c->rec.flags = 0;
-	return c->rec.flags != 0;
+		seq = m->seq;
+		if (seq & 1)
+			continue;
+		FT_BARRIER();
+		found = -1;
+#pragma unroll
+		for (i = 0; i < EDGE_FT_WAYS; i++) {
+			if (m->tag[i] != tag || found >= 0)
+				continue;
+			e = ft_way(b, i);
+			if (e && (e->f.flags & EDGE_FF_CONN) && e->f.svc == svc &&
+			    ft_tuple_eq(&e->k, k))
+				found = i;
+		}
+		if (found >= 0) {
+			e = ft_way(b, found);
+			if (e)
+				ft_rec_from(c, &e->f);
+		}
+		FT_BARRIER();
+		if (m->seq == seq)
+			return c->rec.flags != 0;
+	}
+	c->rec.flags = 0;
+	count(&edge_reasons, EDGE_R_FLOW_LOCKED, c->p.len);
+	return 0;
 }
 
 /* edge_ft_use finds key k's entry, adds packets and bytes to it (an

@@ -141,14 +141,19 @@ func (h *harness) run(frame []byte, inIf string) (uint32, []byte) {
 }
 
 func (h *harness) runErr(frame []byte, inIf string, repeat int) (uint32, []byte, error) {
+	return h.runOn(h.pin, frame, inIf, repeat)
+}
+
+// runOn is runErr on CPU pin - 1 (0: wherever the thread is).
+func (h *harness) runOn(pin int, frame []byte, inIf string, repeat int) (uint32, []byte, error) {
 	out := make([]byte, len(frame)+256)
 	var ret uint32
 	err := h.ns.Do(func() error {
-		if h.pin != 0 {
+		if pin != 0 {
 			var set unix.CPUSet
-			set.Set(h.pin - 1)
+			set.Set(pin - 1)
 			if err := unix.SchedSetaffinity(0, &set); err != nil {
-				return fmt.Errorf("pin to CPU %d: %w", h.pin-1, err)
+				return fmt.Errorf("pin to CPU %d: %w", pin-1, err)
 			}
 		}
 		opts := &ebpf.RunOptions{

@@ -255,6 +255,7 @@ const (
 	ReasonProbeStale
 	ReasonFOShareDrop
 	ReasonICMPSrcLimit
+	ReasonFlowLocked
 	ReasonMax
 )
 

@@ -119,4 +119,5 @@ var ReasonNames = []string{
 	"probe_stale",
 	"fo_share_drop",
 	"icmp_src_limit",
+	"flow_locked",
 }
