@@ -282,7 +282,11 @@ func (c *Compiler) Apply(ch *config.Changes) (undo func(), err error) {
 	})
 	c.rebuildServices()
 	c.rebuildSteering()
-	c.rebuildQoS()
+	if c.gen.QoS == nil || len(ch.QoSClasses) > 0 || len(ch.FlowOpt) > 0 {
+		// Made from the classes and modules alone: a batch that
+		// changes neither (a PDR's) keeps them.
+		c.rebuildQoS()
+	}
 	if n := len(c.gen.Rules) + c.overflow; n > int(c.limits.Rules) {
 		c.errs = append(c.errs, config.FieldError{Path: "pdrs", Reason: fmt.Sprintf("%d classifier entries after port-range expansion exceed limits.rules %d", n, c.limits.Rules), Code: config.CodeCapacity})
 	}
