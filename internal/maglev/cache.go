@@ -32,7 +32,8 @@ import (
 // backends and size: it only keeps tables by the backends' keys and
 // weights. A change it does not have ahead (a new backend, another
 // weight) costs a build. It holds, for the last two sets of backends, a
-// table of one byte an entry and, for each backend and change ahead, the
+// table of one byte an entry (twice: its backends, and as the caller's
+// codes) and, for each backend and change ahead, the
 // entries that move (about size/n for a backend taken out, n the
 // backends, up to twice that for a weight): some 1.5 MB for 10 backends
 // and 65,537 entries. Sets of more than MaxAhead backends get no tables
@@ -49,37 +50,8 @@ type Cache struct {
 	stale chan struct{}
 	// ahead counts the background goroutines (tests wait for them).
 	ahead sync.WaitGroup
-	// last is the table Bytes returned last: the next, when it is
-	// given from the same known table, is a copy of it with the
-	// entries that differ rewritten (a backend taken out or put back
-	// moves about size/n of them), not a pass over every entry.
-	last *given
-}
-
-// given is a table Bytes returned: view v with the base's backend j
-// written as by[j]; gone[j] says the caller's backends lacked it (then
-// the view moved all its entries: a view that lacks one of its base's
-// backends is the base with that one taken out).
-type given struct {
-	v     view
-	by    [maxKnown]uint8
-	gone  [maxKnown]bool
-	table []uint8
-}
-
-// follows says whether g's table can be made from last's: the same
-// base, each backend of it written the same way in both tables unless
-// one of them lacks it (and moved every entry it has in the base).
-func (g *given) follows(last *given) bool {
-	if last == nil || last.v.base != g.v.base {
-		return false
-	}
-	for j := range g.v.base.keys {
-		if g.by[j] != last.by[j] && !g.gone[j] && !last.gone[j] {
-			return false
-		}
-	}
-	return true
+	// renders counts the known tables Bytes wrote whole (tests).
+	renders int
 }
 
 // MaxAhead is the most backends a Cache builds tables ahead for, and
@@ -106,6 +78,11 @@ type known struct {
 	// before it builds the tables ahead of this one.
 	owner []uint8
 	from  *view
+	// bytes is the table as Bytes last wrote it whole, which the tables
+	// given from this one copy (a backend taken out or reweighted moves
+	// about size/n entries), and give as it is when it is asked for
+	// again (the change undone).
+	bytes *rendered
 	// next[ch][i] lists the entries that change when change ch is made
 	// to backend i, as entry<<8 | its new owner (an index into keys);
 	// nil: not built yet.
@@ -132,6 +109,26 @@ func (k *known) reweight(i, ch int) (uint32, bool) {
 		return w / 2, w >= 2
 	}
 	return 0, true
+}
+
+// rendered is a known table written as bytes: backend j as by[j], but
+// those of gone, which the caller lacked, as none.
+type rendered struct {
+	by    [maxKnown]uint8
+	gone  [maxKnown]bool
+	table []uint8
+}
+
+// serves says whether r's table, of a base of n backends, can be
+// written as want: each backend want has is written the same way in
+// both (those want lacks own no entry once its moves are made).
+func (r *rendered) serves(want *rendered, n int) bool {
+	for j := range n {
+		if !want.gone[j] && (r.gone[j] || r.by[j] != want.by[j]) {
+			return false
+		}
+	}
+	return true
 }
 
 // view is how to give a table: base's entries with moves applied, each
@@ -171,15 +168,6 @@ func move[T int32 | uint8](out []T, v view, by *[maxKnown]T) {
 	}
 }
 
-// unmove writes back into out, which holds v's table, the entries of
-// v's base that v's moves changed.
-func unmove[T int32 | uint8](out []T, v view, by *[maxKnown]T) {
-	for _, m := range v.moves {
-		e := m >> 8
-		out[e] = by[v.base.owner[e]]
-	}
-}
-
 // maxKnown is the most backends a known table's one-byte entries name.
 const maxKnown = 256
 
@@ -215,46 +203,61 @@ func (c *Cache) Bytes(backends []Backend, size uint32, code []uint8, none uint8)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]uint8, size)
-	if built != nil {
+	switch {
+	case built != nil:
+		out := make([]uint8, size)
 		for e, o := range built {
 			out[e] = none
 			if o >= 0 {
 				out[e] = code[o]
 			}
 		}
-		if v.base == nil || len(in.keys) == 0 { // not held (Build refused it for the cache), or empty
-			return out, nil
+		c.mu.Lock()
+		c.renders++
+		if v.base != nil { // held: the tables given from it copy it
+			r := render(in, v, code, none)
+			r.table = out
+			v.base.bytes = r
 		}
-	} else if len(in.keys) == 0 {
+		c.mu.Unlock()
+		return out, nil
+	case len(in.keys) == 0: // no backend of a weight above 0
+		out := make([]uint8, size)
 		for e := range out {
 			out[e] = none
 		}
 		return out, nil
 	}
-	g := &given{v: v, table: out}
+	r := render(in, v, code, none)
+	c.mu.Lock()
+	base := v.base.bytes
+	if base == nil || !base.serves(r, len(v.base.keys)) {
+		r.table = make([]uint8, size)
+		copyBase(r.table, v, &r.by)
+		base, v.base.bytes, c.renders = r, r, c.renders+1
+	}
+	c.mu.Unlock()
+	if len(v.moves) == 0 {
+		return base.table, nil
+	}
+	// The base's table, then the entries this view moves: a copy and
+	// about size/n writes rather than a pass over every entry.
+	out := slices.Clone(base.table)
+	move(out, v, &r.by)
+	return out, nil
+}
+
+// render returns how Bytes writes v's base for in's backends: each as
+// its code, those in lacks as none. Its table is not set.
+func render(in input, v view, code []uint8, none uint8) *rendered {
+	r := &rendered{}
 	for j, i := range in.byBase(v.base) {
-		g.by[j], g.gone[j] = none, i < 0
+		r.by[j], r.gone[j] = none, i < 0
 		if i >= 0 {
-			g.by[j] = code[i]
+			r.by[j] = code[i]
 		}
 	}
-	c.mu.Lock()
-	last := c.last
-	c.last = g
-	c.mu.Unlock()
-	switch {
-	case built != nil:
-	case g.follows(last):
-		// The table before, its moves undone and these made: the
-		// entries that differ between the two, not all of them.
-		copy(out, last.table)
-		unmove(out, last.v, &g.by)
-		move(out, v, &g.by)
-	default:
-		give(out, v, &g.by)
-	}
-	return out, nil
+	return r
 }
 
 // table returns backends as an input and how to give their table; when
