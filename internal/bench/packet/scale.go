@@ -70,7 +70,7 @@ const scaleStride = 0x9e3779b1
 
 const methodScale = "for each size N, a dataplane of its own whose flow table has max(65,536, 4N) entries, and the ring service (dsr-gre, " +
 	"ten backends) committed; N connections cycled by next_flow (UDP source port and the low half of the source address), one pass of " +
-	"N runs per round on one CPU: the pipeline, its wrapper alone, and the baseline (an XDP program that parses Ethernet, IPv4 and the " +
+	"N runs (each flow as often, at least 4,096 runs) per round on one CPU: the pipeline, its wrapper alone, and the baseline (an XDP program that parses Ethernet, IPv4 and the " +
 	"ports, looks the 5-tuple up in a plain BPF LRU hash of as many entries as the flow table, and encapsulates in GRE with key toward " +
 	"the backend the entry names, inner TTL decremented, redirected) in the same wrapper, in alternating order; one untimed pass each " +
 	"establishes the ring first; the ring visited in the order its flows were made (as Katran's ring was timed), then, _shuffled, " +
@@ -127,6 +127,9 @@ func (b *bencher) measureScale(r *Result) error {
 	return nil
 }
 
+// scaleMinRuns is the fewest runs a timed pass makes.
+const scaleMinRuns = 4096
+
 // maxScaleFlows is the largest ring: its flow table (4N ways of 128
 // bytes) and the baseline's LRU hash take about 2 GiB at 2^21 flows.
 const maxScaleFlows = 1 << 21
@@ -176,14 +179,17 @@ func (b *bencher) scaleSize(r *Result, s *Scale, n int, undo float64) (ScaleSize
 		}
 		// Each pass starts from the flow the last run of the pass
 		// before made (see measureFlood), so every pass is each flow
-		// once.
+		// the same number of times: once, or for a small ring enough
+		// times that a pass is scaleMinRuns runs (a test run's own
+		// cost, spread over a few runs, would be timed as theirs).
 		stride := uint32(1)
+		runs := n * max(1, scaleMinRuns/n)
 		pass := func(prog *ebpf.Program, want uint32) (float64, error) {
 			var seqs []uint32
 			if err := p.Seq.Lookup(uint32(0), &seqs); err != nil {
 				return 0, fmt.Errorf("read bench_seq: %w", err)
 			}
-			return timeRun(prog, scaleFrame((seqs[s.CPU]*stride)&uint32(n-1)+1), want, n)
+			return timeRun(prog, scaleFrame((seqs[s.CPU]*stride)&uint32(n-1)+1), want, runs)
 		}
 		d0, err := decided()
 		if err != nil {
