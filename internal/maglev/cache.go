@@ -520,9 +520,9 @@ func (c *Cache) buildAhead(k *known, stale chan struct{}) {
 			if _, ok := k.reweight(i, ch); done || !ok {
 				continue
 			}
-			moves, err := k.moves(i, ch)
+			moves, err := k.moves(i, ch, stale)
 			if err != nil {
-				return // cannot happen: k's backends built once
+				return // stopped (k's backends built once: nothing else)
 			}
 			c.mu.Lock()
 			k.next[ch][i] = moves
@@ -532,8 +532,9 @@ func (c *Cache) buildAhead(k *known, stale chan struct{}) {
 }
 
 // moves builds the table of k's backends with change ch made to backend
-// i and returns the entries that differ from k's own (set).
-func (k *known) moves(i, ch int) ([]uint32, error) {
+// i and returns the entries that differ from k's own (set); errStopped
+// when stop closed first.
+func (k *known) moves(i, ch int, stop <-chan struct{}) ([]uint32, error) {
 	bs := make([]Backend, 0, len(k.keys))
 	for j := range k.keys {
 		w := k.weights[j]
@@ -542,7 +543,7 @@ func (k *known) moves(i, ch int) ([]uint32, error) {
 		}
 		bs = append(bs, Backend{Key: k.keys[j], Weight: w}) // weight 0: as taken out
 	}
-	table, err := Build(bs, k.size)
+	table, err := build(bs, k.size, stop)
 	if err != nil {
 		return nil, err
 	}

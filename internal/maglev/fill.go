@@ -29,7 +29,10 @@ import (
 // (walk). And the last entries, where a walk would test size/free
 // preferences for each claim, are handed out from each backend's free
 // entries sorted by their rank in its permutation (claimTail).
-func fill(table []int32, slots []slot) {
+//
+// It gives up and returns false once stop is closed, looking every
+// stopEvery claims (some 50-100 us apart here).
+func fill(table []int32, slots []slot, stop <-chan struct{}) bool {
 	size := uint32(len(table))
 	f := filler{table: table, slots: slots, size: size, taken: make([]uint64, (size+63)/64)}
 	for i := range slots {
@@ -40,10 +43,27 @@ func fill(table []int32, slots []slot) {
 		s.stride = uint32(probes * uint64(s.skip) % uint64(size))
 	}
 	seq := newTurns(slots)
-	for range size - tailEntries(size, len(slots)) {
+	for i := range size - tailEntries(size, len(slots)) {
+		if i%stopEvery == 0 && stopped(stop) {
+			return false
+		}
 		f.claim(&slots[seq.next()])
 	}
 	claimTail(table, slots, seq.rest(), f.taken)
+	return true
+}
+
+// stopEvery is how many claims fill makes between two looks at stop.
+const stopEvery = 4096
+
+// stopped says whether stop is closed.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // filler is the table being filled: who holds each entry, and a bit for

@@ -59,11 +59,23 @@ type Backend struct {
 // rounded up or down (largest-remainder apportionment), so shares are exact
 // to within one entry.
 func Build(backends []Backend, size uint32) ([]int32, error) {
+	return build(backends, size, nil)
+}
+
+// errStopped is build's error when stop closed before it was done.
+var errStopped = errors.New("build stopped")
+
+// build is Build, giving up with errStopped once stop is closed (a nil
+// stop never is): a build in the background must not hold a CPU for a
+// millisecond after the change that needs the foreground came.
+func build(backends []Backend, size uint32, stop <-chan struct{}) ([]int32, error) {
 	table, slots, err := plan(backends, size)
 	if err != nil || len(slots) == 0 {
 		return table, err
 	}
-	fill(table, slots)
+	if !fill(table, slots, stop) {
+		return nil, errStopped
+	}
 	return table, nil
 }
 

@@ -352,6 +352,36 @@ func TestIsPrime(t *testing.T) {
 	}
 }
 
+// TestBuildStops: a build whose stop is closed gives up (a build ahead
+// stops for the change that needs the CPU now), one whose stop is open
+// or nil gives Build's table, and a Cache stopped while it builds
+// ahead leaves some of its tables ahead unbuilt.
+func TestBuildStops(t *testing.T) {
+	bs := backends(10, nil)
+	stop := make(chan struct{})
+	got, err := build(bs, DefaultSize, stop)
+	if err != nil || !slices.Equal(got, mustBuild(t, bs, DefaultSize)) {
+		t.Fatalf("stop open: %v", err)
+	}
+	close(stop)
+	if _, err := build(bs, DefaultSize, stop); !errors.Is(err, errStopped) {
+		t.Fatalf("stop closed: error %v, want errStopped", err)
+	}
+
+	c := NewCache()
+	c.Idle = 0
+	if _, err := c.Build(backends(MaxAhead, nil), DefaultSize); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop() // up to 2*MaxAhead builds of 65,537 entries ahead: far from done
+	c.ahead.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.known[0].missing() {
+		t.Fatal("every table ahead built after Stop")
+	}
+}
+
 func BenchmarkBuild(b *testing.B) {
 	for _, n := range []int{10, 100} {
 		bs := backends(n, nil)
