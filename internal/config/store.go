@@ -392,6 +392,9 @@ func (t *table[T]) diffList() []Diff[T] {
 
 func (t *table[T]) finish(ch *Changes) {
 	ds := t.diffList()
+	if len(ds) == 0 {
+		return // the field stays empty: no boxing, no reflection
+	}
 	if i := t.k.meta().changesIndex; i >= 0 {
 		reflect.ValueOf(ch).Elem().Field(i).Set(reflect.ValueOf(ds))
 	} else if len(ds) > 0 {
