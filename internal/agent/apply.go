@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"maps"
@@ -368,15 +369,19 @@ func (a *Agent) commitStaged(g *stagedGroup) (gen uint32, synced time.Duration, 
 // from the last one journalled, as one write; nrec is how many (a
 // batch without rec is not journalled).
 func (a *Agent) records(group []staged) (lines []byte, nrec int, err error) {
+	size := 0
+	for _, s := range group {
+		// A record: checksum, seq, base64 and newline.
+		size += 64 + base64.StdEncoding.EncodedLen(len(s.r.rec))
+	}
+	lines = make([]byte, 0, size)
 	for _, s := range group {
 		if s.r.rec == nil {
 			continue
 		}
-		line, err := encodeRecord(journalEntry{Seq: a.seq + uint64(nrec) + 1, PB: s.r.rec})
-		if err != nil {
+		if lines, err = appendRecord(lines, journalEntry{Seq: a.seq + uint64(nrec) + 1, PB: s.r.rec}); err != nil {
 			return nil, 0, err
 		}
-		lines = append(lines, line...)
 		nrec++
 	}
 	return lines, nrec, nil

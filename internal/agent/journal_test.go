@@ -422,6 +422,11 @@ const previousBuildRecord = `8bfe575d {"seq":1,"apply":{"operations":[{"create":
 // wire-format records it appends after them; a fold's trim keeps both
 // as they are.
 func TestJournalUpgradeReplaysOldRecords(t *testing.T) {
+	// Records in protojson (the tests' append) are still framed as the
+	// previous build framed them.
+	if line, err := encodeRecord(journalEntry{Seq: 1, Apply: createPDR(101)}); err != nil || string(line) != previousBuildRecord {
+		t.Errorf("protojson record %q, %v; want %q", line, err, previousBuildRecord)
+	}
 	cfg, old := newJournalDir(t, t.TempDir(), 0)
 	appendRaw(t, old.path, []byte(previousBuildRecord))
 	old.close()
@@ -463,13 +468,22 @@ func TestJournalWireRecords(t *testing.T) {
 	if bytes.Contains(line, []byte(`"apply"`)) || !bytes.HasSuffix(line, []byte("\"}\n")) {
 		t.Errorf("record %q: want {\"seq\":9,\"pb\":\"...\"}", line)
 	}
+	var want pb.ApplyRequest
+	if err := proto.Unmarshal(req, &want); err != nil {
+		t.Fatal(err)
+	}
 	got, err := decodeRecord(line[:len(line)-1])
-	if err != nil || got.Seq != 9 || !bytes.Equal(got.PB, req) {
-		t.Errorf("decode %q: %d %x, %v; want 9 %x", line, got.Seq, got.PB, err, req)
+	if err != nil || got.Seq != 9 {
+		t.Fatalf("decode %q: batch %d, %v; want 9", line, got.Seq, err)
 	}
 	var whole journalEntry
 	if err := json.Unmarshal(line[9:len(line)-1], &whole); err != nil || whole.Seq != 9 || !bytes.Equal(whole.PB, req) {
 		t.Errorf("%q decoded whole: %+v, %v", line, whole, err)
+	}
+	for _, e := range []journalEntry{got, whole} {
+		if r, err := e.request(); err != nil || !proto.Equal(r, &want) {
+			t.Errorf("request of %q: %v, %v; want %v", line, r, err, &want)
+		}
 	}
 
 	cfg, j := newJournalDir(t, t.TempDir(), 0)
