@@ -25,13 +25,20 @@ import (
 func (w *Writer) writeTables(t uint32, g *Generation, keys *Dirty) error {
 	o := w.o
 	cur := w.slots[t]
-	tags := maps.Keys(g.Tables)
+	tags, ntags := maps.Keys(g.Tables), len(g.Tables)
 	if keys != nil {
-		tags = maps.Keys(keys.Tables)
+		tags, ntags = maps.Keys(keys.Tables), len(keys.Tables)
 	}
 	var ks, fks, fvs []uint32
 	var vs []bpf.MaglevBlk
 	var written []uint32
+	// A backend taken out or reweighted moves entries in every block:
+	// room for a whole table at once, not a slice of 4 KiB blocks
+	// grown (and copied) five times.
+	if ntags == 1 {
+		n := int(o.Limits.MaglevBlocks())
+		ks, vs = make([]uint32, 0, n), make([]bpf.MaglevBlk, 0, n)
+	}
 	for tag := range tags {
 		want, ok := g.Tables[tag]
 		if !ok || tag >= bpf.MaxServices {
@@ -47,9 +54,8 @@ func (w *Writer) writeTables(t uint32, g *Generation, keys *Dirty) error {
 			if have != nil && bytes.Equal(have.Members[lo:hi], want.Members[lo:hi]) {
 				continue
 			}
-			var blk bpf.MaglevBlk
-			copy(blk.M[:], want.Members[lo:hi])
-			ks, vs = append(ks, base+b), append(vs, blk)
+			ks, vs = append(ks, base+b), append(vs, bpf.MaglevBlk{})
+			copy(vs[len(vs)-1].M[:], want.Members[lo:hi])
 		}
 		fbase := (t*bpf.MaxServices + tag) * bpf.MaxMembers
 		for m, f := range want.Far {
