@@ -99,6 +99,12 @@ struct edge_ctx {
 	 * (EDGE_GO_ON, or XDP_DROP: over its share). */
 	__u32 fo_done;
 	__s32 fo_rc;
+	/* FlowOpt's clock on this CPU (flowopt.h's fo_clock), kept between
+	 * packets, unlike the rest: the fine clock as last read, the
+	 * packets after it that may still take it, and those that took it. */
+	__u64 fo_t;
+	__u32 fo_reuse;
+	__u32 fo_count;
 	struct edge_ft_rec rec;
 	struct edge_lb_scratch lb;
 };

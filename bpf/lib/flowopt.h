@@ -105,6 +105,10 @@ volatile const __u32 fo_slots = 65536;
 /* A CPU whose packets of a class come less than this apart adds them to
  * the class's phantom queue in batches (fo_vq). */
 #define FO_VQ_STREAM_NS 2000
+/* A CPU whose packets come less than FO_CLOCK_DENSE_NS apart on average
+ * reads the fine clock once every FO_CLOCK_EVERY of them (fo_clock). */
+#define FO_CLOCK_EVERY 8
+#define FO_CLOCK_DENSE_NS 500
 
 /* Where a connection sits in edge_fo (fo_place): its key, the first of
  * its pair of slots (even), its check (the hash's high half | 1), the
@@ -338,15 +342,69 @@ static __always_inline struct edge_fo_conn *fo_lookup(struct edge_ctx *c,
 	return fo_again(c);
 }
 
-/* fo_clock returns the time of the packet's FlowOpt stages,
- * CLOCK_MONOTONIC: to the ns while fairness is on (its tokens and
- * phantom queue drain by it), else the coarse clock (a tick's
- * precision, for a fraction of the cost: the records' ages and rate
- * windows are counted in ms and s; the probe reads the fine clock for
- * the few packets it times, fo_fine). */
-static __always_inline __u64 fo_clock(__u32 fo)
+/* The time of a packet's FlowOpt stages (fo_clock): ns, CLOCK_MONOTONIC,
+ * and whether it is an earlier packet's (stale: read on this CPU at
+ * most FO_CLOCK_EVERY - 1 packets before, while they came in dense). */
+struct fo_now {
+	__u64 ns;
+	__u32 stale;
+};
+
+/* fo_clock sets *t to the time of the packet's FlowOpt stages: to the
+ * ns while fairness is on (its tokens and phantom queue drain by it),
+ * else the coarse clock (a tick's precision, for a fraction of the
+ * cost: the records' ages and rate windows are counted in ms and s;
+ * the probe reads the fine clock for the few packets it times,
+ * fo_fine). The fine clock (bpf_ktime_get_ns: ~25 ns on these VMs,
+ * half of what FlowOpt costs an established flow's packet) is read once
+ * every FO_CLOCK_EVERY packets of a CPU while they come less than
+ * FO_CLOCK_DENSE_NS apart on average (a NAPI poll's burst, a flood:
+ * the packets whose cost adds up), and the packets between take the
+ * time read before them, marked stale: fairness judges on it only what
+ * a later time could not change (fo_fresh: a mark, a drop, a flow
+ * using its share, a batch's start are judged on the packet's own
+ * time), and the probe times no sample by it. Kept per CPU in the
+ * context (fo_t, fo_reuse, fo_count: the one part of it kept between
+ * packets). */
+static __always_inline void fo_clock(struct edge_ctx *c, __u32 fo,
+				     struct fo_now *t)
 {
-	return fo & EDGE_FO_FAIR ? bpf_ktime_get_ns() : bpf_ktime_get_coarse_ns();
+	__u64 ns, reuse;
+
+	t->stale = 0;
+	if (!(fo & EDGE_FO_FAIR)) {
+		t->ns = bpf_ktime_get_coarse_ns();
+		return;
+	}
+	/* stale: reuse != 0, without a branch: the verifier then goes
+	 * through what follows once, not once for each. */
+	reuse = c->fo_reuse;
+	t->stale = (__u32)(-reuse >> 63);
+	if (reuse) {
+		c->fo_reuse--;
+		c->fo_count++;
+		t->ns = c->fo_t;
+		return;
+	}
+	ns = bpf_ktime_get_ns();
+	c->fo_reuse = ns - c->fo_t < (__u64)(c->fo_count + 1) * FO_CLOCK_DENSE_NS ?
+			      FO_CLOCK_EVERY - 1 : 0;
+	c->fo_count = 0;
+	c->fo_t = ns;
+	t->ns = ns;
+}
+
+/* fo_fresh returns the packet's own time, reading the fine clock when
+ * *t is an earlier packet's (and keeping it for the packets after). */
+static __always_inline __u64 fo_fresh(struct edge_ctx *c, struct fo_now *t)
+{
+	if (t->stale) {
+		t->ns = bpf_ktime_get_ns();
+		t->stale = 0;
+		c->fo_t = t->ns;
+		c->fo_count = 0;
+	}
+	return t->ns;
 }
 
 /* fo_fine returns the fine clock, read once (*fine; 0: not yet). */
@@ -474,8 +532,9 @@ static __always_inline void fo_probe(struct xdp_md *ctx, struct edge_ctx *c,
 
 /* edge_fo_probe takes the TCP packet in c->p into the RTT samples of
  * its connection's record (c->fo_at, fo_check, fo_dir: as found for
- * it), timed by the fine clock (now when it is, fine: fairness on). A
- * global function: the options' walk, verified once. */
+ * it), timed by the fine clock (now when it is, fine: read for this
+ * packet, fo_clock). A global function: the options' walk, verified
+ * once. */
 __noinline int edge_fo_probe(struct xdp_md *ctx, struct edge_ctx *c,
 			     __u64 now, __u32 fine, __u32 k16)
 {
@@ -578,10 +637,11 @@ static __always_inline void fo_vq_add(struct edge_qos_vq *vq,
  * most a batch of each other's. A batch left when a CPU's packets stop
  * is added with its next packet, from when it began (fo_vq_add): what
  * drained meanwhile is not counted again. */
-static __always_inline int fo_vq(__u32 idx, const struct edge_qos_class *q,
-				 __u32 len, int busy, __u64 now)
+static __always_inline int fo_vq(struct edge_ctx *c, __u32 idx,
+				 const struct edge_qos_class *q, __u32 len,
+				 int busy, struct fo_now *tn)
 {
-	__u64 d = q->depth_ns, t, b;
+	__u64 d = q->depth_ns, t, b, now = tn->ns;
 	struct edge_qos_vq_cpu *pc;
 	struct edge_qos_vq *vq;
 	int v = FO_VQ_PASS, stream;
@@ -593,6 +653,11 @@ static __always_inline int fo_vq(__u32 idx, const struct edge_qos_class *q,
 	t = *(volatile __u64 *)&vq->tail;
 	if (pc->pend)
 		t = (t > pc->since ? t : pc->since) + pc->pend;
+	/* On an earlier packet's time the backlog is never less: a batch's
+	 * start, or a backlog past the depth, is judged on the packet's
+	 * own. */
+	if (tn->stale & ((pc->pend == 0) | (t > now + d)))
+		now = fo_fresh(c, tn);
 	b = t > now ? t - now : 0;
 	if (b > 4 * d || (busy && (b > 2 * d || (b > d && (q->flags & EDGE_QF_DROP)))))
 		return FO_VQ_DROP;
@@ -624,18 +689,35 @@ static __always_inline void fo_refill(struct edge_fo_dir *d,
 	d->tokens += (__s64)((el * q->quantum << EDGE_FO_TOKEN_SHIFT) / q->round_ns);
 }
 
+/* fo_refill_to refills d's tokens (fo_refill) up to now, at most depth.
+ * Signed: another CPU (the connection's other direction shares no
+ * tokens, but a share does) may have stamped them later than now (an
+ * earlier packet's time, fo_clock, or a moment later): they are not
+ * refilled, nor their stamp moved back (which would refill the time
+ * between twice). */
+static __always_inline void fo_refill_to(struct edge_fo_dir *d,
+					 const struct edge_qos_class *q,
+					 __u64 now, __s64 depth)
+{
+	if ((__s64)(now - d->refill_ns) > 0) {
+		fo_refill(d, q, now - d->refill_ns);
+		d->refill_ns = now;
+	}
+	if (d->tokens > depth)
+		d->tokens = depth;
+}
+
 /* fo_fair serves the packet in c->p of flow direction d, in class q (index
  * idx, its counters qc): 1 when it is to be dropped, else 0 (perhaps
  * marked). */
 static __always_inline int fo_fair(struct xdp_md *ctx, struct edge_ctx *c,
 				   struct edge_fo_dir *d, const struct edge_qos_class *q,
-				   __u32 idx, struct edge_qos_ctr *qc, __u64 now)
+				   __u32 idx, struct edge_qos_ctr *qc, struct fo_now *t)
 {
 	__s64 len = (__s64)c->p.len << EDGE_FO_TOKEN_SHIFT;
 	__s64 depth = (__s64)q->depth << EDGE_FO_TOKEN_SHIFT;
-	__u16 period = (__u16)(now >> EDGE_FO_PERIOD_SHIFT);
+	__u16 period = (__u16)(t->ns >> EDGE_FO_PERIOD_SHIFT);
 	int busy = 1, vq;
-	__u64 el;
 
 	if (d->period != period) {
 		d->period = period;
@@ -648,22 +730,22 @@ static __always_inline int fo_fair(struct xdp_md *ctx, struct edge_ctx *c,
 	if (q->flags & EDGE_QF_URLLC)
 		goto pass;
 	if (q->round_ns) {
+		/* Judged on an earlier packet's time (fo_clock) only while
+		 * that could not make it busy: its tokens before they are
+		 * refilled left over half the depth after the packet (a new
+		 * flow has none yet: its quantum from its first packet's own
+		 * time). */
+		if (t->stale & (d->tokens - len < depth / 2))
+			fo_fresh(c, t);
 		if (!d->refill_ns) {
 			d->tokens = (__s64)q->quantum << EDGE_FO_TOKEN_SHIFT;
-			d->refill_ns = now;
+			d->refill_ns = t->ns;
 		}
-		/* Signed: another CPU (the connection's other direction
-		 * shares no tokens, but a share does) may have stamped it a
-		 * moment later. */
-		el = (__s64)(now - d->refill_ns) > 0 ? now - d->refill_ns : 0;
-		d->refill_ns = now;
-		fo_refill(d, q, el);
-		if (d->tokens > depth)
-			d->tokens = depth;
+		fo_refill_to(d, q, t->ns, depth);
 		d->tokens -= len;
 		busy = d->tokens < depth / 2;
 	}
-	vq = q->rate ? fo_vq(idx, q, c->p.len, busy, now) : FO_VQ_PASS;
+	vq = q->rate ? fo_vq(c, idx, q, c->p.len, busy, t) : FO_VQ_PASS;
 	if (vq == FO_VQ_DROP)
 		goto drop_congested;
 	if (vq == FO_VQ_MARK && fo_mark(ctx, c))
@@ -811,6 +893,7 @@ __noinline int edge_flowopt(struct xdp_md *ctx, struct edge_ctx *c,
 	__u32 k, share, reason, fo, k16, ncpus;
 	struct edge_qos_ctr *qc;
 	struct edge_fo_conn *e;
+	struct fo_now t;
 	int rc, judge;
 	__u64 now;
 
@@ -834,7 +917,8 @@ __noinline int edge_flowopt(struct xdp_md *ctx, struct edge_ctx *c,
 	judge = (fo & EDGE_FO_PROBE) || (q && (fo & EDGE_FO_FAIR));
 	if (!ncpus && !judge)
 		return EDGE_GO_ON;
-	now = fo_clock(fo);
+	fo_clock(c, fo, &t);
+	now = t.ns;
 	e = fo_lookup(c, now);
 	if (e) {
 		/* The connection's packets counted: first when relief is
@@ -857,7 +941,7 @@ __noinline int edge_flowopt(struct xdp_md *ctx, struct edge_ctx *c,
 			fo_rate(me, c->p.len, now);
 			if (c->p.key.proto == IPPROTO_TCP && c->p.l4_off &&
 			    !(c->p.key.flags & EDGE_KF_FRAG))
-				edge_fo_probe(ctx, c, now, fo & EDGE_FO_FAIR, k16);
+				edge_fo_probe(ctx, c, now, (fo & EDGE_FO_FAIR) && !t.stale, k16);
 			c->fo_oif = me->oif;
 		}
 	}
@@ -876,7 +960,7 @@ __noinline int edge_flowopt(struct xdp_md *ctx, struct edge_ctx *c,
 		me = bpf_map_lookup_elem(&edge_fo_shares, &share);
 		reason = EDGE_R_FO_SHARE_DROP;
 	}
-	if (!me || fo_fair(ctx, c, me, q, k, qc, now))
+	if (!me || fo_fair(ctx, c, me, q, k, qc, &t))
 		c->fo_rc = punt(&c->p, reason, XDP_DROP);
 	return EDGE_GO_ON;
 }

@@ -187,3 +187,52 @@ func TestFlowOptFairnessTwoCPUs(t *testing.T) {
 	runs = runTogether(t, h, under, repeat)
 	t.Logf("under the rate: ns a packet alone %v, together %v, %v", under1, runs[0].perRun, runs[1].perRun)
 }
+
+// TestFlowOptClockAfterBurst: while a CPU's packets come densely, FlowOpt
+// reads the fine clock once every few of them and the others take the
+// time read before them; a packet judged on such a time must never be
+// held back where its own time would let it through. A flow sends a
+// dense burst far over its class's rate (BPF_PROG_TEST_RUN with
+// repeats, on CPU 0: its tokens spent, most of the burst dropped),
+// rests 10 ms (its tokens refilled past the class's burst, the class's
+// phantom queue drained), then sends single packets on the same CPU:
+// every one passes, as after any pause. The burst's length moves from
+// round to round, so the rest begins at every point of the clock's
+// schedule (a time read just before the burst ended, or several packets
+// before: the packets after the rest then take it).
+func TestFlowOptClockAfterBurst(t *testing.T) {
+	h := newHarness(t, foCPUConfig)
+	frame := foBig(t, layers.IPProtocolUDP, 50003)
+	single := func() uint32 {
+		var ret uint32
+		err := h.ns.Do(func() error {
+			var set unix.CPUSet
+			set.Set(0)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				return fmt.Errorf("pin to CPU 0: %w", err)
+			}
+			var err error
+			ret, _, err = h.dp.Prog.Benchmark(append([]byte(nil), frame...), 1, nil)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ret
+	}
+	for round := range 16 {
+		before := qosCtr(t, h, 1)
+		if _, err := runOnCPU(h, 0, frame, 1000+round); err != nil {
+			t.Fatal(err)
+		}
+		if c := qosCtr(t, h, 1); c.Dropped == before.Dropped {
+			t.Fatalf("round %d: the burst lost no packet (%+v): want it far over the class's rate", round, c)
+		}
+		time.Sleep(10 * time.Millisecond)
+		for i := range 8 {
+			if ret := single(); ret != bpf.XDPPass {
+				t.Errorf("round %d: packet %d after a rest of 10 ms: %s, want pass (the flow's tokens refilled, the class's queue drained)", round, i, verdictName(ret))
+			}
+		}
+	}
+}
