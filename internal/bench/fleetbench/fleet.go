@@ -73,6 +73,12 @@ type Series struct {
 	// MembersPerClient is how many members share an etcd client (members
 	// without a dataplane).
 	MembersPerClient int `json:"members_per_etcd_client,omitempty"`
+	// Idle is the processes' costs with the members joined and nothing
+	// applied, over fleetIdle (members without a dataplane, 100 or more;
+	// its per-Apply figures are the window's totals): what a
+	// quiet fleet costs etcd, its lease renewals and each member's check
+	// of etcd's history, which every Apply competes with.
+	Idle *Costs `json:"idle,omitempty"`
 }
 
 // Timing is a series' figures over its timed Applies.
@@ -146,6 +152,10 @@ const (
 	fleetCommitTimeout = 30 * time.Second
 	// fleetReadyTimeout bounds the wait for the members to join.
 	fleetReadyTimeout = 60 * time.Second
+	// fleetIdle is how long the members without a dataplane are left
+	// idle, once joined, to measure what they cost then: a few of their
+	// lease renewals and history checks each, after a second to settle.
+	fleetIdle = 15 * time.Second
 	// fleetPDR is the PDR the Applies create and delete in turn.
 	fleetPDR = 50
 	// fleetMgmtNet is the /16 of the gateways' management links, one
@@ -330,6 +340,10 @@ func (f *Fleet) Text() string {
 			s.Members, what, s.Applies, s.P50Ms, s.RatioFloor.P50, s.P99Ms, s.RatioFloor.P99, s.MaxMs, s.RatioFloor.Max,
 			s.ApplyCallP50Ms, s.WritesPerApply, s.TxnWritesPerApply, s.StatusWritesPerApply, s.OtherWritesPerApply, s.RevisionsPerApply)
 		sb.WriteString(s.Costs.text())
+		if c := s.Idle; c != nil {
+			fmt.Fprintf(&sb, "fleet, %d %s, idle for %.0f s: CPU share etcd %.2f, members and bench %.2f, controller %.2f\n",
+				s.Members, what, c.Seconds, c.Etcd.CPUShare, c.MembersAndBench.CPUShare, c.Controller.CPUShare)
+		}
 		if u := s.Unasked; u != nil {
 			fmt.Fprintf(&sb, "fleet, %d %s, %d Applies, nobody asking for statuses, until all committed: p50 %.1f ms, p99 %.1f ms, max %.1f ms; "+
 				"etcd writes per Apply %.1f (transaction %.1f, statuses %.1f, other %.1f); then a listing, asking: %.0f ms, %d listed converged\n",

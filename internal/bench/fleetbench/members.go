@@ -58,6 +58,18 @@ func runFleetNoDataplane(ctx context.Context, o Options, bin, dir string, etcd *
 		return s, err
 	}
 	o.Log("fleet: %d members without a dataplane (%d on each etcd client) joined and committed the base objects", n, min(perClient, n))
+	// Idle, at the sizes the goals are for (a small fleet's idle cost
+	// says nothing, and would lengthen TestBenchFleet).
+	var idle *Costs
+	if n >= 100 {
+		c, err := rig.idle(ctx)
+		if err != nil {
+			return s, err
+		}
+		idle = &c
+		o.Log("fleet: %d members idle for %.0f s: etcd %.2f of a CPU, members and bench %.2f, controller %.2f",
+			n, c.Seconds, c.Etcd.CPUShare, c.MembersAndBench.CPUShare, c.Controller.CPUShare)
+	}
 	un, err := rig.unasked(ctx, o, names, applies, done.expect, func(ctx context.Context) (time.Time, error) { return done.wait(ctx, fleetCommitTimeout) })
 	if err != nil {
 		return s, err
@@ -65,7 +77,7 @@ func runFleetNoDataplane(ctx context.Context, o Options, bin, dir string, etcd *
 	if s, err = rig.series(ctx, o, names, applies); err != nil {
 		return s, err
 	}
-	s.Name, s.What, s.Unasked, s.MembersPerClient = "members_without_dataplane", whatNoDataplane, un, min(perClient, n)
+	s.Name, s.What, s.Unasked, s.MembersPerClient, s.Idle = "members_without_dataplane", whatNoDataplane, un, min(perClient, n), idle
 	return s, nil
 }
 

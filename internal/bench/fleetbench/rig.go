@@ -298,6 +298,30 @@ func (r *fleetRig) listed(ctx context.Context, names []string) (int, time.Durati
 	return n, took, nil
 }
 
+// idle measures the processes' costs over fleetIdle with nothing
+// applied, after a second for the joins to settle.
+func (r *fleetRig) idle(ctx context.Context) (Costs, error) {
+	wait := func(d time.Duration) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+			return nil
+		}
+	}
+	if err := wait(time.Second); err != nil {
+		return Costs{}, err
+	}
+	if err := r.meter.begin(); err != nil {
+		return Costs{}, err
+	}
+	if err := wait(fleetIdle); err != nil {
+		return Costs{}, err
+	}
+	// Per Apply means nothing here: the share of a CPU does.
+	return r.meter.end(1)
+}
+
 // unasked runs fleetWarmup untimed Applies, then applies timed ones with
 // nobody asking for statuses, each after every member committed the one
 // before; wait blocks until every member has committed the Apply under
