@@ -31,7 +31,7 @@ func TestBenchRuns(t *testing.T) {
 		"gre_encap_ip4_hit", "gre_decap_ip4_hit", "steer_per_flow_hit", "steer_per_packet_hit", "steer_redundant_hit",
 		"lb_nat_established", "lb_nat_new", "lb_dsr_gre_established", "lb_dsr_gre_new",
 		"lb_dsr_gre_established_ring", "lb_dsr_gre_established_ring_flood",
-		"flowopt_probe_hit", "flowopt_fairness_hit", "flowopt_relief_hit", "flowopt_all_hit",
+		"flowopt_off_hit", "flowopt_probe_hit", "flowopt_fairness_hit", "flowopt_relief_hit", "flowopt_all_hit",
 		"probe_mac_sip24", "probe_reflect_signed", "probe_reflect_insecure",
 		"flow_hash_sip13_ip4", "flow_hash_sip13_ip6"}
 	for _, name := range want {
@@ -41,10 +41,16 @@ func TestBenchRuns(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"gre_encap_ip4_hit", "gre_decap_ip4_hit", "steer_per_flow_hit", "steer_per_packet_hit", "steer_redundant_hit", "lb_nat_new", "lb_dsr_gre_established",
-		"flowopt_probe_hit", "flowopt_fairness_hit", "flowopt_relief_hit", "flowopt_all_hit"} {
+		"flowopt_off_hit", "flowopt_probe_hit", "flowopt_fairness_hit", "flowopt_relief_hit", "flowopt_all_hit"} {
 		if f := r.find(name); f.Verdict != "redirect" || f.UndoNs <= 0 {
 			t.Errorf("%s: verdict %q, undo %.1f ns", name, f.Verdict, f.UndoNs)
 		}
+	}
+	all := r.find("flowopt_all_hit").OverBaseNs
+	if !slices.ContainsFunc(r.Goals, func(g measure.Goal) bool {
+		return strings.HasPrefix(g.Name, "flowopt all modules on") && g.Value == all
+	}) {
+		t.Errorf("no FlowOpt goal of all modules on over off (%.1f ns): %+v", all, r.Goals)
 	}
 	checkNewFlows(t, r)
 	checkFlood(t, r)
@@ -104,9 +110,10 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("ours vs kernel, %s sender: %+v", c.Sender, c)
 		}
 	}
-	// 13, and the rings at scale: 4,096 flows against Katran's, and
-	// each size against its baseline.
-	if len(r.Goals) != 13+1+2 {
+	// 13, FlowOpt's (all modules on over off, timed in the same rounds),
+	// and the rings at scale: 4,096 flows against Katran's, and each
+	// size against its baseline.
+	if len(r.Goals) != 13+1+1+2 {
 		t.Errorf("goals: %+v", r.Goals)
 	}
 }

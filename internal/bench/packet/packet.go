@@ -69,6 +69,10 @@ type Figure struct {
 	// PerStageNs is, for the stage mechanisms, what one stage costs
 	// beyond its work inlined.
 	PerStageNs float64 `json:"per_stage_ns,omitempty"`
+	// OverBaseNs is, for figures timed round-robin with a baseline of
+	// their own (FlowOpt's modules, over FlowOpt off), the median of the
+	// per-round differences from it.
+	OverBaseNs float64 `json:"ns_over_baseline,omitempty"`
 	// InsertMultiple is, for the figures of new flows (names ending in
 	// _new, the classifier's misses), AboveFloor over flow_insert_bare's:
 	// how many bare LRU inserts a new flow costs.
@@ -160,7 +164,7 @@ func (b *bencher) goals(r *Result) []measure.Goal {
 	case b.o.Quick:
 		return nil
 	}
-	return append(classifyGoals(r), lbGoals(r)...)
+	return append(append(classifyGoals(r), flowOptGoals(r)...), lbGoals(r)...)
 }
 
 // open makes the namespace, a dataplane sized for the largest rule set
