@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	pb3 "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -55,8 +56,8 @@ type MemberOptions struct {
 	TTL time.Duration
 	// Check is how long the member's watch may be quiet (no change to
 	// the fleet's revision key, whose chain it checks) before it checks
-	// that etcd still holds the history it follows (default 5 s; also at
-	// once when it reaches etcd again).
+	// that etcd still holds the history it follows (default 5 s, each
+	// wait drawn ±20 %; also at once when it reaches etcd again).
 	Check time.Duration
 	// Health is asked at each heartbeat (nil: dataplane OK, no paths).
 	Health func() Health
@@ -97,6 +98,12 @@ type Member struct {
 	// recheck asks Run's goroutine to check etcd's history at once (the
 	// heartbeat reached etcd again).
 	recheck chan struct{}
+	// renewed is when etcd last renewed the lease, ka the stream it
+	// renews it on (nil: none open; the heartbeat's goroutine alone
+	// touches them).
+	renewed  time.Time
+	ka       pb3.Lease_LeaseKeepAliveClient
+	kaCancel context.CancelFunc
 
 	mu        sync.Mutex
 	st        Status
@@ -222,7 +229,7 @@ func (m *Member) follow(ctx context.Context) error {
 	// time and are none of a member's business.
 	from, end := m.k.memberRange()
 	wc := m.cli.Watch(wctx, from, clientv3.WithRange(end), clientv3.WithRev(m.rev+1))
-	check := time.NewTicker(m.o.Check)
+	check := time.NewTimer(m.checkAfter())
 	defer check.Stop()
 	for {
 		var resp clientv3.WatchResponse
@@ -233,6 +240,7 @@ func (m *Member) follow(ctx context.Context) error {
 			if again, err := m.verify(ctx); err != nil || again {
 				return err
 			}
+			check.Reset(m.checkAfter())
 			continue
 		case <-m.recheck:
 			if again, err := m.verify(ctx); err != nil || again {
@@ -261,7 +269,7 @@ func (m *Member) follow(ctx context.Context) error {
 		if m.pos != pos {
 			// The chain checked out: etcd holds the history followed,
 			// so the check waits until the watch is quiet again.
-			check.Reset(m.o.Check)
+			check.Reset(m.checkAfter())
 		}
 		if rev := resp.Header.Revision; rev > m.rev && len(resp.Events) > 0 {
 			m.rev = rev
@@ -349,29 +357,54 @@ func (m *Member) setAsks(asks bool) {
 // again, another etcd at the same endpoints), the gateway is behind and
 // the member reads everything again (again: it did).
 func (m *Member) verify(ctx context.Context) (again bool, err error) {
+	// First as whichever etcd member answers has it (serializable), with
+	// no round to the leader: a thousand members checking every few
+	// seconds were as many ReadIndex rounds. A follower a little behind
+	// the one the watch is on looks like an older etcd for a moment, so
+	// what this read suspects is read again linearizably before the
+	// member acts on it.
+	why, err := m.history(ctx, clientv3.WithSerializable())
+	if err != nil || why == "" {
+		return false, err
+	}
+	if why, err = m.history(ctx); err != nil || why == "" {
+		return false, err
+	}
+	return true, m.reread(ctx, why)
+}
+
+// history reads the revision key with opts and says why etcd does not
+// hold the history the member follows ("": it does).
+func (m *Member) history(ctx context.Context, opts ...clientv3.OpOption) (string, error) {
 	rctx, cancel := context.WithTimeout(ctx, m.o.TTL/2)
 	defer cancel()
-	r, err := m.cli.Get(rctx, m.k.revision())
+	r, err := m.cli.Get(rctx, m.k.revision(), opts...)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	cur, v := Position{}, revisionValue{}
 	if len(r.Kvs) > 0 {
 		v = parseRevision(r.Kvs[0].Value)
 		cur = Position{Rev: r.Kvs[0].ModRevision, ID: v.ID}
 	}
-	why := ""
 	switch {
 	case r.Header.Revision < m.rev:
-		why = fmt.Sprintf("etcd is at revision %d, before the %d this gateway followed: restored from an older state", r.Header.Revision, m.rev)
+		return fmt.Sprintf("etcd is at revision %d, before the %d this gateway followed: restored from an older state", r.Header.Revision, m.rev), nil
 	case cur.Rev <= m.rev && cur != m.pos:
-		why = fmt.Sprintf("the fleet's revision key is %d/%s where this gateway followed %d/%s: etcd was restored or replaced", cur.Rev, cur.ID, m.pos.Rev, m.pos.ID)
+		return fmt.Sprintf("the fleet's revision key is %d/%s where this gateway followed %d/%s: etcd was restored or replaced", cur.Rev, cur.ID, m.pos.Rev, m.pos.ID), nil
 	case m.cluster != "" && v.Cluster != "" && v.Cluster != m.cluster:
-		why = fmt.Sprintf("the fleet's cluster id is %s, not %s: another fleet's etcd", v.Cluster, m.cluster)
-	default:
-		return false, nil
+		return fmt.Sprintf("the fleet's cluster id is %s, not %s: another fleet's etcd", v.Cluster, m.cluster), nil
 	}
-	return true, m.reread(ctx, why)
+	return "", nil
+}
+
+// checkAfter is how long the watch may be quiet before the next check
+// of etcd's history: Check, drawn ±20 % each time, so that the
+// members, whose checks an Apply to all of them resets at once, do not
+// all check in the same instant.
+func (m *Member) checkAfter() time.Duration {
+	d := m.o.Check
+	return d - d/5 + rand.N(2*d/5)
 }
 
 // reread reads everything again; with why, the gateway is shown behind
@@ -564,14 +597,7 @@ func (m *Member) saveState() error {
 // status whenever it changes (and the health with each beat).
 func (m *Member) heartbeat(ctx context.Context) {
 	var lease clientv3.LeaseID
-	// Renewals a third of the TTL apart, each drawn ±20 %: members
-	// started together (a fleet after a power cut, the bench's hundred)
-	// drift apart instead of renewing in one burst.
-	every := func() <-chan time.Time {
-		d := m.o.TTL / 3
-		return time.After(d - d/5 + rand.N(2*d/5))
-	}
-	tick := every()
+	tick := m.nextBeat(nil)
 	renew := true
 	for {
 		err := m.beat(ctx, &lease, renew)
@@ -592,8 +618,14 @@ func (m *Member) heartbeat(ctx context.Context) {
 			default:
 			}
 		}
+		if err != nil {
+			// Sooner, while the lease may still be alive (the status
+			// alone failing too: its change is still to write).
+			tick, renew = m.nextBeat(err), true
+		}
 		select {
 		case <-ctx.Done():
+			m.dropKeepAlive()
 			if lease != 0 {
 				rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				_, _ = m.cli.Revoke(rctx, lease)
@@ -601,13 +633,34 @@ func (m *Member) heartbeat(ctx context.Context) {
 			}
 			return
 		case <-tick:
-			tick, renew = every(), true
+			tick, renew = m.nextBeat(nil), true
 		case <-m.changed:
 			// A commit to report: the status at once, without waiting
 			// for a lease renewal the ticker does anyway.
 			renew = false
 		}
 	}
+}
+
+// nextBeat says when to renew the lease next, after a beat that failed
+// with err or did not (nil). Renewals are half the TTL apart: at 1,000
+// gateways every renewal a second is one etcd serves (two in three
+// forwarded by a follower to its leader), and a third of the TTL apart
+// they were most of etcd's work on a quiet fleet. A dead gateway is
+// listed disconnected when its lease lapses, the TTL after its last
+// renewal, however often it renewed. What a longer gap could cost, a
+// lease lapsing on one lost renewal, it does not: a failed beat is
+// tried again a tenth of the TTL later, as long as the lease may still
+// be alive (after that, at the usual gap, so that a thousand gateways
+// cut off do not all knock at once when etcd is back). Each gap is
+// drawn ±10 %: members started together (a fleet after a power cut,
+// the bench's thousand) drift apart instead of renewing in one burst.
+func (m *Member) nextBeat(err error) <-chan time.Time {
+	if err != nil && time.Since(m.renewed) < m.o.TTL {
+		return time.After(m.o.TTL / 10)
+	}
+	d := m.o.TTL / 2
+	return time.After(d - d/10 + rand.N(d/5))
 }
 
 // beat renews the lease when asked (granting one, with the alive key,
@@ -617,6 +670,7 @@ func (m *Member) beat(ctx context.Context, lease *clientv3.LeaseID, renew bool) 
 		if err := m.renew(ctx, lease); err != nil {
 			return err
 		}
+		m.renewed = time.Now()
 	}
 	return m.writeStatus(ctx, *lease)
 }
@@ -627,7 +681,7 @@ func (m *Member) renew(ctx context.Context, lease *clientv3.LeaseID) error {
 	rctx, cancel := context.WithTimeout(ctx, m.o.TTL/3)
 	defer cancel()
 	if *lease != 0 {
-		if _, err := m.cli.KeepAliveOnce(rctx, *lease); err != nil {
+		if err := m.keepAlive(rctx, *lease); err != nil {
 			if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				return err
 			}
@@ -646,6 +700,55 @@ func (m *Member) renew(ctx context.Context, lease *clientv3.LeaseID) error {
 		*lease = g.ID
 	}
 	return nil
+}
+
+// keepAlive renews lease once, on a keep-alive stream the member keeps
+// open from one renewal to the next (the heartbeat's goroutine alone
+// uses it). The client's KeepAliveOnce opens a stream for every
+// renewal, which etcd's member serves with goroutines of their own; at
+// 1,000 gateways, hundreds a second. Any error, or no answer within
+// ctx, drops the stream: the next renewal opens another, at whichever
+// etcd member the client picks then.
+func (m *Member) keepAlive(ctx context.Context, lease clientv3.LeaseID) error {
+	if m.ka == nil {
+		// Off the heartbeat's context: the stream outlives this
+		// renewal, and ends with the member (m.dropKeepAlive).
+		sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
+		s, err := pb3.NewLeaseClient(m.cli.ActiveConnection()).LeaseKeepAlive(sctx)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("lease keep-alive stream: %w", rpctypes.Error(err))
+		}
+		m.ka, m.kaCancel = s, cancel
+	}
+	// Past ctx's deadline, the stream goes: a Recv has no deadline of
+	// its own, and an answer that comes late must not be read as the
+	// next renewal's.
+	stop := context.AfterFunc(ctx, m.kaCancel)
+	err := m.ka.Send(&pb3.LeaseKeepAliveRequest{ID: int64(lease)})
+	var resp *pb3.LeaseKeepAliveResponse
+	if err == nil {
+		resp, err = m.ka.Recv()
+	}
+	if !stop() || err != nil {
+		m.dropKeepAlive()
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("lease keep-alive: %w", rpctypes.Error(err))
+	}
+	if resp.TTL <= 0 {
+		return rpctypes.ErrLeaseNotFound
+	}
+	return nil
+}
+
+// dropKeepAlive closes the keep-alive stream, if any.
+func (m *Member) dropKeepAlive() {
+	if m.ka != nil {
+		m.kaCancel()
+		m.ka, m.kaCancel = nil, nil
+	}
 }
 
 // writeStatus writes the status under lease if it changed in a way to
