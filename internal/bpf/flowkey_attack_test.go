@@ -370,8 +370,10 @@ func TestFlowOptUnrecordedHeld(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var ports []uint16
 			want := c.place(c.first)
-			for p := c.first; len(ports) < 3 && p < c.first+15000; p++ {
-				if c.place(p) == want {
+			// Every port, wrapping: under the secret 15,000 ports once held
+			// only two for a pair, so the search is not cut short.
+			for p := c.first; len(ports) < 3 && p != c.first-1; p++ {
+				if p >= 1024 && c.place(p) == want {
 					ports = append(ports, p)
 				}
 			}

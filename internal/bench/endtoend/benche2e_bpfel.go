@@ -41,6 +41,7 @@ const (
 	benche2eVarGenUrllcEvery  = "gen_urllc_every"
 	benche2eVarSinkGreRemote  = "sink_gre_remote"
 	benche2eVarSinkGreRemote2 = "sink_gre_remote2"
+	benche2eVarSinkIfindex1   = "sink_ifindex1"
 )
 
 // loadBenche2e returns the embedded CollectionSpec for benche2e.
@@ -122,6 +123,7 @@ type benche2eVariableSpecs struct {
 	GenUrllcEvery  *ebpf.VariableSpec `ebpf:"gen_urllc_every"`
 	SinkGreRemote  *ebpf.VariableSpec `ebpf:"sink_gre_remote"`
 	SinkGreRemote2 *ebpf.VariableSpec `ebpf:"sink_gre_remote2"`
+	SinkIfindex1   *ebpf.VariableSpec `ebpf:"sink_ifindex1"`
 }
 
 // benche2eObjects contains all objects after they have been loaded into the kernel.
@@ -177,6 +179,7 @@ type benche2eVariables struct {
 	GenUrllcEvery  *ebpf.Variable `ebpf:"gen_urllc_every"`
 	SinkGreRemote  *ebpf.Variable `ebpf:"sink_gre_remote"`
 	SinkGreRemote2 *ebpf.Variable `ebpf:"sink_gre_remote2"`
+	SinkIfindex1   *ebpf.Variable `ebpf:"sink_ifindex1"`
 }
 
 // benche2ePrograms contains all programs after they have been loaded into the kernel.

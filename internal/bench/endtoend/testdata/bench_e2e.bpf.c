@@ -43,6 +43,7 @@ volatile const __u32 gen_ifindex;            /* veth toward the gateway */
 volatile __u64 gen_frame[GEN_LEN / 8];
 volatile const __be32 sink_gre_remote;       /* outer destination of our GRE */
 volatile const __be32 sink_gre_remote2;      /* and of a redundant group's second path */
+volatile const __u32 sink_ifindex1;          /* the sink's veth from wan1 */
 
 /* Sink counters (index enum sink_kind); per CPU, summed in Go. */
 enum sink_kind {
@@ -51,6 +52,8 @@ enum sink_kind {
 	SINK_UDP,   /* plain IPv4 UDP: forwarded by the kernel, or dropped on
 		     * the gateway's LAN side by the floor run */
 	SINK_OTHER,
+	SINK_SECOND, /* any frame that came in on sink_ifindex1 (wan1's
+		      * peer): the second copy of a duplicated packet */
 	SINK_KINDS,
 };
 
@@ -249,6 +252,8 @@ static __always_inline int sink_frame(struct xdp_md *ctx, int lat)
 	__u64 made, d;
 
 	bump(&sink_count, SINK_ALL);
+	if (ctx->ingress_ifindex == sink_ifindex1)
+		bump(&sink_count, SINK_SECOND);
 	if ((void *)(iph + 1) <= data_end &&
 	    eth->h_proto == bpf_htons(ETH_P_IP)) {
 		if (iph->protocol == IPPROTO_GRE &&
