@@ -127,3 +127,62 @@ func TestFlowAdmittedOnSecondPacket(t *testing.T) {
 // tableReasons are the reasons the flow table counts its evictions and
 // refusals by.
 var tableReasons = []int{bpf.ReasonFlowEvictCold, bpf.ReasonFlowEvictIdle, bpf.ReasonFlowFull, bpf.ReasonFlowBusy}
+
+// TestDoorkeeperTagsShared: two flows whose flow-table tags agree (the
+// keyed hash's high half; found among 2^18 ports by the birthday bound)
+// but whose buckets differ land in one doorkeeper set under one tag.
+// The second's first packet must not take the first's note: each flow
+// ends with exactly its own packets. By the tag alone the second was
+// admitted on its first packet with the first's counted in (4 and 2 of
+// 3), as TestFlowCountsAcrossEMCEvictions failed in 2.6 of 1,000 runs.
+func TestDoorkeeperTagsShared(t *testing.T) {
+	h := harnessEdited(t, greConfig, "limits: {flows: 4096, rules: 1024}", "limits: {flows: 65536, rules: 1024}")
+	buckets := h.dp.EdgeFtMeta.MaxEntries()
+	type flow struct {
+		src   string
+		sport uint16
+	}
+	var pair [2]flow
+	seen := map[uint32]flow{}
+	found := false
+	for s := 0; s < 4 && !found; s++ {
+		src := fmt.Sprintf("10.1.9.%d", 1+s)
+		for p := 1024; p < 65536 && !found; p++ {
+			k := foKeyOf(src, "10.7.1.1", uint16(p), 5000)
+			hash := bpf.FTHash(h.dp.Secret, &k)
+			tag := uint32(hash>>32) | 1
+			if o, ok := seen[tag]; ok {
+				ko := foKeyOf(o.src, "10.7.1.1", o.sport, 5000)
+				if uint32(bpf.FTHash(h.dp.Secret, &ko))&(buckets-1) != uint32(hash)&(buckets-1) {
+					pair, found = [2]flow{o, {src, uint16(p)}}, true
+				}
+			}
+			seen[tag] = flow{src, uint16(p)}
+		}
+	}
+	if !found {
+		t.Fatal("no two flows of one tag in 2^18 ports")
+	}
+	t.Logf("flows %v share their tag", pair)
+	const rounds = 3
+	for range rounds {
+		for _, f := range pair {
+			fr := greIP{src: f.src, dst: "10.7.1.1", u: udpU(f.sport, 5000)}.frame(t, macHostA, macLan0, 64)
+			if v, _ := h.run(fr, "lan0"); v != bpf.XDPRedirect {
+				t.Fatalf("%v: verdict %s", f, verdictName(v))
+			}
+		}
+	}
+	got, err := h.dp.Flows(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d flows listed, want 2", len(got))
+	}
+	for _, f := range got {
+		if f.Packets != rounds {
+			t.Errorf("flow %s:%d: %d packets, want %d", f.Src, f.Sport, f.Packets, rounds)
+		}
+	}
+}
