@@ -46,9 +46,11 @@ type Cache struct {
 	mu    sync.Mutex
 	known [2]*known // newest first
 	// stale is closed when a Build or Stop comes: the background work
-	// started before it stops.
+	// started before it stops. idle is the timer that starts it.
 	stale chan struct{}
-	// ahead counts the background goroutines (tests wait for them).
+	idle  *time.Timer
+	// ahead counts the background work set to run or running (tests
+	// wait for it).
 	ahead sync.WaitGroup
 	// renders counts the known tables Bytes wrote whole (tests).
 	renders int
@@ -355,12 +357,19 @@ func (in input) byBase(base *known) []int32 {
 // lookup returns how to give the table of in's backends and size, and
 // the known table it is; nil if it holds none. Called with c.mu held.
 func (c *Cache) lookup(in input, size uint32) (view, *known) {
+	// A table held for exactly these backends first, the older one too:
+	// given from the newer's tables ahead instead (a change undone, as a
+	// weight halved back), it would be a new table, its bytes rendered
+	// whole again and every table ahead of it built anew, while the old
+	// one has both.
+	for _, k := range c.known {
+		if k != nil && k.size == size && slices.Equal(k.keys, in.keys) && slices.Equal(k.weights, in.weights) {
+			return k.view(), k
+		}
+	}
 	for _, k := range c.known {
 		if k == nil || k.size != size {
 			continue
-		}
-		if slices.Equal(k.keys, in.keys) && slices.Equal(k.weights, in.weights) {
-			return k.view(), k
 		}
 		i, ch, ok := oneChange(k, in)
 		if !ok || k.next[ch][i] == nil {
@@ -445,15 +454,16 @@ func (c *Cache) remember(k *known) {
 	stale := make(chan struct{})
 	c.stale = stale
 	c.ahead.Add(1)
-	go func() {
+	// A timer, not a goroutine that waits: starting a goroutine, and
+	// waking it to stop at the next change, each woke the other CPU
+	// while a change was being made (tens of µs here); a timer is
+	// stopped without waking anything.
+	c.idle = time.AfterFunc(c.Idle, func() {
 		defer c.ahead.Done()
-		select {
-		case <-stale:
-			return
-		case <-time.After(c.Idle):
+		if !stopped(stale) {
+			c.buildAhead(k, stale)
 		}
-		c.buildAhead(k, stale)
-	}()
+	})
 }
 
 // missing says whether a table ahead of k is not built yet. Called
@@ -475,6 +485,10 @@ func (c *Cache) cancel() {
 		close(c.stale)
 		c.stale = nil
 	}
+	if c.idle != nil && c.idle.Stop() { // it will not run
+		c.ahead.Done()
+	}
+	c.idle = nil
 }
 
 // Stop stops the building of tables ahead (the service is gone); a
@@ -504,7 +518,11 @@ func (c *Cache) buildAhead(k *known, stale chan struct{}) {
 		owner := make([]uint8, k.size)
 		give(owner, v, &by)
 		c.mu.Lock()
-		k.owner, k.from = owner, nil
+		// Unless an earlier run, stopped after it got this far, set it
+		// already: its table may be in use, read without the lock.
+		if k.owner == nil {
+			k.owner, k.from = owner, nil
+		}
 		c.mu.Unlock()
 	}
 	for ch := range k.next {

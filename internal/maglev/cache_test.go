@@ -325,3 +325,51 @@ func BenchmarkCacheTakeOutBytes(b *testing.B) {
 	}
 	c.Stop()
 }
+
+// TestCacheUndoGivesHeld changes one backend's weight and back, and takes
+// one out and puts it back, the tables ahead built each time: the table
+// going back is the one held for those backends, its bytes given as they
+// were (none rendered again), not a new table made from the change's
+// tables ahead, whose own tables ahead would all be built again.
+func TestCacheUndoGivesHeld(t *testing.T) {
+	c := eagerCache()
+	bs := backends(10, nil)
+	code := make([]uint8, len(bs))
+	for i := range code {
+		code[i] = uint8(i)
+	}
+	first, err := c.Bytes(bs, 4099, code, 255)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ahead.Wait()
+	c.mu.Lock()
+	held := c.known[0]
+	c.mu.Unlock()
+	heavy := slices.Clone(bs)
+	heavy[3].Weight = 2
+	for _, change := range []struct {
+		name string
+		bs   []Backend
+		code []uint8
+	}{{"weight doubled", heavy, code}, {"taken out", without(bs, 3), slices.Delete(slices.Clone(code), 3, 4)}} {
+		if _, err := c.Bytes(change.bs, 4099, change.code, 255); err != nil {
+			t.Fatal(err)
+		}
+		c.ahead.Wait() // the change's tables ahead, the way back among them
+		c.mu.Lock()
+		renders := c.renders
+		c.mu.Unlock()
+		back, err := c.Bytes(bs, 4099, code, 255)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		k, rendered := c.known[0], c.renders-renders
+		c.mu.Unlock()
+		if k != held || rendered != 0 || &back[0] != &first[0] {
+			t.Errorf("%s and back: held table kept %v, %d tables rendered, bytes the first's %v", change.name, k == held, rendered, &back[0] == &first[0])
+		}
+	}
+	c.ahead.Wait()
+}
