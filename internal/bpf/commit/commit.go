@@ -142,6 +142,10 @@ type Writer struct {
 	dupTx map[uint32][]uint32
 	// qosRounds is the round the agent last set for each class index.
 	qosRounds map[uint32]qosRound
+	// blockKeys and blocks hold the Maglev blocks a commit writes, kept
+	// for the next one (writeTables).
+	blockKeys []uint32
+	blocks    []bpf.MaglevBlk
 	dirty     bool // a flip happened and no grace period was started after it
 	// grace, when set, delivers the result of the grace period started
 	// after the last flip.

@@ -25,20 +25,24 @@ import (
 func (w *Writer) writeTables(t uint32, g *Generation, keys *Dirty) error {
 	o := w.o
 	cur := w.slots[t]
-	tags, ntags := maps.Keys(g.Tables), len(g.Tables)
+	tags := maps.Keys(g.Tables)
 	if keys != nil {
-		tags, ntags = maps.Keys(keys.Tables), len(keys.Tables)
+		tags = maps.Keys(keys.Tables)
 	}
-	var ks, fks, fvs []uint32
-	var vs []bpf.MaglevBlk
+	var fks, fvs []uint32
 	var written []uint32
 	// A backend taken out or reweighted moves entries in every block:
-	// room for a whole table at once, not a slice of 4 KiB blocks
-	// grown (and copied) five times.
-	if ntags == 1 {
-		n := int(o.Limits.MaglevBlocks())
-		ks, vs = make([]uint32, 0, n), make([]bpf.MaglevBlk, 0, n)
+	// the blocks to write go into the writer's buffer, room for a whole
+	// table, kept from one commit to the next. Made anew each time (68
+	// KiB for 65,537 entries), it was half of what a backend change
+	// allocated, paid for in page faults and in the collector's work. A
+	// commit that writes many tables (the first after a restart) grows
+	// a buffer of its own, let go after it.
+	one := int(o.Limits.MaglevBlocks())
+	if cap(w.blocks) < one {
+		w.blockKeys, w.blocks = make([]uint32, 0, one), make([]bpf.MaglevBlk, 0, one)
 	}
+	ks, vs := w.blockKeys[:0], w.blocks[:0]
 	for tag := range tags {
 		want, ok := g.Tables[tag]
 		if !ok || tag >= bpf.MaxServices {
