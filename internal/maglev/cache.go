@@ -314,17 +314,28 @@ func canonical(backends []Backend) (input, bool) {
 	if len(backends) > maxKnown {
 		return input{}, false
 	}
-	order := make([]int32, len(backends))
+	// Three allocations of their final size, the order sorted in the
+	// indexes' own: each slice grown by append took a dozen, and every
+	// allocation on a change's way to the flip costs (tens of µs for
+	// this function's, an agent woken after an idle spell).
+	n := len(backends)
+	in := input{keys: make([]string, 0, n), weights: make([]uint32, 0, n), index: make([]int32, n)}
+	order := in.index
 	for i := range order {
 		order[i] = int32(i)
 	}
 	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(backends[a].Key, backends[b].Key) })
-	var in input
-	for n, i := range order {
-		if n > 0 && backends[order[n-1]].Key == backends[i].Key {
+	// Those of a weight above 0, in order, into the same slice: the one
+	// written is never ahead of the one read.
+	in.index = order[:0]
+	var prev string
+	for j, i := range order {
+		b := backends[i]
+		if j > 0 && b.Key == prev {
 			return input{}, false
 		}
-		if b := backends[i]; b.Weight > 0 {
+		prev = b.Key
+		if b.Weight > 0 {
 			in.keys, in.weights, in.index = append(in.keys, b.Key), append(in.weights, b.Weight), append(in.index, i)
 		}
 	}
