@@ -125,19 +125,43 @@ func (t *table[T]) put(s *Store, obj reflect.Value) {
 	setRow(s, t, t.k.key(&x), &row[T]{v: x, seq: s.seq})
 }
 
-// link adds (or, with add false, removes) self's references to the users
-// index (and to constrained, for those with a Check).
-func (s *Store) link(self ref, refs []Ref, add bool) {
-	for _, r := range refs {
-		if r.Key.IsZero() {
-			continue
-		}
-		target := ref{r.Kind, r.Key}
-		linkIn(s.users, target, self, add)
-		if r.Check != nil {
-			linkIn(s.constrained, target, self, add)
+// relink makes self's references in the users index (and constrained,
+// for those with a Check) those of now instead of was, changing only the
+// targets that differ: an LBR updated to take one of ten members out
+// unlinks one FAR, where taking all ten out and putting nine back made
+// nine sets anew.
+func (s *Store) relink(self ref, was, now []Ref) {
+	for _, r := range was {
+		if target := (ref{r.Kind, r.Key}); !r.Key.IsZero() {
+			if !refersTo(now, target, false) {
+				linkIn(s.users, target, self, false)
+			}
+			if r.Check != nil && !refersTo(now, target, true) {
+				linkIn(s.constrained, target, self, false)
+			}
 		}
 	}
+	for _, r := range now {
+		if target := (ref{r.Kind, r.Key}); !r.Key.IsZero() {
+			if !refersTo(was, target, false) {
+				linkIn(s.users, target, self, true)
+			}
+			if r.Check != nil && !refersTo(was, target, true) {
+				linkIn(s.constrained, target, self, true)
+			}
+		}
+	}
+}
+
+// refersTo says whether refs refer to target (with a Check, when
+// checked).
+func refersTo(refs []Ref, target ref, checked bool) bool {
+	for _, r := range refs {
+		if r.Kind == target.kind && r.Key == target.key && (!checked || r.Check != nil) {
+			return true
+		}
+	}
+	return false
 }
 
 func linkIn(idx map[ref]map[ref]struct{}, target, user ref, add bool) {
@@ -158,18 +182,21 @@ func linkIn(idx map[ref]map[ref]struct{}, target, user ref, add bool) {
 // setRow puts r under key (deleting the object when r is nil), keeps the
 // users index current and returns what was there.
 func setRow[T any](s *Store, t *table[T], key Key, r *row[T]) *row[T] {
-	self := ref{t.k.Kind, key}
 	prev := t.rows[key]
-	if prev != nil && t.k.Refs != nil {
-		s.link(self, t.k.Refs(&prev.v), false)
+	if t.k.Refs != nil {
+		var was, now []Ref
+		if prev != nil {
+			was = t.k.Refs(&prev.v)
+		}
+		if r != nil {
+			now = t.k.Refs(&r.v)
+		}
+		s.relink(ref{t.k.Kind, key}, was, now)
 	}
 	if r == nil {
 		delete(t.rows, key)
 	} else {
 		t.rows[key] = r
-		if t.k.Refs != nil {
-			s.link(self, t.k.Refs(&r.v), true)
-		}
 	}
 	s.cached = nil
 	return prev

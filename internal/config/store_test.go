@@ -305,3 +305,49 @@ func TestTypedKindsRoundTrip(t *testing.T) {
 		t.Errorf("an RTT factor on relief: %v, want %s", err, want)
 	}
 }
+
+// TestStoreUpdateMovesReferences updates objects so that some of what
+// they refer to stays, some goes and some comes: what can be deleted
+// after each follows what the objects refer to now, also once undone.
+func TestStoreUpdateMovesReferences(t *testing.T) {
+	s := mustStore(t)
+	deleteFAR := func(id uint32) error {
+		_, undo, err := s.Apply([]config.Op{{At: "d", Verb: config.Delete, Kind: config.KindFAR, ID: id}})
+		if err == nil {
+			undo()
+		}
+		return err
+	}
+	// PDR 10 keeps far 2 (another field changed), then moves to far 1.
+	if _, _, err := s.Apply([]config.Op{pdrOp(config.Update, "u", 10, 2, "10.9.0.0/16")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := deleteFAR(2); err == nil || !strings.Contains(err.Error(), "far 2 is still used by pdr 10") {
+		t.Errorf("far 2 kept by pdr 10's update: delete says %v", err)
+	}
+	_, undo, err := s.Apply([]config.Op{pdrOp(config.Update, "u", 10, 1, "10.9.0.0/16")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := deleteFAR(2); err != nil {
+		t.Errorf("far 2 no longer used: %v", err)
+	}
+	if err := deleteFAR(1); err == nil || !strings.Contains(err.Error(), "far 1 is still used by pdr") {
+		t.Errorf("far 1 used by pdrs 10 and 20: delete says %v", err)
+	}
+	// Pdr 20 moves from far 1 to far 2 and back in one batch.
+	if _, undo20, err := s.Apply([]config.Op{pdrOp(config.Update, "a", 20, 2, "10.2.0.0/16"), pdrOp(config.Update, "b", 20, 1, "10.2.0.0/16")}); err != nil {
+		t.Fatal(err)
+	} else if err := deleteFAR(2); err != nil {
+		t.Errorf("far 2 used by none after pdr 20 went there and back: %v", err)
+	} else {
+		undo20()
+	}
+	undo()
+	if err := deleteFAR(2); err == nil || !strings.Contains(err.Error(), "far 2 is still used by pdr 10") {
+		t.Errorf("pdr 10's move undone: delete of far 2 says %v", err)
+	}
+	if err := deleteFAR(1); err == nil || !strings.Contains(err.Error(), "far 1 is still used by pdr 20") {
+		t.Errorf("pdr 10's move undone: delete of far 1 says %v", err)
+	}
+}
