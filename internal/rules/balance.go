@@ -382,21 +382,31 @@ func natBackendKey(f *config.FAR, proto uint8) bpf.SvcKey {
 func (c *Compiler) setBackends(cs *compiledService, keys []bpf.SvcKey) {
 	b := &c.lb
 	id := cs.cfg.ID
-	touched := map[bpf.SvcKey]bool{}
+	// Only the backends that come or go change their users: a backend
+	// taken out of ten changes one list, not ten taken out and nine put
+	// back. Every entry is written again (its value compared first):
+	// the service's reply rewrite may have changed.
 	for _, k := range cs.backends {
-		users := slices.DeleteFunc(slices.Clone(b.backendUsers[k]), func(u uint32) bool { return u == id })
-		setMap(c, b.backendUsers, k, users, len(users) > 0)
-		touched[k] = true
+		if !slices.Contains(keys, k) {
+			users := slices.DeleteFunc(slices.Clone(b.backendUsers[k]), func(u uint32) bool { return u == id })
+			setMap(c, b.backendUsers, k, users, len(users) > 0)
+		}
 	}
 	for _, k := range keys {
-		setMap(c, b.backendUsers, k, append(slices.Clone(b.backendUsers[k]), id), true)
-		touched[k] = true
+		if !slices.Contains(cs.backends, k) {
+			setMap(c, b.backendUsers, k, append(slices.Clone(b.backendUsers[k]), id), true)
+		}
 	}
 	old := cs.backends
 	cs.backends = keys
 	c.onUndo(func() { cs.backends = old })
-	for k := range touched {
+	for _, k := range old {
 		c.setNATBackend(k)
+	}
+	for _, k := range keys {
+		if !slices.Contains(old, k) {
+			c.setNATBackend(k)
+		}
 	}
 }
 
@@ -416,6 +426,9 @@ func (c *Compiler) setNATBackend(k bpf.SvcKey) {
 		}
 		nb.U[n] = bpf.NATUser{Svc: id, Unnat: cs.unnat, Stats: cs.tag*bpf.MaxMembers + bpf.ReplyMember, Flags: flags}
 		n++
+	}
+	if cur, ok := c.gen.NATBackends[k]; ok == (n > 0) && cur == nb {
+		return // as it is
 	}
 	setMap(c, c.gen.NATBackends, k, nb, n > 0)
 }
@@ -500,10 +513,17 @@ func (c *Compiler) setMembers(cs *compiledService, old, members *StatsAlloc) {
 		setMap(c, c.gen.Members, base+bpf.ReplyMember, bpf.MemberRef{}, false)
 		return
 	}
-	for far, idx := range members.byID {
-		setMap(c, c.gen.Members, base+idx, bpf.MemberRef{Service: cs.cfg.ID, FAR: far}, true)
+	// Each counter's name set when it is not so already (with undo, a
+	// closure each: only those that change).
+	set := func(idx uint32, ref bpf.MemberRef) {
+		if cur, ok := c.gen.Members[base+idx]; !ok || cur != ref {
+			setMap(c, c.gen.Members, base+idx, ref, true)
+		}
 	}
-	setMap(c, c.gen.Members, base+bpf.ReplyMember, bpf.MemberRef{Service: cs.cfg.ID}, true)
+	for far, idx := range members.byID {
+		set(idx, bpf.MemberRef{Service: cs.cfg.ID, FAR: far})
+	}
+	set(bpf.ReplyMember, bpf.MemberRef{Service: cs.cfg.ID})
 }
 
 // SetBackendUp records a health check's verdict on backend far of service
