@@ -39,9 +39,8 @@ import (
 // the record says so, unanswered once its timeout passed without (the
 // largest of SRTT + 4 RTTVAR, twice SRTT, half the probe interval and 2
 // ms, so a queue building up on the path shows as RTT before it shows as
-// loss; 1 s before any answer), counted from when it left, less any time
-// a CPU of the machine ran nothing meanwhile (rtloop.CPUWatch), and
-// judged on a record read after the time it is judged at, each outcome in the
+// loss; 1 s before any answer), counted from when it left and judged on
+// a record read after the time it is judged at, each outcome in the
 // order the probes went out; pathJudge turns the outcomes and the RTT
 // estimators into the path's state. Each change of state is logged once
 // and counted; the states and measures are what `edgeplane get paths`
@@ -167,11 +166,6 @@ type Monitor struct {
 	// groups lists the steering groups (nil: none steered).
 	groups func() []Group
 
-	// cpus says how long a CPU of the machine ran nothing (nil: not
-	// known): an answer may wait on such a CPU while this loop runs on
-	// another.
-	cpus *rtloop.CPUWatch
-
 	mu     sync.Mutex
 	paths  map[uint32]*probedPath
 	plans  map[uint32]steerPlan // by steering group index
@@ -223,7 +217,6 @@ func (m *Monitor) Run(ctx context.Context) {
 	defer cancel()
 	m.read()
 	go m.follow(ctx)
-	m.cpus = rtloop.WatchCPUs(ctx, m.log, probeTick)
 	var applied *view
 	var synced time.Time
 	whole := true
@@ -460,13 +453,6 @@ func (m *Monitor) judgePath(p *probedPath, now time.Time, at int64) {
 			sent = stamp // when it left, as the dataplane stamped it
 		}
 		if !answered && time.Duration(at-sent) < timeout {
-			break
-		}
-		// Nor once the time a CPU ran nothing is taken out: a stopped
-		// vCPU (the host running another guest on it) holds what waits
-		// on it, the answer perhaps, while this loop runs on another
-		// (judgeClock covers a stop of this loop's own CPU).
-		if !answered && time.Duration(at-sent-m.cpus.Lost(sent, at)) < timeout {
 			break
 		}
 		p.judge.add(answered)
