@@ -131,23 +131,20 @@ func (t *table[T]) put(s *Store, obj reflect.Value) {
 // unlinks one FAR, where taking all ten out and putting nine back made
 // nine sets anew.
 func (s *Store) relink(self ref, was, now []Ref) {
-	for _, r := range was {
+	s.linkOnly(self, was, now, false)
+	s.linkOnly(self, now, was, true)
+}
+
+// linkOnly links self to (add) or unlinks it from the targets of refs
+// that other does not name the same way.
+func (s *Store) linkOnly(self ref, refs, other []Ref, add bool) {
+	for _, r := range refs {
 		if target := (ref{r.Kind, r.Key}); !r.Key.IsZero() {
-			if !refersTo(now, target, false) {
-				linkIn(s.users, target, self, false)
+			if !refersTo(other, target, false) {
+				linkIn(s.users, target, self, add)
 			}
-			if r.Check != nil && !refersTo(now, target, true) {
-				linkIn(s.constrained, target, self, false)
-			}
-		}
-	}
-	for _, r := range now {
-		if target := (ref{r.Kind, r.Key}); !r.Key.IsZero() {
-			if !refersTo(was, target, false) {
-				linkIn(s.users, target, self, true)
-			}
-			if r.Check != nil && !refersTo(was, target, true) {
-				linkIn(s.constrained, target, self, true)
+			if r.Check != nil && !refersTo(other, target, true) {
+				linkIn(s.constrained, target, self, add)
 			}
 		}
 	}
