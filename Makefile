@@ -28,7 +28,7 @@ ST_PKGS   := schemathesis==$(ST_VER) anyio==4.16.0 certifi==2026.10.18 \
              packaging==26.3 pluggy==1.7.0 Pygments==2.21.0 pyrate-limiter==4.5.1 \
              pytest==9.2.0 PyYAML==6.0.3 requests==2.34.2 rich==15.0.0 \
              sortedcontainers==2.4.0 typing_extensions==4.16.0 urllib3==2.8.0 Werkzeug==3.1.9
-GEN_PKGS  := ./internal/bpf ./internal/bpf/icmptest ./internal/bench/packet ./internal/bench/endtoend ./internal/sched ./internal/sched/scx ./api/edgeplane/v1 ./internal/api
+GEN_PKGS  := ./internal/bpf ./internal/bpf/icmptest ./internal/cpuwatch ./internal/bench/packet ./internal/bench/endtoend ./internal/sched ./internal/sched/scx ./api/edgeplane/v1 ./internal/api
 GENERATED := '*_bpfel.go' '*_bpfel_test.go' '*_bpfel.o' '*_bpfel_test.o' '*.pb.go' '*.pb.gw.go' '*.swagger.json' docs/config-reference.md internal/api/kinds_gen.go
 PROTOC_PLUGINS := google.golang.org/protobuf/cmd/protoc-gen-go \
              google.golang.org/grpc/cmd/protoc-gen-go-grpc \

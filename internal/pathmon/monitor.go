@@ -21,6 +21,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/config"
+	"github.com/edgeplane/edgeplane/internal/cpuwatch"
 	"github.com/edgeplane/edgeplane/internal/rtloop"
 )
 
@@ -39,8 +40,11 @@ import (
 // the record says so, unanswered once its timeout passed without (the
 // largest of SRTT + 4 RTTVAR, twice SRTT, half the probe interval and 2
 // ms, so a queue building up on the path shows as RTT before it shows as
-// loss; 1 s before any answer), counted from when it left and judged on
-// a record read after the time it is judged at, each outcome in the
+// loss; 1 s before any answer), counted from when it left, less any time
+// a CPU of the machine ran nothing meanwhile (cpuwatch: a virtual
+// machine's CPU the host stopped holds what waits on it, the answer
+// perhaps, while this loop runs on another), and judged on a record
+// read after the time it is judged at, each outcome in the
 // order the probes went out; pathJudge turns the outcomes and the RTT
 // estimators into the path's state. Each change of state is logged once
 // and counted; the states and measures are what `edgeplane get paths`
@@ -163,6 +167,10 @@ type Monitor struct {
 	cfgPaths func() []config.Path
 
 	changes *prometheus.CounterVec
+	// cpus says how long a CPU of the machine ran nothing (nil: not
+	// known, or no path probed yet); cpusTried once it was started.
+	cpus      atomic.Pointer[cpuwatch.Watch]
+	cpusTried bool
 	// groups lists the steering groups (nil: none steered).
 	groups func() []Group
 
@@ -277,6 +285,7 @@ func (m *Monitor) read() {
 }
 
 func (m *Monitor) closeAll() {
+	_ = m.cpus.Swap(nil).Close()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	clear(m.paths)
@@ -436,6 +445,7 @@ var errNotSent = errors.New("the dataplane did not send it (see the reason count
 // judged unanswered at a time its answer had come by) its outcome, in
 // order, and judges the path.
 func (m *Monitor) judgePath(p *probedPath, now time.Time, at int64) {
+	m.watchCPUs()
 	rec, err := m.dp.ReadPathProbe(p.stats)
 	if err != nil {
 		m.log.Error("path monitor", "path", p.cfg.ID, "error", err)
@@ -453,6 +463,11 @@ func (m *Monitor) judgePath(p *probedPath, now time.Time, at int64) {
 			sent = stamp // when it left, as the dataplane stamped it
 		}
 		if !answered && time.Duration(at-sent) < timeout {
+			break
+		}
+		// Nor once the time a CPU ran nothing is taken out (judgeClock
+		// covers a stop of this loop's own CPU).
+		if !answered && time.Duration(at-sent-m.cpus.Load().Lost(sent, at)) < timeout {
 			break
 		}
 		p.judge.add(answered)
@@ -484,10 +499,48 @@ func (m *Monitor) judgePath(p *probedPath, now time.Time, at int64) {
 		"rtt", srtt.Round(10*time.Microsecond), "jitter", jitter.Round(10*time.Microsecond), "loss", fmt.Sprintf("%.1f%%", 100*s.Loss))
 }
 
+// watchCPUs starts the CPU watch, once: at the first path judged, so a
+// gateway that probes no path does not beat its CPUs.
+func (m *Monitor) watchCPUs() {
+	if m.cpusTried {
+		return
+	}
+	m.cpusTried = true
+	w, err := cpuwatch.Start(cpuwatch.DefaultPeriod)
+	if err != nil {
+		m.log.Warn("path monitor: no CPU watch: a stopped CPU (a virtual machine's host running something else on it) counts as probe loss", "error", err)
+		return
+	}
+	m.cpus.Store(w)
+}
+
 // Collectors are the monitor's metrics: changes of state, and each
 // path's state and measures at scrape time.
 func (m *Monitor) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.changes, newPathMetrics(m)}
+	return []prometheus.Collector{m.changes, newPathMetrics(m), cpuStalls{m}}
+}
+
+// cpuStalls exposes the time each CPU ran nothing, as the watch saw it.
+type cpuStalls struct{ m *Monitor }
+
+var cpuStalledDesc = prometheus.NewDesc("edgeplane_cpu_stalled_seconds_total",
+	"Time a CPU ran nothing, not even its timer interrupt, in stops of 2 ms or more (a virtual machine's host running something else on it), since the path monitor first judged a probe; probe timeouts do not count it.",
+	[]string{"cpu"}, nil)
+
+// Describe implements prometheus.Collector.
+func (c cpuStalls) Describe(ch chan<- *prometheus.Desc) { ch <- cpuStalledDesc }
+
+// Collect implements prometheus.Collector.
+func (c cpuStalls) Collect(ch chan<- prometheus.Metric) {
+	w := c.m.cpus.Load()
+	if w == nil {
+		return
+	}
+	for _, cpu := range w.CPUs() {
+		if _, _, stalled, err := w.Beats(cpu); err == nil {
+			ch <- prometheus.MustNewConstMetric(cpuStalledDesc, prometheus.CounterValue, stalled.Seconds(), strconv.FormatUint(uint64(cpu), 10))
+		}
+	}
 }
 
 // pathMetrics exposes the monitor's view of each path at scrape time.

@@ -16,7 +16,33 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/testutil"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
+
+// cpuStalled returns the time gateway gw's CPUs ran nothing, as its
+// path monitor's CPU watch saw it (all CPUs summed), from its metrics.
+func cpuStalled(t *testing.T, gw string) time.Duration {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", gw, "python3", "-c", pyScrape, lab.MetricsAddr).Output()
+	if err != nil {
+		t.Fatalf("scrape %s's metrics: %v", gw, err)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := fams["edgeplane_cpu_stalled_seconds_total"]
+	if !ok {
+		t.Fatalf("%s exports no edgeplane_cpu_stalled_seconds_total: its path monitor has no CPU watch", gw)
+	}
+	var s float64
+	for _, m := range f.GetMetric() {
+		s += m.GetCounter().GetValue()
+	}
+	return time.Duration(s * float64(time.Second))
+}
 
 // startStress runs `stress-ng --cpu n` (every CPU busy, at the default
 // policy, as a gateway's 5G load is) until the test ends.
@@ -72,6 +98,7 @@ func TestLabPathMonitorUnderLoad(t *testing.T) {
 	}{{100 * time.Millisecond, 10 * time.Second, 306}, {10 * time.Millisecond, 30 * time.Second, 36}} {
 		probeEvery(t, gc, ctx, c.interval.String(), 10*time.Second)
 		d1, d2 := changes()
+		stalled := cpuStalled(t, l.GWA)
 		// The stream's sender and receiver stand for the traffic the
 		// gateway protects: real-time, so the load does not pause them
 		// (their pauses would be gaps the failover did not make).
@@ -113,14 +140,16 @@ func TestLabPathMonitorUnderLoad(t *testing.T) {
 		var rep gapReport
 		recv.finish(&rep)
 		e1, e2 := changes()
+		stalled = cpuStalled(t, l.GWA) - stalled
 
 		worst := 0.0
 		for _, g := range rep.Gaps {
 			worst = max(worst, g.MS)
 		}
 		t.Logf("%s probes under stress-ng --cpu 8: clean for %s: path 1 down %d times, path 2 %d; largest smoothed RTT %s; "+
-			"wan1 cut: %d of %d datagrams arrived, failover gap %.1f ms (goal < %.0f ms), path 1 down %d times, path 2 %d",
-			c.interval, c.clean, c1-d1, c2-d2, maxClean, rep.Distinct, n, worst, c.goal, e1-c1, e2-c2)
+			"wan1 cut: %d of %d datagrams arrived, failover gap %.1f ms (goal < %.0f ms), path 1 down %d times, path 2 %d; "+
+			"the machine's CPUs stopped %s meanwhile, by gateway A's watch (not counted against probes)",
+			c.interval, c.clean, c1-d1, c2-d2, maxClean, rep.Distinct, n, worst, c.goal, e1-c1, e2-c2, stalled)
 		if c1 != d1 || c2 != d2 {
 			t.Errorf("%s probes: a clean path went down under load (path 1 %d times, path 2 %d)", c.interval, c1-d1, c2-d2)
 		}

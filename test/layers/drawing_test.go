@@ -24,7 +24,7 @@ type layer struct {
 // but test/ is in exactly one row.
 var layers = []layer{
 	{"contracts and leaves", []string{"./api/edgeplane/v1", "./internal/dataplane", "./internal/maglev", "./internal/atomicfile",
-		"./internal/config/yamlnode", "./internal/rtloop", "./internal/sched/scx"}},
+		"./internal/config/yamlnode", "./internal/rtloop", "./internal/cpuwatch", "./internal/sched/scx"}},
 	{"the object model", []string{"./internal/config", "./internal/config/yamlcfg"}},
 	{"mechanisms: the loader, the rule compiler, CPU strategies, path monitoring, counters", []string{
 		"./internal/bpf/...", "./internal/rules", "./internal/sched", "./internal/pathmon", "./internal/fibwatch", "./internal/metrics"}},

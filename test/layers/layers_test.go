@@ -97,9 +97,10 @@ var rules = []struct {
 	// it needs of the dataplane, never the agent.
 	{"./internal/sched", []string{"./"}, append(slices.Clone(configModel), "./internal/dataplane", "./internal/sched/scx"),
 		"CPU strategies read the config's strategies and report through the contract; the agent starts them"},
-	{"./internal/pathmon", []string{"./"}, slices.Concat(configModel, []string{"./internal/dataplane", "./internal/rtloop"}, loaderPkgs),
+	{"./internal/pathmon", []string{"./"}, slices.Concat(configModel, []string{"./internal/dataplane", "./internal/rtloop", "./internal/cpuwatch"}, loaderPkgs),
 		"path monitoring probes and steers through the loader; the agent starts it"},
 	{"./internal/rtloop", []string{"./"}, nil, "a real-time loop needs nothing of edgeplane"},
+	{"./internal/cpuwatch", []string{"./"}, nil, "watching for stopped CPUs needs nothing of edgeplane"},
 	{"./internal/fibwatch", []string{"./"}, append([]string{"./internal/dataplane"}, loaderPkgs...),
 		"following the kernel's routing for the next hops needs the loader alone; the agent starts it"},
 	// The bench's parts stand alone: the top level runs the ones asked
