@@ -60,15 +60,14 @@ type foLoop struct {
 func (a *Agent) foView() (map[uint32]foClass, map[string]config.FlowOptModule) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	cfg := a.store.Config()
 	classes := map[uint32]foClass{}
-	for _, q := range cfg.QoSClasses {
+	for _, q := range a.store.QoSClasses() {
 		if idx, ok := a.comp.QoSIndex(q.ID); ok {
 			classes[q.ID] = foClass{id: q.ID, idx: idx, q: q.Effective()}
 		}
 	}
 	mods := map[string]config.FlowOptModule{}
-	for _, m := range cfg.FlowOpt {
+	for _, m := range a.store.FlowOpt() {
 		mods[m.Module] = m.Effective()
 	}
 	return classes, mods

@@ -16,9 +16,13 @@ import (
 func (a *Agent) newStrategies() *sched.Runtime {
 	return sched.NewRuntime(sched.RuntimeOptions{
 		ConfigPath: a.opts.ConfigPath,
-		Strategies: func() []config.Strategy { return a.Config().Strategies },
-		PodList:    a.opts.PodList,
-		SchedExt:   a.opts.SchedExt,
+		Strategies: func() []config.Strategy {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			return a.store.Strategies()
+		},
+		PodList:  a.opts.PodList,
+		SchedExt: a.opts.SchedExt,
 		XDPSteer: func(name string, cpu int) error {
 			itf, err := net.InterfaceByName(name)
 			if err != nil {

@@ -295,6 +295,15 @@ func (s *Store) Paths() []Path { return storeList[Path](s, KindPath) }
 // Services returns the services in list order (at most MaxServices).
 func (s *Store) Services() []Service { return storeList[Service](s, KindService) }
 
+// QoSClasses, FlowOpt and Strategies return those kinds in list order
+// (a few each): what a loop that polls them reads, where Config after a
+// change would sort every PDR.
+func (s *Store) QoSClasses() []QoSClass { return storeList[QoSClass](s, KindQoSClass) }
+
+func (s *Store) FlowOpt() []FlowOptModule { return storeList[FlowOptModule](s, KindFlowOpt) }
+
+func (s *Store) Strategies() []Strategy { return storeList[Strategy](s, KindStrategy) }
+
 // Config returns the store as a Config, objects in list order. The
 // result is shared until the next change and must not be modified.
 func (s *Store) Config() *Config {
