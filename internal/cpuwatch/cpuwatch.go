@@ -143,7 +143,7 @@ func (w *Watch) Stalls(cpu uint32, from, to int64) ([]Span, error) {
 
 // Lost returns how much of [from, to) (CLOCK_MONOTONIC ns) some CPU ran
 // nothing in: the stalls noted, and one going on (a CPU whose last beat
-// is more than two periods before to), an instant counted once however
+// is more than two periods, and at most maxLost, before to), an instant counted once however
 // many CPUs stopped in it; at most maxLost. A nil Watch loses nothing,
 // as does one whose records cannot be read.
 func (w *Watch) Lost(from, to int64) int64 {
@@ -172,7 +172,10 @@ func stalls(b *cpuwatchEdgeCpuBeat, period, from, to int64) []Span {
 			out = append(out, s)
 		}
 	}
-	if last := int64(b.Last); last != 0 && to-last > 2*period {
+	// One going on, unless for longer than maxLost: no host stops a
+	// vCPU that long; a CPU taken offline has no beat, and counting it
+	// would delay every verdict by maxLost.
+	if last := int64(b.Last); last != 0 && to-last > 2*period && to-last <= maxLost {
 		out = append(out, Span{last + period, to})
 	}
 	return out

@@ -42,7 +42,8 @@ func TestLost(t *testing.T) {
 		{"all three", 0, 300 * ms, 1000, 35 * ms},
 		{"one going on: CPU 1 last beat at 290 ms", 280 * ms, 300 * ms, 290, 9 * ms},
 		{"on time: CPU 1 beat 2 ms ago", 280 * ms, 300 * ms, 298, 0},
-		{"going on for long", 0, 5000 * ms, 100, maxLost},
+		{"going on for 900 ms: from 101 ms, joining the first stalls", 0, 1000 * ms, 100, 900 * ms},
+		{"going on for longer than a stop lasts: a CPU gone", 0, 5000 * ms, 100, 35 * ms},
 		{"an empty span", 120 * ms, 110 * ms, 1000, 0},
 	} {
 		cpu1.Last = uint64(c.last1 * ms)
