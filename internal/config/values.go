@@ -494,6 +494,17 @@ func (l CPUList) First() int {
 	return -1
 }
 
+// CPUs lists the CPUs of l, ascending.
+func (l CPUList) CPUs() []int {
+	var out []int
+	for c := range MaxCPUs {
+		if l.Has(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // String writes the list as the kernel does: runs of two or more as
 // ranges ("0,2-3"), "" when empty.
 func (l CPUList) String() string {

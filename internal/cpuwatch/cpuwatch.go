@@ -25,12 +25,13 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/edgeplane/edgeplane/internal/config"
 )
 
 // DefaultPeriod is the beat period: stalls shorter than two of it go
@@ -210,28 +211,19 @@ func Union(spans []Span, from, to int64) int64 {
 	}
 }
 
-// onlineCPUs reads the online CPUs ("0-3,6").
+// onlineCPUs reads the online CPUs.
 func onlineCPUs() ([]uint32, error) {
 	b, err := os.ReadFile("/sys/devices/system/cpu/online")
 	if err != nil {
 		return nil, err
 	}
+	l, err := config.ParseCPUList(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("online CPUs: %w", err)
+	}
 	var cpus []uint32
-	for _, r := range strings.Split(strings.TrimSpace(string(b)), ",") {
-		lo, hi, found := strings.Cut(r, "-")
-		a, err := strconv.ParseUint(lo, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("online CPUs %q: %w", b, err)
-		}
-		z := a
-		if found {
-			if z, err = strconv.ParseUint(hi, 10, 32); err != nil {
-				return nil, fmt.Errorf("online CPUs %q: %w", b, err)
-			}
-		}
-		for c := a; c <= z; c++ {
-			cpus = append(cpus, uint32(c))
-		}
+	for _, c := range l.CPUs() {
+		cpus = append(cpus, uint32(c))
 	}
 	return cpus, nil
 }

@@ -386,7 +386,7 @@ func (e *Engine) applyCpusets(pl cpusetPlan, strategies []config.Strategy, host 
 			id, _ := strconv.ParseUint(strings.TrimPrefix(g, "/"+cpusPrefix), 10, 32)
 			for _, s := range strategies {
 				if s.ID == uint32(id) {
-					cpus = cpusIn(s.CPUs)
+					cpus = s.CPUs.CPUs()
 				}
 			}
 			cpus = slices.DeleteFunc(cpus, func(cpu int) bool { return !slices.Contains(host.Online, cpu) })
@@ -528,7 +528,7 @@ func (e *Engine) noteShrunk(c cpusetHier, ded map[int]bool) {
 			continue
 		}
 		l, err := config.ParseCPUList(cur)
-		if err == nil && slices.ContainsFunc(cpusIn(l), func(cpu int) bool { return ded[cpu] }) {
+		if err == nil && slices.ContainsFunc(l.CPUs(), func(cpu int) bool { return ded[cpu] }) {
 			e.shrunk[g] = cur
 		}
 	}
@@ -543,7 +543,7 @@ func (e *Engine) shrink(c cpusetHier, ded map[int]bool) error {
 	gs := slices.Sorted(maps.Keys(e.shrunk))
 	for _, g := range slices.Backward(gs) {
 		l, _ := config.ParseCPUList(e.shrunk[g])
-		before := cpusIn(l)
+		before := l.CPUs()
 		left := slices.DeleteFunc(slices.Clone(before), func(cpu int) bool { return ded[cpu] })
 		switch {
 		case len(left) == len(before):

@@ -53,23 +53,12 @@ func ReadHost(proc, sys string) (Host, error) {
 	if err != nil {
 		return h, fmt.Errorf("online CPUs: %w", err)
 	}
-	h.Online = cpusIn(online)
+	h.Online = online.CPUs()
 	return h, nil
 }
 
 // ThrottleOff reports whether the kernel's RT throttling is off.
 func (h Host) ThrottleOff() bool { return h.RTRuntime < 0 }
-
-// cpusIn lists the CPUs of l, ascending.
-func cpusIn(l config.CPUList) []int {
-	var out []int
-	for c := range config.MaxCPUs {
-		if l.Has(c) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
 
 // Problem is what a host refuses of one strategy: the field and why.
 type Problem struct {

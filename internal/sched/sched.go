@@ -579,7 +579,7 @@ func (e *Engine) allowedCPUs(pid int, online []int) []int {
 	if err != nil || l.IsZero() {
 		return online
 	}
-	return cpusIn(l)
+	return l.CPUs()
 }
 
 // restore gives h's thread back what it had: its CPUs, or when it had

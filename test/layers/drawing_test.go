@@ -24,10 +24,10 @@ type layer struct {
 // but test/ is in exactly one row.
 var layers = []layer{
 	{"contracts and leaves", []string{"./api/edgeplane/v1", "./internal/dataplane", "./internal/maglev", "./internal/atomicfile",
-		"./internal/config/yamlnode", "./internal/rtloop", "./internal/cpuwatch", "./internal/sched/scx"}},
+		"./internal/config/yamlnode", "./internal/rtloop", "./internal/sched/scx"}},
 	{"the object model", []string{"./internal/config", "./internal/config/yamlcfg"}},
 	{"mechanisms: the loader, the rule compiler, CPU strategies, path monitoring, counters", []string{
-		"./internal/bpf/...", "./internal/rules", "./internal/sched", "./internal/pathmon", "./internal/fibwatch", "./internal/metrics"}},
+		"./internal/bpf/...", "./internal/rules", "./internal/sched", "./internal/pathmon", "./internal/cpuwatch", "./internal/fibwatch", "./internal/metrics"}},
 	{"the control plane: API, fleet, CLI client", []string{"./internal/api", "./internal/fleet", "./internal/client"}},
 	{"the gateway agent", []string{"./internal/agent"}},
 	{"what a gateway and a controller run", []string{"./cmd/edgeplane"}},

@@ -100,7 +100,7 @@ var rules = []struct {
 	{"./internal/pathmon", []string{"./"}, slices.Concat(configModel, []string{"./internal/dataplane", "./internal/rtloop", "./internal/cpuwatch"}, loaderPkgs),
 		"path monitoring probes and steers through the loader; the agent starts it"},
 	{"./internal/rtloop", []string{"./"}, nil, "a real-time loop needs nothing of edgeplane"},
-	{"./internal/cpuwatch", []string{"./"}, nil, "watching for stopped CPUs needs nothing of edgeplane"},
+	{"./internal/cpuwatch", []string{"./"}, configModel, "watching for stopped CPUs needs nothing of edgeplane but the cpulist's parser"},
 	{"./internal/fibwatch", []string{"./"}, append([]string{"./internal/dataplane"}, loaderPkgs...),
 		"following the kernel's routing for the next hops needs the loader alone; the agent starts it"},
 	// The bench's parts stand alone: the top level runs the ones asked
