@@ -22,10 +22,13 @@
 package cpuwatch
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -52,6 +55,12 @@ type Watch struct {
 	objs   cpuwatchObjects
 	cpus   []uint32
 	period int64
+
+	// The records Lost read last, at readAt: a look of the path
+	// monitor judges every probe at one time, and reads them once.
+	mu     sync.Mutex
+	readAt int64
+	read   []cpuwatchEdgeCpuBeat
 }
 
 // Start arms the beat on every online CPU at period. It needs CAP_BPF
@@ -151,13 +160,23 @@ func (w *Watch) Lost(from, to int64) int64 {
 	if w == nil || to <= from {
 		return 0
 	}
-	var spans []Span
-	for _, cpu := range w.cpus {
-		b, err := w.beat(cpu)
-		if err != nil {
-			return 0
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.readAt != to || w.read == nil {
+		w.read = w.read[:0]
+		for _, cpu := range w.cpus {
+			b, err := w.beat(cpu)
+			if err != nil {
+				w.read = nil
+				return 0
+			}
+			w.read = append(w.read, b)
 		}
-		spans = append(spans, stalls(&b, w.period, from, to)...)
+		w.readAt = to
+	}
+	var spans []Span
+	for i := range w.read {
+		spans = append(spans, stalls(&w.read[i], w.period, from, to)...)
 	}
 	return min(Union(spans, from, to), maxLost)
 }
@@ -185,30 +204,18 @@ func stalls(b *cpuwatchEdgeCpuBeat, period, from, to int64) []Span {
 // Span is a time some CPU ran nothing in: [From, To) (CLOCK_MONOTONIC ns).
 type Span struct{ From, To int64 }
 
-// Union is the length of the union of spans within [from, to).
+// Union is the length of the union of spans within [from, to). It
+// sorts spans.
 func Union(spans []Span, from, to int64) int64 {
-	var total, end int64 = 0, from
-	for {
-		// The span that starts first among those reaching past end.
-		next := -1
-		for i, s := range spans {
-			if s.To > end && (next < 0 || s.From < spans[next].From) {
-				next = i
-			}
-		}
-		if next < 0 {
-			return total
-		}
-		s := spans[next]
-		start, stop := max(s.From, end), min(s.To, to)
-		if stop > start {
+	slices.SortFunc(spans, func(a, b Span) int { return cmp.Compare(a.From, b.From) })
+	var total, end int64 = 0, from // end: covered up to
+	for _, s := range spans {
+		if start, stop := max(s.From, end), min(s.To, to); stop > start {
 			total += stop - start
+			end = stop
 		}
-		if stop >= to {
-			return total
-		}
-		end = max(end, stop)
 	}
+	return total
 }
 
 // onlineCPUs reads the online CPUs.
