@@ -524,7 +524,7 @@ func (m *Monitor) Collectors() []prometheus.Collector {
 type cpuStalls struct{ m *Monitor }
 
 var cpuStalledDesc = prometheus.NewDesc("edgeplane_cpu_stalled_seconds_total",
-	"Time a CPU ran nothing, not even its timer interrupt, in stops of 2 ms or more (a virtual machine's host running something else on it), since the path monitor first judged a probe; probe timeouts do not count it.",
+	fmt.Sprintf("Time a CPU ran nothing, not even its timer interrupt, in stops of more than %s (a virtual machine's host running something else on it), since the path monitor first judged a probe; probe timeouts do not count it.", 2*cpuwatch.DefaultPeriod),
 	[]string{"cpu"}, nil)
 
 // Describe implements prometheus.Collector.
