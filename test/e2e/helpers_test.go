@@ -197,14 +197,21 @@ func (g *gateway) scrape() map[string]*dto.MetricFamily {
 	g.t.Helper()
 	time.Sleep(time.Until(g.scraped.Add(metrics.SnapshotEvery + 50*time.Millisecond)))
 	defer func() { g.scraped = time.Now() }()
-	out, err := exec.Command("ip", "netns", "exec", g.GW, "python3", "-c", pyScrape, g.MetricsAddr).Output()
+	return scrapeIn(g.t, g.GW, g.MetricsAddr)
+}
+
+// scrapeIn fetches /metrics at addr inside namespace ns and parses it
+// with the Prometheus text parser.
+func scrapeIn(t *testing.T, ns, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns, "python3", "-c", pyScrape, addr).Output()
 	if err != nil {
-		g.t.Fatalf("scrape metrics: %v", err)
+		t.Fatalf("scrape %s's metrics: %v", ns, err)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(out))
 	if err != nil {
-		g.t.Fatalf("parse metrics: %v\n%s", err, out)
+		t.Fatalf("parse metrics: %v\n%s", err, out)
 	}
 	return fams
 }

@@ -16,23 +16,13 @@ import (
 	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/testutil"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // cpuStalled returns the time gateway gw's CPUs ran nothing, as its
 // path monitor's CPU watch saw it (all CPUs summed), from its metrics.
 func cpuStalled(t *testing.T, gw string) time.Duration {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", gw, "python3", "-c", pyScrape, lab.MetricsAddr).Output()
-	if err != nil {
-		t.Fatalf("scrape %s's metrics: %v", gw, err)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(string(out)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := scrapeIn(t, gw, lab.MetricsAddr)
 	f, ok := fams["edgeplane_cpu_stalled_seconds_total"]
 	if !ok {
 		t.Fatalf("%s exports no edgeplane_cpu_stalled_seconds_total: its path monitor has no CPU watch", gw)
