@@ -26,8 +26,9 @@ var layers = []layer{
 	{"contracts and leaves", []string{"./api/edgeplane/v1", "./internal/dataplane", "./internal/maglev", "./internal/atomicfile",
 		"./internal/config/yamlnode", "./internal/rtloop", "./internal/sched/scx"}},
 	{"the object model", []string{"./internal/config", "./internal/config/yamlcfg"}},
-	{"mechanisms: the loader, the rule compiler, CPU strategies, path monitoring, counters", []string{
-		"./internal/bpf/...", "./internal/rules", "./internal/sched", "./internal/pathmon", "./internal/cpuwatch", "./internal/fibwatch", "./internal/metrics"}},
+	{"mechanisms: the loader, the rule compiler, CPU strategies, path monitoring, counters, N4", []string{
+		"./internal/bpf/...", "./internal/rules", "./internal/sched", "./internal/pathmon", "./internal/cpuwatch", "./internal/fibwatch", "./internal/metrics",
+		"./internal/n4"}},
 	{"the control plane: API, fleet, CLI client", []string{"./internal/api", "./internal/fleet", "./internal/client"}},
 	{"the gateway agent", []string{"./internal/agent"}},
 	{"what a gateway and a controller run", []string{"./cmd/edgeplane"}},

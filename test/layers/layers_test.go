@@ -101,6 +101,8 @@ var rules = []struct {
 		"path monitoring probes and steers through the loader; the agent starts it"},
 	{"./internal/rtloop", []string{"./"}, nil, "a real-time loop needs nothing of edgeplane"},
 	{"./internal/cpuwatch", []string{"./"}, configModel, "watching for stopped CPUs needs nothing of edgeplane but the cpulist's parser"},
+	{"./internal/n4", []string{"./"}, nil,
+		"the N4 endpoint speaks PFCP to SMFs; what a session asks of the dataplane reaches it through the agent"},
 	{"./internal/fibwatch", []string{"./"}, append([]string{"./internal/dataplane"}, loaderPkgs...),
 		"following the kernel's routing for the next hops needs the loader alone; the agent starts it"},
 	// The bench's parts stand alone: the top level runs the ones asked

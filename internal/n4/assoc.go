@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package n4
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/wmnsk/go-pfcp/ie"
+	"github.com/wmnsk/go-pfcp/message"
+)
+
+// heartbeat answers a Heartbeat Request with the node's recovery time
+// stamp. A peer's changed time stamp says it restarted: noted, and
+// logged; the SMF sets its association up again.
+func (n *Node) heartbeat(m *message.HeartbeatRequest, from netip.AddrPort) []byte {
+	if m.RecoveryTimeStamp != nil {
+		if ts, err := m.RecoveryTimeStamp.RecoveryTimeStamp(); err == nil {
+			n.mu.Lock()
+			for _, p := range n.peers {
+				if p.Addr == from && !p.Recovery.Equal(ts) {
+					n.opt.Log.Warn("n4: peer restarted", "node_id", p.NodeID, "was", p.Recovery, "now", ts)
+					p.Recovery = ts
+				}
+			}
+			n.mu.Unlock()
+		}
+	}
+	n.count("answered")
+	return marshal(message.NewHeartbeatResponse(m.Sequence(), ie.NewRecoveryTimeStamp(n.opt.Recovery)))
+}
+
+// associate sets up (or sets up again) the association with the
+// requesting node: Node ID and Recovery Time Stamp are mandatory.
+func (n *Node) associate(m *message.AssociationSetupRequest, from netip.AddrPort) []byte {
+	t, seq := m.MessageType(), m.Sequence()
+	id, c := nodeID(m.NodeID)
+	if c != 0 {
+		return n.refuse(t, seq, c, ie.NodeID, 0)
+	}
+	if m.RecoveryTimeStamp == nil {
+		return n.refuse(t, seq, ie.CauseMandatoryIEMissing, ie.RecoveryTimeStamp, 0)
+	}
+	ts, err := m.RecoveryTimeStamp.RecoveryTimeStamp()
+	if err != nil {
+		return n.refuse(t, seq, ie.CauseMandatoryIEIncorrect, ie.RecoveryTimeStamp, 0)
+	}
+	n.mu.Lock()
+	_, again := n.peers[id]
+	n.peers[id] = &Peer{NodeID: id, Addr: from, Recovery: ts, Since: time.Now()}
+	n.mu.Unlock()
+	n.opt.Log.Info("n4: association set up", "node_id", id, "from", from, "again", again)
+	n.count("answered")
+	return marshal(message.NewAssociationSetupResponse(seq,
+		ie.NewNodeIDHeuristic(n.opt.NodeID), ie.NewCause(ie.CauseRequestAccepted),
+		ie.NewRecoveryTimeStamp(n.opt.Recovery), ie.NewUPFunctionFeatures(UPFeatures...)))
+}
+
+// associated returns the node ID of a request's Node ID IE when an
+// association with it exists, else the cause to refuse the request
+// with and the IE that offends (0: none).
+func (n *Node) associated(i *ie.IE) (string, uint8, uint16) {
+	id, c := nodeID(i)
+	if c != 0 {
+		return "", c, ie.NodeID
+	}
+	n.mu.Lock()
+	_, ok := n.peers[id]
+	n.mu.Unlock()
+	if !ok {
+		return "", ie.CauseNoEstablishedPFCPAssociation, 0
+	}
+	return id, 0, 0
+}
+
+// update accepts an Association Update Request from an associated node.
+func (n *Node) update(m *message.AssociationUpdateRequest) []byte {
+	t, seq := m.MessageType(), m.Sequence()
+	if _, c, off := n.associated(m.NodeID); c != 0 {
+		return n.refuse(t, seq, c, off, 0)
+	}
+	n.count("answered")
+	return marshal(message.NewAssociationUpdateResponse(seq,
+		ie.NewNodeIDHeuristic(n.opt.NodeID), ie.NewCause(ie.CauseRequestAccepted)))
+}
+
+// release ends the association with the requesting node.
+func (n *Node) release(m *message.AssociationReleaseRequest) []byte {
+	t, seq := m.MessageType(), m.Sequence()
+	id, c, off := n.associated(m.NodeID)
+	if c != 0 {
+		return n.refuse(t, seq, c, off, 0)
+	}
+	n.mu.Lock()
+	delete(n.peers, id)
+	n.mu.Unlock()
+	n.opt.Log.Info("n4: association released", "node_id", id)
+	n.count("answered")
+	return marshal(message.NewAssociationReleaseResponse(seq,
+		ie.NewNodeIDHeuristic(n.opt.NodeID), ie.NewCause(ie.CauseRequestAccepted)))
+}
+
+// establish answers a Session Establishment Request: Node ID and CP
+// F-SEID are mandatory, and the node must be associated. The answer
+// goes to the CP's SEID when it decodes.
+func (n *Node) establish(m *message.SessionEstablishmentRequest) []byte {
+	t, seq := m.MessageType(), m.Sequence()
+	var seid uint64
+	if m.CPFSEID != nil {
+		if f, err := m.CPFSEID.FSEID(); err == nil {
+			seid = f.SEID
+		}
+	}
+	if _, c, off := n.associated(m.NodeID); c != 0 {
+		return n.refuse(t, seq, c, off, seid)
+	}
+	if m.CPFSEID == nil {
+		return n.refuse(t, seq, ie.CauseMandatoryIEMissing, ie.FSEID, 0)
+	}
+	if seid == 0 {
+		return n.refuse(t, seq, ie.CauseMandatoryIEIncorrect, ie.FSEID, 0)
+	}
+	return n.refuse(t, seq, ie.CauseServiceNotSupported, 0, seid)
+}

@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package n4 is a user plane function's end of N4: a PFCP node (3GPP TS
+// 29.244) on UDP 8805 that answers heartbeats and keeps the
+// associations control plane functions (SMFs) set up with it, their
+// node IDs, recovery time stamps and features.
+//
+// Every request is answered by the rules of the spec's error handling
+// (clause 7.6): a message of another PFCP version gets a Version Not
+// Supported Response; a request with a mandatory IE missing is rejected
+// with "Mandatory IE missing" naming the IE (Offending IE), one whose
+// IE does not decode with "Mandatory IE incorrect", or, when its IEs do
+// not even delimit, "Invalid Length"; a session request from a node with
+// no association with "No established PFCP Association". What cannot be
+// answered (too short for a header, a length that disagrees with the
+// datagram, an unknown message type, a response to nothing asked) is
+// discarded. Each is counted by what happened (Stats), and a refused
+// request changes nothing.
+//
+// Sessions are not kept yet: an associated SMF's session requests are
+// refused ("Service not supported" for an establishment, "Session
+// context not found" for the SEIDs it names).
+package n4
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wmnsk/go-pfcp/ie"
+	"github.com/wmnsk/go-pfcp/message"
+)
+
+// Port is PFCP's UDP port.
+const Port = 8805
+
+// Options are a node's identity and where it listens.
+type Options struct {
+	// Addr is the UDP address listened on (default ":8805").
+	Addr string
+	// NodeID is the node's ID as the SMF sees it: an IPv4 or IPv6
+	// address, or an FQDN.
+	NodeID string
+	// Recovery is when the user plane function started, as its peers
+	// must see it: a restarted agent that kept its sessions gives the
+	// first start's, so no SMF takes it for a restart that lost them.
+	Recovery time.Time
+	// Log receives what happened to each association (nil: discarded).
+	Log *slog.Logger
+}
+
+// UPFeatures are the UP function features the node advertises: FTUP
+// (it allocates F-TEIDs on CHOOSE), octet 5 bit 5 of TS 29.244 8.2.25.
+var UPFeatures = []uint8{0x10}
+
+// Peer is an association with a control plane function.
+type Peer struct {
+	NodeID string
+	// Addr is where its last association request came from (and where
+	// the node's own requests to it go).
+	Addr netip.AddrPort
+	// Recovery is the peer's recovery time stamp, Since when the
+	// association was set up.
+	Recovery time.Time
+	Since    time.Time
+}
+
+// Node is a PFCP node listening on one UDP socket.
+type Node struct {
+	opt   Options
+	conn  *net.UDPConn
+	mu    sync.Mutex
+	peers map[string]*Peer // by node ID
+	stats sync.Map         // string -> *atomic.Uint64
+}
+
+// Listen opens the node's socket.
+func Listen(o Options) (*Node, error) {
+	if o.NodeID == "" {
+		return nil, errors.New("n4: a node needs a node ID")
+	}
+	if o.Addr == "" {
+		o.Addr = fmt.Sprintf(":%d", Port)
+	}
+	if o.Recovery.IsZero() {
+		o.Recovery = time.Now()
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	ua, err := net.ResolveUDPAddr("udp", o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("n4: listen address %q: %w", o.Addr, err)
+	}
+	c, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, fmt.Errorf("n4: %w", err)
+	}
+	return &Node{opt: o, conn: c, peers: map[string]*Peer{}}, nil
+}
+
+// Addr is the address the node listens on.
+func (n *Node) Addr() netip.AddrPort {
+	return n.conn.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// Close closes the node's socket; Serve returns.
+func (n *Node) Close() error { return n.conn.Close() }
+
+// Serve answers datagrams until ctx is done or the node is closed.
+func (n *Node) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { n.conn.Close() })
+	defer stop()
+	buf := make([]byte, 65536)
+	for {
+		l, from, err := n.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("n4: read: %w", err)
+		}
+		if out := n.Handle(buf[:l], from); out != nil {
+			if _, err := n.conn.WriteToUDPAddrPort(out, from); err != nil {
+				n.count("send_failed")
+			}
+		}
+	}
+}
+
+// Peers returns the node's associations, by node ID.
+func (n *Node) Peers() []Peer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]Peer, 0, len(n.peers))
+	for _, p := range n.peers {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b Peer) int {
+		if a.NodeID < b.NodeID {
+			return -1
+		}
+		if a.NodeID > b.NodeID {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Stats returns how many messages met each fate: "answered", a
+// request refused ("cause_N" with its cause), or discarded ("short",
+// "bad_length", "unknown_type", "unexpected_response"), and
+// "old_version" for the Version Not Supported answers.
+func (n *Node) Stats() map[string]uint64 {
+	out := map[string]uint64{}
+	n.stats.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Uint64).Load()
+		return true
+	})
+	return out
+}
+
+func (n *Node) count(what string) {
+	v, _ := n.stats.LoadOrStore(what, new(atomic.Uint64))
+	v.(*atomic.Uint64).Add(1)
+}
+
+// headerLen is the shortest PFCP header (no SEID); a session message's
+// is seidHeaderLen.
+const (
+	headerLen     = 8
+	seidHeaderLen = 16
+)
+
+// Handle returns the answer to datagram b from from, nil when it gets
+// none. It is what Serve does with each datagram, and the N4 decoder's
+// fuzz target.
+func (n *Node) Handle(b []byte, from netip.AddrPort) []byte {
+	if len(b) < headerLen {
+		n.count("short")
+		return nil
+	}
+	seq := sequence(b)
+	if v := b[0] >> 5; v != 1 {
+		n.count("old_version")
+		return marshal(message.NewVersionNotSupportedResponse(seq))
+	}
+	if b[0]&1 != 0 && len(b) < seidHeaderLen || int(binary.BigEndian.Uint16(b[2:4]))+4 != len(b) {
+		n.count("bad_length")
+		return nil
+	}
+	t := b[1]
+	if !isRequest(t) {
+		if isResponse(t) {
+			n.count("unexpected_response")
+		} else {
+			n.count("unknown_type")
+		}
+		return nil
+	}
+	m, err := message.Parse(b)
+	if err != nil {
+		// The IEs do not delimit: nothing in the request can be
+		// trusted, not even the IDs a response would echo.
+		return n.refuse(t, seq, ie.CauseInvalidLength, 0, 0)
+	}
+	switch m := m.(type) {
+	case *message.HeartbeatRequest:
+		return n.heartbeat(m, from)
+	case *message.AssociationSetupRequest:
+		return n.associate(m, from)
+	case *message.AssociationUpdateRequest:
+		return n.update(m)
+	case *message.AssociationReleaseRequest:
+		return n.release(m)
+	case *message.SessionEstablishmentRequest:
+		return n.establish(m)
+	}
+	// Modification and deletion name a session by its UP SEID; no
+	// session is kept, so none is found.
+	return n.refuse(t, seq, ie.CauseSessionContextNotFound, 0, 0)
+}
+
+// sequence is datagram b's sequence number (b holds a header).
+func sequence(b []byte) uint32 {
+	at := 4
+	if b[0]&1 != 0 && len(b) >= seidHeaderLen {
+		at = 12
+	}
+	return binary.BigEndian.Uint32(b[at:at+4]) >> 8
+}
+
+// requests are the request types the node answers.
+var requests = []uint8{message.MsgTypeHeartbeatRequest, message.MsgTypeAssociationSetupRequest,
+	message.MsgTypeAssociationUpdateRequest, message.MsgTypeAssociationReleaseRequest,
+	message.MsgTypeSessionEstablishmentRequest, message.MsgTypeSessionModificationRequest,
+	message.MsgTypeSessionDeletionRequest}
+
+func isRequest(t uint8) bool { return slices.Contains(requests, t) }
+
+// isResponse tells whether t is a response type a peer may send: to a
+// request of this node's, of which there are none outstanding yet.
+func isResponse(t uint8) bool {
+	switch t {
+	case message.MsgTypeHeartbeatResponse, message.MsgTypeNodeReportResponse,
+		message.MsgTypeSessionReportResponse, message.MsgTypeAssociationSetupResponse,
+		message.MsgTypeAssociationUpdateResponse, message.MsgTypeAssociationReleaseResponse,
+		message.MsgTypePFDManagementResponse, message.MsgTypeSessionSetDeletionResponse,
+		message.MsgTypeVersionNotSupportedResponse:
+		return true
+	}
+	return false
+}
+
+func marshal(m message.Message) []byte {
+	b := make([]byte, m.MarshalLen())
+	if err := m.MarshalTo(b); err != nil {
+		return nil
+	}
+	return b
+}
+
+// nodeID returns the node ID of IE i, a cause other than 0 when it is
+// missing or does not decode, with the offending IE.
+func nodeID(i *ie.IE) (string, uint8) {
+	if i == nil {
+		return "", ie.CauseMandatoryIEMissing
+	}
+	id, err := i.NodeID()
+	if err != nil || id == "" {
+		return "", ie.CauseMandatoryIEIncorrect
+	}
+	return id, 0
+}
+
+// refuse answers a request of type t (sequence seq) with cause c, the
+// IE of type offending named when it is not 0; a session request's
+// answer carries SEID seid (0 when the session is not known).
+func (n *Node) refuse(t uint8, seq uint32, c uint8, offending uint16, seid uint64) []byte {
+	n.count(fmt.Sprintf("cause_%d", c))
+	ies := []*ie.IE{ie.NewNodeIDHeuristic(n.opt.NodeID), ie.NewCause(c)}
+	if offending != 0 {
+		ies = append(ies, ie.NewOffendingIE(offending))
+	}
+	var m message.Message
+	switch t {
+	case message.MsgTypeHeartbeatRequest:
+		// A heartbeat response has no cause: it answers liveness.
+		m = message.NewHeartbeatResponse(seq, ie.NewRecoveryTimeStamp(n.opt.Recovery))
+	case message.MsgTypeAssociationSetupRequest:
+		m = message.NewAssociationSetupResponse(seq, append(ies, ie.NewRecoveryTimeStamp(n.opt.Recovery))...)
+	case message.MsgTypeAssociationUpdateRequest:
+		m = message.NewAssociationUpdateResponse(seq, ies...)
+	case message.MsgTypeAssociationReleaseRequest:
+		m = message.NewAssociationReleaseResponse(seq, ies[0], ies[1], ies[2:]...)
+	case message.MsgTypeSessionEstablishmentRequest:
+		m = message.NewSessionEstablishmentResponse(0, 0, seid, seq, 0, ies...)
+	case message.MsgTypeSessionModificationRequest:
+		m = message.NewSessionModificationResponse(0, 0, seid, seq, 0, ies[1:]...)
+	case message.MsgTypeSessionDeletionRequest:
+		m = message.NewSessionDeletionResponse(0, 0, seid, seq, 0, ies[1:]...)
+	default:
+		return nil
+	}
+	return marshal(m)
+}
