@@ -56,27 +56,34 @@ func (n *Node) associate(m *message.AssociationSetupRequest, from netip.AddrPort
 		ie.NewRecoveryTimeStamp(n.opt.Recovery), ie.NewUPFunctionFeatures(UPFeatures...)))
 }
 
-// associated returns the node ID of a request's Node ID IE when an
-// association with it exists, else the cause to refuse the request
-// with and the IE that offends (0: none).
-func (n *Node) associated(i *ie.IE) (string, uint8, uint16) {
+// associated returns the node ID of the association a request from
+// from belongs to: the one of its Node ID IE, or, when no association
+// has that ID, the one set up from from (some SMFs name another node
+// in later requests: pfcpsim names the UPF in its release); else the
+// cause to refuse the request with and the IE that offends (0: none).
+func (n *Node) associated(i *ie.IE, from netip.AddrPort) (string, uint8, uint16) {
 	id, c := nodeID(i)
 	if c != 0 {
 		return "", c, ie.NodeID
 	}
 	n.mu.Lock()
-	_, ok := n.peers[id]
-	n.mu.Unlock()
-	if !ok {
-		return "", ie.CauseNoEstablishedPFCPAssociation, 0
+	defer n.mu.Unlock()
+	if _, ok := n.peers[id]; ok {
+		return id, 0, 0
 	}
-	return id, 0, 0
+	for pid, p := range n.peers {
+		if p.Addr == from {
+			n.opt.Log.Debug("n4: request taken for the association of its address", "node_id", id, "association", pid)
+			return pid, 0, 0
+		}
+	}
+	return "", ie.CauseNoEstablishedPFCPAssociation, 0
 }
 
 // update accepts an Association Update Request from an associated node.
-func (n *Node) update(m *message.AssociationUpdateRequest) []byte {
+func (n *Node) update(m *message.AssociationUpdateRequest, from netip.AddrPort) []byte {
 	t, seq := m.MessageType(), m.Sequence()
-	if _, c, off := n.associated(m.NodeID); c != 0 {
+	if _, c, off := n.associated(m.NodeID, from); c != 0 {
 		return n.refuse(t, seq, c, off, 0)
 	}
 	n.count("answered")
@@ -85,9 +92,9 @@ func (n *Node) update(m *message.AssociationUpdateRequest) []byte {
 }
 
 // release ends the association with the requesting node.
-func (n *Node) release(m *message.AssociationReleaseRequest) []byte {
+func (n *Node) release(m *message.AssociationReleaseRequest, from netip.AddrPort) []byte {
 	t, seq := m.MessageType(), m.Sequence()
-	id, c, off := n.associated(m.NodeID)
+	id, c, off := n.associated(m.NodeID, from)
 	if c != 0 {
 		return n.refuse(t, seq, c, off, 0)
 	}
@@ -103,7 +110,7 @@ func (n *Node) release(m *message.AssociationReleaseRequest) []byte {
 // establish answers a Session Establishment Request: Node ID and CP
 // F-SEID are mandatory, and the node must be associated. The answer
 // goes to the CP's SEID when it decodes.
-func (n *Node) establish(m *message.SessionEstablishmentRequest) []byte {
+func (n *Node) establish(m *message.SessionEstablishmentRequest, from netip.AddrPort) []byte {
 	t, seq := m.MessageType(), m.Sequence()
 	var seid uint64
 	if m.CPFSEID != nil {
@@ -111,7 +118,7 @@ func (n *Node) establish(m *message.SessionEstablishmentRequest) []byte {
 			seid = f.SEID
 		}
 	}
-	if _, c, off := n.associated(m.NodeID); c != 0 {
+	if _, c, off := n.associated(m.NodeID, from); c != 0 {
 		return n.refuse(t, seq, c, off, seid)
 	}
 	if m.CPFSEID == nil {

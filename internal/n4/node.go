@@ -219,11 +219,11 @@ func (n *Node) Handle(b []byte, from netip.AddrPort) []byte {
 	case *message.AssociationSetupRequest:
 		return n.associate(m, from)
 	case *message.AssociationUpdateRequest:
-		return n.update(m)
+		return n.update(m, from)
 	case *message.AssociationReleaseRequest:
-		return n.release(m)
+		return n.release(m, from)
 	case *message.SessionEstablishmentRequest:
-		return n.establish(m)
+		return n.establish(m, from)
 	}
 	// Modification and deletion name a session by its UP SEID; no
 	// session is kept, so none is found.
