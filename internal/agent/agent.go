@@ -30,6 +30,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/fibwatch"
 	"github.com/edgeplane/edgeplane/internal/fleet"
+	"github.com/edgeplane/edgeplane/internal/n4"
 	"github.com/edgeplane/edgeplane/internal/pathmon"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/sched"
@@ -82,6 +83,9 @@ type Options struct {
 	// without sched_ext in the kernel the agent says so once and keeps
 	// to the real-time policies.
 	SchedExt bool
+	// N4Addr serves N4 (PFCP, internal/n4) on this UDP address (""
+	// none), as node N4NodeID ("": the address's IP).
+	N4Addr, N4NodeID string
 	// Fleet joins the agent to a fleet in etcd (nil: the config file
 	// and the API are its only sources).
 	Fleet *FleetOptions
@@ -128,6 +132,8 @@ type Agent struct {
 	reloads *prometheus.CounterVec
 	// fo is FlowOpt's control loop (fairness rounds, relief).
 	fo *foLoop
+	// n4 is the N4 endpoint (nil: none).
+	n4 *n4.Node
 	// strategies runs the CPU strategies.
 	strategies *sched.Runtime
 

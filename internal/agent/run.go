@@ -104,6 +104,10 @@ func (a *Agent) subsystems() []subsystem {
 			stop: a.strategies.Stop, metrics: a.strategies.Collectors},
 		{name: "journal", start: a.openJournal, stop: func() { a.journal.close() }},
 	}
+	if a.opts.N4Addr != "" {
+		list = append(list, subsystem{name: "n4", start: a.startN4, run: a.runN4, stop: func() { _ = a.n4.Close() },
+			metrics: func() []prometheus.Collector { return []prometheus.Collector{n4Metrics{a.n4}} }})
+	}
 	if a.opts.Fleet != nil {
 		// After the journal (the member commits through Apply), before
 		// the metrics (which show it).

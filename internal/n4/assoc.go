@@ -14,6 +14,7 @@ import (
 // stamp. A peer's changed time stamp says it restarted: noted, and
 // logged; the SMF sets its association up again.
 func (n *Node) heartbeat(m *message.HeartbeatRequest, from netip.AddrPort) []byte {
+	restarted := false
 	if m.RecoveryTimeStamp != nil {
 		if ts, err := m.RecoveryTimeStamp.RecoveryTimeStamp(); err == nil {
 			n.mu.Lock()
@@ -21,9 +22,13 @@ func (n *Node) heartbeat(m *message.HeartbeatRequest, from netip.AddrPort) []byt
 				if p.Addr == from && !p.Recovery.Equal(ts) {
 					n.opt.Log.Warn("n4: peer restarted", "node_id", p.NodeID, "was", p.Recovery, "now", ts)
 					p.Recovery = ts
+					restarted = true
 				}
 			}
 			n.mu.Unlock()
+			if restarted {
+				n.changed()
+			}
 		}
 	}
 	n.count("answered")
@@ -46,10 +51,21 @@ func (n *Node) associate(m *message.AssociationSetupRequest, from netip.AddrPort
 		return n.refuse(t, seq, ie.CauseMandatoryIEIncorrect, ie.RecoveryTimeStamp, 0)
 	}
 	n.mu.Lock()
-	_, again := n.peers[id]
-	n.peers[id] = &Peer{NodeID: id, Addr: from, Recovery: ts, Since: time.Now()}
+	old, again := n.peers[id]
+	if !again && len(n.peers) >= n.opt.MaxPeers {
+		n.mu.Unlock()
+		return n.refuse(t, seq, ie.CauseNoResourcesAvailable, 0, 0)
+	}
+	same := again && old.Addr == from && old.Recovery.Equal(ts)
+	if !same {
+		n.peers[id] = &Peer{NodeID: id, Addr: from, Recovery: ts, Since: time.Now()}
+	}
 	n.mu.Unlock()
-	n.opt.Log.Info("n4: association set up", "node_id", id, "from", from, "again", again)
+	if !same {
+		// The same setup again (a lost answer resent) changes nothing.
+		n.opt.Log.Info("n4: association set up", "node_id", id, "from", from, "again", again)
+		n.changed()
+	}
 	n.count("answered")
 	return marshal(message.NewAssociationSetupResponse(seq,
 		ie.NewNodeIDHeuristic(n.opt.NodeID), ie.NewCause(ie.CauseRequestAccepted),
@@ -102,6 +118,7 @@ func (n *Node) release(m *message.AssociationReleaseRequest, from netip.AddrPort
 	delete(n.peers, id)
 	n.mu.Unlock()
 	n.opt.Log.Info("n4: association released", "node_id", id)
+	n.changed()
 	n.count("answered")
 	return marshal(message.NewAssociationReleaseResponse(seq,
 		ie.NewNodeIDHeuristic(n.opt.NodeID), ie.NewCause(ie.CauseRequestAccepted)))

@@ -55,7 +55,24 @@ type Options struct {
 	Recovery time.Time
 	// Log receives what happened to each association (nil: discarded).
 	Log *slog.Logger
+	// Peers are the associations a node kept before a restart: they
+	// stand as if set up again (the recovery time stamp they saw is
+	// Recovery, unchanged).
+	Peers []Peer
+	// MaxPeers bounds the associations (default DefaultMaxPeers): N4
+	// is unauthenticated, and a setup from one more node is refused
+	// "No resources available" rather than growing what every setup
+	// writes back (Changed).
+	MaxPeers int
+	// Changed, when set, is called with the associations after each
+	// change, outside the node's lock and in the order of the changes:
+	// what a restart restores.
+	Changed func([]Peer)
 }
+
+// DefaultMaxPeers is Options.MaxPeers' default: a UPF serves the SMFs
+// of one core, a handful.
+const DefaultMaxPeers = 64
 
 // UPFeatures are the UP function features the node advertises: FTUP
 // (it allocates F-TEIDs on CHOOSE), octet 5 bit 5 of TS 29.244 8.2.25.
@@ -63,14 +80,14 @@ var UPFeatures = []uint8{0x10}
 
 // Peer is an association with a control plane function.
 type Peer struct {
-	NodeID string
+	NodeID string `json:"node_id"`
 	// Addr is where its last association request came from (and where
 	// the node's own requests to it go).
-	Addr netip.AddrPort
+	Addr netip.AddrPort `json:"addr"`
 	// Recovery is the peer's recovery time stamp, Since when the
 	// association was set up.
-	Recovery time.Time
-	Since    time.Time
+	Recovery time.Time `json:"recovery"`
+	Since    time.Time `json:"since"`
 }
 
 // Node is a PFCP node listening on one UDP socket.
@@ -96,6 +113,9 @@ func Listen(o Options) (*Node, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.MaxPeers <= 0 {
+		o.MaxPeers = DefaultMaxPeers
+	}
 	ua, err := net.ResolveUDPAddr("udp", o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("n4: listen address %q: %w", o.Addr, err)
@@ -104,7 +124,11 @@ func Listen(o Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("n4: %w", err)
 	}
-	return &Node{opt: o, conn: c, peers: map[string]*Peer{}}, nil
+	n := &Node{opt: o, conn: c, peers: map[string]*Peer{}}
+	for _, p := range o.Peers {
+		n.peers[p.NodeID] = &p
+	}
+	return n, nil
 }
 
 // Addr is the address the node listens on.
@@ -140,6 +164,19 @@ func (n *Node) Serve(ctx context.Context) error {
 func (n *Node) Peers() []Peer {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.peersLocked()
+}
+
+// changed tells Options.Changed the associations after a change. The
+// node answers one datagram at a time (Serve), so calls come in the
+// order of the changes.
+func (n *Node) changed() {
+	if n.opt.Changed != nil {
+		n.opt.Changed(n.Peers())
+	}
+}
+
+func (n *Node) peersLocked() []Peer {
 	out := make([]Peer, 0, len(n.peers))
 	for _, p := range n.peers {
 		out = append(out, *p)

@@ -5,6 +5,7 @@ package n4
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -280,6 +281,35 @@ func TestMalformed(t *testing.T) {
 	}
 	if p := peersOf(s.node); len(p) != 1 || p[0] != smfID {
 		t.Errorf("peers after malformed datagrams: %v, want [%s]", p, smfID)
+	}
+}
+
+// TestAssociationsBounded: N4 is unauthenticated, so the associations
+// are bounded: past MaxPeers a setup from one more node is refused "No
+// resources available" and nothing is written back; a known node's
+// setup repeated changes nothing either.
+func TestAssociationsBounded(t *testing.T) {
+	writes := 0
+	n, err := Listen(Options{Addr: "127.0.0.1:0", NodeID: "192.0.2.1", Recovery: started, MaxPeers: 3,
+		Changed: func([]Peer) { writes++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	from := netip.MustParseAddrPort("192.0.2.10:8805")
+	for i := range 5 {
+		req := message.NewAssociationSetupRequest(uint32(i+1), ie.NewNodeID(fmt.Sprintf("192.0.2.%d", 20+i), "", ""),
+			ie.NewRecoveryTimeStamp(started))
+		want := ie.CauseRequestAccepted
+		if i >= 3 {
+			want = ie.CauseNoResourcesAvailable
+		}
+		refused(t, fmt.Sprintf("setup %d", i), n.Handle(marshal(req), from), want, 0)
+	}
+	again := message.NewAssociationSetupRequest(9, ie.NewNodeID("192.0.2.20", "", ""), ie.NewRecoveryTimeStamp(started))
+	refused(t, "setup repeated", n.Handle(marshal(again), from), ie.CauseRequestAccepted, 0)
+	if p := peersOf(n); len(p) != 3 || writes != 3 {
+		t.Errorf("%d associations, %d written back; want 3 and 3", len(p), writes)
 	}
 }
 

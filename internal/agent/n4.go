@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
+	"github.com/edgeplane/edgeplane/internal/n4"
+)
+
+// n4State is what the N4 endpoint keeps across restarts, beside the
+// config file (n4StatePath): the user plane's recovery time stamp, so
+// an SMF does not take a restart for one that lost state, and the
+// associations SMFs set up.
+type n4State struct {
+	Recovery time.Time `json:"recovery"`
+	Peers    []n4.Peer `json:"peers"`
+}
+
+// n4StatePath is where the agent of configPath keeps its N4 state.
+func n4StatePath(configPath string) string { return configPath + ".n4" }
+
+// readN4State reads the N4 state at path; a missing file is a first
+// start (now the recovery time stamp, no associations).
+func readN4State(path string, now time.Time) (n4State, error) {
+	var st n4State
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return n4State{Recovery: now.Truncate(time.Second)}, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil || st.Recovery.IsZero() {
+		return st, fmt.Errorf("N4 state %s is not the agent's (remove it to start afresh, as a restart that lost state): %v", path, err)
+	}
+	return st, nil
+}
+
+func writeN4State(path string, st n4State) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Replace(path, append(b, '\n'), 0o600, true)
+}
+
+// n4NodeID is the node ID the endpoint gives SMFs: id, or the IP of
+// the address it listens on.
+func n4NodeID(addr, id string) (string, error) {
+	if id != "" {
+		return id, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("--n4-addr %q: %w", addr, err)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.IsUnspecified() {
+		return "", fmt.Errorf("--n4-addr %q names no address SMFs can reach: give --n4-node-id", addr)
+	}
+	return ip.String(), nil
+}
+
+// startN4 opens the N4 endpoint on Options.N4Addr with the recovery
+// time stamp and the associations kept from the last run; each change
+// of the associations is written back before the answer that made it
+// leaves.
+func (a *Agent) startN4(context.Context) error {
+	id, err := n4NodeID(a.opts.N4Addr, a.opts.N4NodeID)
+	if err != nil {
+		return err
+	}
+	path := n4StatePath(a.opts.ConfigPath)
+	st, err := readN4State(path, time.Now())
+	if err != nil {
+		return err
+	}
+	if err := writeN4State(path, st); err != nil {
+		return fmt.Errorf("keep the N4 state: %w", err)
+	}
+	a.n4, err = n4.Listen(n4.Options{Addr: a.opts.N4Addr, NodeID: id, Recovery: st.Recovery, Log: a.log, Peers: st.Peers,
+		Changed: func(peers []n4.Peer) {
+			if err := writeN4State(path, n4State{Recovery: st.Recovery, Peers: peers}); err != nil {
+				a.log.Error("n4: the associations are not kept for a restart", "err", err)
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	a.log.Info("n4: serving PFCP", "addr", a.n4.Addr(), "node_id", id, "recovery", st.Recovery, "associations", len(st.Peers))
+	return nil
+}
+
+// runN4 answers N4 until ctx ends.
+func (a *Agent) runN4(ctx context.Context) {
+	if err := a.n4.Serve(ctx); err != nil {
+		a.log.Error("n4 stopped", "err", err)
+	}
+}
+
+// n4Metrics are the N4 endpoint's: its messages by fate and its
+// associations.
+type n4Metrics struct{ node *n4.Node }
+
+var (
+	n4MessagesDesc = prometheus.NewDesc("edgeplane_n4_messages_total",
+		"PFCP messages the N4 endpoint received, by fate: answered; refused with a cause (cause_N, TS 29.244 8.2.1); "+
+			"old_version (answered Version Not Supported); dropped: short, bad_length, unknown_type, unexpected_response.",
+		[]string{"fate"}, nil)
+	n4AssociationsDesc = prometheus.NewDesc("edgeplane_n4_associations",
+		"PFCP associations control plane functions (SMFs) hold with the N4 endpoint.", nil, nil)
+)
+
+func (m n4Metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- n4MessagesDesc
+	ch <- n4AssociationsDesc
+}
+
+func (m n4Metrics) Collect(ch chan<- prometheus.Metric) {
+	for fate, v := range m.node.Stats() {
+		ch <- prometheus.MustNewConstMetric(n4MessagesDesc, prometheus.CounterValue, float64(v), fate)
+	}
+	ch <- prometheus.MustNewConstMetric(n4AssociationsDesc, prometheus.GaugeValue, float64(len(m.node.Peers())))
+}
