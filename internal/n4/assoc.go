@@ -125,8 +125,9 @@ func (n *Node) release(m *message.AssociationReleaseRequest, from netip.AddrPort
 }
 
 // establish answers a Session Establishment Request: Node ID and CP
-// F-SEID are mandatory, and the node must be associated. The answer
-// goes to the CP's SEID when it decodes.
+// F-SEID are mandatory, the node must be associated, and the rules
+// must be whole (parseSession). The answer goes to the CP's SEID when
+// it decodes.
 func (n *Node) establish(m *message.SessionEstablishmentRequest, from netip.AddrPort) []byte {
 	t, seq := m.MessageType(), m.Sequence()
 	var seid uint64
@@ -144,5 +145,23 @@ func (n *Node) establish(m *message.SessionEstablishmentRequest, from netip.Addr
 	if seid == 0 {
 		return n.refuse(t, seq, ie.CauseMandatoryIEIncorrect, ie.FSEID, 0)
 	}
+	if _, r := parseSession(m, seid, cpAddrOf(m.CPFSEID)); r != nil {
+		var extra []*ie.IE
+		if r.hasRule {
+			extra = append(extra, ie.NewFailedRuleID(r.ruleType, r.ruleID))
+		}
+		return n.refuse(t, seq, r.cause, r.offending, seid, extra...)
+	}
+	// A session whose rules are all well formed, which the user plane
+	// cannot carry yet.
 	return n.refuse(t, seq, ie.CauseServiceNotSupported, 0, seid)
+}
+
+// cpAddrOf is the address of a CP F-SEID IE (invalid: none).
+func cpAddrOf(i *ie.IE) netip.Addr {
+	f, err := i.FSEID()
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ipOf(f.IPv4Address, f.IPv6Address)
 }

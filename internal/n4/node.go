@@ -320,14 +320,16 @@ func nodeID(i *ie.IE) (string, uint8) {
 }
 
 // refuse answers a request of type t (sequence seq) with cause c, the
-// IE of type offending named when it is not 0; a session request's
-// answer carries SEID seid (0 when the session is not known).
-func (n *Node) refuse(t uint8, seq uint32, c uint8, offending uint16, seid uint64) []byte {
+// IE of type offending named when it is not 0, and the extra IEs; a
+// session request's answer carries SEID seid (0 when the session is
+// not known).
+func (n *Node) refuse(t uint8, seq uint32, c uint8, offending uint16, seid uint64, extra ...*ie.IE) []byte {
 	n.count(fmt.Sprintf("cause_%d", c))
 	ies := []*ie.IE{ie.NewNodeIDHeuristic(n.opt.NodeID), ie.NewCause(c)}
 	if offending != 0 {
 		ies = append(ies, ie.NewOffendingIE(offending))
 	}
+	ies = append(ies, extra...)
 	var m message.Message
 	switch t {
 	case message.MsgTypeHeartbeatRequest:

@@ -221,9 +221,12 @@ func TestRefusedRequests(t *testing.T) {
 	if r.SEID() != 0x1234 {
 		t.Errorf("session establishment refused under SEID %#x, want the CP's 0x1234", r.SEID())
 	}
-	// Associated, a session is refused as not supported yet.
+	// Associated, a session without rules is refused, a whole one as
+	// not supported yet (TestSessionRulesRefused has the rest).
 	refused(t, "setup", s.setup(id, ts), ie.CauseRequestAccepted, 0)
 	_, b := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0, id, cpSEID))
+	refused(t, "session without rules", b, ie.CauseMandatoryIEMissing, ie.CreatePDR)
+	_, b = s.ask(establishment(s.next(), wholeSession))
 	refused(t, "session associated", b, ie.CauseServiceNotSupported, 0)
 	_, b = s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0, id))
 	refused(t, "session without CP F-SEID", b, ie.CauseMandatoryIEMissing, ie.FSEID)

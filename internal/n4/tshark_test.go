@@ -61,7 +61,8 @@ func TestTsharkDecodes(t *testing.T) {
 		message.NewSessionEstablishmentRequest(0, 0, 0, 3, 0, id, cpSEID), // unassociated
 		message.NewAssociationSetupRequest(4, id, ts),
 		message.NewAssociationUpdateRequest(5, id),
-		message.NewSessionEstablishmentRequest(0, 0, 0, 6, 0, id, cpSEID), // not supported
+		establishment(6, wholeSession),                              // not supported
+		establishment(10, []string{"pdr1", "far2", "qer1", "urr1"}), // PDR 1 names FAR 1, not created
 		message.NewSessionDeletionRequest(0, 0, 0x99, 7, 0),
 		message.NewAssociationReleaseRequest(8, id),
 	}
@@ -105,7 +106,8 @@ func TestTsharkDecodes(t *testing.T) {
 	}
 	for _, want := range []string{"Heartbeat Response", "Association Setup Response", "Mandatory IE missing",
 		"No established PFCP Association", "Request accepted", "Service not supported", "Session context not found",
-		"Offending IE", "Version Not Supported Response", "FTUP"} {
+		"Offending IE", "Version Not Supported Response", "FTUP", "Create PDR", "Outer Header Creation", "Create QER",
+		"Create URR", "SDF Filter", "Failed Rule ID", "Rule creation / modification Failure"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("tshark's decode lacks %q", want)
 		}

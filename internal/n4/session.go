@@ -1,0 +1,504 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package n4
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/wmnsk/go-pfcp/ie"
+	"github.com/wmnsk/go-pfcp/message"
+)
+
+// Session is a PFCP session as an SMF's Session Establishment Request
+// describes it: its rules by ID, each checked whole (mandatory IEs
+// present and decoding, IDs unique, every rule a PDR names created).
+type Session struct {
+	CPSEID uint64
+	CPAddr netip.Addr
+	PDRs   map[uint16]*PDR
+	FARs   map[uint32]*FAR
+	QERs   map[uint32]*QER
+	URRs   map[uint32]*URR
+	// BAR is the session's buffering action rule (nil: none).
+	BAR *BAR
+}
+
+// PDR is a packet detection rule.
+type PDR struct {
+	ID         uint16
+	Precedence uint32
+	// Source is the PDI's source interface (ie.SrcInterface*).
+	Source uint8
+	// TEID is the local F-TEID's (Choose: the UPF picks it, sharing
+	// one among the PDRs of ChooseID when set), TEIDAddr its address.
+	TEID     uint32
+	TEIDAddr netip.Addr
+	Choose   bool
+	ChooseID uint8
+	HasTEID  bool
+	Instance string
+	// UEIP is the UE's address (invalid: none).
+	UEIP netip.Addr
+	// SDF are the SDF filters' flow descriptions.
+	SDF []string
+	QFI uint8
+	// RemoveOuter is the outer header removal's description + 1 (0:
+	// none; 1: GTP-U/UDP/IPv4).
+	RemoveOuter uint16
+	FAR         uint32
+	HasFAR      bool
+	QERs, URRs  []uint32
+}
+
+// Apply action bits, octet 5 of TS 29.244 8.2.26.
+const (
+	ActDrop = 1 << 0
+	ActForw = 1 << 1
+	ActBuff = 1 << 2
+	ActNocp = 1 << 3
+	ActDupl = 1 << 4
+)
+
+// FAR is a forwarding action rule.
+type FAR struct {
+	ID     uint32
+	Action uint8 // Act*
+	// Dest is the forwarding parameters' destination interface.
+	Dest     uint8
+	Instance string
+	// Outer is the outer header to create (nil: none).
+	Outer *ie.OuterHeaderCreationFields
+	// TOS is the transport level marking (ToS/traffic class and mask),
+	// HasTOS whether one was given.
+	TOS    uint16
+	HasTOS bool
+	BAR    uint8
+}
+
+// QER is a QoS enforcement rule: gate status (0 open, 1 closed) and
+// maximum bit rates (kbit/s) per direction.
+type QER struct {
+	ID             uint32
+	GateUL, GateDL uint8
+	MBRUL, MBRDL   uint64
+	QFI            uint8
+}
+
+// URR is a usage reporting rule.
+type URR struct {
+	ID       uint32
+	Method   uint8
+	Triggers []byte
+	// VolumeThreshold and VolumeQuota are totals in bytes (0: none).
+	VolumeThreshold, VolumeQuota uint64
+}
+
+// BAR is a buffering action rule.
+type BAR struct{ ID uint8 }
+
+// refusal is why a request is refused: its cause, the IE at fault
+// (Offending IE) and, for a rule that could not be made, the rule
+// (Failed Rule ID: type, id).
+type refusal struct {
+	cause     uint8
+	offending uint16
+	ruleType  uint8
+	ruleID    uint32
+	hasRule   bool
+}
+
+func (r *refusal) Error() string {
+	return fmt.Sprintf("cause %d (offending IE %d)", r.cause, r.offending)
+}
+
+func missing(t uint16) *refusal { return &refusal{cause: ie.CauseMandatoryIEMissing, offending: t} }
+
+func incorrect(t uint16) *refusal { return &refusal{cause: ie.CauseMandatoryIEIncorrect, offending: t} }
+
+// Rule types of the Failed Rule ID IE (TS 29.244 8.2.80).
+const (
+	rulePDR = 0
+	ruleFAR = 1
+	ruleQER = 2
+	ruleURR = 3
+)
+
+func failedRule(typ uint8, id uint32) *refusal {
+	return &refusal{cause: ie.CauseRuleCreationModificationFailure, ruleType: typ, ruleID: id, hasRule: true}
+}
+
+// children returns grouped IE g's IEs by type (the first of each) and
+// all of type many.
+func children(g *ie.IE, many uint16) (map[uint16]*ie.IE, []*ie.IE) {
+	one := map[uint16]*ie.IE{}
+	var all []*ie.IE
+	for _, c := range g.ChildIEs {
+		if c == nil {
+			continue
+		}
+		if c.Type == many {
+			all = append(all, c)
+		}
+		if _, ok := one[c.Type]; !ok {
+			one[c.Type] = c
+		}
+	}
+	return one, all
+}
+
+// need returns grouped IE g's IEs by type (the first of each), or the
+// refusal for the first of types it lacks.
+func need(g *ie.IE, types ...uint16) (map[uint16]*ie.IE, *refusal) {
+	one, _ := children(g, 0)
+	for _, t := range types {
+		if one[t] == nil {
+			return nil, missing(t)
+		}
+	}
+	return one, nil
+}
+
+// parseSession checks a Session Establishment Request's rules and
+// returns the session they make, or why it is refused.
+func parseSession(m *message.SessionEstablishmentRequest, cpSEID uint64, cpAddr netip.Addr) (*Session, *refusal) {
+	if len(m.CreatePDR) == 0 {
+		return nil, missing(ie.CreatePDR)
+	}
+	if len(m.CreateFAR) == 0 {
+		return nil, missing(ie.CreateFAR)
+	}
+	s := &Session{CPSEID: cpSEID, CPAddr: cpAddr, PDRs: map[uint16]*PDR{}, FARs: map[uint32]*FAR{},
+		QERs: map[uint32]*QER{}, URRs: map[uint32]*URR{}}
+	if r := addRules(s.FARs, m.CreateFAR, parseFAR, ruleFAR); r != nil {
+		return nil, r
+	}
+	if r := addRules(s.QERs, m.CreateQER, parseQER, ruleQER); r != nil {
+		return nil, r
+	}
+	if r := addRules(s.URRs, m.CreateURR, parseURR, ruleURR); r != nil {
+		return nil, r
+	}
+	if m.CreateBAR != nil {
+		one, r := need(m.CreateBAR, ie.BARID)
+		if r != nil {
+			return nil, r
+		}
+		v, err := one[ie.BARID].BARID()
+		if err != nil {
+			return nil, incorrect(ie.BARID)
+		}
+		s.BAR = &BAR{ID: v}
+	}
+	for _, g := range m.CreatePDR {
+		p, r := parsePDR(g)
+		if r != nil {
+			return nil, r
+		}
+		if _, dup := s.PDRs[p.ID]; dup {
+			return nil, failedRule(rulePDR, uint32(p.ID))
+		}
+		if r := s.refsOf(p); r != nil {
+			return nil, r
+		}
+		s.PDRs[p.ID] = p
+	}
+	return s, nil
+}
+
+// rule is a FAR, QER or URR: a rule with a 32-bit ID.
+type rule interface{ ruleID() uint32 }
+
+func (f *FAR) ruleID() uint32 { return f.ID }
+func (q *QER) ruleID() uint32 { return q.ID }
+func (u *URR) ruleID() uint32 { return u.ID }
+
+// addRules parses each of gs into into, by ID: the first refusal, or a
+// failed rule of type typ for a second rule of one ID.
+func addRules[R rule](into map[uint32]R, gs []*ie.IE, parse func(*ie.IE) (R, *refusal), typ uint8) *refusal {
+	for _, g := range gs {
+		x, r := parse(g)
+		if r != nil {
+			return r
+		}
+		if _, dup := into[x.ruleID()]; dup {
+			return failedRule(typ, x.ruleID())
+		}
+		into[x.ruleID()] = x
+	}
+	return nil
+}
+
+// refsOf checks that every rule PDR p names is in s.
+func (s *Session) refsOf(p *PDR) *refusal {
+	if _, ok := s.FARs[p.FAR]; p.HasFAR && !ok {
+		return failedRule(rulePDR, uint32(p.ID))
+	}
+	for _, q := range p.QERs {
+		if _, ok := s.QERs[q]; !ok {
+			return failedRule(rulePDR, uint32(p.ID))
+		}
+	}
+	for _, u := range p.URRs {
+		if _, ok := s.URRs[u]; !ok {
+			return failedRule(rulePDR, uint32(p.ID))
+		}
+	}
+	return nil
+}
+
+func parsePDR(g *ie.IE) (*PDR, *refusal) {
+	one, r := need(g, ie.PDRID, ie.Precedence, ie.PDI)
+	if r != nil {
+		return nil, r
+	}
+	p := &PDR{}
+	id, prec, pdi := one[ie.PDRID], one[ie.Precedence], one[ie.PDI]
+	var err error
+	if p.ID, err = id.PDRID(); err != nil {
+		return nil, incorrect(ie.PDRID)
+	}
+	if p.Precedence, err = prec.Precedence(); err != nil {
+		return nil, incorrect(ie.Precedence)
+	}
+	if r := p.pdi(pdi); r != nil {
+		return nil, r
+	}
+	if f := one[ie.FARID]; f != nil {
+		if p.FAR, err = f.FARID(); err != nil {
+			return nil, incorrect(ie.FARID)
+		}
+		p.HasFAR = true
+	}
+	if o := one[ie.OuterHeaderRemoval]; o != nil {
+		b, err := o.OuterHeaderRemoval()
+		if err != nil || len(b) < 1 {
+			return nil, incorrect(ie.OuterHeaderRemoval)
+		}
+		p.RemoveOuter = uint16(b[0]) + 1
+	}
+	for _, c := range g.ChildIEs {
+		switch c.Type {
+		case ie.QERID:
+			v, err := c.QERID()
+			if err != nil {
+				return nil, incorrect(ie.QERID)
+			}
+			p.QERs = append(p.QERs, v)
+		case ie.URRID:
+			v, err := c.URRID()
+			if err != nil {
+				return nil, incorrect(ie.URRID)
+			}
+			p.URRs = append(p.URRs, v)
+		}
+	}
+	return p, nil
+}
+
+// pdi reads a PDR's packet detection information into p.
+func (p *PDR) pdi(g *ie.IE) *refusal {
+	one, sdfs := children(g, ie.SDFFilter)
+	src := one[ie.SourceInterface]
+	if src == nil {
+		return missing(ie.SourceInterface)
+	}
+	var err error
+	if p.Source, err = src.SourceInterface(); err != nil {
+		return incorrect(ie.SourceInterface)
+	}
+	if t := one[ie.FTEID]; t != nil {
+		f, err := t.FTEID()
+		if err != nil {
+			return incorrect(ie.FTEID)
+		}
+		p.HasTEID, p.Choose, p.TEID = true, f.HasCh(), f.TEID
+		if f.HasChID() {
+			p.ChooseID = f.ChooseID
+		}
+		if a, ok := netip.AddrFromSlice(f.IPv4Address.To4()); ok && f.IPv4Address != nil {
+			p.TEIDAddr = a
+		} else if a, ok := netip.AddrFromSlice(f.IPv6Address); ok && f.IPv6Address != nil {
+			p.TEIDAddr = a
+		}
+		if !p.Choose && !p.TEIDAddr.IsValid() {
+			return incorrect(ie.FTEID)
+		}
+	}
+	if n := one[ie.NetworkInstance]; n != nil {
+		if p.Instance, err = n.NetworkInstance(); err != nil {
+			return incorrect(ie.NetworkInstance)
+		}
+	}
+	if u := one[ie.UEIPAddress]; u != nil {
+		f, err := u.UEIPAddress()
+		if err != nil {
+			return incorrect(ie.UEIPAddress)
+		}
+		p.UEIP = ipOf(f.IPv4Address, f.IPv6Address)
+	}
+	for _, c := range sdfs {
+		f, err := c.SDFFilter()
+		if err != nil {
+			return incorrect(ie.SDFFilter)
+		}
+		p.SDF = append(p.SDF, f.FlowDescription)
+	}
+	if q := one[ie.QFI]; q != nil {
+		if p.QFI, err = q.QFI(); err != nil || p.QFI > 63 {
+			return incorrect(ie.QFI)
+		}
+	}
+	return nil
+}
+
+// ipOf is v4, else v6, as an address (invalid: neither).
+func ipOf(v4, v6 net.IP) netip.Addr {
+	if a, ok := netip.AddrFromSlice(v4.To4()); ok && v4 != nil {
+		return a
+	}
+	if a, ok := netip.AddrFromSlice(v6.To16()); ok && v6 != nil {
+		return a
+	}
+	return netip.Addr{}
+}
+
+func parseFAR(g *ie.IE) (*FAR, *refusal) {
+	one, r := need(g, ie.FARID, ie.ApplyAction)
+	if r != nil {
+		return nil, r
+	}
+	id, act := one[ie.FARID], one[ie.ApplyAction]
+	f := &FAR{}
+	var err error
+	if f.ID, err = id.FARID(); err != nil {
+		return nil, incorrect(ie.FARID)
+	}
+	b, err := act.ApplyAction()
+	if err != nil || len(b) < 1 {
+		return nil, incorrect(ie.ApplyAction)
+	}
+	f.Action = b[0] & (ActDrop | ActForw | ActBuff | ActNocp | ActDupl)
+	// One of DROP, FORW and BUFF, as 8.2.26 asks.
+	if n := countBits(f.Action & (ActDrop | ActForw | ActBuff)); n != 1 {
+		return nil, incorrect(ie.ApplyAction)
+	}
+	if b := one[ie.BARID]; b != nil {
+		if f.BAR, err = b.BARID(); err != nil {
+			return nil, incorrect(ie.BARID)
+		}
+	}
+	fp := one[ie.ForwardingParameters]
+	if f.Action&ActForw == 0 {
+		return f, nil
+	}
+	if fp == nil {
+		return nil, &refusal{cause: ie.CauseConditionalIEMissing, offending: ie.ForwardingParameters}
+	}
+	return f, f.forwarding(fp)
+}
+
+// forwarding reads a FAR's forwarding parameters into f.
+func (f *FAR) forwarding(g *ie.IE) *refusal {
+	one, r := need(g, ie.DestinationInterface)
+	if r != nil {
+		return r
+	}
+	d := one[ie.DestinationInterface]
+	var err error
+	if f.Dest, err = d.DestinationInterface(); err != nil {
+		return incorrect(ie.DestinationInterface)
+	}
+	if n := one[ie.NetworkInstance]; n != nil {
+		if f.Instance, err = n.NetworkInstance(); err != nil {
+			return incorrect(ie.NetworkInstance)
+		}
+	}
+	if o := one[ie.OuterHeaderCreation]; o != nil {
+		if f.Outer, err = o.OuterHeaderCreation(); err != nil {
+			return incorrect(ie.OuterHeaderCreation)
+		}
+	}
+	if t := one[ie.TransportLevelMarking]; t != nil {
+		if f.TOS, err = t.TransportLevelMarking(); err != nil {
+			return incorrect(ie.TransportLevelMarking)
+		}
+		f.HasTOS = true
+	}
+	return nil
+}
+
+func parseQER(g *ie.IE) (*QER, *refusal) {
+	one, r := need(g, ie.QERID, ie.GateStatus)
+	if r != nil {
+		return nil, r
+	}
+	id, gate := one[ie.QERID], one[ie.GateStatus]
+	q := &QER{}
+	var err error
+	if q.ID, err = id.QERID(); err != nil {
+		return nil, incorrect(ie.QERID)
+	}
+	gs, err := gate.GateStatus()
+	if err != nil {
+		return nil, incorrect(ie.GateStatus)
+	}
+	q.GateUL, q.GateDL = gs>>2&3, gs&3
+	if m := one[ie.MBR]; m != nil {
+		if q.MBRUL, err = m.MBRUL(); err != nil {
+			return nil, incorrect(ie.MBR)
+		}
+		if q.MBRDL, err = m.MBRDL(); err != nil {
+			return nil, incorrect(ie.MBR)
+		}
+	}
+	if v := one[ie.QFI]; v != nil {
+		if q.QFI, err = v.QFI(); err != nil || q.QFI > 63 {
+			return nil, incorrect(ie.QFI)
+		}
+	}
+	return q, nil
+}
+
+func parseURR(g *ie.IE) (*URR, *refusal) {
+	one, r := need(g, ie.URRID, ie.MeasurementMethod, ie.ReportingTriggers)
+	if r != nil {
+		return nil, r
+	}
+	id, method, trig := one[ie.URRID], one[ie.MeasurementMethod], one[ie.ReportingTriggers]
+	u := &URR{}
+	var err error
+	if u.ID, err = id.URRID(); err != nil {
+		return nil, incorrect(ie.URRID)
+	}
+	if u.Method, err = method.MeasurementMethod(); err != nil {
+		return nil, incorrect(ie.MeasurementMethod)
+	}
+	if u.Triggers, err = trig.ReportingTriggers(); err != nil || len(u.Triggers) < 1 {
+		return nil, incorrect(ie.ReportingTriggers)
+	}
+	if v := one[ie.VolumeThreshold]; v != nil {
+		f, err := v.VolumeThreshold()
+		if err != nil {
+			return nil, incorrect(ie.VolumeThreshold)
+		}
+		u.VolumeThreshold = f.TotalVolume
+	}
+	if v := one[ie.VolumeQuota]; v != nil {
+		f, err := v.VolumeQuota()
+		if err != nil {
+			return nil, incorrect(ie.VolumeQuota)
+		}
+		u.VolumeQuota = f.TotalVolume
+	}
+	return u, nil
+}
+
+func countBits(b uint8) int {
+	n := 0
+	for ; b != 0; b &= b - 1 {
+		n++
+	}
+	return n
+}
