@@ -116,15 +116,20 @@ type n4Metrics struct{ node *n4.Node }
 var (
 	n4MessagesDesc = prometheus.NewDesc("edgeplane_n4_messages_total",
 		"PFCP messages the N4 endpoint received, by fate: answered; refused with a cause (cause_N, TS 29.244 8.2.1); "+
-			"old_version (answered Version Not Supported); dropped: short, bad_length, unknown_type, unexpected_response.",
+			"old_version (answered Version Not Supported); dropped: short, bad_length, unknown_type, unexpected_response; "+
+			"of the endpoint's own heartbeats to its peers: heartbeat_answered, peer_down (a peer left 3 in a row unanswered).",
 		[]string{"fate"}, nil)
 	n4AssociationsDesc = prometheus.NewDesc("edgeplane_n4_associations",
 		"PFCP associations control plane functions (SMFs) hold with the N4 endpoint.", nil, nil)
+	n4PeerUpDesc = prometheus.NewDesc("edgeplane_n4_peer_up",
+		"1 while an associated SMF answers the N4 endpoint's heartbeats (every 5 s), 0 once it left 3 in a row unanswered.",
+		[]string{"node_id"}, nil)
 )
 
 func (m n4Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- n4MessagesDesc
 	ch <- n4AssociationsDesc
+	ch <- n4PeerUpDesc
 }
 
 func (m n4Metrics) Collect(ch chan<- prometheus.Metric) {
@@ -132,4 +137,11 @@ func (m n4Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(n4MessagesDesc, prometheus.CounterValue, float64(v), fate)
 	}
 	ch <- prometheus.MustNewConstMetric(n4AssociationsDesc, prometheus.GaugeValue, float64(len(m.node.Peers())))
+	for id, up := range m.node.PeerUp() {
+		v := 0.0
+		if up {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(n4PeerUpDesc, prometheus.GaugeValue, v, id)
+	}
 }

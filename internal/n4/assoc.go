@@ -59,6 +59,7 @@ func (n *Node) associate(m *message.AssociationSetupRequest, from netip.AddrPort
 	same := again && old.Addr == from && old.Recovery.Equal(ts)
 	if !same {
 		n.peers[id] = &Peer{NodeID: id, Addr: from, Recovery: ts, Since: time.Now()}
+		delete(n.live, id) // up, asked afresh
 	}
 	n.mu.Unlock()
 	if !same {
@@ -116,6 +117,7 @@ func (n *Node) release(m *message.AssociationReleaseRequest, from netip.AddrPort
 	}
 	n.mu.Lock()
 	delete(n.peers, id)
+	delete(n.live, id)
 	n.mu.Unlock()
 	n.opt.Log.Info("n4: association released", "node_id", id)
 	n.changed()

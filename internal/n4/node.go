@@ -64,6 +64,12 @@ type Options struct {
 	// "No resources available" rather than growing what every setup
 	// writes back (Changed).
 	MaxPeers int
+	// HeartbeatEvery is how often the node asks each associated peer
+	// (default DefaultHeartbeatEvery), HeartbeatTries how many requests
+	// in a row it may leave unanswered before it is down (default
+	// DefaultHeartbeatTries).
+	HeartbeatEvery time.Duration
+	HeartbeatTries int
 	// Changed, when set, is called with the associations after each
 	// change, outside the node's lock and in the order of the changes:
 	// what a restart restores.
@@ -95,8 +101,10 @@ type Node struct {
 	opt   Options
 	conn  *net.UDPConn
 	mu    sync.Mutex
-	peers map[string]*Peer // by node ID
-	stats sync.Map         // string -> *atomic.Uint64
+	peers map[string]*Peer     // by node ID
+	live  map[string]*liveness // by node ID
+	seq   uint32               // of the node's own requests
+	stats sync.Map             // string -> *atomic.Uint64
 }
 
 // Listen opens the node's socket.
@@ -116,6 +124,12 @@ func Listen(o Options) (*Node, error) {
 	if o.MaxPeers <= 0 {
 		o.MaxPeers = DefaultMaxPeers
 	}
+	if o.HeartbeatEvery <= 0 {
+		o.HeartbeatEvery = DefaultHeartbeatEvery
+	}
+	if o.HeartbeatTries <= 0 {
+		o.HeartbeatTries = DefaultHeartbeatTries
+	}
 	ua, err := net.ResolveUDPAddr("udp", o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("n4: listen address %q: %w", o.Addr, err)
@@ -124,7 +138,7 @@ func Listen(o Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("n4: %w", err)
 	}
-	n := &Node{opt: o, conn: c, peers: map[string]*Peer{}}
+	n := &Node{opt: o, conn: c, peers: map[string]*Peer{}, live: map[string]*liveness{}}
 	for _, p := range o.Peers {
 		n.peers[p.NodeID] = &p
 	}
@@ -139,10 +153,14 @@ func (n *Node) Addr() netip.AddrPort {
 // Close closes the node's socket; Serve returns.
 func (n *Node) Close() error { return n.conn.Close() }
 
-// Serve answers datagrams until ctx is done or the node is closed.
+// Serve answers datagrams, and sends the node's heartbeats to its peers,
+// until ctx is done or the node is closed.
 func (n *Node) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { n.conn.Close() })
 	defer stop()
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go n.heartbeats(hctx)
 	buf := make([]byte, 65536)
 	for {
 		l, from, err := n.conn.ReadFromUDPAddrPort(buf)
@@ -196,7 +214,9 @@ func (n *Node) peersLocked() []Peer {
 // Stats returns how many messages met each fate: "answered", a
 // request refused ("cause_N" with its cause), or discarded ("short",
 // "bad_length", "unknown_type", "unexpected_response"), and
-// "old_version" for the Version Not Supported answers.
+// "old_version" for the Version Not Supported answers; of the node's
+// own heartbeats, "heartbeat_answered", and "peer_down" for each time a
+// peer stopped answering them.
 func (n *Node) Stats() map[string]uint64 {
 	out := map[string]uint64{}
 	n.stats.Range(func(k, v any) bool {
@@ -237,7 +257,9 @@ func (n *Node) Handle(b []byte, from netip.AddrPort) []byte {
 	}
 	t := b[1]
 	if !isRequest(t) {
-		if isResponse(t) {
+		if t == message.MsgTypeHeartbeatResponse && n.answered(b, from) {
+			n.count("heartbeat_answered")
+		} else if isResponse(t) {
 			n.count("unexpected_response")
 		} else {
 			n.count("unknown_type")

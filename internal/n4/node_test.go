@@ -355,3 +355,71 @@ func FuzzHandle(f *testing.F) {
 		}
 	})
 }
+
+// TestPeerLiveness: the node asks its associated SMF every
+// HeartbeatEvery. Answered, the peer is up; three requests in a row
+// unanswered, it is down (the association stays); answering again
+// with a new recovery time stamp, it is up and its restart noted.
+func TestPeerLiveness(t *testing.T) {
+	n, err := Listen(Options{Addr: "127.0.0.1:0", NodeID: "192.0.2.1", Recovery: started,
+		HeartbeatEvery: 50 * time.Millisecond, HeartbeatTries: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go n.Serve(ctx)
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(n.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	send := func(m message.Message) {
+		if _, err := c.Write(marshal(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(message.NewAssociationSetupRequest(1, ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(started)))
+	// serve answers the node's heartbeats for d (with recovery stamp
+	// ts; zero: not at all) and returns how many it was asked.
+	serve := func(d time.Duration, ts time.Time) int {
+		asked := 0
+		buf := make([]byte, 4096)
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			_ = c.SetReadDeadline(end)
+			l, err := c.Read(buf)
+			if err != nil {
+				break
+			}
+			m, err := message.Parse(buf[:l])
+			if err != nil || m.MessageType() != message.MsgTypeHeartbeatRequest {
+				continue
+			}
+			asked++
+			if !ts.IsZero() {
+				send(message.NewHeartbeatResponse(m.Sequence(), ie.NewRecoveryTimeStamp(ts)))
+			}
+		}
+		return asked
+	}
+	if asked := serve(400*time.Millisecond, started); asked < 4 || !n.PeerUp()[smfID] {
+		t.Fatalf("answering: asked %d times in 400 ms, up %v", asked, n.PeerUp())
+	}
+	if asked := serve(400*time.Millisecond, time.Time{}); asked < 4 || n.PeerUp()[smfID] {
+		t.Fatalf("silent: asked %d times in 400 ms, up %v; want down", asked, n.PeerUp())
+	}
+	if p := peersOf(n); len(p) != 1 {
+		t.Errorf("association gone with the peer's silence: %v", p)
+	}
+	later := started.Add(time.Hour)
+	serve(300*time.Millisecond, later)
+	if !n.PeerUp()[smfID] {
+		t.Errorf("answering again: still down")
+	}
+	if p := n.Peers(); len(p) != 1 || !p[0].Recovery.Equal(later) {
+		t.Errorf("peer after its restart: %+v, want recovery %v", p, later)
+	}
+	if st := n.Stats(); st["peer_down"] != 1 || st["heartbeat_answered"] < 8 {
+		t.Errorf("counts %v: want one peer_down and the answers", st)
+	}
+}

@@ -16,7 +16,9 @@ import (
 // and releases the association, naming the UPF's address as the node
 // ID: the node finds the association by where the request came from.
 func TestPFCPSim(t *testing.T) {
-	n, err := Listen(Options{Addr: "127.0.0.1:0", NodeID: "127.0.0.1", Recovery: started})
+	// pfcpsim answers no heartbeat requests, and would take the node's
+	// for the answer it waits for: the node's come too late to meet it.
+	n, err := Listen(Options{Addr: "127.0.0.1:0", NodeID: "127.0.0.1", Recovery: started, HeartbeatEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
