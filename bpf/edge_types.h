@@ -79,6 +79,10 @@ enum edge_reason {
 	EDGE_R_FO_SHARE_DROP, /* no FlowOpt record: over its class's shared share, dropped */
 	EDGE_R_ICMP_SRC_LIMIT,/* too big, but its source is over its share of XDP's ICMP errors */
 	EDGE_R_FLOW_LOCKED,   /* flow-table bucket held by a writer through every read: decided again */
+	EDGE_R_BAD_GTPU,      /* GTP-U to the user plane not version 1, or its length past the datagram */
+	EDGE_R_GTPU_ECHO,     /* a GTP-U Echo Request to the user plane, answered (XDP_TX) */
+	EDGE_R_GTPU_NO_SESSION, /* a G-PDU to the user plane for no session: dropped */
+	EDGE_R_GTPU_SIGNAL,   /* GTP-U signalling to the user plane (echo response, error indication, end marker): dropped */
 	EDGE_R_MAX,
 };
 
@@ -311,7 +315,9 @@ struct edge_state {
 	__u32 fo_k16[2];
 	/* relief: the CPUs flows may be placed on (0..ncpus-1) */
 	__u32 ncpus;
-	__u32 pad;
+	/* The user plane's GTP-U address on N3 (gtpu.h; 0: none): UDP 2152
+	 * to it is GTP-U, decided before any rule. */
+	__be32 gtpu4;
 };
 
 /* Flow-table value: the decision for a flow under generation gen, and the

@@ -38,6 +38,7 @@
 #include "flowcache.h"
 #include "flowopt.h"
 #include "gre.h"
+#include "gtpu.h"
 #include "parse.h"
 #include "proto.h"
 #include "steer.h"
@@ -259,6 +260,9 @@ static __always_inline int edge_pipeline_on(struct xdp_md *ctx, int placed)
 	c->now = st->tick;
 	if (c->gen == 0)
 		return punt(&c->p, EDGE_R_NO_STATE, XDP_PASS);
+	/* The user plane's GTP-U (gtpu.h), before any rule. */
+	if (gtpu_for_us(c, st))
+		return edge_gtpu(ctx, c, st->malformed_verdict);
 
 	fl = decide(ctx, c, st, &emc, &rc);
 	if (!fl)

@@ -143,9 +143,7 @@ static __always_inline int edge_probe(struct xdp_md *ctx,
 	struct edge_probe *pr = data + (inner_off & 0xff);
 	const struct edge_probe_secret *auth;
 	struct edge_probe_rec *r;
-	__u8 mac[ETH_ALEN];
 	__u32 idx = (path - 1) & (EDGE_MAX_PATHS - 1);
-	__be32 a;
 	int rc;
 
 	if ((void *)(iph + 1) > data_end || (void *)(pr + 1) > data_end ||
@@ -162,12 +160,7 @@ static __always_inline int edge_probe(struct xdp_md *ctx,
 			return punt(p, EDGE_R_PROBE_BAD_MAC, XDP_DROP);
 		/* Back the way it came: the addresses swap, the checksum
 		 * stays. */
-		__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
-		__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
-		__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
-		a = iph->saddr;
-		iph->saddr = iph->daddr;
-		iph->daddr = a;
+		reflect4(eth, iph);
 		pr->kind = EDGE_PROBE_REPLY;
 		pr->mac = auth ? probe_mac(auth, pr) : 0;
 		return punt(p, EDGE_R_PROBE_REFLECT, XDP_TX);

@@ -7,6 +7,7 @@
 
 #include <linux/if_ether.h>
 #include <linux/in.h>
+#include <linux/ip.h>
 #include <bpf/bpf_endian.h>
 
 #ifndef ETH_P_8021AD
@@ -71,5 +72,20 @@
 #define ICMP_ADDRESS 17
 #define ICMP_ADDRESSREPLY 18
 #define ICMP_FRAG_NEEDED 4
+
+/* reflect4 turns a frame back toward where it came from: its MAC
+ * addresses swap, and its IPv4 addresses (the header checksum stays). */
+static __always_inline void reflect4(struct ethhdr *eth, struct iphdr *iph)
+{
+	__u8 mac[ETH_ALEN];
+	__be32 a;
+
+	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
+	a = iph->saddr;
+	iph->saddr = iph->daddr;
+	iph->daddr = a;
+}
 
 #endif

@@ -86,6 +86,10 @@ type Options struct {
 	// N4Addr serves N4 (PFCP, internal/n4) on this UDP address (""
 	// none), as node N4NodeID ("": the address's IP).
 	N4Addr, N4NodeID string
+	// N3Addr is the user plane's GTP-U address on N3 (an IPv4 address;
+	// "": none), where XDP answers GTP-U (bpf/lib/gtpu.h). It needs
+	// N4Addr: N3 carries the sessions N4 sets up.
+	N3Addr string
 	// Fleet joins the agent to a fleet in etcd (nil: the config file
 	// and the API are its only sources).
 	Fleet *FleetOptions

@@ -102,6 +102,22 @@ func (a *Agent) startN4(context.Context) error {
 	return nil
 }
 
+// setN3 gives XDP the user plane's GTP-U address (Options.N3Addr), or
+// takes the last run's away.
+func (a *Agent) setN3(context.Context) error {
+	var addr netip.Addr
+	if a.opts.N3Addr != "" {
+		if a.opts.N4Addr == "" {
+			return errors.New("--n3-addr needs --n4-addr: N3 carries the sessions N4 sets up")
+		}
+		var err error
+		if addr, err = netip.ParseAddr(a.opts.N3Addr); err != nil || !addr.Is4() {
+			return fmt.Errorf("--n3-addr %q: want an IPv4 address", a.opts.N3Addr)
+		}
+	}
+	return a.dp.SetGTPU(addr)
+}
+
 // runN4 answers N4 until ctx ends.
 func (a *Agent) runN4(ctx context.Context) {
 	if err := a.n4.Serve(ctx); err != nil {

@@ -87,6 +87,9 @@ func (a *Agent) subsystems() []subsystem {
 		{name: "api credentials", start: a.loadAPICredentials},
 		{name: "pin dir", start: a.lockPinDir, stop: a.releasePinDir},
 		{name: "dataplane", start: a.startDataplane, stop: a.stop, metrics: a.dataplaneMetrics},
+		// Set, or cleared, on every start: the dataplane outlives the
+		// agent that set it.
+		{name: "n3", start: a.setN3},
 		// The first check before the agent says it is ready, so health
 		// is known from then on; then every guardEvery.
 		{name: "guard", start: func(context.Context) error { a.guardOnce(); return nil }, run: a.guardLoop, metrics: a.guard.collectors},

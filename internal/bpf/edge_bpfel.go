@@ -324,7 +324,7 @@ type edgeEdgeState struct {
 	FoFlags          [2]uint32
 	FoK16            [2]uint32
 	Ncpus            uint32
-	Pad              uint32
+	Gtpu4            uint32
 }
 
 type edgeEdgeSteerGroup struct {

@@ -256,6 +256,10 @@ const (
 	ReasonFOShareDrop
 	ReasonICMPSrcLimit
 	ReasonFlowLocked
+	ReasonBadGTPU
+	ReasonGTPUEcho
+	ReasonGTPUNoSession
+	ReasonGTPUSignal
 	ReasonMax
 )
 

@@ -120,4 +120,8 @@ var ReasonNames = []string{
 	"fo_share_drop",
 	"icmp_src_limit",
 	"flow_locked",
+	"bad_gtpu",
+	"gtpu_echo",
+	"gtpu_no_session",
+	"gtpu_signal",
 }

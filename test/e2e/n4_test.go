@@ -85,18 +85,56 @@ func heartbeatFrom(t *testing.T, ns, n4 string, seq uint32) time.Time {
 	return ts
 }
 
+// gtpuEcho sends a GTP-U Echo Request (sequence seq) from namespace ns
+// to addr:2152 and says whether the Echo Response to it came back.
+func gtpuEcho(t *testing.T, ns, addr string, seq uint16) bool {
+	t.Helper()
+	var c *net.UDPConn
+	if err := topo.Do(ns, func() (err error) {
+		c, err = net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(addr), Port: 2152})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := []byte{0x32, 1, 0, 4, 0, 0, 0, 0, byte(seq >> 8), byte(seq), 0, 0}
+	buf := make([]byte, 512)
+	for range 3 {
+		if _, err := c.Write(req); err != nil {
+			return false
+		}
+		_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		l, err := c.Read(buf)
+		if err != nil {
+			continue
+		}
+		b := buf[:l]
+		if l >= 14 && b[1] == 2 && b[8] == byte(seq>>8) && b[9] == byte(seq) && b[12] == 14 {
+			return true
+		}
+		t.Fatalf("GTP-U echo answered % x", b)
+	}
+	return false
+}
+
 // TestN4Agent: an agent serving N4 in the lab. pfcpsim, an SMF's side
 // written elsewhere, associates from host A over the LAN; the agent is
 // killed (SIGKILL) and started again: its heartbeats carry the same
 // recovery time stamp (the state was kept, so the SMF keeps its
 // sessions) and the association stands, so the SMF's release is
-// accepted. Without the kept state the stamp moves on: a restart that
+// accepted. A GTP-U echo from the WAN side is answered by XDP while
+// --n3-addr is given, and not after a start without it. Without the kept state the stamp moves on: a restart that
 // lost state says so.
 func TestN4Agent(t *testing.T) {
 	g := newGateway(t, forwardConfig)
 	n4 := lab.GWLan + ":8805"
-	args := []string{"--n4-addr", n4}
+	args := []string{"--n4-addr", n4, "--n3-addr", lab.GWWan}
 	g.start(args...)
+	// N3 on the WAN side: a gNB's echo is answered by XDP on the real
+	// interface (XDP_TX), no socket listening.
+	if !gtpuEcho(t, g.B, lab.GWWan, 0x4242) {
+		t.Fatal("no answer to a GTP-U echo on N3")
+	}
 	associations := func() float64 {
 		t.Helper()
 		v, ok := metricValue(g.scrape(), "edgeplane_n4_associations", nil)
@@ -154,8 +192,13 @@ func TestN4Agent(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(1100 * time.Millisecond) // the stamp counts seconds
-	g.start(args...)
+	g.start("--n4-addr", n4)
 	if fresh := heartbeatFrom(t, g.A, n4, 3); !fresh.After(first) {
 		t.Errorf("recovery time stamp %v after a start without the state, want later than %v", fresh, first)
+	}
+	// Started without --n3-addr, the agent took the GTP-U address away:
+	// nothing answers the echo.
+	if gtpuEcho(t, g.B, lab.GWWan, 0x4343) {
+		t.Error("GTP-U echo answered after a start without --n3-addr")
 	}
 }

@@ -3,8 +3,10 @@
 package commit
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/cilium/ebpf"
 
@@ -68,6 +70,21 @@ func (w *Writer) SetFIBByDst(on bool, still func() bool) (bool, error) {
 		}
 	})
 	return wrote, err
+}
+
+// SetGTPU makes addr the user plane's GTP-U address on N3 (an IPv4
+// address; the zero Addr: none): XDP answers GTP-U there before any
+// rule (bpf/lib/gtpu.h).
+func (w *Writer) SetGTPU(addr netip.Addr) error {
+	var v uint32
+	if addr.IsValid() {
+		if !addr.Is4() {
+			return fmt.Errorf("GTP-U address %s: IPv4 only", addr)
+		}
+		b := addr.As4()
+		v = binary.NativeEndian.Uint32(b[:]) // network order in memory, as XDP reads it
+	}
+	return w.updateState("set the GTP-U address", func(st *bpf.State) { st.Gtpu4 = v })
 }
 
 // Tick advances the clock the flow table marks its entries' last use

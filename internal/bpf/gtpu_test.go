@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf_test
+
+import (
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
+)
+
+// gtpuConfig passes what no rule takes and drops UDP to 10.2.0.1 on
+// 2152 (had a rule been asked, a GTP-U datagram to the user plane
+// would be dropped by it, not answered).
+const gtpuConfig = `
+interfaces:
+  - {name: lan0, role: lan}
+  - {name: wan0, role: wan}
+fars:
+  - {id: 1, action: drop}
+pdrs:
+  - {id: 10, precedence: 10, match: {proto: udp, dport: 2152}, far: 1}
+defaults: {no_match: pass}
+limits: {flows: 4096, rules: 64}
+`
+
+// n3Addr is the user plane's GTP-U address in the tests, gnbAddr a gNB.
+const (
+	n3Addr  = "10.2.0.1"
+	gnbAddr = "10.2.0.9"
+)
+
+// gtpuFrame is a GTP-U datagram from the gNB (source port sport) to dst
+// on wan0: header flags, message type, TEID and what follows the
+// mandatory header (its length the GTP-U length); ipOpts adds 4 bytes
+// of IPv4 options.
+func gtpuFrame(t *testing.T, dst string, sport uint16, flags, typ uint8, teid uint32, rest []byte, ipOpts bool) []byte {
+	t.Helper()
+	g := make([]byte, 8, 8+len(rest))
+	g[0], g[1] = flags, typ
+	binary.BigEndian.PutUint16(g[2:], uint16(len(rest)))
+	binary.BigEndian.PutUint32(g[4:], teid)
+	g = append(g, rest...)
+	eth := &layers.Ethernet{SrcMAC: macWanNeigh, DstMAC: macWan0, EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 60, Protocol: layers.IPProtocolUDP,
+		SrcIP: net.ParseIP(gnbAddr).To4(), DstIP: net.ParseIP(dst).To4()}
+	if ipOpts {
+		ip.Options = []layers.IPv4Option{{OptionType: 1}, {OptionType: 1}, {OptionType: 1}, {OptionType: 0}}
+	}
+	udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: 2152}
+	_ = udp.SetNetworkLayerForChecksum(ip)
+	return serialize(t, []gopacket.SerializableLayer{eth, ip, udp, gopacket.Payload(g)})
+}
+
+// seqRest is the optional octets of a header with S set: sequence
+// number seq, N-PDU number 0, no next extension.
+func seqRest(seq uint16) []byte { return []byte{byte(seq >> 8), byte(seq), 0, 0} }
+
+// TestGTPUEcho: with a GTP-U address set, an Echo Request to it is
+// answered at the driver hook (XDP_TX): addresses swapped, from port
+// 2152 to the gNB's port, the request's sequence number, the Recovery
+// IE; tshark decodes every answer as GTP-U with checksums good. G-PDUs
+// (no session yet) and signalling are dropped, counted; a header not
+// version 1 or longer than its datagram is malformed; the same datagram
+// to another address, or with no GTP-U address set, goes to the rules.
+func TestGTPUEcho(t *testing.T) {
+	h := newHarness(t, gtpuConfig)
+	if err := h.dp.SetGTPU(netip.MustParseAddr(n3Addr)); err != nil {
+		t.Fatal(err)
+	}
+	inner := serialize(t, []gopacket.SerializableLayer{
+		&layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP,
+			SrcIP: net.ParseIP("10.45.0.2").To4(), DstIP: net.ParseIP("8.8.8.8").To4()},
+		&layers.UDP{SrcPort: 5000, DstPort: 53}, gopacket.Payload("q")})
+	var answers [][]byte
+	for _, c := range []struct {
+		name    string
+		frame   []byte
+		verdict uint32
+		reason  int
+		seq     uint16 // the answer's, for XDP_TX
+	}{
+		{"echo with a sequence number", gtpuFrame(t, n3Addr, 40000, 0x32, 1, 0, seqRest(0x1234), false), bpf.XDPTx, bpf.ReasonGTPUEcho, 0x1234},
+		{"echo without", gtpuFrame(t, n3Addr, 2152, 0x30, 1, 0, nil, false), bpf.XDPTx, bpf.ReasonGTPUEcho, 0},
+		{"echo with a private extension", gtpuFrame(t, n3Addr, 2152, 0x32, 1, 0,
+			append(seqRest(7), 0xff, 0, 4, 0, 1, 2, 3), false), bpf.XDPTx, bpf.ReasonGTPUEcho, 7},
+		{"G-PDU", gtpuFrame(t, n3Addr, 2152, 0x30, 255, 0x100, inner, false), bpf.XDPDrop, bpf.ReasonGTPUNoSession, 0},
+		{"error indication", gtpuFrame(t, n3Addr, 2152, 0x32, 26, 0, seqRest(1), false), bpf.XDPDrop, bpf.ReasonGTPUSignal, 0},
+		{"end marker", gtpuFrame(t, n3Addr, 2152, 0x30, 254, 0x100, nil, false), bpf.XDPDrop, bpf.ReasonGTPUSignal, 0},
+		{"version 2", gtpuFrame(t, n3Addr, 2152, 0x50, 1, 0, nil, false), bpf.XDPDrop, bpf.ReasonBadGTPU, 0},
+		{"GTP' (protocol type 0)", gtpuFrame(t, n3Addr, 2152, 0x20, 1, 0, nil, false), bpf.XDPDrop, bpf.ReasonBadGTPU, 0},
+		{"length past the datagram", lengthen(gtpuFrame(t, n3Addr, 2152, 0x30, 255, 1, []byte{1, 2}, false), 40),
+			bpf.XDPDrop, bpf.ReasonBadGTPU, 0},
+		{"S set, no octets for it", gtpuFrame(t, n3Addr, 2152, 0x32, 1, 0, nil, false), bpf.XDPDrop, bpf.ReasonBadGTPU, 0},
+		{"IPv4 options", gtpuFrame(t, n3Addr, 2152, 0x32, 1, 0, seqRest(1), true), bpf.XDPDrop, bpf.ReasonBadGTPU, 0},
+		{"echo to another address", gtpuFrame(t, "10.2.0.77", 2152, 0x32, 1, 0, seqRest(1), false), bpf.XDPDrop, bpf.ReasonNone, 0},
+	} {
+		before := h.snapshot()
+		v, out := h.run(c.frame, "wan0")
+		after := h.snapshot()
+		if v != c.verdict {
+			t.Errorf("%s: verdict %s, want %s", c.name, verdictName(v), verdictName(c.verdict))
+		}
+		if c.reason != bpf.ReasonNone && after.Reasons[c.reason].Packets-before.Reasons[c.reason].Packets != 1 {
+			t.Errorf("%s: reason %s not counted", c.name, dataplane.ReasonNames[c.reason])
+		}
+		if c.reason == bpf.ReasonNone && after.PDRs[10].Packets-before.PDRs[10].Packets != 1 {
+			t.Errorf("%s: not decided by the rules (PDR 10 did not count it)", c.name)
+		}
+		if v == bpf.XDPTx {
+			checkEchoResponse(t, c.name, c.frame, out, c.seq)
+			answers = append(answers, out)
+		}
+	}
+	checkTshark(t, answers, 2*len(answers))
+
+	// No GTP-U address: an echo to it is the rules' (PDR 10 drops it).
+	if err := h.dp.SetGTPU(netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	before := h.snapshot()
+	if v, _ := h.run(gtpuFrame(t, n3Addr, 2152, 0x32, 1, 0, seqRest(1), false), "wan0"); v != bpf.XDPDrop ||
+		h.snapshot().PDRs[10].Packets-before.PDRs[10].Packets != 1 {
+		t.Errorf("echo with no GTP-U address: verdict %s, not the rules'", verdictName(v))
+	}
+}
+
+// lengthen raises frame's GTP-U length field by n past what follows.
+func lengthen(frame []byte, n uint16) []byte {
+	at := 14 + 20 + 8 + 2
+	binary.BigEndian.PutUint16(frame[at:], binary.BigEndian.Uint16(frame[at:])+n)
+	return frame
+}
+
+// checkEchoResponse checks out is the Echo Response to request req with
+// sequence number seq.
+func checkEchoResponse(t *testing.T, name string, req, out []byte, seq uint16) {
+	t.Helper()
+	pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	eth, _ := pk.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+	ip, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	udp, _ := pk.Layer(layers.LayerTypeUDP).(*layers.UDP)
+	g, _ := pk.Layer(layers.LayerTypeGTPv1U).(*layers.GTPv1U)
+	if eth == nil || ip == nil || udp == nil || g == nil {
+		t.Fatalf("%s: answer % x does not decode as Ethernet/IPv4/UDP/GTP-U", name, out)
+	}
+	rq := gopacket.NewPacket(req, layers.LayerTypeEthernet, gopacket.Default)
+	rudp := rq.Layer(layers.LayerTypeUDP).(*layers.UDP)
+	if eth.DstMAC.String() != macWanNeigh.String() || eth.SrcMAC.String() != macWan0.String() {
+		t.Errorf("%s: MACs %s -> %s, want back to the gNB's", name, eth.SrcMAC, eth.DstMAC)
+	}
+	if ip.SrcIP.String() != n3Addr || ip.DstIP.String() != gnbAddr || ip.TTL != 64 {
+		t.Errorf("%s: %s -> %s ttl %d, want %s -> %s ttl 64", name, ip.SrcIP, ip.DstIP, ip.TTL, n3Addr, gnbAddr)
+	}
+	if udp.SrcPort != 2152 || udp.DstPort != rudp.SrcPort {
+		t.Errorf("%s: ports %d -> %d, want 2152 -> %d", name, udp.SrcPort, udp.DstPort, rudp.SrcPort)
+	}
+	if g.MessageType != 2 || !g.SequenceNumberFlag || g.SequenceNumber != seq || g.TEID != 0 {
+		t.Errorf("%s: GTP-U type %d seq %v/%d teid %d, want an Echo Response with sequence %d", name,
+			g.MessageType, g.SequenceNumberFlag, g.SequenceNumber, g.TEID, seq)
+	}
+	if p := g.LayerPayload(); len(p) != 2 || p[0] != 14 || p[1] != 0 {
+		t.Errorf("%s: after the header % x, want the Recovery IE (0e 00)", name, p)
+	}
+	if len(out) != 14+20+8+14 {
+		t.Errorf("%s: answer of %d bytes, want %d", name, len(out), 14+20+8+14)
+	}
+}
