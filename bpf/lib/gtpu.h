@@ -141,10 +141,14 @@ static __always_inline int gtpu_echo(struct xdp_md *ctx,
 }
 
 /* edge_gtpu decides a datagram to the user plane's GTP-U address
- * (gtpu_for_us): its verdict. A global function, verified once. */
-__noinline int edge_gtpu(struct xdp_md *ctx, struct edge_ctx *c,
-			 __u32 malformed)
+ * (gtpu_for_us): its verdict. A global function, verified once, called
+ * with what the pipeline has in registers anyway: passing it the
+ * malformed verdict as well cost every classifier miss 10-15 ns (the
+ * pipeline's code around the call compiled otherwise). */
+__noinline int edge_gtpu(struct xdp_md *ctx, struct edge_ctx *c)
 {
+	const struct edge_state *st;
+	__u32 zero = 0, malformed;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	const struct gtpu_hdr *g;
@@ -155,6 +159,8 @@ __noinline int edge_gtpu(struct xdp_md *ctx, struct edge_ctx *c,
 
 	if (!c || !ctx)
 		return XDP_DROP;
+	st = bpf_map_lookup_elem(&edge_global, &zero);
+	malformed = st ? st->malformed_verdict : XDP_DROP;
 	p = &c->p;
 	/* Masked, so the verifier knows the bound whatever order the
 	 * compiler gives the checks; no IPv4 options: the answer is built

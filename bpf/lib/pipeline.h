@@ -262,7 +262,7 @@ static __always_inline int edge_pipeline_on(struct xdp_md *ctx, int placed)
 		return punt(&c->p, EDGE_R_NO_STATE, XDP_PASS);
 	/* The user plane's GTP-U (gtpu.h), before any rule. */
 	if (gtpu_for_us(c, st))
-		return edge_gtpu(ctx, c, st->malformed_verdict);
+		return edge_gtpu(ctx, c);
 
 	fl = decide(ctx, c, st, &emc, &rc);
 	if (!fl)
