@@ -172,3 +172,71 @@ func checkEchoResponse(t *testing.T, name string, req, out []byte, seq uint16) {
 		t.Errorf("%s: answer of %d bytes, want %d", name, len(out), 14+20+8+14)
 	}
 }
+
+// FuzzGTPUAnswers feeds arbitrary GTP-U payloads (what follows the UDP
+// header, the UDP length fitting them or not) to the user plane's
+// address: the program never aborts, answers (XDP_TX) only a version 1
+// Echo Request whose length fits its datagram, and what it sends is
+// always the well-formed Echo Response to it; everything else is
+// dropped.
+//
+//	go test -run XXX -fuzz FuzzGTPUAnswers -fuzztime 30s ./internal/bpf/
+func FuzzGTPUAnswers(f *testing.F) {
+	h := newHarness(f, gtpuConfig)
+	if err := h.dp.SetGTPU(netip.MustParseAddr(n3Addr)); err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range [][]byte{
+		{0x32, 1, 0, 4, 0, 0, 0, 0, 0x12, 0x34, 0, 0},
+		{0x30, 1, 0, 0, 0, 0, 0, 0},
+		{0x34, 255, 0, 8, 0, 0, 1, 0, 0, 0, 0, 0x85, 1, 0x09, 0, 0},
+		{0x32, 26, 0, 4, 0, 0, 0, 0, 0, 1, 0, 0},
+	} {
+		f.Add(s, uint16(0))
+	}
+	f.Fuzz(func(t *testing.T, g []byte, udpDelta uint16) {
+		if len(g) > 1400 {
+			return
+		}
+		frame := gtpuFrame(t, n3Addr, 40000, 0, 0, 0, nil, false)
+		frame = append(frame[:14+20+8], g...)
+		// The IPv4 and UDP lengths follow the payload (and the UDP length
+		// is skewed by udpDelta when it is small enough to stay inside).
+		binary.BigEndian.PutUint16(frame[14+2:], uint16(20+8+len(g)))
+		ulen := uint16(8 + len(g))
+		if udpDelta < ulen-8 {
+			ulen -= udpDelta
+		}
+		binary.BigEndian.PutUint16(frame[14+20+4:], ulen)
+		frame[14+10], frame[14+11] = 0, 0
+		binary.BigEndian.PutUint16(frame[14+10:], ^inetSum(frame[14:14+20]))
+		v, out, err := h.runErr(frame, "wan0", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == bpf.XDPAborted {
+			t.Fatalf("aborted on % x", g)
+		}
+		if v != bpf.XDPTx {
+			if v != bpf.XDPDrop {
+				t.Fatalf("verdict %s for GTP-U % x", verdictName(v), g)
+			}
+			return
+		}
+		glen := -1
+		if len(g) >= 8 {
+			glen = int(binary.BigEndian.Uint16(g[2:]))
+		}
+		if len(g) < 8 || g[0]&0xf0 != 0x30 || g[1] != 1 || 8+8+glen > int(ulen) {
+			t.Fatalf("answered % x (UDP length %d): not a v1 Echo Request that fits", g, ulen)
+		}
+		var seq uint16
+		if g[0]&0x02 != 0 {
+			seq = binary.BigEndian.Uint16(g[8:])
+		}
+		checkEchoResponse(t, "fuzzed echo", frame, out, seq)
+		if inetSum(out[14:14+20]) != 0xffff {
+			t.Fatalf("answer's IPv4 checksum does not verify: % x", out[14:34])
+		}
+	})
+}
