@@ -41,8 +41,12 @@ func readN4State(path string, now time.Time) (n4State, error) {
 	if err != nil {
 		return st, err
 	}
-	if err := json.Unmarshal(b, &st); err != nil || st.Recovery.IsZero() {
-		return st, fmt.Errorf("N4 state %s is not the agent's (remove it to start afresh, as a restart that lost state): %v", path, err)
+	err = json.Unmarshal(b, &st)
+	if err == nil && st.Recovery.IsZero() {
+		err = errors.New("no recovery time stamp")
+	}
+	if err != nil {
+		return st, fmt.Errorf("N4 state %s is not the agent's (remove it to start afresh, as a restart that lost state): %w", path, err)
 	}
 	return st, nil
 }

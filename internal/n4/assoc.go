@@ -11,10 +11,11 @@ import (
 )
 
 // heartbeat answers a Heartbeat Request with the node's recovery time
-// stamp. A peer's changed time stamp says it restarted: noted, and
-// logged; the SMF sets its association up again.
+// stamp. A peer's changed time stamp says it restarted: noted in memory
+// and logged, not written back (Changed): a heartbeat, which anyone
+// reaching N4 can forge at any rate, costs no synced write; the SMF
+// sets its association up again, which is.
 func (n *Node) heartbeat(m *message.HeartbeatRequest, from netip.AddrPort) []byte {
-	restarted := false
 	if m.RecoveryTimeStamp != nil {
 		if ts, err := m.RecoveryTimeStamp.RecoveryTimeStamp(); err == nil {
 			n.mu.Lock()
@@ -22,13 +23,9 @@ func (n *Node) heartbeat(m *message.HeartbeatRequest, from netip.AddrPort) []byt
 				if p.Addr == from && !p.Recovery.Equal(ts) {
 					n.opt.Log.Warn("n4: peer restarted", "node_id", p.NodeID, "was", p.Recovery, "now", ts)
 					p.Recovery = ts
-					restarted = true
 				}
 			}
 			n.mu.Unlock()
-			if restarted {
-				n.changed()
-			}
 		}
 	}
 	n.count("answered")

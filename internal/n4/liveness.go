@@ -111,7 +111,6 @@ func (n *Node) answered(b []byte, from netip.AddrPort) bool {
 	if hb.RecoveryTimeStamp != nil {
 		ts, _ = hb.RecoveryTimeStamp.RecoveryTimeStamp()
 	}
-	restarted := false
 	n.mu.Lock()
 	found := false
 	for id, l := range n.live {
@@ -126,13 +125,9 @@ func (n *Node) answered(b []byte, from netip.AddrPort) bool {
 		l.up, l.missed, l.waiting = true, 0, false
 		if !ts.IsZero() && !p.Recovery.Equal(ts) {
 			n.opt.Log.Warn("n4: peer restarted", "node_id", id, "was", p.Recovery, "now", ts)
-			p.Recovery = ts
-			restarted = true
+			p.Recovery = ts // in memory only, as heartbeat notes it
 		}
 	}
 	n.mu.Unlock()
-	if restarted {
-		n.changed()
-	}
 	return found
 }

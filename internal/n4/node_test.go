@@ -423,3 +423,28 @@ func TestPeerLiveness(t *testing.T) {
 		t.Errorf("counts %v: want one peer_down and the answers", st)
 	}
 }
+
+// TestForgedHeartbeatsWriteNothing: heartbeats from an associated
+// address with a new recovery time stamp each (anyone reaching N4 can
+// forge them) are noted in memory and never written back: one write,
+// the setup's, for 100 of them.
+func TestForgedHeartbeatsWriteNothing(t *testing.T) {
+	writes := 0
+	n, err := Listen(Options{Addr: "127.0.0.1:0", NodeID: "192.0.2.1", Recovery: started, HeartbeatEvery: time.Hour,
+		Changed: func([]Peer) { writes++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	from := netip.MustParseAddrPort("192.0.2.10:8805")
+	n.Handle(marshal(message.NewAssociationSetupRequest(1, ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(started))), from)
+	for i := range 100 {
+		ts := started.Add(time.Duration(i+1) * time.Second)
+		if out := n.Handle(marshal(message.NewHeartbeatRequest(uint32(i+2), ie.NewRecoveryTimeStamp(ts), nil)), from); out == nil {
+			t.Fatalf("heartbeat %d unanswered", i)
+		}
+	}
+	if p := n.Peers(); writes != 1 || len(p) != 1 || !p[0].Recovery.Equal(started.Add(100*time.Second)) {
+		t.Errorf("%d writes, peers %+v; want 1 write and the last stamp noted", writes, p)
+	}
+}
