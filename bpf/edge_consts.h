@@ -236,4 +236,11 @@
 /* NAT services one backend (address, port, protocol) may serve. */
 #define EDGE_NAT_USERS 8
 
+/* PDRs a PFCP session's record holds in the dataplane (gtpu.h): an SMF
+ * gives a PDU session two (uplink, downlink), a few more for its
+ * signalling and flows of other QoS. */
+#ifndef EDGE_SESS_PDRS
+#define EDGE_SESS_PDRS 8
+#endif
+
 #endif

@@ -13,6 +13,7 @@
 #define EDGE_CTX_H
 
 #include <linux/types.h>
+#include <linux/bpf.h>
 #include "edge_types.h"
 
 /* What parsing learned of the packet being decided: the outer packet, or
@@ -58,6 +59,22 @@ struct edge_ft_rec {
 	__u32 far;
 	__u32 far_id;
 	__u32 stats;
+};
+
+/* What a PFCP session's PDRs detect a packet by (gtpu.h): its
+ * direction, TEID and QFI (uplink), the UE's address, the remote end's
+ * address and port, the UE's port, the protocol (ports host order; 0
+ * without L4). */
+struct edge_sess_pkt {
+	__u8 ul;
+	__u8 qfi;
+	__u8 proto;
+	__u8 pad;
+	__be32 teid;
+	__be32 ueip;
+	__be32 remote;
+	__u16 rport;
+	__u16 lport;
 };
 
 /* struct edge_ctx is the context itself. */
@@ -107,6 +124,14 @@ struct edge_ctx {
 	__u32 fo_count;
 	struct edge_ft_rec rec;
 	struct edge_lb_scratch lb;
+	/* gtpu.h: what a session's PDRs detect the packet by, and the
+	 * FIB's question about the GTP-U peer (kept off the stack, which
+	 * the pipeline and the ICMP answers it may call share). */
+	struct edge_sess_pkt sp;
+	struct bpf_fib_lookup fib;
+	__u64 nhkey[3];
+	__u32 gtpu_mtu; /* EDGE_GTPU_TOO_BIG: the largest inner packet */
+	__u32 pad2;
 };
 
 #endif

@@ -608,4 +608,53 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_cpus SEC(".maps");
 
+/* The user plane's PFCP sessions (gtpu.h). A G-PDU's TEID (edge_teid)
+ * and a downlink packet's destination, the UE (edge_ue4), name the
+ * session's slot; edge_sess_live[slot] which of its two records in
+ * edge_sessions is live (slot * 2 + 0 or 1). The agent writes a session's
+ * new record into the other and flips the live one, never writing a
+ * record a packet may still read (a grace period after its flip).
+ * Sizes: config (sessions; TEIDs and UEs twice that). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __be32);
+	__type(value, __u32);
+	__uint(max_entries, 2 * 1024);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_teid SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __be32);
+	__type(value, __u32);
+	__uint(max_entries, 2 * 1024);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_ue4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1024);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_sess_live SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_sess);
+	__uint(max_entries, 2 * 1024);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_sessions SEC(".maps");
+
+/* Each session PDR's packets and bytes, per CPU, at slot *
+ * EDGE_SESS_PDRS + its counter: what usage reports are made of. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_ctr);
+	__uint(max_entries, 1024 * EDGE_SESS_PDRS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_sess_stats SEC(".maps");
+
 #endif

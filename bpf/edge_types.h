@@ -83,6 +83,11 @@ enum edge_reason {
 	EDGE_R_GTPU_ECHO,     /* a GTP-U Echo Request to the user plane, answered (XDP_TX) */
 	EDGE_R_GTPU_NO_SESSION, /* a G-PDU to the user plane for no session: dropped */
 	EDGE_R_GTPU_SIGNAL,   /* GTP-U signalling to the user plane (echo response, error indication, end marker): dropped */
+	EDGE_R_GTPU_NO_PDR,   /* a session's packet no PDR of it detects: dropped */
+	EDGE_R_GTPU_GATE,     /* a session's packet its QER's gate holds closed: dropped */
+	EDGE_R_GTPU_FAR_DROP, /* a session's packet its FAR drops */
+	EDGE_R_GTPU_BUFFER,   /* a session's downlink packet its FAR buffers: to the agent */
+	EDGE_R_GTPU_INNER,    /* a G-PDU whose inner packet is not IPv4/IPv6 or malformed */
 	EDGE_R_MAX,
 };
 
@@ -318,6 +323,10 @@ struct edge_state {
 	/* The user plane's GTP-U address on N3 (gtpu.h; 0: none): UDP 2152
 	 * to it is GTP-U, decided before any rule. */
 	__be32 gtpu4;
+	/* The PFCP sessions the user plane holds (0: no packet looks for
+	 * its UE in edge_ue4). */
+	__u32 nsess;
+	__u32 pad;
 };
 
 /* Flow-table value: the decision for a flow under generation gen, and the
@@ -672,6 +681,56 @@ struct edge_hash_secret {
 struct edge_ctr {
 	__u64 packets;
 	__u64 bytes;
+};
+
+/* A PFCP session in the dataplane (gtpu.h): its PDRs, each with its
+ * FAR and QER folded in, sorted by precedence, so a packet of the
+ * session reads one record. A session has two records (edge_sessions, at
+ * slot * 2 + 0 and + 1): the agent writes the one no packet reads and
+ * flips edge_sess_live[slot] to it, so every PFCP message becomes
+ * visible whole, in one 4-byte write, and other sessions see nothing. */
+
+/* edge_sess_pdr.flags */
+#define EDGE_SP_UL 0x01     /* from the access side: a G-PDU to one of its TEIDs */
+#define EDGE_SP_UEIP 0x02   /* the UE's address must match (UL: inner source; DL: destination) */
+#define EDGE_SP_QFI 0x04    /* the G-PDU's QFI must be qfi */
+#define EDGE_SP_REMOVE 0x08 /* outer header removal: GTP-U/UDP/IP */
+#define EDGE_SP_OHC 0x10    /* outer header creation: GTP-U/UDP/IPv4 toward ohc_addr */
+#define EDGE_SP_TOS 0x20    /* the outer header's ToS is tos (transport level marking) */
+#define EDGE_SP_MATCH 0x40  /* any: a PDR no SDF narrows (the SDF fields unused) */
+
+/* edge_sess_pdr.action: the FAR's */
+#define EDGE_SA_DROP 0
+#define EDGE_SA_FORW 1
+#define EDGE_SA_BUFF 2
+
+/* One PDR with its FAR, 48 bytes. The SDF filter of TS 29.244 5.2.1A
+ * (permit out proto from remote to local): the remote address under a
+ * prefix, port ranges of the remote and local end (host order, lo..hi;
+ * 0..65535: any), the protocol (0: any). IPv4. */
+struct edge_sess_pdr {
+	__u32 prec;
+	__be32 teid;   /* EDGE_SP_UL: the local TEID it detects */
+	__be32 ueip;   /* EDGE_SP_UEIP */
+	__be32 remote; /* the SDF's remote address, masked by rmask */
+	__be32 rmask;
+	__u16 rport_lo, rport_hi, lport_lo, lport_hi;
+	__u8 proto;
+	__u8 flags;    /* EDGE_SP_* */
+	__u8 qfi;      /* EDGE_SP_QFI: detected; EDGE_SP_OHC: the QFI sent */
+	__u8 action;   /* EDGE_SA_* */
+	__u8 gate;     /* the QER's gate for the PDR's direction: 1 closed */
+	__u8 tos;
+	__u8 cnt;      /* its counters: edge_sess_stats[slot * EDGE_SESS_PDRS + cnt] */
+	__u8 pad;
+	__be32 ohc_teid;
+	__be32 ohc_addr;
+};
+
+struct edge_sess {
+	__u32 id;   /* the session's slot + 1 (0: no session) */
+	__u32 npdr; /* PDRs in pdr, best precedence first */
+	struct edge_sess_pdr pdr[EDGE_SESS_PDRS];
 };
 
 #endif

@@ -193,13 +193,14 @@ static __always_inline void *hop_check(struct xdp_md *ctx,
 	return ip6;
 }
 
-/* dst_nh returns this CPU's slot in edge_dst_nh for a packet to the
- * destination in iph or ip6 that came in by iif, with its key in key,
- * or NULL when the kernel's routes may depend on more than the
- * destination (then every flow asks the FIB). */
-static __always_inline struct edge_nh *dst_nh(const struct iphdr *iph,
-					      const struct ipv6hdr *ip6,
-					      __u32 iif, __u64 *key)
+/* dst_nh_of returns this CPU's slot in edge_dst_nh for a packet to the
+ * IPv4 destination daddr4 (0: the IPv6 one in ip6) that came in by iif,
+ * with its key in key, or NULL when the kernel's routes may depend on
+ * more than the destination (then every flow asks the FIB). dst_nh is
+ * it for the packet's own header. */
+static __always_inline struct edge_nh *dst_nh_of(__be32 daddr4,
+						 const struct ipv6hdr *ip6,
+						 __u32 iif, __u64 *key)
 {
 	const struct edge_state *st;
 	__u32 zero = 0, slot;
@@ -208,8 +209,8 @@ static __always_inline struct edge_nh *dst_nh(const struct iphdr *iph,
 	st = bpf_map_lookup_elem(&edge_global, &zero);
 	if (!st || !(st->fib_flags & EDGE_FIB_BY_DST))
 		return NULL;
-	if (iph) {
-		key[0] = iph->daddr;
+	if (daddr4) {
+		key[0] = daddr4;
 		key[1] = 0;
 		key[2] = iif | 4ull << 32;
 	} else if (ip6) {
@@ -221,6 +222,13 @@ static __always_inline struct edge_nh *dst_nh(const struct iphdr *iph,
 	h = (key[0] ^ key[1] ^ key[2]) * 0x9e3779b97f4a7c15ull;
 	slot = (__u32)(h >> 32) & (EDGE_DST_NH_SLOTS - 1);
 	return bpf_map_lookup_elem(&edge_dst_nh, &slot);
+}
+
+static __always_inline struct edge_nh *dst_nh(const struct iphdr *iph,
+					      const struct ipv6hdr *ip6,
+					      __u32 iif, __u64 *key)
+{
+	return dst_nh_of(iph ? iph->daddr : 0, ip6, iif, key);
 }
 
 /* fib_ask resolves the next hop of the packet in iph or ip6 (one of them
@@ -311,6 +319,46 @@ static __always_inline int edge_redirect(struct xdp_md *ctx,
 	int rc = redirect_hop(ctx, p, oif, fl, epoch, &mtu);
 
 	return rc < 0 ? punt(p, -rc, XDP_PASS) : rc;
+}
+
+/* encap_push routes the inner packet of p (its IP header iph or ip6)
+ * one hop and makes room in front of it for hlen bytes of outer
+ * headers behind an Ethernet header to fl's next hop (IPv4): padding
+ * and trailing bytes past the datagram trimmed first (Ethernet pads a
+ * short frame to 60 bytes; the kernel's IP input trims what follows a
+ * datagram too, pskb_trim_rcsum; the parser checked p->l3_len fits).
+ * Returns the outer IP header, or NULL when the frame could not be
+ * adjusted. */
+static __always_inline struct iphdr *encap_push(struct xdp_md *ctx,
+						const struct edge_pkt *p,
+						struct iphdr *iph,
+						struct ipv6hdr *ip6,
+						const struct edge_flow *fl,
+						__u32 hlen)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth;
+	long pad;
+
+	if (iph)
+		ip4_dec_ttl(iph);
+	else if (ip6)
+		ip6->hop_limit--;
+	pad = (long)(data_end - data) - (long)sizeof(*eth) - (long)p->l3_len;
+	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -(int)(pad & 0xffff)))
+		return NULL;
+	if (bpf_xdp_adjust_head(ctx, -(int)hlen))
+		return NULL;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) + sizeof(struct iphdr) > data_end)
+		return NULL;
+	__builtin_memcpy(eth->h_dest, fl->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fl->smac, ETH_ALEN);
+	eth->h_proto = bpf_htons(ETH_P_IP);
+	return (void *)(eth + 1);
 }
 
 #endif

@@ -90,7 +90,6 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 	__be32 *opt;
 	__u8 tos;
 	int reason;
-	long pad;
 
 	pi = (fl->gen & 1) * EDGE_MAX_PATHS + (far->path & (EDGE_MAX_PATHS - 1));
 	path = bpf_map_lookup_elem(&edge_paths, &pi);
@@ -147,35 +146,14 @@ static __always_inline int edge_encap(struct xdp_md *ctx,
 			nh_keep(nh, nhkey, path->ifindex, epoch, fl);
 	}
 
-	/* Route the inner packet: one hop. */
-	if (iph)
-		ip4_dec_ttl(iph);
-	else if (ip6)
-		ip6->hop_limit--;
-
-	/* Ethernet pads a short frame to 60 bytes; the padding is no part of
-	 * the inner packet and must not ride behind it in the tunnel. The
-	 * parser checked len3 fits in the frame. */
-	pad = (long)(data_end - data) - (long)sizeof(*eth) - (long)len3;
-	/* Trailing bytes past the datagram, however many, are no part of
-	 * it: the kernel's IP input trims them too (pskb_trim_rcsum). */
-	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -(int)(pad & 0xffff)))
+	outer = encap_push(ctx, p, iph, ip6, fl, sizeof(struct iphdr) + hlen);
+	if (!outer)
 		return punt(p, EDGE_R_ADJUST, XDP_DROP);
-
-	if (bpf_xdp_adjust_head(ctx, -(int)(sizeof(struct iphdr) + hlen)))
-		return punt(p, EDGE_R_ADJUST, XDP_DROP);
-	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	eth = data;
-	outer = data + sizeof(*eth);
 	opt = (void *)(outer + 1);
 	/* Ethernet + outer IPv4 + the longest GRE header (12 bytes). */
 	if ((void *)(opt + 3) > data_end)
 		return punt(p, EDGE_R_ADJUST, XDP_DROP);
-
-	__builtin_memcpy(eth->h_dest, fl->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fl->smac, ETH_ALEN);
-	eth->h_proto = bpf_htons(ETH_P_IP);
 
 	outer->version = 4;
 	outer->ihl = 5;

@@ -4,8 +4,13 @@
  * 2152 is the user plane's, before any rule. An Echo Request is answered
  * here, at the driver hook, with an Echo Response carrying its sequence
  * number and the Recovery IE (XDP_TX): a gNB's path check costs the
- * gateway no trip to the kernel. A G-PDU belongs to a session; with no
- * session kept yet, every G-PDU is dropped, counted. Echo Responses,
+ * gateway no trip to the kernel. A G-PDU belongs to the session its
+ * TEID names (edge_teid): its inner packet is detected by the session's
+ * PDRs and goes where their FAR says (sess_act), decapsulated toward N6
+ * by the FIB, or encapsulated again toward another GTP-U peer; one for
+ * no session is dropped, counted. A packet from N6 to a UE a session
+ * holds (edge_ue4) is detected by the session's downlink PDRs and
+ * encapsulated toward its gNB (edge_gtpu_dl). Echo Responses,
  * Error Indications, End Markers and other signalling are dropped,
  * counted; a header that is not GTP-U version 1 or whose length does not
  * fit the datagram is malformed (defaults.malformed). */
@@ -19,7 +24,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "csum.h"
+#include "fib.h"
 #include "proto.h"
+#include "too_big.h"
 #include "verdict.h"
 
 #define GTPU_PORT 2152
@@ -28,6 +35,19 @@
 #define GTPU_ECHO_REQUEST 1
 #define GTPU_ECHO_RESPONSE 2
 #define GTPU_GPDU 255
+
+/* Extension headers (TS 29.281 5.2.1): the PDU Session Container of TS
+ * 38.415 carries the QoS flow (QFI, 6 bits of its second octet, in
+ * either direction's form). A G-PDU's chain is walked this far. */
+#define GTPU_EXT_PDU_SESSION 0x85
+#define GTPU_MAX_EXT 4
+#define GTPU_E 0x04
+
+/* What edge_gtpu and edge_gtpu_dl return for a packet too big for the
+ * route to its GTP-U peer once encapsulated, untouched: the pipeline
+ * answers it with ICMP (gtpu_too_big), the inner packet's largest size
+ * in edge_ctx.gtpu_mtu. */
+#define EDGE_GTPU_TOO_BIG (-2)
 
 /* The flags octet: version 1, protocol type GTP; E, S and PN say the
  * sequence number, N-PDU number and next extension header octets
@@ -140,6 +160,346 @@ static __always_inline int gtpu_echo(struct xdp_md *ctx,
 	return punt(p, EDGE_R_GTPU_ECHO, XDP_TX);
 }
 
+/* sess_get returns the live record of the session in slot (NULL:
+ * none). */
+static __always_inline const struct edge_sess *sess_get(__u32 slot)
+{
+	const struct edge_sess *s;
+	__u32 *live, i;
+
+	live = bpf_map_lookup_elem(&edge_sess_live, &slot);
+	if (!live)
+		return NULL;
+	i = slot * 2 + (*live & 1);
+	s = bpf_map_lookup_elem(&edge_sessions, &i);
+	return s && s->id == slot + 1 ? s : NULL;
+}
+
+/* pdr_detects tells whether PDR r detects the packet described by sp. */
+static __always_inline int pdr_detects(const struct edge_sess_pdr *r,
+				       const struct edge_sess_pkt *sp)
+{
+	if ((r->flags & EDGE_SP_UL) != sp->ul)
+		return 0;
+	if (sp->ul && r->teid != sp->teid)
+		return 0;
+	if ((r->flags & EDGE_SP_UEIP) && r->ueip != sp->ueip)
+		return 0;
+	if ((r->flags & EDGE_SP_QFI) && r->qfi != sp->qfi)
+		return 0;
+	if (r->flags & EDGE_SP_MATCH)
+		return 1;
+	return (!r->proto || r->proto == sp->proto) &&
+	       (sp->remote & r->rmask) == r->remote &&
+	       sp->rport >= r->rport_lo && sp->rport <= r->rport_hi &&
+	       sp->lport >= r->lport_lo && sp->lport <= r->lport_hi;
+}
+
+/* gtpu_encap puts the IP packet of c->p (behind an Ethernet header)
+ * into GTP-U/UDP/IPv4 from the user plane's address toward r's peer
+ * and TEID, with a PDU Session Container naming r's QFI (downlink
+ * form), and sends it to the next hop the FIB gives the peer. The
+ * inner packet is routed one hop. Too big for the route: the ICMP
+ * answer, as GRE's encap gives. */
+static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
+				      const struct edge_state *st,
+				      const struct edge_sess_pdr *r)
+{
+	const __u32 hlen = sizeof(struct iphdr) + sizeof(struct udphdr) + 16;
+	struct edge_pkt *p = &c->p;
+	struct edge_flow *fl = &c->nf;
+	struct bpf_fib_lookup *fib = &c->fib;
+	void *data_end;
+	struct iphdr *iph = NULL, *outer;
+	struct ipv6hdr *ip6 = NULL;
+	struct udphdr *uh;
+	struct edge_nh *nh;
+	__u32 len3 = p->l3_len, olen, mtu = 0;
+	__u8 family = p->key.family, tos;
+	__be32 *g;
+	__u64 *key = c->nhkey;
+	void *l3;
+	int reason;
+
+	l3 = hop_check(ctx, p, family, &reason);
+	if (!l3)
+		return reason;
+	if (family == 4) {
+		iph = l3;
+		tos = iph->tos;
+	} else {
+		ip6 = l3;
+		tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+	}
+	hide_choice(iph, ip6);
+	if (r->flags & EDGE_SP_TOS)
+		tos = r->tos;
+	olen = hlen + len3;
+	/* The peer's next hop: shared by every packet to it (edge_dst_nh),
+	 * or the FIB's. */
+	fl->fib_epoch = 0;
+	nh = dst_nh_of(r->ohc_addr, NULL, p->key.ifindex, key);
+	if (!nh_take(nh, key, 0, st->fib_epoch, olen, fl)) {
+		__builtin_memset(fib, 0, sizeof(*fib));
+		fib->family = AF_INET;
+		fib->l4_protocol = IPPROTO_UDP;
+		fib->sport = bpf_htons(GTPU_PORT);
+		fib->dport = bpf_htons(GTPU_PORT);
+		fib->tot_len = olen;
+		fib->tos = tos;
+		fib->ipv4_src = st->gtpu4;
+		fib->ipv4_dst = r->ohc_addr;
+		reason = fib_resolve(ctx, fib, 0, p->key.ifindex, fl,
+				     st->fib_epoch, &mtu);
+		if (reason == EDGE_R_FRAG_NEEDED) {
+			/* The pipeline answers (gtpu_too_big): its stack
+			 * and the ICMP stage's leave no room for this
+			 * function's between them. */
+			c->gtpu_mtu = mtu > hlen ? mtu - hlen : 0;
+			return EDGE_GTPU_TOO_BIG;
+		}
+		/* Sent unencapsulated, the packet would leave in the clear:
+		 * dropped, counted. */
+		if (reason)
+			return punt(p, reason, XDP_DROP);
+		if (nh)
+			nh_keep(nh, key, 0, st->fib_epoch, fl);
+	}
+	outer = encap_push(ctx, p, iph, ip6, fl, hlen);
+	if (!outer)
+		return punt(p, EDGE_R_ADJUST, XDP_DROP);
+	data_end = (void *)(long)ctx->data_end;
+	uh = (void *)(outer + 1);
+	g = (void *)(uh + 1);
+	if ((void *)(g + 4) > data_end)
+		return punt(p, EDGE_R_ADJUST, XDP_DROP);
+	outer->version = 4;
+	outer->ihl = 5;
+	outer->tos = tos;
+	outer->tot_len = bpf_htons(olen);
+	outer->id = 0;
+	outer->frag_off = IP4_DF;
+	outer->ttl = 64;
+	outer->protocol = IPPROTO_UDP;
+	outer->check = 0;
+	outer->saddr = st->gtpu4;
+	outer->daddr = r->ohc_addr;
+	outer->check = ip4_csum_of(outer);
+	uh->source = bpf_htons(GTPU_PORT);
+	uh->dest = bpf_htons(GTPU_PORT);
+	uh->len = bpf_htons(olen - sizeof(struct iphdr));
+	uh->check = 0; /* none, as IPv4 allows (TS 29.281 4.4.2.0) */
+	/* Flags (version 1, GTP, E), G-PDU, the length after the mandatory
+	 * 8 octets, the TEID; sequence 0, N-PDU 0, next: the PDU Session
+	 * Container (one 4-octet unit: DL PDU type 0, the QFI, no next). */
+	g[0] = bpf_htonl((GTPU_V1 | GTPU_PT | GTPU_E) << 24 | GTPU_GPDU << 16 |
+			 ((len3 + 8) & 0xffff));
+	g[1] = r->ohc_teid;
+	g[2] = bpf_htonl(GTPU_EXT_PDU_SESSION);
+	g[3] = bpf_htonl(1 << 24 | (__u32)(r->qfi & 0x3f) << 8);
+	if (bpf_redirect_map(&edge_tx, fl->oif, XDP_ABORTED) != XDP_REDIRECT)
+		return punt(p, EDGE_R_NO_TX, XDP_DROP);
+	return verdict(p, XDP_REDIRECT);
+}
+
+/* sess_act carries out what session s (in slot) does with the packet sp
+ * describes, c->p: the first PDR by precedence that detects it, its
+ * QER's gate, its counters, its FAR (drop; buffer; forward: by the FIB,
+ * encapsulated when it creates an outer header). An uplink packet comes
+ * decapsulated. */
+static __always_inline int sess_act(struct xdp_md *ctx, struct edge_ctx *c,
+				    const struct edge_state *st,
+				    const struct edge_sess *s, __u32 slot,
+				    const struct edge_sess_pkt *sp)
+{
+	const struct edge_sess_pdr *r = NULL;
+	struct edge_pkt *p = &c->p;
+	__u32 i, n = s->npdr, ci;
+
+	for (i = 0; i < EDGE_SESS_PDRS; i++) {
+		if (i >= n)
+			break;
+		if (pdr_detects(&s->pdr[i], sp)) {
+			r = &s->pdr[i];
+			break;
+		}
+	}
+	if (!r)
+		return punt(p, EDGE_R_GTPU_NO_PDR, XDP_DROP);
+	if (r->gate)
+		return punt(p, EDGE_R_GTPU_GATE, XDP_DROP);
+	ci = slot * EDGE_SESS_PDRS + (r->cnt & (EDGE_SESS_PDRS - 1));
+	count(&edge_sess_stats, ci, p->l3_len);
+	switch (r->action) {
+	case EDGE_SA_FORW:
+		break;
+	case EDGE_SA_BUFF:
+		return punt(p, EDGE_R_GTPU_BUFFER, XDP_DROP);
+	default:
+		return punt(p, EDGE_R_GTPU_FAR_DROP, XDP_DROP);
+	}
+	if (r->flags & EDGE_SP_OHC)
+		return gtpu_encap(ctx, c, st, r);
+	c->nf.fib_epoch = 0;
+	return edge_redirect(ctx, p, 0, &c->nf, st->fib_epoch);
+}
+
+/* gtpu_inner reads the G-PDU's inner packet, at off in the frame, into
+ * c->p and sp: an IPv4 or IPv6 header that fits what the GTP-U header
+ * says follows, and its ports when the packet has them. 0, or the
+ * reason it cannot be read. */
+static __always_inline int gtpu_inner(struct xdp_md *ctx, struct edge_ctx *c,
+				      __u32 off, __u32 end,
+				      struct edge_sess_pkt *sp)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct edge_pkt *p = &c->p;
+	const struct iphdr *iph = data + off;
+	const struct ipv6hdr *ip6 = data + off;
+	const __be16 *ports;
+	__u32 l4 = 0, len3, ver;
+
+	if ((void *)(ip6 + 1) > data_end && (void *)(iph + 1) > data_end)
+		return EDGE_R_GTPU_INNER;
+	if ((void *)(iph + 1) > data_end)
+		return EDGE_R_GTPU_INNER;
+	ver = iph->version;
+	__builtin_memset(&p->key, 0, sizeof(p->key));
+	p->key.ifindex = ctx->ingress_ifindex;
+	if (ver == 4) {
+		len3 = bpf_ntohs(iph->tot_len);
+		if (iph->ihl < 5 || len3 < (__u32)iph->ihl * 4 || off + len3 > end)
+			return EDGE_R_GTPU_INNER;
+		p->key.family = 4;
+		p->key.proto = iph->protocol;
+		*(__be32 *)p->key.src = iph->saddr;
+		*(__be32 *)p->key.dst = iph->daddr;
+		if (!(iph->frag_off & bpf_htons(0x1fff)))
+			l4 = off + (__u32)iph->ihl * 4;
+	} else if (ver == 6) {
+		if ((void *)(ip6 + 1) > data_end)
+			return EDGE_R_GTPU_INNER;
+		len3 = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+		if (off + len3 > end)
+			return EDGE_R_GTPU_INNER;
+		p->key.family = 6;
+		p->key.proto = ip6->nexthdr;
+		__builtin_memcpy(p->key.src, &ip6->saddr, 16);
+		__builtin_memcpy(p->key.dst, &ip6->daddr, 16);
+		l4 = off + sizeof(*ip6);
+	} else {
+		return EDGE_R_GTPU_INNER;
+	}
+	p->l3_len = len3;
+	sp->proto = p->key.proto;
+	sp->ueip = *(const __be32 *)p->key.src;
+	sp->remote = *(const __be32 *)p->key.dst;
+	sp->rport = 0;
+	sp->lport = 0;
+	l4 &= 0x3ff;
+	ports = data + l4;
+	if (l4 && (p->key.proto == IPPROTO_TCP || p->key.proto == IPPROTO_UDP) &&
+	    (void *)(ports + 2) <= data_end) {
+		p->key.sport = ports[0];
+		p->key.dport = ports[1];
+		sp->lport = bpf_ntohs(ports[0]);
+		sp->rport = bpf_ntohs(ports[1]);
+	}
+	return 0;
+}
+
+/* gtpu_uplink decides a G-PDU (its UDP header at l4, glen octets after
+ * the mandatory GTP-U header, checked to lie in the datagram): the
+ * session its TEID names, its QFI from a PDU Session Container, its
+ * inner packet detected by the session's uplink PDRs; forwarded
+ * decapsulated (outer header removal) as the FAR says. */
+static __always_inline int gtpu_uplink(struct xdp_md *ctx, struct edge_ctx *c,
+				       const struct edge_state *st, __u32 l4,
+				       __u32 glen)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct edge_pkt *p = &c->p;
+	const struct gtpu_hdr *g = data + l4 + sizeof(struct udphdr);
+	const struct edge_sess *s;
+	const __u8 *x;
+	struct edge_sess_pkt *sp = &c->sp;
+	struct ethhdr *eth;
+	__u32 *slot, off, end, i, len;
+	__u8 next = 0;
+	int reason;
+
+	if ((void *)(g + 1) > data_end)
+		return punt(p, EDGE_R_BAD_GTPU, XDP_DROP);
+	sp->ul = EDGE_SP_UL;
+	sp->qfi = 0;
+	sp->teid = g->teid;
+	slot = bpf_map_lookup_elem(&edge_teid, &sp->teid);
+	if (!slot)
+		return punt(p, EDGE_R_GTPU_NO_SESSION, XDP_DROP);
+	s = sess_get(*slot);
+	if (!s)
+		return punt(p, EDGE_R_GTPU_NO_SESSION, XDP_DROP);
+	off = l4 + sizeof(struct udphdr) + sizeof(*g);
+	end = off + glen;
+	if (g->flags & GTPU_OPT) {
+		x = data + (off & 0x1ff);
+		if ((void *)(x + 4) > data_end)
+			return punt(p, EDGE_R_BAD_GTPU, XDP_DROP);
+		if (g->flags & GTPU_E)
+			next = x[3];
+		off += 4;
+	}
+	/* The extension header chain: each a length in 4-octet units, its
+	 * content, the next one's type. */
+	for (i = 0; i < GTPU_MAX_EXT; i++) {
+		if (!next)
+			break;
+		x = data + (off & 0x1ff);
+		if ((void *)(x + 4) > data_end)
+			return punt(p, EDGE_R_BAD_GTPU, XDP_DROP);
+		len = (__u32)x[0] * 4;
+		if (!len || off + len > end)
+			return punt(p, EDGE_R_BAD_GTPU, XDP_DROP);
+		if (next == GTPU_EXT_PDU_SESSION)
+			sp->qfi = x[2] & 0x3f;
+		off += len;
+		x = data + ((off - 1) & 0x1ff);
+		if ((void *)(x + 1) > data_end)
+			return punt(p, EDGE_R_BAD_GTPU, XDP_DROP);
+		next = x[0];
+	}
+	if (next)
+		return punt(p, EDGE_R_BAD_GTPU, XDP_DROP);
+	off &= 0x1ff;
+	end &= 0xffff;
+	reason = gtpu_inner(ctx, c, off, end, sp);
+	if (reason)
+		return punt(p, reason, XDP_DROP);
+	/* Outer header removal: the inner packet behind the Ethernet header
+	 * the outer one had, padding and anything past it trimmed. */
+	if (bpf_xdp_adjust_head(ctx, (int)off - (int)sizeof(struct ethhdr)))
+		return punt(p, EDGE_R_ADJUST, XDP_DROP);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	len = (__u32)(data_end - data);
+	if (len > sizeof(struct ethhdr) + p->l3_len &&
+	    bpf_xdp_adjust_tail(ctx, -(int)((len - sizeof(struct ethhdr) - p->l3_len) & 0xffff)))
+		return punt(p, EDGE_R_ADJUST, XDP_DROP);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return punt(p, EDGE_R_ADJUST, XDP_DROP);
+	eth->h_proto = bpf_htons(p->key.family == 4 ? ETH_P_IP : ETH_P_IPV6);
+	p->l3_off = sizeof(struct ethhdr);
+	p->l4_off = 0;
+	p->vlans = 0;
+	p->len = p->l3_len + sizeof(struct ethhdr);
+	return sess_act(ctx, c, st, s, *slot, sp);
+}
+
 /* edge_gtpu decides a datagram to the user plane's GTP-U address
  * (gtpu_for_us): its verdict. A global function, verified once, called
  * with what the pipeline has in registers anyway: passing it the
@@ -192,9 +552,56 @@ __noinline int edge_gtpu(struct xdp_md *ctx, struct edge_ctx *c)
 	case GTPU_ECHO_REQUEST:
 		return gtpu_echo(ctx, p, l3, l4, seq);
 	case GTPU_GPDU:
-		return punt(p, EDGE_R_GTPU_NO_SESSION, XDP_DROP);
+		return gtpu_uplink(ctx, c, st, l4, glen);
 	}
 	return punt(p, EDGE_R_GTPU_SIGNAL, XDP_DROP);
+}
+
+/* edge_gtpu_dl decides a packet from N6 when its destination is a UE a
+ * session holds: the session's verdict; EDGE_GO_ON for any other
+ * packet, which the rules decide. Global, as edge_gtpu. */
+__noinline int edge_gtpu_dl(struct xdp_md *ctx, struct edge_ctx *c)
+{
+	const struct edge_state *st;
+	const struct edge_sess *s;
+	struct edge_pkt *p;
+	struct edge_sess_pkt *sp;
+	__u32 zero = 0, *slot;
+	__be32 dst;
+
+	if (!c || !ctx)
+		return XDP_DROP;
+	p = &c->p;
+	if (p->key.family != 4)
+		return EDGE_GO_ON;
+	dst = *(const __be32 *)p->key.dst;
+	slot = bpf_map_lookup_elem(&edge_ue4, &dst);
+	if (!slot)
+		return EDGE_GO_ON;
+	st = bpf_map_lookup_elem(&edge_global, &zero);
+	s = sess_get(*slot);
+	if (!st || !s)
+		return EDGE_GO_ON;
+	sp = &c->sp;
+	sp->ul = 0;
+	sp->teid = 0;
+	sp->qfi = 0;
+	sp->ueip = dst;
+	sp->remote = *(const __be32 *)p->key.src;
+	sp->proto = p->key.proto;
+	sp->rport = bpf_ntohs(p->key.sport);
+	sp->lport = bpf_ntohs(p->key.dport);
+	return sess_act(ctx, c, st, s, *slot, sp);
+}
+
+/* gtpu_too_big ends a packet edge_gtpu or edge_gtpu_dl returned rc
+ * for: rc, or for EDGE_GTPU_TOO_BIG the ICMP answer. */
+static __always_inline int gtpu_too_big(struct xdp_md *ctx, struct edge_ctx *c,
+					const struct edge_state *st, int rc)
+{
+	if (rc != EDGE_GTPU_TOO_BIG)
+		return rc;
+	return answer_too_big(ctx, &c->p, c->gtpu_mtu, st->gtpu4);
 }
 
 #endif

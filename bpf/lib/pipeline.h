@@ -262,7 +262,13 @@ static __always_inline int edge_pipeline_on(struct xdp_md *ctx, int placed)
 		return punt(&c->p, EDGE_R_NO_STATE, XDP_PASS);
 	/* The user plane's GTP-U (gtpu.h), before any rule. */
 	if (gtpu_for_us(c, st))
-		return edge_gtpu(ctx, c);
+		return gtpu_too_big(ctx, c, st, edge_gtpu(ctx, c));
+	/* A UE's downlink, when the user plane holds sessions. */
+	if (st->nsess) {
+		rc = edge_gtpu_dl(ctx, c);
+		if (rc != EDGE_GO_ON)
+			return gtpu_too_big(ctx, c, st, rc);
+	}
 
 	fl = decide(ctx, c, st, &emc, &rc);
 	if (!fl)

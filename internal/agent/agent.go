@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -34,6 +35,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/pathmon"
 	"github.com/edgeplane/edgeplane/internal/rules"
 	"github.com/edgeplane/edgeplane/internal/sched"
+	"github.com/edgeplane/edgeplane/internal/upf"
 )
 
 // Options configure an agent.
@@ -138,6 +140,10 @@ type Agent struct {
 	fo *foLoop
 	// n4 is the N4 endpoint (nil: none).
 	n4 *n4.Node
+	// upf carries N4's sessions where N3 is served (n3: its GTP-U
+	// address).
+	upf *upf.Plane
+	n3  netip.Addr
 	// strategies runs the CPU strategies.
 	strategies *sched.Runtime
 
@@ -217,7 +223,7 @@ func ifindexIoctl(name string) (uint32, error) {
 }
 
 func limitsOf(cfg *config.Config) bpf.Limits {
-	return bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules, MaglevSize: cfg.Limits.MaglevTable, Conns: cfg.Limits.Connections}
+	return bpf.Limits{Flows: cfg.Limits.Flows, Rules: cfg.Limits.Rules, MaglevSize: cfg.Limits.MaglevTable, Conns: cfg.Limits.Connections, Sessions: cfg.Limits.Sessions}
 }
 
 // CheckHost compiles cfg against this host's interfaces without touching the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/internal/n4"
+	"github.com/edgeplane/edgeplane/internal/upf"
 )
 
 // n4State is what the N4 endpoint keeps across restarts, beside the
@@ -93,18 +94,36 @@ func (a *Agent) startN4(context.Context) error {
 	if err := writeN4State(path, st); err != nil {
 		return fmt.Errorf("keep the N4 state: %w", err)
 	}
-	a.n4, err = n4.Listen(n4.Options{Addr: a.opts.N4Addr, NodeID: id, Recovery: st.Recovery, Log: a.log, Peers: st.Peers,
+	o := n4.Options{Addr: a.opts.N4Addr, NodeID: id, Recovery: st.Recovery, Log: a.log, Peers: st.Peers,
 		Changed: func(peers []n4.Peer) {
 			if err := writeN4State(path, n4State{Recovery: st.Recovery, Peers: peers}); err != nil {
 				a.log.Error("n4: the associations are not kept for a restart", "err", err)
 			}
-		}})
+		}}
+	// Sessions are carried where N3 is served: the dataplane holds them,
+	// the journal beside the config keeps them across restarts.
+	if a.n3.IsValid() {
+		ds, err := a.dp.Sessions()
+		if err != nil {
+			return err
+		}
+		if a.upf, err = upf.Open(sessionsPath(a.opts.ConfigPath), ds); err != nil {
+			return fmt.Errorf("n4: the sessions kept: %w", err)
+		}
+		o.UserPlane, o.N3, o.Sessions = a.upf, a.n3, a.upf.Sessions()
+	}
+	a.n4, err = n4.Listen(o)
 	if err != nil {
 		return err
 	}
-	a.log.Info("n4: serving PFCP", "addr", a.n4.Addr(), "node_id", id, "recovery", st.Recovery, "associations", len(st.Peers))
+	a.log.Info("n4: serving PFCP", "addr", a.n4.Addr(), "node_id", id, "recovery", st.Recovery, "associations", len(st.Peers),
+		"sessions", len(o.Sessions))
 	return nil
 }
+
+// sessionsPath is where the agent of configPath journals its PFCP
+// sessions.
+func sessionsPath(configPath string) string { return configPath + ".sessions" }
 
 // setN3 gives XDP the user plane's GTP-U address (Options.N3Addr), or
 // takes the last run's away.
@@ -119,6 +138,7 @@ func (a *Agent) setN3(context.Context) error {
 			return fmt.Errorf("--n3-addr %q: want an IPv4 address", a.opts.N3Addr)
 		}
 	}
+	a.n3 = addr
 	return a.dp.SetGTPU(addr)
 }
 

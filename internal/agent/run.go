@@ -108,7 +108,12 @@ func (a *Agent) subsystems() []subsystem {
 		{name: "journal", start: a.openJournal, stop: func() { a.journal.close() }},
 	}
 	if a.opts.N4Addr != "" {
-		list = append(list, subsystem{name: "n4", start: a.startN4, run: a.runN4, stop: func() { _ = a.n4.Close() },
+		list = append(list, subsystem{name: "n4", start: a.startN4, run: a.runN4, stop: func() {
+			_ = a.n4.Close()
+			if a.upf != nil {
+				_ = a.upf.Close()
+			}
+		},
 			metrics: func() []prometheus.Collector { return []prometheus.Collector{n4Metrics{a.n4}} }})
 	}
 	if a.opts.Fleet != nil {

@@ -309,6 +309,36 @@ type edgeEdgeRuleKey struct {
 	Pad   uint32
 }
 
+type edgeEdgeSess struct {
+	_    structs.HostLayout
+	Id   uint32
+	Npdr uint32
+	Pdr  [8]edgeEdgeSessPdr
+}
+
+type edgeEdgeSessPdr struct {
+	_       structs.HostLayout
+	Prec    uint32
+	Teid    uint32
+	Ueip    uint32
+	Remote  uint32
+	Rmask   uint32
+	RportLo uint16
+	RportHi uint16
+	LportLo uint16
+	LportHi uint16
+	Proto   uint8
+	Flags   uint8
+	Qfi     uint8
+	Action  uint8
+	Gate    uint8
+	Tos     uint8
+	Cnt     uint8
+	Pad     uint8
+	OhcTeid uint32
+	OhcAddr uint32
+}
+
 type edgeEdgeState struct {
 	_                structs.HostLayout
 	Gen              uint32
@@ -325,6 +355,8 @@ type edgeEdgeState struct {
 	FoK16            [2]uint32
 	Ncpus            uint32
 	Gtpu4            uint32
+	Nsess            uint32
+	Pad              uint32
 }
 
 type edgeEdgeSteerGroup struct {
@@ -429,10 +461,15 @@ const (
 	edgeMapEdgeRules       = "edge_rules"
 	edgeMapEdgeSecret      = "edge_secret"
 	edgeMapEdgeServices    = "edge_services"
+	edgeMapEdgeSessLive    = "edge_sess_live"
+	edgeMapEdgeSessStats   = "edge_sess_stats"
+	edgeMapEdgeSessions    = "edge_sessions"
 	edgeMapEdgeSteer       = "edge_steer"
 	edgeMapEdgeSteerOk     = "edge_steer_ok"
 	edgeMapEdgeSvcIndex    = "edge_svc_index"
+	edgeMapEdgeTeid        = "edge_teid"
 	edgeMapEdgeTx          = "edge_tx"
+	edgeMapEdgeUe4         = "edge_ue4"
 	edgeMapEdgeVerdicts    = "edge_verdicts"
 	edgeProgEdgeXdp        = "edge_xdp"
 	edgeProgEdgeXdpCpu     = "edge_xdp_cpu"
@@ -546,10 +583,15 @@ type edgeMapSpecs struct {
 	EdgeRules       *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeSecret      *ebpf.MapSpec `ebpf:"edge_secret"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
+	EdgeSessLive    *ebpf.MapSpec `ebpf:"edge_sess_live"`
+	EdgeSessStats   *ebpf.MapSpec `ebpf:"edge_sess_stats"`
+	EdgeSessions    *ebpf.MapSpec `ebpf:"edge_sessions"`
 	EdgeSteer       *ebpf.MapSpec `ebpf:"edge_steer"`
 	EdgeSteerOk     *ebpf.MapSpec `ebpf:"edge_steer_ok"`
 	EdgeSvcIndex    *ebpf.MapSpec `ebpf:"edge_svc_index"`
+	EdgeTeid        *ebpf.MapSpec `ebpf:"edge_teid"`
 	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
+	EdgeUe4         *ebpf.MapSpec `ebpf:"edge_ue4"`
 	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
 
@@ -633,10 +675,15 @@ type edgeMaps struct {
 	EdgeRules       *ebpf.Map `ebpf:"edge_rules"`
 	EdgeSecret      *ebpf.Map `ebpf:"edge_secret"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
+	EdgeSessLive    *ebpf.Map `ebpf:"edge_sess_live"`
+	EdgeSessStats   *ebpf.Map `ebpf:"edge_sess_stats"`
+	EdgeSessions    *ebpf.Map `ebpf:"edge_sessions"`
 	EdgeSteer       *ebpf.Map `ebpf:"edge_steer"`
 	EdgeSteerOk     *ebpf.Map `ebpf:"edge_steer_ok"`
 	EdgeSvcIndex    *ebpf.Map `ebpf:"edge_svc_index"`
+	EdgeTeid        *ebpf.Map `ebpf:"edge_teid"`
 	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
+	EdgeUe4         *ebpf.Map `ebpf:"edge_ue4"`
 	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
 }
 
@@ -689,10 +736,15 @@ func (m *edgeMaps) Close() error {
 		m.EdgeRules,
 		m.EdgeSecret,
 		m.EdgeServices,
+		m.EdgeSessLive,
+		m.EdgeSessStats,
+		m.EdgeSessions,
 		m.EdgeSteer,
 		m.EdgeSteerOk,
 		m.EdgeSvcIndex,
+		m.EdgeTeid,
 		m.EdgeTx,
+		m.EdgeUe4,
 		m.EdgeVerdicts,
 	)
 }

@@ -21,7 +21,16 @@ type Limits struct {
 	// connection is a flow's entry: the table holds the larger).
 	MaglevSize uint32
 	Conns      uint32
+	// Sessions is the PFCP sessions the user plane holds (0:
+	// DefaultSessions).
+	Sessions uint32
 }
+
+// DefaultSessions is Limits.Sessions' default.
+const DefaultSessions = 4096
+
+// SessPDRs mirrors EDGE_SESS_PDRS: the PDRs a session's record holds.
+const SessPDRs = 8
 
 // MaglevBlock mirrors EDGE_MAGLEV_BLOCK: Maglev entries per edge_maglev
 // element.
@@ -43,6 +52,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.Conns == 0 {
 		l.Conns = l.Flows
+	}
+	if l.Sessions == 0 {
+		l.Sessions = DefaultSessions
 	}
 	return l
 }
@@ -85,6 +97,13 @@ func ApplyLimits(spec *ebpf.CollectionSpec, l Limits) error {
 	spec.Maps[edgeMapEdgeFars].MaxEntries = 2 * l.FARStride()
 	spec.Maps[edgeMapEdgePdrStats].MaxEntries = l.Rules
 	spec.Maps[edgeMapEdgeMaglev].MaxEntries = 2 * MaxServices * l.MaglevBlocks()
+	// A session's two records; its TEIDs and UE addresses, two each
+	// on average.
+	spec.Maps[edgeMapEdgeSessions].MaxEntries = 2 * l.Sessions
+	spec.Maps[edgeMapEdgeSessLive].MaxEntries = l.Sessions
+	spec.Maps[edgeMapEdgeSessStats].MaxEntries = SessPDRs * l.Sessions
+	spec.Maps[edgeMapEdgeTeid].MaxEntries = 2 * l.Sessions
+	spec.Maps[edgeMapEdgeUe4].MaxEntries = 2 * l.Sessions
 	if err := spec.Variables[edgeVarFarStride].Set(l.FARStride()); err != nil {
 		return fmt.Errorf("set far_stride: %w", err)
 	}

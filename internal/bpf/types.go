@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/cilium/ebpf"
@@ -38,7 +39,39 @@ type (
 	FTWay      = edgeEdgeFtWay
 	FTBucket   = edgeEdgeFtBucket
 	Steer      = edgeEdgeSteerGroup
+	Sess       = edgeEdgeSess
+	SessPDR    = edgeEdgeSessPdr
 )
+
+// Session PDR flags (edge_sess_pdr.flags) and FAR actions
+// (edge_sess_pdr.action), as bpf/edge_types.h defines them.
+const (
+	SessUL     = 0x01
+	SessUEIP   = 0x02
+	SessQFI    = 0x04
+	SessRemove = 0x08
+	SessOHC    = 0x10
+	SessTOS    = 0x20
+	SessAny    = 0x40
+
+	SessDrop = 0
+	SessForw = 1
+	SessBuff = 2
+)
+
+// BE32 is v as a __be32 field holds it: its bytes in network order,
+// read in this machine's.
+func BE32(v uint32) uint32 {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], v)
+	return binary.NativeEndian.Uint32(b[:])
+}
+
+// Addr4 is IPv4 address a as a __be32 field holds it.
+func Addr4(a netip.Addr) uint32 {
+	b := a.As4()
+	return binary.NativeEndian.Uint32(b[:])
+}
 
 // FlowKey4 is the compact IPv4 flow-cache key.
 type FlowKey4 = edgeEdgeFlowKey4
@@ -260,6 +293,11 @@ const (
 	ReasonGTPUEcho
 	ReasonGTPUNoSession
 	ReasonGTPUSignal
+	ReasonGTPUNoPDR
+	ReasonGTPUGate
+	ReasonGTPUFARDrop
+	ReasonGTPUBuffer
+	ReasonGTPUInner
 	ReasonMax
 )
 

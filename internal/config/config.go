@@ -47,6 +47,11 @@ const (
 	DefaultMaglevTable uint32 = 65537
 	MinMaglevTable     uint32 = 251
 	MaxMaglevTable     uint32 = 131071
+	// PFCP sessions the user plane holds: each takes two records of
+	// ~400 bytes in the dataplane.
+	DefaultSessions uint32 = 4096
+	MinSessions     uint32 = 64
+	MaxSessions     uint32 = 1048576
 )
 
 // MaxDSCP is the largest DSCP code point (6 bits).
@@ -141,6 +146,9 @@ type Limits struct {
 	// hold (MinFlows..MaxFlows; Flows when zero): a connection is a
 	// flow's entry, and the table holds the larger of the two.
 	Connections uint32 `yaml:"connections,omitempty"`
+	// Sessions is how many PFCP sessions the user plane holds (the
+	// agent's N4; MinSessions..MaxSessions, DefaultSessions when zero).
+	Sessions uint32 `yaml:"sessions,omitempty"`
 }
 
 // Defaults holds the verdicts for packets no rule decides.
@@ -240,6 +248,9 @@ func (s *Schema) Normalize(c *Config) {
 	}
 	if c.Limits.Connections == 0 {
 		c.Limits.Connections = c.Limits.Flows
+	}
+	if c.Limits.Sessions == 0 {
+		c.Limits.Sessions = DefaultSessions
 	}
 	if c.Defaults.NoMatch == "" {
 		c.Defaults.NoMatch = ActionPass

@@ -288,7 +288,7 @@ func TestParseSample(t *testing.T) {
 				Dst: config.Prefix{P: netip.MustParsePrefix("10.2.0.0/16")},
 			}},
 		},
-		Limits:   config.Limits{Flows: 65536, Rules: 65536, MaglevTable: 65537, Connections: 65536},
+		Limits:   config.Limits{Flows: 65536, Rules: 65536, MaglevTable: 65537, Connections: 65536, Sessions: config.DefaultSessions},
 		Defaults: config.Defaults{NoMatch: config.ActionPass, Malformed: config.ActionDrop},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -335,7 +335,7 @@ fars: [{id: 5, action: pass}]
 	if got := c.Interfaces[0].XDP; got != config.XDPAuto {
 		t.Errorf("xdp = %q, want auto", got)
 	}
-	if c.Limits != (config.Limits{Flows: 65536, Rules: 65536, MaglevTable: config.DefaultMaglevTable, Connections: 65536}) {
+	if c.Limits != (config.Limits{Flows: 65536, Rules: 65536, MaglevTable: config.DefaultMaglevTable, Connections: 65536, Sessions: config.DefaultSessions}) {
 		t.Errorf("limits = %+v, want 65536/65536", c.Limits)
 	}
 	if c.Defaults != (config.Defaults{NoMatch: "pass", Malformed: "drop"}) {
@@ -359,7 +359,7 @@ defaults: {no_match: drop, malformed: pass}
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if c.Interfaces[0].XDP != config.XDPNative || c.Limits != (config.Limits{Flows: 1024, Rules: 1, MaglevTable: config.DefaultMaglevTable, Connections: 1024}) ||
+	if c.Interfaces[0].XDP != config.XDPNative || c.Limits != (config.Limits{Flows: 1024, Rules: 1, MaglevTable: config.DefaultMaglevTable, Connections: 1024, Sessions: config.DefaultSessions}) ||
 		c.Defaults != (config.Defaults{NoMatch: "drop", Malformed: "pass"}) {
 		t.Errorf("explicit values changed: %+v", c)
 	}

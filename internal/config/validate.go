@@ -232,6 +232,7 @@ func (v *validation) limitsAndDefaults(l Limits, d Defaults) {
 		bound("limits.connections", l.Connections, MinFlows, MaxFlows)
 	}
 	bound("limits.maglev_table", l.MaglevTable, MinMaglevTable, MaxMaglevTable)
+	bound("limits.sessions", l.Sessions, MinSessions, MaxSessions)
 	if l.MaglevTable >= MinMaglevTable && l.MaglevTable <= MaxMaglevTable && !maglev.IsPrime(l.MaglevTable) {
 		v.add(CodeInvalid, "limits.maglev_table", "%d is not prime (Maglev's permutations need a prime table size; 65537 is)", l.MaglevTable)
 	}

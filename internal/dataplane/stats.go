@@ -124,4 +124,9 @@ var ReasonNames = []string{
 	"gtpu_echo",
 	"gtpu_no_session",
 	"gtpu_signal",
+	"gtpu_no_pdr",
+	"gtpu_gate",
+	"gtpu_far_drop",
+	"gtpu_buffer",
+	"gtpu_inner",
 }

@@ -3,6 +3,7 @@
 package n4
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"time"
 
@@ -135,7 +136,8 @@ func (n *Node) establish(m *message.SessionEstablishmentRequest, from netip.Addr
 			seid = f.SEID
 		}
 	}
-	if _, c, off := n.associated(m.NodeID, from); c != 0 {
+	cp, c, off := n.associated(m.NodeID, from)
+	if c != 0 {
 		return n.refuse(t, seq, c, off, seid)
 	}
 	if m.CPFSEID == nil {
@@ -144,16 +146,45 @@ func (n *Node) establish(m *message.SessionEstablishmentRequest, from netip.Addr
 	if seid == 0 {
 		return n.refuse(t, seq, ie.CauseMandatoryIEIncorrect, ie.FSEID, 0)
 	}
-	if _, r := parseSession(m, seid, cpAddrOf(m.CPFSEID)); r != nil {
-		var extra []*ie.IE
-		if r.hasRule {
-			extra = append(extra, ie.NewFailedRuleID(r.ruleType, r.ruleID))
-		}
-		return n.refuse(t, seq, r.cause, r.offending, seid, extra...)
+	s, r := parseSession(m, seid, cpAddrOf(m.CPFSEID))
+	if r != nil {
+		return n.refuseRule(t, seq, r, seid)
 	}
-	// A session whose rules are all well formed, which the user plane
-	// cannot carry yet.
-	return n.refuse(t, seq, ie.CauseServiceNotSupported, 0, seid)
+	if n.opt.UserPlane == nil {
+		// Rules all well formed, and no user plane to carry them.
+		return n.refuse(t, seq, ie.CauseServiceNotSupported, 0, seid)
+	}
+	s.CPNode = cp
+	n.mu.Lock()
+	for s.UPSEID == 0 || n.sessions[s.UPSEID] != nil {
+		// Unguessable: a forged modification must name it.
+		s.UPSEID = rand.Uint64()
+	}
+	pdrs := make([]*PDR, 0, len(s.PDRs))
+	for _, p := range s.PDRs {
+		pdrs = append(pdrs, p)
+	}
+	chosen, r := n.chooseTEIDs(s, pdrs)
+	if r == nil {
+		// Held while the user plane carries it: no other request takes
+		// its SEID or TEIDs meanwhile.
+		n.keep(s)
+	}
+	n.mu.Unlock()
+	if r == nil {
+		if r = n.carry(s); r != nil {
+			n.mu.Lock()
+			n.forget(s.UPSEID)
+			n.mu.Unlock()
+		}
+	}
+	if r != nil {
+		return n.refuseRule(t, seq, r, seid)
+	}
+	n.count("session_established")
+	ies := []*ie.IE{ie.NewNodeIDHeuristic(n.opt.NodeID), ie.NewCause(ie.CauseRequestAccepted), n.upFSEID(s.UPSEID)}
+	ies = append(ies, createdPDRs(chosen)...)
+	return marshal(message.NewSessionEstablishmentResponse(0, 0, seid, seq, 0, ies...))
 }
 
 // cpAddrOf is the address of a CP F-SEID IE (invalid: none).

@@ -17,9 +17,10 @@
 // discarded. Each is counted by what happened (Stats), and a refused
 // request changes nothing.
 //
-// Sessions are not kept yet: an associated SMF's session requests are
-// refused ("Service not supported" for an establishment, "Session
-// context not found" for the SEIDs it names).
+// An associated SMF's sessions are kept by the node and carried by its
+// UserPlane (the dataplane): establishment, modification and deletion
+// each change one session whole or refuse and change nothing. A node
+// with no UserPlane refuses establishments "Service not supported".
 package n4
 
 import (
@@ -74,6 +75,12 @@ type Options struct {
 	// change, outside the node's lock and in the order of the changes:
 	// what a restart restores.
 	Changed func([]Peer)
+	// UserPlane carries the sessions (nil: none are accepted), N3 is
+	// the GTP-U address F-TEIDs the node chooses are at, Sessions those
+	// a restart kept (carried already).
+	UserPlane UserPlane
+	N3        netip.Addr
+	Sessions  []*Session
 }
 
 // DefaultMaxPeers is Options.MaxPeers' default: a UPF serves the SMFs
@@ -105,6 +112,10 @@ type Node struct {
 	live  map[string]*liveness // by node ID
 	seq   uint32               // of the node's own requests
 	stats sync.Map             // string -> *atomic.Uint64
+	// sessions by UP SEID; teids says which session each local TEID
+	// is.
+	sessions map[uint64]*Session
+	teids    map[uint32]uint64
 }
 
 // Listen opens the node's socket.
@@ -138,9 +149,13 @@ func Listen(o Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("n4: %w", err)
 	}
-	n := &Node{opt: o, conn: c, peers: map[string]*Peer{}, live: map[string]*liveness{}}
+	n := &Node{opt: o, conn: c, peers: map[string]*Peer{}, live: map[string]*liveness{},
+		sessions: map[uint64]*Session{}, teids: map[uint32]uint64{}}
 	for _, p := range o.Peers {
 		n.peers[p.NodeID] = &p
+	}
+	for _, s := range o.Sessions {
+		n.keep(s)
 	}
 	return n, nil
 }
@@ -283,10 +298,12 @@ func (n *Node) Handle(b []byte, from netip.AddrPort) []byte {
 		return n.release(m, from)
 	case *message.SessionEstablishmentRequest:
 		return n.establish(m, from)
+	case *message.SessionModificationRequest:
+		return n.modify(m, from)
+	case *message.SessionDeletionRequest:
+		return n.remove(m, from)
 	}
-	// Modification and deletion name a session by its UP SEID; no
-	// session is kept, so none is found.
-	return n.refuse(t, seq, ie.CauseSessionContextNotFound, 0, 0)
+	return n.refuse(t, seq, ie.CauseServiceNotSupported, 0, 0)
 }
 
 // sequence is datagram b's sequence number (b holds a header).

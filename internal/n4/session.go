@@ -15,8 +15,12 @@ import (
 // describes it: its rules by ID, each checked whole (mandatory IEs
 // present and decoding, IDs unique, every rule a PDR names created).
 type Session struct {
+	// UPSEID is the node's SEID for it, CPSEID and CPAddr the SMF's
+	// F-SEID, CPNode the SMF's node ID.
+	UPSEID uint64
 	CPSEID uint64
 	CPAddr netip.Addr
+	CPNode string
 	PDRs   map[uint16]*PDR
 	FARs   map[uint32]*FAR
 	QERs   map[uint32]*QER
@@ -171,13 +175,7 @@ func parseSession(m *message.SessionEstablishmentRequest, cpSEID uint64, cpAddr 
 	}
 	s := &Session{CPSEID: cpSEID, CPAddr: cpAddr, PDRs: map[uint16]*PDR{}, FARs: map[uint32]*FAR{},
 		QERs: map[uint32]*QER{}, URRs: map[uint32]*URR{}}
-	if r := addRules(s.FARs, m.CreateFAR, parseFAR, ruleFAR); r != nil {
-		return nil, r
-	}
-	if r := addRules(s.QERs, m.CreateQER, parseQER, ruleQER); r != nil {
-		return nil, r
-	}
-	if r := addRules(s.URRs, m.CreateURR, parseURR, ruleURR); r != nil {
+	if r := s.create(m.CreateFAR, m.CreateQER, m.CreateURR); r != nil {
 		return nil, r
 	}
 	if m.CreateBAR != nil {

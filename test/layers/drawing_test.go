@@ -29,6 +29,7 @@ var layers = []layer{
 	{"mechanisms: the loader, the rule compiler, CPU strategies, path monitoring, counters, N4", []string{
 		"./internal/bpf/...", "./internal/rules", "./internal/sched", "./internal/pathmon", "./internal/cpuwatch", "./internal/fibwatch", "./internal/metrics",
 		"./internal/n4"}},
+	{"the user plane over N4", []string{"./internal/upf"}},
 	{"the control plane: API, fleet, CLI client", []string{"./internal/api", "./internal/fleet", "./internal/client"}},
 	{"the gateway agent", []string{"./internal/agent"}},
 	{"what a gateway and a controller run", []string{"./cmd/edgeplane"}},

@@ -73,10 +73,15 @@ const (
 	benchobjMapEdgeRules            = "edge_rules"
 	benchobjMapEdgeSecret           = "edge_secret"
 	benchobjMapEdgeServices         = "edge_services"
+	benchobjMapEdgeSessLive         = "edge_sess_live"
+	benchobjMapEdgeSessStats        = "edge_sess_stats"
+	benchobjMapEdgeSessions         = "edge_sessions"
 	benchobjMapEdgeSteer            = "edge_steer"
 	benchobjMapEdgeSteerOk          = "edge_steer_ok"
 	benchobjMapEdgeSvcIndex         = "edge_svc_index"
+	benchobjMapEdgeTeid             = "edge_teid"
 	benchobjMapEdgeTx               = "edge_tx"
+	benchobjMapEdgeUe4              = "edge_ue4"
 	benchobjMapEdgeVerdicts         = "edge_verdicts"
 	benchobjProgBenchFlowHash       = "bench_flow_hash"
 	benchobjProgBenchFlowInsert     = "bench_flow_insert"
@@ -238,10 +243,15 @@ type benchobjMapSpecs struct {
 	EdgeRules        *ebpf.MapSpec `ebpf:"edge_rules"`
 	EdgeSecret       *ebpf.MapSpec `ebpf:"edge_secret"`
 	EdgeServices     *ebpf.MapSpec `ebpf:"edge_services"`
+	EdgeSessLive     *ebpf.MapSpec `ebpf:"edge_sess_live"`
+	EdgeSessStats    *ebpf.MapSpec `ebpf:"edge_sess_stats"`
+	EdgeSessions     *ebpf.MapSpec `ebpf:"edge_sessions"`
 	EdgeSteer        *ebpf.MapSpec `ebpf:"edge_steer"`
 	EdgeSteerOk      *ebpf.MapSpec `ebpf:"edge_steer_ok"`
 	EdgeSvcIndex     *ebpf.MapSpec `ebpf:"edge_svc_index"`
+	EdgeTeid         *ebpf.MapSpec `ebpf:"edge_teid"`
 	EdgeTx           *ebpf.MapSpec `ebpf:"edge_tx"`
+	EdgeUe4          *ebpf.MapSpec `ebpf:"edge_ue4"`
 	EdgeVerdicts     *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
 
@@ -335,10 +345,15 @@ type benchobjMaps struct {
 	EdgeRules        *ebpf.Map `ebpf:"edge_rules"`
 	EdgeSecret       *ebpf.Map `ebpf:"edge_secret"`
 	EdgeServices     *ebpf.Map `ebpf:"edge_services"`
+	EdgeSessLive     *ebpf.Map `ebpf:"edge_sess_live"`
+	EdgeSessStats    *ebpf.Map `ebpf:"edge_sess_stats"`
+	EdgeSessions     *ebpf.Map `ebpf:"edge_sessions"`
 	EdgeSteer        *ebpf.Map `ebpf:"edge_steer"`
 	EdgeSteerOk      *ebpf.Map `ebpf:"edge_steer_ok"`
 	EdgeSvcIndex     *ebpf.Map `ebpf:"edge_svc_index"`
+	EdgeTeid         *ebpf.Map `ebpf:"edge_teid"`
 	EdgeTx           *ebpf.Map `ebpf:"edge_tx"`
+	EdgeUe4          *ebpf.Map `ebpf:"edge_ue4"`
 	EdgeVerdicts     *ebpf.Map `ebpf:"edge_verdicts"`
 }
 
@@ -401,10 +416,15 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeRules,
 		m.EdgeSecret,
 		m.EdgeServices,
+		m.EdgeSessLive,
+		m.EdgeSessStats,
+		m.EdgeSessions,
 		m.EdgeSteer,
 		m.EdgeSteerOk,
 		m.EdgeSvcIndex,
+		m.EdgeTeid,
 		m.EdgeTx,
+		m.EdgeUe4,
 		m.EdgeVerdicts,
 	)
 }

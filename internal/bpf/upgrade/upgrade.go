@@ -134,6 +134,14 @@ var mapRoles = map[string]mapRole{
 	"edge_qos_vq_cpu": {rebuilt, false},
 	"edge_cpu_loads":  {rebuilt, false},
 	"edge_cpus":       {rebuilt, false},
+	// The user plane's sessions: written by the agent, kept across a
+	// restart as they are (the agent writes them again from its
+	// journal); a session's counters, per CPU.
+	"edge_teid":       {table, false},
+	"edge_ue4":        {table, false},
+	"edge_sess_live":  {table, false},
+	"edge_sessions":   {table, false},
+	"edge_sess_stats": {counter, false},
 }
 
 // pinnedDiffs opens the maps of spec pinned under pinDir and says why each

@@ -1,0 +1,322 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package commit
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+)
+
+// Sessions writes the user plane's PFCP sessions into the dataplane
+// (bpf/lib/gtpu.h): each session in a slot with two records, the one
+// packets read named by edge_sess_live[slot]. A change writes the other
+// record and flips the live word: one 4-byte write makes a PFCP
+// message's whole effect visible, and no other session's entries are
+// touched. The keys that lead packets to the slot (TEIDs, UE addresses)
+// are added before the flip and the ones the session no longer has
+// removed after it.
+//
+// A record is written again only after a grace period since the flip
+// that retired it (packets that read it before the flip are done), and
+// a slot freed by a deletion is given out again only after one: sessions
+// changed twice within a grace period, and slots reused at once, wait
+// for a barrier (~0.1 ms, expedited), others do not.
+type Sessions struct {
+	mu sync.Mutex
+	o  *bpf.Object
+	w  *Writer
+	// live is each slot's live record (0 or 1); gen the barrier count
+	// when it last flipped (a record retired then is free once a
+	// barrier after it completes).
+	live map[uint32]uint32
+	gen  map[uint32]uint64
+	keys map[uint32]SessionKeys
+	// free are slots no session holds whose deletion a barrier has
+	// followed, freed those still waiting for one (with the barrier
+	// count at their deletion).
+	free  []uint32
+	freed map[uint32]uint64
+	next  uint32 // slots below it were given out
+	max   uint32
+	// barriers counts completed barriers; a barrier started after
+	// count c completes as c+1.
+	barriers uint64
+}
+
+// SessionKeys are what leads packets to a session: the TEIDs of its
+// uplink PDRs and its UEs' IPv4 addresses.
+type SessionKeys struct {
+	TEIDs []uint32
+	UEs   []netip.Addr
+}
+
+// ErrSessionsFull is returned when every slot holds a session.
+var ErrSessionsFull = errors.New("the user plane holds as many sessions as limits.sessions allows")
+
+// Sessions returns the session writer of w's dataplane. A restarted
+// agent gives it every session it kept, each in the slot it had
+// (Restore), then calls Settle: packets go on reading the records the
+// last run wrote until each is replaced, and keys no kept session has
+// are removed.
+func (w *Writer) Sessions() (*Sessions, error) {
+	s := &Sessions{o: w.o, w: w, live: map[uint32]uint32{}, gen: map[uint32]uint64{}, keys: map[uint32]SessionKeys{},
+		freed: map[uint32]uint64{}, max: w.o.Limits.WithDefaults().Sessions}
+	// Whatever the last run flipped is past a grace period after this.
+	if err := s.barrier(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Restore puts a session kept across a restart back into its slot. Its
+// record is written beside the one packets may be reading (the last
+// run's), and flipped to.
+func (s *Sessions) Restore(slot uint32, rec *bpf.Sess, keys SessionKeys) error {
+	if slot >= s.max {
+		return fmt.Errorf("session slot %d out of range (limits.sessions %d)", slot, s.max)
+	}
+	s.mu.Lock()
+	if _, dup := s.live[slot]; dup {
+		s.mu.Unlock()
+		return fmt.Errorf("session slot %d given twice", slot)
+	}
+	var live uint32
+	var old bpf.Sess
+	if s.o.EdgeSessLive.Lookup(slot, &live) == nil && s.o.EdgeSessions.Lookup(slot*2+live&1, &old) == nil && old.Id == slot+1 {
+		s.live[slot], s.gen[slot] = live&1, 0
+	}
+	if slot >= s.next {
+		s.next = slot + 1
+	}
+	s.mu.Unlock()
+	return s.Put(slot, rec, keys)
+}
+
+// Settle ends a restart's Restores: slots below the highest restored one
+// that no session holds are free, TEIDs and UEs that lead to no kept
+// session's slot are removed, and XDP's count of sessions is set.
+func (s *Sessions) Settle() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.free = s.free[:0]
+	for slot := uint32(0); slot < s.next; slot++ {
+		if _, ok := s.live[slot]; !ok {
+			s.free = append(s.free, slot)
+		}
+	}
+	var k, v uint32
+	for _, m := range []struct {
+		name string
+		kept func(k, slot uint32) bool
+	}{
+		{"edge_teid", func(k, slot uint32) bool { return contains(s.keys[slot].TEIDs, bpf.BE32(k)) }},
+		{"edge_ue4", func(k, slot uint32) bool {
+			var b [4]byte
+			binary.NativeEndian.PutUint32(b[:], k)
+			return contains(s.keys[slot].UEs, netip.AddrFrom4(b))
+		}},
+	} {
+		mp := s.o.EdgeTeid
+		if m.name == "edge_ue4" {
+			mp = s.o.EdgeUe4
+		}
+		var stale []uint32
+		it := mp.Iterate()
+		for it.Next(&k, &v) {
+			if !m.kept(k, v) {
+				stale = append(stale, k)
+			}
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("read %s: %w", m.name, err)
+		}
+		for _, k := range stale {
+			if err := mp.Delete(k); err != nil {
+				return fmt.Errorf("remove a stale key of %s: %w", m.name, err)
+			}
+		}
+	}
+	return s.setCount()
+}
+
+// Slot gives out a free slot for a new session.
+func (s *Sessions) Slot() (uint32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.free) == 0 && s.next < s.max {
+		s.next++
+		return s.next - 1, nil
+	}
+	if len(s.free) == 0 && len(s.freed) > 0 {
+		if err := s.barrier(); err != nil {
+			return 0, err
+		}
+	}
+	if len(s.free) == 0 {
+		return 0, ErrSessionsFull
+	}
+	slot := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	return slot, nil
+}
+
+// barrier waits for a grace period and frees what it retires. Called
+// with s.mu held.
+func (s *Sessions) barrier() error {
+	if err := s.w.barrier.Sync(); err != nil {
+		return err
+	}
+	s.barriers++
+	for slot, at := range s.freed {
+		if at < s.barriers {
+			s.free = append(s.free, slot)
+			delete(s.freed, slot)
+		}
+	}
+	return nil
+}
+
+// Put makes rec the rules of the session in slot (rec.Id is set), led
+// to by keys.
+func (s *Sessions) Put(slot uint32, rec *bpf.Sess, keys SessionKeys) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slot >= s.max {
+		return fmt.Errorf("session slot %d out of range", slot)
+	}
+	live, had := s.live[slot]
+	if had && s.gen[slot] >= s.barriers {
+		// The record to write was live until the last flip, and no
+		// barrier has completed since.
+		if err := s.barrier(); err != nil {
+			return err
+		}
+	}
+	next := uint32(0)
+	if had {
+		next = live ^ 1
+	}
+	rec.Id = slot + 1
+	if err := s.o.EdgeSessions.Put(slot*2+next, rec); err != nil {
+		return fmt.Errorf("write session record: %w", err)
+	}
+	old := s.keys[slot]
+	for _, t := range keys.TEIDs {
+		if err := s.o.EdgeTeid.Put(bpf.BE32(t), slot); err != nil {
+			return fmt.Errorf("add TEID %#x: %w", t, err)
+		}
+	}
+	for _, a := range keys.UEs {
+		if err := s.o.EdgeUe4.Put(bpf.Addr4(a), slot); err != nil {
+			return fmt.Errorf("add UE %s: %w", a, err)
+		}
+	}
+	if !had {
+		// A new session's counters start at zero.
+		zero := make([]bpf.Ctr, s.ncpu())
+		for i := range uint32(bpf.SessPDRs) {
+			if err := s.o.EdgeSessStats.Put(slot*bpf.SessPDRs+i, zero); err != nil {
+				return fmt.Errorf("reset session counters: %w", err)
+			}
+		}
+	}
+	if err := s.o.EdgeSessLive.Put(slot, next); err != nil {
+		return fmt.Errorf("flip session record: %w", err)
+	}
+	s.live[slot], s.gen[slot], s.keys[slot] = next, s.barriers, keys
+	s.drop(old, keys, slot)
+	if !had {
+		return s.setCount()
+	}
+	return nil
+}
+
+// ncpu is the CPUs a per-CPU map holds a value for.
+func (s *Sessions) ncpu() int {
+	n, err := ebpf.PossibleCPU()
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// drop removes the keys of old that keep does not have, unless another
+// slot took them meanwhile.
+func (s *Sessions) drop(old, keep SessionKeys, slot uint32) {
+	for _, t := range old.TEIDs {
+		if !contains(keep.TEIDs, t) {
+			var v uint32
+			if s.o.EdgeTeid.Lookup(bpf.BE32(t), &v) == nil && v == slot {
+				_ = s.o.EdgeTeid.Delete(bpf.BE32(t))
+			}
+		}
+	}
+	for _, a := range old.UEs {
+		if !contains(keep.UEs, a) {
+			var v uint32
+			if s.o.EdgeUe4.Lookup(bpf.Addr4(a), &v) == nil && v == slot {
+				_ = s.o.EdgeUe4.Delete(bpf.Addr4(a))
+			}
+		}
+	}
+}
+
+func contains[T comparable](l []T, v T) bool {
+	for _, x := range l {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Delete takes the session in slot out of the dataplane; the slot is
+// given out again after a grace period.
+func (s *Sessions) Delete(slot uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.live[slot]; !ok {
+		return nil
+	}
+	// Its keys go; its records stay as they are until the slot is
+	// given out again, after a grace period: a packet that found the
+	// slot before reads a whole record.
+	s.drop(s.keys[slot], SessionKeys{}, slot)
+	delete(s.live, slot)
+	delete(s.gen, slot)
+	delete(s.keys, slot)
+	s.freed[slot] = s.barriers
+	return s.setCount()
+}
+
+// setCount tells XDP how many sessions the user plane holds
+// (edge_state.nsess: 0 spares every other packet the UE lookup).
+// Called with s.mu held.
+func (s *Sessions) setCount() error {
+	n := uint32(len(s.live))
+	return s.w.updateState("count the sessions", func(st *bpf.State) { st.Nsess = n })
+}
+
+// Counters returns the packets and bytes each of slot's PDR counters
+// counted, summed over CPUs.
+func (s *Sessions) Counters(slot uint32) ([bpf.SessPDRs]bpf.Ctr, error) {
+	var out [bpf.SessPDRs]bpf.Ctr
+	for i := range out {
+		var per []bpf.Ctr
+		if err := s.o.EdgeSessStats.Lookup(slot*bpf.SessPDRs+uint32(i), &per); err != nil {
+			return out, err
+		}
+		for _, c := range per {
+			out[i].Packets += c.Packets
+			out[i].Bytes += c.Bytes
+		}
+	}
+	return out, nil
+}

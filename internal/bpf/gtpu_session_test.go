@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf_test
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/commit"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
+	"github.com/edgeplane/edgeplane/internal/testutil"
+	"github.com/edgeplane/edgeplane/internal/topo"
+)
+
+// The session of the tests: UE 10.45.0.2, its uplink TEID, and the gNB
+// (wan0's neighbour) with the TEID it gave for the downlink. N6 is
+// wan1's side: 10.6.0.0/16 via 10.4.0.2.
+const (
+	ueAddr   = "10.45.0.2"
+	ulTEID   = 0x100
+	dlTEID   = 0x9000
+	n6Remote = "10.6.0.5"
+)
+
+// sessionPDRs are the session's uplink and downlink PDRs: everything
+// from the UE by its TEID, decapsulated and forwarded; everything to it
+// encapsulated toward the gNB with QFI 9.
+func sessionPDRs() []bpf.SessPDR {
+	return []bpf.SessPDR{
+		{Prec: 100, Flags: bpf.SessUL | bpf.SessUEIP | bpf.SessRemove | bpf.SessAny, Teid: bpf.BE32(ulTEID),
+			Ueip: bpf.Addr4(netip.MustParseAddr(ueAddr)), Action: bpf.SessForw, Cnt: 0},
+		{Prec: 100, Flags: bpf.SessUEIP | bpf.SessOHC | bpf.SessAny, Ueip: bpf.Addr4(netip.MustParseAddr(ueAddr)),
+			Action: bpf.SessForw, Qfi: 9, OhcTeid: bpf.BE32(dlTEID), OhcAddr: bpf.Addr4(netip.MustParseAddr(topo.AddrWanNeigh)), Cnt: 1},
+	}
+}
+
+func sessRec(pdrs ...bpf.SessPDR) *bpf.Sess {
+	r := &bpf.Sess{Npdr: uint32(len(pdrs))}
+	copy(r.Pdr[:], pdrs)
+	return r
+}
+
+var sessKeys = commit.SessionKeys{TEIDs: []uint32{ulTEID}, UEs: []netip.Addr{netip.MustParseAddr(ueAddr)}}
+
+// uePacket is an IPv4 UDP packet from the UE to the N6 host (or, down,
+// back).
+func uePacket(t *testing.T, src, dst string, ttl uint8) []byte {
+	return serialize(t, []gopacket.SerializableLayer{
+		&layers.IPv4{Version: 4, IHL: 5, TTL: ttl, Protocol: layers.IPProtocolUDP,
+			SrcIP: net.ParseIP(src).To4(), DstIP: net.ParseIP(dst).To4()},
+		&layers.UDP{SrcPort: 5000, DstPort: 7777}, gopacket.Payload("hello, N6")})
+}
+
+// pduSession is the optional octets and a PDU Session Container (UL
+// PDU SESSION INFORMATION, type 1) with qfi, ahead of the inner packet.
+func pduSession(qfi uint8) []byte {
+	return []byte{0, 0, 0, 0x85, 1, 0x10, qfi, 0}
+}
+
+// n6Frame is a frame from the N6 side (wan1's neighbour) to dst.
+func n6Frame(t *testing.T, src, dst string) []byte {
+	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 50, Protocol: layers.IPProtocolUDP,
+		SrcIP: net.ParseIP(src).To4(), DstIP: net.ParseIP(dst).To4()}
+	udp := &layers.UDP{SrcPort: 7777, DstPort: 5000}
+	_ = udp.SetNetworkLayerForChecksum(ip)
+	return serialize(t, []gopacket.SerializableLayer{
+		&layers.Ethernet{SrcMAC: topo.MACWan1Neigh, DstMAC: topo.MACWan1, EthernetType: layers.EthernetTypeIPv4},
+		ip, udp, gopacket.Payload("hello, UE")})
+}
+
+// TestGTPUSessions: a session written by commit.Sessions carries the
+// UE's traffic at the driver hook. Uplink G-PDUs to its TEID (with a
+// PDU Session Container or without) leave decapsulated toward N6, the
+// inner packet whole and routed one hop; downlink to the UE leaves in
+// GTP-U toward the gNB with its TEID and QFI, which tshark and gopacket
+// decode. A QFI-specific PDR of better precedence takes its flow; a
+// closed gate, a buffering or dropping FAR and an unknown TEID drop,
+// each counted; a modification is seen whole by the next packet; after
+// deletion the UE's packets are the rules' again.
+func TestGTPUSessions(t *testing.T) {
+	h := newHarness(t, gtpuConfig)
+	if err := h.dp.SetGTPU(netip.MustParseAddr(n3Addr)); err != nil {
+		t.Fatal(err)
+	}
+	ss, err := h.dp.Sessions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot, err := ss.Slot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ss.Put(slot, sessRec(sessionPDRs()...), sessKeys); err != nil {
+		t.Fatal(err)
+	}
+	inner := uePacket(t, ueAddr, n6Remote, 64)
+	run := func(name string, frame []byte, in string, verdict uint32, reason int) []byte {
+		t.Helper()
+		before := h.snapshot()
+		v, out := h.run(frame, in)
+		if v != verdict {
+			t.Errorf("%s: verdict %s, want %s", name, verdictName(v), verdictName(verdict))
+		}
+		if reason != bpf.ReasonNone && h.snapshot().Reasons[reason].Packets-before.Reasons[reason].Packets != 1 {
+			t.Errorf("%s: reason %s not counted", name, dataplane.ReasonNames[reason])
+		}
+		return out
+	}
+
+	// Uplink, with and without the container.
+	for _, c := range []struct {
+		name  string
+		frame []byte
+	}{
+		{"G-PDU with a PDU Session Container", gtpuFrame(t, n3Addr, 2152, 0x34, 255, ulTEID, append(pduSession(9), inner...), false)},
+		{"G-PDU, no extension", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, inner, false)},
+		{"G-PDU with a sequence number", gtpuFrame(t, n3Addr, 2152, 0x32, 255, ulTEID, append([]byte{0, 1, 0, 0}, inner...), false)},
+	} {
+		out := run(c.name, c.frame, "wan0", bpf.XDPRedirect, bpf.ReasonNone)
+		checkDecapsulated(t, c.name, out, inner)
+	}
+	c, err := ss.Counters(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[0].Packets != 3 || c[0].Bytes != 3*uint64(len(inner)) {
+		t.Errorf("uplink PDR counted %d packets, %d bytes; want 3, %d", c[0].Packets, c[0].Bytes, 3*len(inner))
+	}
+	run("unknown TEID", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID+1, inner, false), "wan0", bpf.XDPDrop, bpf.ReasonGTPUNoSession)
+	run("another UE's address", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, uePacket(t, "10.45.0.3", n6Remote, 64), false),
+		"wan0", bpf.XDPDrop, bpf.ReasonGTPUNoPDR)
+	run("not IP inside", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, bytes.Repeat([]byte{0x11}, 24), false),
+		"wan0", bpf.XDPDrop, bpf.ReasonGTPUInner)
+	run("extension chain past the header", gtpuFrame(t, n3Addr, 2152, 0x34, 255, ulTEID, []byte{0, 0, 0, 0x85, 3, 0x10, 9, 0}, false),
+		"wan0", bpf.XDPDrop, bpf.ReasonBadGTPU)
+
+	// Downlink.
+	dl := n6Frame(t, n6Remote, ueAddr)
+	out := run("downlink", dl, "wan1", bpf.XDPRedirect, bpf.ReasonNone)
+	checkEncapsulated(t, out, dl, dlTEID, 9)
+	checkTshark(t, [][]byte{out}, 2)
+	checkTsharkGTP(t, out, dlTEID, 9)
+
+	// A better PDR for QFI 5 that drops; the QFI 9 flow is untouched.
+	drop5 := bpf.SessPDR{Prec: 10, Flags: bpf.SessUL | bpf.SessQFI | bpf.SessAny, Teid: bpf.BE32(ulTEID), Qfi: 5,
+		Action: bpf.SessDrop, Cnt: 2}
+	if err := ss.Put(slot, sessRec(append([]bpf.SessPDR{drop5}, sessionPDRs()...)...), sessKeys); err != nil {
+		t.Fatal(err)
+	}
+	run("QFI 5", gtpuFrame(t, n3Addr, 2152, 0x34, 255, ulTEID, append(pduSession(5), inner...), false), "wan0", bpf.XDPDrop, bpf.ReasonGTPUFARDrop)
+	run("QFI 9", gtpuFrame(t, n3Addr, 2152, 0x34, 255, ulTEID, append(pduSession(9), inner...), false), "wan0", bpf.XDPRedirect, bpf.ReasonNone)
+
+	// The gate closed on the downlink, then its FAR buffering.
+	pdrs := sessionPDRs()
+	pdrs[1].Gate = 1
+	if err := ss.Put(slot, sessRec(pdrs...), sessKeys); err != nil {
+		t.Fatal(err)
+	}
+	run("gate closed", dl, "wan1", bpf.XDPDrop, bpf.ReasonGTPUGate)
+	pdrs[1].Gate, pdrs[1].Action = 0, bpf.SessBuff
+	if err := ss.Put(slot, sessRec(pdrs...), sessKeys); err != nil {
+		t.Fatal(err)
+	}
+	run("buffering", dl, "wan1", bpf.XDPDrop, bpf.ReasonGTPUBuffer)
+
+	// Deleted: the UE's downlink is the rules' (no_match: pass).
+	if err := ss.Delete(slot); err != nil {
+		t.Fatal(err)
+	}
+	run("deleted: downlink", dl, "wan1", bpf.XDPPass, bpf.ReasonNoMatch)
+	run("deleted: uplink", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, inner, false), "wan0", bpf.XDPDrop, bpf.ReasonGTPUNoSession)
+}
+
+// checkDecapsulated checks an uplink packet left as inner, toward N6's
+// next hop, its TTL one less.
+func checkDecapsulated(t *testing.T, name string, out, inner []byte) {
+	t.Helper()
+	if len(out) != 14+len(inner) {
+		t.Fatalf("%s: %d bytes out, want Ethernet + the inner %d", name, len(out), len(inner))
+	}
+	if !bytes.Equal(out[0:6], topo.MACWan1Neigh) || !bytes.Equal(out[6:12], topo.MACWan1) || out[12] != 0x08 || out[13] != 0 {
+		t.Errorf("%s: Ethernet header % x", name, out[:14])
+	}
+	p := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	if ip == nil || ip.TTL != 63 || ip.SrcIP.String() != ueAddr || ip.DstIP.String() != n6Remote {
+		t.Fatalf("%s: inner packet %v", name, p)
+	}
+	if !bytes.Equal(out[14+20:], inner[20:]) {
+		t.Errorf("%s: the inner packet's payload changed", name)
+	}
+}
+
+// checkEncapsulated checks a downlink frame left in GTP-U to the gNB:
+// TEID, the PDU Session Container with qfi, the inner packet whole
+// (TTL one less).
+func checkEncapsulated(t *testing.T, out, in []byte, teid uint32, qfi uint8) {
+	t.Helper()
+	p := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	eth, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+	ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	udp, _ := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
+	g, _ := p.Layer(layers.LayerTypeGTPv1U).(*layers.GTPv1U)
+	if eth == nil || ip == nil || udp == nil || g == nil {
+		t.Fatalf("downlink out: %v", p)
+	}
+	if !bytes.Equal(eth.DstMAC, topo.MACWanNeigh) || ip.SrcIP.String() != n3Addr || ip.DstIP.String() != topo.AddrWanNeigh ||
+		udp.SrcPort != 2152 || udp.DstPort != 2152 {
+		t.Errorf("outer headers: %v", p)
+	}
+	if g.TEID != teid || g.MessageType != 255 || !g.ExtensionHeaderFlag || len(g.GTPExtensionHeaders) != 1 ||
+		g.GTPExtensionHeaders[0].Type != 0x85 || g.GTPExtensionHeaders[0].Content[1]&0x3f != qfi {
+		t.Errorf("GTP-U header: %+v", g)
+	}
+	// The inner packet without the padding of a short frame.
+	n := int(in[14+2])<<8 | int(in[14+3])
+	if int(g.MessageLength) != n+8 {
+		t.Errorf("GTP-U length %d, want %d", g.MessageLength, n+8)
+	}
+	innerOut := out[14+20+8+16:]
+	if len(innerOut) != n || innerOut[8] != in[14+8]-1 || !bytes.Equal(innerOut[20:], in[14+20:14+n]) {
+		t.Errorf("inner packet changed:\n% x\nwant\n% x", innerOut, in[14:14+n])
+	}
+}
+
+// checkTsharkGTP has tshark decode frame as GTP-U with teid and qfi.
+func checkTsharkGTP(t *testing.T, frame []byte, teid uint32, qfi uint8) {
+	t.Helper()
+	testutil.RequireTool(t, "tshark")
+	pcap := writePcap(t, filepath.Join(t.TempDir(), "gtpu"), frame)
+	b, err := exec.Command("tshark", "-r", pcap, "-T", "fields", "-e", "gtp.teid", "-e", "gtp.ext_hdr.pdu_ses_con.qos_flow_id",
+		"-e", "_ws.malformed").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v\n%s", err, b)
+	}
+	got := strings.Fields(string(b))
+	var te, q uint64
+	if len(got) == 2 {
+		te, _ = strconv.ParseUint(got[0], 0, 32)
+		q, _ = strconv.ParseUint(got[1], 0, 8)
+	}
+	if len(got) != 2 || te != uint64(teid) || q != uint64(qfi) {
+		t.Errorf("tshark read TEID, QFI %q; want %#x, %d", got, teid, qfi)
+	}
+}

@@ -1,0 +1,480 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package n4
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+
+	"github.com/wmnsk/go-pfcp/ie"
+	"github.com/wmnsk/go-pfcp/message"
+)
+
+// UserPlane carries a node's sessions: the dataplane and the journal
+// behind it. Put is given a session as a request leaves it (new, or
+// changed whole) before the answer goes out; its error refuses the
+// request, and the node keeps the session as it was. Delete takes one
+// away.
+type UserPlane interface {
+	Put(s *Session) error
+	Delete(s *Session) error
+}
+
+// ErrNoResources is what a UserPlane returns when it holds as many
+// sessions (or rules in one) as it can: the request is refused "No
+// resources available".
+var ErrNoResources = errors.New("no resources")
+
+// clone returns a copy of s whose rule maps can change without
+// touching s's (the rules themselves are replaced, never changed in
+// place).
+func (s *Session) clone() *Session {
+	c := *s
+	c.PDRs = maps.Clone(s.PDRs)
+	c.FARs = maps.Clone(s.FARs)
+	c.QERs = maps.Clone(s.QERs)
+	c.URRs = maps.Clone(s.URRs)
+	return &c
+}
+
+// chooseTEIDs gives each PDR of s asking for one (CHOOSE) a TEID no
+// other session's PDR has, one per CHOOSE ID, at the N3 address, and
+// checks that the TEIDs the SMF chose are not another session's. It
+// returns the PDRs whose F-TEIDs were chosen.
+func (n *Node) chooseTEIDs(s *Session, pdrs []*PDR) ([]*PDR, *refusal) {
+	if !n.opt.N3.IsValid() {
+		for _, p := range pdrs {
+			if p.Choose {
+				return nil, &refusal{cause: ie.CauseInvalidFTEIDAllocationOption, offending: ie.FTEID}
+			}
+		}
+	}
+	byChoose := map[uint8]uint32{}
+	var chosen []*PDR
+	for _, p := range pdrs {
+		if !p.HasTEID {
+			continue
+		}
+		if !p.Choose {
+			if owner, ok := n.teids[p.TEID]; ok && owner != s.UPSEID {
+				return nil, failedRule(rulePDR, uint32(p.ID))
+			}
+			continue
+		}
+		if t, ok := byChoose[p.ChooseID]; ok && p.ChooseID != 0 {
+			p.TEID = t
+		} else {
+			for {
+				p.TEID = rand.Uint32()
+				if _, used := n.teids[p.TEID]; p.TEID != 0 && !used && !teidOf(s, p) {
+					break
+				}
+			}
+			byChoose[p.ChooseID] = p.TEID
+		}
+		p.TEIDAddr, p.Choose = n.opt.N3, false
+		chosen = append(chosen, p)
+	}
+	return chosen, nil
+}
+
+// teidOf tells whether a PDR of s other than p has p's TEID.
+func teidOf(s *Session, p *PDR) bool {
+	for _, q := range s.PDRs {
+		if q != p && q.HasTEID && q.TEID == p.TEID {
+			return true
+		}
+	}
+	return false
+}
+
+// createdPDRs are the Created PDR IEs naming the F-TEIDs chosen.
+func createdPDRs(chosen []*PDR) []*ie.IE {
+	var out []*ie.IE
+	for _, p := range chosen {
+		v4 := net.IP(p.TEIDAddr.AsSlice())
+		out = append(out, ie.NewCreatedPDR(ie.NewPDRID(p.ID), ie.NewFTEID(0x01, p.TEID, v4, nil, 0)))
+	}
+	return out
+}
+
+// keep makes s the node's session, replacing the one of its SEID.
+// Called with n.mu held.
+func (n *Node) keep(s *Session) {
+	if old := n.sessions[s.UPSEID]; old != nil {
+		for _, p := range old.PDRs {
+			if p.HasTEID {
+				delete(n.teids, p.TEID)
+			}
+		}
+	}
+	n.sessions[s.UPSEID] = s
+	for _, p := range s.PDRs {
+		if p.HasTEID {
+			n.teids[p.TEID] = s.UPSEID
+		}
+	}
+}
+
+// forget takes the session of seid away. Called with n.mu held.
+func (n *Node) forget(seid uint64) {
+	if s := n.sessions[seid]; s != nil {
+		for _, p := range s.PDRs {
+			if p.HasTEID && n.teids[p.TEID] == seid {
+				delete(n.teids, p.TEID)
+			}
+		}
+	}
+	delete(n.sessions, seid)
+}
+
+// carry hands s to the user plane: the refusal when it cannot carry it.
+func (n *Node) carry(s *Session) *refusal {
+	if err := n.opt.UserPlane.Put(s); err != nil {
+		n.opt.Log.Warn("n4: session not carried", "seid", s.UPSEID, "err", err)
+		if re, ok := errors.AsType[*RuleError](err); ok {
+			return failedRule(rulePDR, uint32(re.PDR))
+		}
+		if errors.Is(err, ErrNoResources) {
+			return &refusal{cause: ie.CauseNoResourcesAvailable}
+		}
+		return &refusal{cause: ie.CauseSystemFailure}
+	}
+	return nil
+}
+
+// upFSEID is the UP F-SEID IE of a session: its SEID at the node's N4
+// address.
+func (n *Node) upFSEID(seid uint64) *ie.IE {
+	a := n.Addr().Addr()
+	if a.IsUnspecified() || !a.IsValid() {
+		if id, err := netip.ParseAddr(n.opt.NodeID); err == nil {
+			a = id
+		}
+	}
+	if a.Is4() || a.Is4In6() {
+		return ie.NewFSEID(seid, net.IP(a.Unmap().AsSlice()), nil)
+	}
+	return ie.NewFSEID(seid, nil, net.IP(a.AsSlice()))
+}
+
+// Sessions returns the sessions the node holds.
+func (n *Node) Sessions() []*Session {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]*Session, 0, len(n.sessions))
+	for _, s := range n.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+// modify answers a Session Modification Request: the session its
+// header's SEID names, changed as its Remove, Create and Update IEs
+// say, checked whole, then carried; or refused, unchanged.
+func (n *Node) modify(m *message.SessionModificationRequest, from netip.AddrPort) []byte {
+	t, seq, seid := m.MessageType(), m.Sequence(), m.SEID()
+	n.mu.Lock()
+	old := n.sessions[seid]
+	n.mu.Unlock()
+	if old == nil {
+		return n.refuse(t, seq, ie.CauseSessionContextNotFound, 0, 0)
+	}
+	s := old.clone()
+	chosen, r := n.change(s, m)
+	if r == nil {
+		r = n.carry(s)
+	}
+	if r != nil {
+		return n.refuseRule(t, seq, r, old.CPSEID)
+	}
+	n.mu.Lock()
+	n.keep(s)
+	n.mu.Unlock()
+	n.count("session_modified")
+	ies := append([]*ie.IE{ie.NewCause(ie.CauseRequestAccepted)}, createdPDRs(chosen)...)
+	return marshal(message.NewSessionModificationResponse(0, 0, s.CPSEID, seq, 0, ies...))
+}
+
+// change applies a modification's rules to s: the PDRs whose F-TEIDs
+// it chose, or the refusal.
+func (n *Node) change(s *Session, m *message.SessionModificationRequest) ([]*PDR, *refusal) {
+	for _, g := range m.RemovePDR {
+		id, err := idOf(g, ie.PDRID, (*ie.IE).PDRID)
+		if err != nil {
+			return nil, err
+		}
+		delete(s.PDRs, id)
+	}
+	for _, x := range []struct {
+		gs  []*ie.IE
+		typ uint16
+		del func(uint32)
+	}{
+		{m.RemoveFAR, ie.FARID, func(id uint32) { delete(s.FARs, id) }},
+		{m.RemoveQER, ie.QERID, func(id uint32) { delete(s.QERs, id) }},
+		{m.RemoveURR, ie.URRID, func(id uint32) { delete(s.URRs, id) }},
+	} {
+		for _, g := range x.gs {
+			id, r := id32(g, x.typ)
+			if r != nil {
+				return nil, r
+			}
+			x.del(id)
+		}
+	}
+	if r := s.create(m.CreateFAR, m.CreateQER, m.CreateURR); r != nil {
+		return nil, r
+	}
+	for _, g := range m.UpdateFAR {
+		if r := s.updateFAR(g); r != nil {
+			return nil, r
+		}
+	}
+	for _, g := range m.UpdateQER {
+		if r := s.updateQER(g); r != nil {
+			return nil, r
+		}
+	}
+	var fresh []*PDR
+	for _, g := range m.CreatePDR {
+		p, r := parsePDR(g)
+		if r != nil {
+			return nil, r
+		}
+		if _, dup := s.PDRs[p.ID]; dup {
+			return nil, failedRule(rulePDR, uint32(p.ID))
+		}
+		s.PDRs[p.ID] = p
+		fresh = append(fresh, p)
+	}
+	for _, g := range m.UpdatePDR {
+		p, r := s.updatePDR(g)
+		if r != nil {
+			return nil, r
+		}
+		fresh = append(fresh, p)
+	}
+	// Every rule a PDR names must still be there.
+	for _, p := range s.PDRs {
+		if r := s.refsOf(p); r != nil {
+			return nil, r
+		}
+	}
+	return n.chooseTEIDs(s, fresh)
+}
+
+// create adds the FARs, QERs and URRs of Create IEs to s, refusing an
+// ID s has or two of one ID.
+func (s *Session) create(fars, qers, urrs []*ie.IE) *refusal {
+	if r := addNew(s.FARs, fars, parseFAR, ruleFAR); r != nil {
+		return r
+	}
+	if r := addNew(s.QERs, qers, parseQER, ruleQER); r != nil {
+		return r
+	}
+	return addNew(s.URRs, urrs, parseURR, ruleURR)
+}
+
+// addNew parses each of gs into into, refusing an ID the session has.
+func addNew[R rule](into map[uint32]R, gs []*ie.IE, parse func(*ie.IE) (R, *refusal), typ uint8) *refusal {
+	fresh := map[uint32]R{}
+	if r := addRules(fresh, gs, parse, typ); r != nil {
+		return r
+	}
+	for id, x := range fresh {
+		if _, dup := into[id]; dup {
+			return failedRule(typ, id)
+		}
+		into[id] = x
+	}
+	return nil
+}
+
+// idOf reads the ID IE of type typ in grouped IE g with get.
+func idOf[T any](g *ie.IE, typ uint16, get func(*ie.IE) (T, error)) (T, *refusal) {
+	var zero T
+	one, r := need(g, typ)
+	if r != nil {
+		return zero, r
+	}
+	v, err := get(one[typ])
+	if err != nil {
+		return zero, incorrect(typ)
+	}
+	return v, nil
+}
+
+// id32 reads a FAR, QER or URR ID of grouped IE g.
+func id32(g *ie.IE, typ uint16) (uint32, *refusal) {
+	get := map[uint16]func(*ie.IE) (uint32, error){ie.FARID: (*ie.IE).FARID, ie.QERID: (*ie.IE).QERID, ie.URRID: (*ie.IE).URRID}[typ]
+	return idOf(g, typ, get)
+}
+
+// updateFAR applies an Update FAR: the apply action and the forwarding
+// parameters it gives replace the FAR's.
+func (s *Session) updateFAR(g *ie.IE) *refusal {
+	id, r := id32(g, ie.FARID)
+	if r != nil {
+		return r
+	}
+	old, ok := s.FARs[id]
+	if !ok {
+		return failedRule(ruleFAR, id)
+	}
+	f := *old
+	one, _ := children(g, 0)
+	if a := one[ie.ApplyAction]; a != nil {
+		b, err := a.ApplyAction()
+		if err != nil || len(b) < 1 {
+			return incorrect(ie.ApplyAction)
+		}
+		f.Action = b[0] & (ActDrop | ActForw | ActBuff | ActNocp | ActDupl)
+		if countBits(f.Action&(ActDrop|ActForw|ActBuff)) != 1 {
+			return incorrect(ie.ApplyAction)
+		}
+	}
+	if fp := one[ie.UpdateForwardingParameters]; fp != nil {
+		p, _ := children(fp, 0)
+		if d := p[ie.DestinationInterface]; d != nil {
+			v, err := d.DestinationInterface()
+			if err != nil {
+				return incorrect(ie.DestinationInterface)
+			}
+			f.Dest = v
+		}
+		if o := p[ie.OuterHeaderCreation]; o != nil {
+			v, err := o.OuterHeaderCreation()
+			if err != nil {
+				return incorrect(ie.OuterHeaderCreation)
+			}
+			f.Outer = v
+		}
+		if t := p[ie.TransportLevelMarking]; t != nil {
+			v, err := t.TransportLevelMarking()
+			if err != nil {
+				return incorrect(ie.TransportLevelMarking)
+			}
+			f.TOS, f.HasTOS = v, true
+		}
+	}
+	if b := one[ie.BARID]; b != nil {
+		v, err := b.BARID()
+		if err != nil {
+			return incorrect(ie.BARID)
+		}
+		f.BAR = v
+	}
+	s.FARs[id] = &f
+	return nil
+}
+
+// updateQER applies an Update QER: its gate status and MBR.
+func (s *Session) updateQER(g *ie.IE) *refusal {
+	id, r := id32(g, ie.QERID)
+	if r != nil {
+		return r
+	}
+	old, ok := s.QERs[id]
+	if !ok {
+		return failedRule(ruleQER, id)
+	}
+	q := *old
+	one, _ := children(g, 0)
+	if v := one[ie.GateStatus]; v != nil {
+		gs, err := v.GateStatus()
+		if err != nil {
+			return incorrect(ie.GateStatus)
+		}
+		q.GateUL, q.GateDL = gs>>2&3, gs&3
+	}
+	if m := one[ie.MBR]; m != nil {
+		var err1, err2 error
+		q.MBRUL, err1 = m.MBRUL()
+		q.MBRDL, err2 = m.MBRDL()
+		if err1 != nil || err2 != nil {
+			return incorrect(ie.MBR)
+		}
+	}
+	s.QERs[id] = &q
+	return nil
+}
+
+// updatePDR applies an Update PDR: what it gives replaces the PDR's.
+func (s *Session) updatePDR(g *ie.IE) (*PDR, *refusal) {
+	id, r := idOf(g, ie.PDRID, (*ie.IE).PDRID)
+	if r != nil {
+		return nil, r
+	}
+	old, ok := s.PDRs[id]
+	if !ok {
+		return nil, failedRule(rulePDR, uint32(id))
+	}
+	p := *old
+	one, _ := children(g, 0)
+	var err error
+	if v := one[ie.Precedence]; v != nil {
+		if p.Precedence, err = v.Precedence(); err != nil {
+			return nil, incorrect(ie.Precedence)
+		}
+	}
+	if v := one[ie.PDI]; v != nil {
+		q := PDR{ID: p.ID}
+		if r := q.pdi(v); r != nil {
+			return nil, r
+		}
+		p.Source, p.TEID, p.TEIDAddr, p.Choose, p.ChooseID, p.HasTEID = q.Source, q.TEID, q.TEIDAddr, q.Choose, q.ChooseID, q.HasTEID
+		p.Instance, p.UEIP, p.SDF, p.QFI = q.Instance, q.UEIP, q.SDF, q.QFI
+	}
+	if v := one[ie.FARID]; v != nil {
+		if p.FAR, err = v.FARID(); err != nil {
+			return nil, incorrect(ie.FARID)
+		}
+		p.HasFAR = true
+	}
+	s.PDRs[id] = &p
+	return &p, nil
+}
+
+// remove answers a Session Deletion Request: the session goes.
+func (n *Node) remove(m *message.SessionDeletionRequest, from netip.AddrPort) []byte {
+	t, seq, seid := m.MessageType(), m.Sequence(), m.SEID()
+	n.mu.Lock()
+	s := n.sessions[seid]
+	n.mu.Unlock()
+	if s == nil {
+		return n.refuse(t, seq, ie.CauseSessionContextNotFound, 0, 0)
+	}
+	if err := n.opt.UserPlane.Delete(s); err != nil {
+		n.opt.Log.Warn("n4: session not deleted", "seid", seid, "err", err)
+		return n.refuse(t, seq, ie.CauseSystemFailure, 0, s.CPSEID)
+	}
+	n.mu.Lock()
+	n.forget(seid)
+	n.mu.Unlock()
+	n.count("session_deleted")
+	return marshal(message.NewSessionDeletionResponse(0, 0, s.CPSEID, seq, 0, ie.NewCause(ie.CauseRequestAccepted)))
+}
+
+// refuseRule answers request t with refusal r (its Failed Rule ID when
+// it names one).
+func (n *Node) refuseRule(t uint8, seq uint32, r *refusal, seid uint64) []byte {
+	var extra []*ie.IE
+	if r.hasRule {
+		extra = append(extra, ie.NewFailedRuleID(r.ruleType, r.ruleID))
+	}
+	return n.refuse(t, seq, r.cause, r.offending, seid, extra...)
+}
+
+// RuleError is what a UserPlane returns for a rule it cannot carry: the
+// request is refused "Rule creation/modification failure" naming it.
+type RuleError struct {
+	PDR    uint16
+	Reason string
+}
+
+func (e *RuleError) Error() string { return fmt.Sprintf("PDR %d: %s", e.PDR, e.Reason) }

@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package upf is the user plane behind N4: it compiles each PFCP session
+// (n4.Session) into the dataplane's record of it (Compile), writes it
+// (commit.Sessions) and keeps it in a journal beside the config, so a
+// restarted agent carries every session with the slot and TEIDs it had
+// (Plane).
+package upf
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/wmnsk/go-pfcp/ie"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/commit"
+	"github.com/edgeplane/edgeplane/internal/n4"
+)
+
+// Outer header creation descriptions (TS 29.244 8.2.56, octets 5-6).
+const (
+	ohcGTPUv4 = 0x0100
+	ohcGTPUv6 = 0x0200
+)
+
+// Compile turns session s into its dataplane record: each PDR with its
+// FAR and the gate of its QERs, one entry per SDF filter, best
+// precedence first (a lower value, then a lower ID), at most
+// bpf.SessPDRs entries. cnt gives each PDR ID its counter index; a PDR
+// without one gets the lowest free (cnt is updated). It returns the
+// keys that lead packets to the session.
+func Compile(s *n4.Session, cnt map[uint16]uint8) (*bpf.Sess, commit.SessionKeys, error) {
+	var keys commit.SessionKeys
+	rec := &bpf.Sess{}
+	ids := make([]uint16, 0, len(s.PDRs))
+	for id := range s.PDRs {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b uint16) int {
+		pa, pb := s.PDRs[a], s.PDRs[b]
+		if pa.Precedence != pb.Precedence {
+			return cmpU32(pa.Precedence, pb.Precedence)
+		}
+		return int(a) - int(b)
+	})
+	for id := range cnt {
+		if s.PDRs[id] == nil {
+			delete(cnt, id)
+		}
+	}
+	for _, id := range ids {
+		p := s.PDRs[id]
+		c, err := counter(cnt, id)
+		if err != nil {
+			return nil, keys, err
+		}
+		base, err := entry(s, p)
+		if err != nil {
+			return nil, keys, err
+		}
+		base.Cnt = c
+		sdfs := p.SDF
+		if len(sdfs) == 0 {
+			sdfs = []string{""}
+		}
+		for _, d := range sdfs {
+			e := base
+			if err := sdf(&e, d); err != nil {
+				return nil, keys, &n4.RuleError{PDR: id, Reason: err.Error()}
+			}
+			if rec.Npdr == bpf.SessPDRs {
+				return nil, keys, fmt.Errorf("%w: more than %d PDRs and SDF filters in one session", n4.ErrNoResources, bpf.SessPDRs)
+			}
+			rec.Pdr[rec.Npdr] = e
+			rec.Npdr++
+		}
+		if base.Flags&bpf.SessUL != 0 && p.HasTEID && !slices.Contains(keys.TEIDs, p.TEID) {
+			keys.TEIDs = append(keys.TEIDs, p.TEID)
+		}
+		if base.Flags&(bpf.SessUL|bpf.SessUEIP) == bpf.SessUEIP && !slices.Contains(keys.UEs, p.UEIP) {
+			keys.UEs = append(keys.UEs, p.UEIP)
+		}
+	}
+	return rec, keys, nil
+}
+
+func cmpU32(a, b uint32) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// counter returns PDR id's counter index, giving it the lowest free.
+func counter(cnt map[uint16]uint8, id uint16) (uint8, error) {
+	if c, ok := cnt[id]; ok {
+		return c, nil
+	}
+	used := make([]bool, bpf.SessPDRs)
+	for _, c := range cnt {
+		used[c] = true
+	}
+	for c := range used {
+		if !used[c] {
+			cnt[id] = uint8(c)
+			return uint8(c), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: more than %d PDRs in one session", n4.ErrNoResources, bpf.SessPDRs)
+}
+
+// entry is PDR p's record entry before its SDF filter.
+func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, error) {
+	e := bpf.SessPDR{Prec: p.Precedence, Flags: bpf.SessAny}
+	bad := func(f string, a ...any) (bpf.SessPDR, error) {
+		return e, &n4.RuleError{PDR: p.ID, Reason: fmt.Sprintf(f, a...)}
+	}
+	switch p.Source {
+	case ie.SrcInterfaceAccess:
+		e.Flags |= bpf.SessUL
+		e.Teid = bpf.BE32(p.TEID)
+		if !p.HasTEID {
+			return bad("an uplink PDR needs a local F-TEID")
+		}
+	case ie.SrcInterfaceCore, ie.SrcInterfaceSGiLANN6LAN:
+	default:
+		return bad("source interface %d is not carried", p.Source)
+	}
+	if p.UEIP.IsValid() {
+		if !p.UEIP.Is4() {
+			return bad("UE address %s: IPv4 only", p.UEIP)
+		}
+		e.Flags |= bpf.SessUEIP
+		e.Ueip = bpf.Addr4(p.UEIP)
+	} else if e.Flags&bpf.SessUL == 0 {
+		return bad("a downlink PDR needs the UE's address")
+	}
+	if p.QFI != 0 {
+		e.Flags |= bpf.SessQFI
+		e.Qfi = p.QFI
+	}
+	if p.RemoveOuter != 0 {
+		e.Flags |= bpf.SessRemove
+	}
+	e.Action = bpf.SessDrop
+	if p.HasFAR {
+		f := s.FARs[p.FAR]
+		switch {
+		case f.Action&n4.ActForw != 0:
+			e.Action = bpf.SessForw
+		case f.Action&n4.ActBuff != 0:
+			e.Action = bpf.SessBuff
+		}
+		if o := f.Outer; o != nil && e.Action == bpf.SessForw {
+			switch {
+			case o.OuterHeaderCreationDescription&ohcGTPUv4 != 0:
+				a, ok := netip.AddrFromSlice(o.IPv4Address.To4())
+				if !ok {
+					return bad("FAR %d: outer header creation without an IPv4 address", f.ID)
+				}
+				e.Flags |= bpf.SessOHC
+				e.OhcTeid = bpf.BE32(o.TEID)
+				e.OhcAddr = bpf.Addr4(a)
+			case o.OuterHeaderCreationDescription&ohcGTPUv6 != 0:
+				return bad("FAR %d: outer header creation GTP-U/UDP/IPv6 is not carried yet", f.ID)
+			}
+		}
+		if f.HasTOS {
+			e.Flags |= bpf.SessTOS
+			e.Tos = uint8(f.TOS >> 8)
+		}
+	}
+	for _, id := range p.QERs {
+		q := s.QERs[id]
+		gate := q.GateDL
+		if e.Flags&bpf.SessUL != 0 {
+			gate = q.GateUL
+		}
+		if gate != 0 {
+			e.Gate = 1
+		}
+		if q.QFI != 0 && e.Flags&bpf.SessOHC != 0 {
+			e.Qfi = q.QFI
+		}
+	}
+	return e, nil
+}
+
+// sdf narrows e by SDF filter flow description d (TS 29.244 5.2.1A.2A,
+// IPFilterRule of RFC 6733 as 3GPP restricts it: "permit out PROTO from
+// REMOTE [PORTS] to LOCAL [PORTS]", seen from the N6 side, so "from" is
+// the remote end and "to" the UE). "" narrows nothing.
+func sdf(e *bpf.SessPDR, d string) error {
+	if d == "" {
+		return nil
+	}
+	f := strings.Fields(d)
+	if len(f) < 6 || f[0] != "permit" || f[1] != "out" || f[3] != "from" {
+		return fmt.Errorf("flow description %q: want \"permit out PROTO from ADDR [PORTS] to ADDR [PORTS]\"", d)
+	}
+	e.Flags &^= bpf.SessAny
+	if f[2] != "ip" {
+		v, err := strconv.ParseUint(f[2], 10, 8)
+		if err != nil {
+			return fmt.Errorf("flow description %q: protocol %q", d, f[2])
+		}
+		e.Proto = uint8(v)
+	}
+	rest := f[4:]
+	to := slices.Index(rest, "to")
+	if to < 1 {
+		return fmt.Errorf("flow description %q: no \"to\"", d)
+	}
+	var err error
+	if e.Remote, e.Rmask, err = sdfAddr(rest[0]); err != nil {
+		return fmt.Errorf("flow description %q: %w", d, err)
+	}
+	e.RportLo, e.RportHi, e.LportLo, e.LportHi = 0, 0xffff, 0, 0xffff
+	if to == 2 {
+		if e.RportLo, e.RportHi, err = ports(rest[1]); err != nil {
+			return fmt.Errorf("flow description %q: %w", d, err)
+		}
+	}
+	if len(rest) > to+2 {
+		if e.LportLo, e.LportHi, err = ports(rest[to+2]); err != nil {
+			return fmt.Errorf("flow description %q: %w", d, err)
+		}
+	}
+	if e.Proto == 0 && e.Rmask == 0 && e.RportLo == 0 && e.RportHi == 0xffff && e.LportLo == 0 && e.LportHi == 0xffff {
+		// "permit out ip from any to assigned": narrows nothing.
+		e.Flags |= bpf.SessAny
+	}
+	return nil
+}
+
+// sdfAddr reads a filter's address: "any", "assigned", an IPv4 address
+// or prefix.
+func sdfAddr(s string) (addr, mask uint32, err error) {
+	if s == "any" || s == "assigned" {
+		return 0, 0, nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		a, err2 := netip.ParseAddr(s)
+		if err2 != nil {
+			return 0, 0, fmt.Errorf("address %q", s)
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if !p.Addr().Is4() {
+		return 0, 0, fmt.Errorf("address %q: IPv4 only", s)
+	}
+	m := uint32(0)
+	if p.Bits() > 0 {
+		m = ^uint32(0) << (32 - p.Bits())
+	}
+	return bpf.Addr4(p.Masked().Addr()), bpf.BE32(m), nil
+}
+
+// ports reads "N" or "LO-HI" (a list of several is not carried).
+func ports(s string) (lo, hi uint16, err error) {
+	a, b, rng := strings.Cut(s, "-")
+	x, err1 := strconv.ParseUint(a, 10, 16)
+	y := x
+	var err2 error
+	if rng {
+		y, err2 = strconv.ParseUint(b, 10, 16)
+	}
+	if err1 != nil || err2 != nil || y < x {
+		return 0, 0, fmt.Errorf("ports %q", s)
+	}
+	return uint16(x), uint16(y), nil
+}

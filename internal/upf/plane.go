@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package upf
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"os"
+	"sync"
+
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/commit"
+	"github.com/edgeplane/edgeplane/internal/n4"
+)
+
+// Plane carries N4's sessions (n4.UserPlane): each compiled into its
+// dataplane record and written into a slot of its own, then appended to
+// the journal and synced before the answer leaves. The journal (one
+// line per change: the CRC-32C of the JSON that follows, a space, the
+// JSON) is read back when the agent starts, each session put back in
+// its slot with its TEIDs and counters, and rewritten with one line per
+// session.
+type Plane struct {
+	mu    sync.Mutex
+	dp    *commit.Sessions
+	path  string
+	f     *os.File
+	kept  map[uint64]*kept // by UP SEID
+	buf   []byte
+	lines int // in the journal, for the next rewrite
+}
+
+// kept is a session as the journal holds it: its slot and the counter
+// index of each PDR.
+type kept struct {
+	Slot uint32           `json:"slot"`
+	Cnt  map[uint16]uint8 `json:"cnt"`
+	S    *n4.Session      `json:"session"`
+}
+
+// record is one journal line: a session put, or deleted (by UP SEID).
+type record struct {
+	Put *kept  `json:"put,omitempty"`
+	Del uint64 `json:"del,omitempty"`
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Open reads the journal at path (none: no sessions), puts every session
+// it holds back into dp, and returns the plane with them (Sessions).
+func Open(path string, dp *commit.Sessions) (*Plane, error) {
+	p := &Plane{dp: dp, path: path, kept: map[uint64]*kept{}}
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if err := p.replay(b); err != nil {
+		return nil, err
+	}
+	for _, k := range p.kept {
+		rec, keys, err := Compile(k.S, k.Cnt)
+		if err != nil {
+			return nil, fmt.Errorf("session %#x of %s: %w", k.S.UPSEID, path, err)
+		}
+		if err := dp.Restore(k.Slot, rec, keys); err != nil {
+			return nil, fmt.Errorf("session %#x: %w", k.S.UPSEID, err)
+		}
+	}
+	if err := dp.Settle(); err != nil {
+		return nil, err
+	}
+	if err := p.rewrite(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// replay reads journal b into p.kept. A last line without its newline
+// was cut short by a crash, before its answer left: dropped. A whole
+// line whose checksum fails was damaged after it was written.
+func (p *Plane) replay(b []byte) error {
+	for off := 0; off < len(b); {
+		nl := bytes.IndexByte(b[off:], '\n')
+		if nl < 0 {
+			break
+		}
+		line := b[off : off+nl]
+		var sum uint32
+		var r record
+		if len(line) < 10 || line[8] != ' ' {
+			return fmt.Errorf("session journal %s: damaged line at offset %d", p.path, off)
+		}
+		if _, err := fmt.Sscanf(string(line[:8]), "%08x", &sum); err != nil || crc32.Checksum(line[9:], castagnoli) != sum {
+			return fmt.Errorf("session journal %s: line at offset %d fails its checksum", p.path, off)
+		}
+		if err := json.Unmarshal(line[9:], &r); err != nil {
+			return fmt.Errorf("session journal %s: line at offset %d: %w", p.path, off, err)
+		}
+		switch {
+		case r.Put != nil && r.Put.S != nil:
+			p.kept[r.Put.S.UPSEID] = r.Put
+		case r.Del != 0:
+			delete(p.kept, r.Del)
+		}
+		off += nl + 1
+	}
+	return nil
+}
+
+// rewrite replaces the journal with one line per session. Called with
+// p.mu held, or before p is shared.
+func (p *Plane) rewrite() error {
+	var out []byte
+	for _, k := range p.kept {
+		var err error
+		if out, err = appendLine(out, record{Put: k}); err != nil {
+			return err
+		}
+	}
+	if err := atomicfile.Replace(p.path, out, 0o600, true); err != nil {
+		return fmt.Errorf("session journal: %w", err)
+	}
+	if p.f != nil {
+		_ = p.f.Close()
+	}
+	f, err := os.OpenFile(p.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	p.f, p.lines = f, len(p.kept)
+	return nil
+}
+
+func appendLine(dst []byte, r record) ([]byte, error) {
+	j, err := json.Marshal(r)
+	if err != nil {
+		return dst, err
+	}
+	dst = fmt.Appendf(dst, "%08x ", crc32.Checksum(j, castagnoli))
+	dst = append(dst, j...)
+	return append(dst, '\n'), nil
+}
+
+// write appends r to the journal and syncs it; when the journal has
+// grown to more than twice the lines its sessions need, it is
+// rewritten. Called with p.mu held.
+func (p *Plane) write(r record) error {
+	var err error
+	if p.buf, err = appendLine(p.buf[:0], r); err != nil {
+		return err
+	}
+	if _, err := p.f.Write(p.buf); err != nil {
+		return fmt.Errorf("session journal: %w", err)
+	}
+	if err := p.f.Sync(); err != nil {
+		return fmt.Errorf("session journal: %w", err)
+	}
+	p.lines++
+	if p.lines > 2*len(p.kept)+1024 {
+		return p.rewrite()
+	}
+	return nil
+}
+
+// Sessions returns the sessions the plane holds.
+func (p *Plane) Sessions() []*n4.Session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*n4.Session, 0, len(p.kept))
+	for _, k := range p.kept {
+		out = append(out, k.S)
+	}
+	return out
+}
+
+// Put carries session s (n4.UserPlane): compiled, written into its slot
+// (a new session's taken from the free ones), journaled.
+func (p *Plane) Put(s *n4.Session) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.kept[s.UPSEID]
+	k := &kept{Cnt: map[uint16]uint8{}, S: s}
+	if old != nil {
+		k.Slot, k.Cnt = old.Slot, maps.Clone(old.Cnt)
+	}
+	rec, keys, err := Compile(s, k.Cnt)
+	if err != nil {
+		return err
+	}
+	if old == nil {
+		if k.Slot, err = p.dp.Slot(); errors.Is(err, commit.ErrSessionsFull) {
+			return fmt.Errorf("%w: %w", n4.ErrNoResources, err)
+		} else if err != nil {
+			return err
+		}
+	}
+	if err := p.dp.Put(k.Slot, rec, keys); err != nil {
+		return err
+	}
+	if err := p.write(record{Put: k}); err != nil {
+		// Not kept: the dataplane goes back to what the journal says.
+		p.undo(old, k.Slot)
+		return err
+	}
+	p.kept[s.UPSEID] = k
+	return nil
+}
+
+// undo puts slot back as old left it (nil: no session).
+func (p *Plane) undo(old *kept, slot uint32) {
+	if old == nil {
+		_ = p.dp.Delete(slot)
+		return
+	}
+	if rec, keys, err := Compile(old.S, maps.Clone(old.Cnt)); err == nil {
+		_ = p.dp.Put(slot, rec, keys)
+	}
+}
+
+// Delete takes session s out of the dataplane and the journal.
+func (p *Plane) Delete(s *n4.Session) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := p.kept[s.UPSEID]
+	if k == nil {
+		return nil
+	}
+	if err := p.write(record{Del: s.UPSEID}); err != nil {
+		return err
+	}
+	delete(p.kept, s.UPSEID)
+	return p.dp.Delete(k.Slot)
+}
+
+// Counters returns the packets and bytes of each PDR of session seid,
+// by PDR ID (false: no such session).
+func (p *Plane) Counters(seid uint64) (map[uint16]bpf.Ctr, bool, error) {
+	p.mu.Lock()
+	k := p.kept[seid]
+	p.mu.Unlock()
+	if k == nil {
+		return nil, false, nil
+	}
+	c, err := p.dp.Counters(k.Slot)
+	if err != nil {
+		return nil, true, err
+	}
+	out := map[uint16]bpf.Ctr{}
+	for id, i := range k.Cnt {
+		out[id] = c[i]
+	}
+	return out, true, nil
+}
+
+// Close closes the journal.
+func (p *Plane) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.f == nil {
+		return nil
+	}
+	return p.f.Close()
+}
+
+var _ n4.UserPlane = (*Plane)(nil)

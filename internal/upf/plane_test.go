@@ -1,0 +1,312 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package upf_test
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/wmnsk/go-pfcp/ie"
+	"github.com/wmnsk/go-pfcp/message"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
+	"github.com/edgeplane/edgeplane/internal/n4"
+	"github.com/edgeplane/edgeplane/internal/testutil"
+	"github.com/edgeplane/edgeplane/internal/upf"
+)
+
+const (
+	smfID  = "192.0.2.10"
+	n3     = "10.2.0.1"
+	ueAddr = "10.45.0.2"
+	gnb    = "192.0.2.50"
+)
+
+// gateway is a dataplane (real maps), its session plane with a journal
+// in dir, and an N4 node carrying its sessions, on loopback.
+type gateway struct {
+	dp    *loader.Dataplane
+	plane *upf.Plane
+	node  *n4.Node
+	stop  func()
+}
+
+func openDataplane(t *testing.T) *loader.Dataplane {
+	t.Helper()
+	testutil.RequireRoot(t)
+	dp, err := loader.Open(bpf.Limits{Flows: 1024, Rules: 64, Sessions: 64}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dp.Close() })
+	return dp
+}
+
+func startGateway(t *testing.T, dp *loader.Dataplane, dir string, peers []n4.Peer) *gateway {
+	t.Helper()
+	ss, err := dp.Sessions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := upf.Open(filepath.Join(dir, "edgeplane.yaml.sessions"), ss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := n4.Listen(n4.Options{Addr: "127.0.0.1:0", NodeID: "192.0.2.1", UserPlane: p, N3: netip.MustParseAddr(n3),
+		Sessions: p.Sessions(), Peers: peers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Serve(ctx) }()
+	g := &gateway{dp: dp, plane: p, node: n}
+	g.stop = func() {
+		cancel()
+		<-done
+		_ = n.Close()
+		_ = p.Close()
+	}
+	t.Cleanup(func() {
+		if g.stop != nil {
+			g.stop()
+		}
+	})
+	return g
+}
+
+// smf asks gw over real UDP with messages go-pfcp builds.
+type smf struct {
+	t    *testing.T
+	conn *net.UDPConn
+	seq  uint32
+}
+
+func dialSMF(t *testing.T, g *gateway) *smf {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(g.node.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &smf{t: t, conn: c}
+}
+
+func (s *smf) ask(m message.Message) message.Message {
+	s.t.Helper()
+	b := make([]byte, m.MarshalLen())
+	if err := m.MarshalTo(b); err != nil {
+		s.t.Fatal(err)
+	}
+	if _, err := s.conn.Write(b); err != nil {
+		s.t.Fatal(err)
+	}
+	_ = s.conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 65536)
+	n, err := s.conn.Read(buf)
+	if err != nil {
+		s.t.Fatalf("%s: no answer: %v", m.MessageTypeName(), err)
+	}
+	r, err := message.Parse(buf[:n])
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return r
+}
+
+func (s *smf) next() uint32 { s.seq++; return s.seq }
+
+func cause(t *testing.T, c *ie.IE) uint8 {
+	t.Helper()
+	if c == nil {
+		t.Fatal("no cause")
+	}
+	v, err := c.Cause()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// establish sets up the SMF's association and one session for the UE:
+// uplink from the gNB by a TEID the UPF chooses, SDF "any", QFI 9;
+// downlink buffered until the gNB's TEID is known. It returns the UP
+// SEID and the TEID chosen.
+func (s *smf) establish() (uint64, uint32) {
+	t := s.t
+	t.Helper()
+	a := s.ask(message.NewAssociationSetupRequest(s.next(), ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(time.Now())))
+	if c := cause(t, a.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("association: cause %d", c)
+	}
+	r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0,
+		ie.NewNodeID(smfID, "", ""), ie.NewFSEID(0x77, net.ParseIP(smfID), nil),
+		ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
+			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x05, 0, nil, nil, 0),
+				ie.NewUEIPAddress(0x02, ueAddr, "", 0, 0), ie.NewSDFFilter("permit out ip from any to assigned", "", "", "", 0), ie.NewQFI(9)),
+			ie.NewOuterHeaderRemoval(0, 0), ie.NewFARID(1), ie.NewQERID(1)),
+		ie.NewCreatePDR(ie.NewPDRID(2), ie.NewPrecedence(100),
+			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceCore), ie.NewUEIPAddress(0x06, ueAddr, "", 0, 0),
+				ie.NewSDFFilter("permit out 17 from 10.6.0.0/16 7777 to assigned 5000-5999", "", "", "", 0)),
+			ie.NewFARID(2), ie.NewQERID(1)),
+		ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(n4.ActForw),
+			ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))),
+		ie.NewCreateFAR(ie.NewFARID(2), ie.NewApplyAction(n4.ActBuff)),
+		ie.NewCreateQER(ie.NewQERID(1), ie.NewGateStatus(0, 0), ie.NewMBR(100000, 200000), ie.NewQFI(9))))
+	resp := r.(*message.SessionEstablishmentResponse)
+	if c := cause(t, resp.Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("establishment: cause %d", c)
+	}
+	if resp.SEID() != 0x77 || resp.UPFSEID == nil || len(resp.CreatedPDR) != 1 {
+		t.Fatalf("establishment response: SEID %#x, UP F-SEID %v, created PDRs %d", resp.SEID(), resp.UPFSEID, len(resp.CreatedPDR))
+	}
+	up, err := resp.UPFSEID.FSEID()
+	if err != nil || up.SEID == 0 {
+		t.Fatalf("UP F-SEID: %v %v", up, err)
+	}
+	f, err := resp.CreatedPDR[0].FTEID()
+	if err != nil || f.TEID == 0 || !f.IPv4Address.Equal(net.ParseIP(n3)) {
+		t.Fatalf("created PDR's F-TEID: %+v %v", f, err)
+	}
+	return up.SEID, f.TEID
+}
+
+// record reads the live record of the session the UE's address leads
+// to, and the slot.
+func record(t *testing.T, dp *loader.Dataplane) (bpf.Sess, uint32, bool) {
+	t.Helper()
+	var slot, live uint32
+	if err := dp.EdgeUe4.Lookup(bpf.Addr4(netip.MustParseAddr(ueAddr)), &slot); err != nil {
+		return bpf.Sess{}, 0, false
+	}
+	if err := dp.EdgeSessLive.Lookup(slot, &live); err != nil {
+		t.Fatal(err)
+	}
+	var rec bpf.Sess
+	if err := dp.EdgeSessions.Lookup(slot*2+live, &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec, slot, true
+}
+
+// TestSessionsCarried: an SMF's session, established, modified and
+// deleted over real N4, is what the dataplane holds after each message:
+// the chosen TEID and the UE's address lead to its slot, its record has
+// the PDRs by precedence with their FARs' actions, QER gate and SDF
+// filter. A modification naming a FAR the session lacks is refused and
+// changes nothing. An agent restart (the plane and node opened again
+// from the journal, on the same maps) keeps the session, its slot and
+// TEID, and the SMF modifies it as before; after deletion nothing leads
+// to it, across a restart too.
+func TestSessionsCarried(t *testing.T) {
+	dp := openDataplane(t)
+	dir := t.TempDir()
+	g := startGateway(t, dp, dir, nil)
+	s := dialSMF(t, g)
+	seid, teid := s.establish()
+
+	var slot uint32
+	if err := dp.EdgeTeid.Lookup(bpf.BE32(teid), &slot); err != nil {
+		t.Fatalf("TEID %#x leads nowhere: %v", teid, err)
+	}
+	rec, ueSlot, ok := record(t, dp)
+	if !ok || ueSlot != slot || rec.Id != slot+1 || rec.Npdr != 2 {
+		t.Fatalf("record: %+v (slot %d, UE's %d, found %v)", rec, slot, ueSlot, ok)
+	}
+	ul, dl := rec.Pdr[0], rec.Pdr[1]
+	if ul.Flags&bpf.SessUL == 0 {
+		ul, dl = dl, ul
+	}
+	if ul.Teid != bpf.BE32(teid) || ul.Action != bpf.SessForw || ul.Flags&bpf.SessRemove == 0 || ul.Qfi != 9 || ul.Flags&bpf.SessAny == 0 {
+		t.Errorf("uplink entry %+v", ul)
+	}
+	if dl.Action != bpf.SessBuff || dl.Proto != 17 || dl.RportLo != 7777 || dl.RportHi != 7777 || dl.LportLo != 5000 || dl.LportHi != 5999 ||
+		dl.Remote != bpf.Addr4(netip.MustParseAddr("10.6.0.0")) || dl.Rmask != bpf.BE32(0xffff0000) || dl.Flags&bpf.SessAny != 0 {
+		t.Errorf("downlink entry %+v", dl)
+	}
+
+	// The gNB answered: the downlink goes to it, in GTP-U.
+	forward := ie.NewUpdateFAR(ie.NewFARID(2), ie.NewApplyAction(n4.ActForw),
+		ie.NewUpdateForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceAccess),
+			ie.NewOuterHeaderCreation(0x0100, 0x9000, gnb, "", 0, 0, 0)))
+	m := s.ask(message.NewSessionModificationRequest(0, 0, seid, s.next(), 0, forward))
+	if c := cause(t, m.(*message.SessionModificationResponse).Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("modification: cause %d", c)
+	}
+	rec, _, _ = record(t, dp)
+	dlOf := func(r bpf.Sess) bpf.SessPDR {
+		for _, e := range r.Pdr[:r.Npdr] {
+			if e.Flags&bpf.SessUL == 0 {
+				return e
+			}
+		}
+		return bpf.SessPDR{}
+	}
+	if d := dlOf(rec); d.Action != bpf.SessForw || d.Flags&bpf.SessOHC == 0 || d.OhcTeid != bpf.BE32(0x9000) ||
+		d.OhcAddr != bpf.Addr4(netip.MustParseAddr(gnb)) || d.Qfi != 9 {
+		t.Errorf("downlink after the modification: %+v", d)
+	}
+
+	// A FAR the session lacks: refused, naming it; nothing changes.
+	before := rec
+	m = s.ask(message.NewSessionModificationRequest(0, 0, seid, s.next(), 0,
+		ie.NewUpdateFAR(ie.NewFARID(9), ie.NewApplyAction(n4.ActDrop))))
+	mr := m.(*message.SessionModificationResponse)
+	if c := cause(t, mr.Cause); c != ie.CauseRuleCreationModificationFailure {
+		t.Errorf("update of a FAR the session lacks: cause %d, want %d", c, ie.CauseRuleCreationModificationFailure)
+	}
+	if rec, _, _ = record(t, dp); rec != before {
+		t.Errorf("a refused modification changed the record:\n%+v\nwas\n%+v", rec, before)
+	}
+	// Another SEID: not found.
+	m = s.ask(message.NewSessionModificationRequest(0, 0, seid+1, s.next(), 0, forward))
+	if c := cause(t, m.(*message.SessionModificationResponse).Cause); c != ie.CauseSessionContextNotFound {
+		t.Errorf("modification of an unknown SEID: cause %d", c)
+	}
+
+	// Restart: the journal gives the session back in its slot.
+	peers := g.node.Peers()
+	g.stop()
+	g.stop = nil
+	g = startGateway(t, dp, dir, peers)
+	s = dialSMF(t, g)
+	var slot2 uint32
+	if err := dp.EdgeTeid.Lookup(bpf.BE32(teid), &slot2); err != nil || slot2 != slot {
+		t.Fatalf("after a restart TEID %#x leads to slot %d (%v), was %d", teid, slot2, err, slot)
+	}
+	if rec2, _, _ := record(t, dp); rec2 != before {
+		t.Errorf("after a restart the record is\n%+v\nwas\n%+v", rec2, before)
+	}
+	gate := ie.NewUpdateQER(ie.NewQERID(1), ie.NewGateStatus(1, 1))
+	m = s.ask(message.NewSessionModificationRequest(0, 0, seid, s.next(), 0, gate))
+	if c := cause(t, m.(*message.SessionModificationResponse).Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("modification after a restart: cause %d", c)
+	}
+	if rec, _, _ = record(t, dp); dlOf(rec).Gate != 1 {
+		t.Errorf("gate not closed: %+v", dlOf(rec))
+	}
+
+	// Deleted, and still deleted after a restart.
+	d := s.ask(message.NewSessionDeletionRequest(0, 0, seid, s.next(), 0))
+	if c := cause(t, d.(*message.SessionDeletionResponse).Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("deletion: cause %d", c)
+	}
+	for round := range 2 {
+		if _, _, ok := record(t, dp); ok {
+			t.Errorf("round %d: the UE still leads to a session", round)
+		}
+		if err := dp.EdgeTeid.Lookup(bpf.BE32(teid), &slot2); err == nil {
+			t.Errorf("round %d: the TEID still leads to slot %d", round, slot2)
+		}
+		g.stop()
+		g.stop = nil
+		g = startGateway(t, dp, dir, peers)
+		if n := len(g.plane.Sessions()); n != 0 {
+			t.Errorf("round %d: %d sessions kept after deletion", round, n)
+		}
+	}
+}
