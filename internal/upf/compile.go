@@ -206,7 +206,9 @@ func sdf(e *bpf.SessPDR, d string) error {
 		return fmt.Errorf("flow description %q: want \"permit out PROTO from ADDR [PORTS] to ADDR [PORTS]\"", d)
 	}
 	e.Flags &^= bpf.SessAny
-	if f[2] != "ip" {
+	if v, ok := protoNames[f[2]]; ok {
+		e.Proto = v
+	} else {
 		v, err := strconv.ParseUint(f[2], 10, 8)
 		if err != nil {
 			return fmt.Errorf("flow description %q: protocol %q", d, f[2])
@@ -239,6 +241,10 @@ func sdf(e *bpf.SessPDR, d string) error {
 	}
 	return nil
 }
+
+// protoNames are the protocols filters name rather than number ("ip":
+// any).
+var protoNames = map[string]uint8{"ip": 0, "icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58}
 
 // sdfAddr reads a filter's address: "any", "assigned", an IPv4 address
 // or prefix.

@@ -126,10 +126,7 @@ func gtpuEcho(t *testing.T, ns, addr string, seq uint16) bool {
 // --n3-addr is given, and not after a start without it. Without the kept state the stamp moves on: a restart that
 // lost state says so.
 func TestN4Agent(t *testing.T) {
-	g := newGateway(t, forwardConfig)
-	n4 := lab.GWLan + ":8805"
-	args := []string{"--n4-addr", n4, "--n3-addr", lab.GWWan}
-	g.start(args...)
+	g, n4, args := startUPF(t)
 	// N3 on the WAN side: a gNB's echo is answered by XDP on the real
 	// interface (XDP_TX), no socket listening.
 	if !gtpuEcho(t, g.B, lab.GWWan, 0x4242) {

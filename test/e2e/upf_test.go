@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package e2e
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/omec-project/pfcpsim/pkg/pfcpsim"
+	"github.com/omec-project/pfcpsim/pkg/pfcpsim/session"
+	ieLib "github.com/wmnsk/go-pfcp/ie"
+	"golang.org/x/sys/unix"
+
+	"github.com/edgeplane/edgeplane/internal/lab"
+	"github.com/edgeplane/edgeplane/internal/topo"
+)
+
+// The UE of the user plane's tests, its pool and QoS flow.
+const (
+	ueIP   = "10.45.0.2"
+	uePool = "10.45.0.0/16"
+	ueQFI  = 9
+)
+
+// gnb is a gNB with one UE, for the user plane's tests. The UE is a
+// namespace whose default route is a TUN device; the gNB, a socket on
+// host B's GTP-U port, carries what the UE sends to the UPF's N3 address
+// in GTP-U (built with gopacket's GTPv1U layer: the uplink TEID, a PDU
+// Session Container with the QFI) and gives the UE what comes back,
+// decapsulated, after checking it: the downlink TEID and QFI.
+type gnb struct {
+	t        *testing.T
+	ue       *topo.NS
+	tun      *os.File
+	conn     *net.UDPConn
+	ul       atomic.Uint32 // the uplink TEID
+	dlTEID   uint32        // the downlink TEID the gNB expects
+	sent     atomic.Uint64
+	got      atomic.Uint64
+	bad      atomic.Uint64 // downlink with another TEID or QFI, or not GTP-U
+	wg       sync.WaitGroup
+	stopping atomic.Bool
+}
+
+func startGNB(t *testing.T, g *gateway, dlTEID uint32) *gnb {
+	t.Helper()
+	ue, err := topo.NewNS(g.Prefix + "ue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &gnb{t: t, ue: ue, dlTEID: dlTEID}
+	t.Cleanup(func() { b.stop(); _ = ue.Delete(); ue.Close() })
+	if err := ue.Do(func() error {
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		ifr, err := unix.NewIfreq("ue0")
+		if err != nil {
+			return err
+		}
+		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		// Non-blocking, so the runtime's poller reads it and Close
+		// ends a read in progress.
+		if err := unix.SetNonblock(fd, true); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		b.tun = os.NewFile(uintptr(fd), "ue0")
+		return nil
+	}); err != nil {
+		t.Fatalf("the UE's TUN: %v", err)
+	}
+	// A PDU session's MTU leaves room for GTP-U on N3 (1500 here): a
+	// G-PDU the gNB's kernel fragmented would reach the UPF cut short.
+	if err := ue.SetMTU("ue0", 1400); err != nil {
+		t.Fatal(err)
+	}
+	if err := ue.Sysctl("net.ipv6.conf.all.disable_ipv6=1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ue.AddAddr("ue0", ueIP+"/32"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ue.Up("lo", "ue0"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := nsRun(ue.Name, "ip", "route", "add", "default", "dev", "ue0"); err != nil {
+		t.Fatalf("the UE's route: %v %s", err, out)
+	}
+	if err := topo.Do(g.B, func() error {
+		var err error
+		b.conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(lab.AddrB), Port: 2152})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.wg.Add(2)
+	go b.uplink()
+	go b.downlink()
+	return b
+}
+
+// uplink carries the UE's packets to N3.
+func (b *gnb) uplink() {
+	defer b.wg.Done()
+	n3 := &net.UDPAddr{IP: net.ParseIP(lab.GWWan), Port: 2152}
+	buf := make([]byte, 65536)
+	for {
+		n, err := b.tun.Read(buf)
+		if err != nil {
+			return
+		}
+		// The header alone (gopacket's GTPv1U appends its optional
+		// octets after what is already in the buffer), then the packet.
+		g := &layers.GTPv1U{Version: 1, ProtocolType: 1, MessageType: 255, TEID: b.ul.Load(),
+			MessageLength:       uint16(8 + n),
+			GTPExtensionHeaders: []layers.GTPExtensionHeader{{Type: 0x85, Content: []byte{0x10, ueQFI}}}}
+		sb := gopacket.NewSerializeBuffer()
+		if err := g.SerializeTo(sb, gopacket.SerializeOptions{}); err != nil {
+			b.t.Errorf("gNB: %v", err)
+			return
+		}
+		out := append(sb.Bytes(), buf[:n]...)
+		if _, err := b.conn.WriteToUDP(out, n3); err == nil {
+			b.sent.Add(1)
+		}
+	}
+}
+
+// downlink gives the UE what N3 brings it.
+func (b *gnb) downlink() {
+	defer b.wg.Done()
+	buf := make([]byte, 65536)
+	for {
+		n, _, err := b.conn.ReadFromUDP(buf)
+		if err != nil {
+			if b.stopping.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		p := gopacket.NewPacket(buf[:n], layers.LayerTypeGTPv1U, gopacket.Default)
+		g, ok := p.Layer(layers.LayerTypeGTPv1U).(*layers.GTPv1U)
+		if !ok || g.MessageType != 255 || g.TEID != b.dlTEID || len(g.GTPExtensionHeaders) != 1 ||
+			g.GTPExtensionHeaders[0].Type != 0x85 || len(g.GTPExtensionHeaders[0].Content) < 2 ||
+			g.GTPExtensionHeaders[0].Content[1]&0x3f != ueQFI {
+			b.bad.Add(1)
+			continue
+		}
+		if _, err := b.tun.Write(g.Payload); err == nil {
+			b.got.Add(1)
+		}
+	}
+}
+
+func (b *gnb) stop() {
+	if b.stopping.Swap(true) {
+		return
+	}
+	if b.conn != nil {
+		b.conn.Close()
+	}
+	if b.tun != nil {
+		b.tun.Close()
+	}
+	b.wg.Wait()
+}
+
+// upfSession establishes the UE's session from pfcpsim as its own
+// server does (uplink TEID given by the SMF, downlink FAR dropping
+// until the gNB's TEID is known), then forwards the downlink to the
+// gNB with a modification. It returns the session.
+func upfSession(t *testing.T, c *pfcpsim.PFCPClient, ulTEID, dlTEID uint32) *pfcpsim.PFCPSession {
+	t.Helper()
+	pdrs := []*ieLib.IE{
+		session.NewPDRBuilder().WithID(1).WithMethod(session.Create).WithTEID(ulTEID).WithFARID(1).AddQERID(1).
+			WithN3Address(lab.GWWan).WithPrecedence(100).MarkAsUplink().BuildPDR(),
+		session.NewPDRBuilder().WithID(2).WithMethod(session.Create).WithPrecedence(100).WithUEAddress(ueIP).
+			WithFARID(2).AddQERID(1).MarkAsDownlink().BuildPDR(),
+	}
+	fars := []*ieLib.IE{
+		session.NewFARBuilder().WithID(1).WithAction(session.ActionForward).WithDstInterface(ieLib.DstInterfaceCore).
+			WithMethod(session.Create).BuildFAR(),
+		session.NewFARBuilder().WithID(2).WithAction(session.ActionDrop).WithMethod(session.Create).
+			WithDstInterface(ieLib.DstInterfaceAccess).WithZeroBasedOuterHeaderCreation().BuildFAR(),
+	}
+	qers := []*ieLib.IE{session.NewQERBuilder().WithID(1).WithMethod(session.Create).WithQFI(ueQFI).
+		WithUplinkMBR(500000).WithDownlinkMBR(500000).WithGateStatus(ieLib.GateStatusOpen).Build()}
+	s, err := c.EstablishSession(pdrs, fars, qers, nil)
+	if err != nil {
+		t.Fatalf("pfcpsim's session: %v", err)
+	}
+	dl := session.NewFARBuilder().WithID(2).WithMethod(session.Update).WithAction(session.ActionForward).
+		WithDstInterface(ieLib.DstInterfaceAccess).WithTEID(dlTEID).WithDownlinkIP(lab.AddrB).BuildFAR()
+	if err := c.ModifySession(s, nil, []*ieLib.IE{dl}, nil, nil); err != nil {
+		t.Fatalf("pfcpsim's modification: %v", err)
+	}
+	return s
+}
+
+// startUPF starts an agent serving N4 on the LAN side and N3 on the
+// WAN side; it returns the gateway, the N4 address and the agent's
+// flags, for a restart.
+func startUPF(t *testing.T) (*gateway, string, []string) {
+	t.Helper()
+	g := newGateway(t, forwardConfig)
+	n4 := lab.GWLan + ":8805"
+	args := []string{"--n4-addr", n4, "--n3-addr", lab.GWWan}
+	g.start(args...)
+	return g, n4, args
+}
+
+// TestUPFLab: the agent as a UPF in the lab, driven by pfcpsim from host
+// A over N4: a UE behind a gNB on host B (TUN and a GTP-U encapsulator
+// on gopacket's layer) pings the N6 host A and is pinged back, and
+// iperf3 runs both ways, through the session's uplink decapsulation and
+// downlink encapsulation in XDP, the gNB checking each downlink
+// packet's TEID and QFI. An agent killed with SIGKILL mid-stream and
+// started again keeps the session: the UE's pings go on. Deleted, the
+// session carries nothing.
+func TestUPFLab(t *testing.T) {
+	g, n4, args := startUPF(t)
+	g.warmUp()
+	// N6: host A reaches the UEs through the gateway.
+	if out, err := nsRun(g.A, "ip", "route", "add", uePool, "via", lab.GWLan); err != nil {
+		t.Fatalf("route to the UEs: %v %s", err, out)
+	}
+	const ulTEID, dlTEID = 0x100, 0x9000
+	b := startGNB(t, g, dlTEID)
+	b.ul.Store(ulTEID)
+
+	c := pfcpsim.NewPFCPClient(lab.AddrA)
+	c.SetPFCPResponseTimeout(3 * time.Second)
+	if err := topo.Do(g.A, func() error { return c.ConnectN4(n4) }); err != nil {
+		t.Fatal(err)
+	}
+	defer c.DisconnectN4()
+	if err := c.SetupAssociation(); err != nil {
+		t.Fatalf("pfcpsim's association: %v", err)
+	}
+	s := upfSession(t, c, ulTEID, dlTEID)
+	before := g.stats().Reasons
+
+	if n := ping(b.ue.Name, lab.AddrA, 5, "0.2"); n != 5 {
+		t.Fatalf("UE -> N6: %d of 5 pings answered (gNB sent %d, got %d, %d bad)\nstats: %+v", n, b.sent.Load(), b.got.Load(), b.bad.Load(), g.stats().Reasons)
+	}
+	if n := ping(g.A, ueIP, 5, "0.2"); n != 5 {
+		t.Fatalf("N6 -> UE: %d of 5 pings answered", n)
+	}
+	if b.bad.Load() != 0 {
+		t.Errorf("%d downlink datagrams with another TEID or QFI, or not GTP-U", b.bad.Load())
+	}
+	up := iperf(t, g.A, b.ue.Name, lab.AddrA, 5201, "-t", "2")
+	down := iperf(t, g.A, b.ue.Name, lab.AddrA, 5202, "-t", "2", "-R")
+	t.Logf("iperf3 TCP through the session: uplink %.0f Mbit/s, downlink %.0f Mbit/s",
+		up.End.SumReceived.BitsPerSecond/1e6, down.End.SumReceived.BitsPerSecond/1e6)
+	if up.End.SumReceived.Bytes == 0 || down.End.SumReceived.Bytes == 0 {
+		t.Errorf("iperf3 moved nothing: uplink %v bytes, downlink %v", up.End.SumReceived.Bytes, down.End.SumReceived.Bytes)
+	}
+	r := g.stats().Reasons
+	for _, bad := range []string{"gtpu_no_session", "gtpu_no_pdr", "gtpu_inner", "bad_gtpu"} {
+		if n := r[bad].Packets - before[bad].Packets; n != 0 {
+			t.Errorf("%d packets counted %s", n, bad)
+		}
+	}
+
+	// kill -9 mid-stream: pings every 50 ms across the restart.
+	done := make(chan int)
+	go func() { done <- ping(b.ue.Name, lab.AddrA, 60, "0.05") }()
+	time.Sleep(500 * time.Millisecond)
+	if err := g.StopAgent(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	g.start(args...)
+	if n := <-done; n < 58 {
+		t.Errorf("%d of 60 pings answered across an agent's kill -9 and restart", n)
+	} else {
+		t.Logf("%d of 60 pings (every 50 ms) answered across an agent's kill -9 and restart", n)
+	}
+	if n := ping(b.ue.Name, lab.AddrA, 3, "0.2"); n != 3 {
+		t.Errorf("after the restart: %d of 3 pings answered", n)
+	}
+
+	if err := c.DeleteSession(s); err != nil {
+		t.Fatalf("pfcpsim's deletion: %v", err)
+	}
+	if n := ping(b.ue.Name, lab.AddrA, 3, "0.2"); n != 0 {
+		t.Errorf("%d pings answered after the session was deleted", n)
+	}
+	if g.stats().Reasons["gtpu_no_session"].Packets == 0 {
+		t.Error("the deleted session's uplink was not counted gtpu_no_session")
+	}
+}
