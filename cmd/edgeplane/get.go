@@ -55,7 +55,7 @@ func newGetCmd() *cobra.Command {
 	var output string
 	s := config.Builtin()
 	c := &cobra.Command{
-		Use:   "get " + strings.Join(client.CompletionKinds(s), "|") + "|gateways [ID|NAME...]",
+		Use:   "get " + strings.Join(client.CompletionKinds(s), "|") + "|gateways|sessions [ID|NAME...]",
 		Short: "Show a gateway's objects, read from its agent's control API",
 		Long: `Lists the objects of one kind the agent serves, or the ones named (by id;
 interfaces by name). -o yaml prints them in the config file's shape, which
@@ -65,6 +65,7 @@ apply -f reads back; -o json prints them as the API carries them.`,
   edgeplane get services
   edgeplane get interfaces --server 10.0.0.1:50051 --tls --tls-ca ca.pem
   edgeplane get gateways --server controller:50051 --selector site=factory
+  edgeplane get sessions
   edgeplane get pdrs --server controller:50051 --selector site=factory`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: completeKind,
@@ -74,6 +75,9 @@ apply -f reads back; -o json prints them as the API carries them.`,
 			}
 			if args[0] == "gateways" || args[0] == "gateway" {
 				return getGateways(cmd, &af, output, args[1:])
+			}
+			if args[0] == "sessions" || args[0] == "session" {
+				return getSessions(cmd, &af, output, args[1:])
 			}
 			k, err := client.ParseKind(s, args[0])
 			if err != nil {
@@ -317,6 +321,71 @@ func printPathStatus(w io.Writer, conn *client.Conn, paths []proto.Message) erro
 
 // getGateways prints a controller's gateways (those named, or all the
 // selector picks).
+// getSessions prints the PFCP sessions the user plane carries (those of
+// the UP SEIDs named, in hex), a line per PDR with its counters.
+func getSessions(cmd *cobra.Command, af *client.Flags, output string, seids []string) error {
+	if output == outYAML {
+		return errors.New("sessions print as a table or json")
+	}
+	want := map[uint64]bool{}
+	for _, a := range seids {
+		v, err := strconv.ParseUint(strings.TrimPrefix(a, "0x"), 16, 64)
+		if err != nil {
+			return fmt.Errorf("session %q: want a UP SEID in hex", a)
+		}
+		want[v] = true
+	}
+	conn, err := af.Connect(cmd.Context(), cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	r, err := conn.ListSessions(conn.Ctx, &pb.ListRequest{})
+	if err != nil {
+		return conn.Err("get sessions", err)
+	}
+	if len(want) > 0 {
+		r.Sessions = slices.DeleteFunc(r.Sessions, func(s *pb.Session) bool { return !want[s.GetUpSeid()] })
+	}
+	w := cmd.OutOrStdout()
+	if output == outJSON {
+		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Multiline: true}.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	}
+	if len(r.GetSessions()) == 0 {
+		fmt.Fprintln(cmd.ErrOrStderr(), "no sessions")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEID\tSMF\tPDR\tPREC\tDIR\tTEID\tUE\tQFI\tSDF\tFAR\tACTION\tTO\tPACKETS\tBYTES")
+	for _, s := range r.GetSessions() {
+		for _, p := range s.GetPdrs() {
+			teid, to, qfi := "-", "-", "-"
+			if p.GetTeid() != 0 {
+				teid = fmt.Sprintf("%#x", p.GetTeid())
+			}
+			if p.GetOuterAddr() != "" {
+				to = fmt.Sprintf("%s %#x", p.GetOuterAddr(), p.GetOuterTeid())
+			}
+			if p.GetQfi() != 0 {
+				qfi = strconv.FormatUint(uint64(p.GetQfi()), 10)
+			}
+			act := p.GetAction()
+			if p.GetGateClosed() {
+				act += " (gate closed)"
+			}
+			fmt.Fprintf(tw, "%x\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\n", s.GetUpSeid(), orDash(s.GetCpNode()),
+				p.GetId(), p.GetPrecedence(), p.GetDirection(), teid, orDash(p.GetUeIp()), qfi, orDash(strings.Join(p.GetSdf(), "; ")),
+				p.GetFar(), act, to, p.GetPackets(), p.GetBytes())
+		}
+	}
+	return tw.Flush()
+}
+
 func getGateways(cmd *cobra.Command, af *client.Flags, output string, names []string) error {
 	if output == outYAML {
 		return errors.New("gateways print as a table or json")

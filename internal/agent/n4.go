@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgeplane/edgeplane/internal/atomicfile"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/n4"
 	"github.com/edgeplane/edgeplane/internal/upf"
 )
@@ -119,6 +120,16 @@ func (a *Agent) startN4(context.Context) error {
 	a.log.Info("n4: serving PFCP", "addr", a.n4.Addr(), "node_id", id, "recovery", st.Recovery, "associations", len(st.Peers),
 		"sessions", len(o.Sessions))
 	return nil
+}
+
+// SessionStatus implements dataplane.Sessions: the sessions the user
+// plane carries (ok false: it runs no user plane).
+func (a *Agent) SessionStatus() ([]dataplane.SessionStatus, bool, error) {
+	if a.upf == nil {
+		return nil, false, nil
+	}
+	s, err := a.upf.Status()
+	return s, true, err
 }
 
 // sessionsPath is where the agent of configPath journals its PFCP

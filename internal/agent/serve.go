@@ -106,6 +106,7 @@ var (
 	_ api.Backend         = (*Agent)(nil)
 	_ dataplane.Dataplane = (*Agent)(nil)
 	_ dataplane.Dataplane = fleetManaged{}
+	_ dataplane.Sessions  = (*Agent)(nil)
 )
 
 // serveAPI starts the control API (APIOptions): the unix sockets, and

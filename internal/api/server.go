@@ -93,6 +93,7 @@ type Server struct {
 	counters   dataplane.Counters
 	paths      dataplane.Paths
 	strategies dataplane.Strategies
+	sessions   dataplane.Sessions
 	fleet      Fleet         // a controller's
 	synced     SyncedBackend // an agent's
 }
@@ -104,6 +105,7 @@ func NewServer(b Backend) *Server {
 	s.counters, _ = b.(dataplane.Counters)
 	s.paths, _ = b.(dataplane.Paths)
 	s.strategies, _ = b.(dataplane.Strategies)
+	s.sessions, _ = b.(dataplane.Sessions)
 	s.fleet, _ = b.(Fleet)
 	s.synced, _ = b.(SyncedBackend)
 	return s
@@ -381,6 +383,35 @@ func (s *Server) ListStrategyStatus(context.Context, *pb.ListRequest) (*pb.ListS
 		return nil, errNoDataplane
 	}
 	return &pb.ListStrategyStatusResponse{Strategies: strategyStatusToPB(s.strategies.StrategyStatus())}, nil
+}
+
+// ListSessions implements edgeplanev1.GatewayServer.
+func (s *Server) ListSessions(context.Context, *pb.ListRequest) (*pb.ListSessionsResponse, error) {
+	if s.sessions == nil {
+		return nil, errNoDataplane
+	}
+	list, ok, err := s.sessions.SessionStatus()
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if !ok {
+		return nil, status.Error(codes.FailedPrecondition, "no user plane runs here: the agent carries sessions with --n4-addr and --n3-addr")
+	}
+	out := &pb.ListSessionsResponse{}
+	for _, ss := range list {
+		ps := &pb.Session{UpSeid: ss.UPSEID, CpSeid: ss.CPSEID, CpAddr: ss.CPAddr, CpNode: ss.CPNode}
+		for _, p := range ss.PDRs {
+			dir := "downlink"
+			if p.Uplink {
+				dir = "uplink"
+			}
+			ps.Pdrs = append(ps.Pdrs, &pb.SessionPdr{Id: uint32(p.ID), Precedence: p.Precedence, Direction: dir, Teid: p.TEID,
+				UeIp: p.UEIP, Qfi: uint32(p.QFI), Sdf: p.SDF, Far: p.FAR, Action: p.Action, GateClosed: p.GateClosed,
+				OuterTeid: p.OuterTEID, OuterAddr: p.OuterAddr, Packets: p.Packets, Bytes: p.Bytes})
+		}
+		out.Sessions = append(out.Sessions, ps)
+	}
+	return out, nil
 }
 
 // ListPathStatus implements edgeplanev1.GatewayServer.

@@ -30,6 +30,13 @@ type Strategies interface {
 	StrategyStatus() []StrategyStatus
 }
 
+// Sessions reports the PFCP sessions a user plane carries.
+type Sessions interface {
+	// SessionStatus returns each session with its PDRs' counters (nil
+	// error and ok false: no user plane runs).
+	SessionStatus() (s []SessionStatus, ok bool, err error)
+}
+
 // Dataplane is everything a gateway reports of its dataplane: what the
 // API serves at an agent and a controller, which runs none, lacks.
 type Dataplane interface {

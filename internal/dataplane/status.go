@@ -43,3 +43,32 @@ type StrategyProcess struct {
 	// took it.
 	RanOn []int
 }
+
+// SessionStatus is a PFCP session the user plane carries: the SMF's
+// F-SEID and node, and its PDRs.
+type SessionStatus struct {
+	UPSEID, CPSEID uint64
+	CPAddr, CPNode string
+	PDRs           []SessionPDR
+}
+
+// SessionPDR is a session's PDR as the dataplane holds it: how it
+// detects (direction, TEID, UE address, QFI, SDF filters), what its FAR
+// and QERs make of it (action, a closed gate, the outer header it
+// creates), and what it counted.
+type SessionPDR struct {
+	ID         uint16
+	Precedence uint32
+	Uplink     bool
+	TEID       uint32
+	UEIP       string
+	QFI        uint8
+	SDF        []string
+	FAR        uint32
+	Action     string // "forward", "buffer", "drop"
+	GateClosed bool
+	OuterTEID  uint32
+	OuterAddr  string
+	Packets    uint64
+	Bytes      uint64
+}

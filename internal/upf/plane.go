@@ -4,17 +4,22 @@ package upf
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"maps"
 	"os"
+	"slices"
 	"sync"
+
+	"github.com/wmnsk/go-pfcp/ie"
 
 	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/bpf/commit"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/n4"
 )
 
@@ -268,3 +273,59 @@ func (p *Plane) Close() error {
 }
 
 var _ n4.UserPlane = (*Plane)(nil)
+
+// Status returns each session with its PDRs as the dataplane holds them
+// and their counters, by UP SEID.
+func (p *Plane) Status() ([]dataplane.SessionStatus, error) {
+	p.mu.Lock()
+	list := slices.Collect(maps.Values(p.kept))
+	p.mu.Unlock()
+	slices.SortFunc(list, func(a, b *kept) int { return cmp.Compare(a.S.UPSEID, b.S.UPSEID) })
+	out := make([]dataplane.SessionStatus, 0, len(list))
+	for _, k := range list {
+		c, err := p.dp.Counters(k.Slot)
+		if err != nil {
+			return nil, err
+		}
+		s := k.S
+		st := dataplane.SessionStatus{UPSEID: s.UPSEID, CPSEID: s.CPSEID, CPNode: s.CPNode}
+		if s.CPAddr.IsValid() {
+			st.CPAddr = s.CPAddr.String()
+		}
+		ids := slices.Sorted(maps.Keys(s.PDRs))
+		for _, id := range ids {
+			pdr := s.PDRs[id]
+			sp := dataplane.SessionPDR{ID: id, Precedence: pdr.Precedence, Uplink: pdr.Source == ie.SrcInterfaceAccess,
+				QFI: pdr.QFI, SDF: pdr.SDF, Action: "drop"}
+			if pdr.HasTEID {
+				sp.TEID = pdr.TEID
+			}
+			if pdr.UEIP.IsValid() {
+				sp.UEIP = pdr.UEIP.String()
+			}
+			if f := s.FARs[pdr.FAR]; pdr.HasFAR && f != nil {
+				sp.FAR = f.ID
+				switch {
+				case f.Action&n4.ActForw != 0:
+					sp.Action = "forward"
+					if f.Outer != nil && f.Outer.OuterHeaderCreationDescription&ohcGTPUv4 != 0 {
+						sp.OuterTEID, sp.OuterAddr = f.Outer.TEID, f.Outer.IPv4Address.String()
+					}
+				case f.Action&n4.ActBuff != 0:
+					sp.Action = "buffer"
+				}
+			}
+			for _, q := range pdr.QERs {
+				if qer := s.QERs[q]; qer != nil && (sp.Uplink && qer.GateUL != 0 || !sp.Uplink && qer.GateDL != 0) {
+					sp.GateClosed = true
+				}
+			}
+			if i, ok := k.Cnt[id]; ok {
+				sp.Packets, sp.Bytes = c[i].Packets, c[i].Bytes
+			}
+			st.PDRs = append(st.PDRs, sp)
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}

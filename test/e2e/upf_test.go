@@ -4,8 +4,11 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,6 +21,9 @@ import (
 	"github.com/omec-project/pfcpsim/pkg/pfcpsim/session"
 	ieLib "github.com/wmnsk/go-pfcp/ie"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	pb "github.com/edgeplane/edgeplane/api/edgeplane/v1"
 
 	"github.com/edgeplane/edgeplane/internal/lab"
 	"github.com/edgeplane/edgeplane/internal/topo"
@@ -211,6 +217,44 @@ func upfSession(t *testing.T, c *pfcpsim.PFCPClient, ulTEID, dlTEID uint32) *pfc
 	return s
 }
 
+// checkSessionsListed reads the sessions with `edgeplane get sessions
+// -o json`: the one session, its uplink PDR by its TEID and its
+// downlink PDR toward the gNB, each having counted packets; the table
+// names the session too.
+func checkSessionsListed(t *testing.T, g *gateway, ulTEID, dlTEID uint32) {
+	t.Helper()
+	out, err := exec.Command(edgeplaneBin, "get", "sessions", "-o", "json", "--server", g.APISocket()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("get sessions: %v\n%s", err, out)
+	}
+	var r pb.ListSessionsResponse
+	if err := protojson.Unmarshal(out, &r); err != nil {
+		t.Fatalf("get sessions -o json: %v\n%s", err, out)
+	}
+	if len(r.GetSessions()) != 1 || len(r.GetSessions()[0].GetPdrs()) != 2 {
+		t.Fatalf("get sessions: %s", out)
+	}
+	for _, p := range r.GetSessions()[0].GetPdrs() {
+		switch p.GetDirection() {
+		case "uplink":
+			if p.GetTeid() != ulTEID || p.GetPackets() == 0 || p.GetAction() != "forward" {
+				t.Errorf("uplink PDR listed as %v", p)
+			}
+		case "downlink":
+			if p.GetUeIp() != ueIP || p.GetOuterTeid() != dlTEID || p.GetOuterAddr() != lab.AddrB || p.GetPackets() == 0 {
+				t.Errorf("downlink PDR listed as %v", p)
+			}
+		default:
+			t.Errorf("PDR of direction %q", p.GetDirection())
+		}
+	}
+	table, err := exec.Command(edgeplaneBin, "get", "sessions", "--server", g.APISocket()).CombinedOutput()
+	if err != nil || !strings.Contains(string(table), ueIP) || !strings.Contains(string(table), fmt.Sprintf("%x", r.GetSessions()[0].GetUpSeid())) {
+		t.Errorf("get sessions (table): %v\n%s", err, table)
+	}
+	t.Logf("edgeplane get sessions:\n%s", table)
+}
+
 // startUPF starts an agent serving N4 on the LAN side and N3 on the
 // WAN side; it returns the gateway, the N4 address and the agent's
 // flags, for a restart.
@@ -270,6 +314,7 @@ func TestUPFLab(t *testing.T) {
 	if up.End.SumReceived.Bytes == 0 || down.End.SumReceived.Bytes == 0 {
 		t.Errorf("iperf3 moved nothing: uplink %v bytes, downlink %v", up.End.SumReceived.Bytes, down.End.SumReceived.Bytes)
 	}
+	checkSessionsListed(t, g, ulTEID, dlTEID)
 	r := g.stats().Reasons
 	for _, bad := range []string{"gtpu_no_session", "gtpu_no_pdr", "gtpu_inner", "bad_gtpu"} {
 		if n := r[bad].Packets - before[bad].Packets; n != 0 {

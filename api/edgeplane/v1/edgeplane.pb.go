@@ -3803,6 +3803,281 @@ func (x *ListStrategyStatusResponse) GetStrategies() []*StrategyStatus {
 	return nil
 }
 
+// Session is a PFCP session the user plane carries.
+type Session struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// the user plane's SEID (hex in the CLI)
+	UpSeid uint64 `protobuf:"varint,1,opt,name=up_seid,json=upSeid,proto3" json:"up_seid,omitempty"`
+	// the SMF's F-SEID and node ID
+	CpSeid        uint64        `protobuf:"varint,2,opt,name=cp_seid,json=cpSeid,proto3" json:"cp_seid,omitempty"`
+	CpAddr        string        `protobuf:"bytes,3,opt,name=cp_addr,json=cpAddr,proto3" json:"cp_addr,omitempty"`
+	CpNode        string        `protobuf:"bytes,4,opt,name=cp_node,json=cpNode,proto3" json:"cp_node,omitempty"`
+	Pdrs          []*SessionPdr `protobuf:"bytes,5,rep,name=pdrs,proto3" json:"pdrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Session) Reset() {
+	*x = Session{}
+	mi := &file_edgeplane_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Session) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Session) ProtoMessage() {}
+
+func (x *Session) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Session.ProtoReflect.Descriptor instead.
+func (*Session) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *Session) GetUpSeid() uint64 {
+	if x != nil {
+		return x.UpSeid
+	}
+	return 0
+}
+
+func (x *Session) GetCpSeid() uint64 {
+	if x != nil {
+		return x.CpSeid
+	}
+	return 0
+}
+
+func (x *Session) GetCpAddr() string {
+	if x != nil {
+		return x.CpAddr
+	}
+	return ""
+}
+
+func (x *Session) GetCpNode() string {
+	if x != nil {
+		return x.CpNode
+	}
+	return ""
+}
+
+func (x *Session) GetPdrs() []*SessionPdr {
+	if x != nil {
+		return x.Pdrs
+	}
+	return nil
+}
+
+// SessionPdr is a session's PDR with what its FAR and QERs make of it.
+type SessionPdr struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Precedence uint32                 `protobuf:"varint,2,opt,name=precedence,proto3" json:"precedence,omitempty"`
+	// "uplink" (from the access side, by its TEID) or "downlink"
+	Direction string   `protobuf:"bytes,3,opt,name=direction,proto3" json:"direction,omitempty"`
+	Teid      uint32   `protobuf:"varint,4,opt,name=teid,proto3" json:"teid,omitempty"`
+	UeIp      string   `protobuf:"bytes,5,opt,name=ue_ip,json=ueIp,proto3" json:"ue_ip,omitempty"`
+	Qfi       uint32   `protobuf:"varint,6,opt,name=qfi,proto3" json:"qfi,omitempty"`
+	Sdf       []string `protobuf:"bytes,7,rep,name=sdf,proto3" json:"sdf,omitempty"`
+	Far       uint32   `protobuf:"varint,8,opt,name=far,proto3" json:"far,omitempty"`
+	// the FAR's: "forward", "buffer" or "drop"; gate_closed: a QER's gate
+	Action     string `protobuf:"bytes,9,opt,name=action,proto3" json:"action,omitempty"`
+	GateClosed bool   `protobuf:"varint,10,opt,name=gate_closed,json=gateClosed,proto3" json:"gate_closed,omitempty"`
+	// outer header creation: the peer's TEID and address ("": none)
+	OuterTeid     uint32 `protobuf:"varint,11,opt,name=outer_teid,json=outerTeid,proto3" json:"outer_teid,omitempty"`
+	OuterAddr     string `protobuf:"bytes,12,opt,name=outer_addr,json=outerAddr,proto3" json:"outer_addr,omitempty"`
+	Packets       uint64 `protobuf:"varint,13,opt,name=packets,proto3" json:"packets,omitempty"`
+	Bytes         uint64 `protobuf:"varint,14,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionPdr) Reset() {
+	*x = SessionPdr{}
+	mi := &file_edgeplane_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionPdr) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionPdr) ProtoMessage() {}
+
+func (x *SessionPdr) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionPdr.ProtoReflect.Descriptor instead.
+func (*SessionPdr) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *SessionPdr) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionPdr) GetPrecedence() uint32 {
+	if x != nil {
+		return x.Precedence
+	}
+	return 0
+}
+
+func (x *SessionPdr) GetDirection() string {
+	if x != nil {
+		return x.Direction
+	}
+	return ""
+}
+
+func (x *SessionPdr) GetTeid() uint32 {
+	if x != nil {
+		return x.Teid
+	}
+	return 0
+}
+
+func (x *SessionPdr) GetUeIp() string {
+	if x != nil {
+		return x.UeIp
+	}
+	return ""
+}
+
+func (x *SessionPdr) GetQfi() uint32 {
+	if x != nil {
+		return x.Qfi
+	}
+	return 0
+}
+
+func (x *SessionPdr) GetSdf() []string {
+	if x != nil {
+		return x.Sdf
+	}
+	return nil
+}
+
+func (x *SessionPdr) GetFar() uint32 {
+	if x != nil {
+		return x.Far
+	}
+	return 0
+}
+
+func (x *SessionPdr) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *SessionPdr) GetGateClosed() bool {
+	if x != nil {
+		return x.GateClosed
+	}
+	return false
+}
+
+func (x *SessionPdr) GetOuterTeid() uint32 {
+	if x != nil {
+		return x.OuterTeid
+	}
+	return 0
+}
+
+func (x *SessionPdr) GetOuterAddr() string {
+	if x != nil {
+		return x.OuterAddr
+	}
+	return ""
+}
+
+func (x *SessionPdr) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *SessionPdr) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+type ListSessionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sessions      []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsResponse) Reset() {
+	*x = ListSessionsResponse{}
+	mi := &file_edgeplane_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsResponse) ProtoMessage() {}
+
+func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ListSessionsResponse) GetSessions() []*Session {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
 // GatewayStatus is one gateway of a fleet, from the status its agent
 // keeps in etcd under a lease.
 type GatewayStatus struct {
@@ -3836,7 +4111,7 @@ type GatewayStatus struct {
 
 func (x *GatewayStatus) Reset() {
 	*x = GatewayStatus{}
-	mi := &file_edgeplane_proto_msgTypes[48]
+	mi := &file_edgeplane_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3848,7 +4123,7 @@ func (x *GatewayStatus) String() string {
 func (*GatewayStatus) ProtoMessage() {}
 
 func (x *GatewayStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[48]
+	mi := &file_edgeplane_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3861,7 +4136,7 @@ func (x *GatewayStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayStatus.ProtoReflect.Descriptor instead.
 func (*GatewayStatus) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{48}
+	return file_edgeplane_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GatewayStatus) GetName() string {
@@ -3964,7 +4239,7 @@ type ListGatewaysResponse struct {
 
 func (x *ListGatewaysResponse) Reset() {
 	*x = ListGatewaysResponse{}
-	mi := &file_edgeplane_proto_msgTypes[49]
+	mi := &file_edgeplane_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3976,7 +4251,7 @@ func (x *ListGatewaysResponse) String() string {
 func (*ListGatewaysResponse) ProtoMessage() {}
 
 func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[49]
+	mi := &file_edgeplane_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3989,7 +4264,7 @@ func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatewaysResponse.ProtoReflect.Descriptor instead.
 func (*ListGatewaysResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{49}
+	return file_edgeplane_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListGatewaysResponse) GetGateways() []*GatewayStatus {
@@ -4325,7 +4600,37 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\x1aListStrategyStatusResponse\x12<\n" +
 	"\n" +
 	"strategies\x18\x01 \x03(\v2\x1c.edgeplane.v1.StrategyStatusR\n" +
-	"strategies\"\xf1\x03\n" +
+	"strategies\"\x9b\x01\n" +
+	"\aSession\x12\x17\n" +
+	"\aup_seid\x18\x01 \x01(\x04R\x06upSeid\x12\x17\n" +
+	"\acp_seid\x18\x02 \x01(\x04R\x06cpSeid\x12\x17\n" +
+	"\acp_addr\x18\x03 \x01(\tR\x06cpAddr\x12\x17\n" +
+	"\acp_node\x18\x04 \x01(\tR\x06cpNode\x12,\n" +
+	"\x04pdrs\x18\x05 \x03(\v2\x18.edgeplane.v1.SessionPdrR\x04pdrs\"\xe0\x02\n" +
+	"\n" +
+	"SessionPdr\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1e\n" +
+	"\n" +
+	"precedence\x18\x02 \x01(\rR\n" +
+	"precedence\x12\x1c\n" +
+	"\tdirection\x18\x03 \x01(\tR\tdirection\x12\x12\n" +
+	"\x04teid\x18\x04 \x01(\rR\x04teid\x12\x13\n" +
+	"\x05ue_ip\x18\x05 \x01(\tR\x04ueIp\x12\x10\n" +
+	"\x03qfi\x18\x06 \x01(\rR\x03qfi\x12\x10\n" +
+	"\x03sdf\x18\a \x03(\tR\x03sdf\x12\x10\n" +
+	"\x03far\x18\b \x01(\rR\x03far\x12\x16\n" +
+	"\x06action\x18\t \x01(\tR\x06action\x12\x1f\n" +
+	"\vgate_closed\x18\n" +
+	" \x01(\bR\n" +
+	"gateClosed\x12\x1d\n" +
+	"\n" +
+	"outer_teid\x18\v \x01(\rR\touterTeid\x12\x1d\n" +
+	"\n" +
+	"outer_addr\x18\f \x01(\tR\touterAddr\x12\x18\n" +
+	"\apackets\x18\r \x01(\x04R\apackets\x12\x14\n" +
+	"\x05bytes\x18\x0e \x01(\x04R\x05bytes\"I\n" +
+	"\x14ListSessionsResponse\x121\n" +
+	"\bsessions\x18\x01 \x03(\v2\x15.edgeplane.v1.SessionR\bsessions\"\xf1\x03\n" +
 	"\rGatewayStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12?\n" +
 	"\x06labels\x18\x02 \x03(\v2'.edgeplane.v1.GatewayStatus.LabelsEntryR\x06labels\x12\x1c\n" +
@@ -4359,7 +4664,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\fKIND_SERVICE\x10\x06\x12\x12\n" +
 	"\x0eKIND_QOS_CLASS\x10\a\x12\x10\n" +
 	"\fKIND_FLOWOPT\x10\b\x12\x11\n" +
-	"\rKIND_STRATEGY\x10\t2\xd8\r\n" +
+	"\rKIND_STRATEGY\x10\t2\xa7\x0e\n" +
 	"\aGateway\x12@\n" +
 	"\x05Apply\x12\x1a.edgeplane.v1.ApplyRequest\x1a\x1b.edgeplane.v1.ApplyResponse\x12Q\n" +
 	"\x0eListInterfaces\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListInterfacesResponse\x12G\n" +
@@ -4386,6 +4691,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\tListFlows\x12\x1e.edgeplane.v1.ListFlowsRequest\x1a\x1f.edgeplane.v1.ListFlowsResponse\x12Q\n" +
 	"\x0eListPathStatus\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListPathStatusResponse\x12Y\n" +
 	"\x12ListStrategyStatus\x12\x19.edgeplane.v1.ListRequest\x1a(.edgeplane.v1.ListStrategyStatusResponse\x12M\n" +
+	"\fListSessions\x12\x19.edgeplane.v1.ListRequest\x1a\".edgeplane.v1.ListSessionsResponse\x12M\n" +
 	"\fListGateways\x12\x19.edgeplane.v1.ListRequest\x1a\".edgeplane.v1.ListGatewaysResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
 
 var (
@@ -4401,7 +4707,7 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                          // 0: edgeplane.v1.Kind
 	(*Target)(nil),                     // 1: edgeplane.v1.Target
@@ -4452,24 +4758,27 @@ var file_edgeplane_proto_goTypes = []any{
 	(*StrategyStatus)(nil),             // 46: edgeplane.v1.StrategyStatus
 	(*StrategyProcess)(nil),            // 47: edgeplane.v1.StrategyProcess
 	(*ListStrategyStatusResponse)(nil), // 48: edgeplane.v1.ListStrategyStatusResponse
-	(*GatewayStatus)(nil),              // 49: edgeplane.v1.GatewayStatus
-	(*ListGatewaysResponse)(nil),       // 50: edgeplane.v1.ListGatewaysResponse
-	nil,                                // 51: edgeplane.v1.Target.SelectorEntry
-	nil,                                // 52: edgeplane.v1.Selectors.PodLabelsEntry
-	nil,                                // 53: edgeplane.v1.Stats.VerdictsEntry
-	nil,                                // 54: edgeplane.v1.Stats.ReasonsEntry
-	nil,                                // 55: edgeplane.v1.Stats.XdpCpuEntry
-	nil,                                // 56: edgeplane.v1.GatewayStatus.LabelsEntry
+	(*Session)(nil),                    // 49: edgeplane.v1.Session
+	(*SessionPdr)(nil),                 // 50: edgeplane.v1.SessionPdr
+	(*ListSessionsResponse)(nil),       // 51: edgeplane.v1.ListSessionsResponse
+	(*GatewayStatus)(nil),              // 52: edgeplane.v1.GatewayStatus
+	(*ListGatewaysResponse)(nil),       // 53: edgeplane.v1.ListGatewaysResponse
+	nil,                                // 54: edgeplane.v1.Target.SelectorEntry
+	nil,                                // 55: edgeplane.v1.Selectors.PodLabelsEntry
+	nil,                                // 56: edgeplane.v1.Stats.VerdictsEntry
+	nil,                                // 57: edgeplane.v1.Stats.ReasonsEntry
+	nil,                                // 58: edgeplane.v1.Stats.XdpCpuEntry
+	nil,                                // 59: edgeplane.v1.GatewayStatus.LabelsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
-	51, // 0: edgeplane.v1.Target.selector:type_name -> edgeplane.v1.Target.SelectorEntry
+	54, // 0: edgeplane.v1.Target.selector:type_name -> edgeplane.v1.Target.SelectorEntry
 	4,  // 1: edgeplane.v1.Path.monitor:type_name -> edgeplane.v1.PathMonitor
 	8,  // 2: edgeplane.v1.Lbr.members:type_name -> edgeplane.v1.Member
 	7,  // 3: edgeplane.v1.Lbr.sla:type_name -> edgeplane.v1.Sla
 	10, // 4: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
 	11, // 5: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
 	16, // 6: edgeplane.v1.Strategy.selectors:type_name -> edgeplane.v1.Selectors
-	52, // 7: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
+	55, // 7: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
 	2,  // 8: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
 	3,  // 9: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
 	5,  // 10: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
@@ -4501,74 +4810,78 @@ var file_edgeplane_proto_depIdxs = []int32{
 	35, // 36: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
 	35, // 37: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
 	36, // 38: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	53, // 39: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	54, // 40: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	56, // 39: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	57, // 40: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
 	37, // 41: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
 	40, // 42: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
-	55, // 43: edgeplane.v1.Stats.xdp_cpu:type_name -> edgeplane.v1.Stats.XdpCpuEntry
+	58, // 43: edgeplane.v1.Stats.xdp_cpu:type_name -> edgeplane.v1.Stats.XdpCpuEntry
 	35, // 44: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
 	42, // 45: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
 	44, // 46: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
 	47, // 47: edgeplane.v1.StrategyStatus.processes:type_name -> edgeplane.v1.StrategyProcess
 	46, // 48: edgeplane.v1.ListStrategyStatusResponse.strategies:type_name -> edgeplane.v1.StrategyStatus
-	56, // 49: edgeplane.v1.GatewayStatus.labels:type_name -> edgeplane.v1.GatewayStatus.LabelsEntry
-	49, // 50: edgeplane.v1.ListGatewaysResponse.gateways:type_name -> edgeplane.v1.GatewayStatus
-	35, // 51: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	35, // 52: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	39, // 53: edgeplane.v1.Stats.XdpCpuEntry.value:type_name -> edgeplane.v1.CpuPackets
-	20, // 54: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	22, // 55: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	24, // 56: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	22, // 57: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	23, // 58: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 59: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	23, // 60: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 61: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	23, // 62: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 63: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	23, // 64: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 65: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	23, // 66: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 67: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
-	23, // 68: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 69: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
-	24, // 70: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
-	22, // 71: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
-	23, // 72: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
-	34, // 73: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	41, // 74: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	22, // 75: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
-	22, // 76: edgeplane.v1.Gateway.ListStrategyStatus:input_type -> edgeplane.v1.ListRequest
-	22, // 77: edgeplane.v1.Gateway.ListGateways:input_type -> edgeplane.v1.ListRequest
-	21, // 78: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	25, // 79: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	2,  // 80: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	26, // 81: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	3,  // 82: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	27, // 83: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	5,  // 84: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	28, // 85: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	12, // 86: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	29, // 87: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	6,  // 88: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	30, // 89: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	9,  // 90: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	31, // 91: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
-	13, // 92: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
-	32, // 93: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
-	14, // 94: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
-	33, // 95: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
-	15, // 96: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
-	38, // 97: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	43, // 98: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	45, // 99: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
-	48, // 100: edgeplane.v1.Gateway.ListStrategyStatus:output_type -> edgeplane.v1.ListStrategyStatusResponse
-	50, // 101: edgeplane.v1.Gateway.ListGateways:output_type -> edgeplane.v1.ListGatewaysResponse
-	78, // [78:102] is the sub-list for method output_type
-	54, // [54:78] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	50, // 49: edgeplane.v1.Session.pdrs:type_name -> edgeplane.v1.SessionPdr
+	49, // 50: edgeplane.v1.ListSessionsResponse.sessions:type_name -> edgeplane.v1.Session
+	59, // 51: edgeplane.v1.GatewayStatus.labels:type_name -> edgeplane.v1.GatewayStatus.LabelsEntry
+	52, // 52: edgeplane.v1.ListGatewaysResponse.gateways:type_name -> edgeplane.v1.GatewayStatus
+	35, // 53: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	35, // 54: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	39, // 55: edgeplane.v1.Stats.XdpCpuEntry.value:type_name -> edgeplane.v1.CpuPackets
+	20, // 56: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	22, // 57: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	24, // 58: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	22, // 59: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	23, // 60: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 61: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	23, // 62: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 63: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	23, // 64: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 65: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	23, // 66: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 67: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	23, // 68: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 69: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
+	23, // 70: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 71: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
+	24, // 72: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
+	22, // 73: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
+	23, // 74: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
+	34, // 75: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	41, // 76: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	22, // 77: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
+	22, // 78: edgeplane.v1.Gateway.ListStrategyStatus:input_type -> edgeplane.v1.ListRequest
+	22, // 79: edgeplane.v1.Gateway.ListSessions:input_type -> edgeplane.v1.ListRequest
+	22, // 80: edgeplane.v1.Gateway.ListGateways:input_type -> edgeplane.v1.ListRequest
+	21, // 81: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	25, // 82: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	2,  // 83: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	26, // 84: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	3,  // 85: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	27, // 86: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	5,  // 87: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	28, // 88: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	12, // 89: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	29, // 90: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	6,  // 91: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	30, // 92: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	9,  // 93: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	31, // 94: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
+	13, // 95: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
+	32, // 96: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
+	14, // 97: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
+	33, // 98: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
+	15, // 99: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
+	38, // 100: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	43, // 101: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	45, // 102: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
+	48, // 103: edgeplane.v1.Gateway.ListStrategyStatus:output_type -> edgeplane.v1.ListStrategyStatusResponse
+	51, // 104: edgeplane.v1.Gateway.ListSessions:output_type -> edgeplane.v1.ListSessionsResponse
+	53, // 105: edgeplane.v1.Gateway.ListGateways:output_type -> edgeplane.v1.ListGatewaysResponse
+	81, // [81:106] is the sub-list for method output_type
+	56, // [56:81] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -4603,7 +4916,7 @@ func file_edgeplane_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   56,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,7 @@ const (
 	Gateway_ListFlows_FullMethodName          = "/edgeplane.v1.Gateway/ListFlows"
 	Gateway_ListPathStatus_FullMethodName     = "/edgeplane.v1.Gateway/ListPathStatus"
 	Gateway_ListStrategyStatus_FullMethodName = "/edgeplane.v1.Gateway/ListStrategyStatus"
+	Gateway_ListSessions_FullMethodName       = "/edgeplane.v1.Gateway/ListSessions"
 	Gateway_ListGateways_FullMethodName       = "/edgeplane.v1.Gateway/ListGateways"
 )
 
@@ -99,6 +100,11 @@ type GatewayClient interface {
 	// it found, what it applied to them, the CPUs they ran on, and why it
 	// could not apply what it says.
 	ListStrategyStatus(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListStrategyStatusResponse, error)
+	// ListSessions lists the PFCP sessions the user plane carries (an
+	// agent serving N4 and N3): each with its SMF's F-SEID and its PDRs
+	// as the dataplane holds them, with their counters. FAILED_PRECONDITION
+	// where no user plane runs.
+	ListSessions(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 	// ListGateways lists the gateways of a fleet as a controller sees them
 	// (the target's selector, when given, picks by labels): their labels,
 	// heartbeat, the etcd revision each has committed, drift, dataplane and
@@ -345,6 +351,16 @@ func (c *gatewayClient) ListStrategyStatus(ctx context.Context, in *ListRequest,
 	return out, nil
 }
 
+func (c *gatewayClient) ListSessions(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSessionsResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *gatewayClient) ListGateways(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListGatewaysResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListGatewaysResponse)
@@ -399,6 +415,11 @@ type GatewayServer interface {
 	// it found, what it applied to them, the CPUs they ran on, and why it
 	// could not apply what it says.
 	ListStrategyStatus(context.Context, *ListRequest) (*ListStrategyStatusResponse, error)
+	// ListSessions lists the PFCP sessions the user plane carries (an
+	// agent serving N4 and N3): each with its SMF's F-SEID and its PDRs
+	// as the dataplane holds them, with their counters. FAILED_PRECONDITION
+	// where no user plane runs.
+	ListSessions(context.Context, *ListRequest) (*ListSessionsResponse, error)
 	// ListGateways lists the gateways of a fleet as a controller sees them
 	// (the target's selector, when given, picks by labels): their labels,
 	// heartbeat, the etcd revision each has committed, drift, dataplane and
@@ -483,6 +504,9 @@ func (UnimplementedGatewayServer) ListPathStatus(context.Context, *ListRequest) 
 }
 func (UnimplementedGatewayServer) ListStrategyStatus(context.Context, *ListRequest) (*ListStrategyStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListStrategyStatus not implemented")
+}
+func (UnimplementedGatewayServer) ListSessions(context.Context, *ListRequest) (*ListSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
 }
 func (UnimplementedGatewayServer) ListGateways(context.Context, *ListRequest) (*ListGatewaysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGateways not implemented")
@@ -922,6 +946,24 @@ func _Gateway_ListStrategyStatus_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListSessions(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Gateway_ListGateways_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListRequest)
 	if err := dec(in); err != nil {
@@ -1038,6 +1080,10 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListStrategyStatus",
 			Handler:    _Gateway_ListStrategyStatus_Handler,
+		},
+		{
+			MethodName: "ListSessions",
+			Handler:    _Gateway_ListSessions_Handler,
 		},
 		{
 			MethodName: "ListGateways",
