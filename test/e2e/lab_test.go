@@ -176,8 +176,15 @@ type capture struct {
 
 func startCapture(t *testing.T, ns, file string) *capture {
 	t.Helper()
+	return startCaptureOn(t, ns, lab.LinkA, "ip proto 47", file)
+}
+
+// startCaptureOn is tshark writing into file what interface itf of
+// namespace ns sees that capture filter filter takes.
+func startCaptureOn(t *testing.T, ns, itf, filter, file string) *capture {
+	t.Helper()
 	c := &capture{file: file, stderr: &bytes.Buffer{}}
-	c.cmd = exec.Command("ip", "netns", "exec", ns, "tshark", "-n", "-q", "-i", lab.LinkA, "-f", "ip proto 47", "-w", file)
+	c.cmd = exec.Command("ip", "netns", "exec", ns, "tshark", "-n", "-q", "-i", itf, "-f", filter, "-w", file)
 	c.cmd.Stderr = c.stderr
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -194,13 +201,9 @@ func startCapture(t *testing.T, ns, file string) *capture {
 	return c
 }
 
-// stop ends the capture and decodes it: one row per GRE frame, with
-// fields as tshark -T fields prints them (occurrences comma-separated:
-// "outer,inner"), checksums validated.
-func (c *capture) stop(t *testing.T) []map[string]string {
-	t.Helper()
-	// tshark flushes its file on SIGINT; give it a moment for the last
-	// frames first.
+// end ends the capture: tshark flushes its file on SIGINT, given a
+// moment for the last frames first.
+func (c *capture) end() {
 	time.Sleep(300 * time.Millisecond)
 	_ = c.cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
@@ -211,6 +214,14 @@ func (c *capture) stop(t *testing.T) []map[string]string {
 		_ = c.cmd.Process.Kill()
 		<-done
 	}
+}
+
+// stop ends the capture and decodes it: one row per GRE frame, with
+// fields as tshark -T fields prints them (occurrences comma-separated:
+// "outer,inner"), checksums validated.
+func (c *capture) stop(t *testing.T) []map[string]string {
+	t.Helper()
+	c.end()
 	fields := []string{"ip.src", "ip.dst", "ip.ttl", "ip.checksum.status", "gre.key", "gre.proto",
 		"ipv6.src", "ipv6.dst", "ipv6.hlim", "ip.proto", "ipv6.nxt", "udp.dstport", "udp.payload", "udp.checksum.status",
 		"icmp.type", "icmp.checksum.status", "data.data"}

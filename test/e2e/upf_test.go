@@ -185,33 +185,45 @@ func (b *gnb) stop() {
 	b.wg.Wait()
 }
 
-// upfSession establishes the UE's session from pfcpsim as its own
-// server does (uplink TEID given by the SMF, downlink FAR dropping
-// until the gNB's TEID is known), then forwards the downlink to the
-// gNB with a modification. It returns the session.
-func upfSession(t *testing.T, c *pfcpsim.PFCPClient, ulTEID, dlTEID uint32) *pfcpsim.PFCPSession {
-	t.Helper()
-	pdrs := []*ieLib.IE{
+// sessionRules are the rules pfcpsim's own server gives a UE's session:
+// uplink by a TEID the SMF chose, downlink to the UE's address dropped
+// (a zero outer header) until the gNB's TEID is known, one QER with the
+// QFI.
+func sessionRules(ulTEID uint32, ue string) (pdrs, fars, qers []*ieLib.IE) {
+	pdrs = []*ieLib.IE{
 		session.NewPDRBuilder().WithID(1).WithMethod(session.Create).WithTEID(ulTEID).WithFARID(1).AddQERID(1).
 			WithN3Address(lab.GWWan).WithPrecedence(100).MarkAsUplink().BuildPDR(),
-		session.NewPDRBuilder().WithID(2).WithMethod(session.Create).WithPrecedence(100).WithUEAddress(ueIP).
+		session.NewPDRBuilder().WithID(2).WithMethod(session.Create).WithPrecedence(100).WithUEAddress(ue).
 			WithFARID(2).AddQERID(1).MarkAsDownlink().BuildPDR(),
 	}
-	fars := []*ieLib.IE{
+	fars = []*ieLib.IE{
 		session.NewFARBuilder().WithID(1).WithAction(session.ActionForward).WithDstInterface(ieLib.DstInterfaceCore).
 			WithMethod(session.Create).BuildFAR(),
 		session.NewFARBuilder().WithID(2).WithAction(session.ActionDrop).WithMethod(session.Create).
 			WithDstInterface(ieLib.DstInterfaceAccess).WithZeroBasedOuterHeaderCreation().BuildFAR(),
 	}
-	qers := []*ieLib.IE{session.NewQERBuilder().WithID(1).WithMethod(session.Create).WithQFI(ueQFI).
+	qers = []*ieLib.IE{session.NewQERBuilder().WithID(1).WithMethod(session.Create).WithQFI(ueQFI).
 		WithUplinkMBR(500000).WithDownlinkMBR(500000).WithGateStatus(ieLib.GateStatusOpen).Build()}
+	return pdrs, fars, qers
+}
+
+// forwardDown is the modification that forwards a session's downlink
+// to the gNB on host B, to its TEID dlTEID.
+func forwardDown(dlTEID uint32) []*ieLib.IE {
+	return []*ieLib.IE{session.NewFARBuilder().WithID(2).WithMethod(session.Update).WithAction(session.ActionForward).
+		WithDstInterface(ieLib.DstInterfaceAccess).WithTEID(dlTEID).WithDownlinkIP(lab.AddrB).BuildFAR()}
+}
+
+// upfSession establishes the UE's session from pfcpsim (sessionRules),
+// then forwards the downlink to the gNB with a modification.
+func upfSession(t *testing.T, c *pfcpsim.PFCPClient, ulTEID, dlTEID uint32) *pfcpsim.PFCPSession {
+	t.Helper()
+	pdrs, fars, qers := sessionRules(ulTEID, ueIP)
 	s, err := c.EstablishSession(pdrs, fars, qers, nil)
 	if err != nil {
 		t.Fatalf("pfcpsim's session: %v", err)
 	}
-	dl := session.NewFARBuilder().WithID(2).WithMethod(session.Update).WithAction(session.ActionForward).
-		WithDstInterface(ieLib.DstInterfaceAccess).WithTEID(dlTEID).WithDownlinkIP(lab.AddrB).BuildFAR()
-	if err := c.ModifySession(s, nil, []*ieLib.IE{dl}, nil, nil); err != nil {
+	if err := c.ModifySession(s, nil, forwardDown(dlTEID), nil, nil); err != nil {
 		t.Fatalf("pfcpsim's modification: %v", err)
 	}
 	return s
