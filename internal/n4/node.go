@@ -38,6 +38,7 @@ import (
 
 	"github.com/wmnsk/go-pfcp/ie"
 	"github.com/wmnsk/go-pfcp/message"
+	"golang.org/x/sys/unix"
 )
 
 // Port is PFCP's UDP port.
@@ -177,6 +178,7 @@ func (n *Node) Serve(ctx context.Context) error {
 	defer cancel()
 	go n.heartbeats(hctx)
 	buf := make([]byte, 65536)
+	var answers []answer
 	for {
 		l, from, err := n.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
@@ -185,12 +187,77 @@ func (n *Node) Serve(ctx context.Context) error {
 			}
 			return fmt.Errorf("n4: read: %w", err)
 		}
-		if out := n.Handle(buf[:l], from); out != nil {
-			if _, err := n.conn.WriteToUDPAddrPort(out, from); err != nil {
+		// What else has arrived is handled with it, and the user
+		// plane's journal synced once for all of them before any answer
+		// leaves: requests in flight at once share a sync.
+		answers = answers[:0]
+		for i := 0; ; i++ {
+			if out := n.Handle(buf[:l], from); out != nil {
+				answers = append(answers, answer{out, from})
+			}
+			if i == batchMax-1 {
+				break
+			}
+			if l, from, err = n.readNow(buf); err != nil {
+				break
+			}
+		}
+		if s, ok := n.opt.UserPlane.(Syncer); ok && len(answers) > 0 {
+			if err := s.Sync(); err != nil {
+				// Not durable: no answer says it is.
+				n.opt.Log.Error("n4: the sessions' journal did not sync: answers withheld", "err", err, "answers", len(answers))
+				n.count("sync_failed")
+				continue
+			}
+		}
+		for _, a := range answers {
+			if _, err := n.conn.WriteToUDPAddrPort(a.b, a.to); err != nil {
 				n.count("send_failed")
 			}
 		}
 	}
+}
+
+// batchMax bounds the datagrams Serve handles before it answers.
+const batchMax = 64
+
+// answer is an answer waiting for the sync of its batch.
+type answer struct {
+	b  []byte
+	to netip.AddrPort
+}
+
+// Syncer is what a UserPlane that journals adds: Sync makes every
+// change Put and Delete made durable. A node serving one syncs once per
+// batch of requests, before their answers leave; Put and Delete need
+// not sync themselves.
+type Syncer interface{ Sync() error }
+
+// readNow reads a datagram already queued, or returns an error at once.
+func (n *Node) readNow(buf []byte) (int, netip.AddrPort, error) {
+	rc, err := n.conn.SyscallConn()
+	if err != nil {
+		return 0, netip.AddrPort{}, err
+	}
+	var l int
+	var sa unix.Sockaddr
+	var rerr error
+	if err := rc.Read(func(fd uintptr) bool {
+		l, sa, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+		return true
+	}); err != nil {
+		return 0, netip.AddrPort{}, err
+	}
+	if rerr != nil {
+		return 0, netip.AddrPort{}, rerr
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return l, netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port)), nil
+	case *unix.SockaddrInet6:
+		return l, netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port)), nil
+	}
+	return 0, netip.AddrPort{}, errors.New("n4: a datagram from no IP address")
 }
 
 // Peers returns the node's associations, by node ID.

@@ -37,7 +37,8 @@ type Plane struct {
 	f     *os.File
 	kept  map[uint64]*kept // by UP SEID
 	buf   []byte
-	lines int // in the journal, for the next rewrite
+	lines int  // in the journal, for the next rewrite
+	dirty bool // written since the last sync
 }
 
 // kept is a session as the journal holds it: its slot and the counter
@@ -127,6 +128,7 @@ func (p *Plane) rewrite() error {
 			return err
 		}
 	}
+	// Durable, and what it holds: every change written so far.
 	if err := atomicfile.Replace(p.path, out, 0o600, true); err != nil {
 		return fmt.Errorf("session journal: %w", err)
 	}
@@ -137,7 +139,7 @@ func (p *Plane) rewrite() error {
 	if err != nil {
 		return err
 	}
-	p.f, p.lines = f, len(p.kept)
+	p.f, p.lines, p.dirty = f, len(p.kept), false
 	return nil
 }
 
@@ -151,9 +153,10 @@ func appendLine(dst []byte, r record) ([]byte, error) {
 	return append(dst, '\n'), nil
 }
 
-// write appends r to the journal and syncs it; when the journal has
-// grown to more than twice the lines its sessions need, it is
-// rewritten. Called with p.mu held.
+// write appends r to the journal, synced by Sync (the N4 node calls it
+// once for a batch of requests, before their answers leave); when the
+// journal has grown to more than twice the lines its sessions need, it
+// is rewritten. Called with p.mu held.
 func (p *Plane) write(r record) error {
 	var err error
 	if p.buf, err = appendLine(p.buf[:0], r); err != nil {
@@ -162,13 +165,25 @@ func (p *Plane) write(r record) error {
 	if _, err := p.f.Write(p.buf); err != nil {
 		return fmt.Errorf("session journal: %w", err)
 	}
-	if err := p.f.Sync(); err != nil {
-		return fmt.Errorf("session journal: %w", err)
-	}
+	p.dirty = true
 	p.lines++
 	if p.lines > 2*len(p.kept)+1024 {
 		return p.rewrite()
 	}
+	return nil
+}
+
+// Sync makes what Put and Delete wrote durable (n4.Syncer).
+func (p *Plane) Sync() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.dirty || p.f == nil {
+		return nil
+	}
+	if err := p.f.Sync(); err != nil {
+		return fmt.Errorf("session journal: %w", err)
+	}
+	p.dirty = false
 	return nil
 }
 
@@ -207,12 +222,19 @@ func (p *Plane) Put(s *n4.Session) error {
 	if err := p.dp.Put(k.Slot, rec, keys); err != nil {
 		return err
 	}
+	// Kept before the line is written: a rewrite the write makes holds
+	// it.
+	p.kept[s.UPSEID] = k
 	if err := p.write(record{Put: k}); err != nil {
 		// Not kept: the dataplane goes back to what the journal says.
+		if old != nil {
+			p.kept[s.UPSEID] = old
+		} else {
+			delete(p.kept, s.UPSEID)
+		}
 		p.undo(old, k.Slot)
 		return err
 	}
-	p.kept[s.UPSEID] = k
 	return nil
 }
 
@@ -235,10 +257,11 @@ func (p *Plane) Delete(s *n4.Session) error {
 	if k == nil {
 		return nil
 	}
+	delete(p.kept, s.UPSEID)
 	if err := p.write(record{Del: s.UPSEID}); err != nil {
+		p.kept[s.UPSEID] = k
 		return err
 	}
-	delete(p.kept, s.UPSEID)
 	return p.dp.Delete(k.Slot)
 }
 
@@ -272,7 +295,10 @@ func (p *Plane) Close() error {
 	return p.f.Close()
 }
 
-var _ n4.UserPlane = (*Plane)(nil)
+var (
+	_ n4.UserPlane = (*Plane)(nil)
+	_ n4.Syncer    = (*Plane)(nil)
+)
 
 // Status returns each session with its PDRs as the dataplane holds them
 // and their counters, by UP SEID.

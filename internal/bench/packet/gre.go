@@ -91,24 +91,34 @@ func (b *bencher) measureGRE(r *Result) error {
 		if err := b.check(b.progs.BenchResize, c.frame, c.frame); err != nil {
 			return fmt.Errorf("%s, the wrapper does not restore the frame: %w", c.name, err)
 		}
-		raw, err := b.median(b.progs.BenchResize, c.frame, bpf.XDPRedirect)
+		raw, undo, err := b.resized(c.name, c.frame, c.pair)
 		if err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
+			return err
 		}
-		w0, err := b.median(b.progs.BenchWrapResize, c.frame, bpf.XDPPass)
-		if err != nil {
-			return fmt.Errorf("%s wrapper: %w", c.name, err)
-		}
-		w2, err := b.median(c.pair, c.frame, bpf.XDPPass)
-		if err != nil {
-			return fmt.Errorf("%s wrapper with adjust_head pair: %w", c.name, err)
-		}
-		undo := (w0 + w2) / 2
-		b.o.Log("%s: %.1f ns raw, undo %.1f ns (wrapper %.1f, with adjust_head pair %.1f)", c.name, raw, undo, w0, w2)
 		r.add(Figure{Name: c.name, RawNs: raw, NsPerPacket: r.FloorNs + raw - undo, UndoNs: undo,
 			Rules: len(cfg.PDRs), Groups: len(gen.Groups), Method: methodResize + c.method, Verdict: "redirect"})
 	}
 	return nil
+}
+
+// resized times the pipeline on frame through the resize wrapper (raw)
+// and the wrapper's undo alone: the mean of the wrapper without and with
+// pair, its adjust_head pair.
+func (b *bencher) resized(name string, frame []byte, pair *ebpf.Program) (raw, undo float64, err error) {
+	if raw, err = b.median(b.progs.BenchResize, frame, bpf.XDPRedirect); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", name, err)
+	}
+	w0, err := b.median(b.progs.BenchWrapResize, frame, bpf.XDPPass)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s wrapper: %w", name, err)
+	}
+	w2, err := b.median(pair, frame, bpf.XDPPass)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s wrapper with adjust_head pair: %w", name, err)
+	}
+	undo = (w0 + w2) / 2
+	b.o.Log("%s: %.1f ns raw, undo %.1f ns (wrapper %.1f, with adjust_head pair %.1f)", name, raw, undo, w0, w2)
+	return raw, undo, nil
 }
 
 // redundantOut checks what XDP makes of a redundant group's packet

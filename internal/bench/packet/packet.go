@@ -148,6 +148,7 @@ func (b *bencher) steps() []step {
 		step{"", b.measureClassify},
 		step{"", b.measureMalformed},
 		step{"GRE encap and decap", b.measureGRE},
+		step{"GTP-U decap and encap: 1, 10,000 and 100,000 sessions", b.measureGTPU},
 		step{"path probes: a MAC, and a peer's request answered with and without one", b.measureProbes},
 		step{"the keyed hash that places a new flow", b.measureFlowHash},
 		step{"FlowOpt: each module on an encapsulated flow", b.measureFlowOpt},
@@ -180,7 +181,7 @@ func open(o Options) (b *bencher, err error) {
 	if b.ns, err = topo.NewPacketNS(fmt.Sprintf("epbench%d", os.Getpid())); err != nil {
 		return nil, err
 	}
-	b.limits = bpf.Limits{Flows: 65536, Rules: 65536 + 1024}
+	b.limits = bpf.Limits{Flows: 65536, Rules: 65536 + 1024, Sessions: 131072}
 	if b.dp, err = loader.Open(b.limits, ""); err != nil {
 		return nil, err
 	}

@@ -197,7 +197,8 @@ int bench_wrap_miss(struct xdp_md *ctx)
  * GRE headers, decap shrinks it by as much) leave data moved and bytes
  * rewritten. The resize wrappers save the first BENCH_SAVE bytes (every
  * byte either path writes in a frame of the shape benchmarked: Ethernet,
- * IPv4 and GRE with key, then the inner IPv4 header up to its checksum),
+ * IPv4 and GRE with key, then the inner IPv4 header up to its checksum;
+ * BENCH_SAVE_MORE for GTP-U's longer outer headers),
  * run the pipeline, move data back by however much the frame's length
  * changed, and write the saved bytes back, so every run starts from the
  * same frame. The wrappers alone time that undo: it makes one
@@ -208,10 +209,16 @@ int bench_wrap_miss(struct xdp_md *ctx)
  * two pointer updates; no metadata here), so the undo is the mean of the
  * two. */
 #define BENCH_SAVE 56
+/* GTP-U's decap also rewrites the inner TTL and checksum of a frame
+ * 44 bytes of outer headers long: the next 16 bytes are saved too when
+ * the frame has them. */
+#define BENCH_SAVE_MORE 16
 #define BENCH_GRE_OUTER (20 + 8) /* outer IPv4 + GRE with key */
 
 struct frame_save {
-	__u64 w[BENCH_SAVE / 8];
+	__u64 w[(BENCH_SAVE + BENCH_SAVE_MORE) / 8];
+	__u32 more; /* the frame had the BENCH_SAVE_MORE bytes */
+	__u32 pad;
 };
 
 /* The saved bytes live in a per-CPU slot, not on the stack: the pipeline
@@ -244,6 +251,11 @@ static __always_inline int save_front(struct xdp_md *ctx, struct frame_save *s)
 #pragma unroll
 	for (i = 0; i < BENCH_SAVE / 8; i++)
 		s->w[i] = w[i];
+	s->more = (void *)(w + (BENCH_SAVE + BENCH_SAVE_MORE) / 8) <= data_end;
+	if (s->more) {
+		s->w[BENCH_SAVE / 8] = w[BENCH_SAVE / 8];
+		s->w[BENCH_SAVE / 8 + 1] = w[BENCH_SAVE / 8 + 1];
+	}
 	return 0;
 }
 
@@ -260,6 +272,12 @@ static __always_inline int restore_front(struct xdp_md *ctx,
 #pragma unroll
 	for (i = 0; i < BENCH_SAVE / 8; i++)
 		w[i] = s->w[i];
+	if (s->more) {
+		if ((void *)(w + (BENCH_SAVE + BENCH_SAVE_MORE) / 8) > data_end)
+			return -1;
+		w[BENCH_SAVE / 8] = s->w[BENCH_SAVE / 8];
+		w[BENCH_SAVE / 8 + 1] = s->w[BENCH_SAVE / 8 + 1];
+	}
 	return 0;
 }
 
