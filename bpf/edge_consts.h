@@ -243,4 +243,7 @@
 #define EDGE_SESS_PDRS 8
 #endif
 
+/* Bits of edge_ue_bits (a power of two). */
+#define EDGE_UE_BITS (1 << 20)
+
 #endif

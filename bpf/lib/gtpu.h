@@ -160,6 +160,22 @@ static __always_inline int gtpu_echo(struct xdp_md *ctx,
 	return punt(p, EDGE_R_GTPU_ECHO, XDP_TX);
 }
 
+/* ue_bit is the bit of edge_ue_bits for IPv4 address a (the agent
+ * computes the same: commit.UEBit). */
+static __always_inline __u32 ue_bit(__be32 a)
+{
+	return (__u32)(((__u64)a * 0x9e3779b97f4a7c15ull) >> 44) & (EDGE_UE_BITS - 1);
+}
+
+/* ue_maybe tells whether a UE may have address a: its bit is set. */
+static __always_inline int ue_maybe(__be32 a)
+{
+	__u32 b = ue_bit(a), w = b >> 6;
+	__u64 *v = bpf_map_lookup_elem(&edge_ue_bits, &w);
+
+	return v && (*v >> (b & 63) & 1);
+}
+
 /* sess_get returns the live record of the session in slot (NULL:
  * none). */
 static __always_inline const struct edge_sess *sess_get(__u32 slot)

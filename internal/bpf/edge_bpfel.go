@@ -470,6 +470,7 @@ const (
 	edgeMapEdgeTeid        = "edge_teid"
 	edgeMapEdgeTx          = "edge_tx"
 	edgeMapEdgeUe4         = "edge_ue4"
+	edgeMapEdgeUeBits      = "edge_ue_bits"
 	edgeMapEdgeVerdicts    = "edge_verdicts"
 	edgeProgEdgeXdp        = "edge_xdp"
 	edgeProgEdgeXdpCpu     = "edge_xdp_cpu"
@@ -592,6 +593,7 @@ type edgeMapSpecs struct {
 	EdgeTeid        *ebpf.MapSpec `ebpf:"edge_teid"`
 	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeUe4         *ebpf.MapSpec `ebpf:"edge_ue4"`
+	EdgeUeBits      *ebpf.MapSpec `ebpf:"edge_ue_bits"`
 	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
 
@@ -684,6 +686,7 @@ type edgeMaps struct {
 	EdgeTeid        *ebpf.Map `ebpf:"edge_teid"`
 	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
 	EdgeUe4         *ebpf.Map `ebpf:"edge_ue4"`
+	EdgeUeBits      *ebpf.Map `ebpf:"edge_ue_bits"`
 	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
 }
 
@@ -745,6 +748,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeTeid,
 		m.EdgeTx,
 		m.EdgeUe4,
+		m.EdgeUeBits,
 		m.EdgeVerdicts,
 	)
 }

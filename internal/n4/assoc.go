@@ -154,7 +154,7 @@ func (n *Node) establish(m *message.SessionEstablishmentRequest, from netip.Addr
 		// Rules all well formed, and no user plane to carry them.
 		return n.refuse(t, seq, ie.CauseServiceNotSupported, 0, seid)
 	}
-	s.CPNode = cp
+	s.CPNode, s.Since = cp, time.Now()
 	n.mu.Lock()
 	for s.UPSEID == 0 || n.sessions[s.UPSEID] != nil {
 		// Unguessable: a forged modification must name it.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/wmnsk/go-pfcp/ie"
 	"github.com/wmnsk/go-pfcp/message"
@@ -21,10 +22,12 @@ type Session struct {
 	CPSEID uint64
 	CPAddr netip.Addr
 	CPNode string
-	PDRs   map[uint16]*PDR
-	FARs   map[uint32]*FAR
-	QERs   map[uint32]*QER
-	URRs   map[uint32]*URR
+	// Since is when it was established (usage reports' start time).
+	Since time.Time
+	PDRs  map[uint16]*PDR
+	FARs  map[uint32]*FAR
+	QERs  map[uint32]*QER
+	URRs  map[uint32]*URR
 	// BAR is the session's buffering action rule (nil: none).
 	BAR *BAR
 }

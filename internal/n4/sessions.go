@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
+	"time"
 
 	"github.com/wmnsk/go-pfcp/ie"
 	"github.com/wmnsk/go-pfcp/message"
@@ -22,6 +24,46 @@ import (
 type UserPlane interface {
 	Put(s *Session) error
 	Delete(s *Session) error
+}
+
+// Usage is what a PDR counted.
+type Usage struct{ Packets, Bytes uint64 }
+
+// Meter is what a UserPlane that counts adds: what each PDR of s
+// counted, by PDR ID. A deletion's answer reports each URR's usage
+// from it.
+type Meter interface {
+	Usage(s *Session) (map[uint16]Usage, error)
+}
+
+// usageReports are the Usage Report IEs of a deletion's answer: for
+// each URR of s, the volume (total, uplink, downlink: bytes and
+// packets) of the PDRs naming it, the time since the session began,
+// trigger TERMR (termination report).
+func usageReports(s *Session, u map[uint16]Usage, now time.Time) []*ie.IE {
+	var out []*ie.IE
+	ids := slices.Sorted(maps.Keys(s.URRs))
+	for n, id := range ids {
+		var ul, dl Usage
+		for _, p := range s.PDRs {
+			if !slices.Contains(p.URRs, id) {
+				continue
+			}
+			c := u[p.ID]
+			if p.Source == ie.SrcInterfaceAccess {
+				ul.Packets, ul.Bytes = ul.Packets+c.Packets, ul.Bytes+c.Bytes
+			} else {
+				dl.Packets, dl.Bytes = dl.Packets+c.Packets, dl.Bytes+c.Bytes
+			}
+		}
+		ies := []*ie.IE{ie.NewURRID(id), ie.NewURSEQN(uint32(n)), ie.NewUsageReportTrigger(0, 0x08, 0),
+			ie.NewVolumeMeasurement(0x3f, ul.Bytes+dl.Bytes, ul.Bytes, dl.Bytes, ul.Packets+dl.Packets, ul.Packets, dl.Packets)}
+		if !s.Since.IsZero() {
+			ies = append(ies, ie.NewStartTime(s.Since), ie.NewEndTime(now), ie.NewDurationMeasurement(now.Sub(s.Since)))
+		}
+		out = append(out, ie.NewUsageReportWithinSessionDeletionResponse(ies...))
+	}
+	return out
 }
 
 // ErrNoResources is what a UserPlane returns when it holds as many
@@ -449,6 +491,15 @@ func (n *Node) remove(m *message.SessionDeletionRequest, from netip.AddrPort) []
 	if s == nil {
 		return n.refuse(t, seq, ie.CauseSessionContextNotFound, 0, 0)
 	}
+	// What its URRs measured, read before its counters go.
+	var reports []*ie.IE
+	if m, ok := n.opt.UserPlane.(Meter); ok && len(s.URRs) > 0 {
+		u, err := m.Usage(s)
+		if err != nil {
+			n.opt.Log.Warn("n4: a deleted session's usage not read", "seid", seid, "err", err)
+		}
+		reports = usageReports(s, u, time.Now())
+	}
 	if err := n.opt.UserPlane.Delete(s); err != nil {
 		n.opt.Log.Warn("n4: session not deleted", "seid", seid, "err", err)
 		return n.refuse(t, seq, ie.CauseSystemFailure, 0, s.CPSEID)
@@ -457,7 +508,8 @@ func (n *Node) remove(m *message.SessionDeletionRequest, from netip.AddrPort) []
 	n.forget(seid)
 	n.mu.Unlock()
 	n.count("session_deleted")
-	return marshal(message.NewSessionDeletionResponse(0, 0, s.CPSEID, seq, 0, ie.NewCause(ie.CauseRequestAccepted)))
+	ies := append([]*ie.IE{ie.NewCause(ie.CauseRequestAccepted)}, reports...)
+	return marshal(message.NewSessionDeletionResponse(0, 0, s.CPSEID, seq, 0, ies...))
 }
 
 // refuseRule answers request t with refusal r (its Failed Rule ID when

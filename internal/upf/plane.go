@@ -285,6 +285,16 @@ func (p *Plane) Counters(seid uint64) (map[uint16]bpf.Ctr, bool, error) {
 	return out, true, nil
 }
 
+// Usage returns what each PDR of session s counted (n4.Meter).
+func (p *Plane) Usage(s *n4.Session) (map[uint16]n4.Usage, error) {
+	c, _, err := p.Counters(s.UPSEID)
+	out := make(map[uint16]n4.Usage, len(c))
+	for id, v := range c {
+		out[id] = n4.Usage{Packets: v.Packets, Bytes: v.Bytes}
+	}
+	return out, err
+}
+
 // Close closes the journal.
 func (p *Plane) Close() error {
 	p.mu.Lock()
@@ -298,6 +308,7 @@ func (p *Plane) Close() error {
 var (
 	_ n4.UserPlane = (*Plane)(nil)
 	_ n4.Syncer    = (*Plane)(nil)
+	_ n4.Meter     = (*Plane)(nil)
 )
 
 // Status returns each session with its PDRs as the dataplane holds them

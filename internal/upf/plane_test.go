@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/wmnsk/go-pfcp/ie"
 	"github.com/wmnsk/go-pfcp/message"
 
@@ -148,11 +149,12 @@ func (s *smf) establish() (uint64, uint32) {
 		ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
 			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x05, 0, nil, nil, 0),
 				ie.NewUEIPAddress(0x02, ueAddr, "", 0, 0), ie.NewSDFFilter("permit out ip from any to assigned", "", "", "", 0), ie.NewQFI(9)),
-			ie.NewOuterHeaderRemoval(0, 0), ie.NewFARID(1), ie.NewQERID(1)),
+			ie.NewOuterHeaderRemoval(0, 0), ie.NewFARID(1), ie.NewQERID(1), ie.NewURRID(1)),
 		ie.NewCreatePDR(ie.NewPDRID(2), ie.NewPrecedence(100),
 			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceCore), ie.NewUEIPAddress(0x06, ueAddr, "", 0, 0),
 				ie.NewSDFFilter("permit out 17 from 10.6.0.0/16 7777 to assigned 5000-5999", "", "", "", 0)),
-			ie.NewFARID(2), ie.NewQERID(1)),
+			ie.NewFARID(2), ie.NewQERID(1), ie.NewURRID(1)),
+		ie.NewCreateURR(ie.NewURRID(1), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x01, 0x00)),
 		ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(n4.ActForw),
 			ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))),
 		ie.NewCreateFAR(ie.NewFARID(2), ie.NewApplyAction(n4.ActBuff)),
@@ -290,10 +292,61 @@ func TestSessionsCarried(t *testing.T) {
 		t.Errorf("gate not closed: %+v", dlOf(rec))
 	}
 
-	// Deleted, and still deleted after a restart.
+	// What XDP counts for the uplink PDR (counter 0 or 1: the one
+	// whose entry has the TEID) on two CPUs, and for the downlink.
+	rec, _, _ = record(t, dp)
+	cntOf := func(ul bool) uint32 {
+		for _, e := range rec.Pdr[:rec.Npdr] {
+			if (e.Flags&bpf.SessUL != 0) == ul {
+				return uint32(e.Cnt)
+			}
+		}
+		t.Fatal("no such entry")
+		return 0
+	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ul             bool
+		packets, bytes uint64
+	}{{true, 3, 300}, {false, 5, 700}} {
+		per := make([]bpf.Ctr, ncpu)
+		per[0] = bpf.Ctr{Packets: c.packets - 1, Bytes: c.bytes - 100}
+		per[ncpu-1].Packets += 1
+		per[ncpu-1].Bytes += 100
+		if err := dp.EdgeSessStats.Put(slot*bpf.SessPDRs+cntOf(c.ul), per); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Deleted, and still deleted after a restart; the answer reports
+	// the URR's usage: uplink 300 bytes in 3 packets, downlink 700 in 5.
 	d := s.ask(message.NewSessionDeletionRequest(0, 0, seid, s.next(), 0))
-	if c := cause(t, d.(*message.SessionDeletionResponse).Cause); c != ie.CauseRequestAccepted {
+	dr := d.(*message.SessionDeletionResponse)
+	if c := cause(t, dr.Cause); c != ie.CauseRequestAccepted {
 		t.Fatalf("deletion: cause %d", c)
+	}
+	if len(dr.UsageReport) != 1 {
+		t.Fatalf("deletion answered with %d usage reports, want 1", len(dr.UsageReport))
+	}
+	var vol *ie.VolumeMeasurementFields
+	var urr uint32
+	var trig []byte
+	for _, x := range dr.UsageReport[0].ChildIEs {
+		switch x.Type {
+		case ie.URRID:
+			urr, _ = x.URRID()
+		case ie.VolumeMeasurement:
+			vol, _ = x.VolumeMeasurement()
+		case ie.UsageReportTrigger:
+			trig, _ = x.UsageReportTrigger()
+		}
+	}
+	if urr != 1 || vol == nil || vol.TotalVolume != 1000 || vol.UplinkVolume != 300 || vol.DownlinkVolume != 700 ||
+		vol.TotalNumberOfPackets != 8 || vol.UplinkNumberOfPackets != 3 || vol.DownlinkNumberOfPackets != 5 || len(trig) < 2 || trig[1]&0x08 == 0 {
+		t.Errorf("usage report: URR %d, volume %+v, trigger %+v", urr, vol, trig)
 	}
 	for round := range 2 {
 		if _, _, ok := record(t, dp); ok {

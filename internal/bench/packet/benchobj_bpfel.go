@@ -82,6 +82,7 @@ const (
 	benchobjMapEdgeTeid             = "edge_teid"
 	benchobjMapEdgeTx               = "edge_tx"
 	benchobjMapEdgeUe4              = "edge_ue4"
+	benchobjMapEdgeUeBits           = "edge_ue_bits"
 	benchobjMapEdgeVerdicts         = "edge_verdicts"
 	benchobjProgBenchFlowHash       = "bench_flow_hash"
 	benchobjProgBenchFlowInsert     = "bench_flow_insert"
@@ -252,6 +253,7 @@ type benchobjMapSpecs struct {
 	EdgeTeid         *ebpf.MapSpec `ebpf:"edge_teid"`
 	EdgeTx           *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeUe4          *ebpf.MapSpec `ebpf:"edge_ue4"`
+	EdgeUeBits       *ebpf.MapSpec `ebpf:"edge_ue_bits"`
 	EdgeVerdicts     *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
 
@@ -354,6 +356,7 @@ type benchobjMaps struct {
 	EdgeTeid         *ebpf.Map `ebpf:"edge_teid"`
 	EdgeTx           *ebpf.Map `ebpf:"edge_tx"`
 	EdgeUe4          *ebpf.Map `ebpf:"edge_ue4"`
+	EdgeUeBits       *ebpf.Map `ebpf:"edge_ue_bits"`
 	EdgeVerdicts     *ebpf.Map `ebpf:"edge_verdicts"`
 }
 
@@ -425,6 +428,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeTeid,
 		m.EdgeTx,
 		m.EdgeUe4,
+		m.EdgeUeBits,
 		m.EdgeVerdicts,
 	)
 }

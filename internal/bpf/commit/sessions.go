@@ -48,6 +48,38 @@ type Sessions struct {
 	// barriers counts completed barriers; a barrier started after
 	// count c completes as c+1.
 	barriers uint64
+	// ueBits counts the UEs of each bit of edge_ue_bits; words mirrors
+	// the map's words as written.
+	ueBits map[uint32]int
+	words  map[uint32]uint64
+}
+
+// UEBits mirrors EDGE_UE_BITS.
+const UEBits = 1 << 20
+
+// UEBit is the bit of edge_ue_bits for UE address a, as XDP's ue_bit
+// computes it.
+func UEBit(a netip.Addr) uint32 {
+	return uint32((uint64(bpf.Addr4(a))*0x9e3779b97f4a7c15)>>44) & (UEBits - 1)
+}
+
+// setBit sets or clears bit b of edge_ue_bits. Called with s.mu held.
+func (s *Sessions) setBit(b uint32, on bool) error {
+	w := b >> 6
+	v := s.words[w]
+	if on {
+		v |= 1 << (b & 63)
+	} else {
+		v &^= 1 << (b & 63)
+	}
+	if v == s.words[w] {
+		return nil
+	}
+	if err := s.o.EdgeUeBits.Put(w, v); err != nil {
+		return fmt.Errorf("UE bitmap: %w", err)
+	}
+	s.words[w] = v
+	return nil
 }
 
 // SessionKeys are what leads packets to a session: the TEIDs of its
@@ -67,7 +99,18 @@ var ErrSessionsFull = errors.New("the user plane holds as many sessions as limit
 // are removed.
 func (w *Writer) Sessions() (*Sessions, error) {
 	s := &Sessions{o: w.o, w: w, live: map[uint32]uint32{}, gen: map[uint32]uint64{}, keys: map[uint32]SessionKeys{},
-		freed: map[uint32]uint64{}, max: w.o.Limits.WithDefaults().Sessions}
+		freed: map[uint32]uint64{}, max: w.o.Limits.WithDefaults().Sessions, ueBits: map[uint32]int{}, words: map[uint32]uint64{}}
+	var k uint32
+	var v uint64
+	it := w.o.EdgeUeBits.Iterate()
+	for it.Next(&k, &v) {
+		if v != 0 {
+			s.words[k] = v
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read the UE bitmap: %w", err)
+	}
 	// Whatever the last run flipped is past a grace period after this.
 	if err := s.barrier(); err != nil {
 		return nil, err
@@ -143,6 +186,24 @@ func (s *Sessions) Settle() error {
 			}
 		}
 	}
+	// The bitmap as the kept UEs need it: bits of UEs gone with the
+	// last run cleared.
+	want := map[uint32]uint64{}
+	for b := range s.ueBits {
+		want[b>>6] |= 1 << (b & 63)
+	}
+	for w, v := range s.words {
+		if want[w] != v {
+			if err := s.o.EdgeUeBits.Put(w, want[w]); err != nil {
+				return fmt.Errorf("UE bitmap: %w", err)
+			}
+			if want[w] == 0 {
+				delete(s.words, w)
+			} else {
+				s.words[w] = want[w]
+			}
+		}
+	}
 	return s.setCount()
 }
 
@@ -214,6 +275,14 @@ func (s *Sessions) Put(slot uint32, rec *bpf.Sess, keys SessionKeys) error {
 		}
 	}
 	for _, a := range keys.UEs {
+		if !contains(old.UEs, a) {
+			b := UEBit(a)
+			if s.ueBits[b]++; s.ueBits[b] == 1 {
+				if err := s.setBit(b, true); err != nil {
+					return err
+				}
+			}
+		}
 		if err := s.o.EdgeUe4.Put(bpf.Addr4(a), slot); err != nil {
 			return fmt.Errorf("add UE %s: %w", a, err)
 		}
@@ -263,6 +332,11 @@ func (s *Sessions) drop(old, keep SessionKeys, slot uint32) {
 			var v uint32
 			if s.o.EdgeUe4.Lookup(bpf.Addr4(a), &v) == nil && v == slot {
 				_ = s.o.EdgeUe4.Delete(bpf.Addr4(a))
+			}
+			b := UEBit(a)
+			if s.ueBits[b]--; s.ueBits[b] <= 0 {
+				delete(s.ueBits, b)
+				_ = s.setBit(b, false)
 			}
 		}
 	}
