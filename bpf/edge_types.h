@@ -88,6 +88,7 @@ enum edge_reason {
 	EDGE_R_GTPU_FAR_DROP, /* a session's packet its FAR drops */
 	EDGE_R_GTPU_BUFFER,   /* a session's downlink packet its FAR buffers: to the agent */
 	EDGE_R_GTPU_INNER,    /* a G-PDU whose inner packet is not IPv4/IPv6 or malformed */
+	EDGE_R_GTPU_ERROR_IND,/* a G-PDU for no session, answered with an Error Indication (XDP_TX) */
 	EDGE_R_MAX,
 };
 

@@ -106,48 +106,92 @@ static __always_inline int gtpu_for_us(const struct edge_ctx *c,
 	       *(const __be32 *)p->key.dst == st->gtpu4;
 }
 
-/* gtpu_echo turns Echo Request frame (its IPv4 header, without options,
- * at l3, its UDP header at l4) into the Echo Response to it, in place,
- * and returns XDP_TX; any other verdict when it cannot. */
-static __always_inline int gtpu_echo(struct xdp_md *ctx,
-				     const struct edge_pkt *p, __u32 l3,
-				     __u32 l4, __be16 seq)
+/* An Error Indication as the gateway sends it (TS 29.281 7.3.1): the
+ * mandatory header (TEID 0), the sequence number, the Tunnel Endpoint
+ * Identifier Data I IE with the TEID no session has, and the GTP-U Peer
+ * Address IE with the user plane's address. */
+struct gtpu_err_ind {
+	struct gtpu_hdr h;
+	__be16 seq;
+	__u8 npdu;
+	__u8 next;
+	__u8 ie_teid;
+	__be32 teid;
+	__u8 ie_peer;
+	__be16 peer_len;
+	__be32 peer;
+} __attribute__((packed));
+
+#define GTPU_ERROR_IND 26
+#define GTPU_IE_TEID_DATA_I 16
+#define GTPU_IE_PEER_ADDR 133
+
+/* gtpu_answer turns the GTP-U frame in ctx (its IPv4 header, without
+ * options, at l3, its UDP header at l4) into an answer of glen octets
+ * of GTP-U back to its sender's port dport, from port 2152: the frame
+ * cut to size, MACs and addresses swapped, the IPv4 and UDP headers
+ * written. Returns the GTP-U octets to fill in (the caller checks its
+ * glen of them lie in the frame), NULL when it cannot (the frame may be
+ * cut short: drop it). Answers are a reflection vector
+ * (a forged source), so each takes from the error budget XDP's ICMP
+ * answers share (icmp_allowed): *reason says why not. */
+static __always_inline void *gtpu_answer(struct xdp_md *ctx,
+					 const struct edge_pkt *p, __u32 l3,
+					 __u32 l4, __u32 glen, __be16 dport,
+					 int *reason)
 {
 	void *data, *data_end;
 	struct ethhdr *eth;
 	struct iphdr *iph;
 	struct udphdr *uh;
-	struct gtpu_echo *e;
-	__be16 port;
 	int delta;
 
-	delta = (int)(l4 + sizeof(*uh) + sizeof(*e)) -
-		(int)((long)ctx->data_end - (long)ctx->data);
+	if (!icmp_allowed(p, reason))
+		return NULL;
+	*reason = EDGE_R_ADJUST;
+	delta = (int)(l4 + sizeof(*uh) + glen) - (int)((long)ctx->data_end - (long)ctx->data);
 	if (delta && bpf_xdp_adjust_tail(ctx, delta))
-		return punt(p, EDGE_R_ADJUST, XDP_DROP);
+		return NULL;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	eth = data;
 	iph = data + l3;
 	uh = data + l4;
-	e = data + l4 + sizeof(*uh);
 	if ((void *)(eth + 1) > data_end || (void *)(iph + 1) > data_end ||
-	    (void *)(e + 1) > data_end)
-		return punt(p, EDGE_R_BAD_GTPU, XDP_DROP);
+	    (void *)(uh + 1) > data_end)
+		return NULL;
 	/* Back where it came from: the addresses swap. */
 	reflect4(eth, iph);
 	iph->tos = 0;
-	iph->tot_len = bpf_htons(sizeof(*iph) + sizeof(*uh) + sizeof(*e));
+	iph->tot_len = bpf_htons(sizeof(*iph) + sizeof(*uh) + glen);
 	iph->id = 0;
 	iph->frag_off = IP4_DF;
 	iph->ttl = 64;
 	iph->check = 0;
 	iph->check = ip4_csum_of(iph);
-	port = uh->source;
 	uh->source = bpf_htons(GTPU_PORT);
-	uh->dest = port;
-	uh->len = bpf_htons(sizeof(*uh) + sizeof(*e));
+	uh->dest = dport;
+	uh->len = bpf_htons(sizeof(*uh) + glen);
 	uh->check = 0; /* none, as IPv4 allows */
+	return uh + 1;
+}
+
+/* gtpu_echo answers an Echo Request with its Echo Response (XDP_TX). */
+static __always_inline int gtpu_echo(struct xdp_md *ctx,
+				     const struct edge_pkt *p, __u32 l3,
+				     __u32 l4, __be16 seq)
+{
+	const struct udphdr *uh = (void *)(long)ctx->data + l4;
+	struct gtpu_echo *e;
+	int reason;
+
+	if ((void *)(uh + 1) > (void *)(long)ctx->data_end)
+		return punt(p, EDGE_R_BAD_GTPU, XDP_DROP);
+	e = gtpu_answer(ctx, p, l3, l4, sizeof(*e), uh->source, &reason);
+	if (!e)
+		return punt(p, reason, XDP_DROP);
+	if ((void *)(e + 1) > (void *)(long)ctx->data_end)
+		return punt(p, EDGE_R_ADJUST, XDP_DROP);
 	e->h.flags = GTPU_V1 | GTPU_PT | GTPU_S;
 	e->h.type = GTPU_ECHO_RESPONSE;
 	e->h.len = bpf_htons(sizeof(*e) - sizeof(e->h));
@@ -158,6 +202,40 @@ static __always_inline int gtpu_echo(struct xdp_md *ctx,
 	e->ie = GTPU_IE_RECOVERY;
 	e->restart = 0;
 	return punt(p, EDGE_R_GTPU_ECHO, XDP_TX);
+}
+
+/* gtpu_unknown answers a G-PDU to TEID teid, which no session has, with
+ * an Error Indication to the sender's port 2152 (XDP_TX), so the gNB
+ * tears the tunnel down; over the budget, dropped. */
+static __always_inline int gtpu_unknown(struct xdp_md *ctx,
+					const struct edge_pkt *p, __u32 l3,
+					__u32 l4, __be32 teid, __be32 self)
+{
+	struct gtpu_err_ind *e;
+	int reason;
+
+	e = gtpu_answer(ctx, p, l3, l4, sizeof(*e), bpf_htons(GTPU_PORT), &reason);
+	if (e && (void *)(e + 1) > (void *)(long)ctx->data_end) {
+		e = NULL;
+		reason = EDGE_R_ADJUST;
+	}
+	if (!e) {
+		count(&edge_reasons, reason, p->len);
+		return punt(p, EDGE_R_GTPU_NO_SESSION, XDP_DROP);
+	}
+	e->h.flags = GTPU_V1 | GTPU_PT | GTPU_S;
+	e->h.type = GTPU_ERROR_IND;
+	e->h.len = bpf_htons(sizeof(*e) - sizeof(e->h));
+	e->h.teid = 0;
+	e->seq = 0;
+	e->npdu = 0;
+	e->next = 0;
+	e->ie_teid = GTPU_IE_TEID_DATA_I;
+	e->teid = teid;
+	e->ie_peer = GTPU_IE_PEER_ADDR;
+	e->peer_len = bpf_htons(4);
+	e->peer = self;
+	return punt(p, EDGE_R_GTPU_ERROR_IND, XDP_TX);
 }
 
 /* ue_bit is the bit of edge_ue_bits for IPv4 address a (the agent
@@ -237,7 +315,13 @@ static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
 	void *l3;
 	int reason;
 
+	reason = XDP_DROP;
 	l3 = hop_check(ctx, p, family, &reason);
+	/* Opaque to clang: it would otherwise fold the test into what it
+	 * knows of hop_check's paths, and the verifier, which does not know
+	 * a packet pointer is never NULL, would follow a return of no
+	 * verdict. */
+	asm volatile("" : "+r"(l3));
 	if (!l3)
 		return reason;
 	if (family == 4) {
@@ -452,11 +536,9 @@ static __always_inline int gtpu_uplink(struct xdp_md *ctx, struct edge_ctx *c,
 	sp->qfi = 0;
 	sp->teid = g->teid;
 	slot = bpf_map_lookup_elem(&edge_teid, &sp->teid);
-	if (!slot)
-		return punt(p, EDGE_R_GTPU_NO_SESSION, XDP_DROP);
-	s = sess_get(*slot);
+	s = slot ? sess_get(*slot) : NULL;
 	if (!s)
-		return punt(p, EDGE_R_GTPU_NO_SESSION, XDP_DROP);
+		return gtpu_unknown(ctx, p, l4 - sizeof(struct iphdr), l4, sp->teid, st->gtpu4);
 	off = l4 + sizeof(struct udphdr) + sizeof(*g);
 	end = off + glen;
 	if (g->flags & GTPU_OPT) {

@@ -84,8 +84,8 @@ func n6Frame(t *testing.T, src, dst string) []byte {
 // inner packet whole and routed one hop; downlink to the UE leaves in
 // GTP-U toward the gNB with its TEID and QFI, which tshark and gopacket
 // decode. A QFI-specific PDR of better precedence takes its flow; a
-// closed gate, a buffering or dropping FAR and an unknown TEID drop,
-// each counted; a modification is seen whole by the next packet; after
+// closed gate, a buffering or dropping FAR drop, each counted; an
+// unknown TEID is answered with an Error Indication naming it; a modification is seen whole by the next packet; after
 // deletion the UE's packets are the rules' again.
 func TestGTPUSessions(t *testing.T) {
 	h := newHarness(t, gtpuConfig)
@@ -136,7 +136,8 @@ func TestGTPUSessions(t *testing.T) {
 	if c[0].Packets != 3 || c[0].Bytes != 3*uint64(len(inner)) {
 		t.Errorf("uplink PDR counted %d packets, %d bytes; want 3, %d", c[0].Packets, c[0].Bytes, 3*len(inner))
 	}
-	run("unknown TEID", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID+1, inner, false), "wan0", bpf.XDPDrop, bpf.ReasonGTPUNoSession)
+	out := run("unknown TEID", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID+1, inner, false), "wan0", bpf.XDPTx, bpf.ReasonGTPUErrorInd)
+	checkErrorInd(t, "unknown TEID", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID+1, inner, false), out, ulTEID+1)
 	run("another UE's address", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, uePacket(t, "10.45.0.3", n6Remote, 64), false),
 		"wan0", bpf.XDPDrop, bpf.ReasonGTPUNoPDR)
 	run("not IP inside", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, bytes.Repeat([]byte{0x11}, 24), false),
@@ -146,7 +147,7 @@ func TestGTPUSessions(t *testing.T) {
 
 	// Downlink.
 	dl := n6Frame(t, n6Remote, ueAddr)
-	out := run("downlink", dl, "wan1", bpf.XDPRedirect, bpf.ReasonNone)
+	out = run("downlink", dl, "wan1", bpf.XDPRedirect, bpf.ReasonNone)
 	checkEncapsulated(t, out, dl, dlTEID, 9)
 	checkTshark(t, [][]byte{out}, 2)
 	checkTsharkGTP(t, out, dlTEID, 9)
@@ -178,7 +179,7 @@ func TestGTPUSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	run("deleted: downlink", dl, "wan1", bpf.XDPPass, bpf.ReasonNoMatch)
-	run("deleted: uplink", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, inner, false), "wan0", bpf.XDPDrop, bpf.ReasonGTPUNoSession)
+	run("deleted: uplink", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, inner, false), "wan0", bpf.XDPTx, bpf.ReasonGTPUErrorInd)
 }
 
 // checkDecapsulated checks an uplink packet left as inner, toward N6's

@@ -3,6 +3,7 @@
 package bpf_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"net/netip"
@@ -90,7 +91,7 @@ func TestGTPUEcho(t *testing.T) {
 		{"echo without", gtpuFrame(t, n3Addr, 2152, 0x30, 1, 0, nil, false), bpf.XDPTx, bpf.ReasonGTPUEcho, 0},
 		{"echo with a private extension", gtpuFrame(t, n3Addr, 2152, 0x32, 1, 0,
 			append(seqRest(7), 0xff, 0, 4, 0, 1, 2, 3), false), bpf.XDPTx, bpf.ReasonGTPUEcho, 7},
-		{"G-PDU", gtpuFrame(t, n3Addr, 2152, 0x30, 255, 0x100, inner, false), bpf.XDPDrop, bpf.ReasonGTPUNoSession, 0},
+		{"G-PDU for no session", gtpuFrame(t, n3Addr, 2152, 0x30, 255, 0x100, inner, false), bpf.XDPTx, bpf.ReasonGTPUErrorInd, 0},
 		{"error indication", gtpuFrame(t, n3Addr, 2152, 0x32, 26, 0, seqRest(1), false), bpf.XDPDrop, bpf.ReasonGTPUSignal, 0},
 		{"end marker", gtpuFrame(t, n3Addr, 2152, 0x30, 254, 0x100, nil, false), bpf.XDPDrop, bpf.ReasonGTPUSignal, 0},
 		{"version 2", gtpuFrame(t, n3Addr, 2152, 0x50, 1, 0, nil, false), bpf.XDPDrop, bpf.ReasonBadGTPU, 0},
@@ -114,11 +115,44 @@ func TestGTPUEcho(t *testing.T) {
 			t.Errorf("%s: not decided by the rules (PDR 10 did not count it)", c.name)
 		}
 		if v == bpf.XDPTx {
-			checkEchoResponse(t, c.name, c.frame, out, c.seq)
+			if c.reason == bpf.ReasonGTPUErrorInd {
+				checkErrorInd(t, c.name, c.frame, out, 0x100)
+			} else {
+				checkEchoResponse(t, c.name, c.frame, out, c.seq)
+			}
 			answers = append(answers, out)
 		}
 	}
 	checkTshark(t, answers, 2*len(answers))
+
+	// A flood of echoes (or of G-PDUs for no session) from one source
+	// gets its share of the error budget, the rest dropped: a forged
+	// source cannot turn N3 into a reflector.
+	for i, c := range []struct {
+		name   string
+		frame  []byte
+		answer int
+	}{
+		{"echo", gtpuFrame(t, n3Addr, 2152, 0x32, 1, 0, seqRest(1), false), bpf.ReasonGTPUEcho},
+		{"G-PDU for no session", gtpuFrame(t, n3Addr, 2152, 0x30, 255, 0x100, inner, false), bpf.ReasonGTPUErrorInd},
+	} {
+		c.frame[14+15] = 77 + byte(i) // a source of its own
+		c.frame[14+10], c.frame[14+11] = 0, 0
+		binary.BigEndian.PutUint16(c.frame[14+10:], ^inetSum(c.frame[14:14+20]))
+		before := h.snapshot()
+		answered := 0
+		for range 200 {
+			if v, _ := h.run(c.frame, "wan0"); v == bpf.XDPTx {
+				answered++
+			}
+		}
+		after := h.snapshot()
+		limited := after.Reasons[bpf.ReasonICMPSrcLimit].Packets - before.Reasons[bpf.ReasonICMPSrcLimit].Packets
+		if answered < 5 || answered > 40 || after.Reasons[c.answer].Packets-before.Reasons[c.answer].Packets != uint64(answered) ||
+			limited != uint64(200-answered) {
+			t.Errorf("%s flood from one source: %d of 200 answered, %d counted icmp_src_limit; want its burst of 10 and what refills meanwhile", c.name, answered, limited)
+		}
+	}
 
 	// No GTP-U address: an echo to it is the rules' (PDR 10 drops it).
 	if err := h.dp.SetGTPU(netip.Addr{}); err != nil {
@@ -152,11 +186,12 @@ func checkEchoResponse(t *testing.T, name string, req, out []byte, seq uint16) {
 	}
 	rq := gopacket.NewPacket(req, layers.LayerTypeEthernet, gopacket.Default)
 	rudp := rq.Layer(layers.LayerTypeUDP).(*layers.UDP)
+	gnb := rq.Layer(layers.LayerTypeIPv4).(*layers.IPv4).SrcIP.String()
 	if eth.DstMAC.String() != macWanNeigh.String() || eth.SrcMAC.String() != macWan0.String() {
 		t.Errorf("%s: MACs %s -> %s, want back to the gNB's", name, eth.SrcMAC, eth.DstMAC)
 	}
-	if ip.SrcIP.String() != n3Addr || ip.DstIP.String() != gnbAddr || ip.TTL != 64 {
-		t.Errorf("%s: %s -> %s ttl %d, want %s -> %s ttl 64", name, ip.SrcIP, ip.DstIP, ip.TTL, n3Addr, gnbAddr)
+	if ip.SrcIP.String() != n3Addr || ip.DstIP.String() != gnb || ip.TTL != 64 {
+		t.Errorf("%s: %s -> %s ttl %d, want %s -> %s ttl 64", name, ip.SrcIP, ip.DstIP, ip.TTL, n3Addr, gnb)
 	}
 	if udp.SrcPort != 2152 || udp.DstPort != rudp.SrcPort {
 		t.Errorf("%s: ports %d -> %d, want 2152 -> %d", name, udp.SrcPort, udp.DstPort, rudp.SrcPort)
@@ -175,10 +210,12 @@ func checkEchoResponse(t *testing.T, name string, req, out []byte, seq uint16) {
 
 // FuzzGTPUAnswers feeds arbitrary GTP-U payloads (what follows the UDP
 // header, the UDP length fitting them or not) to the user plane's
-// address: the program never aborts, answers (XDP_TX) only a version 1
-// Echo Request whose length fits its datagram, and what it sends is
-// always the well-formed Echo Response to it; everything else is
-// dropped.
+// address, from sources the input picks: the program never aborts,
+// answers (XDP_TX) only a version 1 Echo Request or G-PDU whose length
+// fits its datagram, and what it sends is always the well-formed Echo
+// Response to the one, the Error Indication naming the TEID (no session
+// is held) to the other; everything else is dropped. Answers are
+// bounded by the error budget, so most of a long run's are dropped.
 //
 //	go test -run XXX -fuzz FuzzGTPUAnswers -fuzztime 30s ./internal/bpf/
 func FuzzGTPUAnswers(f *testing.F) {
@@ -199,6 +236,9 @@ func FuzzGTPUAnswers(f *testing.F) {
 			return
 		}
 		frame := gtpuFrame(t, n3Addr, 40000, 0, 0, 0, nil, false)
+		// The source's last octet from the input: sources' shares of
+		// the budget differ.
+		frame[14+15] = 100 + byte(udpDelta>>8)%100
 		frame = append(frame[:14+20+8], g...)
 		// The IPv4 and UDP lengths follow the payload (and the UDP length
 		// is skewed by udpDelta when it is small enough to stay inside).
@@ -227,16 +267,44 @@ func FuzzGTPUAnswers(f *testing.F) {
 		if len(g) >= 8 {
 			glen = int(binary.BigEndian.Uint16(g[2:]))
 		}
-		if len(g) < 8 || g[0]&0xf0 != 0x30 || g[1] != 1 || 8+8+glen > int(ulen) {
-			t.Fatalf("answered % x (UDP length %d): not a v1 Echo Request that fits", g, ulen)
+		if len(g) < 8 || g[0]&0xf0 != 0x30 || g[1] != 1 && g[1] != 255 || 8+8+glen > int(ulen) {
+			t.Fatalf("answered % x (UDP length %d): not a v1 Echo Request or G-PDU that fits", g, ulen)
+		}
+		if inetSum(out[14:14+20]) != 0xffff {
+			t.Fatalf("answer's IPv4 checksum does not verify: % x", out[14:34])
+		}
+		if g[1] == 255 {
+			checkErrorInd(t, "fuzzed G-PDU", frame, out, binary.BigEndian.Uint32(g[4:]))
+			return
 		}
 		var seq uint16
 		if g[0]&0x02 != 0 {
 			seq = binary.BigEndian.Uint16(g[8:])
 		}
 		checkEchoResponse(t, "fuzzed echo", frame, out, seq)
-		if inetSum(out[14:14+20]) != 0xffff {
-			t.Fatalf("answer's IPv4 checksum does not verify: % x", out[14:34])
-		}
 	})
+}
+
+// checkErrorInd checks out is the Error Indication answering G-PDU req
+// to TEID teid: back to the sender's address and MAC, from 2152 to
+// 2152, TEID 0 with a sequence number, the TEID Data I IE naming teid
+// and the GTP-U Peer Address IE naming the user plane.
+func checkErrorInd(t *testing.T, name string, req, out []byte, teid uint32) {
+	t.Helper()
+	pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	ip, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	udp, _ := pk.Layer(layers.LayerTypeUDP).(*layers.UDP)
+	g, _ := pk.Layer(layers.LayerTypeGTPv1U).(*layers.GTPv1U)
+	if ip == nil || udp == nil || g == nil {
+		t.Fatalf("%s: answer % x does not decode as IPv4/UDP/GTP-U", name, out)
+	}
+	if !bytes.Equal(out[0:6], req[6:12]) || ip.SrcIP.String() != n3Addr || !ip.DstIP.Equal(net.IP(req[14+12:14+16])) ||
+		udp.SrcPort != 2152 || udp.DstPort != 2152 {
+		t.Errorf("%s: answer to %s (%x) ports %d -> %d", name, ip.DstIP, out[0:6], udp.SrcPort, udp.DstPort)
+	}
+	want := []byte{16, byte(teid >> 24), byte(teid >> 16), byte(teid >> 8), byte(teid), 133, 0, 4, 10, 2, 0, 1}
+	if g.MessageType != 26 || !g.SequenceNumberFlag || g.TEID != 0 || !bytes.Equal(g.LayerPayload(), want) || len(out) != 14+20+8+24 {
+		t.Errorf("%s: GTP-U type %d teid %d IEs % x (%d bytes), want an Error Indication with % x", name,
+			g.MessageType, g.TEID, g.LayerPayload(), len(out), want)
+	}
 }

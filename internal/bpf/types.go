@@ -298,6 +298,7 @@ const (
 	ReasonGTPUFARDrop
 	ReasonGTPUBuffer
 	ReasonGTPUInner
+	ReasonGTPUErrorInd
 	ReasonMax
 )
 

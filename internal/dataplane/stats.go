@@ -129,4 +129,5 @@ var ReasonNames = []string{
 	"gtpu_far_drop",
 	"gtpu_buffer",
 	"gtpu_inner",
+	"gtpu_error_ind",
 }

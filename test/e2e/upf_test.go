@@ -286,7 +286,8 @@ func startUPF(t *testing.T) (*gateway, string, []string) {
 // downlink encapsulation in XDP, the gNB checking each downlink
 // packet's TEID and QFI. An agent killed with SIGKILL mid-stream and
 // started again keeps the session: the UE's pings go on. Deleted, the
-// session carries nothing.
+// session carries nothing, and the gNB's G-PDUs to its TEID are answered
+// with Error Indications.
 func TestUPFLab(t *testing.T) {
 	g, n4, args := startUPF(t)
 	g.warmUp()
@@ -328,7 +329,7 @@ func TestUPFLab(t *testing.T) {
 	}
 	checkSessionsListed(t, g, ulTEID, dlTEID)
 	r := g.stats().Reasons
-	for _, bad := range []string{"gtpu_no_session", "gtpu_no_pdr", "gtpu_inner", "bad_gtpu"} {
+	for _, bad := range []string{"gtpu_no_session", "gtpu_error_ind", "gtpu_no_pdr", "gtpu_inner", "bad_gtpu"} {
 		if n := r[bad].Packets - before[bad].Packets; n != 0 {
 			t.Errorf("%d packets counted %s", n, bad)
 		}
@@ -357,7 +358,8 @@ func TestUPFLab(t *testing.T) {
 	if n := ping(b.ue.Name, lab.AddrA, 3, "0.2"); n != 0 {
 		t.Errorf("%d pings answered after the session was deleted", n)
 	}
-	if g.stats().Reasons["gtpu_no_session"].Packets == 0 {
-		t.Error("the deleted session's uplink was not counted gtpu_no_session")
+	// Its TEID is unknown now: the gNB is told so (Error Indication).
+	if r := g.stats().Reasons; r["gtpu_error_ind"].Packets == 0 {
+		t.Errorf("the deleted session's uplink was not answered with an Error Indication: %+v", r)
 	}
 }
