@@ -246,4 +246,7 @@
 /* Bits of edge_ue_bits (a power of two). */
 #define EDGE_UE_BITS (1 << 20)
 
+/* The longest frame XDP hands the agent to buffer (edge_buff_rec). */
+#define EDGE_BUFF_FRAME 2032
+
 #endif

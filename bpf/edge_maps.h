@@ -670,4 +670,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_sess_stats SEC(".maps");
 
+/* Downlink packets buffered for idle UEs (a FAR's BUFF), on their way
+ * to the agent, which holds them until the session's FAR forwards and
+ * reports the first of each to the SMF. Pinned: a restarted agent reads
+ * what is left. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_buff SEC(".maps");
+
 #endif

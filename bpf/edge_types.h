@@ -86,9 +86,10 @@ enum edge_reason {
 	EDGE_R_GTPU_NO_PDR,   /* a session's packet no PDR of it detects: dropped */
 	EDGE_R_GTPU_GATE,     /* a session's packet its QER's gate holds closed: dropped */
 	EDGE_R_GTPU_FAR_DROP, /* a session's packet its FAR drops */
-	EDGE_R_GTPU_BUFFER,   /* a session's downlink packet its FAR buffers: to the agent */
+	EDGE_R_GTPU_BUFFER,   /* a session's downlink packet its FAR buffers: handed to the agent (edge_buff) */
 	EDGE_R_GTPU_INNER,    /* a G-PDU whose inner packet is not IPv4/IPv6 or malformed */
 	EDGE_R_GTPU_ERROR_IND,/* a G-PDU for no session, answered with an Error Indication (XDP_TX) */
+	EDGE_R_GTPU_BUFF_FULL,/* a downlink packet to buffer the agent's ring has no room for (or too long): dropped */
 	EDGE_R_MAX,
 };
 
@@ -732,6 +733,19 @@ struct edge_sess {
 	__u32 id;   /* the session's slot + 1 (0: no session) */
 	__u32 npdr; /* PDRs in pdr, best precedence first */
 	struct edge_sess_pdr pdr[EDGE_SESS_PDRS];
+};
+
+/* A downlink packet a session's FAR buffers, as XDP hands it to the
+ * agent (edge_buff): the session's slot, the PDR's counter, the
+ * interface it came in by, and the frame. */
+struct edge_buff_rec {
+	__u32 slot;
+	__u32 ifindex;
+	__u16 len;
+	__u8 cnt;
+	__u8 pad;
+	__u32 pad2;
+	__u8 frame[EDGE_BUFF_FRAME];
 };
 
 #endif

@@ -193,14 +193,10 @@ static __always_inline void *hop_check(struct xdp_md *ctx,
 	return ip6;
 }
 
-/* dst_nh_of returns this CPU's slot in edge_dst_nh for a packet to the
- * IPv4 destination daddr4 (0: the IPv6 one in ip6) that came in by iif,
- * with its key in key, or NULL when the kernel's routes may depend on
- * more than the destination (then every flow asks the FIB). dst_nh is
- * it for the packet's own header. */
-static __always_inline struct edge_nh *dst_nh_of(__be32 daddr4,
-						 const struct ipv6hdr *ip6,
-						 __u32 iif, __u64 *key)
+/* dst_nh_slot returns this CPU's slot in edge_dst_nh for key, NULL
+ * when the kernel's routes may depend on more than the destination
+ * (then every flow asks the FIB). */
+static __always_inline struct edge_nh *dst_nh_slot(const __u64 *key)
 {
 	const struct edge_state *st;
 	__u32 zero = 0, slot;
@@ -209,8 +205,20 @@ static __always_inline struct edge_nh *dst_nh_of(__be32 daddr4,
 	st = bpf_map_lookup_elem(&edge_global, &zero);
 	if (!st || !(st->fib_flags & EDGE_FIB_BY_DST))
 		return NULL;
-	if (daddr4) {
-		key[0] = daddr4;
+	h = (key[0] ^ key[1] ^ key[2]) * 0x9e3779b97f4a7c15ull;
+	slot = (__u32)(h >> 32) & (EDGE_DST_NH_SLOTS - 1);
+	return bpf_map_lookup_elem(&edge_dst_nh, &slot);
+}
+
+/* dst_nh returns this CPU's slot in edge_dst_nh for a packet to the
+ * destination in iph or ip6 that came in by iif, with its key in key,
+ * or NULL (dst_nh_slot). */
+static __always_inline struct edge_nh *dst_nh(const struct iphdr *iph,
+					      const struct ipv6hdr *ip6,
+					      __u32 iif, __u64 *key)
+{
+	if (iph) {
+		key[0] = iph->daddr;
 		key[1] = 0;
 		key[2] = iif | 4ull << 32;
 	} else if (ip6) {
@@ -219,16 +227,17 @@ static __always_inline struct edge_nh *dst_nh_of(__be32 daddr4,
 	} else {
 		return NULL;
 	}
-	h = (key[0] ^ key[1] ^ key[2]) * 0x9e3779b97f4a7c15ull;
-	slot = (__u32)(h >> 32) & (EDGE_DST_NH_SLOTS - 1);
-	return bpf_map_lookup_elem(&edge_dst_nh, &slot);
+	return dst_nh_slot(key);
 }
 
-static __always_inline struct edge_nh *dst_nh(const struct iphdr *iph,
-					      const struct ipv6hdr *ip6,
-					      __u32 iif, __u64 *key)
+/* dst_nh4 is dst_nh for a packet to IPv4 address daddr. */
+static __always_inline struct edge_nh *dst_nh4(__be32 daddr, __u32 iif,
+					       __u64 *key)
 {
-	return dst_nh_of(iph ? iph->daddr : 0, ip6, iif, key);
+	key[0] = daddr;
+	key[1] = 0;
+	key[2] = iif | 4ull << 32;
+	return dst_nh_slot(key);
 }
 
 /* fib_ask resolves the next hop of the packet in iph or ip6 (one of them

@@ -338,7 +338,7 @@ static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
 	/* The peer's next hop: shared by every packet to it (edge_dst_nh),
 	 * or the FIB's. */
 	fl->fib_epoch = 0;
-	nh = dst_nh_of(r->ohc_addr, NULL, p->key.ifindex, key);
+	nh = dst_nh4(r->ohc_addr, p->key.ifindex, key);
 	if (!nh_take(nh, key, 0, st->fib_epoch, olen, fl)) {
 		__builtin_memset(fib, 0, sizeof(*fib));
 		fib->family = AF_INET;
@@ -402,6 +402,39 @@ static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
 	return verdict(p, XDP_REDIRECT);
 }
 
+/* gtpu_buffer hands the packet of session slot, detected by the PDR of
+ * counter cnt, to the agent to hold (edge_buff): dropped here, counted;
+ * no room in the ring (or too long a frame): dropped, counted. */
+static __always_inline int gtpu_buffer(struct xdp_md *ctx,
+				       const struct edge_pkt *p, __u32 slot,
+				       __u8 cnt)
+{
+	struct edge_buff_rec *b;
+	__u32 len = (__u32)(ctx->data_end - ctx->data);
+
+	if (len > EDGE_BUFF_FRAME || len < sizeof(struct ethhdr))
+		return punt(p, EDGE_R_GTPU_BUFF_FULL, XDP_DROP);
+	b = bpf_ringbuf_reserve(&edge_buff, sizeof(*b), 0);
+	if (!b)
+		return punt(p, EDGE_R_GTPU_BUFF_FULL, XDP_DROP);
+	b->slot = slot;
+	b->ifindex = ctx->ingress_ifindex;
+	b->len = len;
+	b->cnt = cnt;
+	b->pad = 0;
+	b->pad2 = 0;
+	/* Bounded where the verifier sees it: 1..2047, and no more than
+	 * the record holds (checked above). */
+	asm volatile("%0 &= 0x7ff" : "+r"(len));
+	if (len < sizeof(struct ethhdr) || len > EDGE_BUFF_FRAME ||
+	    bpf_xdp_load_bytes(ctx, 0, b->frame, len)) {
+		bpf_ringbuf_discard(b, 0);
+		return punt(p, EDGE_R_GTPU_BUFF_FULL, XDP_DROP);
+	}
+	bpf_ringbuf_submit(b, 0);
+	return punt(p, EDGE_R_GTPU_BUFFER, XDP_DROP);
+}
+
 /* sess_act carries out what session s (in slot) does with the packet sp
  * describes, c->p: the first PDR by precedence that detects it, its
  * QER's gate, its counters, its FAR (drop; buffer; forward: by the FIB,
@@ -434,7 +467,7 @@ static __always_inline int sess_act(struct xdp_md *ctx, struct edge_ctx *c,
 	case EDGE_SA_FORW:
 		break;
 	case EDGE_SA_BUFF:
-		return punt(p, EDGE_R_GTPU_BUFFER, XDP_DROP);
+		return gtpu_buffer(ctx, p, slot, r->cnt);
 	default:
 		return punt(p, EDGE_R_GTPU_FAR_DROP, XDP_DROP);
 	}

@@ -142,8 +142,9 @@ type Agent struct {
 	n4 *n4.Node
 	// upf carries N4's sessions where N3 is served (n3: its GTP-U
 	// address).
-	upf *upf.Plane
-	n3  netip.Addr
+	upf  *upf.Plane
+	idle *upf.Buffer
+	n3   netip.Addr
 	// strategies runs the CPU strategies.
 	strategies *sched.Runtime
 

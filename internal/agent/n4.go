@@ -117,6 +117,26 @@ func (a *Agent) startN4(context.Context) error {
 	if err != nil {
 		return err
 	}
+	if a.upf != nil {
+		// Downlink for idle UEs: held here, reported to the SMF,
+		// released through the program when the FAR forwards.
+		if a.idle, err = upf.NewBuffer(a.dp.EdgeBuff); err != nil {
+			return fmt.Errorf("n4: the downlink buffer: %w", err)
+		}
+		a.idle.Inject = func(frame []byte, ifindex uint32) error {
+			err := a.dp.Inject(frame, ifindex)
+			if err != nil {
+				a.log.Warn("n4: a held downlink packet not released", "err", err)
+			}
+			return err
+		}
+		a.upf.Hold(a.idle, func(seid uint64, pdr uint16) {
+			if err := a.n4.ReportDownlink(seid, pdr); err != nil {
+				a.log.Warn("n4: downlink data not reported", "seid", seid, "err", err)
+			}
+		})
+		go a.idle.Run()
+	}
 	a.log.Info("n4: serving PFCP", "addr", a.n4.Addr(), "node_id", id, "recovery", st.Recovery, "associations", len(st.Peers),
 		"sessions", len(o.Sessions))
 	return nil
@@ -162,7 +182,10 @@ func (a *Agent) runN4(ctx context.Context) {
 
 // n4Metrics are the N4 endpoint's: its messages by fate and its
 // associations.
-type n4Metrics struct{ node *n4.Node }
+type n4Metrics struct {
+	node *n4.Node
+	a    *Agent // its user plane's sessions and buffer, when it runs one
+}
 
 var (
 	n4MessagesDesc = prometheus.NewDesc("edgeplane_n4_messages_total",
@@ -175,12 +198,22 @@ var (
 	n4PeerUpDesc = prometheus.NewDesc("edgeplane_n4_peer_up",
 		"1 while an associated SMF answers the N4 endpoint's heartbeats (every 5 s), 0 once it left 3 in a row unanswered.",
 		[]string{"node_id"}, nil)
+	upfSessionsDesc = prometheus.NewDesc("edgeplane_upf_sessions",
+		"PFCP sessions the user plane carries.", nil, nil)
+	upfBufferedDesc = prometheus.NewDesc("edgeplane_upf_buffered_packets",
+		"Downlink packets of idle UEs the agent holds now (a FAR that buffers).", nil, nil)
+	upfBufferDesc = prometheus.NewDesc("edgeplane_upf_buffer_packets_total",
+		"Downlink packets of idle UEs by fate: held, released (the FAR forwarding again), dropped (over a bound, or the session deleted).",
+		[]string{"fate"}, nil)
 )
 
 func (m n4Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- n4MessagesDesc
 	ch <- n4AssociationsDesc
 	ch <- n4PeerUpDesc
+	ch <- upfSessionsDesc
+	ch <- upfBufferedDesc
+	ch <- upfBufferDesc
 }
 
 func (m n4Metrics) Collect(ch chan<- prometheus.Metric) {
@@ -194,5 +227,14 @@ func (m n4Metrics) Collect(ch chan<- prometheus.Metric) {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(n4PeerUpDesc, prometheus.GaugeValue, v, id)
+	}
+	if m.a == nil || m.a.idle == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(upfSessionsDesc, prometheus.GaugeValue, float64(len(m.a.upf.Sessions())))
+	st := m.a.idle.Stats()
+	ch <- prometheus.MustNewConstMetric(upfBufferedDesc, prometheus.GaugeValue, float64(st.Now))
+	for fate, v := range map[string]uint64{"held": st.Held, "released": st.Released, "dropped": st.Dropped} {
+		ch <- prometheus.MustNewConstMetric(upfBufferDesc, prometheus.CounterValue, float64(v), fate)
 	}
 }

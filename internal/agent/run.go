@@ -110,11 +110,14 @@ func (a *Agent) subsystems() []subsystem {
 	if a.opts.N4Addr != "" {
 		list = append(list, subsystem{name: "n4", start: a.startN4, run: a.runN4, stop: func() {
 			_ = a.n4.Close()
+			if a.idle != nil {
+				_ = a.idle.Close()
+			}
 			if a.upf != nil {
 				_ = a.upf.Close()
 			}
 		},
-			metrics: func() []prometheus.Collector { return []prometheus.Collector{n4Metrics{a.n4}} }})
+			metrics: func() []prometheus.Collector { return []prometheus.Collector{n4Metrics{a.n4, a}} }})
 	}
 	if a.opts.Fleet != nil {
 		// After the journal (the member commits through Apply), before

@@ -414,6 +414,7 @@ type edgeEdgeTcpRtt struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	edgeMapEdgeBuff        = "edge_buff"
 	edgeMapEdgeCacheStats  = "edge_cache_stats"
 	edgeMapEdgeCpuLoads    = "edge_cpu_loads"
 	edgeMapEdgeCpus        = "edge_cpus"
@@ -537,6 +538,7 @@ type edgeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
+	EdgeBuff        *ebpf.MapSpec `ebpf:"edge_buff"`
 	EdgeCacheStats  *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeCpuLoads    *ebpf.MapSpec `ebpf:"edge_cpu_loads"`
 	EdgeCpus        *ebpf.MapSpec `ebpf:"edge_cpus"`
@@ -630,6 +632,7 @@ func (o *edgeObjects) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
+	EdgeBuff        *ebpf.Map `ebpf:"edge_buff"`
 	EdgeCacheStats  *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeCpuLoads    *ebpf.Map `ebpf:"edge_cpu_loads"`
 	EdgeCpus        *ebpf.Map `ebpf:"edge_cpus"`
@@ -692,6 +695,7 @@ type edgeMaps struct {
 
 func (m *edgeMaps) Close() error {
 	return _EdgeClose(
+		m.EdgeBuff,
 		m.EdgeCacheStats,
 		m.EdgeCpuLoads,
 		m.EdgeCpus,

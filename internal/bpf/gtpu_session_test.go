@@ -4,6 +4,7 @@ package bpf_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -11,7 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cilium/ebpf/ringbuf"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
@@ -172,7 +175,22 @@ func TestGTPUSessions(t *testing.T) {
 	if err := ss.Put(slot, sessRec(pdrs...), sessKeys); err != nil {
 		t.Fatal(err)
 	}
+	rd, err := ringbuf.NewReader(h.dp.EdgeBuff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
 	run("buffering", dl, "wan1", bpf.XDPDrop, bpf.ReasonGTPUBuffer)
+	rd.SetDeadline(time.Now().Add(time.Second))
+	rec, err := rd.Read()
+	if err != nil {
+		t.Fatalf("the buffered packet did not reach the ring: %v", err)
+	}
+	b := rec.RawSample
+	if len(b) < 16 || binary.NativeEndian.Uint32(b) != slot || binary.NativeEndian.Uint32(b[4:]) != h.idx["wan1"] ||
+		int(binary.NativeEndian.Uint16(b[8:])) != len(dl) || b[10] != 1 || !bytes.Equal(b[16:16+len(dl)], dl) {
+		t.Errorf("buffered record % x, want slot %d, wan1, counter 1 and the frame", b[:min(len(b), 32)], slot)
+	}
 
 	// Deleted: the UE's downlink is the rules' (no_match: pass).
 	if err := ss.Delete(slot); err != nil {

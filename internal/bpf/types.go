@@ -299,6 +299,7 @@ const (
 	ReasonGTPUBuffer
 	ReasonGTPUInner
 	ReasonGTPUErrorInd
+	ReasonGTPUBuffFull
 	ReasonMax
 )
 

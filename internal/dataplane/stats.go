@@ -130,4 +130,5 @@ var ReasonNames = []string{
 	"gtpu_buffer",
 	"gtpu_inner",
 	"gtpu_error_ind",
+	"gtpu_buff_full",
 }

@@ -117,6 +117,9 @@ type Node struct {
 	// is.
 	sessions map[uint64]*Session
 	teids    map[uint32]uint64
+	// reports are the Session Report Requests sent, by sequence
+	// number: the session's UP SEID.
+	reports map[uint32]uint64
 }
 
 // Listen opens the node's socket.
@@ -151,7 +154,7 @@ func Listen(o Options) (*Node, error) {
 		return nil, fmt.Errorf("n4: %w", err)
 	}
 	n := &Node{opt: o, conn: c, peers: map[string]*Peer{}, live: map[string]*liveness{},
-		sessions: map[uint64]*Session{}, teids: map[uint32]uint64{}}
+		sessions: map[uint64]*Session{}, teids: map[uint32]uint64{}, reports: map[uint32]uint64{}}
 	for _, p := range o.Peers {
 		n.peers[p.NodeID] = &p
 	}
@@ -341,6 +344,8 @@ func (n *Node) Handle(b []byte, from netip.AddrPort) []byte {
 	if !isRequest(t) {
 		if t == message.MsgTypeHeartbeatResponse && n.answered(b, from) {
 			n.count("heartbeat_answered")
+		} else if t == message.MsgTypeSessionReportResponse && n.reportAnswered(b) {
+			n.count("report_answered")
 		} else if isResponse(t) {
 			n.count("unexpected_response")
 		} else {

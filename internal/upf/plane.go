@@ -39,6 +39,12 @@ type Plane struct {
 	buf   []byte
 	lines int  // in the journal, for the next rewrite
 	dirty bool // written since the last sync
+	// held is the buffer of downlink packets (nil: none), report how
+	// a session's first packet held reaches its SMF; bySlot names each
+	// slot's session.
+	held   *Buffer
+	report func(seid uint64, pdr uint16)
+	bySlot map[uint32]uint64
 }
 
 // kept is a session as the journal holds it: its slot and the counter
@@ -60,7 +66,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Open reads the journal at path (none: no sessions), puts every session
 // it holds back into dp, and returns the plane with them (Sessions).
 func Open(path string, dp *commit.Sessions) (*Plane, error) {
-	p := &Plane{dp: dp, path: path, kept: map[uint64]*kept{}}
+	p := &Plane{dp: dp, path: path, kept: map[uint64]*kept{}, bySlot: map[uint32]uint64{}}
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -76,6 +82,7 @@ func Open(path string, dp *commit.Sessions) (*Plane, error) {
 		if err := dp.Restore(k.Slot, rec, keys); err != nil {
 			return nil, fmt.Errorf("session %#x: %w", k.S.UPSEID, err)
 		}
+		p.bySlot[k.Slot] = k.S.UPSEID
 	}
 	if err := dp.Settle(); err != nil {
 		return nil, err
@@ -235,7 +242,52 @@ func (p *Plane) Put(s *n4.Session) error {
 		p.undo(old, k.Slot)
 		return err
 	}
+	p.bySlot[k.Slot] = s.UPSEID
+	// Forwarding again: what was held goes, in order, after the flip.
+	if p.held != nil && !buffers(rec) {
+		p.held.Release(k.Slot)
+	}
 	return nil
+}
+
+// buffers tells whether a PDR of record rec has its packets buffered.
+func buffers(rec *bpf.Sess) bool {
+	for _, e := range rec.Pdr[:rec.Npdr] {
+		if e.Action == bpf.SessBuff {
+			return true
+		}
+	}
+	return false
+}
+
+// Hold makes b the buffer of the sessions' downlink packets: the first
+// a session holds is reported (report, the SMF's downlink data
+// report), and a session whose FAR forwards again releases what it
+// held.
+func (p *Plane) Hold(b *Buffer, report func(seid uint64, pdr uint16)) {
+	p.mu.Lock()
+	p.held, p.report = b, report
+	p.mu.Unlock()
+	b.OnFirst = p.first
+}
+
+// first reports the first packet a session held, by the PDR of counter
+// cnt.
+func (p *Plane) first(slot uint32, cnt uint8) {
+	p.mu.Lock()
+	seid, ok := p.bySlot[slot]
+	k := p.kept[seid]
+	report := p.report
+	p.mu.Unlock()
+	if !ok || k == nil || report == nil {
+		return
+	}
+	for id, c := range k.Cnt {
+		if c == cnt {
+			report(seid, id)
+			return
+		}
+	}
 }
 
 // undo puts slot back as old left it (nil: no session).
@@ -261,6 +313,10 @@ func (p *Plane) Delete(s *n4.Session) error {
 	if err := p.write(record{Del: s.UPSEID}); err != nil {
 		p.kept[s.UPSEID] = k
 		return err
+	}
+	delete(p.bySlot, k.Slot)
+	if p.held != nil {
+		p.held.Discard(k.Slot)
 	}
 	return p.dp.Delete(k.Slot)
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -267,6 +269,77 @@ func checkSessionsListed(t *testing.T, g *gateway, ulTEID, dlTEID uint32) {
 	t.Logf("edgeplane get sessions:\n%s", table)
 }
 
+// checkBuffered idles the UE: pfcpsim turns the session's downlink FAR
+// to buffer and notify (as its own server does for a UE gone idle);
+// host A sends 20 numbered datagrams to the UE, which get nowhere while
+// the agent holds them and tells the SMF (a Session Report Request,
+// which pfcpsim answers); the FAR forwarding again, they reach the UE,
+// all of them, in order.
+func checkBuffered(t *testing.T, g *gateway, c *pfcpsim.PFCPClient, s *pfcpsim.PFCPSession, b *gnb, dlTEID uint32) {
+	t.Helper()
+	buff := session.NewFARBuilder().WithID(2).WithMethod(session.Update).WithAction(session.ActionBuffer | session.ActionNotify).
+		WithDstInterface(ieLib.DstInterfaceAccess).WithTEID(0).WithDownlinkIP(lab.AddrB).BuildFAR()
+	if err := c.ModifySession(s, nil, []*ieLib.IE{buff}, nil, nil); err != nil {
+		t.Fatalf("pfcpsim's modification to buffer: %v", err)
+	}
+	var ue *net.UDPConn
+	if err := b.ue.Do(func() (err error) {
+		ue, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(ueIP), Port: 6000})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ue.Close()
+	var a *net.UDPConn
+	if err := topo.Do(g.A, func() (err error) {
+		a, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(ueIP), Port: 6000})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	const n = 20
+	for i := range n {
+		if _, err := a.Write([]byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 64)
+	_ = ue.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	if l, err := ue.Read(buf); err == nil {
+		t.Fatalf("the UE got %q while its downlink was to be buffered", buf[:l])
+	}
+	reported := func() bool {
+		v, _ := metricValue(g.scrape(), "edgeplane_n4_messages_total", map[string]string{"fate": "report_answered"})
+		return v >= 1
+	}
+	if !waitFor(3*time.Second, reported) {
+		t.Errorf("no downlink data report answered by the SMF")
+	}
+	if err := c.ModifySession(s, nil, forwardDown(dlTEID), nil, nil); err != nil {
+		t.Fatalf("pfcpsim's modification to forward: %v", err)
+	}
+	var got []string
+	_ = ue.SetReadDeadline(time.Now().Add(3 * time.Second))
+	for len(got) < n {
+		l, err := ue.Read(buf)
+		if err != nil {
+			break
+		}
+		got = append(got, string(buf[:l]))
+	}
+	want := make([]string, n)
+	for i := range want {
+		want[i] = strconv.Itoa(i)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("released to the UE: %v, want %v in order", got, want)
+	}
+	if r := g.stats().Reasons; r["gtpu_buffer"].Packets < n {
+		t.Errorf("%d packets counted gtpu_buffer, want %d", r["gtpu_buffer"].Packets, n)
+	}
+}
+
 // startUPF starts an agent serving N4 on the LAN side and N3 on the
 // WAN side; it returns the gateway, the N4 address and the agent's
 // flags, for a restart.
@@ -285,7 +358,9 @@ func startUPF(t *testing.T) (*gateway, string, []string) {
 // iperf3 runs both ways, through the session's uplink decapsulation and
 // downlink encapsulation in XDP, the gNB checking each downlink
 // packet's TEID and QFI. An agent killed with SIGKILL mid-stream and
-// started again keeps the session: the UE's pings go on. Deleted, the
+// started again keeps the session: the UE's pings go on. While its
+// downlink FAR buffers, the UE's datagrams are held and reported to the
+// SMF, and released in order when it forwards again. Deleted, the
 // session carries nothing, and the gNB's G-PDUs to its TEID are answered
 // with Error Indications.
 func TestUPFLab(t *testing.T) {
@@ -351,6 +426,8 @@ func TestUPFLab(t *testing.T) {
 	if n := ping(b.ue.Name, lab.AddrA, 3, "0.2"); n != 3 {
 		t.Errorf("after the restart: %d of 3 pings answered", n)
 	}
+
+	checkBuffered(t, g, c, s, b, dlTEID)
 
 	if err := c.DeleteSession(s); err != nil {
 		t.Fatalf("pfcpsim's deletion: %v", err)

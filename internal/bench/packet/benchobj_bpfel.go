@@ -26,6 +26,7 @@ const (
 	benchobjMapBenchProbeFront      = "bench_probe_front"
 	benchobjMapBenchSeq             = "bench_seq"
 	benchobjMapBenchStageProgs      = "bench_stage_progs"
+	benchobjMapEdgeBuff             = "edge_buff"
 	benchobjMapEdgeCacheStats       = "edge_cache_stats"
 	benchobjMapEdgeCpuLoads         = "edge_cpu_loads"
 	benchobjMapEdgeCpus             = "edge_cpus"
@@ -197,6 +198,7 @@ type benchobjMapSpecs struct {
 	BenchProbeFront  *ebpf.MapSpec `ebpf:"bench_probe_front"`
 	BenchSeq         *ebpf.MapSpec `ebpf:"bench_seq"`
 	BenchStageProgs  *ebpf.MapSpec `ebpf:"bench_stage_progs"`
+	EdgeBuff         *ebpf.MapSpec `ebpf:"edge_buff"`
 	EdgeCacheStats   *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeCpuLoads     *ebpf.MapSpec `ebpf:"edge_cpu_loads"`
 	EdgeCpus         *ebpf.MapSpec `ebpf:"edge_cpus"`
@@ -300,6 +302,7 @@ type benchobjMaps struct {
 	BenchProbeFront  *ebpf.Map `ebpf:"bench_probe_front"`
 	BenchSeq         *ebpf.Map `ebpf:"bench_seq"`
 	BenchStageProgs  *ebpf.Map `ebpf:"bench_stage_progs"`
+	EdgeBuff         *ebpf.Map `ebpf:"edge_buff"`
 	EdgeCacheStats   *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeCpuLoads     *ebpf.Map `ebpf:"edge_cpu_loads"`
 	EdgeCpus         *ebpf.Map `ebpf:"edge_cpus"`
@@ -372,6 +375,7 @@ func (m *benchobjMaps) Close() error {
 		m.BenchProbeFront,
 		m.BenchSeq,
 		m.BenchStageProgs,
+		m.EdgeBuff,
 		m.EdgeCacheStats,
 		m.EdgeCpuLoads,
 		m.EdgeCpus,

@@ -46,3 +46,26 @@ func (dp *Dataplane) SendProbe(frame []byte) error {
 	}
 	return nil
 }
+
+// xdpMD is struct xdp_md, the context BPF_PROG_TEST_RUN gives an XDP
+// program: what it takes of it is the ingress interface.
+type xdpMD struct {
+	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
+}
+
+// Inject runs the dataplane's program on frame as if it came in by
+// ifindex, sending what it redirects or transmits (live frames): how
+// the user plane releases the downlink packets it held. It runs in the
+// calling thread's network namespace, the gateway's.
+func (dp *Dataplane) Inject(frame []byte, ifindex uint32) error {
+	if dp.Prog == nil {
+		return fmt.Errorf("inject: no program loaded")
+	}
+	opts := &ebpf.RunOptions{Data: frame, Repeat: 1, Flags: bpfFTestXDPLiveFrames,
+		// The kernel wants data_end to be the frame's length.
+		Context: xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: ifindex}}
+	if _, err := dp.Prog.Run(opts); err != nil {
+		return fmt.Errorf("inject: %w", err)
+	}
+	return nil
+}

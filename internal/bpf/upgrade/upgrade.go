@@ -143,6 +143,8 @@ var mapRoles = map[string]mapRole{
 	"edge_sess_live":  {table, false},
 	"edge_sessions":   {table, false},
 	"edge_sess_stats": {counter, false},
+	// Buffered downlink on its way to the agent: read where it is.
+	"edge_buff": {rebuilt, false},
 }
 
 // pinnedDiffs opens the maps of spec pinned under pinDir and says why each

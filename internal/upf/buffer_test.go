@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package upf
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// rec is an edge_buff record of session slot, counter cnt, carrying
+// payload as its frame.
+func rec(slot uint32, cnt uint8, payload string) []byte {
+	b := make([]byte, 16+len(payload))
+	binary.NativeEndian.PutUint32(b, slot)
+	binary.NativeEndian.PutUint32(b[4:], 7)
+	binary.NativeEndian.PutUint16(b[8:], uint16(len(payload)))
+	b[10] = cnt
+	copy(b[16:], payload)
+	return b
+}
+
+// TestBufferBounds: a session holds at most PerSession packets and all
+// of them TotalBytes, the session's oldest dropped first; its first
+// packet held is reported once per episode; Release sends what it held
+// in order, and the next packet starts a new episode; Discard drops.
+func TestBufferBounds(t *testing.T) {
+	b := &Buffer{q: map[uint32]*queue{}, PerSession: 4, TotalBytes: 20}
+	var firsts []string
+	b.OnFirst = func(slot uint32, cnt uint8) { firsts = append(firsts, fmt.Sprintf("%d/%d", slot, cnt)) }
+	var sent []string
+	b.Inject = func(frame []byte, ifindex uint32) error {
+		if ifindex != 7 {
+			t.Errorf("released by ifindex %d, want 7", ifindex)
+		}
+		sent = append(sent, string(frame))
+		return nil
+	}
+	for i := range 6 {
+		b.take(rec(1, 2, fmt.Sprintf("a%d", i)))
+	}
+	// Session 1 holds its last 4 (8 bytes). Session 2's 3-byte
+	// packets: 4 fill the 20 bytes, each later one drops its oldest.
+	for i := range 12 {
+		b.take(rec(2, 0, fmt.Sprintf("b%02d", i)))
+	}
+	st := b.Stats()
+	if st.Now != 4+4 || st.Dropped != 2+8 || st.Held != 18 || st.Reports != 2 {
+		t.Errorf("stats %+v, want 8 held now, 10 dropped, 18 held, 2 reports", st)
+	}
+	// A third session with nothing held and no room: its packet goes.
+	b.take(rec(4, 0, "zzzzz"))
+	if st := b.Stats(); st.Now != 8 || st.Dropped != 11 {
+		t.Errorf("a new session's packet with the buffer full: %+v", st)
+	}
+	// Session 4's packet was dropped, and still tells the SMF the UE
+	// has downlink data.
+	if !slices.Equal(firsts, []string{"1/2", "2/0", "4/0"}) {
+		t.Errorf("first packets reported %v", firsts)
+	}
+	b.Release(1)
+	if !slices.Equal(sent, []string{"a2", "a3", "a4", "a5"}) {
+		t.Errorf("released %v, want a2..a5 in order", sent)
+	}
+	b.take(rec(1, 2, "again"))
+	if len(firsts) != 4 {
+		t.Errorf("a new episode was not reported: %v", firsts)
+	}
+	b.Discard(2)
+	b.Discard(4)
+	if st := b.Stats(); st.Now != 1 || st.Released != 4 || st.Dropped != 11+4 {
+		t.Errorf("after release and discard: %+v", st)
+	}
+	b.take([]byte{1, 2, 3})     // short: ignored
+	b.take(rec(3, 0, "x")[:16]) // its length past the record
+	if st := b.Stats(); st.Held != 19 {
+		t.Errorf("malformed records held: %+v", st)
+	}
+}
