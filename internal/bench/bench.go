@@ -109,6 +109,8 @@ type Report struct {
 	Scale *packet.Scale `json:"scale,omitempty"`
 	// Control is absent in quick runs and with no control ops.
 	Control *control.Result `json:"control,omitempty"`
+	// N4 is the user plane's control figures (with the control part).
+	N4 *control.N4Result `json:"n4,omitempty"`
 	// Failover is absent in quick runs and with no failover rounds.
 	Failover *sdwan.Failover `json:"failover,omitempty"`
 	// FlowOpt is the flowopt scenario's (--scenario flowopt).
@@ -276,6 +278,10 @@ func runMultiQueue(ctx context.Context, o Options, r *Report) (err error) {
 	return nil
 }
 
+// n4Sessions is how many sessions the N4 figures establish at once
+// (and the agent's memory is measured with).
+const n4Sessions = 100_000
+
 func runControl(ctx context.Context, o Options, r *Report) (err error) {
 	o.Log("control: %d operations per kind over gRPC, batch of %d", o.ControlOps, o.ControlBatch)
 	co := control.Options{Ops: o.ControlOps, Paced: o.ControlPaced, Batch: o.ControlBatch, ConcurrentSeconds: o.ControlConcurrentSeconds, Bins: o.bins(), Log: o.Log}
@@ -283,6 +289,13 @@ func runControl(ctx context.Context, o Options, r *Report) (err error) {
 		return fmt.Errorf("control: %w", err)
 	}
 	r.Goals = append(r.Goals, control.Goals(r.Control)...)
+	// 63 SMFs at once and one alone: the 64 associations an N4
+	// endpoint takes.
+	if r.N4, err = control.RunN4(ctx, co, n4Sessions, 1000, 63, 8); err != nil {
+		return fmt.Errorf("n4: %w", err)
+	}
+	r.Goals = append(r.Goals, measure.Goal{Name: "PFCP session establishments/s, 63 SMFs with 8 requests in flight each",
+		Value: r.N4.ConcurrentPerSec, Limit: 5000, AtLeast: true})
 	return nil
 }
 

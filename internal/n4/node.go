@@ -153,6 +153,11 @@ func Listen(o Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("n4: %w", err)
 	}
+	// SMFs send requests in bursts (a core's sessions re-established
+	// after a restart, many SMFs at once): the default receive buffer
+	// (~200 KiB, a few hundred datagrams by their truesize) drops them.
+	// Forced past net.core.rmem_max where the agent may (CAP_NET_ADMIN).
+	setReadBuffer(c, rcvBuf)
 	n := &Node{opt: o, conn: c, peers: map[string]*Peer{}, live: map[string]*liveness{},
 		sessions: map[uint64]*Session{}, teids: map[uint32]uint64{}, reports: map[uint32]uint64{}}
 	for _, p := range o.Peers {
@@ -219,6 +224,23 @@ func (n *Node) Serve(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// rcvBuf is the node's socket receive buffer.
+const rcvBuf = 8 << 20
+
+// setReadBuffer sizes c's receive buffer to n bytes: SO_RCVBUFFORCE,
+// else as far as net.core.rmem_max allows.
+func setReadBuffer(c *net.UDPConn, n int) {
+	if rc, err := c.SyscallConn(); err == nil {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n)
+		}); err == nil && serr == nil {
+			return
+		}
+	}
+	_ = c.SetReadBuffer(n)
 }
 
 // batchMax bounds the datagrams Serve handles before it answers.

@@ -157,8 +157,12 @@ limits: {flows: 65536, rules: 65536}
 
 // ctlLab is the namespace, temp dir and agent of the control part.
 type ctlLab struct {
-	o      Options
-	bin    string
+	o   Options
+	bin string
+	// cfg and args, when set, are the agent's config and extra flags
+	// (the N4 part's); otherwise ctlConfig and none.
+	cfg    string
+	args   []string
 	ns     *topo.NS
 	pinDir string
 	dir    string
@@ -322,7 +326,11 @@ func (l *ctlLab) setup(ctx context.Context) error {
 		return fmt.Errorf("temp dir: %w", err)
 	}
 	cfgPath := filepath.Join(l.dir, "gateway.yaml")
-	if err := os.WriteFile(cfgPath, []byte(ctlConfig), 0o600); err != nil {
+	cfg := ctlConfig
+	if l.cfg != "" {
+		cfg = l.cfg
+	}
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return fmt.Errorf("write agent config: %w", err)
 	}
 	if l.ns, err = topo.NewNS(name); err != nil {
@@ -342,11 +350,11 @@ func (l *ctlLab) setup(ctx context.Context) error {
 		return fmt.Errorf("agent log: %w", err)
 	}
 	defer logf.Close() // the child holds its own descriptor
-	l.agent = exec.Command("nsenter", "--net=/run/netns/"+name, l.bin, "agent", "--config", cfgPath,
+	l.agent = exec.Command("nsenter", append([]string{"--net=/run/netns/" + name, l.bin, "agent", "--config", cfgPath,
 		"--pin-dir", l.pinDir, "--metrics-addr", "", "--grpc-addr", ctlAddr, "--rest-addr", "",
 		// TCP on loopback without tokens, as the figures always were
 		// measured; no unix sockets.
-		"--api-loopback-no-auth", "--api-socket", "none", "--rest-socket", "none")
+		"--api-loopback-no-auth", "--api-socket", "none", "--rest-socket", "none"}, l.args...)...)
 	l.agent.Stdout, l.agent.Stderr = logf, logf
 	if err := l.agent.Start(); err != nil {
 		l.agent = nil
