@@ -139,6 +139,16 @@ func TestBenchControl(t *testing.T) {
 		t.Errorf("goals: %+v, want the control part's 3", r.Goals)
 	}
 
+	// The user plane's figures: both rates, a modification's
+	// percentiles in order, the memory with the sessions held above the
+	// memory without.
+	if n := r.N4; n == nil {
+		t.Error("no N4 figures")
+	} else if n.Sessions != 100_000 || n.SequentialPerSec <= 0 || n.ConcurrentPerSec <= 0 || n.DeletePerSec <= 0 ||
+		n.Modify.Ops != 1000 || n.Modify.P50Us <= 0 || n.Modify.P50Us > n.Modify.P99Us || n.RSSMiB <= n.RSSBeforeMiB || n.Setup == "" {
+		t.Errorf("N4 figures: %+v", n)
+	}
+
 	// Neither namespace nor pins outlive the run (the temp dir's name is
 	// random, and another bench may be running).
 	name := fmt.Sprintf("epctl%d", os.Getpid())
