@@ -732,6 +732,11 @@ struct edge_sess_pdr {
 struct edge_sess {
 	__u32 id;   /* the session's slot + 1 (0: no session) */
 	__u32 npdr; /* PDRs in pdr, best precedence first */
+	/* The TEID the user plane chose for the session that names its
+	 * slot (its low bits, sess_mask: a G-PDU to it needs no hash
+	 * lookup), 0 none. */
+	__be32 own;
+	__u32 pad;
 	struct edge_sess_pdr pdr[EDGE_SESS_PDRS];
 };
 

@@ -238,6 +238,10 @@ static __always_inline int gtpu_unknown(struct xdp_md *ctx,
 	return punt(p, EDGE_R_GTPU_ERROR_IND, XDP_TX);
 }
 
+/* The slot bits of a TEID the user plane chose (the power of two at or
+ * above limits.sessions, less one), set by the agent before load. */
+volatile const __u32 sess_mask = 1023;
+
 /* ue_bit is the bit of edge_ue_bits for IPv4 address a (the agent
  * computes the same: commit.UEBit). */
 static __always_inline __u32 ue_bit(__be32 a)
@@ -559,7 +563,7 @@ static __always_inline int gtpu_uplink(struct xdp_md *ctx, struct edge_ctx *c,
 	const __u8 *x;
 	struct edge_sess_pkt *sp = &c->sp;
 	struct ethhdr *eth;
-	__u32 *slot, off, end, i, len;
+	__u32 *slot, off, end, i, len, guess;
 	__u8 next = 0;
 	int reason;
 
@@ -568,8 +572,16 @@ static __always_inline int gtpu_uplink(struct xdp_md *ctx, struct edge_ctx *c,
 	sp->ul = EDGE_SP_UL;
 	sp->qfi = 0;
 	sp->teid = g->teid;
-	slot = bpf_map_lookup_elem(&edge_teid, &sp->teid);
-	s = slot ? sess_get(*slot) : NULL;
+	/* A TEID the user plane chose names its session's slot; another
+	 * (the SMF's) is looked up. */
+	guess = bpf_ntohl(sp->teid) & sess_mask;
+	s = sess_get(guess);
+	if (s && s->own == sp->teid) {
+		slot = &guess;
+	} else {
+		slot = bpf_map_lookup_elem(&edge_teid, &sp->teid);
+		s = slot ? sess_get(*slot) : NULL;
+	}
 	if (!s)
 		return gtpu_unknown(ctx, p, l4 - sizeof(struct iphdr), l4, sp->teid, st->gtpu4);
 	off = l4 + sizeof(struct udphdr) + sizeof(*g);

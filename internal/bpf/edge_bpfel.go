@@ -313,6 +313,8 @@ type edgeEdgeSess struct {
 	_    structs.HostLayout
 	Id   uint32
 	Npdr uint32
+	Own  uint32
+	Pad  uint32
 	Pdr  [8]edgeEdgeSessPdr
 }
 
@@ -484,6 +486,7 @@ const (
 	edgeVarHashK1          = "hash_k1"
 	edgeVarMaglevBlocks    = "maglev_blocks"
 	edgeVarMaglevSize      = "maglev_size"
+	edgeVarSessMask        = "sess_mask"
 )
 
 // loadEdge returns the embedded CollectionSpec for edge.
@@ -610,6 +613,7 @@ type edgeVariableSpecs struct {
 	HashK1       *ebpf.VariableSpec `ebpf:"hash_k1"`
 	MaglevBlocks *ebpf.VariableSpec `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.VariableSpec `ebpf:"maglev_size"`
+	SessMask     *ebpf.VariableSpec `ebpf:"sess_mask"`
 }
 
 // edgeObjects contains all objects after they have been loaded into the kernel.
@@ -768,6 +772,7 @@ type edgeVariables struct {
 	HashK1       *ebpf.Variable `ebpf:"hash_k1"`
 	MaglevBlocks *ebpf.Variable `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.Variable `ebpf:"maglev_size"`
+	SessMask     *ebpf.Variable `ebpf:"sess_mask"`
 }
 
 // edgePrograms contains all programs after they have been loaded into the kernel.

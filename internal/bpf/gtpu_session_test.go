@@ -148,6 +148,28 @@ func TestGTPUSessions(t *testing.T) {
 	run("extension chain past the header", gtpuFrame(t, n3Addr, 2152, 0x34, 255, ulTEID, []byte{0, 0, 0, 0x85, 3, 0x10, 9, 0}, false),
 		"wan0", bpf.XDPDrop, bpf.ReasonBadGTPU)
 
+	// A session whose TEID names its slot (the UPF chose it): found with
+	// no key in the TEID hash.
+	slot2, err := ss.Slot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := 0x5a5a<<16 | slot2
+	ownRec := sessRec(bpf.SessPDR{Prec: 1, Flags: bpf.SessUL | bpf.SessRemove | bpf.SessAny, Teid: bpf.BE32(own),
+		Action: bpf.SessForw})
+	ownRec.Own = bpf.BE32(own)
+	if err := ss.Put(slot2, ownRec, commit.SessionKeys{}); err != nil {
+		t.Fatal(err)
+	}
+	out = run("TEID naming its slot", gtpuFrame(t, n3Addr, 2152, 0x30, 255, own, inner, false), "wan0", bpf.XDPRedirect, bpf.ReasonNone)
+	checkDecapsulated(t, "TEID naming its slot", out, inner)
+	// Another session's slot bits, not its own TEID: looked up, unknown.
+	run("a TEID with another's slot bits", gtpuFrame(t, n3Addr, 2152, 0x30, 255, own+0x10000, inner, false), "wan0",
+		bpf.XDPTx, bpf.ReasonGTPUErrorInd)
+	if err := ss.Delete(slot2); err != nil {
+		t.Fatal(err)
+	}
+
 	// Downlink.
 	dl := n6Frame(t, n6Remote, ueAddr)
 	out = run("downlink", dl, "wan1", bpf.XDPRedirect, bpf.ReasonNone)

@@ -29,6 +29,17 @@ type Limits struct {
 // DefaultSessions is Limits.Sessions' default.
 const DefaultSessions = 4096
 
+// SessMask is the slot bits of a TEID the user plane chooses: the power
+// of two at or above Sessions, less one (XDP's sess_mask).
+func (l Limits) SessMask() uint32 {
+	n := l.WithDefaults().Sessions
+	m := uint32(1)
+	for m < n {
+		m <<= 1
+	}
+	return m - 1
+}
+
 // SessPDRs mirrors EDGE_SESS_PDRS: the PDRs a session's record holds.
 const SessPDRs = 8
 
@@ -115,6 +126,9 @@ func ApplyLimits(spec *ebpf.CollectionSpec, l Limits) error {
 	}
 	if err := spec.Variables[edgeVarMaglevSize].Set(l.MaglevSize); err != nil {
 		return fmt.Errorf("set maglev_size: %w", err)
+	}
+	if err := spec.Variables[edgeVarSessMask].Set(l.SessMask()); err != nil {
+		return fmt.Errorf("set sess_mask: %w", err)
 	}
 	if err := spec.Variables[edgeVarMaglevBlocks].Set(l.MaglevBlocks()); err != nil {
 		return fmt.Errorf("set maglev_blocks: %w", err)

@@ -164,7 +164,7 @@ func (n *Node) establish(m *message.SessionEstablishmentRequest, from netip.Addr
 	for _, p := range s.PDRs {
 		pdrs = append(pdrs, p)
 	}
-	chosen, r := n.chooseTEIDs(s, pdrs)
+	chosen, r := n.chooseTEIDs(s, pdrs, true)
 	if r == nil {
 		// Held while the user plane carries it: no other request takes
 		// its SEID or TEIDs meanwhile.
@@ -179,6 +179,9 @@ func (n *Node) establish(m *message.SessionEstablishmentRequest, from netip.Addr
 		}
 	}
 	if r != nil {
+		// A place the user plane gave the session (ChooseTEID) goes
+		// back.
+		_ = n.opt.UserPlane.Delete(s)
 		return n.refuseRule(t, seq, r, seid)
 	}
 	n.count("session_established")

@@ -66,6 +66,14 @@ func usageReports(s *Session, u map[uint16]Usage, now time.Time) []*ie.IE {
 	return out
 }
 
+// TEIDChooser is what a UserPlane adds that can make a TEID name its
+// session's place (so a G-PDU to it needs no lookup): ChooseTEID
+// returns one for the session of seid, not taken; a session never
+// carried after it gives its place back with Delete.
+type TEIDChooser interface {
+	ChooseTEID(seid uint64, taken func(uint32) bool) (uint32, error)
+}
+
 // ErrNoResources is what a UserPlane returns when it holds as many
 // sessions (or rules in one) as it can: the request is refused "No
 // resources available".
@@ -87,7 +95,7 @@ func (s *Session) clone() *Session {
 // other session's PDR has, one per CHOOSE ID, at the N3 address, and
 // checks that the TEIDs the SMF chose are not another session's. It
 // returns the PDRs whose F-TEIDs were chosen.
-func (n *Node) chooseTEIDs(s *Session, pdrs []*PDR) ([]*PDR, *refusal) {
+func (n *Node) chooseTEIDs(s *Session, pdrs []*PDR, own bool) ([]*PDR, *refusal) {
 	if !n.opt.N3.IsValid() {
 		for _, p := range pdrs {
 			if p.Choose {
@@ -107,14 +115,22 @@ func (n *Node) chooseTEIDs(s *Session, pdrs []*PDR) ([]*PDR, *refusal) {
 			}
 			continue
 		}
+		taken := func(t uint32) bool {
+			_, used := n.teids[t]
+			return t == 0 || used || teidOf(s, &PDR{TEID: t, HasTEID: true})
+		}
 		if t, ok := byChoose[p.ChooseID]; ok && p.ChooseID != 0 {
 			p.TEID = t
+		} else if c, ok := n.opt.UserPlane.(TEIDChooser); ok && own {
+			// The first the user plane picks: it names the session.
+			t, err := c.ChooseTEID(s.UPSEID, taken)
+			if err != nil {
+				return nil, &refusal{cause: ie.CauseNoResourcesAvailable}
+			}
+			p.TEID, own = t, false
+			byChoose[p.ChooseID] = t
 		} else {
-			for {
-				p.TEID = rand.Uint32()
-				if _, used := n.teids[p.TEID]; p.TEID != 0 && !used && !teidOf(s, p) {
-					break
-				}
+			for p.TEID = rand.Uint32(); taken(p.TEID); p.TEID = rand.Uint32() {
 			}
 			byChoose[p.ChooseID] = p.TEID
 		}
@@ -307,7 +323,7 @@ func (n *Node) change(s *Session, m *message.SessionModificationRequest) ([]*PDR
 			return nil, r
 		}
 	}
-	return n.chooseTEIDs(s, fresh)
+	return n.chooseTEIDs(s, fresh, false)
 }
 
 // create adds the FARs, QERs and URRs of Create IEs to s, refusing an

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"sync"
@@ -45,6 +46,8 @@ type Plane struct {
 	held   *Buffer
 	report func(seid uint64, pdr uint16)
 	bySlot map[uint32]uint64
+	// reserved are slots ChooseTEID gave sessions not carried yet.
+	reserved map[uint64]uint32
 }
 
 // kept is a session as the journal holds it: its slot and the counter
@@ -66,7 +69,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Open reads the journal at path (none: no sessions), puts every session
 // it holds back into dp, and returns the plane with them (Sessions).
 func Open(path string, dp *commit.Sessions) (*Plane, error) {
-	p := &Plane{dp: dp, path: path, kept: map[uint64]*kept{}, bySlot: map[uint32]uint64{}}
+	p := &Plane{dp: dp, path: path, kept: map[uint64]*kept{}, bySlot: map[uint32]uint64{}, reserved: map[uint64]uint32{}}
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -79,6 +82,7 @@ func Open(path string, dp *commit.Sessions) (*Plane, error) {
 		if err != nil {
 			return nil, fmt.Errorf("session %#x of %s: %w", k.S.UPSEID, path, err)
 		}
+		p.own(rec, keys, k.Slot)
 		if err := dp.Restore(k.Slot, rec, keys); err != nil {
 			return nil, fmt.Errorf("session %#x: %w", k.S.UPSEID, err)
 		}
@@ -220,13 +224,20 @@ func (p *Plane) Put(s *n4.Session) error {
 		return err
 	}
 	if old == nil {
-		if k.Slot, err = p.dp.Slot(); errors.Is(err, commit.ErrSessionsFull) {
+		if slot, ok := p.reserved[s.UPSEID]; ok {
+			k.Slot = slot
+			delete(p.reserved, s.UPSEID)
+		} else if k.Slot, err = p.dp.Slot(); errors.Is(err, commit.ErrSessionsFull) {
 			return fmt.Errorf("%w: %w", n4.ErrNoResources, err)
 		} else if err != nil {
 			return err
 		}
 	}
+	p.own(rec, keys, k.Slot)
 	if err := p.dp.Put(k.Slot, rec, keys); err != nil {
+		if old == nil {
+			p.dp.Unreserve(k.Slot)
+		}
 		return err
 	}
 	// Kept before the line is written: a rewrite the write makes holds
@@ -297,8 +308,51 @@ func (p *Plane) undo(old *kept, slot uint32) {
 		return
 	}
 	if rec, keys, err := Compile(old.S, maps.Clone(old.Cnt)); err == nil {
+		p.own(rec, keys, slot)
 		_ = p.dp.Put(slot, rec, keys)
 	}
+}
+
+// own marks in rec the uplink TEID that names slot, if the session has
+// one (ChooseTEID gave it).
+func (p *Plane) own(rec *bpf.Sess, keys commit.SessionKeys, slot uint32) {
+	rec.Own = 0
+	for _, t := range keys.TEIDs {
+		if t&p.dp.Mask() == slot {
+			rec.Own = bpf.BE32(t)
+			return
+		}
+	}
+}
+
+// ChooseTEID gives the session of seid a slot (its own, or one kept for
+// it until it is carried) and returns a TEID that names it: random
+// above the slot bits, not taken (n4.TEIDChooser).
+func (p *Plane) ChooseTEID(seid uint64, taken func(uint32) bool) (uint32, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var slot uint32
+	if k := p.kept[seid]; k != nil {
+		slot = k.Slot
+	} else if r, ok := p.reserved[seid]; ok {
+		slot = r
+	} else {
+		var err error
+		if slot, err = p.dp.Slot(); errors.Is(err, commit.ErrSessionsFull) {
+			return 0, fmt.Errorf("%w: %w", n4.ErrNoResources, err)
+		} else if err != nil {
+			return 0, err
+		}
+		p.reserved[seid] = slot
+	}
+	mask := p.dp.Mask()
+	for range 1 << 16 {
+		t := rand.Uint32()&^mask | slot
+		if t != 0 && !taken(t) {
+			return t, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: no TEID free for slot %d", n4.ErrNoResources, slot)
 }
 
 // Delete takes session s out of the dataplane and the journal.
@@ -307,6 +361,11 @@ func (p *Plane) Delete(s *n4.Session) error {
 	defer p.mu.Unlock()
 	k := p.kept[s.UPSEID]
 	if k == nil {
+		// Never carried: the slot ChooseTEID kept for it goes back.
+		if slot, ok := p.reserved[s.UPSEID]; ok {
+			delete(p.reserved, s.UPSEID)
+			p.dp.Unreserve(slot)
+		}
 		return nil
 	}
 	delete(p.kept, s.UPSEID)
@@ -362,9 +421,10 @@ func (p *Plane) Close() error {
 }
 
 var (
-	_ n4.UserPlane = (*Plane)(nil)
-	_ n4.Syncer    = (*Plane)(nil)
-	_ n4.Meter     = (*Plane)(nil)
+	_ n4.UserPlane   = (*Plane)(nil)
+	_ n4.Syncer      = (*Plane)(nil)
+	_ n4.Meter       = (*Plane)(nil)
+	_ n4.TEIDChooser = (*Plane)(nil)
 )
 
 // Status returns each session with its PDRs as the dataplane holds them

@@ -219,6 +219,11 @@ func TestSessionsCarried(t *testing.T) {
 	if !ok || ueSlot != slot || rec.Id != slot+1 || rec.Npdr != 2 {
 		t.Fatalf("record: %+v (slot %d, UE's %d, found %v)", rec, slot, ueSlot, ok)
 	}
+	// The TEID the UPF chose names the slot: XDP finds the session
+	// without the hash.
+	if mask := dp.Limits.SessMask(); teid&mask != slot || rec.Own != bpf.BE32(teid) {
+		t.Errorf("TEID %#x in slot %d (mask %#x): the record's own TEID %#x", teid, slot, mask, rec.Own)
+	}
 	ul, dl := rec.Pdr[0], rec.Pdr[1]
 	if ul.Flags&bpf.SessUL == 0 {
 		ul, dl = dl, ul

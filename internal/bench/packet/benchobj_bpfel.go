@@ -115,6 +115,7 @@ const (
 	benchobjVarHashK1               = "hash_k1"
 	benchobjVarMaglevBlocks         = "maglev_blocks"
 	benchobjVarMaglevSize           = "maglev_size"
+	benchobjVarSessMask             = "sess_mask"
 )
 
 // loadBenchobj returns the embedded CollectionSpec for benchobj.
@@ -270,6 +271,7 @@ type benchobjVariableSpecs struct {
 	HashK1       *ebpf.VariableSpec `ebpf:"hash_k1"`
 	MaglevBlocks *ebpf.VariableSpec `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.VariableSpec `ebpf:"maglev_size"`
+	SessMask     *ebpf.VariableSpec `ebpf:"sess_mask"`
 }
 
 // benchobjObjects contains all objects after they have been loaded into the kernel.
@@ -448,6 +450,7 @@ type benchobjVariables struct {
 	HashK1       *ebpf.Variable `ebpf:"hash_k1"`
 	MaglevBlocks *ebpf.Variable `ebpf:"maglev_blocks"`
 	MaglevSize   *ebpf.Variable `ebpf:"maglev_size"`
+	SessMask     *ebpf.Variable `ebpf:"sess_mask"`
 }
 
 // benchobjPrograms contains all programs after they have been loaded into the kernel.

@@ -50,19 +50,29 @@ func gtpuFrame(teid uint32, inner []byte) []byte {
 }
 
 // gtpuSession is a session's record as the agent compiles it for the
-// UE: uplink by its TEID decapsulated toward N6, downlink to its address
-// encapsulated toward the gNB.
-func gtpuSession(ul, dl uint32, ue, gnb netip.Addr) (*bpf.Sess, commit.SessionKeys) {
-	r := &bpf.Sess{Npdr: 2}
+// UE: uplink by the TEID the user plane chose for it (naming its slot)
+// or by one the SMF chose (smf, 0: none), decapsulated toward N6;
+// downlink to its address encapsulated toward the gNB.
+func gtpuSession(ul, smf, dl uint32, ue, gnb netip.Addr) (*bpf.Sess, commit.SessionKeys) {
+	r := &bpf.Sess{Npdr: 2, Own: bpf.BE32(ul)}
 	r.Pdr[0] = bpf.SessPDR{Prec: 100, Flags: bpf.SessUL | bpf.SessRemove | bpf.SessAny, Teid: bpf.BE32(ul), Action: bpf.SessForw, Qfi: gtpuQFI}
 	r.Pdr[1] = bpf.SessPDR{Prec: 100, Flags: bpf.SessUEIP | bpf.SessOHC | bpf.SessAny, Ueip: bpf.Addr4(ue), Action: bpf.SessForw,
 		Qfi: gtpuQFI, OhcTeid: bpf.BE32(dl), OhcAddr: bpf.Addr4(gnb), Cnt: 1}
-	return r, commit.SessionKeys{TEIDs: []uint32{ul}, UEs: []netip.Addr{ue}}
+	keys := commit.SessionKeys{TEIDs: []uint32{ul}, UEs: []netip.Addr{ue}}
+	if smf != 0 {
+		r.Pdr[2] = r.Pdr[0]
+		r.Pdr[2].Teid, r.Pdr[2].Cnt = bpf.BE32(smf), 2
+		r.Npdr = 3
+		keys.TEIDs = append(keys.TEIDs, smf)
+	}
+	return r, keys
 }
 
 // measureGTPU adds the user plane's figures beside GRE's (measured just
-// before, same wrappers): a G-PDU decapsulated toward N6 and a UE's
-// downlink encapsulated toward its gNB, with 1, 10,000 and 100,000
+// before, same wrappers): a G-PDU decapsulated toward N6 (to a TEID the
+// user plane chose, which names the session's slot, and to one the SMF
+// chose, looked up in the TEID hash) and a UE's downlink encapsulated
+// toward its gNB, with 1, 10,000 and 100,000
 // sessions held (the one timed among the others in the TEID and UE
 // hashes), and what holding sessions costs a packet that is no
 // session's (a flow-cache hit, which then looks for its destination
@@ -88,7 +98,8 @@ func (b *bencher) measureGTPU(r *Result) error {
 		}
 		_ = b.dp.SetGTPU(netip.Addr{})
 	}()
-	decap := gtpuFrame(gtpuUL, testbed.UDPFrame(gtpuUE, testbed.HostA, 5000))
+	// Session 0's slot is the first: its own TEID is 1<<20 | slot.
+	decapSMF := gtpuFrame(gtpuUL, testbed.UDPFrame(gtpuUE, testbed.HostA, 5000))
 	encap := testbed.UDPFrame(testbed.HostA, gtpuUE, 5000)
 	for _, n := range gtpuSize {
 		for len(slots) < n {
@@ -101,17 +112,25 @@ func (b *bencher) measureGTPU(r *Result) error {
 			if i > 0 {
 				ue = netip.AddrFrom4([4]byte{10, 46 + byte(i>>16), byte(i >> 8), byte(i)})
 			}
-			rec, keys := gtpuSession(gtpuUL+i*7919, gtpuDL+i, ue, gtpuGNB)
+			// The TEID names the slot, as the user plane chooses
+			// it; the first session also has one its SMF chose.
+			smf := uint32(0)
+			if i == 0 {
+				smf = gtpuUL
+			}
+			rec, keys := gtpuSession((i+1)<<20|slot, smf, gtpuDL+i, ue, gtpuGNB)
 			if err := ss.Put(slot, rec, keys); err != nil {
 				return fmt.Errorf("session %d: %w", i, err)
 			}
 			slots = append(slots, slot)
 		}
+		decap := gtpuFrame(1<<20|slots[0], testbed.UDPFrame(gtpuUE, testbed.HostA, 5000))
 		for _, c := range []struct {
 			name  string
 			frame []byte
 		}{
 			{fmt.Sprintf("gtpu_decap_ip4_%d", n), decap},
+			{fmt.Sprintf("gtpu_decap_smf_teid_ip4_%d", n), decapSMF},
 			{fmt.Sprintf("gtpu_encap_ip4_%d", n), encap},
 		} {
 			if err := b.check(b.progs.BenchResize, c.frame, c.frame); err != nil {

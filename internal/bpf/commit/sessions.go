@@ -228,6 +228,18 @@ func (s *Sessions) Slot() (uint32, error) {
 	return slot, nil
 }
 
+// Unreserve gives back a slot Slot gave out that was never Put.
+func (s *Sessions) Unreserve(slot uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, used := s.live[slot]; !used && slot < s.next {
+		s.free = append(s.free, slot)
+	}
+}
+
+// Mask is the slot bits of a TEID that names a slot (bpf.Limits.SessMask).
+func (s *Sessions) Mask() uint32 { return s.o.Limits.SessMask() }
+
 // barrier waits for a grace period and frees what it retires. Called
 // with s.mu held.
 func (s *Sessions) barrier() error {
