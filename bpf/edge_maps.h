@@ -644,6 +644,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_ue_bits SEC(".maps");
 
+/* The slot + 1 of a session holding a UE whose address has that
+ * ue_bit, one UE per entry (the first to take it; the others are found
+ * in edge_ue4): the record's own_ue says which. Agent-written. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, EDGE_UE_BITS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_ue_dm SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);

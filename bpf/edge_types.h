@@ -736,7 +736,9 @@ struct edge_sess {
 	 * slot (its low bits, sess_mask: a G-PDU to it needs no hash
 	 * lookup), 0 none. */
 	__be32 own;
-	__u32 pad;
+	/* The UE address whose entry of edge_ue_dm names this slot (0:
+	 * none): a downlink packet to it needs no hash lookup. */
+	__be32 own_ue;
 	struct edge_sess_pdr pdr[EDGE_SESS_PDRS];
 };
 

@@ -709,7 +709,7 @@ __noinline int edge_gtpu_dl(struct xdp_md *ctx, struct edge_ctx *c)
 	const struct edge_sess *s;
 	struct edge_pkt *p;
 	struct edge_sess_pkt *sp;
-	__u32 zero = 0, *slot;
+	__u32 zero = 0, *slot, b;
 	__be32 dst;
 
 	if (!c || !ctx)
@@ -718,11 +718,20 @@ __noinline int edge_gtpu_dl(struct xdp_md *ctx, struct edge_ctx *c)
 	if (p->key.family != 4)
 		return EDGE_GO_ON;
 	dst = *(const __be32 *)p->key.dst;
-	slot = bpf_map_lookup_elem(&edge_ue4, &dst);
-	if (!slot)
-		return EDGE_GO_ON;
+	/* The session whose own UE this is, by its bit, else the hash. */
+	b = ue_bit(dst);
+	slot = bpf_map_lookup_elem(&edge_ue_dm, &b);
+	s = slot && *slot ? sess_get(*slot - 1) : NULL;
+	if (s && s->own_ue == dst) {
+		b = *slot - 1;
+		slot = &b;
+	} else {
+		slot = bpf_map_lookup_elem(&edge_ue4, &dst);
+		if (!slot)
+			return EDGE_GO_ON;
+		s = sess_get(*slot);
+	}
 	st = bpf_map_lookup_elem(&edge_global, &zero);
-	s = sess_get(*slot);
 	if (!st || !s)
 		return EDGE_GO_ON;
 	sp = &c->sp;

@@ -310,12 +310,12 @@ type edgeEdgeRuleKey struct {
 }
 
 type edgeEdgeSess struct {
-	_    structs.HostLayout
-	Id   uint32
-	Npdr uint32
-	Own  uint32
-	Pad  uint32
-	Pdr  [8]edgeEdgeSessPdr
+	_     structs.HostLayout
+	Id    uint32
+	Npdr  uint32
+	Own   uint32
+	OwnUe uint32
+	Pdr   [8]edgeEdgeSessPdr
 }
 
 type edgeEdgeSessPdr struct {
@@ -474,6 +474,7 @@ const (
 	edgeMapEdgeTx          = "edge_tx"
 	edgeMapEdgeUe4         = "edge_ue4"
 	edgeMapEdgeUeBits      = "edge_ue_bits"
+	edgeMapEdgeUeDm        = "edge_ue_dm"
 	edgeMapEdgeVerdicts    = "edge_verdicts"
 	edgeProgEdgeXdp        = "edge_xdp"
 	edgeProgEdgeXdpCpu     = "edge_xdp_cpu"
@@ -599,6 +600,7 @@ type edgeMapSpecs struct {
 	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeUe4         *ebpf.MapSpec `ebpf:"edge_ue4"`
 	EdgeUeBits      *ebpf.MapSpec `ebpf:"edge_ue_bits"`
+	EdgeUeDm        *ebpf.MapSpec `ebpf:"edge_ue_dm"`
 	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
 
@@ -694,6 +696,7 @@ type edgeMaps struct {
 	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
 	EdgeUe4         *ebpf.Map `ebpf:"edge_ue4"`
 	EdgeUeBits      *ebpf.Map `ebpf:"edge_ue_bits"`
+	EdgeUeDm        *ebpf.Map `ebpf:"edge_ue_dm"`
 	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
 }
 
@@ -757,6 +760,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeTx,
 		m.EdgeUe4,
 		m.EdgeUeBits,
+		m.EdgeUeDm,
 		m.EdgeVerdicts,
 	)
 }

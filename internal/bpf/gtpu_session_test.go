@@ -174,6 +174,34 @@ func TestGTPUSessions(t *testing.T) {
 	dl := n6Frame(t, n6Remote, ueAddr)
 	out = run("downlink", dl, "wan1", bpf.XDPRedirect, bpf.ReasonNone)
 	checkEncapsulated(t, out, dl, dlTEID, 9)
+
+	// A UE whose bit is the first UE's: its session cannot own the
+	// direct entry, and is found in the UE hash.
+	other := netip.MustParseAddr(ueAddr)
+	for b := commit.UEBit(other); ; {
+		other = other.Next()
+		if commit.UEBit(other) == b {
+			break
+		}
+	}
+	slot3, err := ss.Slot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec3 := sessRec(bpf.SessPDR{Prec: 1, Flags: bpf.SessUEIP | bpf.SessOHC | bpf.SessAny, Ueip: bpf.Addr4(other),
+		Action: bpf.SessForw, Qfi: 5, OhcTeid: bpf.BE32(0x7777), OhcAddr: bpf.Addr4(netip.MustParseAddr(topo.AddrWanNeigh))})
+	if err := ss.Put(slot3, rec3, commit.SessionKeys{UEs: []netip.Addr{other}}); err != nil {
+		t.Fatal(err)
+	}
+	if rec3.OwnUe != 0 {
+		t.Errorf("a UE whose bit another owns got the direct entry (own_ue %#x)", rec3.OwnUe)
+	}
+	dl3 := n6Frame(t, n6Remote, other.String())
+	checkEncapsulated(t, run("downlink to a UE sharing a bit", dl3, "wan1", bpf.XDPRedirect, bpf.ReasonNone), dl3, 0x7777, 5)
+	checkEncapsulated(t, run("downlink to the first UE", dl, "wan1", bpf.XDPRedirect, bpf.ReasonNone), dl, dlTEID, 9)
+	if err := ss.Delete(slot3); err != nil {
+		t.Fatal(err)
+	}
 	checkTshark(t, [][]byte{out}, 2)
 	checkTsharkGTP(t, out, dlTEID, 9)
 

@@ -84,6 +84,7 @@ const (
 	benchobjMapEdgeTx               = "edge_tx"
 	benchobjMapEdgeUe4              = "edge_ue4"
 	benchobjMapEdgeUeBits           = "edge_ue_bits"
+	benchobjMapEdgeUeDm             = "edge_ue_dm"
 	benchobjMapEdgeVerdicts         = "edge_verdicts"
 	benchobjProgBenchFlowHash       = "bench_flow_hash"
 	benchobjProgBenchFlowInsert     = "bench_flow_insert"
@@ -257,6 +258,7 @@ type benchobjMapSpecs struct {
 	EdgeTx           *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeUe4          *ebpf.MapSpec `ebpf:"edge_ue4"`
 	EdgeUeBits       *ebpf.MapSpec `ebpf:"edge_ue_bits"`
+	EdgeUeDm         *ebpf.MapSpec `ebpf:"edge_ue_dm"`
 	EdgeVerdicts     *ebpf.MapSpec `ebpf:"edge_verdicts"`
 }
 
@@ -362,6 +364,7 @@ type benchobjMaps struct {
 	EdgeTx           *ebpf.Map `ebpf:"edge_tx"`
 	EdgeUe4          *ebpf.Map `ebpf:"edge_ue4"`
 	EdgeUeBits       *ebpf.Map `ebpf:"edge_ue_bits"`
+	EdgeUeDm         *ebpf.Map `ebpf:"edge_ue_dm"`
 	EdgeVerdicts     *ebpf.Map `ebpf:"edge_verdicts"`
 }
 
@@ -435,6 +438,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeTx,
 		m.EdgeUe4,
 		m.EdgeUeBits,
+		m.EdgeUeDm,
 		m.EdgeVerdicts,
 	)
 }

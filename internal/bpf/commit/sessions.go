@@ -52,6 +52,16 @@ type Sessions struct {
 	// the map's words as written.
 	ueBits map[uint32]int
 	words  map[uint32]uint64
+	// dm is the UE each entry of edge_ue_dm names a slot for (by bit),
+	// with the slot: one UE per bit, the first to take it.
+	dm   map[uint32]dmEntry
+	dmOf map[uint32]uint32 // slot -> the bit it owns
+}
+
+// dmEntry is a UE that owns its bit's entry of edge_ue_dm, and its slot.
+type dmEntry struct {
+	ue   netip.Addr
+	slot uint32
 }
 
 // UEBits mirrors EDGE_UE_BITS.
@@ -99,7 +109,8 @@ var ErrSessionsFull = errors.New("the user plane holds as many sessions as limit
 // are removed.
 func (w *Writer) Sessions() (*Sessions, error) {
 	s := &Sessions{o: w.o, w: w, live: map[uint32]uint32{}, gen: map[uint32]uint64{}, keys: map[uint32]SessionKeys{},
-		freed: map[uint32]uint64{}, max: w.o.Limits.WithDefaults().Sessions, ueBits: map[uint32]int{}, words: map[uint32]uint64{}}
+		freed: map[uint32]uint64{}, max: w.o.Limits.WithDefaults().Sessions, ueBits: map[uint32]int{}, words: map[uint32]uint64{},
+		dm: map[uint32]dmEntry{}, dmOf: map[uint32]uint32{}}
 	var k uint32
 	var v uint64
 	it := w.o.EdgeUeBits.Iterate()
@@ -183,6 +194,20 @@ func (s *Sessions) Settle() error {
 		for _, k := range stale {
 			if err := mp.Delete(k); err != nil {
 				return fmt.Errorf("remove a stale key of %s: %w", m.name, err)
+			}
+		}
+	}
+	// Direct entries the last run left for UEs no kept session owns.
+	for w, v := range s.words {
+		for i := uint32(0); i < 64; i++ {
+			b := w<<6 | i
+			if v>>i&1 == 0 {
+				continue
+			}
+			if _, owned := s.dm[b]; !owned {
+				if err := s.o.EdgeUeDm.Put(b, uint32(0)); err != nil {
+					return fmt.Errorf("UE direct entry: %w", err)
+				}
 			}
 		}
 	}
@@ -277,6 +302,17 @@ func (s *Sessions) Put(slot uint32, rec *bpf.Sess, keys SessionKeys) error {
 		next = live ^ 1
 	}
 	rec.Id = slot + 1
+	// The first of its UEs whose bit's direct entry is free (or its
+	// own already) is the record's own: found without the hash.
+	rec.OwnUe = 0
+	var claim *dmEntry
+	for _, a := range keys.UEs {
+		e, taken := s.dm[UEBit(a)]
+		if !taken || e.slot == slot && e.ue == a {
+			rec.OwnUe, claim = bpf.Addr4(a), &dmEntry{a, slot}
+			break
+		}
+	}
 	if err := s.o.EdgeSessions.Put(slot*2+next, rec); err != nil {
 		return fmt.Errorf("write session record: %w", err)
 	}
@@ -312,6 +348,20 @@ func (s *Sessions) Put(slot uint32, rec *bpf.Sess, keys SessionKeys) error {
 		return fmt.Errorf("flip session record: %w", err)
 	}
 	s.live[slot], s.gen[slot], s.keys[slot] = next, s.barriers, keys
+	// The direct entry after the flip: it leads to a record that owns
+	// it. An entry the session owned for another UE goes.
+	if b, ok := s.dmOf[slot]; ok && (claim == nil || s.dm[b].ue != claim.ue) {
+		s.unclaim(slot)
+	}
+	if claim != nil {
+		b := UEBit(claim.ue)
+		if _, had := s.dm[b]; !had {
+			if err := s.o.EdgeUeDm.Put(b, slot+1); err != nil {
+				return fmt.Errorf("UE direct entry: %w", err)
+			}
+			s.dm[b], s.dmOf[slot] = *claim, b
+		}
+	}
 	s.drop(old, keys, slot)
 	if !had {
 		return s.setCount()
@@ -326,6 +376,18 @@ func (s *Sessions) ncpu() int {
 		return 1
 	}
 	return n
+}
+
+// unclaim clears the direct entry slot owns, if any. Called with s.mu
+// held.
+func (s *Sessions) unclaim(slot uint32) {
+	b, ok := s.dmOf[slot]
+	if !ok {
+		return
+	}
+	_ = s.o.EdgeUeDm.Put(b, uint32(0))
+	delete(s.dm, b)
+	delete(s.dmOf, slot)
 }
 
 // drop removes the keys of old that keep does not have, unless another
@@ -374,6 +436,7 @@ func (s *Sessions) Delete(slot uint32) error {
 	// Its keys go; its records stay as they are until the slot is
 	// given out again, after a grace period: a packet that found the
 	// slot before reads a whole record.
+	s.unclaim(slot)
 	s.drop(s.keys[slot], SessionKeys{}, slot)
 	delete(s.live, slot)
 	delete(s.gen, slot)

@@ -140,6 +140,7 @@ var mapRoles = map[string]mapRole{
 	"edge_teid":       {table, false},
 	"edge_ue4":        {table, false},
 	"edge_ue_bits":    {table, false},
+	"edge_ue_dm":      {table, false},
 	"edge_sess_live":  {table, false},
 	"edge_sessions":   {table, false},
 	"edge_sess_stats": {counter, false},
