@@ -22,7 +22,12 @@ func (n *Node) heartbeat(m *message.HeartbeatRequest, from netip.AddrPort) []byt
 			n.mu.Lock()
 			for _, p := range n.peers {
 				if p.Addr == from && !p.Recovery.Equal(ts) {
-					n.opt.Log.Warn("n4: peer restarted", "node_id", p.NodeID, "was", p.Recovery, "now", ts)
+					// Once a minute a peer: some (pfcpsim) stamp every
+					// heartbeat with the time it is sent.
+					if now := time.Now(); now.Sub(n.warned[p.NodeID]) > time.Minute {
+						n.warned[p.NodeID] = now
+						n.opt.Log.Warn("n4: peer restarted", "node_id", p.NodeID, "was", p.Recovery, "now", ts)
+					}
 					p.Recovery = ts
 				}
 			}
@@ -64,6 +69,11 @@ func (n *Node) associate(m *message.AssociationSetupRequest, from netip.AddrPort
 		// The same setup again (a lost answer resent) changes nothing.
 		n.opt.Log.Info("n4: association set up", "node_id", id, "from", from, "again", again)
 		n.changed()
+	}
+	if again && !old.Recovery.Equal(ts) {
+		// The SMF restarted: the sessions it set up before are gone
+		// on its side (TS 29.244 6.2.6.2).
+		n.dropSessionsOf(id, "the SMF restarted")
 	}
 	n.count("answered")
 	return marshal(message.NewAssociationSetupResponse(seq,
@@ -119,6 +129,7 @@ func (n *Node) release(m *message.AssociationReleaseRequest, from netip.AddrPort
 	n.mu.Unlock()
 	n.opt.Log.Info("n4: association released", "node_id", id)
 	n.changed()
+	n.dropSessionsOf(id, "its association was released")
 	n.count("answered")
 	return marshal(message.NewAssociationReleaseResponse(seq,
 		ie.NewNodeIDHeuristic(n.opt.NodeID), ie.NewCause(ie.CauseRequestAccepted)))

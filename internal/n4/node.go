@@ -120,6 +120,8 @@ type Node struct {
 	// reports are the Session Report Requests sent, by sequence
 	// number: the session's UP SEID.
 	reports map[uint32]uint64
+	// warned is when each peer's restart was last logged.
+	warned map[string]time.Time
 }
 
 // Listen opens the node's socket.
@@ -159,7 +161,7 @@ func Listen(o Options) (*Node, error) {
 	// Forced past net.core.rmem_max where the agent may (CAP_NET_ADMIN).
 	setReadBuffer(c, rcvBuf)
 	n := &Node{opt: o, conn: c, peers: map[string]*Peer{}, live: map[string]*liveness{},
-		sessions: map[uint64]*Session{}, teids: map[uint32]uint64{}, reports: map[uint32]uint64{}}
+		sessions: map[uint64]*Session{}, teids: map[uint32]uint64{}, reports: map[uint32]uint64{}, warned: map[string]time.Time{}}
 	for _, p := range o.Peers {
 		n.peers[p.NodeID] = &p
 	}

@@ -498,6 +498,34 @@ func (s *Session) updatePDR(g *ie.IE) (*PDR, *refusal) {
 	return &p, nil
 }
 
+// dropSessionsOf deletes the sessions the SMF of node ID id set up.
+func (n *Node) dropSessionsOf(id, why string) {
+	if n.opt.UserPlane == nil {
+		return
+	}
+	n.mu.Lock()
+	var gone []*Session
+	for _, s := range n.sessions {
+		if s.CPNode == id {
+			gone = append(gone, s)
+		}
+	}
+	n.mu.Unlock()
+	for _, s := range gone {
+		if err := n.opt.UserPlane.Delete(s); err != nil {
+			n.opt.Log.Warn("n4: session not deleted", "seid", s.UPSEID, "err", err)
+			continue
+		}
+		n.mu.Lock()
+		n.forget(s.UPSEID)
+		n.mu.Unlock()
+		n.count("session_deleted")
+	}
+	if len(gone) > 0 {
+		n.opt.Log.Info("n4: sessions deleted", "node_id", id, "sessions", len(gone), "why", why)
+	}
+}
+
 // remove answers a Session Deletion Request: the session goes.
 func (n *Node) remove(m *message.SessionDeletionRequest, from netip.AddrPort) []byte {
 	t, seq, seid := m.MessageType(), m.Sequence(), m.SEID()

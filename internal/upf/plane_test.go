@@ -368,3 +368,38 @@ func TestSessionsCarried(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionsOfAGoneSMF: an SMF that sets its association up again
+// with a new recovery time stamp (it restarted) loses the sessions it
+// had, as does one that releases its association; the same setup
+// again (a resent request) keeps them.
+func TestSessionsOfAGoneSMF(t *testing.T) {
+	dp := openDataplane(t)
+	g := startGateway(t, dp, t.TempDir(), nil)
+	s := dialSMF(t, g)
+	s.establish()
+	if _, _, ok := record(t, dp); !ok {
+		t.Fatal("no session")
+	}
+	peer := g.node.Peers()[0]
+	again := s.ask(message.NewAssociationSetupRequest(s.next(), ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(peer.Recovery)))
+	if c := cause(t, again.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("setup again: cause %d", c)
+	}
+	if _, _, ok := record(t, dp); !ok || len(g.plane.Sessions()) != 1 {
+		t.Fatal("the same setup again took the session away")
+	}
+	// establish sets up with time.Now(): a later stamp, a restart.
+	time.Sleep(1100 * time.Millisecond)
+	s.establish()
+	if n := len(g.plane.Sessions()); n != 1 {
+		t.Errorf("after the SMF restarted and set one session up: %d sessions, want 1", n)
+	}
+	rel := s.ask(message.NewAssociationReleaseRequest(s.next(), ie.NewNodeID(smfID, "", "")))
+	if c := cause(t, rel.(*message.AssociationReleaseResponse).Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("release: cause %d", c)
+	}
+	if _, _, ok := record(t, dp); ok || len(g.plane.Sessions()) != 0 {
+		t.Errorf("the released SMF's session is still carried (%d kept)", len(g.plane.Sessions()))
+	}
+}
