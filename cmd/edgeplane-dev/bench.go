@@ -46,6 +46,7 @@ func newBenchCmd(b *bins) *cobra.Command {
 	c.Flags().IntVar(&o.ControlOps, "control-ops", 1000, "single-PDR creates, updates and deletes (each) over gRPC, and gRPC floor calls; 0 skips the control part")
 	c.Flags().IntVar(&o.ControlPaced, "control-paced", 200, "single-PDR creates paced at one per 20 ms")
 	c.Flags().IntVar(&o.ControlBatch, "control-batch", 10_000, "PDRs created, then deleted, by one Apply each")
+	c.Flags().IntVar(&o.N4Sessions, "n4-sessions", 100_000, "PFCP sessions the control part's N4 figures establish at once (the agent's limits.sessions follows)")
 	c.Flags().Float64Var(&o.ControlConcurrentSeconds, "control-concurrent-seconds", 1, "length of each round of one-PDR Applies from 1 and 64 concurrent clients (3 rounds, alternated); below 0 skips them")
 	c.Flags().IntVar(&o.FailoverRounds, "failover-rounds", 3, "failovers measured in an SD-WAN lab of the bench's own; 0 skips the failover part")
 	c.Flags().BoolVar(&o.OnlyFailover, "only-failover", false, "only the failover figure")

@@ -49,6 +49,10 @@ type Options struct {
 	// ControlConcurrentSeconds is the length of a round of the
 	// concurrent Applies (0: 1 s, below 0: none).
 	ControlConcurrentSeconds float64
+	// N4Sessions is how many PFCP sessions the control part's N4
+	// figures establish at once (0: 100,000); the agent's
+	// limits.sessions follows it.
+	N4Sessions int
 	// OnlyControl measures the control part alone.
 	OnlyControl bool
 	// OnlyLB measures the floor and the balancer's per-packet figures
@@ -279,7 +283,7 @@ func runMultiQueue(ctx context.Context, o Options, r *Report) (err error) {
 }
 
 // n4Sessions is how many sessions the N4 figures establish at once
-// (and the agent's memory is measured with).
+// (and the agent's memory is measured with) by default.
 const n4Sessions = 100_000
 
 func runControl(ctx context.Context, o Options, r *Report) (err error) {
@@ -291,7 +295,11 @@ func runControl(ctx context.Context, o Options, r *Report) (err error) {
 	r.Goals = append(r.Goals, control.Goals(r.Control)...)
 	// 63 SMFs at once and one alone: the 64 associations an N4
 	// endpoint takes.
-	if r.N4, err = control.RunN4(ctx, co, n4Sessions, 1000, 63, 8); err != nil {
+	n := o.N4Sessions
+	if n <= 0 {
+		n = n4Sessions
+	}
+	if r.N4, err = control.RunN4(ctx, co, n, min(1000, n), 63, 8); err != nil {
 		return fmt.Errorf("n4: %w", err)
 	}
 	r.Goals = append(r.Goals, measure.Goal{Name: "PFCP session establishments/s, 63 SMFs with 8 requests in flight each",

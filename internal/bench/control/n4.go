@@ -42,10 +42,11 @@ type N4Result struct {
 	DeletePerSec float64 `json:"delete_concurrent_per_s"`
 }
 
-const n4Setup = "an agent in a namespace of its own serving N4 on 127.0.0.1:8805 and N3 (limits.sessions 131072, journal on the temp dir's disk); " +
+const n4Setup = "an agent in a namespace of its own serving N4 on 127.0.0.1:8805 and N3 (limits.sessions: the power of two with room for all, journal on the temp dir's disk); " +
 	"SMFs are go-pfcp clients on loopback, each with its own association; a session: uplink PDR (F-TEID CHOOSE, SDF any, QFI 9), " +
 	"downlink PDR (its own UE address), their FARs (uplink forward to core, downlink forward with outer header creation), a QER"
 
+// n4Config is the N4 agent's config, holding sessions sessions.
 const n4Config = `interfaces:
   - {name: lan0, role: lan, xdp: native}
   - {name: wan0, role: wan, xdp: native}
@@ -53,7 +54,7 @@ fars:
   - {id: 1, action: drop}
 pdrs:
   - {id: 1, precedence: 60000, match: {in: wan0, dst: 192.0.2.0/24}, far: 1}
-limits: {flows: 65536, rules: 1024, sessions: 131072}
+limits: {flows: 65536, rules: 1024, sessions: %d}
 `
 
 // RunN4 measures the N4 figures: n sessions established by clients
@@ -64,7 +65,13 @@ func RunN4(ctx context.Context, o Options, n, seq, clients, inFlight int) (*N4Re
 	if err != nil {
 		return nil, err
 	}
-	l := &ctlLab{o: o, bin: bin, cfg: n4Config, args: []string{"--n4-addr", "127.0.0.1:8805", "--n3-addr", "10.2.0.1"}}
+	// Room for the series one at a time and the concurrent one (the
+	// former deleted only at the end).
+	limit := 4096
+	for limit < n+seq+1024 {
+		limit <<= 1
+	}
+	l := &ctlLab{o: o, bin: bin, cfg: fmt.Sprintf(n4Config, limit), args: []string{"--n4-addr", "127.0.0.1:8805", "--n3-addr", "10.2.0.1"}}
 	defer l.close()
 	if err := l.setup(ctx); err != nil {
 		return nil, err
