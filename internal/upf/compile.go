@@ -172,6 +172,12 @@ func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, error) {
 				return bad("FAR %d: outer header creation GTP-U/UDP/IPv6 is not carried yet", f.ID)
 			}
 		}
+		// Forwarded toward the access side with no GTP-U header made,
+		// a UE's packet would leave in the clear wherever the FIB
+		// routes its address: refused, not carried.
+		if e.Action == bpf.SessForw && f.Dest == ie.DstInterfaceAccess && e.Flags&bpf.SessOHC == 0 {
+			return bad("FAR %d forwards to the access side without outer header creation", f.ID)
+		}
 		if f.HasTOS {
 			e.Flags |= bpf.SessTOS
 			e.Tos = uint8(f.TOS >> 8)
