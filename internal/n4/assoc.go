@@ -195,6 +195,7 @@ func (n *Node) establish(m *message.SessionEstablishmentRequest, from netip.Addr
 		_ = n.opt.UserPlane.Delete(s)
 		return n.refuseRule(t, seq, r, seid)
 	}
+	n.meters(s, nil, s.Since)
 	n.count("session_established")
 	ies := []*ie.IE{ie.NewNodeIDHeuristic(n.opt.NodeID), ie.NewCause(ie.CauseRequestAccepted), n.upFSEID(s.UPSEID)}
 	ies = append(ies, createdPDRs(chosen)...)

@@ -82,6 +82,9 @@ type Options struct {
 	UserPlane UserPlane
 	N3        netip.Addr
 	Sessions  []*Session
+	// UsageEvery is how often the sessions whose URRs report more
+	// than at their end are read (default DefaultUsageEvery).
+	UsageEvery time.Duration
 }
 
 // DefaultMaxPeers is Options.MaxPeers' default: a UPF serves the SMFs
@@ -122,6 +125,11 @@ type Node struct {
 	reports map[uint32]uint64
 	// warned is when each peer's restart was last logged.
 	warned map[string]time.Time
+	// work serializes what changes sessions: requests, and the
+	// metering loop's reports and spent quotas. meter holds each
+	// session's measurements by URR ID (n.work).
+	work  sync.Mutex
+	meter map[uint64]map[uint32]*meter
 }
 
 // Listen opens the node's socket.
@@ -147,6 +155,9 @@ func Listen(o Options) (*Node, error) {
 	if o.HeartbeatTries <= 0 {
 		o.HeartbeatTries = DefaultHeartbeatTries
 	}
+	if o.UsageEvery <= 0 {
+		o.UsageEvery = DefaultUsageEvery
+	}
 	ua, err := net.ResolveUDPAddr("udp", o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("n4: listen address %q: %w", o.Addr, err)
@@ -161,7 +172,8 @@ func Listen(o Options) (*Node, error) {
 	// Forced past net.core.rmem_max where the agent may (CAP_NET_ADMIN).
 	setReadBuffer(c, rcvBuf)
 	n := &Node{opt: o, conn: c, peers: map[string]*Peer{}, live: map[string]*liveness{},
-		sessions: map[uint64]*Session{}, teids: map[uint32]uint64{}, reports: map[uint32]uint64{}, warned: map[string]time.Time{}}
+		sessions: map[uint64]*Session{}, teids: map[uint32]uint64{}, reports: map[uint32]uint64{}, warned: map[string]time.Time{},
+		meter: map[uint64]map[uint32]*meter{}}
 	for _, p := range o.Peers {
 		n.peers[p.NodeID] = &p
 	}
@@ -187,6 +199,7 @@ func (n *Node) Serve(ctx context.Context) error {
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go n.heartbeats(hctx)
+	go n.metering(hctx)
 	buf := make([]byte, 65536)
 	var answers []answer
 	for {
@@ -377,6 +390,8 @@ func (n *Node) Handle(b []byte, from netip.AddrPort) []byte {
 		}
 		return nil
 	}
+	n.work.Lock()
+	defer n.work.Unlock()
 	m, err := message.Parse(b)
 	if err != nil {
 		// The IEs do not delimit: nothing in the request can be

@@ -19,6 +19,12 @@ const maxReports = 4096
 // pdr): its paging trigger. It is sent once; the answer is counted
 // (report_answered).
 func (n *Node) ReportDownlink(seid uint64, pdr uint16) error {
+	return n.report(seid, ie.NewReportType(0, 0, 0, 1), ie.NewDownlinkDataReport(ie.NewPDRID(pdr)))
+}
+
+// report sends the SMF of session seid a Session Report Request of
+// type typ with ies.
+func (n *Node) report(seid uint64, typ *ie.IE, ies ...*ie.IE) error {
 	n.mu.Lock()
 	s := n.sessions[seid]
 	var p *Peer
@@ -39,8 +45,7 @@ func (n *Node) ReportDownlink(seid uint64, pdr uint16) error {
 	}
 	n.reports[seq] = seid
 	n.mu.Unlock()
-	b := marshal(message.NewSessionReportRequest(0, 0, cp, seq, 0, ie.NewReportType(0, 0, 0, 1),
-		ie.NewDownlinkDataReport(ie.NewPDRID(pdr))))
+	b := marshal(message.NewSessionReportRequest(0, 0, cp, seq, 0, append([]*ie.IE{typ}, ies...)...))
 	if _, err := n.conn.WriteToUDPAddrPort(b, to); err != nil {
 		n.count("send_failed")
 		return err

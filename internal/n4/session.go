@@ -98,8 +98,17 @@ type URR struct {
 	ID       uint32
 	Method   uint8
 	Triggers []byte
-	// VolumeThreshold and VolumeQuota are totals in bytes (0: none).
+	// VolumeThreshold is in bytes, total (0: none), ThresholdUL and
+	// ThresholdDL each way; VolumeQuota is total bytes (0: none).
 	VolumeThreshold, VolumeQuota uint64
+	ThresholdUL, ThresholdDL     uint64 `json:",omitempty"`
+	// Period is the measurement period (PERIO; 0: none), Inactivity
+	// the inactivity detection time (STOPT; 0: DefaultInactivity).
+	Period     time.Duration `json:",omitempty"`
+	Inactivity time.Duration `json:",omitempty"`
+	// Exhausted: its quota was reached; its PDRs drop what they
+	// detect until a modification gives it another.
+	Exhausted bool `json:",omitempty"`
 }
 
 // BAR is a buffering action rule.
@@ -121,6 +130,11 @@ func (r *refusal) Error() string {
 }
 
 func missing(t uint16) *refusal { return &refusal{cause: ie.CauseMandatoryIEMissing, offending: t} }
+
+// condMissing refuses a request that lacks IE t a rule it has needs.
+func condMissing(t uint16) *refusal {
+	return &refusal{cause: ie.CauseConditionalIEMissing, offending: t}
+}
 
 func incorrect(t uint16) *refusal { return &refusal{cause: ie.CauseMandatoryIEIncorrect, offending: t} }
 
@@ -279,23 +293,39 @@ func parsePDR(g *ie.IE) (*PDR, *refusal) {
 		}
 		p.RemoveOuter = uint16(b[0]) + 1
 	}
+	if r := p.ruleIDs(g); r != nil {
+		return nil, r
+	}
+	return p, nil
+}
+
+// ruleIDs sets p's QER and URR IDs to those a Create or Update PDR g
+// names, where it names any.
+func (p *PDR) ruleIDs(g *ie.IE) *refusal {
+	var qers, urrs []uint32
 	for _, c := range g.ChildIEs {
 		switch c.Type {
 		case ie.QERID:
 			v, err := c.QERID()
 			if err != nil {
-				return nil, incorrect(ie.QERID)
+				return incorrect(ie.QERID)
 			}
-			p.QERs = append(p.QERs, v)
+			qers = append(qers, v)
 		case ie.URRID:
 			v, err := c.URRID()
 			if err != nil {
-				return nil, incorrect(ie.URRID)
+				return incorrect(ie.URRID)
 			}
-			p.URRs = append(p.URRs, v)
+			urrs = append(urrs, v)
 		}
 	}
-	return p, nil
+	if qers != nil {
+		p.QERs = qers
+	}
+	if urrs != nil {
+		p.URRs = urrs
+	}
+	return nil
 }
 
 // pdi reads a PDR's packet detection information into p.
@@ -467,33 +497,77 @@ func parseURR(g *ie.IE) (*URR, *refusal) {
 	if r != nil {
 		return nil, r
 	}
-	id, method, trig := one[ie.URRID], one[ie.MeasurementMethod], one[ie.ReportingTriggers]
 	u := &URR{}
 	var err error
-	if u.ID, err = id.URRID(); err != nil {
+	if u.ID, err = one[ie.URRID].URRID(); err != nil {
 		return nil, incorrect(ie.URRID)
 	}
-	if u.Method, err = method.MeasurementMethod(); err != nil {
-		return nil, incorrect(ie.MeasurementMethod)
+	if r := u.fill(one); r != nil {
+		return nil, r
 	}
-	if u.Triggers, err = trig.ReportingTriggers(); err != nil || len(u.Triggers) < 1 {
-		return nil, incorrect(ie.ReportingTriggers)
+	return u, nil
+}
+
+// fill sets what the IEs of a Create or Update URR give (by type: one)
+// in u, and checks that every trigger u has has what it needs.
+func (u *URR) fill(one map[uint16]*ie.IE) *refusal {
+	var err error
+	if v := one[ie.MeasurementMethod]; v != nil {
+		if u.Method, err = v.MeasurementMethod(); err != nil {
+			return incorrect(ie.MeasurementMethod)
+		}
+	}
+	if v := one[ie.ReportingTriggers]; v != nil {
+		if u.Triggers, err = v.ReportingTriggers(); err != nil || len(u.Triggers) < 1 {
+			return incorrect(ie.ReportingTriggers)
+		}
 	}
 	if v := one[ie.VolumeThreshold]; v != nil {
 		f, err := v.VolumeThreshold()
 		if err != nil {
-			return nil, incorrect(ie.VolumeThreshold)
+			return incorrect(ie.VolumeThreshold)
 		}
-		u.VolumeThreshold = f.TotalVolume
+		u.VolumeThreshold, u.ThresholdUL, u.ThresholdDL = 0, 0, 0
+		if f.HasTOVOL() {
+			u.VolumeThreshold = f.TotalVolume
+		}
+		if f.HasULVOL() {
+			u.ThresholdUL = f.UplinkVolume
+		}
+		if f.HasDLVOL() {
+			u.ThresholdDL = f.DownlinkVolume
+		}
 	}
 	if v := one[ie.VolumeQuota]; v != nil {
 		f, err := v.VolumeQuota()
-		if err != nil {
-			return nil, incorrect(ie.VolumeQuota)
+		if err != nil || !f.HasTOVOL() || f.TotalVolume == 0 {
+			// A quota each way only is not carried: refused, not
+			// ignored.
+			return incorrect(ie.VolumeQuota)
 		}
-		u.VolumeQuota = f.TotalVolume
+		u.VolumeQuota, u.Exhausted = f.TotalVolume, false
 	}
-	return u, nil
+	if v := one[ie.MeasurementPeriod]; v != nil {
+		if u.Period, err = v.MeasurementPeriod(); err != nil || u.Period < time.Second {
+			return incorrect(ie.MeasurementPeriod)
+		}
+	}
+	if v := one[ie.InactivityDetectionTime]; v != nil {
+		t, err := v.InactivityDetectionTime()
+		if err != nil {
+			return incorrect(ie.InactivityDetectionTime)
+		}
+		u.Inactivity = time.Duration(t) * time.Second
+	}
+	switch t := u.triggers(); {
+	case t&trigPERIO != 0 && u.Period == 0:
+		return condMissing(ie.MeasurementPeriod)
+	case t&trigVOLTH != 0 && u.VolumeThreshold+u.ThresholdUL+u.ThresholdDL == 0:
+		return condMissing(ie.VolumeThreshold)
+	case t&trigVOLQU != 0 && u.VolumeQuota == 0:
+		return condMissing(ie.VolumeQuota)
+	}
+	return nil
 }
 
 func countBits(b uint8) int {

@@ -36,36 +36,6 @@ type Meter interface {
 	Usage(s *Session) (map[uint16]Usage, error)
 }
 
-// usageReports are the Usage Report IEs of a deletion's answer: for
-// each URR of s, the volume (total, uplink, downlink: bytes and
-// packets) of the PDRs naming it, the time since the session began,
-// trigger TERMR (termination report).
-func usageReports(s *Session, u map[uint16]Usage, now time.Time) []*ie.IE {
-	var out []*ie.IE
-	ids := slices.Sorted(maps.Keys(s.URRs))
-	for n, id := range ids {
-		var ul, dl Usage
-		for _, p := range s.PDRs {
-			if !slices.Contains(p.URRs, id) {
-				continue
-			}
-			c := u[p.ID]
-			if p.Source == ie.SrcInterfaceAccess {
-				ul.Packets, ul.Bytes = ul.Packets+c.Packets, ul.Bytes+c.Bytes
-			} else {
-				dl.Packets, dl.Bytes = dl.Packets+c.Packets, dl.Bytes+c.Bytes
-			}
-		}
-		ies := []*ie.IE{ie.NewURRID(id), ie.NewURSEQN(uint32(n)), ie.NewUsageReportTrigger(0, 0x08, 0),
-			ie.NewVolumeMeasurement(0x3f, ul.Bytes+dl.Bytes, ul.Bytes, dl.Bytes, ul.Packets+dl.Packets, ul.Packets, dl.Packets)}
-		if !s.Since.IsZero() {
-			ies = append(ies, ie.NewStartTime(s.Since), ie.NewEndTime(now), ie.NewDurationMeasurement(now.Sub(s.Since)))
-		}
-		out = append(out, ie.NewUsageReportWithinSessionDeletionResponse(ies...))
-	}
-	return out
-}
-
 // TEIDChooser is what a UserPlane adds that can make a TEID name its
 // session's place (so a G-PDU to it needs no lookup): ChooseTEID
 // returns one for the session of seid, not taken; a session never
@@ -188,6 +158,7 @@ func (n *Node) forget(seid uint64) {
 		}
 	}
 	delete(n.sessions, seid)
+	delete(n.meter, seid)
 }
 
 // carry hands s to the user plane: the refusal when it cannot carry it.
@@ -255,6 +226,7 @@ func (n *Node) modify(m *message.SessionModificationRequest, from netip.AddrPort
 	n.mu.Unlock()
 	n.count("session_modified")
 	ies := append([]*ie.IE{ie.NewCause(ie.CauseRequestAccepted)}, createdPDRs(chosen)...)
+	ies = append(ies, n.remeter(old, s, m)...)
 	return marshal(message.NewSessionModificationResponse(0, 0, s.CPSEID, seq, 0, ies...))
 }
 
@@ -296,6 +268,18 @@ func (n *Node) change(s *Session, m *message.SessionModificationRequest) ([]*PDR
 	for _, g := range m.UpdateQER {
 		if r := s.updateQER(g); r != nil {
 			return nil, r
+		}
+	}
+	for _, g := range m.UpdateURR {
+		if r := s.updateURR(g); r != nil {
+			return nil, r
+		}
+	}
+	for _, g := range m.QueryURR {
+		if id, r := id32(g, ie.URRID); r != nil {
+			return nil, r
+		} else if s.URRs[id] == nil {
+			return nil, failedRule(ruleURR, id)
 		}
 	}
 	var fresh []*PDR
@@ -373,19 +357,30 @@ func id32(g *ie.IE, typ uint16) (uint32, *refusal) {
 	return idOf(g, typ, get)
 }
 
+// updating returns the ID of the rule of rules an Update IE g names
+// (by ID IE typ; rule type rt), a copy of it to change, and g's IEs by
+// type.
+func updating[R any](rules map[uint32]*R, g *ie.IE, typ uint16, rt uint8) (uint32, *R, map[uint16]*ie.IE, *refusal) {
+	id, r := id32(g, typ)
+	if r != nil {
+		return 0, nil, nil, r
+	}
+	old, ok := rules[id]
+	if !ok {
+		return 0, nil, nil, failedRule(rt, id)
+	}
+	c := *old
+	one, _ := children(g, 0)
+	return id, &c, one, nil
+}
+
 // updateFAR applies an Update FAR: the apply action and the forwarding
 // parameters it gives replace the FAR's.
 func (s *Session) updateFAR(g *ie.IE) *refusal {
-	id, r := id32(g, ie.FARID)
+	id, f, one, r := updating(s.FARs, g, ie.FARID, ruleFAR)
 	if r != nil {
 		return r
 	}
-	old, ok := s.FARs[id]
-	if !ok {
-		return failedRule(ruleFAR, id)
-	}
-	f := *old
-	one, _ := children(g, 0)
 	if a := one[ie.ApplyAction]; a != nil {
 		b, err := a.ApplyAction()
 		if err != nil || len(b) < 1 {
@@ -427,22 +422,16 @@ func (s *Session) updateFAR(g *ie.IE) *refusal {
 		}
 		f.BAR = v
 	}
-	s.FARs[id] = &f
+	s.FARs[id] = f
 	return nil
 }
 
 // updateQER applies an Update QER: its gate status and MBR.
 func (s *Session) updateQER(g *ie.IE) *refusal {
-	id, r := id32(g, ie.QERID)
+	id, q, one, r := updating(s.QERs, g, ie.QERID, ruleQER)
 	if r != nil {
 		return r
 	}
-	old, ok := s.QERs[id]
-	if !ok {
-		return failedRule(ruleQER, id)
-	}
-	q := *old
-	one, _ := children(g, 0)
 	if v := one[ie.GateStatus]; v != nil {
 		gs, err := v.GateStatus()
 		if err != nil {
@@ -458,7 +447,21 @@ func (s *Session) updateQER(g *ie.IE) *refusal {
 			return incorrect(ie.MBR)
 		}
 	}
-	s.QERs[id] = &q
+	s.QERs[id] = q
+	return nil
+}
+
+// updateURR applies an Update URR: what it gives replaces the URR's (a
+// new quota makes a spent one usable again).
+func (s *Session) updateURR(g *ie.IE) *refusal {
+	id, u, one, r := updating(s.URRs, g, ie.URRID, ruleURR)
+	if r != nil {
+		return r
+	}
+	if r := u.fill(one); r != nil {
+		return r
+	}
+	s.URRs[id] = u
 	return nil
 }
 
@@ -493,6 +496,9 @@ func (s *Session) updatePDR(g *ie.IE) (*PDR, *refusal) {
 			return nil, incorrect(ie.FARID)
 		}
 		p.HasFAR = true
+	}
+	if r := p.ruleIDs(g); r != nil {
+		return nil, r
 	}
 	s.PDRs[id] = &p
 	return &p, nil
@@ -537,12 +543,11 @@ func (n *Node) remove(m *message.SessionDeletionRequest, from netip.AddrPort) []
 	}
 	// What its URRs measured, read before its counters go.
 	var reports []*ie.IE
-	if m, ok := n.opt.UserPlane.(Meter); ok && len(s.URRs) > 0 {
-		u, err := m.Usage(s)
-		if err != nil {
-			n.opt.Log.Warn("n4: a deleted session's usage not read", "seid", seid, "err", err)
+	if len(s.URRs) > 0 {
+		u, now := n.usageRead(s), time.Now()
+		for _, id := range slices.Sorted(maps.Keys(s.URRs)) {
+			reports = append(reports, ie.NewUsageReportWithinSessionDeletionResponse(n.usageReport(s, id, u, trigTERMR, now)...))
 		}
-		reports = usageReports(s, u, time.Now())
 	}
 	if err := n.opt.UserPlane.Delete(s); err != nil {
 		n.opt.Log.Warn("n4: session not deleted", "seid", seid, "err", err)

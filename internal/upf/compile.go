@@ -183,6 +183,13 @@ func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, error) {
 			e.Tos = uint8(f.TOS >> 8)
 		}
 	}
+	for _, id := range p.URRs {
+		if s.URRs[id].Exhausted {
+			// Its quota is spent: what it detects is dropped until
+			// the SMF gives another.
+			e.Action = bpf.SessDrop
+		}
+	}
 	for _, id := range p.QERs {
 		q := s.QERs[id]
 		gate := q.GateDL

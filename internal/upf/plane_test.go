@@ -48,7 +48,7 @@ func openDataplane(t *testing.T) *loader.Dataplane {
 	return dp
 }
 
-func startGateway(t *testing.T, dp *loader.Dataplane, dir string, peers []n4.Peer) *gateway {
+func startGateway(t *testing.T, dp *loader.Dataplane, dir string, peers []n4.Peer, opts ...func(*n4.Options)) *gateway {
 	t.Helper()
 	ss, err := dp.Sessions()
 	if err != nil {
@@ -58,8 +58,12 @@ func startGateway(t *testing.T, dp *loader.Dataplane, dir string, peers []n4.Pee
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := n4.Listen(n4.Options{Addr: "127.0.0.1:0", NodeID: "192.0.2.1", UserPlane: p, N3: netip.MustParseAddr(n3),
-		Sessions: p.Sessions(), Peers: peers})
+	o := n4.Options{Addr: "127.0.0.1:0", NodeID: "192.0.2.1", UserPlane: p, N3: netip.MustParseAddr(n3),
+		Sessions: p.Sessions(), Peers: peers}
+	for _, f := range opts {
+		f(&o)
+	}
+	n, err := n4.Listen(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,11 +85,13 @@ func startGateway(t *testing.T, dp *loader.Dataplane, dir string, peers []n4.Pee
 	return g
 }
 
-// smf asks gw over real UDP with messages go-pfcp builds.
+// smf asks gw over real UDP with messages go-pfcp builds; the Session
+// Report Requests the node sends meanwhile are kept in reports.
 type smf struct {
-	t    *testing.T
-	conn *net.UDPConn
-	seq  uint32
+	t       *testing.T
+	conn    *net.UDPConn
+	seq     uint32
+	reports []*message.SessionReportRequest
 }
 
 func dialSMF(t *testing.T, g *gateway) *smf {
@@ -106,17 +112,32 @@ func (s *smf) ask(m message.Message) message.Message {
 	if _, err := s.conn.Write(b); err != nil {
 		s.t.Fatal(err)
 	}
-	_ = s.conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	for {
+		r, err := s.read(2 * time.Second)
+		if err != nil {
+			s.t.Fatalf("%s: no answer: %v", m.MessageTypeName(), err)
+		}
+		if rr, ok := r.(*message.SessionReportRequest); ok {
+			s.reports = append(s.reports, rr)
+			continue
+		}
+		return r
+	}
+}
+
+// read reads the next message from the node, waiting at most d.
+func (s *smf) read(d time.Duration) (message.Message, error) {
+	_ = s.conn.SetReadDeadline(time.Now().Add(d))
 	buf := make([]byte, 65536)
 	n, err := s.conn.Read(buf)
 	if err != nil {
-		s.t.Fatalf("%s: no answer: %v", m.MessageTypeName(), err)
+		return nil, err
 	}
 	r, err := message.Parse(buf[:n])
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return r
+	return r, nil
 }
 
 func (s *smf) next() uint32 { s.seq++; return s.seq }
@@ -154,7 +175,7 @@ func (s *smf) establish() (uint64, uint32) {
 			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceCore), ie.NewUEIPAddress(0x06, ueAddr, "", 0, 0),
 				ie.NewSDFFilter("permit out 17 from 10.6.0.0/16 7777 to assigned 5000-5999", "", "", "", 0)),
 			ie.NewFARID(2), ie.NewQERID(1), ie.NewURRID(1)),
-		ie.NewCreateURR(ie.NewURRID(1), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x01, 0x00)),
+		ie.NewCreateURR(ie.NewURRID(1), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x01, 0x00), ie.NewMeasurementPeriod(time.Second)),
 		ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(n4.ActForw),
 			ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))),
 		ie.NewCreateFAR(ie.NewFARID(2), ie.NewApplyAction(n4.ActBuff)),

@@ -1,0 +1,327 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package upf_test
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/wmnsk/go-pfcp/ie"
+	"github.com/wmnsk/go-pfcp/message"
+
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/loader"
+	"github.com/edgeplane/edgeplane/internal/n4"
+)
+
+// usage is a Usage Report as the SMF reads it.
+type usage struct {
+	urr, seq       uint32
+	trig           uint16
+	total, ul, dl  uint64
+	packets        uint64
+	start, end     time.Time
+	hasVol, hasDur bool
+}
+
+func usageOf(t *testing.T, g *ie.IE) usage {
+	t.Helper()
+	var u usage
+	for _, x := range g.ChildIEs {
+		switch x.Type {
+		case ie.URRID:
+			u.urr, _ = x.URRID()
+		case ie.URSEQN:
+			u.seq, _ = x.URSEQN()
+		case ie.UsageReportTrigger:
+			b, _ := x.UsageReportTrigger()
+			u.trig = uint16(b[0]) | uint16(b[1])<<8
+		case ie.VolumeMeasurement:
+			v, err := x.VolumeMeasurement()
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.total, u.ul, u.dl, u.packets, u.hasVol = v.TotalVolume, v.UplinkVolume, v.DownlinkVolume, v.TotalNumberOfPackets, true
+		case ie.StartTime:
+			u.start, _ = x.StartTime()
+		case ie.EndTime:
+			u.end, _ = x.EndTime()
+		case ie.DurationMeasurement:
+			u.hasDur = true
+		}
+	}
+	return u
+}
+
+// Usage report triggers as the SMF reads them (octet 5 low).
+const (
+	trPERIO = 0x0001
+	trVOLTH = 0x0002
+	trSTART = 0x0010
+	trSTOPT = 0x0020
+	trIMMER = 0x0080
+	trVOLQU = 0x0100
+	trTERMR = 0x0800
+)
+
+// waitUsage reads the node's Session Report Requests until one carries
+// a usage report of urr with trigger bit trig (within d), and returns
+// it; reports before it are kept in s.reports.
+func (s *smf) waitUsage(urr uint32, trig uint16, d time.Duration) usage {
+	s.t.Helper()
+	check := func(r *message.SessionReportRequest) (usage, bool) {
+		for _, g := range r.UsageReport {
+			if u := usageOf(s.t, g); u.urr == urr && u.trig&trig != 0 {
+				return u, true
+			}
+		}
+		return usage{}, false
+	}
+	for i, r := range s.reports {
+		if u, ok := check(r); ok {
+			s.reports = append(s.reports[:i:i], s.reports[i+1:]...)
+			return u
+		}
+	}
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		m, err := s.read(time.Until(end))
+		if err != nil {
+			break
+		}
+		r, ok := m.(*message.SessionReportRequest)
+		if !ok {
+			continue
+		}
+		if rt, err := r.ReportType.ReportType(); err != nil || rt&0x02 == 0 {
+			s.t.Errorf("report type %#x (%v), want USAR", rt, err)
+		}
+		if u, ok := check(r); ok {
+			return u
+		}
+		s.reports = append(s.reports, r)
+	}
+	for _, r := range s.reports {
+		for _, g := range r.UsageReport {
+			s.t.Logf("report kept: %+v", usageOf(s.t, g))
+		}
+	}
+	s.t.Fatalf("no usage report of URR %d with trigger %#x within %v", urr, trig, d)
+	return usage{}
+}
+
+// setCounts makes a session PDR's counters read packets and bytes (as
+// XDP counts them: TestGTPUSessions), split over the first and last
+// CPU.
+func setCounts(t *testing.T, dp *loader.Dataplane, slot uint32, cnt uint8, packets, bytes uint64) {
+	t.Helper()
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := make([]bpf.Ctr, ncpu)
+	per[0] = bpf.Ctr{Packets: packets / 2, Bytes: bytes / 2}
+	per[ncpu-1].Packets += packets - packets/2
+	per[ncpu-1].Bytes += bytes - bytes/2
+	if err := dp.EdgeSessStats.Put(slot*bpf.SessPDRs+uint32(cnt), per); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUsageReports: URRs report as their triggers say, over real N4,
+// from the counters of real maps. Uplink traffic starting is reported
+// (START), a volume threshold crossed is (VOLTH, the volume since the
+// last report), a quota spent is (VOLQU) and the uplink PDR then drops
+// what it detects, across an agent restart too, until a new quota; a
+// quiet URR reports the stop (STOPT); a periodic one reports every
+// period; Query URR answers with the usage since the last report,
+// Remove URR with the final one, each report numbered per URR. A URR
+// whose trigger lacks what it needs is refused, naming the IE.
+func TestUsageReports(t *testing.T) {
+	dp := openDataplane(t)
+	dir := t.TempDir()
+	fast := func(o *n4.Options) { o.UsageEvery = 20 * time.Millisecond }
+	g := startGateway(t, dp, dir, nil, fast)
+	s := dialSMF(t, g)
+	recovery := time.Now()
+	associate := func(s *smf) {
+		a := s.ask(message.NewAssociationSetupRequest(s.next(), ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(recovery)))
+		if c := cause(t, a.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
+			t.Fatalf("association: cause %d", c)
+		}
+	}
+	associate(s)
+	rules := func(urrs ...*ie.IE) []*ie.IE {
+		return append([]*ie.IE{ie.NewNodeID(smfID, "", ""), ie.NewFSEID(0x99, net.ParseIP(smfID), nil),
+			ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
+				ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x05, 0, nil, nil, 0),
+					ie.NewUEIPAddress(0x02, ueAddr, "", 0, 0)),
+				ie.NewOuterHeaderRemoval(0, 0), ie.NewFARID(1), ie.NewURRID(1), ie.NewURRID(2)),
+			ie.NewCreatePDR(ie.NewPDRID(2), ie.NewPrecedence(100),
+				ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceCore), ie.NewUEIPAddress(0x06, ueAddr, "", 0, 0)),
+				ie.NewFARID(2), ie.NewURRID(1), ie.NewURRID(3)),
+			ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(n4.ActForw),
+				ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))),
+			ie.NewCreateFAR(ie.NewFARID(2), ie.NewApplyAction(n4.ActForw),
+				ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceAccess),
+					ie.NewOuterHeaderCreation(0x0100, 0x9000, gnb, "", 0, 0, 0)))}, urrs...)
+	}
+	urr1 := ie.NewCreateURR(ie.NewURRID(1), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x32, 0x00),
+		ie.NewVolumeThreshold(0x01, 1000, 0, 0), ie.NewInactivityDetectionTime(1))
+	urr2 := ie.NewCreateURR(ie.NewURRID(2), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x00, 0x01),
+		ie.NewVolumeQuota(0x01, 5000, 0, 0))
+	urr3 := ie.NewCreateURR(ie.NewURRID(3), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x01, 0x00),
+		ie.NewMeasurementPeriod(time.Second))
+
+	// Triggers without what they need: refused, naming the IE.
+	for _, c := range []struct {
+		name string
+		urr  *ie.IE
+		off  uint16
+	}{
+		{"periodic, no period", ie.NewCreateURR(ie.NewURRID(3), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x01, 0x00)), ie.MeasurementPeriod},
+		{"threshold, none given", ie.NewCreateURR(ie.NewURRID(3), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x02, 0x00)), ie.VolumeThreshold},
+		{"quota, none given", ie.NewCreateURR(ie.NewURRID(3), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x00, 0x01)), ie.VolumeQuota},
+	} {
+		r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0, rules(urr1, urr2, c.urr)...)).(*message.SessionEstablishmentResponse)
+		if got := cause(t, r.Cause); got != ie.CauseConditionalIEMissing {
+			t.Errorf("%s: cause %d, want %d", c.name, got, ie.CauseConditionalIEMissing)
+		} else if off, err := r.OffendingIE.OffendingIE(); err != nil || off != c.off {
+			t.Errorf("%s: offending IE %d (%v), want %d", c.name, off, err, c.off)
+		}
+	}
+	if n := len(g.plane.Sessions()); n != 0 {
+		t.Fatalf("refused establishments left %d sessions", n)
+	}
+
+	r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0, rules(urr1, urr2, urr3)...)).(*message.SessionEstablishmentResponse)
+	if c := cause(t, r.Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("establishment: cause %d", c)
+	}
+	up, _ := r.UPFSEID.FSEID()
+	seid := up.SEID
+	rec, slot, ok := record(t, dp)
+	if !ok {
+		t.Fatal("no record")
+	}
+	var ulCnt, dlCnt uint8
+	for _, e := range rec.Pdr[:rec.Npdr] {
+		if e.Flags&bpf.SessUL != 0 {
+			ulCnt = e.Cnt
+		} else {
+			dlCnt = e.Cnt
+		}
+	}
+	ulAction := func() uint8 {
+		rec, _, _ := record(t, dp)
+		for _, e := range rec.Pdr[:rec.Npdr] {
+			if e.Flags&bpf.SessUL != 0 {
+				return e.Action
+			}
+		}
+		t.Fatal("no uplink entry")
+		return 0
+	}
+
+	// Traffic starts: 600 bytes up.
+	setCounts(t, dp, slot, ulCnt, 6, 600)
+	if u := s.waitUsage(1, trSTART, 2*time.Second); u.ul != 600 || u.dl != 0 || u.seq != 0 || !u.hasDur {
+		t.Errorf("start of traffic: %+v", u)
+	}
+	// 1,100 bytes more: over the threshold since that report.
+	setCounts(t, dp, slot, ulCnt, 17, 1700)
+	if u := s.waitUsage(1, trVOLTH, 2*time.Second); u.ul != 1100 || u.total != 1100 || u.packets != 11 || u.seq != 1 {
+		t.Errorf("threshold: %+v", u)
+	}
+	if ulAction() != bpf.SessForw {
+		t.Fatalf("uplink action %d before the quota is spent", ulAction())
+	}
+	// 5,200 bytes since the session began: the 5,000-byte quota is
+	// spent; the uplink PDR drops.
+	setCounts(t, dp, slot, ulCnt, 52, 5200)
+	if u := s.waitUsage(2, trVOLQU, 2*time.Second); u.ul != 5200 || u.seq != 0 {
+		t.Errorf("quota: %+v", u)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for ulAction() != bpf.SessDrop && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if a := ulAction(); a != bpf.SessDrop {
+		t.Fatalf("uplink action %d after the quota is spent, want drop", a)
+	}
+	// Downlink traffic and the periodic report of URR 3.
+	setCounts(t, dp, slot, dlCnt, 3, 900)
+	if u := s.waitUsage(3, trPERIO, 3*time.Second); u.dl != 900 || u.ul != 0 {
+		t.Errorf("periodic: %+v", u)
+	}
+	// Nothing moves for the inactivity time: URR 1 reports the stop.
+	if u := s.waitUsage(1, trSTOPT, 4*time.Second); !u.hasVol {
+		t.Errorf("stop of traffic: %+v", u)
+	}
+
+	// An agent restart keeps the spent quota spent.
+	peers := g.node.Peers()
+	g.stop()
+	g.stop = nil
+	g = startGateway(t, dp, dir, peers, fast)
+	s2 := dialSMF(t, g)
+	s2.seq = s.seq
+	s = s2
+	// The SMF's next request comes from its new socket (the node's
+	// port changed): the same association, the sessions kept.
+	associate(s)
+	if a := ulAction(); a != bpf.SessDrop {
+		t.Fatalf("uplink action %d after a restart, want drop", a)
+	}
+	// A new quota: forwarding again. Query URR 1: the usage since its
+	// last report. Remove URR 3: its final report.
+	setCounts(t, dp, slot, ulCnt, 60, 6000)
+	m := s.ask(message.NewSessionModificationRequest(0, 0, seid, s.next(), 0,
+		ie.NewUpdateURR(ie.NewURRID(2), ie.NewVolumeQuota(0x01, 10000, 0, 0)),
+		ie.NewQueryURR(ie.NewURRID(1)), ie.NewRemoveURR(ie.NewURRID(3)),
+		ie.NewUpdatePDR(ie.NewPDRID(2), ie.NewFARID(2), ie.NewURRID(1)))).(*message.SessionModificationResponse)
+	if c := cause(t, m.Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("modification: cause %d", c)
+	}
+	if a := ulAction(); a != bpf.SessForw {
+		t.Errorf("uplink action %d after a new quota, want forward", a)
+	}
+	got := map[uint32]usage{}
+	for _, g := range m.UsageReport {
+		u := usageOf(t, g)
+		got[u.urr] = u
+	}
+	if u, ok := got[1]; !ok || u.trig&trIMMER == 0 || !u.hasVol {
+		t.Errorf("queried URR 1: %+v (%v)", u, ok)
+	}
+	if u, ok := got[3]; !ok || u.trig&trTERMR == 0 {
+		t.Errorf("removed URR 3: %+v (%v)", u, ok)
+	}
+	if len(got) != 2 {
+		t.Errorf("modification answered with reports of %d URRs, want 2", len(got))
+	}
+	// The new quota counts from when it was given.
+	setCounts(t, dp, slot, ulCnt, 165, 16500)
+	// Its report: the volume since the last (the first quota's, or the
+	// restart's first look, at 5,200 or 6,000 bytes).
+	if u := s.waitUsage(2, trVOLQU, 2*time.Second); u.ul < 10500 || u.ul > 11300 {
+		t.Errorf("second quota: %+v", u)
+	}
+	// A query of a URR the session lacks: refused, nothing changes.
+	m = s.ask(message.NewSessionModificationRequest(0, 0, seid, s.next(), 0, ie.NewQueryURR(ie.NewURRID(7)))).(*message.SessionModificationResponse)
+	if c := cause(t, m.Cause); c != ie.CauseRuleCreationModificationFailure {
+		t.Errorf("query of URR 7: cause %d", c)
+	}
+	// Deletion: every URR's final report.
+	d := s.ask(message.NewSessionDeletionRequest(0, 0, seid, s.next(), 0)).(*message.SessionDeletionResponse)
+	if len(d.UsageReport) != 2 {
+		t.Fatalf("deletion: %d usage reports, want 2", len(d.UsageReport))
+	}
+	for _, g := range d.UsageReport {
+		if u := usageOf(t, g); u.trig&trTERMR == 0 {
+			t.Errorf("deletion report %+v", u)
+		}
+	}
+}
