@@ -36,6 +36,13 @@ type Meter interface {
 	Usage(s *Session) (map[uint16]Usage, error)
 }
 
+// BulkMeter is what a Meter adds that reads many sessions' counts at
+// once: by UP SEID, what each PDR of each session of ss counted. The
+// metering loop takes it when it has many sessions to read.
+type BulkMeter interface {
+	UsageMany(ss []*Session) (map[uint64]map[uint16]Usage, error)
+}
+
 // TEIDChooser is what a UserPlane adds that can make a TEID name its
 // session's place (so a G-PDU to it needs no lookup): ChooseTEID
 // returns one for the session of seid, not taken; a session never

@@ -104,10 +104,11 @@ func measure(s *Session, id uint32, now map[uint16]Usage, base map[uint16]Usage)
 			continue
 		}
 		c, b := now[p.ID], base[p.ID]
-		dB, dP := c.Bytes-b.Bytes, c.Packets-b.Packets
 		if c.Bytes < b.Bytes || c.Packets < b.Packets {
-			dB, dP = c.Bytes, c.Packets // the counter was reset
+			// Read before the base was taken (counters only grow).
+			continue
 		}
+		dB, dP := c.Bytes-b.Bytes, c.Packets-b.Packets
 		if p.Source == ie.SrcInterfaceAccess {
 			v.ulB, v.ulP = v.ulB+dB, v.ulP+dP
 		} else {
@@ -212,36 +213,50 @@ func (n *Node) metering(ctx context.Context) {
 	}
 }
 
+// bulkFrom is how many watched sessions make the metering loop read
+// every session's counts at once (BulkMeter) rather than each's.
+const bulkFrom = 16
+
 // meterOnce looks at every watched session's URRs once.
 func (n *Node) meterOnce(now time.Time) {
 	n.work.Lock()
-	var watched []uint64
-	for seid, s := range n.sessions {
+	var watched []*Session
+	for _, s := range n.sessions {
 		for _, u := range s.URRs {
 			if u.watched() {
-				watched = append(watched, seid)
+				watched = append(watched, s)
 				break
 			}
 		}
 	}
 	n.work.Unlock()
-	for _, seid := range watched {
-		n.meterSession(seid, now)
+	var all map[uint64]map[uint16]Usage
+	if b, ok := n.opt.UserPlane.(BulkMeter); ok && len(watched) >= bulkFrom {
+		var err error
+		if all, err = b.UsageMany(watched); err != nil {
+			n.opt.Log.Warn("n4: sessions' usage not read", "err", err)
+			return
+		}
+	}
+	for _, s := range watched {
+		n.meterSession(s.UPSEID, all[s.UPSEID], now)
 	}
 }
 
 // meterSession looks at session seid's URRs: the reports their
-// triggers ask for, and a quota exhausted.
-func (n *Node) meterSession(seid uint64, now time.Time) {
+// triggers ask for, and a quota exhausted. u is what its PDRs counted
+// (nil: read them now).
+func (n *Node) meterSession(seid uint64, u map[uint16]Usage, now time.Time) {
 	n.work.Lock()
 	defer n.work.Unlock()
 	s := n.sessions[seid]
 	if s == nil {
 		return
 	}
-	u := n.usageRead(s)
 	if u == nil {
-		return
+		if u = n.usageRead(s); u == nil {
+			return
+		}
 	}
 	var reports []*ie.IE
 	var spent []uint32

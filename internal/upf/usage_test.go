@@ -4,6 +4,7 @@ package upf_test
 
 import (
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -322,6 +323,89 @@ func TestUsageReports(t *testing.T) {
 	for _, g := range d.UsageReport {
 		if u := usageOf(t, g); u.trig&trTERMR == 0 {
 			t.Errorf("deletion report %+v", u)
+		}
+	}
+}
+
+// TestUsageManySessions: with many watched sessions the endpoint reads
+// every session's counters in one batch (Plane.UsageMany), which reads
+// what each session's own lookups read, and reports the sessions whose
+// volume crossed their threshold, and only those.
+func TestUsageManySessions(t *testing.T) {
+	dp := openDataplane(t)
+	g := startGateway(t, dp, t.TempDir(), nil, func(o *n4.Options) { o.UsageEvery = 20 * time.Millisecond })
+	s := dialSMF(t, g)
+	a := s.ask(message.NewAssociationSetupRequest(s.next(), ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(time.Now())))
+	if c := cause(t, a.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("association: cause %d", c)
+	}
+	const sessions = 60           // the test dataplane holds 64
+	upSEID := map[uint64]uint64{} // CP SEID -> UP SEID
+	for i := range sessions {
+		cp := uint64(0x1000 + i)
+		ue := netip.AddrFrom4([4]byte{10, 45, 1, byte(i)}).String()
+		r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0,
+			ie.NewNodeID(smfID, "", ""), ie.NewFSEID(cp, net.ParseIP(smfID), nil),
+			ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
+				ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x05, 0, nil, nil, 0),
+					ie.NewUEIPAddress(0x02, ue, "", 0, 0)),
+				ie.NewOuterHeaderRemoval(0, 0), ie.NewFARID(1), ie.NewURRID(1)),
+			ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(n4.ActForw),
+				ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))),
+			ie.NewCreateURR(ie.NewURRID(1), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x02, 0x00),
+				ie.NewVolumeThreshold(0x01, 1000, 0, 0)))).(*message.SessionEstablishmentResponse)
+		if c := cause(t, r.Cause); c != ie.CauseRequestAccepted {
+			t.Fatalf("session %d: cause %d", i, c)
+		}
+		f, _ := r.UPFSEID.FSEID()
+		upSEID[cp] = f.SEID
+	}
+	ss := g.plane.Sessions()
+	// Counters over the sessions' slots: some over the threshold.
+	over := map[uint64]bool{}
+	for i, x := range ss {
+		var slot uint32
+		if err := dp.EdgeTeid.Lookup(bpf.BE32(x.PDRs[1].TEID), &slot); err != nil {
+			t.Fatal(err)
+		}
+		b := uint64(100 * (i%7 + 1))
+		if i%9 == 0 {
+			b = 5000 + uint64(i)
+			over[x.CPSEID] = true
+		}
+		setCounts(t, dp, slot, 0, b/100, b)
+	}
+	many, err := g.plane.UsageMany(ss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range ss {
+		one, err := g.plane.Usage(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := many[x.UPSEID]; len(got) != 1 || got[1] != one[1] {
+			t.Errorf("session %#x: the batch read %+v, its own %+v", x.UPSEID, got, one)
+		}
+	}
+	// The reports: the sessions over, each once.
+	seen := map[uint64]int{}
+	end := time.Now().Add(time.Second)
+	for time.Now().Before(end) {
+		m, err := s.read(time.Until(end))
+		if err != nil {
+			break
+		}
+		if r, ok := m.(*message.SessionReportRequest); ok {
+			seen[r.SEID()]++
+			if u := usageOf(t, r.UsageReport[0]); u.trig&trVOLTH == 0 || u.ul < 5000 {
+				t.Errorf("session %#x: report %+v", r.SEID(), u)
+			}
+		}
+	}
+	for cp := range upSEID {
+		if want := map[bool]int{true: 1}[over[cp]]; seen[cp] != want {
+			t.Errorf("session %#x: %d threshold reports, want %d", cp, seen[cp], want)
 		}
 	}
 }

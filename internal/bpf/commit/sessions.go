@@ -469,3 +469,43 @@ func (s *Sessions) Counters(slot uint32) ([bpf.SessPDRs]bpf.Ctr, error) {
 	}
 	return out, nil
 }
+
+// countersBatch is how many PDR counters a batch lookup reads at once.
+const countersBatch = 4096
+
+// AllCounters returns the packets and bytes each PDR counter of every
+// slot given out so far counted, summed over CPUs, indexed by
+// slot*bpf.SessPDRs + counter: a batch read per countersBatch counters
+// rather than a lookup each, for readers of many sessions.
+func (s *Sessions) AllCounters() ([]bpf.Ctr, error) {
+	s.mu.Lock()
+	n := int(s.next) * bpf.SessPDRs
+	s.mu.Unlock()
+	ncpu := s.ncpu()
+	out := make([]bpf.Ctr, 0, n)
+	keys := make([]uint32, countersBatch)
+	vals := make([]bpf.Ctr, countersBatch*ncpu)
+	var cur ebpf.MapBatchCursor
+	for len(out) < n {
+		got, err := s.o.EdgeSessStats.BatchLookup(&cur, keys, vals, nil)
+		done := errors.Is(err, ebpf.ErrKeyNotExist)
+		if err != nil && !done {
+			return nil, fmt.Errorf("read session counters: %w", err)
+		}
+		for i := range min(got, n-len(out)) {
+			if int(keys[i]) != len(out) {
+				return nil, fmt.Errorf("read session counters: key %d at %d", keys[i], len(out))
+			}
+			var c bpf.Ctr
+			for _, v := range vals[i*ncpu : (i+1)*ncpu] {
+				c.Packets += v.Packets
+				c.Bytes += v.Bytes
+			}
+			out = append(out, c)
+		}
+		if done || got == 0 {
+			break
+		}
+	}
+	return out, nil
+}
