@@ -681,6 +681,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_sess_stats SEC(".maps");
 
+/* Each session's maximum bit rate meters (a QER's, per direction), at
+ * slot * EDGE_SESS_PDRS + the PDR entry's meter - 1. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct edge_mbr);
+	__uint(max_entries, 1024 * EDGE_SESS_PDRS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_sess_mbr SEC(".maps");
+
 /* Downlink packets buffered for idle UEs (a FAR's BUFF), on their way
  * to the agent, which holds them until the session's FAR forwards and
  * reports the first of each to the SMF. Pinned: a restarted agent reads

@@ -90,6 +90,7 @@ enum edge_reason {
 	EDGE_R_GTPU_INNER,    /* a G-PDU whose inner packet is not IPv4/IPv6 or malformed */
 	EDGE_R_GTPU_ERROR_IND,/* a G-PDU for no session, answered with an Error Indication (XDP_TX) */
 	EDGE_R_GTPU_BUFF_FULL,/* a downlink packet to buffer the agent's ring has no room for (or too long): dropped */
+	EDGE_R_GTPU_MBR,      /* a session's packet over its QER's maximum bit rate: dropped */
 	EDGE_R_MAX,
 };
 
@@ -724,9 +725,23 @@ struct edge_sess_pdr {
 	__u8 gate;     /* the QER's gate for the PDR's direction: 1 closed */
 	__u8 tos;
 	__u8 cnt;      /* its counters: edge_sess_stats[slot * EDGE_SESS_PDRS + cnt] */
-	__u8 pad;
+	__u8 meter;    /* its QER's MBR: edge_sess_mbr[slot * EDGE_SESS_PDRS + meter - 1]; 0 none */
 	__be32 ohc_teid;
 	__be32 ohc_addr;
+};
+
+/* A QER's maximum bit rate for one direction, policed as a token bucket
+ * shared by the PDRs that name it, on every CPU (under lock). Tokens
+ * are kept in byte-nanoseconds (bytes x 10^9), so a refill is el_ns x
+ * rate with no division and no rounding. The agent writes rate and
+ * burst (and a full bucket) when the QER changes. */
+struct edge_mbr {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 rate;   /* bytes a second */
+	__u64 burst;  /* the bucket's depth, byte-ns */
+	__u64 tokens; /* byte-ns */
+	__u64 last;   /* ns of the last refill */
 };
 
 struct edge_sess {

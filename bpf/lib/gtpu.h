@@ -439,6 +439,38 @@ static __always_inline int gtpu_buffer(struct xdp_md *ctx,
 	return punt(p, EDGE_R_GTPU_BUFFER, XDP_DROP);
 }
 
+/* mbr_over tells whether a packet of len bytes is over the maximum bit
+ * rate of meter m (1-based) of slot, taking its tokens if not. */
+static __always_inline int mbr_over(__u32 slot, __u8 m, __u32 len)
+{
+	__u32 k = slot * EDGE_SESS_PDRS + ((m - 1) & (EDGE_SESS_PDRS - 1));
+	struct edge_mbr *b = bpf_map_lookup_elem(&edge_sess_mbr, &k);
+	__u64 now, el, tok, need = (__u64)len * 1000000000ull;
+	int over;
+
+	if (!b || !b->rate)
+		return 0;
+	now = bpf_ktime_get_ns();
+	bpf_spin_lock(&b->lock);
+	el = now - b->last;
+	if ((__s64)el < 0)
+		el = 0;
+	/* A bucket idle for a second is full whatever its rate: the
+	 * product stays far from overflow (rate < 2^34 bytes a second). */
+	if (el > 1000000000ull)
+		el = 1000000000ull;
+	tok = b->tokens + el * b->rate;
+	if (tok > b->burst)
+		tok = b->burst;
+	over = tok < need;
+	if (!over)
+		tok -= need;
+	b->tokens = tok;
+	b->last = now;
+	bpf_spin_unlock(&b->lock);
+	return over;
+}
+
 /* sess_act carries out what session s (in slot) does with the packet sp
  * describes, c->p: the first PDR by precedence that detects it, its
  * QER's gate, its counters, its FAR (drop; buffer; forward: by the FIB,
@@ -465,6 +497,8 @@ static __always_inline int sess_act(struct xdp_md *ctx, struct edge_ctx *c,
 		return punt(p, EDGE_R_GTPU_NO_PDR, XDP_DROP);
 	if (r->gate)
 		return punt(p, EDGE_R_GTPU_GATE, XDP_DROP);
+	if (r->meter && mbr_over(slot, r->meter, p->l3_len))
+		return punt(p, EDGE_R_GTPU_MBR, XDP_DROP);
 	ci = slot * EDGE_SESS_PDRS + (r->cnt & (EDGE_SESS_PDRS - 1));
 	count(&edge_sess_stats, ci, p->l3_len);
 	switch (r->action) {

@@ -209,6 +209,19 @@ type edgeEdgeMaglevBlk struct {
 	M [4096]uint8
 }
 
+type edgeEdgeMbr struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+	Pad    uint32
+	Rate   uint64
+	Burst  uint64
+	Tokens uint64
+	Last   uint64
+}
+
 type edgeEdgeMember struct {
 	_   structs.HostLayout
 	Svc uint32
@@ -336,7 +349,7 @@ type edgeEdgeSessPdr struct {
 	Gate    uint8
 	Tos     uint8
 	Cnt     uint8
-	Pad     uint8
+	Meter   uint8
 	OhcTeid uint32
 	OhcAddr uint32
 }
@@ -465,6 +478,7 @@ const (
 	edgeMapEdgeSecret      = "edge_secret"
 	edgeMapEdgeServices    = "edge_services"
 	edgeMapEdgeSessLive    = "edge_sess_live"
+	edgeMapEdgeSessMbr     = "edge_sess_mbr"
 	edgeMapEdgeSessStats   = "edge_sess_stats"
 	edgeMapEdgeSessions    = "edge_sessions"
 	edgeMapEdgeSteer       = "edge_steer"
@@ -591,6 +605,7 @@ type edgeMapSpecs struct {
 	EdgeSecret      *ebpf.MapSpec `ebpf:"edge_secret"`
 	EdgeServices    *ebpf.MapSpec `ebpf:"edge_services"`
 	EdgeSessLive    *ebpf.MapSpec `ebpf:"edge_sess_live"`
+	EdgeSessMbr     *ebpf.MapSpec `ebpf:"edge_sess_mbr"`
 	EdgeSessStats   *ebpf.MapSpec `ebpf:"edge_sess_stats"`
 	EdgeSessions    *ebpf.MapSpec `ebpf:"edge_sessions"`
 	EdgeSteer       *ebpf.MapSpec `ebpf:"edge_steer"`
@@ -687,6 +702,7 @@ type edgeMaps struct {
 	EdgeSecret      *ebpf.Map `ebpf:"edge_secret"`
 	EdgeServices    *ebpf.Map `ebpf:"edge_services"`
 	EdgeSessLive    *ebpf.Map `ebpf:"edge_sess_live"`
+	EdgeSessMbr     *ebpf.Map `ebpf:"edge_sess_mbr"`
 	EdgeSessStats   *ebpf.Map `ebpf:"edge_sess_stats"`
 	EdgeSessions    *ebpf.Map `ebpf:"edge_sessions"`
 	EdgeSteer       *ebpf.Map `ebpf:"edge_steer"`
@@ -751,6 +767,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeSecret,
 		m.EdgeServices,
 		m.EdgeSessLive,
+		m.EdgeSessMbr,
 		m.EdgeSessStats,
 		m.EdgeSessions,
 		m.EdgeSteer,

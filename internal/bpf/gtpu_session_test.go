@@ -81,16 +81,10 @@ func n6Frame(t *testing.T, src, dst string) []byte {
 		ip, udp, gopacket.Payload("hello, UE")})
 }
 
-// TestGTPUSessions: a session written by commit.Sessions carries the
-// UE's traffic at the driver hook. Uplink G-PDUs to its TEID (with a
-// PDU Session Container or without) leave decapsulated toward N6, the
-// inner packet whole and routed one hop; downlink to the UE leaves in
-// GTP-U toward the gNB with its TEID and QFI, which tshark and gopacket
-// decode. A QFI-specific PDR of better precedence takes its flow; a
-// closed gate, a buffering or dropping FAR drop, each counted; an
-// unknown TEID is answered with an Error Indication naming it; a modification is seen whole by the next packet; after
-// deletion the UE's packets are the rules' again.
-func TestGTPUSessions(t *testing.T) {
+// sessionHarness is a harness whose user plane is at n3Addr, its
+// session writer and a slot given out.
+func sessionHarness(t *testing.T) (*harness, *commit.Sessions, uint32) {
+	t.Helper()
 	h := newHarness(t, gtpuConfig)
 	if err := h.dp.SetGTPU(netip.MustParseAddr(n3Addr)); err != nil {
 		t.Fatal(err)
@@ -103,6 +97,20 @@ func TestGTPUSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h, ss, slot
+}
+
+// TestGTPUSessions: a session written by commit.Sessions carries the
+// UE's traffic at the driver hook. Uplink G-PDUs to its TEID (with a
+// PDU Session Container or without) leave decapsulated toward N6, the
+// inner packet whole and routed one hop; downlink to the UE leaves in
+// GTP-U toward the gNB with its TEID and QFI, which tshark and gopacket
+// decode. A QFI-specific PDR of better precedence takes its flow; a
+// closed gate, a buffering or dropping FAR drop, each counted; an
+// unknown TEID is answered with an Error Indication naming it; a modification is seen whole by the next packet; after
+// deletion the UE's packets are the rules' again.
+func TestGTPUSessions(t *testing.T) {
+	h, ss, slot := sessionHarness(t)
 	if err := ss.Put(slot, sessRec(sessionPDRs()...), sessKeys); err != nil {
 		t.Fatal(err)
 	}
@@ -320,5 +328,73 @@ func checkTsharkGTP(t *testing.T, frame []byte, teid uint32, qfi uint8) {
 	}
 	if len(got) != 2 || te != uint64(teid) || q != uint64(qfi) {
 		t.Errorf("tshark read TEID, QFI %q; want %#x, %d", got, teid, qfi)
+	}
+}
+
+// TestGTPUMBR: a QER's maximum bit rate polices the PDRs that share
+// its meter, on the inner packet's length: a full bucket lets a burst
+// through, then only what the rate refilled meanwhile; the rest is
+// dropped and counted (gtpu_mbr). A PDR without a meter is untouched,
+// and a meter written again at another rate polices at that one.
+func TestGTPUMBR(t *testing.T) {
+	h, ss, slot := sessionHarness(t)
+	// Uplink metered at 100,000 bytes a second (its bucket: the
+	// 3,000-byte floor, 20 ms of it being 2,000); downlink not.
+	const rate = 100000
+	pdrs := sessionPDRs()
+	pdrs[0].Meter = 1
+	keys := sessKeys
+	keys.Meters = []commit.Meter{{Index: 1, Rate: rate}}
+	if err := ss.Put(slot, sessRec(pdrs...), keys); err != nil {
+		t.Fatal(err)
+	}
+	inner := serialize(t, []gopacket.SerializableLayer{
+		&layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP,
+			SrcIP: net.ParseIP(ueAddr).To4(), DstIP: net.ParseIP(n6Remote).To4()},
+		&layers.UDP{SrcPort: 5000, DstPort: 7777}, gopacket.Payload(bytes.Repeat([]byte{7}, 972))})
+	frame := gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, inner, false)
+	l := uint64(len(inner)) // 1,000
+	burst := func(n int) (passed, dropped int, took time.Duration) {
+		before := h.snapshot()
+		start := time.Now()
+		for range n {
+			if v, _ := h.run(frame, "wan0"); v == bpf.XDPRedirect {
+				passed++
+			}
+		}
+		took = time.Since(start)
+		dropped = int(h.snapshot().Reasons[bpf.ReasonGTPUMBR].Packets - before.Reasons[bpf.ReasonGTPUMBR].Packets)
+		return passed, dropped, took
+	}
+	// allowed is what a bucket of b bytes refilled for d lets through.
+	allowed := func(b uint64, d time.Duration) int {
+		return int((b + rate*uint64(d)/uint64(time.Second)) / l)
+	}
+	p, d, took := burst(20)
+	if p < 3 || p > allowed(3000, took) || p+d != 20 {
+		t.Errorf("a full bucket: %d passed, %d dropped as over the rate in %v; want 3 to %d, the rest dropped", p, d, took, allowed(3000, took))
+	}
+	time.Sleep(25 * time.Millisecond)
+	start := time.Now()
+	p, d, took = burst(20)
+	if p < 2 || p > allowed(3000, took+time.Since(start)) || p+d != 20 {
+		t.Errorf("after 25 ms: %d passed, %d dropped in %v; want 2 to %d", p, d, took, allowed(3000, took))
+	}
+	// The downlink has no meter.
+	dl := n6Frame(t, n6Remote, ueAddr)
+	for i := range 20 {
+		if v, _ := h.run(dl, "wan1"); v != bpf.XDPRedirect {
+			t.Fatalf("downlink packet %d: verdict %s", i, verdictName(v))
+		}
+	}
+	// Ten times the rate, written again (a modification): a bucket of
+	// 20 ms of it, 20,000 bytes.
+	keys.Meters = []commit.Meter{{Index: 1, Rate: 10 * rate}}
+	if err := ss.Put(slot, sessRec(pdrs...), keys); err != nil {
+		t.Fatal(err)
+	}
+	p, _, took = burst(40)
+	if p < 20 || p > allowed(20000, 10*took) {
+		t.Errorf("at ten times the rate: %d passed in %v; want 20 to %d", p, took, allowed(20000, 10*took))
 	}
 }

@@ -113,6 +113,7 @@ func ApplyLimits(spec *ebpf.CollectionSpec, l Limits) error {
 	spec.Maps[edgeMapEdgeSessions].MaxEntries = 2 * l.Sessions
 	spec.Maps[edgeMapEdgeSessLive].MaxEntries = l.Sessions
 	spec.Maps[edgeMapEdgeSessStats].MaxEntries = SessPDRs * l.Sessions
+	spec.Maps[edgeMapEdgeSessMbr].MaxEntries = SessPDRs * l.Sessions
 	spec.Maps[edgeMapEdgeTeid].MaxEntries = 2 * l.Sessions
 	spec.Maps[edgeMapEdgeUe4].MaxEntries = 2 * l.Sessions
 	if err := spec.Variables[edgeVarFarStride].Set(l.FARStride()); err != nil {

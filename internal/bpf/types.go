@@ -41,6 +41,7 @@ type (
 	Steer      = edgeEdgeSteerGroup
 	Sess       = edgeEdgeSess
 	SessPDR    = edgeEdgeSessPdr
+	MBR        = edgeEdgeMbr
 )
 
 // Session PDR flags (edge_sess_pdr.flags) and FAR actions
@@ -300,6 +301,7 @@ const (
 	ReasonGTPUInner
 	ReasonGTPUErrorInd
 	ReasonGTPUBuffFull
+	ReasonGTPUMBR
 	ReasonMax
 )
 

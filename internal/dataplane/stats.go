@@ -131,4 +131,5 @@ var ReasonNames = []string{
 	"gtpu_inner",
 	"gtpu_error_ind",
 	"gtpu_buff_full",
+	"gtpu_mbr",
 }

@@ -53,16 +53,25 @@ func Compile(s *n4.Session, cnt map[uint16]uint8) (*bpf.Sess, commit.SessionKeys
 		}
 	}
 	for _, id := range ids {
-		p := s.PDRs[id]
-		c, err := counter(cnt, id)
-		if err != nil {
+		if _, err := counter(cnt, id); err != nil {
 			return nil, keys, err
 		}
+	}
+	meter := meters(s, cnt)
+	for _, id := range ids {
+		p := s.PDRs[id]
+		c := cnt[id]
 		base, err := entry(s, p)
 		if err != nil {
 			return nil, keys, err
 		}
 		base.Cnt = c
+		if m, ok := meter[id]; ok {
+			base.Meter = m.Index
+			if !slices.Contains(keys.Meters, m) {
+				keys.Meters = append(keys.Meters, m)
+			}
+		}
 		sdfs := p.SDF
 		if len(sdfs) == 0 {
 			sdfs = []string{""}
@@ -96,6 +105,52 @@ func cmpU32(a, b uint32) int {
 		return 1
 	}
 	return 0
+}
+
+// meters gives each PDR of s that a QER limits (a maximum bit rate for
+// the PDR's direction) the meter it shares with the other PDRs of that
+// QER and direction: numbered by the lowest counter index among them
+// (+1), so a meter keeps its number while its PDRs do. A PDR under
+// several such QERs takes the lowest rate.
+func meters(s *n4.Session, cnt map[uint16]uint8) map[uint16]commit.Meter {
+	type qd struct {
+		qer uint32
+		ul  bool
+	}
+	index := map[qd]uint8{}
+	rate := map[uint16]struct {
+		q    qd
+		kbps uint64
+	}{}
+	for id, p := range s.PDRs {
+		ul := p.Source == ie.SrcInterfaceAccess
+		for _, q := range p.QERs {
+			kbps := s.QERs[q].MBRDL
+			if ul {
+				kbps = s.QERs[q].MBRUL
+			}
+			if kbps == 0 {
+				continue
+			}
+			if r, ok := rate[id]; !ok || kbps < r.kbps || kbps == r.kbps && q < r.q.qer {
+				rate[id] = struct {
+					q    qd
+					kbps uint64
+				}{qd{q, ul}, kbps}
+			}
+		}
+	}
+	for id, r := range rate {
+		if i, ok := index[r.q]; !ok || cnt[id]+1 < i {
+			index[r.q] = cnt[id] + 1
+		}
+	}
+	out := make(map[uint16]commit.Meter, len(rate))
+	for id, r := range rate {
+		// MBR is in kbit/s: 125 bytes a second each.
+		out[id] = commit.Meter{Index: index[r.q], Rate: r.kbps * 125}
+	}
+	return out
 }
 
 // counter returns PDR id's counter index, giving it the lowest free.

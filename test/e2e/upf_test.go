@@ -205,9 +205,14 @@ func sessionRules(ulTEID uint32, ue string) (pdrs, fars, qers []*ieLib.IE) {
 			WithDstInterface(ieLib.DstInterfaceAccess).WithZeroBasedOuterHeaderCreation().BuildFAR(),
 	}
 	qers = []*ieLib.IE{session.NewQERBuilder().WithID(1).WithMethod(session.Create).WithQFI(ueQFI).
-		WithUplinkMBR(500000).WithDownlinkMBR(500000).WithGateStatus(ieLib.GateStatusOpen).Build()}
+		WithUplinkMBR(labMBR).WithDownlinkMBR(labMBR).WithGateStatus(ieLib.GateStatusOpen).Build()}
 	return pdrs, fars, qers
 }
+
+// labMBR is the lab session's maximum bit rate each way, kbit/s: below
+// what the lab carries unpoliced (560-840 Mbit/s of TCP), so the
+// policer shows.
+const labMBR = 200000
 
 // forwardDown is the modification that forwards a session's downlink
 // to the gNB on host B, to its TEID dlTEID.
@@ -402,8 +407,21 @@ func TestUPFLab(t *testing.T) {
 	if up.End.SumReceived.Bytes == 0 || down.End.SumReceived.Bytes == 0 {
 		t.Errorf("iperf3 moved nothing: uplink %v bytes, downlink %v", up.End.SumReceived.Bytes, down.End.SumReceived.Bytes)
 	}
+	// The QER's MBR polices both ways: TCP's goodput stays under it (a
+	// 20 ms bucket adds 2 % over the 2 s), and keeps most of it.
+	for _, x := range []struct {
+		dir string
+		bps float64
+	}{{"uplink", up.End.SumReceived.BitsPerSecond}, {"downlink", down.End.SumReceived.BitsPerSecond}} {
+		if x.bps > 1.03*labMBR*1e3 || x.bps < 0.3*labMBR*1e3 {
+			t.Errorf("%s through a %d kbit/s MBR: %.0f Mbit/s", x.dir, labMBR, x.bps/1e6)
+		}
+	}
 	checkSessionsListed(t, g, ulTEID, dlTEID)
 	r := g.stats().Reasons
+	if n := r["gtpu_mbr"].Packets - before["gtpu_mbr"].Packets; n == 0 {
+		t.Errorf("nothing over the MBR dropped (gtpu_mbr)")
+	}
 	for _, bad := range []string{"gtpu_no_session", "gtpu_error_ind", "gtpu_no_pdr", "gtpu_inner", "bad_gtpu"} {
 		if n := r[bad].Packets - before[bad].Packets; n != 0 {
 			t.Errorf("%d packets counted %s", n, bad)

@@ -75,6 +75,7 @@ const (
 	benchobjMapEdgeSecret           = "edge_secret"
 	benchobjMapEdgeServices         = "edge_services"
 	benchobjMapEdgeSessLive         = "edge_sess_live"
+	benchobjMapEdgeSessMbr          = "edge_sess_mbr"
 	benchobjMapEdgeSessStats        = "edge_sess_stats"
 	benchobjMapEdgeSessions         = "edge_sessions"
 	benchobjMapEdgeSteer            = "edge_steer"
@@ -249,6 +250,7 @@ type benchobjMapSpecs struct {
 	EdgeSecret       *ebpf.MapSpec `ebpf:"edge_secret"`
 	EdgeServices     *ebpf.MapSpec `ebpf:"edge_services"`
 	EdgeSessLive     *ebpf.MapSpec `ebpf:"edge_sess_live"`
+	EdgeSessMbr      *ebpf.MapSpec `ebpf:"edge_sess_mbr"`
 	EdgeSessStats    *ebpf.MapSpec `ebpf:"edge_sess_stats"`
 	EdgeSessions     *ebpf.MapSpec `ebpf:"edge_sessions"`
 	EdgeSteer        *ebpf.MapSpec `ebpf:"edge_steer"`
@@ -355,6 +357,7 @@ type benchobjMaps struct {
 	EdgeSecret       *ebpf.Map `ebpf:"edge_secret"`
 	EdgeServices     *ebpf.Map `ebpf:"edge_services"`
 	EdgeSessLive     *ebpf.Map `ebpf:"edge_sess_live"`
+	EdgeSessMbr      *ebpf.Map `ebpf:"edge_sess_mbr"`
 	EdgeSessStats    *ebpf.Map `ebpf:"edge_sess_stats"`
 	EdgeSessions     *ebpf.Map `ebpf:"edge_sessions"`
 	EdgeSteer        *ebpf.Map `ebpf:"edge_steer"`
@@ -429,6 +432,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeSecret,
 		m.EdgeServices,
 		m.EdgeSessLive,
+		m.EdgeSessMbr,
 		m.EdgeSessStats,
 		m.EdgeSessions,
 		m.EdgeSteer,

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -97,6 +99,41 @@ func (s *Sessions) setBit(b uint32, on bool) error {
 type SessionKeys struct {
 	TEIDs []uint32
 	UEs   []netip.Addr
+	// Meters are the session's maximum bit rate meters its record's
+	// entries name (edge_sess_pdr.meter).
+	Meters []Meter
+}
+
+// Meter is a maximum bit rate meter of a session: its index (1-based,
+// as a record entry names it) and rate in bytes a second.
+type Meter struct {
+	Index uint8
+	Rate  uint64
+}
+
+// meterBurst is how long a meter's rate its bucket holds: a burst the
+// policer lets through at once, and what TCP through it can keep in
+// flight before a drop.
+const meterBurst = 20 * time.Millisecond
+
+// minBurst is the smallest bucket: two full-sized frames.
+const minBurst = 3000
+
+// setMeters writes the meters of keys that old (what slot's session had
+// before) did not have at that rate, with a full bucket. Called with
+// s.mu held, before the record naming them is flipped in.
+func (s *Sessions) setMeters(slot uint32, old, keys SessionKeys) error {
+	for _, m := range keys.Meters {
+		if slices.Contains(old.Meters, m) {
+			continue
+		}
+		burst := max(m.Rate*uint64(meterBurst)/uint64(time.Second), minBurst) * uint64(time.Second)
+		v := bpf.MBR{Rate: m.Rate, Burst: burst, Tokens: burst}
+		if err := s.o.EdgeSessMbr.Put(slot*bpf.SessPDRs+uint32(m.Index-1)%bpf.SessPDRs, &v); err != nil {
+			return fmt.Errorf("write meter %d: %w", m.Index, err)
+		}
+	}
+	return nil
 }
 
 // ErrSessionsFull is returned when every slot holds a session.
@@ -313,10 +350,13 @@ func (s *Sessions) Put(slot uint32, rec *bpf.Sess, keys SessionKeys) error {
 			break
 		}
 	}
+	old := s.keys[slot]
+	if err := s.setMeters(slot, old, keys); err != nil {
+		return err
+	}
 	if err := s.o.EdgeSessions.Put(slot*2+next, rec); err != nil {
 		return fmt.Errorf("write session record: %w", err)
 	}
-	old := s.keys[slot]
 	for _, t := range keys.TEIDs {
 		if err := s.o.EdgeTeid.Put(bpf.BE32(t), slot); err != nil {
 			return fmt.Errorf("add TEID %#x: %w", t, err)

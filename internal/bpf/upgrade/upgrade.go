@@ -144,6 +144,9 @@ var mapRoles = map[string]mapRole{
 	"edge_sess_live":  {table, false},
 	"edge_sessions":   {table, false},
 	"edge_sess_stats": {counter, false},
+	// Their maximum bit rate meters: written again by the agent as
+	// it puts each session back (a full bucket).
+	"edge_sess_mbr": {rebuilt, false},
 	// Buffered downlink on its way to the agent: read where it is.
 	"edge_buff": {rebuilt, false},
 }
