@@ -82,7 +82,7 @@ enum edge_reason {
 	EDGE_R_BAD_GTPU,      /* GTP-U to the user plane not version 1, or its length past the datagram */
 	EDGE_R_GTPU_ECHO,     /* a GTP-U Echo Request to the user plane, answered (XDP_TX) */
 	EDGE_R_GTPU_NO_SESSION, /* a G-PDU to the user plane for no session: dropped */
-	EDGE_R_GTPU_SIGNAL,   /* GTP-U signalling to the user plane (echo response, error indication, end marker): dropped */
+	EDGE_R_GTPU_SIGNAL,   /* GTP-U signalling to the user plane (echo response, error indication, other types): dropped */
 	EDGE_R_GTPU_NO_PDR,   /* a session's packet no PDR of it detects: dropped */
 	EDGE_R_GTPU_GATE,     /* a session's packet its QER's gate holds closed: dropped */
 	EDGE_R_GTPU_FAR_DROP, /* a session's packet its FAR drops */
@@ -91,6 +91,7 @@ enum edge_reason {
 	EDGE_R_GTPU_ERROR_IND,/* a G-PDU for no session, answered with an Error Indication (XDP_TX) */
 	EDGE_R_GTPU_BUFF_FULL,/* a downlink packet to buffer the agent's ring has no room for (or too long): dropped */
 	EDGE_R_GTPU_MBR,      /* a session's packet over its QER's maximum bit rate: dropped */
+	EDGE_R_GTPU_END_MARKER,/* a GTP-U End Marker: handed to the agent (edge_buff) */
 	EDGE_R_MAX,
 };
 
@@ -757,6 +758,13 @@ struct edge_sess {
 	struct edge_sess_pdr pdr[EDGE_SESS_PDRS];
 };
 
+/* What an edge_buff record holds: a downlink packet to hold
+ * (EDGE_BUFF_PACKET: slot and cnt name its session and PDR), or a GTP-U
+ * End Marker that came in (EDGE_BUFF_END_MARKER: slot is its TEID, in
+ * network order). */
+#define EDGE_BUFF_PACKET 0
+#define EDGE_BUFF_END_MARKER 1
+
 /* A downlink packet a session's FAR buffers, as XDP hands it to the
  * agent (edge_buff): the session's slot, the PDR's counter, the
  * interface it came in by, and the frame. */
@@ -765,7 +773,7 @@ struct edge_buff_rec {
 	__u32 ifindex;
 	__u16 len;
 	__u8 cnt;
-	__u8 pad;
+	__u8 kind;  /* EDGE_BUFF_* */
 	__u32 pad2;
 	__u8 frame[EDGE_BUFF_FRAME];
 };

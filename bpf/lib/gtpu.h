@@ -35,6 +35,7 @@
 #define GTPU_ECHO_REQUEST 1
 #define GTPU_ECHO_RESPONSE 2
 #define GTPU_GPDU 255
+#define GTPU_END_MARKER 254
 
 /* Extension headers (TS 29.281 5.2.1): the PDU Session Container of TS
  * 38.415 carries the QoS flow (QFI, 6 bits of its second octet, in
@@ -406,12 +407,14 @@ static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
 	return verdict(p, XDP_REDIRECT);
 }
 
-/* gtpu_buffer hands the packet of session slot, detected by the PDR of
- * counter cnt, to the agent to hold (edge_buff): dropped here, counted;
- * no room in the ring (or too long a frame): dropped, counted. */
+/* gtpu_buffer hands the frame to the agent (edge_buff) as a record of
+ * kind (EDGE_BUFF_*) with slot and cnt: dropped here, counted done; no
+ * room in the ring (or too long a frame): dropped, counted. A packet of
+ * session slot to hold, detected by the PDR of counter cnt; an End
+ * Marker, slot its TEID. */
 static __always_inline int gtpu_buffer(struct xdp_md *ctx,
 				       const struct edge_pkt *p, __u32 slot,
-				       __u8 cnt)
+				       __u8 cnt, __u8 kind, int done)
 {
 	struct edge_buff_rec *b;
 	__u32 len = (__u32)(ctx->data_end - ctx->data);
@@ -425,7 +428,7 @@ static __always_inline int gtpu_buffer(struct xdp_md *ctx,
 	b->ifindex = ctx->ingress_ifindex;
 	b->len = len;
 	b->cnt = cnt;
-	b->pad = 0;
+	b->kind = kind;
 	b->pad2 = 0;
 	/* Bounded where the verifier sees it: 1..2047, and no more than
 	 * the record holds (checked above). */
@@ -436,7 +439,22 @@ static __always_inline int gtpu_buffer(struct xdp_md *ctx,
 		return punt(p, EDGE_R_GTPU_BUFF_FULL, XDP_DROP);
 	}
 	bpf_ringbuf_submit(b, 0);
-	return punt(p, EDGE_R_GTPU_BUFFER, XDP_DROP);
+	return punt(p, done, XDP_DROP);
+}
+
+/* gtpu_end_marker hands an End Marker to TEID teid (TS 29.281 7.3.2: the
+ * last packet of a path being switched away) to the agent. Anyone can
+ * send one (a forged source): each takes from the error budget the
+ * answers share, so a flood costs the agent bounded work. */
+static __always_inline int gtpu_end_marker(struct xdp_md *ctx,
+					   const struct edge_pkt *p, __be32 teid)
+{
+	int reason;
+
+	if (!icmp_allowed(p, &reason))
+		return punt(p, reason, XDP_DROP);
+	return gtpu_buffer(ctx, p, teid, 0, EDGE_BUFF_END_MARKER,
+			   EDGE_R_GTPU_END_MARKER);
 }
 
 /* mbr_over tells whether a packet of len bytes is over the maximum bit
@@ -505,7 +523,8 @@ static __always_inline int sess_act(struct xdp_md *ctx, struct edge_ctx *c,
 	case EDGE_SA_FORW:
 		break;
 	case EDGE_SA_BUFF:
-		return gtpu_buffer(ctx, p, slot, r->cnt);
+		return gtpu_buffer(ctx, p, slot, r->cnt, EDGE_BUFF_PACKET,
+				   EDGE_R_GTPU_BUFFER);
 	default:
 		return punt(p, EDGE_R_GTPU_FAR_DROP, XDP_DROP);
 	}
@@ -730,6 +749,8 @@ __noinline int edge_gtpu(struct xdp_md *ctx, struct edge_ctx *c)
 		return gtpu_echo(ctx, p, l3, l4, seq);
 	case GTPU_GPDU:
 		return gtpu_uplink(ctx, c, st, l4, glen);
+	case GTPU_END_MARKER:
+		return gtpu_end_marker(ctx, p, g->teid);
 	}
 	return punt(p, EDGE_R_GTPU_SIGNAL, XDP_DROP);
 }

@@ -144,6 +144,7 @@ type Agent struct {
 	// address).
 	upf  *upf.Plane
 	idle *upf.Buffer
+	em   *upf.EndMarkers
 	n3   netip.Addr
 	// strategies runs the CPU strategies.
 	strategies *sched.Runtime

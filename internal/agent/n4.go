@@ -112,6 +112,11 @@ func (a *Agent) startN4(context.Context) error {
 			return fmt.Errorf("n4: the sessions kept: %w", err)
 		}
 		o.UserPlane, o.N3, o.Sessions = a.upf, a.n3, a.upf.Sessions()
+		// End Markers along a path a handover leaves, from N3.
+		if a.em, err = upf.NewEndMarkers(a.n3); err != nil {
+			return fmt.Errorf("n4: %w", err)
+		}
+		o.EndMarker = a.em.Send
 	}
 	a.n4, err = n4.Listen(o)
 	if err != nil {
@@ -135,6 +140,10 @@ func (a *Agent) startN4(context.Context) error {
 				a.log.Warn("n4: downlink data not reported", "seid", seid, "err", err)
 			}
 		})
+		a.idle.OnEndMarker = func(teid uint32, from netip.Addr) {
+			a.log.Info("n4: end marker received", "teid", fmt.Sprintf("%#x", teid), "from", from,
+				"seid", fmt.Sprintf("%#x", a.n4.SessionOfTEID(teid)))
+		}
 		go a.idle.Run()
 	}
 	a.log.Info("n4: serving PFCP", "addr", a.n4.Addr(), "node_id", id, "recovery", st.Recovery, "associations", len(st.Peers),
@@ -205,6 +214,9 @@ var (
 	upfBufferDesc = prometheus.NewDesc("edgeplane_upf_buffer_packets_total",
 		"Downlink packets of idle UEs by fate: held, released (the FAR forwarding again), dropped (over a bound, or the session deleted).",
 		[]string{"fate"}, nil)
+	upfEndMarkersDesc = prometheus.NewDesc("edgeplane_upf_end_markers_total",
+		"GTP-U End Markers: received on N3 (handed to the agent by XDP, within the answers' budget), sent along a path a handover left.",
+		[]string{"dir"}, nil)
 )
 
 func (m n4Metrics) Describe(ch chan<- *prometheus.Desc) {
@@ -214,6 +226,7 @@ func (m n4Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- upfSessionsDesc
 	ch <- upfBufferedDesc
 	ch <- upfBufferDesc
+	ch <- upfEndMarkersDesc
 }
 
 func (m n4Metrics) Collect(ch chan<- prometheus.Metric) {
@@ -236,5 +249,9 @@ func (m n4Metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(upfBufferedDesc, prometheus.GaugeValue, float64(st.Now))
 	for fate, v := range map[string]uint64{"held": st.Held, "released": st.Released, "dropped": st.Dropped} {
 		ch <- prometheus.MustNewConstMetric(upfBufferDesc, prometheus.CounterValue, float64(v), fate)
+	}
+	ch <- prometheus.MustNewConstMetric(upfEndMarkersDesc, prometheus.CounterValue, float64(st.EndMarkers), "received")
+	if m.a.em != nil {
+		ch <- prometheus.MustNewConstMetric(upfEndMarkersDesc, prometheus.CounterValue, float64(m.a.em.Sent()), "sent")
 	}
 }

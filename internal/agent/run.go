@@ -113,6 +113,9 @@ func (a *Agent) subsystems() []subsystem {
 			if a.idle != nil {
 				_ = a.idle.Close()
 			}
+			if a.em != nil {
+				_ = a.em.Close()
+			}
 			if a.upf != nil {
 				_ = a.upf.Close()
 			}

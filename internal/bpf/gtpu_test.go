@@ -8,6 +8,9 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -93,7 +96,7 @@ func TestGTPUEcho(t *testing.T) {
 			append(seqRest(7), 0xff, 0, 4, 0, 1, 2, 3), false), bpf.XDPTx, bpf.ReasonGTPUEcho, 7},
 		{"G-PDU for no session", gtpuFrame(t, n3Addr, 2152, 0x30, 255, 0x100, inner, false), bpf.XDPTx, bpf.ReasonGTPUErrorInd, 0},
 		{"error indication", gtpuFrame(t, n3Addr, 2152, 0x32, 26, 0, seqRest(1), false), bpf.XDPDrop, bpf.ReasonGTPUSignal, 0},
-		{"end marker", gtpuFrame(t, n3Addr, 2152, 0x30, 254, 0x100, nil, false), bpf.XDPDrop, bpf.ReasonGTPUSignal, 0},
+		{"end marker", gtpuFrame(t, n3Addr, 2152, 0x30, 254, 0x100, nil, false), bpf.XDPDrop, bpf.ReasonGTPUEndMarker, 0},
 		{"version 2", gtpuFrame(t, n3Addr, 2152, 0x50, 1, 0, nil, false), bpf.XDPDrop, bpf.ReasonBadGTPU, 0},
 		{"GTP' (protocol type 0)", gtpuFrame(t, n3Addr, 2152, 0x20, 1, 0, nil, false), bpf.XDPDrop, bpf.ReasonBadGTPU, 0},
 		{"length past the datagram", lengthen(gtpuFrame(t, n3Addr, 2152, 0x30, 255, 1, []byte{1, 2}, false), 40),
@@ -124,10 +127,25 @@ func TestGTPUEcho(t *testing.T) {
 		}
 	}
 	checkTshark(t, answers, 2*len(answers))
+	// The end marker reached the agent's ring: its kind, its TEID.
+	rd, err := ringbuf.NewReader(h.dp.EdgeBuff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd.SetDeadline(time.Now().Add(time.Second))
+	rec, err := rd.Read()
+	rd.Close()
+	if err != nil {
+		t.Fatalf("the end marker did not reach the ring: %v", err)
+	}
+	if b := rec.RawSample; len(b) < 16+50 || b[11] != 1 || binary.BigEndian.Uint32(b) != 0x100 {
+		t.Errorf("end marker record % x, want kind 1, TEID 0x100", b[:min(len(b), 16)])
+	}
 
 	// A flood of echoes (or of G-PDUs for no session) from one source
 	// gets its share of the error budget, the rest dropped: a forged
-	// source cannot turn N3 into a reflector.
+	// source cannot turn N3 into a reflector, nor flood the agent with
+	// end markers.
 	for i, c := range []struct {
 		name   string
 		frame  []byte
@@ -135,21 +153,26 @@ func TestGTPUEcho(t *testing.T) {
 	}{
 		{"echo", gtpuFrame(t, n3Addr, 2152, 0x32, 1, 0, seqRest(1), false), bpf.ReasonGTPUEcho},
 		{"G-PDU for no session", gtpuFrame(t, n3Addr, 2152, 0x30, 255, 0x100, inner, false), bpf.ReasonGTPUErrorInd},
+		{"end marker (to the agent)", gtpuFrame(t, n3Addr, 2152, 0x30, 254, 0x100, nil, false), bpf.ReasonGTPUEndMarker},
 	} {
 		c.frame[14+15] = 77 + byte(i) // a source of its own
 		c.frame[14+10], c.frame[14+11] = 0, 0
 		binary.BigEndian.PutUint16(c.frame[14+10:], ^inetSum(c.frame[14:14+20]))
 		before := h.snapshot()
-		answered := 0
+		tx := 0
 		for range 200 {
 			if v, _ := h.run(c.frame, "wan0"); v == bpf.XDPTx {
-				answered++
+				tx++
 			}
 		}
 		after := h.snapshot()
 		limited := after.Reasons[bpf.ReasonICMPSrcLimit].Packets - before.Reasons[bpf.ReasonICMPSrcLimit].Packets
-		if answered < 5 || answered > 40 || after.Reasons[c.answer].Packets-before.Reasons[c.answer].Packets != uint64(answered) ||
-			limited != uint64(200-answered) {
+		// Answered (XDP_TX), or handed to the agent (an end marker).
+		answered := int(after.Reasons[c.answer].Packets - before.Reasons[c.answer].Packets)
+		if c.answer == bpf.ReasonGTPUEndMarker && tx != 0 || c.answer != bpf.ReasonGTPUEndMarker && tx != answered {
+			t.Errorf("%s flood: %d sent back, %d counted %s", c.name, tx, answered, dataplane.ReasonNames[c.answer])
+		}
+		if answered < 5 || answered > 40 || limited != uint64(200-answered) {
 			t.Errorf("%s flood from one source: %d of 200 answered, %d counted icmp_src_limit; want its burst of 10 and what refills meanwhile", c.name, answered, limited)
 		}
 	}

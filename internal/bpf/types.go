@@ -302,6 +302,7 @@ const (
 	ReasonGTPUErrorInd
 	ReasonGTPUBuffFull
 	ReasonGTPUMBR
+	ReasonGTPUEndMarker
 	ReasonMax
 )
 

@@ -132,4 +132,5 @@ var ReasonNames = []string{
 	"gtpu_error_ind",
 	"gtpu_buff_full",
 	"gtpu_mbr",
+	"gtpu_end_marker",
 }

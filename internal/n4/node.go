@@ -82,6 +82,11 @@ type Options struct {
 	UserPlane UserPlane
 	N3        netip.Addr
 	Sessions  []*Session
+	// EndMarker, when set, sends a GTP-U End Marker to TEID teid at
+	// peer: a modification with the SNDEM flag that moves a downlink
+	// FAR's outer header elsewhere (a handover) sends one along the old
+	// path after the flip.
+	EndMarker func(peer netip.Addr, teid uint32) error
 	// UsageEvery is how often the sessions whose URRs report more
 	// than at their end are read (default DefaultUsageEvery).
 	UsageEvery time.Duration

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/wmnsk/go-pfcp/ie"
@@ -431,6 +432,16 @@ func parseFAR(g *ie.IE) (*FAR, *refusal) {
 }
 
 // forwarding reads a FAR's forwarding parameters into f.
+// ownOuter returns o with addresses of its own: go-pfcp's point into
+// the datagram, whose buffer the next one overwrites, and a session
+// keeps its rules long after.
+func ownOuter(o *ie.OuterHeaderCreationFields) *ie.OuterHeaderCreationFields {
+	c := *o
+	c.IPv4Address = slices.Clone(o.IPv4Address)
+	c.IPv6Address = slices.Clone(o.IPv6Address)
+	return &c
+}
+
 func (f *FAR) forwarding(g *ie.IE) *refusal {
 	one, r := need(g, ie.DestinationInterface)
 	if r != nil {
@@ -450,6 +461,7 @@ func (f *FAR) forwarding(g *ie.IE) *refusal {
 		if f.Outer, err = o.OuterHeaderCreation(); err != nil {
 			return incorrect(ie.OuterHeaderCreation)
 		}
+		f.Outer = ownOuter(f.Outer)
 	}
 	if t := one[ie.TransportLevelMarking]; t != nil {
 		if f.TOS, err = t.TransportLevelMarking(); err != nil {
@@ -521,6 +533,7 @@ func (u *URR) fill(one map[uint16]*ie.IE) *refusal {
 		if u.Triggers, err = v.ReportingTriggers(); err != nil || len(u.Triggers) < 1 {
 			return incorrect(ie.ReportingTriggers)
 		}
+		u.Triggers = slices.Clone(u.Triggers)
 	}
 	if v := one[ie.VolumeThreshold]; v != nil {
 		f, err := v.VolumeThreshold()

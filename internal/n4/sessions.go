@@ -198,6 +198,14 @@ func (n *Node) upFSEID(seid uint64) *ie.IE {
 	return ie.NewFSEID(seid, nil, net.IP(a.AsSlice()))
 }
 
+// SessionOfTEID is the UP SEID of the session whose PDR has local TEID
+// teid (0: none).
+func (n *Node) SessionOfTEID(teid uint32) uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.teids[teid]
+}
+
 // Sessions returns the sessions the node holds.
 func (n *Node) Sessions() []*Session {
 	n.mu.Lock()
@@ -234,7 +242,36 @@ func (n *Node) modify(m *message.SessionModificationRequest, from netip.AddrPort
 	n.count("session_modified")
 	ies := append([]*ie.IE{ie.NewCause(ie.CauseRequestAccepted)}, createdPDRs(chosen)...)
 	ies = append(ies, n.remeter(old, s, m)...)
+	n.endMarkers(old, s, m)
 	return marshal(message.NewSessionModificationResponse(0, 0, s.CPSEID, seq, 0, ies...))
+}
+
+// endMarkers sends, when modification m asks (SNDEM), an End Marker
+// along each downlink path it moved: the old outer header of each FAR
+// whose GTP-U outer header creation (peer or TEID) s changed from old.
+func (n *Node) endMarkers(old, s *Session, m *message.SessionModificationRequest) {
+	f := m.PFCPSMReqFlags
+	if f == nil || len(f.Payload) == 0 || f.Payload[0]&0x02 == 0 || n.opt.EndMarker == nil {
+		return
+	}
+	for id, was := range old.FARs {
+		o := was.Outer
+		if o == nil || o.OuterHeaderCreationDescription&0x0100 == 0 {
+			continue
+		}
+		if now := s.FARs[id]; now != nil && now.Outer != nil && now.Outer.TEID == o.TEID && now.Outer.IPv4Address.Equal(o.IPv4Address) {
+			continue
+		}
+		peer, ok := netip.AddrFromSlice(o.IPv4Address.To4())
+		if !ok {
+			continue
+		}
+		if err := n.opt.EndMarker(peer, o.TEID); err != nil {
+			n.opt.Log.Warn("n4: end marker not sent", "seid", s.UPSEID, "peer", peer, "err", err)
+		} else {
+			n.count("end_marker_sent")
+		}
+	}
 }
 
 // change applies a modification's rules to s: the PDRs whose F-TEIDs
@@ -412,7 +449,7 @@ func (s *Session) updateFAR(g *ie.IE) *refusal {
 			if err != nil {
 				return incorrect(ie.OuterHeaderCreation)
 			}
-			f.Outer = v
+			f.Outer = ownOuter(v)
 		}
 		if t := p[ie.TransportLevelMarking]; t != nil {
 			v, err := t.TransportLevelMarking()

@@ -5,6 +5,7 @@ package upf
 import (
 	"encoding/binary"
 	"errors"
+	"net/netip"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -32,12 +33,17 @@ type Buffer struct {
 	// as if it came in by ifindex.
 	OnFirst func(slot uint32, cnt uint8)
 	Inject  func(frame []byte, ifindex uint32) error
-	stats   BufferStats
+	// OnEndMarker is called (outside the lock) with the TEID of each
+	// GTP-U End Marker that came in and the address it came from.
+	OnEndMarker func(teid uint32, from netip.Addr)
+	stats       BufferStats
 }
 
 // BufferStats counts what the buffer did.
 type BufferStats struct {
 	Held, Released, Dropped, Reports uint64
+	// EndMarkers counts the End Markers XDP handed over.
+	EndMarkers uint64
 	// Now is the packets held at this moment.
 	Now int
 }
@@ -96,6 +102,10 @@ func (b *Buffer) take(rec []byte) {
 	if 16+n > len(rec) {
 		return
 	}
+	if rec[11] == recEndMarker {
+		b.endMarker(binary.BigEndian.Uint32(rec[0:]), rec[16:16+n])
+		return
+	}
 	frame := append([]byte(nil), rec[16:16+n]...)
 	b.mu.Lock()
 	q := b.q[slot]
@@ -122,6 +132,25 @@ func (b *Buffer) take(rec []byte) {
 	b.mu.Unlock()
 	if first && on != nil {
 		on(slot, cnt)
+	}
+}
+
+// recEndMarker is the kind of an edge_buff record that holds an End
+// Marker (EDGE_BUFF_END_MARKER; the others hold packets to hold).
+const recEndMarker = 1
+
+// endMarker takes an End Marker to TEID teid, in frame (Ethernet, IPv4).
+func (b *Buffer) endMarker(teid uint32, frame []byte) {
+	var from netip.Addr
+	if len(frame) >= 14+20 {
+		from = netip.AddrFrom4([4]byte(frame[14+12 : 14+16]))
+	}
+	b.mu.Lock()
+	b.stats.EndMarkers++
+	on := b.OnEndMarker
+	b.mu.Unlock()
+	if on != nil {
+		on(teid, from)
 	}
 }
 

@@ -5,6 +5,7 @@ package upf
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"slices"
 	"testing"
 )
@@ -76,5 +77,23 @@ func TestBufferBounds(t *testing.T) {
 	b.take(rec(3, 0, "x")[:16]) // its length past the record
 	if st := b.Stats(); st.Held != 19 {
 		t.Errorf("malformed records held: %+v", st)
+	}
+}
+
+// TestBufferEndMarker: an End Marker record is reported with its TEID
+// and sender, counted, and held nowhere.
+func TestBufferEndMarker(t *testing.T) {
+	b := &Buffer{q: map[uint32]*queue{}, PerSession: 4, TotalBytes: 1 << 20}
+	var teid uint32
+	var from netip.Addr
+	b.OnEndMarker = func(t uint32, f netip.Addr) { teid, from = t, f }
+	frame := make([]byte, 14+20+8+8)
+	copy(frame[14+12:], []byte{192, 0, 2, 50})
+	r := rec(0, 0, string(frame))
+	binary.BigEndian.PutUint32(r, 0x9000)
+	r[11] = recEndMarker
+	b.take(r)
+	if st := b.Stats(); teid != 0x9000 || from != netip.MustParseAddr("192.0.2.50") || st.EndMarkers != 1 || st.Held != 0 || st.Now != 0 {
+		t.Errorf("end marker: TEID %#x from %v, stats %+v", teid, from, st)
 	}
 }

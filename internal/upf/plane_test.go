@@ -279,6 +279,27 @@ func TestSessionsCarried(t *testing.T) {
 		t.Errorf("downlink after the modification: %+v", d)
 	}
 
+	// A modification of another rule recompiles the FAR as it was: its
+	// gNB's address is the session's own, not the datagram's that
+	// brought it (whose buffer later datagrams overwrite: a refused one
+	// shaped alike, naming another gNB, comes in between).
+	m = s.ask(message.NewSessionModificationRequest(0, 0, seid, s.next(), 0,
+		ie.NewUpdateFAR(ie.NewFARID(2), ie.NewApplyAction(n4.ActForw),
+			ie.NewUpdateForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceAccess),
+				ie.NewOuterHeaderCreation(0x0100, 0x9999, "192.0.2.99", "", 0, 0, 0))),
+		ie.NewUpdateQER(ie.NewQERID(9), ie.NewGateStatus(0, 0))))
+	if c := cause(t, m.(*message.SessionModificationResponse).Cause); c != ie.CauseRuleCreationModificationFailure {
+		t.Fatalf("modification of QER 9: cause %d", c)
+	}
+	m = s.ask(message.NewSessionModificationRequest(0, 0, seid, s.next(), 0,
+		ie.NewUpdateQER(ie.NewQERID(1), ie.NewGateStatus(0, 0))))
+	if c := cause(t, m.(*message.SessionModificationResponse).Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("QER modification: cause %d", c)
+	}
+	if rec, _, _ = record(t, dp); dlOf(rec).OhcAddr != bpf.Addr4(netip.MustParseAddr(gnb)) || dlOf(rec).OhcTeid != bpf.BE32(0x9000) {
+		t.Errorf("downlink after another rule's modification: %+v", dlOf(rec))
+	}
+
 	// A FAR the session lacks: refused, naming it; nothing changes.
 	before := rec
 	m = s.ask(message.NewSessionModificationRequest(0, 0, seid, s.next(), 0,
