@@ -340,12 +340,19 @@ func getSessions(cmd *cobra.Command, af *client.Flags, output string, seids []st
 		return err
 	}
 	defer conn.Close()
-	r, err := conn.ListSessions(conn.Ctx, &pb.ListRequest{})
-	if err != nil {
-		return conn.Err("get sessions", err)
-	}
-	if len(want) > 0 {
-		r.Sessions = slices.DeleteFunc(r.Sessions, func(s *pb.Session) bool { return !want[s.GetUpSeid()] })
+	// Page by page, the server picking the SEIDs asked for.
+	q := &pb.ListSessionsRequest{UpSeid: slices.Collect(maps.Keys(want))}
+	r := &pb.ListSessionsResponse{}
+	for {
+		page, err := conn.ListSessions(conn.Ctx, q)
+		if err != nil {
+			return conn.Err("get sessions", err)
+		}
+		r.Sessions = append(r.Sessions, page.GetSessions()...)
+		if page.GetNext() == 0 {
+			break
+		}
+		q.After = page.GetNext()
 	}
 	w := cmd.OutOrStdout()
 	if output == outJSON {

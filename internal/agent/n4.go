@@ -153,12 +153,12 @@ func (a *Agent) startN4(context.Context) error {
 
 // SessionStatus implements dataplane.Sessions: the sessions the user
 // plane carries (ok false: it runs no user plane).
-func (a *Agent) SessionStatus() ([]dataplane.SessionStatus, bool, error) {
+func (a *Agent) SessionStatus(q dataplane.SessionQuery) ([]dataplane.SessionStatus, uint64, bool, error) {
 	if a.upf == nil {
-		return nil, false, nil
+		return nil, 0, false, nil
 	}
-	s, err := a.upf.Status()
-	return s, true, err
+	s, next, err := a.upf.Status(q)
+	return s, next, true, err
 }
 
 // sessionsPath is where the agent of configPath journals its PFCP

@@ -385,19 +385,34 @@ func (s *Server) ListStrategyStatus(context.Context, *pb.ListRequest) (*pb.ListS
 	return &pb.ListStrategyStatusResponse{Strategies: strategyStatusToPB(s.strategies.StrategyStatus())}, nil
 }
 
+// Pages of ListSessions: its default and largest.
+const (
+	SessionsPage    = 1000
+	MaxSessionsPage = 10000
+)
+
 // ListSessions implements edgeplanev1.GatewayServer.
-func (s *Server) ListSessions(context.Context, *pb.ListRequest) (*pb.ListSessionsResponse, error) {
+func (s *Server) ListSessions(_ context.Context, r *pb.ListSessionsRequest) (*pb.ListSessionsResponse, error) {
 	if s.sessions == nil {
 		return nil, errNoDataplane
 	}
-	list, ok, err := s.sessions.SessionStatus()
+	// A page at a time: 100,000 sessions in one answer would be ~800,000
+	// counter reads and past gRPC's 4 MiB message.
+	limit := int(r.GetLimit())
+	if limit == 0 {
+		limit = SessionsPage
+	}
+	if limit > MaxSessionsPage {
+		return nil, status.Errorf(codes.InvalidArgument, "limit %d: at most %d sessions a page", limit, MaxSessionsPage)
+	}
+	list, next, ok, err := s.sessions.SessionStatus(dataplane.SessionQuery{UPSEIDs: r.GetUpSeid(), After: r.GetAfter(), Limit: limit})
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if !ok {
 		return nil, status.Error(codes.FailedPrecondition, "no user plane runs here: the agent carries sessions with --n4-addr and --n3-addr")
 	}
-	out := &pb.ListSessionsResponse{}
+	out := &pb.ListSessionsResponse{Next: next}
 	for _, ss := range list {
 		ps := &pb.Session{UpSeid: ss.UPSEID, CpSeid: ss.CPSEID, CpAddr: ss.CPAddr, CpNode: ss.CPNode}
 		for _, p := range ss.PDRs {

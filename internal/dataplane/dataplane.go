@@ -32,9 +32,18 @@ type Strategies interface {
 
 // Sessions reports the PFCP sessions a user plane carries.
 type Sessions interface {
-	// SessionStatus returns each session with its PDRs' counters (nil
-	// error and ok false: no user plane runs).
-	SessionStatus() (s []SessionStatus, ok bool, err error)
+	// SessionStatus returns the sessions q picks, by UP SEID, with
+	// their PDRs' counters, and the UP SEID to ask after for the next
+	// page (0: none) (nil error and ok false: no user plane runs).
+	SessionStatus(q SessionQuery) (s []SessionStatus, next uint64, ok bool, err error)
+}
+
+// SessionQuery picks sessions: those of UPSEIDs (none: all) whose UP
+// SEID is above After, the first Limit of them.
+type SessionQuery struct {
+	UPSEIDs []uint64
+	After   uint64
+	Limit   int
 }
 
 // Dataplane is everything a gateway reports of its dataplane: what the

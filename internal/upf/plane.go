@@ -456,16 +456,35 @@ var (
 
 // Status returns each session with its PDRs as the dataplane holds them
 // and their counters, by UP SEID.
-func (p *Plane) Status() ([]dataplane.SessionStatus, error) {
+func (p *Plane) Status(q dataplane.SessionQuery) ([]dataplane.SessionStatus, uint64, error) {
 	p.mu.Lock()
-	list := slices.Collect(maps.Values(p.kept))
+	var list []*kept
+	if len(q.UPSEIDs) > 0 {
+		for _, id := range q.UPSEIDs {
+			if k := p.kept[id]; k != nil && id > q.After && !slices.Contains(list, k) {
+				list = append(list, k)
+			}
+		}
+	} else {
+		list = make([]*kept, 0, len(p.kept))
+		for id, k := range p.kept {
+			if id > q.After {
+				list = append(list, k)
+			}
+		}
+	}
 	p.mu.Unlock()
 	slices.SortFunc(list, func(a, b *kept) int { return cmp.Compare(a.S.UPSEID, b.S.UPSEID) })
+	var next uint64
+	if q.Limit > 0 && len(list) > q.Limit {
+		list = list[:q.Limit]
+		next = list[len(list)-1].S.UPSEID
+	}
 	out := make([]dataplane.SessionStatus, 0, len(list))
 	for _, k := range list {
 		c, err := p.dp.Counters(k.Slot)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		s := k.S
 		st := dataplane.SessionStatus{UPSEID: s.UPSEID, CPSEID: s.CPSEID, CPNode: s.CPNode}
@@ -507,5 +526,5 @@ func (p *Plane) Status() ([]dataplane.SessionStatus, error) {
 		}
 		out = append(out, st)
 	}
-	return out, nil
+	return out, next, nil
 }

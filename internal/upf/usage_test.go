@@ -5,6 +5,7 @@ package upf_test
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/bpf/loader"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/n4"
 )
 
@@ -339,27 +341,7 @@ func TestUsageManySessions(t *testing.T) {
 	if c := cause(t, a.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
 		t.Fatalf("association: cause %d", c)
 	}
-	const sessions = 60           // the test dataplane holds 64
-	upSEID := map[uint64]uint64{} // CP SEID -> UP SEID
-	for i := range sessions {
-		cp := uint64(0x1000 + i)
-		ue := netip.AddrFrom4([4]byte{10, 45, 1, byte(i)}).String()
-		r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0,
-			ie.NewNodeID(smfID, "", ""), ie.NewFSEID(cp, net.ParseIP(smfID), nil),
-			ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
-				ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x05, 0, nil, nil, 0),
-					ie.NewUEIPAddress(0x02, ue, "", 0, 0)),
-				ie.NewOuterHeaderRemoval(0, 0), ie.NewFARID(1), ie.NewURRID(1)),
-			ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(n4.ActForw),
-				ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))),
-			ie.NewCreateURR(ie.NewURRID(1), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x02, 0x00),
-				ie.NewVolumeThreshold(0x01, 1000, 0, 0)))).(*message.SessionEstablishmentResponse)
-		if c := cause(t, r.Cause); c != ie.CauseRequestAccepted {
-			t.Fatalf("session %d: cause %d", i, c)
-		}
-		f, _ := r.UPFSEID.FSEID()
-		upSEID[cp] = f.SEID
-	}
+	upSEID := establishMany(t, s, 60) // the test dataplane holds 64
 	ss := g.plane.Sessions()
 	// Counters over the sessions' slots: some over the threshold.
 	over := map[uint64]bool{}
@@ -407,5 +389,78 @@ func TestUsageManySessions(t *testing.T) {
 		if want := map[bool]int{true: 1}[over[cp]]; seen[cp] != want {
 			t.Errorf("session %#x: %d threshold reports, want %d", cp, seen[cp], want)
 		}
+	}
+}
+
+// establishMany establishes n sessions for UEs 10.45.1.0 up, each with
+// an uplink PDR under URR 1 (a 1,000-byte volume threshold), CP SEIDs
+// 0x1000 up. It returns their UP SEIDs by CP SEID.
+func establishMany(t *testing.T, s *smf, n int) map[uint64]uint64 {
+	t.Helper()
+	upSEID := map[uint64]uint64{}
+	for i := range n {
+		cp := uint64(0x1000 + i)
+		ue := netip.AddrFrom4([4]byte{10, 45, 1, byte(i)}).String()
+		r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0,
+			ie.NewNodeID(smfID, "", ""), ie.NewFSEID(cp, net.ParseIP(smfID), nil),
+			ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
+				ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x05, 0, nil, nil, 0),
+					ie.NewUEIPAddress(0x02, ue, "", 0, 0)),
+				ie.NewOuterHeaderRemoval(0, 0), ie.NewFARID(1), ie.NewURRID(1)),
+			ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(n4.ActForw),
+				ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))),
+			ie.NewCreateURR(ie.NewURRID(1), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x02, 0x00),
+				ie.NewVolumeThreshold(0x01, 1000, 0, 0)))).(*message.SessionEstablishmentResponse)
+		if c := cause(t, r.Cause); c != ie.CauseRequestAccepted {
+			t.Fatalf("session %d: cause %d", i, c)
+		}
+		f, _ := r.UPFSEID.FSEID()
+		upSEID[cp] = f.SEID
+	}
+	return upSEID
+}
+
+// TestSessionStatusPages: the sessions are listed by UP SEID a page at
+// a time, each page's next the SEID to ask after, every session once;
+// SEIDs asked for are the only ones listed.
+func TestSessionStatusPages(t *testing.T) {
+	dp := openDataplane(t)
+	g := startGateway(t, dp, t.TempDir(), nil)
+	s := dialSMF(t, g)
+	a := s.ask(message.NewAssociationSetupRequest(s.next(), ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(time.Now())))
+	if c := cause(t, a.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("association: cause %d", c)
+	}
+	up := establishMany(t, s, 50)
+	var seen []uint64
+	q := dataplane.SessionQuery{Limit: 20}
+	pages := 0
+	for {
+		list, next, err := g.plane.Status(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, x := range list {
+			seen = append(seen, x.UPSEID)
+			if len(x.PDRs) != 1 {
+				t.Errorf("session %#x listed with %d PDRs", x.UPSEID, len(x.PDRs))
+			}
+		}
+		if next == 0 {
+			break
+		}
+		if next != list[len(list)-1].UPSEID || len(list) != 20 {
+			t.Fatalf("page %d: %d sessions, next %#x", pages, len(list), next)
+		}
+		q.After = next
+	}
+	if pages != 3 || len(seen) != 50 || !slices.IsSorted(seen) || len(slices.Compact(slices.Clone(seen))) != 50 {
+		t.Errorf("%d pages listed %d sessions (sorted %v)", pages, len(seen), slices.IsSorted(seen))
+	}
+	want := []uint64{up[0x1003], up[0x1010]}
+	list, next, err := g.plane.Status(dataplane.SessionQuery{UPSEIDs: append(want, 12345), Limit: 20})
+	if err != nil || next != 0 || len(list) != 2 || !slices.Contains(want, list[0].UPSEID) || !slices.Contains(want, list[1].UPSEID) {
+		t.Errorf("two SEIDs asked for (and one unknown): %d listed, next %#x, %v", len(list), next, err)
 	}
 }

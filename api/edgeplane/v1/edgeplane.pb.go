@@ -4034,16 +4034,90 @@ func (x *SessionPdr) GetBytes() uint64 {
 	return 0
 }
 
+// ListSessionsRequest picks sessions: those of up_seid (none: all), of
+// UP SEID above after, at most limit of them (0: 1,000; at most
+// 10,000).
+type ListSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// at a controller: the target (sessions are an agent's)
+	Target        *Target  `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	UpSeid        []uint64 `protobuf:"varint,2,rep,packed,name=up_seid,json=upSeid,proto3" json:"up_seid,omitempty"`
+	After         uint64   `protobuf:"varint,3,opt,name=after,proto3" json:"after,omitempty"`
+	Limit         uint32   `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsRequest) Reset() {
+	*x = ListSessionsRequest{}
+	mi := &file_edgeplane_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsRequest) ProtoMessage() {}
+
+func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ListSessionsRequest) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *ListSessionsRequest) GetUpSeid() []uint64 {
+	if x != nil {
+		return x.UpSeid
+	}
+	return nil
+}
+
+func (x *ListSessionsRequest) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type ListSessionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sessions      []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sessions []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// more sessions follow: ask again with after = next (0: none)
+	Next          uint64 `protobuf:"varint,2,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[50]
+	mi := &file_edgeplane_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +4129,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[50]
+	mi := &file_edgeplane_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +4142,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{50}
+	return file_edgeplane_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -4076,6 +4150,13 @@ func (x *ListSessionsResponse) GetSessions() []*Session {
 		return x.Sessions
 	}
 	return nil
+}
+
+func (x *ListSessionsResponse) GetNext() uint64 {
+	if x != nil {
+		return x.Next
+	}
+	return 0
 }
 
 // GatewayStatus is one gateway of a fleet, from the status its agent
@@ -4111,7 +4192,7 @@ type GatewayStatus struct {
 
 func (x *GatewayStatus) Reset() {
 	*x = GatewayStatus{}
-	mi := &file_edgeplane_proto_msgTypes[51]
+	mi := &file_edgeplane_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4123,7 +4204,7 @@ func (x *GatewayStatus) String() string {
 func (*GatewayStatus) ProtoMessage() {}
 
 func (x *GatewayStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[51]
+	mi := &file_edgeplane_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4136,7 +4217,7 @@ func (x *GatewayStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayStatus.ProtoReflect.Descriptor instead.
 func (*GatewayStatus) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{51}
+	return file_edgeplane_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GatewayStatus) GetName() string {
@@ -4239,7 +4320,7 @@ type ListGatewaysResponse struct {
 
 func (x *ListGatewaysResponse) Reset() {
 	*x = ListGatewaysResponse{}
-	mi := &file_edgeplane_proto_msgTypes[52]
+	mi := &file_edgeplane_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4251,7 +4332,7 @@ func (x *ListGatewaysResponse) String() string {
 func (*ListGatewaysResponse) ProtoMessage() {}
 
 func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[52]
+	mi := &file_edgeplane_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4264,7 +4345,7 @@ func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatewaysResponse.ProtoReflect.Descriptor instead.
 func (*ListGatewaysResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{52}
+	return file_edgeplane_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListGatewaysResponse) GetGateways() []*GatewayStatus {
@@ -4628,9 +4709,15 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\n" +
 	"outer_addr\x18\f \x01(\tR\touterAddr\x12\x18\n" +
 	"\apackets\x18\r \x01(\x04R\apackets\x12\x14\n" +
-	"\x05bytes\x18\x0e \x01(\x04R\x05bytes\"I\n" +
+	"\x05bytes\x18\x0e \x01(\x04R\x05bytes\"\x88\x01\n" +
+	"\x13ListSessionsRequest\x12,\n" +
+	"\x06target\x18\x01 \x01(\v2\x14.edgeplane.v1.TargetR\x06target\x12\x17\n" +
+	"\aup_seid\x18\x02 \x03(\x04R\x06upSeid\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\x04R\x05after\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"]\n" +
 	"\x14ListSessionsResponse\x121\n" +
-	"\bsessions\x18\x01 \x03(\v2\x15.edgeplane.v1.SessionR\bsessions\"\xf1\x03\n" +
+	"\bsessions\x18\x01 \x03(\v2\x15.edgeplane.v1.SessionR\bsessions\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\x04R\x04next\"\xf1\x03\n" +
 	"\rGatewayStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12?\n" +
 	"\x06labels\x18\x02 \x03(\v2'.edgeplane.v1.GatewayStatus.LabelsEntryR\x06labels\x12\x1c\n" +
@@ -4664,7 +4751,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\fKIND_SERVICE\x10\x06\x12\x12\n" +
 	"\x0eKIND_QOS_CLASS\x10\a\x12\x10\n" +
 	"\fKIND_FLOWOPT\x10\b\x12\x11\n" +
-	"\rKIND_STRATEGY\x10\t2\xa7\x0e\n" +
+	"\rKIND_STRATEGY\x10\t2\xaf\x0e\n" +
 	"\aGateway\x12@\n" +
 	"\x05Apply\x12\x1a.edgeplane.v1.ApplyRequest\x1a\x1b.edgeplane.v1.ApplyResponse\x12Q\n" +
 	"\x0eListInterfaces\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListInterfacesResponse\x12G\n" +
@@ -4690,8 +4777,8 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\bGetStats\x12\x1d.edgeplane.v1.GetStatsRequest\x1a\x13.edgeplane.v1.Stats\x12L\n" +
 	"\tListFlows\x12\x1e.edgeplane.v1.ListFlowsRequest\x1a\x1f.edgeplane.v1.ListFlowsResponse\x12Q\n" +
 	"\x0eListPathStatus\x12\x19.edgeplane.v1.ListRequest\x1a$.edgeplane.v1.ListPathStatusResponse\x12Y\n" +
-	"\x12ListStrategyStatus\x12\x19.edgeplane.v1.ListRequest\x1a(.edgeplane.v1.ListStrategyStatusResponse\x12M\n" +
-	"\fListSessions\x12\x19.edgeplane.v1.ListRequest\x1a\".edgeplane.v1.ListSessionsResponse\x12M\n" +
+	"\x12ListStrategyStatus\x12\x19.edgeplane.v1.ListRequest\x1a(.edgeplane.v1.ListStrategyStatusResponse\x12U\n" +
+	"\fListSessions\x12!.edgeplane.v1.ListSessionsRequest\x1a\".edgeplane.v1.ListSessionsResponse\x12M\n" +
 	"\fListGateways\x12\x19.edgeplane.v1.ListRequest\x1a\".edgeplane.v1.ListGatewaysResponseB=Z;github.com/edgeplane/edgeplane/api/edgeplane/v1;edgeplanev1b\x06proto3"
 
 var (
@@ -4707,7 +4794,7 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                          // 0: edgeplane.v1.Kind
 	(*Target)(nil),                     // 1: edgeplane.v1.Target
@@ -4760,25 +4847,26 @@ var file_edgeplane_proto_goTypes = []any{
 	(*ListStrategyStatusResponse)(nil), // 48: edgeplane.v1.ListStrategyStatusResponse
 	(*Session)(nil),                    // 49: edgeplane.v1.Session
 	(*SessionPdr)(nil),                 // 50: edgeplane.v1.SessionPdr
-	(*ListSessionsResponse)(nil),       // 51: edgeplane.v1.ListSessionsResponse
-	(*GatewayStatus)(nil),              // 52: edgeplane.v1.GatewayStatus
-	(*ListGatewaysResponse)(nil),       // 53: edgeplane.v1.ListGatewaysResponse
-	nil,                                // 54: edgeplane.v1.Target.SelectorEntry
-	nil,                                // 55: edgeplane.v1.Selectors.PodLabelsEntry
-	nil,                                // 56: edgeplane.v1.Stats.VerdictsEntry
-	nil,                                // 57: edgeplane.v1.Stats.ReasonsEntry
-	nil,                                // 58: edgeplane.v1.Stats.XdpCpuEntry
-	nil,                                // 59: edgeplane.v1.GatewayStatus.LabelsEntry
+	(*ListSessionsRequest)(nil),        // 51: edgeplane.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),       // 52: edgeplane.v1.ListSessionsResponse
+	(*GatewayStatus)(nil),              // 53: edgeplane.v1.GatewayStatus
+	(*ListGatewaysResponse)(nil),       // 54: edgeplane.v1.ListGatewaysResponse
+	nil,                                // 55: edgeplane.v1.Target.SelectorEntry
+	nil,                                // 56: edgeplane.v1.Selectors.PodLabelsEntry
+	nil,                                // 57: edgeplane.v1.Stats.VerdictsEntry
+	nil,                                // 58: edgeplane.v1.Stats.ReasonsEntry
+	nil,                                // 59: edgeplane.v1.Stats.XdpCpuEntry
+	nil,                                // 60: edgeplane.v1.GatewayStatus.LabelsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
-	54, // 0: edgeplane.v1.Target.selector:type_name -> edgeplane.v1.Target.SelectorEntry
+	55, // 0: edgeplane.v1.Target.selector:type_name -> edgeplane.v1.Target.SelectorEntry
 	4,  // 1: edgeplane.v1.Path.monitor:type_name -> edgeplane.v1.PathMonitor
 	8,  // 2: edgeplane.v1.Lbr.members:type_name -> edgeplane.v1.Member
 	7,  // 3: edgeplane.v1.Lbr.sla:type_name -> edgeplane.v1.Sla
 	10, // 4: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
 	11, // 5: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
 	16, // 6: edgeplane.v1.Strategy.selectors:type_name -> edgeplane.v1.Selectors
-	55, // 7: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
+	56, // 7: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
 	2,  // 8: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
 	3,  // 9: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
 	5,  // 10: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
@@ -4810,78 +4898,79 @@ var file_edgeplane_proto_depIdxs = []int32{
 	35, // 36: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
 	35, // 37: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
 	36, // 38: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	56, // 39: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	57, // 40: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	57, // 39: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	58, // 40: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
 	37, // 41: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
 	40, // 42: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
-	58, // 43: edgeplane.v1.Stats.xdp_cpu:type_name -> edgeplane.v1.Stats.XdpCpuEntry
+	59, // 43: edgeplane.v1.Stats.xdp_cpu:type_name -> edgeplane.v1.Stats.XdpCpuEntry
 	35, // 44: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
 	42, // 45: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
 	44, // 46: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
 	47, // 47: edgeplane.v1.StrategyStatus.processes:type_name -> edgeplane.v1.StrategyProcess
 	46, // 48: edgeplane.v1.ListStrategyStatusResponse.strategies:type_name -> edgeplane.v1.StrategyStatus
 	50, // 49: edgeplane.v1.Session.pdrs:type_name -> edgeplane.v1.SessionPdr
-	49, // 50: edgeplane.v1.ListSessionsResponse.sessions:type_name -> edgeplane.v1.Session
-	59, // 51: edgeplane.v1.GatewayStatus.labels:type_name -> edgeplane.v1.GatewayStatus.LabelsEntry
-	52, // 52: edgeplane.v1.ListGatewaysResponse.gateways:type_name -> edgeplane.v1.GatewayStatus
-	35, // 53: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	35, // 54: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	39, // 55: edgeplane.v1.Stats.XdpCpuEntry.value:type_name -> edgeplane.v1.CpuPackets
-	20, // 56: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	22, // 57: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	24, // 58: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	22, // 59: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	23, // 60: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 61: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	23, // 62: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 63: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	23, // 64: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 65: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	23, // 66: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 67: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	23, // 68: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 69: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
-	23, // 70: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 71: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
-	24, // 72: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
-	22, // 73: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
-	23, // 74: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
-	34, // 75: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	41, // 76: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	22, // 77: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
-	22, // 78: edgeplane.v1.Gateway.ListStrategyStatus:input_type -> edgeplane.v1.ListRequest
-	22, // 79: edgeplane.v1.Gateway.ListSessions:input_type -> edgeplane.v1.ListRequest
-	22, // 80: edgeplane.v1.Gateway.ListGateways:input_type -> edgeplane.v1.ListRequest
-	21, // 81: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	25, // 82: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	2,  // 83: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	26, // 84: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	3,  // 85: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	27, // 86: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	5,  // 87: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	28, // 88: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	12, // 89: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	29, // 90: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	6,  // 91: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	30, // 92: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	9,  // 93: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	31, // 94: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
-	13, // 95: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
-	32, // 96: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
-	14, // 97: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
-	33, // 98: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
-	15, // 99: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
-	38, // 100: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	43, // 101: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	45, // 102: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
-	48, // 103: edgeplane.v1.Gateway.ListStrategyStatus:output_type -> edgeplane.v1.ListStrategyStatusResponse
-	51, // 104: edgeplane.v1.Gateway.ListSessions:output_type -> edgeplane.v1.ListSessionsResponse
-	53, // 105: edgeplane.v1.Gateway.ListGateways:output_type -> edgeplane.v1.ListGatewaysResponse
-	81, // [81:106] is the sub-list for method output_type
-	56, // [56:81] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	1,  // 50: edgeplane.v1.ListSessionsRequest.target:type_name -> edgeplane.v1.Target
+	49, // 51: edgeplane.v1.ListSessionsResponse.sessions:type_name -> edgeplane.v1.Session
+	60, // 52: edgeplane.v1.GatewayStatus.labels:type_name -> edgeplane.v1.GatewayStatus.LabelsEntry
+	53, // 53: edgeplane.v1.ListGatewaysResponse.gateways:type_name -> edgeplane.v1.GatewayStatus
+	35, // 54: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	35, // 55: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	39, // 56: edgeplane.v1.Stats.XdpCpuEntry.value:type_name -> edgeplane.v1.CpuPackets
+	20, // 57: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	22, // 58: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	24, // 59: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	22, // 60: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	23, // 61: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 62: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	23, // 63: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 64: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	23, // 65: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 66: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	23, // 67: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 68: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	23, // 69: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 70: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
+	23, // 71: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 72: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
+	24, // 73: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
+	22, // 74: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
+	23, // 75: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
+	34, // 76: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	41, // 77: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	22, // 78: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
+	22, // 79: edgeplane.v1.Gateway.ListStrategyStatus:input_type -> edgeplane.v1.ListRequest
+	51, // 80: edgeplane.v1.Gateway.ListSessions:input_type -> edgeplane.v1.ListSessionsRequest
+	22, // 81: edgeplane.v1.Gateway.ListGateways:input_type -> edgeplane.v1.ListRequest
+	21, // 82: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	25, // 83: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	2,  // 84: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	26, // 85: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	3,  // 86: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	27, // 87: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	5,  // 88: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	28, // 89: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	12, // 90: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	29, // 91: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	6,  // 92: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	30, // 93: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	9,  // 94: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	31, // 95: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
+	13, // 96: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
+	32, // 97: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
+	14, // 98: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
+	33, // 99: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
+	15, // 100: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
+	38, // 101: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	43, // 102: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	45, // 103: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
+	48, // 104: edgeplane.v1.Gateway.ListStrategyStatus:output_type -> edgeplane.v1.ListStrategyStatusResponse
+	52, // 105: edgeplane.v1.Gateway.ListSessions:output_type -> edgeplane.v1.ListSessionsResponse
+	54, // 106: edgeplane.v1.Gateway.ListGateways:output_type -> edgeplane.v1.ListGatewaysResponse
+	82, // [82:107] is the sub-list for method output_type
+	57, // [57:82] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -4916,7 +5005,7 @@ func file_edgeplane_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   59,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

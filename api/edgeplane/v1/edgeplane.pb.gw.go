@@ -984,7 +984,7 @@ var filter_Gateway_ListSessions_0 = &utilities.DoubleArray{Encoding: map[string]
 
 func request_Gateway_ListSessions_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListRequest
+		protoReq ListSessionsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -1002,7 +1002,7 @@ func request_Gateway_ListSessions_0(ctx context.Context, marshaler runtime.Marsh
 
 func local_request_Gateway_ListSessions_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListRequest
+		protoReq ListSessionsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {

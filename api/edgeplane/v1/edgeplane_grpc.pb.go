@@ -101,10 +101,10 @@ type GatewayClient interface {
 	// could not apply what it says.
 	ListStrategyStatus(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListStrategyStatusResponse, error)
 	// ListSessions lists the PFCP sessions the user plane carries (an
-	// agent serving N4 and N3): each with its SMF's F-SEID and its PDRs
-	// as the dataplane holds them, with their counters. FAILED_PRECONDITION
-	// where no user plane runs.
-	ListSessions(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
+	// agent serving N4 and N3), by UP SEID, a page at a time: each with
+	// its SMF's F-SEID and its PDRs as the dataplane holds them, with
+	// their counters. FAILED_PRECONDITION where no user plane runs.
+	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 	// ListGateways lists the gateways of a fleet as a controller sees them
 	// (the target's selector, when given, picks by labels): their labels,
 	// heartbeat, the etcd revision each has committed, drift, dataplane and
@@ -351,7 +351,7 @@ func (c *gatewayClient) ListStrategyStatus(ctx context.Context, in *ListRequest,
 	return out, nil
 }
 
-func (c *gatewayClient) ListSessions(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
+func (c *gatewayClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListSessionsResponse)
 	err := c.cc.Invoke(ctx, Gateway_ListSessions_FullMethodName, in, out, cOpts...)
@@ -416,10 +416,10 @@ type GatewayServer interface {
 	// could not apply what it says.
 	ListStrategyStatus(context.Context, *ListRequest) (*ListStrategyStatusResponse, error)
 	// ListSessions lists the PFCP sessions the user plane carries (an
-	// agent serving N4 and N3): each with its SMF's F-SEID and its PDRs
-	// as the dataplane holds them, with their counters. FAILED_PRECONDITION
-	// where no user plane runs.
-	ListSessions(context.Context, *ListRequest) (*ListSessionsResponse, error)
+	// agent serving N4 and N3), by UP SEID, a page at a time: each with
+	// its SMF's F-SEID and its PDRs as the dataplane holds them, with
+	// their counters. FAILED_PRECONDITION where no user plane runs.
+	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	// ListGateways lists the gateways of a fleet as a controller sees them
 	// (the target's selector, when given, picks by labels): their labels,
 	// heartbeat, the etcd revision each has committed, drift, dataplane and
@@ -505,7 +505,7 @@ func (UnimplementedGatewayServer) ListPathStatus(context.Context, *ListRequest) 
 func (UnimplementedGatewayServer) ListStrategyStatus(context.Context, *ListRequest) (*ListStrategyStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListStrategyStatus not implemented")
 }
-func (UnimplementedGatewayServer) ListSessions(context.Context, *ListRequest) (*ListSessionsResponse, error) {
+func (UnimplementedGatewayServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
 }
 func (UnimplementedGatewayServer) ListGateways(context.Context, *ListRequest) (*ListGatewaysResponse, error) {
@@ -947,7 +947,7 @@ func _Gateway_ListStrategyStatus_Handler(srv interface{}, ctx context.Context, d
 }
 
 func _Gateway_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListRequest)
+	in := new(ListSessionsRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -959,7 +959,7 @@ func _Gateway_ListSessions_Handler(srv interface{}, ctx context.Context, dec fun
 		FullMethod: Gateway_ListSessions_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(GatewayServer).ListSessions(ctx, req.(*ListRequest))
+		return srv.(GatewayServer).ListSessions(ctx, req.(*ListSessionsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
