@@ -66,7 +66,7 @@ func TestBenchRuns(t *testing.T) {
 	if e == nil {
 		t.Fatal("no end-to-end figures")
 	}
-	wantE2E := []string{"ours_live_frames", "kernel_live_frames", "ours_af_packet", "ours_steered_live_frames", "ours_steered_per_packet_live_frames", "ours_redundant_live_frames",
+	wantE2E := []string{"ours_live_frames", "kernel_live_frames", "ours_af_packet", "ours_n3_downlink_live_frames", "ours_n3_uplink_live_frames", "ours_steered_live_frames", "ours_steered_per_packet_live_frames", "ours_redundant_live_frames",
 		"xdp_broadcast_live_frames", "tc_clone_live_frames", "kernel_af_packet",
 		"ceiling_live_frames", "ceiling_af_packet", "min_forwarder_live_frames", "ours_redirect_live_frames",
 		"ours_new_flows_live_frames", "kernel_new_flows_live_frames", "min_forwarder_af_packet", "ours_redirect_af_packet"}

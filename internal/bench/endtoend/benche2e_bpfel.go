@@ -27,6 +27,7 @@ const (
 	benche2eProgBenchFwd      = "bench_fwd"
 	benche2eProgBenchGen      = "bench_gen"
 	benche2eProgBenchGenCpu   = "bench_gen_cpu"
+	benche2eProgBenchGenLong  = "bench_gen_long"
 	benche2eProgBenchGenMix   = "bench_gen_mix"
 	benche2eProgBenchGenNew   = "bench_gen_new"
 	benche2eProgBenchSink     = "bench_sink"
@@ -36,6 +37,7 @@ const (
 	benche2eVarGenFlows       = "gen_flows"
 	benche2eVarGenFrame       = "gen_frame"
 	benche2eVarGenFrameCpu    = "gen_frame_cpu"
+	benche2eVarGenFrameLong   = "gen_frame_long"
 	benche2eVarGenIfindex     = "gen_ifindex"
 	benche2eVarGenSportBase   = "gen_sport_base"
 	benche2eVarGenUrllcEvery  = "gen_urllc_every"
@@ -91,6 +93,7 @@ type benche2eProgramSpecs struct {
 	BenchFwd      *ebpf.ProgramSpec `ebpf:"bench_fwd"`
 	BenchGen      *ebpf.ProgramSpec `ebpf:"bench_gen"`
 	BenchGenCpu   *ebpf.ProgramSpec `ebpf:"bench_gen_cpu"`
+	BenchGenLong  *ebpf.ProgramSpec `ebpf:"bench_gen_long"`
 	BenchGenMix   *ebpf.ProgramSpec `ebpf:"bench_gen_mix"`
 	BenchGenNew   *ebpf.ProgramSpec `ebpf:"bench_gen_new"`
 	BenchSink     *ebpf.ProgramSpec `ebpf:"bench_sink"`
@@ -118,6 +121,7 @@ type benche2eVariableSpecs struct {
 	GenFlows       *ebpf.VariableSpec `ebpf:"gen_flows"`
 	GenFrame       *ebpf.VariableSpec `ebpf:"gen_frame"`
 	GenFrameCpu    *ebpf.VariableSpec `ebpf:"gen_frame_cpu"`
+	GenFrameLong   *ebpf.VariableSpec `ebpf:"gen_frame_long"`
 	GenIfindex     *ebpf.VariableSpec `ebpf:"gen_ifindex"`
 	GenSportBase   *ebpf.VariableSpec `ebpf:"gen_sport_base"`
 	GenUrllcEvery  *ebpf.VariableSpec `ebpf:"gen_urllc_every"`
@@ -174,6 +178,7 @@ type benche2eVariables struct {
 	GenFlows       *ebpf.Variable `ebpf:"gen_flows"`
 	GenFrame       *ebpf.Variable `ebpf:"gen_frame"`
 	GenFrameCpu    *ebpf.Variable `ebpf:"gen_frame_cpu"`
+	GenFrameLong   *ebpf.Variable `ebpf:"gen_frame_long"`
 	GenIfindex     *ebpf.Variable `ebpf:"gen_ifindex"`
 	GenSportBase   *ebpf.Variable `ebpf:"gen_sport_base"`
 	GenUrllcEvery  *ebpf.Variable `ebpf:"gen_urllc_every"`
@@ -191,6 +196,7 @@ type benche2ePrograms struct {
 	BenchFwd      *ebpf.Program `ebpf:"bench_fwd"`
 	BenchGen      *ebpf.Program `ebpf:"bench_gen"`
 	BenchGenCpu   *ebpf.Program `ebpf:"bench_gen_cpu"`
+	BenchGenLong  *ebpf.Program `ebpf:"bench_gen_long"`
 	BenchGenMix   *ebpf.Program `ebpf:"bench_gen_mix"`
 	BenchGenNew   *ebpf.Program `ebpf:"bench_gen_new"`
 	BenchSink     *ebpf.Program `ebpf:"bench_sink"`
@@ -204,6 +210,7 @@ func (p *benche2ePrograms) Close() error {
 		p.BenchFwd,
 		p.BenchGen,
 		p.BenchGenCpu,
+		p.BenchGenLong,
 		p.BenchGenMix,
 		p.BenchGenNew,
 		p.BenchSink,

@@ -129,7 +129,12 @@ const (
 	pathKernAFP = "lan0 as the kernel sets up a veth (no XDP, no GRO: netif_rx); " + pathKern
 	pathFloor   = "an XDP program on the gateway's lan0 counts and drops: the most this sender offers"
 	pathRedir   = "the edgeplane program (native XDP on lan0 and wan0, flow-cache hit) redirects to wan0 by a redirect rule; an XDP sink counts and drops"
-	pathFwd     = "a minimal XDP forwarder (native on lan0 and wan0, as ours: parse Ethernet/IPv4, bpf_fib_lookup, rewrite MACs, decrement TTL, " +
+	pathN3Down  = "the edgeplane program with a PFCP session for UE 10.45.0.2 (a record as the agent compiles one; N3 at 10.1.0.1): frames from host A " +
+		"to the UE are encapsulated in GTP-U (PDU Session Container, QFI 9) toward the gNB 10.2.0.2 (the sink) and redirected to wan0; the sink counts " +
+		"UDP to port 2152 and drops"
+	pathN3Up = "the same session: host A sends G-PDUs (108 bytes; the long generator stamps every byte) to N3 10.1.0.1 with the TEID that names the " +
+		"session's slot, carrying the UE's datagram to 10.7.0.1; decapsulated, routed to wan0 by the FIB; the sink counts UDP and drops"
+	pathFwd = "a minimal XDP forwarder (native on lan0 and wan0, as ours: parse Ethernet/IPv4, bpf_fib_lookup, rewrite MACs, decrement TTL, " +
 		"bpf_redirect, nothing else) forwards; an XDP sink counts and drops"
 	methodGenNew = "as above, and the generator makes every frame a new flow (UDP source port and destination port from a per-CPU counter and the CPU, " +
 		"UDP checksum patched; nothing the gateway routes on changes), so the gateway runs unchanged; "
@@ -153,6 +158,7 @@ const (
 	sinkUDP
 	sinkOther
 	sinkSecond // frames that came in from wan1, whatever their kind
+	sinkGTPU
 	sinkKinds
 )
 
@@ -178,6 +184,10 @@ type e2e struct {
 	// queues is every veth end's TX and RX queues (0: one), curQueues
 	// the ones they have now.
 	queues, curQueues int
+	// n3Slot is the N3 figures' session's slot + 1 (0: none), n3Uplink
+	// its uplink G-PDU.
+	n3Slot   uint32
+	n3Uplink []byte
 }
 
 // Options are what the part takes: the length of one run and the runs
@@ -205,7 +215,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		// newFlows: every frame a new flow
 		newFlows bool
 		// copies: frames the sink gets per packet sent (0: 1)
-		copies  uint64
+		copies uint64
+		// n3: the user plane holds the N3 figures' session (only
+		// while these run: it costs other packets the UE check)
+		n3      bool
 		loss    []float64
 		offered []float64
 	}
@@ -215,6 +228,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		{fig: Figure{Name: "ours_live_frames", Sender: "live_frames", Path: "xdp_gre_encap", Method: methodGen + pathOurs}, setup: e.attachOurs, send: e.sendLive, kind: sinkGRE},
 		{fig: Figure{Name: "kernel_live_frames", Sender: "live_frames", Path: "kernel_ip_forward", Method: methodGen + pathKernLive}, setup: e.kernelGRO, send: e.sendLive, kind: sinkUDP},
 		{fig: Figure{Name: "ours_af_packet", Sender: "af_packet", Path: "xdp_gre_encap", Method: methodAFP + pathOurs}, setup: e.attachOurs, send: e.sendAFP, kind: sinkGRE},
+		{fig: Figure{Name: "ours_n3_downlink_live_frames", Sender: "live_frames", Path: "xdp_gtpu_encap", Method: methodGen + pathN3Down}, setup: e.attachOurs, send: e.sendLiveTo(n3UE), kind: sinkGTPU, n3: true},
+		{fig: Figure{Name: "ours_n3_uplink_live_frames", Sender: "live_frames", Path: "xdp_gtpu_decap", Method: methodGen + pathN3Up}, setup: e.attachOurs, send: e.sendLong(&e.n3Uplink), kind: sinkUDP, n3: true},
 		{fig: Figure{Name: "ours_steered_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_steered", Method: methodGen + pathSteered}, setup: e.attachOursSteered, send: e.sendLiveTo(testbed.SteerDst), kind: sinkGRE},
 		{fig: Figure{Name: "ours_steered_per_packet_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_steered_per_packet", Method: methodGen + pathSteeredPP}, setup: e.attachOursSteered, send: e.sendLiveTo(testbed.WRRDst), kind: sinkGRE},
 		{fig: Figure{Name: "ours_redundant_live_frames", Sender: "live_frames", Path: "xdp_gre_encap_redundant", Method: methodGen + pathRedundant}, setup: e.attachOurs, send: e.sendLiveTo(testbed.DupDst), kind: sinkGRE, copies: 2},
@@ -235,6 +250,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		for _, s := range scenarios {
 			if err := ctx.Err(); err != nil {
 				return nil, err
+			}
+			if err := e.n3(s.n3); err != nil {
+				return nil, fmt.Errorf("%s: %w", s.fig.Name, err)
 			}
 			if err := s.setup(); err != nil {
 				return nil, fmt.Errorf("%s: %w", s.fig.Name, err)
@@ -581,6 +599,72 @@ func (e *e2e) sendLiveTo(dst netip.Addr) func(time.Duration) (uint64, error) {
 	}
 }
 
+// The N3 figures' UE, behind the sink as its gNB (wan0's neighbour);
+// N3 is lan0's address, where the generator's G-PDUs go.
+var (
+	n3UE   = netip.MustParseAddr("10.45.0.2")
+	n3GNB  = netip.MustParseAddr(topo.AddrWanNeigh)
+	n3Addr = netip.MustParseAddr(topo.AddrLan0)
+)
+
+// n3 gives the user plane its N3 address and the UE's session (on), or
+// takes both away.
+func (e *e2e) n3(on bool) error {
+	if on == (e.n3Slot != 0) {
+		return nil
+	}
+	ss, err := e.dp.Sessions()
+	if err != nil {
+		return err
+	}
+	if !on {
+		slot := e.n3Slot - 1
+		e.n3Slot, e.n3Uplink = 0, nil
+		if err := ss.Delete(slot); err != nil {
+			return err
+		}
+		return e.dp.SetGTPU(netip.Addr{})
+	}
+	if err := e.dp.SetGTPU(n3Addr); err != nil {
+		return err
+	}
+	slot, err := ss.Slot()
+	if err != nil {
+		return err
+	}
+	// The TEID the user plane would choose: its low bits the slot.
+	teid := 1<<20 | slot
+	rec, keys := testbed.GTPUSession(teid, 0, 0x9000, 9, n3UE, n3GNB)
+	if err := ss.Put(slot, rec, keys); err != nil {
+		return err
+	}
+	// Uplink: the UE's datagram to the GRE figures' destination (routed
+	// by wan0 to the sink).
+	e.n3Uplink = testbed.GTPUFrame(topo.MACHostA, topo.MACLan0, testbed.HostA, n3Addr, teid, 9,
+		testbed.UDPFrame(n3UE, testbed.EncapDst, 5000))
+	e.n3Slot = slot + 1
+	return nil
+}
+
+// sendLong runs the long frames' generator for d, sending *f (read when
+// it runs: the N3 figures make theirs in their setup).
+func (e *e2e) sendLong(f *[]byte) func(time.Duration) (uint64, error) {
+	return func(d time.Duration) (uint64, error) {
+		var tmpl [128]byte
+		if len(*f) > len(tmpl) {
+			return 0, fmt.Errorf("a frame of %d bytes: the long generator stamps %d", len(*f), len(tmpl))
+		}
+		copy(tmpl[:], *f)
+		if err := e.objs.GenFrameLong.Set(tmpl); err != nil {
+			return 0, fmt.Errorf("set the long generator's frame: %w", err)
+		}
+		plain := e.frame
+		e.frame = *f
+		defer func() { e.frame = plain }()
+		return e.runGen(e.objs.BenchGenLong, d)
+	}
+}
+
 // attachOursRedirect attaches the edgeplane program to lan0 and wan0,
 // with the redirect rule.
 func (e *e2e) attachOursRedirect() error {
@@ -776,8 +860,8 @@ func (e *e2e) measure(send func(time.Duration) (uint64, error), d time.Duration,
 	// Anything else the namespaces send (nothing, with IPv6 off) must
 	// stay noise: the figure times the path it names.
 	if got[kind]*100 < m.received*99 {
-		return m, fmt.Errorf("sink got %d frames, only %d of the expected kind (gre %d, udp %d, other %d)",
-			m.received, got[kind], got[sinkGRE], got[sinkUDP], got[sinkOther])
+		return m, fmt.Errorf("sink got %d frames, only %d of the expected kind (gre %d, udp %d, gtp-u %d, other %d)",
+			m.received, got[kind], got[sinkGRE], got[sinkUDP], got[sinkGTPU], got[sinkOther])
 	}
 	elapsed := lastAt.Sub(start)
 	if elapsed < sent {

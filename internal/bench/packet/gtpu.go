@@ -3,16 +3,11 @@
 package packet
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
-
 	"github.com/edgeplane/edgeplane/internal/bench/testbed"
 	"github.com/edgeplane/edgeplane/internal/bpf"
-	"github.com/edgeplane/edgeplane/internal/bpf/commit"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
@@ -32,40 +27,7 @@ var (
 // PDU Session Container with the QFI, carrying inner (an Ethernet frame:
 // its IP packet).
 func gtpuFrame(teid uint32, inner []byte) []byte {
-	g := make([]byte, 16, 16+len(inner)-14)
-	g[0], g[1] = 0x34, 255
-	binary.BigEndian.PutUint16(g[2:], uint16(8+len(inner)-14))
-	binary.BigEndian.PutUint32(g[4:], teid)
-	g[11] = 0x85
-	g[12], g[13], g[14] = 1, 0x10, gtpuQFI
-	g = append(g, inner[14:]...)
-	eth := &layers.Ethernet{SrcMAC: topo.MACWanNeigh, DstMAC: topo.MACWan0, EthernetType: layers.EthernetTypeIPv4}
-	ip := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolUDP,
-		SrcIP: gtpuGNB.AsSlice(), DstIP: gtpuN3.AsSlice()}
-	udp := &layers.UDP{SrcPort: 2152, DstPort: 2152}
-	_ = udp.SetNetworkLayerForChecksum(ip)
-	buf := gopacket.NewSerializeBuffer()
-	_ = gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp, gopacket.Payload(g))
-	return buf.Bytes()
-}
-
-// gtpuSession is a session's record as the agent compiles it for the
-// UE: uplink by the TEID the user plane chose for it (naming its slot)
-// or by one the SMF chose (smf, 0: none), decapsulated toward N6;
-// downlink to its address encapsulated toward the gNB.
-func gtpuSession(ul, smf, dl uint32, ue, gnb netip.Addr) (*bpf.Sess, commit.SessionKeys) {
-	r := &bpf.Sess{Npdr: 2, Own: bpf.BE32(ul)}
-	r.Pdr[0] = bpf.SessPDR{Prec: 100, Flags: bpf.SessUL | bpf.SessRemove | bpf.SessAny, Teid: bpf.BE32(ul), Action: bpf.SessForw, Qfi: gtpuQFI}
-	r.Pdr[1] = bpf.SessPDR{Prec: 100, Flags: bpf.SessUEIP | bpf.SessOHC | bpf.SessAny, Ueip: bpf.Addr4(ue), Action: bpf.SessForw,
-		Qfi: gtpuQFI, OhcTeid: bpf.BE32(dl), OhcAddr: bpf.Addr4(gnb), Cnt: 1}
-	keys := commit.SessionKeys{TEIDs: []uint32{ul}, UEs: []netip.Addr{ue}}
-	if smf != 0 {
-		r.Pdr[2] = r.Pdr[0]
-		r.Pdr[2].Teid, r.Pdr[2].Cnt = bpf.BE32(smf), 2
-		r.Npdr = 3
-		keys.TEIDs = append(keys.TEIDs, smf)
-	}
-	return r, keys
+	return testbed.GTPUFrame(topo.MACWanNeigh, topo.MACWan0, gtpuGNB, gtpuN3, teid, gtpuQFI, inner)
 }
 
 // measureGTPU adds the user plane's figures beside GRE's (measured just
@@ -118,7 +80,7 @@ func (b *bencher) measureGTPU(r *Result) error {
 			if i == 0 {
 				smf = gtpuUL
 			}
-			rec, keys := gtpuSession((i+1)<<20|slot, smf, gtpuDL+i, ue, gtpuGNB)
+			rec, keys := testbed.GTPUSession((i+1)<<20|slot, smf, gtpuDL+i, gtpuQFI, ue, gtpuGNB)
 			if err := ss.Put(slot, rec, keys); err != nil {
 				return fmt.Errorf("session %d: %w", i, err)
 			}

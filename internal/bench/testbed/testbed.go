@@ -7,6 +7,7 @@
 package testbed
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -15,6 +16,8 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/commit"
 	"github.com/edgeplane/edgeplane/internal/bpf/loader"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
@@ -130,4 +133,45 @@ func SumCounter(m *ebpf.Map, key uint32) (uint64, error) {
 		sum += v
 	}
 	return sum, nil
+}
+
+// GTPUFrame is a G-PDU from gnb to n3 (UDP 2152 both ends, DF, TTL
+// 64), TEID teid, with a PDU Session Container (UL PDU SESSION
+// INFORMATION) carrying qfi, around inner (an Ethernet frame: its IP
+// packet).
+func GTPUFrame(smac, dmac net.HardwareAddr, gnb, n3 netip.Addr, teid uint32, qfi uint8, inner []byte) []byte {
+	g := make([]byte, 16, 16+len(inner)-14)
+	g[0], g[1] = 0x34, 255
+	binary.BigEndian.PutUint16(g[2:], uint16(8+len(inner)-14))
+	binary.BigEndian.PutUint32(g[4:], teid)
+	g[11] = 0x85
+	g[12], g[13], g[14] = 1, 0x10, qfi
+	g = append(g, inner[14:]...)
+	eth := &layers.Ethernet{SrcMAC: smac, DstMAC: dmac, EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolUDP,
+		SrcIP: gnb.AsSlice(), DstIP: n3.AsSlice()}
+	udp := &layers.UDP{SrcPort: 2152, DstPort: 2152}
+	_ = udp.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	_ = gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp, gopacket.Payload(g))
+	return buf.Bytes()
+}
+
+// GTPUSession is a session's record as the agent compiles it for UE
+// ue: uplink by the TEID the user plane chose for it (ul, naming its
+// slot) or by one the SMF chose (smf, 0: none), decapsulated toward N6;
+// downlink to its address encapsulated toward gnb's TEID dl with qfi.
+func GTPUSession(ul, smf, dl uint32, qfi uint8, ue, gnb netip.Addr) (*bpf.Sess, commit.SessionKeys) {
+	r := &bpf.Sess{Npdr: 2, Own: bpf.BE32(ul)}
+	r.Pdr[0] = bpf.SessPDR{Prec: 100, Flags: bpf.SessUL | bpf.SessRemove | bpf.SessAny, Teid: bpf.BE32(ul), Action: bpf.SessForw, Qfi: qfi}
+	r.Pdr[1] = bpf.SessPDR{Prec: 100, Flags: bpf.SessUEIP | bpf.SessOHC | bpf.SessAny, Ueip: bpf.Addr4(ue), Action: bpf.SessForw,
+		Qfi: qfi, OhcTeid: bpf.BE32(dl), OhcAddr: bpf.Addr4(gnb), Cnt: 1}
+	keys := commit.SessionKeys{TEIDs: []uint32{ul}, UEs: []netip.Addr{ue}}
+	if smf != 0 {
+		r.Pdr[2] = r.Pdr[0]
+		r.Pdr[2].Teid, r.Pdr[2].Cnt = bpf.BE32(smf), 2
+		r.Npdr = 3
+		keys.TEIDs = append(keys.TEIDs, smf)
+	}
+	return r, keys
 }

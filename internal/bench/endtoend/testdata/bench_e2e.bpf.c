@@ -54,6 +54,7 @@ enum sink_kind {
 	SINK_OTHER,
 	SINK_SECOND, /* any frame that came in on sink_ifindex1 (wan1's
 		      * peer): the second copy of a duplicated packet */
+	SINK_GTPU,  /* IPv4 UDP to port 2152: through our GTP-U encap */
 	SINK_KINDS,
 };
 
@@ -110,6 +111,32 @@ int bench_gen(struct xdp_md *ctx)
 {
 	if (gen_stamp(ctx))
 		return XDP_ABORTED;
+	return bpf_redirect(gen_ifindex, 0);
+}
+
+#define GEN_LONG 128 /* bytes bench_gen_long stamps (a multiple of 8) */
+
+/* bench_gen_long's frame; set from Go before each run. */
+volatile __u64 gen_frame_long[GEN_LONG / 8];
+
+/* bench_gen_long is bench_gen for a frame of up to GEN_LONG bytes whose
+ * every byte a gateway may change (a tunnel's inner header: a G-PDU
+ * decapsulated has its inner TTL past the first 64 bytes). */
+SEC("xdp")
+int bench_gen_long(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 *w = data;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < GEN_LONG / 8; i++) {
+		if ((void *)(w + i + 1) > data_end)
+			break;
+		w[i] = gen_frame_long[i];
+	}
+	bump(&gen_count, 0);
 	return bpf_redirect(gen_ifindex, 0);
 }
 
@@ -261,7 +288,8 @@ static __always_inline int sink_frame(struct xdp_md *ctx, int lat)
 		     iph->daddr == sink_gre_remote2))
 			kind = SINK_GRE;
 		else if (iph->protocol == IPPROTO_UDP)
-			kind = SINK_UDP;
+			kind = iph->ihl == 5 && (void *)(udp + 1) <= data_end &&
+			       udp->dest == bpf_htons(2152) ? SINK_GTPU : SINK_UDP;
 	}
 	bump(&sink_count, kind);
 	if (lat && kind == SINK_UDP && iph->ihl == 5 &&
