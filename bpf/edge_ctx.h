@@ -75,6 +75,8 @@ struct edge_sess_pkt {
 	__be32 remote;
 	__u16 rport;
 	__u16 lport;
+	__u64 ue6; /* v6: the UE address's /64 prefix (ueip and remote 0) */
+	__u8 v6;
 };
 
 /* struct edge_ctx is the context itself. */

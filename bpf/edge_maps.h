@@ -631,6 +631,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_ue4 SEC(".maps");
 
+/* A downlink packet's IPv6 destination's /64 prefix (its 8 bytes as
+ * they are), the UE's, names the session's slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u64);
+	__type(value, __u32);
+	__uint(max_entries, 2 * 1024);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_ue6 SEC(".maps");
+
 /* A bit per hash of an IPv4 address (gtpu.h's ue_maybe), set for every
  * UE edge_ue4 holds: a packet whose destination's bit is clear is no
  * UE's and skips the hash. 2^20 bits: at 100,000 UEs about 9 % of other

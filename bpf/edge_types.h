@@ -702,6 +702,7 @@ struct edge_ctr {
 #define EDGE_SP_OHC 0x10    /* outer header creation: GTP-U/UDP/IPv4 toward ohc_addr */
 #define EDGE_SP_TOS 0x20    /* the outer header's ToS is tos (transport level marking) */
 #define EDGE_SP_MATCH 0x40  /* any: a PDR no SDF narrows (the SDF fields unused) */
+#define EDGE_SP_UE6 0x80    /* the UE's IPv6 /64 prefix must match (ue6) */
 
 /* edge_sess_pdr.action: the FAR's */
 #define EDGE_SA_DROP 0
@@ -729,6 +730,8 @@ struct edge_sess_pdr {
 	__u8 meter;    /* its QER's MBR: edge_sess_mbr[slot * EDGE_SESS_PDRS + meter - 1]; 0 none */
 	__be32 ohc_teid;
 	__be32 ohc_addr;
+	__u32 pad;
+	__u64 ue6;     /* EDGE_SP_UE6: the UE's /64 prefix, its 8 bytes as they are */
 };
 
 /* A QER's maximum bit rate for one direction, policed as a token bucket

@@ -250,7 +250,15 @@ static __always_inline __u32 ue_bit(__be32 a)
 	return (__u32)(((__u64)a * 0x9e3779b97f4a7c15ull) >> 44) & (EDGE_UE_BITS - 1);
 }
 
-/* ue_maybe tells whether a UE may have address a: its bit is set. */
+/* ue6_key is what stands for IPv6 /64 prefix x in edge_ue_bits (the
+ * agent computes the same: commit.UEBit of an IPv6 address). */
+static __always_inline __be32 ue6_key(__u64 x)
+{
+	return (__be32)(x ^ x >> 32) ^ 0x5bd1e995;
+}
+
+/* ue_maybe tells whether a UE may have address a (an IPv6 prefix's:
+ * ue6_key): its bit is set. */
 static __always_inline int ue_maybe(__be32 a)
 {
 	__u32 b = ue_bit(a), w = b >> 6;
@@ -282,12 +290,20 @@ static __always_inline int pdr_detects(const struct edge_sess_pdr *r,
 		return 0;
 	if (sp->ul && r->teid != sp->teid)
 		return 0;
-	if ((r->flags & EDGE_SP_UEIP) && r->ueip != sp->ueip)
+	/* A PDR with UE addresses detects a packet of either family its
+	 * address matches. */
+	if ((r->flags & (EDGE_SP_UEIP | EDGE_SP_UE6)) &&
+	    (sp->v6 ? !(r->flags & EDGE_SP_UE6) || r->ue6 != sp->ue6
+		    : !(r->flags & EDGE_SP_UEIP) || r->ueip != sp->ueip))
 		return 0;
 	if ((r->flags & EDGE_SP_QFI) && r->qfi != sp->qfi)
 		return 0;
 	if (r->flags & EDGE_SP_MATCH)
 		return 1;
+	/* SDF remote addresses are IPv4: an IPv6 packet only meets a
+	 * filter whose remote is any. */
+	if (sp->v6 && r->rmask)
+		return 0;
 	return (!r->proto || r->proto == sp->proto) &&
 	       (sp->remote & r->rmask) == r->remote &&
 	       sp->rport >= r->rport_lo && sp->rport <= r->rport_hi &&
@@ -583,8 +599,16 @@ static __always_inline int gtpu_inner(struct xdp_md *ctx, struct edge_ctx *c,
 	}
 	p->l3_len = len3;
 	sp->proto = p->key.proto;
-	sp->ueip = *(const __be32 *)p->key.src;
-	sp->remote = *(const __be32 *)p->key.dst;
+	sp->v6 = ver == 6;
+	if (sp->v6) {
+		sp->ueip = 0;
+		sp->remote = 0;
+		sp->ue6 = *(const __u64 *)p->key.src;
+	} else {
+		sp->ueip = *(const __be32 *)p->key.src;
+		sp->remote = *(const __be32 *)p->key.dst;
+		sp->ue6 = 0;
+	}
 	sp->rport = 0;
 	sp->lport = 0;
 	l4 &= 0x3ff;
@@ -755,6 +779,49 @@ __noinline int edge_gtpu(struct xdp_md *ctx, struct edge_ctx *c)
 	return punt(p, EDGE_R_GTPU_SIGNAL, XDP_DROP);
 }
 
+/* dl_pkt describes c->p, a downlink packet, in c->sp (ueip and remote
+ * 0, v4: the caller's) and returns it. */
+static __always_inline struct edge_sess_pkt *dl_pkt(struct edge_ctx *c)
+{
+	struct edge_sess_pkt *sp = &c->sp;
+	struct edge_pkt *p = &c->p;
+
+	sp->ul = 0;
+	sp->teid = 0;
+	sp->qfi = 0;
+	sp->v6 = 0;
+	sp->ue6 = 0;
+	sp->ueip = 0;
+	sp->remote = 0;
+	sp->proto = p->key.proto;
+	sp->rport = bpf_ntohs(p->key.sport);
+	sp->lport = bpf_ntohs(p->key.dport);
+	return sp;
+}
+
+/* gtpu_dl6 decides an IPv6 packet from N6 to a UE's /64 prefix a
+ * session holds (edge_ue6): the session's verdict, else EDGE_GO_ON. */
+static __always_inline int gtpu_dl6(struct xdp_md *ctx, struct edge_ctx *c)
+{
+	const struct edge_state *st;
+	const struct edge_sess *s;
+	struct edge_sess_pkt *sp;
+	__u32 zero = 0, *slot;
+	__u64 pfx = *(const __u64 *)c->p.key.dst;
+
+	slot = bpf_map_lookup_elem(&edge_ue6, &pfx);
+	if (!slot)
+		return EDGE_GO_ON;
+	s = sess_get(*slot);
+	st = bpf_map_lookup_elem(&edge_global, &zero);
+	if (!st || !s)
+		return EDGE_GO_ON;
+	sp = dl_pkt(c);
+	sp->v6 = 1;
+	sp->ue6 = pfx;
+	return sess_act(ctx, c, st, s, *slot, sp);
+}
+
 /* edge_gtpu_dl decides a packet from N6 when its destination is a UE a
  * session holds: the session's verdict; EDGE_GO_ON for any other
  * packet, which the rules decide. Global, as edge_gtpu. */
@@ -770,6 +837,8 @@ __noinline int edge_gtpu_dl(struct xdp_md *ctx, struct edge_ctx *c)
 	if (!c || !ctx)
 		return XDP_DROP;
 	p = &c->p;
+	if (p->key.family == 6)
+		return gtpu_dl6(ctx, c);
 	if (p->key.family != 4)
 		return EDGE_GO_ON;
 	dst = *(const __be32 *)p->key.dst;
@@ -789,15 +858,9 @@ __noinline int edge_gtpu_dl(struct xdp_md *ctx, struct edge_ctx *c)
 	st = bpf_map_lookup_elem(&edge_global, &zero);
 	if (!st || !s)
 		return EDGE_GO_ON;
-	sp = &c->sp;
-	sp->ul = 0;
-	sp->teid = 0;
-	sp->qfi = 0;
+	sp = dl_pkt(c);
 	sp->ueip = dst;
 	sp->remote = *(const __be32 *)p->key.src;
-	sp->proto = p->key.proto;
-	sp->rport = bpf_ntohs(p->key.sport);
-	sp->lport = bpf_ntohs(p->key.dport);
 	return sess_act(ctx, c, st, s, *slot, sp);
 }
 

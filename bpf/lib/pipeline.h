@@ -265,7 +265,8 @@ static __always_inline int edge_pipeline_on(struct xdp_md *ctx, int placed)
 		return gtpu_too_big(ctx, c, st, edge_gtpu(ctx, c));
 	/* A UE's downlink, when the user plane holds sessions: a bit test
 	 * first, the session's record only for a destination it may be. */
-	if (st->nsess && c->p.key.family == 4 && ue_maybe(*(__be32 *)c->p.key.dst)) {
+	if (st->nsess && (c->p.key.family == 4 ? ue_maybe(*(__be32 *)c->p.key.dst)
+				: c->p.key.family == 6 && ue_maybe(ue6_key(*(__u64 *)c->p.key.dst)))) {
 		rc = edge_gtpu_dl(ctx, c);
 		if (rc != EDGE_GO_ON)
 			return gtpu_too_big(ctx, c, st, rc);

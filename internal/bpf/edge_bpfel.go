@@ -352,6 +352,8 @@ type edgeEdgeSessPdr struct {
 	Meter   uint8
 	OhcTeid uint32
 	OhcAddr uint32
+	Pad     uint32
+	Ue6     uint64
 }
 
 type edgeEdgeState struct {
@@ -487,6 +489,7 @@ const (
 	edgeMapEdgeTeid        = "edge_teid"
 	edgeMapEdgeTx          = "edge_tx"
 	edgeMapEdgeUe4         = "edge_ue4"
+	edgeMapEdgeUe6         = "edge_ue6"
 	edgeMapEdgeUeBits      = "edge_ue_bits"
 	edgeMapEdgeUeDm        = "edge_ue_dm"
 	edgeMapEdgeVerdicts    = "edge_verdicts"
@@ -614,6 +617,7 @@ type edgeMapSpecs struct {
 	EdgeTeid        *ebpf.MapSpec `ebpf:"edge_teid"`
 	EdgeTx          *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeUe4         *ebpf.MapSpec `ebpf:"edge_ue4"`
+	EdgeUe6         *ebpf.MapSpec `ebpf:"edge_ue6"`
 	EdgeUeBits      *ebpf.MapSpec `ebpf:"edge_ue_bits"`
 	EdgeUeDm        *ebpf.MapSpec `ebpf:"edge_ue_dm"`
 	EdgeVerdicts    *ebpf.MapSpec `ebpf:"edge_verdicts"`
@@ -711,6 +715,7 @@ type edgeMaps struct {
 	EdgeTeid        *ebpf.Map `ebpf:"edge_teid"`
 	EdgeTx          *ebpf.Map `ebpf:"edge_tx"`
 	EdgeUe4         *ebpf.Map `ebpf:"edge_ue4"`
+	EdgeUe6         *ebpf.Map `ebpf:"edge_ue6"`
 	EdgeUeBits      *ebpf.Map `ebpf:"edge_ue_bits"`
 	EdgeUeDm        *ebpf.Map `ebpf:"edge_ue_dm"`
 	EdgeVerdicts    *ebpf.Map `ebpf:"edge_verdicts"`
@@ -776,6 +781,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeTeid,
 		m.EdgeTx,
 		m.EdgeUe4,
+		m.EdgeUe6,
 		m.EdgeUeBits,
 		m.EdgeUeDm,
 		m.EdgeVerdicts,

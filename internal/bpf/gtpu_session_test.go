@@ -398,3 +398,103 @@ func TestGTPUMBR(t *testing.T) {
 		t.Errorf("at ten times the rate: %d passed in %v; want 20 to %d", p, took, allowed(20000, 10*took))
 	}
 }
+
+// TestGTPUIPv6UE: a UE with an IPv6 /64 prefix (and an IPv4 address:
+// an IPv4v6 session). Its IPv6 uplink is detected by the prefix and
+// leaves decapsulated toward N6 routed by the FIB, its hop limit one
+// less; a source outside the prefix, or an IPv6 source whose first
+// bytes spell the UE's IPv4 address, is no PDR's. IPv6 to the prefix
+// from N6 is encapsulated toward the gNB (gopacket decodes it), and an
+// SDF filter with an IPv4 remote never detects IPv6.
+func TestGTPUIPv6UE(t *testing.T) {
+	h, ss, slot := sessionHarness(t)
+	prefix := netip.MustParsePrefix("2001:db8:45:1::/64")
+	ue6 := netip.MustParseAddr("2001:db8:45:1::7")
+	pdrs := sessionPDRs()
+	for i := range pdrs {
+		pdrs[i].Flags |= bpf.SessUE6
+		pdrs[i].Ue6 = commit.UE6Key(prefix.Addr())
+	}
+	keys := sessKeys
+	keys.UEs = append(keys.UEs, prefix.Addr())
+	if err := ss.Put(slot, sessRec(pdrs...), keys); err != nil {
+		t.Fatal(err)
+	}
+	v6 := func(src, dst netip.Addr) []byte {
+		return serialize(t, []gopacket.SerializableLayer{
+			&layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()},
+			&layers.UDP{SrcPort: 5000, DstPort: 7777}, gopacket.Payload("hello, v6")})
+	}
+	n6 := netip.MustParseAddr("fd03::5")
+	run := func(name string, frame []byte, in string, verdict uint32, reason int) []byte {
+		t.Helper()
+		before := h.snapshot()
+		v, out := h.run(frame, in)
+		if v != verdict {
+			t.Errorf("%s: verdict %s, want %s", name, verdictName(v), verdictName(verdict))
+		}
+		if reason != bpf.ReasonNone && h.snapshot().Reasons[reason].Packets-before.Reasons[reason].Packets != 1 {
+			t.Errorf("%s: reason %s not counted", name, dataplane.ReasonNames[reason])
+		}
+		return out
+	}
+	inner := v6(ue6, n6)
+	out := run("IPv6 uplink", gtpuFrame(t, n3Addr, 2152, 0x34, 255, ulTEID, append(pduSession(9), inner...), false), "wan0", bpf.XDPRedirect, bpf.ReasonNone)
+	p := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	ip, _ := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+	if ip == nil || len(out) != 14+len(inner) || out[12] != 0x86 || out[13] != 0xdd || !bytes.Equal(out[0:6], topo.MACWanNeigh) ||
+		ip.HopLimit != 63 || !ip.SrcIP.Equal(ue6.AsSlice()) || !ip.DstIP.Equal(n6.AsSlice()) || !bytes.Equal(out[14+40:], inner[40:]) {
+		t.Errorf("IPv6 uplink out: %v", p)
+	}
+	run("IPv6 uplink from outside the prefix", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID,
+		v6(netip.MustParseAddr("2001:db8:45:2::7"), n6), false), "wan0", bpf.XDPDrop, bpf.ReasonGTPUNoPDR)
+
+	// Downlink from N6 to the prefix.
+	dl := serialize(t, []gopacket.SerializableLayer{
+		&layers.Ethernet{SrcMAC: topo.MACWan1Neigh, DstMAC: topo.MACWan1, EthernetType: layers.EthernetTypeIPv6},
+		&layers.IPv6{Version: 6, HopLimit: 50, NextHeader: layers.IPProtocolUDP, SrcIP: n6.AsSlice(), DstIP: ue6.AsSlice()},
+		&layers.UDP{SrcPort: 7777, DstPort: 5000}, gopacket.Payload("hello, UE over v6")})
+	out = run("IPv6 downlink", dl, "wan1", bpf.XDPRedirect, bpf.ReasonNone)
+	p = gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	g, _ := p.Layer(layers.LayerTypeGTPv1U).(*layers.GTPv1U)
+	in6, _ := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+	if g == nil || g.TEID != dlTEID || in6 == nil || in6.HopLimit != 49 || !in6.DstIP.Equal(ue6.AsSlice()) ||
+		!bytes.Equal(out[len(out)-len("hello, UE over v6"):], []byte("hello, UE over v6")) {
+		t.Errorf("IPv6 downlink out: %v", p)
+	}
+	checkTsharkGTP(t, out, dlTEID, 9)
+
+	// An IPv4-only session: an IPv6 source that begins with the UE's
+	// IPv4 address is not the UE.
+	if err := ss.Put(slot, sessRec(sessionPDRs()...), sessKeys); err != nil {
+		t.Fatal(err)
+	}
+	spoof := netip.AddrFrom16([16]byte{10, 45, 0, 2, 15: 1})
+	run("IPv6 spelling the UE's IPv4", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, v6(spoof, n6), false),
+		"wan0", bpf.XDPDrop, bpf.ReasonGTPUNoPDR)
+	// An SDF filter with an IPv4 remote never detects IPv6; "any" does.
+	narrow := sessionPDRs()
+	narrow[0].Flags = narrow[0].Flags&^(bpf.SessAny|bpf.SessUEIP) | bpf.SessUE6
+	narrow[0].Ue6 = commit.UE6Key(prefix.Addr())
+	narrow[0].Remote, narrow[0].Rmask = bpf.Addr4(netip.MustParseAddr("10.6.0.0")), bpf.BE32(0xffff0000)
+	narrow[0].RportHi, narrow[0].LportHi = 0xffff, 0xffff
+	if err := ss.Put(slot, sessRec(narrow...), keys); err != nil {
+		t.Fatal(err)
+	}
+	run("IPv6 against an IPv4 SDF remote", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, inner, false),
+		"wan0", bpf.XDPDrop, bpf.ReasonGTPUNoPDR)
+	narrow[0].Remote, narrow[0].Rmask = 0, 0
+	if err := ss.Put(slot, sessRec(narrow...), keys); err != nil {
+		t.Fatal(err)
+	}
+	run("IPv6 against an SDF with any remote", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, inner, false),
+		"wan0", bpf.XDPRedirect, bpf.ReasonNone)
+	// Deleted: the prefix leads nowhere.
+	if err := ss.Delete(slot); err != nil {
+		t.Fatal(err)
+	}
+	var v uint32
+	if err := h.dp.EdgeUe6.Lookup(commit.UE6Key(prefix.Addr()), &v); err == nil {
+		t.Errorf("the prefix still leads to slot %d after deletion", v)
+	}
+}

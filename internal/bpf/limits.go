@@ -116,6 +116,7 @@ func ApplyLimits(spec *ebpf.CollectionSpec, l Limits) error {
 	spec.Maps[edgeMapEdgeSessMbr].MaxEntries = SessPDRs * l.Sessions
 	spec.Maps[edgeMapEdgeTeid].MaxEntries = 2 * l.Sessions
 	spec.Maps[edgeMapEdgeUe4].MaxEntries = 2 * l.Sessions
+	spec.Maps[edgeMapEdgeUe6].MaxEntries = 2 * l.Sessions
 	if err := spec.Variables[edgeVarFarStride].Set(l.FARStride()); err != nil {
 		return fmt.Errorf("set far_stride: %w", err)
 	}

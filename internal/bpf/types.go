@@ -54,6 +54,7 @@ const (
 	SessOHC    = 0x10
 	SessTOS    = 0x20
 	SessAny    = 0x40
+	SessUE6    = 0x80
 
 	SessDrop = 0
 	SessForw = 1

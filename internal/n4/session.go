@@ -47,8 +47,10 @@ type PDR struct {
 	ChooseID uint8
 	HasTEID  bool
 	Instance string
-	// UEIP is the UE's address (invalid: none).
-	UEIP netip.Addr
+	// UEIP is the UE's IPv4 address, UEIP6 its IPv6 /64 prefix (the
+	// rest zero) (invalid: none).
+	UEIP  netip.Addr
+	UEIP6 netip.Addr `json:",omitzero"`
 	// SDF are the SDF filters' flow descriptions.
 	SDF []string
 	QFI uint8
@@ -368,7 +370,15 @@ func (p *PDR) pdi(g *ie.IE) *refusal {
 		if err != nil {
 			return incorrect(ie.UEIPAddress)
 		}
-		p.UEIP = ipOf(f.IPv4Address, f.IPv6Address)
+		p.UEIP, p.UEIP6 = ipOf(f.IPv4Address, nil), netip.Addr{}
+		if a, ok := netip.AddrFromSlice(f.IPv6Address.To16()); ok && f.IPv6Address != nil && f.IPv6Address.To4() == nil {
+			// A PDU session's IPv6 is a /64 prefix (TS 23.501
+			// 5.8.2.2.3): what the UE's addresses share.
+			p.UEIP6 = netip.PrefixFrom(a, 64).Masked().Addr()
+		}
+		if !p.UEIP.IsValid() && !p.UEIP6.IsValid() {
+			return incorrect(ie.UEIPAddress)
+		}
 	}
 	for _, c := range sdfs {
 		f, err := c.SDFFilter()

@@ -533,7 +533,7 @@ func (s *Session) updatePDR(g *ie.IE) (*PDR, *refusal) {
 			return nil, r
 		}
 		p.Source, p.TEID, p.TEIDAddr, p.Choose, p.ChooseID, p.HasTEID = q.Source, q.TEID, q.TEIDAddr, q.Choose, q.ChooseID, q.HasTEID
-		p.Instance, p.UEIP, p.SDF, p.QFI = q.Instance, q.UEIP, q.SDF, q.QFI
+		p.Instance, p.UEIP, p.UEIP6, p.SDF, p.QFI = q.Instance, q.UEIP, q.UEIP6, q.SDF, q.QFI
 	}
 	if v := one[ie.FARID]; v != nil {
 		if p.FAR, err = v.FARID(); err != nil {

@@ -90,8 +90,12 @@ func Compile(s *n4.Session, cnt map[uint16]uint8) (*bpf.Sess, commit.SessionKeys
 		if base.Flags&bpf.SessUL != 0 && p.HasTEID && !slices.Contains(keys.TEIDs, p.TEID) {
 			keys.TEIDs = append(keys.TEIDs, p.TEID)
 		}
-		if base.Flags&(bpf.SessUL|bpf.SessUEIP) == bpf.SessUEIP && !slices.Contains(keys.UEs, p.UEIP) {
-			keys.UEs = append(keys.UEs, p.UEIP)
+		if base.Flags&bpf.SessUL == 0 {
+			for _, a := range []netip.Addr{p.UEIP, p.UEIP6} {
+				if a.IsValid() && !slices.Contains(keys.UEs, a) {
+					keys.UEs = append(keys.UEs, a)
+				}
+			}
 		}
 	}
 	return rec, keys, nil
@@ -190,11 +194,16 @@ func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, error) {
 	}
 	if p.UEIP.IsValid() {
 		if !p.UEIP.Is4() {
-			return bad("UE address %s: IPv4 only", p.UEIP)
+			return bad("UE address %s: not IPv4", p.UEIP)
 		}
 		e.Flags |= bpf.SessUEIP
 		e.Ueip = bpf.Addr4(p.UEIP)
-	} else if e.Flags&bpf.SessUL == 0 {
+	}
+	if p.UEIP6.IsValid() {
+		e.Flags |= bpf.SessUE6
+		e.Ue6 = commit.UE6Key(p.UEIP6)
+	}
+	if e.Flags&(bpf.SessUL|bpf.SessUEIP|bpf.SessUE6) == 0 {
 		return bad("a downlink PDR needs the UE's address")
 	}
 	if p.QFI != 0 {

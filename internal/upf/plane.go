@@ -11,8 +11,10 @@ import (
 	"hash/crc32"
 	"maps"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/wmnsk/go-pfcp/ie"
@@ -499,9 +501,14 @@ func (p *Plane) Status(q dataplane.SessionQuery) ([]dataplane.SessionStatus, uin
 			if pdr.HasTEID {
 				sp.TEID = pdr.TEID
 			}
+			var ue []string
 			if pdr.UEIP.IsValid() {
-				sp.UEIP = pdr.UEIP.String()
+				ue = append(ue, pdr.UEIP.String())
 			}
+			if pdr.UEIP6.IsValid() {
+				ue = append(ue, netip.PrefixFrom(pdr.UEIP6, 64).String())
+			}
+			sp.UEIP = strings.Join(ue, ",")
 			if f := s.FARs[pdr.FAR]; pdr.HasFAR && f != nil {
 				sp.FAR = f.ID
 				switch {

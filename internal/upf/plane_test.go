@@ -15,7 +15,9 @@ import (
 	"github.com/wmnsk/go-pfcp/message"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/commit"
 	"github.com/edgeplane/edgeplane/internal/bpf/loader"
+	"github.com/edgeplane/edgeplane/internal/dataplane"
 	"github.com/edgeplane/edgeplane/internal/n4"
 	"github.com/edgeplane/edgeplane/internal/testutil"
 	"github.com/edgeplane/edgeplane/internal/upf"
@@ -443,5 +445,63 @@ func TestSessionsOfAGoneSMF(t *testing.T) {
 	}
 	if _, _, ok := record(t, dp); ok || len(g.plane.Sessions()) != 0 {
 		t.Errorf("the released SMF's session is still carried (%d kept)", len(g.plane.Sessions()))
+	}
+}
+
+// TestIPv4v6Session: an SMF's IPv4v6 session (the UE IP Address IE
+// with both) is carried both ways: the downlink PDR's record entry has
+// the IPv4 address and the IPv6 /64 prefix, both lead to the session's
+// slot (edge_ue4, edge_ue6), the listing shows both; after deletion
+// neither leads anywhere.
+func TestIPv4v6Session(t *testing.T) {
+	dp := openDataplane(t)
+	g := startGateway(t, dp, t.TempDir(), nil)
+	s := dialSMF(t, g)
+	a := s.ask(message.NewAssociationSetupRequest(s.next(), ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(time.Now())))
+	if c := cause(t, a.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("association: cause %d", c)
+	}
+	r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0,
+		ie.NewNodeID(smfID, "", ""), ie.NewFSEID(0x66, net.ParseIP(smfID), nil),
+		ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
+			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x05, 0, nil, nil, 0),
+				ie.NewUEIPAddress(0x03, ueAddr, "2001:db8:45:1::", 0, 0)),
+			ie.NewOuterHeaderRemoval(0, 0), ie.NewFARID(1)),
+		ie.NewCreatePDR(ie.NewPDRID(2), ie.NewPrecedence(100),
+			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceCore), ie.NewUEIPAddress(0x07, ueAddr, "2001:db8:45:1::9", 0, 0)),
+			ie.NewFARID(2)),
+		ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(n4.ActForw),
+			ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))),
+		ie.NewCreateFAR(ie.NewFARID(2), ie.NewApplyAction(n4.ActForw),
+			ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceAccess),
+				ie.NewOuterHeaderCreation(0x0100, 0x9000, gnb, "", 0, 0, 0))))).(*message.SessionEstablishmentResponse)
+	if c := cause(t, r.Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("establishment: cause %d", c)
+	}
+	up, _ := r.UPFSEID.FSEID()
+	rec, slot, ok := record(t, dp)
+	if !ok {
+		t.Fatal("the UE's IPv4 address leads to no session")
+	}
+	key := commit.UE6Key(netip.MustParseAddr("2001:db8:45:1::"))
+	var slot6 uint32
+	if err := dp.EdgeUe6.Lookup(key, &slot6); err != nil || slot6 != slot {
+		t.Errorf("the UE's /64 leads to slot %d (%v), want %d", slot6, err, slot)
+	}
+	for _, e := range rec.Pdr[:rec.Npdr] {
+		if e.Flags&(bpf.SessUEIP|bpf.SessUE6) != bpf.SessUEIP|bpf.SessUE6 || e.Ue6 != key || e.Ueip != bpf.Addr4(netip.MustParseAddr(ueAddr)) {
+			t.Errorf("entry %+v: want both the IPv4 address and the /64", e)
+		}
+	}
+	list, _, err := g.plane.Status(dataplane.SessionQuery{})
+	if err != nil || len(list) != 1 || list[0].PDRs[1].UEIP != ueAddr+",2001:db8:45:1::/64" {
+		t.Errorf("listed %+v (%v)", list, err)
+	}
+	d := s.ask(message.NewSessionDeletionRequest(0, 0, up.SEID, s.next(), 0)).(*message.SessionDeletionResponse)
+	if c := cause(t, d.Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("deletion: cause %d", c)
+	}
+	if err := dp.EdgeUe6.Lookup(key, &slot6); err == nil {
+		t.Errorf("the /64 still leads to slot %d", slot6)
 	}
 }

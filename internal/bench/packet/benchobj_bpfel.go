@@ -84,6 +84,7 @@ const (
 	benchobjMapEdgeTeid             = "edge_teid"
 	benchobjMapEdgeTx               = "edge_tx"
 	benchobjMapEdgeUe4              = "edge_ue4"
+	benchobjMapEdgeUe6              = "edge_ue6"
 	benchobjMapEdgeUeBits           = "edge_ue_bits"
 	benchobjMapEdgeUeDm             = "edge_ue_dm"
 	benchobjMapEdgeVerdicts         = "edge_verdicts"
@@ -259,6 +260,7 @@ type benchobjMapSpecs struct {
 	EdgeTeid         *ebpf.MapSpec `ebpf:"edge_teid"`
 	EdgeTx           *ebpf.MapSpec `ebpf:"edge_tx"`
 	EdgeUe4          *ebpf.MapSpec `ebpf:"edge_ue4"`
+	EdgeUe6          *ebpf.MapSpec `ebpf:"edge_ue6"`
 	EdgeUeBits       *ebpf.MapSpec `ebpf:"edge_ue_bits"`
 	EdgeUeDm         *ebpf.MapSpec `ebpf:"edge_ue_dm"`
 	EdgeVerdicts     *ebpf.MapSpec `ebpf:"edge_verdicts"`
@@ -366,6 +368,7 @@ type benchobjMaps struct {
 	EdgeTeid         *ebpf.Map `ebpf:"edge_teid"`
 	EdgeTx           *ebpf.Map `ebpf:"edge_tx"`
 	EdgeUe4          *ebpf.Map `ebpf:"edge_ue4"`
+	EdgeUe6          *ebpf.Map `ebpf:"edge_ue6"`
 	EdgeUeBits       *ebpf.Map `ebpf:"edge_ue_bits"`
 	EdgeUeDm         *ebpf.Map `ebpf:"edge_ue_dm"`
 	EdgeVerdicts     *ebpf.Map `ebpf:"edge_verdicts"`
@@ -441,6 +444,7 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeTeid,
 		m.EdgeTx,
 		m.EdgeUe4,
+		m.EdgeUe6,
 		m.EdgeUeBits,
 		m.EdgeUeDm,
 		m.EdgeVerdicts,

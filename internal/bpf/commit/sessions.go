@@ -72,7 +72,45 @@ const UEBits = 1 << 20
 // UEBit is the bit of edge_ue_bits for UE address a, as XDP's ue_bit
 // computes it.
 func UEBit(a netip.Addr) uint32 {
-	return uint32((uint64(bpf.Addr4(a))*0x9e3779b97f4a7c15)>>44) & (UEBits - 1)
+	var k uint64
+	if a.Is6() {
+		// ue6_key of its /64 prefix.
+		x := UE6Key(a)
+		k = uint64(uint32(x^x>>32) ^ 0x5bd1e995)
+	} else {
+		k = uint64(bpf.Addr4(a))
+	}
+	return uint32((k*0x9e3779b97f4a7c15)>>44) & (UEBits - 1)
+}
+
+// UE6Key is edge_ue6's key for IPv6 address a: its /64 prefix, the 8
+// bytes as they are.
+func UE6Key(a netip.Addr) uint64 {
+	b := a.As16()
+	return binary.NativeEndian.Uint64(b[:8])
+}
+
+// putUE makes UE address a (IPv4, or IPv6: its /64 prefix) lead to
+// slot.
+func (s *Sessions) putUE(a netip.Addr, slot uint32) error {
+	if a.Is6() {
+		return s.o.EdgeUe6.Put(UE6Key(a), slot)
+	}
+	return s.o.EdgeUe4.Put(bpf.Addr4(a), slot)
+}
+
+// dropUE takes UE address a away if it leads to slot.
+func (s *Sessions) dropUE(a netip.Addr, slot uint32) {
+	var v uint32
+	if a.Is6() {
+		if s.o.EdgeUe6.Lookup(UE6Key(a), &v) == nil && v == slot {
+			_ = s.o.EdgeUe6.Delete(UE6Key(a))
+		}
+		return
+	}
+	if s.o.EdgeUe4.Lookup(bpf.Addr4(a), &v) == nil && v == slot {
+		_ = s.o.EdgeUe4.Delete(bpf.Addr4(a))
+	}
 }
 
 // setBit sets or clears bit b of edge_ue_bits. Called with s.mu held.
@@ -234,6 +272,23 @@ func (s *Sessions) Settle() error {
 			}
 		}
 	}
+	// IPv6 prefixes that lead to no kept session's slot.
+	var k6 uint64
+	var stale6 []uint64
+	it6 := s.o.EdgeUe6.Iterate()
+	for it6.Next(&k6, &v) {
+		if !slices.ContainsFunc(s.keys[v].UEs, func(a netip.Addr) bool { return a.Is6() && UE6Key(a) == k6 }) {
+			stale6 = append(stale6, k6)
+		}
+	}
+	if err := it6.Err(); err != nil {
+		return fmt.Errorf("read edge_ue6: %w", err)
+	}
+	for _, k := range stale6 {
+		if err := s.o.EdgeUe6.Delete(k); err != nil {
+			return fmt.Errorf("remove a stale key of edge_ue6: %w", err)
+		}
+	}
 	// Direct entries the last run left for UEs no kept session owns.
 	for w, v := range s.words {
 		for i := uint32(0); i < 64; i++ {
@@ -344,6 +399,9 @@ func (s *Sessions) Put(slot uint32, rec *bpf.Sess, keys SessionKeys) error {
 	rec.OwnUe = 0
 	var claim *dmEntry
 	for _, a := range keys.UEs {
+		if !a.Is4() {
+			continue // direct entries are IPv4's
+		}
 		e, taken := s.dm[UEBit(a)]
 		if !taken || e.slot == slot && e.ue == a {
 			rec.OwnUe, claim = bpf.Addr4(a), &dmEntry{a, slot}
@@ -371,7 +429,7 @@ func (s *Sessions) Put(slot uint32, rec *bpf.Sess, keys SessionKeys) error {
 				}
 			}
 		}
-		if err := s.o.EdgeUe4.Put(bpf.Addr4(a), slot); err != nil {
+		if err := s.putUE(a, slot); err != nil {
 			return fmt.Errorf("add UE %s: %w", a, err)
 		}
 	}
@@ -443,10 +501,7 @@ func (s *Sessions) drop(old, keep SessionKeys, slot uint32) {
 	}
 	for _, a := range old.UEs {
 		if !contains(keep.UEs, a) {
-			var v uint32
-			if s.o.EdgeUe4.Lookup(bpf.Addr4(a), &v) == nil && v == slot {
-				_ = s.o.EdgeUe4.Delete(bpf.Addr4(a))
-			}
+			s.dropUE(a, slot)
 			b := UEBit(a)
 			if s.ueBits[b]--; s.ueBits[b] <= 0 {
 				delete(s.ueBits, b)

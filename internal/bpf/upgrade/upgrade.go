@@ -139,6 +139,7 @@ var mapRoles = map[string]mapRole{
 	// journal); a session's counters, per CPU.
 	"edge_teid":       {table, false},
 	"edge_ue4":        {table, false},
+	"edge_ue6":        {table, false},
 	"edge_ue_bits":    {table, false},
 	"edge_ue_dm":      {table, false},
 	"edge_sess_live":  {table, false},
