@@ -69,14 +69,20 @@ struct edge_sess_pkt {
 	__u8 ul;
 	__u8 qfi;
 	__u8 proto;
-	__u8 pad;
+	__u8 v6; /* an IPv6 packet: ue6 holds its UE's /64 prefix */
 	__be32 teid;
-	__be32 ueip;
-	__be32 remote;
+	union {
+		struct {
+			__be32 ueip;
+			__be32 remote;
+		};
+		/* v6: the UE address's /64 prefix, as edge_sess_pdr.ue6
+		 * holds it, in two halves (the struct stays 4-aligned, the
+		 * context's layout as it was) */
+		__u32 ue6[2];
+	};
 	__u16 rport;
 	__u16 lport;
-	__u64 ue6; /* v6: the UE address's /64 prefix (ueip and remote 0) */
-	__u8 v6;
 };
 
 /* struct edge_ctx is the context itself. */

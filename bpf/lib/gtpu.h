@@ -293,19 +293,20 @@ static __always_inline int pdr_detects(const struct edge_sess_pdr *r,
 	/* A PDR with UE addresses detects a packet of either family its
 	 * address matches. */
 	if ((r->flags & (EDGE_SP_UEIP | EDGE_SP_UE6)) &&
-	    (sp->v6 ? !(r->flags & EDGE_SP_UE6) || r->ue6 != sp->ue6
+	    (sp->v6 ? !(r->flags & EDGE_SP_UE6) || (__u32)r->ue6 != sp->ue6[0] ||
+			  (__u32)(r->ue6 >> 32) != sp->ue6[1]
 		    : !(r->flags & EDGE_SP_UEIP) || r->ueip != sp->ueip))
 		return 0;
 	if ((r->flags & EDGE_SP_QFI) && r->qfi != sp->qfi)
 		return 0;
 	if (r->flags & EDGE_SP_MATCH)
 		return 1;
-	/* SDF remote addresses are IPv4: an IPv6 packet only meets a
-	 * filter whose remote is any. */
+	/* SDF remote addresses are IPv4: an IPv6 packet (remote: its
+	 * prefix's second half) only meets a filter whose remote is any. */
 	if (sp->v6 && r->rmask)
 		return 0;
 	return (!r->proto || r->proto == sp->proto) &&
-	       (sp->remote & r->rmask) == r->remote &&
+	       (sp->v6 || (sp->remote & r->rmask) == r->remote) &&
 	       sp->rport >= r->rport_lo && sp->rport <= r->rport_hi &&
 	       sp->lport >= r->lport_lo && sp->lport <= r->lport_hi;
 }
@@ -601,13 +602,11 @@ static __always_inline int gtpu_inner(struct xdp_md *ctx, struct edge_ctx *c,
 	sp->proto = p->key.proto;
 	sp->v6 = ver == 6;
 	if (sp->v6) {
-		sp->ueip = 0;
-		sp->remote = 0;
-		sp->ue6 = *(const __u64 *)p->key.src;
+		sp->ue6[0] = *(const __u32 *)p->key.src;
+		sp->ue6[1] = *(const __u32 *)(p->key.src + 4);
 	} else {
 		sp->ueip = *(const __be32 *)p->key.src;
 		sp->remote = *(const __be32 *)p->key.dst;
-		sp->ue6 = 0;
 	}
 	sp->rport = 0;
 	sp->lport = 0;
@@ -779,49 +778,6 @@ __noinline int edge_gtpu(struct xdp_md *ctx, struct edge_ctx *c)
 	return punt(p, EDGE_R_GTPU_SIGNAL, XDP_DROP);
 }
 
-/* dl_pkt describes c->p, a downlink packet, in c->sp (ueip and remote
- * 0, v4: the caller's) and returns it. */
-static __always_inline struct edge_sess_pkt *dl_pkt(struct edge_ctx *c)
-{
-	struct edge_sess_pkt *sp = &c->sp;
-	struct edge_pkt *p = &c->p;
-
-	sp->ul = 0;
-	sp->teid = 0;
-	sp->qfi = 0;
-	sp->v6 = 0;
-	sp->ue6 = 0;
-	sp->ueip = 0;
-	sp->remote = 0;
-	sp->proto = p->key.proto;
-	sp->rport = bpf_ntohs(p->key.sport);
-	sp->lport = bpf_ntohs(p->key.dport);
-	return sp;
-}
-
-/* gtpu_dl6 decides an IPv6 packet from N6 to a UE's /64 prefix a
- * session holds (edge_ue6): the session's verdict, else EDGE_GO_ON. */
-static __always_inline int gtpu_dl6(struct xdp_md *ctx, struct edge_ctx *c)
-{
-	const struct edge_state *st;
-	const struct edge_sess *s;
-	struct edge_sess_pkt *sp;
-	__u32 zero = 0, *slot;
-	__u64 pfx = *(const __u64 *)c->p.key.dst;
-
-	slot = bpf_map_lookup_elem(&edge_ue6, &pfx);
-	if (!slot)
-		return EDGE_GO_ON;
-	s = sess_get(*slot);
-	st = bpf_map_lookup_elem(&edge_global, &zero);
-	if (!st || !s)
-		return EDGE_GO_ON;
-	sp = dl_pkt(c);
-	sp->v6 = 1;
-	sp->ue6 = pfx;
-	return sess_act(ctx, c, st, s, *slot, sp);
-}
-
 /* edge_gtpu_dl decides a packet from N6 when its destination is a UE a
  * session holds: the session's verdict; EDGE_GO_ON for any other
  * packet, which the rules decide. Global, as edge_gtpu. */
@@ -832,35 +788,56 @@ __noinline int edge_gtpu_dl(struct xdp_md *ctx, struct edge_ctx *c)
 	struct edge_pkt *p;
 	struct edge_sess_pkt *sp;
 	__u32 zero = 0, *slot, b;
-	__be32 dst;
+	__be32 dst = 0;
+	__u64 pfx = 0;
 
 	if (!c || !ctx)
 		return XDP_DROP;
 	p = &c->p;
-	if (p->key.family == 6)
-		return gtpu_dl6(ctx, c);
-	if (p->key.family != 4)
-		return EDGE_GO_ON;
-	dst = *(const __be32 *)p->key.dst;
-	/* The session whose own UE this is, by its bit, else the hash. */
-	b = ue_bit(dst);
-	slot = bpf_map_lookup_elem(&edge_ue_dm, &b);
-	s = slot && *slot ? sess_get(*slot - 1) : NULL;
-	if (s && s->own_ue == dst) {
-		b = *slot - 1;
-		slot = &b;
-	} else {
-		slot = bpf_map_lookup_elem(&edge_ue4, &dst);
+	if (p->key.family == 6) {
+		/* The UE's /64 prefix. */
+		pfx = *(const __u64 *)p->key.dst;
+		slot = bpf_map_lookup_elem(&edge_ue6, &pfx);
 		if (!slot)
 			return EDGE_GO_ON;
 		s = sess_get(*slot);
+	} else if (p->key.family == 4) {
+		/* The session whose own UE this is, by its bit, else the
+		 * hash. */
+		dst = *(const __be32 *)p->key.dst;
+		b = ue_bit(dst);
+		slot = bpf_map_lookup_elem(&edge_ue_dm, &b);
+		s = slot && *slot ? sess_get(*slot - 1) : NULL;
+		if (s && s->own_ue == dst) {
+			b = *slot - 1;
+			slot = &b;
+		} else {
+			slot = bpf_map_lookup_elem(&edge_ue4, &dst);
+			if (!slot)
+				return EDGE_GO_ON;
+			s = sess_get(*slot);
+		}
+	} else {
+		return EDGE_GO_ON;
 	}
 	st = bpf_map_lookup_elem(&edge_global, &zero);
 	if (!st || !s)
 		return EDGE_GO_ON;
-	sp = dl_pkt(c);
-	sp->ueip = dst;
-	sp->remote = *(const __be32 *)p->key.src;
+	sp = &c->sp;
+	sp->ul = 0;
+	sp->teid = 0;
+	sp->qfi = 0;
+	sp->v6 = p->key.family == 6;
+	if (sp->v6) {
+		sp->ue6[0] = (__u32)pfx;
+		sp->ue6[1] = (__u32)(pfx >> 32);
+	} else {
+		sp->ueip = dst;
+		sp->remote = *(const __be32 *)p->key.src;
+	}
+	sp->proto = p->key.proto;
+	sp->rport = bpf_ntohs(p->key.sport);
+	sp->lport = bpf_ntohs(p->key.dport);
 	return sess_act(ctx, c, st, s, *slot, sp);
 }
 

@@ -100,6 +100,24 @@ func sessionHarness(t *testing.T) (*harness, *commit.Sessions, uint32) {
 	return h, ss, slot
 }
 
+// runner returns what runs a frame in by interface in through h's
+// program and checks its verdict and that reason (unless ReasonNone)
+// counted it; it returns the frame out.
+func runner(t *testing.T, h *harness) func(name string, frame []byte, in string, verdict uint32, reason int) []byte {
+	return func(name string, frame []byte, in string, verdict uint32, reason int) []byte {
+		t.Helper()
+		before := h.snapshot()
+		v, out := h.run(frame, in)
+		if v != verdict {
+			t.Errorf("%s: verdict %s, want %s", name, verdictName(v), verdictName(verdict))
+		}
+		if reason != bpf.ReasonNone && h.snapshot().Reasons[reason].Packets-before.Reasons[reason].Packets != 1 {
+			t.Errorf("%s: reason %s not counted", name, dataplane.ReasonNames[reason])
+		}
+		return out
+	}
+}
+
 // TestGTPUSessions: a session written by commit.Sessions carries the
 // UE's traffic at the driver hook. Uplink G-PDUs to its TEID (with a
 // PDU Session Container or without) leave decapsulated toward N6, the
@@ -115,18 +133,7 @@ func TestGTPUSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	inner := uePacket(t, ueAddr, n6Remote, 64)
-	run := func(name string, frame []byte, in string, verdict uint32, reason int) []byte {
-		t.Helper()
-		before := h.snapshot()
-		v, out := h.run(frame, in)
-		if v != verdict {
-			t.Errorf("%s: verdict %s, want %s", name, verdictName(v), verdictName(verdict))
-		}
-		if reason != bpf.ReasonNone && h.snapshot().Reasons[reason].Packets-before.Reasons[reason].Packets != 1 {
-			t.Errorf("%s: reason %s not counted", name, dataplane.ReasonNames[reason])
-		}
-		return out
-	}
+	run := runner(t, h)
 
 	// Uplink, with and without the container.
 	for _, c := range []struct {
@@ -426,18 +433,7 @@ func TestGTPUIPv6UE(t *testing.T) {
 			&layers.UDP{SrcPort: 5000, DstPort: 7777}, gopacket.Payload("hello, v6")})
 	}
 	n6 := netip.MustParseAddr("fd03::5")
-	run := func(name string, frame []byte, in string, verdict uint32, reason int) []byte {
-		t.Helper()
-		before := h.snapshot()
-		v, out := h.run(frame, in)
-		if v != verdict {
-			t.Errorf("%s: verdict %s, want %s", name, verdictName(v), verdictName(verdict))
-		}
-		if reason != bpf.ReasonNone && h.snapshot().Reasons[reason].Packets-before.Reasons[reason].Packets != 1 {
-			t.Errorf("%s: reason %s not counted", name, dataplane.ReasonNames[reason])
-		}
-		return out
-	}
+	run := runner(t, h)
 	inner := v6(ue6, n6)
 	out := run("IPv6 uplink", gtpuFrame(t, n3Addr, 2152, 0x34, 255, ulTEID, append(pduSession(9), inner...), false), "wan0", bpf.XDPRedirect, bpf.ReasonNone)
 	p := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)

@@ -144,6 +144,16 @@ func (s *smf) read(d time.Duration) (message.Message, error) {
 
 func (s *smf) next() uint32 { s.seq++; return s.seq }
 
+// associate sets the SMF's association up with recovery time stamp
+// recovery.
+func (s *smf) associate(recovery time.Time) {
+	s.t.Helper()
+	a := s.ask(message.NewAssociationSetupRequest(s.next(), ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(recovery)))
+	if c := cause(s.t, a.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
+		s.t.Fatalf("association: cause %d", c)
+	}
+}
+
 func cause(t *testing.T, c *ie.IE) uint8 {
 	t.Helper()
 	if c == nil {
@@ -163,10 +173,7 @@ func cause(t *testing.T, c *ie.IE) uint8 {
 func (s *smf) establish() (uint64, uint32) {
 	t := s.t
 	t.Helper()
-	a := s.ask(message.NewAssociationSetupRequest(s.next(), ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(time.Now())))
-	if c := cause(t, a.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
-		t.Fatalf("association: cause %d", c)
-	}
+	s.associate(time.Now())
 	r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0,
 		ie.NewNodeID(smfID, "", ""), ie.NewFSEID(0x77, net.ParseIP(smfID), nil),
 		ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
@@ -457,10 +464,7 @@ func TestIPv4v6Session(t *testing.T) {
 	dp := openDataplane(t)
 	g := startGateway(t, dp, t.TempDir(), nil)
 	s := dialSMF(t, g)
-	a := s.ask(message.NewAssociationSetupRequest(s.next(), ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(time.Now())))
-	if c := cause(t, a.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
-		t.Fatalf("association: cause %d", c)
-	}
+	s.associate(time.Now())
 	r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0,
 		ie.NewNodeID(smfID, "", ""), ie.NewFSEID(0x66, net.ParseIP(smfID), nil),
 		ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),

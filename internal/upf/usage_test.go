@@ -149,13 +149,7 @@ func TestUsageReports(t *testing.T) {
 	g := startGateway(t, dp, dir, nil, fast)
 	s := dialSMF(t, g)
 	recovery := time.Now()
-	associate := func(s *smf) {
-		a := s.ask(message.NewAssociationSetupRequest(s.next(), ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(recovery)))
-		if c := cause(t, a.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
-			t.Fatalf("association: cause %d", c)
-		}
-	}
-	associate(s)
+	s.associate(recovery)
 	rules := func(urrs ...*ie.IE) []*ie.IE {
 		return append([]*ie.IE{ie.NewNodeID(smfID, "", ""), ie.NewFSEID(0x99, net.ParseIP(smfID), nil),
 			ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
@@ -274,7 +268,7 @@ func TestUsageReports(t *testing.T) {
 	s = s2
 	// The SMF's next request comes from its new socket (the node's
 	// port changed): the same association, the sessions kept.
-	associate(s)
+	s.associate(recovery)
 	if a := ulAction(); a != bpf.SessDrop {
 		t.Fatalf("uplink action %d after a restart, want drop", a)
 	}
@@ -337,10 +331,7 @@ func TestUsageManySessions(t *testing.T) {
 	dp := openDataplane(t)
 	g := startGateway(t, dp, t.TempDir(), nil, func(o *n4.Options) { o.UsageEvery = 20 * time.Millisecond })
 	s := dialSMF(t, g)
-	a := s.ask(message.NewAssociationSetupRequest(s.next(), ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(time.Now())))
-	if c := cause(t, a.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
-		t.Fatalf("association: cause %d", c)
-	}
+	s.associate(time.Now())
 	upSEID := establishMany(t, s, 60) // the test dataplane holds 64
 	ss := g.plane.Sessions()
 	// Counters over the sessions' slots: some over the threshold.
@@ -427,10 +418,7 @@ func TestSessionStatusPages(t *testing.T) {
 	dp := openDataplane(t)
 	g := startGateway(t, dp, t.TempDir(), nil)
 	s := dialSMF(t, g)
-	a := s.ask(message.NewAssociationSetupRequest(s.next(), ie.NewNodeID(smfID, "", ""), ie.NewRecoveryTimeStamp(time.Now())))
-	if c := cause(t, a.(*message.AssociationSetupResponse).Cause); c != ie.CauseRequestAccepted {
-		t.Fatalf("association: cause %d", c)
-	}
+	s.associate(time.Now())
 	up := establishMany(t, s, 50)
 	var seen []uint64
 	q := dataplane.SessionQuery{Limit: 20}
