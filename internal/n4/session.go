@@ -114,8 +114,39 @@ type URR struct {
 	Exhausted bool `json:",omitempty"`
 }
 
-// BAR is a buffering action rule.
-type BAR struct{ ID uint8 }
+// BAR is a buffering action rule: how long to wait before telling the
+// SMF downlink data is buffered (Delay: the Downlink Data Notification
+// Delay, 0 none) and how many packets to hold per session (Count: the
+// Suggested Buffering Packets Count, 0 the user plane's own bound).
+type BAR struct {
+	ID    uint8
+	Delay time.Duration `json:",omitempty"`
+	Count uint8         `json:",omitempty"`
+}
+
+// parseBAR reads a Create or Update BAR g into b (its ID mandatory in
+// either).
+func parseBAR(g *ie.IE, b *BAR) *refusal {
+	one, r := need(g, ie.BARID)
+	if r != nil {
+		return r
+	}
+	var err error
+	if b.ID, err = one[ie.BARID].BARID(); err != nil {
+		return incorrect(ie.BARID)
+	}
+	if v := one[ie.DownlinkDataNotificationDelay]; v != nil {
+		if b.Delay, err = v.DownlinkDataNotificationDelay(); err != nil {
+			return incorrect(ie.DownlinkDataNotificationDelay)
+		}
+	}
+	if v := one[ie.SuggestedBufferingPacketsCount]; v != nil {
+		if b.Count, err = v.SuggestedBufferingPacketsCount(); err != nil {
+			return incorrect(ie.SuggestedBufferingPacketsCount)
+		}
+	}
+	return nil
+}
 
 // refusal is why a request is refused: its cause, the IE at fault
 // (Offending IE) and, for a rule that could not be made, the rule
@@ -147,6 +178,7 @@ const (
 	ruleFAR = 1
 	ruleQER = 2
 	ruleURR = 3
+	ruleBAR = 4
 )
 
 func failedRule(typ uint8, id uint32) *refusal {
@@ -199,15 +231,10 @@ func parseSession(m *message.SessionEstablishmentRequest, cpSEID uint64, cpAddr 
 		return nil, r
 	}
 	if m.CreateBAR != nil {
-		one, r := need(m.CreateBAR, ie.BARID)
-		if r != nil {
+		s.BAR = &BAR{}
+		if r := parseBAR(m.CreateBAR, s.BAR); r != nil {
 			return nil, r
 		}
-		v, err := one[ie.BARID].BARID()
-		if err != nil {
-			return nil, incorrect(ie.BARID)
-		}
-		s.BAR = &BAR{ID: v}
 	}
 	for _, g := range m.CreatePDR {
 		p, r := parsePDR(g)

@@ -319,6 +319,32 @@ func (n *Node) change(s *Session, m *message.SessionModificationRequest) ([]*PDR
 			return nil, r
 		}
 	}
+	if m.RemoveBAR != nil {
+		s.BAR = nil
+	}
+	if g := m.CreateBAR; g != nil {
+		if s.BAR != nil {
+			return nil, failedRule(ruleBAR, uint32(s.BAR.ID))
+		}
+		s.BAR = &BAR{}
+		if r := parseBAR(g, s.BAR); r != nil {
+			return nil, r
+		}
+	}
+	if g := m.UpdateBAR; g != nil {
+		var b BAR
+		if s.BAR != nil {
+			b = *s.BAR
+		}
+		if r := parseBAR(g, &b); r != nil {
+			return nil, r
+		}
+		if s.BAR == nil || b.ID != s.BAR.ID {
+			// No such BAR in the session.
+			return nil, failedRule(ruleBAR, uint32(b.ID))
+		}
+		s.BAR = &b
+	}
 	for _, g := range m.QueryURR {
 		if id, r := id32(g, ie.URRID); r != nil {
 			return nil, r

@@ -33,6 +33,9 @@ type Buffer struct {
 	// as if it came in by ifindex.
 	OnFirst func(slot uint32, cnt uint8)
 	Inject  func(frame []byte, ifindex uint32) error
+	// Limit, when set, is how many packets session slot may hold (0:
+	// PerSession; at most PerSession). Called outside the lock.
+	Limit func(slot uint32) int
 	// OnEndMarker is called (outside the lock) with the TEID of each
 	// GTP-U End Marker that came in and the address it came from.
 	OnEndMarker func(teid uint32, from netip.Addr)
@@ -107,6 +110,12 @@ func (b *Buffer) take(rec []byte) {
 		return
 	}
 	frame := append([]byte(nil), rec[16:16+n]...)
+	per := b.PerSession
+	if b.Limit != nil {
+		if l := b.Limit(slot); l > 0 && l < per {
+			per = l
+		}
+	}
 	b.mu.Lock()
 	q := b.q[slot]
 	first := q == nil
@@ -114,7 +123,7 @@ func (b *Buffer) take(rec []byte) {
 		q = &queue{}
 		b.q[slot] = q
 	}
-	for len(q.frames) > 0 && (len(q.frames) >= b.PerSession || b.bytes+n > b.TotalBytes) {
+	for len(q.frames) > 0 && (len(q.frames) >= per || b.bytes+n > b.TotalBytes) {
 		b.dropOldest(q)
 	}
 	if b.bytes+n > b.TotalBytes {
@@ -186,6 +195,13 @@ func (b *Buffer) Release(slot uint32) {
 	b.stats.Released += uint64(sent)
 	b.stats.Dropped += uint64(len(q.frames) - sent)
 	b.mu.Unlock()
+}
+
+// Holding tells whether session slot holds packets.
+func (b *Buffer) Holding(slot uint32) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.q[slot] != nil
 }
 
 // Discard forgets what session slot held (it was deleted).

@@ -8,6 +8,9 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/edgeplane/edgeplane/internal/n4"
 )
 
 // rec is an edge_buff record of session slot, counter cnt, carrying
@@ -95,5 +98,52 @@ func TestBufferEndMarker(t *testing.T) {
 	b.take(r)
 	if st := b.Stats(); teid != 0x9000 || from != netip.MustParseAddr("192.0.2.50") || st.EndMarkers != 1 || st.Held != 0 || st.Now != 0 {
 		t.Errorf("end marker: TEID %#x from %v, stats %+v", teid, from, st)
+	}
+}
+
+// TestBufferBAR: a session's BAR bounds what it holds (its Suggested
+// Buffering Packets Count, the oldest dropped first) and delays the
+// report (its Downlink Data Notification Delay): the SMF hears of the
+// packets after the delay, and not at all if the FAR forwarded them
+// (released) before it ran out.
+func TestBufferBAR(t *testing.T) {
+	b := &Buffer{q: map[uint32]*queue{}, PerSession: 256, TotalBytes: 1 << 20}
+	var sent []string
+	b.Inject = func(frame []byte, _ uint32) error { sent = append(sent, string(frame)); return nil }
+	s := &n4.Session{UPSEID: 7, BAR: &n4.BAR{ID: 1, Delay: 100 * time.Millisecond, Count: 3}}
+	p := &Plane{kept: map[uint64]*kept{7: {Slot: 2, Cnt: map[uint16]uint8{5: 1}, S: s}}, bySlot: map[uint32]uint64{2: 7}}
+	reported := make(chan uint16, 4)
+	p.Hold(b, func(seid uint64, pdr uint16) {
+		if seid != 7 {
+			t.Errorf("reported session %#x", seid)
+		}
+		reported <- pdr
+	})
+	start := time.Now()
+	for i := range 5 {
+		b.take(rec(2, 1, fmt.Sprintf("p%d", i)))
+	}
+	if st := b.Stats(); st.Now != 3 || st.Dropped != 2 {
+		t.Errorf("with a suggested count of 3: %+v", st)
+	}
+	select {
+	case pdr := <-reported:
+		if d := time.Since(start); pdr != 5 || d < 100*time.Millisecond {
+			t.Errorf("PDR %d reported after %v, want PDR 5 after 100 ms", pdr, d)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no report after the delay")
+	}
+	b.Release(2)
+	if !slices.Equal(sent, []string{"p2", "p3", "p4"}) {
+		t.Errorf("released %v, want the newest 3 in order", sent)
+	}
+	// Released before the delay ran out: never reported.
+	b.take(rec(2, 1, "q"))
+	b.Release(2)
+	select {
+	case pdr := <-reported:
+		t.Errorf("PDR %d reported though its packets were released before the delay", pdr)
+	case <-time.After(300 * time.Millisecond):
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/wmnsk/go-pfcp/ie"
 
@@ -282,6 +283,18 @@ func (p *Plane) Hold(b *Buffer, report func(seid uint64, pdr uint16)) {
 	p.held, p.report = b, report
 	p.mu.Unlock()
 	b.OnFirst = p.first
+	b.Limit = p.bufferLimit
+}
+
+// bufferLimit is how many packets session slot's BAR suggests holding
+// (0: none suggested).
+func (p *Plane) bufferLimit(slot uint32) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k := p.kept[p.bySlot[slot]]; k != nil && k.S.BAR != nil {
+		return int(k.S.BAR.Count)
+	}
+	return 0
 }
 
 // first reports the first packet a session held, by the PDR of counter
@@ -296,10 +309,24 @@ func (p *Plane) first(slot uint32, cnt uint8) {
 		return
 	}
 	for id, c := range k.Cnt {
-		if c == cnt {
-			report(seid, id)
+		if c != cnt {
+			continue
+		}
+		// The BAR's Downlink Data Notification Delay: told only if
+		// the session still holds packets then.
+		if bar := k.S.BAR; bar != nil && bar.Delay > 0 {
+			time.AfterFunc(bar.Delay, func() {
+				p.mu.Lock()
+				held, same := p.held, p.bySlot[slot] == seid
+				p.mu.Unlock()
+				if same && held != nil && held.Holding(slot) {
+					report(seid, id)
+				}
+			})
 			return
 		}
+		report(seid, id)
+		return
 	}
 }
 
