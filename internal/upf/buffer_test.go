@@ -110,7 +110,8 @@ func TestBufferBAR(t *testing.T) {
 	b := &Buffer{q: map[uint32]*queue{}, PerSession: 256, TotalBytes: 1 << 20}
 	var sent []string
 	b.Inject = func(frame []byte, _ uint32) error { sent = append(sent, string(frame)); return nil }
-	s := &n4.Session{UPSEID: 7, BAR: &n4.BAR{ID: 1, Delay: 100 * time.Millisecond, Count: 3}}
+	s := &n4.Session{UPSEID: 7, BAR: &n4.BAR{ID: 1, Delay: 100 * time.Millisecond, Count: 3},
+		PDRs: map[uint16]*n4.PDR{5: {ID: 5, FAR: 2, HasFAR: true}}, FARs: map[uint32]*n4.FAR{2: {ID: 2, Action: n4.ActBuff | n4.ActNocp}}}
 	p := &Plane{kept: map[uint64]*kept{7: {Slot: 2, Cnt: map[uint16]uint8{5: 1}, S: s}}, bySlot: map[uint32]uint64{2: 7}}
 	reported := make(chan uint16, 4)
 	p.Hold(b, func(seid uint64, pdr uint16) {
@@ -145,5 +146,17 @@ func TestBufferBAR(t *testing.T) {
 	case pdr := <-reported:
 		t.Errorf("PDR %d reported though its packets were released before the delay", pdr)
 	case <-time.After(300 * time.Millisecond):
+	}
+	// A FAR that buffers without NOCP: held, the SMF not told.
+	s.BAR = nil
+	s.FARs[2] = &n4.FAR{ID: 2, Action: n4.ActBuff}
+	b.take(rec(2, 1, "r"))
+	select {
+	case pdr := <-reported:
+		t.Errorf("PDR %d reported though its FAR does not ask (no NOCP)", pdr)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if st := b.Stats(); st.Now != 1 {
+		t.Errorf("held %d, want the packet held", st.Now)
 	}
 }

@@ -216,6 +216,12 @@ func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, error) {
 	e.Action = bpf.SessDrop
 	if p.HasFAR {
 		f := s.FARs[p.FAR]
+		if f.Action&n4.ActDupl != 0 {
+			// Copies for lawful intercept need duplicating
+			// parameters this user plane does not carry: refused
+			// rather than silently not copied.
+			return bad("FAR %d duplicates (DUPL): not carried", f.ID)
+		}
 		switch {
 		case f.Action&n4.ActForw != 0:
 			e.Action = bpf.SessForw

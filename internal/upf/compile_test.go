@@ -35,3 +35,18 @@ func TestCompileRefusesClearAccess(t *testing.T) {
 		t.Errorf("buffering: %v", err)
 	}
 }
+
+// TestCompileRefusesDuplicating: a FAR that asks for copies (DUPL) is
+// refused naming the PDR: no copy would be made.
+func TestCompileRefusesDuplicating(t *testing.T) {
+	s := &n4.Session{
+		PDRs: map[uint16]*n4.PDR{3: {ID: 3, Precedence: 100, Source: ie.SrcInterfaceCore,
+			UEIP: netip.MustParseAddr("10.45.0.2"), FAR: 2, HasFAR: true}},
+		FARs: map[uint32]*n4.FAR{2: {ID: 2, Action: n4.ActForw | n4.ActDupl, Dest: ie.DstInterfaceAccess,
+			Outer: ie.NewOuterHeaderCreationFields(0x0100, 0x9000, "10.2.0.9", "", 0, 0, 0)}},
+	}
+	_, _, err := Compile(s, map[uint16]uint8{})
+	if re, ok := errors.AsType[*n4.RuleError](err); !ok || re.PDR != 3 {
+		t.Fatalf("DUPL: %v, want a RuleError naming PDR 3", err)
+	}
+}

@@ -312,6 +312,10 @@ func (p *Plane) first(slot uint32, cnt uint8) {
 		if c != cnt {
 			continue
 		}
+		// Only a FAR that asks (NOCP) has the SMF told.
+		if pdr := k.S.PDRs[id]; pdr == nil || !pdr.HasFAR || k.S.FARs[pdr.FAR] == nil || k.S.FARs[pdr.FAR].Action&n4.ActNocp == 0 {
+			return
+		}
 		// The BAR's Downlink Data Notification Delay: told only if
 		// the session still holds packets then.
 		if bar := k.S.BAR; bar != nil && bar.Delay > 0 {
