@@ -98,6 +98,7 @@ const (
 	benchobjProgBenchResize         = "bench_resize"
 	benchobjProgBenchResizeFlood    = "bench_resize_flood"
 	benchobjProgBenchResizeMiss     = "bench_resize_miss"
+	benchobjProgBenchResizeSess     = "bench_resize_sess"
 	benchobjProgBenchSip24          = "bench_sip24"
 	benchobjProgBenchStageTail      = "bench_stage_tail"
 	benchobjProgBenchStagesGlobal   = "bench_stages_global"
@@ -110,6 +111,7 @@ const (
 	benchobjProgBenchWrapProbe      = "bench_wrap_probe"
 	benchobjProgBenchWrapResize     = "bench_wrap_resize"
 	benchobjProgBenchWrapResizeMiss = "bench_wrap_resize_miss"
+	benchobjProgBenchWrapResizeSess = "bench_wrap_resize_sess"
 	benchobjProgBenchWrapShrink     = "bench_wrap_shrink"
 	benchobjVarFarStride            = "far_stride"
 	benchobjVarFoSlots              = "fo_slots"
@@ -173,6 +175,7 @@ type benchobjProgramSpecs struct {
 	BenchResize         *ebpf.ProgramSpec `ebpf:"bench_resize"`
 	BenchResizeFlood    *ebpf.ProgramSpec `ebpf:"bench_resize_flood"`
 	BenchResizeMiss     *ebpf.ProgramSpec `ebpf:"bench_resize_miss"`
+	BenchResizeSess     *ebpf.ProgramSpec `ebpf:"bench_resize_sess"`
 	BenchSip24          *ebpf.ProgramSpec `ebpf:"bench_sip24"`
 	BenchStageTail      *ebpf.ProgramSpec `ebpf:"bench_stage_tail"`
 	BenchStagesGlobal   *ebpf.ProgramSpec `ebpf:"bench_stages_global"`
@@ -185,6 +188,7 @@ type benchobjProgramSpecs struct {
 	BenchWrapProbe      *ebpf.ProgramSpec `ebpf:"bench_wrap_probe"`
 	BenchWrapResize     *ebpf.ProgramSpec `ebpf:"bench_wrap_resize"`
 	BenchWrapResizeMiss *ebpf.ProgramSpec `ebpf:"bench_wrap_resize_miss"`
+	BenchWrapResizeSess *ebpf.ProgramSpec `ebpf:"bench_wrap_resize_sess"`
 	BenchWrapShrink     *ebpf.ProgramSpec `ebpf:"bench_wrap_shrink"`
 }
 
@@ -479,6 +483,7 @@ type benchobjPrograms struct {
 	BenchResize         *ebpf.Program `ebpf:"bench_resize"`
 	BenchResizeFlood    *ebpf.Program `ebpf:"bench_resize_flood"`
 	BenchResizeMiss     *ebpf.Program `ebpf:"bench_resize_miss"`
+	BenchResizeSess     *ebpf.Program `ebpf:"bench_resize_sess"`
 	BenchSip24          *ebpf.Program `ebpf:"bench_sip24"`
 	BenchStageTail      *ebpf.Program `ebpf:"bench_stage_tail"`
 	BenchStagesGlobal   *ebpf.Program `ebpf:"bench_stages_global"`
@@ -491,6 +496,7 @@ type benchobjPrograms struct {
 	BenchWrapProbe      *ebpf.Program `ebpf:"bench_wrap_probe"`
 	BenchWrapResize     *ebpf.Program `ebpf:"bench_wrap_resize"`
 	BenchWrapResizeMiss *ebpf.Program `ebpf:"bench_wrap_resize_miss"`
+	BenchWrapResizeSess *ebpf.Program `ebpf:"bench_wrap_resize_sess"`
 	BenchWrapShrink     *ebpf.Program `ebpf:"bench_wrap_shrink"`
 }
 
@@ -506,6 +512,7 @@ func (p *benchobjPrograms) Close() error {
 		p.BenchResize,
 		p.BenchResizeFlood,
 		p.BenchResizeMiss,
+		p.BenchResizeSess,
 		p.BenchSip24,
 		p.BenchStageTail,
 		p.BenchStagesGlobal,
@@ -518,6 +525,7 @@ func (p *benchobjPrograms) Close() error {
 		p.BenchWrapProbe,
 		p.BenchWrapResize,
 		p.BenchWrapResizeMiss,
+		p.BenchWrapResizeSess,
 		p.BenchWrapShrink,
 	)
 }

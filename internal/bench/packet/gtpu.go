@@ -30,6 +30,66 @@ func gtpuFrame(teid uint32, inner []byte) []byte {
 	return testbed.GTPUFrame(topo.MACWanNeigh, topo.MACWan0, gtpuGNB, gtpuN3, teid, gtpuQFI, inner)
 }
 
+// gtpuRings are the rings of sessions timed at each count held (above
+// it: none): 4,096 UEs active at once, up to 32,768 (their addresses
+// stay in 10.46.0.0/16, whose low half the ring's stamp rewrites).
+var gtpuRings = []int{4096, 16384, 32768}
+
+// gtpuRing adds, for the figure name (one session's packets among n
+// held, uplink G-PDUs or downlink, undo its wrapper's cost), the same
+// with every packet another session's, cycling through each ring of gtpuRings below n:
+// many UEs active, their records, keys and counters out of the caches.
+// The wrapper's stamp (its cost timed apart and taken off) names the
+// next session by its UE (downlink) or by the TEID the user plane chose
+// for it (uplink: session i in slot i).
+func (b *bencher) gtpuRing(r *Result, name string, uplink bool, n int, slots []uint32, undo float64) error {
+	// The ring's first frame: session 0's G-PDU (the stamp then names
+	// sessions 0 to ring - 1 by TEID), or the downlink to session 1's
+	// UE (then UEs 10.46.0.1 up).
+	kind, frame := uint32(1), testbed.UDPFrame(testbed.HostA, netip.MustParseAddr("10.46.0.1"), 5000)
+	if uplink {
+		kind, frame = 2, gtpuFrame(1<<20|slots[0], testbed.UDPFrame(gtpuUE, testbed.HostA, 5000))
+	}
+	for _, ring := range gtpuRings {
+		if ring >= n {
+			continue
+		}
+		for i := range ring + 1 {
+			if slots[i] != uint32(i) {
+				return fmt.Errorf("%s ring: session %d in slot %d: the ring's TEIDs name slot = session", name, i, slots[i])
+			}
+		}
+		if err := b.progs.Cycle.Put(uint32(2), kind); err != nil { // what next_session stamps
+			return err
+		}
+		if err := b.progs.setCycle(uint32(ring - 1)); err != nil {
+			return err
+		}
+		raw, err := b.median(b.progs.BenchResizeSess, frame, bpf.XDPRedirect)
+		if err == nil {
+			var stamped, plain float64
+			if stamped, err = b.median(b.progs.BenchWrapResizeSess, frame, bpf.XDPPass); err == nil {
+				plain, err = b.median(b.progs.BenchWrapResize, frame, bpf.XDPPass)
+			}
+			stamp := stamped - plain
+			if err == nil {
+				ringName := fmt.Sprintf("%s_ring_%d", name, ring)
+				b.o.Log("%s: %.1f ns raw, its stamp %.1f ns", ringName, raw, stamp)
+				r.add(Figure{Name: ringName, RawNs: raw, NsPerPacket: r.FloorNs + raw - undo - stamp, UndoNs: undo + stamp,
+					Method: methodResize + fmt.Sprintf("; %d sessions held, every packet the next of %d sessions' (the wrapper rewrites the UE "+
+						"address or the TEID; its cost, %.1f ns, timed alone and taken off)", n, ring, stamp), Verdict: "redirect"})
+			}
+		}
+		if cerr := b.progs.setCycle(0); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s ring of %d: %w", name, ring, err)
+		}
+	}
+	return nil
+}
+
 // measureGTPU adds the user plane's figures beside GRE's (measured just
 // before, same wrappers): a G-PDU decapsulated toward N6 (to a TEID the
 // user plane chose, which names the session's slot, and to one the SMF
@@ -88,12 +148,14 @@ func (b *bencher) measureGTPU(r *Result) error {
 		}
 		decap := gtpuFrame(1<<20|slots[0], testbed.UDPFrame(gtpuUE, testbed.HostA, 5000))
 		for _, c := range []struct {
-			name  string
-			frame []byte
+			name   string
+			frame  []byte
+			uplink bool
+			ring   bool // timed in rings of sessions too
 		}{
-			{fmt.Sprintf("gtpu_decap_ip4_%d", n), decap},
-			{fmt.Sprintf("gtpu_decap_smf_teid_ip4_%d", n), decapSMF},
-			{fmt.Sprintf("gtpu_encap_ip4_%d", n), encap},
+			{fmt.Sprintf("gtpu_decap_ip4_%d", n), decap, true, true},
+			{fmt.Sprintf("gtpu_decap_smf_teid_ip4_%d", n), decapSMF, true, false},
+			{fmt.Sprintf("gtpu_encap_ip4_%d", n), encap, false, true},
 		} {
 			if err := b.check(b.progs.BenchResize, c.frame, c.frame); err != nil {
 				return fmt.Errorf("%s, the wrapper does not restore the frame: %w", c.name, err)
@@ -104,6 +166,11 @@ func (b *bencher) measureGTPU(r *Result) error {
 			}
 			r.add(Figure{Name: c.name, RawNs: raw, NsPerPacket: r.FloorNs + raw - undo, UndoNs: undo,
 				Method: methodResize + fmt.Sprintf("; %d sessions held, one session's packets", n), Verdict: "redirect"})
+			if c.ring {
+				if err := b.gtpuRing(r, c.name, c.uplink, n, slots, undo); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	after, err := b.median(b.progs.BenchResize, hitFrame, bpf.XDPRedirect)

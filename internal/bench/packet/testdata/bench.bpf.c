@@ -24,12 +24,14 @@ struct {
 /* bench_cycle[0], when not 0, masks the counter: the wrappers then cycle
  * through mask + 1 flows instead of making every run a new one, in the
  * order the counter times bench_cycle[1] (odd; 0: 1) gives, so a cycle
- * can visit its flows in another order than the one they were made in. */
+ * can visit its flows in another order than the one they were made in.
+ * bench_cycle[2] is what next_session stamps (a map of its own would
+ * take the wrapper past 64 maps). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, __u32);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 } bench_cycle SEC(".maps");
 
 struct ttl_save {
@@ -446,6 +448,65 @@ SEC("xdp")
 int bench_resize(struct xdp_md *ctx)
 {
 	return wrap_resize(ctx, WRAP_PIPELINE, 0);
+}
+
+/* What next_session stamps (bench_cycle[2], set from Go): 1 a downlink
+ * frame's destination's low half (session n's UE, 10.46.0.0/16 + n), 2
+ * a G-PDU's TEID (n << 20 | n - 1: the TEID the user plane chose for
+ * session n - 1, which holds slot n - 1). */
+#define SESS_KIND 2
+
+/* next_session makes the frame the next session's of a ring of
+ * bench_cycle[0] + 1 sessions (1 to mask + 1): many UEs active at once,
+ * their records and keys out of the caches. Global, as next_flow. */
+__noinline int next_session(struct xdp_md *ctx)
+{
+	__u32 zero = 0, two = SESS_KIND, *seq, *mask, *kind, n;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u16 *w = data, lo;
+
+	seq = bpf_map_lookup_elem(&bench_seq, &zero);
+	mask = bpf_map_lookup_elem(&bench_cycle, &zero);
+	kind = bpf_map_lookup_elem(&bench_cycle, &two);
+	if (!seq || !mask || !kind)
+		return -1;
+	n = ((++(*seq)) & *mask) + 1;
+	if (*kind == 2) {
+		if (data + 50 > data_end)
+			return -1;
+		*(__be32 *)(data + 46) = bpf_htonl(n << 20 | (n - 1));
+		return 0;
+	}
+	if ((void *)(w + 17) > data_end) /* up to the destination */
+		return -1;
+	lo = bpf_htons((__u16)n);
+	w[12] = csum_replace2(w[12], w[16], lo); /* checksum at 24 */
+	w[16] = lo; /* low half of the destination, offset 32 */
+	return 0;
+}
+
+/* bench_resize_sess is bench_resize, then the frame becomes the ring's
+ * next session's (next_session). */
+SEC("xdp")
+int bench_resize_sess(struct xdp_md *ctx)
+{
+	int rc = wrap_resize(ctx, WRAP_PIPELINE, 0);
+
+	if (rc == XDP_ABORTED || next_session(ctx))
+		return XDP_ABORTED;
+	return rc;
+}
+
+/* bench_wrap_resize_sess is bench_resize_sess without the pipeline. */
+SEC("xdp")
+int bench_wrap_resize_sess(struct xdp_md *ctx)
+{
+	int rc = wrap_resize(ctx, WRAP_NONE, 0);
+
+	if (rc == XDP_ABORTED || next_session(ctx))
+		return XDP_ABORTED;
+	return rc;
 }
 
 /* bench_wrap_resize is bench_resize's save and restore, without a resize. */
