@@ -133,7 +133,9 @@ func meters(s *n4.Session, cnt map[uint16]uint8) map[uint16]commit.Meter {
 			if ul {
 				kbps = s.QERs[q].MBRUL
 			}
-			if kbps == 0 {
+			if kbps == 0 || kbps > maxMeterKbps {
+				// None, or more than a meter counts (and than any
+				// link here carries): not policed.
 				continue
 			}
 			if r, ok := rate[id]; !ok || kbps < r.kbps || kbps == r.kbps && q < r.q.qer {
@@ -156,6 +158,12 @@ func meters(s *n4.Session, cnt map[uint16]uint8) map[uint16]commit.Meter {
 	}
 	return out
 }
+
+// maxMeterKbps is the highest MBR a meter polices: 2^33 bytes a
+// second (68.7 Gbit/s), which keeps a second's refill in byte-ns
+// (10^9 x the rate) and a bucket within 64 bits. The MBR IE carries up
+// to 2^40 kbit/s.
+const maxMeterKbps = (1 << 33) / 125
 
 // counter returns PDR id's counter index, giving it the lowest free.
 func counter(cnt map[uint16]uint8, id uint16) (uint8, error) {

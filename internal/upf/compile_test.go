@@ -9,6 +9,7 @@ import (
 
 	"github.com/wmnsk/go-pfcp/ie"
 
+	"github.com/edgeplane/edgeplane/internal/bpf"
 	"github.com/edgeplane/edgeplane/internal/n4"
 )
 
@@ -48,5 +49,34 @@ func TestCompileRefusesDuplicating(t *testing.T) {
 	_, _, err := Compile(s, map[uint16]uint8{})
 	if re, ok := errors.AsType[*n4.RuleError](err); !ok || re.PDR != 3 {
 		t.Fatalf("DUPL: %v, want a RuleError naming PDR 3", err)
+	}
+}
+
+// TestCompileMeters: a QER's MBR becomes its direction's meter, shared
+// by the PDRs naming it, in bytes a second; one past what a meter can
+// count (the IE carries up to 2^40 kbit/s) is not policed rather than
+// overflowing the bucket's arithmetic.
+func TestCompileMeters(t *testing.T) {
+	s := &n4.Session{
+		PDRs: map[uint16]*n4.PDR{
+			1: {ID: 1, Precedence: 100, Source: ie.SrcInterfaceAccess, HasTEID: true, TEID: 0x100, FAR: 1, HasFAR: true, QERs: []uint32{1}},
+			2: {ID: 2, Precedence: 200, Source: ie.SrcInterfaceAccess, HasTEID: true, TEID: 0x100, FAR: 1, HasFAR: true, QERs: []uint32{1}},
+			3: {ID: 3, Precedence: 100, Source: ie.SrcInterfaceCore, UEIP: netip.MustParseAddr("10.45.0.2"), FAR: 1, HasFAR: true, QERs: []uint32{1}},
+		},
+		FARs: map[uint32]*n4.FAR{1: {ID: 1, Action: n4.ActDrop}},
+		QERs: map[uint32]*n4.QER{1: {ID: 1, MBRUL: 8000, MBRDL: 1 << 40}},
+	}
+	rec, keys, err := Compile(s, map[uint16]uint8{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys.Meters) != 1 || keys.Meters[0].Rate != 1_000_000 {
+		t.Fatalf("meters %+v, want one of 1,000,000 bytes/s (8,000 kbit/s uplink)", keys.Meters)
+	}
+	for _, e := range rec.Pdr[:rec.Npdr] {
+		ul := e.Flags&bpf.SessUL != 0
+		if ul && e.Meter != keys.Meters[0].Index || !ul && e.Meter != 0 {
+			t.Errorf("entry %+v: uplink PDRs share the meter, the downlink (2^40 kbit/s) has none", e)
+		}
 	}
 }

@@ -493,8 +493,10 @@ func (p *Plane) Status(q dataplane.SessionQuery) ([]dataplane.SessionStatus, uin
 	p.mu.Lock()
 	var list []*kept
 	if len(q.UPSEIDs) > 0 {
+		seen := make(map[uint64]bool, len(q.UPSEIDs))
 		for _, id := range q.UPSEIDs {
-			if k := p.kept[id]; k != nil && id > q.After && !slices.Contains(list, k) {
+			if k := p.kept[id]; k != nil && id > q.After && !seen[id] {
+				seen[id] = true
 				list = append(list, k)
 			}
 		}
