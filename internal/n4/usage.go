@@ -122,6 +122,10 @@ func measure(s *Session, id uint32, now map[uint16]Usage, base map[uint16]Usage)
 // (the counts in u; nil: zero, a new session's), and a PDR newly under
 // a URR from its counts in u. Called with n.work held.
 func (n *Node) meters(s *Session, u map[uint16]Usage, at time.Time) {
+	if len(s.URRs) == 0 {
+		delete(n.meter, s.UPSEID) // nothing to measure: no entry
+		return
+	}
 	ms := n.meter[s.UPSEID]
 	if ms == nil {
 		ms = map[uint32]*meter{}
