@@ -54,38 +54,61 @@ func (b *bencher) gtpuRing(r *Result, name string, uplink bool, n int, slots []u
 		if ring >= n {
 			continue
 		}
-		for i := range ring + 1 {
-			if slots[i] != uint32(i) {
-				return fmt.Errorf("%s ring: session %d in slot %d: the ring's TEIDs name slot = session", name, i, slots[i])
+		for _, order := range []struct {
+			suffix string
+			stride uint32
+		}{{"", 1}, {"_shuffled", scaleStride}} {
+			if err := b.gtpuRingOrder(r, name, kind, frame, n, ring, order.suffix, order.stride, slots, undo); err != nil {
+				return err
 			}
 		}
-		if err := b.progs.Cycle.Put(uint32(2), kind); err != nil { // what next_session stamps
+	}
+	return nil
+}
+
+// gtpuRingOrder times one ring of gtpuRing, its sessions visited in the
+// order the counter times stride gives (1: by slot, in the order they
+// were made; scaleStride: scattered, as traffic comes).
+func (b *bencher) gtpuRingOrder(r *Result, name string, kind uint32, frame []byte, n, ring int, suffix string, stride uint32,
+	slots []uint32, undo float64) error {
+	for i := range ring + 1 {
+		if slots[i] != uint32(i) {
+			return fmt.Errorf("%s ring: session %d in slot %d: the ring's TEIDs name slot = session", name, i, slots[i])
+		}
+	}
+	// bench_cycle: [0] the ring's mask, [1] its stride, [2] what
+	// next_session stamps.
+	for k, v := range []uint32{uint32(ring - 1), stride, kind} {
+		if err := b.progs.Cycle.Put(uint32(k), v); err != nil {
 			return err
 		}
-		if err := b.progs.setCycle(uint32(ring - 1)); err != nil {
-			return err
+	}
+	raw, err := b.median(b.progs.BenchResizeSess, frame, bpf.XDPRedirect)
+	if err == nil {
+		var stamped, plain float64
+		if stamped, err = b.median(b.progs.BenchWrapResizeSess, frame, bpf.XDPPass); err == nil {
+			plain, err = b.median(b.progs.BenchWrapResize, frame, bpf.XDPPass)
 		}
-		raw, err := b.median(b.progs.BenchResizeSess, frame, bpf.XDPRedirect)
+		stamp := stamped - plain
 		if err == nil {
-			var stamped, plain float64
-			if stamped, err = b.median(b.progs.BenchWrapResizeSess, frame, bpf.XDPPass); err == nil {
-				plain, err = b.median(b.progs.BenchWrapResize, frame, bpf.XDPPass)
+			ringName := fmt.Sprintf("%s_ring_%d%s", name, ring, suffix)
+			order := "by slot, the order they were made"
+			if stride != 1 {
+				order = "scattered (the counter times an odd constant)"
 			}
-			stamp := stamped - plain
-			if err == nil {
-				ringName := fmt.Sprintf("%s_ring_%d", name, ring)
-				b.o.Log("%s: %.1f ns raw, its stamp %.1f ns", ringName, raw, stamp)
-				r.add(Figure{Name: ringName, RawNs: raw, NsPerPacket: r.FloorNs + raw - undo - stamp, UndoNs: undo + stamp,
-					Method: methodResize + fmt.Sprintf("; %d sessions held, every packet the next of %d sessions' (the wrapper rewrites the UE "+
-						"address or the TEID; its cost, %.1f ns, timed alone and taken off)", n, ring, stamp), Verdict: "redirect"})
-			}
+			b.o.Log("%s: %.1f ns raw, its stamp %.1f ns", ringName, raw, stamp)
+			r.add(Figure{Name: ringName, RawNs: raw, NsPerPacket: r.FloorNs + raw - undo - stamp, UndoNs: undo + stamp,
+				Method: methodResize + fmt.Sprintf("; %d sessions held, every packet the next of %d sessions' %s (the wrapper rewrites the UE "+
+					"address or the TEID; its cost, %.1f ns, timed alone and taken off)", n, ring, order, stamp), Verdict: "redirect"})
 		}
-		if cerr := b.progs.setCycle(0); err == nil {
+	}
+	for k := range uint32(2) {
+		if cerr := b.progs.Cycle.Put(k, uint32(0)); err == nil {
 			err = cerr
 		}
-		if err != nil {
-			return fmt.Errorf("%s ring of %d: %w", name, ring, err)
-		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s ring of %d: %w", name, ring, err)
 	}
 	return nil
 }

@@ -457,21 +457,23 @@ int bench_resize(struct xdp_md *ctx)
 #define SESS_KIND 2
 
 /* next_session makes the frame the next session's of a ring of
- * bench_cycle[0] + 1 sessions (1 to mask + 1): many UEs active at once,
- * their records and keys out of the caches. Global, as next_flow. */
+ * bench_cycle[0] + 1 sessions (1 to mask + 1), in the order the counter
+ * times bench_cycle[1] gives: many UEs active at once, their records
+ * and keys out of the caches. Global, as next_flow. */
 __noinline int next_session(struct xdp_md *ctx)
 {
-	__u32 zero = 0, two = SESS_KIND, *seq, *mask, *kind, n;
+	__u32 zero = 0, one = 1, two = SESS_KIND, *seq, *mask, *stride, *kind, n;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u16 *w = data, lo;
 
 	seq = bpf_map_lookup_elem(&bench_seq, &zero);
 	mask = bpf_map_lookup_elem(&bench_cycle, &zero);
+	stride = bpf_map_lookup_elem(&bench_cycle, &one);
 	kind = bpf_map_lookup_elem(&bench_cycle, &two);
-	if (!seq || !mask || !kind)
+	if (!seq || !mask || !stride || !kind)
 		return -1;
-	n = ((++(*seq)) & *mask) + 1;
+	n = (((++(*seq)) * (*stride ? *stride : 1)) & *mask) + 1;
 	if (*kind == 2) {
 		if (data + 50 > data_end)
 			return -1;
