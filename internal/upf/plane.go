@@ -226,6 +226,14 @@ func (p *Plane) Put(s *n4.Session) error {
 	if err != nil {
 		return err
 	}
+	if old != nil {
+		// A counter a PDR takes over from one gone starts at zero.
+		for id, c := range k.Cnt {
+			if was, ok := old.Cnt[id]; !ok || was != c {
+				keys.Reset = append(keys.Reset, c)
+			}
+		}
+	}
 	if old == nil {
 		if slot, ok := p.reserved[s.UPSEID]; ok {
 			k.Slot = slot

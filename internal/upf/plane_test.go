@@ -509,3 +509,44 @@ func TestIPv4v6Session(t *testing.T) {
 		t.Errorf("the /64 still leads to slot %d", slot6)
 	}
 }
+
+// TestCounterTakenOver: a PDR created in place of one removed takes its
+// counter, and starts at zero rather than with the removed PDR's
+// counts; the PDR that stayed keeps its own.
+func TestCounterTakenOver(t *testing.T) {
+	dp := openDataplane(t)
+	g := startGateway(t, dp, t.TempDir(), nil)
+	s := dialSMF(t, g)
+	seid, _ := s.establish()
+	cnt := func(ul bool) uint8 {
+		rec, _, _ := record(t, dp)
+		for _, e := range rec.Pdr[:rec.Npdr] {
+			if (e.Flags&bpf.SessUL != 0) == ul {
+				return e.Cnt
+			}
+		}
+		t.Fatal("no such entry")
+		return 0
+	}
+	_, slot, _ := record(t, dp)
+	ulCnt, dlCnt := cnt(true), cnt(false)
+	setCounts(t, dp, slot, ulCnt, 3, 300)
+	setCounts(t, dp, slot, dlCnt, 5, 500)
+	m := s.ask(message.NewSessionModificationRequest(0, 0, seid, s.next(), 0,
+		ie.NewRemovePDR(ie.NewPDRID(2)),
+		ie.NewCreatePDR(ie.NewPDRID(3), ie.NewPrecedence(50),
+			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceCore), ie.NewUEIPAddress(0x06, ueAddr, "", 0, 0)), ie.NewFARID(2))))
+	if cs := cause(t, m.(*message.SessionModificationResponse).Cause); cs != ie.CauseRequestAccepted {
+		t.Fatalf("modification: cause %d", cs)
+	}
+	if c := cnt(false); c != dlCnt {
+		t.Fatalf("PDR 3 took counter %d, not PDR 2's %d: the test shows nothing", c, dlCnt)
+	}
+	c, _, err := g.plane.Counters(seid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[3].Packets != 0 || c[3].Bytes != 0 || c[1].Packets != 3 || c[1].Bytes != 300 {
+		t.Errorf("counters after the takeover: %+v, want PDR 3 at zero and PDR 1 at 3 packets, 300 bytes", c)
+	}
+}

@@ -140,6 +140,10 @@ type SessionKeys struct {
 	// Meters are the session's maximum bit rate meters its record's
 	// entries name (edge_sess_pdr.meter).
 	Meters []Meter
+	// Reset are counters (edge_sess_pdr.cnt) of an existing session
+	// that PDRs take over from PDRs gone: zeroed before the flip, so a
+	// PDR does not start with another's counts.
+	Reset []uint8
 }
 
 // Meter is a maximum bit rate meter of a session: its index (1-based,
@@ -431,6 +435,14 @@ func (s *Sessions) Put(slot uint32, rec *bpf.Sess, keys SessionKeys) error {
 		}
 		if err := s.putUE(a, slot); err != nil {
 			return fmt.Errorf("add UE %s: %w", a, err)
+		}
+	}
+	if had && len(keys.Reset) > 0 {
+		zero := make([]bpf.Ctr, s.ncpu())
+		for _, c := range keys.Reset {
+			if err := s.o.EdgeSessStats.Put(slot*bpf.SessPDRs+uint32(c)%bpf.SessPDRs, zero); err != nil {
+				return fmt.Errorf("reset a PDR's counters: %w", err)
+			}
 		}
 	}
 	if !had {
