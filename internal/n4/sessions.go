@@ -36,6 +36,14 @@ type Meter interface {
 	Usage(s *Session) (map[uint16]Usage, error)
 }
 
+// Barrier is what a UserPlane adds whose changes packets may still be
+// reading the old form of: Barrier returns once every packet that read
+// the user plane's state before the call is done. End markers wait for
+// it, so none leaves ahead of a packet still on the old path.
+type Barrier interface {
+	Barrier() error
+}
+
 // BulkMeter is what a Meter adds that reads many sessions' counts at
 // once: by UP SEID, what each PDR of each session of ss counted. The
 // metering loop takes it when it has many sessions to read.
@@ -254,6 +262,11 @@ func (n *Node) endMarkers(old, s *Session, m *message.SessionModificationRequest
 	if f == nil || len(f.Payload) == 0 || f.Payload[0]&0x02 == 0 || n.opt.EndMarker == nil {
 		return
 	}
+	type path struct {
+		peer netip.Addr
+		teid uint32
+	}
+	var left []path
 	for id, was := range old.FARs {
 		o := was.Outer
 		if o == nil || o.OuterHeaderCreationDescription&0x0100 == 0 {
@@ -262,11 +275,23 @@ func (n *Node) endMarkers(old, s *Session, m *message.SessionModificationRequest
 		if now := s.FARs[id]; now != nil && now.Outer != nil && now.Outer.TEID == o.TEID && now.Outer.IPv4Address.Equal(o.IPv4Address) {
 			continue
 		}
-		peer, ok := netip.AddrFromSlice(o.IPv4Address.To4())
-		if !ok {
-			continue
+		if peer, ok := netip.AddrFromSlice(o.IPv4Address.To4()); ok {
+			left = append(left, path{peer, o.TEID})
 		}
-		if err := n.opt.EndMarker(peer, o.TEID); err != nil {
+	}
+	if len(left) == 0 {
+		return
+	}
+	// The last packet on the old path before its end marker: packets
+	// that read the old record are done first.
+	if b, ok := n.opt.UserPlane.(Barrier); ok {
+		if err := b.Barrier(); err != nil {
+			n.opt.Log.Warn("n4: end markers sent without waiting for the old path's packets", "seid", s.UPSEID, "err", err)
+		}
+	}
+	for _, l := range left {
+		peer := l.peer
+		if err := n.opt.EndMarker(peer, l.teid); err != nil {
 			n.opt.Log.Warn("n4: end marker not sent", "seid", s.UPSEID, "peer", peer, "err", err)
 		} else {
 			n.count("end_marker_sent")

@@ -477,6 +477,10 @@ func (p *Plane) UsageMany(ss []*n4.Session) (map[uint64]map[uint16]n4.Usage, err
 	return out, nil
 }
 
+// Barrier returns once packets that read a session's record before the
+// call are done (n4.Barrier).
+func (p *Plane) Barrier() error { return p.dp.Barrier() }
+
 // Close closes the journal.
 func (p *Plane) Close() error {
 	p.mu.Lock()
@@ -492,6 +496,7 @@ var (
 	_ n4.Syncer      = (*Plane)(nil)
 	_ n4.Meter       = (*Plane)(nil)
 	_ n4.BulkMeter   = (*Plane)(nil)
+	_ n4.Barrier     = (*Plane)(nil)
 	_ n4.TEIDChooser = (*Plane)(nil)
 )
 

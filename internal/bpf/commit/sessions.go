@@ -377,6 +377,15 @@ func (s *Sessions) barrier() error {
 	return nil
 }
 
+// Barrier returns once every packet that read a record before the call
+// is done with it (a grace period): what follows is ordered after every
+// packet the last flips retired.
+func (s *Sessions) Barrier() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.barrier()
+}
+
 // Put makes rec the rules of the session in slot (rec.Id is set), led
 // to by keys.
 func (s *Sessions) Put(slot uint32, rec *bpf.Sess, keys SessionKeys) error {
