@@ -140,9 +140,19 @@ func (a *Agent) startN4(context.Context) error {
 				a.log.Warn("n4: downlink data not reported", "seid", seid, "err", err)
 			}
 		})
+		// Anyone reaching N3 can send end markers (XDP holds them to
+		// its answers' budget, ~2,000 a second): logged at most once a
+		// second, with how many went unlogged; the metric counts all.
+		var lastLog time.Time
+		var unlogged int
 		a.idle.OnEndMarker = func(teid uint32, from netip.Addr) {
+			if time.Since(lastLog) < time.Second {
+				unlogged++
+				return
+			}
 			a.log.Info("n4: end marker received", "teid", fmt.Sprintf("%#x", teid), "from", from,
-				"seid", fmt.Sprintf("%#x", a.n4.SessionOfTEID(teid)))
+				"seid", fmt.Sprintf("%#x", a.n4.SessionOfTEID(teid)), "unlogged_since", unlogged)
+			lastLog, unlogged = time.Now(), 0
 		}
 		go a.idle.Run()
 	}

@@ -514,31 +514,42 @@ func parseQER(g *ie.IE) (*QER, *refusal) {
 	if r != nil {
 		return nil, r
 	}
-	id, gate := one[ie.QERID], one[ie.GateStatus]
 	q := &QER{}
 	var err error
-	if q.ID, err = id.QERID(); err != nil {
+	if q.ID, err = one[ie.QERID].QERID(); err != nil {
 		return nil, incorrect(ie.QERID)
 	}
-	gs, err := gate.GateStatus()
-	if err != nil {
-		return nil, incorrect(ie.GateStatus)
+	if r := q.fill(one); r != nil {
+		return nil, r
 	}
-	q.GateUL, q.GateDL = gs>>2&3, gs&3
-	if m := one[ie.MBR]; m != nil {
-		if q.MBRUL, err = m.MBRUL(); err != nil {
-			return nil, incorrect(ie.MBR)
+	return q, nil
+}
+
+// fill sets what the IEs of a Create or Update QER give (by type: one)
+// in q: gate status, MBR, QFI.
+func (q *QER) fill(one map[uint16]*ie.IE) *refusal {
+	if v := one[ie.GateStatus]; v != nil {
+		gs, err := v.GateStatus()
+		if err != nil {
+			return incorrect(ie.GateStatus)
 		}
-		if q.MBRDL, err = m.MBRDL(); err != nil {
-			return nil, incorrect(ie.MBR)
+		q.GateUL, q.GateDL = gs>>2&3, gs&3
+	}
+	if m := one[ie.MBR]; m != nil {
+		var err1, err2 error
+		q.MBRUL, err1 = m.MBRUL()
+		q.MBRDL, err2 = m.MBRDL()
+		if err1 != nil || err2 != nil {
+			return incorrect(ie.MBR)
 		}
 	}
 	if v := one[ie.QFI]; v != nil {
+		var err error
 		if q.QFI, err = v.QFI(); err != nil || q.QFI > 63 {
-			return nil, incorrect(ie.QFI)
+			return incorrect(ie.QFI)
 		}
 	}
-	return q, nil
+	return nil
 }
 
 func parseURR(g *ie.IE) (*URR, *refusal) {

@@ -215,3 +215,25 @@ func FuzzModify(f *testing.F) {
 		}
 	})
 }
+
+// TestUpdateQER: an Update QER changes what it gives, the QFI as well
+// as the gate and MBR, and leaves the rest.
+func TestUpdateQER(t *testing.T) {
+	m, err := message.Parse(marshal(establishment(1, wholeSession)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, r := parseSession(m.(*message.SessionEstablishmentRequest), 0x77, netip.MustParseAddr(smfID))
+	if r != nil {
+		t.Fatal(r)
+	}
+	if r := s.updateQER(ie.NewUpdateQER(ie.NewQERID(1), ie.NewQFI(5))); r != nil {
+		t.Fatal(r)
+	}
+	if q := s.QERs[1]; q.QFI != 5 || q.MBRUL != 100000 || q.MBRDL != 200000 || q.GateUL != 0 {
+		t.Errorf("after an Update QER giving QFI 5: %+v", q)
+	}
+	if r := s.updateQER(ie.NewUpdateQER(ie.NewQERID(1), ie.NewQFI(64))); r == nil || r.cause != ie.CauseMandatoryIEIncorrect {
+		t.Errorf("QFI 64: %v", r)
+	}
+}

@@ -521,26 +521,15 @@ func (s *Session) updateFAR(g *ie.IE) *refusal {
 	return nil
 }
 
-// updateQER applies an Update QER: its gate status and MBR.
+// updateQER applies an Update QER: what it gives (gate status, MBR,
+// QFI) replaces the QER's.
 func (s *Session) updateQER(g *ie.IE) *refusal {
 	id, q, one, r := updating(s.QERs, g, ie.QERID, ruleQER)
 	if r != nil {
 		return r
 	}
-	if v := one[ie.GateStatus]; v != nil {
-		gs, err := v.GateStatus()
-		if err != nil {
-			return incorrect(ie.GateStatus)
-		}
-		q.GateUL, q.GateDL = gs>>2&3, gs&3
-	}
-	if m := one[ie.MBR]; m != nil {
-		var err1, err2 error
-		q.MBRUL, err1 = m.MBRUL()
-		q.MBRDL, err2 = m.MBRDL()
-		if err1 != nil || err2 != nil {
-			return incorrect(ie.MBR)
-		}
+	if r := q.fill(one); r != nil {
+		return r
 	}
 	s.QERs[id] = q
 	return nil
