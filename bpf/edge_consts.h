@@ -239,6 +239,10 @@
 /* PDRs a PFCP session's record holds in the dataplane (gtpu.h): an SMF
  * gives a PDU session two (uplink, downlink), a few more for its
  * signalling and flows of other QoS. */
+/* IPv6 peers a session's PDRs create outer headers toward (a gNB and,
+ * for a multi-access session, an N3IWF). */
+#define EDGE_SESS_PEERS6 2
+
 #ifndef EDGE_SESS_PDRS
 #define EDGE_SESS_PDRS 8
 #endif

@@ -331,6 +331,8 @@ struct edge_state {
 	 * its UE in edge_ue4). */
 	__u32 nsess;
 	__u32 pad;
+	/* The user plane's GTP-U address on N3 over IPv6 (all zero: none). */
+	__u8 gtpu6[16];
 };
 
 /* Flow-table value: the decision for a flow under generation gen, and the
@@ -699,7 +701,7 @@ struct edge_ctr {
 #define EDGE_SP_UEIP 0x02   /* the UE's address must match (UL: inner source; DL: destination) */
 #define EDGE_SP_QFI 0x04    /* the G-PDU's QFI must be qfi */
 #define EDGE_SP_REMOVE 0x08 /* outer header removal: GTP-U/UDP/IP */
-#define EDGE_SP_OHC 0x10    /* outer header creation: GTP-U/UDP/IPv4 toward ohc_addr */
+#define EDGE_SP_OHC 0x10    /* outer header creation: GTP-U/UDP/IPv4 toward ohc_addr (ohc6: IPv6) */
 #define EDGE_SP_TOS 0x20    /* the outer header's ToS is tos (transport level marking) */
 #define EDGE_SP_MATCH 0x40  /* any: a PDR no SDF narrows (the SDF fields unused) */
 #define EDGE_SP_UE6 0x80    /* the UE's IPv6 /64 prefix must match (ue6) */
@@ -730,7 +732,10 @@ struct edge_sess_pdr {
 	__u8 meter;    /* its QER's MBR: edge_sess_mbr[slot * EDGE_SESS_PDRS + meter - 1]; 0 none */
 	__be32 ohc_teid;
 	__be32 ohc_addr;
-	__u32 pad;
+	/* EDGE_SP_OHC over IPv6: the session's peer6[ohc6 - 1] (0: IPv4,
+	 * ohc_addr) */
+	__u8 ohc6;
+	__u8 pad[3];
 	__u64 ue6;     /* EDGE_SP_UE6: the UE's /64 prefix, its 8 bytes as they are */
 };
 
@@ -759,6 +764,10 @@ struct edge_sess {
 	 * none): a downlink packet to it needs no hash lookup. */
 	__be32 own_ue;
 	struct edge_sess_pdr pdr[EDGE_SESS_PDRS];
+	/* The IPv6 addresses its PDRs create outer headers toward
+	 * (edge_sess_pdr.ohc6), after the PDRs: a packet reads them only
+	 * to encapsulate over IPv6. */
+	__u8 peer6[EDGE_SESS_PEERS6][16];
 };
 
 /* What an edge_buff record holds: a downlink packet to hold

@@ -95,16 +95,55 @@ static __always_inline __u16 ip4_csum_of(const struct iphdr *iph)
 	return csum_fold(sum);
 }
 
-/* gtpu_for_us tells whether c->p is a datagram to the user plane's
- * GTP-U address (UDP 2152, IPv4, its L4 header in the packet). */
+/* gtpu_for_us tells whether c->p is a datagram to one of the user
+ * plane's GTP-U addresses (UDP 2152, IPv4 or IPv6, its L4 header in the
+ * packet). */
 static __always_inline int gtpu_for_us(const struct edge_ctx *c,
 				       const struct edge_state *st)
 {
 	const struct edge_pkt *p = &c->p;
+	const __u64 *a = (const __u64 *)p->key.dst, *g6 = (const __u64 *)st->gtpu6;
 
-	return st->gtpu4 && p->key.family == 4 && p->key.proto == IPPROTO_UDP &&
-	       p->key.dport == bpf_htons(GTPU_PORT) && p->l4_off &&
-	       *(const __be32 *)p->key.dst == st->gtpu4;
+	if (p->key.proto != IPPROTO_UDP || p->key.dport != bpf_htons(GTPU_PORT) ||
+	    !p->l4_off)
+		return 0;
+	if (p->key.family == 4)
+		return st->gtpu4 && *(const __be32 *)p->key.dst == st->gtpu4;
+	return p->key.family == 6 && (g6[0] | g6[1]) && a[0] == g6[0] && a[1] == g6[1];
+}
+
+/* gtpu_csum6 fills in the UDP checksum of the IPv6 datagram whose IPv6
+ * header is at l3 and UDP header at l4, of ulen octets (IPv6 requires
+ * one, RFC 8200 8.1): the pseudo-header's sum, then the datagram's. 0,
+ * or -1 when the datagram does not lie in the frame. */
+static __always_inline int gtpu_csum6(struct xdp_md *ctx, __u32 l3, __u32 l4,
+				      __u32 ulen)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ipv6hdr *ip6 = data + (l3 & 0xff);
+	struct udphdr *uh;
+	__u32 sum = 0;
+	__u64 s64;
+	__u16 check;
+
+	if ((void *)(ip6 + 1) > data_end)
+		return -1;
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)&ip6->saddr, 32, 0);
+	if (icmp_csum_pkt(ctx, l4, ulen, &sum))
+		return -1;
+	s64 = (__u64)sum + bpf_htonl(ulen) + bpf_htonl(IPPROTO_UDP);
+	s64 = (s64 & 0xffffffff) + (s64 >> 32);
+	s64 = (s64 & 0xffffffff) + (s64 >> 32);
+	check = csum_fold((__u32)s64);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	uh = data + (l4 & 0xff);
+	if ((void *)(uh + 1) > data_end)
+		return -1;
+	/* 0 means none, which IPv6 does not allow: sent as all ones. */
+	uh->check = check ? check : 0xffff;
+	return 0;
 }
 
 /* An Error Indication as the gateway sends it (TS 29.281 7.3.1): the
@@ -120,7 +159,7 @@ struct gtpu_err_ind {
 	__be32 teid;
 	__u8 ie_peer;
 	__be16 peer_len;
-	__be32 peer;
+	__u8 peer[16]; /* IPv4: the first 4 octets, the answer cut after them */
 } __attribute__((packed));
 
 #define GTPU_ERROR_IND 26
@@ -144,6 +183,7 @@ static __always_inline void *gtpu_answer(struct xdp_md *ctx,
 	void *data, *data_end;
 	struct ethhdr *eth;
 	struct iphdr *iph;
+	struct ipv6hdr *ip6;
 	struct udphdr *uh;
 	int delta;
 
@@ -157,10 +197,30 @@ static __always_inline void *gtpu_answer(struct xdp_md *ctx,
 	data_end = (void *)(long)ctx->data_end;
 	eth = data;
 	iph = data + l3;
+	ip6 = data + l3;
 	uh = data + l4;
 	if ((void *)(eth + 1) > data_end || (void *)(iph + 1) > data_end ||
 	    (void *)(uh + 1) > data_end)
 		return NULL;
+	if (p->key.family == 6) {
+		/* The checksum, which IPv6 requires, is the caller's
+		 * (gtpu_csum6), once the answer is written. */
+		if ((void *)(ip6 + 1) > data_end)
+			return NULL;
+		reflect6(eth, ip6);
+		ip6->priority = 0;
+		ip6->flow_lbl[0] = 0;
+		ip6->flow_lbl[1] = 0;
+		ip6->flow_lbl[2] = 0;
+		ip6->payload_len = bpf_htons(sizeof(*uh) + glen);
+		ip6->nexthdr = IPPROTO_UDP;
+		ip6->hop_limit = 64;
+		uh->source = bpf_htons(GTPU_PORT);
+		uh->dest = dport;
+		uh->len = bpf_htons(sizeof(*uh) + glen);
+		uh->check = 0;
+		return uh + 1;
+	}
 	/* Back where it came from: the addresses swap. */
 	reflect4(eth, iph);
 	iph->tos = 0;
@@ -202,6 +262,8 @@ static __always_inline int gtpu_echo(struct xdp_md *ctx,
 	e->next = 0;
 	e->ie = GTPU_IE_RECOVERY;
 	e->restart = 0;
+	if (p->key.family == 6 && gtpu_csum6(ctx, l3, l4, sizeof(struct udphdr) + sizeof(*e)))
+		return punt(p, EDGE_R_ADJUST, XDP_DROP);
 	return punt(p, EDGE_R_GTPU_ECHO, XDP_TX);
 }
 
@@ -210,13 +272,19 @@ static __always_inline int gtpu_echo(struct xdp_md *ctx,
  * tears the tunnel down; over the budget, dropped. */
 static __always_inline int gtpu_unknown(struct xdp_md *ctx,
 					const struct edge_pkt *p, __u32 l3,
-					__u32 l4, __be32 teid, __be32 self)
+					__u32 l4, __be32 teid,
+					const struct edge_state *st)
 {
 	struct gtpu_err_ind *e;
-	int reason;
+	__u32 glen = sizeof(*e);
+	int reason, v6 = p->key.family == 6;
 
-	e = gtpu_answer(ctx, p, l3, l4, sizeof(*e), bpf_htons(GTPU_PORT), &reason);
-	if (e && (void *)(e + 1) > (void *)(long)ctx->data_end) {
+	if (!v6)
+		glen -= 12;
+	e = gtpu_answer(ctx, p, l3, l4, glen, bpf_htons(GTPU_PORT), &reason);
+	/* What both families write: all but the IPv6 address's last 12
+	 * octets. */
+	if (e && (void *)e + sizeof(*e) - 12 > (void *)(long)ctx->data_end) {
 		e = NULL;
 		reason = EDGE_R_ADJUST;
 	}
@@ -226,7 +294,7 @@ static __always_inline int gtpu_unknown(struct xdp_md *ctx,
 	}
 	e->h.flags = GTPU_V1 | GTPU_PT | GTPU_S;
 	e->h.type = GTPU_ERROR_IND;
-	e->h.len = bpf_htons(sizeof(*e) - sizeof(e->h));
+	e->h.len = bpf_htons(glen - sizeof(e->h));
 	e->h.teid = 0;
 	e->seq = 0;
 	e->npdu = 0;
@@ -234,8 +302,21 @@ static __always_inline int gtpu_unknown(struct xdp_md *ctx,
 	e->ie_teid = GTPU_IE_TEID_DATA_I;
 	e->teid = teid;
 	e->ie_peer = GTPU_IE_PEER_ADDR;
-	e->peer_len = bpf_htons(4);
-	e->peer = self;
+	if (v6) {
+		if ((void *)(e + 1) > (void *)(long)ctx->data_end) {
+			count(&edge_reasons, EDGE_R_ADJUST, p->len);
+			return punt(p, EDGE_R_GTPU_NO_SESSION, XDP_DROP);
+		}
+		e->peer_len = bpf_htons(16);
+		__builtin_memcpy(e->peer, st->gtpu6, 16);
+		if (gtpu_csum6(ctx, l3, l4, sizeof(struct udphdr) + glen)) {
+			count(&edge_reasons, EDGE_R_ADJUST, p->len);
+			return punt(p, EDGE_R_GTPU_NO_SESSION, XDP_DROP);
+		}
+	} else {
+		e->peer_len = bpf_htons(4);
+		*(__be32 *)e->peer = st->gtpu4;
+	}
 	return punt(p, EDGE_R_GTPU_ERROR_IND, XDP_TX);
 }
 
@@ -311,23 +392,41 @@ static __always_inline int pdr_detects(const struct edge_sess_pdr *r,
 	       sp->lport >= r->lport_lo && sp->lport <= r->lport_hi;
 }
 
+/* gtpu_gpdu writes the 16 octets of a G-PDU's GTP-U header at g for an
+ * inner packet of len3 octets, as PDR r says: flags (version 1, GTP,
+ * E), G-PDU, the length after the mandatory 8 octets, the TEID;
+ * sequence 0, N-PDU 0, next: the PDU Session Container (one 4-octet
+ * unit: DL PDU type 0, the QFI, no next). */
+static __always_inline void gtpu_gpdu(__be32 *g, __u32 len3,
+				      const struct edge_sess_pdr *r)
+{
+	g[0] = bpf_htonl((GTPU_V1 | GTPU_PT | GTPU_E) << 24 | GTPU_GPDU << 16 |
+			 ((len3 + 8) & 0xffff));
+	g[1] = r->ohc_teid;
+	g[2] = bpf_htonl(GTPU_EXT_PDU_SESSION);
+	g[3] = bpf_htonl(1 << 24 | (__u32)(r->qfi & 0x3f) << 8);
+}
+
 /* gtpu_encap puts the IP packet of c->p (behind an Ethernet header)
- * into GTP-U/UDP/IPv4 from the user plane's address toward r's peer
- * and TEID, with a PDU Session Container naming r's QFI (downlink
- * form), and sends it to the next hop the FIB gives the peer. The
+ * into GTP-U/UDP/IPv4 (or IPv6, toward the session s's peer r->ohc6
+ * names) from the user plane's address toward r's peer and TEID, with
+ * a PDU Session Container naming r's QFI (downlink form), and sends it to the next hop the FIB gives the peer. The
  * inner packet is routed one hop. Too big for the route: the ICMP
  * answer, as GRE's encap gives. */
 static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
 				      const struct edge_state *st,
+				      const struct edge_sess *s,
 				      const struct edge_sess_pdr *r)
 {
-	const __u32 hlen = sizeof(struct iphdr) + sizeof(struct udphdr) + 16;
+	const __u8 *peer6 = r->ohc6 ? s->peer6[(r->ohc6 - 1) & (EDGE_SESS_PEERS6 - 1)] : NULL;
+	const __u32 hlen = (peer6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr)) +
+			   sizeof(struct udphdr) + 16;
 	struct edge_pkt *p = &c->p;
 	struct edge_flow *fl = &c->nf;
 	struct bpf_fib_lookup *fib = &c->fib;
 	void *data_end;
 	struct iphdr *iph = NULL, *outer;
-	struct ipv6hdr *ip6 = NULL;
+	struct ipv6hdr *ip6 = NULL, *o6;
 	struct udphdr *uh;
 	struct edge_nh *nh;
 	__u32 len3 = p->l3_len, olen, mtu = 0;
@@ -360,17 +459,29 @@ static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
 	/* The peer's next hop: shared by every packet to it (edge_dst_nh),
 	 * or the FIB's. */
 	fl->fib_epoch = 0;
-	nh = dst_nh4(r->ohc_addr, p->key.ifindex, key);
+	if (peer6) {
+		__builtin_memcpy(key, peer6, 16);
+		key[2] = p->key.ifindex | 6ull << 32;
+		nh = dst_nh_slot(key);
+	} else {
+		nh = dst_nh4(r->ohc_addr, p->key.ifindex, key);
+	}
 	if (!nh_take(nh, key, 0, st->fib_epoch, olen, fl)) {
 		__builtin_memset(fib, 0, sizeof(*fib));
-		fib->family = AF_INET;
 		fib->l4_protocol = IPPROTO_UDP;
 		fib->sport = bpf_htons(GTPU_PORT);
 		fib->dport = bpf_htons(GTPU_PORT);
 		fib->tot_len = olen;
-		fib->tos = tos;
-		fib->ipv4_src = st->gtpu4;
-		fib->ipv4_dst = r->ohc_addr;
+		if (peer6) {
+			fib->family = AF_INET6;
+			__builtin_memcpy(fib->ipv6_src, st->gtpu6, 16);
+			__builtin_memcpy(fib->ipv6_dst, peer6, 16);
+		} else {
+			fib->family = AF_INET;
+			fib->tos = tos;
+			fib->ipv4_src = st->gtpu4;
+			fib->ipv4_dst = r->ohc_addr;
+		}
 		reason = fib_resolve(ctx, fib, 0, p->key.ifindex, fl,
 				     st->fib_epoch, &mtu);
 		if (reason == EDGE_R_FRAG_NEEDED) {
@@ -391,6 +502,33 @@ static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
 	if (!outer)
 		return punt(p, EDGE_R_ADJUST, XDP_DROP);
 	data_end = (void *)(long)ctx->data_end;
+	if (peer6) {
+		o6 = (void *)outer;
+		uh = (void *)(o6 + 1);
+		g = (void *)(uh + 1);
+		if ((void *)(g + 4) > data_end)
+			return punt(p, EDGE_R_ADJUST, XDP_DROP);
+		((struct ethhdr *)o6 - 1)->h_proto = bpf_htons(ETH_P_IPV6);
+		*(__be32 *)o6 = bpf_htonl(6 << 28 | (__u32)tos << 20);
+		o6->payload_len = bpf_htons(olen - sizeof(*o6));
+		o6->nexthdr = IPPROTO_UDP;
+		o6->hop_limit = 64;
+		__builtin_memcpy(&o6->saddr, st->gtpu6, 16);
+		__builtin_memcpy(&o6->daddr, peer6, 16);
+		uh->source = bpf_htons(GTPU_PORT);
+		uh->dest = bpf_htons(GTPU_PORT);
+		uh->len = o6->payload_len;
+		uh->check = 0;
+		gtpu_gpdu(g, len3, r);
+		/* IPv6 requires the checksum (RFC 8200 8.1), over the
+		 * whole datagram. */
+		if (gtpu_csum6(ctx, sizeof(struct ethhdr), sizeof(struct ethhdr) + sizeof(*o6),
+			       olen - sizeof(*o6)))
+			return punt(p, EDGE_R_ADJUST, XDP_DROP);
+		if (bpf_redirect_map(&edge_tx, fl->oif, XDP_ABORTED) != XDP_REDIRECT)
+			return punt(p, EDGE_R_NO_TX, XDP_DROP);
+		return verdict(p, XDP_REDIRECT);
+	}
 	uh = (void *)(outer + 1);
 	g = (void *)(uh + 1);
 	if ((void *)(g + 4) > data_end)
@@ -411,14 +549,7 @@ static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
 	uh->dest = bpf_htons(GTPU_PORT);
 	uh->len = bpf_htons(olen - sizeof(struct iphdr));
 	uh->check = 0; /* none, as IPv4 allows (TS 29.281 4.4.2.0) */
-	/* Flags (version 1, GTP, E), G-PDU, the length after the mandatory
-	 * 8 octets, the TEID; sequence 0, N-PDU 0, next: the PDU Session
-	 * Container (one 4-octet unit: DL PDU type 0, the QFI, no next). */
-	g[0] = bpf_htonl((GTPU_V1 | GTPU_PT | GTPU_E) << 24 | GTPU_GPDU << 16 |
-			 ((len3 + 8) & 0xffff));
-	g[1] = r->ohc_teid;
-	g[2] = bpf_htonl(GTPU_EXT_PDU_SESSION);
-	g[3] = bpf_htonl(1 << 24 | (__u32)(r->qfi & 0x3f) << 8);
+	gtpu_gpdu(g, len3, r);
 	if (bpf_redirect_map(&edge_tx, fl->oif, XDP_ABORTED) != XDP_REDIRECT)
 		return punt(p, EDGE_R_NO_TX, XDP_DROP);
 	return verdict(p, XDP_REDIRECT);
@@ -546,7 +677,7 @@ static __always_inline int sess_act(struct xdp_md *ctx, struct edge_ctx *c,
 		return punt(p, EDGE_R_GTPU_FAR_DROP, XDP_DROP);
 	}
 	if (r->flags & EDGE_SP_OHC)
-		return gtpu_encap(ctx, c, st, r);
+		return gtpu_encap(ctx, c, st, s, r);
 	c->nf.fib_epoch = 0;
 	return edge_redirect(ctx, p, 0, &c->nf, st->fib_epoch);
 }
@@ -659,7 +790,7 @@ static __always_inline int gtpu_uplink(struct xdp_md *ctx, struct edge_ctx *c,
 		s = slot ? sess_get(*slot) : NULL;
 	}
 	if (!s)
-		return gtpu_unknown(ctx, p, l4 - sizeof(struct iphdr), l4, sp->teid, st->gtpu4);
+		return gtpu_unknown(ctx, p, p->l3_off & 0x7f, l4, sp->teid, st);
 	off = l4 + sizeof(struct udphdr) + sizeof(*g);
 	end = off + glen;
 	if (g->flags & GTPU_OPT) {
@@ -746,8 +877,8 @@ __noinline int edge_gtpu(struct xdp_md *ctx, struct edge_ctx *c)
 	 * behind a 20-byte header. */
 	l3 = p->l3_off & 0x7f;
 	l4 = p->l4_off & 0xff;
-	if (l4 != p->l4_off || l3 != p->l3_off || l4 != l3 + sizeof(struct iphdr) ||
-	    l3 < sizeof(struct ethhdr))
+	if (l4 != p->l4_off || l3 != p->l3_off || l3 < sizeof(struct ethhdr) ||
+	    l4 != l3 + (p->key.family == 6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr)))
 		return punt(p, EDGE_R_BAD_GTPU, malformed);
 	uh = data + l4;
 	g = data + l4 + sizeof(*uh);

@@ -8,6 +8,7 @@
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <bpf/bpf_endian.h>
 
 #ifndef ETH_P_8021AD
@@ -86,6 +87,23 @@ static __always_inline void reflect4(struct ethhdr *eth, struct iphdr *iph)
 	a = iph->saddr;
 	iph->saddr = iph->daddr;
 	iph->daddr = a;
+}
+
+/* reflect6 is reflect4 for an IPv6 header. */
+static __always_inline void reflect6(struct ethhdr *eth, struct ipv6hdr *ip6)
+{
+	__u8 mac[ETH_ALEN];
+	__u64 a[2], *s = (__u64 *)&ip6->saddr, *d = (__u64 *)&ip6->daddr;
+
+	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
+	a[0] = s[0];
+	a[1] = s[1];
+	s[0] = d[0];
+	s[1] = d[1];
+	d[0] = a[0];
+	d[1] = a[1];
 }
 
 #endif

@@ -88,8 +88,8 @@ type Options struct {
 	// N4Addr serves N4 (PFCP, internal/n4) on this UDP address (""
 	// none), as node N4NodeID ("": the address's IP).
 	N4Addr, N4NodeID string
-	// N3Addr is the user plane's GTP-U address on N3 (an IPv4 address;
-	// "": none), where XDP answers GTP-U (bpf/lib/gtpu.h). It needs
+	// N3Addr is the user plane's GTP-U address on N3 (an IPv4 address,
+	// an IPv6 one, or one of each, comma-separated; "": none), where XDP answers GTP-U (bpf/lib/gtpu.h). It needs
 	// N4Addr: N3 carries the sessions N4 sets up.
 	N3Addr string
 	// Fleet joins the agent to a fleet in etcd (nil: the config file
@@ -140,12 +140,13 @@ type Agent struct {
 	fo *foLoop
 	// n4 is the N4 endpoint (nil: none).
 	n4 *n4.Node
-	// upf carries N4's sessions where N3 is served (n3: its GTP-U
-	// address).
+	// upf carries N4's sessions where N3 is served (n3, n3v6: its GTP-U
+	// addresses).
 	upf  *upf.Plane
 	idle *upf.Buffer
 	em   *upf.EndMarkers
 	n3   netip.Addr
+	n3v6 netip.Addr
 	// strategies runs the CPU strategies.
 	strategies *sched.Runtime
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,7 +104,7 @@ func (a *Agent) startN4(context.Context) error {
 		}}
 	// Sessions are carried where N3 is served: the dataplane holds them,
 	// the journal beside the config keeps them across restarts.
-	if a.n3.IsValid() {
+	if a.n3.IsValid() || a.n3v6.IsValid() {
 		ds, err := a.dp.Sessions()
 		if err != nil {
 			return err
@@ -111,9 +112,9 @@ func (a *Agent) startN4(context.Context) error {
 		if a.upf, err = upf.Open(sessionsPath(a.opts.ConfigPath), ds); err != nil {
 			return fmt.Errorf("n4: the sessions kept: %w", err)
 		}
-		o.UserPlane, o.N3, o.Sessions = a.upf, a.n3, a.upf.Sessions()
+		o.UserPlane, o.N3, o.N3v6, o.Sessions = a.upf, a.n3, a.n3v6, a.upf.Sessions()
 		// End Markers along a path a handover leaves, from N3.
-		if a.em, err = upf.NewEndMarkers(a.n3); err != nil {
+		if a.em, err = upf.NewEndMarkers(a.n3, a.n3v6); err != nil {
 			return fmt.Errorf("n4: %w", err)
 		}
 		o.EndMarker = a.em.Send
@@ -175,21 +176,31 @@ func (a *Agent) SessionStatus(q dataplane.SessionQuery) ([]dataplane.SessionStat
 // sessions.
 func sessionsPath(configPath string) string { return configPath + ".sessions" }
 
-// setN3 gives XDP the user plane's GTP-U address (Options.N3Addr), or
+// setN3 gives XDP the user plane's GTP-U addresses (Options.N3Addr:
+// an IPv4 address, an IPv6 one, or one of each, comma-separated), or
 // takes the last run's away.
 func (a *Agent) setN3(context.Context) error {
-	var addr netip.Addr
+	var v4, v6 netip.Addr
 	if a.opts.N3Addr != "" {
 		if a.opts.N4Addr == "" {
 			return errors.New("--n3-addr needs --n4-addr: N3 carries the sessions N4 sets up")
 		}
-		var err error
-		if addr, err = netip.ParseAddr(a.opts.N3Addr); err != nil || !addr.Is4() {
-			return fmt.Errorf("--n3-addr %q: want an IPv4 address", a.opts.N3Addr)
+		for _, f := range strings.Split(a.opts.N3Addr, ",") {
+			addr, err := netip.ParseAddr(strings.TrimSpace(f))
+			switch {
+			case err != nil || addr.IsUnspecified() || addr.Is4In6() || addr.Zone() != "":
+				return fmt.Errorf("--n3-addr %q: %q is not an IPv4 or IPv6 address", a.opts.N3Addr, f)
+			case addr.Is4() && !v4.IsValid():
+				v4 = addr
+			case addr.Is6() && !v6.IsValid():
+				v6 = addr
+			default:
+				return fmt.Errorf("--n3-addr %q: want one IPv4 address, one IPv6 address or one of each", a.opts.N3Addr)
+			}
 		}
 	}
-	a.n3 = addr
-	return a.dp.SetGTPU(addr)
+	a.n3, a.n3v6 = v4, v6
+	return a.dp.SetGTPU(v4, v6)
 }
 
 // runN4 answers N4 until ctx ends.

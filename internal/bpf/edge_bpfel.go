@@ -329,6 +329,7 @@ type edgeEdgeSess struct {
 	Own   uint32
 	OwnUe uint32
 	Pdr   [8]edgeEdgeSessPdr
+	Peer6 [2][16]uint8
 }
 
 type edgeEdgeSessPdr struct {
@@ -352,7 +353,8 @@ type edgeEdgeSessPdr struct {
 	Meter   uint8
 	OhcTeid uint32
 	OhcAddr uint32
-	Pad     uint32
+	Ohc6    uint8
+	Pad     [3]uint8
 	Ue6     uint64
 }
 
@@ -374,6 +376,7 @@ type edgeEdgeState struct {
 	Gtpu4            uint32
 	Nsess            uint32
 	Pad              uint32
+	Gtpu6            [16]uint8
 }
 
 type edgeEdgeSteerGroup struct {

@@ -46,11 +46,7 @@ const (
 // of IPv4 options.
 func gtpuFrame(t *testing.T, dst string, sport uint16, flags, typ uint8, teid uint32, rest []byte, ipOpts bool) []byte {
 	t.Helper()
-	g := make([]byte, 8, 8+len(rest))
-	g[0], g[1] = flags, typ
-	binary.BigEndian.PutUint16(g[2:], uint16(len(rest)))
-	binary.BigEndian.PutUint32(g[4:], teid)
-	g = append(g, rest...)
+	g := gtpuMessage(flags, typ, teid, rest)
 	eth := &layers.Ethernet{SrcMAC: macWanNeigh, DstMAC: macWan0, EthernetType: layers.EthernetTypeIPv4}
 	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 60, Protocol: layers.IPProtocolUDP,
 		SrcIP: net.ParseIP(gnbAddr).To4(), DstIP: net.ParseIP(dst).To4()}
@@ -60,6 +56,16 @@ func gtpuFrame(t *testing.T, dst string, sport uint16, flags, typ uint8, teid ui
 	udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: 2152}
 	_ = udp.SetNetworkLayerForChecksum(ip)
 	return serialize(t, []gopacket.SerializableLayer{eth, ip, udp, gopacket.Payload(g)})
+}
+
+// gtpuMessage is a GTP-U message: header flags, message type, TEID and
+// what follows the mandatory header (its length the GTP-U length).
+func gtpuMessage(flags, typ uint8, teid uint32, rest []byte) []byte {
+	g := make([]byte, 8, 8+len(rest))
+	g[0], g[1] = flags, typ
+	binary.BigEndian.PutUint16(g[2:], uint16(len(rest)))
+	binary.BigEndian.PutUint32(g[4:], teid)
+	return append(g, rest...)
 }
 
 // seqRest is the optional octets of a header with S set: sequence

@@ -76,11 +76,13 @@ type Options struct {
 	// change, outside the node's lock and in the order of the changes:
 	// what a restart restores.
 	Changed func([]Peer)
-	// UserPlane carries the sessions (nil: none are accepted), N3 is
-	// the GTP-U address F-TEIDs the node chooses are at, Sessions those
-	// a restart kept (carried already).
+	// UserPlane carries the sessions (nil: none are accepted), N3 and
+	// N3v6 are the GTP-U addresses (IPv4, IPv6; either may be unset)
+	// F-TEIDs the node chooses are at, Sessions those a restart kept
+	// (carried already).
 	UserPlane UserPlane
 	N3        netip.Addr
+	N3v6      netip.Addr
 	Sessions  []*Session
 	// EndMarker, when set, sends a GTP-U End Marker to TEID teid at
 	// peer: a modification with the SNDEM flag that moves a downlink

@@ -40,13 +40,16 @@ type PDR struct {
 	// Source is the PDI's source interface (ie.SrcInterface*).
 	Source uint8
 	// TEID is the local F-TEID's (Choose: the UPF picks it, sharing
-	// one among the PDRs of ChooseID when set), TEIDAddr its address.
-	TEID     uint32
-	TEIDAddr netip.Addr
-	Choose   bool
-	ChooseID uint8
-	HasTEID  bool
-	Instance string
+	// one among the PDRs of ChooseID when set, and an address of each
+	// family Want asks for), TEIDAddr and TEIDAddr6 its addresses.
+	TEID      uint32
+	TEIDAddr  netip.Addr
+	TEIDAddr6 netip.Addr `json:",omitempty"`
+	Want      uint8      `json:",omitempty"` // CHOOSE: the F-TEID's V4 (1) and V6 (2) flags
+	Choose    bool
+	ChooseID  uint8
+	HasTEID   bool
+	Instance  string
 	// UEIP is the UE's IPv4 address, UEIP6 its IPv6 /64 prefix (the
 	// rest zero) (invalid: none).
 	UEIP  netip.Addr
@@ -378,13 +381,18 @@ func (p *PDR) pdi(g *ie.IE) *refusal {
 		if f.HasChID() {
 			p.ChooseID = f.ChooseID
 		}
-		if a, ok := netip.AddrFromSlice(f.IPv4Address.To4()); ok && f.IPv4Address != nil {
-			p.TEIDAddr = a
-		} else if a, ok := netip.AddrFromSlice(f.IPv6Address); ok && f.IPv6Address != nil {
-			p.TEIDAddr = a
-		}
-		if !p.Choose && !p.TEIDAddr.IsValid() {
-			return incorrect(ie.FTEID)
+		if p.Choose {
+			p.Want = f.Flags & (fteidV4 | fteidV6)
+		} else {
+			if a, ok := netip.AddrFromSlice(f.IPv4Address.To4()); ok && f.HasIPv4() && f.IPv4Address != nil {
+				p.TEIDAddr = a
+			}
+			if a, ok := netip.AddrFromSlice(f.IPv6Address.To16()); ok && f.HasIPv6() && f.IPv6Address != nil && f.IPv6Address.To4() == nil {
+				p.TEIDAddr6 = a
+			}
+			if !p.TEIDAddr.IsValid() && !p.TEIDAddr6.IsValid() {
+				return incorrect(ie.FTEID)
+			}
 		}
 	}
 	if n := one[ie.NetworkInstance]; n != nil {
@@ -421,6 +429,12 @@ func (p *PDR) pdi(g *ie.IE) *refusal {
 	}
 	return nil
 }
+
+// The F-TEID's flags (TS 29.244 8.2.3): an IPv4, an IPv6 address.
+const (
+	fteidV4 = 0x01
+	fteidV6 = 0x02
+)
 
 // ipOf is v4, else v6, as an address (invalid: neither).
 func ipOf(v4, v6 net.IP) netip.Addr {

@@ -81,11 +81,10 @@ func (s *Session) clone() *Session {
 // checks that the TEIDs the SMF chose are not another session's. It
 // returns the PDRs whose F-TEIDs were chosen.
 func (n *Node) chooseTEIDs(s *Session, pdrs []*PDR, own bool) ([]*PDR, *refusal) {
-	if !n.opt.N3.IsValid() {
-		for _, p := range pdrs {
-			if p.Choose {
-				return nil, &refusal{cause: ie.CauseInvalidFTEIDAllocationOption, offending: ie.FTEID}
-			}
+	for _, p := range pdrs {
+		if p.Choose && !n.n3For(p.Want).IsValid() && !n.n3For6(p.Want).IsValid() {
+			// No N3 address of a family the SMF asked for.
+			return nil, &refusal{cause: ie.CauseInvalidFTEIDAllocationOption, offending: ie.FTEID}
 		}
 	}
 	byChoose := map[uint8]uint32{}
@@ -102,7 +101,7 @@ func (n *Node) chooseTEIDs(s *Session, pdrs []*PDR, own bool) ([]*PDR, *refusal)
 		}
 		taken := func(t uint32) bool {
 			_, used := n.teids[t]
-			return t == 0 || used || teidOf(s, &PDR{TEID: t, HasTEID: true})
+			return t == 0 || used || teidOf(s, p, t)
 		}
 		if t, ok := byChoose[p.ChooseID]; ok && p.ChooseID != 0 {
 			p.TEID = t
@@ -119,16 +118,37 @@ func (n *Node) chooseTEIDs(s *Session, pdrs []*PDR, own bool) ([]*PDR, *refusal)
 			}
 			byChoose[p.ChooseID] = p.TEID
 		}
-		p.TEIDAddr, p.Choose = n.opt.N3, false
+		p.TEIDAddr, p.TEIDAddr6, p.Choose = n.n3For(p.Want), n.n3For6(p.Want), false
 		chosen = append(chosen, p)
 	}
 	return chosen, nil
 }
 
-// teidOf tells whether a PDR of s other than p has p's TEID.
-func teidOf(s *Session, p *PDR) bool {
+// n3For is the IPv4 N3 address a CHOOSE F-TEID whose V4 and V6 flags
+// are want is given: when it asks for IPv4 (or names no family).
+func (n *Node) n3For(want uint8) netip.Addr {
+	if want&fteidV4 != 0 || want == 0 {
+		return n.opt.N3
+	}
+	return netip.Addr{}
+}
+
+// n3For6 is n3For's IPv6 address: when it asks for IPv6, or names no
+// family and N3 has no IPv4 address.
+func (n *Node) n3For6(want uint8) netip.Addr {
+	if want&fteidV6 != 0 || want == 0 && !n.opt.N3.IsValid() {
+		return n.opt.N3v6
+	}
+	return netip.Addr{}
+}
+
+// teidOf tells whether a PDR of s other than p has TEID t. (Not p: a
+// PDR whose TEID is being chosen holds the candidate already, and
+// counting it made every candidate taken, a second CHOOSE of a session
+// looping forever with the node's lock held.)
+func teidOf(s *Session, p *PDR, t uint32) bool {
 	for _, q := range s.PDRs {
-		if q != p && q.HasTEID && q.TEID == p.TEID {
+		if q != p && q.HasTEID && q.TEID == t {
 			return true
 		}
 	}
@@ -139,8 +159,15 @@ func teidOf(s *Session, p *PDR) bool {
 func createdPDRs(chosen []*PDR) []*ie.IE {
 	var out []*ie.IE
 	for _, p := range chosen {
-		v4 := net.IP(p.TEIDAddr.AsSlice())
-		out = append(out, ie.NewCreatedPDR(ie.NewPDRID(p.ID), ie.NewFTEID(0x01, p.TEID, v4, nil, 0)))
+		var flags uint8
+		var v4, v6 net.IP
+		if p.TEIDAddr.IsValid() {
+			flags, v4 = flags|fteidV4, net.IP(p.TEIDAddr.AsSlice())
+		}
+		if p.TEIDAddr6.IsValid() {
+			flags, v6 = flags|fteidV6, net.IP(p.TEIDAddr6.AsSlice())
+		}
+		out = append(out, ie.NewCreatedPDR(ie.NewPDRID(p.ID), ie.NewFTEID(flags, p.TEID, v4, v6, 0)))
 	}
 	return out
 }
@@ -573,6 +600,7 @@ func (s *Session) updatePDR(g *ie.IE) (*PDR, *refusal) {
 			return nil, r
 		}
 		p.Source, p.TEID, p.TEIDAddr, p.Choose, p.ChooseID, p.HasTEID = q.Source, q.TEID, q.TEIDAddr, q.Choose, q.ChooseID, q.HasTEID
+		p.TEIDAddr6, p.Want = q.TEIDAddr6, q.Want
 		p.Instance, p.UEIP, p.UEIP6, p.SDF, p.QFI = q.Instance, q.UEIP, q.UEIP6, q.SDF, q.QFI
 	}
 	if v := one[ie.FARID]; v != nil {

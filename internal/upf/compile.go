@@ -61,9 +61,14 @@ func Compile(s *n4.Session, cnt map[uint16]uint8) (*bpf.Sess, commit.SessionKeys
 	for _, id := range ids {
 		p := s.PDRs[id]
 		c := cnt[id]
-		base, err := entry(s, p)
+		base, peer6, err := entry(s, p)
 		if err != nil {
 			return nil, keys, err
+		}
+		if peer6.IsValid() {
+			if base.Ohc6, err = peerSlot(rec, peer6); err != nil {
+				return nil, keys, &n4.RuleError{PDR: id, Reason: err.Error()}
+			}
 		}
 		base.Cnt = c
 		if m, ok := meter[id]; ok {
@@ -99,6 +104,22 @@ func Compile(s *n4.Session, cnt map[uint16]uint8) (*bpf.Sess, commit.SessionKeys
 		}
 	}
 	return rec, keys, nil
+}
+
+// peerSlot returns the place + 1 of IPv6 peer a among rec's
+// (bpf.Sess.Peer6), taking the next free one for a peer it lacks.
+func peerSlot(rec *bpf.Sess, a netip.Addr) (uint8, error) {
+	b := a.As16()
+	for i := range rec.Peer6 {
+		if rec.Peer6[i] == b {
+			return uint8(i + 1), nil
+		}
+		if rec.Peer6[i] == [16]byte{} {
+			rec.Peer6[i] = b
+			return uint8(i + 1), nil
+		}
+	}
+	return 0, fmt.Errorf("outer header creation toward %s: more than %d IPv6 peers in one session", a, len(rec.Peer6))
 }
 
 func cmpU32(a, b uint32) int {
@@ -183,11 +204,14 @@ func counter(cnt map[uint16]uint8, id uint16) (uint8, error) {
 	return 0, fmt.Errorf("%w: more than %d PDRs in one session", n4.ErrNoResources, bpf.SessPDRs)
 }
 
-// entry is PDR p's record entry before its SDF filter.
-func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, error) {
+// entry is PDR p's record entry before its SDF filter, and the IPv6
+// peer its FAR creates outer headers toward (none: the invalid Addr;
+// the entry's Ohc6 is the caller's to fill in).
+func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, netip.Addr, error) {
 	e := bpf.SessPDR{Prec: p.Precedence, Flags: bpf.SessAny}
-	bad := func(f string, a ...any) (bpf.SessPDR, error) {
-		return e, &n4.RuleError{PDR: p.ID, Reason: fmt.Sprintf(f, a...)}
+	var peer6 netip.Addr
+	bad := func(f string, a ...any) (bpf.SessPDR, netip.Addr, error) {
+		return e, netip.Addr{}, &n4.RuleError{PDR: p.ID, Reason: fmt.Sprintf(f, a...)}
 	}
 	switch p.Source {
 	case ie.SrcInterfaceAccess:
@@ -247,7 +271,13 @@ func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, error) {
 				e.OhcTeid = bpf.BE32(o.TEID)
 				e.OhcAddr = bpf.Addr4(a)
 			case o.OuterHeaderCreationDescription&ohcGTPUv6 != 0:
-				return bad("FAR %d: outer header creation GTP-U/UDP/IPv6 is not carried yet", f.ID)
+				a, ok := netip.AddrFromSlice(o.IPv6Address.To16())
+				if !ok || o.IPv6Address.To4() != nil || a.IsUnspecified() {
+					return bad("FAR %d: outer header creation without an IPv6 address", f.ID)
+				}
+				e.Flags |= bpf.SessOHC
+				e.OhcTeid = bpf.BE32(o.TEID)
+				peer6 = a
 			}
 		}
 		// Forwarded toward the access side with no GTP-U header made,
@@ -281,7 +311,7 @@ func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, error) {
 			e.Qfi = q.QFI
 		}
 	}
-	return e, nil
+	return e, peer6, nil
 }
 
 // sdf narrows e by SDF filter flow description d (TS 29.244 5.2.1A.2A,

@@ -550,3 +550,111 @@ func TestCounterTakenOver(t *testing.T) {
 		t.Errorf("counters after the takeover: %+v, want PDR 3 at zero and PDR 1 at 3 packets, 300 bytes", c)
 	}
 }
+
+// TestN3OverIPv6: a user plane with an IPv6 N3 address beside its
+// IPv4 one gives a CHOOSE F-TEID the addresses of the families the SMF
+// asks for (V6: the IPv6 one alone; V4 and V6: both), and carries
+// outer header creation GTP-U/UDP/IPv6: the PDR's entry names the
+// session's IPv6 peer, shared by the PDRs toward it. A third IPv6 peer
+// in one session is refused naming its PDR (73), the session as it
+// was; an IPv6-only CHOOSE at a user plane with no IPv6 N3 address is
+// refused (76).
+func TestN3OverIPv6(t *testing.T) {
+	const n3v6 = "fd02::1"
+	dp := openDataplane(t)
+	g := startGateway(t, dp, t.TempDir(), nil, func(o *n4.Options) { o.N3v6 = netip.MustParseAddr(n3v6) })
+	s := dialSMF(t, g)
+	s.associate(time.Now())
+	dlFAR := func(id uint32, peer string) *ie.IE {
+		return ie.NewCreateFAR(ie.NewFARID(id), ie.NewApplyAction(n4.ActForw),
+			ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceAccess),
+				ie.NewOuterHeaderCreation(0x0200, 0x9000+id, "", peer, 0, 0, 0)))
+	}
+	dlPDR := func(id uint16, far uint32, port string) *ie.IE {
+		return ie.NewCreatePDR(ie.NewPDRID(id), ie.NewPrecedence(100+uint32(id)),
+			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceCore), ie.NewUEIPAddress(0x06, ueAddr, "", 0, 0),
+				ie.NewSDFFilter("permit out 17 from any to assigned "+port, "", "", "", 0)),
+			ie.NewFARID(far))
+	}
+	r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0,
+		ie.NewNodeID(smfID, "", ""), ie.NewFSEID(0x55, net.ParseIP(smfID), nil),
+		ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
+			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x06, 0, nil, nil, 0),
+				ie.NewUEIPAddress(0x02, ueAddr, "", 0, 0)),
+			ie.NewOuterHeaderRemoval(1, 0), ie.NewFARID(1)),
+		ie.NewCreatePDR(ie.NewPDRID(2), ie.NewPrecedence(100),
+			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x07, 0, nil, nil, 0),
+				ie.NewUEIPAddress(0x02, ueAddr, "", 0, 0)),
+			ie.NewOuterHeaderRemoval(1, 0), ie.NewFARID(1)),
+		dlPDR(3, 2, "5000"), dlPDR(4, 2, "5001"), dlPDR(5, 3, "5002"),
+		ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(n4.ActForw),
+			ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))),
+		dlFAR(2, "fd02::2"), dlFAR(3, "fd02::3"))).(*message.SessionEstablishmentResponse)
+	if c := cause(t, r.Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("establishment: cause %d", c)
+	}
+	up, _ := r.UPFSEID.FSEID()
+	if len(r.CreatedPDR) != 2 {
+		t.Fatalf("%d created PDRs, want 2", len(r.CreatedPDR))
+	}
+	for _, c := range r.CreatedPDR {
+		id, _ := c.PDRID()
+		f, err := c.FTEID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v6ok := f.HasIPv6() && f.IPv6Address.Equal(net.ParseIP(n3v6))
+		v4ok := f.HasIPv4() && f.IPv4Address.Equal(net.ParseIP(n3))
+		if id == 1 && (!v6ok || f.HasIPv4()) || id == 2 && (!v6ok || !v4ok) {
+			t.Errorf("PDR %d's F-TEID: flags %#x, %v / %v", id, f.Flags, f.IPv4Address, f.IPv6Address)
+		}
+	}
+	rec, _, ok := record(t, dp)
+	if !ok {
+		t.Fatal("the UE's address leads to no session")
+	}
+	peers := map[uint8]int{}
+	for _, e := range rec.Pdr[:rec.Npdr] {
+		if e.Flags&bpf.SessUL == 0 {
+			if e.Flags&bpf.SessOHC == 0 || e.Ohc6 == 0 || e.OhcAddr != 0 {
+				t.Errorf("downlink entry %+v: want outer header creation toward an IPv6 peer", e)
+				continue
+			}
+			peers[e.Ohc6]++
+		}
+	}
+	if rec.Peer6[0] != netip.MustParseAddr("fd02::2").As16() || rec.Peer6[1] != netip.MustParseAddr("fd02::3").As16() ||
+		peers[1] != 2 || peers[2] != 1 {
+		t.Errorf("peers %v, PDRs per peer %v; want fd02::2 for two, fd02::3 for one", rec.Peer6, peers)
+	}
+
+	// A third IPv6 peer: refused, naming its PDR; the session as it was.
+	m := s.ask(message.NewSessionModificationRequest(0, 0, up.SEID, s.next(), 0,
+		dlPDR(6, 4, "5003"), dlFAR(4, "fd02::4"))).(*message.SessionModificationResponse)
+	if c := cause(t, m.Cause); c != ie.CauseRuleCreationModificationFailure || m.FailedRuleID == nil {
+		t.Errorf("a third IPv6 peer: cause %d, failed rule %v", c, m.FailedRuleID)
+	} else if id, err := m.FailedRuleID.FailedRuleID(); err != nil || id != 6 {
+		t.Errorf("a third IPv6 peer: failed rule %d (%v), want PDR 6", id, err)
+	}
+	if after, _, _ := record(t, dp); after != rec {
+		t.Errorf("the refused modification changed the record")
+	}
+
+	// No IPv6 N3 address: an IPv6-only CHOOSE is refused.
+	g.stop()
+	g.stop = nil
+	g = startGateway(t, openDataplane(t), t.TempDir(), nil)
+	s = dialSMF(t, g)
+	s.associate(time.Now())
+	r = s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0,
+		ie.NewNodeID(smfID, "", ""), ie.NewFSEID(0x56, net.ParseIP(smfID), nil),
+		ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
+			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x06, 0, nil, nil, 0),
+				ie.NewUEIPAddress(0x02, ueAddr, "", 0, 0)),
+			ie.NewOuterHeaderRemoval(1, 0), ie.NewFARID(1)),
+		ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(n4.ActForw),
+			ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))))).(*message.SessionEstablishmentResponse)
+	if c := cause(t, r.Cause); c != ie.CauseInvalidFTEIDAllocationOption {
+		t.Errorf("an IPv6 CHOOSE with no IPv6 N3 address: cause %d, want %d", c, ie.CauseInvalidFTEIDAllocationOption)
+	}
+}

@@ -72,19 +72,26 @@ func (w *Writer) SetFIBByDst(on bool, still func() bool) (bool, error) {
 	return wrote, err
 }
 
-// SetGTPU makes addr the user plane's GTP-U address on N3 (an IPv4
-// address; the zero Addr: none): XDP answers GTP-U there before any
-// rule (bpf/lib/gtpu.h).
-func (w *Writer) SetGTPU(addr netip.Addr) error {
-	var v uint32
-	if addr.IsValid() {
-		if !addr.Is4() {
-			return fmt.Errorf("GTP-U address %s: IPv4 only", addr)
+// SetGTPU makes addrs the user plane's GTP-U addresses on N3 (at most
+// one IPv4 and one IPv6 address; a family not given, or the zero Addr:
+// none): XDP answers GTP-U there before any rule (bpf/lib/gtpu.h).
+func (w *Writer) SetGTPU(addrs ...netip.Addr) error {
+	var v4 uint32
+	var v6 [16]byte
+	var seen4, seen6 bool
+	for _, a := range addrs {
+		switch {
+		case !a.IsValid():
+		case a.Is4() && !seen4:
+			b := a.As4()
+			v4, seen4 = binary.NativeEndian.Uint32(b[:]), true // network order in memory, as XDP reads it
+		case a.Is6() && !a.Is4In6() && !a.IsUnspecified() && !seen6:
+			v6, seen6 = a.As16(), true
+		default:
+			return fmt.Errorf("GTP-U address %s: want one IPv4 and at most one IPv6 address", a)
 		}
-		b := addr.As4()
-		v = binary.NativeEndian.Uint32(b[:]) // network order in memory, as XDP reads it
 	}
-	return w.updateState("set the GTP-U address", func(st *bpf.State) { st.Gtpu4 = v })
+	return w.updateState("set the GTP-U address", func(st *bpf.State) { st.Gtpu4, st.Gtpu6 = v4, v6 })
 }
 
 // Tick advances the clock the flow table marks its entries' last use
