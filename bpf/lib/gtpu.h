@@ -49,6 +49,10 @@
  * answers it with ICMP (gtpu_too_big), the inner packet's largest size
  * in edge_ctx.gtpu_mtu. */
 #define EDGE_GTPU_TOO_BIG (-2)
+/* What edge_gtpu and edge_gtpu_dl return for a packet to encapsulate
+ * toward an IPv6 peer (edge_gtpu_encap6 does, c->gtpu_mtu naming the
+ * session's slot << 3 | the PDR's place). */
+#define EDGE_GTPU_ENCAP6 (-3)
 
 /* The flags octet: version 1, protocol type GTP; E, S and PN say the
  * sequence number, N-PDU number and next extension header octets
@@ -104,12 +108,13 @@ static __always_inline int gtpu_for_us(const struct edge_ctx *c,
 	const struct edge_pkt *p = &c->p;
 	const __u64 *a = (const __u64 *)p->key.dst, *g6 = (const __u64 *)st->gtpu6;
 
-	if (p->key.proto != IPPROTO_UDP || p->key.dport != bpf_htons(GTPU_PORT) ||
-	    !p->l4_off)
-		return 0;
 	if (p->key.family == 4)
-		return st->gtpu4 && *(const __be32 *)p->key.dst == st->gtpu4;
-	return p->key.family == 6 && (g6[0] | g6[1]) && a[0] == g6[0] && a[1] == g6[1];
+		return st->gtpu4 && p->key.proto == IPPROTO_UDP &&
+		       p->key.dport == bpf_htons(GTPU_PORT) && p->l4_off &&
+		       *(const __be32 *)p->key.dst == st->gtpu4;
+	return p->key.family == 6 && p->key.proto == IPPROTO_UDP &&
+	       p->key.dport == bpf_htons(GTPU_PORT) && p->l4_off &&
+	       (g6[0] | g6[1]) && a[0] == g6[0] && a[1] == g6[1];
 }
 
 /* gtpu_csum6 fills in the UDP checksum of the IPv6 datagram whose IPv6
@@ -416,9 +421,11 @@ static __always_inline void gtpu_gpdu(__be32 *g, __u32 len3,
 static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
 				      const struct edge_state *st,
 				      const struct edge_sess *s,
-				      const struct edge_sess_pdr *r)
+				      const struct edge_sess_pdr *r, const int v6)
 {
-	const __u8 *peer6 = r->ohc6 ? s->peer6[(r->ohc6 - 1) & (EDGE_SESS_PEERS6 - 1)] : NULL;
+	/* v6, a constant in each caller's copy, leaves the IPv4 copy
+	 * without a branch of the IPv6 one. */
+	const __u8 *peer6 = v6 ? s->peer6[(r->ohc6 - 1) & (EDGE_SESS_PEERS6 - 1)] : NULL;
 	const __u32 hlen = (peer6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr)) +
 			   sizeof(struct udphdr) + 16;
 	struct edge_pkt *p = &c->p;
@@ -676,8 +683,14 @@ static __always_inline int sess_act(struct xdp_md *ctx, struct edge_ctx *c,
 	default:
 		return punt(p, EDGE_R_GTPU_FAR_DROP, XDP_DROP);
 	}
+	if ((r->flags & EDGE_SP_OHC) && r->ohc6) {
+		/* Toward an IPv6 peer: the pipeline calls edge_gtpu_encap6,
+		 * so neither this function's code nor its stack grows. */
+		c->gtpu_mtu = slot << 3 | (i & (EDGE_SESS_PDRS - 1));
+		return EDGE_GTPU_ENCAP6;
+	}
 	if (r->flags & EDGE_SP_OHC)
-		return gtpu_encap(ctx, c, st, s, r);
+		return gtpu_encap(ctx, c, st, s, r, 0);
 	c->nf.fib_epoch = 0;
 	return edge_redirect(ctx, p, 0, &c->nf, st->fib_epoch);
 }
@@ -972,11 +985,39 @@ __noinline int edge_gtpu_dl(struct xdp_md *ctx, struct edge_ctx *c)
 	return sess_act(ctx, c, st, s, *slot, sp);
 }
 
+/* edge_gtpu_encap6 encapsulates c->p toward the IPv6 peer of the PDR
+ * c->gtpu_mtu names (EDGE_GTPU_ENCAP6), as gtpu_encap does; a record
+ * flipped meanwhile is read as it now is, the PDR at that place taken
+ * only if it still creates an outer header over IPv6. A global
+ * function, called from the pipeline: the IPv4 path's code and the
+ * stack under the sessions' functions stay as they were. */
+__noinline int edge_gtpu_encap6(struct xdp_md *ctx, struct edge_ctx *c)
+{
+	const struct edge_sess_pdr *r;
+	const struct edge_state *st;
+	const struct edge_sess *s;
+	__u32 zero = 0;
+
+	if (!ctx || !c)
+		return XDP_DROP;
+	st = bpf_map_lookup_elem(&edge_global, &zero);
+	s = sess_get(c->gtpu_mtu >> 3);
+	if (!st || !s)
+		return punt(&c->p, EDGE_R_GTPU_NO_SESSION, XDP_DROP);
+	r = &s->pdr[c->gtpu_mtu & (EDGE_SESS_PDRS - 1)];
+	if (!(r->flags & EDGE_SP_OHC) || !r->ohc6)
+		return punt(&c->p, EDGE_R_GTPU_NO_PDR, XDP_DROP);
+	return gtpu_encap(ctx, c, st, s, r, 1);
+}
+
 /* gtpu_too_big ends a packet edge_gtpu or edge_gtpu_dl returned rc
- * for: rc, or for EDGE_GTPU_TOO_BIG the ICMP answer. */
+ * for: rc; for EDGE_GTPU_ENCAP6, what edge_gtpu_encap6 does; for
+ * EDGE_GTPU_TOO_BIG (from either), the ICMP answer. */
 static __always_inline int gtpu_too_big(struct xdp_md *ctx, struct edge_ctx *c,
 					const struct edge_state *st, int rc)
 {
+	if (rc == EDGE_GTPU_ENCAP6)
+		rc = edge_gtpu_encap6(ctx, c);
 	if (rc != EDGE_GTPU_TOO_BIG)
 		return rc;
 	return answer_too_big(ctx, &c->p, c->gtpu_mtu, st->gtpu4);

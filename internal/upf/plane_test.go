@@ -553,7 +553,8 @@ func TestCounterTakenOver(t *testing.T) {
 
 // TestN3OverIPv6: a user plane with an IPv6 N3 address beside its
 // IPv4 one gives a CHOOSE F-TEID the addresses of the families the SMF
-// asks for (V6: the IPv6 one alone; V4 and V6: both), and carries
+// asks for (V6: the IPv6 one alone; V4 and V6: both; two CHOOSEs
+// without a CHOOSE ID, a TEID each), and carries
 // outer header creation GTP-U/UDP/IPv6: the PDR's entry names the
 // session's IPv6 peer, shared by the PDRs toward it. A third IPv6 peer
 // in one session is refused naming its PDR (73), the session as it
@@ -597,17 +598,22 @@ func TestN3OverIPv6(t *testing.T) {
 	if len(r.CreatedPDR) != 2 {
 		t.Fatalf("%d created PDRs, want 2", len(r.CreatedPDR))
 	}
+	teids := map[uint32]bool{}
 	for _, c := range r.CreatedPDR {
 		id, _ := c.PDRID()
 		f, err := c.FTEID()
 		if err != nil {
 			t.Fatal(err)
 		}
+		teids[f.TEID] = true
 		v6ok := f.HasIPv6() && f.IPv6Address.Equal(net.ParseIP(n3v6))
 		v4ok := f.HasIPv4() && f.IPv4Address.Equal(net.ParseIP(n3))
 		if id == 1 && (!v6ok || f.HasIPv4()) || id == 2 && (!v6ok || !v4ok) {
 			t.Errorf("PDR %d's F-TEID: flags %#x, %v / %v", id, f.Flags, f.IPv4Address, f.IPv6Address)
 		}
+	}
+	if len(teids) != 2 {
+		t.Errorf("two CHOOSEs without a CHOOSE ID got TEIDs %v, want two", teids)
 	}
 	rec, _, ok := record(t, dp)
 	if !ok {
