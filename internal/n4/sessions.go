@@ -284,6 +284,24 @@ func (n *Node) modify(m *message.SessionModificationRequest, from netip.AddrPort
 // endMarkers sends, when modification m asks (SNDEM), an End Marker
 // along each downlink path it moved: the old outer header of each FAR
 // whose GTP-U outer header creation (peer or TEID) s changed from old.
+// outerPeer is the peer outer header creation o sends GTP-U to, by the
+// family its description names (IPv4 first, as the user plane
+// compiles it); invalid for none.
+func outerPeer(o *ie.OuterHeaderCreationFields) netip.Addr {
+	switch {
+	case o == nil:
+	case o.OuterHeaderCreationDescription&0x0100 != 0:
+		if a, ok := netip.AddrFromSlice(o.IPv4Address.To4()); ok && o.IPv4Address != nil {
+			return a
+		}
+	case o.OuterHeaderCreationDescription&0x0200 != 0:
+		if a, ok := netip.AddrFromSlice(o.IPv6Address.To16()); ok && o.IPv6Address != nil {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
 func (n *Node) endMarkers(old, s *Session, m *message.SessionModificationRequest) {
 	f := m.PFCPSMReqFlags
 	if f == nil || len(f.Payload) == 0 || f.Payload[0]&0x02 == 0 || n.opt.EndMarker == nil {
@@ -296,15 +314,14 @@ func (n *Node) endMarkers(old, s *Session, m *message.SessionModificationRequest
 	var left []path
 	for id, was := range old.FARs {
 		o := was.Outer
-		if o == nil || o.OuterHeaderCreationDescription&0x0100 == 0 {
+		peer := outerPeer(o)
+		if !peer.IsValid() {
 			continue
 		}
-		if now := s.FARs[id]; now != nil && now.Outer != nil && now.Outer.TEID == o.TEID && now.Outer.IPv4Address.Equal(o.IPv4Address) {
+		if now := s.FARs[id]; now != nil && now.Outer != nil && now.Outer.TEID == o.TEID && outerPeer(now.Outer) == peer {
 			continue
 		}
-		if peer, ok := netip.AddrFromSlice(o.IPv4Address.To4()); ok {
-			left = append(left, path{peer, o.TEID})
-		}
+		left = append(left, path{peer, o.TEID})
 	}
 	if len(left) == 0 {
 		return

@@ -84,11 +84,11 @@ func (e *EndMarkers) Send(peer netip.Addr, teid uint32) error {
 	// Version 1, GTP, no optional octets; type 254; no payload.
 	b := []byte{0x30, 254, 0, 0, 0, 0, 0, 0}
 	binary.BigEndian.PutUint32(b[4:], teid)
+	peer = peer.Unmap()
 	c := e.conn
-	if !peer.Unmap().Is4() {
+	if !peer.Is4() {
 		c = e.conn6
 	}
-	peer = peer.Unmap()
 	if c == nil {
 		return fmt.Errorf("end marker to %s: no N3 address of its family", peer)
 	}

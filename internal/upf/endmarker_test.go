@@ -27,12 +27,18 @@ func TestEndMarkersOnHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gnbConn.Close()
-	em, err := upf.NewEndMarkers(netip.MustParseAddr("127.0.0.1"))
+	em, err := upf.NewEndMarkers(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer em.Close()
 	em.Port = uint16(gnbConn.LocalAddr().(*net.UDPAddr).Port)
+	// A gNB over IPv6, on the same port.
+	gnb6, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback, Port: int(em.Port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gnb6.Close()
 
 	dp := openDataplane(t)
 	g := startGateway(t, dp, t.TempDir(), nil, func(o *n4.Options) { o.EndMarker = em.Send })
@@ -40,10 +46,13 @@ func TestEndMarkersOnHandover(t *testing.T) {
 	seid, _ := s.establish()
 	moveTo := func(peer string, teid uint32, flags ...*ie.IE) {
 		t.Helper()
+		ohc := ie.NewOuterHeaderCreation(0x0100, teid, peer, "", 0, 0, 0)
+		if netip.MustParseAddr(peer).Is6() {
+			ohc = ie.NewOuterHeaderCreation(0x0200, teid, "", peer, 0, 0, 0)
+		}
 		m := s.ask(message.NewSessionModificationRequest(0, 0, seid, s.next(), 0, append(flags,
 			ie.NewUpdateFAR(ie.NewFARID(2), ie.NewApplyAction(n4.ActForw),
-				ie.NewUpdateForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceAccess),
-					ie.NewOuterHeaderCreation(0x0100, teid, peer, "", 0, 0, 0))))...))
+				ie.NewUpdateForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceAccess), ohc)))...))
 		if c := cause(t, m.(*message.SessionModificationResponse).Cause); c != ie.CauseRequestAccepted {
 			t.Fatalf("modification: cause %d", c)
 		}
@@ -84,7 +93,17 @@ func TestEndMarkersOnHandover(t *testing.T) {
 	if b := read(); b != nil {
 		t.Errorf("a second datagram % x", b)
 	}
-	if em.Sent() != 1 || g.node.Stats()["end_marker_sent"] != 1 {
+	// Over IPv6: a handover away from an IPv6 gNB sends its end marker
+	// there, from the IPv6 N3 address; one between IPv6 gNBs too.
+	moveTo("::1", 0x9400)
+	moveTo("fd02::60", 0x9500, sndem)
+	_ = gnb6.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	b6 := make([]byte, 64)
+	n6, err := gnb6.Read(b6)
+	if err != nil || n6 != 8 || b6[1] != 254 || binary.BigEndian.Uint32(b6[4:]) != 0x9400 {
+		t.Fatalf("end marker over IPv6 % x (%v), want type 254 to TEID 0x9400", b6[:n6], err)
+	}
+	if em.Sent() != 2 || g.node.Stats()["end_marker_sent"] != 2 {
 		t.Errorf("counted %d sent, the node %d", em.Sent(), g.node.Stats()["end_marker_sent"])
 	}
 }
