@@ -33,7 +33,10 @@ func TestBenchRuns(t *testing.T) {
 		"lb_dsr_gre_established_ring", "lb_dsr_gre_established_ring_flood",
 		"flowopt_off_hit", "flowopt_probe_hit", "flowopt_fairness_hit", "flowopt_relief_hit", "flowopt_all_hit",
 		"probe_mac_sip24", "probe_reflect_signed", "probe_reflect_insecure",
-		"flow_hash_sip13_ip4", "flow_hash_sip13_ip6"}
+		"flow_hash_sip13_ip4", "flow_hash_sip13_ip6",
+		"gtpu_decap_ip4_1", "gtpu_encap_ip4_1", "gtpu_encap_bare_ip4_1", "gtpu_encap_ip4_100000", "gtpu_encap_bare_ip4_100000",
+		"gtpu_encap_ip4_100000_ring_32768_shuffled", "gtpu_encap_bare_ip4_100000_ring_32768_shuffled",
+		"gtpu_decap_n3v6_1", "gtpu_encap_n3v6_1"}
 	for _, name := range want {
 		f := r.find(name)
 		if f.Name == "" || f.NsPerPacket <= 0 || f.Method == "" {
@@ -51,6 +54,12 @@ func TestBenchRuns(t *testing.T) {
 		return strings.HasPrefix(g.Name, "flowopt all modules on") && g.Value == all
 	}) {
 		t.Errorf("no FlowOpt goal of all modules on over off (%.1f ns): %+v", all, r.Goals)
+	}
+	// The user plane's goals, the downlink's baseline among them.
+	for _, prefix := range []string{"GTP-U encap / GRE", "GTP-U encap, one session's packets among 100000", "GTP-U downlink, 32768 of 100000"} {
+		if !slices.ContainsFunc(r.Goals, func(g measure.Goal) bool { return strings.HasPrefix(g.Name, prefix) && g.Value > 0 }) {
+			t.Errorf("no goal %q: %+v", prefix, r.Goals)
+		}
 	}
 	checkNewFlows(t, r)
 	checkFlood(t, r)
@@ -112,9 +121,11 @@ func TestBenchRuns(t *testing.T) {
 		}
 	}
 	// 13, FlowOpt's (all modules on over off, timed in the same rounds),
-	// and the rings at scale: 4,096 flows against Katran's, and each
-	// size against its baseline.
-	if len(r.Goals) != 13+1+1+2 {
+	// the rings at scale: 4,096 flows against Katran's, and each size
+	// against its baseline; the user plane's 7 (GTP-U against GRE each
+	// way, 100,000 sessions against one each way, each ring of active
+	// UEs against the downlink's baseline).
+	if len(r.Goals) != 13+1+1+2+7 {
 		t.Errorf("goals: %+v", r.Goals)
 	}
 }

@@ -26,6 +26,7 @@ const (
 	benchobjMapBenchProbeFront      = "bench_probe_front"
 	benchobjMapBenchSeq             = "bench_seq"
 	benchobjMapBenchStageProgs      = "bench_stage_progs"
+	benchobjMapBenchUeBare          = "bench_ue_bare"
 	benchobjMapEdgeBuff             = "edge_buff"
 	benchobjMapEdgeCacheStats       = "edge_cache_stats"
 	benchobjMapEdgeCpuLoads         = "edge_cpu_loads"
@@ -104,6 +105,8 @@ const (
 	benchobjProgBenchStagesGlobal   = "bench_stages_global"
 	benchobjProgBenchStagesInline   = "bench_stages_inline"
 	benchobjProgBenchStagesTail     = "bench_stages_tail"
+	benchobjProgBenchUeBareOnce     = "bench_ue_bare_once"
+	benchobjProgBenchUeRingRun      = "bench_ue_ring_run"
 	benchobjProgBenchWrapFlowInsert = "bench_wrap_flow_insert"
 	benchobjProgBenchWrapGrow       = "bench_wrap_grow"
 	benchobjProgBenchWrapMiss       = "bench_wrap_miss"
@@ -181,6 +184,8 @@ type benchobjProgramSpecs struct {
 	BenchStagesGlobal   *ebpf.ProgramSpec `ebpf:"bench_stages_global"`
 	BenchStagesInline   *ebpf.ProgramSpec `ebpf:"bench_stages_inline"`
 	BenchStagesTail     *ebpf.ProgramSpec `ebpf:"bench_stages_tail"`
+	BenchUeBareOnce     *ebpf.ProgramSpec `ebpf:"bench_ue_bare_once"`
+	BenchUeRingRun      *ebpf.ProgramSpec `ebpf:"bench_ue_ring_run"`
 	BenchWrapFlowInsert *ebpf.ProgramSpec `ebpf:"bench_wrap_flow_insert"`
 	BenchWrapGrow       *ebpf.ProgramSpec `ebpf:"bench_wrap_grow"`
 	BenchWrapMiss       *ebpf.ProgramSpec `ebpf:"bench_wrap_miss"`
@@ -206,6 +211,7 @@ type benchobjMapSpecs struct {
 	BenchProbeFront  *ebpf.MapSpec `ebpf:"bench_probe_front"`
 	BenchSeq         *ebpf.MapSpec `ebpf:"bench_seq"`
 	BenchStageProgs  *ebpf.MapSpec `ebpf:"bench_stage_progs"`
+	BenchUeBare      *ebpf.MapSpec `ebpf:"bench_ue_bare"`
 	EdgeBuff         *ebpf.MapSpec `ebpf:"edge_buff"`
 	EdgeCacheStats   *ebpf.MapSpec `ebpf:"edge_cache_stats"`
 	EdgeCpuLoads     *ebpf.MapSpec `ebpf:"edge_cpu_loads"`
@@ -314,6 +320,7 @@ type benchobjMaps struct {
 	BenchProbeFront  *ebpf.Map `ebpf:"bench_probe_front"`
 	BenchSeq         *ebpf.Map `ebpf:"bench_seq"`
 	BenchStageProgs  *ebpf.Map `ebpf:"bench_stage_progs"`
+	BenchUeBare      *ebpf.Map `ebpf:"bench_ue_bare"`
 	EdgeBuff         *ebpf.Map `ebpf:"edge_buff"`
 	EdgeCacheStats   *ebpf.Map `ebpf:"edge_cache_stats"`
 	EdgeCpuLoads     *ebpf.Map `ebpf:"edge_cpu_loads"`
@@ -390,6 +397,7 @@ func (m *benchobjMaps) Close() error {
 		m.BenchProbeFront,
 		m.BenchSeq,
 		m.BenchStageProgs,
+		m.BenchUeBare,
 		m.EdgeBuff,
 		m.EdgeCacheStats,
 		m.EdgeCpuLoads,
@@ -489,6 +497,8 @@ type benchobjPrograms struct {
 	BenchStagesGlobal   *ebpf.Program `ebpf:"bench_stages_global"`
 	BenchStagesInline   *ebpf.Program `ebpf:"bench_stages_inline"`
 	BenchStagesTail     *ebpf.Program `ebpf:"bench_stages_tail"`
+	BenchUeBareOnce     *ebpf.Program `ebpf:"bench_ue_bare_once"`
+	BenchUeRingRun      *ebpf.Program `ebpf:"bench_ue_ring_run"`
 	BenchWrapFlowInsert *ebpf.Program `ebpf:"bench_wrap_flow_insert"`
 	BenchWrapGrow       *ebpf.Program `ebpf:"bench_wrap_grow"`
 	BenchWrapMiss       *ebpf.Program `ebpf:"bench_wrap_miss"`
@@ -518,6 +528,8 @@ func (p *benchobjPrograms) Close() error {
 		p.BenchStagesGlobal,
 		p.BenchStagesInline,
 		p.BenchStagesTail,
+		p.BenchUeBareOnce,
+		p.BenchUeRingRun,
 		p.BenchWrapFlowInsert,
 		p.BenchWrapGrow,
 		p.BenchWrapMiss,

@@ -149,6 +149,7 @@ func (b *bencher) steps() []step {
 		step{"", b.measureMalformed},
 		step{"GRE encap and decap", b.measureGRE},
 		step{"GTP-U decap and encap: 1, 10,000 and 100,000 sessions", b.measureGTPU},
+		step{"GTP-U decap and encap with N3 over IPv6", b.measureGTPU6},
 		step{"path probes: a MAC, and a peer's request answered with and without one", b.measureProbes},
 		step{"the keyed hash that places a new flow", b.measureFlowHash},
 		step{"FlowOpt: each module on an encapsulated flow", b.measureFlowOpt},
@@ -156,8 +157,9 @@ func (b *bencher) steps() []step {
 		scale)
 }
 
-// goals are the run's goals: the classifier's and the balancer's; with
-// OnlyLB the balancer's; none in a quick run.
+// goals are the run's goals: the classifier's, FlowOpt's, the
+// balancer's and the user plane's; with OnlyLB the balancer's; none in a
+// quick run.
 func (b *bencher) goals(r *Result) []measure.Goal {
 	switch {
 	case b.o.OnlyLB:
@@ -165,7 +167,7 @@ func (b *bencher) goals(r *Result) []measure.Goal {
 	case b.o.Quick:
 		return nil
 	}
-	return append(append(classifyGoals(r), flowOptGoals(r)...), lbGoals(r)...)
+	return append(append(append(classifyGoals(r), flowOptGoals(r)...), lbGoals(r)...), gtpuGoals(r)...)
 }
 
 // open makes the namespace, a dataplane sized for the largest rule set

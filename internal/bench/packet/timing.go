@@ -91,6 +91,7 @@ type wrappers struct {
 	Seq    *ebpf.Map `ebpf:"bench_seq"`
 	Stages *ebpf.Map `ebpf:"bench_stage_progs"`
 	LRU    *ebpf.Map `ebpf:"bench_lru"`
+	UEBare *ebpf.Map `ebpf:"bench_ue_bare"`
 }
 
 // Close closes the programs and the maps.
@@ -99,6 +100,7 @@ func (w *wrappers) Close() error {
 	w.Seq.Close()
 	w.Stages.Close()
 	w.LRU.Close()
+	w.UEBare.Close()
 	return w.benchobjPrograms.Close()
 }
 

@@ -135,10 +135,10 @@ func SumCounter(m *ebpf.Map, key uint32) (uint64, error) {
 	return sum, nil
 }
 
-// GTPUFrame is a G-PDU from gnb to n3 (UDP 2152 both ends, DF, TTL
-// 64), TEID teid, with a PDU Session Container (UL PDU SESSION
-// INFORMATION) carrying qfi, around inner (an Ethernet frame: its IP
-// packet).
+// GTPUFrame is a G-PDU from gnb to n3 (UDP 2152 both ends; IPv4: DF,
+// TTL 64; IPv6: hop limit 64, the UDP checksum), TEID teid, with a PDU
+// Session Container (UL PDU SESSION INFORMATION) carrying qfi, around
+// inner (an Ethernet frame: its IP packet).
 func GTPUFrame(smac, dmac net.HardwareAddr, gnb, n3 netip.Addr, teid uint32, qfi uint8, inner []byte) []byte {
 	g := make([]byte, 16, 16+len(inner)-14)
 	g[0], g[1] = 0x34, 255
@@ -148,10 +148,19 @@ func GTPUFrame(smac, dmac net.HardwareAddr, gnb, n3 netip.Addr, teid uint32, qfi
 	g[12], g[13], g[14] = 1, 0x10, qfi
 	g = append(g, inner[14:]...)
 	eth := &layers.Ethernet{SrcMAC: smac, DstMAC: dmac, EthernetType: layers.EthernetTypeIPv4}
-	ip := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolUDP,
-		SrcIP: gnb.AsSlice(), DstIP: n3.AsSlice()}
+	var ip gopacket.SerializableLayer
+	var nl gopacket.NetworkLayer
+	if gnb.Is6() {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		ip6 := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP, SrcIP: gnb.AsSlice(), DstIP: n3.AsSlice()}
+		ip, nl = ip6, ip6
+	} else {
+		ip4 := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolUDP,
+			SrcIP: gnb.AsSlice(), DstIP: n3.AsSlice()}
+		ip, nl = ip4, ip4
+	}
 	udp := &layers.UDP{SrcPort: 2152, DstPort: 2152}
-	_ = udp.SetNetworkLayerForChecksum(ip)
+	_ = udp.SetNetworkLayerForChecksum(nl)
 	buf := gopacket.NewSerializeBuffer()
 	_ = gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp, gopacket.Payload(g))
 	return buf.Bytes()
@@ -160,12 +169,19 @@ func GTPUFrame(smac, dmac net.HardwareAddr, gnb, n3 netip.Addr, teid uint32, qfi
 // GTPUSession is a session's record as the agent compiles it for UE
 // ue: uplink by the TEID the user plane chose for it (ul, naming its
 // slot) or by one the SMF chose (smf, 0: none), decapsulated toward N6;
-// downlink to its address encapsulated toward gnb's TEID dl with qfi.
+// downlink to its address encapsulated toward gnb's TEID dl with qfi
+// (over IPv6 for an IPv6 gnb).
 func GTPUSession(ul, smf, dl uint32, qfi uint8, ue, gnb netip.Addr) (*bpf.Sess, commit.SessionKeys) {
 	r := &bpf.Sess{Npdr: 2, Own: bpf.BE32(ul)}
 	r.Pdr[0] = bpf.SessPDR{Prec: 100, Flags: bpf.SessUL | bpf.SessRemove | bpf.SessAny, Teid: bpf.BE32(ul), Action: bpf.SessForw, Qfi: qfi}
 	r.Pdr[1] = bpf.SessPDR{Prec: 100, Flags: bpf.SessUEIP | bpf.SessOHC | bpf.SessAny, Ueip: bpf.Addr4(ue), Action: bpf.SessForw,
-		Qfi: qfi, OhcTeid: bpf.BE32(dl), OhcAddr: bpf.Addr4(gnb), Cnt: 1}
+		Qfi: qfi, OhcTeid: bpf.BE32(dl), Cnt: 1}
+	if gnb.Is6() {
+		// Toward an IPv6 gNB: the record's first IPv6 peer.
+		r.Pdr[1].Ohc6, r.Peer6[0] = 1, gnb.As16()
+	} else {
+		r.Pdr[1].OhcAddr = bpf.Addr4(gnb)
+	}
 	keys := commit.SessionKeys{TEIDs: []uint32{ul}, UEs: []netip.Addr{ue}}
 	if smf != 0 {
 		r.Pdr[2] = r.Pdr[0]

@@ -215,12 +215,17 @@ int bench_wrap_miss(struct xdp_md *ctx)
  * 44 bytes of outer headers long: the next 16 bytes are saved too when
  * the frame has them. */
 #define BENCH_SAVE_MORE 16
+/* Over IPv6 the outer headers are 64 bytes: its inner TTL and checksum
+ * lie in the BENCH_SAVE_V6 bytes after those, saved when the frame has
+ * them. */
+#define BENCH_SAVE_V6 24
+#define BENCH_SAVE_ALL (BENCH_SAVE + BENCH_SAVE_MORE + BENCH_SAVE_V6)
 #define BENCH_GRE_OUTER (20 + 8) /* outer IPv4 + GRE with key */
 
 struct frame_save {
-	__u64 w[(BENCH_SAVE + BENCH_SAVE_MORE) / 8];
+	__u64 w[BENCH_SAVE_ALL / 8];
 	__u32 more; /* the frame had the BENCH_SAVE_MORE bytes */
-	__u32 pad;
+	__u32 more6; /* and the BENCH_SAVE_V6 bytes */
 };
 
 /* The saved bytes live in a per-CPU slot, not on the stack: the pipeline
@@ -258,6 +263,12 @@ static __always_inline int save_front(struct xdp_md *ctx, struct frame_save *s)
 		s->w[BENCH_SAVE / 8] = w[BENCH_SAVE / 8];
 		s->w[BENCH_SAVE / 8 + 1] = w[BENCH_SAVE / 8 + 1];
 	}
+	s->more6 = (void *)(w + BENCH_SAVE_ALL / 8) <= data_end;
+	if (s->more6) {
+#pragma unroll
+		for (i = (BENCH_SAVE + BENCH_SAVE_MORE) / 8; i < BENCH_SAVE_ALL / 8; i++)
+			s->w[i] = w[i];
+	}
 	return 0;
 }
 
@@ -279,6 +290,13 @@ static __always_inline int restore_front(struct xdp_md *ctx,
 			return -1;
 		w[BENCH_SAVE / 8] = s->w[BENCH_SAVE / 8];
 		w[BENCH_SAVE / 8 + 1] = s->w[BENCH_SAVE / 8 + 1];
+	}
+	if (s->more6) {
+		if ((void *)(w + BENCH_SAVE_ALL / 8) > data_end)
+			return -1;
+#pragma unroll
+		for (i = (BENCH_SAVE + BENCH_SAVE_MORE) / 8; i < BENCH_SAVE_ALL / 8; i++)
+			w[i] = s->w[i];
 	}
 	return 0;
 }
@@ -336,6 +354,35 @@ struct {
 /* The outer source of the baseline's tunnels, as the bench's paths. */
 #define LRU_LOCAL 0x0a040001 /* 10.4.0.1 */
 
+/* bare_outer writes the baselines' outer Ethernet and IPv4 headers (tot
+ * octets, protocol proto, from local to remote, don't fragment). */
+static __always_inline void bare_outer(struct ethhdr *eth, struct iphdr *o,
+				       const __u8 *dmac, const __u8 *smac,
+				       __u16 tot, __u8 proto, __be32 local,
+				       __be32 remote)
+{
+	__u32 sum = 0;
+
+	__builtin_memcpy(eth->h_dest, dmac, 6);
+	__builtin_memcpy(eth->h_source, smac, 6);
+	eth->h_proto = bpf_htons(ETH_P_IP);
+	o->version = 4;
+	o->ihl = 5;
+	o->tos = 0;
+	o->tot_len = bpf_htons(tot);
+	o->id = 0;
+	o->frag_off = bpf_htons(0x4000);
+	o->ttl = 64;
+	o->protocol = proto;
+	o->saddr = local;
+	o->daddr = remote;
+	o->check = 0;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		sum += ((__u16 *)o)[i];
+	o->check = csum_fold(sum);
+}
+
 static __always_inline int lru_encap(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -344,7 +391,7 @@ static __always_inline int lru_encap(struct xdp_md *ctx)
 	struct iphdr *ip = data + sizeof(*eth), *o;
 	struct lru_ring_key k = {};
 	struct lru_backend *be;
-	__u32 zero = 0, idx, *at, sum, *gre;
+	__u32 zero = 0, idx, *at, *gre;
 	__u64 *miss;
 	__u16 *ports, tot;
 
@@ -382,35 +429,90 @@ static __always_inline int lru_encap(struct xdp_md *ctx)
 	gre = (void *)(o + 1);
 	if ((void *)(gre + 2) > data_end)
 		return XDP_DROP;
-	__builtin_memcpy(eth->h_dest, be->dmac, 6);
-	__builtin_memcpy(eth->h_source, be->smac, 6);
-	eth->h_proto = bpf_htons(ETH_P_IP);
-	o->version = 4;
-	o->ihl = 5;
-	o->tos = 0;
-	o->tot_len = bpf_htons(tot);
-	o->id = 0;
-	o->frag_off = bpf_htons(0x4000);
-	o->ttl = 64;
-	o->protocol = IPPROTO_GRE;
-	o->saddr = bpf_htonl(LRU_LOCAL);
-	o->daddr = be->remote;
-	o->check = 0;
-	sum = 0;
-#pragma unroll
-	for (int i = 0; i < 10; i++)
-		sum += ((__u16 *)o)[i];
-	o->check = csum_fold(sum);
+	bare_outer(eth, o, be->dmac, be->smac, tot, IPPROTO_GRE, bpf_htonl(LRU_LOCAL),
+		   be->remote);
 	gre[0] = bpf_htonl(0x20000000 | ETH_P_IP); /* K bit, IPv4 */
 	gre[1] = be->key;
 	return bpf_redirect(be->ifindex, 0);
 }
 
+/* The minimal downlink baseline of the user plane: what an XDP UPF does
+ * at the least for a packet to one of its UEs, as eBPF UPFs keyed by
+ * the UE's address do. It parses Ethernet and IPv4 without options,
+ * looks the destination up in a plain hash (bench_ue_bare, filled by
+ * the bench with the UEs of the sessions it holds), decrements the
+ * inner TTL and puts the packet into GTP-U/UDP/IPv4 with a PDU Session
+ * Container naming the QFI, toward the gNB and TEID the entry names,
+ * redirected. No rules, counters, gates or meters. */
+struct ue_bare {
+	__be32 local; /* the user plane's N3 address */
+	__be32 peer;
+	__be32 teid;
+	__u32 ifindex;
+	__u8 qfi;
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u8 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __be32);
+	__type(value, struct ue_bare);
+	__uint(max_entries, 131072);
+} bench_ue_bare SEC(".maps");
+
+/* Outer IPv4, UDP and the 16 octets of GTP-U with its container. */
+#define BENCH_GTPU_OUTER (20 + 8 + 16)
+
+static __always_inline int ue_encap(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + sizeof(*eth), *o;
+	struct ue_bare *ue;
+	struct udphdr *uh;
+	__be32 *g;
+	__u16 len3;
+
+	if ((void *)(ip + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) ||
+	    ip->ihl != 5)
+		return XDP_PASS;
+	ue = bpf_map_lookup_elem(&bench_ue_bare, &ip->daddr);
+	if (!ue)
+		return XDP_PASS;
+	ip4_dec_ttl(ip);
+	len3 = bpf_ntohs(ip->tot_len);
+	if (bpf_xdp_adjust_head(ctx, -BENCH_GTPU_OUTER))
+		return XDP_DROP;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	o = data + sizeof(*eth);
+	uh = (void *)(o + 1);
+	g = (void *)(uh + 1);
+	if ((void *)(g + 4) > data_end)
+		return XDP_DROP;
+	bare_outer(eth, o, ue->dmac, ue->smac, len3 + BENCH_GTPU_OUTER, IPPROTO_UDP, ue->local,
+		   ue->peer);
+	uh->source = bpf_htons(GTPU_PORT);
+	uh->dest = bpf_htons(GTPU_PORT);
+	uh->len = bpf_htons(len3 + BENCH_GTPU_OUTER - 20);
+	uh->check = 0;
+	g[0] = bpf_htonl((GTPU_V1 | GTPU_PT | GTPU_E) << 24 | GTPU_GPDU << 16 | ((len3 + 8) & 0xffff));
+	g[1] = ue->teid;
+	g[2] = bpf_htonl(GTPU_EXT_PDU_SESSION);
+	g[3] = bpf_htonl(1 << 24 | (__u32)(ue->qfi & 0x3f) << 8);
+	return bpf_redirect(ue->ifindex, 0);
+}
+
 /* What wrap_resize runs: nothing (the wrapper alone), the pipeline, or
- * the minimal baseline. */
+ * a minimal baseline (flows', the user plane's downlink). */
 #define WRAP_NONE 0
 #define WRAP_PIPELINE 1
 #define WRAP_LRU 2
+#define WRAP_UE 3
 
 /* wrap_resize runs the pipeline or the baseline (run) or, for the
  * wrapper alone, moves data by shift and lets the undo move it back;
@@ -430,6 +532,8 @@ static __always_inline int wrap_resize(struct xdp_md *ctx, int run, int shift)
 		rc = edge_pipeline(ctx);
 	else if (run == WRAP_LRU)
 		rc = lru_encap(ctx);
+	else if (run == WRAP_UE)
+		rc = ue_encap(ctx);
 	else if (shift && bpf_xdp_adjust_head(ctx, shift))
 		return XDP_ABORTED;
 	/* Alone, the restore would write back what was just read and the
@@ -450,10 +554,11 @@ int bench_resize(struct xdp_md *ctx)
 	return wrap_resize(ctx, WRAP_PIPELINE, 0);
 }
 
-/* What next_session stamps (bench_cycle[2], set from Go): 1 a downlink
- * frame's destination's low half (session n's UE, 10.46.0.0/16 + n), 2
- * a G-PDU's TEID (n << 20 | n - 1: the TEID the user plane chose for
- * session n - 1, which holds slot n - 1). */
+/* What next_session stamps (bench_cycle[2], set from Go): 0 nothing (one
+ * session's packets), 1 a downlink frame's destination's low half
+ * (session n's UE, 10.46.0.0/16 + n), 2 a G-PDU's TEID (n << 20 | n - 1:
+ * the TEID the user plane chose for session n - 1, which holds slot
+ * n - 1). */
 #define SESS_KIND 2
 
 /* next_session makes the frame the next session's of a ring of
@@ -474,6 +579,8 @@ __noinline int next_session(struct xdp_md *ctx)
 	if (!seq || !mask || !stride || !kind)
 		return -1;
 	n = (((++(*seq)) * (*stride ? *stride : 1)) & *mask) + 1;
+	if (*kind == 0)
+		return 0;
 	if (*kind == 2) {
 		if (data + 50 > data_end)
 			return -1;
@@ -498,6 +605,26 @@ int bench_resize_sess(struct xdp_md *ctx)
 	if (rc == XDP_ABORTED || next_session(ctx))
 		return XDP_ABORTED;
 	return rc;
+}
+
+/* bench_ue_ring_run is bench_resize_sess with the downlink baseline
+ * (ue_encap) in the pipeline's place. */
+SEC("xdp")
+int bench_ue_ring_run(struct xdp_md *ctx)
+{
+	int rc = wrap_resize(ctx, WRAP_UE, 0);
+
+	if (rc == XDP_ABORTED || next_session(ctx))
+		return XDP_ABORTED;
+	return rc;
+}
+
+/* bench_ue_bare_once is the downlink baseline alone, unwrapped: what it
+ * sends, to set beside the pipeline's. */
+SEC("xdp")
+int bench_ue_bare_once(struct xdp_md *ctx)
+{
+	return ue_encap(ctx);
 }
 
 /* bench_wrap_resize_sess is bench_resize_sess without the pipeline. */
