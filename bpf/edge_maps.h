@@ -654,9 +654,11 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_ue_bits SEC(".maps");
 
-/* The slot + 1 of a session holding a UE whose address has that
- * ue_bit, one UE per entry (the first to take it; the others are found
- * in edge_ue4): the record's own_ue says which. Agent-written. */
+/* The record copy + 1 (edge_sessions' index: slot * 2 + copy) live for
+ * a session holding a UE whose address has that ue_bit, one UE per
+ * entry (the first to take it; the others are found in edge_ue4): the
+ * record's own_ue says which. Agent-written, after each flip of the
+ * session's live copy, so the downlink reads no live word. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);

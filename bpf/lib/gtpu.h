@@ -368,6 +368,18 @@ static __always_inline const struct edge_sess *sess_get(__u32 slot)
 	return s && s->id == slot + 1 ? s : NULL;
 }
 
+/* sess_copy returns record copy i of edge_sessions (slot i >> 1) when a
+ * session holds that slot (NULL: none): a direct entry names the copy
+ * its flip made live, so the downlink reads no live word. The copy it
+ * names may be the one just retired, which stays whole until a grace
+ * period after the entry moved on. */
+static __always_inline const struct edge_sess *sess_copy(__u32 i)
+{
+	const struct edge_sess *s = bpf_map_lookup_elem(&edge_sessions, &i);
+
+	return s && s->id == (i >> 1) + 1 ? s : NULL;
+}
+
 /* pdr_detects tells whether PDR r detects the packet described by sp. */
 static __always_inline int pdr_detects(const struct edge_sess_pdr *r,
 				       const struct edge_sess_pkt *sp)
@@ -946,14 +958,15 @@ __noinline int edge_gtpu_dl(struct xdp_md *ctx, struct edge_ctx *c)
 			return EDGE_GO_ON;
 		s = sess_get(*slot);
 	} else if (p->key.family == 4) {
-		/* The session whose own UE this is, by its bit, else the
-		 * hash. */
+		/* The session whose own UE this is, by its bit (the entry
+		 * names the record's copy + 1), else the hash. */
 		dst = *(const __be32 *)p->key.dst;
 		b = ue_bit(dst);
 		slot = bpf_map_lookup_elem(&edge_ue_dm, &b);
-		s = slot && *slot ? sess_get(*slot - 1) : NULL;
+		b = slot ? *slot : 0;
+		s = b ? sess_copy(b - 1) : NULL;
 		if (s && s->own_ue == dst) {
-			b = *slot - 1;
+			b = (b - 1) >> 1;
 			slot = &b;
 		} else {
 			slot = bpf_map_lookup_elem(&edge_ue4, &dst);

@@ -473,13 +473,14 @@ func (s *Sessions) Put(slot uint32, rec *bpf.Sess, keys SessionKeys) error {
 		s.unclaim(slot)
 	}
 	if claim != nil {
+		// It names the copy just made live (+ 1): the downlink reads
+		// no live word. Until it moves, packets may read the copy the
+		// flip retired, which the next Put's barrier waits for.
 		b := UEBit(claim.ue)
-		if _, had := s.dm[b]; !had {
-			if err := s.o.EdgeUeDm.Put(b, slot+1); err != nil {
-				return fmt.Errorf("UE direct entry: %w", err)
-			}
-			s.dm[b], s.dmOf[slot] = *claim, b
+		if err := s.o.EdgeUeDm.Put(b, slot*2+next+1); err != nil {
+			return fmt.Errorf("UE direct entry: %w", err)
 		}
+		s.dm[b], s.dmOf[slot] = *claim, b
 	}
 	s.drop(old, keys, slot)
 	if !had {
