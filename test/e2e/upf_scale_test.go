@@ -66,22 +66,12 @@ func TestUPFThousandSessions(t *testing.T) {
 	const n = 1000
 	g, n4, _ := startUPF(t)
 	g.warmUp()
-	if out, err := nsRun(g.A, "ip", "route", "add", uePool, "via", lab.GWLan); err != nil {
-		t.Fatalf("route to the UEs: %v %s", err, out)
-	}
+	routeUEs(t, g)
 	dir := t.TempDir()
 	capN4 := startCaptureOn(t, g.A, "eth0", "udp port 8805", filepath.Join(dir, "n4.pcap"))
 	capN3 := startCaptureOn(t, g.B, "eth0", "udp port 2152", filepath.Join(dir, "n3.pcap"))
 
-	c := pfcpsim.NewPFCPClient(lab.AddrA)
-	c.SetPFCPResponseTimeout(3 * time.Second)
-	if err := topo.Do(g.A, func() error { return c.ConnectN4(n4) }); err != nil {
-		t.Fatal(err)
-	}
-	defer c.DisconnectN4()
-	if err := c.SetupAssociation(); err != nil {
-		t.Fatalf("pfcpsim's association: %v", err)
-	}
+	c := associateSMF(t, g, n4)
 	sessions := make([]*pfcpsim.PFCPSession, n)
 	start := time.Now()
 	for i := range n {

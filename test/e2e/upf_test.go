@@ -49,22 +49,31 @@ type gnb struct {
 	ue       *topo.NS
 	tun      *os.File
 	conn     *net.UDPConn
+	n3       *net.UDPAddr  // the UPF's N3 address the uplink goes to
 	ul       atomic.Uint32 // the uplink TEID
 	dlTEID   uint32        // the downlink TEID the gNB expects
 	sent     atomic.Uint64
 	got      atomic.Uint64
 	bad      atomic.Uint64 // downlink with another TEID or QFI, or not GTP-U
+	errInd   atomic.Uint64 // Error Indications from the UPF
 	wg       sync.WaitGroup
 	stopping atomic.Bool
 }
 
 func startGNB(t *testing.T, g *gateway, dlTEID uint32) *gnb {
 	t.Helper()
+	return startGNBOn(t, g, dlTEID, lab.AddrB, lab.GWWan)
+}
+
+// startGNBOn is startGNB with the gNB's address on host B and the UPF's
+// N3 address of one family (IPv4 or IPv6: N3 over IPv6).
+func startGNBOn(t *testing.T, g *gateway, dlTEID uint32, addr, n3 string) *gnb {
+	t.Helper()
 	ue, err := topo.NewNS(g.Prefix + "ue")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &gnb{t: t, ue: ue, dlTEID: dlTEID}
+	b := &gnb{t: t, ue: ue, dlTEID: dlTEID, n3: &net.UDPAddr{IP: net.ParseIP(n3), Port: 2152}}
 	t.Cleanup(func() { b.stop(); _ = ue.Delete(); ue.Close() })
 	if err := ue.Do(func() error {
 		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
@@ -110,7 +119,7 @@ func startGNB(t *testing.T, g *gateway, dlTEID uint32) *gnb {
 	}
 	if err := topo.Do(g.B, func() error {
 		var err error
-		b.conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(lab.AddrB), Port: 2152})
+		b.conn, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(addr), Port: 2152})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -124,7 +133,6 @@ func startGNB(t *testing.T, g *gateway, dlTEID uint32) *gnb {
 // uplink carries the UE's packets to N3.
 func (b *gnb) uplink() {
 	defer b.wg.Done()
-	n3 := &net.UDPAddr{IP: net.ParseIP(lab.GWWan), Port: 2152}
 	buf := make([]byte, 65536)
 	for {
 		n, err := b.tun.Read(buf)
@@ -142,7 +150,7 @@ func (b *gnb) uplink() {
 			return
 		}
 		out := append(sb.Bytes(), buf[:n]...)
-		if _, err := b.conn.WriteToUDP(out, n3); err == nil {
+		if _, err := b.conn.WriteToUDP(out, b.n3); err == nil {
 			b.sent.Add(1)
 		}
 	}
@@ -162,10 +170,16 @@ func (b *gnb) downlink() {
 		}
 		p := gopacket.NewPacket(buf[:n], layers.LayerTypeGTPv1U, gopacket.Default)
 		g, ok := p.Layer(layers.LayerTypeGTPv1U).(*layers.GTPv1U)
+		if ok && g.MessageType == 26 {
+			b.errInd.Add(1)
+			continue
+		}
 		if !ok || g.MessageType != 255 || g.TEID != b.dlTEID || len(g.GTPExtensionHeaders) != 1 ||
 			g.GTPExtensionHeaders[0].Type != 0x85 || len(g.GTPExtensionHeaders[0].Content) < 2 ||
 			g.GTPExtensionHeaders[0].Content[1]&0x3f != ueQFI {
-			b.bad.Add(1)
+			if b.bad.Add(1) == 1 {
+				b.t.Logf("gNB: the first bad downlink datagram: % x", buf[:min(n, 64)])
+			}
 			continue
 		}
 		if _, err := b.tun.Write(g.Payload); err == nil {
@@ -345,6 +359,45 @@ func checkBuffered(t *testing.T, g *gateway, c *pfcpsim.PFCPClient, s *pfcpsim.P
 	}
 }
 
+// iperfUE runs iperf3 TCP from the UE to host A and back (ports port
+// and port + 1, secs seconds each), logs the rates (what: the setup)
+// and fails the test if either moved nothing.
+func iperfUE(t *testing.T, g *gateway, b *gnb, port int, secs, what string) (up, down iperfResult) {
+	t.Helper()
+	up = iperf(t, g.A, b.ue.Name, lab.AddrA, port, "-t", secs)
+	down = iperf(t, g.A, b.ue.Name, lab.AddrA, port+1, "-t", secs, "-R")
+	t.Logf("iperf3 TCP through the session%s: uplink %.0f Mbit/s, downlink %.0f Mbit/s",
+		what, up.End.SumReceived.BitsPerSecond/1e6, down.End.SumReceived.BitsPerSecond/1e6)
+	if up.End.SumReceived.Bytes == 0 || down.End.SumReceived.Bytes == 0 {
+		t.Errorf("iperf3 moved nothing: uplink %v bytes, downlink %v", up.End.SumReceived.Bytes, down.End.SumReceived.Bytes)
+	}
+	return up, down
+}
+
+// associateSMF connects pfcpsim from host A to the agent's N4 address
+// n4 and sets its association up; the test's end disconnects it.
+func associateSMF(t *testing.T, g *gateway, n4 string) *pfcpsim.PFCPClient {
+	t.Helper()
+	c := pfcpsim.NewPFCPClient(lab.AddrA)
+	c.SetPFCPResponseTimeout(3 * time.Second)
+	if err := topo.Do(g.A, func() error { return c.ConnectN4(n4) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.DisconnectN4)
+	if err := c.SetupAssociation(); err != nil {
+		t.Fatalf("pfcpsim's association: %v", err)
+	}
+	return c
+}
+
+// routeUEs routes the UE pool from host A (N6) through the gateway.
+func routeUEs(t *testing.T, g *gateway) {
+	t.Helper()
+	if out, err := nsRun(g.A, "ip", "route", "add", uePool, "via", lab.GWLan); err != nil {
+		t.Fatalf("route to the UEs: %v %s", err, out)
+	}
+}
+
 // startUPF starts an agent serving N4 on the LAN side and N3 on the
 // WAN side; it returns the gateway, the N4 address and the agent's
 // flags, for a restart.
@@ -372,22 +425,12 @@ func TestUPFLab(t *testing.T) {
 	g, n4, args := startUPF(t)
 	g.warmUp()
 	// N6: host A reaches the UEs through the gateway.
-	if out, err := nsRun(g.A, "ip", "route", "add", uePool, "via", lab.GWLan); err != nil {
-		t.Fatalf("route to the UEs: %v %s", err, out)
-	}
+	routeUEs(t, g)
 	const ulTEID, dlTEID = 0x100, 0x9000
 	b := startGNB(t, g, dlTEID)
 	b.ul.Store(ulTEID)
 
-	c := pfcpsim.NewPFCPClient(lab.AddrA)
-	c.SetPFCPResponseTimeout(3 * time.Second)
-	if err := topo.Do(g.A, func() error { return c.ConnectN4(n4) }); err != nil {
-		t.Fatal(err)
-	}
-	defer c.DisconnectN4()
-	if err := c.SetupAssociation(); err != nil {
-		t.Fatalf("pfcpsim's association: %v", err)
-	}
+	c := associateSMF(t, g, n4)
 	s := upfSession(t, c, ulTEID, dlTEID)
 	before := g.stats().Reasons
 
@@ -400,13 +443,7 @@ func TestUPFLab(t *testing.T) {
 	if b.bad.Load() != 0 {
 		t.Errorf("%d downlink datagrams with another TEID or QFI, or not GTP-U", b.bad.Load())
 	}
-	up := iperf(t, g.A, b.ue.Name, lab.AddrA, 5201, "-t", "2")
-	down := iperf(t, g.A, b.ue.Name, lab.AddrA, 5202, "-t", "2", "-R")
-	t.Logf("iperf3 TCP through the session: uplink %.0f Mbit/s, downlink %.0f Mbit/s",
-		up.End.SumReceived.BitsPerSecond/1e6, down.End.SumReceived.BitsPerSecond/1e6)
-	if up.End.SumReceived.Bytes == 0 || down.End.SumReceived.Bytes == 0 {
-		t.Errorf("iperf3 moved nothing: uplink %v bytes, downlink %v", up.End.SumReceived.Bytes, down.End.SumReceived.Bytes)
-	}
+	up, down := iperfUE(t, g, b, 5201, "2", "")
 	// The QER's MBR polices both ways: TCP's goodput stays under it (a
 	// 20 ms bucket adds 2 % over the 2 s), and keeps most of it.
 	for _, x := range []struct {
@@ -454,7 +491,7 @@ func TestUPFLab(t *testing.T) {
 		t.Errorf("%d pings answered after the session was deleted", n)
 	}
 	// Its TEID is unknown now: the gNB is told so (Error Indication).
-	if r := g.stats().Reasons; r["gtpu_error_ind"].Packets == 0 {
-		t.Errorf("the deleted session's uplink was not answered with an Error Indication: %+v", r)
+	if r := g.stats().Reasons; r["gtpu_error_ind"].Packets == 0 || b.errInd.Load() == 0 {
+		t.Errorf("the deleted session's uplink was not answered with an Error Indication (%d at the gNB): %+v", b.errInd.Load(), r)
 	}
 }
