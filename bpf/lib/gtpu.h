@@ -3,7 +3,7 @@
  * address (edge_state.gtpu4, set by the agent when it serves N4) on UDP
  * 2152 is the user plane's, before any rule. An Echo Request is answered
  * here, at the driver hook, with an Echo Response carrying its sequence
- * number and the Recovery IE (XDP_TX): a gNB's path check costs the
+ * number and the Recovery IE (send_back): a gNB's path check costs the
  * gateway no trip to the kernel. A G-PDU belongs to the session its
  * TEID names (edge_teid): its inner packet is detected by the session's
  * PDRs and goes where their FAR says (sess_act), decapsulated toward N6
@@ -242,7 +242,7 @@ static __always_inline void *gtpu_answer(struct xdp_md *ctx,
 	return uh + 1;
 }
 
-/* gtpu_echo answers an Echo Request with its Echo Response (XDP_TX). */
+/* gtpu_echo answers an Echo Request with its Echo Response (send_back). */
 static __always_inline int gtpu_echo(struct xdp_md *ctx,
 				     const struct edge_pkt *p, __u32 l3,
 				     __u32 l4, __be16 seq)
@@ -269,11 +269,11 @@ static __always_inline int gtpu_echo(struct xdp_md *ctx,
 	e->restart = 0;
 	if (p->key.family == 6 && gtpu_csum6(ctx, l3, l4, sizeof(struct udphdr) + sizeof(*e)))
 		return punt(p, EDGE_R_ADJUST, XDP_DROP);
-	return punt(p, EDGE_R_GTPU_ECHO, XDP_TX);
+	return punt(p, EDGE_R_GTPU_ECHO, send_back(p));
 }
 
 /* gtpu_unknown answers a G-PDU to TEID teid, which no session has, with
- * an Error Indication to the sender's port 2152 (XDP_TX), so the gNB
+ * an Error Indication to the sender's port 2152 (send_back), so the gNB
  * tears the tunnel down; over the budget, dropped. */
 static __always_inline int gtpu_unknown(struct xdp_md *ctx,
 					const struct edge_pkt *p, __u32 l3,
@@ -322,7 +322,7 @@ static __always_inline int gtpu_unknown(struct xdp_md *ctx,
 		e->peer_len = bpf_htons(4);
 		*(__be32 *)e->peer = st->gtpu4;
 	}
-	return punt(p, EDGE_R_GTPU_ERROR_IND, XDP_TX);
+	return punt(p, EDGE_R_GTPU_ERROR_IND, send_back(p));
 }
 
 /* The slot bits of a TEID the user plane chose (the power of two at or

@@ -7,7 +7,7 @@
  * redirects it out of the path's interface, so the time it left is the
  * dataplane's, however late the agent ran. The peer's decap stage hands
  * it to edge_probe, which checks its MAC and sends it straight back out
- * of the interface it came in by (XDP_TX) with the outer addresses and
+ * of the interface it came in by (send_back) with the outer addresses and
  * MACs swapped and the answer signed: no userspace on the probe's way.
  * The answer reaches the sender's decap stage in turn, which checks its
  * MAC and times it against the stamp it kept, into edge_path_probe for
@@ -163,7 +163,7 @@ static __always_inline int edge_probe(struct xdp_md *ctx,
 		reflect4(eth, iph);
 		pr->kind = EDGE_PROBE_REPLY;
 		pr->mac = auth ? probe_mac(auth, pr) : 0;
-		return punt(p, EDGE_R_PROBE_REFLECT, XDP_TX);
+		return punt(p, EDGE_R_PROBE_REFLECT, send_back(p));
 	}
 	/* An answer: to a probe this end sent over this path. */
 	if (pr->kind != EDGE_PROBE_REPLY || bpf_ntohs(pr->path) != idx ||

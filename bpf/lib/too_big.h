@@ -99,12 +99,8 @@ static __always_inline int icmp_allowed(const struct edge_pkt *p, int *reason)
 	return b && bucket_take(b, now, cost, EDGE_ICMP_BURST * cost);
 }
 
-/* answer_too_big ends the pipeline with the answer: sent back out of the
- * interface the packet came in on, through the devmap rather than
- * XDP_TX. A veth flushes XDP_TX frames to its peer only when the peer
- * runs an XDP program (veth_xdp_flush), so toward a host whose veth has
- * only GRO's NAPI the reply waited for the next frame redirected there; a
- * redirect is flushed at the end of the poll. No answer (mtu below the
+/* answer_too_big ends the pipeline with the answer, sent back out of the
+ * interface the packet came in on (send_back). No answer (mtu below the
  * IPv4 minimum, a packet that must not be answered, or more errors than
  * the rate allows): dropped, counted. */
 static __always_inline int answer_too_big(struct xdp_md *ctx,
@@ -119,8 +115,7 @@ static __always_inline int answer_too_big(struct xdp_md *ctx,
 		return punt(p, reason, XDP_DROP);
 	if (edge_icmp_too_big(ctx, p, mtu, fallback4))
 		return punt(p, EDGE_R_MTU_DROP, XDP_DROP);
-	return punt(p, EDGE_R_MTU_ICMP,
-		    bpf_redirect_map(&edge_tx, p->key.ifindex, XDP_TX));
+	return punt(p, EDGE_R_MTU_ICMP, send_back(p));
 }
 
 #endif

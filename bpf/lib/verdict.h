@@ -80,4 +80,17 @@ static __always_inline void count_cache(__u32 idx)
 		(*c)++;
 }
 
+/* send_back is the verdict of an answer XDP made in place of the packet
+ * p: back out of the interface it came in by, through the devmap
+ * (edge_tx) rather than XDP_TX. A veth flushes XDP_TX frames to its peer
+ * only when the peer runs an XDP program (veth_xdp_flush), so toward a
+ * host whose veth has only GRO's NAPI (a lab host, a container) an
+ * answer waited for the next frame sent there, a second or more; a
+ * redirect is flushed at the end of the poll. An interface the devmap
+ * lacks: XDP_TX. */
+static __always_inline int send_back(const struct edge_pkt *p)
+{
+	return bpf_redirect_map(&edge_tx, p->key.ifindex, XDP_TX);
+}
+
 #endif

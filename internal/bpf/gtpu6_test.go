@@ -71,7 +71,7 @@ func TestGTPUOverIPv6(t *testing.T) {
 
 	// Echo: answered over IPv6.
 	req := gtpuFrame6(t, n3Addr6, 40000, 0x32, 1, 0, seqRest(0x4321))
-	out = run("echo over IPv6", req, "wan0", bpf.XDPTx, bpf.ReasonGTPUEcho)
+	out = run("echo over IPv6", req, "wan0", bpf.XDPRedirect, bpf.ReasonGTPUEcho)
 	p := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
 	ip, _ := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
 	udp, _ := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
@@ -87,7 +87,7 @@ func TestGTPUOverIPv6(t *testing.T) {
 	// A G-PDU for no session: the Error Indication's peer address IE
 	// is the IPv6 N3 address, 16 octets.
 	out = run("G-PDU for no session over IPv6", gtpuFrame6(t, n3Addr6, 2152, 0x30, 255, 0x777, inner),
-		"wan0", bpf.XDPTx, bpf.ReasonGTPUErrorInd)
+		"wan0", bpf.XDPRedirect, bpf.ReasonGTPUErrorInd)
 	p = gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
 	g, _ = p.Layer(layers.LayerTypeGTPv1U).(*layers.GTPv1U)
 	want := append([]byte{16, 0, 0, 0x07, 0x77, 133, 0, 16}, netip.MustParseAddr(n3Addr6).AsSlice()...)

@@ -154,7 +154,7 @@ func TestGTPUSessions(t *testing.T) {
 	if c[0].Packets != 3 || c[0].Bytes != 3*uint64(len(inner)) {
 		t.Errorf("uplink PDR counted %d packets, %d bytes; want 3, %d", c[0].Packets, c[0].Bytes, 3*len(inner))
 	}
-	out := run("unknown TEID", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID+1, inner, false), "wan0", bpf.XDPTx, bpf.ReasonGTPUErrorInd)
+	out := run("unknown TEID", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID+1, inner, false), "wan0", bpf.XDPRedirect, bpf.ReasonGTPUErrorInd)
 	checkErrorInd(t, "unknown TEID", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID+1, inner, false), out, ulTEID+1)
 	run("another UE's address", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, uePacket(t, "10.45.0.3", n6Remote, 64), false),
 		"wan0", bpf.XDPDrop, bpf.ReasonGTPUNoPDR)
@@ -180,7 +180,7 @@ func TestGTPUSessions(t *testing.T) {
 	checkDecapsulated(t, "TEID naming its slot", out, inner)
 	// Another session's slot bits, not its own TEID: looked up, unknown.
 	run("a TEID with another's slot bits", gtpuFrame(t, n3Addr, 2152, 0x30, 255, own+0x10000, inner, false), "wan0",
-		bpf.XDPTx, bpf.ReasonGTPUErrorInd)
+		bpf.XDPRedirect, bpf.ReasonGTPUErrorInd)
 	if err := ss.Delete(slot2); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestGTPUSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	run("deleted: downlink", dl, "wan1", bpf.XDPPass, bpf.ReasonNoMatch)
-	run("deleted: uplink", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, inner, false), "wan0", bpf.XDPTx, bpf.ReasonGTPUErrorInd)
+	run("deleted: uplink", gtpuFrame(t, n3Addr, 2152, 0x30, 255, ulTEID, inner, false), "wan0", bpf.XDPRedirect, bpf.ReasonGTPUErrorInd)
 }
 
 // checkDecapsulated checks an uplink packet left as inner, toward N6's

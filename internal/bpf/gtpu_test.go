@@ -73,7 +73,7 @@ func gtpuMessage(flags, typ uint8, teid uint32, rest []byte) []byte {
 func seqRest(seq uint16) []byte { return []byte{byte(seq >> 8), byte(seq), 0, 0} }
 
 // TestGTPUEcho: with a GTP-U address set, an Echo Request to it is
-// answered at the driver hook (XDP_TX): addresses swapped, from port
+// answered at the driver hook (sent back out of wan0): addresses swapped, from port
 // 2152 to the gNB's port, the request's sequence number, the Recovery
 // IE; tshark decodes every answer as GTP-U with checksums good. G-PDUs
 // (no session yet) and signalling are dropped, counted; a header not
@@ -94,13 +94,13 @@ func TestGTPUEcho(t *testing.T) {
 		frame   []byte
 		verdict uint32
 		reason  int
-		seq     uint16 // the answer's, for XDP_TX
+		seq     uint16 // the answer's, for an answer
 	}{
-		{"echo with a sequence number", gtpuFrame(t, n3Addr, 40000, 0x32, 1, 0, seqRest(0x1234), false), bpf.XDPTx, bpf.ReasonGTPUEcho, 0x1234},
-		{"echo without", gtpuFrame(t, n3Addr, 2152, 0x30, 1, 0, nil, false), bpf.XDPTx, bpf.ReasonGTPUEcho, 0},
+		{"echo with a sequence number", gtpuFrame(t, n3Addr, 40000, 0x32, 1, 0, seqRest(0x1234), false), bpf.XDPRedirect, bpf.ReasonGTPUEcho, 0x1234},
+		{"echo without", gtpuFrame(t, n3Addr, 2152, 0x30, 1, 0, nil, false), bpf.XDPRedirect, bpf.ReasonGTPUEcho, 0},
 		{"echo with a private extension", gtpuFrame(t, n3Addr, 2152, 0x32, 1, 0,
-			append(seqRest(7), 0xff, 0, 4, 0, 1, 2, 3), false), bpf.XDPTx, bpf.ReasonGTPUEcho, 7},
-		{"G-PDU for no session", gtpuFrame(t, n3Addr, 2152, 0x30, 255, 0x100, inner, false), bpf.XDPTx, bpf.ReasonGTPUErrorInd, 0},
+			append(seqRest(7), 0xff, 0, 4, 0, 1, 2, 3), false), bpf.XDPRedirect, bpf.ReasonGTPUEcho, 7},
+		{"G-PDU for no session", gtpuFrame(t, n3Addr, 2152, 0x30, 255, 0x100, inner, false), bpf.XDPRedirect, bpf.ReasonGTPUErrorInd, 0},
 		{"error indication", gtpuFrame(t, n3Addr, 2152, 0x32, 26, 0, seqRest(1), false), bpf.XDPDrop, bpf.ReasonGTPUSignal, 0},
 		{"end marker", gtpuFrame(t, n3Addr, 2152, 0x30, 254, 0x100, nil, false), bpf.XDPDrop, bpf.ReasonGTPUEndMarker, 0},
 		{"version 2", gtpuFrame(t, n3Addr, 2152, 0x50, 1, 0, nil, false), bpf.XDPDrop, bpf.ReasonBadGTPU, 0},
@@ -123,7 +123,7 @@ func TestGTPUEcho(t *testing.T) {
 		if c.reason == bpf.ReasonNone && after.PDRs[10].Packets-before.PDRs[10].Packets != 1 {
 			t.Errorf("%s: not decided by the rules (PDR 10 did not count it)", c.name)
 		}
-		if v == bpf.XDPTx {
+		if v == bpf.XDPRedirect {
 			if c.reason == bpf.ReasonGTPUErrorInd {
 				checkErrorInd(t, c.name, c.frame, out, 0x100)
 			} else {
@@ -167,13 +167,13 @@ func TestGTPUEcho(t *testing.T) {
 		before := h.snapshot()
 		tx := 0
 		for range 200 {
-			if v, _ := h.run(c.frame, "wan0"); v == bpf.XDPTx {
+			if v, _ := h.run(c.frame, "wan0"); v == bpf.XDPRedirect {
 				tx++
 			}
 		}
 		after := h.snapshot()
 		limited := after.Reasons[bpf.ReasonICMPSrcLimit].Packets - before.Reasons[bpf.ReasonICMPSrcLimit].Packets
-		// Answered (XDP_TX), or handed to the agent (an end marker).
+		// Answered (sent back), or handed to the agent (an end marker).
 		answered := int(after.Reasons[c.answer].Packets - before.Reasons[c.answer].Packets)
 		if c.answer == bpf.ReasonGTPUEndMarker && tx != 0 || c.answer != bpf.ReasonGTPUEndMarker && tx != answered {
 			t.Errorf("%s flood: %d sent back, %d counted %s", c.name, tx, answered, dataplane.ReasonNames[c.answer])
@@ -240,7 +240,7 @@ func checkEchoResponse(t *testing.T, name string, req, out []byte, seq uint16) {
 // FuzzGTPUAnswers feeds arbitrary GTP-U payloads (what follows the UDP
 // header, the UDP length fitting them or not) to the user plane's
 // address, from sources the input picks: the program never aborts,
-// answers (XDP_TX) only a version 1 Echo Request or G-PDU whose length
+// answers (sent back) only a version 1 Echo Request or G-PDU whose length
 // fits its datagram, and what it sends is always the well-formed Echo
 // Response to the one, the Error Indication naming the TEID (no session
 // is held) to the other; everything else is dropped. Answers are
@@ -286,7 +286,7 @@ func FuzzGTPUAnswers(f *testing.F) {
 		if v == bpf.XDPAborted {
 			t.Fatalf("aborted on % x", g)
 		}
-		if v != bpf.XDPTx {
+		if v != bpf.XDPRedirect {
 			if v != bpf.XDPDrop {
 				t.Fatalf("verdict %s for GTP-U % x", verdictName(v), g)
 			}

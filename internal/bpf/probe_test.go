@@ -126,14 +126,14 @@ func TestProbeReflect(t *testing.T) {
 	reply := probeBody(bpf.ProbeReply, 9, 7, "10.3.9.9", 123456789, probeSecret)
 	back := greOuter{srcMAC: macWan0, dstMAC: macWanNeigh, src: "10.2.0.1", dst: "10.3.9.9", ttl: 61, gre: probe}
 	greRun(t, h, greCase{name: "request", in: "wan0", frame: greFromRemote("10.3.9.9", probe).frame(t, body),
-		verdict: bpf.XDPTx, out: back.frame(t, reply), pdr: 90, reason: bpf.ReasonProbeReflect})
+		verdict: bpf.XDPRedirect, out: back.frame(t, reply), pdr: 90, reason: bpf.ReasonProbeReflect})
 
 	// An insecure path's (no key, remote 10.3.9.8): answered unsigned.
 	noKey := layers.GRE{Protocol: bpf.ProbeProto}
 	back2 := greOuter{srcMAC: macWan0, dstMAC: macWanNeigh, src: "10.2.0.1", dst: "10.3.9.8", ttl: 61, gre: noKey}
 	greRun(t, h, greCase{name: "request, insecure path 2", in: "wan0",
 		frame:   greFromRemote("10.3.9.8", noKey).frame(t, probeBody(bpf.ProbeRequest, 9, 7, "10.3.9.8", 5, bpf.ProbeSecret{})),
-		verdict: bpf.XDPTx, out: back2.frame(t, probeBody(bpf.ProbeReply, 9, 7, "10.3.9.8", 5, bpf.ProbeSecret{})), pdr: 90,
+		verdict: bpf.XDPRedirect, out: back2.frame(t, probeBody(bpf.ProbeReply, 9, 7, "10.3.9.8", 5, bpf.ProbeSecret{})), pdr: 90,
 		reason: bpf.ReasonProbeReflect})
 
 	other := bpf.NewProbeSecret([16]byte{1})
