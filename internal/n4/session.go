@@ -115,7 +115,19 @@ type URR struct {
 	// Exhausted: its quota was reached; its PDRs drop what they
 	// detect until a modification gives it another.
 	Exhausted bool `json:",omitempty"`
+	// TimeThreshold (TIMTH) and TimeQuota (TIMQU) are durations of
+	// measurement (0: none): a report when the time since the last one
+	// reaches the threshold; the time since the quota was given
+	// (TimeQuotaFrom) reaching the quota spends it (TimeSpent), and its
+	// PDRs drop what they detect as for a spent volume quota.
+	TimeThreshold time.Duration `json:",omitempty"`
+	TimeQuota     time.Duration `json:",omitempty"`
+	TimeQuotaFrom time.Time     `json:",omitzero"`
+	TimeSpent     bool          `json:",omitempty"`
 }
+
+// Spent tells whether a quota of u is spent: its PDRs drop.
+func (u *URR) Spent() bool { return u.Exhausted || u.TimeSpent }
 
 // BAR is a buffering action rule: how long to wait before telling the
 // SMF downlink data is buffered (Delay: the Downlink Data Notification
@@ -622,6 +634,17 @@ func (u *URR) fill(one map[uint16]*ie.IE) *refusal {
 		}
 		u.VolumeQuota, u.Exhausted = f.TotalVolume, false
 	}
+	if v := one[ie.TimeThreshold]; v != nil {
+		if u.TimeThreshold, err = v.TimeThreshold(); err != nil || u.TimeThreshold < time.Second {
+			return incorrect(ie.TimeThreshold)
+		}
+	}
+	if v := one[ie.TimeQuota]; v != nil {
+		if u.TimeQuota, err = v.TimeQuota(); err != nil || u.TimeQuota < time.Second {
+			return incorrect(ie.TimeQuota)
+		}
+		u.TimeQuotaFrom, u.TimeSpent = time.Now(), false
+	}
 	if v := one[ie.MeasurementPeriod]; v != nil {
 		if u.Period, err = v.MeasurementPeriod(); err != nil || u.Period < time.Second {
 			return incorrect(ie.MeasurementPeriod)
@@ -641,6 +664,10 @@ func (u *URR) fill(one map[uint16]*ie.IE) *refusal {
 		return condMissing(ie.VolumeThreshold)
 	case t&trigVOLQU != 0 && u.VolumeQuota == 0:
 		return condMissing(ie.VolumeQuota)
+	case t&trigTIMTH != 0 && u.TimeThreshold == 0:
+		return condMissing(ie.TimeThreshold)
+	case t&trigTIMQU != 0 && u.TimeQuota == 0:
+		return condMissing(ie.TimeQuota)
 	}
 	return nil
 }

@@ -26,7 +26,17 @@ import (
 //   - START: the first packet after none (the URR's PDRs counted
 //     nothing since the last look, or since it was made);
 //   - STOPT: no packet for the Inactivity Detection Time (default
-//     DefaultInactivity).
+//     DefaultInactivity);
+//   - TIMTH: the time since the last report reached the Time
+//     Threshold;
+//   - TIMQU: the time since the quota was given reached the Time
+//     Quota: the URR's PDRs stop forwarding, as for VOLQU, until a
+//     modification gives it a new one.
+//
+// Time is measured as the reports' Duration Measurement is, wall-clock
+// time since the measurement began (traffic or not), and a time quota
+// from when it was given, kept in the session: an agent restart does
+// not give it back.
 //
 // Each report carries the volume and duration since the URR's last
 // report (measured from there on), its own sequence number (URSEQN) and
@@ -50,15 +60,17 @@ const (
 const (
 	trigPERIO = 0x0001
 	trigVOLTH = 0x0002
+	trigTIMTH = 0x0004
 	trigSTART = 0x0010
 	trigSTOPT = 0x0020
 	trigIMMER = 0x0080 // usage report trigger only
 	trigVOLQU = 0x0100
+	trigTIMQU = 0x0200
 	trigTERMR = 0x0800 // usage report trigger only
 )
 
 // polled are the reporting triggers the node watches between requests.
-const polled = trigPERIO | trigVOLTH | trigSTART | trigSTOPT | trigVOLQU
+const polled = trigPERIO | trigVOLTH | trigTIMTH | trigSTART | trigSTOPT | trigVOLQU | trigTIMQU
 
 // triggers is a URR's reporting triggers as two octets.
 func (u *URR) triggers() uint16 {
@@ -73,7 +85,9 @@ func (u *URR) triggers() uint16 {
 }
 
 // watched tells whether u is read between requests.
-func (u *URR) watched() bool { return u.triggers()&polled != 0 || u.VolumeQuota != 0 }
+func (u *URR) watched() bool {
+	return u.triggers()&polled != 0 || u.VolumeQuota != 0 || u.TimeQuota != 0
+}
 
 // volume is a measurement: bytes and packets each way.
 type volume struct{ ulB, dlB, ulP, dlP uint64 }
@@ -263,7 +277,7 @@ func (n *Node) meterSession(seid uint64, u map[uint16]Usage, now time.Time) {
 		}
 	}
 	var reports []*ie.IE
-	var spent []uint32
+	var spent, timeSpent []uint32
 	for _, id := range slices.Sorted(maps.Keys(s.URRs)) {
 		r, m := s.URRs[id], n.meter[seid][id]
 		if m == nil {
@@ -299,6 +313,13 @@ func (n *Node) meterSession(seid uint64, u map[uint16]Usage, now time.Time) {
 			why |= trigVOLQU
 			spent = append(spent, id)
 		}
+		if trig&trigTIMTH != 0 && r.TimeThreshold > 0 && now.Sub(m.since) >= r.TimeThreshold {
+			why |= trigTIMTH
+		}
+		if q := r.TimeQuota; q != 0 && !r.TimeSpent && now.Sub(r.TimeQuotaFrom) >= q {
+			why |= trigTIMQU
+			timeSpent = append(timeSpent, id)
+		}
 		if !m.period.IsZero() && !now.Before(m.period) {
 			why |= trigPERIO
 			for !now.Before(m.period) {
@@ -309,11 +330,16 @@ func (n *Node) meterSession(seid uint64, u map[uint16]Usage, now time.Time) {
 			reports = append(reports, ie.NewUsageReportWithinSessionReportRequest(n.usageReport(s, id, u, why, now)...))
 		}
 	}
-	if len(spent) > 0 {
+	if len(spent)+len(timeSpent) > 0 {
 		c := s.clone()
 		for _, id := range spent {
 			r := *c.URRs[id]
 			r.Exhausted = true
+			c.URRs[id] = &r
+		}
+		for _, id := range timeSpent {
+			r := *c.URRs[id]
+			r.TimeSpent = true
 			c.URRs[id] = &r
 		}
 		if rf := n.carry(c); rf != nil {

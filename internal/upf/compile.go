@@ -292,7 +292,7 @@ func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, netip.Addr, error) {
 		}
 	}
 	for _, id := range p.URRs {
-		if s.URRs[id].Exhausted {
+		if s.URRs[id].Spent() {
 			// Its quota is spent: what it detects is dropped until
 			// the SMF gives another.
 			e.Action = bpf.SessDrop

@@ -62,29 +62,126 @@ func usageOf(t *testing.T, g *ie.IE) usage {
 const (
 	trPERIO = 0x0001
 	trVOLTH = 0x0002
+	trTIMTH = 0x0004
 	trSTART = 0x0010
 	trSTOPT = 0x0020
 	trIMMER = 0x0080
 	trVOLQU = 0x0100
+	trTIMQU = 0x0200
 	trTERMR = 0x0800
 )
 
+// usageRules is an establishment's IEs for a UE with an uplink PDR
+// under URRs 1 and 2 and a downlink PDR under URRs 1 and 3, with urrs.
+func usageRules(urrs ...*ie.IE) []*ie.IE {
+	return append([]*ie.IE{ie.NewNodeID(smfID, "", ""), ie.NewFSEID(0x99, net.ParseIP(smfID), nil),
+		ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
+			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x05, 0, nil, nil, 0),
+				ie.NewUEIPAddress(0x02, ueAddr, "", 0, 0)),
+			ie.NewOuterHeaderRemoval(0, 0), ie.NewFARID(1), ie.NewURRID(1), ie.NewURRID(2)),
+		ie.NewCreatePDR(ie.NewPDRID(2), ie.NewPrecedence(100),
+			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceCore), ie.NewUEIPAddress(0x06, ueAddr, "", 0, 0)),
+			ie.NewFARID(2), ie.NewURRID(1), ie.NewURRID(3)),
+		ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(n4.ActForw),
+			ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))),
+		ie.NewCreateFAR(ie.NewFARID(2), ie.NewApplyAction(n4.ActForw),
+			ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceAccess),
+				ie.NewOuterHeaderCreation(0x0100, 0x9000, gnb, "", 0, 0, 0)))}, urrs...)
+}
+
+// uplinkAction is the action of the session record's uplink entry.
+func uplinkAction(t *testing.T, dp *loader.Dataplane) uint8 {
+	t.Helper()
+	rec, _, ok := record(t, dp)
+	if !ok {
+		t.Fatal("no record")
+	}
+	for _, e := range rec.Pdr[:rec.Npdr] {
+		if e.Flags&bpf.SessUL != 0 {
+			return e.Action
+		}
+	}
+	t.Fatal("no uplink entry")
+	return 0
+}
+
+// waitDrop waits up to 2 s for the uplink entry to drop (when: what
+// should have made it).
+func waitDrop(t *testing.T, dp *loader.Dataplane, when string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for uplinkAction(t, dp) != bpf.SessDrop && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if a := uplinkAction(t, dp); a != bpf.SessDrop {
+		t.Fatalf("uplink action %d %s, want drop", a, when)
+	}
+}
+
+// restartGateway stops g and starts the agent's N4 again on dir (its
+// peers kept), and associates the SMF anew from a new socket: the same
+// association (recovery), the sessions kept.
+func restartGateway(t *testing.T, dp *loader.Dataplane, dir string, g *gateway, s *smf, recovery time.Time,
+	opts ...func(*n4.Options)) (*gateway, *smf) {
+	t.Helper()
+	peers := g.node.Peers()
+	g.stop()
+	g.stop = nil
+	g = startGateway(t, dp, dir, peers, opts...)
+	s2 := dialSMF(t, g)
+	s2.seq = s.seq
+	s2.associate(recovery)
+	return g, s2
+}
+
+// refusedURR asks for an establishment of ies and checks it is refused
+// with cause want naming IE off (name: the case).
+func refusedURR(t *testing.T, s *smf, name string, ies []*ie.IE, want uint8, off uint16) {
+	t.Helper()
+	r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0, ies...)).(*message.SessionEstablishmentResponse)
+	if got := cause(t, r.Cause); got != want {
+		t.Errorf("%s: cause %d, want %d", name, got, want)
+	} else if o, err := r.OffendingIE.OffendingIE(); err != nil || o != off {
+		t.Errorf("%s: offending IE %d (%v), want %d", name, o, err, off)
+	}
+}
+
+// fastUsage has the node read usage every 20 ms.
+func fastUsage(o *n4.Options) { o.UsageEvery = 20 * time.Millisecond }
+
+// meteredGateway opens a dataplane and starts N4 on a state directory,
+// reading usage every 20 ms, with an SMF associated at recovery.
+func meteredGateway(t *testing.T) (*loader.Dataplane, string, *gateway, *smf, time.Time) {
+	t.Helper()
+	dp := openDataplane(t)
+	dir := t.TempDir()
+	g := startGateway(t, dp, dir, nil, fastUsage)
+	s := dialSMF(t, g)
+	recovery := time.Now()
+	s.associate(recovery)
+	return dp, dir, g, s, recovery
+}
+
 // waitUsage reads the node's Session Report Requests until one carries
 // a usage report of urr with trigger bit trig (within d), and returns
-// it; reports before it are kept in s.reports.
+// it; reports before it, and others the same request carries, are kept
+// in s.reports.
 func (s *smf) waitUsage(urr uint32, trig uint16, d time.Duration) usage {
 	s.t.Helper()
-	check := func(r *message.SessionReportRequest) (usage, bool) {
-		for _, g := range r.UsageReport {
+	take := func(r *message.SessionReportRequest) (usage, bool) {
+		for i, g := range r.UsageReport {
 			if u := usageOf(s.t, g); u.urr == urr && u.trig&trig != 0 {
+				r.UsageReport = append(r.UsageReport[:i:i], r.UsageReport[i+1:]...)
 				return u, true
 			}
 		}
 		return usage{}, false
 	}
 	for i, r := range s.reports {
-		if u, ok := check(r); ok {
-			s.reports = append(s.reports[:i:i], s.reports[i+1:]...)
+		if u, ok := take(r); ok {
+			if len(r.UsageReport) == 0 {
+				s.reports = append(s.reports[:i:i], s.reports[i+1:]...)
+			}
 			return u
 		}
 	}
@@ -101,10 +198,13 @@ func (s *smf) waitUsage(urr uint32, trig uint16, d time.Duration) usage {
 		if rt, err := r.ReportType.ReportType(); err != nil || rt&0x02 == 0 {
 			s.t.Errorf("report type %#x (%v), want USAR", rt, err)
 		}
-		if u, ok := check(r); ok {
+		u, ok := take(r)
+		if len(r.UsageReport) > 0 {
+			s.reports = append(s.reports, r)
+		}
+		if ok {
 			return u
 		}
-		s.reports = append(s.reports, r)
 	}
 	for _, r := range s.reports {
 		for _, g := range r.UsageReport {
@@ -143,28 +243,8 @@ func setCounts(t *testing.T, dp *loader.Dataplane, slot uint32, cnt uint8, packe
 // Remove URR with the final one, each report numbered per URR. A URR
 // whose trigger lacks what it needs is refused, naming the IE.
 func TestUsageReports(t *testing.T) {
-	dp := openDataplane(t)
-	dir := t.TempDir()
-	fast := func(o *n4.Options) { o.UsageEvery = 20 * time.Millisecond }
-	g := startGateway(t, dp, dir, nil, fast)
-	s := dialSMF(t, g)
-	recovery := time.Now()
-	s.associate(recovery)
-	rules := func(urrs ...*ie.IE) []*ie.IE {
-		return append([]*ie.IE{ie.NewNodeID(smfID, "", ""), ie.NewFSEID(0x99, net.ParseIP(smfID), nil),
-			ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
-				ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x05, 0, nil, nil, 0),
-					ie.NewUEIPAddress(0x02, ueAddr, "", 0, 0)),
-				ie.NewOuterHeaderRemoval(0, 0), ie.NewFARID(1), ie.NewURRID(1), ie.NewURRID(2)),
-			ie.NewCreatePDR(ie.NewPDRID(2), ie.NewPrecedence(100),
-				ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceCore), ie.NewUEIPAddress(0x06, ueAddr, "", 0, 0)),
-				ie.NewFARID(2), ie.NewURRID(1), ie.NewURRID(3)),
-			ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(n4.ActForw),
-				ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))),
-			ie.NewCreateFAR(ie.NewFARID(2), ie.NewApplyAction(n4.ActForw),
-				ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceAccess),
-					ie.NewOuterHeaderCreation(0x0100, 0x9000, gnb, "", 0, 0, 0)))}, urrs...)
-	}
+	dp, dir, g, s, recovery := meteredGateway(t)
+	rules := usageRules
 	urr1 := ie.NewCreateURR(ie.NewURRID(1), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x32, 0x00),
 		ie.NewVolumeThreshold(0x01, 1000, 0, 0), ie.NewInactivityDetectionTime(1))
 	urr2 := ie.NewCreateURR(ie.NewURRID(2), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x00, 0x01),
@@ -182,12 +262,7 @@ func TestUsageReports(t *testing.T) {
 		{"threshold, none given", ie.NewCreateURR(ie.NewURRID(3), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x02, 0x00)), ie.VolumeThreshold},
 		{"quota, none given", ie.NewCreateURR(ie.NewURRID(3), ie.NewMeasurementMethod(0, 1, 0), ie.NewReportingTriggers(0x00, 0x01)), ie.VolumeQuota},
 	} {
-		r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0, rules(urr1, urr2, c.urr)...)).(*message.SessionEstablishmentResponse)
-		if got := cause(t, r.Cause); got != ie.CauseConditionalIEMissing {
-			t.Errorf("%s: cause %d, want %d", c.name, got, ie.CauseConditionalIEMissing)
-		} else if off, err := r.OffendingIE.OffendingIE(); err != nil || off != c.off {
-			t.Errorf("%s: offending IE %d (%v), want %d", c.name, off, err, c.off)
-		}
+		refusedURR(t, s, c.name, rules(urr1, urr2, c.urr), ie.CauseConditionalIEMissing, c.off)
 	}
 	if n := len(g.plane.Sessions()); n != 0 {
 		t.Fatalf("refused establishments left %d sessions", n)
@@ -211,16 +286,7 @@ func TestUsageReports(t *testing.T) {
 			dlCnt = e.Cnt
 		}
 	}
-	ulAction := func() uint8 {
-		rec, _, _ := record(t, dp)
-		for _, e := range rec.Pdr[:rec.Npdr] {
-			if e.Flags&bpf.SessUL != 0 {
-				return e.Action
-			}
-		}
-		t.Fatal("no uplink entry")
-		return 0
-	}
+	ulAction := func() uint8 { return uplinkAction(t, dp) }
 
 	// Traffic starts: 600 bytes up.
 	setCounts(t, dp, slot, ulCnt, 6, 600)
@@ -241,13 +307,7 @@ func TestUsageReports(t *testing.T) {
 	if u := s.waitUsage(2, trVOLQU, 2*time.Second); u.ul != 5200 || u.seq != 0 {
 		t.Errorf("quota: %+v", u)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for ulAction() != bpf.SessDrop && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if a := ulAction(); a != bpf.SessDrop {
-		t.Fatalf("uplink action %d after the quota is spent, want drop", a)
-	}
+	waitDrop(t, dp, "after the quota is spent")
 	// Downlink traffic and the periodic report of URR 3.
 	setCounts(t, dp, slot, dlCnt, 3, 900)
 	if u := s.waitUsage(3, trPERIO, 3*time.Second); u.dl != 900 || u.ul != 0 {
@@ -259,16 +319,7 @@ func TestUsageReports(t *testing.T) {
 	}
 
 	// An agent restart keeps the spent quota spent.
-	peers := g.node.Peers()
-	g.stop()
-	g.stop = nil
-	g = startGateway(t, dp, dir, peers, fast)
-	s2 := dialSMF(t, g)
-	s2.seq = s.seq
-	s = s2
-	// The SMF's next request comes from its new socket (the node's
-	// port changed): the same association, the sessions kept.
-	s.associate(recovery)
+	g, s = restartGateway(t, dp, dir, g, s, recovery, fastUsage)
 	if a := ulAction(); a != bpf.SessDrop {
 		t.Fatalf("uplink action %d after a restart, want drop", a)
 	}
@@ -451,4 +502,77 @@ func TestSessionStatusPages(t *testing.T) {
 	if err != nil || next != 0 || len(list) != 2 || !slices.Contains(want, list[0].UPSEID) || !slices.Contains(want, list[1].UPSEID) {
 		t.Errorf("two SEIDs asked for (and one unknown): %d listed, next %#x, %v", len(list), next, err)
 	}
+}
+
+// TestTimeUsageReports: a URR with a Time Threshold reports when the
+// time since its last report reaches it (TIMTH), carrying the duration;
+// one with a Time Quota reports when the time since the quota was given
+// reaches it (TIMQU) and its PDR drops what it detects, across an agent
+// restart too, until a modification gives a new quota. Either trigger
+// without its IE is refused naming it; a time under a second is refused
+// as incorrect.
+func TestTimeUsageReports(t *testing.T) {
+	dp, dir, g, s, recovery := meteredGateway(t)
+	durat := ie.NewMeasurementMethod(0, 0, 1)
+	urr1 := ie.NewCreateURR(ie.NewURRID(1), durat, ie.NewReportingTriggers(0x04, 0x00), ie.NewTimeThreshold(time.Second))
+	urr2 := ie.NewCreateURR(ie.NewURRID(2), durat, ie.NewReportingTriggers(0x00, 0x02), ie.NewTimeQuota(2*time.Second))
+	urr3 := ie.NewCreateURR(ie.NewURRID(3), durat, ie.NewReportingTriggers(0x00, 0x00))
+	for _, c := range []struct {
+		name  string
+		urr   *ie.IE
+		cause uint8
+		off   uint16
+	}{
+		{"time threshold, none given", ie.NewCreateURR(ie.NewURRID(3), durat, ie.NewReportingTriggers(0x04, 0x00)),
+			ie.CauseConditionalIEMissing, ie.TimeThreshold},
+		{"time quota, none given", ie.NewCreateURR(ie.NewURRID(3), durat, ie.NewReportingTriggers(0x00, 0x02)),
+			ie.CauseConditionalIEMissing, ie.TimeQuota},
+		{"time quota of 0 s", ie.NewCreateURR(ie.NewURRID(3), durat, ie.NewReportingTriggers(0x00, 0x02), ie.NewTimeQuota(0)),
+			ie.CauseMandatoryIEIncorrect, ie.TimeQuota},
+	} {
+		refusedURR(t, s, c.name, usageRules(urr1, urr2, c.urr), c.cause, c.off)
+	}
+	if n := len(g.plane.Sessions()); n != 0 {
+		t.Fatalf("refused establishments left %d sessions", n)
+	}
+	start := time.Now()
+	r := s.ask(message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0, usageRules(urr1, urr2, urr3)...)).(*message.SessionEstablishmentResponse)
+	if c := cause(t, r.Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("establishment: cause %d", c)
+	}
+	up, _ := r.UPFSEID.FSEID()
+	ulAction := func() uint8 { return uplinkAction(t, dp) }
+	if a := ulAction(); a != bpf.SessForw {
+		t.Fatalf("uplink action %d with time left, want forward", a)
+	}
+	// A report a second in, then another a second after it.
+	u := s.waitUsage(1, trTIMTH, 3*time.Second)
+	if d := u.end.Sub(u.start); !u.hasDur || d < time.Second || d > 2*time.Second || u.seq != 0 {
+		t.Errorf("time threshold: %+v (%v)", u, d)
+	}
+	if u := s.waitUsage(1, trTIMTH, 3*time.Second); u.seq != 1 {
+		t.Errorf("second time threshold report: %+v", u)
+	}
+	// Two seconds after the quota was given: spent, the uplink drops.
+	if u := s.waitUsage(2, trTIMQU, 3*time.Second); time.Since(start) < 2*time.Second {
+		t.Errorf("time quota reported %v after it was given, want 2 s or more: %+v", time.Since(start), u)
+	}
+	waitDrop(t, dp, "after the time quota is spent")
+
+	// An agent restart keeps it spent.
+	g, s = restartGateway(t, dp, dir, g, s, recovery, fastUsage)
+	if a := ulAction(); a != bpf.SessDrop {
+		t.Fatalf("uplink action %d after a restart, want drop", a)
+	}
+	// A new quota: forwarding again, spent again when it runs out.
+	m := s.ask(message.NewSessionModificationRequest(0, 0, up.SEID, s.next(), 0,
+		ie.NewUpdateURR(ie.NewURRID(2), ie.NewTimeQuota(time.Second)))).(*message.SessionModificationResponse)
+	if c := cause(t, m.Cause); c != ie.CauseRequestAccepted {
+		t.Fatalf("modification: cause %d", c)
+	}
+	if a := ulAction(); a != bpf.SessForw {
+		t.Errorf("uplink action %d after a new time quota, want forward", a)
+	}
+	s.waitUsage(2, trTIMQU, 3*time.Second)
+	waitDrop(t, dp, "after the second time quota")
 }
