@@ -911,9 +911,12 @@ __noinline int edge_gtpu(struct xdp_md *ctx, struct edge_ctx *c)
 		return punt(p, EDGE_R_BAD_GTPU, malformed);
 	ulen = bpf_ntohs(uh->len);
 	glen = bpf_ntohs(g->len);
+	/* Over IPv6 a zero UDP checksum is none, which IPv6 does not allow
+	 * (RFC 8200 8.1; a receiving host's stack drops it): malformed. */
 	if ((g->flags & 0xf0) != (GTPU_V1 | GTPU_PT) ||
 	    sizeof(*uh) + sizeof(*g) + glen > ulen ||
-	    data + l4 + ulen > data_end)
+	    data + l4 + ulen > data_end ||
+	    (p->key.family == 6 && !uh->check))
 		return punt(p, EDGE_R_BAD_GTPU, malformed);
 	if (g->flags & GTPU_OPT) {
 		/* The sequence number, N-PDU number and next extension

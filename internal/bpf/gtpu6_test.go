@@ -42,7 +42,8 @@ func gtpuFrame6(t *testing.T, dst string, sport uint16, flags, typ uint8, teid u
 // both with the UDP checksum IPv6 requires; downlink toward a FAR's
 // IPv6 peer leaves in GTP-U/UDP/IPv6 with its TEID and QFI, the
 // checksum good at every length (tshark checks each). A datagram whose
-// UDP header is behind an extension header is malformed; one to
+// UDP header is behind an extension header, or without a UDP checksum,
+// is malformed; one to
 // another IPv6 address, or sent when N3 has no IPv6 address, is the
 // rules'.
 func TestGTPUOverIPv6(t *testing.T) {
@@ -143,6 +144,14 @@ func TestGTPUOverIPv6(t *testing.T) {
 	hbh[14+6] = 0 // hop-by-hop
 	binary.BigEndian.PutUint16(hbh[14+4:], binary.BigEndian.Uint16(hbh[14+4:])+8)
 	run("echo behind a hop-by-hop header", hbh, "wan0", bpf.XDPDrop, bpf.ReasonBadGTPU)
+	// A zero UDP checksum is none, which IPv6 does not allow: a G-PDU
+	// of the session without one is malformed, not decapsulated.
+	none := gtpuFrame6(t, n3Addr6, 2152, 0x34, 255, ulTEID, append(pduSession(9), inner...))
+	if binary.BigEndian.Uint16(none[14+40+6:]) == 0 {
+		t.Fatal("the frame builder left the UDP checksum zero")
+	}
+	none[14+40+6], none[14+40+7] = 0, 0
+	run("G-PDU without a UDP checksum over IPv6", none, "wan0", bpf.XDPDrop, bpf.ReasonBadGTPU)
 
 	// Without the IPv6 address, the same echo is the rules'.
 	if err := h.dp.SetGTPU(netip.MustParseAddr(n3Addr)); err != nil {
