@@ -427,9 +427,10 @@ static __always_inline void gtpu_gpdu(__be32 *g, __u32 len3,
 /* gtpu_encap puts the IP packet of c->p (behind an Ethernet header)
  * into GTP-U/UDP/IPv4 (or IPv6, toward the session s's peer r->ohc6
  * names) from the user plane's address toward r's peer and TEID, with
- * a PDU Session Container naming r's QFI (downlink form), and sends it to the next hop the FIB gives the peer. The
- * inner packet is routed one hop. Too big for the route: the ICMP
- * answer, as GRE's encap gives. */
+ * a PDU Session Container naming r's QFI (downlink form), and sends it
+ * to the next hop the FIB gives the peer. The inner packet is routed
+ * one hop. Too big for the route: the ICMP answer, as GRE's encap
+ * gives. */
 static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
 				      const struct edge_state *st,
 				      const struct edge_sess *s,

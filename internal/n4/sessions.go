@@ -284,18 +284,21 @@ func (n *Node) modify(m *message.SessionModificationRequest, from netip.AddrPort
 // endMarkers sends, when modification m asks (SNDEM), an End Marker
 // along each downlink path it moved: the old outer header of each FAR
 // whose GTP-U outer header creation (peer or TEID) s changed from old.
-// outerPeer is the peer outer header creation o sends GTP-U to, by the
-// family its description names (IPv4 first, as the user plane
-// compiles it); invalid for none.
-func outerPeer(o *ie.OuterHeaderCreationFields) netip.Addr {
+// OuterPeer is the peer outer header creation o sends GTP-U to, by the
+// family its description names (GTP-U/UDP/IPv4 first): an IPv4
+// address, or an IPv6 one that is neither unspecified nor an IPv4
+// address; invalid for none (o nil, no GTP-U description, or no usable
+// address of the family named). The user plane compiles a FAR's outer
+// header by it, and end markers go where it says.
+func OuterPeer(o *ie.OuterHeaderCreationFields) netip.Addr {
 	switch {
 	case o == nil:
 	case o.OuterHeaderCreationDescription&0x0100 != 0:
-		if a, ok := netip.AddrFromSlice(o.IPv4Address.To4()); ok && o.IPv4Address != nil {
+		if a, ok := netip.AddrFromSlice(o.IPv4Address.To4()); ok {
 			return a
 		}
 	case o.OuterHeaderCreationDescription&0x0200 != 0:
-		if a, ok := netip.AddrFromSlice(o.IPv6Address.To16()); ok && o.IPv6Address != nil {
+		if a, ok := netip.AddrFromSlice(o.IPv6Address.To16()); ok && o.IPv6Address.To4() == nil && !a.IsUnspecified() {
 			return a
 		}
 	}
@@ -314,11 +317,11 @@ func (n *Node) endMarkers(old, s *Session, m *message.SessionModificationRequest
 	var left []path
 	for id, was := range old.FARs {
 		o := was.Outer
-		peer := outerPeer(o)
+		peer := OuterPeer(o)
 		if !peer.IsValid() {
 			continue
 		}
-		if now := s.FARs[id]; now != nil && now.Outer != nil && now.Outer.TEID == o.TEID && outerPeer(now.Outer) == peer {
+		if now := s.FARs[id]; now != nil && now.Outer != nil && now.Outer.TEID == o.TEID && OuterPeer(now.Outer) == peer {
 			continue
 		}
 		left = append(left, path{peer, o.TEID})

@@ -260,23 +260,20 @@ func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, netip.Addr, error) {
 		case f.Action&n4.ActBuff != 0:
 			e.Action = bpf.SessBuff
 		}
-		if o := f.Outer; o != nil && e.Action == bpf.SessForw {
-			switch {
-			case o.OuterHeaderCreationDescription&ohcGTPUv4 != 0:
-				a, ok := netip.AddrFromSlice(o.IPv4Address.To4())
-				if !ok {
-					return bad("FAR %d: outer header creation without an IPv4 address", f.ID)
+		if o := f.Outer; o != nil && e.Action == bpf.SessForw && o.OuterHeaderCreationDescription&(ohcGTPUv4|ohcGTPUv6) != 0 {
+			a := n4.OuterPeer(o)
+			if !a.IsValid() {
+				family := "IPv6"
+				if o.OuterHeaderCreationDescription&ohcGTPUv4 != 0 {
+					family = "IPv4"
 				}
-				e.Flags |= bpf.SessOHC
-				e.OhcTeid = bpf.BE32(o.TEID)
+				return bad("FAR %d: outer header creation without an %s address", f.ID, family)
+			}
+			e.Flags |= bpf.SessOHC
+			e.OhcTeid = bpf.BE32(o.TEID)
+			if a.Is4() {
 				e.OhcAddr = bpf.Addr4(a)
-			case o.OuterHeaderCreationDescription&ohcGTPUv6 != 0:
-				a, ok := netip.AddrFromSlice(o.IPv6Address.To16())
-				if !ok || o.IPv6Address.To4() != nil || a.IsUnspecified() {
-					return bad("FAR %d: outer header creation without an IPv6 address", f.ID)
-				}
-				e.Flags |= bpf.SessOHC
-				e.OhcTeid = bpf.BE32(o.TEID)
+			} else {
 				peer6 = a
 			}
 		}
