@@ -353,21 +353,6 @@ static __always_inline int ue_maybe(__be32 a)
 	return v && (*v >> (b & 63) & 1);
 }
 
-/* sess_get returns the live record of the session in slot (NULL:
- * none). */
-static __always_inline const struct edge_sess *sess_get(__u32 slot)
-{
-	const struct edge_sess *s;
-	__u32 *live, i;
-
-	live = bpf_map_lookup_elem(&edge_sess_live, &slot);
-	if (!live)
-		return NULL;
-	i = slot * 2 + (*live & 1);
-	s = bpf_map_lookup_elem(&edge_sessions, &i);
-	return s && s->id == slot + 1 ? s : NULL;
-}
-
 /* sess_copy returns record copy i of edge_sessions (slot i >> 1) when a
  * session holds that slot (NULL: none): a direct entry names the copy
  * its flip made live, so the downlink reads no live word. The copy it
@@ -378,6 +363,15 @@ static __always_inline const struct edge_sess *sess_copy(__u32 i)
 	const struct edge_sess *s = bpf_map_lookup_elem(&edge_sessions, &i);
 
 	return s && s->id == (i >> 1) + 1 ? s : NULL;
+}
+
+/* sess_get returns the live record of the session in slot (NULL:
+ * none): the copy its live word names. */
+static __always_inline const struct edge_sess *sess_get(__u32 slot)
+{
+	__u32 *live = bpf_map_lookup_elem(&edge_sess_live, &slot);
+
+	return live ? sess_copy(slot * 2 + (*live & 1)) : NULL;
 }
 
 /* pdr_detects tells whether PDR r detects the packet described by sp. */
