@@ -642,8 +642,9 @@ func TestLabSteeringUnderTCP(t *testing.T) {
 		return func() {
 			cancel()
 			_ = cmd.Wait()
-			if t.Failed() {
-				t.Logf("iperf3: %s", out.String())
+			if t.Failed() { // its last lines: the failure stays in CI's tail
+				lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+				t.Logf("iperf3 (last lines): %s", strings.Join(lines[max(len(lines)-12, 0):], "\n"))
 			}
 			time.Sleep(300 * time.Millisecond) // the server takes its next client
 		}
