@@ -247,6 +247,25 @@
 #define EDGE_SESS_PDRS 8
 #endif
 
+/* Multi-access rules a session's record holds (edge_sess.ma; a power
+ * of two): an MA PDU session steers its downlink by one, a second for
+ * another QoS flow's. */
+#define EDGE_SESS_MAS 2
+
+/* GTP-U peers (gNBs, N3IWFs) whose liveness and RTT the agent tracks
+ * for the accesses of multi-access sessions (edge_gtpu_peers). */
+#define EDGE_GTPU_PEERS 1024
+
+/* edge_sess_ma.mode: the steering mode of TS 29.244 8.2.165 in the low
+ * bits (ATSSS-LL), and which access is the active or high-priority
+ * one. */
+#define EDGE_MA_ACTIVE_STANDBY 0
+#define EDGE_MA_SMALLEST_DELAY 1
+#define EDGE_MA_LOAD_BALANCING 2
+#define EDGE_MA_PRIORITY 3
+#define EDGE_MA_MODE 0x0f
+#define EDGE_MA_PREFER2 0x80
+
 /* Bits of edge_ue_bits (a power of two). */
 #define EDGE_UE_BITS (1 << 20)
 

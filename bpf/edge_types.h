@@ -92,6 +92,7 @@ enum edge_reason {
 	EDGE_R_GTPU_BUFF_FULL,/* a downlink packet to buffer the agent's ring has no room for (or too long): dropped */
 	EDGE_R_GTPU_MBR,      /* a session's packet over its QER's maximum bit rate: dropped */
 	EDGE_R_GTPU_END_MARKER,/* a GTP-U End Marker: handed to the agent (edge_buff) */
+	EDGE_R_GTPU_ECHO_RESP,/* a GTP-U Echo Response from a peer the agent probes, to its latest request: timed, dropped */
 	EDGE_R_MAX,
 };
 
@@ -735,7 +736,11 @@ struct edge_sess_pdr {
 	/* EDGE_SP_OHC over IPv6: the session's peer6[ohc6 - 1] (0: IPv4,
 	 * ohc_addr) */
 	__u8 ohc6;
-	__u8 pad[3];
+	/* A multi-access rule's downlink: the session's ma[ma - 1] steers
+	 * it between the access ohc_teid/ohc_addr name (3GPP) and its
+	 * second (0: none) */
+	__u8 ma;
+	__u8 pad[2];
 	__u64 ue6;     /* EDGE_SP_UE6: the UE's /64 prefix, its 8 bytes as they are */
 };
 
@@ -753,6 +758,33 @@ struct edge_mbr {
 	__u64 last;   /* ns of the last refill */
 };
 
+/* A multi-access rule (TS 29.244 5.20, ATSSS-LL): how a PDR's
+ * downlink is steered between its two accesses, the first (3GPP: the
+ * PDR's own outer header) and the second (non-3GPP, an N3IWF: here),
+ * and where each access's peer's liveness and RTT are
+ * (edge_gtpu_peers). */
+struct edge_sess_ma {
+	__u8 mode;    /* EDGE_MA_* | EDGE_MA_PREFER2 */
+	__u8 weight1; /* load balancing: the first access's share, percent */
+	__u8 flags2;  /* EDGE_SP_TOS: the second access's FAR marks tos2 */
+	__u8 tos2;
+	__u16 peer1;  /* each access's peer: edge_gtpu_peers index + 1 (0: not tracked) */
+	__u16 peer2;
+	__be32 ohc_teid2;
+	__be32 ohc_addr2;
+};
+
+/* A GTP-U peer the agent probes with Echo Requests (edge_gtpu_peers):
+ * XDP times the answer to the latest (echo_ns, echo_seq) and the agent
+ * tells from it whether the peer is down and its RTT. */
+struct edge_gtpu_peer {
+	__u32 down;     /* agent: 1 once its echoes go unanswered */
+	__u32 rtt_us;   /* agent: smoothed echo RTT, µs (0: none yet) */
+	__u64 echo_ns;  /* XDP: when the answer to want_seq came (bpf_ktime_get_ns) */
+	__u32 want_seq; /* agent: the sequence number of its latest Echo Request */
+	__u32 echo_seq; /* XDP: want_seq as it was when that answer came */
+};
+
 struct edge_sess {
 	__u32 id;   /* the session's slot + 1 (0: no session) */
 	__u32 npdr; /* PDRs in pdr, best precedence first */
@@ -768,6 +800,9 @@ struct edge_sess {
 	 * (edge_sess_pdr.ohc6), after the PDRs: a packet reads them only
 	 * to encapsulate over IPv6. */
 	__u8 peer6[EDGE_SESS_PEERS6][16];
+	/* Its multi-access rules (edge_sess_pdr.ma), read only by a
+	 * packet a PDR steers. */
+	struct edge_sess_ma ma[EDGE_SESS_MAS];
 };
 
 /* What an edge_buff record holds: a downlink packet to hold

@@ -10,8 +10,11 @@
  * by the FIB, or encapsulated again toward another GTP-U peer; one for
  * no session is dropped, counted. A packet from N6 to a UE a session
  * holds (edge_ue4) is detected by the session's downlink PDRs and
- * encapsulated toward its gNB (edge_gtpu_dl). Echo Responses,
- * Error Indications, End Markers and other signalling are dropped,
+ * encapsulated toward its gNB (edge_gtpu_dl), or, when a multi-access
+ * rule steers it, toward the gNB or the N3IWF it picks (ma_pick). An
+ * Echo Response to the agent's latest Echo Request to a peer it tracks
+ * is timed here (gtpu_echo_resp); End Markers go to the agent; other
+ * Echo Responses, Error Indications and signalling are dropped,
  * counted; a header that is not GTP-U version 1 or whose length does not
  * fit the datagram is malformed (defaults.malformed). */
 #ifndef EDGE_GTPU_H
@@ -25,6 +28,7 @@
 #include <bpf/bpf_endian.h>
 #include "csum.h"
 #include "fib.h"
+#include "flowtab.h"
 #include "proto.h"
 #include "too_big.h"
 #include "verdict.h"
@@ -50,9 +54,10 @@
  * in edge_ctx.gtpu_mtu. */
 #define EDGE_GTPU_TOO_BIG (-2)
 /* What edge_gtpu and edge_gtpu_dl return for a packet to encapsulate
- * toward an IPv6 peer (edge_gtpu_encap6 does, c->gtpu_mtu naming the
- * session's slot << 3 | the PDR's place). */
-#define EDGE_GTPU_ENCAP6 (-3)
+ * toward an IPv6 peer or over an access a multi-access rule picks
+ * (edge_gtpu_encap_more does, c->gtpu_mtu naming the session's slot << 3
+ * | the PDR's place). */
+#define EDGE_GTPU_ENCAP_MORE (-3)
 
 /* The flags octet: version 1, protocol type GTP; E, S and PN say the
  * sequence number, N-PDU number and next extension header octets
@@ -432,7 +437,7 @@ static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
 {
 	/* v6, a constant in each caller's copy, leaves the IPv4 copy
 	 * without a branch of the IPv6 one. */
-	const __u8 *peer6 = v6 ? s->peer6[(r->ohc6 - 1) & (EDGE_SESS_PEERS6 - 1)] : NULL;
+	const __u8 *peer6 = v6 && r->ohc6 ? s->peer6[(r->ohc6 - 1) & (EDGE_SESS_PEERS6 - 1)] : NULL;
 	const __u32 hlen = (peer6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr)) +
 			   sizeof(struct udphdr) + 16;
 	struct edge_pkt *p = &c->p;
@@ -619,6 +624,29 @@ static __always_inline int gtpu_end_marker(struct xdp_md *ctx,
 			   EDGE_R_GTPU_END_MARKER);
 }
 
+/* gtpu_echo_resp times an Echo Response (its sequence number seq) from
+ * a peer the agent probes, when it answers the agent's latest request:
+ * the peer's echo_ns and echo_seq, from which the agent tells its
+ * liveness and RTT. Any other (a peer not probed, an old or forged
+ * sequence number) is dropped as other signalling, timing nothing. */
+static __always_inline int gtpu_echo_resp(struct edge_pkt *p, __be16 seq)
+{
+	struct edge_gtpu_peer *e;
+	__be32 src;
+	__u32 *ix;
+
+	if (p->key.family != 4)
+		return punt(p, EDGE_R_GTPU_SIGNAL, XDP_DROP);
+	src = *(const __be32 *)p->key.src;
+	ix = bpf_map_lookup_elem(&edge_gtpu_peer_ix, &src);
+	e = ix ? bpf_map_lookup_elem(&edge_gtpu_peers, ix) : NULL;
+	if (!e || e->want_seq != bpf_ntohs(seq) || e->echo_seq == e->want_seq)
+		return punt(p, EDGE_R_GTPU_SIGNAL, XDP_DROP);
+	e->echo_ns = bpf_ktime_get_ns();
+	e->echo_seq = e->want_seq;
+	return punt(p, EDGE_R_GTPU_ECHO_RESP, XDP_DROP);
+}
+
 /* mbr_over tells whether a packet of len bytes is over the maximum bit
  * rate of meter m (1-based) of slot, taking its tokens if not. */
 static __always_inline int mbr_over(__u32 slot, __u8 m, __u32 len)
@@ -690,11 +718,12 @@ static __always_inline int sess_act(struct xdp_md *ctx, struct edge_ctx *c,
 	default:
 		return punt(p, EDGE_R_GTPU_FAR_DROP, XDP_DROP);
 	}
-	if ((r->flags & EDGE_SP_OHC) && r->ohc6) {
-		/* Toward an IPv6 peer: the pipeline calls edge_gtpu_encap6,
+	if ((r->flags & EDGE_SP_OHC) && (r->ohc6 || r->ma)) {
+		/* Toward an IPv6 peer, or steered between a multi-access
+		 * rule's accesses: the pipeline calls edge_gtpu_encap_more,
 		 * so neither this function's code nor its stack grows. */
 		c->gtpu_mtu = slot << 3 | (i & (EDGE_SESS_PDRS - 1));
-		return EDGE_GTPU_ENCAP6;
+		return EDGE_GTPU_ENCAP_MORE;
 	}
 	if (r->flags & EDGE_SP_OHC)
 		return gtpu_encap(ctx, c, st, s, r, 0);
@@ -928,6 +957,8 @@ __noinline int edge_gtpu(struct xdp_md *ctx, struct edge_ctx *c)
 		return gtpu_uplink(ctx, c, st, l4, glen);
 	case GTPU_END_MARKER:
 		return gtpu_end_marker(ctx, p, g->teid);
+	case GTPU_ECHO_RESPONSE:
+		return gtpu_echo_resp(p, seq);
 	}
 	return punt(p, EDGE_R_GTPU_SIGNAL, XDP_DROP);
 }
@@ -996,17 +1027,58 @@ __noinline int edge_gtpu_dl(struct xdp_md *ctx, struct edge_ctx *c)
 	return sess_act(ctx, c, st, s, *slot, sp);
 }
 
-/* edge_gtpu_encap6 encapsulates c->p toward the IPv6 peer of the PDR
- * c->gtpu_mtu names (EDGE_GTPU_ENCAP6), as gtpu_encap does; a record
+/* ma_peer is the state of access peer i (edge_gtpu_peers index + 1;
+ * NULL: not tracked). */
+static __always_inline const struct edge_gtpu_peer *ma_peer(__u16 i)
+{
+	__u32 k = i - 1;
+
+	return i ? bpf_map_lookup_elem(&edge_gtpu_peers, &k) : NULL;
+}
+
+/* ma_pick tells which access multi-access rule m sends c->p over: 0
+ * the first (3GPP), 1 the second. Active-standby and priority-based:
+ * the preferred one; smallest delay: the one whose peer answers echoes
+ * sooner (the preferred one until both have an RTT); load balancing:
+ * by the flow's keyed hash against the first access's weight, so a
+ * flow keeps its access while the weights do. Whatever the mode, an
+ * access whose peer stopped answering gives way to the other while
+ * that one answers. */
+static __always_inline int ma_pick(struct edge_ctx *c, const struct edge_sess_ma *m)
+{
+	const struct edge_gtpu_peer *a = ma_peer(m->peer1), *b = ma_peer(m->peer2);
+	int pick = (m->mode & EDGE_MA_PREFER2) ? 1 : 0;
+	int down1 = a && a->down, down2 = b && b->down;
+
+	switch (m->mode & EDGE_MA_MODE) {
+	case EDGE_MA_SMALLEST_DELAY:
+		if (a && b && a->rtt_us && b->rtt_us && a->rtt_us != b->rtt_us)
+			pick = b->rtt_us < a->rtt_us;
+		break;
+	case EDGE_MA_LOAD_BALANCING:
+		pick = (__u32)ft_hash(&c->p.key) % 100 >= m->weight1;
+		break;
+	}
+	if (pick ? down2 && !down1 : down1 && !down2)
+		pick = !pick;
+	return pick;
+}
+
+/* edge_gtpu_encap_more encapsulates c->p as the PDR c->gtpu_mtu names
+ * says (EDGE_GTPU_ENCAP_MORE), as gtpu_encap does: toward its IPv6
+ * peer, or over the access its multi-access rule picks (ma_pick; the
+ * second access's outer header replacing the PDR's in a copy). A record
  * flipped meanwhile is read as it now is, the PDR at that place taken
- * only if it still creates an outer header over IPv6. A global
- * function, called from the pipeline: the IPv4 path's code and the
- * stack under the sessions' functions stay as they were. */
-__noinline int edge_gtpu_encap6(struct xdp_md *ctx, struct edge_ctx *c)
+ * only if it still needs this function. A global function, called from
+ * the pipeline: the common path's code and the stack under the
+ * sessions' functions stay as they were. */
+__noinline int edge_gtpu_encap_more(struct xdp_md *ctx, struct edge_ctx *c)
 {
 	const struct edge_sess_pdr *r;
+	const struct edge_sess_ma *m;
 	const struct edge_state *st;
 	const struct edge_sess *s;
+	struct edge_sess_pdr x;
 	__u32 zero = 0;
 
 	if (!ctx || !c)
@@ -1016,19 +1088,31 @@ __noinline int edge_gtpu_encap6(struct xdp_md *ctx, struct edge_ctx *c)
 	if (!st || !s)
 		return punt(&c->p, EDGE_R_GTPU_NO_SESSION, XDP_DROP);
 	r = &s->pdr[c->gtpu_mtu & (EDGE_SESS_PDRS - 1)];
-	if (!(r->flags & EDGE_SP_OHC) || !r->ohc6)
+	if (!(r->flags & EDGE_SP_OHC) || !(r->ohc6 || r->ma))
 		return punt(&c->p, EDGE_R_GTPU_NO_PDR, XDP_DROP);
+	if (r->ma) {
+		m = &s->ma[(r->ma - 1) & (EDGE_SESS_MAS - 1)];
+		if (ma_pick(c, m)) {
+			x = *r;
+			x.ohc_teid = m->ohc_teid2;
+			x.ohc_addr = m->ohc_addr2;
+			x.ohc6 = 0;
+			x.flags = (x.flags & ~EDGE_SP_TOS) | (m->flags2 & EDGE_SP_TOS);
+			x.tos = m->tos2;
+			r = &x;
+		}
+	}
 	return gtpu_encap(ctx, c, st, s, r, 1);
 }
 
 /* gtpu_too_big ends a packet edge_gtpu or edge_gtpu_dl returned rc
- * for: rc; for EDGE_GTPU_ENCAP6, what edge_gtpu_encap6 does; for
+ * for: rc; for EDGE_GTPU_ENCAP_MORE, what edge_gtpu_encap_more does; for
  * EDGE_GTPU_TOO_BIG (from either), the ICMP answer. */
 static __always_inline int gtpu_too_big(struct xdp_md *ctx, struct edge_ctx *c,
 					const struct edge_state *st, int rc)
 {
-	if (rc == EDGE_GTPU_ENCAP6)
-		rc = edge_gtpu_encap6(ctx, c);
+	if (rc == EDGE_GTPU_ENCAP_MORE)
+		rc = edge_gtpu_encap_more(ctx, c);
 	if (rc != EDGE_GTPU_TOO_BIG)
 		return rc;
 	return answer_too_big(ctx, &c->p, c->gtpu_mtu, st->gtpu4);

@@ -75,6 +75,7 @@ dataplane stays attached and forwarding (pinned) unless --detach-on-exit.`,
 	fs.BoolVar(&o.PprofBeyondLoopback, "pprof-beyond-loopback", false, "let --pprof-addr be an address beyond loopback: anyone who reaches it reads the agent's profiles (its memory, goroutine stacks) and makes it profile itself")
 	fs.BoolVar(&o.SchedExt, "sched-ext", false, "schedule every task with edgeplane's sched_ext scheduler, priority strategies' processes first with their execution_time as slice (kernels with CONFIG_SCHED_CLASS_EXT; without it the agent says so and uses real-time policies)")
 	fs.StringVar(&o.N4Addr, "n4-addr", "", "serve N4 (PFCP, for a 5G core's SMF) on this UDP address, e.g. 10.0.0.1:8805 (empty: no N4); unauthenticated, as N4 is: give an address only the core's network reaches")
+	fs.DurationVar(&o.N3EchoInterval, "n3-echo-interval", 0, "how often the user plane sends a GTP-U Echo Request to each gNB or N3IWF a multi-access session steers over (0: 1s); one left unanswered twice in a row is down until it answers")
 	fs.StringVar(&o.N3Addr, "n3-addr", "", "the user plane's GTP-U address on N3 (IPv4, IPv6, or one of each comma-separated; needs --n4-addr): XDP answers GTP-U echo requests there and drops G-PDUs of no session")
 	fs.StringVar(&o.N4NodeID, "n4-node-id", "", "the node ID SMFs see: an IP address or an FQDN (default: --n4-addr's address)")
 	finishFleet = addFleetFlags(fs, &o.Fleet)

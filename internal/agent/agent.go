@@ -92,6 +92,9 @@ type Options struct {
 	// an IPv6 one, or one of each, comma-separated; "": none), where XDP answers GTP-U (bpf/lib/gtpu.h). It needs
 	// N4Addr: N3 carries the sessions N4 sets up.
 	N3Addr string
+	// N3EchoInterval is how often the user plane sends an Echo Request
+	// to each access peer of its multi-access sessions (0: 1 s).
+	N3EchoInterval time.Duration
 	// Fleet joins the agent to a fleet in etcd (nil: the config file
 	// and the API are its only sources).
 	Fleet *FleetOptions
@@ -145,8 +148,10 @@ type Agent struct {
 	upf  *upf.Plane
 	idle *upf.Buffer
 	em   *upf.EndMarkers
-	n3   netip.Addr
-	n3v6 netip.Addr
+	// peers tracks the GTP-U peers of multi-access sessions' accesses.
+	peers *upf.Peers
+	n3    netip.Addr
+	n3v6  netip.Addr
 	// strategies runs the CPU strategies.
 	strategies *sched.Runtime
 

@@ -109,14 +109,18 @@ func (a *Agent) startN4(context.Context) error {
 		if err != nil {
 			return err
 		}
-		if a.upf, err = upf.Open(sessionsPath(a.opts.ConfigPath), ds); err != nil {
-			return fmt.Errorf("n4: the sessions kept: %w", err)
-		}
-		o.UserPlane, o.N3, o.N3v6, o.Sessions = a.upf, a.n3, a.n3v6, a.upf.Sessions()
-		// End Markers along a path a handover leaves, from N3.
+		// End Markers along a path a handover leaves, and Echo
+		// Requests to the accesses of multi-access sessions, from N3.
 		if a.em, err = upf.NewEndMarkers(a.n3, a.n3v6); err != nil {
 			return fmt.Errorf("n4: %w", err)
 		}
+		if a.peers, err = upf.NewPeers(a.dp, a.em.Write, a.opts.N3EchoInterval, a.log); err != nil {
+			return fmt.Errorf("n4: the GTP-U peers: %w", err)
+		}
+		if a.upf, err = upf.Open(sessionsPath(a.opts.ConfigPath), ds, a.peers); err != nil {
+			return fmt.Errorf("n4: the sessions kept: %w", err)
+		}
+		o.UserPlane, o.N3, o.N3v6, o.Sessions = a.upf, a.n3, a.n3v6, a.upf.Sessions()
 		o.EndMarker = a.em.Send
 	}
 	a.n4, err = n4.Listen(o)
@@ -205,6 +209,9 @@ func (a *Agent) setN3(context.Context) error {
 
 // runN4 answers N4 until ctx ends.
 func (a *Agent) runN4(ctx context.Context) {
+	if a.peers != nil {
+		go a.peers.Run(ctx)
+	}
 	if err := a.n4.Serve(ctx); err != nil {
 		a.log.Error("n4 stopped", "err", err)
 	}

@@ -189,6 +189,15 @@ type edgeEdgeGroup struct {
 	Pad     uint32
 }
 
+type edgeEdgeGtpuPeer struct {
+	_       structs.HostLayout
+	Down    uint32
+	RttUs   uint32
+	EchoNs  uint64
+	WantSeq uint32
+	EchoSeq uint32
+}
+
 type edgeEdgeHashSecret struct {
 	_    structs.HostLayout
 	K0   uint64
@@ -330,6 +339,19 @@ type edgeEdgeSess struct {
 	OwnUe uint32
 	Pdr   [8]edgeEdgeSessPdr
 	Peer6 [2][16]uint8
+	Ma    [2]edgeEdgeSessMa
+}
+
+type edgeEdgeSessMa struct {
+	_        structs.HostLayout
+	Mode     uint8
+	Weight1  uint8
+	Flags2   uint8
+	Tos2     uint8
+	Peer1    uint16
+	Peer2    uint16
+	OhcTeid2 uint32
+	OhcAddr2 uint32
 }
 
 type edgeEdgeSessPdr struct {
@@ -354,7 +376,8 @@ type edgeEdgeSessPdr struct {
 	OhcTeid uint32
 	OhcAddr uint32
 	Ohc6    uint8
-	Pad     [3]uint8
+	Ma      uint8
+	Pad     [2]uint8
 	Ue6     uint64
 }
 
@@ -453,6 +476,8 @@ const (
 	edgeMapEdgeFtMeta      = "edge_ft_meta"
 	edgeMapEdgeGlobal      = "edge_global"
 	edgeMapEdgeGroups      = "edge_groups"
+	edgeMapEdgeGtpuPeerIx  = "edge_gtpu_peer_ix"
+	edgeMapEdgeGtpuPeers   = "edge_gtpu_peers"
 	edgeMapEdgeIcmpBucket  = "edge_icmp_bucket"
 	edgeMapEdgeIcmpSrc     = "edge_icmp_src"
 	edgeMapEdgeIfCpu       = "edge_if_cpu"
@@ -581,6 +606,8 @@ type edgeMapSpecs struct {
 	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
+	EdgeGtpuPeerIx  *ebpf.MapSpec `ebpf:"edge_gtpu_peer_ix"`
+	EdgeGtpuPeers   *ebpf.MapSpec `ebpf:"edge_gtpu_peers"`
 	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
 	EdgeIcmpSrc     *ebpf.MapSpec `ebpf:"edge_icmp_src"`
 	EdgeIfCpu       *ebpf.MapSpec `ebpf:"edge_if_cpu"`
@@ -679,6 +706,8 @@ type edgeMaps struct {
 	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
+	EdgeGtpuPeerIx  *ebpf.Map `ebpf:"edge_gtpu_peer_ix"`
+	EdgeGtpuPeers   *ebpf.Map `ebpf:"edge_gtpu_peers"`
 	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
 	EdgeIcmpSrc     *ebpf.Map `ebpf:"edge_icmp_src"`
 	EdgeIfCpu       *ebpf.Map `ebpf:"edge_if_cpu"`
@@ -745,6 +774,8 @@ func (m *edgeMaps) Close() error {
 		m.EdgeFtMeta,
 		m.EdgeGlobal,
 		m.EdgeGroups,
+		m.EdgeGtpuPeerIx,
+		m.EdgeGtpuPeers,
 		m.EdgeIcmpBucket,
 		m.EdgeIcmpSrc,
 		m.EdgeIfCpu,

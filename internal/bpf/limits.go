@@ -43,6 +43,14 @@ func (l Limits) SessMask() uint32 {
 // SessPDRs mirrors EDGE_SESS_PDRS: the PDRs a session's record holds.
 const SessPDRs = 8
 
+// SessMAs mirrors EDGE_SESS_MAS: the multi-access rules a session's
+// record holds.
+const SessMAs = 2
+
+// GTPUPeers mirrors EDGE_GTPU_PEERS: the GTP-U peers whose liveness and
+// RTT the dataplane keeps for multi-access steering.
+const GTPUPeers = 1024
+
 // MaglevBlock mirrors EDGE_MAGLEV_BLOCK: Maglev entries per edge_maglev
 // element.
 const MaglevBlock = 4096

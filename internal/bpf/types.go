@@ -41,6 +41,8 @@ type (
 	Steer      = edgeEdgeSteerGroup
 	Sess       = edgeEdgeSess
 	SessPDR    = edgeEdgeSessPdr
+	SessMA     = edgeEdgeSessMa
+	GTPUPeer   = edgeEdgeGtpuPeer
 	MBR        = edgeEdgeMbr
 )
 
@@ -59,6 +61,17 @@ const (
 	SessDrop = 0
 	SessForw = 1
 	SessBuff = 2
+)
+
+// Multi-access steering (edge_sess_ma.mode): the mode in the low bits,
+// as TS 29.244's Steering Mode numbers it, and whether the second
+// access is the preferred one.
+const (
+	MAActiveStandby = 0
+	MASmallestDelay = 1
+	MALoadBalancing = 2
+	MAPriority      = 3
+	MAPrefer2       = 0x80
 )
 
 // BE32 is v as a __be32 field holds it: its bytes in network order,
@@ -304,6 +317,7 @@ const (
 	ReasonGTPUBuffFull
 	ReasonGTPUMBR
 	ReasonGTPUEndMarker
+	ReasonGTPUEchoResp
 	ReasonMax
 )
 

@@ -133,4 +133,5 @@ var ReasonNames = []string{
 	"gtpu_buff_full",
 	"gtpu_mbr",
 	"gtpu_end_marker",
+	"gtpu_echo_resp",
 }

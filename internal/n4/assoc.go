@@ -78,7 +78,7 @@ func (n *Node) associate(m *message.AssociationSetupRequest, from netip.AddrPort
 	n.count("answered")
 	return marshal(message.NewAssociationSetupResponse(seq,
 		ie.NewNodeIDHeuristic(n.opt.NodeID), ie.NewCause(ie.CauseRequestAccepted),
-		ie.NewRecoveryTimeStamp(n.opt.Recovery), ie.NewUPFunctionFeatures(UPFeatures...)))
+		ie.NewRecoveryTimeStamp(n.opt.Recovery), ie.New(ie.UPFunctionFeatures, UPFeatures)))
 }
 
 // associated returns the node ID of the association a request from

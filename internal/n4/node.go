@@ -98,9 +98,12 @@ type Options struct {
 // of one core, a handful.
 const DefaultMaxPeers = 64
 
-// UPFeatures are the UP function features the node advertises: FTUP
-// (it allocates F-TEIDs on CHOOSE), octet 5 bit 5 of TS 29.244 8.2.25.
-var UPFeatures = []uint8{0x10}
+// UPFeatures are the UP function features the node advertises (TS
+// 29.244 8.2.25, from octet 5): FTUP (it allocates F-TEIDs on CHOOSE),
+// octet 5 bit 5; ATSSS-LL (it steers multi-access sessions' downlink
+// by their MARs), octet 9 bit 1. Written as they are (go-pfcp's
+// constructor keeps 4 octets).
+var UPFeatures = []uint8{0x10, 0, 0, 0, 0x01}
 
 // Peer is an association with a control plane function.
 type Peer struct {

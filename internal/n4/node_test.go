@@ -162,6 +162,10 @@ func TestAssociation(t *testing.T) {
 	if rs.UPFunctionFeatures == nil || !rs.UPFunctionFeatures.HasFTUP() {
 		t.Errorf("setup: UP function features %v do not say FTUP", rs.UPFunctionFeatures)
 	}
+	// ATSSS-LL: octet 9 bit 1 (the fifth octet of the value).
+	if f := rs.UPFunctionFeatures; f == nil || len(f.Payload) < 5 || f.Payload[4]&0x01 == 0 {
+		t.Errorf("setup: UP function features %v do not say ATSSS-LL", rs.UPFunctionFeatures)
+	}
 	if ts, err := rs.RecoveryTimeStamp.RecoveryTimeStamp(); err != nil || !ts.Equal(started) {
 		t.Errorf("setup: recovery time stamp %v (%v), want %v", ts, err, started)
 	}

@@ -29,6 +29,8 @@ type Session struct {
 	FARs  map[uint32]*FAR
 	QERs  map[uint32]*QER
 	URRs  map[uint32]*URR
+	// MARs are its multi-access rules (a multi-access PDU session's).
+	MARs map[uint16]*MAR `json:",omitempty"`
 	// BAR is the session's buffering action rule (nil: none).
 	BAR *BAR
 }
@@ -62,7 +64,10 @@ type PDR struct {
 	RemoveOuter uint16
 	FAR         uint32
 	HasFAR      bool
-	QERs, URRs  []uint32
+	// MAR is the multi-access rule a PDR names instead of a FAR.
+	MAR        uint16 `json:",omitempty"`
+	HasMAR     bool   `json:",omitempty"`
+	QERs, URRs []uint32
 }
 
 // Apply action bits, octet 5 of TS 29.244 8.2.26.
@@ -241,8 +246,14 @@ func parseSession(m *message.SessionEstablishmentRequest, cpSEID uint64, cpAddr 
 		return nil, missing(ie.CreateFAR)
 	}
 	s := &Session{CPSEID: cpSEID, CPAddr: cpAddr, PDRs: map[uint16]*PDR{}, FARs: map[uint32]*FAR{},
-		QERs: map[uint32]*QER{}, URRs: map[uint32]*URR{}}
+		QERs: map[uint32]*QER{}, URRs: map[uint32]*URR{}, MARs: map[uint16]*MAR{}}
 	if r := s.create(m.CreateFAR, m.CreateQER, m.CreateURR); r != nil {
+		return nil, r
+	}
+	if r := s.createMARs(m.CreateMAR); r != nil {
+		return nil, r
+	}
+	if r := s.marRefs(); r != nil {
 		return nil, r
 	}
 	if m.CreateBAR != nil {
@@ -295,6 +306,9 @@ func (s *Session) refsOf(p *PDR) *refusal {
 	if _, ok := s.FARs[p.FAR]; p.HasFAR && !ok {
 		return failedRule(rulePDR, uint32(p.ID))
 	}
+	if _, ok := s.MARs[p.MAR]; p.HasMAR && !ok {
+		return failedRule(rulePDR, uint32(p.ID))
+	}
 	for _, q := range p.QERs {
 		if _, ok := s.QERs[q]; !ok {
 			return failedRule(rulePDR, uint32(p.ID))
@@ -330,6 +344,16 @@ func parsePDR(g *ie.IE) (*PDR, *refusal) {
 			return nil, incorrect(ie.FARID)
 		}
 		p.HasFAR = true
+	}
+	if v := one[ie.MARID]; v != nil {
+		if p.HasFAR {
+			// A PDR forwards by a FAR or steers by a MAR, not both.
+			return nil, failedRule(rulePDR, uint32(p.ID))
+		}
+		if p.MAR, err = v.MARID(); err != nil {
+			return nil, incorrect(ie.MARID)
+		}
+		p.HasMAR = true
 	}
 	if o := one[ie.OuterHeaderRemoval]; o != nil {
 		b, err := o.OuterHeaderRemoval()

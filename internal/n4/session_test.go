@@ -151,18 +151,25 @@ func TestSessionRulesRefused(t *testing.T) {
 			t.Errorf("%s: answered under SEID %#x, want the CP's 0x77", c.name, r.SEID())
 		}
 		refused(t, c.name, b, c.cause, c.offending)
-		got, has := answerIEs(t, b)[ie.FailedRuleID]
-		switch {
-		case c.rule == nil && has:
-			t.Errorf("%s: names failed rule % x, want none", c.name, got)
-		case c.rule != nil && string(got) != string(c.rule):
-			t.Errorf("%s: failed rule % x, want % x", c.name, got, c.rule)
-		}
+		failedRuleIs(t, c.name, b, c.rule)
 	}
 	if p := peersOf(s.node); len(p) != 1 {
 		t.Errorf("peers after refused sessions: %v", p)
 	}
 	_ = binary.BigEndian
+}
+
+// failedRuleIs checks the Failed Rule ID of answer b: rule (its value),
+// or none when rule is nil.
+func failedRuleIs(t *testing.T, what string, b, rule []byte) {
+	t.Helper()
+	got, has := answerIEs(t, b)[ie.FailedRuleID]
+	switch {
+	case rule == nil && has:
+		t.Errorf("%s: names failed rule % x, want none", what, got)
+	case rule != nil && string(got) != string(rule):
+		t.Errorf("%s: failed rule % x, want % x", what, got, rule)
+	}
 }
 
 // FuzzModify feeds arbitrary Session Modification Requests to a whole

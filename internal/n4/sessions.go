@@ -73,6 +73,10 @@ func (s *Session) clone() *Session {
 	c.FARs = maps.Clone(s.FARs)
 	c.QERs = maps.Clone(s.QERs)
 	c.URRs = maps.Clone(s.URRs)
+	c.MARs = maps.Clone(s.MARs)
+	if c.MARs == nil {
+		c.MARs = map[uint16]*MAR{}
+	}
 	return &c
 }
 
@@ -373,8 +377,23 @@ func (n *Node) change(s *Session, m *message.SessionModificationRequest) ([]*PDR
 			x.del(id)
 		}
 	}
+	for _, g := range m.RemoveMAR {
+		id, r := idOf(g, ie.MARID, (*ie.IE).MARID)
+		if r != nil {
+			return nil, r
+		}
+		delete(s.MARs, id)
+	}
 	if r := s.create(m.CreateFAR, m.CreateQER, m.CreateURR); r != nil {
 		return nil, r
+	}
+	if r := s.createMARs(m.CreateMAR); r != nil {
+		return nil, r
+	}
+	for _, g := range m.UpdateMAR {
+		if r := s.updateMAR(g); r != nil {
+			return nil, r
+		}
 	}
 	for _, g := range m.UpdateFAR {
 		if r := s.updateFAR(g); r != nil {
@@ -443,11 +462,14 @@ func (n *Node) change(s *Session, m *message.SessionModificationRequest) ([]*PDR
 		}
 		fresh = append(fresh, p)
 	}
-	// Every rule a PDR names must still be there.
+	// Every rule a PDR or a MAR names must still be there.
 	for _, p := range s.PDRs {
 		if r := s.refsOf(p); r != nil {
 			return nil, r
 		}
+	}
+	if r := s.marRefs(); r != nil {
+		return nil, r
 	}
 	return n.chooseTEIDs(s, fresh, false)
 }
@@ -627,7 +649,13 @@ func (s *Session) updatePDR(g *ie.IE) (*PDR, *refusal) {
 		if p.FAR, err = v.FARID(); err != nil {
 			return nil, incorrect(ie.FARID)
 		}
-		p.HasFAR = true
+		p.HasFAR, p.MAR, p.HasMAR = true, 0, false
+	}
+	if v := one[ie.MARID]; v != nil {
+		if p.MAR, err = v.MARID(); err != nil {
+			return nil, incorrect(ie.MARID)
+		}
+		p.HasMAR, p.FAR, p.HasFAR = true, 0, false
 	}
 	if r := p.ruleIDs(g); r != nil {
 		return nil, r
@@ -697,7 +725,11 @@ func (n *Node) remove(m *message.SessionDeletionRequest, from netip.AddrPort) []
 // it names one).
 func (n *Node) refuseRule(t uint8, seq uint32, r *refusal, seid uint64) []byte {
 	var extra []*ie.IE
-	if r.hasRule {
+	switch {
+	case r.hasRule && r.ruleType == ruleMAR:
+		// A MAR ID is 2 octets (8.2.80); go-pfcp writes none.
+		extra = append(extra, ie.New(ie.FailedRuleID, []byte{ruleMAR, byte(r.ruleID >> 8), byte(r.ruleID)}))
+	case r.hasRule:
 		extra = append(extra, ie.NewFailedRuleID(r.ruleType, r.ruleID))
 	}
 	return n.refuse(t, seq, r.cause, r.offending, seid, extra...)

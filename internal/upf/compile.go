@@ -58,11 +58,15 @@ func Compile(s *n4.Session, cnt map[uint16]uint8) (*bpf.Sess, commit.SessionKeys
 		}
 	}
 	meter := meters(s, cnt)
+	mas := map[uint16]uint8{} // MAR ID -> its place in rec.Ma + 1
 	for _, id := range ids {
 		p := s.PDRs[id]
 		c := cnt[id]
 		base, peer6, err := entry(s, p)
 		if err != nil {
+			return nil, keys, err
+		}
+		if err := multiAccess(rec, s, p, &base, peer6, mas); err != nil {
 			return nil, keys, err
 		}
 		if peer6.IsValid() {
@@ -246,8 +250,8 @@ func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, netip.Addr, error) {
 		e.Flags |= bpf.SessRemove
 	}
 	e.Action = bpf.SessDrop
-	if p.HasFAR {
-		f := s.FARs[p.FAR]
+	if far, ok := farOf(s, p); ok {
+		f := s.FARs[far]
 		if f.Action&n4.ActDupl != 0 {
 			// Copies for lawful intercept need duplicating
 			// parameters this user plane does not carry: refused
@@ -309,6 +313,76 @@ func entry(s *n4.Session, p *n4.PDR) (bpf.SessPDR, netip.Addr, error) {
 		}
 	}
 	return e, peer6, nil
+}
+
+// farOf is the FAR PDR p forwards by: its own, or its MAR's first
+// access's (the 3GPP one; else the other), whose outer header
+// multiAccess sets beside the second's.
+func farOf(s *n4.Session, p *n4.PDR) (uint32, bool) {
+	if p.HasMAR {
+		m := s.MARs[p.MAR]
+		if m == nil {
+			return 0, false
+		}
+		for _, a := range m.Access {
+			if a.HasFAR {
+				return a.FAR, true
+			}
+		}
+		return 0, false
+	}
+	return p.FAR, p.HasFAR
+}
+
+// multiAccess makes e (PDR p's entry, from its MAR's 3GPP access's FAR)
+// steer between both accesses of the MAR p names, when it names one
+// with both: the second access's outer header and the steering mode in
+// a place of rec.Ma (one per MAR: mas gives it, + 1), which e names.
+// Both accesses must forward with GTP-U over IPv4 (peer6: the first's
+// IPv6 peer, none allowed). Their peers' places in the dataplane are
+// the plane's to fill in (Peers).
+func multiAccess(rec *bpf.Sess, s *n4.Session, p *n4.PDR, e *bpf.SessPDR, peer6 netip.Addr, mas map[uint16]uint8) error {
+	if !p.HasMAR {
+		return nil
+	}
+	m := s.MARs[p.MAR]
+	if m == nil || !m.Access[0].HasFAR || !m.Access[1].HasFAR || e.Flags&bpf.SessUL != 0 {
+		return nil
+	}
+	bad := func(f string, a ...any) error {
+		return &n4.RuleError{PDR: p.ID, Reason: fmt.Sprintf("MAR %d: ", m.ID) + fmt.Sprintf(f, a...)}
+	}
+	if e.Action != bpf.SessForw {
+		// Buffering or dropping: no access is taken.
+		return nil
+	}
+	if e.Flags&bpf.SessOHC == 0 || peer6.IsValid() {
+		return bad("the 3GPP access's FAR %d must create a GTP-U/UDP/IPv4 outer header", m.Access[0].FAR)
+	}
+	f := s.FARs[m.Access[1].FAR]
+	o := f.Outer
+	if f.Action&n4.ActForw == 0 || o == nil || o.OuterHeaderCreationDescription&ohcGTPUv4 == 0 || !n4.OuterPeer(o).Is4() {
+		return bad("the non-3GPP access's FAR %d must forward with a GTP-U/UDP/IPv4 outer header", f.ID)
+	}
+	if i, ok := mas[m.ID]; ok {
+		e.Ma = i
+		return nil
+	}
+	n := len(mas)
+	if n == bpf.SessMAs {
+		return fmt.Errorf("%w: more than %d MARs steering one session", n4.ErrNoResources, bpf.SessMAs)
+	}
+	ma := bpf.SessMA{Mode: m.Mode, Weight1: m.Access[0].Weight, OhcTeid2: bpf.BE32(o.TEID), OhcAddr2: bpf.Addr4(n4.OuterPeer(o))}
+	if m.Preferred() == 1 {
+		ma.Mode |= bpf.MAPrefer2
+	}
+	if f.HasTOS {
+		ma.Flags2, ma.Tos2 = bpf.SessTOS, uint8(f.TOS>>8)
+	}
+	rec.Ma[n] = ma
+	mas[m.ID] = uint8(n + 1)
+	e.Ma = uint8(n + 1)
+	return nil
 }
 
 // sdf narrows e by SDF filter flow description d (TS 29.244 5.2.1A.2A,

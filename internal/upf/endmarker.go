@@ -18,7 +18,8 @@ import (
 // GTPUPort is GTP-U's UDP port (TS 29.281 4.4.2).
 const GTPUPort = 2152
 
-// EndMarkers sends GTP-U End Markers (TS 29.281 7.3.2) from the N3
+// EndMarkers sends GTP-U End Markers (TS 29.281 7.3.2), and the other
+// messages the agent sends (Echo Requests to tracked peers), from the N3
 // address: what a UPF tells the gNB a downlink path is leaving, after
 // the last packet it sent it, when the SMF switches the path (a
 // handover) and asks for them (the SNDEM flag).
@@ -84,18 +85,27 @@ func (e *EndMarkers) Send(peer netip.Addr, teid uint32) error {
 	// Version 1, GTP, no optional octets; type 254; no payload.
 	b := []byte{0x30, 254, 0, 0, 0, 0, 0, 0}
 	binary.BigEndian.PutUint32(b[4:], teid)
+	if err := e.Write(peer, b); err != nil {
+		return fmt.Errorf("end marker: %w", err)
+	}
+	e.sent.Add(1)
+	return nil
+}
+
+// Write sends GTP-U message msg to peer's GTP-U port from N3 (the
+// address of peer's family).
+func (e *EndMarkers) Write(peer netip.Addr, msg []byte) error {
 	peer = peer.Unmap()
 	c := e.conn
 	if !peer.Is4() {
 		c = e.conn6
 	}
 	if c == nil {
-		return fmt.Errorf("end marker to %s: no N3 address of its family", peer)
+		return fmt.Errorf("to %s: no N3 address of its family", peer)
 	}
-	if _, err := c.WriteToUDPAddrPort(b, netip.AddrPortFrom(peer, e.Port)); err != nil {
-		return fmt.Errorf("end marker to %s: %w", peer, err)
+	if _, err := c.WriteToUDPAddrPort(msg, netip.AddrPortFrom(peer, e.Port)); err != nil {
+		return fmt.Errorf("to %s: %w", peer, err)
 	}
-	e.sent.Add(1)
 	return nil
 }
 

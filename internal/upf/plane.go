@@ -51,6 +51,9 @@ type Plane struct {
 	bySlot map[uint32]uint64
 	// reserved are slots ChooseTEID gave sessions not carried yet.
 	reserved map[uint64]uint32
+	// peers places the GTP-U peers multi-access rules steer between
+	// (nil: their accesses are taken as up, with no RTT).
+	peers *Peers
 }
 
 // kept is a session as the journal holds it: its slot and the counter
@@ -71,8 +74,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Open reads the journal at path (none: no sessions), puts every session
 // it holds back into dp, and returns the plane with them (Sessions).
-func Open(path string, dp *commit.Sessions) (*Plane, error) {
-	p := &Plane{dp: dp, path: path, kept: map[uint64]*kept{}, bySlot: map[uint32]uint64{}, reserved: map[uint64]uint32{}}
+// peers (nil: none) tracks the peers of multi-access sessions'
+// accesses.
+func Open(path string, dp *commit.Sessions, peers *Peers) (*Plane, error) {
+	p := &Plane{dp: dp, path: path, kept: map[uint64]*kept{}, bySlot: map[uint32]uint64{}, reserved: map[uint64]uint32{},
+		peers: peers}
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -355,8 +361,11 @@ func (p *Plane) undo(old *kept, slot uint32) {
 }
 
 // own marks in rec the uplink TEID that names slot, if the session has
-// one (ChooseTEID gave it).
+// one (ChooseTEID gave it), and the places of its accesses' peers.
 func (p *Plane) own(rec *bpf.Sess, keys commit.SessionKeys, slot uint32) {
+	if p.peers != nil {
+		p.peers.placeAll(rec)
+	}
 	rec.Own = 0
 	for _, t := range keys.TEIDs {
 		if t&p.dp.Mask() == slot {

@@ -56,7 +56,7 @@ func startGateway(t *testing.T, dp *loader.Dataplane, dir string, peers []n4.Pee
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := upf.Open(filepath.Join(dir, "edgeplane.yaml.sessions"), ss)
+	p, err := upf.Open(filepath.Join(dir, "edgeplane.yaml.sessions"), ss, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

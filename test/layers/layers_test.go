@@ -103,8 +103,8 @@ var rules = []struct {
 	{"./internal/cpuwatch", []string{"./"}, configModel, "watching for stopped CPUs needs nothing of edgeplane but the cpulist's parser"},
 	{"./internal/n4", []string{"./"}, nil,
 		"the N4 endpoint speaks PFCP to SMFs; what a session asks of the dataplane reaches it through the agent"},
-	{"./internal/upf", []string{"./"}, append([]string{"./internal/n4", "./internal/atomicfile", "./internal/dataplane"}, loaderPkgs...),
-		"the user plane compiles N4's sessions for the dataplane and journals them; the agent hands it to N4"},
+	{"./internal/upf", []string{"./"}, append([]string{"./internal/n4", "./internal/atomicfile", "./internal/dataplane", "./internal/rtloop"}, loaderPkgs...),
+		"the user plane compiles N4's sessions for the dataplane and journals them, and probes its access peers on a real-time loop; the agent hands it to N4"},
 	{"./internal/fibwatch", []string{"./"}, append([]string{"./internal/dataplane"}, loaderPkgs...),
 		"following the kernel's routing for the next hops needs the loader alone; the agent starts it"},
 	// The bench's parts stand alone: the top level runs the ones asked

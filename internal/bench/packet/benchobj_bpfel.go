@@ -46,6 +46,8 @@ const (
 	benchobjMapEdgeFtMeta           = "edge_ft_meta"
 	benchobjMapEdgeGlobal           = "edge_global"
 	benchobjMapEdgeGroups           = "edge_groups"
+	benchobjMapEdgeGtpuPeerIx       = "edge_gtpu_peer_ix"
+	benchobjMapEdgeGtpuPeers        = "edge_gtpu_peers"
 	benchobjMapEdgeIcmpBucket       = "edge_icmp_bucket"
 	benchobjMapEdgeIcmpSrc          = "edge_icmp_src"
 	benchobjMapEdgeIfCpu            = "edge_if_cpu"
@@ -231,6 +233,8 @@ type benchobjMapSpecs struct {
 	EdgeFtMeta       *ebpf.MapSpec `ebpf:"edge_ft_meta"`
 	EdgeGlobal       *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups       *ebpf.MapSpec `ebpf:"edge_groups"`
+	EdgeGtpuPeerIx   *ebpf.MapSpec `ebpf:"edge_gtpu_peer_ix"`
+	EdgeGtpuPeers    *ebpf.MapSpec `ebpf:"edge_gtpu_peers"`
 	EdgeIcmpBucket   *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
 	EdgeIcmpSrc      *ebpf.MapSpec `ebpf:"edge_icmp_src"`
 	EdgeIfCpu        *ebpf.MapSpec `ebpf:"edge_if_cpu"`
@@ -340,6 +344,8 @@ type benchobjMaps struct {
 	EdgeFtMeta       *ebpf.Map `ebpf:"edge_ft_meta"`
 	EdgeGlobal       *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups       *ebpf.Map `ebpf:"edge_groups"`
+	EdgeGtpuPeerIx   *ebpf.Map `ebpf:"edge_gtpu_peer_ix"`
+	EdgeGtpuPeers    *ebpf.Map `ebpf:"edge_gtpu_peers"`
 	EdgeIcmpBucket   *ebpf.Map `ebpf:"edge_icmp_bucket"`
 	EdgeIcmpSrc      *ebpf.Map `ebpf:"edge_icmp_src"`
 	EdgeIfCpu        *ebpf.Map `ebpf:"edge_if_cpu"`
@@ -417,6 +423,8 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeFtMeta,
 		m.EdgeGlobal,
 		m.EdgeGroups,
+		m.EdgeGtpuPeerIx,
+		m.EdgeGtpuPeers,
 		m.EdgeIcmpBucket,
 		m.EdgeIcmpSrc,
 		m.EdgeIfCpu,

@@ -150,6 +150,10 @@ var mapRoles = map[string]mapRole{
 	"edge_sess_mbr": {rebuilt, false},
 	// Buffered downlink on its way to the agent: read where it is.
 	"edge_buff": {rebuilt, false},
+	// The peers multi-access sessions steer between: the agent places
+	// them again as it puts each session back.
+	"edge_gtpu_peers":   {rebuilt, false},
+	"edge_gtpu_peer_ix": {rebuilt, false},
 }
 
 // pinnedDiffs opens the maps of spec pinned under pinDir and says why each
