@@ -32,8 +32,8 @@ const DefaultEchoInterval = time.Second
 
 // echoMisses is how many Echo Requests in a row a peer leaves
 // unanswered before it counts as down: its access gives way within
-// echoMisses + 1 intervals of its loss, and one lost datagram moves
-// nothing.
+// echoMisses + 1/2 intervals of its loss (Run), and one lost datagram
+// moves nothing.
 const echoMisses = 2
 
 // Peers tracks the GTP-U peers of multi-access sessions' accesses (the
@@ -62,6 +62,7 @@ type peer struct {
 	addr    netip.Addr
 	seq     uint16
 	sentNs  int64
+	judged  bool // the answer to seq was looked for
 	misses  int
 	srttNs  int64
 	down    bool
@@ -134,69 +135,100 @@ func addrOf(v uint32) netip.Addr {
 	return netip.AddrFrom4(b)
 }
 
-// Run probes the peers every interval until ctx ends, on a real-time
-// thread as the path monitor's probes are: a failover is no later than
-// the gateway's load makes the loop.
+// Run probes the peers until ctx ends, on a real-time thread as the
+// path monitor's probes are (a failover is no later than the gateway's
+// load makes the loop): every half interval, each peer's last Echo
+// Request is judged (answered, or missed) or the next is sent, in turn.
+// A request is judged half an interval after it left (an answer later
+// than that counts as lost), so a peer cut off just after an answer is
+// down within 2.5 intervals: two requests missed.
 func (p *Peers) Run(ctx context.Context) {
-	rtloop.Run(ctx, p.log, "GTP-U echo", p.interval, func(time.Time) { p.Round() })
+	send := false
+	rtloop.Run(ctx, p.log, "GTP-U echo", p.interval/2, func(time.Time) {
+		send = !send
+		p.Round(send)
+	})
 }
 
-// Round reads the answer to each peer's last Echo Request, updates its
-// state in the dataplane and sends it the next.
-func (p *Peers) Round() {
+// Round judges each peer's last Echo Request (send false) or sends each
+// the next (send true).
+func (p *Peers) Round(send bool) {
 	p.mu.Lock()
 	st := slices.Clone(p.st)
 	p.mu.Unlock()
 	for i, x := range st {
-		if err := p.probe(uint32(i), x); err != nil {
+		var err error
+		if send {
+			err = p.ask(uint32(i), x)
+		} else {
+			err = p.judge(uint32(i), x)
+		}
+		if err != nil {
 			p.log.Warn("upf: GTP-U echo", "peer", x.addr, "err", err)
 		}
 	}
 }
 
-// probe is one peer's round.
-func (p *Peers) probe(i uint32, x *peer) error {
+// judge reads the answer to peer x's last Echo Request (at place i): its
+// RTT, or a miss; two in a row make it down, one answered up.
+func (p *Peers) judge(i uint32, x *peer) error {
 	v, err := p.w.GTPUPeer(i)
 	if err != nil {
 		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if x.sentNs != 0 {
-		if v.EchoSeq == uint32(x.seq) && v.WantSeq == uint32(x.seq) && int64(v.EchoNs) >= x.sentNs {
-			rtt := int64(v.EchoNs) - x.sentNs
-			if x.srttNs == 0 {
-				x.srttNs = rtt
-			} else {
-				x.srttNs += (rtt - x.srttNs) / 8
-			}
-			x.misses = 0
-			x.answers++
+	if x.sentNs == 0 || x.judged {
+		return nil
+	}
+	x.judged = true
+	if v.EchoSeq == uint32(x.seq) && v.WantSeq == uint32(x.seq) && int64(v.EchoNs) >= x.sentNs {
+		rtt := int64(v.EchoNs) - x.sentNs
+		if x.srttNs == 0 {
+			x.srttNs = rtt
 		} else {
-			x.misses++
+			x.srttNs += (rtt - x.srttNs) / 8
 		}
+		x.misses = 0
+		x.answers++
+	} else {
+		x.misses++
 	}
 	down := x.misses >= echoMisses
 	if down != x.down {
 		x.down, x.changed = down, time.Now()
 		p.log.Info("upf: GTP-U peer", "peer", x.addr, "up", !down, "misses", x.misses)
 	}
-	x.seq++
-	v.WantSeq = uint32(x.seq)
 	v.Down = 0
 	if x.down {
 		v.Down = 1
 	}
-	v.RttUs = uint32(max(x.srttNs/1000, 1))
-	if x.srttNs == 0 {
-		v.RttUs = 0
+	v.RttUs = 0
+	if x.srttNs != 0 {
+		v.RttUs = uint32(max(x.srttNs/1000, 1))
 	}
-	if err := p.w.PutGTPUPeer(i, v); err != nil {
+	return p.w.PutGTPUPeer(i, v)
+}
+
+// ask sends peer x (at place i) its next Echo Request, XDP told first
+// which sequence number to time the answer of.
+func (p *Peers) ask(i uint32, x *peer) error {
+	v, err := p.w.GTPUPeer(i)
+	if err != nil {
 		return err
 	}
-	x.sentNs = rtloop.Monotonic()
+	p.mu.Lock()
+	x.seq++
+	v.WantSeq = uint32(x.seq)
+	if err := p.w.PutGTPUPeer(i, v); err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	x.sentNs, x.judged = rtloop.Monotonic(), false
 	x.sent++
-	return p.send(x.addr, EchoRequest(x.seq))
+	seq := x.seq
+	p.mu.Unlock()
+	return p.send(x.addr, EchoRequest(seq))
 }
 
 // EchoRequest is a GTP-U Echo Request (TS 29.281 7.2.1) with sequence

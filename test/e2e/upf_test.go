@@ -69,12 +69,33 @@ func startGNB(t *testing.T, g *gateway, dlTEID uint32) *gnb {
 // N3 address of one family (IPv4 or IPv6: N3 over IPv6).
 func startGNBOn(t *testing.T, g *gateway, dlTEID uint32, addr, n3 string) *gnb {
 	t.Helper()
-	ue, err := topo.NewNS(g.Prefix + "ue")
+	b := &gnb{t: t, dlTEID: dlTEID, n3: &net.UDPAddr{IP: net.ParseIP(n3), Port: 2152}}
+	b.ue, b.tun = newUE(t, g.Prefix+"ue", b.stop)
+	if err := topo.Do(g.B, func() error {
+		var err error
+		b.conn, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(addr), Port: 2152})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.wg.Add(2)
+	go b.uplink()
+	go b.downlink()
+	return b
+}
+
+// newUE makes the UE of the user plane's tests: a namespace (name) whose
+// address is ueIP on a TUN device, its default route, and the TUN to
+// read its packets from and write its downlink into. The test's end
+// calls stop, then removes the namespace.
+func newUE(t *testing.T, name string, stop func()) (*topo.NS, *os.File) {
+	t.Helper()
+	ue, err := topo.NewNS(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &gnb{t: t, ue: ue, dlTEID: dlTEID, n3: &net.UDPAddr{IP: net.ParseIP(n3), Port: 2152}}
-	t.Cleanup(func() { b.stop(); _ = ue.Delete(); ue.Close() })
+	t.Cleanup(func() { stop(); _ = ue.Delete(); ue.Close() })
+	var tun *os.File
 	if err := ue.Do(func() error {
 		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -95,7 +116,7 @@ func startGNBOn(t *testing.T, g *gateway, dlTEID uint32, addr, n3 string) *gnb {
 			unix.Close(fd)
 			return err
 		}
-		b.tun = os.NewFile(uintptr(fd), "ue0")
+		tun = os.NewFile(uintptr(fd), "ue0")
 		return nil
 	}); err != nil {
 		t.Fatalf("the UE's TUN: %v", err)
@@ -117,17 +138,7 @@ func startGNBOn(t *testing.T, g *gateway, dlTEID uint32, addr, n3 string) *gnb {
 	if out, err := nsRun(ue.Name, "ip", "route", "add", "default", "dev", "ue0"); err != nil {
 		t.Fatalf("the UE's route: %v %s", err, out)
 	}
-	if err := topo.Do(g.B, func() error {
-		var err error
-		b.conn, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(addr), Port: 2152})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	b.wg.Add(2)
-	go b.uplink()
-	go b.downlink()
-	return b
+	return ue, tun
 }
 
 // uplink carries the UE's packets to N3.
