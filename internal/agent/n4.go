@@ -245,9 +245,22 @@ var (
 	upfEndMarkersDesc = prometheus.NewDesc("edgeplane_upf_end_markers_total",
 		"GTP-U End Markers: received on N3 (handed to the agent by XDP, within the answers' budget), sent along a path a handover left.",
 		[]string{"dir"}, nil)
+	upfPeerUpDesc = prometheus.NewDesc("edgeplane_upf_gtpu_peer_up",
+		"1 while a gNB or N3IWF a multi-access session steers over answers the user plane's GTP-U Echo Requests, "+
+			"0 once it left 2 in a row unanswered (its access then gives way to the other).",
+		[]string{"peer"}, nil)
+	upfPeerRTTDesc = prometheus.NewDesc("edgeplane_upf_gtpu_peer_rtt_seconds",
+		"Smoothed GTP-U echo round trip to a multi-access session's access peer (absent until it answered once).",
+		[]string{"peer"}, nil)
+	upfPeerEchoesDesc = prometheus.NewDesc("edgeplane_upf_gtpu_peer_echoes_total",
+		"GTP-U Echo Requests to a multi-access session's access peer, by fate: sent, answered (in time, timed in XDP).",
+		[]string{"peer", "fate"}, nil)
 )
 
 func (m n4Metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- upfPeerUpDesc
+	ch <- upfPeerRTTDesc
+	ch <- upfPeerEchoesDesc
 	ch <- n4MessagesDesc
 	ch <- n4AssociationsDesc
 	ch <- n4PeerUpDesc
@@ -281,5 +294,20 @@ func (m n4Metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(upfEndMarkersDesc, prometheus.CounterValue, float64(st.EndMarkers), "received")
 	if m.a.em != nil {
 		ch <- prometheus.MustNewConstMetric(upfEndMarkersDesc, prometheus.CounterValue, float64(m.a.em.Sent()), "sent")
+	}
+	if m.a.peers == nil {
+		return
+	}
+	for _, p := range m.a.peers.Status() {
+		a, up := p.Addr.String(), 0.0
+		if p.Up {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(upfPeerUpDesc, prometheus.GaugeValue, up, a)
+		if p.RTT > 0 {
+			ch <- prometheus.MustNewConstMetric(upfPeerRTTDesc, prometheus.GaugeValue, p.RTT.Seconds(), a)
+		}
+		ch <- prometheus.MustNewConstMetric(upfPeerEchoesDesc, prometheus.CounterValue, float64(p.Sent), a, "sent")
+		ch <- prometheus.MustNewConstMetric(upfPeerEchoesDesc, prometheus.CounterValue, float64(p.Answers), a, "answered")
 	}
 }
