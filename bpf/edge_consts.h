@@ -255,6 +255,9 @@
 /* GTP-U peers (gNBs, N3IWFs) whose liveness and RTT the agent tracks
  * for the accesses of multi-access sessions (edge_gtpu_peers). */
 #define EDGE_GTPU_PEERS 1024
+/* The low bits of an Echo Request's sequence number that count rounds;
+ * the rest name the peer's place (16 bits in all). */
+#define EDGE_GTPU_SEQ_ROUND 6
 
 /* edge_sess_ma.mode: the steering mode of TS 29.244 8.2.165 in the low
  * bits (ATSSS-LL), and which access is the active or high-priority

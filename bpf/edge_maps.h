@@ -633,8 +633,8 @@ struct {
 
 /* The GTP-U peers of multi-access sessions' accesses (edge_sess_ma):
  * their liveness and RTT, from the agent's Echo Requests, whose answers
- * XDP times (gtpu.h), by place; and each peer's place by its IPv4
- * address. Agent-written but for the answers' times. */
+ * XDP times (gtpu.h), by place (a request's sequence number names the
+ * place). Agent-written but for the answers' times. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
@@ -642,14 +642,6 @@ struct {
 	__uint(max_entries, EDGE_GTPU_PEERS);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_gtpu_peers SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __be32);
-	__type(value, __u32);
-	__uint(max_entries, EDGE_GTPU_PEERS);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} edge_gtpu_peer_ix SEC(".maps");
 
 /* A downlink packet's IPv6 destination's /64 prefix (its 8 bytes as
  * they are), the UE's, names the session's slot. */

@@ -776,13 +776,18 @@ struct edge_sess_ma {
 
 /* A GTP-U peer the agent probes with Echo Requests (edge_gtpu_peers):
  * XDP times the answer to the latest (echo_ns, echo_seq) and the agent
- * tells from it whether the peer is down and its RTT. */
+ * tells from it whether the peer is down and its RTT. A request's
+ * sequence number is the peer's place << EDGE_GTPU_SEQ_ROUND | a round
+ * count, so an answer names the entry it times (and must come from the
+ * entry's address). */
 struct edge_gtpu_peer {
 	__u32 down;     /* agent: 1 once its echoes go unanswered */
 	__u32 rtt_us;   /* agent: smoothed echo RTT, µs (0: none yet) */
 	__u64 echo_ns;  /* XDP: when the answer to want_seq came (bpf_ktime_get_ns) */
 	__u32 want_seq; /* agent: the sequence number of its latest Echo Request */
-	__u32 echo_seq; /* XDP: want_seq as it was when that answer came */
+	__u32 echo_seq; /* XDP: want_seq as it was when that answer came (agent: not a sequence number when it asks) */
+	__be32 addr;    /* agent: the peer's address (0: no peer at this place) */
+	__u32 pad;
 };
 
 struct edge_sess {

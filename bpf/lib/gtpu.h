@@ -627,23 +627,20 @@ static __always_inline int gtpu_end_marker(struct xdp_md *ctx,
 /* gtpu_echo_resp times an Echo Response (its sequence number seq) from
  * a peer the agent probes, when it answers the agent's latest request:
  * the peer's echo_ns and echo_seq, from which the agent tells its
- * liveness and RTT. Any other (a peer not probed, an old or forged
- * sequence number) is dropped as other signalling, timing nothing. */
+ * liveness and RTT. The sequence number names the peer's place; an
+ * answer from another address than the peer's, to an older request, or
+ * a second one, is dropped as other signalling, timing nothing. */
 static __always_inline int gtpu_echo_resp(struct edge_pkt *p, __be16 seq)
 {
+	__u32 s = bpf_ntohs(seq), i = s >> EDGE_GTPU_SEQ_ROUND;
 	struct edge_gtpu_peer *e;
-	__be32 src;
-	__u32 *ix;
 
-	if (p->key.family != 4)
-		return punt(p, EDGE_R_GTPU_SIGNAL, XDP_DROP);
-	src = *(const __be32 *)p->key.src;
-	ix = bpf_map_lookup_elem(&edge_gtpu_peer_ix, &src);
-	e = ix ? bpf_map_lookup_elem(&edge_gtpu_peers, ix) : NULL;
-	if (!e || e->want_seq != bpf_ntohs(seq) || e->echo_seq == e->want_seq)
+	e = bpf_map_lookup_elem(&edge_gtpu_peers, &i);
+	if (!e || p->key.family != 4 || !e->addr || e->addr != *(const __be32 *)p->key.src ||
+	    e->want_seq != s || e->echo_seq == s)
 		return punt(p, EDGE_R_GTPU_SIGNAL, XDP_DROP);
 	e->echo_ns = bpf_ktime_get_ns();
-	e->echo_seq = e->want_seq;
+	e->echo_seq = s;
 	return punt(p, EDGE_R_GTPU_ECHO_RESP, XDP_DROP);
 }
 
@@ -679,6 +676,70 @@ static __always_inline int mbr_over(__u32 slot, __u8 m, __u32 len)
 	return over;
 }
 
+/* ma_peer is the state of access peer i (edge_gtpu_peers index + 1;
+ * NULL: not tracked). */
+static __always_inline const struct edge_gtpu_peer *ma_peer(__u16 i)
+{
+	__u32 k = i - 1;
+
+	return i ? bpf_map_lookup_elem(&edge_gtpu_peers, &k) : NULL;
+}
+
+/* ma_flow_hash mixes the 5-tuple of flow key k (murmur3's finalizer
+ * over the words): which access a flow takes under load balancing.
+ * Not keyed: it places nothing another flow needs (no table to aim at),
+ * and a sender choosing its ports only chooses its own flow's access. */
+static __always_inline __u32 ma_flow_hash(const struct edge_flow_key *k)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u32 h;
+
+	/* src, dst (IPv4 in the first word of each, IPv6 in all four),
+	 * the ports, the protocol (struct edge_flow_key's words). */
+	h = w[0] ^ w[1] * 0x9e3779b1u ^ w[2] * 0x85ebca77u ^ w[3] * 0xc2b2ae3du;
+	h ^= w[4] * 0x27d4eb2fu ^ w[5] * 0x165667b1u ^ w[6] * 0x9e3779b1u ^ w[7] * 0x85ebca6bu;
+	h ^= w[10] * 0xc2b2ae35u ^ (w[11] & 0xff) * 0x27d4eb2fu;
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h;
+}
+
+/* edge_ma_pick tells which access multi-access rule m sends c->p over:
+ * 0 the first (3GPP), 1 the second. Active-standby and priority-based:
+ * the preferred one; smallest delay: the one whose peer answers echoes
+ * sooner (the preferred one until both have an RTT); load balancing:
+ * by the flow's hash against the first access's weight, so a flow keeps
+ * its access while the weights do. Whatever the mode, an access whose
+ * peer stopped answering gives way to the other while that one answers.
+ * A global function: the sessions' code around it stays as it was. */
+static __always_inline int edge_ma_pick(struct edge_ctx *c, const struct edge_sess_ma *m)
+{
+	const struct edge_gtpu_peer *a, *b;
+	int pick, down1, down2;
+
+	a = ma_peer(m->peer1);
+	b = ma_peer(m->peer2);
+	pick = (m->mode & EDGE_MA_PREFER2) ? 1 : 0;
+	down1 = a && a->down;
+	down2 = b && b->down;
+
+	switch (m->mode & EDGE_MA_MODE) {
+	case EDGE_MA_SMALLEST_DELAY:
+		if (a && b && a->rtt_us && b->rtt_us && a->rtt_us != b->rtt_us)
+			pick = b->rtt_us < a->rtt_us;
+		break;
+	case EDGE_MA_LOAD_BALANCING:
+		pick = ma_flow_hash(&c->p.key) % 100 >= m->weight1;
+		break;
+	}
+	if (pick ? down2 && !down1 : down1 && !down2)
+		pick = !pick;
+	return pick;
+}
+
 /* sess_act carries out what session s (in slot) does with the packet sp
  * describes, c->p: the first PDR by precedence that detects it, its
  * QER's gate, its counters, its FAR (drop; buffer; forward: by the FIB,
@@ -687,7 +748,7 @@ static __always_inline int mbr_over(__u32 slot, __u8 m, __u32 len)
 static __always_inline int sess_act(struct xdp_md *ctx, struct edge_ctx *c,
 				    const struct edge_state *st,
 				    const struct edge_sess *s, __u32 slot,
-				    const struct edge_sess_pkt *sp)
+				    const struct edge_sess_pkt *sp, const int dl)
 {
 	const struct edge_sess_pdr *r = NULL;
 	struct edge_pkt *p = &c->p;
@@ -718,10 +779,11 @@ static __always_inline int sess_act(struct xdp_md *ctx, struct edge_ctx *c,
 	default:
 		return punt(p, EDGE_R_GTPU_FAR_DROP, XDP_DROP);
 	}
-	if ((r->flags & EDGE_SP_OHC) && (r->ohc6 || r->ma)) {
-		/* Toward an IPv6 peer, or steered between a multi-access
-		 * rule's accesses: the pipeline calls edge_gtpu_encap_more,
-		 * so neither this function's code nor its stack grows. */
+	if ((r->flags & EDGE_SP_OHC) &&
+	    (r->ohc6 || (dl && r->ma && edge_ma_pick(c, &s->ma[(r->ma - 1) & (EDGE_SESS_MAS - 1)])))) {
+		/* Toward an IPv6 peer, or over a multi-access rule's second
+		 * access: the pipeline calls edge_gtpu_encap_more, so neither
+		 * this function's code nor its stack grows. */
 		c->gtpu_mtu = slot << 3 | (i & (EDGE_SESS_PDRS - 1));
 		return EDGE_GTPU_ENCAP_MORE;
 	}
@@ -896,7 +958,7 @@ static __always_inline int gtpu_uplink(struct xdp_md *ctx, struct edge_ctx *c,
 	p->l4_off = 0;
 	p->vlans = 0;
 	p->len = p->l3_len + sizeof(struct ethhdr);
-	return sess_act(ctx, c, st, s, *slot, sp);
+	return sess_act(ctx, c, st, s, *slot, sp, 0);
 }
 
 /* edge_gtpu decides a datagram to the user plane's GTP-U address
@@ -1024,50 +1086,14 @@ __noinline int edge_gtpu_dl(struct xdp_md *ctx, struct edge_ctx *c)
 	sp->proto = p->key.proto;
 	sp->rport = bpf_ntohs(p->key.sport);
 	sp->lport = bpf_ntohs(p->key.dport);
-	return sess_act(ctx, c, st, s, *slot, sp);
-}
-
-/* ma_peer is the state of access peer i (edge_gtpu_peers index + 1;
- * NULL: not tracked). */
-static __always_inline const struct edge_gtpu_peer *ma_peer(__u16 i)
-{
-	__u32 k = i - 1;
-
-	return i ? bpf_map_lookup_elem(&edge_gtpu_peers, &k) : NULL;
-}
-
-/* ma_pick tells which access multi-access rule m sends c->p over: 0
- * the first (3GPP), 1 the second. Active-standby and priority-based:
- * the preferred one; smallest delay: the one whose peer answers echoes
- * sooner (the preferred one until both have an RTT); load balancing:
- * by the flow's keyed hash against the first access's weight, so a
- * flow keeps its access while the weights do. Whatever the mode, an
- * access whose peer stopped answering gives way to the other while
- * that one answers. */
-static __always_inline int ma_pick(struct edge_ctx *c, const struct edge_sess_ma *m)
-{
-	const struct edge_gtpu_peer *a = ma_peer(m->peer1), *b = ma_peer(m->peer2);
-	int pick = (m->mode & EDGE_MA_PREFER2) ? 1 : 0;
-	int down1 = a && a->down, down2 = b && b->down;
-
-	switch (m->mode & EDGE_MA_MODE) {
-	case EDGE_MA_SMALLEST_DELAY:
-		if (a && b && a->rtt_us && b->rtt_us && a->rtt_us != b->rtt_us)
-			pick = b->rtt_us < a->rtt_us;
-		break;
-	case EDGE_MA_LOAD_BALANCING:
-		pick = (__u32)ft_hash(&c->p.key) % 100 >= m->weight1;
-		break;
-	}
-	if (pick ? down2 && !down1 : down1 && !down2)
-		pick = !pick;
-	return pick;
+	return sess_act(ctx, c, st, s, *slot, sp, 1);
 }
 
 /* edge_gtpu_encap_more encapsulates c->p as the PDR c->gtpu_mtu names
  * says (EDGE_GTPU_ENCAP_MORE), as gtpu_encap does: toward its IPv6
- * peer, or over the access its multi-access rule picks (ma_pick; the
- * second access's outer header replacing the PDR's in a copy). A record
+ * peer, or over its multi-access rule's second access, which
+ * edge_ma_pick chose (its outer header replacing the PDR's in a
+ * copy). A record
  * flipped meanwhile is read as it now is, the PDR at that place taken
  * only if it still needs this function. A global function, called from
  * the pipeline: the common path's code and the stack under the
@@ -1090,9 +1116,11 @@ __noinline int edge_gtpu_encap_more(struct xdp_md *ctx, struct edge_ctx *c)
 	r = &s->pdr[c->gtpu_mtu & (EDGE_SESS_PDRS - 1)];
 	if (!(r->flags & EDGE_SP_OHC) || !(r->ohc6 || r->ma))
 		return punt(&c->p, EDGE_R_GTPU_NO_PDR, XDP_DROP);
-	if (r->ma) {
+	if (r->ma && !r->ohc6) {
+		/* The second access (edge_ma_pick chose it; a record
+		 * flipped meanwhile still has the rule at its place). */
 		m = &s->ma[(r->ma - 1) & (EDGE_SESS_MAS - 1)];
-		if (ma_pick(c, m)) {
+		{
 			x = *r;
 			x.ohc_teid = m->ohc_teid2;
 			x.ohc_addr = m->ohc_addr2;

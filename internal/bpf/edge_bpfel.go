@@ -196,6 +196,8 @@ type edgeEdgeGtpuPeer struct {
 	EchoNs  uint64
 	WantSeq uint32
 	EchoSeq uint32
+	Addr    uint32
+	Pad     uint32
 }
 
 type edgeEdgeHashSecret struct {
@@ -476,7 +478,6 @@ const (
 	edgeMapEdgeFtMeta      = "edge_ft_meta"
 	edgeMapEdgeGlobal      = "edge_global"
 	edgeMapEdgeGroups      = "edge_groups"
-	edgeMapEdgeGtpuPeerIx  = "edge_gtpu_peer_ix"
 	edgeMapEdgeGtpuPeers   = "edge_gtpu_peers"
 	edgeMapEdgeIcmpBucket  = "edge_icmp_bucket"
 	edgeMapEdgeIcmpSrc     = "edge_icmp_src"
@@ -606,7 +607,6 @@ type edgeMapSpecs struct {
 	EdgeFtMeta      *ebpf.MapSpec `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.MapSpec `ebpf:"edge_groups"`
-	EdgeGtpuPeerIx  *ebpf.MapSpec `ebpf:"edge_gtpu_peer_ix"`
 	EdgeGtpuPeers   *ebpf.MapSpec `ebpf:"edge_gtpu_peers"`
 	EdgeIcmpBucket  *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
 	EdgeIcmpSrc     *ebpf.MapSpec `ebpf:"edge_icmp_src"`
@@ -706,7 +706,6 @@ type edgeMaps struct {
 	EdgeFtMeta      *ebpf.Map `ebpf:"edge_ft_meta"`
 	EdgeGlobal      *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups      *ebpf.Map `ebpf:"edge_groups"`
-	EdgeGtpuPeerIx  *ebpf.Map `ebpf:"edge_gtpu_peer_ix"`
 	EdgeGtpuPeers   *ebpf.Map `ebpf:"edge_gtpu_peers"`
 	EdgeIcmpBucket  *ebpf.Map `ebpf:"edge_icmp_bucket"`
 	EdgeIcmpSrc     *ebpf.Map `ebpf:"edge_icmp_src"`
@@ -774,7 +773,6 @@ func (m *edgeMaps) Close() error {
 		m.EdgeFtMeta,
 		m.EdgeGlobal,
 		m.EdgeGroups,
-		m.EdgeGtpuPeerIx,
 		m.EdgeGtpuPeers,
 		m.EdgeIcmpBucket,
 		m.EdgeIcmpSrc,

@@ -11,6 +11,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/commit"
 	"github.com/edgeplane/edgeplane/internal/topo"
 )
 
@@ -183,43 +184,73 @@ func TestGTPUMultiAccess(t *testing.T) {
 }
 
 // TestGTPUEchoResponseTimed: an Echo Response from a peer the agent
-// probes, to the sequence number it asked with last, is timed in XDP
-// (echo_ns, echo_seq) and dropped, counted; a second answer to it, an
-// answer with another sequence number or from an address that is no
-// peer times nothing (gtpu_signal).
+// probes, to the sequence number it asked with last (which names the
+// peer's place), is timed in XDP (echo_ns, echo_seq) and dropped,
+// counted; a second answer to it, an answer with another sequence
+// number, from another address than the peer's, or naming a place no
+// peer holds, times nothing (gtpu_signal).
 func TestGTPUEchoResponseTimed(t *testing.T) {
 	h, _, _ := sessionHarness(t)
 	if err := h.dp.SetGTPUPeer(3, netip.MustParseAddr(gnbAddr)); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.dp.PutGTPUPeer(3, bpf.GTPUPeer{WantSeq: 7}); err != nil {
+	v, err := h.dp.GTPUPeer(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := commit.GTPUSeq(3, 7)
+	if err := h.dp.AskGTPUPeer(3, v, want); err != nil {
 		t.Fatal(err)
 	}
 	run := runner(t, h)
-	resp := func(seq uint16) []byte {
-		return gtpuFrame(t, n3Addr, 2152, 0x32, 2, 0, append(seqRest(seq), 14, 0), false)
+	resp := func(src string, seq uint16) []byte {
+		f := gtpuFrame(t, n3Addr, 2152, 0x32, 2, 0, append(seqRest(seq), 14, 0), false)
+		if src != gnbAddr {
+			f = gtpuFrameFrom(t, src, f)
+		}
+		return f
 	}
-	run("another sequence number", resp(6), "wan0", bpf.XDPDrop, bpf.ReasonGTPUSignal)
-	if v, _ := h.dp.GTPUPeer(3); v.EchoNs != 0 {
-		t.Errorf("an answer to another request was timed: %+v", v)
+	timed := func() bpf.GTPUPeer {
+		t.Helper()
+		v, err := h.dp.GTPUPeer(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
 	}
-	run("the answer", resp(7), "wan0", bpf.XDPDrop, bpf.ReasonGTPUEchoResp)
-	v, err := h.dp.GTPUPeer(3)
-	if err != nil || v.EchoNs == 0 || v.EchoSeq != 7 {
-		t.Fatalf("the answer was not timed: %+v (%v)", v, err)
+	run("an older request's answer", resp(gnbAddr, commit.GTPUSeq(3, 6)), "wan0", bpf.XDPDrop, bpf.ReasonGTPUSignal)
+	run("another place's", resp(gnbAddr, commit.GTPUSeq(4, 7)), "wan0", bpf.XDPDrop, bpf.ReasonGTPUSignal)
+	run("from another address", resp("10.2.0.77", want), "wan0", bpf.XDPDrop, bpf.ReasonGTPUSignal)
+	if v := timed(); v.EchoNs != 0 {
+		t.Errorf("a wrong answer was timed: %+v", v)
 	}
-	run("the answer again", resp(7), "wan0", bpf.XDPDrop, bpf.ReasonGTPUSignal)
-	if w, _ := h.dp.GTPUPeer(3); w.EchoNs != v.EchoNs {
+	run("the answer", resp(gnbAddr, want), "wan0", bpf.XDPDrop, bpf.ReasonGTPUEchoResp)
+	v = timed()
+	if v.EchoNs == 0 || v.EchoSeq != uint32(want) {
+		t.Fatalf("the answer was not timed: %+v", v)
+	}
+	run("the answer again", resp(gnbAddr, want), "wan0", bpf.XDPDrop, bpf.ReasonGTPUSignal)
+	if w := timed(); w.EchoNs != v.EchoNs {
 		t.Errorf("a second answer to one request timed again: %+v", w)
 	}
 	if err := h.dp.ClearGTPUPeers(); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.dp.PutGTPUPeer(3, bpf.GTPUPeer{WantSeq: 8}); err != nil {
-		t.Fatal(err)
+	run("a place cleared", resp(gnbAddr, want), "wan0", bpf.XDPDrop, bpf.ReasonGTPUSignal)
+	if w := timed(); w.EchoNs != 0 {
+		t.Errorf("an answer to a place no peer holds was timed: %+v", w)
 	}
-	run("from no peer", resp(8), "wan0", bpf.XDPDrop, bpf.ReasonGTPUSignal)
-	if w, _ := h.dp.GTPUPeer(3); w.EchoNs != 0 {
-		t.Errorf("an answer from an address no peer has was timed: %+v", w)
-	}
+}
+
+// gtpuFrameFrom is frame (from gtpuFrame) sent from src instead, its
+// checksums made again.
+func gtpuFrameFrom(t *testing.T, src string, frame []byte) []byte {
+	t.Helper()
+	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
+	eth, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+	ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	udp, _ := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
+	ip.SrcIP = net.ParseIP(src).To4()
+	_ = udp.SetNetworkLayerForChecksum(ip)
+	return serialize(t, []gopacket.SerializableLayer{eth, ip, udp, gopacket.Payload(udp.Payload)})
 }

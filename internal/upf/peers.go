@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edgeplane/edgeplane/internal/bpf"
+	"github.com/edgeplane/edgeplane/internal/bpf/commit"
 	"github.com/edgeplane/edgeplane/internal/rtloop"
 )
 
@@ -22,6 +23,7 @@ type PeerWriter interface {
 	ClearGTPUPeers() error
 	GTPUPeer(i uint32) (bpf.GTPUPeer, error)
 	PutGTPUPeer(i uint32, v bpf.GTPUPeer) error
+	AskGTPUPeer(i uint32, v bpf.GTPUPeer, want uint16) error
 }
 
 // DefaultEchoInterval is how often Peers sends each peer an Echo
@@ -60,7 +62,8 @@ type Peers struct {
 // clock), answers missed in a row, the smoothed RTT.
 type peer struct {
 	addr    netip.Addr
-	seq     uint16
+	round   uint16
+	seq     uint16 // of the request in flight (commit.GTPUSeq)
 	sentNs  int64
 	judged  bool // the answer to seq was looked for
 	misses  int
@@ -111,7 +114,7 @@ func (p *Peers) Place(a netip.Addr) uint16 {
 		return 0
 	}
 	p.ix[a] = i
-	p.st = append(p.st, &peer{addr: a, seq: uint16(i) * 7919, changed: time.Now()})
+	p.st = append(p.st, &peer{addr: a, changed: time.Now()})
 	return uint16(i + 1)
 }
 
@@ -218,9 +221,9 @@ func (p *Peers) ask(i uint32, x *peer) error {
 		return err
 	}
 	p.mu.Lock()
-	x.seq++
-	v.WantSeq = uint32(x.seq)
-	if err := p.w.PutGTPUPeer(i, v); err != nil {
+	x.round++
+	x.seq = commit.GTPUSeq(i, x.round)
+	if err := p.w.AskGTPUPeer(i, v, x.seq); err != nil {
 		p.mu.Unlock()
 		return err
 	}

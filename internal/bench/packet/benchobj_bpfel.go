@@ -24,7 +24,6 @@ const (
 	benchobjMapBenchLruMiss         = "bench_lru_miss"
 	benchobjMapBenchLruRing         = "bench_lru_ring"
 	benchobjMapBenchProbeFront      = "bench_probe_front"
-	benchobjMapBenchSeq             = "bench_seq"
 	benchobjMapBenchStageProgs      = "bench_stage_progs"
 	benchobjMapBenchUeBare          = "bench_ue_bare"
 	benchobjMapEdgeBuff             = "edge_buff"
@@ -46,7 +45,6 @@ const (
 	benchobjMapEdgeFtMeta           = "edge_ft_meta"
 	benchobjMapEdgeGlobal           = "edge_global"
 	benchobjMapEdgeGroups           = "edge_groups"
-	benchobjMapEdgeGtpuPeerIx       = "edge_gtpu_peer_ix"
 	benchobjMapEdgeGtpuPeers        = "edge_gtpu_peers"
 	benchobjMapEdgeIcmpBucket       = "edge_icmp_bucket"
 	benchobjMapEdgeIcmpSrc          = "edge_icmp_src"
@@ -211,7 +209,6 @@ type benchobjMapSpecs struct {
 	BenchLruMiss     *ebpf.MapSpec `ebpf:"bench_lru_miss"`
 	BenchLruRing     *ebpf.MapSpec `ebpf:"bench_lru_ring"`
 	BenchProbeFront  *ebpf.MapSpec `ebpf:"bench_probe_front"`
-	BenchSeq         *ebpf.MapSpec `ebpf:"bench_seq"`
 	BenchStageProgs  *ebpf.MapSpec `ebpf:"bench_stage_progs"`
 	BenchUeBare      *ebpf.MapSpec `ebpf:"bench_ue_bare"`
 	EdgeBuff         *ebpf.MapSpec `ebpf:"edge_buff"`
@@ -233,7 +230,6 @@ type benchobjMapSpecs struct {
 	EdgeFtMeta       *ebpf.MapSpec `ebpf:"edge_ft_meta"`
 	EdgeGlobal       *ebpf.MapSpec `ebpf:"edge_global"`
 	EdgeGroups       *ebpf.MapSpec `ebpf:"edge_groups"`
-	EdgeGtpuPeerIx   *ebpf.MapSpec `ebpf:"edge_gtpu_peer_ix"`
 	EdgeGtpuPeers    *ebpf.MapSpec `ebpf:"edge_gtpu_peers"`
 	EdgeIcmpBucket   *ebpf.MapSpec `ebpf:"edge_icmp_bucket"`
 	EdgeIcmpSrc      *ebpf.MapSpec `ebpf:"edge_icmp_src"`
@@ -322,7 +318,6 @@ type benchobjMaps struct {
 	BenchLruMiss     *ebpf.Map `ebpf:"bench_lru_miss"`
 	BenchLruRing     *ebpf.Map `ebpf:"bench_lru_ring"`
 	BenchProbeFront  *ebpf.Map `ebpf:"bench_probe_front"`
-	BenchSeq         *ebpf.Map `ebpf:"bench_seq"`
 	BenchStageProgs  *ebpf.Map `ebpf:"bench_stage_progs"`
 	BenchUeBare      *ebpf.Map `ebpf:"bench_ue_bare"`
 	EdgeBuff         *ebpf.Map `ebpf:"edge_buff"`
@@ -344,7 +339,6 @@ type benchobjMaps struct {
 	EdgeFtMeta       *ebpf.Map `ebpf:"edge_ft_meta"`
 	EdgeGlobal       *ebpf.Map `ebpf:"edge_global"`
 	EdgeGroups       *ebpf.Map `ebpf:"edge_groups"`
-	EdgeGtpuPeerIx   *ebpf.Map `ebpf:"edge_gtpu_peer_ix"`
 	EdgeGtpuPeers    *ebpf.Map `ebpf:"edge_gtpu_peers"`
 	EdgeIcmpBucket   *ebpf.Map `ebpf:"edge_icmp_bucket"`
 	EdgeIcmpSrc      *ebpf.Map `ebpf:"edge_icmp_src"`
@@ -401,7 +395,6 @@ func (m *benchobjMaps) Close() error {
 		m.BenchLruMiss,
 		m.BenchLruRing,
 		m.BenchProbeFront,
-		m.BenchSeq,
 		m.BenchStageProgs,
 		m.BenchUeBare,
 		m.EdgeBuff,
@@ -423,7 +416,6 @@ func (m *benchobjMaps) Close() error {
 		m.EdgeFtMeta,
 		m.EdgeGlobal,
 		m.EdgeGroups,
-		m.EdgeGtpuPeerIx,
 		m.EdgeGtpuPeers,
 		m.EdgeIcmpBucket,
 		m.EdgeIcmpSrc,

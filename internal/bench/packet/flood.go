@@ -135,9 +135,9 @@ func (b *bencher) measureFlood(r *Result, undo float64) error {
 		// ring flow once. Passes are ringFlows runs (the wrapper's
 		// too: it counts alike), so every pass starts at the same
 		// place in the cycle.
-		var seqs []uint32
-		if err := b.progs.Seq.Lookup(uint32(0), &seqs); err != nil {
-			return fmt.Errorf("read bench_seq: %w", err)
+		seqs, err := runSeqs(b.progs.Front)
+		if err != nil {
+			return err
 		}
 		ring := ringFrame(seqs[f.CPU]&(ringFlows-1) + 1)
 		pass := func() (float64, float64, uint64, error) {

@@ -375,6 +375,9 @@ func (b *bencher) measureGTPU(r *Result) error {
 				}
 			}
 		}
+		if err := b.measureMA(r, ss, slots[0], n); err != nil {
+			return fmt.Errorf("multi-access, %d sessions: %w", n, err)
+		}
 	}
 	after, err := b.median(b.progs.BenchResize, hitFrame, bpf.XDPRedirect)
 	if err != nil {

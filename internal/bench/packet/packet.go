@@ -167,7 +167,7 @@ func (b *bencher) goals(r *Result) []measure.Goal {
 	case b.o.Quick:
 		return nil
 	}
-	return append(append(append(classifyGoals(r), flowOptGoals(r)...), lbGoals(r)...), gtpuGoals(r)...)
+	return append(append(append(append(classifyGoals(r), flowOptGoals(r)...), lbGoals(r)...), gtpuGoals(r)...), maGoals(r)...)
 }
 
 // open makes the namespace, a dataplane sized for the largest rule set

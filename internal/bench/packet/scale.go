@@ -83,14 +83,14 @@ type scaleProgs struct {
 	Wrap     *ebpf.Program `ebpf:"bench_wrap_resize_miss"`
 	Baseline *ebpf.Program `ebpf:"bench_lru_ring_run"`
 	Cycle    *ebpf.Map     `ebpf:"bench_cycle"`
-	Seq      *ebpf.Map     `ebpf:"bench_seq"`
+	Front    *ebpf.Map     `ebpf:"bench_front"`
 	LRU      *ebpf.Map     `ebpf:"bench_lru_ring"`
 	Backends *ebpf.Map     `ebpf:"bench_lru_backends"`
 	Miss     *ebpf.Map     `ebpf:"bench_lru_miss"`
 }
 
 func (p *scaleProgs) Close() {
-	for _, c := range []interface{ Close() error }{p.Ring, p.Wrap, p.Baseline, p.Cycle, p.Seq, p.LRU, p.Backends, p.Miss} {
+	for _, c := range []interface{ Close() error }{p.Ring, p.Wrap, p.Baseline, p.Cycle, p.Front, p.LRU, p.Backends, p.Miss} {
 		_ = c.Close()
 	}
 }
@@ -185,9 +185,9 @@ func (b *bencher) scaleSize(r *Result, s *Scale, n int, undo float64) (ScaleSize
 		stride := uint32(1)
 		runs := n * max(1, scaleMinRuns/n)
 		pass := func(prog *ebpf.Program, want uint32) (float64, error) {
-			var seqs []uint32
-			if err := p.Seq.Lookup(uint32(0), &seqs); err != nil {
-				return 0, fmt.Errorf("read bench_seq: %w", err)
+			seqs, err := runSeqs(p.Front)
+			if err != nil {
+				return 0, err
 			}
 			return timeRun(prog, scaleFrame((seqs[s.CPU]*stride)&uint32(n-1)+1), want, runs)
 		}

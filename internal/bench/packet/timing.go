@@ -88,16 +88,37 @@ func medianOf(s []float64) float64 {
 type wrappers struct {
 	benchobjPrograms
 	Cycle  *ebpf.Map `ebpf:"bench_cycle"`
-	Seq    *ebpf.Map `ebpf:"bench_seq"`
+	Front  *ebpf.Map `ebpf:"bench_front"`
 	Stages *ebpf.Map `ebpf:"bench_stage_progs"`
 	LRU    *ebpf.Map `ebpf:"bench_lru"`
 	UEBare *ebpf.Map `ebpf:"bench_ue_bare"`
 }
 
+// frameSave mirrors the wrappers' struct frame_save: the saved bytes
+// and, in seq, the per-run counter the miss wrappers make flows of.
+type frameSave struct {
+	W           [(56 + 16 + 24) / 8]uint64
+	More, More6 uint32
+	Seq, _      uint32
+}
+
+// runSeqs reads each CPU's per-run counter from front (bench_front).
+func runSeqs(front *ebpf.Map) ([]uint32, error) {
+	var v []frameSave
+	if err := front.Lookup(uint32(0), &v); err != nil {
+		return nil, fmt.Errorf("read the wrappers' run counters: %w", err)
+	}
+	out := make([]uint32, len(v))
+	for i := range v {
+		out[i] = v[i].Seq
+	}
+	return out, nil
+}
+
 // Close closes the programs and the maps.
 func (w *wrappers) Close() error {
 	w.Cycle.Close()
-	w.Seq.Close()
+	w.Front.Close()
 	w.Stages.Close()
 	w.LRU.Close()
 	w.UEBare.Close()

@@ -152,8 +152,7 @@ var mapRoles = map[string]mapRole{
 	"edge_buff": {rebuilt, false},
 	// The peers multi-access sessions steer between: the agent places
 	// them again as it puts each session back.
-	"edge_gtpu_peers":   {rebuilt, false},
-	"edge_gtpu_peer_ix": {rebuilt, false},
+	"edge_gtpu_peers": {rebuilt, false},
 }
 
 // pinnedDiffs opens the maps of spec pinned under pinDir and says why each

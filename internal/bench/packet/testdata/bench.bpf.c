@@ -13,13 +13,63 @@
 #include <bpf/bpf_helpers.h>
 #include "lib/pipeline.h"
 
-/* Per-run counter the miss wrappers turn into a new flow. */
+/* Paths that resize the frame (GRE encap grows it by the outer IPv4 and
+ * GRE headers, decap shrinks it by as much) leave data moved and bytes
+ * rewritten. The resize wrappers save the first BENCH_SAVE bytes (every
+ * byte either path writes in a frame of the shape benchmarked: Ethernet,
+ * IPv4 and GRE with key, then the inner IPv4 header up to its checksum;
+ * BENCH_SAVE_MORE for GTP-U's longer outer headers),
+ * run the pipeline, move data back by however much the frame's length
+ * changed, and write the saved bytes back, so every run starts from the
+ * same frame. The wrappers alone time that undo: it makes one
+ * bpf_xdp_adjust_head call, which without the pipeline cannot be made
+ * without first making the opposite one, so bench_wrap_resize times the
+ * undo with no call and bench_wrap_grow / bench_wrap_shrink with the pair;
+ * the helper does the same work in both directions (a bounds check and
+ * two pointer updates; no metadata here), so the undo is the mean of the
+ * two. */
+#define BENCH_SAVE 56
+/* GTP-U's decap also rewrites the inner TTL and checksum of a frame
+ * 44 bytes of outer headers long: the next 16 bytes are saved too when
+ * the frame has them. */
+#define BENCH_SAVE_MORE 16
+/* Over IPv6 the outer headers are 64 bytes: its inner TTL and checksum
+ * lie in the BENCH_SAVE_V6 bytes after those, saved when the frame has
+ * them. */
+#define BENCH_SAVE_V6 24
+#define BENCH_SAVE_ALL (BENCH_SAVE + BENCH_SAVE_MORE + BENCH_SAVE_V6)
+#define BENCH_GRE_OUTER (20 + 8) /* outer IPv4 + GRE with key */
+
+struct frame_save {
+	__u64 w[BENCH_SAVE_ALL / 8];
+	__u32 more; /* the frame had the BENCH_SAVE_MORE bytes */
+	__u32 more6; /* and the BENCH_SAVE_V6 bytes */
+	/* The per-run counter the miss wrappers turn into a new flow
+	 * (bench_seq_of): here rather than in a map of its own, which took
+	 * the wrappers past 64 maps. */
+	__u32 seq;
+	__u32 pad;
+};
+
+/* The saved bytes live in a per-CPU slot, not on the stack: the pipeline
+ * and the ICMP functions it calls leave less than BENCH_SAVE bytes of the
+ * verifier's 512-byte combined stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct frame_save);
 	__uint(max_entries, 1);
-} bench_seq SEC(".maps");
+} bench_front SEC(".maps");
+
+/* bench_seq_of is this CPU's per-run counter (frame_save.seq), NULL
+ * never in practice. */
+static __always_inline __u32 *bench_seq_of(void)
+{
+	__u32 zero = 0;
+	struct frame_save *f = bpf_map_lookup_elem(&bench_front, &zero);
+
+	return f ? &f->seq : NULL;
+}
 
 /* bench_cycle[0], when not 0, masks the counter: the wrappers then cycle
  * through mask + 1 flows instead of making every run a new one, in the
@@ -95,7 +145,7 @@ __noinline int next_flow(struct xdp_md *ctx)
 {
 	__u32 zero = 0, one = 1, *seq, *mask, *stride, n;
 
-	seq = bpf_map_lookup_elem(&bench_seq, &zero);
+	seq = bench_seq_of();
 	if (!seq)
 		return -1;
 	n = ++(*seq);
@@ -195,48 +245,6 @@ int bench_wrap_miss(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
-/* Paths that resize the frame (GRE encap grows it by the outer IPv4 and
- * GRE headers, decap shrinks it by as much) leave data moved and bytes
- * rewritten. The resize wrappers save the first BENCH_SAVE bytes (every
- * byte either path writes in a frame of the shape benchmarked: Ethernet,
- * IPv4 and GRE with key, then the inner IPv4 header up to its checksum;
- * BENCH_SAVE_MORE for GTP-U's longer outer headers),
- * run the pipeline, move data back by however much the frame's length
- * changed, and write the saved bytes back, so every run starts from the
- * same frame. The wrappers alone time that undo: it makes one
- * bpf_xdp_adjust_head call, which without the pipeline cannot be made
- * without first making the opposite one, so bench_wrap_resize times the
- * undo with no call and bench_wrap_grow / bench_wrap_shrink with the pair;
- * the helper does the same work in both directions (a bounds check and
- * two pointer updates; no metadata here), so the undo is the mean of the
- * two. */
-#define BENCH_SAVE 56
-/* GTP-U's decap also rewrites the inner TTL and checksum of a frame
- * 44 bytes of outer headers long: the next 16 bytes are saved too when
- * the frame has them. */
-#define BENCH_SAVE_MORE 16
-/* Over IPv6 the outer headers are 64 bytes: its inner TTL and checksum
- * lie in the BENCH_SAVE_V6 bytes after those, saved when the frame has
- * them. */
-#define BENCH_SAVE_V6 24
-#define BENCH_SAVE_ALL (BENCH_SAVE + BENCH_SAVE_MORE + BENCH_SAVE_V6)
-#define BENCH_GRE_OUTER (20 + 8) /* outer IPv4 + GRE with key */
-
-struct frame_save {
-	__u64 w[BENCH_SAVE_ALL / 8];
-	__u32 more; /* the frame had the BENCH_SAVE_MORE bytes */
-	__u32 more6; /* and the BENCH_SAVE_V6 bytes */
-};
-
-/* The saved bytes live in a per-CPU slot, not on the stack: the pipeline
- * and the ICMP functions it calls leave less than BENCH_SAVE bytes of the
- * verifier's 512-byte combined stack. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
-	__type(value, struct frame_save);
-	__uint(max_entries, 1);
-} bench_front SEC(".maps");
 
 static __always_inline long frame_len(struct xdp_md *ctx)
 {
@@ -572,7 +580,7 @@ __noinline int next_session(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	__u16 *w = data, lo;
 
-	seq = bpf_map_lookup_elem(&bench_seq, &zero);
+	seq = bench_seq_of();
 	mask = bpf_map_lookup_elem(&bench_cycle, &zero);
 	stride = bpf_map_lookup_elem(&bench_cycle, &one);
 	kind = bpf_map_lookup_elem(&bench_cycle, &two);
@@ -718,9 +726,9 @@ static __always_inline int insert_make(struct edge_flow_key4 *k,
 				       struct edge_flow *v)
 {
 	__u64 *w = (__u64 *)k;
-	__u32 zero = 0, *seq;
+	__u32 *seq;
 
-	seq = bpf_map_lookup_elem(&bench_seq, &zero);
+	seq = bench_seq_of();
 	if (!seq)
 		return -1;
 	w[0] = ++(*seq) | (__u64)bpf_htonl(0xcb00710a) << 32; /* to 203.0.113.10 */
