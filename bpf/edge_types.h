@@ -760,18 +760,16 @@ struct edge_mbr {
 
 /* A multi-access rule (TS 29.244 5.20, ATSSS-LL): how a PDR's
  * downlink is steered between its two accesses, the first (3GPP: the
- * PDR's own outer header) and the second (non-3GPP, an N3IWF: here),
- * and where each access's peer's liveness and RTT are
- * (edge_gtpu_peers). */
+ * PDR's own outer header) and the second (non-3GPP, an N3IWF: alt, the
+ * PDR as that access's FAR makes it), and where each access's peer's
+ * liveness and RTT are (edge_gtpu_peers). 64 bytes. */
 struct edge_sess_ma {
 	__u8 mode;    /* EDGE_MA_* | EDGE_MA_PREFER2 */
 	__u8 weight1; /* load balancing: the first access's share, percent */
-	__u8 flags2;  /* EDGE_SP_TOS: the second access's FAR marks tos2 */
-	__u8 tos2;
+	__u8 pad[2];
 	__u16 peer1;  /* each access's peer: edge_gtpu_peers index + 1 (0: not tracked) */
 	__u16 peer2;
-	__be32 ohc_teid2;
-	__be32 ohc_addr2;
+	struct edge_sess_pdr alt;
 };
 
 /* A GTP-U peer the agent probes with Echo Requests (edge_gtpu_peers):

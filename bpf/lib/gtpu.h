@@ -54,10 +54,9 @@
  * in edge_ctx.gtpu_mtu. */
 #define EDGE_GTPU_TOO_BIG (-2)
 /* What edge_gtpu and edge_gtpu_dl return for a packet to encapsulate
- * toward an IPv6 peer or over an access a multi-access rule picks
- * (edge_gtpu_encap_more does, c->gtpu_mtu naming the session's slot << 3
- * | the PDR's place). */
-#define EDGE_GTPU_ENCAP_MORE (-3)
+ * toward an IPv6 peer (edge_gtpu_encap6 does, c->gtpu_mtu naming the
+ * session's slot << 3 | the PDR's place). */
+#define EDGE_GTPU_ENCAP6 (-3)
 
 /* The flags octet: version 1, protocol type GTP; E, S and PN say the
  * sequence number, N-PDU number and next extension header octets
@@ -437,7 +436,7 @@ static __always_inline int gtpu_encap(struct xdp_md *ctx, struct edge_ctx *c,
 {
 	/* v6, a constant in each caller's copy, leaves the IPv4 copy
 	 * without a branch of the IPv6 one. */
-	const __u8 *peer6 = v6 && r->ohc6 ? s->peer6[(r->ohc6 - 1) & (EDGE_SESS_PEERS6 - 1)] : NULL;
+	const __u8 *peer6 = v6 ? s->peer6[(r->ohc6 - 1) & (EDGE_SESS_PEERS6 - 1)] : NULL;
 	const __u32 hlen = (peer6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr)) +
 			   sizeof(struct udphdr) + 16;
 	struct edge_pkt *p = &c->p;
@@ -779,13 +778,19 @@ static __always_inline int sess_act(struct xdp_md *ctx, struct edge_ctx *c,
 	default:
 		return punt(p, EDGE_R_GTPU_FAR_DROP, XDP_DROP);
 	}
-	if ((r->flags & EDGE_SP_OHC) &&
-	    (r->ohc6 || (dl && r->ma && edge_ma_pick(c, &s->ma[(r->ma - 1) & (EDGE_SESS_MAS - 1)])))) {
-		/* Toward an IPv6 peer, or over a multi-access rule's second
-		 * access: the pipeline calls edge_gtpu_encap_more, so neither
-		 * this function's code nor its stack grows. */
+	if (dl && r->ma) {
+		/* Steered: over the second access, the PDR as its FAR
+		 * makes it (never toward an IPv6 peer). */
+		const struct edge_sess_ma *m = &s->ma[(r->ma - 1) & (EDGE_SESS_MAS - 1)];
+
+		if (edge_ma_pick(c, m))
+			r = &m->alt;
+	}
+	if ((r->flags & EDGE_SP_OHC) && r->ohc6) {
+		/* Toward an IPv6 peer: the pipeline calls edge_gtpu_encap6,
+		 * so neither this function's code nor its stack grows. */
 		c->gtpu_mtu = slot << 3 | (i & (EDGE_SESS_PDRS - 1));
-		return EDGE_GTPU_ENCAP_MORE;
+		return EDGE_GTPU_ENCAP6;
 	}
 	if (r->flags & EDGE_SP_OHC)
 		return gtpu_encap(ctx, c, st, s, r, 0);
@@ -1089,22 +1094,17 @@ __noinline int edge_gtpu_dl(struct xdp_md *ctx, struct edge_ctx *c)
 	return sess_act(ctx, c, st, s, *slot, sp, 1);
 }
 
-/* edge_gtpu_encap_more encapsulates c->p as the PDR c->gtpu_mtu names
- * says (EDGE_GTPU_ENCAP_MORE), as gtpu_encap does: toward its IPv6
- * peer, or over its multi-access rule's second access, which
- * edge_ma_pick chose (its outer header replacing the PDR's in a
- * copy). A record
+/* edge_gtpu_encap6 encapsulates c->p toward the IPv6 peer of the PDR
+ * c->gtpu_mtu names (EDGE_GTPU_ENCAP6), as gtpu_encap does; a record
  * flipped meanwhile is read as it now is, the PDR at that place taken
- * only if it still needs this function. A global function, called from
- * the pipeline: the common path's code and the stack under the
- * sessions' functions stay as they were. */
-__noinline int edge_gtpu_encap_more(struct xdp_md *ctx, struct edge_ctx *c)
+ * only if it still creates an outer header over IPv6. A global
+ * function, called from the pipeline: the IPv4 path's code and the
+ * stack under the sessions' functions stay as they were. */
+__noinline int edge_gtpu_encap6(struct xdp_md *ctx, struct edge_ctx *c)
 {
 	const struct edge_sess_pdr *r;
-	const struct edge_sess_ma *m;
 	const struct edge_state *st;
 	const struct edge_sess *s;
-	struct edge_sess_pdr x;
 	__u32 zero = 0;
 
 	if (!ctx || !c)
@@ -1114,33 +1114,19 @@ __noinline int edge_gtpu_encap_more(struct xdp_md *ctx, struct edge_ctx *c)
 	if (!st || !s)
 		return punt(&c->p, EDGE_R_GTPU_NO_SESSION, XDP_DROP);
 	r = &s->pdr[c->gtpu_mtu & (EDGE_SESS_PDRS - 1)];
-	if (!(r->flags & EDGE_SP_OHC) || !(r->ohc6 || r->ma))
+	if (!(r->flags & EDGE_SP_OHC) || !r->ohc6)
 		return punt(&c->p, EDGE_R_GTPU_NO_PDR, XDP_DROP);
-	if (r->ma && !r->ohc6) {
-		/* The second access (edge_ma_pick chose it; a record
-		 * flipped meanwhile still has the rule at its place). */
-		m = &s->ma[(r->ma - 1) & (EDGE_SESS_MAS - 1)];
-		{
-			x = *r;
-			x.ohc_teid = m->ohc_teid2;
-			x.ohc_addr = m->ohc_addr2;
-			x.ohc6 = 0;
-			x.flags = (x.flags & ~EDGE_SP_TOS) | (m->flags2 & EDGE_SP_TOS);
-			x.tos = m->tos2;
-			r = &x;
-		}
-	}
 	return gtpu_encap(ctx, c, st, s, r, 1);
 }
 
 /* gtpu_too_big ends a packet edge_gtpu or edge_gtpu_dl returned rc
- * for: rc; for EDGE_GTPU_ENCAP_MORE, what edge_gtpu_encap_more does; for
+ * for: rc; for EDGE_GTPU_ENCAP6, what edge_gtpu_encap6 does; for
  * EDGE_GTPU_TOO_BIG (from either), the ICMP answer. */
 static __always_inline int gtpu_too_big(struct xdp_md *ctx, struct edge_ctx *c,
 					const struct edge_state *st, int rc)
 {
-	if (rc == EDGE_GTPU_ENCAP_MORE)
-		rc = edge_gtpu_encap_more(ctx, c);
+	if (rc == EDGE_GTPU_ENCAP6)
+		rc = edge_gtpu_encap6(ctx, c);
 	if (rc != EDGE_GTPU_TOO_BIG)
 		return rc;
 	return answer_too_big(ctx, &c->p, c->gtpu_mtu, st->gtpu4);

@@ -345,15 +345,13 @@ type edgeEdgeSess struct {
 }
 
 type edgeEdgeSessMa struct {
-	_        structs.HostLayout
-	Mode     uint8
-	Weight1  uint8
-	Flags2   uint8
-	Tos2     uint8
-	Peer1    uint16
-	Peer2    uint16
-	OhcTeid2 uint32
-	OhcAddr2 uint32
+	_       structs.HostLayout
+	Mode    uint8
+	Weight1 uint8
+	Pad     [2]uint8
+	Peer1   uint16
+	Peer2   uint16
+	Alt     edgeEdgeSessPdr
 }
 
 type edgeEdgeSessPdr struct {

@@ -29,8 +29,9 @@ func maSession(mode, weight1 uint8) *bpf.Sess {
 	pdrs := sessionPDRs()
 	pdrs[1].Ma = 1
 	r := sessRec(pdrs...)
-	r.Ma[0] = bpf.SessMA{Mode: mode, Weight1: weight1, Peer1: 1, Peer2: 2, OhcTeid2: bpf.BE32(n3iwfTEID),
-		OhcAddr2: bpf.Addr4(netip.MustParseAddr(n3iwfAddr))}
+	alt := pdrs[1]
+	alt.Ma, alt.OhcTeid, alt.OhcAddr = 0, bpf.BE32(n3iwfTEID), bpf.Addr4(netip.MustParseAddr(n3iwfAddr))
+	r.Ma[0] = bpf.SessMA{Mode: mode, Weight1: weight1, Peer1: 1, Peer2: 2, Alt: alt}
 	return r
 }
 

@@ -58,7 +58,7 @@ func Compile(s *n4.Session, cnt map[uint16]uint8) (*bpf.Sess, commit.SessionKeys
 		}
 	}
 	meter := meters(s, cnt)
-	mas := map[uint16]uint8{} // MAR ID -> its place in rec.Ma + 1
+	mas := map[uint32]uint8{} // MAR ID << 8 | QFI -> its place in rec.Ma + 1
 	for _, id := range ids {
 		p := s.PDRs[id]
 		c := cnt[id]
@@ -336,12 +336,13 @@ func farOf(s *n4.Session, p *n4.PDR) (uint32, bool) {
 
 // multiAccess makes e (PDR p's entry, from its MAR's 3GPP access's FAR)
 // steer between both accesses of the MAR p names, when it names one
-// with both: the second access's outer header and the steering mode in
-// a place of rec.Ma (one per MAR: mas gives it, + 1), which e names.
+// with both: the steering mode and e as the second access's FAR makes
+// it (its outer header and marking) in a place of rec.Ma (one per MAR
+// and QFI: mas gives it, + 1), which e names.
 // Both accesses must forward with GTP-U over IPv4 (peer6: the first's
 // IPv6 peer, none allowed). Their peers' places in the dataplane are
 // the plane's to fill in (Peers).
-func multiAccess(rec *bpf.Sess, s *n4.Session, p *n4.PDR, e *bpf.SessPDR, peer6 netip.Addr, mas map[uint16]uint8) error {
+func multiAccess(rec *bpf.Sess, s *n4.Session, p *n4.PDR, e *bpf.SessPDR, peer6 netip.Addr, mas map[uint32]uint8) error {
 	if !p.HasMAR {
 		return nil
 	}
@@ -364,23 +365,31 @@ func multiAccess(rec *bpf.Sess, s *n4.Session, p *n4.PDR, e *bpf.SessPDR, peer6 
 	if f.Action&n4.ActForw == 0 || o == nil || o.OuterHeaderCreationDescription&ohcGTPUv4 == 0 || !n4.OuterPeer(o).Is4() {
 		return bad("the non-3GPP access's FAR %d must forward with a GTP-U/UDP/IPv4 outer header", f.ID)
 	}
-	if i, ok := mas[m.ID]; ok {
+	// One rule per MAR and QFI (the second access's copy carries the
+	// QFI its downlink is sent with).
+	key := uint32(m.ID)<<8 | uint32(e.Qfi)
+	if i, ok := mas[key]; ok {
 		e.Ma = i
 		return nil
 	}
 	n := len(mas)
 	if n == bpf.SessMAs {
-		return fmt.Errorf("%w: more than %d MARs steering one session", n4.ErrNoResources, bpf.SessMAs)
+		return fmt.Errorf("%w: more than %d MARs (and QFIs) steering one session", n4.ErrNoResources, bpf.SessMAs)
 	}
-	ma := bpf.SessMA{Mode: m.Mode, Weight1: m.Access[0].Weight, OhcTeid2: bpf.BE32(o.TEID), OhcAddr2: bpf.Addr4(n4.OuterPeer(o))}
+	alt := *e
+	alt.OhcTeid, alt.OhcAddr = bpf.BE32(o.TEID), bpf.Addr4(n4.OuterPeer(o))
+	alt.Flags &^= bpf.SessTOS
+	alt.Tos = 0
+	if f.HasTOS {
+		alt.Flags |= bpf.SessTOS
+		alt.Tos = uint8(f.TOS >> 8)
+	}
+	ma := bpf.SessMA{Mode: m.Mode, Weight1: m.Access[0].Weight, Alt: alt}
 	if m.Preferred() == 1 {
 		ma.Mode |= bpf.MAPrefer2
 	}
-	if f.HasTOS {
-		ma.Flags2, ma.Tos2 = bpf.SessTOS, uint8(f.TOS>>8)
-	}
 	rec.Ma[n] = ma
-	mas[m.ID] = uint8(n + 1)
+	mas[key] = uint8(n + 1)
 	e.Ma = uint8(n + 1)
 	return nil
 }

@@ -117,8 +117,9 @@ func TestCompileMultiAccess(t *testing.T) {
 		}
 	}
 	m := rec.Ma[0]
-	if m.Mode != bpf.MAActiveStandby|bpf.MAPrefer2 || m.Weight1 != 70 || m.OhcTeid2 != bpf.BE32(0xa000) ||
-		m.OhcAddr2 != bpf.Addr4(netip.MustParseAddr("10.3.0.7")) || m.Flags2 != bpf.SessTOS || m.Tos2 != 0x2e || rec.Ma[1] != (bpf.SessMA{}) {
+	if m.Mode != bpf.MAActiveStandby|bpf.MAPrefer2 || m.Weight1 != 70 || m.Alt.OhcTeid != bpf.BE32(0xa000) ||
+		m.Alt.OhcAddr != bpf.Addr4(netip.MustParseAddr("10.3.0.7")) || m.Alt.Flags&(bpf.SessTOS|bpf.SessOHC) != bpf.SessTOS|bpf.SessOHC ||
+		m.Alt.Tos != 0x2e || m.Alt.Ma != 0 || m.Alt.Action != bpf.SessForw || rec.Ma[1] != (bpf.SessMA{}) {
 		t.Errorf("multi-access rules %+v", rec.Ma)
 	}
 	s.FARs[3].Outer = nil

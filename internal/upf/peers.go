@@ -127,7 +127,7 @@ func (p *Peers) placeAll(rec *bpf.Sess) {
 		}
 		m := &rec.Ma[e.Ma-1]
 		m.Peer1 = p.Place(addrOf(e.OhcAddr))
-		m.Peer2 = p.Place(addrOf(m.OhcAddr2))
+		m.Peer2 = p.Place(addrOf(m.Alt.OhcAddr))
 	}
 }
 

@@ -21,8 +21,7 @@ var (
 
 // maModes are the multi-access downlink's figures: one per steering
 // mode, and active-standby with its active access's peer down (the
-// packet over the second access, its outer header from a copy of the
-// PDR). rtt1 and rtt2 are the peers' RTTs set for the run (µs).
+// packet over the second access). rtt1 and rtt2 are the peers' RTTs set for the run (µs).
 var maModes = []struct {
 	name       string
 	mode       uint8
@@ -60,8 +59,9 @@ func (b *bencher) measureMA(r *Result, ss *commit.Sessions, slot uint32, n int) 
 		}
 		rec, _ := testbed.GTPUSession(1<<20|slot, gtpuUL, gtpuDL, gtpuQFI, gtpuUE, gtpuGNB)
 		rec.Pdr[1].Ma = 1
-		rec.Ma[0] = bpf.SessMA{Mode: m.mode, Weight1: m.weight1, Peer1: 1, Peer2: 2, OhcTeid2: bpf.BE32(maN3IWFTEID),
-			OhcAddr2: bpf.Addr4(maN3IWF)}
+		alt := rec.Pdr[1]
+		alt.Ma, alt.OhcTeid, alt.OhcAddr = 0, bpf.BE32(maN3IWFTEID), bpf.Addr4(maN3IWF)
+		rec.Ma[0] = bpf.SessMA{Mode: m.mode, Weight1: m.weight1, Peer1: 1, Peer2: 2, Alt: alt}
 		if err := ss.Put(slot, rec, keys); err != nil {
 			return err
 		}
@@ -85,7 +85,7 @@ func (b *bencher) measureMA(r *Result, ss *commit.Sessions, slot uint32, n int) 
 // maMethod says what each multi-access figure's packet does.
 var maMethod = map[string]string{
 	"active_standby": "active-standby, the gNB active and up: the PDR's own outer header",
-	"failed_over":    "active-standby, the gNB's peer down: over the N3IWF, its outer header in a copy of the PDR",
+	"failed_over":    "active-standby, the gNB's peer down: over the N3IWF (the PDR as its FAR makes it)",
 	"smallest_delay": "smallest delay, the N3IWF's echo RTT the smaller: over the N3IWF",
 	"load_balancing": "load balancing 70/30: the flow's keyed hash picks the access",
 }
