@@ -151,6 +151,11 @@ func TestBenchControl(t *testing.T) {
 		n.Modify.Ops != 1000 || n.Modify.P50Us <= 0 || n.Modify.P50Us > n.Modify.P99Us || n.RSSMiB <= n.RSSBeforeMiB || n.Setup == "" {
 		t.Errorf("N4 figures: %+v", n)
 	}
+	// The multi-access series: its rate, memory, and the agent's CPU
+	// while it holds them (at most the machine's 2 CPUs).
+	if n := r.N4; n != nil && (n.MAConcurrentPerSec <= 0 || n.MARSSMiB <= n.RSSBeforeMiB || n.MACPUPerSec < 0 || n.MACPUPerSec > 2) {
+		t.Errorf("N4 multi-access figures: %+v", n)
+	}
 
 	// Neither namespace nor pins outlive the run (the temp dir's name is
 	// random, and another bench may be running).

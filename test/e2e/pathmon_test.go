@@ -630,7 +630,11 @@ func TestLabSteeringUnderTCP(t *testing.T) {
 		}
 	}
 	// load runs two TCP streams from A to B, each held to rate (iperf3's
-	// -b; "0": as fast as they go), until the returned stop.
+	// -b; "0": as fast as they go), until the returned stop. tcpLoad is
+	// the rtt and dwrr phases': below what the WAN emulators carry, as
+	// unbounded streams once kept both emulators' real-time threads
+	// busy on both CPUs, and their links and control sockets stalled
+	// (probes lost on both paths, `lab link` timing out).
 	load := func(rate string) (stop func()) {
 		cctx, cancel := context.WithCancel(ctx)
 		cmd := exec.CommandContext(cctx, "ip", "netns", "exec", l.A, "iperf3", "-c", lab.AddrB, "-p", "7000", "-t", "60", "-P", "2", "-b", rate)
@@ -650,13 +654,14 @@ func TestLabSteeringUnderTCP(t *testing.T) {
 		}
 	}
 	link := func(args ...string) { l.mustCLI(append([]string{"link", "wan1"}, args...)...) }
+	const tcpLoad = "150M"
 	mid := func(s float64) bool { return s > 0.25 && s < 0.75 }
 
 	// One mode after the other, in the one lab (its helpers fail the
 	// test itself, so no subtests).
 	func() { // rtt
 		lbr("rtt", true)
-		stop := load("0")
+		stop := load(tcpLoad)
 		defer stop()
 		until("rtt, both paths at their minimum", mid)
 		link("--delay", "15ms") // RTT 4 -> 30 ms, past 1.5 × 4
@@ -670,7 +675,7 @@ func TestLabSteeringUnderTCP(t *testing.T) {
 	}()
 	func() { // dwrr
 		lbr("dwrr", true)
-		stop := load("0")
+		stop := load(tcpLoad)
 		defer stop()
 		clean := until("dwrr, both paths clean", func(s float64) bool { return s > 0.15 && s < 0.85 })
 		// Each probe lost halves path 1's weight; each step without one

@@ -433,7 +433,8 @@ func TestUPFMultiAccess(t *testing.T) {
 // fails the test if nothing arrived.
 func iperfMA(t *testing.T, l *sdwanLab, u *maUE, what string) {
 	t.Helper()
-	r := iperf(t, l.A, u.ue.Name, lab.AddrA, 5201, "-t", "1", "-R")
+	// Held under what the WAN emulators carry (see TestLabSteeringUnderTCP).
+	r := iperf(t, l.A, u.ue.Name, lab.AddrA, 5201, "-t", "1", "-R", "-b", "150M")
 	t.Logf("%s: iperf3 TCP down to the UE %.0f Mbit/s (by access so far %v)", what, r.End.SumReceived.BitsPerSecond/1e6, u.counts())
 	if r.End.SumReceived.Bytes == 0 {
 		t.Errorf("%s: iperf3 moved nothing", what)

@@ -3,6 +3,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -40,6 +41,14 @@ type N4Result struct {
 	RSSBeforeMiB float64 `json:"rss_before_mib"`
 	RSSMiB       float64 `json:"rss_mib"`
 	DeletePerSec float64 `json:"delete_concurrent_per_s"`
+	// MultiAccess: the same concurrent series with every session
+	// multi-access (its downlink steered by a MAR between two access
+	// peers), the agent's RSS with them held, and its CPU time a second
+	// while it holds them and probes the peers (every 200 ms; the
+	// peers, with nothing behind their addresses, go down meanwhile).
+	MAConcurrentPerSec float64 `json:"ma_establish_concurrent_per_s"`
+	MARSSMiB           float64 `json:"ma_rss_mib"`
+	MACPUPerSec        float64 `json:"ma_agent_cpu_s_per_s"`
 }
 
 const n4Setup = "an agent in a namespace of its own serving N4 on 127.0.0.1:8805 and N3 (limits.sessions: the power of two with room for all, journal on the temp dir's disk); " +
@@ -71,7 +80,8 @@ func RunN4(ctx context.Context, o Options, n, seq, clients, inFlight int) (*N4Re
 	for limit < n+seq+1024 {
 		limit <<= 1
 	}
-	l := &ctlLab{o: o, bin: bin, cfg: fmt.Sprintf(n4Config, limit), args: []string{"--n4-addr", "127.0.0.1:8805", "--n3-addr", "10.2.0.1"}}
+	l := &ctlLab{o: o, bin: bin, cfg: fmt.Sprintf(n4Config, limit), args: []string{"--n4-addr", "127.0.0.1:8805", "--n3-addr", "10.2.0.1",
+		"--n3-echo-interval", "200ms"}}
 	defer l.close()
 	if err := l.setup(ctx); err != nil {
 		return nil, err
@@ -153,7 +163,93 @@ func RunN4(ctx context.Context, o Options, n, seq, clients, inFlight int) (*N4Re
 	}
 	o.Log("n4: %.0f establishments/s one at a time, %.0f/s concurrent; modify p50 %.0f us p99 %.0f us; RSS %.1f -> %.1f MiB with %d sessions",
 		r.SequentialPerSec, r.ConcurrentPerSec, r.Modify.P50Us, r.Modify.P99Us, r.RSSBeforeMiB, r.RSSMiB, n)
+	if err := l.multiAccess(r, smfs[:clients], per, inFlight); err != nil {
+		return nil, fmt.Errorf("multi-access sessions: %w", err)
+	}
 	return r, nil
+}
+
+// multiAccess is RunN4's series again with multi-access sessions (per
+// from each of smfs), held for the RSS and the agent's CPU, then
+// deleted.
+func (l *ctlLab) multiAccess(r *N4Result, smfs []*smf, per, inFlight int) error {
+	l.o.Log("n4: %d multi-access sessions from %d SMFs", per*len(smfs), len(smfs))
+	var wg sync.WaitGroup
+	errs := make(chan error, len(smfs))
+	all := make([][]uint64, len(smfs))
+	start := time.Now()
+	for c, s := range smfs {
+		s.ma = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			all[c], err = s.establishMany(c*per, per, inFlight)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	r.MAConcurrentPerSec = float64(per*len(smfs)) / time.Since(start).Seconds()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	var err error
+	if r.MARSSMiB, err = rssMiB(l.agent.Process.Pid); err != nil {
+		return err
+	}
+	cpu0, err := cpuSeconds(l.agent.Process.Pid)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	time.Sleep(3 * time.Second)
+	cpu1, err := cpuSeconds(l.agent.Process.Pid)
+	if err != nil {
+		return err
+	}
+	r.MACPUPerSec = (cpu1 - cpu0) / time.Since(t0).Seconds()
+	errs = make(chan error, len(smfs))
+	for c, s := range smfs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- s.deleteMany(all[c], inFlight)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	l.o.Log("n4: %.0f multi-access establishments/s; RSS %.1f MiB with %d; agent CPU %.4f s/s holding them", r.MAConcurrentPerSec,
+		r.MARSSMiB, per*len(smfs), r.MACPUPerSec)
+	return nil
+}
+
+// cpuSeconds reads a process's user and system CPU time, in seconds.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command's closing parenthesis: utime and
+	// stime are the 12th and 13th of them.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	u, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	return (u + st) / 100, nil // USER_HZ
 }
 
 // rssMiB reads a process's resident set (VmRSS) in MiB.
@@ -178,6 +274,7 @@ type smf struct {
 	id   string
 	seq  uint32
 	to   *net.UDPAddr
+	ma   bool // its sessions are multi-access (requestMA)
 }
 
 func (l *ctlLab) newSMF(i int) (*smf, error) {
@@ -254,10 +351,26 @@ func (s *smf) ask(m message.Message) (message.Message, error) {
 	return message.Parse(buf[:n])
 }
 
-// request is session i's establishment.
+// request is session i's establishment; s.ma: a multi-access PDU
+// session's, the downlink PDR naming a MAR (active-standby) between the
+// gNB's FAR and an N3IWF's.
 func (s *smf) request(i uint32) message.Message {
 	ue := net.IPv4(10, 100+byte(i>>16), byte(i>>8), byte(i)).String()
-	return message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0,
+	down := ie.NewFARID(2)
+	var more []*ie.IE
+	if s.ma {
+		down = ie.NewMARID(1)
+		more = []*ie.IE{
+			ie.NewCreateFAR(ie.NewFARID(3), ie.NewApplyAction(0x02),
+				ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceAccess),
+					ie.NewOuterHeaderCreation(0x0100, 0xa0000000|i, "10.2.0.10", "", 0, 0, 0))),
+			ie.NewCreateMAR(ie.NewMARID(1), ie.NewSteeringFunctionality(ie.SteeringFunctionalityATSSSLL),
+				ie.NewSteeringMode(ie.SteeringModeActiveStandby),
+				ie.NewTGPPAccessForwardingActionInformation(ie.NewFARID(2), ie.NewPriority(ie.PriorityActive)),
+				ie.NewNonTGPPAccessForwardingActionInformation(ie.NewFARID(3), ie.NewPriority(ie.PriorityStandby))),
+		}
+	}
+	return message.NewSessionEstablishmentRequest(0, 0, 0, s.next(), 0, append([]*ie.IE{
 		ie.NewNodeID(s.id, "", ""), ie.NewFSEID(uint64(i)+1, net.ParseIP(s.id), nil),
 		ie.NewCreatePDR(ie.NewPDRID(1), ie.NewPrecedence(100),
 			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceAccess), ie.NewFTEID(0x05, 0, nil, nil, 0),
@@ -265,13 +378,14 @@ func (s *smf) request(i uint32) message.Message {
 			ie.NewOuterHeaderRemoval(0, 0), ie.NewFARID(1), ie.NewQERID(1)),
 		ie.NewCreatePDR(ie.NewPDRID(2), ie.NewPrecedence(100),
 			ie.NewPDI(ie.NewSourceInterface(ie.SrcInterfaceCore), ie.NewUEIPAddress(0x02, ue, "", 0, 0)),
-			ie.NewFARID(2), ie.NewQERID(1)),
+			down, ie.NewQERID(1)),
 		ie.NewCreateFAR(ie.NewFARID(1), ie.NewApplyAction(0x02),
 			ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceCore))),
 		ie.NewCreateFAR(ie.NewFARID(2), ie.NewApplyAction(0x02),
 			ie.NewForwardingParameters(ie.NewDestinationInterface(ie.DstInterfaceAccess),
 				ie.NewOuterHeaderCreation(0x0100, 0x80000000|i, "10.2.0.9", "", 0, 0, 0))),
-		ie.NewCreateQER(ie.NewQERID(1), ie.NewGateStatus(0, 0), ie.NewQFI(9)))
+		ie.NewCreateQER(ie.NewQERID(1), ie.NewGateStatus(0, 0), ie.NewQFI(9)),
+	}, more...)...)
 }
 
 // accepted reads an answer's cause and the UP SEID it gives.
