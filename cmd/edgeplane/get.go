@@ -385,9 +385,31 @@ func getSessions(cmd *cobra.Command, af *client.Flags, output string, seids []st
 			if p.GetGateClosed() {
 				act += " (gate closed)"
 			}
-			fmt.Fprintf(tw, "%x\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\n", s.GetUpSeid(), orDash(s.GetCpNode()),
+			far := strconv.FormatUint(uint64(p.GetFar()), 10)
+			if p.GetMar() != 0 {
+				// A multi-access PDR: its MAR and mode, each access's
+				// peer and state (* the preferred one).
+				far = fmt.Sprintf("MAR %d %s", p.GetMar(), p.GetSteering())
+				var acc []string
+				for _, a := range p.GetAccesses() {
+					st := "down"
+					if a.GetUp() {
+						st = "up"
+						if a.GetRttUs() != 0 {
+							st = fmt.Sprintf("up %.1fms", float64(a.GetRttUs())/1e3)
+						}
+					}
+					mark := ""
+					if a.GetPreferred() {
+						mark = "*"
+					}
+					acc = append(acc, fmt.Sprintf("%s%s %#x (%s)", mark, a.GetOuterAddr(), a.GetOuterTeid(), st))
+				}
+				to = strings.Join(acc, " | ")
+			}
+			fmt.Fprintf(tw, "%x\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", s.GetUpSeid(), orDash(s.GetCpNode()),
 				p.GetId(), p.GetPrecedence(), p.GetDirection(), teid, orDash(p.GetUeIp()), qfi, orDash(strings.Join(p.GetSdf(), "; ")),
-				p.GetFar(), act, to, p.GetPackets(), p.GetBytes())
+				far, act, to, p.GetPackets(), p.GetBytes())
 		}
 	}
 	return tw.Flush()

@@ -420,9 +420,15 @@ func (s *Server) ListSessions(_ context.Context, r *pb.ListSessionsRequest) (*pb
 			if p.Uplink {
 				dir = "uplink"
 			}
-			ps.Pdrs = append(ps.Pdrs, &pb.SessionPdr{Id: uint32(p.ID), Precedence: p.Precedence, Direction: dir, Teid: p.TEID,
+			sp := &pb.SessionPdr{Id: uint32(p.ID), Precedence: p.Precedence, Direction: dir, Teid: p.TEID,
 				UeIp: p.UEIP, Qfi: uint32(p.QFI), Sdf: p.SDF, Far: p.FAR, Action: p.Action, GateClosed: p.GateClosed,
-				OuterTeid: p.OuterTEID, OuterAddr: p.OuterAddr, Packets: p.Packets, Bytes: p.Bytes})
+				OuterTeid: p.OuterTEID, OuterAddr: p.OuterAddr, Packets: p.Packets, Bytes: p.Bytes,
+				Mar: uint32(p.MAR), Steering: p.Steering}
+			for _, a := range p.Accesses {
+				sp.Accesses = append(sp.Accesses, &pb.SessionAccess{Far: a.FAR, OuterTeid: a.OuterTEID, OuterAddr: a.OuterAddr,
+					Up: a.Up, RttUs: uint32(a.RTT.Microseconds()), Preferred: a.Preferred})
+			}
+			ps.Pdrs = append(ps.Pdrs, sp)
 		}
 		out.Sessions = append(out.Sessions, ps)
 	}

@@ -71,4 +71,21 @@ type SessionPDR struct {
 	OuterAddr  string
 	Packets    uint64
 	Bytes      uint64
+	// A multi-access PDR: the MAR it names (0: none), its steering mode
+	// and its accesses (the 3GPP one first).
+	MAR      uint16
+	Steering string
+	Accesses []SessionAccess
+}
+
+// SessionAccess is one access of a multi-access PDR: its FAR, the outer
+// header toward its peer, whether the peer answers GTP-U echoes and its
+// echo RTT (0: none yet), and whether the mode prefers it.
+type SessionAccess struct {
+	FAR       uint32
+	OuterTEID uint32
+	OuterAddr string
+	Up        bool
+	RTT       time.Duration
+	Preferred bool
 }

@@ -278,6 +278,35 @@ func (p *Plane) Put(s *n4.Session) error {
 	return nil
 }
 
+// steeringNames name the steering modes (ie.SteeringMode*).
+var steeringNames = []string{"active-standby", "smallest-delay", "load-balancing", "priority-based"}
+
+// accesses fills in sp (multi-access PDR) MAR m's mode and accesses:
+// each one's FAR, outer header, and its peer's state (peers, by
+// address; a peer not tracked counts as up).
+func (p *Plane) accesses(sp *dataplane.SessionPDR, s *n4.Session, m *n4.MAR, peers map[netip.Addr]PeerStatus) {
+	sp.MAR = m.ID
+	if int(m.Mode) < len(steeringNames) {
+		sp.Steering = steeringNames[m.Mode]
+	}
+	pref := m.Preferred()
+	for i, a := range m.Access {
+		f := s.FARs[a.FAR]
+		if !a.HasFAR || f == nil {
+			continue
+		}
+		x := dataplane.SessionAccess{FAR: a.FAR, Up: true, Preferred: i == pref && m.Mode != ie.SteeringModeLoadBalancing}
+		if o := f.Outer; o != nil {
+			peer := n4.OuterPeer(o)
+			x.OuterTEID, x.OuterAddr = o.TEID, peer.String()
+			if st, ok := peers[peer]; ok {
+				x.Up, x.RTT = st.Up, st.RTT
+			}
+		}
+		sp.Accesses = append(sp.Accesses, x)
+	}
+}
+
 // buffers tells whether a PDR of record rec has its packets buffered.
 func buffers(rec *bpf.Sess) bool {
 	for _, e := range rec.Pdr[:rec.Npdr] {
@@ -538,6 +567,12 @@ func (p *Plane) Status(q dataplane.SessionQuery) ([]dataplane.SessionStatus, uin
 		next = list[len(list)-1].S.UPSEID
 	}
 	out := make([]dataplane.SessionStatus, 0, len(list))
+	peers := map[netip.Addr]PeerStatus{}
+	if p.peers != nil {
+		for _, x := range p.peers.Status() {
+			peers[x.Addr] = x
+		}
+	}
 	for _, k := range list {
 		c, err := p.dp.Counters(k.Slot)
 		if err != nil {
@@ -564,7 +599,8 @@ func (p *Plane) Status(q dataplane.SessionQuery) ([]dataplane.SessionStatus, uin
 				ue = append(ue, netip.PrefixFrom(pdr.UEIP6, 64).String())
 			}
 			sp.UEIP = strings.Join(ue, ",")
-			if f := s.FARs[pdr.FAR]; pdr.HasFAR && f != nil {
+			if far, ok := farOf(s, pdr); ok && s.FARs[far] != nil {
+				f := s.FARs[far]
 				sp.FAR = f.ID
 				switch {
 				case f.Action&n4.ActForw != 0:
@@ -575,6 +611,9 @@ func (p *Plane) Status(q dataplane.SessionQuery) ([]dataplane.SessionStatus, uin
 				case f.Action&n4.ActBuff != 0:
 					sp.Action = "buffer"
 				}
+			}
+			if m := s.MARs[pdr.MAR]; pdr.HasMAR && m != nil {
+				p.accesses(&sp, s, m, peers)
 			}
 			for _, q := range pdr.QERs {
 				if qer := s.QERs[q]; qer != nil && (sp.Uplink && qer.GateUL != 0 || !sp.Uplink && qer.GateDL != 0) {

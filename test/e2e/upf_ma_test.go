@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -390,6 +391,14 @@ func TestUPFMultiAccess(t *testing.T) {
 		t.Errorf("the N3IWF's echo RTT %v s (%v), want a few ms", v, ok)
 	} else {
 		t.Logf("the N3IWF's echo RTT over wan2 (5 ms each way): %.1f ms", v*1e3)
+	}
+	// `edgeplane get sessions` shows the MAR, its mode, and each
+	// access's peer with its state: the gNB down, the N3IWF up.
+	table, err := exec.Command(edgeplaneBin, "get", "sessions", "--server", l.APISocket(l.GWA)).CombinedOutput()
+	t.Logf("get sessions, wan1 cut:\n%s", table)
+	if err != nil || !strings.Contains(string(table), "MAR 1 active-standby") ||
+		!strings.Contains(string(table), "*"+maGNBAddr+" 0x9000 (down)") || !strings.Contains(string(table), maN3IWFAddr+" 0xa000 (up ") {
+		t.Errorf("get sessions does not show the multi-access PDR's accesses (%v)", err)
 	}
 	if n := ping(u.ue.Name, lab.AddrA, 3, "0.2"); n != 0 {
 		t.Logf("pings with the 3GPP access cut: %d of 3 (the uplink goes through the gNB)", n)

@@ -3898,10 +3898,17 @@ type SessionPdr struct {
 	Action     string `protobuf:"bytes,9,opt,name=action,proto3" json:"action,omitempty"`
 	GateClosed bool   `protobuf:"varint,10,opt,name=gate_closed,json=gateClosed,proto3" json:"gate_closed,omitempty"`
 	// outer header creation: the peer's TEID and address ("": none)
-	OuterTeid     uint32 `protobuf:"varint,11,opt,name=outer_teid,json=outerTeid,proto3" json:"outer_teid,omitempty"`
-	OuterAddr     string `protobuf:"bytes,12,opt,name=outer_addr,json=outerAddr,proto3" json:"outer_addr,omitempty"`
-	Packets       uint64 `protobuf:"varint,13,opt,name=packets,proto3" json:"packets,omitempty"`
-	Bytes         uint64 `protobuf:"varint,14,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	OuterTeid uint32 `protobuf:"varint,11,opt,name=outer_teid,json=outerTeid,proto3" json:"outer_teid,omitempty"`
+	OuterAddr string `protobuf:"bytes,12,opt,name=outer_addr,json=outerAddr,proto3" json:"outer_addr,omitempty"`
+	Packets   uint64 `protobuf:"varint,13,opt,name=packets,proto3" json:"packets,omitempty"`
+	Bytes     uint64 `protobuf:"varint,14,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// A multi-access PDR: the MAR it names instead of a FAR (0: none),
+	// its steering mode ("active-standby", "smallest-delay",
+	// "load-balancing", "priority-based"), and its accesses, the 3GPP one
+	// first.
+	Mar           uint32           `protobuf:"varint,15,opt,name=mar,proto3" json:"mar,omitempty"`
+	Steering      string           `protobuf:"bytes,16,opt,name=steering,proto3" json:"steering,omitempty"`
+	Accesses      []*SessionAccess `protobuf:"bytes,17,rep,name=accesses,proto3" json:"accesses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4034,6 +4041,115 @@ func (x *SessionPdr) GetBytes() uint64 {
 	return 0
 }
 
+func (x *SessionPdr) GetMar() uint32 {
+	if x != nil {
+		return x.Mar
+	}
+	return 0
+}
+
+func (x *SessionPdr) GetSteering() string {
+	if x != nil {
+		return x.Steering
+	}
+	return ""
+}
+
+func (x *SessionPdr) GetAccesses() []*SessionAccess {
+	if x != nil {
+		return x.Accesses
+	}
+	return nil
+}
+
+// SessionAccess is one access of a multi-access PDR: its FAR, the outer
+// header toward its peer (a gNB, an N3IWF), whether that peer answers
+// the user plane's GTP-U echoes, and its echo RTT (0: none yet).
+type SessionAccess struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Far       uint32                 `protobuf:"varint,1,opt,name=far,proto3" json:"far,omitempty"`
+	OuterTeid uint32                 `protobuf:"varint,2,opt,name=outer_teid,json=outerTeid,proto3" json:"outer_teid,omitempty"`
+	OuterAddr string                 `protobuf:"bytes,3,opt,name=outer_addr,json=outerAddr,proto3" json:"outer_addr,omitempty"`
+	Up        bool                   `protobuf:"varint,4,opt,name=up,proto3" json:"up,omitempty"`
+	RttUs     uint32                 `protobuf:"varint,5,opt,name=rtt_us,json=rttUs,proto3" json:"rtt_us,omitempty"`
+	// the one the mode prefers (active, high priority)
+	Preferred     bool `protobuf:"varint,6,opt,name=preferred,proto3" json:"preferred,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionAccess) Reset() {
+	*x = SessionAccess{}
+	mi := &file_edgeplane_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionAccess) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionAccess) ProtoMessage() {}
+
+func (x *SessionAccess) ProtoReflect() protoreflect.Message {
+	mi := &file_edgeplane_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionAccess.ProtoReflect.Descriptor instead.
+func (*SessionAccess) Descriptor() ([]byte, []int) {
+	return file_edgeplane_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *SessionAccess) GetFar() uint32 {
+	if x != nil {
+		return x.Far
+	}
+	return 0
+}
+
+func (x *SessionAccess) GetOuterTeid() uint32 {
+	if x != nil {
+		return x.OuterTeid
+	}
+	return 0
+}
+
+func (x *SessionAccess) GetOuterAddr() string {
+	if x != nil {
+		return x.OuterAddr
+	}
+	return ""
+}
+
+func (x *SessionAccess) GetUp() bool {
+	if x != nil {
+		return x.Up
+	}
+	return false
+}
+
+func (x *SessionAccess) GetRttUs() uint32 {
+	if x != nil {
+		return x.RttUs
+	}
+	return 0
+}
+
+func (x *SessionAccess) GetPreferred() bool {
+	if x != nil {
+		return x.Preferred
+	}
+	return false
+}
+
 // ListSessionsRequest picks sessions: those of up_seid (none: all), of
 // UP SEID above after, at most limit of them (0: 1,000; at most
 // 10,000).
@@ -4050,7 +4166,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_edgeplane_proto_msgTypes[50]
+	mi := &file_edgeplane_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4062,7 +4178,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[50]
+	mi := &file_edgeplane_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4075,7 +4191,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{50}
+	return file_edgeplane_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListSessionsRequest) GetTarget() *Target {
@@ -4117,7 +4233,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_edgeplane_proto_msgTypes[51]
+	mi := &file_edgeplane_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4129,7 +4245,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[51]
+	mi := &file_edgeplane_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4142,7 +4258,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{51}
+	return file_edgeplane_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -4192,7 +4308,7 @@ type GatewayStatus struct {
 
 func (x *GatewayStatus) Reset() {
 	*x = GatewayStatus{}
-	mi := &file_edgeplane_proto_msgTypes[52]
+	mi := &file_edgeplane_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4204,7 +4320,7 @@ func (x *GatewayStatus) String() string {
 func (*GatewayStatus) ProtoMessage() {}
 
 func (x *GatewayStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[52]
+	mi := &file_edgeplane_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4217,7 +4333,7 @@ func (x *GatewayStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayStatus.ProtoReflect.Descriptor instead.
 func (*GatewayStatus) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{52}
+	return file_edgeplane_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GatewayStatus) GetName() string {
@@ -4320,7 +4436,7 @@ type ListGatewaysResponse struct {
 
 func (x *ListGatewaysResponse) Reset() {
 	*x = ListGatewaysResponse{}
-	mi := &file_edgeplane_proto_msgTypes[53]
+	mi := &file_edgeplane_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4332,7 +4448,7 @@ func (x *ListGatewaysResponse) String() string {
 func (*ListGatewaysResponse) ProtoMessage() {}
 
 func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgeplane_proto_msgTypes[53]
+	mi := &file_edgeplane_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4345,7 +4461,7 @@ func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatewaysResponse.ProtoReflect.Descriptor instead.
 func (*ListGatewaysResponse) Descriptor() ([]byte, []int) {
-	return file_edgeplane_proto_rawDescGZIP(), []int{53}
+	return file_edgeplane_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListGatewaysResponse) GetGateways() []*GatewayStatus {
@@ -4687,7 +4803,7 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\acp_seid\x18\x02 \x01(\x04R\x06cpSeid\x12\x17\n" +
 	"\acp_addr\x18\x03 \x01(\tR\x06cpAddr\x12\x17\n" +
 	"\acp_node\x18\x04 \x01(\tR\x06cpNode\x12,\n" +
-	"\x04pdrs\x18\x05 \x03(\v2\x18.edgeplane.v1.SessionPdrR\x04pdrs\"\xe0\x02\n" +
+	"\x04pdrs\x18\x05 \x03(\v2\x18.edgeplane.v1.SessionPdrR\x04pdrs\"\xc7\x03\n" +
 	"\n" +
 	"SessionPdr\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1e\n" +
@@ -4709,7 +4825,19 @@ const file_edgeplane_proto_rawDesc = "" +
 	"\n" +
 	"outer_addr\x18\f \x01(\tR\touterAddr\x12\x18\n" +
 	"\apackets\x18\r \x01(\x04R\apackets\x12\x14\n" +
-	"\x05bytes\x18\x0e \x01(\x04R\x05bytes\"\x88\x01\n" +
+	"\x05bytes\x18\x0e \x01(\x04R\x05bytes\x12\x10\n" +
+	"\x03mar\x18\x0f \x01(\rR\x03mar\x12\x1a\n" +
+	"\bsteering\x18\x10 \x01(\tR\bsteering\x127\n" +
+	"\baccesses\x18\x11 \x03(\v2\x1b.edgeplane.v1.SessionAccessR\baccesses\"\xa4\x01\n" +
+	"\rSessionAccess\x12\x10\n" +
+	"\x03far\x18\x01 \x01(\rR\x03far\x12\x1d\n" +
+	"\n" +
+	"outer_teid\x18\x02 \x01(\rR\touterTeid\x12\x1d\n" +
+	"\n" +
+	"outer_addr\x18\x03 \x01(\tR\touterAddr\x12\x0e\n" +
+	"\x02up\x18\x04 \x01(\bR\x02up\x12\x15\n" +
+	"\x06rtt_us\x18\x05 \x01(\rR\x05rttUs\x12\x1c\n" +
+	"\tpreferred\x18\x06 \x01(\bR\tpreferred\"\x88\x01\n" +
 	"\x13ListSessionsRequest\x12,\n" +
 	"\x06target\x18\x01 \x01(\v2\x14.edgeplane.v1.TargetR\x06target\x12\x17\n" +
 	"\aup_seid\x18\x02 \x03(\x04R\x06upSeid\x12\x14\n" +
@@ -4794,7 +4922,7 @@ func file_edgeplane_proto_rawDescGZIP() []byte {
 }
 
 var file_edgeplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_edgeplane_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_edgeplane_proto_goTypes = []any{
 	(Kind)(0),                          // 0: edgeplane.v1.Kind
 	(*Target)(nil),                     // 1: edgeplane.v1.Target
@@ -4847,26 +4975,27 @@ var file_edgeplane_proto_goTypes = []any{
 	(*ListStrategyStatusResponse)(nil), // 48: edgeplane.v1.ListStrategyStatusResponse
 	(*Session)(nil),                    // 49: edgeplane.v1.Session
 	(*SessionPdr)(nil),                 // 50: edgeplane.v1.SessionPdr
-	(*ListSessionsRequest)(nil),        // 51: edgeplane.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),       // 52: edgeplane.v1.ListSessionsResponse
-	(*GatewayStatus)(nil),              // 53: edgeplane.v1.GatewayStatus
-	(*ListGatewaysResponse)(nil),       // 54: edgeplane.v1.ListGatewaysResponse
-	nil,                                // 55: edgeplane.v1.Target.SelectorEntry
-	nil,                                // 56: edgeplane.v1.Selectors.PodLabelsEntry
-	nil,                                // 57: edgeplane.v1.Stats.VerdictsEntry
-	nil,                                // 58: edgeplane.v1.Stats.ReasonsEntry
-	nil,                                // 59: edgeplane.v1.Stats.XdpCpuEntry
-	nil,                                // 60: edgeplane.v1.GatewayStatus.LabelsEntry
+	(*SessionAccess)(nil),              // 51: edgeplane.v1.SessionAccess
+	(*ListSessionsRequest)(nil),        // 52: edgeplane.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),       // 53: edgeplane.v1.ListSessionsResponse
+	(*GatewayStatus)(nil),              // 54: edgeplane.v1.GatewayStatus
+	(*ListGatewaysResponse)(nil),       // 55: edgeplane.v1.ListGatewaysResponse
+	nil,                                // 56: edgeplane.v1.Target.SelectorEntry
+	nil,                                // 57: edgeplane.v1.Selectors.PodLabelsEntry
+	nil,                                // 58: edgeplane.v1.Stats.VerdictsEntry
+	nil,                                // 59: edgeplane.v1.Stats.ReasonsEntry
+	nil,                                // 60: edgeplane.v1.Stats.XdpCpuEntry
+	nil,                                // 61: edgeplane.v1.GatewayStatus.LabelsEntry
 }
 var file_edgeplane_proto_depIdxs = []int32{
-	55, // 0: edgeplane.v1.Target.selector:type_name -> edgeplane.v1.Target.SelectorEntry
+	56, // 0: edgeplane.v1.Target.selector:type_name -> edgeplane.v1.Target.SelectorEntry
 	4,  // 1: edgeplane.v1.Path.monitor:type_name -> edgeplane.v1.PathMonitor
 	8,  // 2: edgeplane.v1.Lbr.members:type_name -> edgeplane.v1.Member
 	7,  // 3: edgeplane.v1.Lbr.sla:type_name -> edgeplane.v1.Sla
 	10, // 4: edgeplane.v1.Service.health:type_name -> edgeplane.v1.Health
 	11, // 5: edgeplane.v1.Pdr.match:type_name -> edgeplane.v1.Match
 	16, // 6: edgeplane.v1.Strategy.selectors:type_name -> edgeplane.v1.Selectors
-	56, // 7: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
+	57, // 7: edgeplane.v1.Selectors.pod_labels:type_name -> edgeplane.v1.Selectors.PodLabelsEntry
 	2,  // 8: edgeplane.v1.Object.interface:type_name -> edgeplane.v1.Interface
 	3,  // 9: edgeplane.v1.Object.path:type_name -> edgeplane.v1.Path
 	5,  // 10: edgeplane.v1.Object.far:type_name -> edgeplane.v1.Far
@@ -4898,79 +5027,80 @@ var file_edgeplane_proto_depIdxs = []int32{
 	35, // 36: edgeplane.v1.PathCounter.tx:type_name -> edgeplane.v1.Counter
 	35, // 37: edgeplane.v1.PathCounter.rx:type_name -> edgeplane.v1.Counter
 	36, // 38: edgeplane.v1.Stats.pdrs:type_name -> edgeplane.v1.PdrCounter
-	57, // 39: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
-	58, // 40: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
+	58, // 39: edgeplane.v1.Stats.verdicts:type_name -> edgeplane.v1.Stats.VerdictsEntry
+	59, // 40: edgeplane.v1.Stats.reasons:type_name -> edgeplane.v1.Stats.ReasonsEntry
 	37, // 41: edgeplane.v1.Stats.paths:type_name -> edgeplane.v1.PathCounter
 	40, // 42: edgeplane.v1.Stats.backends:type_name -> edgeplane.v1.BackendCounter
-	59, // 43: edgeplane.v1.Stats.xdp_cpu:type_name -> edgeplane.v1.Stats.XdpCpuEntry
+	60, // 43: edgeplane.v1.Stats.xdp_cpu:type_name -> edgeplane.v1.Stats.XdpCpuEntry
 	35, // 44: edgeplane.v1.BackendCounter.counter:type_name -> edgeplane.v1.Counter
 	42, // 45: edgeplane.v1.ListFlowsResponse.flows:type_name -> edgeplane.v1.Flow
 	44, // 46: edgeplane.v1.ListPathStatusResponse.paths:type_name -> edgeplane.v1.PathStatus
 	47, // 47: edgeplane.v1.StrategyStatus.processes:type_name -> edgeplane.v1.StrategyProcess
 	46, // 48: edgeplane.v1.ListStrategyStatusResponse.strategies:type_name -> edgeplane.v1.StrategyStatus
 	50, // 49: edgeplane.v1.Session.pdrs:type_name -> edgeplane.v1.SessionPdr
-	1,  // 50: edgeplane.v1.ListSessionsRequest.target:type_name -> edgeplane.v1.Target
-	49, // 51: edgeplane.v1.ListSessionsResponse.sessions:type_name -> edgeplane.v1.Session
-	60, // 52: edgeplane.v1.GatewayStatus.labels:type_name -> edgeplane.v1.GatewayStatus.LabelsEntry
-	53, // 53: edgeplane.v1.ListGatewaysResponse.gateways:type_name -> edgeplane.v1.GatewayStatus
-	35, // 54: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
-	35, // 55: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
-	39, // 56: edgeplane.v1.Stats.XdpCpuEntry.value:type_name -> edgeplane.v1.CpuPackets
-	20, // 57: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
-	22, // 58: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
-	24, // 59: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
-	22, // 60: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
-	23, // 61: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 62: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
-	23, // 63: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 64: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
-	23, // 65: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 66: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
-	23, // 67: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 68: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
-	23, // 69: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 70: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
-	23, // 71: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
-	22, // 72: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
-	24, // 73: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
-	22, // 74: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
-	23, // 75: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
-	34, // 76: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
-	41, // 77: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
-	22, // 78: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
-	22, // 79: edgeplane.v1.Gateway.ListStrategyStatus:input_type -> edgeplane.v1.ListRequest
-	51, // 80: edgeplane.v1.Gateway.ListSessions:input_type -> edgeplane.v1.ListSessionsRequest
-	22, // 81: edgeplane.v1.Gateway.ListGateways:input_type -> edgeplane.v1.ListRequest
-	21, // 82: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
-	25, // 83: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
-	2,  // 84: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
-	26, // 85: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
-	3,  // 86: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
-	27, // 87: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
-	5,  // 88: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
-	28, // 89: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
-	12, // 90: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
-	29, // 91: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
-	6,  // 92: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
-	30, // 93: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
-	9,  // 94: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
-	31, // 95: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
-	13, // 96: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
-	32, // 97: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
-	14, // 98: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
-	33, // 99: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
-	15, // 100: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
-	38, // 101: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
-	43, // 102: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
-	45, // 103: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
-	48, // 104: edgeplane.v1.Gateway.ListStrategyStatus:output_type -> edgeplane.v1.ListStrategyStatusResponse
-	52, // 105: edgeplane.v1.Gateway.ListSessions:output_type -> edgeplane.v1.ListSessionsResponse
-	54, // 106: edgeplane.v1.Gateway.ListGateways:output_type -> edgeplane.v1.ListGatewaysResponse
-	82, // [82:107] is the sub-list for method output_type
-	57, // [57:82] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	51, // 50: edgeplane.v1.SessionPdr.accesses:type_name -> edgeplane.v1.SessionAccess
+	1,  // 51: edgeplane.v1.ListSessionsRequest.target:type_name -> edgeplane.v1.Target
+	49, // 52: edgeplane.v1.ListSessionsResponse.sessions:type_name -> edgeplane.v1.Session
+	61, // 53: edgeplane.v1.GatewayStatus.labels:type_name -> edgeplane.v1.GatewayStatus.LabelsEntry
+	54, // 54: edgeplane.v1.ListGatewaysResponse.gateways:type_name -> edgeplane.v1.GatewayStatus
+	35, // 55: edgeplane.v1.Stats.VerdictsEntry.value:type_name -> edgeplane.v1.Counter
+	35, // 56: edgeplane.v1.Stats.ReasonsEntry.value:type_name -> edgeplane.v1.Counter
+	39, // 57: edgeplane.v1.Stats.XdpCpuEntry.value:type_name -> edgeplane.v1.CpuPackets
+	20, // 58: edgeplane.v1.Gateway.Apply:input_type -> edgeplane.v1.ApplyRequest
+	22, // 59: edgeplane.v1.Gateway.ListInterfaces:input_type -> edgeplane.v1.ListRequest
+	24, // 60: edgeplane.v1.Gateway.GetInterface:input_type -> edgeplane.v1.GetByNameRequest
+	22, // 61: edgeplane.v1.Gateway.ListPaths:input_type -> edgeplane.v1.ListRequest
+	23, // 62: edgeplane.v1.Gateway.GetPath:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 63: edgeplane.v1.Gateway.ListFars:input_type -> edgeplane.v1.ListRequest
+	23, // 64: edgeplane.v1.Gateway.GetFar:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 65: edgeplane.v1.Gateway.ListPdrs:input_type -> edgeplane.v1.ListRequest
+	23, // 66: edgeplane.v1.Gateway.GetPdr:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 67: edgeplane.v1.Gateway.ListLbrs:input_type -> edgeplane.v1.ListRequest
+	23, // 68: edgeplane.v1.Gateway.GetLbr:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 69: edgeplane.v1.Gateway.ListServices:input_type -> edgeplane.v1.ListRequest
+	23, // 70: edgeplane.v1.Gateway.GetService:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 71: edgeplane.v1.Gateway.ListQosClasses:input_type -> edgeplane.v1.ListRequest
+	23, // 72: edgeplane.v1.Gateway.GetQosClass:input_type -> edgeplane.v1.GetByIDRequest
+	22, // 73: edgeplane.v1.Gateway.ListFlowOpt:input_type -> edgeplane.v1.ListRequest
+	24, // 74: edgeplane.v1.Gateway.GetFlowOpt:input_type -> edgeplane.v1.GetByNameRequest
+	22, // 75: edgeplane.v1.Gateway.ListStrategies:input_type -> edgeplane.v1.ListRequest
+	23, // 76: edgeplane.v1.Gateway.GetStrategy:input_type -> edgeplane.v1.GetByIDRequest
+	34, // 77: edgeplane.v1.Gateway.GetStats:input_type -> edgeplane.v1.GetStatsRequest
+	41, // 78: edgeplane.v1.Gateway.ListFlows:input_type -> edgeplane.v1.ListFlowsRequest
+	22, // 79: edgeplane.v1.Gateway.ListPathStatus:input_type -> edgeplane.v1.ListRequest
+	22, // 80: edgeplane.v1.Gateway.ListStrategyStatus:input_type -> edgeplane.v1.ListRequest
+	52, // 81: edgeplane.v1.Gateway.ListSessions:input_type -> edgeplane.v1.ListSessionsRequest
+	22, // 82: edgeplane.v1.Gateway.ListGateways:input_type -> edgeplane.v1.ListRequest
+	21, // 83: edgeplane.v1.Gateway.Apply:output_type -> edgeplane.v1.ApplyResponse
+	25, // 84: edgeplane.v1.Gateway.ListInterfaces:output_type -> edgeplane.v1.ListInterfacesResponse
+	2,  // 85: edgeplane.v1.Gateway.GetInterface:output_type -> edgeplane.v1.Interface
+	26, // 86: edgeplane.v1.Gateway.ListPaths:output_type -> edgeplane.v1.ListPathsResponse
+	3,  // 87: edgeplane.v1.Gateway.GetPath:output_type -> edgeplane.v1.Path
+	27, // 88: edgeplane.v1.Gateway.ListFars:output_type -> edgeplane.v1.ListFarsResponse
+	5,  // 89: edgeplane.v1.Gateway.GetFar:output_type -> edgeplane.v1.Far
+	28, // 90: edgeplane.v1.Gateway.ListPdrs:output_type -> edgeplane.v1.ListPdrsResponse
+	12, // 91: edgeplane.v1.Gateway.GetPdr:output_type -> edgeplane.v1.Pdr
+	29, // 92: edgeplane.v1.Gateway.ListLbrs:output_type -> edgeplane.v1.ListLbrsResponse
+	6,  // 93: edgeplane.v1.Gateway.GetLbr:output_type -> edgeplane.v1.Lbr
+	30, // 94: edgeplane.v1.Gateway.ListServices:output_type -> edgeplane.v1.ListServicesResponse
+	9,  // 95: edgeplane.v1.Gateway.GetService:output_type -> edgeplane.v1.Service
+	31, // 96: edgeplane.v1.Gateway.ListQosClasses:output_type -> edgeplane.v1.ListQosClassesResponse
+	13, // 97: edgeplane.v1.Gateway.GetQosClass:output_type -> edgeplane.v1.QosClass
+	32, // 98: edgeplane.v1.Gateway.ListFlowOpt:output_type -> edgeplane.v1.ListFlowOptResponse
+	14, // 99: edgeplane.v1.Gateway.GetFlowOpt:output_type -> edgeplane.v1.FlowOptModule
+	33, // 100: edgeplane.v1.Gateway.ListStrategies:output_type -> edgeplane.v1.ListStrategiesResponse
+	15, // 101: edgeplane.v1.Gateway.GetStrategy:output_type -> edgeplane.v1.Strategy
+	38, // 102: edgeplane.v1.Gateway.GetStats:output_type -> edgeplane.v1.Stats
+	43, // 103: edgeplane.v1.Gateway.ListFlows:output_type -> edgeplane.v1.ListFlowsResponse
+	45, // 104: edgeplane.v1.Gateway.ListPathStatus:output_type -> edgeplane.v1.ListPathStatusResponse
+	48, // 105: edgeplane.v1.Gateway.ListStrategyStatus:output_type -> edgeplane.v1.ListStrategyStatusResponse
+	53, // 106: edgeplane.v1.Gateway.ListSessions:output_type -> edgeplane.v1.ListSessionsResponse
+	55, // 107: edgeplane.v1.Gateway.ListGateways:output_type -> edgeplane.v1.ListGatewaysResponse
+	83, // [83:108] is the sub-list for method output_type
+	58, // [58:83] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_edgeplane_proto_init() }
@@ -5005,7 +5135,7 @@ func file_edgeplane_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgeplane_proto_rawDesc), len(file_edgeplane_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   60,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
