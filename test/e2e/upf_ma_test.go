@@ -289,9 +289,10 @@ func (s *maSMF) setMode(mode, w3gpp, wNon uint8) {
 // comes through the gNB, moves to the N3IWF within 3 echo intervals of
 // `lab link` cutting wan1, and back once it is repaired; smallest delay:
 // the gNB (2 ms) until wan1 is slowed to 15 ms, then the N3IWF (5 ms);
-// load balancing 70/30: the 3GPP access carries 70 % of 2,000 flows,
-// within 3 points. The UE pings N6 throughout, and TCP (iperf3 down to
-// the UE) runs in each mode.
+// priority-based as active-standby; load balancing 70/30: the 3GPP
+// access carries 70 % of 2,000 flows, within 3 points. The UE pings N6
+// at the start, and TCP (iperf3 down to the UE) runs in each mode;
+// `edgeplane get sessions` and the metrics show the accesses' state.
 func TestUPFMultiAccess(t *testing.T) {
 	l := newLab(t)
 	l.AgentArgs = map[string][]string{l.GWA: {"--n4-addr", maN4, "--n3-addr", maN3, "--n3-echo-interval", maEcho.String()}}
@@ -413,6 +414,16 @@ func TestUPFMultiAccess(t *testing.T) {
 	cut("smallest delay, wan1 slowed to 15 ms", 1, func() { link("--delay", "15ms") })
 	iperfMA(t, l, u, "smallest delay over the N3IWF")
 	link("--delay", "2ms")
+
+	// Priority-based: the gNB (neither access says High or Low: the
+	// 3GPP one) until wan1 is cut, the N3IWF meanwhile.
+	smf.setMode(ieLib.SteeringModePriorityBased, 50, 50)
+	if !waitFor(3*time.Second, func() bool { d := downlink(50, "500"); return d[0] >= 45 }) {
+		t.Errorf("priority-based, both up: not through the gNB")
+	}
+	iperfMA(t, l, u, "priority-based")
+	cut("priority-based, wan1 cut", 1, func() { link("--loss", "100%") })
+	cut("priority-based, wan1 repaired", 0, func() { link("--loss", "0") })
 
 	// Load balancing 70/30 over 2,000 flows.
 	smf.setMode(ieLib.SteeringModeLoadBalancing, 70, 30)
