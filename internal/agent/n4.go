@@ -252,6 +252,9 @@ var (
 	upfPeerRTTDesc = prometheus.NewDesc("edgeplane_upf_gtpu_peer_rtt_seconds",
 		"Smoothed GTP-U echo round trip to a multi-access session's access peer (absent until it answered once).",
 		[]string{"peer"}, nil)
+	upfPeersRefusedDesc = prometheus.NewDesc("edgeplane_upf_gtpu_peers_refused_total",
+		"Access peers of multi-access sessions the user plane's table (1,024) had no place for: their accesses are taken as up, with no RTT.",
+		nil, nil)
 	upfPeerEchoesDesc = prometheus.NewDesc("edgeplane_upf_gtpu_peer_echoes_total",
 		"GTP-U Echo Requests to a multi-access session's access peer, by fate: sent, answered (in time, timed in XDP).",
 		[]string{"peer", "fate"}, nil)
@@ -261,6 +264,7 @@ func (m n4Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- upfPeerUpDesc
 	ch <- upfPeerRTTDesc
 	ch <- upfPeerEchoesDesc
+	ch <- upfPeersRefusedDesc
 	ch <- n4MessagesDesc
 	ch <- n4AssociationsDesc
 	ch <- n4PeerUpDesc
@@ -298,6 +302,7 @@ func (m n4Metrics) Collect(ch chan<- prometheus.Metric) {
 	if m.a.peers == nil {
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(upfPeersRefusedDesc, prometheus.CounterValue, float64(m.a.peers.Refused()))
 	for _, p := range m.a.peers.Status() {
 		a, up := p.Addr.String(), 0.0
 		if p.Up {

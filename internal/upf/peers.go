@@ -71,7 +71,6 @@ type peer struct {
 	down    bool
 	sent    uint64
 	answers uint64
-	changed time.Time
 }
 
 // NewPeers returns Peers writing w, sending Echo Requests with send
@@ -114,7 +113,7 @@ func (p *Peers) Place(a netip.Addr) uint16 {
 		return 0
 	}
 	p.ix[a] = i
-	p.st = append(p.st, &peer{addr: a, changed: time.Now()})
+	p.st = append(p.st, &peer{addr: a})
 	return uint16(i + 1)
 }
 
@@ -199,7 +198,7 @@ func (p *Peers) judge(i uint32, x *peer) error {
 	}
 	down := x.misses >= echoMisses
 	if down != x.down {
-		x.down, x.changed = down, time.Now()
+		x.down = down
 		p.log.Info("upf: GTP-U peer", "peer", x.addr, "up", !down, "misses", x.misses)
 	}
 	v.Down = 0
@@ -249,7 +248,6 @@ type PeerStatus struct {
 	RTT     time.Duration // smoothed (0: no answer yet)
 	Sent    uint64        // Echo Requests
 	Answers uint64        // answered in time
-	Since   time.Time     // its state since
 }
 
 // Status lists the tracked peers.
@@ -258,7 +256,7 @@ func (p *Peers) Status() []PeerStatus {
 	defer p.mu.Unlock()
 	out := make([]PeerStatus, 0, len(p.st))
 	for _, x := range p.st {
-		out = append(out, PeerStatus{Addr: x.addr, Up: !x.down, RTT: time.Duration(x.srttNs), Sent: x.sent, Answers: x.answers, Since: x.changed})
+		out = append(out, PeerStatus{Addr: x.addr, Up: !x.down, RTT: time.Duration(x.srttNs), Sent: x.sent, Answers: x.answers})
 	}
 	return out
 }

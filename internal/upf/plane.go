@@ -356,7 +356,12 @@ func (p *Plane) first(slot uint32, cnt uint8) {
 			continue
 		}
 		// Only a FAR that asks (NOCP) has the SMF told.
-		if pdr := k.S.PDRs[id]; pdr == nil || !pdr.HasFAR || k.S.FARs[pdr.FAR] == nil || k.S.FARs[pdr.FAR].Action&n4.ActNocp == 0 {
+		pdr := k.S.PDRs[id]
+		if pdr == nil {
+			return
+		}
+		// A multi-access PDR buffers by its MAR's first access's FAR.
+		if far, ok := farOf(k.S, pdr); !ok || k.S.FARs[far] == nil || k.S.FARs[far].Action&n4.ActNocp == 0 {
 			return
 		}
 		// The BAR's Downlink Data Notification Delay: told only if
